@@ -1,0 +1,216 @@
+/* tks.c - error context, checksums of files, crash-safe writes. See tks.h. */
+#define _GNU_SOURCE
+#include "tks.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+static _Thread_local tks_error g_err = {.code = 0, .shard = TKS_NONE, .offset = TKS_NONE,
+                                        .doc = TKS_NONE, .line = TKS_NONE};
+
+const char *tks_strerror(int code) {
+    switch (code) {
+    case TKS_OK: return "success";
+    case TKS_ERR_IO: return "I/O error";
+    case TKS_ERR_NOMEM: return "out of memory";
+    case TKS_ERR_ARG: return "invalid argument";
+    case TKS_ERR_MAGIC: return "not a tokshard file (bad magic)";
+    case TKS_ERR_VERSION: return "unsupported format version";
+    case TKS_ERR_HEADER: return "corrupt header";
+    case TKS_ERR_TRUNCATED: return "file size does not match header";
+    case TKS_ERR_BOUNDS: return "section out of bounds";
+    case TKS_ERR_INDEX: return "corrupt document index";
+    case TKS_ERR_CHECKSUM: return "checksum mismatch";
+    case TKS_ERR_TOKEN_RANGE: return "token id out of range";
+    case TKS_ERR_MANIFEST: return "bad manifest";
+    case TKS_ERR_TOKENIZER: return "tokenizer error";
+    case TKS_ERR_INPUT: return "unreadable input";
+    case TKS_ERR_UTF8: return "invalid UTF-8";
+    case TKS_ERR_JSONL: return "bad JSONL record";
+    case TKS_ERR_DOC_TOO_LONG: return "document too long";
+    case TKS_ERR_NOSPACE: return "no space left (disk full or file size limit)";
+    case TKS_ERR_RESUME: return "cannot resume";
+    case TKS_ERR_EXISTS: return "output already exists";
+    case TKS_ERR_INTERRUPTED: return "interrupted";
+    case TKS_ERR_PADDING: return "non-zero padding";
+    default: return "unknown error";
+    }
+}
+
+const tks_error *tks_last_error(void) { return &g_err; }
+
+void tks_clear_error(void) {
+    memset(&g_err, 0, sizeof g_err);
+    g_err.shard = g_err.offset = g_err.doc = g_err.line = TKS_NONE;
+}
+
+int tks_fail(int code, const char *file, uint64_t shard, uint64_t offset, const char *fmt, ...) {
+    g_err.code = code;
+    snprintf(g_err.file, sizeof g_err.file, "%s", file ? file : "");
+    g_err.shard = shard;
+    g_err.offset = offset;
+    g_err.doc = TKS_NONE;
+    g_err.line = TKS_NONE;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err.message, sizeof g_err.message, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void tks_error_set_doc(uint64_t doc, uint64_t line) {
+    g_err.doc = doc;
+    g_err.line = line;
+}
+
+void tks_error_restore(const tks_error *e) {
+    if (e && e != &g_err) g_err = *e;
+}
+
+int tks_file_xxh3_128(const char *path, uint8_t out[16], uint64_t *size_out) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s: %s", path,
+                        strerror(errno));
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) {
+        close(fd);
+        return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory hashing %s", path);
+    }
+    XXH3_128bits_reset(st);
+    enum { BUFSZ = 1 << 20 };
+    char *buf = malloc(BUFSZ);
+    uint64_t total = 0;
+    int rc = 0;
+    if (!buf) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory hashing %s", path);
+    while (!rc) {
+        ssize_t n = read(fd, buf, BUFSZ);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, total, "read error in %s at byte %llu: %s",
+                          path, (unsigned long long)total, strerror(errno));
+            break;
+        }
+        if (n == 0) break;
+        XXH3_128bits_update(st, buf, (size_t)n);
+        total += (uint64_t)n;
+    }
+    if (!rc) {
+        XXH128_canonical_t c;
+        XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+        memcpy(out, c.digest, 16);
+        if (size_out) *size_out = total;
+    }
+    free(buf);
+    XXH3_freeState(st);
+    close(fd);
+    return rc;
+}
+
+void tks_hex(const uint8_t *bytes, size_t n, char *out) {
+    static const char d[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = d[bytes[i] >> 4];
+        out[2 * i + 1] = d[bytes[i] & 15];
+    }
+    out[2 * n] = 0;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+int tks_unhex(const char *hex, uint8_t *bytes, size_t n) {
+    if (!hex || strlen(hex) != 2 * n) return TKS_ERR_ARG;
+    for (size_t i = 0; i < n; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0) return TKS_ERR_ARG;
+        bytes[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
+
+int tks_write_errno_code(int err) {
+    return (err == ENOSPC || err == EFBIG || err == EDQUOT) ? TKS_ERR_NOSPACE : TKS_ERR_IO;
+}
+
+int tks_pwrite_all(int fd, const void *buf, size_t n, uint64_t off, const char *path) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            int code = tks_write_errno_code(e);
+            return tks_fail(code, path, TKS_NONE, off,
+                            code == TKS_ERR_NOSPACE
+                                ? "cannot write %s at byte %llu: %s; free some space (or raise the "
+                                  "file size limit) and re-run with --resume"
+                                : "cannot write %s at byte %llu: %s",
+                            path, (unsigned long long)off, strerror(e));
+        }
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+int tks_fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return tks_fail(TKS_ERR_IO, dir, TKS_NONE, TKS_NONE, "cannot open directory %s: %s", dir,
+                        strerror(errno));
+    int rc = 0;
+    if (fsync(fd) != 0 && errno != EINVAL)
+        rc = tks_fail(TKS_ERR_IO, dir, TKS_NONE, TKS_NONE, "cannot fsync directory %s: %s", dir,
+                      strerror(errno));
+    close(fd);
+    return rc;
+}
+
+int tks_path_join(char *out, size_t cap, const char *dir, const char *name) {
+    int n = snprintf(out, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap)
+        return tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE, "path too long: %s/%s", dir, name);
+    return 0;
+}
+
+int tks_write_file_atomic(const char *path, const void *data, size_t size) {
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE, "path too long: %s", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE, "cannot create %s: %s",
+                        tmp, strerror(errno));
+    int rc = tks_pwrite_all(fd, data, size, 0, tmp);
+    if (!rc && fsync(fd) != 0)
+        rc = tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE, "cannot fsync %s: %s",
+                      tmp, strerror(errno));
+    if (close(fd) != 0 && !rc)
+        rc = tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE, "cannot close %s: %s",
+                      tmp, strerror(errno));
+    if (!rc && rename(tmp, path) != 0)
+        rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s", tmp, path,
+                      strerror(errno));
+    if (rc) {
+        unlink(tmp);
+        return rc;
+    }
+    char d[PATH_MAX];
+    snprintf(d, sizeof d, "%s", path);
+    return tks_fsync_dir(dirname(d));
+}

@@ -1,0 +1,123 @@
+/*
+ * tks.h - what every tokshard library shares: pinned error codes, the
+ * context of the last error, checksums and crash-safe file writing.
+ *
+ * Error model (after LMDB and zstd): every library function returns an int,
+ * 0 on success or one of the negative TKS_ERR_* codes below. The values are
+ * pinned: a code is never renumbered and never reused for another meaning.
+ * The function that fails also records a human-readable message and where it
+ * happened (file, shard, offset) in a per-thread slot read by
+ * tks_last_error(). The library never prints and never exits.
+ */
+#ifndef TKS_H
+#define TKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TKS_VERSION_STRING "0.1.0"
+
+/* Pinned error codes. Never renumber, never reuse. */
+enum {
+    TKS_OK = 0,
+    TKS_ERR_IO = -1,           /* open/read/write/fsync/rename/mmap failed (errno in context) */
+    TKS_ERR_NOMEM = -2,        /* allocation failed */
+    TKS_ERR_ARG = -3,          /* invalid argument or option */
+    TKS_ERR_MAGIC = -4,        /* not a tokshard file */
+    TKS_ERR_VERSION = -5,      /* format version not supported */
+    TKS_ERR_HEADER = -6,       /* header fields inconsistent or header checksum mismatch */
+    TKS_ERR_TRUNCATED = -7,    /* file size differs from what the header says */
+    TKS_ERR_BOUNDS = -8,       /* a section lies outside the file or overlaps another */
+    TKS_ERR_INDEX = -9,        /* document index not monotonic / not matching n_tokens */
+    TKS_ERR_CHECKSUM = -10,    /* a chunk, index or table checksum mismatch */
+    TKS_ERR_TOKEN_RANGE = -11, /* a token id >= vocab_size (or < 0) */
+    TKS_ERR_MANIFEST = -12,    /* manifest missing, unparsable or inconsistent with shards */
+    TKS_ERR_TOKENIZER = -13,   /* tokenizer cannot be loaded, or fingerprint/vocab mismatch */
+    TKS_ERR_INPUT = -14,       /* corrupt archive/compressed stream or unreadable input entry */
+    TKS_ERR_UTF8 = -15,        /* invalid UTF-8 under --invalid-utf8 fail */
+    TKS_ERR_JSONL = -16,       /* a JSONL line does not parse or lacks the key */
+    TKS_ERR_DOC_TOO_LONG = -17,/* a document over --max-doc-bytes under policy fail */
+    TKS_ERR_NOSPACE = -18,     /* disk full or file size limit reached while writing */
+    TKS_ERR_RESUME = -19,      /* --resume state missing or made with other options */
+    TKS_ERR_EXISTS = -20,      /* output exists and would be overwritten */
+    TKS_ERR_INTERRUPTED = -21, /* stopped by a signal; the build can be resumed */
+    TKS_ERR_PADDING = -22,     /* bytes that must be zero (alignment padding) are not */
+};
+
+/* Sentinel for "no such offset / index" in the error context. */
+#define TKS_NONE UINT64_MAX
+
+/*
+ * The context of the last error on the calling thread. Strings are owned by
+ * the library and stay valid until the next failing call on the same thread.
+ * Fields that do not apply are "" (strings) or TKS_NONE (numbers).
+ */
+typedef struct tks_error {
+    int code;              /* TKS_ERR_* or TKS_OK */
+    char message[512];     /* full sentence: what is wrong and what to do */
+    char file[512];        /* file (or input entry "archive:member") concerned */
+    uint64_t shard;        /* shard index */
+    uint64_t offset;       /* byte offset in the file, or token offset in a shard */
+    uint64_t doc;          /* document index (in a shard) or document ordinal (input) */
+    uint64_t line;         /* 1-based line number in an input file */
+} tks_error;
+
+/* Short, static description of an error code ("checksum mismatch"). Never NULL. */
+const char *tks_strerror(int code);
+
+/* The last error recorded on this thread. Never NULL; owned by the library. */
+const tks_error *tks_last_error(void);
+
+/* Clears the last error on this thread. */
+void tks_clear_error(void);
+
+/*
+ * Records an error on this thread and returns `code`, so a caller can write
+ * `return tks_fail(...)`. `file` may be NULL. printf-style message.
+ */
+int tks_fail(int code, const char *file, uint64_t shard, uint64_t offset,
+             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* Sets the doc and line fields of the last error (after tks_fail). */
+void tks_error_set_doc(uint64_t doc, uint64_t line);
+
+/* Copies another thread's error into this thread's slot (used after parallel regions). */
+void tks_error_restore(const tks_error *e);
+
+/* XXH3-128 of a whole file, as 16 bytes in XXH128 canonical (big-endian) form.
+ * Errors: TKS_ERR_IO. */
+int tks_file_xxh3_128(const char *path, uint8_t out[16], uint64_t *size_out);
+
+/* Lowercase hex of n bytes into out (2n+1 bytes incl. NUL). */
+void tks_hex(const uint8_t *bytes, size_t n, char *out);
+
+/* Parses 2n hex digits into bytes. Returns 0 or TKS_ERR_ARG. */
+int tks_unhex(const char *hex, uint8_t *bytes, size_t n);
+
+/*
+ * Crash-safe publishing (write to a temporary name, fsync, rename, fsync dir).
+ * tks_write_file_atomic writes `size` bytes to `path` via "path.tmp-<pid>".
+ * Errors: TKS_ERR_IO, TKS_ERR_NOSPACE (ENOSPC/EFBIG/EDQUOT).
+ */
+int tks_write_file_atomic(const char *path, const void *data, size_t size);
+
+/* fsync the directory containing `path` (so a rename is durable). */
+int tks_fsync_dir(const char *dir);
+
+/* Write all bytes at offset (pwrite loop). Errors: TKS_ERR_IO, TKS_ERR_NOSPACE. */
+int tks_pwrite_all(int fd, const void *buf, size_t n, uint64_t off, const char *path);
+
+/* Maps an errno from a failed write to TKS_ERR_NOSPACE or TKS_ERR_IO. */
+int tks_write_errno_code(int err);
+
+/* Joins dir and name into out (PATH_MAX). Returns 0 or TKS_ERR_ARG when too long. */
+int tks_path_join(char *out, size_t cap, const char *dir, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TKS_H */

@@ -1,0 +1,272 @@
+/*
+ * dataset.h - the whole public API of tokshard's dataset layer: the shard
+ * format (docs/FORMAT.md, version 1), the shard writer, the zero-copy shard
+ * reader, datasets (a manifest plus shards) and the audit.
+ *
+ * Conventions: every function returns 0 or a negative TKS_ERR_* code (tks.h)
+ * and records the context (file, shard, offset, document) of a failure in
+ * tks_last_error(). Nothing here prints or exits. Token ids are uint32_t in
+ * memory whatever the on-disk dtype; "vocab_size" is always an exclusive upper
+ * bound for ids.
+ */
+#ifndef TKS_DATASET_H
+#define TKS_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/tks.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------
+ * Format constants (docs/FORMAT.md)
+ * ------------------------------------------------------------------------- */
+#define TKS_MAGIC "TKSHARD\x1a"          /* 8 bytes at offset 0 */
+#define TKS_FORMAT_VERSION 1u
+#define TKS_HEADER_SIZE 256u             /* bytes; the header checksum covers [0, 248) */
+#define TKS_TOKEN_ALIGN 4096u            /* token section offset alignment (mmap page) */
+#define TKS_DEFAULT_CHUNK_BYTES (1u << 20)
+#define TKS_MIN_CHUNK_BYTES 64u          /* chunk_bytes: multiple of 4 in [64, 2^30] */
+#define TKS_MAX_CHUNK_BYTES (1u << 30)
+#define TKS_NO_ID 0xFFFFFFFFu            /* bos/eos/pad id when the tokenizer has none */
+#define TKS_U16_MAX_VOCAB 65536u         /* vocab_size <= this: uint16 tokens, else uint32 */
+#define TKS_MANIFEST_NAME "manifest.json"
+#define TKS_MANIFEST_FORMAT "tokshard-dataset"
+
+/* Decoded shard header. Field meanings and byte offsets: docs/FORMAT.md. */
+typedef struct tks_shard_header {
+    uint32_t version;        /* TKS_FORMAT_VERSION */
+    uint32_t header_size;    /* TKS_HEADER_SIZE */
+    uint32_t token_bytes;    /* 2 (uint16) or 4 (uint32); 2 iff vocab_size <= 65536 */
+    uint32_t vocab_size;     /* exclusive upper bound of every token id, >= 1 */
+    uint32_t bos_id, eos_id, pad_id; /* TKS_NO_ID when absent */
+    uint32_t chunk_bytes;    /* bytes of token section per checksum chunk */
+    uint8_t tokenizer_fp[16];/* XXH3-128 (canonical, big-endian) of the tokenizer model file */
+    uint64_t n_docs;         /* documents, >= 1 */
+    uint64_t n_tokens;       /* tokens, >= n_docs (documents are never empty) */
+    uint32_t min_token_id;   /* smallest id present */
+    uint32_t max_token_id;   /* largest id present, < vocab_size */
+    uint64_t tokens_offset;  /* = TKS_TOKEN_ALIGN */
+    uint64_t tokens_bytes;   /* = n_tokens * token_bytes */
+    uint64_t index_offset;   /* = round_up(tokens_offset + tokens_bytes, 8) */
+    uint64_t index_bytes;    /* = (n_docs + 1) * 8 */
+    uint64_t table_offset;   /* = index_offset + index_bytes */
+    uint64_t table_bytes;    /* = (n_chunks + 1) * 8 */
+    uint64_t n_chunks;       /* = ceil(tokens_bytes / chunk_bytes) */
+    uint64_t file_size;      /* = table_offset + table_bytes */
+    uint32_t shard_index;    /* position of this shard in its dataset */
+    uint32_t flags;          /* 0 in version 1 */
+    uint64_t table_xxh3;     /* XXH3-64 of the checksum table bytes */
+    uint64_t header_xxh3;    /* XXH3-64 of header bytes [0, 248) */
+} tks_shard_header;
+
+/* Serializes h into 256 bytes (little-endian), computing header_xxh3 (written
+ * back into h). Reserved bytes are zero. */
+void tks_header_encode(tks_shard_header *h, uint8_t out[TKS_HEADER_SIZE]);
+
+/*
+ * Parses and validates a header: magic, version, header size, checksum, dtype
+ * against vocab, canonical section layout, id range. `name` is used in error
+ * messages (may be NULL). `n` is the number of bytes available at `buf`.
+ * Errors: TKS_ERR_TRUNCATED (n < 256), TKS_ERR_MAGIC, TKS_ERR_VERSION,
+ * TKS_ERR_HEADER (checksum or inconsistent fields).
+ */
+int tks_header_decode(const uint8_t *buf, size_t n, const char *name, tks_shard_header *h);
+
+/* Canonical layout: fills tokens_offset..file_size from token_bytes, n_docs,
+ * n_tokens and chunk_bytes. Used by the writer and by validation. */
+void tks_header_layout(tks_shard_header *h);
+
+/* ---------------------------------------------------------------------------
+ * Writer
+ * ------------------------------------------------------------------------- */
+typedef struct tks_writer tks_writer;
+
+typedef struct tks_writer_opts {
+    const char *dir;          /* output directory; must exist */
+    uint32_t vocab_size;      /* ids must be < vocab_size */
+    uint32_t bos_id, eos_id, pad_id; /* TKS_NO_ID when absent */
+    uint8_t tokenizer_fp[16];
+    uint64_t shard_tokens;    /* a shard is closed once it holds >= this many tokens; >= 1 */
+    uint32_t chunk_bytes;     /* 0 = TKS_DEFAULT_CHUNK_BYTES */
+    uint32_t first_shard;     /* index of the first shard this writer writes (resume) */
+} tks_writer_opts;
+
+/* What the writer knows about a shard it published. */
+typedef struct tks_shard_info {
+    char file[32];            /* "shard-00000.tks" (relative to the dataset dir) */
+    uint32_t index;
+    uint64_t file_bytes, n_docs, n_tokens;
+    uint32_t min_token_id, max_token_id;
+    uint64_t header_xxh3;
+} tks_shard_info;
+
+/* Creates a writer. Errors: TKS_ERR_ARG (bad options), TKS_ERR_NOMEM. The
+ * writer owns nothing on disk until the first document arrives. */
+int tks_writer_create(const tks_writer_opts *opts, tks_writer **out);
+
+/*
+ * Appends one document of n >= 1 ids. Shards are written to
+ * "shard-NNNNN.tks.tmp" and published (fsync, rename) when they reach
+ * shard_tokens; *published (may be NULL) is set to 1 when this call published
+ * a shard, else 0. `doc_ordinal` identifies the document in error messages.
+ * Errors: TKS_ERR_TOKEN_RANGE (an id >= vocab_size: names the document and
+ * the position in it; nothing of the document is written), TKS_ERR_ARG (n == 0),
+ * TKS_ERR_IO, TKS_ERR_NOSPACE.
+ */
+int tks_writer_add(tks_writer *w, const uint32_t *ids, size_t n, uint64_t doc_ordinal,
+                   int *published);
+
+/* Publishes the current shard if it holds any document. Errors as above. */
+int tks_writer_flush(tks_writer *w);
+
+/* The shards this writer has published, in order. Owned by the writer. */
+const tks_shard_info *tks_writer_shards(const tks_writer *w, size_t *n);
+
+/* Frees the writer; an unpublished shard's temporary file is removed.
+ * Accepts NULL. */
+void tks_writer_free(tks_writer *w);
+
+/* ---------------------------------------------------------------------------
+ * Reader: one shard, memory-mapped, zero copy
+ * ------------------------------------------------------------------------- */
+typedef struct tks_shard tks_shard;
+
+/*
+ * Opens and validates a shard in O(header + index + table) time: header (see
+ * tks_header_decode), real file size, zero padding, table checksum, index
+ * checksum and index monotonicity (index[0] = 0, strictly increasing,
+ * index[n_docs] = n_tokens). Token chunks are not hashed here
+ * (tks_shard_verify_chunks does that). Never reads outside the file.
+ * Errors: TKS_ERR_IO, TKS_ERR_TRUNCATED, TKS_ERR_MAGIC, TKS_ERR_VERSION,
+ * TKS_ERR_HEADER, TKS_ERR_BOUNDS, TKS_ERR_PADDING, TKS_ERR_CHECKSUM,
+ * TKS_ERR_INDEX, TKS_ERR_NOMEM.
+ */
+int tks_shard_open(const char *path, tks_shard **out);
+
+/* As tks_shard_open over bytes in memory; no copy is made: `data` must
+ * outlive the shard. `name` is used in messages (may be NULL). */
+int tks_shard_open_mem(const void *data, size_t size, const char *name, tks_shard **out);
+
+/* Unmaps and frees. Accepts NULL. */
+void tks_shard_close(tks_shard *s);
+
+const tks_shard_header *tks_shard_hdr(const tks_shard *s);
+const char *tks_shard_path(const tks_shard *s);
+/* Raw token section: n_tokens little-endian values of token_bytes each. */
+const void *tks_shard_tokens(const tks_shard *s);
+/* Document index: n_docs + 1 cumulative token offsets. */
+const uint64_t *tks_shard_doc_index(const tks_shard *s);
+
+/* Token i (i < n_tokens), widened to uint32. No range check beyond i. */
+static inline uint32_t tks_shard_token_at(const void *tokens, uint32_t token_bytes, uint64_t i) {
+    return token_bytes == 2 ? ((const uint16_t *)tokens)[i] : ((const uint32_t *)tokens)[i];
+}
+
+/*
+ * Copies tokens [offset, offset + n) into out (widened to uint32) and checks
+ * each against `limit` (pass the model's vocab_size; 0 means the shard's
+ * vocab_size). Errors: TKS_ERR_BOUNDS (range outside the shard),
+ * TKS_ERR_TOKEN_RANGE (names the shard and the token offset of the first bad id).
+ */
+int tks_shard_read(const tks_shard *s, uint64_t offset, uint64_t n, uint32_t limit, uint32_t *out);
+
+/* Hashes chunk `c` (< n_chunks) and compares with the table.
+ * Errors: TKS_ERR_CHECKSUM (names chunk and its byte offset). */
+int tks_shard_verify_chunk(const tks_shard *s, uint64_t c);
+
+/* ---------------------------------------------------------------------------
+ * Dataset: manifest.json + shards + tokenizer copy
+ * ------------------------------------------------------------------------- */
+typedef struct tks_dataset tks_dataset;
+
+/* Manifest tokenizer record. */
+typedef struct tks_tokenizer_info {
+    char file[256];           /* tokenizer file name inside the dataset dir */
+    uint8_t fingerprint[16];  /* XXH3-128 of the tokenizer file */
+    uint32_t vocab_size;
+    char model_type[16];      /* "bpe", "unigram", "word", "char" */
+    uint32_t bos_id, eos_id, pad_id, unk_id; /* TKS_NO_ID when absent */
+} tks_tokenizer_info;
+
+/*
+ * Writes manifest.json atomically (last step of a build). `shards` are the
+ * published shards in order; `provenance_json` is a JSON object text embedded
+ * as "provenance" (inputs, options, tool version), may be NULL.
+ * Errors: TKS_ERR_ARG (provenance not a JSON object), TKS_ERR_IO, TKS_ERR_NOSPACE.
+ */
+int tks_manifest_write(const char *dir, const tks_tokenizer_info *tok, const tks_shard_info *shards,
+                       size_t n_shards, uint32_t token_bytes, uint32_t chunk_bytes,
+                       const char *provenance_json);
+
+/*
+ * Opens a dataset: parses the manifest, opens every shard (tks_shard_open)
+ * and checks each shard's header against the manifest (size, counts, max id,
+ * header checksum, vocab, fingerprint, index). O(headers + indexes).
+ * Errors: TKS_ERR_MANIFEST (missing, unparsable or inconsistent: a missing
+ * manifest says the build is unfinished and to re-run with --resume), plus
+ * every tks_shard_open error.
+ */
+int tks_dataset_open(const char *dir, tks_dataset **out);
+void tks_dataset_close(tks_dataset *ds);
+
+const char *tks_dataset_dir(const tks_dataset *ds);
+const tks_tokenizer_info *tks_dataset_tokenizer(const tks_dataset *ds);
+size_t tks_dataset_n_shards(const tks_dataset *ds);
+const tks_shard *tks_dataset_shard(const tks_dataset *ds, size_t i);
+uint64_t tks_dataset_n_tokens(const tks_dataset *ds);
+uint64_t tks_dataset_n_docs(const tks_dataset *ds);
+uint32_t tks_dataset_max_token_id(const tks_dataset *ds);
+/* XXH3-64 of the manifest file's bytes (identifies the dataset in checkpoints). */
+uint64_t tks_dataset_manifest_xxh3(const tks_dataset *ds);
+/* Full path of the tokenizer copy in the dataset dir (owned by ds). */
+const char *tks_dataset_tokenizer_path(const tks_dataset *ds);
+
+/* ---------------------------------------------------------------------------
+ * Audit: verify everything, report every problem
+ * ------------------------------------------------------------------------- */
+typedef struct tks_audit_opts {
+    uint32_t model_vocab;        /* 0 = not given; else ids must also be < this */
+    const char *tokenizer_path;  /* NULL = not given; else its fingerprint must match */
+    int threads;                 /* 0 = OpenMP default */
+    size_t max_problems;         /* stop recording after this many (0 = 1000) */
+} tks_audit_opts;
+
+typedef struct tks_audit_problem {
+    int code;                    /* TKS_ERR_* class */
+    uint64_t shard;              /* TKS_NONE when not shard-specific */
+    uint64_t chunk;              /* TKS_NONE when not chunk-specific */
+    uint64_t token_offset;       /* token offset in the shard, or TKS_NONE */
+    uint64_t byte_offset;        /* byte offset in the file, or TKS_NONE */
+    uint64_t doc;                /* document index in the shard, or TKS_NONE */
+    char file[256];
+    char message[384];
+} tks_audit_problem;
+
+typedef struct tks_audit_report {
+    size_t n_problems;           /* recorded problems (<= max_problems) */
+    size_t n_problems_total;     /* all problems found */
+    tks_audit_problem *problems; /* owned by the report */
+    uint64_t n_shards, n_chunks, n_docs, n_tokens, bytes_hashed;
+    uint32_t vocab_size, min_token_id, max_token_id;
+    int manifest_checked;        /* 1 when a dataset dir with manifest was audited */
+    int tokenizer_checked;       /* 1 when a tokenizer fingerprint was compared */
+    double seconds;              /* wall time of the audit */
+} tks_audit_report;
+
+/*
+ * Audits a dataset directory or a single shard file. Returns 0 when the audit
+ * ran, whatever it found (see report->n_problems_total), or a negative code
+ * when it could not run at all (TKS_ERR_IO for a missing path, TKS_ERR_NOMEM).
+ * The report is owned by the caller: tks_audit_report_free.
+ */
+int tks_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **out);
+void tks_audit_report_free(tks_audit_report *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TKS_DATASET_H */

@@ -1,0 +1,91 @@
+/*
+ * spm.h - tokshard's small C API over sentencepiece (the C++ library from
+ * Debian's libsentencepiece-dev), implemented in spm.cc. Part of the tokenize
+ * layer's public API (tokenize.h includes it).
+ *
+ * Thread safety: a loaded tks_spm is immutable; tks_spm_encode and
+ * tks_spm_decode may be called concurrently on the same handle
+ * (SentencePieceProcessor's Encode/Decode are const).
+ * Errors are TKS_ERR_* codes with context in tks_last_error() (tks.h).
+ */
+#ifndef TKS_SPM_H
+#define TKS_SPM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/tks.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tks_spm tks_spm;
+
+/* A growable id buffer. Zero-initialize, reuse across calls, free with
+ * tks_ids_free. `n` ids are valid; `cap` is the allocated count. */
+typedef struct tks_ids {
+    uint32_t *ids;
+    size_t n, cap;
+} tks_ids;
+void tks_ids_free(tks_ids *v);
+
+/* Loads a sentencepiece model file (.model, serialized ModelProto).
+ * Errors: TKS_ERR_IO (unreadable), TKS_ERR_TOKENIZER (not a valid model).
+ * The handle is owned by the caller: tks_spm_free (accepts NULL). */
+int tks_spm_load(const char *path, tks_spm **out);
+void tks_spm_free(tks_spm *s);
+
+/* Number of pieces; every id the model produces is < this. */
+uint32_t tks_spm_vocab_size(const tks_spm *s);
+/* Special ids, TKS_NO_ID when the model disables them. */
+uint32_t tks_spm_bos_id(const tks_spm *s);
+uint32_t tks_spm_eos_id(const tks_spm *s);
+uint32_t tks_spm_pad_id(const tks_spm *s);
+uint32_t tks_spm_unk_id(const tks_spm *s);
+/* "unigram", "bpe", "word", "char" (read from the model's TrainerSpec), or "unknown". */
+const char *tks_spm_model_type(const tks_spm *s);
+/* XXH3-128 (canonical bytes) of the model file the handle was loaded from. */
+const uint8_t *tks_spm_fingerprint(const tks_spm *s);
+
+/*
+ * Encodes `len` bytes of UTF-8 text (need not be NUL-terminated) into ids,
+ * replacing out->ids[0..n). Same ids as `spm_encode --output_format=id` on
+ * the same text. Errors: TKS_ERR_TOKENIZER, TKS_ERR_NOMEM.
+ */
+int tks_spm_encode(const tks_spm *s, const char *text, size_t len, tks_ids *out);
+
+/* Decodes ids to text. *text is malloc'd, NUL-terminated, owned by the caller.
+ * Ids >= vocab size are refused with TKS_ERR_TOKEN_RANGE. */
+int tks_spm_decode(const tks_spm *s, const uint32_t *ids, size_t n, char **text, size_t *len);
+
+/* The piece string of one id (e.g. "▁the"); NULL when id >= vocab size.
+ * Owned by the handle. */
+const char *tks_spm_piece(const tks_spm *s, uint32_t id);
+
+/* Training a new model. */
+typedef struct tks_spm_train_opts {
+    const char *model_prefix;     /* writes PREFIX.model and PREFIX.vocab */
+    const char *model_type;       /* "bpe" or "unigram" (also "word", "char") */
+    uint32_t vocab_size;
+    int byte_fallback;            /* 1: unknown UTF-8 bytes become <0xNN> pieces */
+    double character_coverage;    /* 0 = sentencepiece default (0.9995) */
+    uint64_t input_sentence_size; /* sample at most this many sentences; 0 = all */
+    uint32_t max_sentence_length; /* bytes; longer sentences are skipped; 0 = default 4192 */
+    int threads;                  /* 0 = 1 */
+    uint32_t seed;                /* sentencepiece's sampling seed */
+} tks_spm_train_opts;
+
+/* Supplies the next training sentence: set *text/*len and return 1, or
+ * return 0 at the end, or a negative TKS_ERR_* code to abort training. */
+typedef int (*tks_sentence_fn)(void *ctx, const char **text, size_t *len);
+
+/* Trains a model from the sentences `next` yields. Errors: TKS_ERR_ARG,
+ * TKS_ERR_TOKENIZER (sentencepiece refused: its message is in the context),
+ * or the code the callback returned. */
+int tks_spm_train(const tks_spm_train_opts *opts, tks_sentence_fn next, void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TKS_SPM_H */

@@ -1,0 +1,161 @@
+/*
+ * tokenize.h - the public API of tokshard's tokenize layer: reading raw text
+ * (plain, compressed, archives, through libarchive) into documents, and the
+ * OpenMP build pipeline that tokenizes documents into a dataset.
+ * The sentencepiece wrapper is part of this API and lives in spm.h.
+ *
+ * Errors are TKS_ERR_* codes with context (file, line, document) in
+ * tks_last_error(); nothing here prints or exits.
+ */
+#ifndef TKS_TOKENIZE_H
+#define TKS_TOKENIZE_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/tks.h"
+#include "spm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------
+ * Input: files, directories, compressed streams and archives -> documents
+ * ------------------------------------------------------------------------- */
+typedef enum { TKS_SPLIT_FILE = 0, TKS_SPLIT_LINE, TKS_SPLIT_BLANK } tks_doc_split;
+typedef enum { TKS_FMT_AUTO = 0, TKS_FMT_TEXT, TKS_FMT_JSONL } tks_input_format;
+typedef enum { TKS_POLICY_REPLACE = 0, TKS_POLICY_SKIP, TKS_POLICY_FAIL } tks_policy;
+
+typedef struct tks_input_opts {
+    tks_doc_split split;        /* text documents: whole entry, each line, or blank-line paragraphs */
+    tks_input_format format;    /* AUTO: ".jsonl"/".json" (before any compression suffix) -> JSONL */
+    const char *jsonl_key;      /* NULL = "text" */
+    tks_policy invalid_utf8;    /* REPLACE (U+FFFD per maximal invalid subsequence), SKIP, FAIL */
+    uint64_t max_doc_bytes;     /* 0 = 64 MiB */
+    tks_policy long_doc;        /* SKIP (default) or FAIL */
+    tks_policy bad_record;      /* JSONL line unparsable or without the key: FAIL (default) or SKIP */
+} tks_input_opts;
+
+/* Sets the defaults documented above. */
+void tks_input_opts_default(tks_input_opts *o);
+
+/* One document. `text` is valid UTF-8 (after the UTF-8 policy) and stays
+ * valid until the next tks_input_next call. */
+typedef struct tks_doc {
+    const char *text;
+    size_t len;                 /* bytes, >= 1 */
+    uint64_t ordinal;           /* 0-based position among the documents yielded */
+    uint64_t line;              /* 1-based line of its start in its entry */
+    const char *source;         /* "path" or "archive.tar.gz:member" (owned by the input) */
+} tks_doc;
+
+typedef struct tks_input_stats {
+    uint64_t files;             /* input files opened */
+    uint64_t entries;           /* regular entries read (a plain file is one entry) */
+    uint64_t bytes_in;          /* bytes consumed from disk (compressed size) */
+    uint64_t bytes_text;        /* decompressed bytes read */
+    uint64_t docs;              /* documents yielded */
+    uint64_t empty_skipped;     /* empty documents (zero bytes after splitting) */
+    uint64_t utf8_invalid_docs; /* documents that had invalid UTF-8 */
+    uint64_t utf8_replaced;     /* invalid sequences replaced by U+FFFD */
+    uint64_t utf8_skipped;      /* documents skipped for invalid UTF-8 */
+    uint64_t long_skipped;      /* documents over max_doc_bytes, skipped */
+    uint64_t bad_records_skipped; /* JSONL records skipped */
+    uint64_t binary_skipped;    /* entries skipped because they contain NUL bytes */
+} tks_input_stats;
+
+typedef struct tks_input tks_input;
+
+/*
+ * Prepares to read `paths` in order; directories are walked recursively in
+ * byte order of names (so the document order is reproducible); symlinks to
+ * files are followed, hidden entries are read. Nothing is decompressed yet.
+ * Errors: TKS_ERR_IO (a path missing or unreadable, named), TKS_ERR_ARG.
+ */
+int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opts,
+                   tks_input **out);
+
+/* The expanded list of input files (after walking directories). */
+size_t tks_input_n_files(const tks_input *in);
+const char *tks_input_file(const tks_input *in, size_t i);
+uint64_t tks_input_file_size(const tks_input *in, size_t i);
+/* Sum of the input files' sizes on disk (for progress ETA). */
+uint64_t tks_input_total_bytes(const tks_input *in);
+
+/*
+ * Yields the next document: returns 1 and fills *doc, 0 at the end of all
+ * input, or a negative code: TKS_ERR_INPUT (corrupt archive or compressed
+ * stream: names file and entry), TKS_ERR_UTF8, TKS_ERR_JSONL (names
+ * file:line), TKS_ERR_DOC_TOO_LONG (under FAIL policies), TKS_ERR_IO.
+ */
+int tks_input_next(tks_input *in, tks_doc *doc);
+
+const tks_input_stats *tks_input_get_stats(const tks_input *in);
+void tks_input_free(tks_input *in);
+
+/*
+ * UTF-8 validation (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).
+ * Returns the number of maximal invalid subsequences in [s, s+n); when `out`
+ * is not NULL writes the text with each one replaced by U+FFFD (EF BF BD) and
+ * sets *out_len. `out` needs room for 3 * n bytes in the worst case.
+ */
+size_t tks_utf8_sanitize(const char *s, size_t n, char *out, size_t *out_len);
+
+/* ---------------------------------------------------------------------------
+ * Build: inputs -> tokenized, checksummed dataset
+ * ------------------------------------------------------------------------- */
+typedef struct tks_build_progress {
+    uint64_t bytes_in, total_bytes_in; /* compressed bytes consumed / on disk (0 = unknown) */
+    uint64_t bytes_text, docs_read, docs_written, tokens_written, shards;
+    double seconds;
+} tks_build_progress;
+
+typedef struct tks_build_opts {
+    const char *tokenizer_path;
+    const char *out_dir;        /* final dataset dir; must not exist. Work happens in OUT.partial */
+    const char *const *inputs;
+    size_t n_inputs;
+    tks_input_opts input;
+    int threads;                /* 0 = OpenMP default */
+    int append_eos, prepend_bos;
+    uint64_t shard_tokens;      /* 0 = 16 Mi tokens */
+    uint32_t chunk_bytes;       /* 0 = TKS_DEFAULT_CHUNK_BYTES */
+    uint64_t batch_bytes;       /* text per parallel batch; 0 = 8 MiB */
+    int resume;                 /* continue OUT.partial from its last published shard */
+    /* Called on the calling thread after each batch (may be NULL). */
+    void (*progress)(const tks_build_progress *p, void *ctx);
+    void *progress_ctx;
+    /* When non-NULL and set non-zero (e.g. by a SIGINT handler), the build
+     * stops at the next batch boundary with TKS_ERR_INTERRUPTED. */
+    volatile sig_atomic_t *stop;
+} tks_build_opts;
+
+typedef struct tks_build_stats {
+    tks_input_stats input;
+    uint64_t docs_written, tokens_written, shards;
+    uint64_t empty_after_tokenize; /* documents that produced no token (skipped) */
+    uint64_t resumed_shards;       /* shards kept from an earlier interrupted run */
+    uint32_t min_token_id, max_token_id, vocab_size;
+    double seconds;
+} tks_build_stats;
+
+/* Sets defaults (all zero plus tks_input_opts_default). */
+void tks_build_opts_default(tks_build_opts *o);
+
+/*
+ * Builds a dataset. Output is byte-identical whatever the thread count, and
+ * whether or not it was interrupted and resumed. Publishes OUT (renaming
+ * OUT.partial) only when complete; on failure OUT does not exist and
+ * OUT.partial holds the published shards and a resume state.
+ * Errors: TKS_ERR_EXISTS (OUT exists, or OUT.partial exists without resume),
+ * TKS_ERR_RESUME, TKS_ERR_TOKENIZER, TKS_ERR_INTERRUPTED, every input error,
+ * TKS_ERR_TOKEN_RANGE, TKS_ERR_IO, TKS_ERR_NOSPACE.
+ */
+int tks_build(const tks_build_opts *opts, tks_build_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TKS_TOKENIZE_H */

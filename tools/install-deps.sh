@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs every Debian package tokshard needs to build, test, run the main job
+# and the benchmarks. Idempotent: packages already present are left alone and
+# apt-get is skipped entirely when nothing is missing.
+#
+# Usage: tools/install-deps.sh [--bench]
+#   --bench   also install what bench/ needs (python3-sentencepiece, numpy, time)
+set -euo pipefail
+
+pkgs=(
+  # build
+  build-essential cmake pkg-config
+  # libraries (OpenMP ships with gcc as libgomp)
+  libsentencepiece-dev sentencepiece
+  libarchive-dev
+  libxxhash-dev xxhash
+  libjansson-dev
+  libopenblas-dev
+  openmpi-bin libopenmpi-dev
+  # real corpus used by the main job and the tests
+  dict-gcide python3.11-doc
+  # tools the tests use to make archives and compressed streams
+  gzip xz-utils zstd bzip2 zip dictzip tar
+  # plots of the training loss
+  gnuplot-nox
+)
+if [[ "${1:-}" == "--bench" || "${TOKSHARD_BENCH:-0}" == 1 ]]; then
+  pkgs+=(python3-sentencepiece python3-numpy time)
+fi
+if [[ "${TOKSHARD_TORCH:-0}" == 1 ]]; then
+  pkgs+=(python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
