@@ -1,1 +1,169 @@
-/* placeholder: being written */
+/* format.c - shard header encoding, decoding and canonical layout (docs/FORMAT.md). */
+#include <string.h>
+#include <xxhash.h>
+
+#include "dataset.h"
+#include "internal.h"
+
+/* Byte offsets of header fields (docs/FORMAT.md, "Header"). */
+enum {
+    H_MAGIC = 0, H_VERSION = 8, H_HEADER_SIZE = 12, H_TOKEN_BYTES = 16, H_VOCAB = 20,
+    H_BOS = 24, H_EOS = 28, H_PAD = 32, H_CHUNK = 36, H_FP = 40, H_NDOCS = 56,
+    H_NTOKENS = 64, H_MIN = 72, H_MAX = 76, H_TOK_OFF = 80, H_TOK_BYTES = 88,
+    H_IDX_OFF = 96, H_IDX_BYTES = 104, H_TAB_OFF = 112, H_TAB_BYTES = 120,
+    H_NCHUNKS = 128, H_FILE_SIZE = 136, H_SHARD = 144, H_FLAGS = 148, H_TAB_XXH = 152,
+    H_RESERVED = 160, H_CHECKSUM = 248
+};
+
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+uint32_t tks__get32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+uint64_t tks__get64(const uint8_t *p) {
+    return (uint64_t)tks__get32(p) | (uint64_t)tks__get32(p + 4) << 32;
+}
+
+void tks_header_layout(tks_shard_header *h) {
+    h->version = TKS_FORMAT_VERSION;
+    h->header_size = TKS_HEADER_SIZE;
+    h->tokens_offset = TKS_TOKEN_ALIGN;
+    h->tokens_bytes = h->n_tokens * h->token_bytes;
+    h->index_offset = (h->tokens_offset + h->tokens_bytes + 7) & ~(uint64_t)7;
+    h->index_bytes = (h->n_docs + 1) * 8;
+    h->table_offset = h->index_offset + h->index_bytes;
+    h->n_chunks = h->chunk_bytes ? (h->tokens_bytes + h->chunk_bytes - 1) / h->chunk_bytes : 0;
+    h->table_bytes = (h->n_chunks + 1) * 8;
+    h->file_size = h->table_offset + h->table_bytes;
+}
+
+void tks_header_encode(tks_shard_header *h, uint8_t out[TKS_HEADER_SIZE]) {
+    memset(out, 0, TKS_HEADER_SIZE);
+    memcpy(out + H_MAGIC, TKS_MAGIC, 8);
+    put32(out + H_VERSION, h->version);
+    put32(out + H_HEADER_SIZE, h->header_size);
+    put32(out + H_TOKEN_BYTES, h->token_bytes);
+    put32(out + H_VOCAB, h->vocab_size);
+    put32(out + H_BOS, h->bos_id);
+    put32(out + H_EOS, h->eos_id);
+    put32(out + H_PAD, h->pad_id);
+    put32(out + H_CHUNK, h->chunk_bytes);
+    memcpy(out + H_FP, h->tokenizer_fp, 16);
+    put64(out + H_NDOCS, h->n_docs);
+    put64(out + H_NTOKENS, h->n_tokens);
+    put32(out + H_MIN, h->min_token_id);
+    put32(out + H_MAX, h->max_token_id);
+    put64(out + H_TOK_OFF, h->tokens_offset);
+    put64(out + H_TOK_BYTES, h->tokens_bytes);
+    put64(out + H_IDX_OFF, h->index_offset);
+    put64(out + H_IDX_BYTES, h->index_bytes);
+    put64(out + H_TAB_OFF, h->table_offset);
+    put64(out + H_TAB_BYTES, h->table_bytes);
+    put64(out + H_NCHUNKS, h->n_chunks);
+    put64(out + H_FILE_SIZE, h->file_size);
+    put32(out + H_SHARD, h->shard_index);
+    put32(out + H_FLAGS, h->flags);
+    put64(out + H_TAB_XXH, h->table_xxh3);
+    h->header_xxh3 = XXH3_64bits(out, H_CHECKSUM);
+    put64(out + H_CHECKSUM, h->header_xxh3);
+}
+
+static int bad(const char *name, const char *what, uint64_t a, uint64_t b) {
+    return tks_fail(TKS_ERR_HEADER, name, TKS_NONE, TKS_NONE,
+                    "%s: corrupt header: %s (%llu, expected %llu); the shard cannot be trusted: "
+                    "rebuild it with `tokshard build`",
+                    name, what, (unsigned long long)a, (unsigned long long)b);
+}
+
+int tks_header_decode(const uint8_t *buf, size_t n, const char *name, tks_shard_header *h) {
+    if (!name) name = "<shard>";
+    if (n < TKS_HEADER_SIZE)
+        return tks_fail(TKS_ERR_TRUNCATED, name, TKS_NONE, n,
+                        "%s: file is %zu bytes, shorter than the %u-byte header: truncated or not a "
+                        "shard",
+                        name, n, TKS_HEADER_SIZE);
+    if (memcmp(buf, TKS_MAGIC, 8) != 0)
+        return tks_fail(TKS_ERR_MAGIC, name, TKS_NONE, 0,
+                        "%s: not a tokshard shard (bad magic at byte 0)", name);
+    memset(h, 0, sizeof *h);
+    h->version = tks__get32(buf + H_VERSION);
+    if (h->version != TKS_FORMAT_VERSION)
+        return tks_fail(TKS_ERR_VERSION, name, TKS_NONE, H_VERSION,
+                        "%s: format version %u, this tokshard reads version %u: use a matching "
+                        "tokshard or rebuild the dataset",
+                        name, h->version, TKS_FORMAT_VERSION);
+    h->header_size = tks__get32(buf + H_HEADER_SIZE);
+    h->header_xxh3 = tks__get64(buf + H_CHECKSUM);
+    uint64_t want = XXH3_64bits(buf, H_CHECKSUM);
+    if (want != h->header_xxh3)
+        return tks_fail(TKS_ERR_HEADER, name, TKS_NONE, 0,
+                        "%s: header checksum mismatch (stored %016llx, computed %016llx): the "
+                        "header is corrupt; rebuild the shard",
+                        name, (unsigned long long)h->header_xxh3, (unsigned long long)want);
+    h->token_bytes = tks__get32(buf + H_TOKEN_BYTES);
+    h->vocab_size = tks__get32(buf + H_VOCAB);
+    h->bos_id = tks__get32(buf + H_BOS);
+    h->eos_id = tks__get32(buf + H_EOS);
+    h->pad_id = tks__get32(buf + H_PAD);
+    h->chunk_bytes = tks__get32(buf + H_CHUNK);
+    memcpy(h->tokenizer_fp, buf + H_FP, 16);
+    h->n_docs = tks__get64(buf + H_NDOCS);
+    h->n_tokens = tks__get64(buf + H_NTOKENS);
+    h->min_token_id = tks__get32(buf + H_MIN);
+    h->max_token_id = tks__get32(buf + H_MAX);
+    h->tokens_offset = tks__get64(buf + H_TOK_OFF);
+    h->tokens_bytes = tks__get64(buf + H_TOK_BYTES);
+    h->index_offset = tks__get64(buf + H_IDX_OFF);
+    h->index_bytes = tks__get64(buf + H_IDX_BYTES);
+    h->table_offset = tks__get64(buf + H_TAB_OFF);
+    h->table_bytes = tks__get64(buf + H_TAB_BYTES);
+    h->n_chunks = tks__get64(buf + H_NCHUNKS);
+    h->file_size = tks__get64(buf + H_FILE_SIZE);
+    h->shard_index = tks__get32(buf + H_SHARD);
+    h->flags = tks__get32(buf + H_FLAGS);
+    h->table_xxh3 = tks__get64(buf + H_TAB_XXH);
+
+    /* The checksum matched, so these are the writer's values; still refuse
+     * anything a correct writer cannot produce (a forged or buggy header). */
+    if (h->header_size != TKS_HEADER_SIZE) return bad(name, "header_size", h->header_size, TKS_HEADER_SIZE);
+    for (int i = H_RESERVED; i < H_CHECKSUM; i++)
+        if (buf[i]) return bad(name, "reserved byte not zero", (uint64_t)i, 0);
+    if (h->flags) return bad(name, "flags", h->flags, 0);
+    if (h->vocab_size == 0) return bad(name, "vocab_size", 0, 1);
+    uint32_t tb = h->vocab_size <= TKS_U16_MAX_VOCAB ? 2 : 4;
+    if (h->token_bytes != tb) return bad(name, "token_bytes for this vocab_size", h->token_bytes, tb);
+    if (h->chunk_bytes < TKS_MIN_CHUNK_BYTES || h->chunk_bytes > TKS_MAX_CHUNK_BYTES ||
+        h->chunk_bytes % 4)
+        return bad(name, "chunk_bytes", h->chunk_bytes, TKS_DEFAULT_CHUNK_BYTES);
+    if (h->n_docs == 0) return bad(name, "n_docs", 0, 1);
+    if (h->n_tokens < h->n_docs) return bad(name, "n_tokens below n_docs", h->n_tokens, h->n_docs);
+    /* Bound the counts so the layout arithmetic cannot overflow (2^56 bytes). */
+    if (h->n_tokens > (UINT64_C(1) << 54) || h->n_docs > (UINT64_C(1) << 53))
+        return bad(name, "n_tokens/n_docs implausibly large", h->n_tokens, 0);
+    if (h->min_token_id > h->max_token_id) return bad(name, "min_token_id > max_token_id", h->min_token_id, h->max_token_id);
+    if (h->max_token_id >= h->vocab_size)
+        return tks_fail(TKS_ERR_TOKEN_RANGE, name, TKS_NONE, TKS_NONE,
+                        "%s: max token id %u is not below vocab_size %u: the shard holds ids "
+                        "outside its vocabulary; rebuild it with the right tokenizer",
+                        name, h->max_token_id, h->vocab_size);
+    tks_shard_header c = *h;
+    tks_header_layout(&c);
+    const struct { const char *what; uint64_t got, want; } f[] = {
+        {"tokens_offset", h->tokens_offset, c.tokens_offset},
+        {"tokens_bytes", h->tokens_bytes, c.tokens_bytes},
+        {"index_offset", h->index_offset, c.index_offset},
+        {"index_bytes", h->index_bytes, c.index_bytes},
+        {"table_offset", h->table_offset, c.table_offset},
+        {"table_bytes", h->table_bytes, c.table_bytes},
+        {"n_chunks", h->n_chunks, c.n_chunks},
+        {"file_size", h->file_size, c.file_size},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].got != f[i].want) return bad(name, f[i].what, f[i].got, f[i].want);
+    return 0;
+}

@@ -1,1 +1,332 @@
-/* placeholder: being written */
+/* manifest.c - manifest.json (docs/FORMAT.md) written with jansson, and
+ * datasets opened with every shard checked against it. */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "internal.h"
+
+static json_t *id_or_null(uint32_t id) { return id == TKS_NO_ID ? json_null() : json_integer(id); }
+
+int tks_manifest_write(const char *dir, const tks_tokenizer_info *tok, const tks_shard_info *shards,
+                       size_t n_shards, uint32_t token_bytes, uint32_t chunk_bytes,
+                       const char *provenance_json) {
+    json_t *prov = NULL;
+    if (provenance_json) {
+        json_error_t jerr;
+        prov = json_loads(provenance_json, 0, &jerr);
+        if (!json_is_object(prov)) {
+            json_decref(prov);
+            return tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE,
+                            "internal error: provenance is not a JSON object (%s)", jerr.text);
+        }
+    }
+    char fp[33], hx[17];
+    tks_hex(tok->fingerprint, 16, fp);
+    json_t *t = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:o, s:o}", "file", tok->file,
+                          "fingerprint", fp, "vocab_size", (json_int_t)tok->vocab_size,
+                          "model_type", tok->model_type, "bos_id", id_or_null(tok->bos_id),
+                          "eos_id", id_or_null(tok->eos_id), "pad_id", id_or_null(tok->pad_id),
+                          "unk_id", id_or_null(tok->unk_id));
+    json_t *arr = json_array();
+    uint64_t docs = 0, toks = 0;
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (size_t i = 0; i < n_shards; i++) {
+        const tks_shard_info *s = &shards[i];
+        uint8_t hb[8];
+        for (int k = 0; k < 8; k++) hb[k] = (uint8_t)(s->header_xxh3 >> (56 - 8 * k));
+        tks_hex(hb, 8, hx);
+        json_array_append_new(
+            arr, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", s->file, "bytes",
+                           (json_int_t)s->file_bytes, "n_docs", (json_int_t)s->n_docs, "n_tokens",
+                           (json_int_t)s->n_tokens, "min_token_id", (json_int_t)s->min_token_id,
+                           "max_token_id", (json_int_t)s->max_token_id, "header_xxh3", hx));
+        docs += s->n_docs;
+        toks += s->n_tokens;
+        lo = s->min_token_id < lo ? s->min_token_id : lo;
+        hi = s->max_token_id > hi ? s->max_token_id : hi;
+    }
+    json_t *tot = json_pack("{s:I, s:I, s:I, s:o, s:o}", "n_shards", (json_int_t)n_shards, "n_docs",
+                            (json_int_t)docs, "n_tokens", (json_int_t)toks, "min_token_id",
+                            n_shards ? json_integer(lo) : json_null(), "max_token_id",
+                            n_shards ? json_integer(hi) : json_null());
+    json_t *m = json_pack("{s:s, s:i, s:o, s:i, s:I, s:o, s:o}", "format", TKS_MANIFEST_FORMAT,
+                          "format_version", (int)TKS_FORMAT_VERSION, "tokenizer", t, "token_bytes",
+                          (int)token_bytes, "chunk_bytes", (json_int_t)chunk_bytes, "shards", arr,
+                          "totals", tot);
+    if (!m) {
+        json_decref(prov);
+        return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot build manifest JSON");
+    }
+    if (prov) json_object_set_new(m, "provenance", prov);
+    char *text = json_dumps(m, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+    json_decref(m);
+    if (!text) return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot serialize manifest");
+    size_t len = strlen(text);
+    text[len] = '\n'; /* replaces the NUL: the buffer is written by length */
+    char path[PATH_MAX];
+    int rc = tks_path_join(path, sizeof path, dir, TKS_MANIFEST_NAME);
+    if (!rc) rc = tks_write_file_atomic(path, text, len + 1);
+    free(text);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
+
+struct tks_dataset {
+    char dir[PATH_MAX];
+    char tokenizer_path[PATH_MAX];
+    tks_tokenizer_info tok;
+    tks_shard **shards;
+    size_t n_shards;
+    uint64_t n_tokens, n_docs;
+    uint32_t max_id;
+    uint64_t manifest_xxh3;
+    uint32_t token_bytes, chunk_bytes;
+};
+
+static int mbad(const char *path, const char *fmt, const char *what) {
+    return tks_fail(TKS_ERR_MANIFEST, path, TKS_NONE, TKS_NONE, fmt, path, what);
+}
+
+static int get_u64(json_t *o, const char *key, uint64_t *v) {
+    json_t *x = json_object_get(o, key);
+    if (!json_is_integer(x) || json_integer_value(x) < 0) return -1;
+    *v = (uint64_t)json_integer_value(x);
+    return 0;
+}
+
+static int get_id(json_t *o, const char *key, uint32_t *v) {
+    json_t *x = json_object_get(o, key);
+    if (json_is_null(x)) {
+        *v = TKS_NO_ID;
+        return 0;
+    }
+    if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= TKS_NO_ID)
+        return -1;
+    *v = (uint32_t)json_integer_value(x);
+    return 0;
+}
+
+
+int tks__manifest_parse(const char *text, size_t len, const char *path, tks_tokenizer_info *tok,
+                        tks_shard_info **shards_out, size_t *n_out, uint32_t *token_bytes,
+                        uint32_t *chunk_bytes) {
+    *shards_out = NULL;
+    *n_out = 0;
+    json_error_t jerr;
+    json_t *m = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!m)
+        return tks_fail(TKS_ERR_MANIFEST, path, TKS_NONE, (uint64_t)jerr.position,
+                        "%s: not valid JSON at line %d column %d (%s): the manifest is corrupt; "
+                        "rebuild the dataset",
+                        path, jerr.line, jerr.column, jerr.text);
+    int rc = 0;
+    const char *fmt = json_string_value(json_object_get(m, "format"));
+    json_t *ver = json_object_get(m, "format_version");
+    json_t *t = json_object_get(m, "tokenizer");
+    json_t *arr = json_object_get(m, "shards");
+    uint64_t tb = 0, cb = 0, vocab = 0;
+    memset(tok, 0, sizeof *tok);
+    if (!fmt || strcmp(fmt, TKS_MANIFEST_FORMAT) != 0) {
+        rc = mbad(path, "%s: \"format\" is not \"%s\": not a tokshard manifest", TKS_MANIFEST_FORMAT);
+    } else if (!json_is_integer(ver) || json_integer_value(ver) != TKS_FORMAT_VERSION) {
+        rc = tks_fail(TKS_ERR_VERSION, path, TKS_NONE, TKS_NONE,
+                      "%s: format_version %lld, this tokshard reads %u", path,
+                      (long long)json_integer_value(ver), TKS_FORMAT_VERSION);
+    } else if (!json_is_object(t) || !json_is_array(arr) || get_u64(m, "token_bytes", &tb) ||
+               get_u64(m, "chunk_bytes", &cb) || get_u64(t, "vocab_size", &vocab) ||
+               vocab == 0 || vocab > UINT32_MAX || (tb != 2 && tb != 4) || cb > UINT32_MAX) {
+        rc = mbad(path, "%s: %s", "missing or invalid tokenizer/shards/token_bytes/chunk_bytes");
+    } else {
+        const char *file = json_string_value(json_object_get(t, "file"));
+        const char *fp = json_string_value(json_object_get(t, "fingerprint"));
+        const char *mt = json_string_value(json_object_get(t, "model_type"));
+        if (!file || !*file || strchr(file, '/') || strlen(file) >= sizeof tok->file || !fp ||
+            tks_unhex(fp, tok->fingerprint, 16) || !mt || strlen(mt) >= sizeof tok->model_type ||
+            get_id(t, "bos_id", &tok->bos_id) || get_id(t, "eos_id", &tok->eos_id) ||
+            get_id(t, "pad_id", &tok->pad_id) || get_id(t, "unk_id", &tok->unk_id)) {
+            rc = mbad(path, "%s: %s", "invalid tokenizer record");
+        } else {
+            snprintf(tok->file, sizeof tok->file, "%s", file);
+            snprintf(tok->model_type, sizeof tok->model_type, "%s", mt);
+            tok->vocab_size = (uint32_t)vocab;
+            *token_bytes = (uint32_t)tb;
+            *chunk_bytes = (uint32_t)cb;
+        }
+    }
+    size_t n = rc ? 0 : json_array_size(arr);
+    tks_shard_info *sh = n ? calloc(n, sizeof *sh) : NULL;
+    if (n && !sh) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    for (size_t i = 0; i < n && !rc; i++) {
+        json_t *s = json_array_get(arr, i);
+        const char *file = json_string_value(json_object_get(s, "file"));
+        const char *hx = json_string_value(json_object_get(s, "header_xxh3"));
+        uint64_t mn = 0, mx = 0;
+        uint8_t hb[8];
+        char want[32];
+        tks__shard_name(want, (uint32_t)i);
+        if (!json_is_object(s) || !file || strcmp(file, want) != 0 ||
+            get_u64(s, "bytes", &sh[i].file_bytes) || get_u64(s, "n_docs", &sh[i].n_docs) ||
+            get_u64(s, "n_tokens", &sh[i].n_tokens) || get_u64(s, "min_token_id", &mn) ||
+            get_u64(s, "max_token_id", &mx) || mn > UINT32_MAX || mx > UINT32_MAX || !hx ||
+            tks_unhex(hx, hb, 8)) {
+            rc = tks_fail(TKS_ERR_MANIFEST, path, i, TKS_NONE,
+                          "%s: shard entry %zu is invalid (expected file \"%s\" with bytes, "
+                          "n_docs, n_tokens, min/max_token_id, header_xxh3)",
+                          path, i, want);
+            break;
+        }
+        snprintf(sh[i].file, sizeof sh[i].file, "%s", file);
+        sh[i].index = (uint32_t)i;
+        sh[i].min_token_id = (uint32_t)mn;
+        sh[i].max_token_id = (uint32_t)mx;
+        for (int k = 0; k < 8; k++) sh[i].header_xxh3 = sh[i].header_xxh3 << 8 | hb[k];
+    }
+    json_decref(m);
+    if (rc) {
+        free(sh);
+        return rc;
+    }
+    *shards_out = sh;
+    *n_out = n;
+    return 0;
+}
+
+
+int tks__shard_matches(const tks_shard *s, const tks_shard_info *si, const tks_tokenizer_info *tok,
+                       uint32_t chunk_bytes) {
+    const tks_shard_header *h = tks_shard_hdr(s);
+    const char *p = tks_shard_path(s);
+    const struct { const char *what; uint64_t got, want; } f[] = {
+        {"file size", h->file_size, si->file_bytes},
+        {"n_docs", h->n_docs, si->n_docs},
+        {"n_tokens", h->n_tokens, si->n_tokens},
+        {"min_token_id", h->min_token_id, si->min_token_id},
+        {"max_token_id", h->max_token_id, si->max_token_id},
+        {"header checksum", h->header_xxh3, si->header_xxh3},
+        {"shard_index", h->shard_index, si->index},
+        {"vocab_size", h->vocab_size, tok->vocab_size},
+        {"chunk_bytes", h->chunk_bytes, chunk_bytes},
+        {"bos_id", h->bos_id, tok->bos_id},
+        {"eos_id", h->eos_id, tok->eos_id},
+        {"pad_id", h->pad_id, tok->pad_id},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].got != f[i].want)
+            return tks_fail(TKS_ERR_MANIFEST, p, si->index, TKS_NONE,
+                            "%s (shard %u): %s is %llu in the shard but %llu in the manifest: the "
+                            "shard was replaced or the manifest edited; rebuild the dataset",
+                            p, si->index, f[i].what, (unsigned long long)f[i].got,
+                            (unsigned long long)f[i].want);
+    if (memcmp(h->tokenizer_fp, tok->fingerprint, 16) != 0) {
+        char a[33], b[33];
+        tks_hex(h->tokenizer_fp, 16, a);
+        tks_hex(tok->fingerprint, 16, b);
+        return tks_fail(TKS_ERR_TOKENIZER, p, si->index, TKS_NONE,
+                        "%s (shard %u): built with tokenizer %s but the manifest names %s: shards "
+                        "from different tokenizers cannot be mixed",
+                        p, si->index, a, b);
+    }
+    return 0;
+}
+
+
+int tks__read_small_file(const char *path, char **text, size_t *len) {
+    const uint8_t *base;
+    size_t size;
+    int rc = tks__map_file(path, &base, &size);
+    if (rc) return rc;
+    char *t = malloc(size + 1);
+    if (!t) {
+        tks__unmap(base, size);
+        return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory reading %s", path);
+    }
+    if (size) memcpy(t, base, size);
+    t[size] = 0;
+    tks__unmap(base, size);
+    *text = t;
+    *len = size;
+    return 0;
+}
+
+int tks_dataset_open(const char *dir, tks_dataset **out) {
+    *out = NULL;
+    tks_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+    snprintf(ds->dir, sizeof ds->dir, "%s", dir);
+    char mpath[PATH_MAX];
+    char *text = NULL;
+    size_t len = 0;
+    tks_shard_info *si = NULL;
+    size_t n = 0;
+    int rc = tks_path_join(mpath, sizeof mpath, dir, TKS_MANIFEST_NAME);
+    if (!rc && (rc = tks__read_small_file(mpath, &text, &len))) {
+        char partial[PATH_MAX];
+        snprintf(partial, sizeof partial, "%s.partial", dir);
+        rc = tks_fail(TKS_ERR_MANIFEST, mpath, TKS_NONE, TKS_NONE,
+                      "%s has no readable manifest.json: it is not a finished tokshard dataset "
+                      "(a build in progress works in %s; finish it with `tokshard build --resume`)",
+                      dir, partial);
+    }
+    if (!rc) {
+        ds->manifest_xxh3 = XXH3_64bits(text, len);
+        rc = tks__manifest_parse(text, len, mpath, &ds->tok, &si, &n, &ds->token_bytes,
+                                 &ds->chunk_bytes);
+    }
+    free(text);
+    if (!rc) rc = tks_path_join(ds->tokenizer_path, sizeof ds->tokenizer_path, dir, ds->tok.file);
+    if (!rc) {
+        uint8_t fp[16];
+        rc = tks_file_xxh3_128(ds->tokenizer_path, fp, NULL);
+        if (!rc && memcmp(fp, ds->tok.fingerprint, 16) != 0)
+            rc = tks_fail(TKS_ERR_TOKENIZER, ds->tokenizer_path, TKS_NONE, TKS_NONE,
+                          "%s: the tokenizer copy does not match the manifest's fingerprint: it "
+                          "was replaced or corrupted; restore it or rebuild the dataset",
+                          ds->tokenizer_path);
+    }
+    if (!rc && n) {
+        ds->shards = calloc(n, sizeof *ds->shards);
+        if (!ds->shards) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+    }
+    for (size_t i = 0; i < n && !rc; i++) {
+        char sp[PATH_MAX];
+        rc = tks_path_join(sp, sizeof sp, dir, si[i].file);
+        if (!rc) rc = tks_shard_open(sp, &ds->shards[i]);
+        if (rc) break;
+        ds->n_shards = i + 1;
+        rc = tks__shard_matches(ds->shards[i], &si[i], &ds->tok, ds->chunk_bytes);
+        const tks_shard_header *h = tks_shard_hdr(ds->shards[i]);
+        ds->n_tokens += h->n_tokens;
+        ds->n_docs += h->n_docs;
+        if (h->max_token_id > ds->max_id) ds->max_id = h->max_token_id;
+    }
+    free(si);
+    if (rc) {
+        tks_dataset_close(ds);
+        return rc;
+    }
+    *out = ds;
+    return 0;
+}
+
+void tks_dataset_close(tks_dataset *ds) {
+    if (!ds) return;
+    for (size_t i = 0; i < ds->n_shards; i++) tks_shard_close(ds->shards[i]);
+    free(ds->shards);
+    free(ds);
+}
+
+const char *tks_dataset_dir(const tks_dataset *ds) { return ds->dir; }
+const tks_tokenizer_info *tks_dataset_tokenizer(const tks_dataset *ds) { return &ds->tok; }
+size_t tks_dataset_n_shards(const tks_dataset *ds) { return ds->n_shards; }
+const tks_shard *tks_dataset_shard(const tks_dataset *ds, size_t i) { return ds->shards[i]; }
+uint64_t tks_dataset_n_tokens(const tks_dataset *ds) { return ds->n_tokens; }
+uint64_t tks_dataset_n_docs(const tks_dataset *ds) { return ds->n_docs; }
+uint32_t tks_dataset_max_token_id(const tks_dataset *ds) { return ds->max_id; }
+uint64_t tks_dataset_manifest_xxh3(const tks_dataset *ds) { return ds->manifest_xxh3; }
+const char *tks_dataset_tokenizer_path(const tks_dataset *ds) { return ds->tokenizer_path; }

@@ -1,0 +1,422 @@
+/* test_dataset.c - the shard format: round trips, id range refusal, and every
+ * corruption class (each single bit flip, each truncation, magic, version,
+ * index monotonicity, manifest and tokenizer mismatches).
+ * Usage: test_dataset WORKDIR   (exit 0 = all checks passed) */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "dataset/dataset.h"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            failures++;                                                    \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fprintf(stderr, "\n");                                         \
+        }                                                                  \
+    } while (0)
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t next_rand(void) { /* splitmix64 */
+    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static char work[1024];
+
+static void mkdirs(const char *d) {
+    char cmd[PATH_MAX + 32];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", d, d);
+    if (system(cmd) != 0) { perror(cmd); exit(2); }
+}
+
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = aligned_alloc(64, (size_t)sz + 64);
+    if (fread(b, 1, (size_t)sz, f) != (size_t)sz) { fclose(f); free(b); return NULL; }
+    fclose(f);
+    *n = (size_t)sz;
+    return b;
+}
+
+static void spit(const char *path, const void *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(b, 1, n, f) != n) { perror(path); exit(2); }
+    fclose(f);
+}
+
+typedef struct docs { uint32_t **d; size_t *len; size_t n; } docs;
+
+static docs random_docs(size_t n, uint32_t vocab, size_t maxlen) {
+    docs D = {calloc(n, sizeof(uint32_t *)), calloc(n, sizeof(size_t)), n};
+    for (size_t i = 0; i < n; i++) {
+        D.len[i] = 1 + next_rand() % maxlen;
+        D.d[i] = malloc(D.len[i] * 4);
+        for (size_t j = 0; j < D.len[i]; j++) D.d[i][j] = (uint32_t)(next_rand() % vocab);
+    }
+    /* make sure the extremes appear */
+    D.d[0][0] = vocab - 1;
+    D.d[n - 1][0] = 0;
+    return D;
+}
+
+static void free_docs(docs *D) {
+    for (size_t i = 0; i < D->n; i++) free(D->d[i]);
+    free(D->d);
+    free(D->len);
+}
+
+/* Writes docs into dir as a complete dataset (with a fake tokenizer file). */
+static void write_dataset(const char *dir, const docs *D, uint32_t vocab, uint64_t shard_tokens,
+                          uint32_t chunk) {
+    mkdirs(dir);
+    char tpath[PATH_MAX];
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.model", dir);
+    char fake[64];
+    snprintf(fake, sizeof fake, "fake tokenizer for vocab %u", vocab);
+    spit(tpath, fake, strlen(fake));
+    tks_tokenizer_info tok = {.vocab_size = vocab, .bos_id = 1, .eos_id = 2, .pad_id = TKS_NO_ID,
+                              .unk_id = 0};
+    snprintf(tok.file, sizeof tok.file, "tokenizer.model");
+    snprintf(tok.model_type, sizeof tok.model_type, "bpe");
+    CHECK(tks_file_xxh3_128(tpath, tok.fingerprint, NULL) == 0, "hash tokenizer");
+    tks_writer_opts o = {.dir = dir, .vocab_size = vocab, .bos_id = 1, .eos_id = 2,
+                         .pad_id = TKS_NO_ID, .shard_tokens = shard_tokens, .chunk_bytes = chunk};
+    memcpy(o.tokenizer_fp, tok.fingerprint, 16);
+    tks_writer *w;
+    CHECK(tks_writer_create(&o, &w) == 0, "create: %s", tks_last_error()->message);
+    for (size_t i = 0; i < D->n; i++)
+        CHECK(tks_writer_add(w, D->d[i], D->len[i], i, NULL) == 0, "add %zu: %s", i,
+              tks_last_error()->message);
+    CHECK(tks_writer_flush(w) == 0, "flush");
+    size_t ns;
+    const tks_shard_info *si = tks_writer_shards(w, &ns);
+    CHECK(tks_manifest_write(dir, &tok, si, ns, vocab <= 65536 ? 2 : 4,
+                             chunk ? chunk : TKS_DEFAULT_CHUNK_BYTES, "{\"test\": true}") == 0,
+          "manifest: %s", tks_last_error()->message);
+    tks_writer_free(w);
+}
+
+static void test_round_trip(uint32_t vocab, uint64_t shard_tokens, uint32_t chunk) {
+    char dir[1536];
+    snprintf(dir, sizeof dir, "%s/rt-%u", work, vocab);
+    docs D = random_docs(3000, vocab, 200);
+    write_dataset(dir, &D, vocab, shard_tokens, chunk);
+    tks_dataset *ds;
+    int rc = tks_dataset_open(dir, &ds);
+    CHECK(rc == 0, "open dataset: %s", tks_last_error()->message);
+    if (rc) { free_docs(&D); return; }
+    size_t doc = 0;
+    uint64_t toks = 0;
+    CHECK(tks_dataset_n_shards(ds) > 1, "expected several shards, got %zu", tks_dataset_n_shards(ds));
+    for (size_t s = 0; s < tks_dataset_n_shards(ds); s++) {
+        const tks_shard *sh = tks_dataset_shard(ds, s);
+        const tks_shard_header *h = tks_shard_hdr(sh);
+        CHECK(h->token_bytes == (vocab <= 65536 ? 2u : 4u), "dtype %u", h->token_bytes);
+        const uint64_t *ix = tks_shard_doc_index(sh);
+        for (uint64_t d = 0; d < h->n_docs; d++, doc++) {
+            uint64_t len = ix[d + 1] - ix[d];
+            uint32_t *buf = malloc(len * 4);
+            CHECK(tks_shard_read(sh, ix[d], len, 0, buf) == 0, "read");
+            CHECK(len == D.len[doc] && memcmp(buf, D.d[doc], len * 4) == 0,
+                  "doc %zu differs after round trip (vocab %u)", doc, vocab);
+            free(buf);
+            toks += len;
+        }
+        for (uint64_t c = 0; c < h->n_chunks; c++) CHECK(tks_shard_verify_chunk(sh, c) == 0, "chunk");
+    }
+    CHECK(doc == D.n, "read %zu docs of %zu", doc, D.n);
+    CHECK(toks == tks_dataset_n_tokens(ds), "token total");
+    CHECK(tks_dataset_max_token_id(ds) == vocab - 1, "max id %u", tks_dataset_max_token_id(ds));
+    /* the reader refuses ids at or above a smaller model vocabulary, naming shard and offset */
+    const tks_shard *s0 = tks_dataset_shard(ds, 0);
+    uint32_t *buf = malloc(D.len[0] * 4);
+    rc = tks_shard_read(s0, 0, D.len[0], vocab - 1, buf);
+    CHECK(rc == TKS_ERR_TOKEN_RANGE && tks_last_error()->shard == 0 && tks_last_error()->offset == 0,
+          "model-vocab refusal rc=%d offset=%llu", rc, (unsigned long long)tks_last_error()->offset);
+    CHECK(strstr(tks_last_error()->message, "token offset 0") != NULL, "message: %s",
+          tks_last_error()->message);
+    CHECK(tks_shard_read(s0, tks_shard_hdr(s0)->n_tokens, 1, 0, buf) == TKS_ERR_BOUNDS, "bounds");
+    free(buf);
+    tks_audit_report *r;
+    CHECK(tks_audit(dir, NULL, &r) == 0 && r->n_problems_total == 0 && r->manifest_checked,
+          "clean audit found %zu problems: %s", r ? r->n_problems_total : 0,
+          r && r->n_problems ? r->problems[0].message : "");
+    CHECK(r->n_tokens == toks && r->max_token_id == vocab - 1 && r->min_token_id == 0, "audit totals");
+    tks_audit_report_free(r);
+    tks_audit_opts ao = {.model_vocab = vocab - 1};
+    CHECK(tks_audit(dir, &ao, &r) == 0 && r->n_problems_total >= 1 &&
+              r->problems[0].code == TKS_ERR_TOKEN_RANGE && r->problems[0].token_offset == 0 &&
+              r->problems[0].doc == 0 && r->problems[0].shard == 0,
+          "audit --model-vocab should flag shard 0 token 0");
+    tks_audit_report_free(r);
+    tks_dataset_close(ds);
+
+    /* determinism: the same documents give byte-identical shards */
+    char dir2[1536], a[PATH_MAX], b[PATH_MAX];
+    snprintf(dir2, sizeof dir2, "%s/rt-%u-again", work, vocab);
+    write_dataset(dir2, &D, vocab, shard_tokens, chunk);
+    snprintf(a, sizeof a, "diff -r '%s' '%s' >/dev/null", dir, dir2);
+    CHECK(system(a) == 0, "two writes of the same docs differ");
+    (void)b;
+    free_docs(&D);
+}
+
+static void test_writer_refuses(void) {
+    char dir[1536];
+    snprintf(dir, sizeof dir, "%s/refuse", work);
+    mkdirs(dir);
+    tks_writer_opts o = {.dir = dir, .vocab_size = 100, .shard_tokens = 1000, .bos_id = TKS_NO_ID,
+                         .eos_id = TKS_NO_ID, .pad_id = TKS_NO_ID};
+    tks_writer *w;
+    CHECK(tks_writer_create(&o, &w) == 0, "create");
+    uint32_t good[3] = {1, 2, 99}, badv[4] = {1, 2, 100, 3}, neg[2] = {5, (uint32_t)-1};
+    CHECK(tks_writer_add(w, good, 3, 0, NULL) == 0, "good doc");
+    int rc = tks_writer_add(w, badv, 4, 1, NULL);
+    CHECK(rc == TKS_ERR_TOKEN_RANGE, "id == vocab accepted (rc %d)", rc);
+    CHECK(strstr(tks_last_error()->message, "document 1, position 2") != NULL, "message: %s",
+          tks_last_error()->message);
+    CHECK(tks_last_error()->doc == 1, "doc in context");
+    CHECK(tks_writer_add(w, neg, 2, 2, NULL) == TKS_ERR_TOKEN_RANGE, "negative id accepted");
+    CHECK(tks_writer_add(w, good, 0, 3, NULL) == TKS_ERR_ARG, "empty doc accepted");
+    CHECK(tks_writer_add(w, good, 3, 4, NULL) == 0, "good doc after refusal");
+    CHECK(tks_writer_flush(w) == 0, "flush");
+    tks_writer_free(w);
+    tks_shard *s;
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/shard-00000.tks", dir);
+    CHECK(tks_shard_open(p, &s) == 0, "open: %s", tks_last_error()->message);
+    CHECK(tks_shard_hdr(s)->n_docs == 2 && tks_shard_hdr(s)->n_tokens == 6,
+          "refused documents must leave no trace");
+    tks_shard_close(s);
+    /* a temp file is never left under the final name */
+    CHECK(tks_writer_create(&o, &w) == 0, "create 2");
+    o.first_shard = 0;
+    CHECK(tks_writer_add(w, good, 3, 0, NULL) == 0, "add");
+    snprintf(p, sizeof p, "%s/shard-00000.tks.tmp", dir);
+    CHECK(access(p, F_OK) == 0, "temp file expected while the shard is open");
+    tks_writer_free(w);
+    CHECK(access(p, F_OK) != 0, "temp file left behind after free");
+}
+
+/* Re-seals a modified shard image: recomputes chunk hashes, index hash, table
+ * hash and header checksum, so only the semantic check can catch the change. */
+static void reseal(unsigned char *b, tks_shard_header *h) {
+    uint64_t *table = (uint64_t *)(b + h->table_offset);
+    for (uint64_t c = 0; c < h->n_chunks; c++) {
+        uint64_t off = c * h->chunk_bytes;
+        uint64_t len = h->tokens_bytes - off < h->chunk_bytes ? h->tokens_bytes - off : h->chunk_bytes;
+        table[c] = XXH3_64bits(b + h->tokens_offset + off, len);
+    }
+    table[h->n_chunks] = XXH3_64bits(b + h->index_offset, h->index_bytes);
+    h->table_xxh3 = XXH3_64bits(table, h->table_bytes);
+    tks_header_encode(h, b);
+}
+
+static int audit_problems(const char *path, int *first_code) {
+    tks_audit_report *r = NULL;
+    if (tks_audit(path, NULL, &r) != 0) return -1;
+    int n = (int)r->n_problems_total;
+    if (first_code) *first_code = n ? r->problems[0].code : 0;
+    tks_audit_report_free(r);
+    return n;
+}
+
+static void test_corruption(void) {
+    char dir[1536], path[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/corrupt", work);
+    docs D = random_docs(7, 500, 12);
+    write_dataset(dir, &D, 500, 1u << 20, 64);
+    free_docs(&D);
+    snprintf(path, sizeof path, "%s/shard-00000.tks", dir);
+    size_t n;
+    unsigned char *orig = slurp(path, &n);
+    CHECK(orig != NULL, "read shard");
+    if (!orig) return;
+    tks_shard *s;
+    CHECK(tks_shard_open_mem(orig, n, "mem", &s) == 0, "open clean image: %s", tks_last_error()->message);
+    tks_shard_header h0 = *tks_shard_hdr(s);
+    tks_shard_close(s);
+    CHECK(audit_problems(path, NULL) == 0, "clean shard has problems");
+
+    /* every single bit flip is caught by audit; outside the token section, by open too */
+    int fd = open(path, O_RDWR);
+    size_t missed = 0, open_missed = 0;
+    unsigned char *img = aligned_alloc(64, n + 64);
+    memcpy(img, orig, n);
+    for (size_t byte = 0; byte < n; byte++) {
+        for (int bit = 0; bit < 8; bit++) {
+            unsigned char v = orig[byte] ^ (unsigned char)(1u << bit);
+            if (pwrite(fd, &v, 1, (off_t)byte) != 1) { perror("pwrite"); exit(2); }
+            if (audit_problems(path, NULL) <= 0) {
+                if (missed++ < 5) fprintf(stderr, "  audit missed bit %d of byte %zu\n", bit, byte);
+            }
+            int in_tokens = byte >= h0.tokens_offset && byte < h0.tokens_offset + h0.tokens_bytes;
+            if (!in_tokens) {
+                img[byte] = v;
+                if (tks_shard_open_mem(img, n, "mem", &s) == 0) {
+                    tks_shard_close(s);
+                    if (open_missed++ < 5) fprintf(stderr, "  open missed bit %d of byte %zu\n", bit, byte);
+                }
+                img[byte] = orig[byte];
+            }
+        }
+        if (pwrite(fd, &orig[byte], 1, (off_t)byte) != 1) { perror("pwrite"); exit(2); }
+    }
+    close(fd);
+    CHECK(missed == 0, "%zu of %zu single-bit flips not detected by audit", missed, n * 8);
+    CHECK(open_missed == 0, "%zu flips outside the token section not detected by open", open_missed);
+    printf("bit flips: %zu bits of a %zu-byte shard, all detected\n", n * 8, n);
+
+    /* every truncation (and one extra byte) is caught by open and audit */
+    size_t tmiss = 0;
+    for (size_t len = 0; len < n; len++) {
+        spit(path, orig, len);
+        int code = 0;
+        int rc = tks_shard_open(path, &s);
+        if (rc == 0) tks_shard_close(s);
+        if (rc == 0 || audit_problems(path, &code) <= 0) tmiss++;
+        if (len >= TKS_HEADER_SIZE && rc != TKS_ERR_TRUNCATED && tmiss < 3) {
+            tmiss++;
+            fprintf(stderr, "  truncation to %zu gave rc %d\n", len, rc);
+        }
+    }
+    memcpy(img, orig, n);
+    img[n] = 0;
+    spit(path, img, n + 1);
+    CHECK(tks_shard_open(path, &s) == TKS_ERR_TRUNCATED, "extra byte not detected");
+    CHECK(tmiss == 0, "%zu truncations not detected as such", tmiss);
+    printf("truncations: all %zu lengths detected\n", n);
+
+    /* wrong magic / version */
+    memcpy(img, orig, n);
+    img[0] = 'X';
+    CHECK(tks_shard_open_mem(img, n, "mem", &s) == TKS_ERR_MAGIC, "bad magic");
+    tks_shard_header h = h0;
+    memcpy(img, orig, n);
+    h.version = 2;
+    tks_header_encode(&h, img);
+    CHECK(tks_shard_open_mem(img, n, "mem", &s) == TKS_ERR_VERSION, "version 2 accepted");
+    CHECK(strstr(tks_last_error()->message, "version 2") != NULL, "version message: %s",
+          tks_last_error()->message);
+
+    /* a non-monotonic index, resealed so only the monotonicity rule can catch it */
+    memcpy(img, orig, n);
+    h = h0;
+    uint64_t *ix = (uint64_t *)(img + h.index_offset);
+    uint64_t t = ix[2];
+    ix[2] = ix[1];
+    reseal(img, &h);
+    int rc = tks_shard_open_mem(img, n, "mem", &s);
+    CHECK(rc == TKS_ERR_INDEX && tks_last_error()->doc == 2, "non-monotonic index: rc %d doc %llu", rc,
+          (unsigned long long)tks_last_error()->doc);
+    spit(path, img, n);
+    int code = 0;
+    CHECK(audit_problems(path, &code) >= 1 && code == TKS_ERR_INDEX, "audit: index code %d", code);
+    ix[2] = t;
+
+    /* an out-of-range id smuggled in with valid checksums and a lying header */
+    memcpy(img, orig, n);
+    h = h0;
+    ((uint16_t *)(img + h.tokens_offset))[5] = 500; /* vocab is 500 */
+    reseal(img, &h);
+    CHECK(tks_shard_open_mem(img, n, "mem", &s) == 0, "resealed image should open (O(index) checks)");
+    uint32_t out[64];
+    rc = tks_shard_read(s, 0, h.n_tokens < 64 ? h.n_tokens : 64, 0, out);
+    CHECK(rc == TKS_ERR_TOKEN_RANGE && tks_last_error()->offset == 5, "read: rc %d off %llu", rc,
+          (unsigned long long)tks_last_error()->offset);
+    tks_shard_close(s);
+    spit(path, img, n);
+    tks_audit_report *r;
+    tks_audit_opts ao = {0};
+    CHECK(tks_audit(path, &ao, &r) == 0, "audit runs");
+    uint64_t want_doc = 0;
+    const uint64_t *ix5 = (const uint64_t *)(img + h.index_offset);
+    while (ix5[want_doc + 1] <= 5) want_doc++;
+    int found = 0;
+    for (size_t i = 0; i < r->n_problems; i++)
+        found |= r->problems[i].code == TKS_ERR_TOKEN_RANGE && r->problems[i].token_offset == 5 &&
+                 r->problems[i].doc == want_doc;
+    CHECK(found, "audit did not report the bad id at token 5 of doc %llu", (unsigned long long)want_doc);
+    tks_audit_report_free(r);
+    /* a header claiming max_token_id >= vocab_size is refused on open */
+    memcpy(img, orig, n);
+    h = h0;
+    h.max_token_id = 500;
+    reseal(img, &h);
+    CHECK(tks_shard_open_mem(img, n, "mem", &s) == TKS_ERR_TOKEN_RANGE, "header max id >= vocab");
+    spit(path, orig, n);
+
+    /* dataset level: manifest edits, stray shards, tokenizer swaps, missing manifest */
+    tks_dataset *ds;
+    CHECK(tks_dataset_open(dir, &ds) == 0, "dataset opens again");
+    tks_dataset_close(ds);
+    char mp[PATH_MAX], cmd[3 * PATH_MAX];
+    snprintf(mp, sizeof mp, "%s/manifest.json", dir);
+    size_t mlen;
+    unsigned char *man = slurp(mp, &mlen);
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"n_docs\": 7,/\"n_docs\": 8,/' '%s'", mp);
+    CHECK(system(cmd) == 0, "sed");
+    CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_MANIFEST, "manifest n_docs edit not caught");
+    CHECK(audit_problems(dir, &code) >= 1 && code == TKS_ERR_MANIFEST, "audit: manifest edit");
+    spit(mp, man, mlen);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/shard-00001.tks'", path, dir);
+    CHECK(system(cmd) == 0, "cp");
+    CHECK(audit_problems(dir, &code) >= 1 && code == TKS_ERR_MANIFEST, "stray shard");
+    snprintf(cmd, sizeof cmd, "rm '%s/shard-00001.tks' && echo x >> '%s/tokenizer.model'", dir, dir);
+    CHECK(system(cmd) == 0, "rm");
+    CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_TOKENIZER, "tokenizer swap not caught");
+    CHECK(audit_problems(dir, &code) >= 1 && code == TKS_ERR_TOKENIZER, "audit: tokenizer swap");
+    unlink(mp);
+    CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_MANIFEST &&
+              strstr(tks_last_error()->message, "--resume") != NULL,
+          "missing manifest message: %s", tks_last_error()->message);
+    free(man);
+    free(img);
+    free(orig);
+}
+
+static void test_header_fuzz_small(void) {
+    /* random bytes never open, and never crash the decoder */
+    unsigned char *b = aligned_alloc(64, 8192);
+    for (int i = 0; i < 20000; i++) {
+        size_t n = next_rand() % 8192;
+        for (size_t j = 0; j < n; j++) b[j] = (unsigned char)next_rand();
+        if (n >= 8 && (i & 1)) memcpy(b, TKS_MAGIC, 8);
+        tks_shard *s;
+        CHECK(tks_shard_open_mem(b, n, "rand", &s) != 0, "random bytes opened");
+    }
+    free(b);
+}
+
+int main(int argc, char **argv) {
+    snprintf(work, sizeof work, "%s", argc > 1 ? argv[1] : "/tmp/tks-test-dataset");
+    mkdirs(work);
+    test_round_trip(1000, 20000, 256);      /* uint16 */
+    test_round_trip(100000, 20000, 4096);   /* uint32 */
+    test_round_trip(65536, 50000, 0);       /* largest uint16 vocab, default chunk */
+    test_writer_refuses();
+    test_corruption();
+    test_header_fuzz_small();
+    if (failures) {
+        fprintf(stderr, "test_dataset: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("test_dataset: all checks passed\n");
+    return 0;
+}
