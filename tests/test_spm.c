@@ -1,9 +1,10 @@
 /*
  * test_spm.c - the sentencepiece wrapper (tokenize/spm.h) on real text: the
  * first lines of GCIDE (/usr/share/dictd/gcide.dict.dz, package dict-gcide).
- * Trains a BPE and a unigram model through tks_spm_train, then checks them
- * against Debian's own tools (spm_encode, spm_export_vocab), threads,
- * corrupt and truncated model files, and the reproducibility of training.
+ * Trains BPE and unigram models through tks_spm_train and checks them
+ * against Debian's own tools (spm_encode, spm_export_vocab), under OpenMP
+ * threads, for exact retraining; then word/char models, non-model and
+ * truncated files (the model_type walker), and training failures.
  *
  * Usage: test_spm WORKDIR (created if missing; models and scratch files go
  * there). Exit status 0 only when every check passed.
@@ -153,13 +154,21 @@ static int train(const lines *l, size_t n, const char *prefix, const char *type,
     return tks_spm_train(&o, feed_next, &f);
 }
 
-/* Plain ASCII without leading, trailing or double spaces: what
- * sentencepiece's normalizer gives back unchanged. */
-static int roundtrips_exactly(const char *s) {
-    size_t n = strlen(s);
-    if (n == 0 || s[0] == ' ' || s[n - 1] == ' ' || strstr(s, "  ")) return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e) return 0;
+/*
+ * What decode(encode(s)) must give for printable ASCII `s`: sentencepiece's
+ * normalizer (nmt_nfkc, remove_extra_whitespaces) drops leading and trailing
+ * spaces and collapses runs of spaces; ASCII is otherwise unchanged. Writes
+ * it to out (strlen(s)+1 bytes) and returns 1, or returns 0 for other text.
+ */
+static int ascii_normalized(const char *s, char *out) {
+    size_t o = 0;
+    for (const char *p = s; *p; p++) {
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e) return 0;
+        if (*p == ' ' && (o == 0 || out[o - 1] == ' ')) continue;
+        out[o++] = *p;
+    }
+    if (o > 0 && out[o - 1] == ' ') o--;
+    out[o] = 0;
     return 1;
 }
 
@@ -217,7 +226,7 @@ static void check_model(const char *dir, const char *name, const char *type, int
     /* Encode every check line; all ids < vocab; exact round trips. */
     tks_ids *serial = calloc(check->n, sizeof *serial);
     if (!serial) abort();
-    size_t n_tokens = 0, n_round = 0;
+    size_t n_tokens = 0, n_round = 0, n_exact = 0;
     uint32_t max_id = 0;
     for (size_t i = 0; i < check->n; i++) {
         const char *line = check->v[i];
@@ -229,24 +238,31 @@ static void check_model(const char *dir, const char *name, const char *type, int
             if (serial[i].ids[k] == tks_spm_unk_id(s)) has_unk = 1;
         }
         n_tokens += serial[i].n;
-        CHECK(serial[i].n > 0, "line %zu \"%s\" encodes to no id", i, line);
+        CHECK(serial[i].n > 0 || strspn(line, " ") == strlen(line), "line %zu \"%s\" encodes to no id",
+              i, line);
         /* byte_fallback models never need <unk>; the others may for rare characters. */
         if (byte_fallback) CHECK(!has_unk, "line %zu \"%s\" has <unk> despite byte_fallback", i, line);
-        if (roundtrips_exactly(line) && !has_unk) {
+        char *want = malloc(strlen(line) + 1);
+        if (!want) abort();
+        if (ascii_normalized(line, want) && !has_unk) {
             char *text = NULL;
             size_t len = 0;
             rc = tks_spm_decode(s, serial[i].ids, serial[i].n, &text, &len);
-            CHECK(rc == 0 && text && len == strlen(line) && strcmp(text, line) == 0,
-                  "line %zu: decode(encode(\"%s\")) = \"%s\" (rc %d)", i, line, text ? text : "",
-                  rc);
+            CHECK(rc == 0 && text && len == strlen(want) && strcmp(text, want) == 0,
+                  "line %zu: decode(encode(\"%s\")) = \"%s\" (rc %d), want \"%s\"", i, line,
+                  text ? text : "", rc, want);
             free(text);
             n_round++;
+            if (strcmp(want, line) == 0) n_exact++;
         }
+        free(want);
     }
     CHECK(max_id < VOCAB, "id %u >= vocab %u", max_id, VOCAB);
-    CHECK(n_round >= 1000, "only %zu lines were round-trip checked", n_round);
-    fprintf(stderr, "  %zu lines, %zu tokens, max id %u, %zu exact round trips\n", check->n,
-            n_tokens, max_id, n_round);
+    CHECK(n_round >= 2000 && n_exact >= 400,
+          "only %zu lines were round-trip checked, %zu of them without extra spaces", n_round,
+          n_exact);
+    fprintf(stderr, "  %zu lines, %zu tokens, max id %u; %zu round trips (%zu without extra spaces)\n",
+            check->n, n_tokens, max_id, n_round, n_exact);
 
     /* Same ids as `spm_encode --output_format=id` on the same lines. */
     fmt(path, sizeof path, "%s/check-lines.txt", dir);
@@ -330,7 +346,7 @@ static void check_model(const char *dir, const char *name, const char *type, int
 
 /* Truncated and non-model files are refused with TKS_ERR_TOKENIZER, naming
  * the file; cuts around the TrainerSpec exercise the model_type walker. */
-static void check_bad_files(const char *dir, const char *prefix, const char *model) {
+static void check_bad_files(const char *dir, const char *model) {
     char path[4096];
     tks_spm *s = NULL;
 
@@ -382,21 +398,21 @@ static void check_bad_files(const char *dir, const char *prefix, const char *mod
     CHECK(strstr(tks_last_error()->message, path), "message does not name %s: \"%s\"", path,
           tks_last_error()->message);
 
-    /* Cuts every byte around TrainerSpec.model_prefix/model_type (the
-     * prefix string is stored there), plus 64 cuts spread over the file. A
-     * cut on a field boundary may leave a loadable model: then it must still
-     * say something sensible. */
-    const char *needle = prefix;
+    /* Cuts at every byte over the TrainerSpec (ModelProto field 2: after
+     * the pieces, just before the NormalizerSpec, which starts with its name
+     * "nmt_nfkc"), plus 64 cuts spread over the file. A cut on a field
+     * boundary may leave a loadable model: it must still say something sane. */
+    const char *needle = "nmt_nfkc";
     size_t at = 0;
     for (size_t i = 0; i + strlen(needle) <= size; i++)
         if (memcmp(data + i, needle, strlen(needle)) == 0) {
             at = i;
             break;
         }
-    CHECK(at > 0, "model prefix %s not found in %s", prefix, model);
+    CHECK(at > 512, "normalizer name not found in %s", model);
     size_t cuts = 0, loaded = 0;
-    for (size_t c = 0; c < 64 + 240; c++) {
-        size_t cut = c < 64 ? size * c / 64 : at + c - 64 - 120;
+    for (size_t c = 0; c < 64 + 512; c++) {
+        size_t cut = c < 64 ? size * c / 64 : at + c - 64 - 500;
         if (cut >= size) continue;
         CHECK(write_file(path, data, cut) == 0, "write %s", path);
         rc = tks_spm_load(path, &s);
@@ -415,11 +431,48 @@ static void check_bad_files(const char *dir, const char *prefix, const char *mod
     free(data);
 }
 
+/* "word" and "char" models: the model_type walker's other two values. */
+static void check_word_char(const char *dir, const lines *l) {
+    static const char *const types[] = {"word", "char"};
+    for (int t = 0; t < 2; t++) {
+        char prefix[4096], model[4096];
+        fmt(prefix, sizeof prefix, "%s/%s", dir, types[t]);
+        fmt(model, sizeof model, "%s/%s.model", dir, types[t]);
+        tks_spm_train_opts o = {0};
+        o.model_prefix = prefix;
+        o.model_type = types[t];
+        o.vocab_size = VOCAB;
+        feed f = {l, 0, 5000, 0};
+        int rc = tks_spm_train(&o, feed_next, &f);
+        CHECK(rc == 0, "training %s: %d %s", types[t], rc, tks_last_error()->message);
+        tks_spm *s = NULL;
+        rc = tks_spm_load(model, &s);
+        CHECK(rc == 0, "load %s: %d %s", model, rc, tks_last_error()->message);
+        if (!s) continue;
+        CHECK(strcmp(tks_spm_model_type(s), types[t]) == 0, "model type \"%s\", want \"%s\"",
+              tks_spm_model_type(s), types[t]);
+        /* char models keep only the characters seen (fewer than asked). */
+        CHECK(tks_spm_vocab_size(s) <= VOCAB && tks_spm_vocab_size(s) > 50, "%s: vocab size %u",
+              types[t], tks_spm_vocab_size(s));
+        tks_ids ids = {0};
+        const char *line = "of the"; /* words the word model surely keeps */
+        char *text = NULL;
+        CHECK_OK(tks_spm_encode(s, line, strlen(line), &ids));
+        CHECK_OK(tks_spm_decode(s, ids.ids, ids.n, &text, NULL));
+        CHECK(text && strcmp(text, line) == 0, "%s: \"%s\" decodes to \"%s\"", types[t], line,
+              text ? text : "");
+        free(text);
+        tks_ids_free(&ids);
+        tks_spm_free(s);
+    }
+}
+
 /* Training failures: a callback error comes back as is, bad options. */
 static void check_train_errors(const char *dir, const lines *l) {
     char prefix[4096], model[4096];
     fmt(prefix, sizeof prefix, "%s/failed", dir);
     fmt(model, sizeof model, "%s/failed.model", dir);
+    remove(model); /* from an earlier run */
 
     tks_spm_train_opts o = {0};
     o.model_prefix = prefix;
@@ -491,7 +544,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < check.n; i++) fprintf(f, "%s\n", check.v[i]);
     if (fclose(f) != 0) return 1;
 
-    /* Train. BPE samples 15000 of the 20000 lines, so the seed matters. */
+    /* Train. BPE samples 15000 of the 20000 lines (input_sentence_size). */
     char bpe[4096], uni[4096], bpe_model[4096];
     fmt(bpe, sizeof bpe, "%s/bpe", dir);
     fmt(uni, sizeof uni, "%s/unigram", dir);
@@ -506,34 +559,40 @@ int main(int argc, char **argv) {
     fprintf(stderr, "trained bpe in %.1f s, unigram in %.1f s\n", t1 - t0, t2 - t1);
     if (failures) return 1;
 
-    /* Reproducibility: same inputs and seed -> same bytes (the model
-     * prefix is stored in the model, so retrain to the same prefix); another
-     * seed samples other lines -> another model. */
-    char *first = NULL, *again = NULL, *other = NULL;
-    size_t n_first = 0, n_again = 0, n_other = 0;
-    CHECK(read_file(bpe_model, &first, &n_first) == 0, "read %s", bpe_model);
-    CHECK_OK(train(&all, N_TRAIN, bpe, "bpe", 1, 15000, 43));
-    CHECK(read_file(bpe_model, &other, &n_other) == 0, "read %s", bpe_model);
-    CHECK_OK(train(&all, N_TRAIN, bpe, "bpe", 1, 15000, 42));
-    CHECK(read_file(bpe_model, &again, &n_again) == 0, "read %s", bpe_model);
-    CHECK(first && again && n_first == n_again && memcmp(first, again, n_first) == 0,
-          "bpe: training twice with seed 42 gave different models (%zu and %zu bytes)", n_first,
-          n_again);
-    CHECK(first && other && (n_first != n_other || memcmp(first, other, n_first) != 0),
-          "bpe: seeds 42 and 43 gave the same model: the seed does not reach sentencepiece");
-    free(first), free(again), free(other);
-    char uni_model[4096];
+    /* Reproducibility: same inputs and seed -> same bytes, even under
+     * another prefix (the model does not record its path). The BPE runs
+     * sample 15000 of the 20000 lines. */
+    char again_prefix[4096], again_model[4096], uni_model[4096];
+    fmt(again_prefix, sizeof again_prefix, "%s/again", dir);
+    fmt(again_model, sizeof again_model, "%s/again.model", dir);
     fmt(uni_model, sizeof uni_model, "%s.model", uni);
-    CHECK(read_file(uni_model, &first, &n_first) == 0, "read %s", uni_model);
-    CHECK_OK(train(&all, N_TRAIN, uni, "unigram", 0, 0, 42));
-    CHECK(read_file(uni_model, &again, &n_again) == 0, "read %s", uni_model);
-    CHECK(first && again && n_first == n_again && memcmp(first, again, n_first) == 0,
-          "unigram: training twice gave different models (%zu and %zu bytes)", n_first, n_again);
-    free(first), free(again);
+    const struct {
+        const char *model, *type;
+        int byte_fallback;
+        uint64_t sample;
+        uint32_t seed;
+    } runs[] = {
+        {bpe_model, "bpe", 1, 15000, 42},
+        {uni_model, "unigram", 0, 0, 42},
+    };
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        char *a = NULL, *b = NULL;
+        size_t na = 0, nb = 0;
+        CHECK_OK(train(&all, N_TRAIN, again_prefix, runs[r].type, runs[r].byte_fallback,
+                       runs[r].sample, runs[r].seed));
+        CHECK(read_file(runs[r].model, &a, &na) == 0, "read %s", runs[r].model);
+        CHECK(read_file(again_model, &b, &nb) == 0, "read %s", again_model);
+        int same = a && b && na == nb && memcmp(a, b, na) == 0;
+        CHECK(same, "%s: training again gave another model (%zu and %zu bytes)", runs[r].type, na,
+              nb);
+        free(a);
+        free(b);
+    }
 
     check_model(dir, "bpe", "bpe", 1, &check);
     check_model(dir, "unigram", "unigram", 0, &check);
-    check_bad_files(dir, bpe, bpe_model);
+    check_bad_files(dir, bpe_model);
+    check_word_char(dir, &all);
     check_train_errors(dir, &all);
 
     lines_free(&check);

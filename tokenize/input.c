@@ -1,1 +1,1037 @@
-/* placeholder: being written */
+/*
+ * input.c - raw text -> documents. See the "Input" part of tokenize.h.
+ *
+ * Every byte is streamed through libarchive: plain files and compressed
+ * streams (gzip and dictzip, xz, lzma, zstd, bzip2, lz4, lzip, compress) use
+ * the "raw" format on top of filter auto-detection; names that look like
+ * archives (.tar, .tar.gz, .tgz, ..., .zip) use the tar and zip formats. An
+ * archive member with a compression suffix (data.tar:part-0.jsonl.zst) is
+ * decompressed by a second libarchive reader fed from the first.
+ * Nothing is extracted to disk and no external program is run.
+ *
+ * The decompressed bytes of an entry arrive as blocks (archive_read_data_block,
+ * zero-copy). Lines are found with memchr; a line that lies inside one block
+ * is handed out in place, one that spans blocks is assembled in `line`.
+ * Documents are only buffered whole for --doc-split file and blank-line
+ * paragraphs, and never beyond max_doc_bytes: the rest of a longer document
+ * is read and dropped without being kept.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "tokenize.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEFAULT_MAX_DOC_BYTES (64ull << 20)
+#define READ_BLOCK_BYTES ((size_t)1 << 20)
+
+/* A growable byte buffer; grows geometrically and is reused across documents. */
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+} buf;
+
+struct tks_input {
+    tks_input_opts opts;
+    char *jsonl_key;
+    uint64_t max_doc;      /* resolved max_doc_bytes */
+    size_t line_cap;       /* longest raw text line kept: max_doc + 1 (for a "\r") */
+    size_t jsonl_cap;      /* longest raw JSONL record kept (escapes make it longer than its text) */
+
+    char **files;
+    uint64_t *sizes;
+    size_t n_files, cap_files;
+    uint64_t total_bytes;
+
+    tks_input_stats st;
+    int failed;            /* sticky: the error code of a failed tks_input_next */
+
+    /* current file */
+    size_t next_file;
+    const char *path;
+    struct archive *a;
+    struct archive *member; /* decompressor of the current member, or NULL */
+    int is_archive;
+    uint64_t bytes_in_done; /* compressed bytes of the files already closed */
+
+    /* current entry */
+    int in_entry, entry_eof, entry_jsonl;
+    buf source;            /* "path" or "path:member", NUL-terminated */
+    const char *cur, *end; /* unread part of the current block */
+    uint64_t entry_off;    /* decompressed bytes of the entry delivered so far */
+    uint64_t hole;         /* zeros of a sparse hole still to deliver before `pend` */
+    const char *pend;
+    size_t pend_len;
+    uint64_t line_no;      /* lines started so far in the entry */
+
+    buf line;              /* a line that spans blocks */
+    buf para;              /* a paragraph or a whole entry */
+    buf san;               /* UTF-8 sanitized copy of a document */
+    json_t *json;          /* the record the last JSONL document points into */
+};
+
+/* ------------------------------------------------------------------------- */
+/* UTF-8 (RFC 3629; Unicode Standard ch. 3, Table 3-7 "Well-Formed UTF-8 Byte
+ * Sequences", and "U+FFFD Substitution of Maximal Subparts").                 */
+
+/*
+ * s[0] >= 0x80, n >= 1 bytes available. Returns the length (2..4) of the
+ * well-formed sequence at s, or -k where k >= 1 is the length of the maximal
+ * subpart of an ill-formed sequence (the bytes that one U+FFFD replaces).
+ */
+static int utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0], lo = 0x80, hi = 0xBF;
+    int len;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0) lo = 0xA0;      /* overlong */
+        else if (c == 0xED) hi = 0x9F; /* surrogates D800..DFFF */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0) lo = 0x90;      /* overlong */
+        else if (c == 0xF4) hi = 0x8F; /* > U+10FFFF */
+    } else {
+        return -1; /* continuation byte, C0, C1, F5..FF */
+    }
+    if (n < 2 || s[1] < lo || s[1] > hi) return -1;
+    for (int k = 2; k < len; k++)
+        if ((size_t)k >= n || (s[k] & 0xC0) != 0x80) return -k;
+    return len;
+}
+
+#define HIGH_BITS 0x8080808080808080ull
+
+/* Length of the pure-ASCII run at s (8 bytes per step). */
+static size_t ascii_run(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (n - i >= 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (w & HIGH_BITS) break;
+        i += 8;
+    }
+    while (i < n && s[i] < 0x80) i++;
+    return i;
+}
+
+/* Offset of the first ill-formed byte in [s, s+n), or n when all is valid. */
+static size_t utf8_first_invalid(const char *str, size_t n) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < n) {
+        i += ascii_run(s + i, n - i);
+        if (i == n) break;
+        int k = utf8_seq(s + i, n - i);
+        if (k < 0) return i;
+        i += (size_t)k;
+    }
+    return n;
+}
+
+size_t tks_utf8_sanitize(const char *str, size_t n, char *out, size_t *out_len) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0, o = 0, bad = 0;
+    while (i < n) {
+        size_t run = ascii_run(s + i, n - i);
+        if (out && run) memcpy(out + o, s + i, run);
+        i += run;
+        o += run;
+        if (i == n) break;
+        int k = utf8_seq(s + i, n - i);
+        if (k > 0) {
+            if (out) memcpy(out + o, s + i, (size_t)k);
+            i += (size_t)k;
+            o += (size_t)k;
+        } else {
+            if (out) memcpy(out + o, "\xEF\xBF\xBD", 3);
+            i += (size_t)-k;
+            o += 3;
+            bad++;
+        }
+    }
+    if (out_len) *out_len = o;
+    return bad;
+}
+
+/* ------------------------------------------------------------------------- */
+/* small helpers                                                              */
+
+static int buf_reserve(buf *b, size_t need) {
+    if (need <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < need) {
+        if (cap > SIZE_MAX / 2) {
+            cap = need;
+            break;
+        }
+        cap *= 2;
+    }
+    char *p = realloc(b->p, cap);
+    if (!p) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
+                            "out of memory growing a %zu-byte input buffer", need);
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_append(buf *b, const void *p, size_t n) {
+    if (n > SIZE_MAX - b->len)
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "input buffer size overflow");
+    int rc = buf_reserve(b, b->len + n);
+    if (rc) return rc;
+    if (n) memcpy(b->p + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static void buf_free(buf *b) {
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+/* Whitespace-only (ASCII space, \t, \r, \v, \f); the empty string counts. */
+static int is_blank(const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (c != ' ' && c != '\t' && c != '\r' && c != '\v' && c != '\f') return 0;
+    }
+    return 1;
+}
+
+/* Case-insensitive: does the first n bytes of s end with suf? */
+static int ends_with(const char *s, size_t n, const char *suf) {
+    size_t m = strlen(suf);
+    return n >= m && strncasecmp(s + n - m, suf, m) == 0;
+}
+
+static const char *const k_archive_suffixes[] = {
+    ".tar",  ".tar.gz",  ".tgz",     ".tar.xz", ".txz",    ".tar.zst", ".tar.zstd", ".tzst",
+    ".tar.bz2", ".tbz2", ".tbz",     ".tar.lz4", ".tar.lzma", ".tar.lz", ".tar.z", ".zip",
+};
+static const char *const k_compress_suffixes[] = {
+    ".gz", ".xz", ".zst", ".zstd", ".bz2", ".dz", ".lz4", ".lzma", ".lz", ".z",
+};
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static int is_archive_name(const char *name) {
+    size_t n = strlen(name);
+    for (size_t i = 0; i < COUNT(k_archive_suffixes); i++)
+        if (ends_with(name, n, k_archive_suffixes[i])) return 1;
+    return 0;
+}
+
+static int is_compressed_name(const char *name) {
+    size_t n = strlen(name);
+    for (size_t i = 0; i < COUNT(k_compress_suffixes); i++)
+        if (ends_with(name, n, k_compress_suffixes[i])) return 1;
+    return 0;
+}
+
+/* ".jsonl"/".json", before at most one compression suffix ("x.jsonl.gz"). */
+static int is_jsonl_name(const char *name) {
+    size_t n = strlen(name);
+    for (size_t i = 0; i < COUNT(k_compress_suffixes); i++)
+        if (ends_with(name, n, k_compress_suffixes[i])) {
+            n -= strlen(k_compress_suffixes[i]);
+            break;
+        }
+    return ends_with(name, n, ".jsonl") || ends_with(name, n, ".json");
+}
+
+/* ------------------------------------------------------------------------- */
+/* options, file list                                                         */
+
+void tks_input_opts_default(tks_input_opts *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->split = TKS_SPLIT_FILE;
+    o->format = TKS_FMT_AUTO;
+    o->jsonl_key = NULL;
+    o->invalid_utf8 = TKS_POLICY_REPLACE;
+    o->max_doc_bytes = 0;
+    o->long_doc = TKS_POLICY_SKIP;
+    o->bad_record = TKS_POLICY_FAIL;
+}
+
+static int add_file(tks_input *in, const char *path, uint64_t size) {
+    if (in->n_files == in->cap_files) {
+        size_t cap = in->cap_files ? in->cap_files * 2 : 16;
+        char **f = realloc(in->files, cap * sizeof *f);
+        if (!f) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing inputs");
+        in->files = f;
+        uint64_t *s = realloc(in->sizes, cap * sizeof *s);
+        if (!s) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing inputs");
+        in->sizes = s;
+        in->cap_files = cap;
+    }
+    char *copy = strdup(path);
+    if (!copy) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing inputs");
+    in->files[in->n_files] = copy;
+    in->sizes[in->n_files] = size;
+    in->n_files++;
+    in->total_bytes += size;
+    return 0;
+}
+
+/* The directories being walked, innermost first (to skip symlink loops). */
+typedef struct dir_chain {
+    dev_t dev;
+    ino_t ino;
+    const struct dir_chain *up;
+} dir_chain;
+
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int add_path(tks_input *in, const char *path, int explicit_path, const dir_chain *up);
+
+static int walk_dir(tks_input *in, const char *path, const struct stat *st, const dir_chain *up) {
+    for (const dir_chain *d = up; d; d = d->up)
+        if (d->dev == st->st_dev && d->ino == st->st_ino) return 0; /* symlink loop */
+    dir_chain here = {st->st_dev, st->st_ino, up};
+
+    DIR *dir = opendir(path);
+    if (!dir)
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot read input directory %s: %s",
+                        path, strerror(errno));
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(dir);
+        if (!de) {
+            if (errno)
+                rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE,
+                              "cannot list input directory %s: %s", path, strerror(errno));
+            break;
+        }
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            char **nn = realloc(names, cap * sizeof *nn);
+            if (!nn) {
+                rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing %s", path);
+                break;
+            }
+            names = nn;
+        }
+        if (!(names[n] = strdup(de->d_name))) {
+            rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing %s", path);
+            break;
+        }
+        n++;
+    }
+    closedir(dir);
+    if (!rc && n) qsort(names, n, sizeof *names, cmp_names);
+
+    size_t plen = strlen(path);
+    while (plen > 1 && path[plen - 1] == '/') plen--; /* "dir/" + name -> "dir/name" */
+    for (size_t i = 0; i < n && !rc; i++) {
+        size_t nlen = strlen(names[i]);
+        char *child = malloc(plen + 1 + nlen + 1);
+        if (!child) {
+            rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing %s", path);
+            break;
+        }
+        memcpy(child, path, plen);
+        size_t k = plen;
+        if (!(plen == 1 && path[0] == '/')) child[k++] = '/';
+        memcpy(child + k, names[i], nlen + 1);
+        rc = add_path(in, child, 0, &here);
+        free(child);
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return rc;
+}
+
+/* explicit_path: named by the caller (followed and read whatever it is)
+ * rather than found in a directory, where only regular files and symlinks to
+ * them are read (symlinks to directories are not followed). */
+static int add_path(tks_input *in, const char *path, int explicit_path, const dir_chain *up) {
+    struct stat st;
+    int r = explicit_path ? stat(path, &st) : lstat(path, &st);
+    if (r == 0 && S_ISLNK(st.st_mode)) {
+        r = stat(path, &st);
+        if (r == 0 && S_ISDIR(st.st_mode)) return 0; /* not followed: duplicates, loops */
+    }
+    if (r != 0)
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot read input %s: %s", path,
+                        strerror(errno));
+    if (S_ISDIR(st.st_mode)) return walk_dir(in, path, &st, up);
+    if (!explicit_path && !S_ISREG(st.st_mode)) return 0; /* fifo, socket, device */
+    if (access(path, R_OK) != 0)
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot read input %s: %s", path,
+                        strerror(errno));
+    return add_file(in, path, S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0);
+}
+
+int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opts,
+                   tks_input **out) {
+    if (!out) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_input_open: out is NULL");
+    *out = NULL;
+    if (!paths || n == 0)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "no input paths given");
+    tks_input_opts o;
+    if (opts) o = *opts;
+    else tks_input_opts_default(&o);
+    if ((unsigned)o.split > TKS_SPLIT_BLANK || (unsigned)o.format > TKS_FMT_JSONL ||
+        (unsigned)o.invalid_utf8 > TKS_POLICY_FAIL)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "invalid input options");
+    if (o.long_doc != TKS_POLICY_SKIP && o.long_doc != TKS_POLICY_FAIL)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "the long-document policy must be skip or fail");
+    if (o.bad_record != TKS_POLICY_SKIP && o.bad_record != TKS_POLICY_FAIL)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "the bad-record policy must be skip or fail");
+    for (size_t i = 0; i < n; i++)
+        if (!paths[i] || !paths[i][0])
+            return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "input path %zu is empty", i);
+
+    tks_input *in = calloc(1, sizeof *in);
+    if (!in) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    in->opts = o;
+    in->jsonl_key = strdup(o.jsonl_key ? o.jsonl_key : "text");
+    in->opts.jsonl_key = in->jsonl_key;
+    int rc = in->jsonl_key ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    in->max_doc = o.max_doc_bytes ? o.max_doc_bytes : DEFAULT_MAX_DOC_BYTES;
+    in->line_cap = in->max_doc >= SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)in->max_doc + 1;
+    /* A JSONL record is longer than its text (escapes, other keys): keep
+     * records up to 4x the limit plus 64 KiB, treat longer ones as too long. */
+    in->jsonl_cap = in->max_doc >= SIZE_MAX / 16 ? SIZE_MAX / 2 : (size_t)in->max_doc * 4 + 65536;
+    for (size_t i = 0; i < n && !rc; i++) rc = add_path(in, paths[i], 1, NULL);
+    if (rc) {
+        tks_input_free(in);
+        return rc;
+    }
+    *out = in;
+    return 0;
+}
+
+size_t tks_input_n_files(const tks_input *in) { return in ? in->n_files : 0; }
+
+const char *tks_input_file(const tks_input *in, size_t i) {
+    return in && i < in->n_files ? in->files[i] : NULL;
+}
+
+uint64_t tks_input_file_size(const tks_input *in, size_t i) {
+    return in && i < in->n_files ? in->sizes[i] : 0;
+}
+
+uint64_t tks_input_total_bytes(const tks_input *in) { return in ? in->total_bytes : 0; }
+
+const tks_input_stats *tks_input_get_stats(const tks_input *in) { return in ? &in->st : NULL; }
+
+/* ------------------------------------------------------------------------- */
+/* libarchive streaming                                                       */
+
+/* Errors that come from the system rather than from the bytes. */
+static int archive_code(int err) {
+    switch (err) {
+    case ENOMEM: return TKS_ERR_NOMEM;
+    case EIO: case EACCES: case EPERM: case ENOENT: case ENOTDIR: case EISDIR:
+    case ELOOP: case EMFILE: case ENFILE: case ENXIO: case ESTALE:
+        return TKS_ERR_IO;
+    default: return TKS_ERR_INPUT;
+    }
+}
+
+/* `a` failed; `where` is the file or "archive:member" concerned. */
+static int archive_failure(struct archive *a, const char *where) {
+    int err = archive_errno(a);
+    const char *msg = archive_error_string(a);
+    if (!msg) msg = "unknown error";
+    int code = archive_code(err);
+    if (code == TKS_ERR_INPUT)
+        return tks_fail(code, where, TKS_NONE, TKS_NONE,
+                        "%s: the input is corrupt or truncated (%s); check or re-download the file",
+                        where, msg);
+    return tks_fail(code, where, TKS_NONE, TKS_NONE, "cannot read %s: %s", where, msg);
+}
+
+static void update_bytes_in(tks_input *in) {
+    la_int64_t b = in->a ? archive_filter_bytes(in->a, -1) : 0;
+    in->st.bytes_in = in->bytes_in_done + (b > 0 ? (uint64_t)b : 0);
+}
+
+/* Registers the decompressors that libarchive links in (the zlib, liblzma,
+ * ... versions are NULL otherwise). Not archive_read_support_filter_all: it
+ * would also run external programs (lrzip, grzip, lzop) and uudecode a text
+ * that happens to start with "begin 644 name". */
+static void add_filters(struct archive *a) {
+    if (archive_zlib_version()) archive_read_support_filter_gzip(a);
+    if (archive_bzlib_version()) archive_read_support_filter_bzip2(a);
+    if (archive_liblzma_version()) {
+        archive_read_support_filter_xz(a);
+        archive_read_support_filter_lzma(a);
+        archive_read_support_filter_lzip(a);
+    }
+    if (archive_libzstd_version()) archive_read_support_filter_zstd(a);
+    if (archive_liblz4_version()) archive_read_support_filter_lz4(a);
+    archive_read_support_filter_compress(a); /* built in */
+}
+
+static int open_file(tks_input *in) {
+    const char *path = in->files[in->next_file++];
+    in->path = path;
+    in->source.len = 0;
+    in->is_archive = is_archive_name(path);
+    struct archive *a = archive_read_new();
+    if (!a) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory opening %s", path);
+    add_filters(a);
+    if (in->is_archive) {
+        archive_read_support_format_tar(a);
+        archive_read_support_format_zip(a);
+    } else {
+        archive_read_support_format_raw(a);
+        archive_read_support_format_empty(a);
+    }
+    in->a = a;
+    in->st.files++;
+    if (archive_read_open_filename(a, path, READ_BLOCK_BYTES) != ARCHIVE_OK) {
+        int rc = archive_failure(a, path);
+        archive_read_free(a);
+        in->a = NULL;
+        return rc;
+    }
+    return 0;
+}
+
+static void close_member(tks_input *in) {
+    if (in->member) archive_read_free(in->member);
+    in->member = NULL;
+}
+
+static void close_file(tks_input *in) {
+    close_member(in);
+    if (!in->a) return;
+    la_int64_t b = archive_filter_bytes(in->a, -1);
+    in->bytes_in_done += b > 0 ? (uint64_t)b : 0;
+    archive_read_free(in->a);
+    in->a = NULL;
+    in->in_entry = 0;
+    in->st.bytes_in = in->bytes_in_done;
+}
+
+/* Feeds the member decompressor with the member's bytes from the archive. */
+static la_ssize_t member_read(struct archive *m, void *ctx, const void **out) {
+    tks_input *in = ctx;
+    for (;;) {
+        size_t size;
+        la_int64_t off;
+        int r = archive_read_data_block(in->a, out, &size, &off);
+        update_bytes_in(in);
+        if (r == ARCHIVE_EOF) return 0;
+        if (r != ARCHIVE_OK) {
+            const char *msg = archive_error_string(in->a);
+            archive_set_error(m, archive_errno(in->a), "%s", msg ? msg : "unknown error");
+            return -1;
+        }
+        if (size) return (la_ssize_t)size;
+    }
+}
+
+/* Opens the decompressor of a member whose name has a compression suffix;
+ * its content is then read like a plain compressed file. */
+static int open_member(tks_input *in) {
+    struct archive *m = archive_read_new();
+    if (!m) return tks_fail(TKS_ERR_NOMEM, in->source.p, TKS_NONE, TKS_NONE, "out of memory");
+    add_filters(m);
+    archive_read_support_format_raw(m);
+    archive_read_support_format_empty(m);
+    in->member = m;
+    struct archive_entry *e;
+    int r = archive_read_open(m, in, NULL, member_read, NULL);
+    if (r == ARCHIVE_OK) r = archive_read_next_header(m, &e);
+    if (r == ARCHIVE_EOF) in->entry_eof = 1; /* empty */
+    else if (r != ARCHIVE_OK) return archive_failure(m, in->source.p);
+    return 0;
+}
+
+/* Moves to the next regular entry of the current file: 1, 0 at its end, or an error. */
+static int next_entry(tks_input *in) {
+    close_member(in);
+    for (;;) {
+        struct archive_entry *e;
+        int r = archive_read_next_header(in->a, &e);
+        update_bytes_in(in);
+        if (r == ARCHIVE_EOF) return 0;
+        /* ARCHIVE_WARN leaves a readable entry (e.g. a member name that does
+         * not convert to the current locale); RETRY/FATAL mean damage. */
+        if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+            size_t plen = strlen(in->path);
+            if (in->is_archive && in->source.len > plen + 1) {
+                char where[1024];
+                snprintf(where, sizeof where, "%s (after member %s)", in->path,
+                         in->source.p + plen + 1);
+                return archive_failure(in->a, where);
+            }
+            return archive_failure(in->a, in->path);
+        }
+        if (archive_entry_filetype(e) != AE_IFREG) continue;
+        if (archive_entry_hardlink(e) && archive_entry_size(e) == 0) continue; /* tar hard link */
+
+        const char *member = NULL;
+        in->source.len = 0;
+        int rc = buf_append(&in->source, in->path, strlen(in->path));
+        if (!rc && in->is_archive) {
+            member = archive_entry_pathname_utf8(e);
+            if (!member) member = archive_entry_pathname(e);
+            if (!member) member = "?";
+            rc = buf_append(&in->source, ":", 1);
+            if (!rc) rc = buf_append(&in->source, member, strlen(member));
+        }
+        if (!rc) rc = buf_append(&in->source, "", 1);
+        if (rc) return rc;
+        in->source.len--; /* keep the NUL out of len */
+
+        in->in_entry = 1;
+        in->entry_eof = 0;
+        in->entry_off = 0;
+        in->hole = 0;
+        in->pend = NULL;
+        in->pend_len = 0;
+        in->cur = in->end = NULL;
+        in->line_no = 0;
+        in->entry_jsonl = in->opts.format == TKS_FMT_JSONL ||
+                          (in->opts.format == TKS_FMT_AUTO && is_jsonl_name(member ? member : in->path));
+        in->st.entries++;
+        if (member && is_compressed_name(member) && (rc = open_member(in)) < 0) return rc;
+        return 1;
+    }
+}
+
+static const char k_zeros[65536];
+
+/* Makes the next decompressed bytes of the entry available in [cur, end):
+ * 1, 0 at the end of the entry, or an error. */
+static int fill(tks_input *in) {
+    if (in->entry_eof) return 0;
+    if (in->hole) { /* sparse tar member: its holes read as zeros */
+        size_t n = in->hole < sizeof k_zeros ? (size_t)in->hole : sizeof k_zeros;
+        in->cur = k_zeros;
+        in->end = k_zeros + n;
+        in->hole -= n;
+        in->entry_off += n;
+        in->st.bytes_text += n;
+        return 1;
+    }
+    if (in->pend) {
+        in->cur = in->pend;
+        in->end = in->pend + in->pend_len;
+        in->entry_off += in->pend_len;
+        in->st.bytes_text += in->pend_len;
+        in->pend = NULL;
+        return 1;
+    }
+    struct archive *src = in->member ? in->member : in->a;
+    for (;;) {
+        const void *b;
+        size_t size;
+        la_int64_t off;
+        int r = archive_read_data_block(src, &b, &size, &off);
+        update_bytes_in(in);
+        if (r == ARCHIVE_EOF) {
+            in->entry_eof = 1;
+            in->cur = in->end = NULL;
+            return 0;
+        }
+        /* ARCHIVE_WARN here is e.g. a zip CRC mismatch: the data is bad. */
+        if (r != ARCHIVE_OK) return archive_failure(src, in->source.p);
+        if (size == 0) continue;
+        if (off > 0 && (uint64_t)off > in->entry_off) {
+            in->hole = (uint64_t)off - in->entry_off;
+            in->pend = b;
+            in->pend_len = size;
+            return fill(in);
+        }
+        in->cur = b;
+        in->end = in->cur + size;
+        in->entry_off += size;
+        in->st.bytes_text += size;
+        return 1;
+    }
+}
+
+typedef struct line {
+    const char *p;   /* the line without its "\n" (and the "\r" before it) */
+    size_t len;
+    uint64_t no;     /* 1-based line number in the entry */
+    uint64_t off;    /* offset of its first byte in the decompressed entry */
+    int cr;          /* a "\r" before the "\n" was stripped */
+    int too_long;    /* longer than the cap: p/len unset, the bytes were dropped */
+    int blank;       /* when too_long: the dropped bytes were all whitespace */
+} line;
+
+/*
+ * Reads the next line of the entry, keeping at most `cap` bytes (the line
+ * without "\n"). Longer lines are consumed to their end without being kept,
+ * unless `stop_early`, where it returns as soon as the line is known to be
+ * too long. Returns 1, 0 at the end of the entry, or an error.
+ */
+static int read_line(tks_input *in, size_t cap, int stop_early, line *ln) {
+    buf *lb = &in->line;
+    lb->len = 0;
+    int any = 0, too_long = 0, blank = 1, nl_seen = 0;
+    const char *zp = NULL; /* in-place line */
+    size_t zlen = 0;
+    uint64_t start = in->entry_off;
+    for (;;) {
+        if (in->cur == in->end) {
+            int r = fill(in);
+            if (r < 0) return r;
+            if (r == 0) {
+                if (!any) return 0;
+                break; /* last line without "\n" */
+            }
+        }
+        if (!any) start = in->entry_off - (uint64_t)(in->end - in->cur);
+        any = 1;
+        size_t avail = (size_t)(in->end - in->cur);
+        const char *nl = memchr(in->cur, '\n', avail);
+        size_t take = nl ? (size_t)(nl - in->cur) : avail;
+        if (!too_long) {
+            if (lb->len == 0 && nl && take <= cap) {
+                zp = in->cur;
+                zlen = take;
+                in->cur = nl + 1;
+                nl_seen = 1;
+                break;
+            }
+            if (take > cap - lb->len) {
+                too_long = 1;
+                blank = is_blank(lb->p, lb->len) && is_blank(in->cur, take);
+                lb->len = 0;
+                if (stop_early && !blank) { /* a blank line still ends a paragraph */
+                    in->cur += take;
+                    break;
+                }
+            } else {
+                int rc = buf_append(lb, in->cur, take);
+                if (rc) return rc;
+            }
+        } else if (blank) {
+            blank = is_blank(in->cur, take);
+        }
+        in->cur += take;
+        if (nl) {
+            in->cur++;
+            nl_seen = 1;
+            break;
+        }
+    }
+    memset(ln, 0, sizeof *ln);
+    ln->no = ++in->line_no;
+    ln->off = start;
+    if (too_long) {
+        ln->too_long = 1;
+        ln->blank = blank;
+        return 1;
+    }
+    ln->p = zp ? zp : lb->p;
+    ln->len = zp ? zlen : lb->len;
+    if (!ln->p) ln->p = ""; /* empty last line, never buffered */
+    if (nl_seen && ln->len && ln->p[ln->len - 1] == '\r') {
+        ln->len--;
+        ln->cr = 1;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------- */
+/* documents                                                                  */
+
+static int too_long(tks_input *in, uint64_t line_no) {
+    if (in->opts.long_doc == TKS_POLICY_FAIL) {
+        int rc = tks_fail(TKS_ERR_DOC_TOO_LONG, in->source.p, TKS_NONE, TKS_NONE,
+                          "%s:%llu: document longer than the limit of %llu bytes; raise "
+                          "--max-doc-bytes or use --on-long-doc skip",
+                          in->source.p, (unsigned long long)line_no,
+                          (unsigned long long)in->max_doc);
+        tks_error_set_doc(in->st.docs, line_no);
+        return rc;
+    }
+    in->st.long_skipped++;
+    return 0;
+}
+
+static int bad_record(tks_input *in, uint64_t line_no, const char *why) {
+    if (in->opts.bad_record == TKS_POLICY_FAIL) {
+        int rc = tks_fail(TKS_ERR_JSONL, in->source.p, TKS_NONE, TKS_NONE,
+                          "%s:%llu: %s; fix the record or use --on-bad-record skip", in->source.p,
+                          (unsigned long long)line_no, why);
+        tks_error_set_doc(in->st.docs, line_no);
+        return rc;
+    }
+    in->st.bad_records_skipped++;
+    return 0;
+}
+
+/* Applies the NUL and UTF-8 policies and fills *doc: 1 yielded, 0 skipped, or
+ * an error. `off`: where the text starts in the decompressed entry (TKS_NONE
+ * when it is not a slice of it, as for JSONL). */
+static int emit(tks_input *in, const char *p, size_t len, uint64_t line_no, uint64_t off,
+                tks_doc *doc) {
+    if (memchr(p, 0, len)) {
+        in->st.binary_skipped++;
+        return 0;
+    }
+    size_t bad = utf8_first_invalid(p, len);
+    if (bad < len) {
+        in->st.utf8_invalid_docs++;
+        if (in->opts.invalid_utf8 == TKS_POLICY_FAIL) {
+            int rc = tks_fail(TKS_ERR_UTF8, in->source.p, TKS_NONE,
+                              off == TKS_NONE ? TKS_NONE : off + bad,
+                              "%s:%llu: invalid UTF-8 at byte %zu of the document; fix the input "
+                              "or use --invalid-utf8 replace (or skip)",
+                              in->source.p, (unsigned long long)line_no, bad);
+            tks_error_set_doc(in->st.docs, line_no);
+            return rc;
+        }
+        if (in->opts.invalid_utf8 == TKS_POLICY_SKIP) {
+            in->st.utf8_skipped++;
+            return 0;
+        }
+        size_t out_len = 0;
+        tks_utf8_sanitize(p + bad, len - bad, NULL, &out_len);
+        if (out_len > SIZE_MAX - bad)
+            return tks_fail(TKS_ERR_NOMEM, in->source.p, TKS_NONE, TKS_NONE, "document too large");
+        int rc = buf_reserve(&in->san, bad + out_len);
+        if (rc) return rc;
+        memcpy(in->san.p, p, bad);
+        in->st.utf8_replaced += tks_utf8_sanitize(p + bad, len - bad, in->san.p + bad, &out_len);
+        p = in->san.p;
+        len = bad + out_len;
+    }
+    doc->text = p;
+    doc->len = len;
+    doc->ordinal = in->st.docs++;
+    doc->line = line_no;
+    doc->source = in->source.p;
+    return 1;
+}
+
+static int next_line_doc(tks_input *in, tks_doc *doc) {
+    int stop_early = in->opts.long_doc == TKS_POLICY_FAIL;
+    for (;;) {
+        line ln;
+        int r = read_line(in, in->line_cap, stop_early, &ln);
+        if (r <= 0) return r;
+        if (ln.too_long || ln.len > in->max_doc) {
+            if ((r = too_long(in, ln.no)) < 0) return r;
+            continue;
+        }
+        if (ln.len == 0) {
+            in->st.empty_skipped++;
+            continue;
+        }
+        if ((r = emit(in, ln.p, ln.len, ln.no, ln.off, doc)) != 0) return r;
+    }
+}
+
+/* Paragraphs: runs of lines that are not whitespace-only. Inner line breaks
+ * are kept as they are in the input ("\n" or "\r\n"), the last one dropped. */
+static int next_paragraph(tks_input *in, tks_doc *doc) {
+    int stop_early = in->opts.long_doc == TKS_POLICY_FAIL;
+    buf *pa = &in->para;
+    pa->len = 0;
+    int have = 0, over = 0, prev_cr = 0;
+    uint64_t first = 0, first_off = 0;
+    for (;;) {
+        line ln;
+        int r = read_line(in, in->line_cap, stop_early, &ln);
+        if (r < 0) return r;
+        int blank = r == 0 || (ln.too_long ? ln.blank : is_blank(ln.p, ln.len));
+        if (blank) {
+            if (have) {
+                int e = over ? too_long(in, first) : emit(in, pa->p, pa->len, first, first_off, doc);
+                if (e != 0) return e; /* yielded, or an error */
+                have = over = 0;
+                pa->len = 0;
+            }
+            if (r == 0) return 0;
+            continue;
+        }
+        if (!have) {
+            have = 1;
+            first = ln.no;
+            first_off = ln.off;
+        }
+        if (over) continue;
+        size_t sep = pa->len ? 1 + (size_t)prev_cr : 0;
+        if (ln.too_long || ln.len + sep > in->max_doc - pa->len) {
+            over = 1;
+            if (stop_early) return too_long(in, first);
+            continue;
+        }
+        if (sep) {
+            if (prev_cr && (r = buf_append(pa, "\r", 1))) return r;
+            if ((r = buf_append(pa, "\n", 1))) return r;
+        }
+        if ((r = buf_append(pa, ln.p, ln.len))) return r;
+        prev_cr = ln.cr;
+    }
+}
+
+/* The whole entry is one document. */
+static int next_file_doc(tks_input *in, tks_doc *doc) {
+    buf *pa = &in->para;
+    pa->len = 0;
+    int binary = 0, over = 0;
+    for (;;) {
+        int r = fill(in);
+        if (r < 0) return r;
+        if (r == 0) break;
+        const char *p = in->cur;
+        size_t n = (size_t)(in->end - in->cur);
+        in->cur = in->end;
+        if (binary || over) continue;
+        if (memchr(p, 0, n)) {
+            binary = 1;
+            continue;
+        }
+        if (n > in->max_doc - pa->len) {
+            over = 1;
+            if (in->opts.long_doc == TKS_POLICY_FAIL) return too_long(in, 1);
+            continue;
+        }
+        if ((r = buf_append(pa, p, n))) return r;
+    }
+    if (binary) {
+        in->st.binary_skipped++;
+        return 0;
+    }
+    if (over) return too_long(in, 1);
+    if (pa->len == 0) {
+        in->st.empty_skipped++;
+        return 0;
+    }
+    return emit(in, pa->p, pa->len, 1, 0, doc);
+}
+
+static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
+    int stop_early = in->opts.long_doc == TKS_POLICY_FAIL;
+    for (;;) {
+        line ln;
+        int r = read_line(in, in->jsonl_cap, stop_early, &ln);
+        if (r <= 0) return r;
+        if (ln.too_long) {
+            if (ln.blank) continue;
+            if ((r = too_long(in, ln.no)) < 0) return r;
+            continue;
+        }
+        const char *p = ln.p;
+        size_t len = ln.len;
+        if (ln.no == 1 && len >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) { /* byte order mark */
+            p += 3;
+            len -= 3;
+        }
+        if (is_blank(p, len)) continue;
+
+        char why[400];
+        json_error_t err;
+        json_t *root = json_loadb(p, len, JSON_ALLOW_NUL, &err);
+        json_t *v = NULL;
+        if (!root)
+            snprintf(why, sizeof why, "not valid JSON: %s (column %d)", err.text, err.column);
+        else if (!json_is_object(root))
+            snprintf(why, sizeof why, "not a JSON object");
+        else if (!(v = json_object_get(root, in->jsonl_key)))
+            snprintf(why, sizeof why, "no key \"%.200s\"", in->jsonl_key);
+        else if (!json_is_string(v))
+            snprintf(why, sizeof why, "the value of \"%.200s\" is not a string", in->jsonl_key);
+        else if (memchr(json_string_value(v), 0, json_string_length(v)))
+            snprintf(why, sizeof why, "the value of \"%.200s\" contains a NUL character (\\u0000)",
+                     in->jsonl_key);
+        else
+            why[0] = 0;
+        if (why[0]) {
+            json_decref(root);
+            if ((r = bad_record(in, ln.no, why)) < 0) return r;
+            continue;
+        }
+        const char *text = json_string_value(v);
+        size_t n = json_string_length(v);
+        if (n > in->max_doc) {
+            json_decref(root);
+            if ((r = too_long(in, ln.no)) < 0) return r;
+            continue;
+        }
+        if (n == 0) {
+            json_decref(root);
+            in->st.empty_skipped++;
+            continue;
+        }
+        in->json = root; /* text points into it until the next call */
+        if ((r = emit(in, text, n, ln.no, TKS_NONE, doc)) != 0) return r;
+        json_decref(in->json);
+        in->json = NULL;
+    }
+}
+
+int tks_input_next(tks_input *in, tks_doc *doc) {
+    if (!in || !doc) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_input_next: NULL argument");
+    if (in->failed) return in->failed;
+    if (in->json) {
+        json_decref(in->json);
+        in->json = NULL;
+    }
+    int r;
+    for (;;) {
+        if (!in->a) {
+            if (in->next_file == in->n_files) return 0;
+            if ((r = open_file(in)) < 0) break;
+        }
+        if (!in->in_entry) {
+            if ((r = next_entry(in)) < 0) break;
+            if (r == 0) {
+                close_file(in);
+                continue;
+            }
+        }
+        if (in->entry_eof) {
+            in->in_entry = 0;
+            continue;
+        }
+        if (in->entry_jsonl) r = next_jsonl_doc(in, doc);
+        else if (in->opts.split == TKS_SPLIT_LINE) r = next_line_doc(in, doc);
+        else if (in->opts.split == TKS_SPLIT_BLANK) r = next_paragraph(in, doc);
+        else r = next_file_doc(in, doc);
+        if (r == 1) return 1;
+        if (r < 0) break;
+        in->in_entry = 0;
+    }
+    in->failed = r;
+    return r;
+}
+
+void tks_input_free(tks_input *in) {
+    if (!in) return;
+    close_member(in);
+    if (in->a) archive_read_free(in->a);
+    if (in->json) json_decref(in->json);
+    for (size_t i = 0; i < in->n_files; i++) free(in->files[i]);
+    free(in->files);
+    free(in->sizes);
+    free(in->jsonl_key);
+    buf_free(&in->source);
+    buf_free(&in->line);
+    buf_free(&in->para);
+    buf_free(&in->san);
+    free(in);
+}

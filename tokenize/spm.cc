@@ -17,7 +17,6 @@
 #include <new>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -144,13 +143,26 @@ static const char *model_type_of(const uint8_t *buf, size_t n) {
  * Loading
  * ------------------------------------------------------------------------- */
 
+/* A serialized protobuf message is at most 2 GiB - 1 (protobuf's limit). */
+#define TKS_SPM_MAX_MODEL_BYTES 0x7fffffffull
+
 static int read_file(const char *path, std::string *out) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open tokenizer model %s: %s",
                         path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) out->reserve((size_t)st.st_size);
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        if ((unsigned long long)st.st_size > TKS_SPM_MAX_MODEL_BYTES) {
+            close(fd);
+            return tks_fail(TKS_ERR_TOKENIZER, path, TKS_NONE, TKS_NONE,
+                            "%s is not a sentencepiece model (%llu bytes, over protobuf's 2 GiB "
+                            "limit): pass the .model file written by `tokshard train-tokenizer` "
+                            "or spm_train",
+                            path, (unsigned long long)st.st_size);
+        }
+        out->reserve((size_t)st.st_size);
+    }
     char buf[1 << 16];
     int rc = 0;
     for (;;) {
@@ -187,11 +199,16 @@ extern "C" int tks_spm_load(const char *path, tks_spm **out) {
         spm::util::Status st = s->sp.LoadFromSerializedProto(bytes);
         int n = st.ok() ? s->sp.GetPieceSize() : 0;
         if (!st.ok() || n <= 0) {
+            /* sentencepiece's message for unparsable bytes is a source line. */
+            std::string why = bytes.empty()                        ? "it is empty"
+                              : !strcmp(s->model_type, "unknown") ? "not a complete protobuf message"
+                              : st.ok()                           ? "it has no pieces"
+                                                                  : st.message();
             delete s;
             return tks_fail(TKS_ERR_TOKENIZER, path, TKS_NONE, TKS_NONE,
                             "%s is not a sentencepiece model (%s): pass the .model file written "
                             "by `tokshard train-tokenizer` or spm_train",
-                            path, st.ok() ? "no pieces" : st.message());
+                            path, why.c_str());
         }
         s->vocab_size = (uint32_t)n;
         s->bos_id = special_id(s->sp.bos_id());
@@ -236,6 +253,11 @@ extern "C" void tks_ids_free(tks_ids *v) {
 
 static thread_local std::vector<int> t_ids;
 
+/* Keeps at most 4 MiB of scratch per thread after an unusually long text. */
+static void trim_scratch() {
+    if (t_ids.capacity() > (1u << 20)) std::vector<int>().swap(t_ids);
+}
+
 extern "C" int tks_spm_encode(const tks_spm *s, const char *text, size_t len, tks_ids *out) {
     if (!s || !out || (!text && len))
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_spm_encode: NULL argument");
@@ -256,6 +278,7 @@ extern "C" int tks_spm_encode(const tks_spm *s, const char *text, size_t len, tk
         }
         for (size_t i = 0; i < n; i++) out->ids[i] = (uint32_t)t_ids[i];
         out->n = n;
+        trim_scratch();
     } catch (...) {
         return fail_exception(NULL, "tks_spm_encode");
     }
@@ -278,6 +301,7 @@ extern "C" int tks_spm_decode(const tks_spm *s, const uint32_t *ids, size_t n, c
         t_ids.assign(ids, ids + n);
         std::string out;
         spm::util::Status st = s->sp.Decode(t_ids, &out);
+        trim_scratch();
         if (!st.ok())
             return tks_fail(TKS_ERR_TOKENIZER, NULL, TKS_NONE, TKS_NONE,
                             "sentencepiece cannot decode %zu ids: %s", n, st.message());
@@ -298,8 +322,7 @@ extern "C" int tks_spm_decode(const tks_spm *s, const uint32_t *ids, size_t n, c
  * ------------------------------------------------------------------------- */
 
 /* Feeds sentencepiece from the C callback; remembers a callback failure and
- * its error context (recorded on the training thread). Start() fetches the
- * first sentence, so that every call of the callback is on that thread. */
+ * its error context, which sentencepiece's Status cannot carry. */
 class CallbackIterator : public spm::SentenceIterator {
   public:
     CallbackIterator(tks_sentence_fn next, void *ctx) : next_(next), ctx_(ctx) {}
@@ -351,30 +374,6 @@ static std::string vocab_text(const spm::SentencePieceProcessor &sp) {
     return os.str();
 }
 
-struct TrainJob {
-    std::unordered_map<std::string, std::string> kwargs;
-    CallbackIterator *it;
-    std::string model;
-    spm::util::Status st;
-    bool threw = false;
-    int exc_code = 0;
-    tks_error exc_err{};
-};
-
-/* Runs on a fresh thread: sentencepiece seeds its per-thread std::mt19937
- * (random::GetRandomGenerator, a thread_local) once per thread, so only a
- * new thread makes a second training in one process see the seed again. */
-static void train_thread(TrainJob *job) {
-    try {
-        job->it->Start();
-        job->st = spm::SentencePieceTrainer::Train(job->kwargs, job->it, &job->model);
-    } catch (...) {
-        job->threw = true;
-        job->exc_code = fail_exception(NULL, "sentencepiece training");
-        job->exc_err = *tks_last_error();
-    }
-}
-
 extern "C" int tks_spm_train(const tks_spm_train_opts *o, tks_sentence_fn next, void *ctx) {
     if (!o || !next || !o->model_prefix || !*o->model_prefix)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
@@ -405,11 +404,7 @@ extern "C" int tks_spm_train(const tks_spm_train_opts *o, tks_sentence_fn next, 
     try {
         model_path = std::string(prefix) + ".model";
         vocab_path = std::string(prefix) + ".vocab";
-        CallbackIterator it(next, ctx);
-        TrainJob job;
-        job.it = &it;
-        auto &kw = job.kwargs;
-        kw["model_prefix"] = prefix;
+        std::unordered_map<std::string, std::string> kw;
         kw["model_type"] = type;
         kw["vocab_size"] = fmt_u64(o->vocab_size);
         kw["byte_fallback"] = o->byte_fallback ? "true" : "false";
@@ -424,35 +419,44 @@ extern "C" int tks_spm_train(const tks_spm_train_opts *o, tks_sentence_fn next, 
         }
         if (o->max_sentence_length) kw["max_sentence_length"] = fmt_u64(o->max_sentence_length);
         kw["num_threads"] = fmt_u64(o->threads > 0 ? (uint64_t)o->threads : 1);
-        /* Silences INFO and WARNING (process-wide, it is a global flag); 3
+        /* Silences INFO and WARNING (process-wide: it is a global flag); 3
          * would also silence LOG(FATAL) messages before an abort. */
         kw["minloglevel"] = "2";
 
+        /* In 0.1.97 the sampling of input_sentence_size sentences does not use
+         * this seed but a fixed one (kSeed, trainer_interface.cc): for a given
+         * thread count training is deterministic whatever the seed, which
+         * only reaches options left off here. (Unigram results depend on the
+         * thread count: its EM sums floats per thread.) */
         spm::SetRandomGeneratorSeed(o->seed);
-        std::thread th(train_thread, &job);
-        th.join();
-        if (job.threw) {
-            tks_error_restore(&job.exc_err);
-            return job.exc_code;
-        }
+        tks_clear_error();
+        CallbackIterator it(next, ctx);
+        it.Start();
+        std::string model;
+        spm::util::Status st =
+            it.code_ ? spm::util::Status() : spm::SentencePieceTrainer::Train(kw, &it, &model);
         if (it.code_) {
             tks_error_restore(&it.err_);
             return it.code_;
         }
-        if (!job.st.ok())
+        if (!st.ok())
             return tks_fail(TKS_ERR_TOKENIZER, model_path.c_str(), TKS_NONE, TKS_NONE,
-                            "sentencepiece training failed: %s", job.st.message());
+                            "sentencepiece training failed: %s", st.message());
 
-        /* Sentencepiece would write both files in place; write them through
-         * tks_write_file_atomic instead, after checking the model loads. */
+        /* Sentencepiece returns the model instead of writing PREFIX.model and
+         * PREFIX.vocab in place when no model_prefix is given (the two are
+         * exclusive), so the model does not record its path: same text and
+         * options, same bytes, wherever it is written. Both files go through
+         * tks_write_file_atomic, after checking that the model loads, the
+         * .model last so that it appears only once both are complete. */
         spm::SentencePieceProcessor sp;
-        spm::util::Status st = sp.LoadFromSerializedProto(job.model);
+        st = sp.LoadFromSerializedProto(model);
         if (!st.ok())
             return tks_fail(TKS_ERR_TOKENIZER, model_path.c_str(), TKS_NONE, TKS_NONE,
                             "sentencepiece produced a model it cannot load: %s", st.message());
         std::string vocab = vocab_text(sp);
-        int rc = tks_write_file_atomic(model_path.c_str(), job.model.data(), job.model.size());
-        if (!rc) rc = tks_write_file_atomic(vocab_path.c_str(), vocab.data(), vocab.size());
+        int rc = tks_write_file_atomic(vocab_path.c_str(), vocab.data(), vocab.size());
+        if (!rc) rc = tks_write_file_atomic(model_path.c_str(), model.data(), model.size());
         return rc;
     } catch (...) {
         return fail_exception(model_path.empty() ? prefix : model_path.c_str(), "tks_spm_train");

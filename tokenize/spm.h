@@ -76,7 +76,7 @@ typedef struct tks_spm_train_opts {
     uint32_t seed;                /* sentencepiece's sampling seed */
 } tks_spm_train_opts;
 
-/* Supplies the next training sentence: set *text/*len and return 1, or
+/* Supplies the next training sentence: set *text and *len and return 1, or
  * return 0 at the end, or a negative TKS_ERR_* code to abort training. */
 typedef int (*tks_sentence_fn)(void *ctx, const char **text, size_t *len);
 

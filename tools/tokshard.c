@@ -1,2 +1,808 @@
+/* tokshard - the data tool: build, train-tokenizer, audit, inspect, cat.
+ * Thin: parses flags, calls the libraries, prints, maps errors to exit codes
+ * (0 ok, 1 problems found by audit, 2 usage or I/O error, 130 interrupted). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
 #include <stdio.h>
-int main(void) { puts("tokshard: not built yet"); return 2; }
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dataset/dataset.h"
+#include "tokenize/tokenize.h"
+
+#define EXIT_PROBLEMS 1
+#define EXIT_USAGE 2
+#define EXIT_INTERRUPTED 130
+
+static const char *prog = "tokshard";
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", prog);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(run `tokshard help` for usage)\n");
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+static int lib_error(void) {
+    const tks_error *e = tks_last_error();
+    fprintf(stderr, "%s: error: %s\n", prog, e->message[0] ? e->message : tks_strerror(e->code));
+    if (e->code == TKS_ERR_INTERRUPTED) return EXIT_INTERRUPTED;
+    return EXIT_USAGE;
+}
+
+/* Parses "123", "64K", "16M", "2G" (powers of 1024), "1e6". Returns 0 or -1. */
+static int parse_size(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || v < 0) return -1;
+    double mul = 1;
+    if (*end) {
+        switch (*end) {
+        case 'k': case 'K': mul = 1024.0; break;
+        case 'm': case 'M': mul = 1024.0 * 1024; break;
+        case 'g': case 'G': mul = 1024.0 * 1024 * 1024; break;
+        default: return -1;
+        }
+        end++;
+        if (*end == 'i') end++;
+        if (*end == 'B' || *end == 'b') end++;
+        if (*end) return -1;
+    }
+    v *= mul;
+    if (v > 1.8e19 || v != floor(v)) return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* Minimal flag scanner: --name value, --name=value, bare --flag, and positionals. */
+typedef struct args {
+    int argc, i;
+    char **argv;
+    const char *val;      /* value of the current option */
+    char name[64];
+} args;
+
+static int next_opt(args *a, const char **positional) {
+    *positional = NULL;
+    a->val = NULL;
+    if (a->i >= a->argc) return 0;
+    char *s = a->argv[a->i++];
+    if (strcmp(s, "--") == 0) {
+        if (a->i < a->argc) *positional = a->argv[a->i++];
+        return 1;
+    }
+    if (s[0] != '-' || s[1] == 0) {
+        *positional = s;
+        return 1;
+    }
+    const char *eq = strchr(s, '=');
+    size_t n = eq ? (size_t)(eq - s) : strlen(s);
+    if (n >= sizeof a->name) n = sizeof a->name - 1;
+    memcpy(a->name, s, n);
+    a->name[n] = 0;
+    if (eq) a->val = eq + 1;
+    return 1;
+}
+
+static const char *need_val(args *a) {
+    if (a->val) return a->val;
+    if (a->i < a->argc) return a->val = a->argv[a->i++];
+    return NULL;
+}
+
+#define OPT(s) (strcmp(a.name, s) == 0)
+#define VAL(dst)                                                               \
+    do {                                                                       \
+        if (!((dst) = need_val(&a))) return usage_error("%s needs a value", a.name); \
+    } while (0)
+#define SIZE(dst)                                                                         \
+    do {                                                                                  \
+        const char *v_;                                                                   \
+        VAL(v_);                                                                          \
+        if (parse_size(v_, &(dst)))                                                       \
+            return usage_error("%s %s: expected a number such as 1000000, 64K, 16M or 2G", \
+                               a.name, v_);                                               \
+    } while (0)
+
+static int parse_policy(const char *flag, const char *v, tks_policy *p, int allow_replace) {
+    if (allow_replace && strcmp(v, "replace") == 0) *p = TKS_POLICY_REPLACE;
+    else if (strcmp(v, "skip") == 0) *p = TKS_POLICY_SKIP;
+    else if (strcmp(v, "fail") == 0) *p = TKS_POLICY_FAIL;
+    else
+        return usage_error("%s %s: expected %s", flag, v, allow_replace ? "replace, skip or fail" : "skip or fail");
+    return 0;
+}
+
+/* Input flags shared by build and train-tokenizer. Returns 1 if consumed, 0 if not, or an exit code + 2. */
+static int input_flag(args *ap, tks_input_opts *io) {
+    args a = *ap;
+    int r = 1;
+    const char *v = NULL;
+    if (OPT("--doc-split")) {
+        if (!(v = need_val(&a))) return 2 + usage_error("--doc-split needs file, line or blank-line");
+        if (!strcmp(v, "file")) io->split = TKS_SPLIT_FILE;
+        else if (!strcmp(v, "line")) io->split = TKS_SPLIT_LINE;
+        else if (!strcmp(v, "blank-line")) io->split = TKS_SPLIT_BLANK;
+        else return 2 + usage_error("--doc-split %s: expected file, line or blank-line", v);
+    } else if (OPT("--format")) {
+        if (!(v = need_val(&a))) return 2 + usage_error("--format needs auto, text or jsonl");
+        if (!strcmp(v, "auto")) io->format = TKS_FMT_AUTO;
+        else if (!strcmp(v, "text")) io->format = TKS_FMT_TEXT;
+        else if (!strcmp(v, "jsonl")) io->format = TKS_FMT_JSONL;
+        else return 2 + usage_error("--format %s: expected auto, text or jsonl", v);
+    } else if (OPT("--jsonl-key")) {
+        if (!(v = need_val(&a)) || !*v) return 2 + usage_error("--jsonl-key needs a key name");
+        io->jsonl_key = v;
+    } else if (OPT("--invalid-utf8")) {
+        if (!(v = need_val(&a))) return 2 + usage_error("--invalid-utf8 needs replace, skip or fail");
+        if (parse_policy("--invalid-utf8", v, &io->invalid_utf8, 1)) return 2 + EXIT_USAGE;
+    } else if (OPT("--max-doc-bytes")) {
+        if (!(v = need_val(&a)) || parse_size(v, &io->max_doc_bytes) || io->max_doc_bytes == 0)
+            return 2 + usage_error("--max-doc-bytes %s: expected a size such as 1M", v ? v : "");
+    } else if (OPT("--on-long-doc")) {
+        if (!(v = need_val(&a))) return 2 + usage_error("--on-long-doc needs skip or fail");
+        if (parse_policy("--on-long-doc", v, &io->long_doc, 0)) return 2 + EXIT_USAGE;
+    } else if (OPT("--on-bad-record")) {
+        if (!(v = need_val(&a))) return 2 + usage_error("--on-bad-record needs fail or skip");
+        if (parse_policy("--on-bad-record", v, &io->bad_record, 0)) return 2 + EXIT_USAGE;
+    } else {
+        r = 0;
+    }
+    *ap = a;
+    return r;
+}
+
+static const char *INPUT_HELP =
+    "  --doc-split file|line|blank-line  one document per file, per line, or per paragraph [file]\n"
+    "  --format auto|text|jsonl     auto: *.jsonl / *.json (also compressed) are JSONL [auto]\n"
+    "  --jsonl-key KEY              JSONL field holding the text [text]\n"
+    "  --invalid-utf8 replace|skip|fail  U+FFFD for each bad sequence, skip the doc, or stop [replace]\n"
+    "  --max-doc-bytes N            longest document, e.g. 64M [64M]\n"
+    "  --on-long-doc skip|fail      what to do with longer documents [skip]\n"
+    "  --on-bad-record fail|skip    JSONL lines that do not parse or lack the key [fail]\n";
+
+/* ------------------------------------------------------------------------- */
+/* build                                                                     */
+
+static volatile sig_atomic_t g_stop = 0;
+static void on_signal(int sig) {
+    (void)sig;
+    if (g_stop) _exit(EXIT_INTERRUPTED); /* second Ctrl-C: leave now (resume still works) */
+    g_stop = 1;
+}
+
+static void human_bytes(double b, char *out, size_t n) {
+    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
+    int i = 0;
+    while (b >= 1000 && i < 4) b /= 1000, i++;
+    snprintf(out, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
+static void progress_line(const tks_build_progress *p, void *ctx) {
+    (void)ctx;
+    char in[32], tot[32];
+    human_bytes((double)p->bytes_in, in, sizeof in);
+    human_bytes((double)p->total_bytes_in, tot, sizeof tot);
+    double mbs = p->seconds > 0 ? p->bytes_text / 1e6 / p->seconds : 0;
+    char eta[32] = "";
+    if (p->total_bytes_in && p->bytes_in && p->bytes_in <= p->total_bytes_in) {
+        double rem = p->seconds * ((double)p->total_bytes_in / (double)p->bytes_in - 1);
+        snprintf(eta, sizeof eta, "  ETA %.0fs", rem);
+    }
+    fprintf(stderr, "\r%s / %s read, %llu docs, %llu tokens in %llu shards, %.1f MB/s text%s   ", in,
+            tot, (unsigned long long)p->docs_read, (unsigned long long)p->tokens_written,
+            (unsigned long long)p->shards, mbs, eta);
+    fflush(stderr);
+}
+
+static void print_build_summary(const tks_build_stats *s, const char *out) {
+    const tks_input_stats *i = &s->input;
+    printf("built %s\n", out);
+    printf("  inputs        %llu files, %llu entries, %.1f MB read (%.1f MB of text)\n",
+           (unsigned long long)i->files, (unsigned long long)i->entries, i->bytes_in / 1e6,
+           i->bytes_text / 1e6);
+    printf("  documents     %llu written", (unsigned long long)s->docs_written);
+    if (s->resumed_shards) printf(" (%llu shards kept from the interrupted run)", (unsigned long long)s->resumed_shards);
+    printf("\n  tokens        %llu (%.1f per document), ids in [%u, %u], vocab %u\n",
+           (unsigned long long)s->tokens_written,
+           s->docs_written ? (double)s->tokens_written / (double)s->docs_written : 0.0,
+           s->min_token_id, s->max_token_id, s->vocab_size);
+    printf("  shards        %llu\n", (unsigned long long)s->shards);
+    printf("  skipped       %llu empty, %llu empty after tokenizing, %llu invalid UTF-8, %llu too "
+           "long, %llu bad records, %llu binary\n",
+           (unsigned long long)i->empty_skipped, (unsigned long long)s->empty_after_tokenize,
+           (unsigned long long)i->utf8_skipped, (unsigned long long)i->long_skipped,
+           (unsigned long long)i->bad_records_skipped, (unsigned long long)i->binary_skipped);
+    printf("  invalid UTF-8 %llu documents, %llu sequences replaced by U+FFFD\n",
+           (unsigned long long)i->utf8_invalid_docs, (unsigned long long)i->utf8_replaced);
+    printf("  elapsed       %.2f s, %.2f MB/s of text, %.0f tokens/s\n", s->seconds,
+           s->seconds > 0 ? i->bytes_text / 1e6 / s->seconds : 0.0,
+           s->seconds > 0 ? s->tokens_written / s->seconds : 0.0);
+}
+
+static int cmd_build(int argc, char **argv) {
+    tks_build_opts o;
+    tks_build_opts_default(&o);
+    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    size_t n_in = 0;
+    int quiet = 0;
+    uint64_t v64;
+    args a = {argc, 0, argv, NULL, {0}};
+    const char *pos;
+    while (next_opt(&a, &pos)) {
+        if (pos) {
+            inputs[n_in++] = pos;
+            continue;
+        }
+        int r = input_flag(&a, &o.input);
+        if (r >= 2) return r - 2;
+        if (r) continue;
+        if (OPT("--tokenizer")) VAL(o.tokenizer_path);
+        else if (OPT("--output") || OPT("-o")) VAL(o.out_dir);
+        else if (OPT("--threads")) {
+            SIZE(v64);
+            if (v64 == 0 || v64 > 1024) return usage_error("--threads %llu: expected 1..1024", (unsigned long long)v64);
+            o.threads = (int)v64;
+        } else if (OPT("--shard-tokens")) {
+            SIZE(o.shard_tokens);
+            if (!o.shard_tokens) return usage_error("--shard-tokens must be at least 1");
+        } else if (OPT("--chunk-bytes")) {
+            SIZE(v64);
+            if (v64 < TKS_MIN_CHUNK_BYTES || v64 > TKS_MAX_CHUNK_BYTES || v64 % 4)
+                return usage_error("--chunk-bytes %llu: expected a multiple of 4 in [64, 1G]", (unsigned long long)v64);
+            o.chunk_bytes = (uint32_t)v64;
+        } else if (OPT("--batch-bytes")) SIZE(o.batch_bytes);
+        else if (OPT("--append-eos")) o.append_eos = 1;
+        else if (OPT("--prepend-bos")) o.prepend_bos = 1;
+        else if (OPT("--resume")) o.resume = 1;
+        else if (OPT("--quiet") || OPT("-q")) quiet = 1;
+        else return usage_error("build: unknown option %s", a.name);
+    }
+    if (!o.tokenizer_path) return usage_error("build: --tokenizer MODEL is required");
+    if (!o.out_dir) return usage_error("build: --output DIR is required");
+    if (!n_in) return usage_error("build: give at least one INPUT file or directory");
+    o.inputs = inputs;
+    o.n_inputs = n_in;
+    if (!quiet && isatty(STDERR_FILENO)) o.progress = progress_line;
+    o.stop = &g_stop;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    tks_build_stats st;
+    int rc = tks_build(&o, &st);
+    if (o.progress) fprintf(stderr, "\n");
+    free(inputs);
+    if (rc) return lib_error();
+    if (!quiet) print_build_summary(&st, o.out_dir);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* train-tokenizer                                                           */
+
+typedef struct sentence_src {
+    tks_input *in;
+    tks_doc doc;
+    size_t pos;       /* next byte of doc to split */
+    int have_doc;
+    uint64_t lines;
+} sentence_src;
+
+/* Yields the non-empty lines of every document. */
+static int next_sentence(void *ctx, const char **text, size_t *len) {
+    sentence_src *s = ctx;
+    for (;;) {
+        if (!s->have_doc) {
+            int r = tks_input_next(s->in, &s->doc);
+            if (r <= 0) return r;
+            s->have_doc = 1;
+            s->pos = 0;
+        }
+        if (s->pos >= s->doc.len) {
+            s->have_doc = 0;
+            continue;
+        }
+        const char *p = s->doc.text + s->pos;
+        size_t rest = s->doc.len - s->pos;
+        const char *nl = memchr(p, '\n', rest);
+        size_t n = nl ? (size_t)(nl - p) : rest;
+        s->pos += n + 1;
+        size_t k = 0;
+        while (k < n && (p[k] == ' ' || p[k] == '\t' || p[k] == '\r')) k++;
+        if (k == n) continue;
+        *text = p;
+        *len = n && p[n - 1] == '\r' ? n - 1 : n;
+        s->lines++;
+        return 1;
+    }
+}
+
+static int cmd_train_tokenizer(int argc, char **argv) {
+    tks_spm_train_opts t = {.model_type = "bpe", .vocab_size = 8000, .input_sentence_size = 2000000,
+                            .seed = 1234};
+    tks_input_opts io;
+    tks_input_opts_default(&io);
+    io.split = TKS_SPLIT_FILE;
+    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    size_t n_in = 0;
+    uint64_t v64;
+    args a = {argc, 0, argv, NULL, {0}};
+    const char *pos, *v;
+    while (next_opt(&a, &pos)) {
+        if (pos) {
+            inputs[n_in++] = pos;
+            continue;
+        }
+        int r = input_flag(&a, &io);
+        if (r >= 2) return r - 2;
+        if (r) continue;
+        if (OPT("--output") || OPT("-o")) VAL(t.model_prefix);
+        else if (OPT("--model-type")) {
+            VAL(v);
+            if (strcmp(v, "bpe") && strcmp(v, "unigram") && strcmp(v, "word") && strcmp(v, "char"))
+                return usage_error("--model-type %s: expected bpe, unigram, word or char", v);
+            t.model_type = v;
+        } else if (OPT("--vocab-size")) {
+            SIZE(v64);
+            if (v64 < 8 || v64 > 1000000) return usage_error("--vocab-size %llu: expected 8..1000000", (unsigned long long)v64);
+            t.vocab_size = (uint32_t)v64;
+        } else if (OPT("--byte-fallback")) t.byte_fallback = 1;
+        else if (OPT("--character-coverage")) {
+            VAL(v);
+            char *e;
+            t.character_coverage = strtod(v, &e);
+            if (*e || t.character_coverage <= 0 || t.character_coverage > 1)
+                return usage_error("--character-coverage %s: expected a number in (0, 1]", v);
+        } else if (OPT("--input-sentence-size")) SIZE(t.input_sentence_size);
+        else if (OPT("--threads")) {
+            SIZE(v64);
+            t.threads = (int)v64;
+        } else if (OPT("--seed")) {
+            SIZE(v64);
+            t.seed = (uint32_t)v64;
+        } else return usage_error("train-tokenizer: unknown option %s", a.name);
+    }
+    if (!t.model_prefix) return usage_error("train-tokenizer: --output PREFIX is required (writes PREFIX.model)");
+    if (!n_in) return usage_error("train-tokenizer: give at least one INPUT");
+    if (!t.threads) t.threads = omp_get_max_threads();
+    sentence_src src = {0};
+    int rc = tks_input_open(inputs, n_in, &io, &src.in);
+    double t0 = omp_get_wtime();
+    if (!rc) rc = tks_spm_train(&t, next_sentence, &src);
+    free(inputs);
+    tks_input_free(src.in);
+    if (rc) return lib_error();
+    printf("trained %s.model (%s, vocab %u) from %llu lines in %.1f s\n", t.model_prefix,
+           t.model_type, t.vocab_size, (unsigned long long)src.lines, omp_get_wtime() - t0);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* audit                                                                     */
+
+static json_t *num_or_null(uint64_t v) { return v == TKS_NONE ? json_null() : json_integer((json_int_t)v); }
+
+static int cmd_audit(int argc, char **argv) {
+    tks_audit_opts ao = {0};
+    int as_json = 0;
+    const char *path = NULL, *v;
+    uint64_t v64;
+    args a = {argc, 0, argv, NULL, {0}};
+    const char *pos;
+    while (next_opt(&a, &pos)) {
+        if (pos) {
+            if (path) return usage_error("audit: one DIR or SHARD only (got %s and %s)", path, pos);
+            path = pos;
+        } else if (OPT("--json")) as_json = 1;
+        else if (OPT("--model-vocab")) {
+            SIZE(v64);
+            if (v64 == 0 || v64 > UINT32_MAX) return usage_error("--model-vocab must be in 1..2^32-1");
+            ao.model_vocab = (uint32_t)v64;
+        } else if (OPT("--tokenizer")) VAL(ao.tokenizer_path);
+        else if (OPT("--threads")) {
+            SIZE(v64);
+            ao.threads = (int)v64;
+        } else if (OPT("--max-problems")) {
+            VAL(v);
+            ao.max_problems = strtoull(v, NULL, 10);
+        } else return usage_error("audit: unknown option %s", a.name);
+    }
+    if (!path) return usage_error("audit: give a dataset DIR or a SHARD file");
+    tks_audit_report *r;
+    if (tks_audit(path, &ao, &r) != 0) return lib_error();
+    /* a tokenizer given on the command line must also agree on the vocabulary */
+    if (ao.tokenizer_path && r->vocab_size) {
+        tks_spm *spm = NULL;
+        if (tks_spm_load(ao.tokenizer_path, &spm) == 0 && tks_spm_vocab_size(spm) != r->vocab_size) {
+            r->n_problems_total++;
+            if (r->n_problems < (ao.max_problems ? ao.max_problems : 1000)) {
+                tks_audit_problem *p = &r->problems[r->n_problems++];
+                memset(p, 0, sizeof *p);
+                p->code = TKS_ERR_TOKENIZER;
+                p->shard = p->chunk = p->token_offset = p->byte_offset = p->doc = TKS_NONE;
+                snprintf(p->file, sizeof p->file, "%s", ao.tokenizer_path);
+                snprintf(p->message, sizeof p->message, "tokenizer vocab %u, dataset vocab %u",
+                         tks_spm_vocab_size(spm), r->vocab_size);
+            }
+        }
+        tks_spm_free(spm);
+    }
+    double gbs = r->seconds > 0 ? r->bytes_hashed / 1e9 / r->seconds : 0;
+    if (as_json) {
+        json_t *probs = json_array();
+        for (size_t i = 0; i < r->n_problems; i++) {
+            const tks_audit_problem *p = &r->problems[i];
+            json_array_append_new(
+                probs, json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:s}", "kind", tks_strerror(p->code),
+                                 "file", p->file, "shard", num_or_null(p->shard), "chunk",
+                                 num_or_null(p->chunk), "token_offset", num_or_null(p->token_offset),
+                                 "byte_offset", num_or_null(p->byte_offset), "doc",
+                                 num_or_null(p->doc), "message", p->message));
+        }
+        json_t *j = json_pack("{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:f, s:f, s:o}",
+                              "path", path, "ok", r->n_problems_total == 0, "problems_total",
+                              (json_int_t)r->n_problems_total, "shards", (json_int_t)r->n_shards,
+                              "chunks", (json_int_t)r->n_chunks, "documents", (json_int_t)r->n_docs,
+                              "tokens", (json_int_t)r->n_tokens, "vocab_size", (json_int_t)r->vocab_size,
+                              "min_token_id", (json_int_t)r->min_token_id, "max_token_id",
+                              (json_int_t)r->max_token_id, "manifest_checked", r->manifest_checked,
+                              "tokenizer_checked", r->tokenizer_checked, "seconds", r->seconds,
+                              "gb_per_s", gbs, "problems", probs);
+        char *s = json_dumps(j, JSON_INDENT(2));
+        puts(s);
+        free(s);
+        json_decref(j);
+    } else {
+        for (size_t i = 0; i < r->n_problems; i++) {
+            const tks_audit_problem *p = &r->problems[i];
+            printf("PROBLEM %s: %s", tks_strerror(p->code), p->file);
+            if (p->shard != TKS_NONE) printf(" shard %llu", (unsigned long long)p->shard);
+            if (p->chunk != TKS_NONE) printf(" chunk %llu", (unsigned long long)p->chunk);
+            if (p->token_offset != TKS_NONE) printf(" token %llu", (unsigned long long)p->token_offset);
+            if (p->byte_offset != TKS_NONE) printf(" byte %llu", (unsigned long long)p->byte_offset);
+            if (p->doc != TKS_NONE) printf(" doc %llu", (unsigned long long)p->doc);
+            printf(": %s\n", p->message);
+        }
+        if (r->n_problems < r->n_problems_total)
+            printf("... and %zu more problems\n", r->n_problems_total - r->n_problems);
+        printf("%s: %s: %llu shards, %llu chunks, %llu documents, %llu tokens, ids in [%u, %u] of "
+               "vocab %u%s%s; %.1f MB hashed in %.2f s (%.2f GB/s)\n",
+               r->n_problems_total ? "FAILED" : "OK", path, (unsigned long long)r->n_shards,
+               (unsigned long long)r->n_chunks, (unsigned long long)r->n_docs,
+               (unsigned long long)r->n_tokens, r->min_token_id, r->max_token_id, r->vocab_size,
+               r->manifest_checked ? ", manifest checked" : "",
+               r->tokenizer_checked ? ", tokenizer checked" : "", r->bytes_hashed / 1e6, r->seconds, gbs);
+        if (r->n_problems_total) printf("%zu problem(s) found\n", r->n_problems_total);
+    }
+    int rc = r->n_problems_total ? EXIT_PROBLEMS : 0;
+    tks_audit_report_free(r);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- */
+/* inspect and cat: a dataset dir or a single shard                          */
+
+typedef struct view {
+    tks_dataset *ds;
+    tks_shard *one;
+    tks_spm *spm;
+} view;
+
+static int open_view(const char *path, view *v, int want_tokenizer) {
+    memset(v, 0, sizeof *v);
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        fprintf(stderr, "%s: error: %s: %s\n", prog, path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        if (tks_dataset_open(path, &v->ds)) return lib_error();
+        if (want_tokenizer && tks_spm_load(tks_dataset_tokenizer_path(v->ds), &v->spm)) return lib_error();
+    } else if (tks_shard_open(path, &v->one)) {
+        return lib_error();
+    }
+    return 0;
+}
+
+static void close_view(view *v) {
+    tks_dataset_close(v->ds);
+    tks_shard_close(v->one);
+    tks_spm_free(v->spm);
+}
+
+static size_t view_n(const view *v) { return v->ds ? tks_dataset_n_shards(v->ds) : 1; }
+static const tks_shard *view_shard(const view *v, size_t i) {
+    return v->ds ? tks_dataset_shard(v->ds, i) : v->one;
+}
+
+static int cmd_inspect(int argc, char **argv) {
+    int as_json = 0;
+    uint64_t top = 20;
+    const char *path = NULL;
+    args a = {argc, 0, argv, NULL, {0}};
+    const char *pos;
+    while (next_opt(&a, &pos)) {
+        if (pos) {
+            if (path) return usage_error("inspect: one DIR or SHARD only");
+            path = pos;
+        } else if (OPT("--json")) as_json = 1;
+        else if (OPT("--top")) SIZE(top);
+        else return usage_error("inspect: unknown option %s", a.name);
+    }
+    if (!path) return usage_error("inspect: give a dataset DIR or a SHARD file");
+    view v;
+    int rc = open_view(path, &v, 1);
+    if (rc) return rc;
+    const tks_shard_header *h0 = tks_shard_hdr(view_shard(&v, 0));
+    uint32_t vocab = h0->vocab_size;
+    /* token frequencies (parallel over shards and ranges) and document lengths */
+    uint64_t *counts = calloc(vocab, sizeof *counts);
+    uint64_t hist[65] = {0}, n_docs = 0, n_tok = 0, min_len = UINT64_MAX, max_len = 0;
+    for (size_t s = 0; s < view_n(&v); s++) {
+        const tks_shard *sh = view_shard(&v, s);
+        const tks_shard_header *h = tks_shard_hdr(sh);
+        const void *t = tks_shard_tokens(sh);
+        const uint64_t *ix = tks_shard_doc_index(sh);
+        for (uint64_t d = 0; d < h->n_docs; d++) {
+            uint64_t len = ix[d + 1] - ix[d];
+            int b = 0;
+            while ((UINT64_C(2) << b) <= len) b++;
+            hist[b]++;
+            if (len < min_len) min_len = len;
+            if (len > max_len) max_len = len;
+        }
+        n_docs += h->n_docs;
+        n_tok += h->n_tokens;
+#pragma omp parallel
+        {
+            uint64_t *loc = calloc(vocab, sizeof *loc);
+#pragma omp for schedule(static)
+            for (uint64_t i = 0; i < h->n_tokens; i++) {
+                uint32_t id = tks_shard_token_at(t, h->token_bytes, i);
+                if (id < vocab) loc[id]++;
+            }
+#pragma omp critical(tks_inspect)
+            for (uint32_t k = 0; k < vocab; k++) counts[k] += loc[k];
+            free(loc);
+        }
+    }
+    if (top > vocab) top = vocab;
+    uint32_t *best = calloc(top ? top : 1, sizeof *best);
+    for (uint64_t k = 0; k < top; k++) {
+        uint32_t arg = 0;
+        uint64_t bc = 0;
+        int found = 0;
+        for (uint32_t id = 0; id < vocab; id++) {
+            int taken = 0;
+            for (uint64_t j = 0; j < k; j++) taken |= best[j] == id;
+            if (!taken && (!found || counts[id] > bc)) arg = id, bc = counts[id], found = 1;
+        }
+        best[k] = arg;
+    }
+    const tks_tokenizer_info *ti = v.ds ? tks_dataset_tokenizer(v.ds) : NULL;
+    char fp[33];
+    tks_hex(h0->tokenizer_fp, 16, fp);
+    if (as_json) {
+        json_t *shards = json_array();
+        for (size_t s = 0; s < view_n(&v); s++) {
+            const tks_shard_header *h = tks_shard_hdr(view_shard(&v, s));
+            json_array_append_new(shards, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "file",
+                                                    tks_shard_path(view_shard(&v, s)), "index",
+                                                    (json_int_t)h->shard_index, "bytes", (json_int_t)h->file_size,
+                                                    "n_docs", (json_int_t)h->n_docs, "n_tokens",
+                                                    (json_int_t)h->n_tokens, "min_token_id",
+                                                    (json_int_t)h->min_token_id, "max_token_id",
+                                                    (json_int_t)h->max_token_id, "chunks", (json_int_t)h->n_chunks));
+        }
+        json_t *hj = json_array();
+        for (int b = 0; b < 64; b++)
+            if (hist[b])
+                json_array_append_new(hj, json_pack("{s:I, s:I, s:I}", "min_len", (json_int_t)(UINT64_C(1) << b),
+                                                    "max_len", (json_int_t)((UINT64_C(2) << b) - 1), "docs",
+                                                    (json_int_t)hist[b]));
+        json_t *tj = json_array();
+        for (uint64_t k = 0; k < top; k++)
+            json_array_append_new(tj, json_pack("{s:I, s:I, s:s?}", "id", (json_int_t)best[k], "count",
+                                                (json_int_t)counts[best[k]], "piece",
+                                                v.spm ? tks_spm_piece(v.spm, best[k]) : NULL));
+        json_t *j = json_pack("{s:s, s:i, s:I, s:i, s:s, s:s?, s:I, s:I, s:I, s:o, s:o, s:o}", "path", path,
+                              "format_version", (int)h0->version, "vocab_size", (json_int_t)vocab,
+                              "token_bytes", (int)h0->token_bytes, "tokenizer_fingerprint", fp,
+                              "model_type", ti ? ti->model_type : NULL, "n_shards", (json_int_t)view_n(&v),
+                              "n_docs", (json_int_t)n_docs, "n_tokens", (json_int_t)n_tok, "shards", shards,
+                              "doc_length_histogram", hj, "top_tokens", tj);
+        char *s = json_dumps(j, JSON_INDENT(2));
+        puts(s);
+        free(s);
+        json_decref(j);
+    } else {
+        printf("%s: tokshard format v%u, %zu shard(s)\n", path, h0->version, view_n(&v));
+        printf("  tokenizer     %s%s%s, fingerprint %s\n", ti ? ti->file : "(shard only)",
+               ti ? ", " : "", ti ? ti->model_type : "", fp);
+        printf("  vocab_size    %u (uint%u ids), bos %d, eos %d, pad %d\n", vocab, 8 * h0->token_bytes,
+               (int)h0->bos_id, (int)h0->eos_id, (int)h0->pad_id);
+        printf("  documents     %llu\n  tokens        %llu (%.1f per document, min %llu, max %llu)\n",
+               (unsigned long long)n_docs, (unsigned long long)n_tok,
+               n_docs ? (double)n_tok / (double)n_docs : 0.0, (unsigned long long)min_len,
+               (unsigned long long)max_len);
+        printf("  chunk bytes   %u\n", h0->chunk_bytes);
+        printf("  shards:\n");
+        for (size_t s = 0; s < view_n(&v); s++) {
+            const tks_shard_header *h = tks_shard_hdr(view_shard(&v, s));
+            printf("    %-28s %10llu docs %12llu tokens  ids [%u, %u]  %llu bytes\n",
+                   tks_shard_path(view_shard(&v, s)), (unsigned long long)h->n_docs,
+                   (unsigned long long)h->n_tokens, h->min_token_id, h->max_token_id,
+                   (unsigned long long)h->file_size);
+        }
+        printf("  document length (tokens):\n");
+        uint64_t hmax = 1;
+        for (int b = 0; b < 64; b++) if (hist[b] > hmax) hmax = hist[b];
+        for (int b = 0; b < 64; b++)
+            if (hist[b]) {
+                char range[48];
+                snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)(UINT64_C(1) << b),
+                         (unsigned long long)((UINT64_C(2) << b) - 1));
+                int bar = (int)(40.0 * (double)hist[b] / (double)hmax + 0.5);
+                printf("    %-16s %10llu  %.*s\n", range, (unsigned long long)hist[b], bar,
+                       "########################################");
+            }
+        printf("  most frequent tokens:\n");
+        for (uint64_t k = 0; k < top; k++)
+            printf("    %8u %12llu  %5.2f%%  %s\n", best[k], (unsigned long long)counts[best[k]],
+                   n_tok ? 100.0 * (double)counts[best[k]] / (double)n_tok : 0.0,
+                   v.spm ? tks_spm_piece(v.spm, best[k]) : "");
+    }
+    free(best);
+    free(counts);
+    close_view(&v);
+    return 0;
+}
+
+static int cmd_cat(int argc, char **argv) {
+    int mode_ids = 0, raw = 0;
+    uint64_t only = TKS_NONE, limit = TKS_NONE;
+    const char *path = NULL;
+    args a = {argc, 0, argv, NULL, {0}};
+    const char *pos;
+    while (next_opt(&a, &pos)) {
+        if (pos) {
+            if (path) return usage_error("cat: one DIR or SHARD only");
+            path = pos;
+        } else if (OPT("--ids")) mode_ids = 1;
+        else if (OPT("--text")) mode_ids = 0;
+        else if (OPT("--raw")) raw = 1;
+        else if (OPT("--doc")) SIZE(only);
+        else if (OPT("--limit")) SIZE(limit);
+        else return usage_error("cat: unknown option %s", a.name);
+    }
+    if (!path) return usage_error("cat: give a dataset DIR or a SHARD file");
+    view v;
+    int rc = open_view(path, &v, !mode_ids);
+    if (rc) return rc;
+    if (!mode_ids && !v.spm) {
+        close_view(&v);
+        return usage_error("cat: decoding text needs a dataset DIR (with its tokenizer); use --ids for a lone shard");
+    }
+    uint64_t g = 0, printed = 0;
+    uint32_t *buf = NULL;
+    size_t cap = 0;
+    int found = only == TKS_NONE;
+    for (size_t s = 0; s < view_n(&v) && printed < limit; s++) {
+        const tks_shard *sh = view_shard(&v, s);
+        const tks_shard_header *h = tks_shard_hdr(sh);
+        const uint64_t *ix = tks_shard_doc_index(sh);
+        if (only != TKS_NONE && only >= g + h->n_docs) {
+            g += h->n_docs;
+            continue;
+        }
+        for (uint64_t d = 0; d < h->n_docs && printed < limit; d++, g++) {
+            if (only != TKS_NONE && g != only) continue;
+            found = 1;
+            uint64_t len = ix[d + 1] - ix[d];
+            if (len > cap) {
+                free(buf);
+                cap = len;
+                buf = malloc(cap * sizeof *buf);
+            }
+            if (tks_shard_read(sh, ix[d], len, 0, buf)) {
+                free(buf);
+                close_view(&v);
+                return lib_error();
+            }
+            if (mode_ids) {
+                for (uint64_t i = 0; i < len; i++) printf(i ? " %u" : "%u", buf[i]);
+                putchar('\n');
+            } else {
+                char *text;
+                size_t tl;
+                if (tks_spm_decode(v.spm, buf, len, &text, &tl)) {
+                    free(buf);
+                    close_view(&v);
+                    return lib_error();
+                }
+                if (raw) fwrite(text, 1, tl, stdout);
+                else
+                    for (size_t i = 0; i < tl; i++) {
+                        if (text[i] == '\n') fputs("\\n", stdout);
+                        else if (text[i] == '\\') fputs("\\\\", stdout);
+                        else putchar(text[i]);
+                    }
+                putchar('\n');
+                free(text);
+            }
+            printed++;
+            if (only != TKS_NONE) break;
+        }
+        if (only != TKS_NONE && found) break;
+    }
+    free(buf);
+    close_view(&v);
+    if (!found) {
+        fprintf(stderr, "%s: error: --doc %llu: the dataset has %llu documents\n", prog,
+                (unsigned long long)only, (unsigned long long)g);
+        return EXIT_USAGE;
+    }
+    return fflush(stdout) == 0 ? 0 : EXIT_USAGE;
+}
+
+/* ------------------------------------------------------------------------- */
+
+static void help(FILE *f) {
+    fprintf(f,
+            "tokshard " TKS_VERSION_STRING " - raw text to checksummed, vocab-validated token shards\n\n"
+            "usage:\n"
+            "  tokshard train-tokenizer --output PREFIX [options] INPUT...\n"
+            "      --model-type bpe|unigram [bpe]   --vocab-size N [8000]   --byte-fallback\n"
+            "      --character-coverage F [0.9995]  --input-sentence-size N [2000000]\n"
+            "      --threads N [all cores]          --seed N [1234]\n"
+            "  tokshard build --tokenizer MODEL --output DIR [options] INPUT...\n"
+            "      --threads N [all cores]    --shard-tokens N [16M]   --chunk-bytes N [1M]\n"
+            "      --append-eos   --prepend-bos   --resume   --quiet\n"
+            "  tokshard audit DIR|SHARD [--json] [--model-vocab N] [--tokenizer MODEL] [--threads N]\n"
+            "  tokshard inspect DIR|SHARD [--json] [--top K]\n"
+            "  tokshard cat DIR|SHARD [--doc N] [--limit N] [--ids|--text] [--raw]\n\n"
+            "input options (train-tokenizer and build):\n%s\n"
+            "INPUT: files or directories (walked recursively, in name order): plain text, .gz .xz\n"
+            ".zst .bz2 .dz, and .tar .tar.gz .tgz .tar.xz .tar.zst .tar.bz2 .zip archives.\n"
+            "Sizes accept K, M, G suffixes (powers of 1024).\n\n"
+            "exit codes: 0 ok, 1 audit found problems, 2 usage or I/O error, 130 interrupted\n"
+            "(an interrupted build continues with the same command plus --resume).\n",
+            INPUT_HELP);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        help(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    int sub_argc = argc - 2;
+    char **sub_argv = argv + 2;
+    if (!strcmp(cmd, "build")) return cmd_build(sub_argc, sub_argv);
+    if (!strcmp(cmd, "train-tokenizer")) return cmd_train_tokenizer(sub_argc, sub_argv);
+    if (!strcmp(cmd, "audit")) return cmd_audit(sub_argc, sub_argv);
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(sub_argc, sub_argv);
+    if (!strcmp(cmd, "cat")) return cmd_cat(sub_argc, sub_argv);
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        help(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        puts("tokshard " TKS_VERSION_STRING);
+        return 0;
+    }
+    return usage_error("unknown command '%s'", cmd);
+}

@@ -1,0 +1,9 @@
+# End-to-end CLI tests on real text; `build_setup` trains the shared tokenizers.
+set(TKS_BUILD_WORK ${CMAKE_BINARY_DIR}/test-work/build)
+add_test(NAME build_setup COMMAND bash ${TKS_TEST_DIR}/test_build.sh $<TARGET_FILE:tokshard> ${TKS_BUILD_WORK} setup)
+set_tests_properties(build_setup PROPERTIES FIXTURES_SETUP tks_build)
+foreach(case threads resume parity containers errors cli)
+  add_test(NAME build_${case}
+           COMMAND bash ${TKS_TEST_DIR}/test_build.sh $<TARGET_FILE:tokshard> ${TKS_BUILD_WORK} ${case})
+  set_tests_properties(build_${case} PROPERTIES FIXTURES_REQUIRED tks_build)
+endforeach()

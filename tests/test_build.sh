@@ -1,0 +1,315 @@
+#!/usr/bin/env bash
+# End-to-end tests of `tokshard` on real text (dict-gcide, python3.11-doc).
+# Usage: test_build.sh TOKSHARD WORKDIR CASE   (WORKDIR shared by all cases)
+#   CASE: setup | threads | resume | parity | containers | errors | cli
+# `setup` trains the tokenizers the other cases share (a ctest fixture).
+# Every check compares real output or exit codes; any failure exits 1.
+set -uo pipefail
+TKS=$1
+W=$2
+CASE=$3
+GCIDE=/usr/share/dictd/gcide.dict.dz
+PYDOC=/usr/share/doc/python3.11/html/_sources
+fails=0
+fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
+ok() { echo "ok   [$CASE]: $*"; }
+# expect CODE DESCRIPTION -- command...: runs, checks the exit code, keeps stderr in $W/err
+expect() {
+  local want=$1 what=$2
+  shift 3
+  "$@" >"$W/out" 2>"$W/err"
+  local got=$?
+  if [[ $got -ne $want ]]; then
+    fail "$what: exit $got, expected $want; stderr: $(head -c 600 "$W/err")"
+    return 1
+  fi
+  ok "$what (exit $got)"
+}
+# expect_msg PATTERN: the last command's stderr must match
+expect_msg() {
+  if grep -Eq -- "$1" "$W/err"; then ok "message matches '$1'"; else
+    fail "message does not match '$1': $(head -c 600 "$W/err")"
+  fi
+}
+same_dataset() { # A B: every file byte-identical
+  if diff -r "$1" "$2" >/dev/null; then ok "$3: byte-identical"; else
+    fail "$3: $1 and $2 differ: $(diff -rq "$1" "$2" | head -3)"
+  fi
+}
+
+T=$W/setup          # shared by all cases (written by `setup`)
+W=$W/$CASE-run      # this case's scratch space
+rm -rf "$W" && mkdir -p "$W"
+cd "$W" || exit 2
+
+case $CASE in
+setup)
+  rm -rf "$T" && mkdir -p "$T"
+  # ~4 MB of the dictionary, one entry per paragraph; and 40 real documentation files
+  zcat "$GCIDE" | head -c 4000000 >"$T/gcide.txt"
+  mkdir -p "$T/pydoc"
+  find "$PYDOC/library" -name '*.rst.txt' | sort | head -40 | xargs -I{} cp {} "$T/pydoc/"
+  expect 0 "train BPE tokenizer" -- "$TKS" train-tokenizer --output "$T/bpe" --vocab-size 2000 \
+    --byte-fallback --doc-split blank-line --input-sentence-size 60000 "$T/gcide.txt" "$T/pydoc"
+  expect 0 "train unigram tokenizer" -- "$TKS" train-tokenizer --output "$T/uni" --model-type unigram \
+    --vocab-size 2000 --doc-split blank-line --input-sentence-size 60000 "$T/gcide.txt"
+  # reference build used by several cases
+  expect 0 "reference build" -- "$TKS" build -q --tokenizer "$T/bpe.model" --output "$T/ref" \
+    --doc-split blank-line --append-eos --shard-tokens 100K --chunk-bytes 4K "$T/gcide.txt" "$T/pydoc"
+  n=$(ls "$T/ref"/shard-*.tks | wc -l)
+  [[ $n -ge 5 ]] && ok "reference has $n shards" || fail "reference has only $n shards"
+  ;;
+
+threads)
+  for t in 1 2 3; do
+    rm -rf "t$t"
+    expect 0 "build with $t threads" -- "$TKS" build -q --threads $t --tokenizer "$T/bpe.model" \
+      --output "t$t" --doc-split blank-line --append-eos --shard-tokens 100K --chunk-bytes 4K \
+      "$T/gcide.txt" "$T/pydoc"
+  done
+  same_dataset t1 "$T/ref" "1 thread vs reference"
+  same_dataset t2 t1 "2 threads vs 1"
+  same_dataset t3 t1 "3 threads vs 1"
+  # small batches change the parallel schedule, not the output
+  rm -rf tb
+  expect 0 "build with tiny batches" -- "$TKS" build -q --threads 2 --batch-bytes 10K \
+    --tokenizer "$T/bpe.model" --output tb --doc-split blank-line --append-eos \
+    --shard-tokens 100K --chunk-bytes 4K "$T/gcide.txt" "$T/pydoc"
+  same_dataset tb t1 "tiny batches vs default"
+  ;;
+
+resume)
+  # small batches (which do not change the output: see `threads`) give many kill points
+  args=(-q --tokenizer "$T/bpe.model" --doc-split blank-line --append-eos --shard-tokens 100K
+    --chunk-bytes 4K --batch-bytes 128K "$T/gcide.txt" "$T/pydoc")
+  for point in shard:0 shard:2 state:1 batch:1 batch:7; do
+    rm -rf r r.partial
+    TOKSHARD_TEST_KILL=$point "$TKS" build "${args[@]}" --output r >/dev/null 2>&1
+    code=$?
+    [[ $code -eq 137 ]] && ok "killed at $point (exit 137)" || fail "kill at $point: exit $code"
+    [[ ! -e r ]] && ok "nothing published under the final name after kill at $point" ||
+      fail "r exists after kill at $point"
+    # every shard file left under a final name is complete and valid
+    for s in r.partial/shard-*.tks; do
+      [[ -e $s ]] || continue
+      "$TKS" audit "$s" >/dev/null 2>&1 || fail "$s left after kill at $point does not audit clean"
+    done
+    expect 2 "build again without --resume refuses" -- "$TKS" build "${args[@]}" --output r
+    expect_msg "--resume"
+    expect 0 "resume after kill at $point" -- "$TKS" build "${args[@]}" --output r --resume
+    same_dataset r "$T/ref" "resumed after kill at $point"
+  done
+  # a real kill -9 at an arbitrary moment, and Ctrl-C (SIGINT)
+  for sig in KILL INT; do
+    rm -rf r r.partial
+    "$TKS" build "${args[@]}" --threads 1 --output r >/dev/null 2>&1 &
+    pid=$!
+    sleep 0.6
+    kill -s $sig $pid 2>/dev/null
+    wait $pid
+    code=$?
+    echo "SIG$sig: build exited $code"
+    if [[ -e r ]]; then
+      ok "SIG$sig came after the build finished; nothing to resume"
+    else
+      [[ $sig == INT && $code -ne 130 ]] && fail "SIGINT: exit $code, expected 130"
+      expect 0 "resume after SIG$sig" -- "$TKS" build "${args[@]}" --output r --resume
+    fi
+    same_dataset r "$T/ref" "after SIG$sig and resume"
+  done
+  # resume refuses other options
+  rm -rf r r.partial
+  TOKSHARD_TEST_KILL=state:1 "$TKS" build "${args[@]}" --output r >/dev/null 2>&1
+  expect 2 "resume with another --shard-tokens refuses" -- "$TKS" build "${args[@]}" \
+    --shard-tokens 50K --output r --resume
+  expect_msg "other inputs, tokenizer or options"
+  # a full disk (file size limit) fails cleanly and resumes to the same bytes
+  rm -rf r r.partial
+  (trap '' XFSZ; ulimit -f 150; exec "$TKS" build "${args[@]}" --output r) >/dev/null 2>"$W/err"
+  code=$?
+  [[ $code -eq 2 ]] && ok "file size limit: exit 2" || fail "file size limit: exit $code"
+  expect_msg "(no space|File too large|file size limit).*--resume|--resume.*(space|limit)"
+  [[ ! -e r ]] && ok "nothing published after the write failure" || fail "r published after write failure"
+  expect 0 "resume after the write failure" -- "$TKS" build "${args[@]}" --output r --resume
+  same_dataset r "$T/ref" "resumed after a write failure"
+  ;;
+
+parity)
+  # ids equal Debian's spm_encode, per line, for BPE and unigram models
+  zcat "$GCIDE" | sed -n '1,200000p' | grep -v '^[[:space:]]*$' | head -20000 >lines.txt
+  for m in bpe uni; do
+    rm -rf "p$m"
+    expect 0 "build $m line documents" -- "$TKS" build -q --tokenizer "$T/$m.model" --output "p$m" \
+      --doc-split line lines.txt
+    "$TKS" cat "p$m" --ids >"ours.$m"
+    spm_encode --model "$T/$m.model" --output_format=id <lines.txt | grep -v '^$' >"theirs.$m"
+    n=$(wc -l <"ours.$m")
+    if [[ $n -ge 19000 ]] && cmp -s "ours.$m" "theirs.$m"; then
+      ok "$m: $n documents, ids identical to spm_encode"
+    else
+      fail "$m: ids differ from spm_encode ($n docs): $(diff "ours.$m" "theirs.$m" | head -4)"
+    fi
+  done
+  # decoding gives the text back (sentencepiece normalizes whitespace; lines are plain here)
+  "$TKS" cat pbpe --raw --limit 200 >decoded.txt
+  head -200 lines.txt | sed 's/^[[:space:]]*//; s/[[:space:]]*$//; s/[[:space:]]\+/ /g' >expected.txt
+  cmp -s decoded.txt expected.txt && ok "decode(encode(line)) == line for 200 lines" ||
+    fail "decoded text differs: $(diff decoded.txt expected.txt | head -4)"
+  ;;
+
+containers)
+  mkdir -p c && cd c || exit 2
+  head -c 500000 "$T/gcide.txt" >g.txt
+  cp "$T/pydoc/"*.rst.txt . 2>/dev/null
+  ls *.rst.txt | head -5 >members
+  rm -rf plain && expect 0 "plain build" -- "$TKS" build -q --tokenizer "$T/bpe.model" --output plain \
+    --doc-split line g.txt $(cat members)
+  "$TKS" cat plain --ids >plain.ids
+  gzip -kf g.txt; xz -kf g.txt; zstd -qf g.txt; bzip2 -kf g.txt; cp g.txt gd.txt && dictzip -f gd.txt
+  for f in $(cat members); do gzip -kf "$f"; done
+  tar -cf m.tar $(cat members); tar -czf m.tgz $(cat members); tar -cJf m.tar.xz $(cat members)
+  tar --zstd -cf m.tar.zst $(cat members); tar -cjf m.tar.bz2 $(cat members); zip -q m.zip $(cat members)
+  for comp in g.txt.gz g.txt.xz g.txt.zst g.txt.bz2 gd.txt.dz; do
+    for arch in m.tar m.tgz m.tar.xz m.tar.zst m.tar.bz2 m.zip; do
+      [[ $comp == g.txt.gz || $arch == m.tar ]] || continue # every type once, not every pair
+      rm -rf o && expect 0 "build $comp + $arch" -- "$TKS" build -q --tokenizer "$T/bpe.model" \
+        --output o --doc-split line "$comp" "$arch"
+      "$TKS" cat o --ids >o.ids
+      cmp -s o.ids plain.ids && ok "$comp + $arch: same ids as plain files" ||
+        fail "$comp + $arch: ids differ from the plain build"
+    done
+  done
+  # a directory is walked in name order: same as listing its files sorted
+  mkdir -p d/sub && cp g.txt d/a.txt && cp $(cat members) d/sub/
+  rm -rf od && expect 0 "build a directory" -- "$TKS" build -q --tokenizer "$T/bpe.model" --output od \
+    --doc-split line d
+  rm -rf ol && expect 0 "build the files listed" -- "$TKS" build -q --tokenizer "$T/bpe.model" --output ol \
+    --doc-split line d/a.txt $(ls d/sub/* | sort)
+  same_dataset od ol "directory vs sorted file list"
+  # JSONL, plain and compressed, with a custom key
+  python3 -c '
+import json, sys
+with open("g.txt", encoding="utf-8", errors="replace") as f:
+    for line in f:
+        if line.strip(): print(json.dumps({"id": 1, "body": line.rstrip("\n")}))' >docs.jsonl
+  gzip -kf docs.jsonl
+  for f in docs.jsonl docs.jsonl.gz; do
+    rm -rf oj && expect 0 "build $f" -- "$TKS" build -q --tokenizer "$T/bpe.model" --output oj \
+      --jsonl-key body "$f"
+    rm -rf ot && "$TKS" build -q --tokenizer "$T/bpe.model" --output ot --doc-split line g.txt
+    "$TKS" cat oj --ids >oj.ids; "$TKS" cat ot --ids >ot.ids
+    cmp -s oj.ids ot.ids && ok "$f: same ids as the text lines" || fail "$f: ids differ from text lines"
+  done
+  ;;
+
+errors)
+  B=(-q --tokenizer "$T/bpe.model")
+  printf '{"text": "good one"}\n{"text": "good two"}\n{"text": broken\n{"other": "x"}\n' >bad.jsonl
+  rm -rf o o.partial
+  expect 2 "JSONL line that does not parse" -- "$TKS" build "${B[@]}" --output o bad.jsonl
+  expect_msg "bad.jsonl:3"
+  [[ ! -e o ]] && ok "no dataset published on failure" || fail "o published after a JSONL error"
+  rm -rf o o.partial
+  expect 0 "JSONL bad records skipped by policy" -- "$TKS" build --tokenizer "$T/bpe.model" --output o \
+    --on-bad-record skip bad.jsonl
+  grep -q "2 bad records" "$W/out" && ok "summary counts 2 bad records" || fail "summary: $(cat "$W/out")"
+  printf 'fine line\nbad \xff\xfe byte\nlast \xc3\x28 one\n' >bad8.txt
+  rm -rf o o.partial
+  expect 2 "invalid UTF-8 under fail" -- "$TKS" build "${B[@]}" --output o --doc-split line \
+    --invalid-utf8 fail bad8.txt
+  expect_msg "bad8.txt:2"
+  rm -rf o o.partial
+  expect 0 "invalid UTF-8 skipped" -- "$TKS" build --tokenizer "$T/bpe.model" --output o --doc-split line \
+    --invalid-utf8 skip bad8.txt
+  [[ $("$TKS" cat o --ids | wc -l) -eq 1 ]] && ok "only the valid line kept" || fail "skip kept wrong docs"
+  rm -rf o o.partial
+  expect 0 "invalid UTF-8 replaced" -- "$TKS" build --tokenizer "$T/bpe.model" --output o --doc-split line bad8.txt
+  grep -q "2 documents, 3 sequences replaced" "$W/out" && ok "replacement counted" ||
+    fail "replacement summary: $(grep invalid "$W/out")"
+  head -c 300000 "$T/gcide.txt" | gzip >trunc.gz.full && head -c 20000 trunc.gz.full >trunc.gz
+  rm -rf o o.partial
+  expect 2 "truncated gzip stream" -- "$TKS" build "${B[@]}" --output o trunc.gz
+  expect_msg "trunc.gz"
+  head -c 100000 "$T/gcide.txt" >long.txt
+  rm -rf o o.partial
+  expect 2 "document over --max-doc-bytes under fail" -- "$TKS" build "${B[@]}" --output o \
+    --max-doc-bytes 50K --on-long-doc fail long.txt
+  expect_msg "max-doc-bytes"
+  rm -rf o o.partial
+  printf '\n\n   \n' >empty.txt
+  expect 2 "input without any text" -- "$TKS" build "${B[@]}" --output o --doc-split line empty.txt
+  expect_msg "no document"
+  rm -rf o o.partial
+  expect 2 "missing input" -- "$TKS" build "${B[@]}" --output o /nonexistent/file.txt
+  expect_msg "/nonexistent/file.txt"
+  expect 2 "not a tokenizer" -- "$TKS" build -q --tokenizer "$T/gcide.txt" --output o "$T/gcide.txt"
+  expect_msg "gcide.txt"
+  expect 2 "output exists" -- "$TKS" build "${B[@]}" --output "$T/ref" "$T/gcide.txt"
+  expect_msg "already exists"
+  # corruption found by audit: exit 1, names shard, chunk and offset
+  rm -rf bad && cp -r "$T/ref" bad
+  printf '\x01' | dd of=bad/shard-00002.tks bs=1 seek=9000 conv=notrunc 2>/dev/null
+  expect 1 "audit finds a flipped byte" -- "$TKS" audit bad
+  grep -Eq "shard 2 chunk [0-9]+ token [0-9]+" "$W/out" && ok "audit names shard, chunk and token" ||
+    fail "audit output: $(head -3 "$W/out")"
+  rm -rf bad && cp -r "$T/ref" bad && truncate -s -1 bad/shard-00001.tks
+  expect 2 "open refuses a truncated shard" -- "$TKS" cat bad --ids
+  expect_msg "shard-00001.tks.*truncated"
+  expect 1 "audit reports the truncation" -- "$TKS" audit bad
+  expect 1 "audit --model-vocab below the ids" -- "$TKS" audit "$T/ref" --model-vocab 1000
+  grep -q "model-vocab 1000" "$W/out" && ok "model vocab named" || fail "model vocab not named"
+  expect 1 "audit --tokenizer of another model" -- "$TKS" audit "$T/ref" --tokenizer "$T/uni.model"
+  expect 0 "audit --tokenizer of the right model" -- "$TKS" audit "$T/ref" --tokenizer "$T/bpe.model"
+  rm -rf bad && cp -r "$T/ref" bad && rm bad/manifest.json
+  expect 1 "audit of an unfinished dataset" -- "$TKS" audit bad
+  expect 2 "open of an unfinished dataset" -- "$TKS" inspect bad
+  expect_msg "--resume"
+  ;;
+
+cli)
+  expect 2 "no arguments" -- "$TKS"
+  expect 2 "unknown command" -- "$TKS" frobnicate
+  expect_msg "unknown command"
+  expect 0 "help" -- "$TKS" help
+  expect 0 "--version" -- "$TKS" --version
+  expect 2 "build without --tokenizer" -- "$TKS" build --output x "$T/gcide.txt"
+  expect_msg "--tokenizer"
+  expect 2 "bad --doc-split" -- "$TKS" build --tokenizer "$T/bpe.model" --output x --doc-split words "$T/gcide.txt"
+  expect_msg "--doc-split words"
+  expect 2 "bad --shard-tokens" -- "$TKS" build --tokenizer "$T/bpe.model" --output x --shard-tokens lots "$T/gcide.txt"
+  expect_msg "--shard-tokens lots"
+  expect 2 "bad --chunk-bytes" -- "$TKS" build --tokenizer "$T/bpe.model" --output x --chunk-bytes 10 "$T/gcide.txt"
+  expect 2 "unknown build flag" -- "$TKS" build --tokenizer "$T/bpe.model" --output x --fast "$T/gcide.txt"
+  expect_msg "unknown option --fast"
+  expect 0 "audit clean dataset" -- "$TKS" audit "$T/ref"
+  grep -q "^OK: " "$W/out" && ok "audit says OK" || fail "audit output: $(cat "$W/out")"
+  expect 0 "audit --json" -- "$TKS" audit "$T/ref" --json
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["ok"] and d["shards"]>=5, d' "$W/out" &&
+    ok "audit --json parses" || fail "audit --json"
+  expect 0 "audit one shard" -- "$TKS" audit "$T/ref/shard-00000.tks"
+  expect 2 "audit a missing path" -- "$TKS" audit /nonexistent
+  expect 0 "inspect" -- "$TKS" inspect "$T/ref"
+  grep -q "most frequent tokens" "$W/out" && grep -q "document length" "$W/out" && ok "inspect sections" ||
+    fail "inspect output"
+  expect 0 "inspect --json" -- "$TKS" inspect "$T/ref" --json --top 5
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["top_tokens"])==5 and d["n_tokens"]>0' "$W/out" &&
+    ok "inspect --json parses" || fail "inspect --json"
+  expect 0 "cat --doc 3 --ids" -- "$TKS" cat "$T/ref" --doc 3 --ids
+  [[ $(wc -l <"$W/out") -eq 1 ]] && ok "one document printed" || fail "cat --doc printed $(wc -l <"$W/out") lines"
+  expect 0 "cat --text" -- "$TKS" cat "$T/ref" --doc 0
+  grep -q '[A-Za-z]' "$W/out" && ok "decoded text" || fail "cat text: $(head -c 200 "$W/out")"
+  expect 2 "cat --doc out of range" -- "$TKS" cat "$T/ref" --doc 99999999
+  expect_msg "has [0-9]+ documents"
+  expect 2 "cat --text of a lone shard" -- "$TKS" cat "$T/ref/shard-00000.tks"
+  ;;
+*)
+  echo "unknown case $CASE" >&2
+  exit 2
+  ;;
+esac
+
+if [[ $fails -ne 0 ]]; then
+  echo "test_build [$CASE]: $fails check(s) failed" >&2
+  exit 1
+fi
+echo "test_build [$CASE]: all checks passed"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds and runs every test with ctest.
+#   tools/test.sh             Release-with-debug-info build in build/
+#   tools/test.sh --sanitize  AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/
+# Extra arguments after -- go to ctest (e.g. -- -R dataset).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=build
+cmake_args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKS_WERROR=ON)
+if [[ "${1:-}" == "--sanitize" ]]; then
+  dir=build-asan
+  cmake_args=(-DCMAKE_BUILD_TYPE=Debug -DTKS_SANITIZE=ON -DTKS_WERROR=ON)
+  shift
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+fi
+[[ "${1:-}" == "--" ]] && shift
+TOKSHARD_TORCH=${TOKSHARD_TORCH:-0} tools/install-deps.sh
+cmake -S . -B "$dir" "${cmake_args[@]}" >/dev/null
+cmake --build "$dir" -j"$(nproc)"
+ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" "$@"
