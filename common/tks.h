@@ -48,6 +48,9 @@ enum {
     TKS_ERR_PADDING = -22,     /* bytes that must be zero (alignment padding) are not */
 };
 
+/* A special token id (bos/eos/pad/unk) the tokenizer does not have. */
+#define TKS_NO_ID 0xFFFFFFFFu
+
 /* Sentinel for "no such offset / index" in the error context. */
 #define TKS_NONE UINT64_MAX
 

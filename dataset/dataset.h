@@ -31,7 +31,6 @@ extern "C" {
 #define TKS_DEFAULT_CHUNK_BYTES (1u << 20)
 #define TKS_MIN_CHUNK_BYTES 64u          /* chunk_bytes: multiple of 4 in [64, 2^30] */
 #define TKS_MAX_CHUNK_BYTES (1u << 30)
-#define TKS_NO_ID 0xFFFFFFFFu            /* bos/eos/pad id when the tokenizer has none */
 #define TKS_U16_MAX_VOCAB 65536u         /* vocab_size <= this: uint16 tokens, else uint32 */
 #define TKS_MANIFEST_NAME "manifest.json"
 #define TKS_MANIFEST_FORMAT "tokshard-dataset"

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "dataset/dataset.h" /* TKS_NO_ID */
+
 #include "tokenize/spm.h"
 
 #define GCIDE "/usr/share/dictd/gcide.dict.dz"

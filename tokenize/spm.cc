@@ -24,7 +24,7 @@
 #include <sentencepiece_trainer.h>
 #include <xxhash.h>
 
-#include "../dataset/dataset.h" /* TKS_NO_ID */
+
 
 namespace spm = sentencepiece;
 

@@ -72,8 +72,10 @@ typedef struct tks_spm_train_opts {
     double character_coverage;    /* 0 = sentencepiece default (0.9995) */
     uint64_t input_sentence_size; /* sample at most this many sentences; 0 = all */
     uint32_t max_sentence_length; /* bytes; longer sentences are skipped; 0 = default 4192 */
-    int threads;                  /* 0 = 1 */
-    uint32_t seed;                /* sentencepiece's sampling seed */
+    int threads;                  /* 0 = 1. Unigram models depend on it, and every model
+                                   * records it: fix it for reproducible models */
+    uint32_t seed;                /* passed to SetRandomGeneratorSeed; sentencepiece 0.1.97's
+                                   * sentence sampling ignores it (fixed internal seed) */
 } tks_spm_train_opts;
 
 /* Supplies the next training sentence: set *text and *len and return 1, or

@@ -370,14 +370,11 @@ static int cmd_train_tokenizer(int argc, char **argv) {
         else if (OPT("--threads")) {
             SIZE(v64);
             t.threads = (int)v64;
-        } else if (OPT("--seed")) {
-            SIZE(v64);
-            t.seed = (uint32_t)v64;
         } else return usage_error("train-tokenizer: unknown option %s", a.name);
     }
     if (!t.model_prefix) return usage_error("train-tokenizer: --output PREFIX is required (writes PREFIX.model)");
     if (!n_in) return usage_error("train-tokenizer: give at least one INPUT");
-    if (!t.threads) t.threads = omp_get_max_threads();
+    if (!t.threads) t.threads = 1; /* the model depends on (and records) it: same default everywhere */
     sentence_src src = {0};
     int rc = tks_input_open(inputs, n_in, &io, &src.in);
     double t0 = omp_get_wtime();
@@ -767,7 +764,7 @@ static void help(FILE *f) {
             "  tokshard train-tokenizer --output PREFIX [options] INPUT...\n"
             "      --model-type bpe|unigram [bpe]   --vocab-size N [8000]   --byte-fallback\n"
             "      --character-coverage F [0.9995]  --input-sentence-size N [2000000]\n"
-            "      --threads N [all cores]          --seed N [1234]\n"
+            "      --threads N [1: models depend on the thread count, so the default is fixed]\n"
             "  tokshard build --tokenizer MODEL --output DIR [options] INPUT...\n"
             "      --threads N [all cores]    --shard-tokens N [16M]   --chunk-bytes N [1M]\n"
             "      --append-eos   --prepend-bos   --resume   --quiet\n"

@@ -1,0 +1,326 @@
+#!/usr/bin/env bash
+# bench_build.sh - tokshard build and audit against the tools people use today,
+# side by side in one run, on the same text, the same tokenizer, this machine.
+#
+# Compared (see docs/BENCHMARKS.md for the figures and how to read them):
+#   tokshard build --doc-split line --threads 1 / --threads N   (N = nproc)
+#   spm_encode --output_format=id, single-threaded (Debian's sentencepiece CLI)
+#   bench/megatron_style.py: a Megatron-LM preprocess_data.py style pipeline
+#     (Debian python3-sentencepiece + numpy, multiprocessing.Pool(N).imap, 32 lines/task)
+#   tokshard audit --threads 1 / N   against   xxhsum -H3 (XXH3-64) on the same shard files
+#   --large: tokshard build --doc-split file on /usr/src/linux-source-6.1.tar.xz (~1.3 GB)
+#
+# This is a benchmark, not a test: nothing is asserted about time. It prints a
+# table and writes bench/results/<date>-<host>.json (and the raw .tsv).
+# Ratios matter, absolute times on a shared machine do not: before each phase
+# the script waits (up to --max-wait s) for the machine to be idle, and every
+# run records the CPU time other processes used meanwhile ("foreign" CPU).
+#
+# usage: bench/bench_build.sh [options]
+#   --runs N         timed runs per build tool, median reported [3]
+#   --audit-runs N   timed runs per audit tool, median reported [5]
+#   --threads N      the "N threads" figure [nproc]
+#   --large          also build the linux-source-6.1 tarball (~1.3 GB; installs the
+#                    Debian package if missing; takes several minutes on 2 cores)
+#   --work DIR       scratch directory: corpus, tokenizer, datasets [/var/tmp/tokshard-bench]
+#   --bin PATH       tokshard binary [build-bench/bin/tokshard, built if missing]
+#   --max-wait S     longest wait for an idle machine before a phase [900]
+#   --no-wait        do not wait for an idle machine
+#   --keep           keep the datasets in --work (the corpus and tokenizer are always kept)
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+RUNS=3
+AUDIT_RUNS=5
+THREADS="$(nproc)"
+LARGE=0
+WORK="/var/tmp/tokshard-bench"
+BIN=""
+MAX_WAIT=900
+WAIT=1
+KEEP=0
+while (($#)); do
+  case "$1" in
+    --runs) RUNS="$2"; shift 2 ;;
+    --audit-runs) AUDIT_RUNS="$2"; shift 2 ;;
+    --threads) THREADS="$2"; shift 2 ;;
+    --large) LARGE=1; shift ;;
+    --work) WORK="$2"; shift 2 ;;
+    --bin) BIN="$2"; shift 2 ;;
+    --max-wait) MAX_WAIT="$2"; shift 2 ;;
+    --no-wait) WAIT=0; shift ;;
+    --keep) KEEP=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench_build.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+PY=/usr/bin/python3   # Debian's interpreter: it has python3-sentencepiece and numpy
+say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# ---------------------------------------------------------------- prerequisites
+"$ROOT/tools/install-deps.sh" --bench >&2
+if [[ $LARGE == 1 && ! -f /usr/src/linux-source-6.1.tar.xz ]]; then
+  say "installing linux-source-6.1 (for --large)"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends linux-source-6.1 >/dev/null
+fi
+if [[ -z "$BIN" ]]; then
+  BIN="$ROOT/build-bench/bin/tokshard"
+  say "building tokshard (Release) in build-bench/"
+  cmake -S "$ROOT" -B "$ROOT/build-bench" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$ROOT/build-bench" -j"$(nproc)" --target tokshard >/dev/null
+fi
+for t in "$BIN" /usr/bin/time spm_encode xxhsum "$PY"; do
+  command -v "$t" >/dev/null || { echo "bench_build.sh: missing $t" >&2; exit 2; }
+done
+"$PY" -c 'import sentencepiece, numpy' || { echo "bench_build.sh: $PY lacks sentencepiece/numpy" >&2; exit 2; }
+# xxhsum 0.8.x: -H3 is XXH3-64; check it on the empty input (known value)
+[[ "$(printf '' | xxhsum -H3 | grep -o '[0-9a-f]\{16\}')" == 2d06800538d394c2 ]] ||
+  { echo "bench_build.sh: xxhsum -H3 is not XXH3-64 here" >&2; exit 2; }
+
+mkdir -p "$WORK" "$HERE/results"
+HOST="$(hostname -s)"
+STAMP="$(date +%Y%m%d-%H%M%S)"
+RES="$HERE/results/$STAMP-$HOST"
+RAW="$RES.tsv"
+META="$RES.meta.tsv"
+printf 'name\trun\twall_s\trss_kb\tuser_s\tsys_s\tforeign_cpu_s\tbytes\tload1_before\n' > "$RAW"
+HZ="$(getconf CLK_TCK)"
+
+# ------------------------------------------------------------------ helpers
+busy_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9; exit}' /proc/stat; }
+load1() { cut -d' ' -f1 /proc/loadavg; }
+
+# Waits until the machine is idle: 1-minute load < 0.5 and < 10% CPU busy over 5 s.
+wait_idle() {
+  [[ $WAIT == 1 ]] || return 0
+  local start=$SECONDS a b
+  while :; do
+    a=$(busy_jiffies); sleep 5; b=$(busy_jiffies)
+    local busy=$(( (b - a) * 100 / (5 * HZ * $(nproc)) ))
+    if awk -v l="$(load1)" 'BEGIN{exit !(l < 0.5)}' && ((busy < 10)); then return 0; fi
+    if ((SECONDS - start > MAX_WAIT)); then
+      say "machine still busy after ${MAX_WAIT}s (load $(load1), ${busy}% CPU): measuring anyway"
+      echo "warning	busy: load $(load1), ${busy}% CPU at $(date +%T)" >> "$META"
+      return 0
+    fi
+    say "waiting for an idle machine (load $(load1), ${busy}% CPU busy)"
+    sleep 20
+  done
+}
+
+# measure NAME RUN BYTES [--stdin FILE] [--stdout FILE] -- CMD...
+# Records wall s, peak RSS KB, user/sys s, and the CPU seconds other processes
+# used during the run (system busy time minus the command's own).
+measure() {
+  local name=$1 run=$2 bytes=$3; shift 3
+  local in=/dev/null out=/dev/null
+  while [[ $1 != -- ]]; do
+    case "$1" in --stdin) in=$2 ;; --stdout) out=$2 ;; esac; shift 2
+  done
+  shift
+  local tf="$WORK/time.out" l0 j0 j1
+  l0=$(load1); j0=$(busy_jiffies)
+  if ! /usr/bin/time -o "$tf" -f '%e %M %U %S' "$@" < "$in" > "$out" 2> "$WORK/last.err"; then
+    cat "$WORK/last.err" >&2
+    echo "bench_build.sh: $name failed: $*" >&2
+    exit 1
+  fi
+  j1=$(busy_jiffies)
+  local wall rss u s
+  read -r wall rss u s < <(tail -n 1 "$tf")
+  local foreign
+  foreign=$(awk -v j=$((j1 - j0)) -v hz="$HZ" -v u="$u" -v s="$s" 'BEGIN{f=j/hz-u-s; if(f<0)f=0; printf "%.2f", f}')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$run" "$wall" "$rss" "$u" "$s" "$foreign" "$bytes" "$l0" >> "$RAW"
+  say "$(printf '%-20s run %s: %7.2f s  %7d KB  (foreign CPU %s s)' "$name" "$run" "$wall" "$rss" "$foreign")"
+}
+
+filesize() { stat -c %s "$@" | awk '{s+=$1} END{print s}'; }
+
+# ------------------------------------------------------------ environment
+{
+  printf 'date\t%s\n' "$(date -Iseconds)"
+  printf 'host\t%s\n' "$HOST"
+  printf 'cpu\t%s\n' "$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+  printf 'nproc\t%s\n' "$(nproc)"
+  printf 'threads\t%s\n' "$THREADS"
+  printf 'mem_total\t%s\n' "$(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+  printf 'kernel\t%s\n' "$(uname -r)"
+  printf 'os\t%s\n' "$(. /etc/os-release; echo "$PRETTY_NAME") ($(cat /etc/debian_version 2>/dev/null))"
+  for p in sentencepiece libsentencepiece0 python3-sentencepiece python3-numpy xxhash libxxhash0 \
+           libarchive13 gcc python3; do
+    printf 'pkg_%s\t%s\n' "$p" "$(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || echo none)"
+  done
+  printf 'gcc\t%s\n' "$(gcc --version | head -1)"
+  printf 'tokshard\t%s\n' "$("$BIN" --version)"
+  printf 'git\t%s\n' "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')"
+  printf 'runs\t%s\n' "$RUNS"
+  printf 'audit_runs\t%s\n' "$AUDIT_RUNS"
+} > "$META"
+
+# --------------------------------------------------------------- corpus
+# One document per line, no empty lines: the non-empty lines of GCIDE (the
+# dictionary) followed by those of the Python 3.11 documentation sources.
+CORPUS="$WORK/corpus.txt"
+if [[ ! -s "$CORPUS" ]]; then
+  say "writing $CORPUS"
+  {
+    zcat /usr/share/dictd/gcide.dict.dz
+    find /usr/share/doc/python3.11/html/_sources -name '*.rst.txt' -print0 | LC_ALL=C sort -z | xargs -0 cat
+  } | grep -v '^[[:space:]]*$' > "$CORPUS.tmp"
+  mv "$CORPUS.tmp" "$CORPUS"
+fi
+CORPUS_BYTES=$(filesize "$CORPUS")
+printf 'corpus\t%s\n' "$CORPUS" >> "$META"
+printf 'corpus_bytes\t%s\n' "$CORPUS_BYTES" >> "$META"
+printf 'corpus_lines\t%s\n' "$(wc -l < "$CORPUS")" >> "$META"
+printf 'corpus_xxh3\t%s\n' "$(xxhsum -H3 "$CORPUS" | grep -o '[0-9a-f]\{16\}')" >> "$META"
+
+# ------------------------------------------------------------- tokenizer
+TOK="$WORK/tok"
+if [[ ! -s "$TOK.model" ]]; then
+  wait_idle
+  say "training the tokenizer (bpe, 8000, byte fallback)"
+  measure train_tokenizer 1 "$CORPUS_BYTES" -- "$BIN" train-tokenizer --output "$TOK" --vocab-size 8000 \
+    --model-type bpe --byte-fallback --input-sentence-size 300000 "$CORPUS"
+fi
+printf 'tokenizer_xxh3\t%s\n' "$(xxhsum -H3 "$TOK.model" | grep -o '[0-9a-f]\{16\}')" >> "$META"
+
+# ------------------------------------------------- build: tokshard vs the rest
+DS="$WORK/ds"
+PYOUT="$WORK/megatron"
+tks_build() { rm -rf "$DS-t$1" "$DS-t$1.partial"; "$BIN" build --quiet --tokenizer "$TOK.model" --output "$DS-t$1" --doc-split line --threads "$1" "$CORPUS"; }
+
+wait_idle
+say "build phase: $RUNS rounds of 4 tools on $(awk -v b="$CORPUS_BYTES" 'BEGIN{printf "%.1f MB", b/1e6}') of text"
+for ((r = 1; r <= RUNS; r++)); do
+  rm -rf "$DS-t1" "$DS-t$THREADS"
+  measure tokshard_build_t1 "$r" "$CORPUS_BYTES" -- \
+    "$BIN" build --quiet --tokenizer "$TOK.model" --output "$DS-t1" --doc-split line --threads 1 "$CORPUS"
+  if [[ $THREADS != 1 ]]; then
+    measure tokshard_build_tN "$r" "$CORPUS_BYTES" -- \
+      "$BIN" build --quiet --tokenizer "$TOK.model" --output "$DS-t$THREADS" --doc-split line --threads "$THREADS" "$CORPUS"
+  fi
+  measure spm_encode_1 "$r" "$CORPUS_BYTES" --stdin "$CORPUS" -- spm_encode --model "$TOK.model" --output_format=id
+  rm -f "$PYOUT.bin" "$PYOUT.idx"
+  measure megatron_py_wN "$r" "$CORPUS_BYTES" -- \
+    "$PY" "$HERE/megatron_style.py" --model "$TOK.model" --input "$CORPUS" --output-prefix "$PYOUT" --workers "$THREADS"
+done
+
+# ---------------------------------------------------- the ids must be the same
+say "comparing ids: tokshard cat --ids, spm_encode, megatron_style .bin/.idx (all documents)"
+"$BIN" cat "$DS-t1" --ids > "$WORK/ids.tokshard_t1"
+"$BIN" cat "$DS-t$THREADS" --ids > "$WORK/ids.tokshard_tN"
+spm_encode --model "$TOK.model" --output_format=id < "$CORPUS" | grep -v '^$' > "$WORK/ids.spm_encode" || true
+"$PY" "$HERE/megatron_style.py" --dump-ids "$PYOUT" > "$WORK/ids.megatron_py"
+same=yes
+ref=$(xxhsum -H3 < "$WORK/ids.spm_encode" | cut -c1-30)
+for f in tokshard_t1 tokshard_tN megatron_py; do
+  h=$(xxhsum -H3 < "$WORK/ids.$f" | cut -c1-30)
+  [[ "$h" == "$ref" ]] || { same=no; say "ids differ: $f vs spm_encode"; cmp "$WORK/ids.$f" "$WORK/ids.spm_encode" | head -1 >&2 || true; }
+done
+printf 'ids_identical\t%s\n' "$same" >> "$META"
+printf 'ids_documents\t%s\n' "$(wc -l < "$WORK/ids.spm_encode")" >> "$META"
+printf 'ids_tokens\t%s\n' "$(wc -w < "$WORK/ids.spm_encode")" >> "$META"
+printf 'ids_shards_identical_t1_tN\t%s\n' "$(cmp -s "$DS-t1/shard-00000.tks" "$DS-t$THREADS/shard-00000.tks" && echo yes || echo no)" >> "$META"
+echo "ids identical: $same ($(wc -l < "$WORK/ids.spm_encode") documents, $(wc -w < "$WORK/ids.spm_encode") tokens; tokshard t1 + tN, spm_encode, megatron_style)"
+rm -f "$WORK"/ids.*
+
+# -------------------------------------------------------------------- audit
+# A dataset of >= 200 MB of shards: the corpus 7 times over (~350 MB of text).
+# Its build is also the "same build, 7x the input" point for peak RSS.
+BIG="$WORK/corpus-x7.txt"
+if [[ ! -s "$BIG" ]]; then for _ in 1 2 3 4 5 6 7; do cat "$CORPUS"; done > "$BIG"; fi
+AUD="$WORK/ds-x7"
+rm -rf "$AUD" "$AUD.partial"
+wait_idle
+measure tokshard_build_tN_x7 1 "$(filesize "$BIG")" -- \
+  "$BIN" build --quiet --tokenizer "$TOK.model" --output "$AUD" --doc-split line --threads "$THREADS" "$BIG"
+SHARDS=("$AUD"/shard-*.tks)
+SHARD_BYTES=$(filesize "${SHARDS[@]}")
+printf 'audit_shards\t%s\n' "${#SHARDS[@]}" >> "$META"
+printf 'audit_shard_bytes\t%s\n' "$SHARD_BYTES" >> "$META"
+cat "${SHARDS[@]}" > /dev/null   # page cache warm
+"$BIN" audit "$AUD" --threads 1 > /dev/null
+wait_idle
+say "audit phase: $AUDIT_RUNS rounds over ${#SHARDS[@]} shards, $(awk -v b="$SHARD_BYTES" 'BEGIN{printf "%.0f MB", b/1e6}')"
+for ((r = 1; r <= AUDIT_RUNS; r++)); do
+  measure tokshard_audit_t1 "$r" "$SHARD_BYTES" -- "$BIN" audit "$AUD" --threads 1
+  measure tokshard_audit_tN "$r" "$SHARD_BYTES" -- "$BIN" audit "$AUD" --threads "$THREADS"
+  measure xxhsum_H3_1 "$r" "$SHARD_BYTES" -- xxhsum -H3 "${SHARDS[@]}"
+  measure xxhsum_H3_pN "$r" "$SHARD_BYTES" -- \
+    sh -c 'printf "%s\0" "$@" | xargs -0 -P "$0" -n 1 xxhsum -H3' "$THREADS" "${SHARDS[@]}"
+done
+[[ $KEEP == 1 ]] || rm -rf "$AUD" "$DS-t1" "$DS-t$THREADS" "$PYOUT.bin" "$PYOUT.idx"
+
+# ------------------------------------------------------------ large (--large)
+if [[ $LARGE == 1 ]]; then
+  TAR=/usr/src/linux-source-6.1.tar.xz
+  LDS="$WORK/ds-linux"
+  printf 'large_input\t%s\n' "$TAR" >> "$META"
+  printf 'large_input_bytes_xz\t%s\n' "$(filesize "$TAR")" >> "$META"
+  cat "$TAR" > /dev/null
+  wait_idle
+  # sequential cost that every build of this archive pays: xz decompression alone
+  UNX=$(xz -dc "$TAR" | wc -c)
+  printf 'large_input_bytes_tar\t%s\n' "$UNX" >> "$META"
+  measure xz_decompress 1 "$UNX" -- xz -dc "$TAR"
+  rm -rf "$LDS" "$LDS.partial"
+  say "large build: $TAR with $THREADS threads (several minutes)"
+  measure tokshard_build_tN_linux 1 "$UNX" -- \
+    "$BIN" build --quiet --tokenizer "$TOK.model" --output "$LDS" --doc-split file --threads "$THREADS" "$TAR"
+  "$PY" - "$LDS/manifest.json" >> "$META" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+def find(o, k):
+    if isinstance(o, dict):
+        if k in o: return o[k]
+        for v in o.values():
+            r = find(v, k)
+            if r is not None: return r
+    if isinstance(o, list):
+        for v in o:
+            r = find(v, k)
+            if r is not None: return r
+st = find(m, "stats") or {}
+for k, v in st.items():
+    print(f"large_stats_{k}\t{v}")
+EOF
+  LSH=("$LDS"/shard-*.tks)
+  printf 'large_shard_bytes\t%s\n' "$(filesize "${LSH[@]}")" >> "$META"
+  "$BIN" audit "$LDS" > /dev/null
+  for ((r = 1; r <= 3; r++)); do
+    measure tokshard_audit_t1_linux "$r" "$(filesize "${LSH[@]}")" -- "$BIN" audit "$LDS" --threads 1
+    measure tokshard_audit_tN_linux "$r" "$(filesize "${LSH[@]}")" -- "$BIN" audit "$LDS" --threads "$THREADS"
+    measure xxhsum_H3_1_linux "$r" "$(filesize "${LSH[@]}")" -- xxhsum -H3 "${LSH[@]}"
+  done
+  [[ $KEEP == 1 ]] || rm -rf "$LDS"
+
+  # One huge document: the largest file of the archive (a 24 MB generated header).
+  # Memory of encoding one document grows with its size, in sentencepiece itself.
+  HUGE_DIR="$WORK/huge"
+  rm -rf "$HUGE_DIR"; mkdir -p "$HUGE_DIR"
+  HUGE_NAME=$(tar -tvJf "$TAR" | sort -k3,3nr | head -1 | awk '{print $NF}')
+  tar -xJf "$TAR" -C "$HUGE_DIR" "$HUGE_NAME"
+  HUGE="$HUGE_DIR/$HUGE_NAME"
+  HB=$(filesize "$HUGE")
+  printf 'huge_doc\t%s\n' "$HUGE_NAME" >> "$META"
+  printf 'huge_doc_bytes\t%s\n' "$HB" >> "$META"
+  wait_idle
+  measure tokshard_build_t1_hugedoc 1 "$HB" -- \
+    "$BIN" build --quiet --tokenizer "$TOK.model" --output "$HUGE_DIR/ds" --doc-split file --threads 1 "$HUGE"
+  measure spm_python_hugedoc 1 "$HB" -- "$PY" -c '
+import sys, sentencepiece as spm
+sp = spm.SentencePieceProcessor(model_file=sys.argv[1])
+print(len(sp.encode(open(sys.argv[2], encoding="utf-8").read())))' "$TOK.model" "$HUGE"
+  # the same bytes as one document per line: no huge document
+  measure tokshard_build_t1_hugedoc_lines 1 "$HB" -- \
+    "$BIN" build --quiet --tokenizer "$TOK.model" --output "$HUGE_DIR/ds-lines" --doc-split line --threads 1 "$HUGE"
+  rm -rf "$HUGE_DIR"
+fi
+
+printf 'load1_end\t%s\n' "$(load1)" >> "$META"
+"$PY" "$HERE/summarize.py" "$RAW" "$META" "$RES.json"
+say "results: $RES.json (raw: $RAW, $META)"
