@@ -191,7 +191,6 @@ printf 'tokenizer_xxh3\t%s\n' "$(xxhsum -H3 "$TOK.model" | grep -o '[0-9a-f]\{16
 # ------------------------------------------------- build: tokshard vs the rest
 DS="$WORK/ds"
 PYOUT="$WORK/megatron"
-tks_build() { rm -rf "$DS-t$1" "$DS-t$1.partial"; "$BIN" build --quiet --tokenizer "$TOK.model" --output "$DS-t$1" --doc-split line --threads "$1" "$CORPUS"; }
 
 wait_idle
 say "build phase: $RUNS rounds of 4 tools on $(awk -v b="$CORPUS_BYTES" 'BEGIN{printf "%.1f MB", b/1e6}') of text"
