@@ -1,0 +1,134 @@
+/*
+ * model.h - the LLaMA model: parameters, activations, forward and backward,
+ * driven through a backend (backend.h) and, for tensor parallelism, a tp
+ * group (comm.h). Private to trainer/ and its tests.
+ *
+ * Architecture (Touvron et al. 2023, "LLaMA"; Hugging Face LlamaForCausalLM
+ * names and layouts): token embedding; n_layers x (RMSNorm -> causal
+ * self-attention with RoPE and GQA -> residual; RMSNorm -> SwiGLU MLP ->
+ * residual); final RMSNorm; lm_head (untied unless tie_embeddings).
+ *
+ * Legend: B micro-batch, T sequence, N = B*T, C dim, NH heads, NKV kv heads,
+ * HD = C/NH head dim, F ffn dim, V vocab_size (real), VP padded vocab,
+ * suffix _l for this tp rank's share (NH_l = NH/tp, F_l = F/tp, VP_l = VP/tp).
+ *
+ * Vocab padding: VP = round_up(V, vocab_divisible_by * tp). Rows [V, VP) of the
+ * embedding and lm_head exist only inside the process: they start at zero,
+ * are masked out of the softmax (never predicted, no gradient, no loss), and
+ * are never saved (checkpoints hold [V, C]).
+ */
+#ifndef TKS_MODEL_H
+#define TKS_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "comm.h"
+
+typedef struct tks_model_config {
+    uint32_t vocab_size;         /* V: real vocabulary (the tokenizer's) */
+    uint32_t vocab_divisible_by; /* padding granularity per tp rank, default 64 */
+    uint32_t dim;                /* C */
+    uint32_t n_layers;
+    uint32_t n_heads;            /* NH */
+    uint32_t n_kv_heads;         /* NKV, divides NH */
+    uint32_t ffn_dim;            /* F */
+    uint32_t max_seq_len;
+    float rope_theta;            /* 10000 */
+    float norm_eps;              /* 1e-5 */
+    float init_std;              /* 0.02 */
+    int tie_embeddings;          /* lm_head shares model.embed_tokens.weight */
+} tks_model_config;
+
+/* Fills LLaMA-style defaults for the fields left 0 (ffn_dim by the LLaMA rule
+ * round_up(8/3 C, 32), n_kv_heads = n_heads, theta 10000, eps 1e-5, std 0.02). */
+void tks_model_config_defaults(tks_model_config *c);
+
+/* Checks the config for one tp degree; the message names the numbers and the
+ * fix. Errors: TKS_ERR_ARG. */
+int tks_model_config_check(const tks_model_config *c, int tp);
+
+/* Padded vocabulary for a tp degree. */
+uint32_t tks_model_padded_vocab(const tks_model_config *c, int tp);
+
+/* How a tensor is split over the tp group. */
+typedef enum {
+    TKS_SPLIT_NONE = 0, /* replicated (RMSNorm weights) */
+    TKS_SPLIT_ROWS,     /* dim 0 split: column-parallel linears (q,k,v,gate,up), vocab rows */
+    TKS_SPLIT_COLS,     /* dim 1 split: row-parallel linears (o, down) */
+} tks_split;
+
+/* One parameter tensor. Global shape is the Hugging Face one; `rows` may
+ * include vocab padding (rows_real excludes it). */
+typedef struct tks_param {
+    char name[64];            /* e.g. "model.layers.3.self_attn.q_proj.weight" */
+    int ndim;                 /* 1 or 2 */
+    uint64_t rows, cols;      /* global padded shape (cols = 1 for 1-d) */
+    uint64_t rows_real;       /* global rows without vocab padding */
+    tks_split split;
+    uint64_t row0, col0;      /* where the local block starts in the global tensor */
+    uint64_t lrows, lcols;    /* local block shape */
+    size_t offset;            /* of the local block in the flat parameter buffer, elements */
+    int decay;                /* AdamW weight decay applies (matrices yes, norms no) */
+    float *w, *g;             /* device pointers to the local block and its gradient */
+} tks_param;
+
+typedef struct tks_model tks_model;
+
+/*
+ * Creates a model for micro-batches of B x T tokens on backend `be`, as rank
+ * tp_rank of a tp group `tp` (NULL = no tensor parallelism). Allocates the
+ * flat parameter and gradient buffers and every activation. Weights are zero
+ * until tks_model_init or a checkpoint load.
+ * Errors: TKS_ERR_ARG (config), TKS_ERR_NOMEM.
+ */
+int tks_model_create(const tks_model_config *cfg, tks_backend *be, tks_comm *tp, int B, int T,
+                     tks_model **out);
+void tks_model_free(tks_model *m);
+
+const tks_model_config *tks_model_config_of(const tks_model *m);
+/* Parameter table (owned by the model). */
+const tks_param *tks_model_params(const tks_model *m, size_t *n);
+/* Flat local buffers: n_local elements each (device pointers). */
+float *tks_model_weights(tks_model *m);
+float *tks_model_grads(tks_model *m);
+size_t tks_model_n_local(const tks_model *m);
+/* Parameters of the whole (unpadded) model. */
+uint64_t tks_model_n_params(const tks_model_config *c);
+
+/*
+ * Initializes weights: every element of the GLOBAL tensor gets a value from a
+ * counter-based generator keyed by (seed, tensor name, element index), and
+ * each rank keeps its block, so the weights are identical for every tp.
+ * Linear and embedding weights ~ N(0, init_std) (real vocab rows only),
+ * RMSNorm weights 1, padding rows 0.
+ */
+void tks_model_init(tks_model *m, uint64_t seed);
+
+/*
+ * Forward pass of one micro-batch. ids and targets: host int32[B*T], every id
+ * < vocab_size (the caller range-checks; see tks_sampler_read). Keeps every
+ * activation for backward. Returns the SUM of per-token losses in *loss_sum.
+ * Errors: TKS_ERR_* from collectives.
+ */
+int tks_model_forward(tks_model *m, const int32_t *ids, const int32_t *targets, double *loss_sum);
+
+/* Backward of the last forward; gradients ACCUMULATE into the grad buffer
+ * (call tks_model_zero_grad once per optimizer step). d(loss)/d(token loss) =
+ * loss_scale for every token: pass 1 / (tokens in the global batch). */
+int tks_model_backward(tks_model *m, float loss_scale);
+void tks_model_zero_grad(tks_model *m);
+
+/* Logits of the last forward: device [N, VP_l] (tests read them). */
+const float *tks_model_logits(const tks_model *m);
+
+/* ---- inference with a KV cache (batch 1) ---------------------------------- */
+/* Allocates the KV cache for up to max_seq_len positions and clears it. */
+int tks_model_kv_reset(tks_model *m);
+/* Runs one token at position `pos` (= number of tokens already in the cache)
+ * and writes the logits of the next token, host float[vocab_size] (padding
+ * excluded). Errors: TKS_ERR_ARG when pos >= max_seq_len. */
+int tks_model_decode_step(tks_model *m, int32_t token, int pos, float *logits);
+
+#endif /* TKS_MODEL_H */

@@ -1,0 +1,199 @@
+/*
+ * sampler.h - the whole public API of tokshard's training-sample loader:
+ * windows of seq_len + 1 tokens over a token range of a dataset, one keyed
+ * O(1)-memory permutation per epoch, and the slice of each step that each
+ * data-parallel rank reads. Specification: docs/SAMPLING.md.
+ *
+ * The data order rule (CONTEXT.md): the samples of global step s depend only
+ * on the dataset and its token range, the seed, seq_len, the global batch
+ * size B and s. Nothing here takes the tensor-parallel degree, and the
+ * data-parallel degree only selects a contiguous slice of the step.
+ *
+ * Conventions: functions returning int return 0 or a negative TKS_ERR_* code
+ * (common/tks.h) and record the context in tks_last_error(). Nothing here
+ * prints or exits. Counts of samples and tokens are uint64_t.
+ */
+#ifndef TKS_SAMPLER_H
+#define TKS_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/tks.h"
+#include "../dataset/dataset.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Pieces a tks_sample_loc stores; a window spanning more shards is still
+ * read in full by tks_sampler_read. */
+#define TKS_SAMPLE_MAX_PIECES 16
+
+/* A half-open range [begin, end) of global token offsets in a dataset's
+ * stream (shard 0's tokens, then shard 1's, ...). */
+typedef struct tks_token_range {
+    uint64_t begin, end;
+} tks_token_range;
+
+/* The part of a window that lies in one shard. */
+typedef struct tks_sample_piece {
+    uint32_t shard;          /* shard index in the dataset */
+    uint64_t offset;         /* first token, as a token offset inside the shard */
+    uint64_t n_tokens;       /* tokens taken from this shard, >= 1 */
+} tks_sample_piece;
+
+/* Where a window's seq_len + 1 tokens are. */
+typedef struct tks_sample_loc {
+    uint64_t window;         /* window index, < n_windows */
+    uint64_t token_begin;    /* global token offset of the window's first token */
+    uint64_t n_tokens;       /* seq_len + 1 */
+    uint32_t n_pieces;       /* entries filled in pieces[], <= TKS_SAMPLE_MAX_PIECES */
+    uint32_t n_pieces_total; /* shards the window spans; > n_pieces means pieces[] is cut */
+    tks_sample_piece pieces[TKS_SAMPLE_MAX_PIECES]; /* in stream order */
+} tks_sample_loc;
+
+typedef struct tks_sampler tks_sampler;
+
+/* ---------------------------------------------------------------------------
+ * Permutation (docs/SAMPLING.md §4)
+ * ------------------------------------------------------------------------- */
+
+/*
+ * The keyed bijection of [0, n): a 6-round balanced Feistel network over the
+ * smallest even-bit power of two >= n, round function splitmix64's mix64,
+ * plus cycle walking (Black & Rogaway 2002). Pure, O(1) memory, on average
+ * fewer than 4 Feistel evaluations.
+ * i: position, must be < n. n: domain size. key: any 64-bit key.
+ * Returns perm(i) in [0, n), or UINT64_MAX when i >= n (so also for n == 0).
+ */
+uint64_t tks_perm_index(uint64_t i, uint64_t n, uint64_t key);
+
+/* The permutation key of epoch `epoch` (0-based) under `seed`:
+ * mix64(mix64(seed) + G * (epoch + 1)). Distinct epochs of one seed get
+ * distinct keys. */
+uint64_t tks_epoch_key(uint64_t seed, uint64_t epoch);
+
+/* ---------------------------------------------------------------------------
+ * Train / validation split (docs/SAMPLING.md §2)
+ * ------------------------------------------------------------------------- */
+
+/*
+ * Splits a stream of n_tokens tokens into a train range and a validation
+ * range holding the last val_tokens tokens, rounded down to whole windows
+ * (V = ((val_tokens - 1) / seq_len) * seq_len + 1 tokens): val = [n - V, n),
+ * train = [0, n - V). val_tokens = 0: train = [0, n), val = [n, n).
+ * The ranges are disjoint, so train and validation windows share no token.
+ * train, val: out, not NULL.
+ * Errors: TKS_ERR_ARG with the numbers and the fix, when seq_len == 0, when
+ * 0 < val_tokens <= seq_len (no validation window fits), or when fewer than
+ * seq_len + 1 tokens are left for training.
+ */
+int tks_split_tokens(uint64_t n_tokens, uint64_t val_tokens, uint32_t seq_len,
+                     tks_token_range *train, tks_token_range *val);
+
+/* ---------------------------------------------------------------------------
+ * Sampler: windows of one token range, served in permuted order
+ * ------------------------------------------------------------------------- */
+
+/*
+ * Creates a sampler over global tokens [token_begin, token_end) of ds with
+ * windows of seq_len + 1 tokens at stride seq_len:
+ * n_windows = (token_end - token_begin - 1) / seq_len.
+ * ds is borrowed: it must stay open until tks_sampler_free. The sampler
+ * copies the shards' cumulative token counts (8 bytes per shard) and is
+ * never written afterwards, so every other function may be called from
+ * several threads at once. *out is owned by the caller (tks_sampler_free).
+ * Errors: TKS_ERR_ARG (ds or out NULL, seq_len 0, token_begin > token_end,
+ * token_end beyond the dataset's tokens, or a range too small for one window:
+ * the message gives the numbers and the fix), TKS_ERR_NOMEM.
+ */
+int tks_sampler_create(const tks_dataset *ds, uint64_t token_begin, uint64_t token_end,
+                       uint32_t seq_len, uint64_t seed, tks_sampler **out);
+
+/* Frees the sampler (not the dataset). Accepts NULL. */
+void tks_sampler_free(tks_sampler *s);
+
+/* Windows per epoch, >= 1. */
+uint64_t tks_sampler_n_windows(const tks_sampler *s);
+uint32_t tks_sampler_seq_len(const tks_sampler *s);
+uint64_t tks_sampler_seed(const tks_sampler *s);
+/* The token range the sampler was created over. */
+tks_token_range tks_sampler_range(const tks_sampler *s);
+const tks_dataset *tks_sampler_dataset(const tks_sampler *s);
+
+/*
+ * The window served as global sample `global_sample` (0-based, counted over
+ * the whole run): epoch e = g / n_windows, window =
+ * tks_perm_index(g % n_windows, n_windows, tks_epoch_key(seed, e)).
+ * Pure, O(1) memory, no allocation; about 100 ns.
+ */
+uint64_t tks_sampler_window(const tks_sampler *s, uint64_t global_sample);
+
+/*
+ * Where window `window` lies: its global token offset and the (shard, token
+ * offset, n_tokens) pieces it spans, in stream order. loc: out, not NULL.
+ * At most TKS_SAMPLE_MAX_PIECES pieces are stored; loc->n_pieces_total says
+ * how many there are. O(log n_shards).
+ * Errors: TKS_ERR_ARG (window >= n_windows).
+ */
+int tks_sampler_locate(const tks_sampler *s, uint64_t window, tks_sample_loc *loc);
+
+/*
+ * Copies window `window`'s seq_len + 1 token ids into tokens (caller-owned,
+ * seq_len + 1 elements): tokens[0 .. seq_len) are the inputs,
+ * tokens[1 .. seq_len] the targets. Every id is checked against model_vocab
+ * (the model's embedding rows; 0 = the dataset's vocab_size) and against the
+ * shard's own vocab_size.
+ * Errors: TKS_ERR_ARG (window >= n_windows, tokens NULL),
+ * TKS_ERR_TOKEN_RANGE (an id >= the limit: the error context names the shard
+ * file, shard index, token offset in the shard and document; the message
+ * also names the window), TKS_ERR_BOUNDS (cannot happen for a valid sampler).
+ */
+int tks_sampler_read(const tks_sampler *s, uint64_t window, uint32_t model_vocab,
+                     uint32_t *tokens);
+
+/* ---------------------------------------------------------------------------
+ * Steps, data-parallel ranks, micro-batches (docs/SAMPLING.md §5, §6)
+ * ------------------------------------------------------------------------- */
+
+/*
+ * Validates a batch layout: global_batch >= 1 samples, dp >= 1,
+ * global_batch % dp == 0, and micro_batch (0 = the whole per-rank batch)
+ * dividing global_batch / dp. per_rank, n_micro: out (may be NULL): samples
+ * per data-parallel rank per step, micro-batches per rank per step.
+ * Errors: TKS_ERR_ARG, naming the numbers and the nearest valid choices.
+ */
+int tks_batch_check(uint64_t global_batch, uint32_t dp, uint64_t micro_batch, uint64_t *per_rank,
+                    uint64_t *n_micro);
+
+/*
+ * The global samples data-parallel rank dp_rank of dp reads at the step that
+ * starts at `cursor` (global samples consumed before it):
+ * [cursor + dp_rank * B/dp, cursor + (dp_rank + 1) * B/dp). Tensor-parallel
+ * ranks of one data-parallel group call it with the same arguments and get
+ * the same slice. first, count: out, not NULL.
+ * Errors: TKS_ERR_ARG (global_batch 0, dp 0, dp_rank >= dp, global_batch not
+ * divisible by dp, or the slice overflows 64 bits).
+ */
+int tks_sampler_rank_slice_at(uint64_t cursor, uint64_t global_batch, uint32_t dp,
+                              uint32_t dp_rank, uint64_t *first_global_sample, uint64_t *count);
+
+/* tks_sampler_rank_slice_at with cursor = step * global_batch (a run whose
+ * global batch never changed). Errors: as above. */
+int tks_sampler_rank_slice(uint64_t step, uint64_t global_batch, uint32_t dp, uint32_t dp_rank,
+                           uint64_t *first_global_sample, uint64_t *count);
+
+/*
+ * Micro-batch `micro` of a rank slice [rank_first, rank_first + rank_count):
+ * [rank_first + micro * micro_batch, ... + micro_batch). first, count: out.
+ * Errors: TKS_ERR_ARG (micro_batch 0, rank_count not divisible by
+ * micro_batch, micro >= rank_count / micro_batch).
+ */
+int tks_sampler_micro_slice(uint64_t rank_first, uint64_t rank_count, uint64_t micro_batch,
+                            uint64_t micro, uint64_t *first_global_sample, uint64_t *count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TKS_SAMPLER_H */
