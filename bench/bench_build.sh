@@ -27,6 +27,7 @@
 #   --max-wait S     longest wait for an idle machine before a phase [900]
 #   --no-wait        do not wait for an idle machine
 #   --keep           keep the datasets in --work (the corpus and tokenizer are always kept)
+#   --quick          smoke test of this script: 1 run each, 20000 lines; figures meaningless
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -40,6 +41,7 @@ BIN=""
 MAX_WAIT=900
 WAIT=1
 KEEP=0
+QUICK=0
 while (($#)); do
   case "$1" in
     --runs) RUNS="$2"; shift 2 ;;
@@ -51,6 +53,7 @@ while (($#)); do
     --max-wait) MAX_WAIT="$2"; shift 2 ;;
     --no-wait) WAIT=0; shift ;;
     --keep) KEEP=1; shift ;;
+    --quick) QUICK=1; RUNS=1; AUDIT_RUNS=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_build.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
   esac
@@ -163,22 +166,21 @@ filesize() { stat -c %s "$@" | awk '{s+=$1} END{print s}'; }
 # --------------------------------------------------------------- corpus
 # One document per line, no empty lines: the non-empty lines of GCIDE (the
 # dictionary) followed by those of the Python 3.11 documentation sources.
+# GCIDE has 3 stray cp1252 bytes (0x92); iconv -c drops them so that every tool
+# sees the same valid UTF-8 (tokshard would write U+FFFD, Python would stop).
 CORPUS="$WORK/corpus.txt"
 if [[ ! -s "$CORPUS" ]]; then
   say "writing $CORPUS"
   {
     zcat /usr/share/dictd/gcide.dict.dz
     find /usr/share/doc/python3.11/html/_sources -name '*.rst.txt' -print0 | LC_ALL=C sort -z | xargs -0 cat
-  } | grep -v '^[[:space:]]*$' > "$CORPUS.tmp"
+  } | { iconv -c -f UTF-8 -t UTF-8 || true; } | grep -av '^[[:space:]]*$' > "$CORPUS.tmp"
+  iconv -f UTF-8 -t UTF-8 "$CORPUS.tmp" > /dev/null
   mv "$CORPUS.tmp" "$CORPUS"
 fi
 CORPUS_BYTES=$(filesize "$CORPUS")
-printf 'corpus\t%s\n' "$CORPUS" >> "$META"
-printf 'corpus_bytes\t%s\n' "$CORPUS_BYTES" >> "$META"
-printf 'corpus_lines\t%s\n' "$(wc -l < "$CORPUS")" >> "$META"
-printf 'corpus_xxh3\t%s\n' "$(xxhsum -H3 "$CORPUS" | grep -o '[0-9a-f]\{16\}')" >> "$META"
-
 # ------------------------------------------------------------- tokenizer
+# trained once on the full corpus, reused by later runs
 TOK="$WORK/tok"
 if [[ ! -s "$TOK.model" ]]; then
   wait_idle
@@ -187,6 +189,16 @@ if [[ ! -s "$TOK.model" ]]; then
     --model-type bpe --byte-fallback --input-sentence-size 300000 "$CORPUS"
 fi
 printf 'tokenizer_xxh3\t%s\n' "$(xxhsum -H3 "$TOK.model" | grep -o '[0-9a-f]\{16\}')" >> "$META"
+
+if [[ $QUICK == 1 ]]; then
+  head -n 20000 "$CORPUS" > "$WORK/corpus-quick.txt"
+  CORPUS="$WORK/corpus-quick.txt"
+  CORPUS_BYTES=$(filesize "$CORPUS")
+fi
+printf 'corpus\t%s\n' "$CORPUS" >> "$META"
+printf 'corpus_bytes\t%s\n' "$CORPUS_BYTES" >> "$META"
+printf 'corpus_lines\t%s\n' "$(wc -l < "$CORPUS")" >> "$META"
+printf 'corpus_xxh3\t%s\n' "$(xxhsum -H3 "$CORPUS" | grep -o '[0-9a-f]\{16\}')" >> "$META"
 
 # ------------------------------------------------- build: tokshard vs the rest
 DS="$WORK/ds"
@@ -230,7 +242,7 @@ rm -f "$WORK"/ids.*
 # -------------------------------------------------------------------- audit
 # A dataset of >= 200 MB of shards: the corpus 7 times over (~350 MB of text).
 # Its build is also the "same build, 7x the input" point for peak RSS.
-BIG="$WORK/corpus-x7.txt"
+BIG="${CORPUS%.txt}-x7.txt"
 if [[ ! -s "$BIG" ]]; then for _ in 1 2 3 4 5 6 7; do cat "$CORPUS"; done > "$BIG"; fi
 AUD="$WORK/ds-x7"
 rm -rf "$AUD" "$AUD.partial"

@@ -5,7 +5,7 @@
  * JSONL, split and error edge cases.
  *
  * Usage: test_input WORK_DIR   (emptied and recreated)
- * Needs gzip, xz, zstd, bzip2, dictzip, tar, zip (tools/install-deps.sh).
+ * Needs gzip, xz, zstd, bzip2, dictzip, tar, zip, mkfifo (tools/install-deps.sh).
  * Exit status 0 only when every check passed.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -656,7 +656,8 @@ static void test_gcide(void) {
     tks_input_opts o = opts_split(TKS_SPLIT_LINE);
     result r = read1(GCIDE, &o);
     CHECK(r.rc == 0, "gcide: rc %d (%s)", r.rc, r.err);
-    CHECK(r.st.bytes_text > 39000000, "gcide: only %llu bytes of text", U(r.st.bytes_text));
+    CHECK(r.st.bytes_text == 39952321, "gcide: %llu bytes of text, expected 39952321 (dict-gcide "
+          "0.48.5)", U(r.st.bytes_text));
     CHECK(r.docs > 900000, "gcide: only %llu lines", U(r.docs));
     struct stat st;
     CHECK(stat(GCIDE, &st) == 0 && r.st.bytes_in == (uint64_t)st.st_size,
@@ -1017,6 +1018,235 @@ static void test_policies(void) {
 }
 
 /* ------------------------------------------------------------------------- */
+/* gzip integrity: every member's CRC32 and ISIZE trailer is checked          */
+
+static uint64_t file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* Flips bit `bit` of the byte `from_end` bytes before the end of the file. */
+static void flip_bit(const char *path, long from_end, int bit) {
+    FILE *f = fopen(path, "r+b");
+    int c = EOF;
+    if (f && fseek(f, -from_end, SEEK_END) == 0) c = fgetc(f);
+    if (c == EOF || fseek(f, -from_end, SEEK_END) != 0 || fputc(c ^ (1 << bit), f) == EOF) {
+        fprintf(stderr, "FAIL: cannot change %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+}
+
+/* A damaged gzip trailer: TKS_ERR_INPUT naming `where`, saying what differs
+ * (`what`: "CRC32", "ISIZE" or another part of the message) and what to do. */
+static void expect_gzip_error(const char *label, const result *r, const char *where,
+                              const char *what) {
+    CHECK(r->rc == TKS_ERR_INPUT && strstr(r->err, where) && strstr(r->err, what) &&
+              strstr(r->err, "corrupt") && strstr(r->err, "re-download or re-create"),
+          "[%s] rc %d, expected TKS_ERR_INPUT naming %s and %s: %s", label, r->rc, where, what,
+          r->err);
+}
+
+/*
+ * libarchive 3.6.2's gzip filter never reads the trailer (RFC 1952 section
+ * 2.3.1: CRC32 then ISIZE, the last 8 bytes of each member), so every damaged
+ * file below used to read as altered text; input.c inflates gzip itself with
+ * zlib. Needs test_formats (src/ *.gz, a.tar.gz, a.tgz) and test_corrupt.
+ */
+static void test_gzip_integrity(void) {
+    tks_input_opts o = opts_split(TKS_SPLIT_LINE);
+    char good[4096], bad[4096], want[4200];
+    snprintf(good, sizeof good, "%s/src/%s.gz", W, NAMES[3]);
+    result ref = read1(good, &o);
+    CHECK(ref.rc == 0 && ref.docs > 100, "intact %s: rc %d (%s)", good, ref.rc, ref.err);
+
+    /* (1) each of the 4 CRC32 and 4 ISIZE bytes of a .gz; a damaged file
+     * under 1 MiB of text yields nothing (it is inflated whole first) */
+    for (int k = 0; k < 8; k++) {
+        snprintf(bad, sizeof bad, "%s/trailer-%d.txt.gz", W, k);
+        sh("cp %s %s", good, bad);
+        flip_bit(bad, 8 - k, k);
+        result r = read1(bad, &o);
+        expect_gzip_error(k < 4 ? "CRC32 byte" : "ISIZE byte", &r, bad, k < 4 ? "CRC32" : "ISIZE");
+        CHECK(strstr(r.err, k < 4 ? "gzip checksum mismatch" : "gzip length mismatch") &&
+                  strstr(r.err, "does not match") && r.docs == 0,
+              "trailer byte %d: %llu docs: %s", k, U(r.docs), r.err);
+        result_free(&r);
+    }
+    /* a dictzip file (gzip with an FEXTRA header) */
+    sh("cd %s && cp src/%s gc.txt && dictzip gc.txt && cp gc.txt.dz gc-bad.txt.dz", W, NAMES[3]);
+    snprintf(bad, sizeof bad, "%s/gc-bad.txt.dz", W);
+    flip_bit(bad, 6, 3);
+    {
+        result r = read1(bad, &o), g = read1(wpath("gc.txt.dz"), &o);
+        expect_gzip_error(".dz CRC32", &r, bad, "CRC32");
+        CHECK(g.rc == 0 && g.hash == ref.hash, "intact .dz: rc %d (%s)", g.rc, g.err);
+        result_free(&r);
+        result_free(&g);
+    }
+
+    /* (2) .tar.gz and .tgz: the CRC32 and the ISIZE of the archive's stream */
+    static const char *const tars[] = {"a.tar.gz", "a.tgz", "A.TAR.GZ"};
+    for (int t = 0; t < 3; t++)
+        for (int k = 0; k < 2; k++) {
+            snprintf(bad, sizeof bad, "%s/bad-%d-%s", W, k, tars[t]);
+            sh("cp %s/%s %s", W, tars[t], bad);
+            flip_bit(bad, k ? 2 : 7, 5);
+            result r = read1(bad, &o);
+            expect_gzip_error(tars[t], &r, bad, k ? "ISIZE" : "CRC32");
+            result_free(&r);
+        }
+    /* A tar whose end-of-archive blocks end exactly at 1 MiB, followed by
+     * the zero padding of its last 10 KiB record: libarchive stops reading
+     * at the end-of-archive mark, so the trailer is only checked because
+     * input.c inflates the rest of the stream itself. */
+    {
+        size_t n = (1u << 20) - 512 - 1024; /* header, data, two empty blocks = 1 MiB */
+        char *d = malloc(n);
+        for (size_t i = 0; i < n; i++) d[i] = i % 64 == 63 ? '\n' : (char)('a' + (i / 64) % 26);
+        write_file(wpath("mib.txt"), d, n);
+        free(d);
+        sh("cd %s && tar -b 20 -cf mib.tar mib.txt && gzip -c mib.tar > mib.tar.gz && "
+           "cp mib.tar.gz mib-bad.tar.gz", W);
+        CHECK(file_size(wpath("mib.tar")) == 103 * 10240, "mib.tar is %llu bytes",
+              U(file_size(wpath("mib.tar"))));
+        snprintf(bad, sizeof bad, "%s/mib-bad.tar.gz", W);
+        flip_bit(bad, 8, 0);
+        result g = read1(wpath("mib.tar.gz"), &o), r = read1(bad, &o);
+        CHECK(g.rc == 0 && g.docs == n / 64 && g.st.bytes_in == file_size(wpath("mib.tar.gz")),
+              "mib.tar.gz: rc %d docs %llu bytes_in %llu (%s)", g.rc, U(g.docs),
+              U(g.st.bytes_in), g.err);
+        expect_gzip_error("CRC32 after the end of a tar", &r, bad, "CRC32");
+        result_free(&g);
+        result_free(&r);
+    }
+
+    /* (3) multi-member gzip: every member is checked, zero padding after the
+     * last is allowed, other trailing bytes are not */
+    snprintf(bad, sizeof bad, "%s/multi-bad1.txt.gz", W);
+    sh("cd %s && cat trailer-1.txt.gz src/%s.gz > multi-bad1.txt.gz && "
+       "cat src/%s.gz trailer-6.txt.gz > multi-bad2.txt.gz && "
+       "cat src/%s.gz src/%s.gz > multi.txt.gz && head -c 3000 /dev/zero >> multi.txt.gz && "
+       "cat src/%s.gz > garbage-after.txt.gz && printf 'x' >> garbage-after.txt.gz && "
+       "cat src/%s.gz > zero-garbage.txt.gz && printf '\\0\\0\\037\\213' >> zero-garbage.txt.gz",
+       W, NAMES[0], NAMES[0], NAMES[0], NAMES[3], NAMES[3], NAMES[3]);
+    {
+        result r = read1(bad, &o);
+        expect_gzip_error("member 1 of 2", &r, bad, "CRC32 in the trailer of gzip member 1");
+        result_free(&r);
+        snprintf(bad, sizeof bad, "%s/multi-bad2.txt.gz", W);
+        r = read1(bad, &o);
+        expect_gzip_error("member 2 of 2", &r, bad, "ISIZE) in the trailer of gzip member 2");
+        result_free(&r);
+        const char *two[] = {wpath("src/%s", NAMES[0]), wpath("src/%s", NAMES[3])};
+        result want2 = read_paths(two, 2, &o);
+        r = read1(wpath("multi.txt.gz"), &o);
+        CHECK(r.rc == 0 && r.docs == want2.docs && r.hash == want2.hash &&
+                  r.st.bytes_in == file_size(wpath("multi.txt.gz")),
+              "two members and zero padding: rc %d docs %llu/%llu (%s)", r.rc, U(r.docs),
+              U(want2.docs), r.err);
+        result_free(&r);
+        result_free(&want2);
+        snprintf(bad, sizeof bad, "%s/garbage-after.txt.gz", W);
+        r = read1(bad, &o);
+        expect_gzip_error("garbage after the last member", &r, bad, "are not a gzip member");
+        result_free(&r);
+        snprintf(bad, sizeof bad, "%s/zero-garbage.txt.gz", W);
+        r = read1(bad, &o);
+        expect_gzip_error("a member after zero padding", &r, bad, "are not a gzip member");
+        result_free(&r);
+    }
+
+    /* (4) truncated inside the trailer, or just after the header */
+    static const int cut[] = {1, 4, 5, 8};
+    for (int i = 0; i < 4; i++) {
+        snprintf(bad, sizeof bad, "%s/cut-%d.txt.gz", W, cut[i]);
+        sh("head -c %llu %s > %s", U(file_size(good) - (uint64_t)cut[i]), good, bad);
+        result r = read1(bad, &o);
+        expect_gzip_error("trailer cut", &r, bad, "before its CRC32 and length trailer");
+        result_free(&r);
+    }
+    snprintf(bad, sizeof bad, "%s/cut-header.txt.gz", W);
+    sh("head -c 12 %s > %s", good, bad);
+    {
+        result r = read1(bad, &o);
+        expect_gzip_error("header only", &r, bad, "corrupt or truncated");
+        result_free(&r);
+    }
+
+    /* (5) gzip members of archives: named "archive:member" */
+    sh("cd %s && tar -cf nested-crc.tar j.jsonl.gz trailer-2.txt.gz && "
+       "zip -q -X nested-crc.zip j.jsonl.gz trailer-2.txt.gz && "
+       "tar -czf nested-crc.tar.gz j.jsonl.gz trailer-2.txt.gz",
+       W);
+    static const char *const nests[] = {"nested-crc.tar", "nested-crc.zip", "nested-crc.tar.gz"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(want, sizeof want, "%s/%s:trailer-2.txt.gz", W, nests[i]);
+        result r = read1(wpath("%s", nests[i]), &o);
+        expect_gzip_error(nests[i], &r, want, "CRC32");
+        CHECK(r.docs == 2, "%s: %llu docs before the damaged member", nests[i], U(r.docs));
+        result_free(&r);
+    }
+
+    /* (6) gzip found by its magic, not by its name: a mis-named file or
+     * member, gzip inside gzip or inside xz; nesting is bounded */
+    sh("cd %s && cp %s misnamed.txt && cp trailer-3.txt.gz misnamed-bad.txt && "
+       "mkdir -p mis && cp %s mis/inner.txt && tar -cf mis.tar -C mis inner.txt && "
+       "gzip -c %s > double.gz.gz && gzip -c trailer-0.txt.gz > double-bad.gz.gz && "
+       "xz -c %s > inner.gz.xz && xz -c trailer-5.txt.gz > inner-bad.gz.xz && "
+       "cp %s deep5.gz && for i in 1 2 3 4; do gzip -c deep5.gz > d.tmp && mv d.tmp deep5.gz; done && "
+       "gzip -c deep5.gz > deep6.gz",
+       W, good, good, good, good, good);
+    static const char *const same[] = {"misnamed.txt", "mis.tar", "double.gz.gz", "inner.gz.xz",
+                                       "deep5.gz"};
+    for (int i = 0; i < 5; i++) {
+        result r = read1(wpath("%s", same[i]), &o);
+        CHECK(r.rc == 0 && r.docs == ref.docs && r.hash == ref.hash,
+              "%s: rc %d, %llu docs, expected %llu (%s)", same[i], r.rc, U(r.docs), U(ref.docs),
+              r.err);
+        result_free(&r);
+    }
+    static const struct {
+        const char *name, *where, *what;
+    } worse[] = {
+        {"misnamed-bad.txt", "misnamed-bad.txt", "CRC32"},
+        {"double-bad.gz.gz", "double-bad.gz.gz", "CRC32"},
+        {"inner-bad.gz.xz", "inner-bad.gz.xz", "ISIZE"},
+        {"deep6.gz", "deep6.gz", "nested too deeply"},
+    };
+    for (int i = 0; i < 4; i++) {
+        snprintf(want, sizeof want, "%s/%s", W, worse[i].where);
+        result r = read1(want, &o);
+        CHECK(r.rc == TKS_ERR_INPUT && strstr(r.err, want) && strstr(r.err, worse[i].what),
+              "%s: rc %d: %s", worse[i].name, r.rc, r.err);
+        result_free(&r);
+    }
+
+    /* (7) a pipe: read once, gzip or not */
+    sh("cd %s && mkfifo fifo-gz fifo-bad fifo-txt && "
+       "(timeout 60 cat %s > fifo-gz &) && (timeout 60 cat trailer-0.txt.gz > fifo-bad &) && "
+       "(timeout 60 cat src/%s > fifo-txt &)",
+       W, good, NAMES[3]);
+    {
+        result r = read1(wpath("fifo-gz"), &o);
+        CHECK(r.rc == 0 && r.docs == ref.docs && r.hash == ref.hash &&
+                  r.st.bytes_in == file_size(good),
+              "gzip through a pipe: rc %d docs %llu bytes_in %llu (%s)", r.rc, U(r.docs),
+              U(r.st.bytes_in), r.err);
+        result_free(&r);
+        snprintf(bad, sizeof bad, "%s/fifo-bad", W);
+        r = read1(bad, &o);
+        expect_gzip_error("damaged gzip through a pipe", &r, bad, "CRC32");
+        result_free(&r);
+        r = read1(wpath("fifo-txt"), &o);
+        CHECK(r.rc == 0 && r.docs == ref.docs && r.hash == ref.hash,
+              "text through a pipe: rc %d docs %llu (%s)", r.rc, U(r.docs), r.err);
+        result_free(&r);
+    }
+    result_free(&ref);
+}
+
+/* ------------------------------------------------------------------------- */
 /* corrupt inputs, bad arguments                                              */
 
 static void test_corrupt(void) {
@@ -1104,6 +1334,7 @@ int main(int argc, char **argv) {
     test_directories();
     test_corrupt();
     test_jsonl();
+    test_gzip_integrity();
     test_policies();
     test_gcide();
 

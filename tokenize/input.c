@@ -2,12 +2,23 @@
  * input.c - raw text -> documents. See the "Input" part of tokenize.h.
  *
  * Every byte is streamed through libarchive: plain files and compressed
- * streams (gzip and dictzip, xz, lzma, zstd, bzip2, lz4, lzip, compress) use
- * the "raw" format on top of filter auto-detection; names that look like
- * archives (.tar, .tar.gz, .tgz, ..., .zip) use the tar and zip formats. An
- * archive member with a compression suffix (data.tar:part-0.jsonl.zst) is
- * decompressed by a second libarchive reader fed from the first.
+ * streams (xz, lzma, zstd, bzip2, lz4, lzip, compress) use the "raw" format
+ * on top of filter auto-detection; names that look like archives (.tar,
+ * .tar.gz, .tgz, ..., .zip) use the tar and zip formats. An archive member
+ * with a compression suffix (data.tar:part-0.jsonl.zst) is decompressed by a
+ * second libarchive reader fed from the first.
  * Nothing is extracted to disk and no external program is run.
+ *
+ * gzip (and dictzip, which is gzip) is not left to libarchive: its gzip
+ * filter (3.6.2, archive_read_support_filter_gzip.c: "TODO: Verify the length
+ * and CRC") never checks the member trailer, so damaged data that still
+ * inflates would be read as silently altered text. Any stream that starts
+ * with the gzip magic 1f 8b (RFC 1952 section 2.3.1), whatever its name, is
+ * inflated here with zlib, which checks every member's CRC32 and ISIZE, and
+ * the result is handed to libarchive through archive_read_open: under the
+ * tar/zip formats for a compressed archive, or as the data of a nested reader
+ * when a member, or the data inside another compression (x.gz.xz), is gzip.
+ * Readers stack up to MAX_NEST deep over one entry.
  *
  * The decompressed bytes of an entry arrive as blocks (archive_read_data_block,
  * zero-copy). Lines are found with memchr; a line that lies inside one block
@@ -24,6 +35,7 @@
 #include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,15 +43,48 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define ZLIB_CONST
+#include <zlib.h>
 
 #define DEFAULT_MAX_DOC_BYTES (64ull << 20)
 #define READ_BLOCK_BYTES ((size_t)1 << 20)
+#define MAX_NEST 4 /* readers stacked over one entry: member.gz, gzip in xz, gzip in gzip */
 
 /* A growable byte buffer; grows geometrically and is reused across documents. */
 typedef struct buf {
     char *p;
     size_t len, cap;
 } buf;
+
+enum { GZ_MEMBER, GZ_BETWEEN, GZ_DONE };
+
+/*
+ * The bytes under one libarchive reader opened with archive_read_open: the
+ * input file (level -1), or the data of the current entry of the reader
+ * below (level k >= 0 reads the entry of in->a when k == 0, else of
+ * in->lv[k - 1]). Inflated with zlib when it starts with the gzip magic,
+ * passed through otherwise. Buffers and the zlib state are kept for reuse.
+ */
+typedef struct stream {
+    tks_input *in;
+    int level;
+    int fd;                    /* level -1: the open input file */
+    unsigned char *rbuf;       /* level -1: READ_BLOCK_BYTES read from fd */
+    const unsigned char *pp;   /* bytes already pulled, handed out next */
+    size_t pn;
+    unsigned char head[2];     /* the first byte(s), when the first block was 1 byte */
+    size_t head_len;
+    int eof;                   /* the source has no more bytes */
+    uint64_t consumed;         /* bytes pulled from the source (file: bytes read from disk) */
+    uint64_t handed;           /* bytes handed on (to inflate, or passed through) */
+    int gzip;
+    int gz_state;              /* GZ_MEMBER, GZ_BETWEEN (after a member's trailer), GZ_DONE */
+    int zeros;                 /* zero bytes seen after the last member */
+    uint64_t member;           /* 1-based number of the gzip member being inflated */
+    z_stream z;
+    int z_live;                /* inflateInit2 done */
+    unsigned char *out;        /* READ_BLOCK_BYTES of inflated data */
+} stream;
 
 struct tks_input {
     tks_input_opts opts;
@@ -60,12 +105,21 @@ struct tks_input {
     size_t next_file;
     const char *path;
     struct archive *a;
-    struct archive *member; /* decompressor of the current member, or NULL */
+    stream fs;             /* the bytes under `a` when it is fed by stream_read */
+    int fs_on;             /* `a` reads fs (gzip, or not a regular file) */
+    int src_rc;            /* an error raised inside a read callback (tks_fail done) */
     int is_archive;
     uint64_t bytes_in_done; /* compressed bytes of the files already closed */
 
+    /* readers stacked over the current entry: lv[k] reads ns[k] */
+    struct archive *lv[MAX_NEST];
+    stream ns[MAX_NEST];
+    int depth;
+
     /* current entry */
     int in_entry, entry_eof, entry_jsonl;
+    int entry_by_name;     /* an archive member whose name has a compression suffix */
+    int probed;            /* the first block of the top reader's entry was looked at */
     buf source;            /* "path" or "path:member", NUL-terminated */
     const char *cur, *end; /* unread part of the current block */
     uint64_t entry_off;    /* decompressed bytes of the entry delivered so far */
@@ -405,6 +459,8 @@ int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opt
 
     tks_input *in = calloc(1, sizeof *in);
     if (!in) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    in->fs.fd = -1;
+    for (int k = 0; k < MAX_NEST; k++) in->ns[k].fd = -1;
     in->opts = o;
     in->jsonl_key = strdup(o.jsonl_key ? o.jsonl_key : "text");
     in->opts.jsonl_key = in->jsonl_key;
@@ -464,17 +520,36 @@ static int archive_failure(struct archive *a, const char *where) {
     return tks_fail(code, where, TKS_NONE, TKS_NONE, "cannot read %s: %s", where, msg);
 }
 
-static void update_bytes_in(tks_input *in) {
-    la_int64_t b = in->a ? archive_filter_bytes(in->a, -1) : 0;
-    in->st.bytes_in = in->bytes_in_done + (b > 0 ? (uint64_t)b : 0);
+/* An error inside a read callback: kept (the first one) so that whatever
+ * libarchive makes of the failed read, the caller reports this one. */
+static int src_fail(tks_input *in, int rc) {
+    if (!in->src_rc) in->src_rc = rc;
+    return in->src_rc;
 }
 
-/* Registers the decompressors that libarchive links in (the zlib, liblzma,
- * ... versions are NULL otherwise). Not archive_read_support_filter_all: it
- * would also run external programs (lrzip, grzip, lzop) and uudecode a text
- * that happens to start with "begin 644 name". */
+/* A libarchive call on `a` failed; `where` names the file or "archive:member". */
+static int read_failure(tks_input *in, struct archive *a, const char *where) {
+    return in->src_rc ? in->src_rc : archive_failure(a, where);
+}
+
+static void update_bytes_in(tks_input *in) {
+    uint64_t b = 0;
+    if (in->fs_on) {
+        b = in->fs.consumed;
+    } else if (in->a) {
+        la_int64_t x = archive_filter_bytes(in->a, -1);
+        b = x > 0 ? (uint64_t)x : 0;
+    }
+    in->st.bytes_in = in->bytes_in_done + b;
+}
+
+/* Registers the decompressors that libarchive links in (the bzip2, liblzma,
+ * ... versions are NULL otherwise), except gzip, which stream_read inflates
+ * so that its checksums are verified (see the top of this file). Not
+ * archive_read_support_filter_all: it would also run external programs
+ * (lrzip, grzip, lzop) and uudecode a text that happens to start with
+ * "begin 644 name". */
 static void add_filters(struct archive *a) {
-    if (archive_zlib_version()) archive_read_support_filter_gzip(a);
     if (archive_bzlib_version()) archive_read_support_filter_bzip2(a);
     if (archive_liblzma_version()) {
         archive_read_support_filter_xz(a);
@@ -486,13 +561,343 @@ static void add_filters(struct archive *a) {
     archive_read_support_filter_compress(a); /* built in */
 }
 
+/* ------------------------------------------------------------------------- */
+/* streams under libarchive: the file, or an entry of the reader below;       */
+/* gzip inflated with zlib (RFC 1952)                                         */
+
+static const char *stream_where(const stream *s) {
+    return s->level < 0 ? s->in->path : s->in->source.p;
+}
+
+/* Starts a stream over `fd` (level -1) or over the entry of the reader below
+ * (level >= 0, fd -1); buffers and the zlib state are kept from earlier use. */
+static void stream_begin(stream *s, tks_input *in, int level, int fd) {
+    s->in = in;
+    s->level = level;
+    s->fd = fd;
+    s->pp = NULL;
+    s->pn = 0;
+    s->head_len = 0;
+    s->eof = 0;
+    s->consumed = s->handed = 0;
+    s->gzip = 0;
+    s->gz_state = GZ_DONE;
+    s->zeros = 0;
+    s->member = 0;
+}
+
+/* Ends the use of a stream (closes the file); keeps its buffers. */
+static void stream_end(stream *s) {
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
+    s->gzip = 0;
+}
+
+static void stream_free(stream *s) {
+    stream_end(s);
+    if (s->z_live) inflateEnd(&s->z);
+    s->z_live = 0;
+    free(s->rbuf);
+    free(s->out);
+    s->rbuf = s->out = NULL;
+}
+
+/* The next block from the source: 1 (*p, *n set, n >= 1), 0 at its end, or an error. */
+static int pull_raw(stream *s, const unsigned char **p, size_t *n) {
+    tks_input *in = s->in;
+    if (s->eof) return 0;
+    if (s->level < 0) {
+        ssize_t r;
+        do r = read(s->fd, s->rbuf, READ_BLOCK_BYTES);
+        while (r < 0 && errno == EINTR);
+        if (r < 0) {
+            int err = errno;
+            return src_fail(in, tks_fail(TKS_ERR_IO, in->path, TKS_NONE, s->consumed,
+                                         "cannot read %s: %s", in->path, strerror(err)));
+        }
+        if (r == 0) {
+            s->eof = 1;
+            return 0;
+        }
+        s->consumed += (uint64_t)r;
+        *p = s->rbuf;
+        *n = (size_t)r;
+        return 1;
+    }
+    struct archive *below = s->level == 0 ? in->a : in->lv[s->level - 1];
+    for (;;) {
+        const void *b;
+        size_t size;
+        la_int64_t off; /* holes in compressed data are not expected; they are not filled */
+        int r = archive_read_data_block(below, &b, &size, &off);
+        update_bytes_in(in);
+        if (r == ARCHIVE_EOF) {
+            s->eof = 1;
+            return 0;
+        }
+        if (r != ARCHIVE_OK) return src_fail(in, read_failure(in, below, in->source.p));
+        if (size) {
+            s->consumed += size;
+            *p = b;
+            *n = size;
+            return 1;
+        }
+    }
+}
+
+/* Hands on the next at most `max` bytes: those pulled while looking for the
+ * magic first, then fresh blocks. 1, 0 at the end, or an error. */
+static int src_next(stream *s, const unsigned char **p, size_t *n, size_t max) {
+    if (s->head_len) {
+        *p = s->head;
+        *n = s->head_len;
+        s->head_len = 0;
+    } else if (s->pn) {
+        *p = s->pp;
+        *n = s->pn;
+        s->pn = 0;
+    } else {
+        int r = pull_raw(s, p, n);
+        if (r <= 0) return r;
+    }
+    if (*n > max) { /* keep the rest for the next call */
+        s->pp = *p + max;
+        s->pn = *n - max;
+        *n = max;
+    }
+    s->handed += *n;
+    return 1;
+}
+
+/* Looks at the first two bytes (the bytes in [pp, pp + pn) come first) and
+ * prepares to inflate when they are the gzip magic. 0 or an error. */
+static int stream_start(stream *s) {
+    tks_input *in = s->in;
+    const unsigned char *p;
+    size_t n;
+    int r;
+    if (!s->pn) {
+        if ((r = pull_raw(s, &p, &n)) <= 0) return r; /* empty: passed through */
+        s->pp = p;
+        s->pn = n;
+    }
+    if (s->pn == 1) { /* the magic may straddle two blocks: keep the byte */
+        s->head[0] = s->pp[0];
+        s->head_len = 1;
+        s->pn = 0;
+        if ((r = pull_raw(s, &p, &n)) < 0) return r;
+        if (r) {
+            s->head[s->head_len++] = p[0];
+            s->pp = p + 1;
+            s->pn = n - 1;
+        }
+    }
+    const unsigned char *m = s->head_len ? s->head : s->pp;
+    size_t avail = s->head_len ? s->head_len : s->pn;
+    s->gzip = avail >= 2 && m[0] == 0x1f && m[1] == 0x8b;
+    if (!s->gzip) return 0;
+    if (!s->out && !(s->out = malloc(READ_BLOCK_BYTES)))
+        return src_fail(in, tks_fail(TKS_ERR_NOMEM, stream_where(s), TKS_NONE, TKS_NONE,
+                                     "out of memory opening %s", stream_where(s)));
+    /* windowBits 15 + 16: the gzip wrapper only; inflate checks each member's
+     * CRC32 and ISIZE and reports Z_DATA_ERROR when they differ (zlib.h). */
+    int zr = Z_OK;
+    if (!s->z_live) {
+        memset(&s->z, 0, sizeof s->z);
+        zr = inflateInit2(&s->z, 15 + 16);
+        s->z_live = zr == Z_OK;
+    } else {
+        zr = inflateReset(&s->z);
+    }
+    if (zr != Z_OK)
+        return src_fail(in, tks_fail(TKS_ERR_NOMEM, stream_where(s), TKS_NONE, TKS_NONE,
+                                     "cannot start zlib to read %s (zlib error %d)",
+                                     stream_where(s), zr));
+    s->z.next_in = NULL;
+    s->z.avail_in = 0;
+    s->gz_state = GZ_MEMBER;
+    s->member = 1;
+    return 0;
+}
+
+/* The gzip data is damaged: `zr` is inflate's code, or Z_OK when the input
+ * ended inside a member or non-gzip bytes follow the last one. */
+static int gz_failure(stream *s, int zr) {
+    const char *where = stream_where(s);
+    unsigned long long m = s->member, at = s->handed - s->z.avail_in;
+    const char *zmsg = s->z.msg ? s->z.msg : "unknown error";
+    char what[256];
+    if (zr == Z_MEM_ERROR)
+        return src_fail(s->in, tks_fail(TKS_ERR_NOMEM, where, TKS_NONE, TKS_NONE,
+                                        "out of memory inflating %s", where));
+    if (zr == Z_OK && s->gz_state == GZ_MEMBER)
+        snprintf(what, sizeof what,
+                 "the gzip data ends inside member %llu, before its CRC32 and length "
+                 "trailer (after %llu compressed bytes)", m, at);
+    else if (zr == Z_OK)
+        snprintf(what, sizeof what,
+                 "the bytes at compressed offset %llu, after gzip member %llu, are not a "
+                 "gzip member", at, m);
+    else if (!strcmp(zmsg, "incorrect data check"))
+        snprintf(what, sizeof what,
+                 "gzip checksum mismatch: the CRC32 in the trailer of gzip member %llu "
+                 "(ending at compressed offset %llu) does not match the decompressed data", m, at);
+    else if (!strcmp(zmsg, "incorrect length check"))
+        snprintf(what, sizeof what,
+                 "gzip length mismatch: the length (ISIZE) in the trailer of gzip member %llu "
+                 "(ending at compressed offset %llu) does not match the decompressed data", m, at);
+    else
+        snprintf(what, sizeof what, "gzip member %llu is invalid at compressed offset %llu (%s)",
+                 m, at, zmsg);
+    return src_fail(s->in, tks_fail(TKS_ERR_INPUT, where, TKS_NONE, TKS_NONE,
+                                    "%s: the input is corrupt or truncated: %s; re-download or "
+                                    "re-create the file", where, what));
+}
+
+/* Inflates into s->out until it is full or the input ends, member after
+ * member (a gzip file may be several concatenated members; zero bytes after
+ * the last are padding). The number of bytes, 0 at the end, or -1. */
+static la_ssize_t gz_fill(stream *s) {
+    z_stream *z = &s->z;
+    z->next_out = s->out;
+    z->avail_out = (uInt)READ_BLOCK_BYTES;
+    while (z->avail_out && s->gz_state != GZ_DONE) {
+        if (!z->avail_in) {
+            const unsigned char *p;
+            size_t n;
+            int r = src_next(s, &p, &n, (size_t)1 << 30);
+            if (r < 0) return -1;
+            if (r == 0) {
+                if (s->gz_state == GZ_MEMBER) {
+                    gz_failure(s, Z_OK);
+                    return -1;
+                }
+                s->gz_state = GZ_DONE;
+                break;
+            }
+            z->next_in = p;
+            z->avail_in = (uInt)n;
+        }
+        if (s->gz_state == GZ_BETWEEN) {
+            while (z->avail_in && *z->next_in == 0) {
+                z->next_in++;
+                z->avail_in--;
+                s->zeros = 1;
+            }
+            if (!z->avail_in) continue;
+            if (s->zeros || *z->next_in != 0x1f) {
+                gz_failure(s, Z_OK);
+                return -1;
+            }
+            inflateReset(z);
+            s->member++;
+            s->gz_state = GZ_MEMBER;
+        }
+        int zr = inflate(z, Z_NO_FLUSH);
+        if (zr == Z_STREAM_END) s->gz_state = GZ_BETWEEN; /* trailer checked */
+        else if (zr != Z_OK) {
+            gz_failure(s, zr);
+            return -1;
+        }
+    }
+    return (la_ssize_t)(READ_BLOCK_BYTES - z->avail_out);
+}
+
+/* libarchive's read callback over a stream. */
+static la_ssize_t stream_read(struct archive *a, void *ctx, const void **out) {
+    stream *s = ctx;
+    la_ssize_t n = -1;
+    if (!s->in->src_rc) {
+        if (s->gzip) {
+            n = gz_fill(s);
+            *out = s->out;
+        } else {
+            const unsigned char *p = NULL;
+            size_t len = 0;
+            int r = src_next(s, &p, &len, (size_t)1 << 30);
+            n = r < 0 ? -1 : (la_ssize_t)len;
+            *out = p;
+        }
+    }
+    if (n < 0) /* -1: ARCHIVE_ERRNO_MISC (archive_private.h); in->src_rc says what failed */
+        archive_set_error(a, -1, "%s", tks_last_error()->message);
+    return n;
+}
+
+/* Inflates what libarchive left unread (after the end of a tar archive, or
+ * after an xz stream inside gzip) so that every trailer is checked.
+ * 0, or the error of this or an earlier read. */
+static int stream_finish(stream *s) {
+    while (!s->in->src_rc && s->gzip && s->gz_state != GZ_DONE)
+        if (gz_fill(s) < 0) break;
+    return s->in->src_rc;
+}
+
+/* ------------------------------------------------------------------------- */
+/* files and entries                                                          */
+
+static void close_nested(tks_input *in) {
+    while (in->depth) {
+        in->depth--;
+        archive_read_free(in->lv[in->depth]);
+        in->lv[in->depth] = NULL;
+        stream_end(&in->ns[in->depth]);
+    }
+}
+
+static void close_file(tks_input *in) {
+    close_nested(in);
+    update_bytes_in(in);
+    in->bytes_in_done = in->st.bytes_in;
+    if (in->a) archive_read_free(in->a);
+    in->a = NULL;
+    if (in->fs_on) stream_end(&in->fs);
+    in->fs_on = 0;
+    in->in_entry = 0;
+}
+
+/* Opens the next file. A regular file that does not start with the gzip
+ * magic is opened by libarchive itself (which can then seek in a zip); gzip
+ * and anything that cannot be read twice (a pipe) go through stream_read. */
 static int open_file(tks_input *in) {
     const char *path = in->files[in->next_file++];
     in->path = path;
     in->source.len = 0;
     in->is_archive = is_archive_name(path);
+    in->src_rc = 0;
+    in->st.files++;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot read %s: %s", path,
+                        strerror(errno));
+    struct stat st;
+    int via_stream = 1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        unsigned char m[2];
+        ssize_t r;
+        do r = pread(fd, m, 2, 0);
+        while (r < 0 && errno == EINTR);
+        if (r < 0) {
+            int err = errno;
+            close(fd);
+            return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot read %s: %s", path,
+                            strerror(err));
+        }
+        via_stream = r == 2 && m[0] == 0x1f && m[1] == 0x8b;
+    }
+    if (via_stream) {
+        stream_begin(&in->fs, in, -1, fd);
+        in->fs_on = 1;
+    } else {
+        close(fd);
+    }
+    int rc = 0;
     struct archive *a = archive_read_new();
-    if (!a) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory opening %s", path);
+    if (!a) {
+        rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory opening %s", path);
+        goto fail;
+    }
+    in->a = a;
     add_filters(a);
     if (in->is_archive) {
         archive_read_support_format_tar(a);
@@ -501,76 +906,75 @@ static int open_file(tks_input *in) {
         archive_read_support_format_raw(a);
         archive_read_support_format_empty(a);
     }
-    in->a = a;
-    in->st.files++;
-    if (archive_read_open_filename(a, path, READ_BLOCK_BYTES) != ARCHIVE_OK) {
-        int rc = archive_failure(a, path);
-        archive_read_free(a);
-        in->a = NULL;
-        return rc;
+    if (via_stream) {
+        if (!in->fs.rbuf && !(in->fs.rbuf = malloc(READ_BLOCK_BYTES))) {
+            rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory opening %s", path);
+            goto fail;
+        }
+        if ((rc = stream_start(&in->fs)) < 0) goto fail;
+        if (archive_read_open(a, &in->fs, NULL, stream_read, NULL) != ARCHIVE_OK) {
+            rc = read_failure(in, a, path);
+            goto fail;
+        }
+    } else if (archive_read_open_filename(a, path, READ_BLOCK_BYTES) != ARCHIVE_OK) {
+        rc = read_failure(in, a, path);
+        goto fail;
     }
     return 0;
+fail:
+    close_file(in);
+    return rc;
 }
 
-static void close_member(tks_input *in) {
-    if (in->member) archive_read_free(in->member);
-    in->member = NULL;
-}
-
-static void close_file(tks_input *in) {
-    close_member(in);
-    if (!in->a) return;
-    la_int64_t b = archive_filter_bytes(in->a, -1);
-    in->bytes_in_done += b > 0 ? (uint64_t)b : 0;
-    archive_read_free(in->a);
-    in->a = NULL;
-    in->in_entry = 0;
-    in->st.bytes_in = in->bytes_in_done;
-}
-
-/* Feeds the member decompressor with the member's bytes from the archive. */
-static la_ssize_t member_read(struct archive *m, void *ctx, const void **out) {
-    tks_input *in = ctx;
-    for (;;) {
-        size_t size;
-        la_int64_t off;
-        int r = archive_read_data_block(in->a, out, &size, &off);
-        update_bytes_in(in);
-        if (r == ARCHIVE_EOF) return 0;
-        if (r != ARCHIVE_OK) {
-            const char *msg = archive_error_string(in->a);
-            archive_set_error(m, archive_errno(in->a), "%s", msg ? msg : "unknown error");
-            return -1;
-        }
-        if (size) return (la_ssize_t)size;
-    }
-}
-
-/* Opens the decompressor of a member whose name has a compression suffix;
- * its content is then read like a plain compressed file. */
-static int open_member(tks_input *in) {
+/* Stacks a reader over the data of the top reader's current entry, whose
+ * first block [b, b + n) was just read: it inflates gzip, and for a member
+ * named as compressed (depth 0) also runs libarchive's other decompressors.
+ * 1, 0 when the data decompresses to nothing, or an error. */
+static int open_nested(tks_input *in, const void *b, size_t n) {
+    if (in->depth == MAX_NEST)
+        return tks_fail(TKS_ERR_INPUT, in->source.p, TKS_NONE, TKS_NONE,
+                        "%s: compressed data nested too deeply (more than %d decompressors "
+                        "stacked on one entry); decompress it before reading it",
+                        in->source.p, MAX_NEST);
+    int by_name = in->depth == 0 && in->entry_by_name;
+    stream *s = &in->ns[in->depth];
+    stream_begin(s, in, in->depth, -1);
+    s->pp = b;
+    s->pn = n;
+    int rc = stream_start(s);
+    if (rc < 0) return rc;
     struct archive *m = archive_read_new();
     if (!m) return tks_fail(TKS_ERR_NOMEM, in->source.p, TKS_NONE, TKS_NONE, "out of memory");
-    add_filters(m);
+    /* Not gzip after all (a 1-byte first block of 0x1f) and not named as
+     * compressed: the bytes are passed through as they are. */
+    if (s->gzip || by_name) add_filters(m);
     archive_read_support_format_raw(m);
     archive_read_support_format_empty(m);
-    in->member = m;
+    in->lv[in->depth++] = m;
+    in->probed = 0;
     struct archive_entry *e;
-    int r = archive_read_open(m, in, NULL, member_read, NULL);
+    int r = archive_read_open(m, s, NULL, stream_read, NULL);
     if (r == ARCHIVE_OK) r = archive_read_next_header(m, &e);
-    if (r == ARCHIVE_EOF) in->entry_eof = 1; /* empty */
-    else if (r != ARCHIVE_OK) return archive_failure(m, in->source.p);
-    return 0;
+    if (r == ARCHIVE_EOF) return 0;
+    if (r != ARCHIVE_OK) return read_failure(in, m, in->source.p);
+    return 1;
 }
 
 /* Moves to the next regular entry of the current file: 1, 0 at its end, or an error. */
 static int next_entry(tks_input *in) {
-    close_member(in);
+    close_nested(in);
     for (;;) {
         struct archive_entry *e;
         int r = archive_read_next_header(in->a, &e);
         update_bytes_in(in);
-        if (r == ARCHIVE_EOF) return 0;
+        if (r == ARCHIVE_EOF) {
+            /* libarchive stops reading at the end of a tar archive, and
+             * clears a read error met while looking for its second empty
+             * block: inflate the rest so that every gzip trailer is checked. */
+            r = in->fs_on ? stream_finish(&in->fs) : 0;
+            update_bytes_in(in);
+            return r;
+        }
         /* ARCHIVE_WARN leaves a readable entry (e.g. a member name that does
          * not convert to the current locale); RETRY/FATAL mean damage. */
         if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
@@ -579,9 +983,9 @@ static int next_entry(tks_input *in) {
                 char where[1024];
                 snprintf(where, sizeof where, "%s (after member %s)", in->path,
                          in->source.p + plen + 1);
-                return archive_failure(in->a, where);
+                return read_failure(in, in->a, where);
             }
-            return archive_failure(in->a, in->path);
+            return read_failure(in, in->a, in->path);
         }
         if (archive_entry_filetype(e) != AE_IFREG) continue;
         if (archive_entry_hardlink(e) && archive_entry_size(e) == 0) continue; /* tar hard link */
@@ -610,10 +1014,20 @@ static int next_entry(tks_input *in) {
         in->line_no = 0;
         in->entry_jsonl = in->opts.format == TKS_FMT_JSONL ||
                           (in->opts.format == TKS_FMT_AUTO && is_jsonl_name(member ? member : in->path));
+        in->entry_by_name = member && is_compressed_name(member);
+        in->probed = 0;
         in->st.entries++;
-        if (member && is_compressed_name(member) && (rc = open_member(in)) < 0) return rc;
         return 1;
     }
+}
+
+/* Is the entry whose first block is [p, p + n) to be read through a stacked
+ * reader? A member named as compressed, or data that starts with the gzip
+ * magic (possibly cut after its first byte). Valid UTF-8 never starts with
+ * 1f 8b (0x8b is a continuation byte), so no text is taken for gzip. */
+static int wants_nested(const tks_input *in, const unsigned char *p, size_t n) {
+    if (in->depth == 0 && in->entry_by_name) return 1;
+    return p[0] == 0x1f && (n == 1 || p[1] == 0x8b);
 }
 
 static const char k_zeros[65536];
@@ -639,21 +1053,33 @@ static int fill(tks_input *in) {
         in->pend = NULL;
         return 1;
     }
-    struct archive *src = in->member ? in->member : in->a;
     for (;;) {
+        struct archive *src = in->depth ? in->lv[in->depth - 1] : in->a;
         const void *b;
         size_t size;
         la_int64_t off;
         int r = archive_read_data_block(src, &b, &size, &off);
         update_bytes_in(in);
-        if (r == ARCHIVE_EOF) {
+        int empty = r == ARCHIVE_EOF;
+        if (!empty && r != ARCHIVE_OK) /* ARCHIVE_WARN is e.g. a zip CRC mismatch: bad data */
+            return read_failure(in, src, in->source.p);
+        if (!empty && size == 0) continue;
+        if (!empty && !in->probed) {
+            in->probed = 1;
+            if (off <= 0 && in->entry_off == 0 && wants_nested(in, b, size)) {
+                if ((r = open_nested(in, b, size)) < 0) return r;
+                if (r == 1) continue; /* read from the new top */
+                empty = 1;
+            }
+        }
+        if (empty) {
+            for (int k = in->depth; k-- > 0;) /* check the trailers of stacked gzip streams */
+                if ((r = stream_finish(&in->ns[k])) < 0) return r;
+            if (in->src_rc) return in->src_rc;
             in->entry_eof = 1;
             in->cur = in->end = NULL;
             return 0;
         }
-        /* ARCHIVE_WARN here is e.g. a zip CRC mismatch: the data is bad. */
-        if (r != ARCHIVE_OK) return archive_failure(src, in->source.p);
-        if (size == 0) continue;
         if (off > 0 && (uint64_t)off > in->entry_off) {
             in->hole = (uint64_t)off - in->entry_off;
             in->pend = b;
@@ -1022,8 +1448,9 @@ int tks_input_next(tks_input *in, tks_doc *doc) {
 
 void tks_input_free(tks_input *in) {
     if (!in) return;
-    close_member(in);
-    if (in->a) archive_read_free(in->a);
+    close_file(in);
+    stream_free(&in->fs);
+    for (int k = 0; k < MAX_NEST; k++) stream_free(&in->ns[k]);
     if (in->json) json_decref(in->json);
     for (size_t i = 0; i < in->n_files; i++) free(in->files[i]);
     free(in->files);

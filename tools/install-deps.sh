@@ -12,7 +12,7 @@ pkgs=(
   build-essential cmake pkg-config
   # libraries (OpenMP ships with gcc as libgomp)
   libsentencepiece-dev sentencepiece
-  libarchive-dev
+  libarchive-dev zlib1g-dev
   libxxhash-dev xxhash
   libjansson-dev
   libopenblas-dev

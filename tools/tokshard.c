@@ -16,103 +16,19 @@
 
 #include "dataset/dataset.h"
 #include "tokenize/tokenize.h"
-
-#define EXIT_PROBLEMS 1
-#define EXIT_USAGE 2
-#define EXIT_INTERRUPTED 130
-
-static const char *prog = "tokshard";
-
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", prog);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n(run `tokshard help` for usage)\n");
-    va_end(ap);
-    return EXIT_USAGE;
-}
-
-static int lib_error(void) {
-    const tks_error *e = tks_last_error();
-    fprintf(stderr, "%s: error: %s\n", prog, e->message[0] ? e->message : tks_strerror(e->code));
-    if (e->code == TKS_ERR_INTERRUPTED) return EXIT_INTERRUPTED;
-    return EXIT_USAGE;
-}
-
-/* Parses "123", "64K", "16M", "2G" (powers of 1024), "1e6". Returns 0 or -1. */
-static int parse_size(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || v < 0) return -1;
-    double mul = 1;
-    if (*end) {
-        switch (*end) {
-        case 'k': case 'K': mul = 1024.0; break;
-        case 'm': case 'M': mul = 1024.0 * 1024; break;
-        case 'g': case 'G': mul = 1024.0 * 1024 * 1024; break;
-        default: return -1;
-        }
-        end++;
-        if (*end == 'i') end++;
-        if (*end == 'B' || *end == 'b') end++;
-        if (*end) return -1;
-    }
-    v *= mul;
-    if (v > 1.8e19 || v != floor(v)) return -1;
-    *out = (uint64_t)v;
-    return 0;
-}
-
-/* Minimal flag scanner: --name value, --name=value, bare --flag, and positionals. */
-typedef struct args {
-    int argc, i;
-    char **argv;
-    const char *val;      /* value of the current option */
-    char name[64];
-} args;
-
-static int next_opt(args *a, const char **positional) {
-    *positional = NULL;
-    a->val = NULL;
-    if (a->i >= a->argc) return 0;
-    char *s = a->argv[a->i++];
-    if (strcmp(s, "--") == 0) {
-        if (a->i < a->argc) *positional = a->argv[a->i++];
-        return 1;
-    }
-    if (s[0] != '-' || s[1] == 0) {
-        *positional = s;
-        return 1;
-    }
-    const char *eq = strchr(s, '=');
-    size_t n = eq ? (size_t)(eq - s) : strlen(s);
-    if (n >= sizeof a->name) n = sizeof a->name - 1;
-    memcpy(a->name, s, n);
-    a->name[n] = 0;
-    if (eq) a->val = eq + 1;
-    return 1;
-}
-
-static const char *need_val(args *a) {
-    if (a->val) return a->val;
-    if (a->i < a->argc) return a->val = a->argv[a->i++];
-    return NULL;
-}
+#include "cli.h"
 
 #define OPT(s) (strcmp(a.name, s) == 0)
 #define VAL(dst)                                                               \
     do {                                                                       \
-        if (!((dst) = need_val(&a))) return usage_error("%s needs a value", a.name); \
+        if (!((dst) = tks_cli_value(&a))) return tks_cli_usage_error("%s needs a value", a.name); \
     } while (0)
 #define SIZE(dst)                                                                         \
     do {                                                                                  \
         const char *v_;                                                                   \
         VAL(v_);                                                                          \
-        if (parse_size(v_, &(dst)))                                                       \
-            return usage_error("%s %s: expected a number such as 1000000, 64K, 16M or 2G", \
+        if (tks_cli_parse_size(v_, &(dst)))                                                       \
+            return tks_cli_usage_error("%s %s: expected a number such as 1000000, 64K, 16M or 2G", \
                                a.name, v_);                                               \
     } while (0)
 
@@ -121,41 +37,41 @@ static int parse_policy(const char *flag, const char *v, tks_policy *p, int allo
     else if (strcmp(v, "skip") == 0) *p = TKS_POLICY_SKIP;
     else if (strcmp(v, "fail") == 0) *p = TKS_POLICY_FAIL;
     else
-        return usage_error("%s %s: expected %s", flag, v, allow_replace ? "replace, skip or fail" : "skip or fail");
+        return tks_cli_usage_error("%s %s: expected %s", flag, v, allow_replace ? "replace, skip or fail" : "skip or fail");
     return 0;
 }
 
 /* Input flags shared by build and train-tokenizer. Returns 1 if consumed, 0 if not, or an exit code + 2. */
-static int input_flag(args *ap, tks_input_opts *io) {
-    args a = *ap;
+static int input_flag(tks_args *ap, tks_input_opts *io) {
+    tks_args a = *ap;
     int r = 1;
     const char *v = NULL;
     if (OPT("--doc-split")) {
-        if (!(v = need_val(&a))) return 2 + usage_error("--doc-split needs file, line or blank-line");
+        if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--doc-split needs file, line or blank-line");
         if (!strcmp(v, "file")) io->split = TKS_SPLIT_FILE;
         else if (!strcmp(v, "line")) io->split = TKS_SPLIT_LINE;
         else if (!strcmp(v, "blank-line")) io->split = TKS_SPLIT_BLANK;
-        else return 2 + usage_error("--doc-split %s: expected file, line or blank-line", v);
+        else return 2 + tks_cli_usage_error("--doc-split %s: expected file, line or blank-line", v);
     } else if (OPT("--format")) {
-        if (!(v = need_val(&a))) return 2 + usage_error("--format needs auto, text or jsonl");
+        if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--format needs auto, text or jsonl");
         if (!strcmp(v, "auto")) io->format = TKS_FMT_AUTO;
         else if (!strcmp(v, "text")) io->format = TKS_FMT_TEXT;
         else if (!strcmp(v, "jsonl")) io->format = TKS_FMT_JSONL;
-        else return 2 + usage_error("--format %s: expected auto, text or jsonl", v);
+        else return 2 + tks_cli_usage_error("--format %s: expected auto, text or jsonl", v);
     } else if (OPT("--jsonl-key")) {
-        if (!(v = need_val(&a)) || !*v) return 2 + usage_error("--jsonl-key needs a key name");
+        if (!(v = tks_cli_value(&a)) || !*v) return 2 + tks_cli_usage_error("--jsonl-key needs a key name");
         io->jsonl_key = v;
     } else if (OPT("--invalid-utf8")) {
-        if (!(v = need_val(&a))) return 2 + usage_error("--invalid-utf8 needs replace, skip or fail");
+        if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--invalid-utf8 needs replace, skip or fail");
         if (parse_policy("--invalid-utf8", v, &io->invalid_utf8, 1)) return 2 + EXIT_USAGE;
     } else if (OPT("--max-doc-bytes")) {
-        if (!(v = need_val(&a)) || parse_size(v, &io->max_doc_bytes) || io->max_doc_bytes == 0)
-            return 2 + usage_error("--max-doc-bytes %s: expected a size such as 1M", v ? v : "");
+        if (!(v = tks_cli_value(&a)) || tks_cli_parse_size(v, &io->max_doc_bytes) || io->max_doc_bytes == 0)
+            return 2 + tks_cli_usage_error("--max-doc-bytes %s: expected a size such as 1M", v ? v : "");
     } else if (OPT("--on-long-doc")) {
-        if (!(v = need_val(&a))) return 2 + usage_error("--on-long-doc needs skip or fail");
+        if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--on-long-doc needs skip or fail");
         if (parse_policy("--on-long-doc", v, &io->long_doc, 0)) return 2 + EXIT_USAGE;
     } else if (OPT("--on-bad-record")) {
-        if (!(v = need_val(&a))) return 2 + usage_error("--on-bad-record needs fail or skip");
+        if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--on-bad-record needs fail or skip");
         if (parse_policy("--on-bad-record", v, &io->bad_record, 0)) return 2 + EXIT_USAGE;
     } else {
         r = 0;
@@ -239,9 +155,9 @@ static int cmd_build(int argc, char **argv) {
     size_t n_in = 0;
     int quiet = 0;
     uint64_t v64;
-    args a = {argc, 0, argv, NULL, {0}};
+    tks_args a = {argc, 0, argv, NULL, {0}};
     const char *pos;
-    while (next_opt(&a, &pos)) {
+    while (tks_cli_next(&a, &pos)) {
         if (pos) {
             inputs[n_in++] = pos;
             continue;
@@ -253,26 +169,26 @@ static int cmd_build(int argc, char **argv) {
         else if (OPT("--output") || OPT("-o")) VAL(o.out_dir);
         else if (OPT("--threads")) {
             SIZE(v64);
-            if (v64 == 0 || v64 > 1024) return usage_error("--threads %llu: expected 1..1024", (unsigned long long)v64);
+            if (v64 == 0 || v64 > 1024) return tks_cli_usage_error("--threads %llu: expected 1..1024", (unsigned long long)v64);
             o.threads = (int)v64;
         } else if (OPT("--shard-tokens")) {
             SIZE(o.shard_tokens);
-            if (!o.shard_tokens) return usage_error("--shard-tokens must be at least 1");
+            if (!o.shard_tokens) return tks_cli_usage_error("--shard-tokens must be at least 1");
         } else if (OPT("--chunk-bytes")) {
             SIZE(v64);
             if (v64 < TKS_MIN_CHUNK_BYTES || v64 > TKS_MAX_CHUNK_BYTES || v64 % 4)
-                return usage_error("--chunk-bytes %llu: expected a multiple of 4 in [64, 1G]", (unsigned long long)v64);
+                return tks_cli_usage_error("--chunk-bytes %llu: expected a multiple of 4 in [64, 1G]", (unsigned long long)v64);
             o.chunk_bytes = (uint32_t)v64;
         } else if (OPT("--batch-bytes")) SIZE(o.batch_bytes);
         else if (OPT("--append-eos")) o.append_eos = 1;
         else if (OPT("--prepend-bos")) o.prepend_bos = 1;
         else if (OPT("--resume")) o.resume = 1;
         else if (OPT("--quiet") || OPT("-q")) quiet = 1;
-        else return usage_error("build: unknown option %s", a.name);
+        else return tks_cli_usage_error("build: unknown option %s", a.name);
     }
-    if (!o.tokenizer_path) return usage_error("build: --tokenizer MODEL is required");
-    if (!o.out_dir) return usage_error("build: --output DIR is required");
-    if (!n_in) return usage_error("build: give at least one INPUT file or directory");
+    if (!o.tokenizer_path) return tks_cli_usage_error("build: --tokenizer MODEL is required");
+    if (!o.out_dir) return tks_cli_usage_error("build: --output DIR is required");
+    if (!n_in) return tks_cli_usage_error("build: give at least one INPUT file or directory");
     o.inputs = inputs;
     o.n_inputs = n_in;
     if (!quiet && isatty(STDERR_FILENO)) o.progress = progress_line;
@@ -285,7 +201,7 @@ static int cmd_build(int argc, char **argv) {
     int rc = tks_build(&o, &st);
     if (o.progress) fprintf(stderr, "\n");
     free(inputs);
-    if (rc) return lib_error();
+    if (rc) return tks_cli_lib_error();
     if (!quiet) print_build_summary(&st, o.out_dir);
     return 0;
 }
@@ -339,9 +255,9 @@ static int cmd_train_tokenizer(int argc, char **argv) {
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
     size_t n_in = 0;
     uint64_t v64;
-    args a = {argc, 0, argv, NULL, {0}};
+    tks_args a = {argc, 0, argv, NULL, {0}};
     const char *pos, *v;
-    while (next_opt(&a, &pos)) {
+    while (tks_cli_next(&a, &pos)) {
         if (pos) {
             inputs[n_in++] = pos;
             continue;
@@ -353,11 +269,11 @@ static int cmd_train_tokenizer(int argc, char **argv) {
         else if (OPT("--model-type")) {
             VAL(v);
             if (strcmp(v, "bpe") && strcmp(v, "unigram") && strcmp(v, "word") && strcmp(v, "char"))
-                return usage_error("--model-type %s: expected bpe, unigram, word or char", v);
+                return tks_cli_usage_error("--model-type %s: expected bpe, unigram, word or char", v);
             t.model_type = v;
         } else if (OPT("--vocab-size")) {
             SIZE(v64);
-            if (v64 < 8 || v64 > 1000000) return usage_error("--vocab-size %llu: expected 8..1000000", (unsigned long long)v64);
+            if (v64 < 8 || v64 > 1000000) return tks_cli_usage_error("--vocab-size %llu: expected 8..1000000", (unsigned long long)v64);
             t.vocab_size = (uint32_t)v64;
         } else if (OPT("--byte-fallback")) t.byte_fallback = 1;
         else if (OPT("--character-coverage")) {
@@ -365,15 +281,15 @@ static int cmd_train_tokenizer(int argc, char **argv) {
             char *e;
             t.character_coverage = strtod(v, &e);
             if (*e || t.character_coverage <= 0 || t.character_coverage > 1)
-                return usage_error("--character-coverage %s: expected a number in (0, 1]", v);
+                return tks_cli_usage_error("--character-coverage %s: expected a number in (0, 1]", v);
         } else if (OPT("--input-sentence-size")) SIZE(t.input_sentence_size);
         else if (OPT("--threads")) {
             SIZE(v64);
             t.threads = (int)v64;
-        } else return usage_error("train-tokenizer: unknown option %s", a.name);
+        } else return tks_cli_usage_error("train-tokenizer: unknown option %s", a.name);
     }
-    if (!t.model_prefix) return usage_error("train-tokenizer: --output PREFIX is required (writes PREFIX.model)");
-    if (!n_in) return usage_error("train-tokenizer: give at least one INPUT");
+    if (!t.model_prefix) return tks_cli_usage_error("train-tokenizer: --output PREFIX is required (writes PREFIX.model)");
+    if (!n_in) return tks_cli_usage_error("train-tokenizer: give at least one INPUT");
     if (!t.threads) t.threads = 1; /* the model depends on (and records) it: same default everywhere */
     sentence_src src = {0};
     int rc = tks_input_open(inputs, n_in, &io, &src.in);
@@ -381,7 +297,7 @@ static int cmd_train_tokenizer(int argc, char **argv) {
     if (!rc) rc = tks_spm_train(&t, next_sentence, &src);
     free(inputs);
     tks_input_free(src.in);
-    if (rc) return lib_error();
+    if (rc) return tks_cli_lib_error();
     printf("trained %s.model (%s, vocab %u) from %llu lines in %.1f s\n", t.model_prefix,
            t.model_type, t.vocab_size, (unsigned long long)src.lines, omp_get_wtime() - t0);
     return 0;
@@ -397,16 +313,16 @@ static int cmd_audit(int argc, char **argv) {
     int as_json = 0;
     const char *path = NULL, *v;
     uint64_t v64;
-    args a = {argc, 0, argv, NULL, {0}};
+    tks_args a = {argc, 0, argv, NULL, {0}};
     const char *pos;
-    while (next_opt(&a, &pos)) {
+    while (tks_cli_next(&a, &pos)) {
         if (pos) {
-            if (path) return usage_error("audit: one DIR or SHARD only (got %s and %s)", path, pos);
+            if (path) return tks_cli_usage_error("audit: one DIR or SHARD only (got %s and %s)", path, pos);
             path = pos;
         } else if (OPT("--json")) as_json = 1;
         else if (OPT("--model-vocab")) {
             SIZE(v64);
-            if (v64 == 0 || v64 > UINT32_MAX) return usage_error("--model-vocab must be in 1..2^32-1");
+            if (v64 == 0 || v64 > UINT32_MAX) return tks_cli_usage_error("--model-vocab must be in 1..2^32-1");
             ao.model_vocab = (uint32_t)v64;
         } else if (OPT("--tokenizer")) VAL(ao.tokenizer_path);
         else if (OPT("--threads")) {
@@ -415,11 +331,11 @@ static int cmd_audit(int argc, char **argv) {
         } else if (OPT("--max-problems")) {
             VAL(v);
             ao.max_problems = strtoull(v, NULL, 10);
-        } else return usage_error("audit: unknown option %s", a.name);
+        } else return tks_cli_usage_error("audit: unknown option %s", a.name);
     }
-    if (!path) return usage_error("audit: give a dataset DIR or a SHARD file");
+    if (!path) return tks_cli_usage_error("audit: give a dataset DIR or a SHARD file");
     tks_audit_report *r;
-    if (tks_audit(path, &ao, &r) != 0) return lib_error();
+    if (tks_audit(path, &ao, &r) != 0) return tks_cli_lib_error();
     /* a tokenizer given on the command line must also agree on the vocabulary */
     if (ao.tokenizer_path && r->vocab_size) {
         tks_spm *spm = NULL;
@@ -502,14 +418,14 @@ static int open_view(const char *path, view *v, int want_tokenizer) {
     memset(v, 0, sizeof *v);
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        fprintf(stderr, "%s: error: %s: %s\n", prog, path, strerror(errno));
+        fprintf(stderr, "%s: error: %s: %s\n", tks_cli_prog, path, strerror(errno));
         return EXIT_USAGE;
     }
     if (S_ISDIR(sb.st_mode)) {
-        if (tks_dataset_open(path, &v->ds)) return lib_error();
-        if (want_tokenizer && tks_spm_load(tks_dataset_tokenizer_path(v->ds), &v->spm)) return lib_error();
+        if (tks_dataset_open(path, &v->ds)) return tks_cli_lib_error();
+        if (want_tokenizer && tks_spm_load(tks_dataset_tokenizer_path(v->ds), &v->spm)) return tks_cli_lib_error();
     } else if (tks_shard_open(path, &v->one)) {
-        return lib_error();
+        return tks_cli_lib_error();
     }
     return 0;
 }
@@ -529,17 +445,17 @@ static int cmd_inspect(int argc, char **argv) {
     int as_json = 0;
     uint64_t top = 20;
     const char *path = NULL;
-    args a = {argc, 0, argv, NULL, {0}};
+    tks_args a = {argc, 0, argv, NULL, {0}};
     const char *pos;
-    while (next_opt(&a, &pos)) {
+    while (tks_cli_next(&a, &pos)) {
         if (pos) {
-            if (path) return usage_error("inspect: one DIR or SHARD only");
+            if (path) return tks_cli_usage_error("inspect: one DIR or SHARD only");
             path = pos;
         } else if (OPT("--json")) as_json = 1;
         else if (OPT("--top")) SIZE(top);
-        else return usage_error("inspect: unknown option %s", a.name);
+        else return tks_cli_usage_error("inspect: unknown option %s", a.name);
     }
-    if (!path) return usage_error("inspect: give a dataset DIR or a SHARD file");
+    if (!path) return tks_cli_usage_error("inspect: give a dataset DIR or a SHARD file");
     view v;
     int rc = open_view(path, &v, 1);
     if (rc) return rc;
@@ -672,26 +588,26 @@ static int cmd_cat(int argc, char **argv) {
     int mode_ids = 0, raw = 0;
     uint64_t only = TKS_NONE, limit = TKS_NONE;
     const char *path = NULL;
-    args a = {argc, 0, argv, NULL, {0}};
+    tks_args a = {argc, 0, argv, NULL, {0}};
     const char *pos;
-    while (next_opt(&a, &pos)) {
+    while (tks_cli_next(&a, &pos)) {
         if (pos) {
-            if (path) return usage_error("cat: one DIR or SHARD only");
+            if (path) return tks_cli_usage_error("cat: one DIR or SHARD only");
             path = pos;
         } else if (OPT("--ids")) mode_ids = 1;
         else if (OPT("--text")) mode_ids = 0;
         else if (OPT("--raw")) raw = 1;
         else if (OPT("--doc")) SIZE(only);
         else if (OPT("--limit")) SIZE(limit);
-        else return usage_error("cat: unknown option %s", a.name);
+        else return tks_cli_usage_error("cat: unknown option %s", a.name);
     }
-    if (!path) return usage_error("cat: give a dataset DIR or a SHARD file");
+    if (!path) return tks_cli_usage_error("cat: give a dataset DIR or a SHARD file");
     view v;
     int rc = open_view(path, &v, !mode_ids);
     if (rc) return rc;
     if (!mode_ids && !v.spm) {
         close_view(&v);
-        return usage_error("cat: decoding text needs a dataset DIR (with its tokenizer); use --ids for a lone shard");
+        return tks_cli_usage_error("cat: decoding text needs a dataset DIR (with its tokenizer); use --ids for a lone shard");
     }
     uint64_t g = 0, printed = 0;
     uint32_t *buf = NULL;
@@ -717,7 +633,7 @@ static int cmd_cat(int argc, char **argv) {
             if (tks_shard_read(sh, ix[d], len, 0, buf)) {
                 free(buf);
                 close_view(&v);
-                return lib_error();
+                return tks_cli_lib_error();
             }
             if (mode_ids) {
                 for (uint64_t i = 0; i < len; i++) printf(i ? " %u" : "%u", buf[i]);
@@ -728,7 +644,7 @@ static int cmd_cat(int argc, char **argv) {
                 if (tks_spm_decode(v.spm, buf, len, &text, &tl)) {
                     free(buf);
                     close_view(&v);
-                    return lib_error();
+                    return tks_cli_lib_error();
                 }
                 if (raw) fwrite(text, 1, tl, stdout);
                 else
@@ -748,7 +664,7 @@ static int cmd_cat(int argc, char **argv) {
     free(buf);
     close_view(&v);
     if (!found) {
-        fprintf(stderr, "%s: error: --doc %llu: the dataset has %llu documents\n", prog,
+        fprintf(stderr, "%s: error: --doc %llu: the dataset has %llu documents\n", tks_cli_prog,
                 (unsigned long long)only, (unsigned long long)g);
         return EXIT_USAGE;
     }
@@ -801,5 +717,5 @@ int main(int argc, char **argv) {
         puts("tokshard " TKS_VERSION_STRING);
         return 0;
     }
-    return usage_error("unknown command '%s'", cmd);
+    return tks_cli_usage_error("unknown command '%s'", cmd);
 }

@@ -312,6 +312,8 @@ void tks_model_free(tks_model *m) {
 }
 
 const tks_model_config *tks_model_config_of(const tks_model *m) { return &m->cfg; }
+tks_backend *tks_model_backend(const tks_model *m) { return m->be; }
+tks_comm *tks_model_tp(const tks_model *m) { return m->tp; }
 const tks_param *tks_model_params(const tks_model *m, size_t *n) {
     *n = m->n_params;
     return m->params;

@@ -88,6 +88,8 @@ int tks_model_create(const tks_model_config *cfg, tks_backend *be, tks_comm *tp,
 void tks_model_free(tks_model *m);
 
 const tks_model_config *tks_model_config_of(const tks_model *m);
+tks_backend *tks_model_backend(const tks_model *m);
+tks_comm *tks_model_tp(const tks_model *m);
 /* Parameter table (owned by the model). */
 const tks_param *tks_model_params(const tks_model *m, size_t *n);
 /* Flat local buffers: n_local elements each (device pointers). */

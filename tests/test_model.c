@@ -1,0 +1,503 @@
+/*
+ * test_model.c - whole-model checks of trainer/model.c on the CPU backend, on
+ * a tiny LLaMA: gradients of every parameter tensor against finite
+ * differences (untied and tied embeddings), vocab padding, loss at init,
+ * gradient accumulation, determinism, KV-cache decoding against the full
+ * forward, and a few AdamW steps. Usage: test_model (exit 0 = all passed).
+ *
+ * Legend (model.h): B micro-batch, T sequence, N = B*T, C dim, NH heads, NKV
+ * kv heads, F ffn dim, V vocab_size (real), VP padded vocab.
+ *
+ * The loss differentiated is the mean token loss loss_sum / N, whose gradient
+ * is what tks_model_backward(m, 1/N) accumulates.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/tks.h"
+#include "trainer/backend.h"
+#include "trainer/model.h"
+
+static tks_backend *be;
+static int failures;
+
+#define FAILF(...)                                  \
+    do {                                            \
+        failures++;                                 \
+        fprintf(stdout, "FAIL %s:%d: ", __FILE__, __LINE__); \
+        fprintf(stdout, __VA_ARGS__);               \
+        fprintf(stdout, "\n");                      \
+    } while (0)
+
+/* One line per check; err <= tol passes (NaN fails). */
+static void note(const char *group, const char *what, double err, double tol) {
+    int ok = err <= tol;
+    printf("%-14s %-58s err %.2e  tol %.0e  %s\n", group, what, err, tol, ok ? "ok" : "FAIL");
+    if (!ok) failures++;
+}
+
+static double worse(double e, double d) { return (e != e || d <= e) ? e : d; }
+
+/* ---- random numbers (splitmix64) ------------------------------------------ */
+
+static uint64_t rng = 0x452821E638D01377ull;
+static uint64_t next_u64(void) {
+    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double urand(void) { return (next_u64() >> 11) * (1.0 / 9007199254740992.0); }
+static double gauss(void) {
+    double u1 = urand() + 1e-300, u2 = urand();
+    return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* ---- the tiny model --------------------------------------------------------------- */
+
+enum { VOCAB = 50, BATCH = 2, SEQ = 8 };
+
+static tks_model_config tiny(int tie, float init_std, uint32_t divisible_by) {
+    tks_model_config c = {0};
+    c.vocab_size = VOCAB;
+    c.vocab_divisible_by = divisible_by; /* 8 -> VP = 56: 6 padded rows */
+    c.dim = 16;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.ffn_dim = 32;
+    c.max_seq_len = 16;
+    c.init_std = init_std; /* 0.3: attention far from uniform, gradients not tiny */
+    c.tie_embeddings = tie;
+    return c;
+}
+
+static tks_model *make(const tks_model_config *c, int B, int T, uint64_t seed) {
+    tks_model *m = NULL;
+    int rc = tks_model_create(c, be, NULL, B, T, &m);
+    if (rc) {
+        printf("FAIL tks_model_create: %s (%s)\n", tks_strerror(rc), tks_last_error()->message);
+        exit(1);
+    }
+    tks_model_init(m, seed);
+    return m;
+}
+
+/* host copies of the flat buffers */
+static float *get_flat(tks_model *m, const float *dev) {
+    size_t n = tks_model_n_local(m);
+    float *h = malloc(n * sizeof *h);
+    be->download(be, h, dev, n * sizeof *h);
+    return h;
+}
+static void put_weights(tks_model *m, const float *h) {
+    be->upload(be, tks_model_weights(m), h, tks_model_n_local(m) * sizeof *h);
+}
+
+static double fwd(tks_model *m, const int32_t *ids, const int32_t *tg) {
+    double ls = 0;
+    int rc = tks_model_forward(m, ids, tg, &ls);
+    if (rc) FAILF("tks_model_forward: %s (%s)", tks_strerror(rc), tks_last_error()->message);
+    return ls;
+}
+static void bwd(tks_model *m, float scale) {
+    int rc = tks_model_backward(m, scale);
+    if (rc) FAILF("tks_model_backward: %s (%s)", tks_strerror(rc), tks_last_error()->message);
+}
+
+static int32_t ids[BATCH * SEQ], tgts[BATCH * SEQ];
+
+static void make_batch(void) {
+    for (int i = 0; i < BATCH * SEQ; i++) ids[i] = (int32_t)(next_u64() % VOCAB);
+    for (int i = 0; i < BATCH * SEQ; i++) tgts[i] = (int32_t)(next_u64() % VOCAB);
+    ids[3] = VOCAB - 1; /* the last real row is read and predicted */
+    tgts[5] = VOCAB - 1;
+}
+
+/* mean loss and its gradient (host, n_local) at the model's current weights */
+static double loss_and_grad(tks_model *m, float **grad) {
+    const int N = BATCH * SEQ;
+    tks_model_zero_grad(m);
+    double L = fwd(m, ids, tgts) / N;
+    bwd(m, 1.0f / N);
+    if (grad) *grad = get_flat(m, tks_model_grads(m));
+    return L;
+}
+
+/* ---- (a), (b), (c-grad): gradients vs finite differences ------------------------------ */
+
+/* Directional derivative along d = g/|g| + r/|r| (r Gaussian): the random
+ * part probes every element, the gradient part keeps the derivative far from
+ * 0 so a relative tolerance means something. Tolerance 1e-2 relative: with
+ * h = 1e-2 along a unit-scale direction the central difference truncation is
+ * ~h^2 |L'''| (~1e-4 relative here) and the fp32 forward's rounding noise
+ * (~1e-7 of the loss ~ 4) divided by 2h is ~1e-5 absolute, against
+ * directional derivatives of order 1e-2..1. */
+#define DIR_H 1e-2
+#define DIR_TOL 1e-2
+/* Element-wise: only elements whose |g| is at least 5% of the tensor's max
+ * (and above 1e-4 absolute), where that rounding noise (~1e-5) is below 1e-2
+ * of |g|; tolerance 2e-2 relative. */
+#define ELEM_H 1e-2
+#define ELEM_TOL 2e-2
+#define ELEM_SAMPLES 6
+
+static void check_grads(int tie) {
+    const int N = BATCH * SEQ;
+    tks_model_config c = tiny(tie, 0.3f, 8);
+    tks_model *m = make(&c, BATCH, SEQ, 1234);
+    size_t np, n = tks_model_n_local(m);
+    const tks_param *ps = tks_model_params(m, &np);
+    float *g, *w0 = get_flat(m, tks_model_weights(m)), *w = malloc(n * sizeof *w);
+    double L0 = loss_and_grad(m, &g);
+    char grp[32], what[128];
+    snprintf(grp, sizeof grp, "grad tie=%d", tie);
+    printf("tie_embeddings=%d: %zu tensors, %zu local elements, mean loss %.6f\n", tie, np, n, L0);
+    double worst_dir = 0, worst_el = 0;
+    for (size_t pi = 0; pi < np; pi++) {
+        const tks_param *p = &ps[pi];
+        size_t cnt = p->lrows * p->lcols, off = p->offset;
+        const float *gp = g + off;
+        double gn = 0, rn = 0, gmax = 0;
+        double *r = malloc(cnt * sizeof *r);
+        for (size_t i = 0; i < cnt; i++) {
+            r[i] = gauss();
+            gn += (double)gp[i] * gp[i];
+            rn += r[i] * r[i];
+            gmax = fmax(gmax, fabs(gp[i]));
+        }
+        gn = sqrt(gn);
+        rn = sqrt(rn);
+        /* directional */
+        memcpy(w, w0, n * sizeof *w);
+        float *wm = malloc(cnt * sizeof *wm);
+        double an = 0;
+        for (size_t i = 0; i < cnt; i++) {
+            double d = (gn > 0 ? gp[i] / gn : 0) + r[i] / rn;
+            w[off + i] = (float)(w0[off + i] + DIR_H * d);
+            wm[i] = (float)(w0[off + i] - DIR_H * d);
+            an += (double)gp[i] * ((double)w[off + i] - wm[i]);
+        }
+        put_weights(m, w);
+        double lp = fwd(m, ids, tgts) / N;
+        memcpy(w + off, wm, cnt * sizeof *wm);
+        put_weights(m, w);
+        double lm = fwd(m, ids, tgts) / N;
+        double num = (lp - lm) / (2 * DIR_H);
+        an /= 2 * DIR_H;
+        double e = fabs(an - num) / fmax(fabs(num), 1e-6);
+        worst_dir = worse(worst_dir, e);
+        snprintf(what, sizeof what, "%s: directional (%.4g vs %.4g)", p->name, an, num);
+        note(grp, what, e, DIR_TOL);
+        /* element-wise on a sample of the elements with non-tiny gradients */
+        memcpy(w, w0, n * sizeof *w);
+        size_t *cand = malloc(cnt * sizeof *cand), nc = 0;
+        for (size_t i = 0; i < cnt; i++)
+            if (fabs(gp[i]) >= 0.05 * gmax && fabs(gp[i]) >= 1e-4) cand[nc++] = i;
+        double ee = 0;
+        int ns = 0;
+        for (; ns < ELEM_SAMPLES && nc > 0; ns++) {
+            size_t k = next_u64() % nc, i = cand[k];
+            cand[k] = cand[--nc];
+            float pw = (float)(w0[off + i] + ELEM_H), mw = (float)(w0[off + i] - ELEM_H);
+            w[off + i] = pw;
+            put_weights(m, w);
+            double a = fwd(m, ids, tgts) / N;
+            w[off + i] = mw;
+            put_weights(m, w);
+            double b = fwd(m, ids, tgts) / N;
+            w[off + i] = w0[off + i];
+            double nm = (a - b) / ((double)pw - mw);
+            ee = worse(ee, fabs(gp[i] - nm) / fabs(gp[i]));
+        }
+        worst_el = worse(worst_el, ee);
+        snprintf(what, sizeof what, "%s: %d elements (|g| max %.2g)", p->name, ns, gmax);
+        if (ns == 0) FAILF("%s: no element with a non-tiny gradient", p->name);
+        note(grp, what, ee, ELEM_TOL);
+        free(cand);
+        free(wm);
+        free(r);
+    }
+    printf("%s: worst directional err %.2e, worst element err %.2e\n", grp, worst_dir, worst_el);
+
+    /* (c) padded vocab rows [V, VP) of the embedding and lm_head: zero weights,
+     * exactly zero gradient */
+    size_t bad = 0;
+    for (size_t pi = 0; pi < np; pi++) {
+        const tks_param *p = &ps[pi];
+        for (uint64_t r = p->rows_real; r < p->lrows; r++)
+            for (uint64_t k = 0; k < p->lcols; k++) {
+                size_t i = p->offset + r * p->lcols + k;
+                bad += g[i] != 0.0f || w0[i] != 0.0f;
+            }
+    }
+    snprintf(what, sizeof what, "padded vocab rows: weight and gradient == 0 (count)");
+    note(grp, what, (double)bad, 0.5);
+
+    put_weights(m, w0);
+    free(g);
+    free(w);
+    free(w0);
+    tks_model_free(m);
+}
+
+/* ---- (c) padding does not change the loss: same weights without padding ----------------- */
+
+static void check_padding_equivalence(int tie) {
+    const int N = BATCH * SEQ;
+    tks_model_config cp = tiny(tie, 0.3f, 8), cu = tiny(tie, 0.3f, 1);
+    tks_model *mp = make(&cp, BATCH, SEQ, 99), *mu = make(&cu, BATCH, SEQ, 0);
+    size_t np, nu;
+    const tks_param *pp = tks_model_params(mp, &np), *pu = tks_model_params(mu, &nu);
+    char grp[32], what[128];
+    snprintf(grp, sizeof grp, "padding tie=%d", tie);
+    if (np != nu || tks_model_padded_vocab(tks_model_config_of(mu), 1) != VOCAB ||
+        tks_model_padded_vocab(tks_model_config_of(mp), 1) != 56) {
+        FAILF("unexpected parameter tables or padded vocab");
+        tks_model_free(mp);
+        tks_model_free(mu);
+        return;
+    }
+    /* copy tensor by tensor: the real rows only */
+    float *wp = get_flat(mp, tks_model_weights(mp)), *wu = get_flat(mu, tks_model_weights(mu));
+    for (size_t i = 0; i < np; i++) {
+        size_t rows = pu[i].lrows < pp[i].rows_real ? pu[i].lrows : pp[i].rows_real;
+        memcpy(wu + pu[i].offset, wp + pp[i].offset, rows * pp[i].lcols * sizeof *wu);
+    }
+    put_weights(mu, wu);
+    tks_model_zero_grad(mp);
+    tks_model_zero_grad(mu);
+    double lp = fwd(mp, ids, tgts), lu = fwd(mu, ids, tgts);
+    bwd(mp, 1.0f / N);
+    bwd(mu, 1.0f / N);
+    snprintf(what, sizeof what, "loss VP=56 == loss VP=50 (%.9g vs %.9g%s)", lp, lu,
+             lp == lu ? ", bit-identical" : "");
+    note(grp, what, fabs(lp - lu) / fabs(lu), 1e-6);
+    float *gp = get_flat(mp, tks_model_grads(mp)), *gu = get_flat(mu, tks_model_grads(mu));
+    double e = 0;
+    for (size_t i = 0; i < np; i++) {
+        size_t cnt = pu[i].lrows * pu[i].lcols;
+        double mx = 0, d = 0;
+        for (size_t k = 0; k < cnt; k++) {
+            mx = fmax(mx, fabs(gu[pu[i].offset + k]));
+            d = worse(d, fabs(gp[pp[i].offset + k] - gu[pu[i].offset + k]));
+        }
+        e = worse(e, d / fmax(mx, 1e-30));
+    }
+    note(grp, "real-row gradients VP=56 == VP=50 (max err / tensor max)", e, 1e-5);
+    free(gp);
+    free(gu);
+    free(wp);
+    free(wu);
+    tks_model_free(mp);
+    tks_model_free(mu);
+}
+
+/* ---- (d) loss at init ------------------------------------------------------------------------------ */
+
+static void check_init_loss(void) {
+    /* 64 tokens of their own: the mean over them has a spread of ~0.08/8 = 0.01 */
+    enum { B = 4, T = 16 };
+    int32_t in[B * T], tg[B * T];
+    for (int i = 0; i < B * T; i++) in[i] = (int32_t)(next_u64() % VOCAB);
+    for (int i = 0; i < B * T; i++) tg[i] = (int32_t)(next_u64() % VOCAB);
+    tks_model_config c = tiny(0, 0.02f, 8);
+    tks_model *m = make(&c, B, T, 7);
+    double L = fwd(m, in, tg) / (B * T);
+    /* logits ~ N(0, s^2) with s ~ 0.02 * sqrt(C) = 0.08 give E[loss] ~ ln V + s^2/2
+     * = ln V + 0.003. Tolerance 0.05 (5 spreads); padding wrongly counted in the
+     * softmax would give ln 56 - ln 50 = 0.11 and fail it. */
+    char what[96];
+    snprintf(what, sizeof what, "init_std 0.02: mean loss %.5f vs ln(50) = %.5f", L, log(VOCAB));
+    note("init", what, fabs(L - log(VOCAB)), 0.05);
+    tks_model_free(m);
+}
+
+/* ---- (e) gradient accumulation ---------------------------------------------------------------------- */
+
+static void check_accumulation(void) {
+    tks_model_config c = tiny(0, 0.3f, 8);
+    tks_model *m2 = make(&c, 2, SEQ, 5), *m1 = make(&c, 1, SEQ, 5);
+    const float s = 1.0f / (2 * SEQ);
+    tks_model_zero_grad(m2);
+    double l2 = fwd(m2, ids, tgts);
+    bwd(m2, s);
+    tks_model_zero_grad(m1);
+    double l1 = fwd(m1, ids, tgts);
+    bwd(m1, s);
+    l1 += fwd(m1, ids + SEQ, tgts + SEQ);
+    bwd(m1, s);
+    note("accumulate", "loss: 2 micro-batches of B=1 vs one B=2 (relative)", fabs(l1 - l2) / l2,
+         1e-6);
+    size_t np;
+    const tks_param *ps = tks_model_params(m2, &np);
+    float *g1 = get_flat(m1, tks_model_grads(m1)), *g2 = get_flat(m2, tks_model_grads(m2));
+    double e = 0;
+    const char *worst = "";
+    for (size_t i = 0; i < np; i++) {
+        size_t cnt = ps[i].lrows * ps[i].lcols;
+        double mx = 0, d = 0;
+        for (size_t k = 0; k < cnt; k++) {
+            mx = fmax(mx, fabs(g2[ps[i].offset + k]));
+            d = worse(d, fabs(g1[ps[i].offset + k] - g2[ps[i].offset + k]));
+        }
+        double r = d / fmax(mx, 1e-30);
+        if (!(r <= e)) worst = ps[i].name;
+        e = worse(e, r);
+    }
+    /* the two orders of summing the rows differ in fp32 rounding only */
+    char what[128];
+    snprintf(what, sizeof what, "grads: max err / tensor max (worst %s)", worst);
+    note("accumulate", what, e, 1e-6);
+    free(g1);
+    free(g2);
+    tks_model_free(m1);
+    tks_model_free(m2);
+}
+
+/* ---- (f) determinism ----------------------------------------------------------------------------------- */
+
+static void check_determinism(void) {
+    tks_model_config c = tiny(0, 0.3f, 8);
+    double L[3];
+    float *g[3];
+    size_t n = 0;
+    tks_model *m = NULL;
+    for (int run = 0; run < 3; run++) {
+        if (run < 2) { /* runs 0, 1: fresh models; run 2: model of run 1 again */
+            tks_model_free(m);
+            m = make(&c, BATCH, SEQ, 42);
+        }
+        n = tks_model_n_local(m);
+        tks_model_zero_grad(m);
+        L[run] = fwd(m, ids, tgts);
+        bwd(m, 1.0f / (BATCH * SEQ));
+        g[run] = get_flat(m, tks_model_grads(m));
+    }
+    tks_model_free(m);
+    for (int run = 1; run < 3; run++) {
+        size_t nd = memcmp(&L[0], &L[run], sizeof L[0]) != 0;
+        for (size_t i = 0; i < n; i++) nd += memcmp(&g[0][i], &g[run][i], sizeof(float)) != 0;
+        note("determinism", run == 1 ? "two fresh models: loss and grads bit-identical (diffs)"
+                                     : "same model again: loss and grads bit-identical (diffs)",
+             (double)nd, 0.5);
+    }
+    for (int run = 0; run < 3; run++) free(g[run]);
+}
+
+/* ---- (g) KV-cache decoding vs the full forward --------------------------------------------------------- */
+
+static void check_decode(int tie) {
+    tks_model_config c = tiny(tie, 0.3f, 8);
+    tks_model *m = make(&c, 1, SEQ, 77);
+    uint32_t VP = tks_model_padded_vocab(&c, 1);
+    fwd(m, ids, tgts);
+    float *full = malloc((size_t)SEQ * VP * sizeof *full), logits[VOCAB];
+    be->download(be, full, tks_model_logits(m), (size_t)SEQ * VP * sizeof *full);
+    int rc = tks_model_kv_reset(m);
+    if (rc) FAILF("tks_model_kv_reset: %s", tks_last_error()->message);
+    double e = 0;
+    for (int t = 0; t < SEQ && !rc; t++) {
+        for (int j = 0; j < VOCAB; j++) logits[j] = NAN;
+        rc = tks_model_decode_step(m, ids[t], t, logits);
+        if (rc) FAILF("tks_model_decode_step(pos %d): %s", t, tks_last_error()->message);
+        for (int j = 0; j < VOCAB; j++)
+            e = worse(e, fabs(logits[j] - full[(size_t)t * VP + j]) /
+                             fmax(1.0, fabs(full[(size_t)t * VP + j])));
+    }
+    char what[96];
+    snprintf(what, sizeof what, "tie=%d: decode_step logits == full forward, %d positions", tie,
+             SEQ);
+    note("kv-cache", what, e, 1e-5);
+    /* and again after a reset: the cache is cleared, not appended to */
+    rc = tks_model_kv_reset(m);
+    double e2 = 0;
+    for (int t = 0; t < 3 && !rc; t++) {
+        rc = tks_model_decode_step(m, ids[t], t, logits);
+        for (int j = 0; j < VOCAB; j++)
+            e2 = worse(e2, fabs(logits[j] - full[(size_t)t * VP + j]) /
+                               fmax(1.0, fabs(full[(size_t)t * VP + j])));
+    }
+    if (rc) FAILF("decode after reset: %s", tks_last_error()->message);
+    snprintf(what, sizeof what, "tie=%d: after kv_reset, positions 0..2 again", tie);
+    note("kv-cache", what, e2, 1e-5);
+    /* the context limit is an error, not a write past the cache */
+    rc = tks_model_decode_step(m, ids[0], (int)c.max_seq_len, logits);
+    note("kv-cache", "pos == max_seq_len refused with TKS_ERR_ARG", rc == TKS_ERR_ARG ? 0 : 1, 0.5);
+    free(full);
+    tks_model_free(m);
+}
+
+/* ---- (h) AdamW on one fixed batch --------------------------------------------------------------------- */
+
+static void check_training(int tie) {
+    const int N = BATCH * SEQ, steps = 30;
+    tks_model_config c = tiny(tie, 0.3f, 8);
+    tks_model *m = make(&c, BATCH, SEQ, 3);
+    size_t np, n = tks_model_n_local(m);
+    const tks_param *ps = tks_model_params(m, &np);
+    float *mo = be->alloc(be, n * sizeof(float)), *vo = be->alloc(be, n * sizeof(float));
+    double first = 0, last = 0;
+    size_t padbad = 0;
+    for (int t = 1; t <= steps; t++) {
+        tks_model_zero_grad(m);
+        double L = fwd(m, ids, tgts) / N;
+        bwd(m, 1.0f / N);
+        if (t == 1) first = L;
+        last = L;
+        for (size_t i = 0; i < np; i++) {
+            const tks_param *p = &ps[i];
+            be->adamw(be, p->w, p->g, mo + p->offset, vo + p->offset, p->lrows * p->lcols, 1e-2f,
+                      0.9f, 0.95f, 1e-8f, p->decay ? 0.1f : 0.0f, t, 1.0f);
+        }
+        /* padded rows: gradient and weight stay exactly 0 */
+        float *w = get_flat(m, tks_model_weights(m)), *g = get_flat(m, tks_model_grads(m));
+        for (size_t i = 0; i < np; i++)
+            for (uint64_t r = ps[i].rows_real; r < ps[i].lrows; r++)
+                for (uint64_t k = 0; k < ps[i].lcols; k++) {
+                    size_t j = ps[i].offset + r * ps[i].lcols + k;
+                    padbad += w[j] != 0.0f || g[j] != 0.0f;
+                }
+        free(w);
+        free(g);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "tie=%d: %d AdamW steps, loss %.4f -> %.4f (last/first)", tie,
+             steps, first, last);
+    note("adamw", what, last / first, 0.5);
+    snprintf(what, sizeof what, "tie=%d: padded rows stay 0 through the steps (count)", tie);
+    note("adamw", what, (double)padbad, 0.5);
+    be->free(be, mo);
+    be->free(be, vo);
+    tks_model_free(m);
+}
+
+int main(void) {
+    be = tks_cpu_backend_create(0);
+    if (!be) {
+        fprintf(stderr, "cannot create the cpu backend\n");
+        return 2;
+    }
+    make_batch();
+    check_grads(0);
+    check_grads(1);
+    check_padding_equivalence(0);
+    check_padding_equivalence(1);
+    check_init_loss();
+    check_accumulation();
+    check_determinism();
+    check_decode(0);
+    check_decode(1);
+    check_training(0);
+    check_training(1);
+    be->destroy(be);
+    if (failures) {
+        printf("%d check(s) FAILED\n", failures);
+        return 1;
+    }
+    printf("all model checks passed\n");
+    return 0;
+}

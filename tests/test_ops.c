@@ -1,0 +1,968 @@
+/*
+ * test_ops.c - every op of the backend interface (trainer/backend.h) checked
+ * against finite differences and against scalar references written from the
+ * formulas in backend.h. Usage: test_ops (exit 0 = every check passed).
+ *
+ * The test touches tensors only through be->alloc/upload/download, so the
+ * same checks can drive any backend; today that is the CPU reference.
+ *
+ * Legend (backend.h): B batch, T sequence, N rows, C dim, NH query heads,
+ * NKV kv heads, HD head dim, V vocab columns of a shard, VR its real columns,
+ * v0 the global id of its first column, n element count.
+ *
+ * Gradients. For an op out = f(x) the test takes the scalar loss
+ * L = sum(out * R) with a fixed random R, so the backward op receives
+ * dout = dL/dout = R, and the dx it returns must equal dL/dx. That is compared
+ *   - element by element with the central difference
+ *     (L(x + h e_i) - L(x - h e_i)) / (x_i+ - x_i-)  (the actual fp32 step), and
+ *   - along a random direction d (entries uniform in [-1, 1]) with
+ *     (L(x + h d) - L(x - h d)) / 2h  against  sum_i dL/dx_i * (x_i+ - x_i-) / 2h.
+ * L is accumulated in double, so only the outputs a perturbation touches add
+ * rounding noise.
+ *
+ * Tolerance: |analytic - numeric| <= 2e-3 * max(1, |numeric|). Inputs are
+ * O(1) and h = 1e-2, so the truncation error of the central difference
+ * (h^2/6 |L'''|, about 2e-5 for these smooth ops) and the fp32 rounding of the
+ * touched outputs (about 1e-7 * |out| / 2h = 1e-5) lie two orders below it,
+ * while a wrong term (a dropped factor, a flipped sign, a missing head) moves
+ * the gradient by O(1) and fails it.
+ *
+ * Forward ops are compared with double-precision references at 1e-5 relative
+ * (fp32 accumulation over at most a few dozen terms stays near 1e-6); ops that
+ * only move or add data (embedding_fwd, add, scale, padding) must be exact.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "trainer/backend.h"
+
+static tks_backend *be;
+static int failures;
+
+/* ---- results: one line per check, the max error per op at the end -------- */
+
+typedef struct {
+    const char *op;
+    double err, tol; /* worst err/tol ratio seen and its numbers */
+    int checks, failed;
+} opstat;
+static opstat stats[32];
+static int nstats;
+
+static void note(const char *op, const char *what, double err, double tol) {
+    int ok = err <= tol; /* NaN fails */
+    printf("%-15s %-52s err %.2e  tol %.0e  %s\n", op, what, err, tol, ok ? "ok" : "FAIL");
+    if (!ok) failures++;
+    int i = 0;
+    while (i < nstats && strcmp(stats[i].op, op)) i++;
+    if (i == nstats) {
+        stats[nstats++] = (opstat){op, 0, tol, 0, 0};
+    }
+    opstat *s = &stats[i];
+    s->checks++;
+    s->failed += !ok;
+    if (!ok || !(err / tol <= s->err / s->tol)) {
+        s->err = err;
+        s->tol = tol;
+    }
+}
+
+/* exact checks: err is the number of differing elements */
+static void note_exact(const char *op, const char *what, size_t ndiff) {
+    note(op, what, (double)ndiff, 0.5);
+}
+
+/* ---- random numbers (splitmix64) ------------------------------------------ */
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+static uint64_t next_u64(void) {
+    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double urand(void) { return (next_u64() >> 11) * (1.0 / 9007199254740992.0); }
+static float uni(double lo, double hi) { return (float)(lo + (hi - lo) * urand()); }
+
+/* ---- tensors: a host copy and a device buffer ----------------------------- */
+
+typedef struct {
+    float *h, *d;
+    size_t n;
+} tens;
+
+static tens tnew(size_t n) {
+    tens t = {calloc(n ? n : 1, sizeof(float)), be->alloc(be, (n ? n : 1) * sizeof(float)), n};
+    if (!t.h || !t.d) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return t;
+}
+static void tfree(tens *t) {
+    free(t->h);
+    be->free(be, t->d);
+    t->h = t->d = NULL;
+}
+static void tup(tens *t) { be->upload(be, t->d, t->h, t->n * sizeof(float)); }
+static void tdown(tens *t) { be->download(be, t->h, t->d, t->n * sizeof(float)); }
+static tens trand(size_t n, double lo, double hi) {
+    tens t = tnew(n);
+    for (size_t i = 0; i < n; i++) t.h[i] = uni(lo, hi);
+    tup(&t);
+    return t;
+}
+static void tfill(tens *t, float v) {
+    for (size_t i = 0; i < t->n; i++) t->h[i] = v;
+    tup(t);
+}
+static int32_t *ids_dev(const int32_t *ids, size_t n) {
+    int32_t *d = be->alloc(be, n * sizeof *d);
+    be->upload(be, d, ids, n * sizeof *d);
+    return d;
+}
+
+/* L = sum(out * R) in double; downloads out. */
+static double dot_r(tens *out, const tens *R) {
+    tdown(out);
+    double s = 0;
+    for (size_t i = 0; i < out->n; i++) s += (double)out->h[i] * R->h[i];
+    return s;
+}
+
+/* the larger error; NaN sticks (fmax would drop it) */
+static double worse(double e, double d) { return (e != e || d <= e) ? e : d; }
+
+/* max_i |a_i - b_i| / max(1, |b_i|) */
+static double max_rel(const float *a, const double *b, size_t n) {
+    double e = 0;
+    for (size_t i = 0; i < n; i++) {
+        e = worse(e, fabs(a[i] - b[i]) / fmax(1.0, fabs(b[i])));
+    }
+    return e;
+}
+static double max_relf(const float *a, const float *b, size_t n) {
+    double e = 0;
+    for (size_t i = 0; i < n; i++) {
+        e = worse(e, fabs((double)a[i] - b[i]) / fmax(1.0, fabs(b[i])));
+    }
+    return e;
+}
+static size_t ndiff_bits(const float *a, const float *b, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return k;
+}
+
+/* ---- the finite-difference check -------------------------------------------- */
+
+#define GRAD_H 1e-2
+#define GRAD_TOL 2e-3
+
+typedef double (*loss_fn)(void *ctx);
+
+/* Compares g = dL/dx (host, x->n) with central differences of loss(ctx) in
+ * every element of x and along one random direction. loss() reads x from its
+ * device buffer, which this function uploads (and restores at the end). */
+static void gradcheck(const char *op, const char *what, tens *x, const float *g, loss_fn loss,
+                      void *ctx) {
+    size_t n = x->n;
+    float *save = malloc(n * sizeof *save), *xm = malloc(n * sizeof *xm);
+    memcpy(save, x->h, n * sizeof *save);
+    double emax = 0;
+    for (size_t i = 0; i < n; i++) {
+        float p = (float)(save[i] + GRAD_H), m = (float)(save[i] - GRAD_H);
+        x->h[i] = p;
+        tup(x);
+        double lp = loss(ctx);
+        x->h[i] = m;
+        tup(x);
+        double lm = loss(ctx);
+        x->h[i] = save[i];
+        double num = (lp - lm) / ((double)p - (double)m);
+        emax = worse(emax, fabs(g[i] - num) / fmax(1.0, fabs(num)));
+    }
+    double an = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = 2 * urand() - 1;
+        x->h[i] = (float)(save[i] + GRAD_H * d);
+        xm[i] = (float)(save[i] - GRAD_H * d);
+        an += (double)g[i] * ((double)x->h[i] - (double)xm[i]);
+    }
+    tup(x);
+    double lp = loss(ctx);
+    memcpy(x->h, xm, n * sizeof *xm);
+    tup(x);
+    double lm = loss(ctx);
+    an /= 2 * GRAD_H;
+    double num = (lp - lm) / (2 * GRAD_H);
+    double ed = fabs(an - num) / fmax(1.0, fabs(num));
+    memcpy(x->h, save, n * sizeof *save);
+    tup(x);
+    free(save);
+    free(xm);
+    char buf[96];
+    snprintf(buf, sizeof buf, "d%s vs finite differences (%zu elements)", what, n);
+    note(op, buf, emax, GRAD_TOL);
+    snprintf(buf, sizeof buf, "d%s directional derivative (%.3g vs %.3g)", what, an, num);
+    note(op, buf, ed, GRAD_TOL);
+}
+
+/* ---- gemm -------------------------------------------------------------------- */
+
+static void test_gemm(void) {
+    const int M = 5, N = 7, K = 6, pad = 3;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int beta = 0; beta < 2; beta++) {
+                /* op(A) is [M,K]: A stored [M,K] or [K,M]; op(B) [K,N]: B [K,N] or [N,K] */
+                int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+                int lda = ac + pad, ldb = bc + pad, ldc = N + pad;
+                tens A = trand((size_t)ar * lda, -1, 1), Bm = trand((size_t)br * ldb, -1, 1);
+                tens Cm = trand((size_t)M * ldc, -1, 1);
+                float *c0 = malloc(Cm.n * sizeof *c0);
+                memcpy(c0, Cm.h, Cm.n * sizeof *c0);
+                float alpha = 0.7f;
+                be->gemm(be, ta, tb, M, N, K, alpha, A.d, lda, Bm.d, ldb, (float)beta, Cm.d, ldc);
+                tdown(&Cm);
+                double e = 0;
+                size_t gap = 0;
+                for (int i = 0; i < M; i++) {
+                    for (int j = 0; j < N; j++) {
+                        double s = 0, sa = 0;
+                        for (int k = 0; k < K; k++) {
+                            double a = ta ? A.h[k * lda + i] : A.h[i * lda + k];
+                            double b = tb ? Bm.h[j * ldb + k] : Bm.h[k * ldb + j];
+                            s += a * b;
+                            sa += fabs(a * b);
+                        }
+                        double ref = alpha * s + beta * (double)c0[i * ldc + j];
+                        double scale = 1 + alpha * sa + fabs(beta * (double)c0[i * ldc + j]);
+                        e = worse(e, fabs(Cm.h[i * ldc + j] - ref) / scale);
+                    }
+                    /* the stride gap of C is not part of the matrix: untouched */
+                    gap += ndiff_bits(Cm.h + i * ldc + N, c0 + i * ldc + N, (size_t)pad);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "trans_a=%d trans_b=%d beta=%d vs triple loop", ta, tb,
+                         beta);
+                note("gemm", what, e, 1e-6);
+                snprintf(what, sizeof what, "trans_a=%d trans_b=%d beta=%d ldc gap untouched", ta,
+                         tb, beta);
+                note_exact("gemm", what, gap);
+                free(c0);
+                tfree(&A);
+                tfree(&Bm);
+                tfree(&Cm);
+            }
+}
+
+/* ---- add, scale, sumsq ----------------------------------------------------- */
+
+static void test_elementwise(void) {
+    const size_t n = 1000;
+    tens a = trand(n, -2, 2), b = trand(n, -2, 2), o = trand(n, -9, 9);
+    float *ref = malloc(n * sizeof *ref);
+    for (size_t i = 0; i < n; i++) ref[i] = a.h[i] + b.h[i];
+    be->add(be, o.d, a.d, b.d, n);
+    tdown(&o);
+    note_exact("add", "out = a + b (elements that differ)", ndiff_bits(o.h, ref, n));
+    be->add(be, a.d, a.d, b.d, n); /* out aliases a */
+    tdown(&a);
+    note_exact("add", "out aliasing a", ndiff_bits(a.h, ref, n));
+    for (size_t i = 0; i < n; i++) ref[i] = a.h[i] + b.h[i];
+    be->add(be, b.d, a.d, b.d, n); /* out aliases b */
+    tdown(&b);
+    note_exact("add", "out aliasing b", ndiff_bits(b.h, ref, n));
+
+    for (size_t i = 0; i < n; i++) ref[i] = o.h[i] * -0.37f;
+    be->scale(be, o.d, n, -0.37f);
+    tdown(&o);
+    note_exact("scale", "x *= s (elements that differ)", ndiff_bits(o.h, ref, n));
+    free(ref);
+    tfree(&a);
+    tfree(&b);
+    tfree(&o);
+
+    /* sumsq: fixed-block summation crosses 4096-element blocks */
+    const size_t sizes[] = {0, 1, 7, 4095, 4096, 4097, 12289};
+    double e = 0;
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        tens x = trand(sizes[s], -3, 3);
+        double r = 0;
+        for (size_t i = 0; i < x.n; i++) r += (double)x.h[i] * x.h[i];
+        double got = be->sumsq(be, x.d, x.n);
+        double d = fabs(got - r) / fmax(1e-300, r);
+        if (sizes[s] == 0) d = got == 0 ? 0 : 1;
+        e = worse(e, d);
+        tfree(&x);
+    }
+    /* products of two floats are exact in double; only the summation order differs */
+    note("sumsq", "vs double sum, n = 0..12289 (relative)", e, 1e-12);
+}
+
+/* ---- embedding ------------------------------------------------------------------ */
+
+typedef struct {
+    int N, C, V;
+    int64_t v0;
+    int32_t *ids;
+    tens w, out, R;
+} emb_ctx;
+
+static double emb_loss(void *p) {
+    emb_ctx *c = p;
+    be->embedding_fwd(be, c->out.d, c->ids, c->w.d, c->N, c->C, c->v0, c->V);
+    return dot_r(&c->out, &c->R);
+}
+
+static void test_embedding(int64_t v0) {
+    /* ids below v0, at and past v0+V, repeated ids, one row never hit */
+    const int V = 6, C = 5;
+    int32_t ids[] = {0, 1, 2, 5, 2, 2, -1, 6, 0, 3, 100, 5, 9};
+    const int N = (int)(sizeof ids / sizeof ids[0]);
+    for (int i = 0; i < N; i++)
+        if (ids[i] >= 0) ids[i] += (int32_t)v0;
+    ids[N - 1] = (int32_t)v0 - 1; /* just below the shard */
+    emb_ctx c = {N, C, V, v0, ids_dev(ids, (size_t)N), trand((size_t)V * C, -1, 1),
+                 trand((size_t)N * C, 5, 9) /* garbage that must be overwritten */,
+                 trand((size_t)N * C, -1, 1)};
+    char what[96];
+
+    be->embedding_fwd(be, c.out.d, c.ids, c.w.d, N, C, v0, V);
+    tdown(&c.out);
+    float *ref = calloc((size_t)N * C, sizeof *ref);
+    for (int i = 0; i < N; i++) {
+        int64_t r = (int64_t)ids[i] - v0;
+        if (r >= 0 && r < V) memcpy(ref + i * C, c.w.h + r * C, (size_t)C * sizeof *ref);
+    }
+    snprintf(what, sizeof what, "fwd v0=%lld: rows copied, out-of-shard ids give 0",
+             (long long)v0);
+    note_exact("embedding_fwd", what, ndiff_bits(c.out.h, ref, (size_t)N * C));
+    free(ref);
+
+    /* backward accumulates into dw: start from random values */
+    tens dw = trand((size_t)V * C, -1, 1);
+    double *dref = malloc(dw.n * sizeof *dref);
+    for (size_t i = 0; i < dw.n; i++) dref[i] = dw.h[i];
+    for (int i = 0; i < N; i++) {
+        int64_t r = (int64_t)ids[i] - v0;
+        if (r >= 0 && r < V)
+            for (int k = 0; k < C; k++) dref[r * C + k] += c.R.h[i * C + k];
+    }
+    float *dw0 = malloc(dw.n * sizeof *dw0);
+    memcpy(dw0, dw.h, dw.n * sizeof *dw0);
+    be->embedding_bwd(be, dw.d, c.R.d, c.ids, N, C, v0, V);
+    tdown(&dw);
+    snprintf(what, sizeof what, "bwd v0=%lld: dw += scatter, repeated ids sum", (long long)v0);
+    note("embedding_bwd", what, max_rel(dw.h, dref, dw.n), 1e-6);
+    snprintf(what, sizeof what, "bwd v0=%lld: row hit by no id untouched", (long long)v0);
+    note_exact("embedding_bwd", what, ndiff_bits(dw.h + 4 * C, dw0 + 4 * C, (size_t)C));
+
+    /* gradient from zero vs finite differences of the forward */
+    be->memzero(be, dw.d, dw.n * sizeof(float));
+    be->embedding_bwd(be, dw.d, c.R.d, c.ids, N, C, v0, V);
+    tdown(&dw);
+    snprintf(what, sizeof what, "w (v0=%lld)", (long long)v0);
+    gradcheck("embedding_bwd", what, &c.w, dw.h, emb_loss, &c);
+    free(dref);
+    free(dw0);
+    tfree(&dw);
+    tfree(&c.w);
+    tfree(&c.out);
+    tfree(&c.R);
+    be->free(be, c.ids);
+}
+
+/* ---- RMSNorm ------------------------------------------------------------------------ */
+
+typedef struct {
+    int N, C;
+    float eps;
+    tens x, w, out, rstd, R;
+} rms_ctx;
+
+static double rms_loss(void *p) {
+    rms_ctx *c = p;
+    be->rmsnorm_fwd(be, c->out.d, c->rstd.d, c->x.d, c->w.d, c->N, c->C, c->eps);
+    return dot_r(&c->out, &c->R);
+}
+
+static void test_rmsnorm(void) {
+    const int N = 6, C = 16;
+    rms_ctx c = {N, C, 1e-5f, trand((size_t)N * C, -1.5, 1.5), trand((size_t)C, -1.5, 1.5),
+                 tnew((size_t)N * C), tnew((size_t)N), trand((size_t)N * C, -1, 1)};
+    for (int k = 0; k < C; k++) c.x.h[k] *= 0.3f; /* a row of small norm: eps matters more */
+    tup(&c.x);
+    rms_loss(&c);
+    tdown(&c.rstd);
+    double *ref = malloc((size_t)N * C * sizeof *ref), *rr = malloc((size_t)N * sizeof *rr);
+    for (int i = 0; i < N; i++) {
+        double ss = 0;
+        for (int k = 0; k < C; k++) ss += (double)c.x.h[i * C + k] * c.x.h[i * C + k];
+        rr[i] = 1 / sqrt(ss / C + c.eps);
+        for (int k = 0; k < C; k++) ref[i * C + k] = c.x.h[i * C + k] * rr[i] * c.w.h[k];
+    }
+    double e = max_rel(c.out.h, ref, (size_t)N * C), er = 0;
+    for (int i = 0; i < N; i++) er = worse(er, fabs(c.rstd.h[i] - rr[i]) / rr[i]);
+    note("rmsnorm_fwd", "out vs double reference", e, 1e-5);
+    note("rmsnorm_fwd", "rstd vs double reference (relative)", er, 1e-5);
+    free(ref);
+    free(rr);
+
+    /* analytic gradients from zero, then the += contract from random values */
+    tens dx = tnew((size_t)N * C), dw = tnew((size_t)C);
+    be->rmsnorm_bwd(be, dx.d, dw.d, c.R.d, c.x.d, c.w.d, c.rstd.d, N, C);
+    tdown(&dx);
+    tdown(&dw);
+    tens ax = trand(dx.n, -1, 1), aw = trand(dw.n, -1, 1);
+    double *sx = malloc(dx.n * sizeof *sx), *sw = malloc(dw.n * sizeof *sw);
+    for (size_t i = 0; i < dx.n; i++) sx[i] = (double)ax.h[i] + dx.h[i];
+    for (size_t i = 0; i < dw.n; i++) sw[i] = (double)aw.h[i] + dw.h[i];
+    be->rmsnorm_bwd(be, ax.d, aw.d, c.R.d, c.x.d, c.w.d, c.rstd.d, N, C);
+    tdown(&ax);
+    tdown(&aw);
+    note("rmsnorm_bwd", "dx accumulates (+=)", max_rel(ax.h, sx, dx.n), 1e-6);
+    note("rmsnorm_bwd", "dw accumulates (+=)", max_rel(aw.h, sw, dw.n), 1e-6);
+    gradcheck("rmsnorm_bwd", "x", &c.x, dx.h, rms_loss, &c);
+    gradcheck("rmsnorm_bwd", "w", &c.w, dw.h, rms_loss, &c);
+    free(sx);
+    free(sw);
+    tfree(&dx);
+    tfree(&dw);
+    tfree(&ax);
+    tfree(&aw);
+    tfree(&c.x);
+    tfree(&c.w);
+    tfree(&c.out);
+    tfree(&c.rstd);
+    tfree(&c.R);
+}
+
+/* ---- RoPE ------------------------------------------------------------------------------ */
+
+typedef struct {
+    int B, T, H, HD;
+    int64_t p0;
+    float theta;
+    tens x, work, R;
+} rope_ctx;
+
+static double rope_loss(void *p) {
+    rope_ctx *c = p;
+    be->copy(be, c->work.d, c->x.d, c->x.n * sizeof(float));
+    be->rope(be, c->work.d, c->B, c->T, c->H, c->HD, c->p0, c->theta, 0);
+    return dot_r(&c->work, &c->R);
+}
+
+static void test_rope(void) {
+    const int B = 2, T = 5, H = 3, HD = 8, half = HD / 2;
+    const int64_t p0s[] = {0, 7, 1000};
+    const size_t n = (size_t)B * T * H * HD;
+    for (size_t pi = 0; pi < sizeof p0s / sizeof p0s[0]; pi++) {
+        rope_ctx c = {B, T, H, HD, p0s[pi], 10000.0f, trand(n, -1.5, 1.5), tnew(n),
+                      trand(n, -1, 1)};
+        char what[96];
+        /* forward vs the Hugging Face formula: float32 inv_freq and angle
+         * (LlamaRotaryEmbedding), out_j = x_j cos - x_{j+HD/2} sin,
+         * out_{j+HD/2} = x_{j+HD/2} cos + x_j sin (rotate_half) */
+        rope_loss(&c);
+        double *ref = malloc(n * sizeof *ref);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < H; h++)
+                    for (int j = 0; j < half; j++) {
+                        float inv = 1.0f / powf(c.theta, (float)(2 * j) / (float)HD);
+                        float a = (float)(c.p0 + t) * inv;
+                        size_t o = (((size_t)b * T + t) * H + h) * HD;
+                        double x1 = c.x.h[o + j], x2 = c.x.h[o + j + half];
+                        ref[o + j] = x1 * cos(a) - x2 * sin(a);
+                        ref[o + j + half] = x2 * cos(a) + x1 * sin(a);
+                    }
+        snprintf(what, sizeof what, "p0=%lld: fwd vs HF rotate_half formula", (long long)c.p0);
+        note("rope", what, max_rel(c.work.h, ref, n), 1e-5);
+        free(ref);
+
+        /* inverse(forward(x)) == x */
+        be->rope(be, c.work.d, B, T, H, HD, c.p0, c.theta, 1);
+        tdown(&c.work);
+        snprintf(what, sizeof what, "p0=%lld: inverse(forward(x)) == x", (long long)c.p0);
+        note("rope", what, max_relf(c.work.h, c.x.h, n), 1e-6);
+
+        /* Jacobian transpose: <R x, y> == <x, R^T y> with R^T the inverse rotation */
+        tens y = trand(n, -1, 1), ry = tnew(n);
+        be->copy(be, ry.d, y.d, n * sizeof(float));
+        be->rope(be, ry.d, B, T, H, HD, c.p0, c.theta, 1);
+        tdown(&ry);
+        rope_loss(&c); /* c.work = R x */
+        double d1 = 0, d2 = 0, sc = 0, sy = 0;
+        for (size_t i = 0; i < n; i++) {
+            d1 += (double)c.work.h[i] * y.h[i];
+            d2 += (double)c.x.h[i] * ry.h[i];
+            sc += (double)c.x.h[i] * c.x.h[i];
+            sy += (double)y.h[i] * y.h[i];
+        }
+        snprintf(what, sizeof what, "p0=%lld: <R x, y> == <x, R^T y> (/|x||y|)", (long long)c.p0);
+        note("rope", what, fabs(d1 - d2) / sqrt(sc * sy), 1e-6);
+
+        /* the backward (inverse rotation of R) vs finite differences */
+        be->copy(be, ry.d, c.R.d, n * sizeof(float));
+        be->rope(be, ry.d, B, T, H, HD, c.p0, c.theta, 1);
+        tdown(&ry);
+        snprintf(what, sizeof what, "x (p0=%lld)", (long long)c.p0);
+        gradcheck("rope", what, &c.x, ry.h, rope_loss, &c);
+        tfree(&y);
+        tfree(&ry);
+        tfree(&c.x);
+        tfree(&c.work);
+        tfree(&c.R);
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+typedef struct {
+    int B, T, NH, NKV, HD;
+    tens q, k, v, out, probs, R;
+} att_ctx;
+
+static double att_loss(void *p) {
+    att_ctx *c = p;
+    be->attention_fwd(be, c->out.d, c->probs.d, c->q.d, c->k.d, c->v.d, c->B, c->T, c->NH, c->NKV,
+                      c->HD);
+    return dot_r(&c->out, &c->R);
+}
+
+static void test_attention(int NH, int NKV) {
+    const int B = 2, T = 5, HD = 4;
+    const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
+    att_ctx c = {B, T, NH, NKV, HD, trand(nq, -1.5, 1.5), trand(nk, -1.5, 1.5),
+                 trand(nk, -1.5, 1.5), tnew(nq), tnew((size_t)B * NH * T * T), trand(nq, -1, 1)};
+    char what[96];
+    tfill(&c.probs, 3.0f); /* garbage above the diagonal must become 0 */
+    att_loss(&c);
+    tdown(&c.probs);
+
+    /* forward vs double reference; query head h reads kv head h / (NH/NKV) */
+    const int group = NH / NKV;
+    double *ref = calloc(nq, sizeof *ref), *pref = calloc(c.probs.n, sizeof *pref);
+    size_t upper = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                int g = h / group;
+                double s[64], mx = -INFINITY, sum = 0;
+                for (int u = 0; u <= t; u++) {
+                    s[u] = 0;
+                    for (int d = 0; d < HD; d++)
+                        s[u] += (double)c.q.h[((b * T + t) * NH + h) * HD + d] *
+                                c.k.h[((b * T + u) * NKV + g) * HD + d];
+                    s[u] /= sqrt((double)HD);
+                    mx = fmax(mx, s[u]);
+                }
+                for (int u = 0; u <= t; u++) sum += (s[u] = exp(s[u] - mx));
+                for (int u = 0; u <= t; u++) {
+                    pref[((b * NH + h) * T + t) * T + u] = s[u] / sum;
+                    for (int d = 0; d < HD; d++)
+                        ref[((b * T + t) * NH + h) * HD + d] +=
+                            s[u] / sum * c.v.h[((b * T + u) * NKV + g) * HD + d];
+                }
+                for (int u = t + 1; u < T; u++) upper += c.probs.h[((b * NH + h) * T + t) * T + u] != 0;
+            }
+    snprintf(what, sizeof what, "NH=%d NKV=%d: out vs double reference", NH, NKV);
+    note("attention_fwd", what, max_rel(c.out.h, ref, nq), 1e-5);
+    snprintf(what, sizeof what, "NH=%d NKV=%d: probs vs double reference", NH, NKV);
+    note("attention_fwd", what, max_rel(c.probs.h, pref, c.probs.n), 1e-5);
+    snprintf(what, sizeof what, "NH=%d NKV=%d: probs above the diagonal are 0", NH, NKV);
+    note_exact("attention_fwd", what, upper);
+    free(ref);
+    free(pref);
+
+    /* backward: dq, dk, dv are overwritten, so fill them with garbage first */
+    tens dq = tnew(nq), dk = tnew(nk), dv = tnew(nk);
+    tfill(&dq, 777.0f);
+    tfill(&dk, -777.0f);
+    tfill(&dv, 777.0f);
+    be->attention_bwd(be, dq.d, dk.d, dv.d, c.R.d, c.probs.d, c.q.d, c.k.d, c.v.d, B, T, NH, NKV,
+                      HD);
+    tdown(&dq);
+    tdown(&dk);
+    tdown(&dv);
+    snprintf(what, sizeof what, "q (NH=%d NKV=%d)", NH, NKV);
+    gradcheck("attention_bwd", what, &c.q, dq.h, att_loss, &c);
+    snprintf(what, sizeof what, "k (NH=%d NKV=%d)", NH, NKV);
+    gradcheck("attention_bwd", what, &c.k, dk.h, att_loss, &c);
+    snprintf(what, sizeof what, "v (NH=%d NKV=%d)", NH, NKV);
+    gradcheck("attention_bwd", what, &c.v, dv.h, att_loss, &c);
+
+    /* attention_step: query t of batch b against caches [Tmax=T, NKV, HD] that
+     * also hold the future positions t+1.. (which must be ignored) */
+    att_loss(&c);
+    tens o1 = tnew((size_t)NH * HD);
+    double e = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            tfill(&o1, 55.0f);
+            be->attention_step(be, o1.d, c.q.d + (size_t)(b * T + t) * NH * HD,
+                               c.k.d + (size_t)b * T * NKV * HD, c.v.d + (size_t)b * T * NKV * HD,
+                               t, NH, NKV, HD);
+            tdown(&o1);
+            e = worse(e, max_relf(o1.h, c.out.h + (size_t)(b * T + t) * NH * HD, o1.n));
+        }
+    snprintf(what, sizeof what, "NH=%d NKV=%d: == row t of attention_fwd, all b, t", NH, NKV);
+    note("attention_step", what, e, 1e-5);
+    tfree(&o1);
+    tfree(&dq);
+    tfree(&dk);
+    tfree(&dv);
+    tfree(&c.q);
+    tfree(&c.k);
+    tfree(&c.v);
+    tfree(&c.out);
+    tfree(&c.probs);
+    tfree(&c.R);
+}
+
+/* ---- SwiGLU ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    size_t n;
+    tens gate, up, out, R;
+} swi_ctx;
+
+static double swi_loss(void *p) {
+    swi_ctx *c = p;
+    be->swiglu_fwd(be, c->out.d, c->gate.d, c->up.d, c->n);
+    return dot_r(&c->out, &c->R);
+}
+
+static void test_swiglu(void) {
+    const size_t n = 64;
+    swi_ctx c = {n, trand(n, -4, 4), trand(n, -2, 2), tnew(n), trand(n, -1, 1)};
+    swi_loss(&c);
+    double *ref = malloc(n * sizeof *ref);
+    for (size_t i = 0; i < n; i++) ref[i] = c.gate.h[i] / (1 + exp(-(double)c.gate.h[i])) * c.up.h[i];
+    note("swiglu_fwd", "silu(gate) * up vs double reference", max_rel(c.out.h, ref, n), 1e-5);
+    free(ref);
+    tens dg = tnew(n), du = tnew(n);
+    tfill(&dg, 777.0f); /* overwritten, not accumulated */
+    tfill(&du, 777.0f);
+    be->swiglu_bwd(be, dg.d, du.d, c.R.d, c.gate.d, c.up.d, n);
+    tdown(&dg);
+    tdown(&du);
+    gradcheck("swiglu_bwd", "gate", &c.gate, dg.h, swi_loss, &c);
+    gradcheck("swiglu_bwd", "up", &c.up, du.h, swi_loss, &c);
+    tfree(&dg);
+    tfree(&du);
+    tfree(&c.gate);
+    tfree(&c.up);
+    tfree(&c.out);
+    tfree(&c.R);
+}
+
+/* ---- cross-entropy ---------------------------------------------------------------------------------- */
+
+/* One shard's device buffers for the staged cross-entropy. */
+typedef struct {
+    int N, V, VR;
+    int64_t v0;
+    tens logits, mx, sum, tgt, loss, dl;
+    int32_t *targets;
+} xshard;
+
+static xshard xs_new(int N, int V, int VR, int64_t v0, const int32_t *targets) {
+    xshard s = {N, V, VR, v0, tnew((size_t)N * V), tnew((size_t)N), tnew((size_t)N),
+                tnew((size_t)N), tnew((size_t)N), tnew((size_t)N * V),
+                ids_dev(targets, (size_t)N)};
+    return s;
+}
+static void xs_free(xshard *s) {
+    tfree(&s->logits);
+    tfree(&s->mx);
+    tfree(&s->sum);
+    tfree(&s->tgt);
+    tfree(&s->loss);
+    tfree(&s->dl);
+    be->free(be, s->targets);
+}
+
+/* Unsplit: the four stages on one shard; returns sum_i loss_i * scale. */
+static float xent_scale = 0.37f;
+static double xent_loss_all(void *p) {
+    xshard *s = p;
+    be->xent_max(be, s->mx.d, s->logits.d, s->N, s->V, s->VR);
+    be->xent_sumexp(be, s->sum.d, s->logits.d, s->mx.d, s->N, s->V, s->VR);
+    be->xent_target(be, s->tgt.d, s->logits.d, s->targets, s->N, s->V, s->v0, s->VR);
+    be->xent_loss(be, s->loss.d, s->mx.d, s->sum.d, s->tgt.d, s->N);
+    tdown(&s->loss);
+    double L = 0;
+    for (int i = 0; i < s->N; i++) L += s->loss.h[i];
+    return L * xent_scale;
+}
+
+/* Splits full logits [N, sum widths] into column shards and runs the stages as
+ * the model does with tp ranks: max all-reduced by max, sum and tgt by sum. */
+static void xent_split(const xshard *full, int nsh, const int *widths, int VRfull,
+                       const int32_t *targets) {
+    const int N = full->N;
+    xshard sh[4];
+    int64_t v0 = 0;
+    float mx[16], sum[16], tgt[16];
+    for (int i = 0; i < N; i++) mx[i] = -INFINITY, sum[i] = 0, tgt[i] = 0;
+    char desc[64] = "";
+    for (int k = 0; k < nsh; k++) {
+        int VR = (int)(VRfull - v0 < 0 ? 0 : VRfull - v0 > widths[k] ? widths[k] : VRfull - v0);
+        sh[k] = xs_new(N, widths[k], VR, v0, targets);
+        for (int i = 0; i < N; i++)
+            memcpy(sh[k].logits.h + (size_t)i * widths[k], full->logits.h + (size_t)i * full->V + v0,
+                   (size_t)widths[k] * sizeof(float));
+        tup(&sh[k].logits);
+        size_t L = strlen(desc);
+        snprintf(desc + L, sizeof desc - L, "%s%d/%d@%lld", k ? "," : "", widths[k], VR,
+                 (long long)v0);
+        v0 += widths[k];
+    }
+    /* stage 1: max, all-reduced by max */
+    for (int k = 0; k < nsh; k++) {
+        be->xent_max(be, sh[k].mx.d, sh[k].logits.d, N, sh[k].V, sh[k].VR);
+        tdown(&sh[k].mx);
+        for (int i = 0; i < N; i++) mx[i] = fmaxf(mx[i], sh[k].mx.h[i]);
+    }
+    /* stages 2 and 3: sum of exps and target logit, all-reduced by sum */
+    for (int k = 0; k < nsh; k++) {
+        memcpy(sh[k].mx.h, mx, (size_t)N * sizeof(float));
+        tup(&sh[k].mx);
+        be->xent_sumexp(be, sh[k].sum.d, sh[k].logits.d, sh[k].mx.d, N, sh[k].V, sh[k].VR);
+        be->xent_target(be, sh[k].tgt.d, sh[k].logits.d, sh[k].targets, N, sh[k].V, sh[k].v0,
+                        sh[k].VR);
+        tdown(&sh[k].sum);
+        tdown(&sh[k].tgt);
+        for (int i = 0; i < N; i++) sum[i] += sh[k].sum.h[i], tgt[i] += sh[k].tgt.h[i];
+    }
+    double eloss = 0, edl = 0;
+    size_t padnz = 0;
+    for (int k = 0; k < nsh; k++) {
+        memcpy(sh[k].sum.h, sum, (size_t)N * sizeof(float));
+        memcpy(sh[k].tgt.h, tgt, (size_t)N * sizeof(float));
+        tup(&sh[k].sum);
+        tup(&sh[k].tgt);
+        be->xent_loss(be, sh[k].loss.d, sh[k].mx.d, sh[k].sum.d, sh[k].tgt.d, N);
+        tdown(&sh[k].loss);
+        eloss = worse(eloss, max_relf(sh[k].loss.h, full->loss.h, (size_t)N));
+        tfill(&sh[k].dl, 777.0f);
+        be->xent_bwd(be, sh[k].dl.d, sh[k].logits.d, sh[k].mx.d, sh[k].sum.d, sh[k].targets, N,
+                     sh[k].V, sh[k].v0, sh[k].VR, xent_scale);
+        tdown(&sh[k].dl);
+        for (int i = 0; i < N; i++) {
+            const float *a = sh[k].dl.h + (size_t)i * sh[k].V;
+            edl = worse(edl, max_relf(a, full->dl.h + (size_t)i * full->V + sh[k].v0,
+                                     (size_t)sh[k].V));
+            for (int j = sh[k].VR; j < sh[k].V; j++) padnz += a[j] != 0.0f || signbit(a[j]);
+        }
+    }
+    char what[128];
+    snprintf(what, sizeof what, "split V/VR@v0 %s: loss == unsplit", desc);
+    note("xent (tp)", what, eloss, 1e-6);
+    snprintf(what, sizeof what, "split V/VR@v0 %s: dlogits == unsplit", desc);
+    note("xent (tp)", what, edl, 1e-6);
+    snprintf(what, sizeof what, "split V/VR@v0 %s: padding dlogits exactly +0", desc);
+    note_exact("xent (tp)", what, padnz);
+    for (int k = 0; k < nsh; k++) xs_free(&sh[k]);
+}
+
+static void fill_xent(xshard *s, int nreal_total, float pad) {
+    for (int i = 0; i < s->N; i++)
+        for (int j = 0; j < s->V; j++)
+            s->logits.h[(size_t)i * s->V + j] = j < nreal_total ? uni(-3, 3) : pad;
+    tup(&s->logits);
+}
+
+static void test_xent(void) {
+    /* unsplit: N rows, V = 16 columns of which VR = 13 real; the padding holds
+     * values that would dominate the softmax if they were read */
+    const int N = 6, V = 16, VR = 13;
+    int32_t targets[6] = {0, 12, 5, 7, 12, 3};
+    xshard s = xs_new(N, V, VR, 0, targets);
+    fill_xent(&s, VR, 40.0f);
+    double L = xent_loss_all(&s);
+    double lref = 0;
+    double e = 0;
+    for (int i = 0; i < N; i++) {
+        const float *l = s.logits.h + (size_t)i * V;
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < VR; j++) mx = fmax(mx, l[j]);
+        for (int j = 0; j < VR; j++) sum += exp(l[j] - mx);
+        double li = log(sum) + mx - l[targets[i]];
+        lref += li;
+        e = worse(e, fabs(s.loss.h[i] - li) / fmax(1, li));
+    }
+    note("xent_loss", "per-token loss vs double log-softmax", e, 1e-5);
+    note("xent_loss", "scaled loss sum vs double", fabs(L - lref * xent_scale) / lref, 1e-5);
+
+    tfill(&s.dl, 777.0f);
+    xent_loss_all(&s);
+    be->xent_bwd(be, s.dl.d, s.logits.d, s.mx.d, s.sum.d, s.targets, N, V, 0, VR, xent_scale);
+    tdown(&s.dl);
+    float *dl0 = malloc(s.dl.n * sizeof *dl0);
+    memcpy(dl0, s.dl.h, s.dl.n * sizeof *dl0);
+    size_t padnz = 0;
+    for (int i = 0; i < N; i++)
+        for (int j = VR; j < V; j++) padnz += s.dl.h[(size_t)i * V + j] != 0.0f || signbit(s.dl.h[(size_t)i * V + j]);
+    note_exact("xent_bwd", "padded columns get exactly +0", padnz);
+    gradcheck("xent_bwd", "logits", &s.logits, s.dl.h, xent_loss_all, &s);
+
+    /* padding never affects the loss or the real gradient: other padding values */
+    xent_loss_all(&s); /* gradcheck left the loss of a perturbed input */
+    float *loss0 = malloc((size_t)N * sizeof *loss0);
+    memcpy(loss0, s.loss.h, (size_t)N * sizeof *loss0);
+    const float pads[] = {-1e30f, 1e30f, 0.0f, INFINITY};
+    size_t nd = 0, ndl = 0;
+    for (size_t p = 0; p < sizeof pads / sizeof pads[0]; p++) {
+        for (int i = 0; i < N; i++)
+            for (int j = VR; j < V; j++) s.logits.h[(size_t)i * V + j] = pads[p];
+        tup(&s.logits);
+        xent_loss_all(&s);
+        nd += ndiff_bits(s.loss.h, loss0, (size_t)N);
+        be->xent_bwd(be, s.dl.d, s.logits.d, s.mx.d, s.sum.d, s.targets, N, V, 0, VR, xent_scale);
+        tdown(&s.dl);
+        ndl += ndiff_bits(s.dl.h, dl0, s.dl.n);
+    }
+    note_exact("xent_bwd", "padding = -1e30, 1e30, 0, inf: loss bit-identical", nd);
+    note_exact("xent_bwd", "padding = -1e30, 1e30, 0, inf: dlogits bit-identical", ndl);
+    free(loss0);
+    free(dl0);
+    xs_free(&s);
+
+    /* vocab-parallel staging vs the unsplit computation. Each layout: total
+     * columns, real columns, shard widths; targets reach into every shard
+     * holding real columns, including the last real column. */
+    struct {
+        int Vt, VRt, nsh, w[4];
+    } lay[] = {
+        {24, 21, 2, {12, 12}},    /* 2 shards, padding in the last */
+        {24, 21, 3, {8, 8, 8}},   /* 3 shards */
+        {48, 17, 3, {16, 16, 16}},/* the last shard is all padding (VR = 0) */
+        {24, 21, 3, {5, 9, 10}},  /* uneven widths */
+    };
+    for (size_t li = 0; li < sizeof lay / sizeof lay[0]; li++) {
+        int32_t tg[6];
+        for (int i = 0; i < N; i++) tg[i] = (int32_t)(next_u64() % (uint64_t)lay[li].VRt);
+        tg[0] = lay[li].VRt - 1;
+        tg[1] = 0;
+        xshard f = xs_new(N, lay[li].Vt, lay[li].VRt, 0, tg);
+        fill_xent(&f, lay[li].VRt, 0.0f);
+        xent_loss_all(&f);
+        be->xent_bwd(be, f.dl.d, f.logits.d, f.mx.d, f.sum.d, f.targets, N, f.V, 0, f.VR,
+                     xent_scale);
+        tdown(&f.dl);
+        xent_split(&f, lay[li].nsh, lay[li].w, lay[li].VRt, tg);
+        xs_free(&f);
+    }
+}
+
+/* ---- AdamW --------------------------------------------------------------------------------------------- */
+
+/* torch.optim.AdamW as documented (amsgrad=False, maximize=False), in double:
+ *   theta <- theta - lr * wd * theta
+ *   m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
+ *   m_hat = m / (1 - b1^t);  v_hat = v / (1 - b2^t)
+ *   theta <- theta - lr * m_hat / (sqrt(v_hat) + eps) */
+static void adamw_ref(double *p, const double *g, double *m, double *v, size_t n, double lr,
+                      double b1, double b2, double eps, double wd, int64_t t) {
+    for (size_t i = 0; i < n; i++) {
+        p[i] -= lr * wd * p[i];
+        m[i] = b1 * m[i] + (1 - b1) * g[i];
+        v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        double mh = m[i] / (1 - pow(b1, (double)t)), vh = v[i] / (1 - pow(b2, (double)t));
+        p[i] -= lr * mh / (sqrt(vh) + eps);
+    }
+}
+
+static void test_adamw(void) {
+    const size_t n = 41;
+    const int steps = 6;
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+    for (int wdon = 0; wdon < 2; wdon++) {
+        float wd = wdon ? 0.1f : 0.0f, gs = wdon ? 0.5f : 1.0f;
+        tens p = trand(n, -1, 1), g = tnew(n), m = tnew(n), v = tnew(n);
+        p.h[0] = 0.0f; /* a padding-like element: zero weight, always zero grad */
+        tup(&p);
+        double *rp = malloc(n * sizeof *rp), *rg = malloc(n * sizeof *rg),
+               *rm = calloc(n, sizeof *rm), *rv = calloc(n, sizeof *rv);
+        for (size_t i = 0; i < n; i++) rp[i] = p.h[i];
+        double ep = 0, em = 0, ev = 0;
+        for (int t = 1; t <= steps; t++) {
+            for (size_t i = 0; i < n; i++) {
+                g.h[i] = i == 0 ? 0.0f : i == 1 ? 1e-6f : uni(-2, 2);
+                rg[i] = (double)g.h[i] * gs;
+            }
+            tup(&g);
+            be->adamw(be, p.d, g.d, m.d, v.d, n, lr, b1, b2, eps, wd, t, gs);
+            adamw_ref(rp, rg, rm, rv, n, lr, b1, b2, eps, wd, t);
+            tdown(&p);
+            tdown(&m);
+            tdown(&v);
+            for (size_t i = 0; i < n; i++) {
+                /* fp32 state vs double: p relative to the per-step update size
+                 * lr; m and v absolutely (averages of |g| <= 2 and g^2 <= 4, so
+                 * fp32 rounding stays near 1e-7) */
+                ep = worse(ep, fabs(p.h[i] - rp[i]) / lr);
+                em = worse(em, fabs(m.h[i] - rm[i]));
+                ev = worse(ev, fabs(v.h[i] - rv[i]));
+            }
+        }
+        char what[96];
+        snprintf(what, sizeof what, "wd=%g grad_scale=%g, %d steps: p vs torch doc (/lr)", wd, gs,
+                 steps);
+        note("adamw", what, ep, 1e-4);
+        snprintf(what, sizeof what, "wd=%g grad_scale=%g, %d steps: m (absolute)", wd, gs, steps);
+        note("adamw", what, em, 1e-6);
+        snprintf(what, sizeof what, "wd=%g grad_scale=%g, %d steps: v (absolute)", wd, gs, steps);
+        note("adamw", what, ev, 1e-6);
+        snprintf(what, sizeof what, "wd=%g: zero weight with zero grads stays +0", wd);
+        note_exact("adamw", what, p.h[0] != 0.0f || signbit(p.h[0]));
+        free(rp);
+        free(rg);
+        free(rm);
+        free(rv);
+        tfree(&p);
+        tfree(&g);
+        tfree(&m);
+        tfree(&v);
+    }
+}
+
+int main(void) {
+    be = tks_cpu_backend_create(0);
+    if (!be) {
+        fprintf(stderr, "cannot create the cpu backend\n");
+        return 2;
+    }
+    printf("backend %s\n", be->name);
+    test_gemm();
+    test_elementwise();
+    test_embedding(0);
+    test_embedding(10);
+    test_rmsnorm();
+    test_rope();
+    test_attention(4, 2);
+    test_attention(4, 1);
+    test_attention(4, 4);
+    test_swiglu();
+    test_xent();
+    test_adamw();
+    printf("\n%-15s %6s %10s %8s  %s\n", "op", "checks", "max err", "tol", "result");
+    for (int i = 0; i < nstats; i++)
+        printf("%-15s %6d %10.2e %8.0e  %s\n", stats[i].op, stats[i].checks, stats[i].err,
+               stats[i].tol, stats[i].failed ? "FAIL" : "ok");
+    be->destroy(be);
+    if (failures) {
+        printf("%d check(s) FAILED\n", failures);
+        return 1;
+    }
+    printf("all op checks passed\n");
+    return 0;
+}

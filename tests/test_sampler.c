@@ -1,0 +1,689 @@
+/* test_sampler.c - the training-sample loader (docs/SAMPLING.md): the keyed
+ * permutation is a bijection, matches an independent transliteration of the
+ * spec and pinned values, and is not trivially structured; each window once
+ * per epoch; the samples of a step are the same for every (dp, tp) layout;
+ * resuming from a cursor continues exactly; windows across shard boundaries
+ * read the right tokens; train/validation split; out-of-range ids.
+ * Usage: test_sampler WORKDIR   (exit 0 = all checks passed) */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dataset/dataset.h"
+#include "trainer/sampler.h"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            failures++;                                                    \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fprintf(stderr, "\n");                                         \
+        }                                                                  \
+    } while (0)
+
+typedef unsigned long long ull;
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+static uint64_t next_rand(void) { /* splitmix64, for test data only */
+    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static char work[1024];
+
+static void mkdirs(const char *d) {
+    char cmd[PATH_MAX + 32];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", d, d);
+    if (system(cmd) != 0) { perror(cmd); exit(2); }
+}
+
+/* ---------------------------------------------------------------------------
+ * Reference: docs/SAMPLING.md §4 transliterated, written separately from
+ * trainer/sampler.c (bit loop instead of clz, explicit round-key table).
+ * ------------------------------------------------------------------------- */
+static uint64_t ref_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static uint64_t ref_epoch_key(uint64_t seed, uint64_t e) {
+    return ref_mix64(ref_mix64(seed) + 0x9E3779B97F4A7C15ull * (e + 1));
+}
+static uint64_t ref_perm(uint64_t i, uint64_t n, uint64_t key) {
+    if (i >= n) return UINT64_MAX;
+    if (n == 1) return 0;
+    unsigned k = 2;
+    while (k < 64 && (1ull << k) < n) k += 2;
+    unsigned h = k / 2;
+    uint64_t rk[6];
+    for (unsigned r = 0; r < 6; r++) rk[r] = ref_mix64(key + 0x9E3779B97F4A7C15ull * (r + 1));
+    uint64_t v = i;
+    for (;;) {
+        uint64_t l = v >> h, r = v & ((1ull << h) - 1);
+        for (unsigned j = 0; j < 6; j++) {
+            uint64_t nl = r, nr = l ^ (ref_mix64(r ^ rk[j]) >> (64 - h));
+            l = nl;
+            r = nr;
+        }
+        v = (l << h) | r;
+        if (v < n) return v;
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Permutation
+ * ------------------------------------------------------------------------- */
+static void test_perm_bijection(void) {
+    uint64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 100, 1000, 4096, 4097, 65536, 65537, 0, 0, 0};
+    size_t nn = sizeof ns / sizeof *ns;
+    for (size_t j = nn - 3; j < nn; j++) ns[j] = 2 + next_rand() % 1000000;
+    uint64_t keys[] = {0, 1, 0xDEADBEEFull, tks_epoch_key(42, 0), tks_epoch_key(42, 1)};
+    for (size_t a = 0; a < nn; a++) {
+        uint64_t n = ns[a];
+        unsigned char *hit = malloc(n);
+        uint64_t *first = malloc(n * sizeof *first);
+        for (size_t b = 0; b < sizeof keys / sizeof *keys; b++) {
+            memset(hit, 0, n);
+            uint64_t bad = 0, dup = 0, ref_diff = 0, same_as_first = 0;
+            for (uint64_t i = 0; i < n; i++) {
+                uint64_t p = tks_perm_index(i, n, keys[b]);
+                if (p >= n) { bad++; continue; }
+                if (hit[p]++) dup++;
+                if (i < 2000 && p != ref_perm(i, n, keys[b])) ref_diff++;
+                if (p != tks_perm_index(i, n, keys[b])) ref_diff++; /* same key, same order */
+                if (b == 0) first[i] = p;
+                else if (first[i] == p) same_as_first++;
+            }
+            CHECK(bad == 0 && dup == 0, "n %llu key %llx: %llu out of range, %llu duplicates",
+                  (ull)n, (ull)keys[b], (ull)bad, (ull)dup);
+            CHECK(ref_diff == 0, "n %llu key %llx: %llu values differ from the spec reference",
+                  (ull)n, (ull)keys[b], (ull)ref_diff);
+            if (b > 0 && n >= 7)
+                CHECK(same_as_first < n, "n %llu: key %llx gives the same order as key 0", (ull)n,
+                      (ull)keys[b]);
+        }
+        free(hit);
+        free(first);
+    }
+    /* out of domain */
+    CHECK(tks_perm_index(5, 5, 1) == UINT64_MAX && tks_perm_index(0, 0, 1) == UINT64_MAX, "i >= n");
+    /* huge domains: values in range, agree with the reference, distinct for distinct i */
+    uint64_t big[] = {(1ull << 62) + 1, UINT64_MAX, 300000000000ull, (1ull << 32) + 7};
+    for (size_t a = 0; a < sizeof big / sizeof *big; a++) {
+        uint64_t prev[64];
+        for (uint64_t i = 0; i < 64; i++) {
+            uint64_t x = i * (big[a] / 64), p = tks_perm_index(x, big[a], 7);
+            CHECK(p < big[a] && p == ref_perm(x, big[a], 7), "big n %llu i %llu -> %llu", (ull)big[a],
+                  (ull)x, (ull)p);
+            for (uint64_t j = 0; j < i; j++) CHECK(prev[j] != p, "big n: collision");
+            prev[i] = p;
+        }
+    }
+    /* Pinned values: the order is part of the format of a run (a checkpoint's
+     * cursor means nothing under another order). If this fails, the
+     * permutation changed: that breaks resuming every existing run. */
+    CHECK(tks_epoch_key(0, 0) == 0xE220A8397B1DCDAFull, "epoch_key(0,0) = %llx",
+          (ull)tks_epoch_key(0, 0));
+    const uint64_t pin_n = 1000003, pin_key = tks_epoch_key(1234, 5);
+    const uint64_t pinned[8] = {344026, 248114, 365095, 960693,
+                                 645012, 974877, 391795, 961462};
+    for (int i = 0; i < 8; i++) {
+        uint64_t p = tks_perm_index((uint64_t)i * 100000, pin_n, pin_key);
+        CHECK(p == pinned[i], "pinned perm(%d) = %llu, expected %llu", i * 100000, (ull)p,
+              (ull)pinned[i]);
+    }
+}
+
+/* Adjacent outputs should look independent: consecutive values, fixed points
+ * and small steps occur about as often as for a random permutation. */
+static void test_perm_statistics(void) {
+    const uint64_t n = 200000;
+    for (uint64_t key = 1; key <= 4; key++) {
+        uint64_t consec = 0, fixed = 0, near = 0;
+        double mean_first_half = 0;
+        uint64_t prev = tks_perm_index(0, n, key);
+        for (uint64_t i = 1; i < n; i++) {
+            uint64_t p = tks_perm_index(i, n, key);
+            if (p == prev + 1 || prev == p + 1) consec++; /* expected ~2 */
+            if ((p > prev ? p - prev : prev - p) < 100) near++; /* expected ~200 */
+            if (p == i) fixed++; /* expected ~1 */
+            if (i < n / 2) mean_first_half += (double)p / (n / 2);
+            prev = p;
+        }
+        CHECK(consec < 20, "key %llu: %llu adjacent pairs are consecutive (random: ~2)", (ull)key,
+              (ull)consec);
+        CHECK(fixed < 20, "key %llu: %llu fixed points (random: ~1)", (ull)key, (ull)fixed);
+        CHECK(near > 100 && near < 350, "key %llu: %llu adjacent pairs closer than 100 (random: ~200)",
+              (ull)key, (ull)near);
+        CHECK(mean_first_half > 0.48 * n && mean_first_half < 0.52 * n,
+              "key %llu: mean of the first half's outputs %.0f (random: ~%llu)", (ull)key,
+              mean_first_half, (ull)(n / 2));
+    }
+    /* Small n, many keys: where position 0 goes should be near uniform, and
+     * for n = 3 every one of the 6 orders should occur. */
+    for (uint64_t n2 = 3; n2 <= 9; n2 += 2) {
+        uint64_t cnt[16] = {0}, orders[6] = {0};
+        const uint64_t K = 60000;
+        for (uint64_t key = 0; key < K; key++) {
+            uint64_t k = tks_epoch_key(key, 0);
+            cnt[tks_perm_index(0, n2, k)]++;
+            if (n2 == 3) {
+                uint64_t a = tks_perm_index(0, 3, k), b = tks_perm_index(1, 3, k);
+                orders[a * 2 + (b > a ? b - 1 : b)]++;
+            }
+        }
+        for (uint64_t j = 0; j < n2; j++)
+            CHECK(cnt[j] > 0.9 * K / n2 && cnt[j] < 1.1 * K / n2,
+                  "n %llu: position 0 -> %llu for %llu of %llu keys (uniform: %llu)", (ull)n2, (ull)j,
+                  (ull)cnt[j], (ull)K, (ull)(K / n2));
+        if (n2 == 3)
+            for (int j = 0; j < 6; j++)
+                CHECK(orders[j] > 0.8 * K / 6 && orders[j] < 1.2 * K / 6,
+                      "n 3: order %d occurs for %llu of %llu keys (uniform: %llu)", j, (ull)orders[j],
+                      (ull)K, (ull)(K / 6));
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Synthetic datasets
+ * ------------------------------------------------------------------------- */
+typedef struct stream {
+    uint32_t *tok;  /* all tokens, concatenated in stream order */
+    uint64_t n;
+} stream;
+
+/* Writes a dataset of random documents (lengths 1..maxlen, ids < vocab) and
+ * returns the naive concatenation of all its tokens. With rare_high, ids are
+ * below vocab / 2 except about one in 100. */
+static stream write_dataset_ex(const char *dir, size_t n_docs, size_t maxlen, uint32_t vocab,
+                               uint64_t shard_tokens, int rare_high) {
+    mkdirs(dir);
+    char tpath[PATH_MAX];
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.model", dir);
+    FILE *f = fopen(tpath, "wb");
+    if (!f || fprintf(f, "fake tokenizer for vocab %u", vocab) < 0 || fclose(f)) {
+        perror(tpath);
+        exit(2);
+    }
+    tks_tokenizer_info tok = {.vocab_size = vocab, .bos_id = 1, .eos_id = 2, .pad_id = TKS_NO_ID,
+                              .unk_id = 0};
+    snprintf(tok.file, sizeof tok.file, "tokenizer.model");
+    snprintf(tok.model_type, sizeof tok.model_type, "bpe");
+    CHECK(tks_file_xxh3_128(tpath, tok.fingerprint, NULL) == 0, "hash tokenizer");
+    tks_writer_opts o = {.dir = dir, .vocab_size = vocab, .bos_id = 1, .eos_id = 2,
+                         .pad_id = TKS_NO_ID, .shard_tokens = shard_tokens, .chunk_bytes = 256};
+    memcpy(o.tokenizer_fp, tok.fingerprint, 16);
+    tks_writer *w;
+    if (tks_writer_create(&o, &w)) {
+        fprintf(stderr, "writer: %s\n", tks_last_error()->message);
+        exit(2);
+    }
+    stream S = {malloc(n_docs * maxlen * sizeof(uint32_t)), 0};
+    for (size_t d = 0; d < n_docs; d++) {
+        size_t len = 1 + next_rand() % maxlen;
+        uint32_t *doc = S.tok + S.n;
+        for (size_t j = 0; j < len; j++) {
+            uint64_t r = next_rand();
+            doc[j] = (uint32_t)(r % vocab);
+            if (rare_high && (r >> 32) % 100 != 0) doc[j] %= vocab / 2;
+        }
+        CHECK(tks_writer_add(w, doc, len, d, NULL) == 0, "add: %s", tks_last_error()->message);
+        S.n += len;
+    }
+    CHECK(tks_writer_flush(w) == 0, "flush: %s", tks_last_error()->message);
+    size_t ns;
+    const tks_shard_info *si = tks_writer_shards(w, &ns);
+    CHECK(tks_manifest_write(dir, &tok, si, ns, vocab <= 65536 ? 2 : 4, 256, NULL) == 0,
+          "manifest: %s", tks_last_error()->message);
+    tks_writer_free(w);
+    return S;
+}
+
+static stream write_dataset(const char *dir, size_t n_docs, size_t maxlen, uint32_t vocab,
+                            uint64_t shard_tokens) {
+    return write_dataset_ex(dir, n_docs, maxlen, vocab, shard_tokens, 0);
+}
+
+static tks_dataset *open_ds(const char *dir) {
+    tks_dataset *ds;
+    if (tks_dataset_open(dir, &ds)) {
+        fprintf(stderr, "open %s: %s\n", dir, tks_last_error()->message);
+        exit(2);
+    }
+    return ds;
+}
+
+/* Every window of a sampler over [b, e) reads exactly the stream's tokens,
+ * and its pieces describe them. */
+static void check_windows(const tks_dataset *ds, const stream *S, uint64_t b, uint64_t e,
+                          uint32_t L, const char *what) {
+    tks_sampler *s;
+    int rc = tks_sampler_create(ds, b, e, L, 7, &s);
+    CHECK(rc == 0, "%s: create: %s", what, tks_last_error()->message);
+    if (rc) return;
+    const uint64_t n = tks_sampler_n_windows(s);
+    CHECK(n == (e - b - 1) / L, "%s: n_windows %llu", what, (ull)n);
+    /* cumulative shard offsets, from the dataset */
+    size_t nsh = tks_dataset_n_shards(ds);
+    uint64_t *cum = calloc(nsh + 1, sizeof *cum);
+    for (size_t i = 0; i < nsh; i++) cum[i + 1] = cum[i] + tks_shard_hdr(tks_dataset_shard(ds, i))->n_tokens;
+    uint32_t *buf = malloc(((size_t)L + 1) * sizeof *buf);
+    uint64_t bad_read = 0, bad_loc = 0, spans = 0, cut = 0;
+    for (uint64_t w = 0; w < n; w++) {
+        uint64_t t0 = b + w * L;
+        memset(buf, 0xFF, ((size_t)L + 1) * sizeof *buf);
+        if (tks_sampler_read(s, w, 0, buf) || memcmp(buf, S->tok + t0, ((size_t)L + 1) * 4)) bad_read++;
+        CHECK(t0 + L + 1 <= e, "%s: window %llu ends past the range", what, (ull)w);
+        tks_sample_loc loc;
+        if (tks_sampler_locate(s, w, &loc)) { bad_loc++; continue; }
+        uint64_t t = t0, sum = 0;
+        for (uint32_t p = 0; p < loc.n_pieces; p++) {
+            const tks_sample_piece *pc = &loc.pieces[p];
+            if (pc->shard >= nsh || cum[pc->shard] + pc->offset != t || pc->n_tokens == 0 ||
+                pc->offset + pc->n_tokens > cum[pc->shard + 1] - cum[pc->shard] ||
+                (p + 1 < loc.n_pieces_total && pc->offset + pc->n_tokens != cum[pc->shard + 1] - cum[pc->shard]))
+                bad_loc++;
+            t += pc->n_tokens;
+            sum += pc->n_tokens;
+        }
+        if (loc.window != w || loc.token_begin != t0 || loc.n_tokens != (uint64_t)L + 1) bad_loc++;
+        if (loc.n_pieces_total == loc.n_pieces) {
+            if (sum != (uint64_t)L + 1) bad_loc++;
+        } else {
+            cut++;
+            if (loc.n_pieces != TKS_SAMPLE_MAX_PIECES || sum >= (uint64_t)L + 1) bad_loc++;
+        }
+        if (loc.n_pieces_total > 1) spans++;
+    }
+    CHECK(bad_read == 0, "%s: %llu windows read wrong tokens", what, (ull)bad_read);
+    CHECK(bad_loc == 0, "%s: %llu windows located wrongly", what, (ull)bad_loc);
+    CHECK(spans > 0, "%s: no window spans a shard boundary (test data too coarse)", what);
+    printf("%s: %llu windows of %u+1 tokens read correctly, %llu span shards, %llu over %d shards\n",
+           what, (ull)n, L, (ull)spans, (ull)cut, TKS_SAMPLE_MAX_PIECES);
+    /* out of range window */
+    tks_sample_loc loc;
+    CHECK(tks_sampler_locate(s, n, &loc) == TKS_ERR_ARG, "%s: locate(n)", what);
+    CHECK(tks_sampler_read(s, n, 0, buf) == TKS_ERR_ARG, "%s: read(n)", what);
+    free(buf);
+    free(cum);
+    tks_sampler_free(s);
+}
+
+static void test_windows(void) {
+    char dir[1536];
+    /* several shards of a few hundred tokens; windows of 64 + 1 */
+    snprintf(dir, sizeof dir, "%s/win", work);
+    stream S = write_dataset(dir, 400, 40, 1000, 700);
+    tks_dataset *ds = open_ds(dir);
+    CHECK(tks_dataset_n_shards(ds) > 5, "expected several shards, got %zu", tks_dataset_n_shards(ds));
+    CHECK(tks_dataset_n_tokens(ds) == S.n, "token count");
+    check_windows(ds, &S, 0, S.n, 64, "whole range L=64");
+    check_windows(ds, &S, 0, S.n, 1, "whole range L=1");
+    check_windows(ds, &S, 333, S.n - 17, 100, "inner range L=100");
+    /* the +1 token: exactly L + 1 tokens make one window, L tokens none */
+    tks_sampler *s;
+    CHECK(tks_sampler_create(ds, 10, 10 + 65, 64, 0, &s) == 0 && tks_sampler_n_windows(s) == 1,
+          "65 tokens, L 64: one window");
+    tks_sampler_free(s);
+    CHECK(tks_sampler_create(ds, 10, 10 + 64, 64, 0, &s) == TKS_ERR_ARG && s == NULL,
+          "64 tokens, L 64: no window must fail");
+    CHECK(strstr(tks_last_error()->message, "64 tokens") && strstr(tks_last_error()->message, "65"),
+          "message gives the numbers: %s", tks_last_error()->message);
+    CHECK(tks_sampler_create(ds, 0, 10 * 64 + 1, 64, 0, &s) == 0 && tks_sampler_n_windows(s) == 10,
+          "641 tokens, L 64: 10 windows");
+    tks_sampler_free(s);
+    CHECK(tks_sampler_create(ds, 0, 10 * 64, 64, 0, &s) == 0 && tks_sampler_n_windows(s) == 9,
+          "640 tokens, L 64: 9 windows (the last needs its +1 token)");
+    tks_sampler_free(s);
+    CHECK(tks_sampler_create(ds, 0, S.n + 1, 64, 0, &s) == TKS_ERR_ARG, "range past the end");
+    CHECK(tks_sampler_create(ds, 50, 40, 64, 0, &s) == TKS_ERR_ARG, "begin > end");
+    CHECK(tks_sampler_create(ds, 0, S.n, 0, 0, &s) == TKS_ERR_ARG, "seq_len 0");
+    CHECK(tks_sampler_create(NULL, 0, S.n, 8, 0, &s) == TKS_ERR_ARG, "NULL dataset");
+    tks_sampler_free(NULL);
+    tks_dataset_close(ds);
+    free(S.tok);
+
+    /* one document per shard, documents of 1..3 tokens: a window of 65
+     * tokens spans more than TKS_SAMPLE_MAX_PIECES shards */
+    snprintf(dir, sizeof dir, "%s/tiny", work);
+    S = write_dataset(dir, 300, 3, 70000, 1); /* vocab > 65536: uint32 tokens */
+    ds = open_ds(dir);
+    CHECK(tks_dataset_n_shards(ds) == 300, "tiny shards: %zu", tks_dataset_n_shards(ds));
+    check_windows(ds, &S, 0, S.n, 64, "one-document shards L=64");
+    tks_dataset_close(ds);
+    free(S.tok);
+}
+
+/* Each window once per epoch; epochs in different orders; the sampler's
+ * order is the spec's (epoch key + perm). */
+static void test_epochs(void) {
+    char dir[1536];
+    snprintf(dir, sizeof dir, "%s/epochs", work);
+    stream S = write_dataset(dir, 300, 50, 1000, 2000);
+    tks_dataset *ds = open_ds(dir);
+    tks_sampler *s;
+    CHECK(tks_sampler_create(ds, 0, S.n, 16, 99, &s) == 0, "create");
+    const uint64_t n = tks_sampler_n_windows(s);
+    uint64_t *ord = malloc(3 * n * sizeof *ord);
+    unsigned char *seen = malloc(n);
+    for (int e = 0; e < 3; e++) {
+        memset(seen, 0, n);
+        uint64_t dup = 0, off = 0;
+        for (uint64_t p = 0; p < n; p++) {
+            uint64_t g = e * n + p, w = tks_sampler_window(s, g);
+            ord[g] = w;
+            if (w >= n) { dup++; continue; }
+            if (seen[w]++) dup++;
+            if (w != ref_perm(p, n, ref_epoch_key(99, (uint64_t)e))) off++;
+        }
+        CHECK(dup == 0, "epoch %d: %llu windows repeated or out of range", e, (ull)dup);
+        CHECK(off == 0, "epoch %d: %llu samples differ from the spec", e, (ull)off);
+    }
+    CHECK(memcmp(ord, ord + n, n * sizeof *ord) && memcmp(ord + n, ord + 2 * n, n * sizeof *ord),
+          "epochs 0, 1, 2 must be in different orders");
+    /* another seed, another order */
+    tks_sampler *s2;
+    CHECK(tks_sampler_create(ds, 0, S.n, 16, 100, &s2) == 0, "create seed 100");
+    uint64_t same = 0;
+    for (uint64_t g = 0; g < n; g++) same += tks_sampler_window(s2, g) == ord[g];
+    CHECK(same < n / 10, "seed 100 agrees with seed 99 at %llu of %llu samples", (ull)same, (ull)n);
+    printf("epochs: %llu windows, each once in each of 3 epochs, orders differ\n", (ull)n);
+    tks_sampler_free(s2);
+    tks_sampler_free(s);
+    free(ord);
+    free(seen);
+    tks_dataset_close(ds);
+    free(S.tok);
+}
+
+/* ---------------------------------------------------------------------------
+ * Layouts: the samples of a step are the same for every (dp, tp)
+ * ------------------------------------------------------------------------- */
+static void test_layouts(void) {
+    char dir[1536];
+    snprintf(dir, sizeof dir, "%s/layout", work);
+    stream S = write_dataset(dir, 200, 50, 1000, 1500);
+    tks_dataset *ds = open_ds(dir);
+    tks_sampler *s;
+    CHECK(tks_sampler_create(ds, 0, S.n, 8, 5, &s) == 0, "create");
+    const uint64_t B = 48, steps[] = {0, 1, 7, 1000, 123456789};
+    int layouts = 0, refused = 0;
+    for (uint32_t world = 1; world <= 16; world++) {
+        for (uint32_t dp = 1; dp <= world; dp++) {
+            if (world % dp) continue;
+            const uint32_t tp = world / dp;
+            uint64_t f, c;
+            if (B % dp) {
+                int rc = tks_sampler_rank_slice(0, B, dp, 0, &f, &c);
+                char want[64];
+                snprintf(want, sizeof want, "global batch 48 is not divisible by dp %u", dp);
+                CHECK(rc == TKS_ERR_ARG && strstr(tks_last_error()->message, want),
+                      "dp %u: expected a refusal naming the numbers, got %d: %s", dp, rc,
+                      tks_last_error()->message);
+                CHECK(strstr(tks_last_error()->message, "multiple of"), "the fix: %s",
+                      tks_last_error()->message);
+                refused++;
+                continue;
+            }
+            layouts++;
+            for (size_t si = 0; si < sizeof steps / sizeof *steps; si++) {
+                const uint64_t st = steps[si];
+                uint64_t next = st * B, got[48], k = 0;
+                for (uint32_t d = 0; d < dp; d++) {
+                    uint64_t f0 = 0, c0 = 0;
+                    for (uint32_t t = 0; t < tp; t++) { /* tp ranks: identical calls, identical slices */
+                        CHECK(tks_sampler_rank_slice(st, B, dp, d, &f, &c) == 0, "slice");
+                        if (t == 0) { f0 = f; c0 = c; }
+                        CHECK(f == f0 && c == c0, "tp rank %u differs", t);
+                    }
+                    /* contiguous, ordered, disjoint */
+                    CHECK(f0 == next && c0 == B / dp, "world %u dp %u rank %u step %llu: [%llu,+%llu), "
+                          "expected [%llu,+%llu)", world, dp, d, (ull)st, (ull)f0, (ull)c0,
+                          (ull)next, (ull)(B / dp));
+                    next = f0 + c0;
+                    /* micro-batches of every size dividing the rank's share tile it in order */
+                    for (uint64_t M = 1; M <= c0; M++) {
+                        uint64_t nm;
+                        if (c0 % M) {
+                            CHECK(tks_batch_check(B, dp, M, NULL, &nm) == TKS_ERR_ARG, "M %llu", (ull)M);
+                            continue;
+                        }
+                        CHECK(tks_batch_check(B, dp, M, NULL, &nm) == 0 && nm == c0 / M, "M ok");
+                        uint64_t at = f0;
+                        for (uint64_t m = 0; m < nm; m++) {
+                            uint64_t mf, mc;
+                            CHECK(tks_sampler_micro_slice(f0, c0, M, m, &mf, &mc) == 0 && mf == at &&
+                                  mc == M, "micro %llu", (ull)m);
+                            at = mf + mc;
+                        }
+                        CHECK(at == f0 + c0, "micro-batches cover the rank slice");
+                    }
+                    for (uint64_t g = f0; g < f0 + c0 && k < 48; g++) got[k++] = tks_sampler_window(s, g);
+                }
+                CHECK(k == B && next == (st + 1) * B, "union of ranks covers the step");
+                /* the windows of the step equal those of dp = 1, tp = 1 */
+                uint64_t diff = 0;
+                for (uint64_t i = 0; i < B && i < k; i++) diff += got[i] != tks_sampler_window(s, st * B + i);
+                CHECK(diff == 0, "world %u dp %u tp %u step %llu: %llu samples differ from dp 1",
+                      world, dp, tp, (ull)st, (ull)diff);
+            }
+        }
+    }
+    printf("layouts: %d (dp, tp) splits of worlds 1..16 agree at every step; %d refused\n", layouts,
+           refused);
+    uint64_t f, c;
+    CHECK(tks_sampler_rank_slice(0, B, 4, 4, &f, &c) == TKS_ERR_ARG, "dp_rank >= dp");
+    CHECK(tks_sampler_rank_slice(0, 0, 1, 0, &f, &c) == TKS_ERR_ARG, "B 0");
+    CHECK(tks_sampler_rank_slice(0, B, 0, 0, &f, &c) == TKS_ERR_ARG, "dp 0");
+    CHECK(tks_sampler_rank_slice(UINT64_MAX / 2, B, 1, 0, &f, &c) == TKS_ERR_ARG, "overflow");
+    CHECK(tks_batch_check(48, 4, 5, NULL, NULL) == TKS_ERR_ARG &&
+              strstr(tks_last_error()->message, "12") && strstr(tks_last_error()->message, "(4 or 6)"),
+          "micro-batch message: %s", tks_last_error()->message);
+    CHECK(tks_batch_check(48, 4, 24, NULL, NULL) == TKS_ERR_ARG, "micro-batch > per-rank");
+    CHECK(tks_sampler_micro_slice(0, 12, 4, 3, &f, &c) == TKS_ERR_ARG, "micro index");
+
+    /* Resuming: a run with B = 48, dp 4 for 10 steps, stopped at cursor 480
+     * and resumed with a fresh sampler under B = 40, dp 5, tp 2, serves the
+     * tail of the sequence an uninterrupted run serves. */
+    const uint64_t G = 480 + 40 * 30;
+    uint64_t *full = malloc(G * sizeof *full), *run = malloc(G * sizeof *run), k = 0;
+    for (uint64_t g = 0; g < G; g++) full[g] = tks_sampler_window(s, g);
+    uint64_t cursor = 0;
+    for (uint64_t st = 0; st < 10; st++, cursor += 48)
+        for (uint32_t d = 0; d < 4; d++) {
+            CHECK(tks_sampler_rank_slice_at(cursor, 48, 4, d, &f, &c) == 0, "slice");
+            for (uint64_t g = f; g < f + c; g++) run[k++] = tks_sampler_window(s, g);
+        }
+    tks_sampler_free(s);
+    tks_dataset_close(ds);
+    ds = open_ds(dir); /* "restart": the state is the cursor and the seed */
+    CHECK(tks_sampler_create(ds, 0, S.n, 8, 5, &s) == 0, "create after restart");
+    for (uint64_t st = 0; st < 30; st++, cursor += 40)
+        for (uint32_t d = 0; d < 5; d++) {
+            CHECK(tks_sampler_rank_slice_at(cursor, 40, 5, d, &f, &c) == 0, "slice");
+            for (uint32_t t = 0; t < 2; t++)
+                for (uint64_t g = f; g < f + c; g++)
+                    if (t == 0) run[k++] = tks_sampler_window(s, g);
+                    else CHECK(tks_sampler_window(s, g) == run[k - c + (g - f)], "tp rank 1");
+        }
+    CHECK(k == G && memcmp(run, full, G * sizeof *run) == 0, "resumed run differs from the uninterrupted one");
+    /* and from any cursor, the sequence is the tail of the one from 0 */
+    for (uint64_t c0 = 0; c0 < G; c0 += 97) {
+        uint64_t diff = 0;
+        for (uint64_t g = c0; g < G; g++) diff += tks_sampler_window(s, g) != full[g];
+        CHECK(diff == 0, "from cursor %llu: %llu differ", (ull)c0, (ull)diff);
+    }
+    printf("resume: cursor 480 under a new layout and batch continues exactly (%llu samples)\n", (ull)G);
+    free(full);
+    free(run);
+    tks_sampler_free(s);
+    tks_dataset_close(ds);
+    free(S.tok);
+}
+
+/* ---------------------------------------------------------------------------
+ * Train / validation split
+ * ------------------------------------------------------------------------- */
+static void test_split(void) {
+    tks_token_range tr, va;
+    CHECK(tks_split_tokens(10000, 0, 64, &tr, &va) == 0 && tr.begin == 0 && tr.end == 10000 &&
+              va.begin == 10000 && va.end == 10000, "no validation");
+    /* 1000 requested with L = 64: (999 / 64) = 15 windows = 961 tokens */
+    CHECK(tks_split_tokens(10000, 1000, 64, &tr, &va) == 0 && va.end == 10000 &&
+              va.begin == 10000 - 961 && tr.end == va.begin && tr.begin == 0, "val 1000 -> 961: [%llu, %llu)",
+          (ull)va.begin, (ull)va.end);
+    CHECK(tks_split_tokens(10000, 65, 64, &tr, &va) == 0 && va.end - va.begin == 65, "one val window");
+    CHECK(tks_split_tokens(10000, 64, 64, &tr, &va) == TKS_ERR_ARG &&
+              strstr(tks_last_error()->message, "at least 65"), "val 64 < one window: %s",
+          tks_last_error()->message);
+    CHECK(tks_split_tokens(10000, 9990, 64, &tr, &va) == TKS_ERR_ARG &&
+              strstr(tks_last_error()->message, "at most 9935"), "val leaves no train window: %s",
+          tks_last_error()->message);
+    CHECK(tks_split_tokens(10000, 9935, 64, &tr, &va) == 0 && tr.end - tr.begin >= 65, "val 9935 fits");
+    CHECK(tks_split_tokens(100, 0, 128, &tr, &va) == TKS_ERR_ARG &&
+              strstr(tks_last_error()->message, "100 tokens"), "tiny dataset: %s", tks_last_error()->message);
+    CHECK(tks_split_tokens(100, 70, 64, &tr, &va) == TKS_ERR_ARG &&
+              strstr(tks_last_error()->message, "separate validation"), "no room for both: %s",
+          tks_last_error()->message);
+    CHECK(tks_split_tokens(100, 0, 0, &tr, &va) == TKS_ERR_ARG, "seq_len 0");
+
+    /* samplers over the two ranges: windows stay inside their range, share no
+     * token, and the last validation window ends at the last token */
+    char dir[1536];
+    snprintf(dir, sizeof dir, "%s/split", work);
+    stream S = write_dataset(dir, 300, 40, 1000, 900);
+    tks_dataset *ds = open_ds(dir);
+    for (uint32_t L = 7; L <= 200; L += 31) {
+        uint64_t vt = 500 + L;
+        CHECK(tks_split_tokens(S.n, vt, L, &tr, &va) == 0, "split L %u: %s", L, tks_last_error()->message);
+        tks_sampler *st, *sv;
+        CHECK(tks_sampler_create(ds, tr.begin, tr.end, L, 1, &st) == 0, "train sampler");
+        CHECK(tks_sampler_create(ds, va.begin, va.end, L, 1, &sv) == 0, "val sampler");
+        uint64_t max_train = 0, min_val = UINT64_MAX, max_val = 0;
+        tks_sample_loc loc;
+        for (uint64_t w = 0; w < tks_sampler_n_windows(st); w++) {
+            tks_sampler_locate(st, w, &loc);
+            if (loc.token_begin + loc.n_tokens > max_train) max_train = loc.token_begin + loc.n_tokens;
+        }
+        for (uint64_t w = 0; w < tks_sampler_n_windows(sv); w++) {
+            tks_sampler_locate(sv, w, &loc);
+            if (loc.token_begin < min_val) min_val = loc.token_begin;
+            if (loc.token_begin + loc.n_tokens > max_val) max_val = loc.token_begin + loc.n_tokens;
+        }
+        CHECK(max_train <= tr.end && tr.end <= min_val, "L %u: train windows end at %llu, val starts at %llu",
+              L, (ull)max_train, (ull)min_val);
+        CHECK(min_val == va.begin && max_val == S.n, "L %u: val windows cover [%llu, %llu) exactly", L,
+              (ull)va.begin, (ull)S.n);
+        CHECK(tks_sampler_n_windows(sv) == (vt - 1) / L, "L %u: val windows", L);
+        CHECK(tr.end - max_train < L, "L %u: fewer than L train tokens unused", L);
+        tks_sampler_free(st);
+        tks_sampler_free(sv);
+    }
+    printf("split: train and validation windows never share a token\n");
+    tks_dataset_close(ds);
+    free(S.tok);
+}
+
+/* ---------------------------------------------------------------------------
+ * Out-of-range ids: vocab 1000 data read by a model with 500 embedding rows
+ * ------------------------------------------------------------------------- */
+static void test_token_range(void) {
+    char dir[1536];
+    snprintf(dir, sizeof dir, "%s/range", work);
+    stream S = write_dataset_ex(dir, 300, 30, 1000, 100, 1);
+    tks_dataset *ds = open_ds(dir);
+    size_t nsh = tks_dataset_n_shards(ds);
+    uint64_t *cum = calloc(nsh + 1, sizeof *cum);
+    for (size_t i = 0; i < nsh; i++) cum[i + 1] = cum[i] + tks_shard_hdr(tks_dataset_shard(ds, i))->n_tokens;
+    tks_sampler *s;
+    const uint32_t L = 64;
+    CHECK(tks_sampler_create(ds, 0, S.n, L, 3, &s) == 0, "create");
+    uint32_t buf[L + 1];
+    uint64_t checked = 0, spanning_bad = 0;
+    for (uint64_t w = 0; w < tks_sampler_n_windows(s); w++) {
+        CHECK(tks_sampler_read(s, w, 1000, buf) == 0, "vocab 1000 reads: %s", tks_last_error()->message);
+        /* first id >= 500 in this window, in stream order */
+        uint64_t t0 = w * L, bad = UINT64_MAX;
+        for (uint64_t j = 0; j <= L; j++)
+            if (S.tok[t0 + j] >= 500) { bad = t0 + j; break; }
+        int rc = tks_sampler_read(s, w, 500, buf);
+        if (bad == UINT64_MAX) {
+            CHECK(rc == 0, "window %llu has no bad id but failed", (ull)w);
+            continue;
+        }
+        size_t sh = 0;
+        while (cum[sh + 1] <= bad) sh++;
+        const tks_error *e = tks_last_error();
+        CHECK(rc == TKS_ERR_TOKEN_RANGE && e->shard == sh && e->offset == bad - cum[sh],
+              "window %llu: rc %d shard %llu offset %llu, expected shard %zu offset %llu: %s", (ull)w, rc,
+              (ull)e->shard, (ull)e->offset, sh, (ull)(bad - cum[sh]), e->message);
+        char want[64];
+        snprintf(want, sizeof want, "training window %llu", (ull)w);
+        CHECK(strstr(e->message, want) && strstr(e->message, "shard-") && strstr(e->message, "500"),
+              "message names the file, the window and the limit: %s", e->message);
+        CHECK(e->doc != TKS_NONE, "the document is kept");
+        if (t0 < cum[sh]) spanning_bad++; /* the window starts in an earlier shard */
+        checked++;
+    }
+    CHECK(checked > 10 && spanning_bad > 0, "only %llu windows had a bad id, %llu past a shard boundary",
+          (ull)checked, (ull)spanning_bad);
+    printf("token range: %llu windows with an id >= 500 fail naming shard and offset (%llu in a later shard "
+           "than the window's start)\n", (ull)checked, (ull)spanning_bad);
+    tks_sampler_free(s);
+    free(cum);
+    tks_dataset_close(ds);
+    free(S.tok);
+}
+
+/* ---------------------------------------------------------------------------
+ * Cost: tks_sampler_window must be cheap (docs/SAMPLING.md §7)
+ * ------------------------------------------------------------------------- */
+static void test_speed(void) {
+    volatile uint64_t sink = 0;
+    const uint64_t reps = 2000000;
+    uint64_t ns[] = {1000003, 300000000000ull, 5000, (1ull << 40) + 1};
+    for (size_t a = 0; a < sizeof ns / sizeof *ns; a++) {
+        double t = now();
+        for (uint64_t g = 0; g < reps; g++) {
+            uint64_t n = ns[a];
+            sink += tks_perm_index(g % n, n, tks_epoch_key(11, g / n));
+        }
+        double per = (now() - t) / reps * 1e9;
+        printf("speed: window (epoch key + perm) for n = %llu: %.0f ns\n", (ull)ns[a], per);
+        CHECK(per < 5000, "window takes %.0f ns for n = %llu (expected a few hundred at most)", per,
+              (ull)ns[a]);
+    }
+    (void)sink;
+}
+
+int main(int argc, char **argv) {
+    snprintf(work, sizeof work, "%s", argc > 1 ? argv[1] : "/tmp/tks-test-sampler");
+    mkdirs(work);
+    test_perm_bijection();
+    test_perm_statistics();
+    test_windows();
+    test_epochs();
+    test_layouts();
+    test_split();
+    test_token_range();
+    test_speed();
+    if (failures) {
+        fprintf(stderr, "%d checks failed\n", failures);
+        return 1;
+    }
+    printf("all sampler checks passed\n");
+    return 0;
+}

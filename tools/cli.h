@@ -1,0 +1,38 @@
+/* cli.h - flag parsing and error printing shared by the tokshard executables.
+ * CLI code only: it prints and picks exit codes; the libraries never do. */
+#ifndef TKS_CLI_H
+#define TKS_CLI_H
+
+#include <stdint.h>
+
+#define EXIT_PROBLEMS 1
+#define EXIT_USAGE 2
+#define EXIT_INTERRUPTED 130
+
+/* The executable's name in messages ("tokshard", "tokshard-train"). */
+extern const char *tks_cli_prog;
+
+/* Prints "PROG: <message>" and a hint to run help; returns EXIT_USAGE. */
+int tks_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints the last library error; returns EXIT_INTERRUPTED or EXIT_USAGE. */
+int tks_cli_lib_error(void);
+/* "123", "64K", "16M", "2G" (powers of 1024), "1e6" -> *out. Returns 0 or -1. */
+int tks_cli_parse_size(const char *s, uint64_t *out);
+/* A float; returns 0 or -1. */
+int tks_cli_parse_float(const char *s, float *out);
+
+/* Flag scanner: --name value, --name=value, bare --flag, and positionals. */
+typedef struct tks_args {
+    int argc, i;
+    char **argv;
+    const char *val;   /* value of the current option, once need_val was called */
+    char name[64];     /* current option name */
+} tks_args;
+
+/* Advances: returns 0 at the end; else 1 with *positional set (a positional
+ * argument) or NULL (an option: see a->name). */
+int tks_cli_next(tks_args *a, const char **positional);
+/* The current option's value (=value or the next argument), NULL if none. */
+const char *tks_cli_value(tks_args *a);
+
+#endif

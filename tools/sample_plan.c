@@ -1,0 +1,275 @@
+/* sample_plan.c - `tokshard sample-plan`: which samples each rank reads at
+ * each step (docs/SAMPLING.md §8). Thin: parses flags, calls the sampler,
+ * prints. Exit codes: 0 ok, 2 usage error or a dataset that cannot be opened.
+ * Built into `tokshard`; with -DTKS_SAMPLE_PLAN_MAIN also a standalone
+ * program (tokshard-sample-plan) for tests. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dataset/dataset.h"
+#include "cli.h"
+#include "trainer/sampler.h"
+
+int tks_cli_sample_plan(int argc, char **argv);
+
+typedef unsigned long long ull;
+
+static const char plan_usage[] =
+    "usage: tokshard sample-plan DIR --seq-len L --global-batch B [--dp D] [--tp T]\n"
+    "           [--steps S0:S1] [--seed S] [--micro-batch M] [--val-tokens N] [--json]\n"
+    "  Prints the samples each rank (rank = dp_rank * T + tp_rank) reads at steps\n"
+    "  S0 <= s < S1 (--steps S means S:S+1; default 0:1): micro-batch, global sample,\n"
+    "  epoch, window and its (shard, token offset, n_tokens) pieces.\n"
+    "  Defaults: --dp 1 --tp 1 --seed 0 --val-tokens 0, --micro-batch = B / D.\n"
+    "  --val-tokens N holds out the last N tokens (rounded down to whole windows)\n"
+    "  and plans the rest. Sizes take K, M, G suffixes (powers of 1024); --seed and\n"
+    "  --steps are plain integers.\n";
+
+/* An exact decimal integer (seeds and steps need all 64 bits, which
+ * tks_cli_parse_size's double does not keep). Returns 0 or -1. */
+static int parse_u64(const char *s, uint64_t *out) {
+    if (!s || *s < '0' || *s > '9') return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_steps(const char *s, uint64_t *s0, uint64_t *s1) {
+    const char *colon = strchr(s, ':');
+    if (!colon) {
+        if (parse_u64(s, s0) || *s0 == UINT64_MAX) return -1;
+        *s1 = *s0 + 1;
+        return 0;
+    }
+    char a[64];
+    size_t n = (size_t)(colon - s);
+    if (n == 0 || n >= sizeof a) return -1;
+    memcpy(a, s, n);
+    a[n] = 0;
+    if (parse_u64(a, s0) || parse_u64(colon + 1, s1) || *s1 <= *s0) return -1;
+    return 0;
+}
+
+/* One sample's pieces as text ("shard 0 @ 1234 +129, shard 1 @ 0 +5"). */
+static void print_pieces(const tks_sample_loc *loc) {
+    for (uint32_t p = 0; p < loc->n_pieces; p++)
+        printf("%sshard %u @ %llu +%llu", p ? ", " : "", loc->pieces[p].shard,
+               (ull)loc->pieces[p].offset, (ull)loc->pieces[p].n_tokens);
+    if (loc->n_pieces_total > loc->n_pieces)
+        printf(", ... (%u pieces in all)", loc->n_pieces_total);
+}
+
+static json_t *json_sample(uint64_t micro, uint64_t g, uint64_t epoch, const tks_sample_loc *loc) {
+    json_t *pieces = json_array();
+    for (uint32_t p = 0; p < loc->n_pieces; p++)
+        json_array_append_new(pieces, json_pack("{s:I, s:I, s:I}", "shard",
+                                                (json_int_t)loc->pieces[p].shard, "offset",
+                                                (json_int_t)loc->pieces[p].offset, "n_tokens",
+                                                (json_int_t)loc->pieces[p].n_tokens));
+    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:[I, I], s:o}", "micro", (json_int_t)micro,
+                          "sample", (json_int_t)g, "epoch", (json_int_t)epoch, "window",
+                          (json_int_t)loc->window, "tokens", (json_int_t)loc->token_begin,
+                          (json_int_t)(loc->token_begin + loc->n_tokens), "pieces", pieces);
+    if (loc->n_pieces_total > loc->n_pieces)
+        json_object_set_new(o, "n_pieces", json_integer(loc->n_pieces_total));
+    return o;
+}
+
+int tks_cli_sample_plan(int argc, char **argv) {
+    const char *dir = NULL;
+    uint64_t seq_len = 0, global_batch = 0, dp = 1, tp = 1, seed = 0, micro = 0, val_tokens = 0;
+    uint64_t s0 = 0, s1 = 1;
+    int json = 0, have_seq = 0, have_batch = 0;
+    tks_cli_prog = "tokshard sample-plan";
+    tks_args a = {.argc = argc, .argv = argv};
+    const char *pos, *v;
+    while (tks_cli_next(&a, &pos)) {
+        if (pos) {
+            if (dir) return tks_cli_usage_error("one dataset DIR only (got %s and %s)", dir, pos);
+            dir = pos;
+            continue;
+        }
+        if (!strcmp(a.name, "-h") || !strcmp(a.name, "--help")) {
+            fputs(plan_usage, stdout);
+            return 0;
+        }
+        if (!strcmp(a.name, "--json")) {
+            if (a.val) return tks_cli_usage_error("--json takes no value");
+            json = 1;
+            continue;
+        }
+        uint64_t *dst = NULL;
+        if (!strcmp(a.name, "--seq-len")) dst = &seq_len, have_seq = 1;
+        else if (!strcmp(a.name, "--global-batch")) dst = &global_batch, have_batch = 1;
+        else if (!strcmp(a.name, "--dp")) dst = &dp;
+        else if (!strcmp(a.name, "--tp")) dst = &tp;
+        else if (!strcmp(a.name, "--micro-batch")) dst = &micro;
+        else if (!strcmp(a.name, "--val-tokens")) dst = &val_tokens;
+        else if (strcmp(a.name, "--seed") && strcmp(a.name, "--steps"))
+            return tks_cli_usage_error("unknown option %s (options: --seq-len --global-batch --dp "
+                                       "--tp --steps --seed --micro-batch --val-tokens --json)",
+                                       a.name);
+        if (!(v = tks_cli_value(&a))) return tks_cli_usage_error("%s needs a value", a.name);
+        if (!strcmp(a.name, "--steps")) {
+            if (parse_steps(v, &s0, &s1))
+                return tks_cli_usage_error("--steps %s: expected S0:S1 with S0 < S1 (steps "
+                                           "S0 <= s < S1), or a single step S", v);
+        } else if (!strcmp(a.name, "--seed")) {
+            if (parse_u64(v, &seed))
+                return tks_cli_usage_error("--seed %s: expected an integer in 0..%lld", v,
+                                           (long long)INT64_MAX);
+        } else if (tks_cli_parse_size(v, dst)) {
+            return tks_cli_usage_error("%s %s: expected a non-negative integer such as 48, 64K "
+                                       "or 1M", a.name, v);
+        }
+    }
+    if (!dir) return tks_cli_usage_error("give a dataset DIR");
+    if (!have_seq)
+        return tks_cli_usage_error("--seq-len L is required (tokens per training sequence)");
+    if (!have_batch)
+        return tks_cli_usage_error("--global-batch B is required (samples per step, all ranks)");
+    if (seq_len == 0 || seq_len > UINT32_MAX)
+        return tks_cli_usage_error("--seq-len %llu: expected 1..%u", (ull)seq_len, UINT32_MAX);
+    if (global_batch == 0)
+        return tks_cli_usage_error("--global-batch 0: expected at least 1 sample per step");
+    if (dp == 0 || dp > 65536) return tks_cli_usage_error("--dp %llu: expected 1..65536", (ull)dp);
+    if (tp == 0 || tp > 65536) return tks_cli_usage_error("--tp %llu: expected 1..65536", (ull)tp);
+    if (seed > INT64_MAX) /* JSON integers are signed 64-bit */
+        return tks_cli_usage_error("--seed %llu: expected 0..%lld", (ull)seed, (long long)INT64_MAX);
+    if (s1 > INT64_MAX / global_batch)
+        return tks_cli_usage_error("--steps %llu:%llu with --global-batch %llu: sample indices "
+                                   "beyond 2^63; plan earlier steps", (ull)s0, (ull)s1,
+                                   (ull)global_batch);
+    uint64_t per_rank, n_micro;
+    if (tks_batch_check(global_batch, (uint32_t)dp, micro, &per_rank, &n_micro)) {
+        char mflag[48] = "";
+        if (micro) snprintf(mflag, sizeof mflag, ", --micro-batch %llu", (ull)micro);
+        return tks_cli_usage_error("--global-batch %llu, --dp %llu%s: %s", (ull)global_batch,
+                                   (ull)dp, mflag, tks_last_error()->message);
+    }
+    const uint64_t mb = per_rank / n_micro;
+
+    tks_dataset *ds = NULL;
+    if (tks_dataset_open(dir, &ds)) return tks_cli_lib_error();
+    const uint64_t n_tok = tks_dataset_n_tokens(ds);
+    tks_token_range train, val;
+    if (tks_split_tokens(n_tok, val_tokens, (uint32_t)seq_len, &train, &val)) {
+        int rc = tks_cli_usage_error("--seq-len %llu, --val-tokens %llu: %s", (ull)seq_len,
+                                     (ull)val_tokens, tks_last_error()->message);
+        tks_dataset_close(ds);
+        return rc;
+    }
+    tks_sampler *sm = NULL;
+    if (tks_sampler_create(ds, train.begin, train.end, (uint32_t)seq_len, seed, &sm)) {
+        int rc = tks_cli_usage_error("--seq-len %llu: %s", (ull)seq_len, tks_last_error()->message);
+        tks_dataset_close(ds);
+        return rc;
+    }
+    const uint64_t nw = tks_sampler_n_windows(sm);
+    const uint64_t n_val = val.end > val.begin ? (val.end - val.begin - 1) / seq_len : 0;
+
+    if (json) {
+        json_t *head = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:[I, I], s:[I, I], "
+                                 "s:I, s:I}", "dataset", dir, "n_tokens", (json_int_t)n_tok, "n_shards",
+                                 (json_int_t)tks_dataset_n_shards(ds), "seq_len", (json_int_t)seq_len,
+                                 "global_batch", (json_int_t)global_batch, "dp", (json_int_t)dp, "tp",
+                                 (json_int_t)tp, "micro_batch", (json_int_t)mb, "seed",
+                                 (json_int_t)seed, "range", (json_int_t)train.begin,
+                                 (json_int_t)train.end, "val_range", (json_int_t)val.begin,
+                                 (json_int_t)val.end, "n_windows", (json_int_t)nw, "n_val_windows",
+                                 (json_int_t)n_val);
+        char *h = head ? json_dumps(head, JSON_COMPACT) : NULL;
+        json_decref(head);
+        if (!h) {
+            tks_sampler_free(sm);
+            tks_dataset_close(ds);
+            fprintf(stderr, "%s: out of memory\n", tks_cli_prog);
+            return EXIT_USAGE;
+        }
+        /* stream the steps: the head object without its closing brace, then
+         * one step object at a time, so memory does not grow with --steps */
+        h[strlen(h) - 1] = 0;
+        printf("%s,\"steps\":[", h);
+        free(h);
+    } else {
+        printf("# dataset %s: %llu tokens in %zu shards\n", dir, (ull)n_tok, tks_dataset_n_shards(ds));
+        printf("# train tokens [%llu, %llu): %llu windows of seq_len %llu + 1; validation tokens "
+               "[%llu, %llu): %llu windows\n", (ull)train.begin, (ull)train.end, (ull)nw,
+               (ull)seq_len, (ull)val.begin, (ull)val.end, (ull)n_val);
+        printf("# global batch %llu = dp %llu x %llu samples, %llu micro-batches of %llu; tp %llu "
+               "(tp ranks read the same samples); seed %llu\n", (ull)global_batch, (ull)dp,
+               (ull)per_rank, (ull)n_micro, (ull)mb, (ull)tp, (ull)seed);
+    }
+    int rc = 0;
+    for (uint64_t step = s0; step < s1 && !rc; step++) {
+        json_t *ranks = json ? json_array() : NULL;
+        for (uint64_t d = 0; d < dp && !rc; d++) {
+            uint64_t first, count;
+            if (tks_sampler_rank_slice(step, global_batch, (uint32_t)dp, (uint32_t)d, &first, &count)) {
+                rc = tks_cli_usage_error("%s", tks_last_error()->message);
+                break;
+            }
+            for (uint64_t t = 0; t < tp && !rc; t++) {
+                const uint64_t rank = d * tp + t;
+                json_t *samples = json ? json_array() : NULL;
+                for (uint64_t m = 0; m < n_micro && !rc; m++) {
+                    uint64_t mf, mc;
+                    if (tks_sampler_micro_slice(first, count, mb, m, &mf, &mc)) {
+                        rc = tks_cli_usage_error("%s", tks_last_error()->message);
+                        break;
+                    }
+                    for (uint64_t g = mf; g < mf + mc; g++) {
+                        tks_sample_loc loc;
+                        uint64_t w = tks_sampler_window(sm, g);
+                        if (tks_sampler_locate(sm, w, &loc)) {
+                            rc = tks_cli_usage_error("%s", tks_last_error()->message);
+                            break;
+                        }
+                        if (json) {
+                            json_array_append_new(samples, json_sample(m, g, g / nw, &loc));
+                        } else {
+                            printf("step %llu rank %llu dp %llu tp %llu micro %llu sample %llu epoch "
+                                   "%llu window %llu tokens [%llu, %llu) ", (ull)step, (ull)rank,
+                                   (ull)d, (ull)t, (ull)m, (ull)g, (ull)(g / nw), (ull)w,
+                                   (ull)loc.token_begin, (ull)(loc.token_begin + loc.n_tokens));
+                            print_pieces(&loc);
+                            putchar('\n');
+                        }
+                    }
+                }
+                if (json)
+                    json_array_append_new(ranks, json_pack("{s:I, s:I, s:I, s:o}", "rank",
+                                                           (json_int_t)rank, "dp_rank", (json_int_t)d,
+                                                           "tp_rank", (json_int_t)t, "samples",
+                                                           samples));
+            }
+        }
+        if (json) {
+            json_t *st = json_pack("{s:I, s:o}", "step", (json_int_t)step, "ranks", ranks);
+            char *txt = rc ? NULL : json_dumps(st, JSON_COMPACT);
+            if (txt) printf("%s%s", step > s0 ? "," : "", txt);
+            else if (!rc) rc = tks_cli_usage_error("out of memory writing JSON");
+            free(txt);
+            json_decref(st);
+        }
+    }
+    if (json && !rc) printf("]}\n");
+    if (fflush(stdout) || ferror(stdout)) {
+        fprintf(stderr, "%s: error writing the plan: %s\n", tks_cli_prog, strerror(errno));
+        rc = EXIT_USAGE;
+    }
+    tks_sampler_free(sm);
+    tks_dataset_close(ds);
+    return rc;
+}
+
+#ifdef TKS_SAMPLE_PLAN_MAIN
+int main(int argc, char **argv) { return tks_cli_sample_plan(argc - 1, argv + 1); }
+#endif

@@ -1,0 +1,57 @@
+/* tokshard-generate - sample text from a trained checkpoint (KV cache, CPU). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "trainer/trainer.h"
+
+static void print_text(const char *text, size_t len, void *ctx) {
+    (void)ctx;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+}
+
+static void help(void) {
+    printf("tokshard-generate - sample text from a tokshard-train checkpoint\n\n"
+           "usage: tokshard-generate --checkpoint DIR [--prompt TEXT] [options]\n"
+           "  --checkpoint DIR   a checkpoint (RUN/checkpoints/step-N), or a run dir (its newest)\n"
+           "  --prompt TEXT      text to continue [\"\"]\n"
+           "  --max-tokens N     tokens to generate [100]\n"
+           "  --temperature F    0 = greedy [0.8]\n"
+           "  --top-p F          nucleus sampling mass, 1 = off [0.9]\n"
+           "  --seed N           sampling seed [1]\n"
+           "  --threads N        CPU threads (0 = all cores) [0]\n");
+}
+
+int main(int argc, char **argv) {
+    tks_cli_prog = "tokshard-generate";
+    tks_generate_opts o = {.max_tokens = 100, .temperature = 0.8f, .top_p = 0.9f, .seed = 1,
+                           .prompt = "", .on_text = print_text};
+    tks_args a = {argc - 1, 0, argv + 1, NULL, {0}};
+    const char *pos, *v;
+    uint64_t x;
+    while (tks_cli_next(&a, &pos)) {
+        if (pos) return tks_cli_usage_error("unexpected argument '%s'", pos);
+        if (!strcmp(a.name, "--help") || !strcmp(a.name, "-h")) {
+            help();
+            return 0;
+        }
+        if (!(v = tks_cli_value(&a))) return tks_cli_usage_error("%s needs a value", a.name);
+        if (!strcmp(a.name, "--checkpoint")) o.checkpoint = v;
+        else if (!strcmp(a.name, "--prompt")) o.prompt = v;
+        else if (!strcmp(a.name, "--max-tokens") && !tks_cli_parse_size(v, &x) && x <= 1000000) o.max_tokens = (uint32_t)x;
+        else if (!strcmp(a.name, "--temperature") && !tks_cli_parse_float(v, &o.temperature) && o.temperature >= 0) {}
+        else if (!strcmp(a.name, "--top-p") && !tks_cli_parse_float(v, &o.top_p) && o.top_p > 0 && o.top_p <= 1) {}
+        else if (!strcmp(a.name, "--seed") && !tks_cli_parse_size(v, &o.seed)) {}
+        else if (!strcmp(a.name, "--threads") && !tks_cli_parse_size(v, &x) && x < 1024) o.threads = (int)x;
+        else return tks_cli_usage_error("%s %s: unknown option or invalid value", a.name, v);
+    }
+    if (!o.checkpoint) return tks_cli_usage_error("--checkpoint DIR is required");
+    char latest[4096];
+    if (tks_train_latest_checkpoint(o.checkpoint, latest, sizeof latest) == 0) o.checkpoint = latest;
+    fputs(o.prompt, stdout);
+    int rc = tks_generate(&o);
+    putchar('\n');
+    return rc ? tks_cli_lib_error() : 0;
+}

@@ -1,0 +1,209 @@
+/* tokshard-train - train a LLaMA-style model on a tokshard dataset (CPU).
+ * Thin: flags (one table, so --help lists every flag with its real default),
+ * progress printing, the loss plot (gnuplot), exit codes. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "trainer/trainer.h"
+
+typedef enum { F_STR, F_U32, F_U64, F_FLOAT, F_BOOL } ftype;
+typedef struct flag {
+    const char *name;
+    ftype type;
+    void *ptr;
+    const char *help;
+} flag;
+
+static tks_train_opts O;
+static int dry_run, quiet, no_plot;
+static const char *plot_only;
+
+static const flag FLAGS[] = {
+    {"--dataset", F_STR, &O.dataset_dir, "tokshard dataset directory (required)"},
+    {"--out", F_STR, &O.out_dir, "run directory: checkpoints/, metrics.jsonl, loss.svg (required)"},
+    {"--resume", F_STR, &O.resume, "checkpoint directory to continue from, or 'latest' (in --out)"},
+    {"--steps", F_U64, &O.steps, "optimizer steps in total"},
+    {"--seq-len", F_U32, &O.seq_len, "tokens per sample"},
+    {"--global-batch", F_U64, &O.global_batch, "samples per optimizer step"},
+    {"--micro-batch", F_U64, &O.micro_batch, "samples per forward/backward (0 = whole batch)"},
+    {"--seed", F_U64, &O.seed, "data order and initialization seed"},
+    {"--vocab-size", F_U32, &O.model.vocab_size, "model vocabulary (0 = the dataset's)"},
+    {"--vocab-divisible-by", F_U32, &O.model.vocab_divisible_by, "pad the vocabulary to a multiple of this (inside the process only; 0 = 64)"},
+    {"--dim", F_U32, &O.model.dim, "model dimension"},
+    {"--n-layers", F_U32, &O.model.n_layers, "transformer layers"},
+    {"--n-heads", F_U32, &O.model.n_heads, "attention heads"},
+    {"--n-kv-heads", F_U32, &O.model.n_kv_heads, "key/value heads (GQA; 0 = n-heads)"},
+    {"--ffn-dim", F_U32, &O.model.ffn_dim, "SwiGLU hidden dimension (0 = round_up(8/3 dim, 32))"},
+    {"--max-seq-len", F_U32, &O.model.max_seq_len, "longest context (0 = --seq-len)"},
+    {"--rope-theta", F_FLOAT, &O.model.rope_theta, "RoPE base (0 = 10000)"},
+    {"--norm-eps", F_FLOAT, &O.model.norm_eps, "RMSNorm epsilon (0 = 1e-5)"},
+    {"--init-std", F_FLOAT, &O.model.init_std, "initialization std (0 = 0.02)"},
+    {"--tie-embeddings", F_BOOL, &O.model.tie_embeddings, "lm_head shares the embedding"},
+    {"--lr", F_FLOAT, &O.lr, "peak learning rate"},
+    {"--min-lr", F_FLOAT, &O.min_lr, "learning rate at the end of the cosine decay"},
+    {"--warmup", F_U64, &O.warmup_steps, "linear warmup steps"},
+    {"--beta1", F_FLOAT, &O.beta1, "AdamW beta1"},
+    {"--beta2", F_FLOAT, &O.beta2, "AdamW beta2"},
+    {"--adam-eps", F_FLOAT, &O.adam_eps, "AdamW epsilon"},
+    {"--weight-decay", F_FLOAT, &O.weight_decay, "AdamW decoupled weight decay (matrices only)"},
+    {"--grad-clip", F_FLOAT, &O.grad_clip, "max global gradient norm (0 = off)"},
+    {"--val-tokens", F_U64, &O.val_tokens, "tokens held out from the end of the dataset for validation"},
+    {"--val-dataset", F_STR, &O.val_dataset_dir, "separate validation dataset (instead of --val-tokens)"},
+    {"--eval-every", F_U64, &O.eval_every, "steps between validation runs (0 = never)"},
+    {"--eval-batches", F_U64, &O.eval_batches, "global batches per validation run"},
+    {"--save-every", F_U64, &O.save_every, "steps between checkpoints (0 = only at the end)"},
+    {"--keep", F_U32, &O.keep_checkpoints, "checkpoints kept (0 = all)"},
+    {"--threads", F_U32, &O.threads, "CPU threads (0 = all cores)"},
+    {"--dry-run", F_BOOL, &dry_run, "print the resolved run, model size, memory and first samples; train nothing"},
+    {"--no-plot", F_BOOL, &no_plot, "do not write loss.svg at the end"},
+    {"--plot", F_STR, &plot_only, "only (re)draw RUN_DIR/loss.svg from RUN_DIR/metrics.jsonl"},
+    {"--quiet", F_BOOL, &quiet, "no per-step progress lines"},
+};
+#define N_FLAGS (sizeof FLAGS / sizeof FLAGS[0])
+
+static void fmt_default(const flag *f, char *out, size_t n) {
+    switch (f->type) {
+    case F_STR: snprintf(out, n, "%s", *(const char **)f->ptr ? *(const char **)f->ptr : "-"); break;
+    case F_U32: snprintf(out, n, "%u", *(uint32_t *)f->ptr); break;
+    case F_U64: snprintf(out, n, "%llu", (unsigned long long)*(uint64_t *)f->ptr); break;
+    case F_FLOAT: snprintf(out, n, "%g", *(float *)f->ptr); break;
+    case F_BOOL: snprintf(out, n, "%s", *(int *)f->ptr ? "on" : "off"); break;
+    }
+}
+
+static void help(void) {
+    printf("tokshard-train - train a LLaMA-style model on a tokshard dataset (CPU reference backend)\n\n"
+           "usage: tokshard-train --dataset DIR --out RUN_DIR [options]\n\n");
+    for (size_t i = 0; i < N_FLAGS; i++) {
+        char d[64], nm[48];
+        fmt_default(&FLAGS[i], d, sizeof d);
+        snprintf(nm, sizeof nm, "%s%s", FLAGS[i].name,
+                 FLAGS[i].type == F_BOOL ? "" : FLAGS[i].type == F_STR ? " PATH" : " N");
+        printf("  %-26s %s [%s]\n", nm, FLAGS[i].help, d);
+    }
+    printf("\nCtrl-C saves a checkpoint and exits; continue with --resume latest.\n"
+           "exit codes: 0 ok, 2 usage or data error, 130 interrupted (checkpoint saved)\n");
+}
+
+static int set_flag(const flag *f, const char *v) {
+    uint64_t x;
+    switch (f->type) {
+    case F_STR: *(const char **)f->ptr = v; return 0;
+    case F_U32:
+        if (tks_cli_parse_size(v, &x) || x > UINT32_MAX) return -1;
+        *(uint32_t *)f->ptr = (uint32_t)x;
+        return 0;
+    case F_U64: return tks_cli_parse_size(v, (uint64_t *)f->ptr);
+    case F_FLOAT: return tks_cli_parse_float(v, (float *)f->ptr);
+    case F_BOOL: *(int *)f->ptr = 1; return 0;
+    }
+    return -1;
+}
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) {
+    (void)sig;
+    if (g_stop) _exit(EXIT_INTERRUPTED);
+    g_stop = 1;
+}
+
+static void fmt_time(double s, char *out, size_t n) {
+    if (!(s >= 0) || s > 1e7) snprintf(out, n, "?");
+    else if (s >= 3600) snprintf(out, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    else if (s >= 60) snprintf(out, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(out, n, "%.0fs", s);
+}
+
+static void on_step(const tks_step_info *i, void *ctx) {
+    (void)ctx;
+    if (quiet && !i->checkpoint) return;
+    char eta[16];
+    fmt_time(i->eta_s, eta, sizeof eta);
+    if (!quiet)
+        printf("step %5llu/%llu | loss %.4f | lr %.2e | grad norm %.3f | %6.0f tok/s | ETA %s\n",
+               (unsigned long long)i->step, (unsigned long long)i->steps, i->loss, i->lr,
+               i->grad_norm, i->tokens_per_s, eta);
+    if (i->is_eval) printf("step %5llu: validation loss %.4f\n", (unsigned long long)i->step, i->val_loss);
+    if (i->checkpoint) printf("checkpoint %s\n", i->checkpoint);
+    fflush(stdout);
+}
+
+/* Draws RUN/loss.svg from RUN/metrics.jsonl with gnuplot (Debian gnuplot-nox). */
+static int plot(const char *run) {
+    char cmd[3 * PATH_MAX + 2048];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && test -s metrics.jsonl && "
+             "sed -n 's/^{\"step\": \\([0-9]*\\), \"loss\": \\([^,]*\\),.*/\\1 \\2/p' metrics.jsonl > .loss.dat && "
+             "sed -n 's/^{\"step\": \\([0-9]*\\), \"val_loss\": \\([^}]*\\)}/\\1 \\2/p' metrics.jsonl > .val.dat && "
+             "gnuplot -e \"set terminal svg size 800,480; set output 'loss.svg.tmp'; "
+             "set xlabel 'step'; set ylabel 'loss (nats/token)'; set grid; set key top right; "
+             "plot '.loss.dat' using 1:2 with lines title 'train', "
+             "'.val.dat' using 1:2 with linespoints title 'validation'\" 2>/dev/null && "
+             "mv loss.svg.tmp loss.svg; rc=$?; rm -f .loss.dat .val.dat; exit $rc",
+             run);
+    int rc = system(cmd);
+    if (rc != 0) {
+        fprintf(stderr, "%s: could not draw %s/loss.svg (is gnuplot installed? tools/install-deps.sh "
+                "installs gnuplot-nox)\n", tks_cli_prog, run);
+        return EXIT_USAGE;
+    }
+    printf("loss curve: %s/loss.svg\n", run);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    tks_cli_prog = "tokshard-train";
+    tks_train_opts_default(&O);
+    tks_args a = {argc - 1, 0, argv + 1, NULL, {0}};
+    const char *pos;
+    while (tks_cli_next(&a, &pos)) {
+        if (pos) return tks_cli_usage_error("unexpected argument '%s'", pos);
+        if (!strcmp(a.name, "--help") || !strcmp(a.name, "-h")) {
+            help();
+            return 0;
+        }
+        const flag *f = NULL;
+        for (size_t i = 0; i < N_FLAGS; i++)
+            if (!strcmp(a.name, FLAGS[i].name)) f = &FLAGS[i];
+        if (!f) return tks_cli_usage_error("unknown option %s", a.name);
+        const char *v = f->type == F_BOOL ? "1" : tks_cli_value(&a);
+        if (!v) return tks_cli_usage_error("%s needs a value", a.name);
+        if (set_flag(f, v)) return tks_cli_usage_error("%s %s: not a valid %s", a.name, v,
+                                                       f->type == F_FLOAT ? "number" : "count");
+    }
+    if (plot_only) return plot(plot_only);
+    if (!O.dataset_dir) return tks_cli_usage_error("--dataset DIR is required");
+    if (!O.out_dir && !dry_run) return tks_cli_usage_error("--out RUN_DIR is required");
+    char latest[PATH_MAX];
+    if (O.resume && !strcmp(O.resume, "latest")) {
+        if (!O.out_dir) return tks_cli_usage_error("--resume latest needs --out");
+        if (tks_train_latest_checkpoint(O.out_dir, latest, sizeof latest)) return tks_cli_lib_error();
+        O.resume = latest;
+    }
+    char *summary = NULL;
+    if (tks_train_plan(&O, &summary)) return tks_cli_lib_error();
+    if (dry_run || !quiet) fputs(summary, stdout);
+    free(summary);
+    if (dry_run) return 0;
+    O.on_step = on_step;
+    O.stop = &g_stop;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    int rc = tks_train(&O);
+    if (rc) return tks_cli_lib_error();
+    if (!no_plot) plot(O.out_dir);
+    if (g_stop) {
+        printf("interrupted: checkpoint saved; continue with --resume latest\n");
+        return EXIT_INTERRUPTED;
+    }
+    return 0;
+}

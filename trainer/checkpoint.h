@@ -1,0 +1,66 @@
+/*
+ * checkpoint.h - checkpoints as directories (private to trainer/):
+ *
+ *   step-00000100/
+ *     model.safetensors      Hugging Face LLaMA names and shapes, unpadded
+ *                            (model.embed_tokens.weight is exactly [vocab_size, dim])
+ *     optimizer.safetensors  AdamW moments "<name>.exp_avg", "<name>.exp_avg_sq", unpadded
+ *     config.json            Hugging Face LlamaConfig
+ *     tokenizer.model        the dataset's tokenizer (so a checkpoint generates on its own)
+ *     trainer_state.json     step, data cursor, seed, dataset and tokenizer identity,
+ *                            options, and the XXH3-128 of every other file
+ *
+ * A checkpoint is written as "step-N.tmp" and renamed when complete, so a
+ * directory named step-N is always whole; loading verifies every checksum,
+ * shape and config field and refuses anything partial or corrupt.
+ */
+#ifndef TKS_CHECKPOINT_H
+#define TKS_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "optim.h"
+
+/* What a checkpoint remembers besides tensors. */
+typedef struct tks_train_state {
+    uint64_t step;               /* optimizer steps done */
+    uint64_t cursor;             /* global samples consumed */
+    uint64_t seed;               /* data order and init seed */
+    uint32_t seq_len;
+    uint64_t global_batch;
+    uint64_t val_tokens;
+    uint64_t manifest_xxh3;      /* dataset identity */
+    uint8_t tokenizer_fp[16];    /* XXH3-128 of the tokenizer */
+    char options_json[4096];     /* the run's options, for the record (compact JSON object) */
+} tks_train_state;
+
+/*
+ * Writes checkpoint directory `dir` (must not exist; written via dir.tmp).
+ * Every rank of a mesh calls it (collectives inside gather the full tensors);
+ * only world rank 0 writes files. `opt` may be NULL (weights only).
+ * tokenizer_path: copied into the checkpoint (may be NULL).
+ * Errors: TKS_ERR_IO, TKS_ERR_NOSPACE, TKS_ERR_EXISTS, TKS_ERR_NOMEM.
+ */
+int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks_train_state *st,
+                        const char *tokenizer_path);
+
+/* Reads config.json and trainer_state.json only (no tensors), verifying the
+ * checksums of every file. Errors: TKS_ERR_IO, TKS_ERR_MANIFEST (missing or
+ * corrupt file, checksum mismatch: names the file and says what to do). */
+int tks_checkpoint_peek(const char *dir, tks_model_config *cfg, tks_train_state *st);
+
+/* Loads weights (and moments when opt is not NULL) into the model's local
+ * blocks; padding rows are zeroed. Shapes must match the model's config
+ * exactly. Errors: TKS_ERR_MANIFEST, TKS_ERR_HEADER, TKS_ERR_ARG (shape). */
+int tks_checkpoint_load(const char *dir, tks_model *m, tks_optim *opt);
+
+/* Removes all but the newest `keep` step-* directories under `parent`
+ * (keep 0 = keep all). Returns 0 or TKS_ERR_IO. */
+int tks_checkpoint_prune(const char *parent, unsigned keep);
+
+/* The newest complete checkpoint under `parent` into out (PATH_MAX), or
+ * TKS_ERR_IO when there is none. */
+int tks_checkpoint_latest(const char *parent, char *out, size_t cap);
+
+#endif

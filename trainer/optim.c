@@ -1,0 +1,81 @@
+/* optim.c - AdamW over a slice of the flat parameter buffer; schedule; clipping. */
+#include "optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "../common/tks.h"
+
+struct tks_optim {
+    tks_model *m;
+    tks_adamw_opts o;
+    size_t begin, end;
+    float *mom1, *mom2; /* device, end - begin elements */
+};
+
+int tks_optim_create(tks_model *m, const tks_adamw_opts *o, size_t begin, size_t end,
+                     tks_optim **out) {
+    *out = NULL;
+    if (begin > end || end > tks_model_n_local(m))
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "optimizer slice [%zu, %zu) of %zu",
+                        begin, end, tks_model_n_local(m));
+    tks_optim *op = calloc(1, sizeof *op);
+    if (!op) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    op->m = m;
+    op->o = *o;
+    op->begin = begin;
+    op->end = end;
+    tks_backend *be = tks_model_backend(m);
+    size_t n = end - begin ? end - begin : 1;
+    op->mom1 = be->alloc(be, n * sizeof(float));
+    op->mom2 = be->alloc(be, n * sizeof(float));
+    if (!op->mom1 || !op->mom2) {
+        tks_optim_free(op);
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (AdamW moments)");
+    }
+    *out = op;
+    return 0;
+}
+
+void tks_optim_free(tks_optim *op) {
+    if (!op) return;
+    tks_backend *be = tks_model_backend(op->m);
+    if (op->mom1) be->free(be, op->mom1);
+    if (op->mom2) be->free(be, op->mom2);
+    free(op);
+}
+
+float tks_lr_at(const tks_adamw_opts *o, uint64_t s) {
+    if (o->warmup && s < o->warmup) return o->lr * (float)(s + 1) / (float)o->warmup;
+    if (s >= o->total || o->total <= o->warmup) return o->min_lr;
+    double p = (double)(s - o->warmup) / (double)(o->total - o->warmup);
+    return (float)(o->min_lr + 0.5 * (o->lr - o->min_lr) * (1.0 + cos(3.14159265358979323846 * p)));
+}
+
+float tks_clip_scale(const tks_adamw_opts *o, double norm) {
+    if (o->grad_clip <= 0 || !(norm > o->grad_clip)) return 1.0f;
+    return (float)(o->grad_clip / norm);
+}
+
+void tks_optim_step(tks_optim *op, int64_t t, float lr, float grad_scale) {
+    tks_backend *be = tks_model_backend(op->m);
+    float *w = tks_model_weights(op->m), *g = tks_model_grads(op->m);
+    size_t np;
+    const tks_param *P = tks_model_params(op->m, &np);
+    /* each parameter tensor's intersection with the slice, with its own decay;
+     * alignment gaps between tensors hold zeros and are left alone */
+    for (size_t i = 0; i < np; i++) {
+        size_t a = P[i].offset, b = a + P[i].lrows * P[i].lcols;
+        if (a < op->begin) a = op->begin;
+        if (b > op->end) b = op->end;
+        if (a >= b) continue;
+        size_t k = a - op->begin;
+        be->adamw(be, w + a, g + a, op->mom1 + k, op->mom2 + k, b - a, lr, op->o.beta1,
+                  op->o.beta2, op->o.eps, P[i].decay ? op->o.weight_decay : 0.0f, t, grad_scale);
+    }
+}
+
+float *tks_optim_m(tks_optim *op) { return op->mom1; }
+float *tks_optim_v(tks_optim *op) { return op->mom2; }
+size_t tks_optim_begin(const tks_optim *op) { return op->begin; }
+size_t tks_optim_end(const tks_optim *op) { return op->end; }

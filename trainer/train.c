@@ -1,0 +1,520 @@
+/* train.c - the training loop (single process; the mesh arrives with the
+ * multi-process trainer), dry-run planning, and generation. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../dataset/dataset.h"
+#include "../tokenize/spm.h"
+#include "checkpoint.h"
+#include "optim.h"
+#include "trainer.h"
+
+void tks_train_opts_default(tks_train_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->model.dim = 256;
+    o->model.n_layers = 4;
+    o->model.n_heads = 8;
+    o->model.n_kv_heads = 4;
+    o->model.max_seq_len = 256;
+    o->steps = 200;
+    o->seq_len = 256;
+    o->global_batch = 16;
+    o->seed = 1337;
+    o->lr = 3e-3f;
+    o->min_lr = 3e-4f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.95f;
+    o->adam_eps = 1e-8f;
+    o->weight_decay = 0.1f;
+    o->grad_clip = 1.0f;
+    o->warmup_steps = 20;
+    o->val_tokens = 65536;
+    o->eval_every = 50;
+    o->eval_batches = 4;
+    o->keep_checkpoints = 3;
+}
+
+/* ---- the resolved run ------------------------------------------------------- */
+
+typedef struct run {
+    tks_train_opts o;             /* after resume overrides */
+    tks_dataset *ds, *val_ds;
+    tks_sampler *train, *val;
+    tks_model_config cfg;
+    tks_train_state resumed;      /* valid when o.resume */
+    uint64_t per_rank, n_micro, micro;
+} run;
+
+static void run_free(run *r) {
+    tks_sampler_free(r->train);
+    tks_sampler_free(r->val);
+    tks_dataset_close(r->ds);
+    tks_dataset_close(r->val_ds);
+}
+
+static int resolve(const tks_train_opts *in, run *r) {
+    memset(r, 0, sizeof *r);
+    r->o = *in;
+    tks_train_opts *o = &r->o;
+    if (!o->dataset_dir)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--dataset DIR is required");
+    int rc = tks_dataset_open(o->dataset_dir, &r->ds);
+    if (rc) return rc;
+    const tks_tokenizer_info *ti = tks_dataset_tokenizer(r->ds);
+    r->cfg = o->model;
+    if (o->resume) {
+        tks_model_config ck;
+        rc = tks_checkpoint_peek(o->resume, &ck, &r->resumed);
+        if (rc) return rc;
+        if (memcmp(r->resumed.tokenizer_fp, ti->fingerprint, 16) != 0) {
+            char a[33], b[33];
+            tks_hex(r->resumed.tokenizer_fp, 16, a);
+            tks_hex(ti->fingerprint, 16, b);
+            return tks_fail(TKS_ERR_TOKENIZER, o->dataset_dir, TKS_NONE, TKS_NONE,
+                            "the checkpoint %s was trained with tokenizer %s but dataset %s was "
+                            "built with tokenizer %s: the token ids mean different things; resume "
+                            "on the original dataset or rebuild this one with the checkpoint's "
+                            "tokenizer.model",
+                            o->resume, a, o->dataset_dir, b);
+        }
+        if (r->resumed.manifest_xxh3 != tks_dataset_manifest_xxh3(r->ds))
+            return tks_fail(TKS_ERR_RESUME, o->dataset_dir, TKS_NONE, TKS_NONE,
+                            "the checkpoint %s was trained on another dataset (manifest XXH3 "
+                            "%016llx, this one %016llx): its data cursor means nothing here; "
+                            "resume with the original --dataset",
+                            o->resume, (unsigned long long)r->resumed.manifest_xxh3,
+                            (unsigned long long)tks_dataset_manifest_xxh3(r->ds));
+        r->cfg = ck;                 /* the model is the checkpoint's */
+        o->seq_len = r->resumed.seq_len;
+        o->seed = r->resumed.seed;
+        o->global_batch = r->resumed.global_batch;
+        o->val_tokens = r->resumed.val_tokens;
+    }
+    if (!r->cfg.vocab_size) r->cfg.vocab_size = ti->vocab_size;
+    if (!r->cfg.max_seq_len || r->cfg.max_seq_len < o->seq_len) r->cfg.max_seq_len = o->seq_len;
+    tks_model_config_defaults(&r->cfg);
+    /* vocabulary safety, before anything is allocated (CONTEXT.md, failure 1) */
+    if (ti->vocab_size > r->cfg.vocab_size)
+        return tks_fail(TKS_ERR_TOKEN_RANGE, o->dataset_dir, TKS_NONE, TKS_NONE,
+                        "dataset %s was built for vocab_size %u (max token id %u) but the model "
+                        "has vocab_size %u: ids above %u would index past the embedding; use "
+                        "--vocab-size %u (or more), or a dataset built with the model's tokenizer",
+                        o->dataset_dir, ti->vocab_size, tks_dataset_max_token_id(r->ds),
+                        r->cfg.vocab_size, r->cfg.vocab_size - 1, ti->vocab_size);
+    if ((rc = tks_model_config_check(&r->cfg, 1))) return rc;
+    if (o->seq_len == 0 || o->seq_len > r->cfg.max_seq_len)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "--seq-len %u must be in 1..max_seq_len %u", o->seq_len, r->cfg.max_seq_len);
+    if ((rc = tks_batch_check(o->global_batch, 1, o->micro_batch, &r->per_rank, &r->n_micro)))
+        return rc;
+    r->micro = r->per_rank / r->n_micro;
+    tks_token_range tr, va;
+    if (o->val_dataset_dir) {
+        if ((rc = tks_dataset_open(o->val_dataset_dir, &r->val_ds))) return rc;
+        if (memcmp(tks_dataset_tokenizer(r->val_ds)->fingerprint, ti->fingerprint, 16) != 0)
+            return tks_fail(TKS_ERR_TOKENIZER, o->val_dataset_dir, TKS_NONE, TKS_NONE,
+                            "validation dataset %s was built with another tokenizer than %s",
+                            o->val_dataset_dir, o->dataset_dir);
+        tr = (tks_token_range){0, tks_dataset_n_tokens(r->ds)};
+        va = (tks_token_range){0, tks_dataset_n_tokens(r->val_ds)};
+    } else if ((rc = tks_split_tokens(tks_dataset_n_tokens(r->ds), o->val_tokens, o->seq_len, &tr, &va))) {
+        return rc;
+    }
+    if ((rc = tks_sampler_create(r->ds, tr.begin, tr.end, o->seq_len, o->seed, &r->train))) return rc;
+    if (va.end > va.begin)
+        rc = tks_sampler_create(r->val_ds ? r->val_ds : r->ds, va.begin, va.end, o->seq_len, o->seed,
+                                &r->val);
+    return rc;
+}
+
+/* ---- dry run ---------------------------------------------------------------- */
+
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+} sbuf;
+
+static void say(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) return;
+        if (b->s && b->n + (size_t)k < b->cap) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = (b->cap + (size_t)k + 1) * 2;
+        char *s = realloc(b->s, cap);
+        if (!s) return;
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+int tks_train_plan(const tks_train_opts *in, char **summary) {
+    run r;
+    int rc = resolve(in, &r);
+    if (rc || !summary) {
+        run_free(&r);
+        return rc;
+    }
+    const tks_model_config *c = &r.cfg;
+    sbuf b = {0};
+    uint64_t P = tks_model_n_params(c), VP = tks_model_padded_vocab(c, 1);
+    uint64_t HD = c->dim / c->n_heads, N = r.micro * r.o.seq_len, T = r.o.seq_len;
+    uint64_t Pp = P + (VP - c->vocab_size) * c->dim * (c->tie_embeddings ? 1 : 2);
+    double act = 4.0 * (double)c->n_layers *
+                     (N * (6.0 * c->dim + 2.0 * c->n_heads * HD + 2.0 * c->n_kv_heads * HD + 3.0 * c->ffn_dim + 2) +
+                      (double)r.micro * c->n_heads * T * T) +
+                 4.0 * N * (3.0 * c->dim + 2.0 * VP) + 4.0 * N * (5.0 * c->dim + 3.0 * c->ffn_dim);
+    say(&b, "run\n  dataset        %s (%llu tokens in %zu shards, vocab %u)\n", r.o.dataset_dir,
+        (unsigned long long)tks_dataset_n_tokens(r.ds), tks_dataset_n_shards(r.ds),
+        tks_dataset_tokenizer(r.ds)->vocab_size);
+    if (r.o.resume)
+        say(&b, "  resume         %s (step %llu, cursor %llu samples)\n", r.o.resume,
+            (unsigned long long)r.resumed.step, (unsigned long long)r.resumed.cursor);
+    say(&b, "  output         %s\n", r.o.out_dir ? r.o.out_dir : "(none)");
+    say(&b, "  steps          %llu x %llu samples x %u tokens = %llu tokens/step\n",
+        (unsigned long long)r.o.steps, (unsigned long long)r.o.global_batch, r.o.seq_len,
+        (unsigned long long)(r.o.global_batch * r.o.seq_len));
+    say(&b, "  micro-batches  %llu of %llu samples per step (gradient accumulation)\n",
+        (unsigned long long)r.n_micro, (unsigned long long)r.micro);
+    say(&b, "  train windows  %llu (epoch = %.2f steps), validation windows %llu\n",
+        (unsigned long long)tks_sampler_n_windows(r.train),
+        (double)tks_sampler_n_windows(r.train) / (double)r.o.global_batch,
+        (unsigned long long)(r.val ? tks_sampler_n_windows(r.val) : 0));
+    say(&b, "  optimizer      AdamW lr %g -> %g (warmup %llu, cosine), betas (%g, %g), eps %g, "
+        "weight decay %g, clip %g\n", r.o.lr, r.o.min_lr, (unsigned long long)r.o.warmup_steps,
+        r.o.beta1, r.o.beta2, r.o.adam_eps, r.o.weight_decay, r.o.grad_clip);
+    say(&b, "model (LLaMA)\n  vocab_size     %u (padded to %llu inside the process; padding is "
+        "masked and never saved)\n", c->vocab_size, (unsigned long long)VP);
+    say(&b, "  dim %u, layers %u, heads %u, kv heads %u (head dim %llu), ffn %u, max_seq_len %u, "
+        "rope_theta %g, eps %g, tied embeddings %s\n", c->dim, c->n_layers, c->n_heads,
+        c->n_kv_heads, (unsigned long long)HD, c->ffn_dim, c->max_seq_len, c->rope_theta,
+        c->norm_eps, c->tie_embeddings ? "yes" : "no");
+    say(&b, "  parameters     %llu (%.2f M)\n", (unsigned long long)P, P / 1e6);
+    say(&b, "memory estimate (fp32)\n  weights %.1f MiB, gradients %.1f MiB, AdamW moments %.1f "
+        "MiB, activations %.1f MiB; total %.1f MiB\n", mib(4.0 * Pp), mib(4.0 * Pp),
+        mib(8.0 * Pp), mib(act), mib(16.0 * Pp + act));
+    say(&b, "first steps' samples (global sample -> window: shard:offset)\n");
+    for (uint64_t s = 0; s < 2 && s < r.o.steps; s++) {
+        uint64_t first, cnt;
+        tks_sampler_rank_slice_at((r.o.resume ? r.resumed.cursor : 0) + s * r.o.global_batch,
+                                  r.o.global_batch, 1, 0, &first, &cnt);
+        say(&b, "  step %llu:", (unsigned long long)((r.o.resume ? r.resumed.step : 0) + s + 1));
+        for (uint64_t g = first; g < first + cnt && g < first + 8; g++) {
+            tks_sample_loc loc;
+            uint64_t w = tks_sampler_window(r.train, g);
+            tks_sampler_locate(r.train, w, &loc);
+            say(&b, " %llu->%llu:%u:%llu", (unsigned long long)g, (unsigned long long)w,
+                loc.pieces[0].shard, (unsigned long long)loc.pieces[0].offset);
+        }
+        say(&b, cnt > 8 ? " ...\n" : "\n");
+    }
+    *summary = b.s;
+    run_free(&r);
+    return 0;
+}
+
+/* ---- training ----------------------------------------------------------------- */
+
+/* Reads samples [first, first + n) of a sampler into ids/targets (B x T). */
+static int load_batch(tks_sampler *s, uint64_t first, uint64_t n, uint32_t vocab, uint32_t *tok,
+                      int32_t *ids, int32_t *targets) {
+    uint32_t T = tks_sampler_seq_len(s);
+    for (uint64_t i = 0; i < n; i++) {
+        int rc = tks_sampler_read(s, tks_sampler_window(s, first + i), vocab, tok);
+        if (rc) return rc;
+        for (uint32_t t = 0; t < T; t++) {
+            ids[i * T + t] = (int32_t)tok[t];
+            targets[i * T + t] = (int32_t)tok[t + 1];
+        }
+    }
+    return 0;
+}
+
+static int mkdir_p(const char *d) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s", d);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            mkdir(p, 0755);
+            *s = '/';
+        }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return tks_fail(TKS_ERR_IO, d, TKS_NONE, TKS_NONE, "cannot create %s: %s", d, strerror(errno));
+    return 0;
+}
+
+static void options_json(const run *r, char *out, size_t cap) {
+    const tks_train_opts *o = &r->o;
+    json_t *j = json_pack("{s:s, s:I, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}",
+                          "dataset", o->dataset_dir, "steps", (json_int_t)o->steps, "seq_len",
+                          (int)o->seq_len, "global_batch", (json_int_t)o->global_batch,
+                          "micro_batch", (json_int_t)r->micro, "seed", (json_int_t)o->seed, "lr",
+                          (double)o->lr, "min_lr", (double)o->min_lr, "beta1", (double)o->beta1,
+                          "beta2", (double)o->beta2, "adam_eps", (double)o->adam_eps,
+                          "weight_decay", (double)o->weight_decay, "grad_clip",
+                          (double)o->grad_clip, "warmup_steps", (json_int_t)o->warmup_steps,
+                          "val_tokens", (json_int_t)o->val_tokens);
+    char *t = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) : NULL;
+    snprintf(out, cap, "%s", t ? t : "{}");
+    free(t);
+    json_decref(j);
+}
+
+static double evaluate(run *r, tks_model *m, uint32_t *tok, int32_t *ids, int32_t *tg, int *rc) {
+    double sum = 0;
+    uint64_t n = 0, total = r->o.eval_batches * r->o.global_batch;
+    uint64_t nw = tks_sampler_n_windows(r->val);
+    if (total > nw) total = nw - nw % r->micro; /* each validation window at most once */
+    for (uint64_t g = 0; g + r->micro <= total && !*rc; g += r->micro) {
+        double ls;
+        *rc = load_batch(r->val, g, r->micro, r->cfg.vocab_size, tok, ids, tg);
+        if (!*rc) *rc = tks_model_forward(m, ids, tg, &ls);
+        sum += ls;
+        n += r->micro * r->o.seq_len;
+    }
+    return n ? sum / (double)n : NAN;
+}
+
+int tks_train(const tks_train_opts *in) {
+    run r;
+    int rc = resolve(in, &r);
+    tks_backend *be = NULL;
+    tks_model *m = NULL;
+    tks_optim *opt = NULL;
+    FILE *metrics = NULL;
+    uint32_t *tok = NULL;
+    int32_t *ids = NULL, *tg = NULL;
+    char ckdir[PATH_MAX] = "", path[PATH_MAX];
+    tks_train_opts *o = &r.o;
+    if (!rc && !o->out_dir) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--out RUN_DIR is required");
+    if (!rc) rc = mkdir_p(o->out_dir);
+    if (!rc) rc = tks_path_join(ckdir, sizeof ckdir, o->out_dir, "checkpoints");
+    if (!rc) rc = mkdir_p(ckdir);
+    if (!rc && !(be = tks_cpu_backend_create(o->threads)))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) rc = tks_model_create(&r.cfg, be, NULL, (int)r.micro, (int)o->seq_len, &m);
+    tks_adamw_opts ao = {.lr = o->lr, .min_lr = o->min_lr, .warmup = o->warmup_steps,
+                         .total = o->steps, .beta1 = o->beta1, .beta2 = o->beta2,
+                         .eps = o->adam_eps, .weight_decay = o->weight_decay,
+                         .grad_clip = o->grad_clip};
+    if (!rc) rc = tks_optim_create(m, &ao, 0, tks_model_n_local(m), &opt);
+    uint64_t step = 0, cursor = 0;
+    if (!rc && o->resume) {
+        rc = tks_checkpoint_load(o->resume, m, opt);
+        step = r.resumed.step;
+        cursor = r.resumed.cursor;
+    } else if (!rc) {
+        tks_model_init(m, o->seed);
+    }
+    size_t N = (size_t)(r.micro * o->seq_len);
+    tok = malloc((o->seq_len + 1) * sizeof *tok);
+    ids = malloc(N * sizeof *ids);
+    tg = malloc(N * sizeof *tg);
+    if (!rc && (!tok || !ids || !tg)) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc && (rc = tks_path_join(path, sizeof path, o->out_dir, "metrics.jsonl")) == 0 &&
+        !(metrics = fopen(path, "a")))
+        rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s: %s", path, strerror(errno));
+    tks_train_state st = {.seed = o->seed, .seq_len = o->seq_len, .global_batch = o->global_batch,
+                          .val_tokens = o->val_tokens, .manifest_xxh3 = r.ds ? tks_dataset_manifest_xxh3(r.ds) : 0};
+    if (r.ds) memcpy(st.tokenizer_fp, tks_dataset_tokenizer(r.ds)->fingerprint, 16);
+    options_json(&r, st.options_json, sizeof st.options_json);
+
+    double t_start = omp_get_wtime(), tokens_step = (double)(o->global_batch * o->seq_len);
+    uint64_t first_step = step;
+    while (!rc && step < o->steps) {
+        double t0 = omp_get_wtime(), loss_sum = 0;
+        tks_model_zero_grad(m);
+        for (uint64_t k = 0; k < r.n_micro && !rc; k++) {
+            uint64_t first, cnt, mf, mc;
+            double ls = 0;
+            rc = tks_sampler_rank_slice_at(cursor, o->global_batch, 1, 0, &first, &cnt);
+            if (!rc) rc = tks_sampler_micro_slice(first, cnt, r.micro, k, &mf, &mc);
+            if (!rc) rc = load_batch(r.train, mf, mc, r.cfg.vocab_size, tok, ids, tg);
+            if (!rc) rc = tks_model_forward(m, ids, tg, &ls);
+            if (!rc) rc = tks_model_backward(m, (float)(1.0 / tokens_step));
+            loss_sum += ls;
+        }
+        if (rc) break;
+        double gnorm = sqrt(be->sumsq(be, tks_model_grads(m), tks_model_n_local(m)));
+        float lr = tks_lr_at(&ao, step);
+        if (!isfinite(gnorm)) {
+            rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                          "step %llu: the gradient norm is not finite (loss %g): lower --lr; the "
+                          "last checkpoint is in %s", (unsigned long long)step + 1,
+                          loss_sum / tokens_step, ckdir);
+            break;
+        }
+        tks_optim_step(opt, (int64_t)step + 1, lr, tks_clip_scale(&ao, gnorm));
+        step++;
+        cursor += o->global_batch;
+        double now = omp_get_wtime();
+        tks_step_info info = {.step = step, .steps = o->steps, .loss = loss_sum / tokens_step,
+                              .lr = lr, .grad_norm = gnorm, .tokens_per_s = tokens_step / (now - t0),
+                              .elapsed_s = now - t_start};
+        info.eta_s = info.elapsed_s / (double)(step - first_step) * (double)(o->steps - step);
+        fprintf(metrics, "{\"step\": %llu, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
+                "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f}\n", (unsigned long long)step,
+                info.loss, info.lr, gnorm, info.tokens_per_s, info.elapsed_s);
+        int last = step == o->steps, stopping = o->stop && *o->stop;
+        if (r.val && o->eval_every && (step % o->eval_every == 0 || last)) {
+            info.is_eval = 1;
+            info.val_loss = evaluate(&r, m, tok, ids, tg, &rc);
+            if (rc) break;
+            fprintf(metrics, "{\"step\": %llu, \"val_loss\": %.6f}\n", (unsigned long long)step,
+                    info.val_loss);
+        }
+        fflush(metrics);
+        char ck[PATH_MAX] = "";
+        if (last || stopping || (o->save_every && step % o->save_every == 0)) {
+            char name[32];
+            snprintf(name, sizeof name, "step-%08llu", (unsigned long long)step);
+            st.step = step;
+            st.cursor = cursor;
+            rc = tks_path_join(ck, sizeof ck, ckdir, name);
+            if (!rc) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds));
+            if (!rc) rc = tks_checkpoint_prune(ckdir, o->keep_checkpoints);
+            info.checkpoint = ck;
+        }
+        if (o->on_step) o->on_step(&info, o->ctx);
+        if (stopping) break;
+    }
+    if (metrics) fclose(metrics);
+    free(tok);
+    free(ids);
+    free(tg);
+    tks_optim_free(opt);
+    tks_model_free(m);
+    if (be) be->destroy(be);
+    run_free(&r);
+    return rc;
+}
+
+int tks_train_latest_checkpoint(const char *run_dir, char *out, size_t cap) {
+    char ck[PATH_MAX];
+    int rc = tks_path_join(ck, sizeof ck, run_dir, "checkpoints");
+    return rc ? rc : tks_checkpoint_latest(ck, out, cap);
+}
+
+/* ---- generation ------------------------------------------------------------------ */
+
+typedef struct prob_id {
+    float p;
+    uint32_t id;
+} prob_id;
+static int by_prob_desc(const void *a, const void *b) {
+    float x = ((const prob_id *)a)->p, y = ((const prob_id *)b)->p;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Samples from logits with temperature and nucleus (top-p) filtering. */
+static uint32_t sample(float *logits, uint32_t V, float temp, float top_p, uint64_t *rng,
+                       prob_id *scratch) {
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (temp <= 0) return best;
+    double sum = 0;
+    for (uint32_t i = 0; i < V; i++) {
+        scratch[i].p = expf((logits[i] - logits[best]) / temp);
+        scratch[i].id = i;
+        sum += scratch[i].p;
+    }
+    qsort(scratch, V, sizeof *scratch, by_prob_desc);
+    double keep = 0;
+    uint32_t n = 0;
+    while (n < V && (n == 0 || keep < top_p * sum)) keep += scratch[n++].p;
+    double u = (double)(rng_next(rng) >> 11) / 9007199254740992.0 * keep, acc = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if ((acc += scratch[i].p) >= u) return scratch[i].id;
+    return scratch[n - 1].id;
+}
+
+int tks_generate(const tks_generate_opts *o) {
+    tks_model_config cfg;
+    tks_train_state st;
+    int rc = tks_checkpoint_peek(o->checkpoint, &cfg, &st);
+    if (rc) return rc;
+    char tp[PATH_MAX];
+    tks_spm *spm = NULL;
+    tks_backend *be = NULL;
+    tks_model *m = NULL;
+    tks_ids enc = {0};
+    float *logits = NULL;
+    prob_id *scratch = NULL;
+    rc = tks_path_join(tp, sizeof tp, o->checkpoint, "tokenizer.model");
+    if (!rc) rc = tks_spm_load(tp, &spm);
+    if (!rc && memcmp(tks_spm_fingerprint(spm), st.tokenizer_fp, 16) != 0)
+        rc = tks_fail(TKS_ERR_TOKENIZER, tp, TKS_NONE, TKS_NONE,
+                      "%s is not the tokenizer the model was trained with", tp);
+    if (!rc && !(be = tks_cpu_backend_create(o->threads)))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) rc = tks_model_create(&cfg, be, NULL, 1, 1, &m);
+    if (!rc) rc = tks_checkpoint_load(o->checkpoint, m, NULL);
+    if (!rc) rc = tks_model_kv_reset(m);
+    if (!rc) rc = tks_spm_encode(spm, o->prompt ? o->prompt : "", o->prompt ? strlen(o->prompt) : 0, &enc);
+    logits = malloc(cfg.vocab_size * sizeof *logits);
+    scratch = malloc(cfg.vocab_size * sizeof *scratch);
+    if (!rc && (!logits || !scratch)) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    /* the context starts with BOS when the tokenizer has one */
+    uint32_t bos = spm ? tks_spm_bos_id(spm) : TKS_NO_ID, eos = spm ? tks_spm_eos_id(spm) : TKS_NO_ID;
+    uint32_t *ctx = malloc(((size_t)cfg.max_seq_len + 1) * sizeof *ctx);
+    size_t n = 0;
+    if (!ctx && !rc) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc && bos != TKS_NO_ID) ctx[n++] = bos;
+    for (size_t i = 0; !rc && i < enc.n && n < cfg.max_seq_len; i++) ctx[n++] = enc.ids[i];
+    uint64_t rng = o->seed ^ 0x5DEECE66Dull;
+    int pos = 0;
+    for (size_t i = 0; !rc && i < n; i++) rc = tks_model_decode_step(m, (int32_t)ctx[i], pos++, logits);
+    for (uint32_t k = 0; !rc && k < o->max_tokens && (uint32_t)pos < cfg.max_seq_len; k++) {
+        uint32_t next = sample(logits, cfg.vocab_size, o->temperature, o->top_p > 0 ? o->top_p : 1.0f,
+                               &rng, scratch);
+        if (next == eos) break;
+        char *text = NULL;
+        size_t len = 0;
+        /* decode with the previous token so sentencepiece places spaces right */
+        uint32_t pair[2] = {ctx[n - 1], next};
+        char *prev = NULL;
+        size_t plen = 0;
+        rc = tks_spm_decode(spm, pair, 2, &text, &len);
+        if (!rc) rc = tks_spm_decode(spm, pair, 1, &prev, &plen);
+        if (!rc && o->on_text && len >= plen) o->on_text(text + plen, len - plen, o->ctx);
+        free(text);
+        free(prev);
+        ctx[n++] = next; /* n == pos <= max_seq_len: ctx has max_seq_len + 1 slots */
+        if (!rc) rc = tks_model_decode_step(m, (int32_t)next, pos++, logits);
+    }
+    free(ctx);
+    free(logits);
+    free(scratch);
+    tks_ids_free(&enc);
+    tks_model_free(m);
+    if (be) be->destroy(be);
+    tks_spm_free(spm);
+    return rc;
+}

@@ -1,0 +1,98 @@
+/*
+ * trainer.h - the public API of tokshard's trainer layer: train a LLaMA-style
+ * model on a tokshard dataset, checkpoint it, and generate from it.
+ * The sampler (data order, docs/SAMPLING.md) is part of this API: sampler.h.
+ *
+ * Errors are TKS_ERR_* codes with context in tks_last_error(); the library
+ * never prints or exits: progress reaches the caller through callbacks.
+ */
+#ifndef TKS_TRAINER_H
+#define TKS_TRAINER_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/tks.h"
+#include "model.h"
+#include "sampler.h"
+
+typedef struct tks_step_info tks_step_info;
+
+typedef struct tks_train_opts {
+    const char *dataset_dir;      /* tokshard dataset (manifest.json + shards) */
+    const char *val_dataset_dir;  /* optional separate validation dataset (else --val-tokens) */
+    const char *out_dir;          /* run directory: checkpoints/, metrics.jsonl, loss.svg */
+    const char *resume;           /* checkpoint dir to resume from, or NULL */
+    tks_model_config model;       /* vocab_size 0 = the dataset's vocab_size */
+    uint64_t steps;               /* optimizer steps in total (including resumed ones) */
+    uint32_t seq_len;
+    uint64_t global_batch;        /* samples per optimizer step, all ranks together */
+    uint64_t micro_batch;         /* samples per forward/backward (0 = whole per-rank batch) */
+    uint64_t seed;
+    float lr, min_lr, beta1, beta2, adam_eps, weight_decay, grad_clip;
+    uint64_t warmup_steps;
+    uint64_t val_tokens;          /* held out from the end of the dataset's token stream */
+    uint64_t eval_every;          /* 0 = never */
+    uint64_t eval_batches;        /* global batches per evaluation */
+    uint64_t save_every;          /* 0 = only at the end */
+    unsigned keep_checkpoints;    /* newest K kept (0 = all) */
+    int threads;                  /* 0 = OpenMP default */
+    /* progress: called once per step and once per evaluation on the calling thread */
+    void (*on_step)(const tks_step_info *info, void *ctx);
+    void *ctx;
+    volatile sig_atomic_t *stop;  /* set (e.g. by SIGINT): save a checkpoint and return */
+} tks_train_opts;
+
+struct tks_step_info {
+    uint64_t step;                /* 1-based step just finished */
+    uint64_t steps;               /* total */
+    int is_eval;                  /* 1: val_loss is set, the rest describes the last step */
+    double loss;                  /* mean training loss of the step (nats per token) */
+    double val_loss;
+    double lr, grad_norm;         /* grad_norm before clipping */
+    double tokens_per_s;          /* this step's throughput */
+    double elapsed_s, eta_s;
+    const char *checkpoint;       /* non-NULL when a checkpoint was just written */
+};
+
+/* Sets the defaults: LLaMA-ish small model (dim 256, 4 layers, 8 heads, 4 kv
+ * heads), seq_len 256, global batch 16, lr 3e-3 -> 3e-4, warmup 20, betas
+ * (0.9, 0.95), eps 1e-8, weight decay 0.1, clip 1.0, eval every 50 steps. */
+void tks_train_opts_default(tks_train_opts *o);
+
+/*
+ * Everything that can be checked without computing: dataset vs model vocab
+ * (a dataset vocab larger than the model's is refused, naming both), the
+ * tokenizer fingerprint of a resumed checkpoint against the dataset's, the
+ * batch layout, the config, the split. Fills `summary` (may be NULL) with a
+ * human-readable description of the resolved run (config, parameters, memory
+ * estimate, first steps' samples) for --dry-run. summary is malloc'd.
+ */
+int tks_train_plan(const tks_train_opts *o, char **summary);
+
+/* Trains. Returns 0 when the steps are done or a stop was requested (a
+ * checkpoint is saved in both cases). */
+int tks_train(const tks_train_opts *o);
+
+/* The newest complete checkpoint of a run directory (RUN/checkpoints/step-N)
+ * into out (cap bytes). Errors: TKS_ERR_IO when there is none. */
+int tks_train_latest_checkpoint(const char *run_dir, char *out, size_t cap);
+
+/* Generation from a checkpoint with a KV cache. */
+typedef struct tks_generate_opts {
+    const char *checkpoint;       /* checkpoint dir (has tokenizer.model) */
+    const char *prompt;           /* UTF-8 text */
+    uint32_t max_tokens;
+    float temperature;            /* 0 = greedy */
+    float top_p;                  /* nucleus sampling (Holtzman et al. 2020); 1 = off */
+    uint64_t seed;
+    int threads;
+    /* receives each piece of text as it is produced */
+    void (*on_text)(const char *text, size_t len, void *ctx);
+    void *ctx;
+} tks_generate_opts;
+
+int tks_generate(const tks_generate_opts *o);
+
+#endif /* TKS_TRAINER_H */
