@@ -16,8 +16,9 @@ target_link_libraries(test_safetensors PRIVATE tks_safetensors)
 add_test(NAME safetensors COMMAND test_safetensors ${CMAKE_BINARY_DIR}/test-work/safetensors)
 set_tests_properties(safetensors PROPERTIES TIMEOUT 300)
 
-# The seed corpus (valid files and one of each corruption class; regenerate with
-# `test_safetensors --make-corpus tests/fuzz_safetensors_corpus`).
+# The corpus: valid-mixed and case-NN (valid files and one of each corruption class,
+# made by `test_safetensors --make-corpus DIR`) plus the inputs a libFuzzer run added
+# coverage with (named by their SHA-1; `fuzz_safetensors -merge=1 CORPUS NEW_DIR`).
 add_test(NAME safetensors_corpus
          COMMAND test_safetensors --replay ${TKS_TEST_DIR}/fuzz_safetensors_corpus)
 

@@ -3,6 +3,7 @@
 # into `tokshard`; once `tokshard sample-plan` exists, the CLI test also checks
 # that it prints the same plan.
 # Paths are relative to this file so it works whichever directory includes it.
+include_guard(GLOBAL)
 get_filename_component(TKS_SAMPLER_ROOT ${CMAKE_CURRENT_LIST_DIR}/.. ABSOLUTE)
 
 if(NOT TARGET tks_sampler)

@@ -941,7 +941,9 @@ static void test_truncations(void) {
  * Random mutations
  * ------------------------------------------------------------------------- */
 
-/* Applies one random mutation to b (n bytes, capacity cap), updating *n. */
+/* Applies one random mutation to b (n bytes, capacity cap), updating *n.
+ * (One next_rand() per full expression: the sequence must not depend on the
+ * compiler's order of evaluation.) */
 static void mutate(uint8_t *b, size_t *n, size_t cap) {
     static const uint8_t interesting[] = {'{', '}', '[', ']', '"', ',', ':', '0', '1', '9', '-',
                                           ' ', '\\', 'e', '.', 0, 0xff, 0x80};
@@ -949,10 +951,16 @@ static void mutate(uint8_t *b, size_t *n, size_t cap) {
     size_t hend = (size_t)(8 + hn <= *n ? 8 + hn : *n); /* end of the header region */
     switch (next_rand() % 8) {
     case 0: /* flip a bit anywhere */
-        if (*n) b[next_rand() % *n] ^= (uint8_t)(1u << (next_rand() % 8));
+        if (*n) {
+            size_t at = (size_t)(next_rand() % *n);
+            b[at] ^= (uint8_t)(1u << (next_rand() % 8));
+        }
         break;
     case 1: /* an interesting byte in the header */
-        if (hend > 8) b[8 + next_rand() % (hend - 8)] = interesting[next_rand() % sizeof interesting];
+        if (hend > 8) {
+            size_t at = 8 + (size_t)(next_rand() % (hend - 8));
+            b[at] = interesting[next_rand() % sizeof interesting];
+        }
         break;
     case 2: /* change a digit of a number in the header */
         if (hend > 8) {
@@ -1053,7 +1061,8 @@ static void test_random_headers(int iterations) {
         int nt = (int)(next_rand() % 6);
         int64_t off = 0;
         for (int i = 0; i < nt; i++) {
-            unsigned d = (unsigned)(next_rand() % (sizeof dt / sizeof dt[0] - (next_rand() % 8 != 0)));
+            size_t n_dt = sizeof dt / sizeof dt[0] - (next_rand() % 8 != 0); /* F33 rarely */
+            unsigned d = (unsigned)(next_rand() % n_dt);
             int nd = (int)(next_rand() % 4);
             int64_t numel = 1;
             k += (size_t)snprintf(h + k, 8192 - k, "%s\"t%d\":{\"dtype\":\"%s\",\"shape\":[",

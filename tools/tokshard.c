@@ -18,6 +18,8 @@
 #include "tokenize/tokenize.h"
 #include "cli.h"
 
+int tks_cli_sample_plan(int argc, char **argv); /* tools/sample_plan.c */
+
 #define OPT(s) (strcmp(a.name, s) == 0)
 #define VAL(dst)                                                               \
     do {                                                                       \
@@ -686,7 +688,9 @@ static void help(FILE *f) {
             "      --append-eos   --prepend-bos   --resume   --quiet\n"
             "  tokshard audit DIR|SHARD [--json] [--model-vocab N] [--tokenizer MODEL] [--threads N]\n"
             "  tokshard inspect DIR|SHARD [--json] [--top K]\n"
-            "  tokshard cat DIR|SHARD [--doc N] [--limit N] [--ids|--text] [--raw]\n\n"
+            "  tokshard cat DIR|SHARD [--doc N] [--limit N] [--ids|--text] [--raw]\n"
+            "  tokshard sample-plan DIR --seq-len L --global-batch B [--dp D] [--tp T] [--steps S0:S1]\n"
+            "      [--seed S] [--micro-batch M] [--val-tokens N] [--json]   which samples each rank reads\n\n"
             "input options (train-tokenizer and build):\n%s\n"
             "INPUT: files or directories (walked recursively, in name order): plain text, .gz .xz\n"
             ".zst .bz2 .dz, and .tar .tar.gz .tgz .tar.xz .tar.zst .tar.bz2 .zip archives.\n"
@@ -709,6 +713,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "audit")) return cmd_audit(sub_argc, sub_argv);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(sub_argc, sub_argv);
     if (!strcmp(cmd, "cat")) return cmd_cat(sub_argc, sub_argv);
+    if (!strcmp(cmd, "sample-plan")) return tks_cli_sample_plan(sub_argc, sub_argv);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         help(stdout);
         return 0;

@@ -778,7 +778,7 @@ int tks_st_read_f32(const tks_st_file *f, const char *name, const uint64_t *expe
 size_t tks_st_n_metadata(const tks_st_file *f) { return f ? f->n_md : 0; }
 
 const char *tks_st_metadata(const tks_st_file *f, const char *key) {
-    if (!f || !key) return NULL;
+    if (!f || !key || !f->n_md) return NULL; /* f->md is NULL without metadata */
     st_kv k = {.key = key};
     const st_kv *e = bsearch(&k, f->md, f->n_md, sizeof *f->md, cmp_kv);
     return e ? e->value : NULL;

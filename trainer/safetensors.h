@@ -115,6 +115,9 @@ typedef struct tks_st_kv {
  * keys sorted in byte order; the reference does not sort them) and each
  * tensor's fields as dtype, shape, data_offsets, padded with spaces to a
  * multiple of 8 bytes. With n_metadata == 0 there is no "__metadata__" key.
+ * (One difference remains: control characters other than \b \f \n \r \t in
+ * a name or metadata string are escaped as \u001F by jansson, \u001f by the
+ * reference. Both are valid JSON for the same string.)
  *
  * tensors may be NULL when n is 0 (an empty but valid file); metadata may be
  * NULL when n_metadata is 0.
@@ -173,6 +176,9 @@ typedef struct tks_st_info {
  *
  * On success *out is a handle owned by the caller (tks_st_close); on failure
  * *out is NULL and the message names the file, the tensor and the problem.
+ * As with any mapping, the file must not be truncated while it is open (the
+ * process would get SIGBUS); tks_st_write replaces files by rename, which is
+ * safe for readers that have the old one open.
  * Errors: TKS_ERR_ARG (NULL argument), TKS_ERR_IO (open/stat/mmap, not a
  * regular file), TKS_ERR_NOMEM, TKS_ERR_TRUNCATED (file under 8 bytes, header
  * or a tensor running past the end of the file, or bytes after the last

@@ -374,7 +374,7 @@ int tks_train(const tks_train_opts *in) {
         fprintf(metrics, "{\"step\": %llu, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
                 "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f}\n", (unsigned long long)step,
                 info.loss, info.lr, gnorm, info.tokens_per_s, info.elapsed_s);
-        int last = step == o->steps, stopping = o->stop && *o->stop;
+        int last = step == o->steps, stopping = (o->stop && *o->stop) || (o->stop_at && step >= o->stop_at);
         if (r.val && o->eval_every && (step % o->eval_every == 0 || last)) {
             info.is_eval = 1;
             info.val_loss = evaluate(&r, m, tok, ids, tg, &rc);

@@ -26,6 +26,8 @@ typedef struct tks_train_opts {
     const char *resume;           /* checkpoint dir to resume from, or NULL */
     tks_model_config model;       /* vocab_size 0 = the dataset's vocab_size */
     uint64_t steps;               /* optimizer steps in total (including resumed ones) */
+    uint64_t stop_at;             /* save and return after this step (0 = steps); the schedule
+                                   * still spans `steps`, so a resumed run continues it */
     uint32_t seq_len;
     uint64_t global_batch;        /* samples per optimizer step, all ranks together */
     uint64_t micro_batch;         /* samples per forward/backward (0 = whole per-rank batch) */

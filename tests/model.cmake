@@ -1,0 +1,11 @@
+# The trainer's math: every backend op against finite differences and scalar
+# references (test_ops), and the whole LLaMA on a tiny config: gradients,
+# vocab padding, accumulation, determinism, KV-cache decoding, AdamW
+# (test_model). CPU backend; each runs in well under a second.
+add_executable(test_ops ${TKS_TEST_DIR}/test_ops.c)
+target_link_libraries(test_ops PRIVATE tks_trainer)
+add_test(NAME ops COMMAND test_ops)
+add_executable(test_model ${TKS_TEST_DIR}/test_model.c)
+target_link_libraries(test_model PRIVATE tks_trainer)
+add_test(NAME model COMMAND test_model)
+set_tests_properties(ops model PROPERTIES TIMEOUT 60)

@@ -1,0 +1,29 @@
+# Parity of the trainer with an independent PyTorch LLaMA (test_torch_parity.py):
+# parity_dump runs three tiny configs (GQA with vocab padding, tied embeddings,
+# a prime vocab with multi-query attention) and writes checkpoints, the batch,
+# logits, loss, every gradient and the weights after 3 AdamW steps; the Python
+# side rebuilds the model from config.json + model.safetensors in float64 and
+# requires agreement within 1e-4 relative.
+#
+# Debian's /usr/bin/python3 carries python3-torch and python3-numpy (a pyenv or
+# venv python3 earlier on PATH usually does not); override with
+# -DTKS_TORCH_PYTHON3=... The test FAILS (it does not skip) when torch cannot be
+# imported: the project requires it to run in CI.
+set(TKS_TORCH_PYTHON3 /usr/bin/python3 CACHE FILEPATH "python3 with torch and numpy for the parity test")
+
+add_executable(parity_dump ${TKS_TEST_DIR}/parity_dump.c)
+target_link_libraries(parity_dump PRIVATE tks_trainer)
+
+set(TKS_PARITY_DIR ${CMAKE_BINARY_DIR}/test-work/parity)
+add_test(NAME torch_parity
+         COMMAND bash -c "set -e
+if ! \"$1\" -c 'import torch, numpy' 2>/dev/null; then
+  echo \"FAIL: $1 cannot import torch and numpy; run tools/install-deps.sh (apt-get install python3-torch python3-numpy)\" >&2
+  exit 1
+fi
+rm -rf \"$3\" && mkdir -p \"$3\"
+\"$2\" \"$3\"
+\"$1\" \"$4\" \"$3\""
+                 bash ${TKS_TORCH_PYTHON3} $<TARGET_FILE:parity_dump> ${TKS_PARITY_DIR}
+                 ${TKS_TEST_DIR}/test_torch_parity.py)
+set_tests_properties(torch_parity PROPERTIES TIMEOUT 120)

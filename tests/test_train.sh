@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# End-to-end tests of tokshard-train / tokshard-generate on real text (dict-gcide).
+# Usage: test_train.sh BIN_DIR WORKDIR CASE
+#   CASE: setup | train | resume | safety | checkpoint | cli
+# `setup` builds the small dataset the other cases share (a ctest fixture).
+set -uo pipefail
+BIN=$1
+W=$2
+CASE=$3
+TKS=$BIN/tokshard
+TRAIN=$BIN/tokshard-train
+GEN=$BIN/tokshard-generate
+FORGE=$BIN/forge_token
+fails=0
+fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
+ok() { echo "ok   [$CASE]: $*"; }
+expect() { # CODE WHAT -- cmd...
+  local want=$1 what=$2
+  shift 3
+  "$@" >"$W/out" 2>"$W/err"
+  local got=$?
+  if [[ $got -ne $want ]]; then
+    fail "$what: exit $got, expected $want; stderr: $(tail -c 600 "$W/err")"
+    return 1
+  fi
+  ok "$what (exit $got)"
+}
+expect_msg() {
+  if grep -Eq -- "$1" "$W/err"; then ok "message matches '$1'"; else
+    fail "message does not match '$1': $(tail -c 600 "$W/err")"
+  fi
+}
+S=$W/setup
+W=$W/$CASE-run
+rm -rf "$W" && mkdir -p "$W"
+cd "$W" || exit 2
+# a tiny model that trains in seconds on 2 cores
+M=(--dim 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --seq-len 32 --global-batch 8 --micro-batch 4
+  --lr 1e-2 --warmup 3 --val-tokens 4096 --eval-every 4 --threads 2 --quiet --no-plot)
+
+case $CASE in
+setup)
+  rm -rf "$S" && mkdir -p "$S"
+  zcat /usr/share/dictd/gcide.dict.dz | head -c 1500000 >"$S/gcide.txt"
+  expect 0 "train tokenizer" -- "$TKS" train-tokenizer --output "$S/tok" --vocab-size 1000 \
+    --byte-fallback --doc-split blank-line "$S/gcide.txt"
+  expect 0 "build dataset" -- "$TKS" build -q --tokenizer "$S/tok.model" --output "$S/data" \
+    --doc-split blank-line --append-eos --shard-tokens 64K "$S/gcide.txt"
+  expect 0 "train a second tokenizer" -- "$TKS" train-tokenizer --output "$S/tok2" --vocab-size 900 \
+    --doc-split blank-line "$S/gcide.txt"
+  expect 0 "build a dataset with the second tokenizer" -- "$TKS" build -q --tokenizer "$S/tok2.model" \
+    --output "$S/data2" --doc-split blank-line --shard-tokens 64K "$S/gcide.txt"
+  ;;
+
+train)
+  expect 0 "train 24 steps" -- "$TRAIN" --dataset "$S/data" --out run --steps 24 --save-every 8 "${M[@]}"
+  n=$(grep -c '"loss"' run/metrics.jsonl)
+  [[ $n -eq 24 ]] && ok "24 metric lines" || fail "$n metric lines"
+  grep -q '"val_loss"' run/metrics.jsonl && ok "validation evaluated" || fail "no validation loss"
+  first=$(grep '"loss"' run/metrics.jsonl | head -3 | sed 's/.*"loss": \([0-9.]*\).*/\1/' | awk '{s+=$1} END {print s/NR}')
+  last=$(grep '"loss"' run/metrics.jsonl | tail -3 | sed 's/.*"loss": \([0-9.]*\).*/\1/' | awk '{s+=$1} END {print s/NR}')
+  awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a - 0.5)}' && ok "loss falls: $first -> $last" ||
+    fail "loss does not fall enough: $first -> $last"
+  ls run/checkpoints | grep -q step-00000024 && ok "final checkpoint" || fail "no final checkpoint"
+  [[ $(ls run/checkpoints | wc -l) -eq 3 ]] && ok "3 checkpoints kept" || fail "checkpoints: $(ls run/checkpoints)"
+  # the embedding is saved unpadded: exactly [vocab_size, dim] although the process pads to 1024
+  /usr/bin/python3 - run/checkpoints/step-00000024/model.safetensors <<'EOF' && ok "model.safetensors holds [1000, 32] embeddings" || fail "bad shapes in model.safetensors"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+assert h["model.embed_tokens.weight"]["shape"] == [1000, 32], h["model.embed_tokens.weight"]
+assert h["lm_head.weight"]["shape"] == [1000, 32]
+assert h["model.layers.1.self_attn.k_proj.weight"]["shape"] == [16, 32]
+EOF
+  grep -q '"vocab_size": 1000' run/checkpoints/step-00000024/config.json && ok "config.json vocab 1000" ||
+    fail "config.json: $(cat run/checkpoints/step-00000024/config.json)"
+  expect 0 "generate" -- "$GEN" --checkpoint run --prompt "A dog" --max-tokens 12 --seed 5
+  [[ $(wc -c <"$W/out") -gt 8 ]] && ok "generated: $(head -c 80 "$W/out")" || fail "no text generated"
+  expect 0 "generate greedy twice" -- "$GEN" --checkpoint run --prompt "A dog" --max-tokens 12 --temperature 0
+  cp "$W/out" g1
+  "$GEN" --checkpoint run --prompt "A dog" --max-tokens 12 --temperature 0 >g2
+  cmp -s g1 g2 && ok "greedy generation is deterministic" || fail "greedy generation differs"
+  expect 0 "plot on demand" -- "$TRAIN" --plot run
+  grep -q "<svg" run/loss.svg && ok "loss.svg is an SVG" || fail "loss.svg missing"
+  ;;
+
+resume)
+  expect 0 "uninterrupted run" -- "$TRAIN" --dataset "$S/data" --out full --steps 16 --save-every 8 "${M[@]}"
+  expect 0 "run to step 8" -- "$TRAIN" --dataset "$S/data" --out part --steps 16 --save-every 8 "${M[@]}" --stop-at 8
+  expect 0 "resume from step 8" -- "$TRAIN" --dataset "$S/data" --out part --steps 16 --save-every 8 "${M[@]}" \
+    --resume latest
+  grep '"loss"' full/metrics.jsonl | cut -d, -f1,2 >a
+  grep '"loss"' part/metrics.jsonl | cut -d, -f1,2 >b
+  cmp -s a b && ok "losses of all 16 steps bit-identical after resume" || fail "losses differ: $(diff a b | head -4)"
+  cmp -s full/checkpoints/step-00000016/model.safetensors part/checkpoints/step-00000016/model.safetensors &&
+    ok "final model.safetensors byte-identical" || fail "final weights differ"
+  cmp -s full/checkpoints/step-00000016/optimizer.safetensors part/checkpoints/step-00000016/optimizer.safetensors &&
+    ok "final optimizer.safetensors byte-identical" || fail "final optimizer state differs"
+  # Ctrl-C saves a checkpoint and exits 130; resuming finishes the run identically
+  "$TRAIN" --dataset "$S/data" --out int --steps 400 "${M[@]}" --eval-every 0 &
+  pid=$!
+  sleep 2
+  kill -INT $pid
+  wait $pid
+  code=$?
+  [[ $code -eq 130 ]] && ok "SIGINT: exit 130" || fail "SIGINT: exit $code"
+  ls int/checkpoints/step-* >/dev/null 2>&1 && ok "SIGINT saved a checkpoint: $(ls int/checkpoints)" ||
+    fail "no checkpoint after SIGINT"
+  ;;
+
+safety)
+  expect 2 "model vocab below the dataset's" -- "$TRAIN" --dataset "$S/data" --out r --steps 2 "${M[@]}" --vocab-size 500
+  expect_msg "vocab_size 1000.*vocab_size 500"
+  expect 0 "larger model vocab is fine" -- "$TRAIN" --dataset "$S/data" --out r2 --steps 2 "${M[@]}" --vocab-size 1100
+  expect 0 "train 4 steps" -- "$TRAIN" --dataset "$S/data" --out r3 --steps 4 "${M[@]}"
+  expect 2 "resume on a dataset of another tokenizer" -- "$TRAIN" --dataset "$S/data2" --out r4 --steps 8 \
+    "${M[@]}" --resume r3/checkpoints/step-00000004
+  expect_msg "tokenizer"
+  # an id >= vocab_size smuggled in with valid checksums: audit catches it, training stops on it.
+  # sample-plan says where step 1 reads (sample 1 of the batch), so the forged id is met at once.
+  read -r sh off < <("$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 --steps 0:1 \
+    --val-tokens 4096 --seed 1337 | awk '/ sample 1 / {print $(NF-3), $(NF-1)}')
+  bad_at=$((off + 10))
+  cp -r "$S/data" bad
+  expect 0 "forge id 1000 at shard $sh token $bad_at" -- "$FORGE" bad "$sh" "$bad_at" 1000
+  expect 1 "audit finds the forged id" -- "$TKS" audit bad
+  grep -Eq "shard $sh chunk [0-9]+ token $bad_at" "$W/out" && ok "audit names shard $sh, token $bad_at" ||
+    fail "audit: $(cat "$W/out")"
+  expect 2 "training stops at the forged id" -- "$TRAIN" --dataset bad --out r5 --steps 4 "${M[@]}" --eval-every 0
+  expect_msg "token id 1000 at token offset $bad_at .*not below the vocabulary size 1000"
+  expect_msg "shard-0000$sh.tks"
+  grep -q '"loss"' r5/metrics.jsonl 2>/dev/null && fail "a step ran on the bad batch" || ok "no step ran"
+  expect 2 "with a larger model vocab the shard's own vocab still refuses it" -- "$TRAIN" --dataset bad \
+    --out r6 --steps 4 "${M[@]}" --eval-every 0 --vocab-size 1100
+  expect_msg "token offset $bad_at"
+  ;;
+
+checkpoint)
+  expect 0 "train 4 steps" -- "$TRAIN" --dataset "$S/data" --out r --steps 4 "${M[@]}"
+  C=r/checkpoints/step-00000004
+  cp -r $C c1 && printf '\x01' | dd of=c1/model.safetensors bs=1 seek=5000 conv=notrunc 2>/dev/null
+  expect 2 "a flipped byte in model.safetensors" -- "$TRAIN" --dataset "$S/data" --out x1 --steps 8 "${M[@]}" --resume c1
+  expect_msg "model.safetensors is corrupt"
+  cp -r $C c2 && rm c2/trainer_state.json
+  expect 2 "no trainer_state.json" -- "$TRAIN" --dataset "$S/data" --out x2 --steps 8 "${M[@]}" --resume c2
+  expect_msg "trainer_state.json"
+  cp -r $C c3 && rm c3/optimizer.safetensors
+  expect 2 "no optimizer.safetensors" -- "$TRAIN" --dataset "$S/data" --out x3 --steps 8 "${M[@]}" --resume c3
+  expect_msg "optimizer.safetensors is missing"
+  cp -r $C c4 && truncate -s -4 c4/config.json
+  expect 2 "truncated config.json" -- "$TRAIN" --dataset "$S/data" --out x4 --steps 8 "${M[@]}" --resume c4
+  expect_msg "config.json is corrupt"
+  mkdir -p r/checkpoints/step-00000009.tmp
+  expect 0 "a half-written checkpoint dir is ignored by --resume latest" -- "$TRAIN" --dataset "$S/data" \
+    --out r --steps 6 "${M[@]}" --resume latest
+  grep -q '"step": 5' r/metrics.jsonl && ok "resumed at step 5" || fail "did not resume from step 4"
+  ;;
+
+cli)
+  expect 0 "--help" -- "$TRAIN" --help
+  for f in --dataset --out --resume --steps --seq-len --global-batch --micro-batch --seed --dim \
+    --n-layers --n-heads --n-kv-heads --ffn-dim --lr --warmup --weight-decay --grad-clip --val-tokens \
+    --eval-every --save-every --dry-run --tie-embeddings --vocab-divisible-by; do
+    grep -q -- "$f" "$W/out" || fail "--help does not list $f"
+  done
+  ok "--help lists every flag"
+  expect 0 "--dry-run" -- "$TRAIN" --dataset "$S/data" --out dry --steps 10 "${M[@]}" --dry-run
+  grep -q "parameters" "$W/out" && grep -q "memory estimate" "$W/out" && grep -q "step 1:" "$W/out" &&
+    ok "dry run shows size, memory and samples" || fail "dry run output: $(head -20 "$W/out")"
+  [[ ! -e dry ]] && ok "dry run writes nothing" || fail "dry run created the run dir"
+  expect 2 "missing --dataset" -- "$TRAIN" --out x
+  expect_msg "--dataset"
+  expect 2 "unknown flag" -- "$TRAIN" --dataset "$S/data" --out x --speed 9
+  expect_msg "unknown option --speed"
+  expect 2 "bad number" -- "$TRAIN" --dataset "$S/data" --out x --steps many
+  expect_msg "--steps many"
+  expect 2 "heads not dividing dim" -- "$TRAIN" --dataset "$S/data" --out x --dim 30 --n-heads 4 --dry-run
+  expect_msg "--dim 30 is not divisible by --n-heads 4"
+  expect 2 "batch not divisible by micro-batch" -- "$TRAIN" --dataset "$S/data" --out x --global-batch 8 \
+    --micro-batch 3 --dry-run
+  expect 2 "not a dataset" -- "$TRAIN" --dataset /tmp --out x --dry-run
+  expect_msg "manifest"
+  expect 2 "generate without checkpoint" -- "$GEN" --prompt hi
+  ;;
+*)
+  echo "unknown case $CASE" >&2
+  exit 2
+  ;;
+esac
+if [[ $fails -ne 0 ]]; then
+  echo "test_train [$CASE]: $fails check(s) failed" >&2
+  exit 1
+fi
+echo "test_train [$CASE]: all checks passed"
