@@ -23,12 +23,12 @@ pkgs=(
   gzip xz-utils zstd bzip2 zip dictzip tar
   # plots of the training loss
   gnuplot-nox
+  # the independent PyTorch reference of the trainer parity test (and numpy for
+  # the tests that read safetensors files from Python)
+  python3-torch python3-numpy
 )
 if [[ "${1:-}" == "--bench" || "${TOKSHARD_BENCH:-0}" == 1 ]]; then
   pkgs+=(python3-sentencepiece python3-numpy time)
-fi
-if [[ "${TOKSHARD_TORCH:-0}" == 1 ]]; then
-  pkgs+=(python3-torch python3-numpy)
 fi
 
 missing=()

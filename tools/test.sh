@@ -15,7 +15,7 @@ if [[ "${1:-}" == "--sanitize" ]]; then
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fi
 [[ "${1:-}" == "--" ]] && shift
-TOKSHARD_TORCH=${TOKSHARD_TORCH:-0} tools/install-deps.sh
+tools/install-deps.sh
 cmake -S . -B "$dir" "${cmake_args[@]}" >/dev/null
 cmake --build "$dir" -j"$(nproc)"
 ctest --test-dir "$dir" --output-on-failure -j"$(nproc)" "$@"
