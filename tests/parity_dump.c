@@ -5,7 +5,8 @@
  * batch.
  *
  * Usage: parity_dump OUT_DIR [CONFIG...]   (CONFIG: gqa, tied, odd; default all)
- * Exit 0 when every file was written, 1 on any library error (message on stderr).
+ * Exit 0 when every file was written, 1 on any library error (message on stderr),
+ * 2 on a usage error.
  *
  * Per config, under OUT_DIR/CONFIG/:
  *   ckpt/                 tks_checkpoint_save of the initial weights (opt NULL)
@@ -55,10 +56,12 @@ typedef struct variant {
 
 /*
  * gqa:  V 100 -> VP 128 (28 padded rows), NH 4 / NKV 2, untied; warmup 2 of 3
- *       steps (the schedule of the brief: lr/2, lr, lr).
+ *       steps (lr/2, lr, then the cosine at its start: lr).
  * tied: tie_embeddings with NKV = NH; warmup 1 of 3 (lr, lr, cosine midpoint).
- * odd:  V 97 (prime), NKV 1 (multi-query), vocab_divisible_by 8 -> VP 104;
- *       no warmup, total 2 (lr, cosine midpoint, min_lr past the end).
+ * odd:  V 97 (prime), NKV 1 (multi-query), vocab_divisible_by 8 -> VP 104,
+ *       rope_theta 500000 and norm_eps 1e-6 (LLaMA 3 values, so the Python side
+ *       must really read them from config.json), max_seq_len 32 > T; no warmup,
+ *       total 2 (lr, cosine midpoint, min_lr past the end).
  * init_std 0.3 keeps attention far from uniform. The gradient norms (printed
  * by this program) fall from ~6 to ~3 over the three steps, so grad_clip 1
  * clips every step of gqa, 5 only the first step of tied, 3 the first two of odd.
@@ -106,7 +109,7 @@ static int tl_add(tlist *l, const char *name, tks_st_dtype dt, size_t ndim, uint
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 32;
         tks_st_tensor *t = realloc(l->t, cap * sizeof *t);
-        if (!t) return TKS_ERR_NOMEM;
+        if (!t) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
         l->t = t;
         l->cap = cap;
     }
@@ -115,7 +118,7 @@ static int tl_add(tlist *l, const char *name, tks_st_dtype dt, size_t ndim, uint
     if (!copy || !nm) {
         free(copy);
         free(nm);
-        return TKS_ERR_NOMEM;
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     }
     if (nbytes) memcpy(copy, data, nbytes);
     l->t[l->n++] = (tks_st_tensor){.name = nm, .dtype = dt, .ndim = ndim, .shape = {d0, d1},
@@ -138,7 +141,7 @@ static int add_rows(tlist *l, tks_backend *be, const char *name, const tks_param
                     const float *dev, uint64_t r0, uint64_t r1) {
     size_t n = (size_t)((r1 - r0) * p->cols);
     float *h = malloc((n ? n : 1) * sizeof *h);
-    if (!h) return TKS_ERR_NOMEM;
+    if (!h) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     if (n) be->download(be, h, dev + r0 * p->cols, n * sizeof *h);
     int rc = tl_add(l, name, TKS_ST_F32, (size_t)p->ndim, r1 - r0, p->cols, h, n * sizeof *h);
     free(h);
@@ -202,7 +205,9 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
         return die(path, rc);
     tl_free(&l);
 
-    /* step 0: loss, logits and every gradient at the initial weights */
+    /* STEPS AdamW steps on the same batch, as the trainer runs them (gradient
+     * norm over the whole flat buffer, clip factor, schedule); step 0 also
+     * dumps the loss, logits and every gradient at the initial weights */
     if ((rc = tks_optim_create(m, &vr->opt, 0, tks_model_n_local(m), &op)))
         return die("tks_optim_create", rc);
     double loss_sum = 0, losses[STEPS], norms[STEPS];
@@ -292,6 +297,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "parity_dump: OUT_DIR is longer than 1024 bytes\n");
         return 2;
     }
+    for (int a = 2; a < argc; a++) {
+        int known = 0;
+        for (size_t i = 0; i < N_VARIANTS; i++) known |= strcmp(argv[a], VARIANTS[i].name) == 0;
+        if (!known) {
+            fprintf(stderr, "parity_dump: unknown config %s (gqa, tied, odd)\n", argv[a]);
+            return 2;
+        }
+    }
     if (mkdir(argv[1], 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "parity_dump: cannot create %s: %s\n", argv[1], strerror(errno));
         return 1;
@@ -303,11 +316,6 @@ int main(int argc, char **argv) {
         int want = argc == 2;
         for (int a = 2; a < argc; a++) want |= strcmp(argv[a], VARIANTS[i].name) == 0;
         if (want) bad = run_variant(be, argv[1], &VARIANTS[i]);
-    }
-    for (int a = 2; a < argc && !bad; a++) {
-        int known = 0;
-        for (size_t i = 0; i < N_VARIANTS; i++) known |= strcmp(argv[a], VARIANTS[i].name) == 0;
-        if (!known) fprintf(stderr, "parity_dump: unknown config %s (gqa, tied, odd)\n", argv[a]), bad = 1;
     }
     be->destroy(be);
     return bad;
