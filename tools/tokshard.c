@@ -547,8 +547,13 @@ static int cmd_inspect(int argc, char **argv) {
         printf("%s: tokshard format v%u, %zu shard(s)\n", path, h0->version, view_n(&v));
         printf("  tokenizer     %s%s%s, fingerprint %s\n", ti ? ti->file : "(shard only)",
                ti ? ", " : "", ti ? ti->model_type : "", fp);
-        printf("  vocab_size    %u (uint%u ids), bos %d, eos %d, pad %d\n", vocab, 8 * h0->token_bytes,
-               (int)h0->bos_id, (int)h0->eos_id, (int)h0->pad_id);
+        char sp[3][16];
+        const uint32_t ids3[3] = {h0->bos_id, h0->eos_id, h0->pad_id};
+        for (int k = 0; k < 3; k++)
+            if (ids3[k] == TKS_NO_ID) snprintf(sp[k], sizeof sp[k], "none");
+            else snprintf(sp[k], sizeof sp[k], "%u", ids3[k]);
+        printf("  vocab_size    %u (uint%u ids), bos %s, eos %s, pad %s\n", vocab, 8 * h0->token_bytes,
+               sp[0], sp[1], sp[2]);
         printf("  documents     %llu\n  tokens        %llu (%.1f per document, min %llu, max %llu)\n",
                (unsigned long long)n_docs, (unsigned long long)n_tok,
                n_docs ? (double)n_tok / (double)n_docs : 0.0, (unsigned long long)min_len,
