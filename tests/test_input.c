@@ -1194,7 +1194,8 @@ static void test_gzip_integrity(void) {
        "mkdir -p mis && cp %s mis/inner.txt && tar -cf mis.tar -C mis inner.txt && "
        "gzip -c %s > double.gz.gz && gzip -c trailer-0.txt.gz > double-bad.gz.gz && "
        "xz -c %s > inner.gz.xz && xz -c trailer-5.txt.gz > inner-bad.gz.xz && "
-       "cp %s deep5.gz && for i in 1 2 3 4; do gzip -c deep5.gz > d.tmp && mv d.tmp deep5.gz; done && "
+       "cp %s deep5.gz && "
+       "for i in 1 2 3 4; do gzip -c deep5.gz > d.tmp && mv d.tmp deep5.gz; done && "
        "gzip -c deep5.gz > deep6.gz",
        W, good, good, good, good, good);
     static const char *const same[] = {"misnamed.txt", "mis.tar", "double.gz.gz", "inner.gz.xz",

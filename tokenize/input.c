@@ -741,11 +741,11 @@ static int gz_failure(stream *s, int zr) {
     else if (!strcmp(zmsg, "incorrect data check"))
         snprintf(what, sizeof what,
                  "gzip checksum mismatch: the CRC32 in the trailer of gzip member %llu "
-                 "(ending at compressed offset %llu) does not match the decompressed data", m, at);
+                 "(checked at compressed offset %llu) does not match the decompressed data", m, at);
     else if (!strcmp(zmsg, "incorrect length check"))
         snprintf(what, sizeof what,
                  "gzip length mismatch: the length (ISIZE) in the trailer of gzip member %llu "
-                 "(ending at compressed offset %llu) does not match the decompressed data", m, at);
+                 "(checked at compressed offset %llu) does not match the decompressed data", m, at);
     else
         snprintf(what, sizeof what, "gzip member %llu is invalid at compressed offset %llu (%s)",
                  m, at, zmsg);
@@ -908,7 +908,8 @@ static int open_file(tks_input *in) {
     }
     if (via_stream) {
         if (!in->fs.rbuf && !(in->fs.rbuf = malloc(READ_BLOCK_BYTES))) {
-            rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory opening %s", path);
+            rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory opening %s",
+                          path);
             goto fail;
         }
         if ((rc = stream_start(&in->fs)) < 0) goto fail;
@@ -933,9 +934,9 @@ fail:
 static int open_nested(tks_input *in, const void *b, size_t n) {
     if (in->depth == MAX_NEST)
         return tks_fail(TKS_ERR_INPUT, in->source.p, TKS_NONE, TKS_NONE,
-                        "%s: compressed data nested too deeply (more than %d decompressors "
-                        "stacked on one entry); decompress it before reading it",
-                        in->source.p, MAX_NEST);
+                        "%s: compressed data nested too deeply (gzip inside gzip, or inside "
+                        "another compression, more than %d times); decompress it before "
+                        "reading it", in->source.p, MAX_NEST);
     int by_name = in->depth == 0 && in->entry_by_name;
     stream *s = &in->ns[in->depth];
     stream_begin(s, in, in->depth, -1);

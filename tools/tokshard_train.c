@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "trainer/mesh.h"
 #include "trainer/trainer.h"
 
 typedef enum { F_STR, F_U32, F_U64, F_FLOAT, F_BOOL } ftype;
@@ -61,7 +62,11 @@ static const flag FLAGS[] = {
     {"--eval-batches", F_U64, &O.eval_batches, "global batches per validation run"},
     {"--save-every", F_U64, &O.save_every, "steps between checkpoints (0 = only at the end)"},
     {"--keep", F_U32, &O.keep_checkpoints, "checkpoints kept (0 = all)"},
-    {"--threads", F_U32, &O.threads, "CPU threads (0 = all cores)"},
+    {"--threads", F_U32, &O.threads, "CPU threads per process (0 = all cores)"},
+    {"--tp", F_U32, &O.tp, "tensor-parallel degree (0 = 1)"},
+    {"--dp-shard", F_U32, &O.dp_shard, "data-parallel degree sharding gradients and AdamW state (0 = the rest of the world)"},
+    {"--dp-replicate", F_U32, &O.dp_replicate, "data-parallel replicas of the shards (0 = 1)"},
+    {"--world", F_U32, &O.world, "plan for this many processes (with --dry-run, without mpirun)"},
     {"--dry-run", F_BOOL, &dry_run, "print the resolved run, model size, memory and first samples; train nothing"},
     {"--no-plot", F_BOOL, &no_plot, "do not write loss.svg at the end"},
     {"--plot", F_STR, &plot_only, "only (re)draw RUN_DIR/loss.svg from RUN_DIR/metrics.jsonl"},
@@ -159,7 +164,24 @@ static int plot(const char *run) {
     return 0;
 }
 
+static int run(int argc, char **argv);
+
 int main(int argc, char **argv) {
+    int rc = run(argc, argv);
+    tks_mesh_finalize();
+    return rc;
+}
+
+static int g_rank;
+
+/* Errors are reported once, by world rank 0: every rank has the same one. */
+static int rank_error(void) {
+    if (g_rank == 0) return tks_cli_lib_error();
+    const tks_error *e = tks_last_error();
+    return e->code == TKS_ERR_INTERRUPTED ? EXIT_INTERRUPTED : EXIT_USAGE;
+}
+
+static int run(int argc, char **argv) {
     tks_cli_prog = "tokshard-train";
     tks_train_opts_default(&O);
     tks_args a = {argc - 1, 0, argv + 1, NULL, {0}};
@@ -188,9 +210,11 @@ int main(int argc, char **argv) {
         if (tks_train_latest_checkpoint(O.out_dir, latest, sizeof latest)) return tks_cli_lib_error();
         O.resume = latest;
     }
+    g_rank = O.world ? 0 : tks_train_rank();
+    if (g_rank != 0) quiet = 1, no_plot = 1;
     char *summary = NULL;
-    if (tks_train_plan(&O, &summary)) return tks_cli_lib_error();
-    if (dry_run || !quiet) fputs(summary, stdout);
+    if (tks_train_plan(&O, &summary)) return rank_error();
+    if (g_rank == 0 && (dry_run || !quiet)) fputs(summary, stdout);
     free(summary);
     if (dry_run) return 0;
     O.on_step = on_step;
@@ -200,9 +224,9 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     int rc = tks_train(&O);
-    if (rc) return tks_cli_lib_error();
+    if (rc) return rank_error();
     if (!no_plot) plot(O.out_dir);
-    if (g_stop) {
+    if (g_stop && g_rank == 0) {
         printf("interrupted: checkpoint saved; continue with --resume latest\n");
         return EXIT_INTERRUPTED;
     }

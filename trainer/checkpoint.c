@@ -34,24 +34,68 @@ static double short_float(float f) {
 
 /* ---- full tensors on the host --------------------------------------------- */
 
-/* The real (unpadded) rows of a parameter's local block, in host memory.
- * src is a device pointer to the local block laid out like the weights. */
-static float *block_to_host(tks_model *m, const tks_param *p, const float *src, uint64_t *rows) {
+/*
+ * The full, unpadded tensor of parameter p, assembled on the host from the
+ * tp-local flat buffer `flat` (device, laid out like the weights): blocks of
+ * the tp group are all-gathered, rows (column-parallel, vocab) concatenated or
+ * columns (row-parallel) interleaved, padding rows dropped. Collective over
+ * the tp group. Returns malloc'd rows_real x cols floats, or NULL.
+ */
+static float *full_tensor(tks_model *m, const tks_param *p, const float *flat, int *rc) {
     tks_backend *be = tks_model_backend(m);
-    uint64_t r = p->rows_real < p->lrows ? p->rows_real : p->lrows;
-    size_t n = (size_t)(r * p->lcols);
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    if (h && n) be->download(be, h, src, n * sizeof *h);
-    *rows = r;
-    return h;
+    tks_comm *tp = tks_model_tp(m);
+    int T = tp ? tp->size : 1;
+    size_t blk = (size_t)(p->lrows * p->lcols);
+    size_t n_all = blk * (size_t)T, n_full = (size_t)(p->rows * p->cols);
+    float *all = malloc((n_all > 0 ? n_all : 1) * sizeof *all);
+    float *full = malloc((n_full > 0 ? n_full : 1) * sizeof *full);
+    if (!all || !full) goto oom;
+    if (T > 1 && p->split != TKS_SPLIT_NONE) {
+        float *d = be->alloc(be, blk * (size_t)T * sizeof *d);
+        if (!d) goto oom;
+        *rc = tp->allgather(tp, d, flat + p->offset, blk);
+        be->download(be, all, d, blk * (size_t)T * sizeof *all);
+        be->free(be, d);
+        if (*rc) goto fail;
+    } else {
+        T = 1;
+        be->download(be, all, flat + p->offset, blk * sizeof *all);
+    }
+    if (p->split == TKS_SPLIT_COLS && T > 1) {
+        for (int t = 0; t < T; t++)
+            for (uint64_t r = 0; r < p->rows; r++)
+                memcpy(full + r * p->cols + (uint64_t)t * p->lcols, all + ((size_t)t * p->rows + r) * p->lcols,
+                       (size_t)p->lcols * sizeof *full);
+    } else {
+        memcpy(full, all, (size_t)(p->rows * p->cols) * sizeof *full);
+    }
+    free(all);
+    return full; /* the first rows_real rows are the unpadded tensor */
+oom:
+    *rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory gathering %s", p->name);
+fail:
+    free(all);
+    free(full);
+    return NULL;
 }
 
-static int single_process_only(tks_model *m) {
-    tks_comm *tp = tks_model_tp(m);
-    if (tp && tp->size > 1)
-        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                        "checkpoints of tensor-parallel models are gathered by the mesh code");
-    return 0;
+/* The tp-local flat buffer of one AdamW moment: the dp_shard slices gathered. */
+static float *full_moment(tks_model *m, tks_optim *opt, int which, tks_comm *dp_shard, int *rc) {
+    tks_backend *be = tks_model_backend(m);
+    size_t n = tks_model_n_flat(m), b = tks_optim_begin(opt), e = tks_optim_end(opt);
+    float *d = be->alloc(be, n * sizeof *d);
+    if (!d) {
+        *rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+        return NULL;
+    }
+    const float *src = which ? tks_optim_v(opt) : tks_optim_m(opt);
+    if (dp_shard && dp_shard->size > 1) {
+        be->copy(be, d + b, src, (e - b) * sizeof *d);
+        *rc = dp_shard->allgather(dp_shard, d, d + b, e - b);
+    } else {
+        be->copy(be, d + b, src, (e - b) * sizeof *d);
+    }
+    return d;
 }
 
 static int write_config(const char *path, const tks_model_config *c, const tks_train_state *st) {
@@ -100,65 +144,63 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
 static int rm_rf(const char *p) { return nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
 
 int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks_train_state *st,
-                        const char *tokenizer_path) {
-    int rc = single_process_only(m);
-    if (rc) return rc;
-    struct stat sb;
-    if (stat(dir, &sb) == 0)
-        return tks_fail(TKS_ERR_EXISTS, dir, TKS_NONE, TKS_NONE, "checkpoint %s already exists", dir);
+                        const char *tokenizer_path, tks_comm *dp_shard, int writer) {
+    int rc = 0;
     char tmp[PATH_MAX], path[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
-    rm_rf(tmp); /* a leftover of a crash during an earlier save */
-    if (mkdir(tmp, 0755) != 0)
-        return tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE, "cannot create %s: %s",
-                        tmp, strerror(errno));
+    if (writer) {
+        struct stat sb;
+        if (stat(dir, &sb) == 0)
+            rc = tks_fail(TKS_ERR_EXISTS, dir, TKS_NONE, TKS_NONE, "checkpoint %s already exists", dir);
+        rm_rf(tmp); /* a leftover of a crash during an earlier save */
+        if (!rc && mkdir(tmp, 0755) != 0)
+            rc = tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE,
+                          "cannot create %s: %s", tmp, strerror(errno));
+    }
     size_t np;
     const tks_param *P = tks_model_params(m, &np);
     tks_st_tensor *t = calloc(2 * np, sizeof *t);
     float **bufs = calloc(2 * np, sizeof *bufs);
     char (*names)[96] = calloc(2 * np, sizeof *names);
     if (!t || !bufs || !names) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
-    /* model.safetensors */
-    for (size_t i = 0; i < np && !rc; i++) {
-        uint64_t rows;
-        bufs[i] = block_to_host(m, &P[i], P[i].w, &rows);
-        if (!bufs[i]) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
-        t[i].name = P[i].name;
-        t[i].dtype = TKS_ST_F32;
-        t[i].ndim = (size_t)P[i].ndim;
-        t[i].shape[0] = rows;
-        t[i].shape[1] = P[i].lcols;
-        t[i].data = bufs[i];
-        t[i].nbytes = (size_t)(rows * P[i].lcols) * sizeof(float);
-    }
     tks_st_kv meta[] = {{"format", "pt"}, {"producer", "tokshard " TKS_VERSION_STRING}};
-    if (!rc && (rc = tks_path_join(path, sizeof path, tmp, "model.safetensors")) == 0)
-        rc = tks_st_write(path, t, np, meta, 2);
-    for (size_t i = 0; i < np; i++) free(bufs[i]), bufs[i] = NULL;
-    /* optimizer.safetensors: moments laid out like the flat buffer's slice */
-    if (!rc && opt) {
-        float *m1 = tks_optim_m(opt), *m2 = tks_optim_v(opt);
-        size_t b0 = tks_optim_begin(opt);
-        for (size_t i = 0; i < np && !rc; i++) {
-            for (int k = 0; k < 2; k++) {
-                uint64_t rows;
-                size_t j = 2 * i + (size_t)k;
-                bufs[j] = block_to_host(m, &P[i], (k ? m2 : m1) + (P[i].offset - b0), &rows);
-                if (!bufs[j]) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
-                snprintf(names[j], sizeof names[j], "%s.%s", P[i].name, k ? "exp_avg_sq" : "exp_avg");
-                t[j] = (tks_st_tensor){.name = names[j], .dtype = TKS_ST_F32,
-                                       .ndim = (size_t)P[i].ndim, .shape = {rows, P[i].lcols},
-                                       .data = bufs[j],
-                                       .nbytes = (size_t)(rows * P[i].lcols) * sizeof(float)};
-            }
-        }
-        if (!rc && (rc = tks_path_join(path, sizeof path, tmp, "optimizer.safetensors")) == 0)
-            rc = tks_st_write(path, t, 2 * np, meta, 2);
-        for (size_t i = 0; i < 2 * np; i++) free(bufs[i]);
+    /* model.safetensors, then optimizer.safetensors: every rank gathers (the
+     * collectives need it), the writer writes */
+    const float *flats[3] = {tks_model_weights(m), NULL, NULL};
+    int n_files = 1;
+    if (opt) {
+        int r1 = 0, r2 = 0;
+        flats[1] = full_moment(m, opt, 0, dp_shard, &r1);
+        flats[2] = full_moment(m, opt, 1, dp_shard, &r2);
+        if (!rc) rc = r1 ? r1 : r2;
+        n_files = 2;
     }
+    for (int f = 0; f < n_files; f++) {
+        size_t nt = f ? 2 * np : np;
+        for (size_t i = 0; i < np; i++)
+            for (int k = 0; k < (f ? 2 : 1); k++) {
+                size_t j = f ? 2 * i + (size_t)k : i;
+                int r = 0;
+                bufs[j] = rc ? NULL : full_tensor(m, &P[i], flats[f ? 1 + k : 0], &r);
+                if (!rc) rc = r;
+                if (f) snprintf(names[j], sizeof names[j], "%s.%s", P[i].name, k ? "exp_avg_sq" : "exp_avg");
+                else snprintf(names[j], sizeof names[j], "%s", P[i].name);
+                t[j] = (tks_st_tensor){.name = names[j], .dtype = TKS_ST_F32, .ndim = (size_t)P[i].ndim,
+                                       .shape = {P[i].rows_real, P[i].ndim == 2 ? P[i].cols : 0},
+                                       .data = bufs[j],
+                                       .nbytes = (size_t)(P[i].rows_real * P[i].cols) * sizeof(float)};
+            }
+        if (!rc && writer && (rc = tks_path_join(path, sizeof path, tmp, f ? "optimizer.safetensors" : "model.safetensors")) == 0)
+            rc = tks_st_write(path, t, nt, meta, 2);
+        for (size_t j = 0; j < 2 * np; j++) free(bufs[j]), bufs[j] = NULL;
+    }
+    tks_backend *be = tks_model_backend(m);
+    if (flats[1]) be->free(be, (void *)flats[1]);
+    if (flats[2]) be->free(be, (void *)flats[2]);
     free(t);
     free(bufs);
     free(names);
+    if (!writer) return rc;
     if (!rc && (rc = tks_path_join(path, sizeof path, tmp, "config.json")) == 0)
         rc = write_config(path, tks_model_config_of(m), st);
     if (!rc && tokenizer_path && (rc = tks_path_join(path, sizeof path, tmp, "tokenizer.model")) == 0)
@@ -203,8 +245,8 @@ int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks
     if (!rc) {
         char parent[PATH_MAX];
         snprintf(parent, sizeof parent, "%s", dir);
-        char *s = strrchr(parent, '/');
-        rc = tks_fsync_dir(s ? (*s = 0, parent[0] ? parent : "/") : ".");
+        char *sl = strrchr(parent, '/');
+        rc = tks_fsync_dir(sl ? (*sl = 0, parent[0] ? parent : "/") : ".");
     } else {
         rm_rf(tmp);
     }
@@ -341,6 +383,7 @@ int tks_checkpoint_load(const char *dir, tks_model *m, tks_optim *opt) {
     char path[PATH_MAX];
     size_t np;
     const tks_param *P = tks_model_params(m, &np);
+    tks_backend *be = tks_model_backend(m);
     tks_st_file *f = NULL;
     int rc = tks_path_join(path, sizeof path, dir, "model.safetensors");
     if (!rc) rc = tks_st_open(path, &f);
@@ -352,14 +395,19 @@ int tks_checkpoint_load(const char *dir, tks_model *m, tks_optim *opt) {
     if (!rc && access(path, F_OK) != 0)
         return bad_ckpt(dir, "optimizer.safetensors is missing (a weights-only checkpoint cannot resume training)");
     if (!rc) rc = tks_st_open(path, &f);
-    size_t b0 = tks_optim_begin(opt);
+    /* each moment into a tp-local flat buffer, then this rank's slice of it */
+    size_t n = tks_model_n_flat(m), b0 = tks_optim_begin(opt), e0 = tks_optim_end(opt);
+    float *flat = be->alloc(be, n * sizeof *flat);
+    if (!rc && !flat) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
     char nm[96];
-    for (size_t i = 0; i < np && !rc; i++)
-        for (int k = 0; k < 2 && !rc; k++) {
+    for (int k = 0; k < 2 && !rc; k++) {
+        for (size_t i = 0; i < np && !rc; i++) {
             snprintf(nm, sizeof nm, "%s.%s", P[i].name, k ? "exp_avg_sq" : "exp_avg");
-            rc = load_block(m, f, nm, &P[i], (k ? tks_optim_v(opt) : tks_optim_m(opt)) + (P[i].offset - b0),
-                            path);
+            rc = load_block(m, f, nm, &P[i], flat + P[i].offset, path);
         }
+        if (!rc) be->copy(be, k ? tks_optim_v(opt) : tks_optim_m(opt), flat + b0, (e0 - b0) * sizeof *flat);
+    }
+    if (flat) be->free(be, flat);
     tks_st_close(f);
     return rc;
 }

@@ -37,13 +37,15 @@ typedef struct tks_train_state {
 
 /*
  * Writes checkpoint directory `dir` (must not exist; written via dir.tmp).
- * Every rank of a mesh calls it (collectives inside gather the full tensors);
- * only world rank 0 writes files. `opt` may be NULL (weights only).
+ * Every rank of a mesh calls it: the tp group all-gathers tensor-parallel
+ * blocks and the dp_shard group (may be NULL) all-gathers the AdamW slices,
+ * so the files hold full, unpadded tensors whatever the layout; only the
+ * rank with `writer` != 0 writes. `opt` may be NULL (weights only).
  * tokenizer_path: copied into the checkpoint (may be NULL).
  * Errors: TKS_ERR_IO, TKS_ERR_NOSPACE, TKS_ERR_EXISTS, TKS_ERR_NOMEM.
  */
 int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks_train_state *st,
-                        const char *tokenizer_path);
+                        const char *tokenizer_path, tks_comm *dp_shard, int writer);
 
 /* Reads config.json and trainer_state.json only (no tensors), verifying the
  * checksums of every file. Errors: TKS_ERR_IO, TKS_ERR_MANIFEST (missing or

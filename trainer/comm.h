@@ -16,6 +16,8 @@
 
 typedef struct tks_comm tks_comm;
 
+enum { TKS_COLL_ALLREDUCE = 0, TKS_COLL_REDUCE_SCATTER, TKS_COLL_ALLGATHER, TKS_COLL_BROADCAST };
+
 struct tks_comm {
     int size;          /* members in the group */
     int rank;          /* this process's position in the group, 0..size-1 */
@@ -29,8 +31,13 @@ struct tks_comm {
     int (*allgather)(tks_comm *c, float *out, const float *in, size_t n);
     int (*broadcast)(tks_comm *c, float *buf, size_t n, int root);
     int (*barrier)(tks_comm *c);
-    /* bytes this member sent so far, per collective kind (for the benchmark) */
-    uint64_t bytes_sent[6];
+    /* host bytes from root to every member (control data: error contexts, flags) */
+    int (*broadcast_bytes)(tks_comm *c, void *buf, size_t bytes, int root);
+    /* payload bytes handed to each kind of collective so far (for the benchmark):
+     * TKS_COLL_ALLREDUCE, _REDUCE_SCATTER (input bytes), _ALLGATHER (output
+     * bytes), _BROADCAST */
+    uint64_t bytes[4];
+    uint64_t calls[4];
 };
 
 /* The group of one process: every collective is the identity. Static storage. */

@@ -42,8 +42,8 @@ struct tks_model {
     tks_param *params;
     size_t n_params;
     tks_param *embed, *final_norm, *lm_head;
-    float *w, *g;            /* flat local weights and grads */
-    size_t n_local;
+    float *w, *g;            /* flat local weights and grads (n_flat elements) */
+    size_t n_local, n_flat;
     layer *layers;
     float *xL, *hf, *rstdf;  /* (N, C), (N, C), (N) */
     float *logits;           /* (N, VP_l) */
@@ -186,6 +186,11 @@ static float *dalloc(tks_model *m, size_t n, int *fail) {
 
 int tks_model_create(const tks_model_config *cfg, tks_backend *be, tks_comm *tp, int B, int T,
                      tks_model **out) {
+    return tks_model_create_ex(cfg, be, tp, B, T, 1, out);
+}
+
+int tks_model_create_ex(const tks_model_config *cfg, tks_backend *be, tks_comm *tp, int B, int T,
+                        size_t flat_multiple, tks_model **out) {
     *out = NULL;
     tks_model_config c = *cfg;
     tks_model_config_defaults(&c);
@@ -224,8 +229,10 @@ int tks_model_create(const tks_model_config *cfg, tks_backend *be, tks_comm *tp,
     int fail = 0;
     size_t N = (size_t)m->N, C = (size_t)m->C, QD = (size_t)m->NH_l * m->HD,
            KD = (size_t)m->NKV_l * m->HD, F = (size_t)m->F_l;
-    m->w = dalloc(m, m->n_local, &fail);
-    m->g = dalloc(m, m->n_local, &fail);
+    size_t fm = flat_multiple ? flat_multiple : 1;
+    m->n_flat = (m->n_local + fm - 1) / fm * fm;
+    m->w = dalloc(m, m->n_flat, &fail);
+    m->g = dalloc(m, m->n_flat, &fail);
     for (size_t i = 0; i < m->n_params && !fail; i++) {
         m->params[i].w = m->w + m->params[i].offset;
         m->params[i].g = m->g + m->params[i].offset;
@@ -321,6 +328,7 @@ const tks_param *tks_model_params(const tks_model *m, size_t *n) {
 float *tks_model_weights(tks_model *m) { return m->w; }
 float *tks_model_grads(tks_model *m) { return m->g; }
 size_t tks_model_n_local(const tks_model *m) { return m->n_local; }
+size_t tks_model_n_flat(const tks_model *m) { return m->n_flat; }
 const float *tks_model_logits(const tks_model *m) { return m->logits; }
 
 /* ---- initialization ------------------------------------------------------------ */
@@ -506,7 +514,7 @@ int tks_model_backward(tks_model *m, float loss_scale) {
     return 0;
 }
 
-void tks_model_zero_grad(tks_model *m) { m->be->memzero(m->be, m->g, m->n_local * sizeof(float)); }
+void tks_model_zero_grad(tks_model *m) { m->be->memzero(m->be, m->g, m->n_flat * sizeof(float)); }
 
 /* ---- decoding with a KV cache ---------------------------------------------------------- */
 

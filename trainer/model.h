@@ -85,6 +85,11 @@ typedef struct tks_model tks_model;
  */
 int tks_model_create(const tks_model_config *cfg, tks_backend *be, tks_comm *tp, int B, int T,
                      tks_model **out);
+/* As tks_model_create, with the flat buffers padded (with zeros that never
+ * change) to a multiple of `flat_multiple` elements, so they split evenly
+ * over a dp_shard group (ZeRO-style sharding of gradients and AdamW state). */
+int tks_model_create_ex(const tks_model_config *cfg, tks_backend *be, tks_comm *tp, int B, int T,
+                        size_t flat_multiple, tks_model **out);
 void tks_model_free(tks_model *m);
 
 const tks_model_config *tks_model_config_of(const tks_model *m);
@@ -92,10 +97,12 @@ tks_backend *tks_model_backend(const tks_model *m);
 tks_comm *tks_model_tp(const tks_model *m);
 /* Parameter table (owned by the model). */
 const tks_param *tks_model_params(const tks_model *m, size_t *n);
-/* Flat local buffers: n_local elements each (device pointers). */
+/* Flat local buffers (device pointers): the parameters use n_local elements,
+ * the buffers have n_flat >= n_local (padding). */
 float *tks_model_weights(tks_model *m);
 float *tks_model_grads(tks_model *m);
 size_t tks_model_n_local(const tks_model *m);
+size_t tks_model_n_flat(const tks_model *m);
 /* Parameters of the whole (unpadded) model. */
 uint64_t tks_model_n_params(const tks_model_config *c);
 

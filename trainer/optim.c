@@ -16,9 +16,9 @@ struct tks_optim {
 int tks_optim_create(tks_model *m, const tks_adamw_opts *o, size_t begin, size_t end,
                      tks_optim **out) {
     *out = NULL;
-    if (begin > end || end > tks_model_n_local(m))
+    if (begin > end || end > tks_model_n_flat(m))
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "optimizer slice [%zu, %zu) of %zu",
-                        begin, end, tks_model_n_local(m));
+                        begin, end, tks_model_n_flat(m));
     tks_optim *op = calloc(1, sizeof *op);
     if (!op) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     op->m = m;

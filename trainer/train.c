@@ -52,7 +52,8 @@ typedef struct run {
     tks_sampler *train, *val;
     tks_model_config cfg;
     tks_train_state resumed;      /* valid when o.resume */
-    uint64_t per_rank, n_micro, micro;
+    tks_mesh_shape shape;
+    uint64_t per_rank, n_micro, micro; /* samples per dp rank per step, micro-batches, their size */
 } run;
 
 static void run_free(run *r) {
@@ -111,11 +112,15 @@ static int resolve(const tks_train_opts *in, run *r) {
                         "--vocab-size %u (or more), or a dataset built with the model's tokenizer",
                         o->dataset_dir, ti->vocab_size, tks_dataset_max_token_id(r->ds),
                         r->cfg.vocab_size, r->cfg.vocab_size - 1, ti->vocab_size);
-    if ((rc = tks_model_config_check(&r->cfg, 1))) return rc;
+    int world = o->world, rank = 0;
+    if (!world && (rc = tks_mesh_world(&world, &rank))) return rc;
+    if ((rc = tks_mesh_resolve(world, o->tp, o->dp_shard, o->dp_replicate, &r->shape))) return rc;
+    if ((rc = tks_model_config_check(&r->cfg, r->shape.tp))) return rc;
     if (o->seq_len == 0 || o->seq_len > r->cfg.max_seq_len)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "--seq-len %u must be in 1..max_seq_len %u", o->seq_len, r->cfg.max_seq_len);
-    if ((rc = tks_batch_check(o->global_batch, 1, o->micro_batch, &r->per_rank, &r->n_micro)))
+    if ((rc = tks_batch_check(o->global_batch, (uint32_t)(r->shape.dp_replicate * r->shape.dp_shard),
+                              o->micro_batch, &r->per_rank, &r->n_micro)))
         return rc;
     r->micro = r->per_rank / r->n_micro;
     tks_token_range tr, va;
@@ -211,20 +216,33 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
     say(&b, "memory estimate (fp32)\n  weights %.1f MiB, gradients %.1f MiB, AdamW moments %.1f "
         "MiB, activations %.1f MiB; total %.1f MiB\n", mib(4.0 * Pp), mib(4.0 * Pp),
         mib(8.0 * Pp), mib(act), mib(16.0 * Pp + act));
+    char *mesh = tks_mesh_describe(&r.shape);
+    if (mesh) say(&b, "%s", mesh);
+    free(mesh);
+    say(&b, "  per rank: vocab rows %llu (padded vocab %llu / tp %d), %u heads, %u kv heads, ffn %u; "
+        "optimizer state %.1f MiB\n", (unsigned long long)(tks_model_padded_vocab(c, r.shape.tp) / (uint64_t)r.shape.tp),
+        (unsigned long long)tks_model_padded_vocab(c, r.shape.tp), r.shape.tp, c->n_heads / (uint32_t)r.shape.tp,
+        c->n_kv_heads / (uint32_t)r.shape.tp, c->ffn_dim / (uint32_t)r.shape.tp,
+        mib(8.0 * Pp / r.shape.tp / r.shape.dp_shard));
     say(&b, "first steps' samples (global sample -> window: shard:offset)\n");
+    uint32_t dp = (uint32_t)(r.shape.dp_replicate * r.shape.dp_shard);
     for (uint64_t s = 0; s < 2 && s < r.o.steps; s++) {
-        uint64_t first, cnt;
-        tks_sampler_rank_slice_at((r.o.resume ? r.resumed.cursor : 0) + s * r.o.global_batch,
-                                  r.o.global_batch, 1, 0, &first, &cnt);
-        say(&b, "  step %llu:", (unsigned long long)((r.o.resume ? r.resumed.step : 0) + s + 1));
-        for (uint64_t g = first; g < first + cnt && g < first + 8; g++) {
-            tks_sample_loc loc;
-            uint64_t w = tks_sampler_window(r.train, g);
-            tks_sampler_locate(r.train, w, &loc);
-            say(&b, " %llu->%llu:%u:%llu", (unsigned long long)g, (unsigned long long)w,
-                loc.pieces[0].shard, (unsigned long long)loc.pieces[0].offset);
+        say(&b, "  step %llu:\n", (unsigned long long)((r.o.resume ? r.resumed.step : 0) + s + 1));
+        for (uint32_t d = 0; d < dp && d < 4; d++) {
+            uint64_t first, cnt;
+            tks_sampler_rank_slice_at((r.o.resume ? r.resumed.cursor : 0) + s * r.o.global_batch,
+                                      r.o.global_batch, dp, d, &first, &cnt);
+            say(&b, "    dp rank %u (tp ranks read the same):", d);
+            for (uint64_t g = first; g < first + cnt && g < first + 6; g++) {
+                tks_sample_loc loc;
+                uint64_t w = tks_sampler_window(r.train, g);
+                tks_sampler_locate(r.train, w, &loc);
+                say(&b, " %llu->%llu:%u:%llu", (unsigned long long)g, (unsigned long long)w,
+                    loc.pieces[0].shard, (unsigned long long)loc.pieces[0].offset);
+            }
+            say(&b, cnt > 6 ? " ...\n" : "\n");
         }
-        say(&b, cnt > 8 ? " ...\n" : "\n");
+        if (dp > 4) say(&b, "    ... %u more dp ranks (tokshard sample-plan shows them all)\n", dp - 4);
     }
     *summary = b.s;
     run_free(&r);
@@ -279,44 +297,98 @@ static void options_json(const run *r, char *out, size_t cap) {
     json_decref(j);
 }
 
-static double evaluate(run *r, tks_model *m, uint32_t *tok, int32_t *ids, int32_t *tg, int *rc) {
-    double sum = 0;
-    uint64_t n = 0, total = r->o.eval_batches * r->o.global_batch;
-    uint64_t nw = tks_sampler_n_windows(r->val);
-    if (total > nw) total = nw - nw % r->micro; /* each validation window at most once */
-    for (uint64_t g = 0; g + r->micro <= total && !*rc; g += r->micro) {
-        double ls;
-        *rc = load_batch(r->val, g, r->micro, r->cfg.vocab_size, tok, ids, tg);
+/* Mean validation loss: the first eval_batches global batches of the
+ * validation sampler (the same samples at every evaluation), split over the
+ * data-parallel ranks like training batches. Collective. */
+static double evaluate(run *r, tks_model *m, tks_mesh *mesh, uint32_t *tok, int32_t *ids,
+                       int32_t *tg, int *rc) {
+    uint64_t nw = tks_sampler_n_windows(r->val), per = r->micro * (uint64_t)mesh->dp;
+    uint64_t total = r->o.eval_batches * r->o.global_batch;
+    if (total > nw) total = nw;
+    total -= total % per; /* whole rounds of every dp rank's micro-batch */
+    float acc[2] = {0, 0};  /* loss sum, tokens */
+    for (uint64_t g = 0; g < total && !*rc; g += per) {
+        double ls = 0;
+        *rc = load_batch(r->val, g + (uint64_t)mesh->dp_rank * r->micro, r->micro, r->cfg.vocab_size,
+                         tok, ids, tg);
+        *rc = tks_mesh_agree(mesh, *rc);
         if (!*rc) *rc = tks_model_forward(m, ids, tg, &ls);
-        sum += ls;
-        n += r->micro * r->o.seq_len;
+        acc[0] += (float)ls;
+        acc[1] += (float)(r->micro * r->o.seq_len);
     }
-    return n ? sum / (double)n : NAN;
+    if (!*rc && mesh->dp > 1) *rc = mesh->group[TKS_GROUP_DP]->allreduce_sum(mesh->group[TKS_GROUP_DP], acc, 2);
+    return acc[1] > 0 ? acc[0] / acc[1] : NAN;
+}
+
+/* Sum of squares of this rank's share of the gradient: its ZeRO slice, with
+ * replicated (tp SPLIT_NONE) tensors counted on tp rank 0 only, so that the
+ * sum over the dp_shard and tp groups counts every element once. */
+static double grad_sumsq(tks_model *m, int tp_rank, size_t b, size_t e) {
+    tks_backend *be = tks_model_backend(m);
+    const float *g = tks_model_grads(m);
+    size_t np;
+    const tks_param *P = tks_model_params(m, &np);
+    double s = 0;
+    for (size_t i = 0; i < np; i++) {
+        if (P[i].split == TKS_SPLIT_NONE && tp_rank != 0) continue;
+        size_t a = P[i].offset, z = a + P[i].lrows * P[i].lcols;
+        if (a < b) a = b;
+        if (z > e) z = e;
+        if (a < z) s += be->sumsq(be, g + a, z - a);
+    }
+    return s;
+}
+
+static void comm_totals(tks_mesh *mesh, uint64_t out[4]) {
+    memset(out, 0, 4 * sizeof *out);
+    for (int k = 0; k < TKS_N_GROUPS; k++)
+        for (int j = 0; j < 4; j++) out[j] += mesh->group[k]->bytes[j];
+}
+
+int tks_train_rank(void) {
+    int w, r;
+    return tks_mesh_world(&w, &r) ? 0 : r;
 }
 
 int tks_train(const tks_train_opts *in) {
     run r;
     int rc = resolve(in, &r);
+    tks_mesh *mesh = NULL;
     tks_backend *be = NULL;
     tks_model *m = NULL;
     tks_optim *opt = NULL;
     FILE *metrics = NULL;
     uint32_t *tok = NULL;
     int32_t *ids = NULL, *tg = NULL;
+    float *gslice = NULL;
     char ckdir[PATH_MAX] = "", path[PATH_MAX];
     tks_train_opts *o = &r.o;
-    if (!rc && !o->out_dir) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--out RUN_DIR is required");
-    if (!rc) rc = mkdir_p(o->out_dir);
+    if (!rc) rc = tks_mesh_create(&r.shape, &mesh);
+    if (rc) {
+        run_free(&r);
+        return rc;
+    }
+    int lead = mesh->rank == 0;
+    tks_comm *tpc = mesh->group[TKS_GROUP_TP], *shc = mesh->group[TKS_GROUP_DP_SHARD],
+             *repc = mesh->group[TKS_GROUP_DP_REPLICATE], *dpc = mesh->group[TKS_GROUP_DP],
+             *world = mesh->group[TKS_GROUP_WORLD];
+    if (!o->out_dir) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--out RUN_DIR is required");
     if (!rc) rc = tks_path_join(ckdir, sizeof ckdir, o->out_dir, "checkpoints");
-    if (!rc) rc = mkdir_p(ckdir);
+    if (!rc && lead) rc = mkdir_p(ckdir);
     if (!rc && !(be = tks_cpu_backend_create(o->threads)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    if (!rc) rc = tks_model_create(&r.cfg, be, NULL, (int)r.micro, (int)o->seq_len, &m);
+    if (!rc)
+        rc = tks_model_create_ex(&r.cfg, be, tpc, (int)r.micro, (int)o->seq_len, (size_t)mesh->shape.dp_shard, &m);
     tks_adamw_opts ao = {.lr = o->lr, .min_lr = o->min_lr, .warmup = o->warmup_steps,
                          .total = o->steps, .beta1 = o->beta1, .beta2 = o->beta2,
                          .eps = o->adam_eps, .weight_decay = o->weight_decay,
                          .grad_clip = o->grad_clip};
-    if (!rc) rc = tks_optim_create(m, &ao, 0, tks_model_n_local(m), &opt);
+    /* this rank's ZeRO slice of the tp-local flat buffer */
+    size_t n_flat = m ? tks_model_n_flat(m) : 0, n_slice = n_flat / (size_t)mesh->shape.dp_shard;
+    size_t sb = (size_t)mesh->shard * n_slice, se = sb + n_slice;
+    if (!rc) rc = tks_optim_create(m, &ao, sb, se, &opt);
+    if (!rc && shc->size > 1 && !(gslice = be->alloc(be, (n_slice ? n_slice : 1) * sizeof *gslice)))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     uint64_t step = 0, cursor = 0;
     if (!rc && o->resume) {
         rc = tks_checkpoint_load(o->resume, m, opt);
@@ -330,59 +402,84 @@ int tks_train(const tks_train_opts *in) {
     ids = malloc(N * sizeof *ids);
     tg = malloc(N * sizeof *tg);
     if (!rc && (!tok || !ids || !tg)) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    if (!rc && (rc = tks_path_join(path, sizeof path, o->out_dir, "metrics.jsonl")) == 0 &&
+    if (!rc && lead && (rc = tks_path_join(path, sizeof path, o->out_dir, "metrics.jsonl")) == 0 &&
         !(metrics = fopen(path, "a")))
         rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s: %s", path, strerror(errno));
+    rc = tks_mesh_agree(mesh, rc);
     tks_train_state st = {.seed = o->seed, .seq_len = o->seq_len, .global_batch = o->global_batch,
                           .val_tokens = o->val_tokens, .manifest_xxh3 = r.ds ? tks_dataset_manifest_xxh3(r.ds) : 0};
     if (r.ds) memcpy(st.tokenizer_fp, tks_dataset_tokenizer(r.ds)->fingerprint, 16);
     options_json(&r, st.options_json, sizeof st.options_json);
 
     double t_start = omp_get_wtime(), tokens_step = (double)(o->global_batch * o->seq_len);
-    uint64_t first_step = step;
+    uint64_t first_step = step, saved_step = UINT64_MAX, comm0[4];
     while (!rc && step < o->steps) {
         double t0 = omp_get_wtime(), loss_sum = 0;
+        comm_totals(mesh, comm0);
         tks_model_zero_grad(m);
         for (uint64_t k = 0; k < r.n_micro && !rc; k++) {
             uint64_t first, cnt, mf, mc;
             double ls = 0;
-            rc = tks_sampler_rank_slice_at(cursor, o->global_batch, 1, 0, &first, &cnt);
+            rc = tks_sampler_rank_slice_at(cursor, o->global_batch, (uint32_t)mesh->dp,
+                                           (uint32_t)mesh->dp_rank, &first, &cnt);
             if (!rc) rc = tks_sampler_micro_slice(first, cnt, r.micro, k, &mf, &mc);
             if (!rc) rc = load_batch(r.train, mf, mc, r.cfg.vocab_size, tok, ids, tg);
+            /* a bad batch on any rank stops every rank, before any compute on it */
+            rc = tks_mesh_agree(mesh, rc);
             if (!rc) rc = tks_model_forward(m, ids, tg, &ls);
             if (!rc) rc = tks_model_backward(m, (float)(1.0 / tokens_step));
             loss_sum += ls;
         }
+        /* gradients: reduce-scatter in dp_shard, all-reduce in dp_replicate (HSDP) */
+        float *g = tks_model_grads(m);
+        if (!rc && shc->size > 1) {
+            rc = shc->reduce_scatter_sum(shc, gslice, g, n_slice);
+            if (!rc) be->copy(be, g + sb, gslice, n_slice * sizeof *g);
+        }
+        if (!rc && repc->size > 1) rc = repc->allreduce_sum(repc, g + sb, n_slice);
+        float red[3] = {0, (float)(loss_sum / tokens_step), o->stop && *o->stop ? 1.0f : 0.0f};
+        if (!rc) {
+            red[0] = (float)grad_sumsq(m, mesh->tp_rank, sb, se);
+            if (shc->size > 1) rc = shc->allreduce_sum(shc, red, 1);
+            if (!rc && tpc->size > 1) rc = tpc->allreduce_sum(tpc, red, 1);
+            if (!rc && dpc->size > 1) rc = dpc->allreduce_sum(dpc, red + 1, 1);
+            if (!rc && world->size > 1) rc = world->allreduce_max(world, red + 2, 1);
+        }
+        rc = tks_mesh_agree(mesh, rc);
         if (rc) break;
-        double gnorm = sqrt(be->sumsq(be, tks_model_grads(m), tks_model_n_local(m)));
+        double gnorm = sqrt((double)red[0]);
         float lr = tks_lr_at(&ao, step);
         if (!isfinite(gnorm)) {
             rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                           "step %llu: the gradient norm is not finite (loss %g): lower --lr; the "
-                          "last checkpoint is in %s", (unsigned long long)step + 1,
-                          loss_sum / tokens_step, ckdir);
+                          "last checkpoint is in %s", (unsigned long long)step + 1, (double)red[1], ckdir);
             break;
         }
         tks_optim_step(opt, (int64_t)step + 1, lr, tks_clip_scale(&ao, gnorm));
+        if (shc->size > 1) rc = shc->allgather(shc, tks_model_weights(m), tks_model_weights(m) + sb, n_slice);
+        if ((rc = tks_mesh_agree(mesh, rc))) break;
         step++;
         cursor += o->global_batch;
         double now = omp_get_wtime();
-        tks_step_info info = {.step = step, .steps = o->steps, .loss = loss_sum / tokens_step,
+        tks_step_info info = {.step = step, .steps = o->steps, .loss = red[1],
                               .lr = lr, .grad_norm = gnorm, .tokens_per_s = tokens_step / (now - t0),
                               .elapsed_s = now - t_start};
+        comm_totals(mesh, info.comm_bytes);
+        for (int j = 0; j < 4; j++) info.comm_bytes[j] -= comm0[j];
         info.eta_s = info.elapsed_s / (double)(step - first_step) * (double)(o->steps - step);
-        fprintf(metrics, "{\"step\": %llu, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
-                "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f}\n", (unsigned long long)step,
-                info.loss, info.lr, gnorm, info.tokens_per_s, info.elapsed_s);
-        int last = step == o->steps, stopping = (o->stop && *o->stop) || (o->stop_at && step >= o->stop_at);
+        if (metrics)
+            fprintf(metrics, "{\"step\": %llu, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
+                    "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f}\n", (unsigned long long)step,
+                    info.loss, info.lr, gnorm, info.tokens_per_s, info.elapsed_s);
+        int last = step == o->steps, stopping = red[2] > 0 || (o->stop_at && step >= o->stop_at);
         if (r.val && o->eval_every && (step % o->eval_every == 0 || last)) {
             info.is_eval = 1;
-            info.val_loss = evaluate(&r, m, tok, ids, tg, &rc);
+            info.val_loss = evaluate(&r, m, mesh, tok, ids, tg, &rc);
             if (rc) break;
-            fprintf(metrics, "{\"step\": %llu, \"val_loss\": %.6f}\n", (unsigned long long)step,
-                    info.val_loss);
+            if (metrics) fprintf(metrics, "{\"step\": %llu, \"val_loss\": %.6f}\n", (unsigned long long)step,
+                                 info.val_loss);
         }
-        fflush(metrics);
+        if (metrics) fflush(metrics);
         char ck[PATH_MAX] = "";
         if (last || stopping || (o->save_every && step % o->save_every == 0)) {
             char name[32];
@@ -390,20 +487,38 @@ int tks_train(const tks_train_opts *in) {
             st.step = step;
             st.cursor = cursor;
             rc = tks_path_join(ck, sizeof ck, ckdir, name);
-            if (!rc) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds));
-            if (!rc) rc = tks_checkpoint_prune(ckdir, o->keep_checkpoints);
+            if (!rc) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), shc, lead);
+            if (!rc && lead) rc = tks_checkpoint_prune(ckdir, o->keep_checkpoints);
+            if ((rc = tks_mesh_agree(mesh, rc))) break;
             info.checkpoint = ck;
+            saved_step = step;
         }
-        if (o->on_step) o->on_step(&info, o->ctx);
+        if (o->on_step && lead) o->on_step(&info, o->ctx);
         if (stopping) break;
+    }
+    /* a run that ends (or resumes) at its last step always leaves that state in --out */
+    if (!rc && step == o->steps && saved_step != step) {
+        char name[32], ck[PATH_MAX];
+        snprintf(name, sizeof name, "step-%08llu", (unsigned long long)step);
+        st.step = step;
+        st.cursor = cursor;
+        rc = tks_path_join(ck, sizeof ck, ckdir, name);
+        struct stat sbuf;
+        int exists = lead && stat(ck, &sbuf) == 0;
+        float ex = (float)exists;
+        if (!rc && world->size > 1) rc = world->allreduce_max(world, &ex, 1);
+        if (!rc && ex == 0) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), shc, lead);
+        rc = tks_mesh_agree(mesh, rc);
     }
     if (metrics) fclose(metrics);
     free(tok);
     free(ids);
     free(tg);
+    if (gslice) be->free(be, gslice);
     tks_optim_free(opt);
     tks_model_free(m);
     if (be) be->destroy(be);
+    tks_mesh_free(mesh);
     run_free(&r);
     return rc;
 }

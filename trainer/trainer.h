@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "../common/tks.h"
+#include "mesh.h"
 #include "model.h"
 #include "sampler.h"
 
@@ -40,6 +41,10 @@ typedef struct tks_train_opts {
     uint64_t save_every;          /* 0 = only at the end */
     unsigned keep_checkpoints;    /* newest K kept (0 = all) */
     int threads;                  /* 0 = OpenMP default */
+    /* parallel layout (docs/PARALLELISM.md): 0 = default (tp 1, dp_replicate 1,
+     * dp_shard = the rest of the world) */
+    int tp, dp_shard, dp_replicate;
+    int world;                    /* plan for this many processes (dry runs); 0 = as launched */
     /* progress: called once per step and once per evaluation on the calling thread */
     void (*on_step)(const tks_step_info *info, void *ctx);
     void *ctx;
@@ -53,7 +58,10 @@ struct tks_step_info {
     double loss;                  /* mean training loss of the step (nats per token) */
     double val_loss;
     double lr, grad_norm;         /* grad_norm before clipping */
-    double tokens_per_s;          /* this step's throughput */
+    double tokens_per_s;          /* this step's throughput (all ranks) */
+    uint64_t comm_bytes[4];       /* payload bytes this rank handed to collectives this step,
+                                   * by kind (comm.h: all-reduce, reduce-scatter, all-gather,
+                                   * broadcast), over all its groups */
     double elapsed_s, eta_s;
     const char *checkpoint;       /* non-NULL when a checkpoint was just written */
 };
@@ -74,8 +82,13 @@ void tks_train_opts_default(tks_train_opts *o);
 int tks_train_plan(const tks_train_opts *o, char **summary);
 
 /* Trains. Returns 0 when the steps are done or a stop was requested (a
- * checkpoint is saved in both cases). */
+ * checkpoint is saved in both cases). Under mpirun every rank calls it with
+ * the same options; only world rank 0 writes metrics, checkpoints and calls
+ * on_step. An error on any rank stops every rank with that rank's message. */
 int tks_train(const tks_train_opts *o);
+
+/* World rank of this process (0 without mpirun); initializes MPI if needed. */
+int tks_train_rank(void);
 
 /* The newest complete checkpoint of a run directory (RUN/checkpoints/step-N)
  * into out (cap bytes). Errors: TKS_ERR_IO when there is none. */
