@@ -23,7 +23,7 @@ typedef struct flag {
 } flag;
 
 static tks_train_opts O;
-static int dry_run, quiet, no_plot;
+static int dry_run, quiet, no_plot, check_mesh;
 static const char *plot_only;
 
 static const flag FLAGS[] = {
@@ -68,6 +68,7 @@ static const flag FLAGS[] = {
     {"--dp-replicate", F_U32, &O.dp_replicate, "data-parallel replicas of the shards (0 = 1)"},
     {"--world", F_U32, &O.world, "plan for this many processes (with --dry-run, without mpirun)"},
     {"--dry-run", F_BOOL, &dry_run, "print the resolved run, model size, memory and first samples; train nothing"},
+    {"--check-mesh", F_BOOL, &check_mesh, "build the communicators, verify them against the plan, print the groups that exist, and exit"},
     {"--no-plot", F_BOOL, &no_plot, "do not write loss.svg at the end"},
     {"--plot", F_STR, &plot_only, "only (re)draw RUN_DIR/loss.svg from RUN_DIR/metrics.jsonl"},
     {"--quiet", F_BOOL, &quiet, "no per-step progress lines"},
@@ -181,6 +182,46 @@ static int rank_error(void) {
     return e->code == TKS_ERR_INTERRUPTED ? EXIT_INTERRUPTED : EXIT_USAGE;
 }
 
+/* --check-mesh: the groups as the communicators have them, gathered from every
+ * rank, printed by rank 0 (each distinct group once). */
+static int mesh_check(void) {
+    int world, rank;
+    tks_mesh_shape shape;
+    tks_mesh *mesh = NULL;
+    if (tks_mesh_world(&world, &rank) || tks_mesh_resolve(world, O.tp, O.dp_shard, O.dp_replicate, &shape) ||
+        tks_mesh_create(&shape, &mesh))
+        return rank_error();
+    tks_comm *w = mesh->group[TKS_GROUP_WORLD];
+    float *mine = malloc((size_t)world * sizeof *mine), *all = malloc((size_t)world * world * sizeof *all);
+    if (rank == 0) {
+        char *d = tks_mesh_describe(&shape);
+        printf("plan\n%sgroups as built (gathered from every rank's communicators):\n", d ? d : "");
+        free(d);
+    }
+    for (int k = TKS_GROUP_TP; k <= TKS_GROUP_DP && mine && all; k++) {
+        tks_comm *g = mesh->group[k];
+        for (int i = 0; i < world; i++) mine[i] = i < g->size ? (float)g->members[i] : -1.0f;
+        if (w->allgather(w, all, mine, (size_t)world)) return rank_error();
+        if (rank != 0) continue;
+        int count = 0, size = g->size;
+        printf("  %-13s", tks_group_name((tks_group_kind)k));
+        for (int r = 0; r < world; r++) {
+            const float *m = all + (size_t)r * world;
+            if ((int)m[0] != r) continue; /* listed by its first member */
+            printf(" [");
+            for (int i = 0; i < world && m[i] >= 0; i++) printf(i ? " %d" : "%d", (int)m[i]);
+            printf("]");
+            count++;
+        }
+        printf("  -> %d group(s) of %d\n", count, size);
+    }
+    if (rank == 0) printf("mesh verified: every rank's groups match the plan\n");
+    free(mine);
+    free(all);
+    tks_mesh_free(mesh);
+    return 0;
+}
+
 static int run(int argc, char **argv) {
     tks_cli_prog = "tokshard-train";
     tks_train_opts_default(&O);
@@ -202,6 +243,10 @@ static int run(int argc, char **argv) {
                                                        f->type == F_FLOAT ? "number" : "count");
     }
     if (plot_only) return plot(plot_only);
+    if (check_mesh) {
+        g_rank = tks_train_rank();
+        return mesh_check();
+    }
     if (!O.dataset_dir) return tks_cli_usage_error("--dataset DIR is required");
     if (!O.out_dir && !dry_run) return tks_cli_usage_error("--out RUN_DIR is required");
     char latest[PATH_MAX];

@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# Multi-process tests (mpirun --oversubscribe, tiny models, 2 cores): the same
+# losses, samples and checkpoints whatever the dp_replicate x dp_shard x tp
+# layout, the mesh check, invalid layouts, and bad ids refused alike.
+# Usage: test_parallel.sh BIN_DIR WORKDIR CASE   (needs the train_setup dataset)
+#   CASE: layouts | tp3 | mesh | checkpoint | refuse
+set -uo pipefail
+BIN=$1
+W=$2
+CASE=$3
+TKS=$BIN/tokshard
+TRAIN=$BIN/tokshard-train
+FORGE=$BIN/forge_token
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# keep OpenMPI quiet and local in containers
+export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+fails=0
+fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
+ok() { echo "ok   [$CASE]: $*"; }
+D=$W/train/setup/data
+W=$W/parallel-$CASE
+rm -rf "$W" && mkdir -p "$W"
+cd "$W" || exit 2
+[[ -d $D ]] || { echo "no dataset at $D (train_setup)"; exit 2; }
+MPI=(mpirun --oversubscribe)
+# 8 heads / 4 kv heads (GQA) so that tp 4 splits both
+M=(--dim 32 --n-layers 2 --n-heads 8 --n-kv-heads 4 --seq-len 32 --global-batch 8 --micro-batch 2
+  --lr 1e-2 --warmup 3 --val-tokens 4096 --eval-every 10 --threads 1 --quiet --no-plot)
+# run LABEL NP [flags...]: trains into run-LABEL; NP 0 = without mpirun
+run() {
+  local label=$1 np=$2
+  shift 2
+  if [[ $np -eq 0 ]]; then
+    "$TRAIN" --dataset "$D" --out "run-$label" "$@" >"log-$label" 2>&1
+  else
+    "${MPI[@]}" -np "$np" "$TRAIN" --dataset "$D" --out "run-$label" "$@" >"log-$label" 2>&1
+  fi
+  local rc=$?
+  [[ $rc -eq 0 ]] || fail "$label: exit $rc: $(grep -v '^ ' "log-$label" | tail -3)"
+  return $rc
+}
+# same_losses A B FROM TO: steps FROM..TO of A and B agree within 1e-5 relative
+same_losses() {
+  python3 - "run-$1/metrics.jsonl" "run-$2/metrics.jsonl" "$3" "$4" <<'EOF'
+import json, sys
+def losses(p):
+    d = {}
+    for line in open(p):
+        j = json.loads(line)
+        if "loss" in j: d[j["step"]] = j["loss"]
+    return d
+a, b, lo, hi = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+worst = 0.0
+for s in range(lo, hi + 1):
+    if s not in a or s not in b:
+        print(f"step {s} missing"); sys.exit(1)
+    worst = max(worst, abs(a[s] - b[s]) / abs(a[s]))
+print(f"max relative loss difference over steps {lo}..{hi}: {worst:.2e}")
+sys.exit(0 if worst <= 1e-5 else 1)
+EOF
+}
+
+case $CASE in
+layouts)
+  # reference: one process; then every layout the issue names, 20 steps each
+  run ref 0 "${M[@]}" --steps 20 || exit 1
+  for L in "1 1 2" "1 1 4" "1 2 1" "2 1 1" "1 2 2" "2 2 1" "2 2 2"; do
+    read -r rep sh tp <<<"$L"
+    np=$((rep * sh * tp))
+    label="r${rep}s${sh}t${tp}"
+    run "$label" $np "${M[@]}" --steps 20 --dp-replicate "$rep" --dp-shard "$sh" --tp "$tp" || continue
+    if out=$(same_losses ref "$label" 1 20); then ok "($rep,$sh,$tp) on $np processes: $out"; else
+      fail "($rep,$sh,$tp): $out"; fi
+    # the samples of every step are the same set as with one process
+    "$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --dp $((rep * sh)) --tp "$tp" --steps 0:20 \
+      --val-tokens 4096 --seed 1337 --json >"plan-$label.json"
+    [[ -f plan-ref.json ]] || "$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --steps 0:20 \
+      --val-tokens 4096 --seed 1337 --json >plan-ref.json
+    python3 - plan-ref.json "plan-$label.json" <<'EOF' && ok "($rep,$sh,$tp): per-step sample sets equal" || fail "($rep,$sh,$tp): sample sets differ"
+import json, sys, collections
+def steps(p):
+    d = json.load(open(p))
+    out = collections.defaultdict(set)
+    for st in d["steps"]:
+        for rk in st["ranks"]:
+            for smp in rk["samples"]:
+                out[st["step"]].add(smp["window"])
+    return out
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+assert a == b and len(a) == 20, "differ"
+EOF
+  done
+  ;;
+
+tp3)
+  # tp = 3 over a vocabulary 3 does not divide (1000 -> padded 1152), heads 6 / kv 3
+  M3=(--dim 48 --n-layers 2 --n-heads 6 --n-kv-heads 3 --ffn-dim 96 --seq-len 32 --global-batch 6
+    --micro-batch 3 --lr 1e-2 --warmup 3 --val-tokens 4096 --eval-every 10 --threads 1 --quiet --no-plot)
+  run ref3 0 "${M3[@]}" --steps 20 || exit 1
+  run t3 3 "${M3[@]}" --steps 20 --tp 3 || exit 1
+  if out=$(same_losses ref3 t3 1 20); then ok "tp 3, vocab 1000: $out"; else fail "tp 3: $out"; fi
+  run t3d 6 "${M3[@]}" --steps 20 --tp 3 --dp-shard 2 || exit 1
+  if out=$(same_losses ref3 t3d 1 20); then ok "tp 3 x dp_shard 2: $out"; else fail "tp 3 x dp_shard 2: $out"; fi
+  for r in t3 t3d; do
+    python3 - "run-$r/checkpoints/step-00000020/model.safetensors" <<'EOF' && ok "$r: embeddings saved as [1000, 48], not the padded 1152" || fail "$r: checkpoint shapes"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+assert h["model.embed_tokens.weight"]["shape"] == [1000, 48], h["model.embed_tokens.weight"]
+assert h["lm_head.weight"]["shape"] == [1000, 48]
+assert h["model.layers.0.mlp.down_proj.weight"]["shape"] == [48, 96]
+EOF
+  done
+  ;;
+
+mesh)
+  "${MPI[@]}" -np 16 "$TRAIN" --check-mesh --dp-replicate 2 --dp-shard 8 >out 2>err
+  code=$?
+  [[ $code -eq 0 ]] && ok "16 processes, dp_replicate 2 x dp_shard 8: verified" || fail "check-mesh: exit $code $(tail -3 err)"
+  grep -q "dp_shard      \[0 1 2 3 4 5 6 7\] \[8 9 10 11 12 13 14 15\]  -> 2 group(s) of 8" out &&
+    ok "built: 2 dp_shard groups of 8" || fail "dp_shard groups: $(grep dp_shard out)"
+  grep -q "dp_replicate  \[0 8\] \[1 9\].*-> 8 group(s) of 2" out && ok "built: 8 dp_replicate groups of 2" ||
+    fail "dp_replicate groups: $(grep dp_replicate out)"
+  # a bug that builds one 16-way shard group (CONTEXT.md, failure 3) is refused
+  TOKSHARD_TEST_MESH_FAULT=merge-dp "${MPI[@]}" -x TOKSHARD_TEST_MESH_FAULT -np 16 "$TRAIN" --check-mesh \
+    --dp-replicate 2 --dp-shard 8 >out 2>err
+  code=$?
+  [[ $code -ne 0 ]] && grep -q "the dp_shard group that was built has 16 members" err &&
+    grep -q "refusing to run a layout other than the one asked for" err &&
+    ok "a 16-way shard group is refused (exit $code)" || fail "merged dp groups not caught: $(tail -3 err)"
+  # invalid layouts: each refused before anything runs, naming the numbers and the fix
+  check_refused() { # NP MESSAGE flags...
+    local np=$1 msg=$2
+    shift 2
+    "${MPI[@]}" -np "$np" "$TRAIN" --dataset "$D" --out x "${M[@]}" --steps 2 "$@" >out 2>err
+    local code=$?
+    if [[ $code -eq 2 ]] && grep -q -- "$msg" err; then ok "np $np $*: refused"; else
+      fail "np $np $*: exit $code, stderr $(grep -v '^ ' err | head -2)"
+    fi
+  }
+  check_refused 4 "must equal the number of processes" --dp-shard 3 --dp-replicate 2
+  check_refused 4 "launch a multiple of 3" --tp 3
+  check_refused 8 "--tp 8 does not divide --n-kv-heads 4" --tp 8
+  check_refused 3 "global batch 8 is not divisible" --dp-shard 3
+  check_refused 2 "divisible" --dp-shard 2 --micro-batch 3
+  "$TRAIN" --dataset "$D" --out x "${M[@]}" --steps 2 --tp 2 >out 2>err
+  [[ $? -eq 2 ]] && grep -q "the world has 1 processes.*launch a multiple of 2 processes (mpirun -np N)" err &&
+    ok "tp 2 without mpirun: refused" || fail "tp 2 without mpirun: $(cat err)"
+  "$TRAIN" --dataset "$D" --dry-run --world 16 --dp-replicate 2 --tp 2 "${M[@]}" --global-batch 16 \
+    --micro-batch 1 >out 2>err
+  grep -q "world 16 = dp_replicate 2 x dp_shard 4 x tp 2" out && grep -q "tp            8 group(s) of 2" out &&
+    ok "--dry-run --world 16 shows the mesh" || fail "dry run: $(head -c 400 out) $(cat err)"
+  ;;
+
+checkpoint)
+  # train under (1,2,2) with checkpoints at 4 and 8
+  run a 4 "${M[@]}" --steps 8 --save-every 4 --dp-shard 2 --tp 2 || exit 1
+  C4=run-a/checkpoints/step-00000004
+  # the same weights saved from any layout give byte-identical files
+  for L in "1 4 1" "1 1 4" "2 1 2" "1 1 1"; do
+    read -r rep sh tp <<<"$L"
+    np=$((rep * sh * tp))
+    label="save-r${rep}s${sh}t${tp}"
+    if [[ $np -eq 1 ]]; then run "$label" 0 "${M[@]}" --steps 4 --resume $C4 || continue; else
+      run "$label" $np "${M[@]}" --steps 4 --resume $C4 --dp-replicate "$rep" --dp-shard "$sh" --tp "$tp" || continue; fi
+    for f in model.safetensors optimizer.safetensors config.json; do
+      cmp -s "$C4/$f" "run-$label/checkpoints/step-00000004/$f" && ok "($rep,$sh,$tp): $f byte-identical" ||
+        fail "($rep,$sh,$tp): $f differs"
+    done
+  done
+  # a checkpoint saved under (1,2,2) resumes under other layouts and continues the same curve
+  for L in "1 4 1" "1 1 4" "2 1 2"; do
+    read -r rep sh tp <<<"$L"
+    label="resume-r${rep}s${sh}t${tp}"
+    run "$label" $((rep * sh * tp)) "${M[@]}" --steps 8 --resume $C4 --dp-replicate "$rep" --dp-shard "$sh" --tp "$tp" || continue
+    if out=$(same_losses a "$label" 5 8); then ok "(1,2,2) -> ($rep,$sh,$tp), steps 5..8: $out"; else
+      fail "resume under ($rep,$sh,$tp): $out"; fi
+  done
+  ;;
+
+refuse)
+  # an out-of-range id is refused with the same message at tp 1 and tp 2
+  read -r sh off < <("$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --steps 0:1 \
+    --val-tokens 4096 --seed 1337 | awk '/ sample 1 / {print $(NF-3), $(NF-1)}')
+  cp -r "$D" bad
+  "$FORGE" bad "$sh" $((off + 10)) 1000 >/dev/null || fail "forge"
+  "$TRAIN" --dataset bad --out x1 "${M[@]}" --steps 4 >out1 2>err1
+  c1=$?
+  "${MPI[@]}" -np 2 "$TRAIN" --dataset bad --out x2 "${M[@]}" --steps 4 --tp 2 >out2 2>err2
+  c2=$?
+  "${MPI[@]}" -np 4 "$TRAIN" --dataset bad --out x4 "${M[@]}" --steps 4 --tp 2 --dp-shard 2 >out4 2>err4
+  c4=$?
+  m1=$(grep "^tokshard-train: error" err1)
+  m2=$(grep "^tokshard-train: error" err2)
+  m4=$(grep "^tokshard-train: error" err4)
+  [[ $c1 -eq 2 && $c2 -eq 2 && $c4 -eq 2 ]] && ok "exit 2 at tp 1, tp 2 and tp 2 x dp_shard 2" ||
+    fail "exit codes $c1 $c2 $c4"
+  [[ -n $m1 && "$m1" == "$m2" && "$m1" == "$m4" ]] && ok "the same message everywhere: $m1" ||
+    fail "messages differ: [$m1] [$m2] [$m4]"
+  echo "$m1" | grep -q "token offset $((off + 10))" && ok "it names shard $sh and token offset $((off + 10))" ||
+    fail "message lacks the offset: $m1"
+  [[ $(grep -c "^tokshard-train: error" err2) -eq 1 ]] && ok "printed once, by rank 0" || fail "printed $(grep -c error err2) times"
+  ;;
+*)
+  echo "unknown case $CASE" >&2
+  exit 2
+  ;;
+esac
+if [[ $fails -ne 0 ]]; then
+  echo "test_parallel [$CASE]: $fails check(s) failed" >&2
+  exit 1
+fi
+echo "test_parallel [$CASE]: all checks passed"
