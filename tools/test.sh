@@ -12,6 +12,7 @@ if [[ "${1:-}" == "--sanitize" ]]; then
   cmake_args=(-DCMAKE_BUILD_TYPE=Debug -DTKS_SANITIZE=ON -DTKS_WERROR=ON)
   shift
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fi
 [[ "${1:-}" == "--" ]] && shift
