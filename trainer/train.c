@@ -467,10 +467,17 @@ int tks_train(const tks_train_opts *in) {
         comm_totals(mesh, info.comm_bytes);
         for (int j = 0; j < 4; j++) info.comm_bytes[j] -= comm0[j];
         info.eta_s = info.elapsed_s / (double)(step - first_step) * (double)(o->steps - step);
-        if (metrics)
+        if (metrics) {
             fprintf(metrics, "{\"step\": %llu, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
-                    "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f}\n", (unsigned long long)step,
+                    "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f", (unsigned long long)step,
                     info.loss, info.lr, gnorm, info.tokens_per_s, info.elapsed_s);
+            if (mesh->world > 1) /* rank 0's payload bytes per collective kind this step */
+                fprintf(metrics, ", \"comm_bytes\": {\"allreduce\": %llu, \"reduce_scatter\": %llu, "
+                        "\"allgather\": %llu}", (unsigned long long)info.comm_bytes[TKS_COLL_ALLREDUCE],
+                        (unsigned long long)info.comm_bytes[TKS_COLL_REDUCE_SCATTER],
+                        (unsigned long long)info.comm_bytes[TKS_COLL_ALLGATHER]);
+            fputs("}\n", metrics);
+        }
         int last = step == o->steps, stopping = red[2] > 0 || (o->stop_at && step >= o->stop_at);
         if (r.val && o->eval_every && (step % o->eval_every == 0 || last)) {
             info.is_eval = 1;
