@@ -16,7 +16,7 @@ static unsigned char *slurp(const char *p, size_t *n) {
     fseek(f, 0, SEEK_END);
     *n = (size_t)ftell(f);
     fseek(f, 0, SEEK_SET);
-    unsigned char *b = aligned_alloc(64, *n + 64);
+    unsigned char *b = aligned_alloc(64, (*n + 64 + 63) & ~(size_t)63);
     if (fread(b, 1, *n, f) != *n) exit(2);
     fclose(f);
     return b;

@@ -47,7 +47,7 @@ static unsigned char *slurp(const char *path, size_t *n) {
     fseek(f, 0, SEEK_END);
     long sz = ftell(f);
     fseek(f, 0, SEEK_SET);
-    unsigned char *b = aligned_alloc(64, (size_t)sz + 64);
+    unsigned char *b = aligned_alloc(64, ((size_t)sz + 64 + 63) & ~(size_t)63);
     if (fread(b, 1, (size_t)sz, f) != (size_t)sz) { fclose(f); free(b); return NULL; }
     fclose(f);
     *n = (size_t)sz;
@@ -257,7 +257,7 @@ static void test_corruption(void) {
     /* every single bit flip is caught by audit; outside the token section, by open too */
     int fd = open(path, O_RDWR);
     size_t missed = 0, open_missed = 0;
-    unsigned char *img = aligned_alloc(64, n + 64);
+    unsigned char *img = aligned_alloc(64, (n + 64 + 63) & ~(size_t)63);
     memcpy(img, orig, n);
     for (size_t byte = 0; byte < n; byte++) {
         for (int bit = 0; bit < 8; bit++) {
