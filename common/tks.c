@@ -189,6 +189,11 @@ int tks_path_join(char *out, size_t cap, const char *dir, const char *name) {
 }
 
 int tks_write_file_atomic(const char *path, const void *data, size_t size) {
+    tks_piece one = {data, size};
+    return tks_write_file_pieces(path, &one, 1);
+}
+
+int tks_write_file_pieces(const char *path, const tks_piece *pieces, size_t n) {
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE, "path too long: %s", path);
@@ -196,7 +201,12 @@ int tks_write_file_atomic(const char *path, const void *data, size_t size) {
     if (fd < 0)
         return tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE, "cannot create %s: %s",
                         tmp, strerror(errno));
-    int rc = tks_pwrite_all(fd, data, size, 0, tmp);
+    int rc = 0;
+    uint64_t at = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (pieces[i].size) rc = tks_pwrite_all(fd, pieces[i].data, pieces[i].size, at, tmp);
+        at += pieces[i].size;
+    }
     if (!rc && fsync(fd) != 0)
         rc = tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE, "cannot fsync %s: %s",
                       tmp, strerror(errno));

@@ -103,10 +103,22 @@ int tks_unhex(const char *hex, uint8_t *bytes, size_t n);
 
 /*
  * Crash-safe publishing (write to a temporary name, fsync, rename, fsync dir).
- * tks_write_file_atomic writes `size` bytes to `path` via "path.tmp-<pid>".
- * Errors: TKS_ERR_IO, TKS_ERR_NOSPACE (ENOSPC/EFBIG/EDQUOT).
+ * tks_write_file_atomic writes `size` bytes to `path` via "path.tmp-<pid>";
+ * on failure the temporary file is removed and an existing `path` is untouched.
+ * Errors: TKS_ERR_IO, TKS_ERR_NOSPACE (ENOSPC/EFBIG/EDQUOT), TKS_ERR_ARG.
  */
 int tks_write_file_atomic(const char *path, const void *data, size_t size);
+
+/* One piece of a file written by tks_write_file_pieces (data may be NULL
+ * when size is 0). */
+typedef struct tks_piece {
+    const void *data;
+    size_t size;
+} tks_piece;
+
+/* As tks_write_file_atomic, writing pieces[0..n) back to back without
+ * concatenating them in memory. */
+int tks_write_file_pieces(const char *path, const tks_piece *pieces, size_t n);
 
 /* fsync the directory containing `path` (so a rename is durable). */
 int tks_fsync_dir(const char *dir);

@@ -358,44 +358,21 @@ int tks_st_write(const char *path, const tks_st_tensor *tensors, size_t n,
     int rc = plan(path, tensors, n, metadata, n_metadata, &p);
     if (rc) return rc;
 
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        plan_free(&p);
-        return tks_fail(TKS_ERR_ARG, path, NONE, NONE, "path too long: %s", path);
-    }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int e = errno;
-        plan_free(&p);
-        return tks_fail(tks_write_errno_code(e), tmp, NONE, NONE, "cannot create %s: %s", tmp,
-                        strerror(e));
-    }
+    /* [8-byte header size][header][tensors in file order], written crash-safely */
     uint8_t len[8];
     put_le64(len, p.hlen);
-    rc = tks_pwrite_all(fd, len, 8, 0, tmp);
-    if (!rc) rc = tks_pwrite_all(fd, p.header, p.hlen, 8, tmp);
-    uint64_t at = 8 + p.hlen;
-    for (size_t i = 0; !rc && i < n; i++) {
-        rc = tks_pwrite_all(fd, p.order[i]->data, p.order[i]->nbytes, at, tmp);
-        at += p.order[i]->nbytes;
+    tks_piece *pc = malloc((n + 2) * sizeof *pc);
+    if (!pc) {
+        plan_free(&p);
+        return tks_fail(TKS_ERR_NOMEM, path, NONE, NONE, "out of memory writing %s", path);
     }
+    pc[0] = (tks_piece){len, 8};
+    pc[1] = (tks_piece){p.header, p.hlen};
+    for (size_t i = 0; i < n; i++) pc[2 + i] = (tks_piece){p.order[i]->data, p.order[i]->nbytes};
+    rc = tks_write_file_pieces(path, pc, n + 2);
+    free(pc);
     plan_free(&p);
-    if (!rc && fsync(fd) != 0)
-        rc = tks_fail(tks_write_errno_code(errno), tmp, NONE, NONE, "cannot fsync %s: %s", tmp,
-                      strerror(errno));
-    if (close(fd) != 0 && !rc)
-        rc = tks_fail(tks_write_errno_code(errno), tmp, NONE, NONE, "cannot close %s: %s", tmp,
-                      strerror(errno));
-    if (!rc && rename(tmp, path) != 0)
-        rc = tks_fail(TKS_ERR_IO, path, NONE, NONE, "cannot rename %s to %s: %s", tmp, path,
-                      strerror(errno));
-    if (rc) {
-        unlink(tmp);
-        return rc;
-    }
-    char d[PATH_MAX];
-    snprintf(d, sizeof d, "%s", path);
-    return tks_fsync_dir(dirname(d));
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------
