@@ -5,32 +5,12 @@
 # `setup` trains the tokenizers the other cases share (a ctest fixture).
 # Every check compares real output or exit codes; any failure exits 1.
 set -uo pipefail
+source "$(dirname "$0")/lib.sh"
 TKS=$1
 W=$2
 CASE=$3
 GCIDE=/usr/share/dictd/gcide.dict.dz
 PYDOC=/usr/share/doc/python3.11/html/_sources
-fails=0
-fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
-ok() { echo "ok   [$CASE]: $*"; }
-# expect CODE DESCRIPTION -- command...: runs, checks the exit code, keeps stderr in $W/err
-expect() {
-  local want=$1 what=$2
-  shift 3
-  "$@" >"$W/out" 2>"$W/err"
-  local got=$?
-  if [[ $got -ne $want ]]; then
-    fail "$what: exit $got, expected $want; stderr: $(head -c 600 "$W/err")"
-    return 1
-  fi
-  ok "$what (exit $got)"
-}
-# expect_msg PATTERN: the last command's stderr must match
-expect_msg() {
-  if grep -Eq -- "$1" "$W/err"; then ok "message matches '$1'"; else
-    fail "message does not match '$1': $(head -c 600 "$W/err")"
-  fi
-}
 same_dataset() { # A B: every file byte-identical
   if diff -r "$1" "$2" >/dev/null; then ok "$3: byte-identical"; else
     fail "$3: $1 and $2 differ: $(diff -rq "$1" "$2" | head -3)"
@@ -308,8 +288,4 @@ cli)
   ;;
 esac
 
-if [[ $fails -ne 0 ]]; then
-  echo "test_build [$CASE]: $fails check(s) failed" >&2
-  exit 1
-fi
-echo "test_build [$CASE]: all checks passed"
+finish test_build

@@ -3,6 +3,7 @@
  * index monotonicity, manifest and tokenizer mismatches).
  * Usage: test_dataset WORKDIR   (exit 0 = all checks passed) */
 #define _GNU_SOURCE
+#include "check.h"
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -14,16 +15,6 @@
 
 #include "dataset/dataset.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-        }                                                                  \
-    } while (0)
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint64_t next_rand(void) { /* splitmix64 */

@@ -10,6 +10,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include "check.h"
 #include "tokenize/tokenize.h"
 
 #include <stdarg.h>
@@ -20,18 +21,8 @@
 #include <time.h>
 #include <xxhash.h>
 
-static int g_failures;
 static const char *W; /* work dir */
 
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            g_failures++;                                                       \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fprintf(stderr, "\n");                                              \
-        }                                                                       \
-    } while (0)
 
 #define U(x) ((unsigned long long)(x))
 
@@ -65,7 +56,7 @@ static int sh(const char *fmt, ...) {
     va_end(ap);
     int rc = system(cmd);
     if (rc != 0) {
-        g_failures++;
+        failures++;
         fprintf(stderr, "FAIL: command exited with %d: %s\n", rc, cmd);
     }
     return rc;
@@ -123,7 +114,7 @@ static result read_paths(const char *const *paths, size_t n, const tks_input_opt
         if (d.len == 0 || d.ordinal != expect_ordinal++ || !d.source || d.line == 0) {
             fprintf(stderr, "FAIL: bad doc fields: len %zu ordinal %llu line %llu\n", d.len,
                     U(d.ordinal), U(d.line));
-            g_failures++;
+            failures++;
         }
         uint64_t len = d.len;
         XXH3_64bits_update(h, &len, sizeof len);
@@ -327,7 +318,7 @@ static void test_utf8_random(void) {
         size_t ba = tks_utf8_sanitize((const char *)in, n, (char *)a, &la);
         size_t bb = ref_sanitize(in, n, b, &lb);
         if (ba != bb || la != lb || memcmp(a, b, la)) {
-            g_failures++;
+            failures++;
             fprintf(stderr, "FAIL: sanitize differs from the reference on:");
             for (size_t i = 0; i < n; i++) fprintf(stderr, " %02X", in[i]);
             fprintf(stderr, " (%zu vs %zu subsequences)\n", ba, bb);
@@ -335,7 +326,7 @@ static void test_utf8_random(void) {
         }
         size_t lc = 0;
         if (tks_utf8_sanitize((const char *)a, la, (char *)b, &lc) != 0 || lc != la) {
-            g_failures++;
+            failures++;
             fprintf(stderr, "FAIL: sanitized output is not valid UTF-8\n");
             return;
         }
@@ -1339,8 +1330,8 @@ int main(int argc, char **argv) {
     test_policies();
     test_gcide();
 
-    if (g_failures) {
-        fprintf(stderr, "%d check(s) failed\n", g_failures);
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;
     }
     printf("all input checks passed\n");

@@ -1,6 +1,7 @@
 /* test_mesh.c - layout planning without MPI: resolution and its error
  * messages, coordinates, group membership for every shape up to 16
  * processes, and the model's tp divisibility checks. Exit 0 = all passed. */
+#include "check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,16 +10,6 @@
 #include "trainer/mesh.h"
 #include "trainer/model.h"
 
-static int failures;
-#define CHECK(c, ...)                                                           \
-    do {                                                                        \
-        if (!(c)) {                                                             \
-            failures++;                                                         \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #c);        \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fprintf(stderr, "\n");                                              \
-        }                                                                       \
-    } while (0)
 
 static void expect_refused(int world, int tp, int sh, int rep, const char *needle) {
     tks_mesh_shape s;

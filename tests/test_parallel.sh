@@ -5,6 +5,7 @@
 # Usage: test_parallel.sh BIN_DIR WORKDIR CASE   (needs the train_setup dataset)
 #   CASE: layouts | tp3 | mesh | checkpoint | refuse
 set -uo pipefail
+source "$(dirname "$0")/lib.sh"
 BIN=$1
 W=$2
 CASE=$3
@@ -14,9 +15,6 @@ FORGE=$BIN/forge_token
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # keep OpenMPI quiet and local in containers
 export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
-fails=0
-fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
-ok() { echo "ok   [$CASE]: $*"; }
 D=$W/train/setup/data
 W=$W/parallel-$CASE
 rm -rf "$W" && mkdir -p "$W"
@@ -206,8 +204,4 @@ refuse)
   exit 2
   ;;
 esac
-if [[ $fails -ne 0 ]]; then
-  echo "test_parallel [$CASE]: $fails check(s) failed" >&2
-  exit 1
-fi
-echo "test_parallel [$CASE]: all checks passed"
+finish test_parallel

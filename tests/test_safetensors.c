@@ -19,6 +19,7 @@
  * (LLVMFuzzerTestOneInput, no main), running the same check as --replay.
  */
 #define _GNU_SOURCE
+#include "check.h"
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -165,16 +166,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
  * Test helpers
  * ------------------------------------------------------------------------- */
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-        }                                                                   \
-    } while (0)
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint64_t next_rand(void) { /* splitmix64 */

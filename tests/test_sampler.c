@@ -6,6 +6,7 @@
  * read the right tokens; train/validation split; out-of-range ids.
  * Usage: test_sampler WORKDIR   (exit 0 = all checks passed) */
 #define _GNU_SOURCE
+#include "check.h"
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,16 +16,6 @@
 #include "dataset/dataset.h"
 #include "trainer/sampler.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-        }                                                                  \
-    } while (0)
 
 typedef unsigned long long ull;
 

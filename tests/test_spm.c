@@ -10,6 +10,7 @@
  * there). Exit status 0 only when every check passed.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "check.h"
 #include <errno.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -28,17 +29,7 @@
 #define N_HELD 2000   /* following lines, never seen in training */
 #define VOCAB 2000u
 
-static int failures;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 /* Checks a library call; prints its error context on failure. */
 #define CHECK_OK(call)                                                                             \

@@ -4,6 +4,7 @@
 #   CASE: setup | train | resume | safety | checkpoint | cli
 # `setup` builds the small dataset the other cases share (a ctest fixture).
 set -uo pipefail
+source "$(dirname "$0")/lib.sh"
 BIN=$1
 W=$2
 CASE=$3
@@ -11,25 +12,6 @@ TKS=$BIN/tokshard
 TRAIN=$BIN/tokshard-train
 GEN=$BIN/tokshard-generate
 FORGE=$BIN/forge_token
-fails=0
-fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
-ok() { echo "ok   [$CASE]: $*"; }
-expect() { # CODE WHAT -- cmd...
-  local want=$1 what=$2
-  shift 3
-  "$@" >"$W/out" 2>"$W/err"
-  local got=$?
-  if [[ $got -ne $want ]]; then
-    fail "$what: exit $got, expected $want; stderr: $(tail -c 600 "$W/err")"
-    return 1
-  fi
-  ok "$what (exit $got)"
-}
-expect_msg() {
-  if grep -Eq -- "$1" "$W/err"; then ok "message matches '$1'"; else
-    fail "message does not match '$1': $(tail -c 600 "$W/err")"
-  fi
-}
 S=$W/setup
 W=$W/$CASE-run
 rm -rf "$W" && mkdir -p "$W"
@@ -188,8 +170,4 @@ cli)
   exit 2
   ;;
 esac
-if [[ $fails -ne 0 ]]; then
-  echo "test_train [$CASE]: $fails check(s) failed" >&2
-  exit 1
-fi
-echo "test_train [$CASE]: all checks passed"
+finish test_train

@@ -239,6 +239,12 @@ static void fuzz_dataset(uint8_t sel, const char *dir) {
     } else {
         FUZZ_CHECK(orc < 0 && tks_last_error()->code == orc);
     }
+    if (getenv("TKS_FUZZ_VERBOSE")) { /* to read what a reproducer does */
+        fprintf(stderr, "fuzz_audit: %s: dataset_open %d (%s), audit %zu problem(s)\n", dir, orc,
+                orc ? tks_last_error()->message : "ok", r->n_problems_total);
+        for (size_t i = 0; i < r->n_problems; i++)
+            fprintf(stderr, "  %s: %s\n", tks_strerror(r->problems[i].code), r->problems[i].message);
+    }
     /* The audit checks everything the opener checks (and the chunks): a clean
      * audit means the dataset opens. */
     if (r->n_problems_total == 0) FUZZ_CHECK(orc == 0);
