@@ -55,5 +55,7 @@ int main(int argc, char **argv) {
     memcpy(at, new_hx, 16);
     spit(mpath, m, mn);
     printf("forged id %llu at %s token %llu\n", (unsigned long long)id, path, (unsigned long long)off);
+    free(b);
+    free(m);
     return 0;
 }

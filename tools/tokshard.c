@@ -153,7 +153,9 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
 static int cmd_build(int argc, char **argv) {
     tks_build_opts o;
     tks_build_opts_default(&o);
-    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    /* positional arguments are collected in place at the front of argv: slot
+     * n_in is always one already consumed by the parser, so nothing is lost */
+    const char **inputs = (const char **)argv;
     size_t n_in = 0;
     int quiet = 0;
     uint64_t v64;
@@ -202,7 +204,6 @@ static int cmd_build(int argc, char **argv) {
     tks_build_stats st;
     int rc = tks_build(&o, &st);
     if (o.progress) fprintf(stderr, "\n");
-    free(inputs);
     if (rc) return tks_cli_lib_error();
     if (!quiet) print_build_summary(&st, o.out_dir);
     return 0;
@@ -254,7 +255,9 @@ static int cmd_train_tokenizer(int argc, char **argv) {
     tks_input_opts io;
     tks_input_opts_default(&io);
     io.split = TKS_SPLIT_FILE;
-    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    /* positional arguments are collected in place at the front of argv: slot
+     * n_in is always one already consumed by the parser, so nothing is lost */
+    const char **inputs = (const char **)argv;
     size_t n_in = 0;
     uint64_t v64;
     tks_args a = {argc, 0, argv, NULL, {0}};
@@ -297,7 +300,6 @@ static int cmd_train_tokenizer(int argc, char **argv) {
     int rc = tks_input_open(inputs, n_in, &io, &src.in);
     double t0 = omp_get_wtime();
     if (!rc) rc = tks_spm_train(&t, next_sentence, &src);
-    free(inputs);
     tks_input_free(src.in);
     if (rc) return tks_cli_lib_error();
     printf("trained %s.model (%s, vocab %u) from %llu lines in %.1f s\n", t.model_prefix,
