@@ -405,7 +405,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
 
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
     size_t batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20);
-    uint64_t n_batches = 0, docs_read = 0;
+    uint64_t n_batches = 0, docs_read = 0, docs_committed = 0, tokens_committed = 0;
     int done = 0;
     tks_doc doc;
     while (!rc && !done) {
@@ -476,6 +476,8 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
             }
             int published = 0;
             rc = tks_writer_add(w, v->ids, v->n, b.ordinal[i], &published);
+            docs_committed++;
+            tokens_committed += v->n;
             if (!rc && published) {
                 size_t ns;
                 const tks_shard_info *si = tks_writer_shards(w, &ns);
@@ -490,12 +492,11 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
         if (rc) break;
         if (o->progress) {
             const tks_input_stats *is = tks_input_get_stats(in);
-            size_t ns;
-            tks_writer_shards(w, &ns);
             tks_build_progress p = {.bytes_in = is->bytes_in, .total_bytes_in = tks_input_total_bytes(in),
                                     .bytes_text = is->bytes_text, .docs_read = docs_read,
-                                    .shards = st.n_shards, .seconds = omp_get_wtime() - t0};
-            for (size_t i = 0; i < st.n_shards; i++) {
+                                    .shards = st.n_shards, .seconds = omp_get_wtime() - t0,
+                                    .docs_written = docs_committed, .tokens_written = tokens_committed};
+            for (size_t i = 0; i < stats->resumed_shards; i++) { /* kept from before a resume */
                 p.docs_written += st.shards[i].n_docs;
                 p.tokens_written += st.shards[i].n_tokens;
             }
