@@ -306,13 +306,9 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
         if (have_manifest) {
             tks_shard fake = {.base = s->base, .size = s->size, .h = s->h};
             snprintf(fake.path, sizeof fake.path, "%s", s->path);
-            if (tks__shard_matches(&fake, &minfo[i], &tok, m_chunk_bytes) != 0)
+            if (tks__shard_matches(&fake, &minfo[i], &tok, m_token_bytes, m_chunk_bytes) != 0)
                 problem(r, cap, tks_last_error()->code, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE,
                         TKS_NONE, s->path, "%s", tks_last_error()->message);
-            if (s->h.token_bytes != m_token_bytes)
-                problem(r, cap, TKS_ERR_MANIFEST, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE,
-                        TKS_NONE, s->path, "token_bytes %u, manifest says %u", s->h.token_bytes,
-                        m_token_bytes);
         } else if (s->h.shard_index != s->shard_no && S_ISDIR(st.st_mode)) {
             problem(r, cap, TKS_ERR_HEADER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     s->path, "header says shard %u", s->h.shard_index);

@@ -34,7 +34,7 @@ int tks__manifest_parse(const char *text, size_t len, const char *path, tks_toke
                         tks_shard_info **shards_out, size_t *n_out, uint32_t *token_bytes,
                         uint32_t *chunk_bytes);
 int tks__shard_matches(const tks_shard *s, const tks_shard_info *si, const tks_tokenizer_info *tok,
-                       uint32_t chunk_bytes);
+                       uint32_t token_bytes, uint32_t chunk_bytes);
 /* Reads a whole (small) file into a malloc'd NUL-terminated buffer. */
 int tks__read_small_file(const char *path, char **text, size_t *len);
 

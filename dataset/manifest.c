@@ -187,6 +187,21 @@ int tks__manifest_parse(const char *text, size_t len, const char *path, tks_toke
         sh[i].max_token_id = (uint32_t)mx;
         for (int k = 0; k < 8; k++) sh[i].header_xxh3 = sh[i].header_xxh3 << 8 | hb[k];
     }
+    /* the totals must be the sums of the shard records */
+    json_t *tot = rc ? NULL : json_object_get(m, "totals");
+    if (!rc) {
+        uint64_t docs = 0, toks = 0, tn = 0, td = 0, tt = 0;
+        for (size_t i = 0; i < n; i++) docs += sh[i].n_docs, toks += sh[i].n_tokens;
+        if (!json_is_object(tot) || get_u64(tot, "n_shards", &tn) || get_u64(tot, "n_docs", &td) ||
+            get_u64(tot, "n_tokens", &tt) || tn != n || td != docs || tt != toks)
+            rc = tks_fail(TKS_ERR_MANIFEST, path, TKS_NONE, TKS_NONE,
+                          "%s: \"totals\" (%llu shards, %llu documents, %llu tokens) disagree with "
+                          "the shard list (%zu, %llu, %llu): the manifest was edited or is corrupt; "
+                          "rebuild the dataset",
+                          path, (unsigned long long)tn, (unsigned long long)td,
+                          (unsigned long long)tt, n, (unsigned long long)docs,
+                          (unsigned long long)toks);
+    }
     json_decref(m);
     if (rc) {
         free(sh);
@@ -199,7 +214,7 @@ int tks__manifest_parse(const char *text, size_t len, const char *path, tks_toke
 
 
 int tks__shard_matches(const tks_shard *s, const tks_shard_info *si, const tks_tokenizer_info *tok,
-                       uint32_t chunk_bytes) {
+                       uint32_t token_bytes, uint32_t chunk_bytes) {
     const tks_shard_header *h = tks_shard_hdr(s);
     const char *p = tks_shard_path(s);
     const struct { const char *what; uint64_t got, want; } f[] = {
@@ -212,6 +227,7 @@ int tks__shard_matches(const tks_shard *s, const tks_shard_info *si, const tks_t
         {"shard_index", h->shard_index, si->index},
         {"vocab_size", h->vocab_size, tok->vocab_size},
         {"chunk_bytes", h->chunk_bytes, chunk_bytes},
+        {"token_bytes", h->token_bytes, token_bytes},
         {"bos_id", h->bos_id, tok->bos_id},
         {"eos_id", h->eos_id, tok->eos_id},
         {"pad_id", h->pad_id, tok->pad_id},
@@ -299,7 +315,7 @@ int tks_dataset_open(const char *dir, tks_dataset **out) {
         if (!rc) rc = tks_shard_open(sp, &ds->shards[i]);
         if (rc) break;
         ds->n_shards = i + 1;
-        rc = tks__shard_matches(ds->shards[i], &si[i], &ds->tok, ds->chunk_bytes);
+        rc = tks__shard_matches(ds->shards[i], &si[i], &ds->tok, ds->token_bytes, ds->chunk_bytes);
         const tks_shard_header *h = tks_shard_hdr(ds->shards[i]);
         ds->n_tokens += h->n_tokens;
         ds->n_docs += h->n_docs;

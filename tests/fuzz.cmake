@@ -50,7 +50,8 @@ if(TKS_FUZZ)
       # linked into everything that uses the libraries.
       set(_tks_lib_fuzz_flags -fsanitize=fuzzer-no-link)
       if(NOT TKS_SANITIZE)
-        list(APPEND _tks_lib_fuzz_flags -fsanitize=address,undefined -fno-omit-frame-pointer)
+        list(APPEND _tks_lib_fuzz_flags -fsanitize=address,undefined -fno-omit-frame-pointer
+             -fno-sanitize-recover=undefined)
       endif()
       foreach(lib tks_common tks_dataset tks_tokenize)
         target_compile_options(${lib} PRIVATE ${_tks_lib_fuzz_flags})
@@ -60,8 +61,9 @@ if(TKS_FUZZ)
       endforeach()
       foreach(t ${TKS_FUZZ_TARGETS})
         add_executable(${t} ${TKS_FUZZ_DIR}/${t}.c)
+        # UB must stop the run (a report the fuzzer cannot see is not a finding)
         target_compile_options(${t} PRIVATE -fsanitize=fuzzer,address,undefined
-                               -fno-omit-frame-pointer)
+                               -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
         target_link_options(${t} PRIVATE -fsanitize=fuzzer,address,undefined)
         target_link_libraries(${t} PRIVATE tks_tokenize)
         # The libFuzzer binary itself runs the corpus once (-runs=0: no mutation).

@@ -366,6 +366,18 @@ static void test_corruption(void) {
     CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_MANIFEST, "manifest n_docs edit not caught");
     CHECK(audit_problems(dir, &code) >= 1 && code == TKS_ERR_MANIFEST, "audit: manifest edit");
     spit(mp, man, mlen);
+    /* token_bytes contradicting the shards, and totals contradicting the shard list */
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"token_bytes\": 2,/\"token_bytes\": 4,/' '%s'", mp);
+    CHECK(system(cmd) == 0, "sed");
+    CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_MANIFEST && strstr(tks_last_error()->message, "token_bytes"),
+          "manifest token_bytes edit not caught: %s", tks_last_error()->message);
+    spit(mp, man, mlen);
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"n_shards\": 1,/\"n_shards\": 2,/' '%s'", mp);
+    CHECK(system(cmd) == 0, "sed");
+    CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_MANIFEST && strstr(tks_last_error()->message, "totals"),
+          "manifest totals edit not caught: %s", tks_last_error()->message);
+    CHECK(audit_problems(dir, &code) >= 1 && code == TKS_ERR_MANIFEST, "audit: totals edit");
+    spit(mp, man, mlen);
     snprintf(cmd, sizeof cmd, "cp '%s' '%s/shard-00001.tks'", path, dir);
     CHECK(system(cmd) == 0, "cp");
     CHECK(audit_problems(dir, &code) >= 1 && code == TKS_ERR_MANIFEST, "stray shard");

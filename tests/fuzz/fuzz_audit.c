@@ -18,6 +18,8 @@
  *
  * The two directories are made once per process (writer API, manifest
  * writer) and removed at exit; per input only one file is rewritten.
+ * TKS_FUZZ_VERBOSE=1 in the environment prints what the opener and the audit
+ * said about each dataset input (to read a reproducer).
  */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -243,7 +245,8 @@ static void fuzz_dataset(uint8_t sel, const char *dir) {
         fprintf(stderr, "fuzz_audit: %s: dataset_open %d (%s), audit %zu problem(s)\n", dir, orc,
                 orc ? tks_last_error()->message : "ok", r->n_problems_total);
         for (size_t i = 0; i < r->n_problems; i++)
-            fprintf(stderr, "  %s: %s\n", tks_strerror(r->problems[i].code), r->problems[i].message);
+            fprintf(stderr, "  %s: %s\n", tks_strerror(r->problems[i].code),
+                    r->problems[i].message);
     }
     /* The audit checks everything the opener checks (and the chunks): a clean
      * audit means the dataset opens. */
