@@ -80,7 +80,7 @@ resume)
   cmp -s full/checkpoints/step-00000016/optimizer.safetensors part/checkpoints/step-00000016/optimizer.safetensors &&
     ok "final optimizer.safetensors byte-identical" || fail "final optimizer state differs"
   # Ctrl-C saves a checkpoint and exits 130; resuming finishes the run identically
-  "$TRAIN" --dataset "$S/data" --out int --steps 400 "${M[@]}" --eval-every 0 &
+  "$TRAIN" --dataset "$S/data" --out int --steps 1000000 "${M[@]}" --eval-every 0 &
   pid=$!
   sleep 2
   kill -INT $pid

@@ -15,7 +15,7 @@ pkgs=(
   libarchive-dev zlib1g-dev
   libxxhash-dev xxhash
   libjansson-dev
-  libopenblas-dev
+  libopenblas-openmp-dev
   openmpi-bin libopenmpi-dev
   # real corpus used by the main job and the tests
   dict-gcide python3.11-doc
