@@ -169,89 +169,77 @@ static void cpu_rope(tks_backend *be, float *x, int B, int T, int H, int HD, int
     free(cs);
 }
 
+/* Attention per (batch, head) as two sgemm calls around a masked softmax:
+ * S = scale Q K^T, P = softmax(S) (causal), O = P V. Strided views: a head's
+ * rows in q are NH*HD apart, in k and v NKV*HD apart. Inside the parallel
+ * loop OpenBLAS's OpenMP build runs each call on the calling thread. */
 static void cpu_attention_fwd(tks_backend *be, float *out, float *probs, const float *q,
                               const float *k, const float *v, int B, int T, int NH, int NKV,
                               int HD) {
-    int group = NH / NKV;
+    int group = NH / NKV, qs = NH * HD, ks = NKV * HD;
     float scale = 1.0f / sqrtf((float)HD);
 #pragma omp parallel for collapse(2) schedule(static) num_threads(NT(be))
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             int g = h / group;
+            const float *Q = q + (size_t)b * T * qs + (size_t)h * HD;
+            const float *K = k + (size_t)b * T * ks + (size_t)g * HD;
+            const float *V = v + (size_t)b * T * ks + (size_t)g * HD;
+            float *P = probs + ((size_t)b * NH + h) * T * T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, Q, qs, K, ks, 0.0f,
+                        P, T);
             for (int t = 0; t < T; t++) {
-                const float *qt = q + (((size_t)b * T + t) * NH + h) * HD;
-                float *p = probs + (((size_t)b * NH + h) * T + t) * T;
-                float mx = -INFINITY;
-                for (int u = 0; u <= t; u++) {
-                    const float *ku = k + (((size_t)b * T + u) * NKV + g) * HD;
-                    float s = 0;
-                    for (int d = 0; d < HD; d++) s += qt[d] * ku[d];
-                    s *= scale;
-                    p[u] = s;
-                    if (s > mx) mx = s;
-                }
-                float sum = 0;
-                for (int u = 0; u <= t; u++) {
-                    p[u] = expf(p[u] - mx);
-                    sum += p[u];
-                }
+                float *p = P + (size_t)t * T, mx = -INFINITY, sum = 0;
+                for (int u = 0; u <= t; u++) mx = p[u] > mx ? p[u] : mx;
+                for (int u = 0; u <= t; u++) sum += (p[u] = expf(p[u] - mx));
                 float inv = 1.0f / sum;
                 for (int u = 0; u <= t; u++) p[u] *= inv;
                 for (int u = t + 1; u < T; u++) p[u] = 0;
-                float *o = out + (((size_t)b * T + t) * NH + h) * HD;
-                memset(o, 0, (size_t)HD * sizeof *o);
-                for (int u = 0; u <= t; u++) {
-                    const float *vu = v + (((size_t)b * T + u) * NKV + g) * HD;
-                    for (int d = 0; d < HD; d++) o[d] += p[u] * vu[d];
-                }
             }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, V, ks, 0.0f,
+                        out + (size_t)b * T * qs + (size_t)h * HD, qs);
         }
 }
 
+/* Backward per (batch, kv head), so that the dK and dV of a kv head are
+ * written by one task: for each query head h of the group,
+ *   dP = dO V^T, dS = P o (dP - rowsum(P o dP)) * scale,
+ *   dQ = dS K,  dK += dS^T Q,  dV += P^T dO. */
 static void cpu_attention_bwd(tks_backend *be, float *dq, float *dk, float *dv, const float *dout,
                               const float *probs, const float *q, const float *k, const float *v,
                               int B, int T, int NH, int NKV, int HD) {
-    int group = NH / NKV;
+    int group = NH / NKV, qs = NH * HD, ks = NKV * HD;
     float scale = 1.0f / sqrtf((float)HD);
-    /* one task per (batch, kv head): dk and dv of that head are written by it alone */
 #pragma omp parallel for collapse(2) schedule(static) num_threads(NT(be))
     for (int b = 0; b < B; b++)
         for (int g = 0; g < NKV; g++) {
-            float *ds = malloc((size_t)T * sizeof *ds);
-            for (int u = 0; u < T; u++) {
-                memset(dk + (((size_t)b * T + u) * NKV + g) * HD, 0, (size_t)HD * sizeof(float));
-                memset(dv + (((size_t)b * T + u) * NKV + g) * HD, 0, (size_t)HD * sizeof(float));
-            }
-            for (int h = g * group; h < (g + 1) * group; h++)
+            float *dS = malloc((size_t)T * T * sizeof *dS);
+            const float *K = k + (size_t)b * T * ks + (size_t)g * HD;
+            const float *V = v + (size_t)b * T * ks + (size_t)g * HD;
+            float *dK = dk + (size_t)b * T * ks + (size_t)g * HD;
+            float *dV = dv + (size_t)b * T * ks + (size_t)g * HD;
+            for (int h = g * group; h < (g + 1) * group; h++) {
+                const float *P = probs + ((size_t)b * NH + h) * T * T;
+                const float *Q = q + (size_t)b * T * qs + (size_t)h * HD;
+                const float *dO = dout + (size_t)b * T * qs + (size_t)h * HD;
+                float beta = h == g * group ? 0.0f : 1.0f; /* the first head writes, the rest add */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, dO, qs, V, ks,
+                            0.0f, dS, T);
                 for (int t = 0; t < T; t++) {
-                    const float *p = probs + (((size_t)b * NH + h) * T + t) * T;
-                    const float *go = dout + (((size_t)b * T + t) * NH + h) * HD;
-                    const float *qt = q + (((size_t)b * T + t) * NH + h) * HD;
-                    float dot = 0;
-                    for (int u = 0; u <= t; u++) {
-                        const float *vu = v + (((size_t)b * T + u) * NKV + g) * HD;
-                        float *dvu = dv + (((size_t)b * T + u) * NKV + g) * HD;
-                        float dp = 0;
-                        for (int d = 0; d < HD; d++) {
-                            dp += go[d] * vu[d];
-                            dvu[d] += p[u] * go[d];
-                        }
-                        ds[u] = dp;
-                        dot += p[u] * dp;
-                    }
-                    float *dqt = dq + (((size_t)b * T + t) * NH + h) * HD;
-                    memset(dqt, 0, (size_t)HD * sizeof *dqt);
-                    for (int u = 0; u <= t; u++) {
-                        float s = p[u] * (ds[u] - dot) * scale;
-                        const float *ku = k + (((size_t)b * T + u) * NKV + g) * HD;
-                        float *dku = dk + (((size_t)b * T + u) * NKV + g) * HD;
-                        for (int d = 0; d < HD; d++) {
-                            dqt[d] += s * ku[d];
-                            dku[d] += s * qt[d];
-                        }
-                    }
+                    const float *p = P + (size_t)t * T;
+                    float *d = dS + (size_t)t * T, dot = 0;
+                    for (int u = 0; u <= t; u++) dot += p[u] * d[u];
+                    for (int u = 0; u <= t; u++) d[u] = p[u] * (d[u] - dot) * scale;
+                    for (int u = t + 1; u < T; u++) d[u] = 0;
                 }
-            free(ds);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, dS, T, K, ks,
+                            0.0f, dq + (size_t)b * T * qs + (size_t)h * HD, qs);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, dS, T, Q, qs, beta,
+                            dK, ks);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, dO, qs, beta,
+                            dV, ks);
+            }
+            free(dS);
         }
 }
 
