@@ -9,7 +9,7 @@
 #            threads, same real data): configs "main" (dim 128, 4 layers, seq 128,
 #            batch 16) and "large" (dim 256, 6 layers, seq 256, batch 8), at
 #            --threads N (all cores) and 1, and N again with OMP_WAIT_POLICY=passive
-#            for both (see TRAINER_RESULTS.md: idle libgomp threads spinning against
+#            for both (see docs/BENCHMARKS.md: idle libgomp threads spinning against
 #            OpenBLAS's pthreads). Median of --timed-steps steps after --warmup-steps
 #            untimed ones; ratio ours / PyTorch.
 #   part 2a  tokens/s at 1 and 2 processes (main config): --threads 1, --threads 2,
