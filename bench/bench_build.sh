@@ -20,8 +20,12 @@
 #   --runs N         timed runs per build tool, median reported [3]
 #   --audit-runs N   timed runs per audit tool, median reported [5]
 #   --threads N      the "N threads" figure [nproc]
-#   --large          also build the linux-source-6.1 tarball (~1.3 GB; installs the
-#                    Debian package if missing; takes several minutes on 2 cores)
+#   --phases LIST    which of build,audit,large,hugedoc to run [build,audit]
+#   --large          adds the phases large and hugedoc: build the linux-source-6.1 tarball (~1.3 GB; installs the
+#                    Debian package if missing; ~5 minutes on 2 cores), and time one
+#                    build of its largest file (24 MB) as one document
+#   --append PREFIX  add the runs to bench/results/PREFIX.{tsv,meta.tsv} (a run that
+#                    stopped part way) instead of starting a new results file
 #   --work DIR       scratch directory: corpus, tokenizer, datasets [/var/tmp/tokshard-bench]
 #   --bin PATH       tokshard binary [build-bench/bin/tokshard, built if missing]
 #   --max-wait S     longest wait for an idle machine before a phase [900]
@@ -42,12 +46,16 @@ MAX_WAIT=900
 WAIT=1
 KEEP=0
 QUICK=0
+PHASES="build,audit"
+APPEND=""
 while (($#)); do
   case "$1" in
     --runs) RUNS="$2"; shift 2 ;;
     --audit-runs) AUDIT_RUNS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
     --large) LARGE=1; shift ;;
+    --append) APPEND="$2"; shift 2 ;;
+    --phases) PHASES="$2"; shift 2 ;;
     --work) WORK="$2"; shift 2 ;;
     --bin) BIN="$2"; shift 2 ;;
     --max-wait) MAX_WAIT="$2"; shift 2 ;;
@@ -59,12 +67,13 @@ while (($#)); do
   esac
 done
 
+[[ $LARGE == 1 ]] && PHASES="$PHASES,large,hugedoc"
 PY=/usr/bin/python3   # Debian's interpreter: it has python3-sentencepiece and numpy
 say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # ---------------------------------------------------------------- prerequisites
 "$ROOT/tools/install-deps.sh" --bench >&2
-if [[ $LARGE == 1 && ! -f /usr/src/linux-source-6.1.tar.xz ]]; then
+if [[ ,$PHASES, == *,large,* || ,$PHASES, == *,hugedoc,* ]] && [[ ! -f /usr/src/linux-source-6.1.tar.xz ]]; then
   say "installing linux-source-6.1 (for --large)"
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends linux-source-6.1 >/dev/null
@@ -86,17 +95,25 @@ done
 mkdir -p "$WORK" "$HERE/results"
 HOST="$(hostname -s)"
 STAMP="$(date +%Y%m%d-%H%M%S)"
-RES="$HERE/results/$STAMP-$HOST"
-RAW="$RES.tsv"
-META="$RES.meta.tsv"
-printf 'name\trun\twall_s\trss_kb\tuser_s\tsys_s\tforeign_cpu_s\tbytes\tload1_before\n' > "$RAW"
+if [[ -n $APPEND ]]; then
+  RES="$HERE/results/${APPEND%.tsv}"
+  RAW="$RES.tsv"
+  META="$RES.meta.tsv"
+  [[ -f $RAW && -f $META ]] || { echo "bench_build.sh: --append: no $RAW or $META" >&2; exit 2; }
+else
+  RES="$HERE/results/$STAMP-$HOST"
+  RAW="$RES.tsv"
+  META="$RES.meta.tsv"
+  printf 'name\trun\twall_s\trss_kb\tuser_s\tsys_s\tforeign_cpu_s\tbytes\tload1_before\tdisturbed\n' > "$RAW"
+fi
 HZ="$(getconf CLK_TCK)"
 
 # ------------------------------------------------------------------ helpers
 busy_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9; exit}' /proc/stat; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
-# Waits until the machine is idle: 1-minute load < 0.5 and < 10% CPU busy over 5 s.
+# Waits until the machine is idle: 1-minute load < 0.5 and < 10% CPU busy over
+# 5 s. Called before each phase.
 wait_idle() {
   [[ $WAIT == 1 ]] || return 0
   local start=$SECONDS a b
@@ -106,7 +123,7 @@ wait_idle() {
     if awk -v l="$(load1)" 'BEGIN{exit !(l < 0.5)}' && ((busy < 10)); then return 0; fi
     if ((SECONDS - start > MAX_WAIT)); then
       say "machine still busy after ${MAX_WAIT}s (load $(load1), ${busy}% CPU): measuring anyway"
-      echo "warning	busy: load $(load1), ${busy}% CPU at $(date +%T)" >> "$META"
+      echo "warning	phase started busy: load $(load1), ${busy}% CPU at $(date +%T)" >> "$META"
       return 0
     fi
     say "waiting for an idle machine (load $(load1), ${busy}% CPU busy)"
@@ -114,36 +131,67 @@ wait_idle() {
   done
 }
 
-# measure NAME RUN BYTES [--stdin FILE] [--stdout FILE] -- CMD...
-# Records wall s, peak RSS KB, user/sys s, and the CPU seconds other processes
-# used during the run (system busy time minus the command's own).
+# Waits (up to 5 minutes) until other processes leave the CPUs alone for 2 s.
+# Called before each run: the load average lags, our own previous run is in it.
+wait_quiet() {
+  [[ $WAIT == 1 ]] || return 0
+  local start=$SECONDS a b
+  while :; do
+    a=$(busy_jiffies); sleep 2; b=$(busy_jiffies)
+    (( (b - a) * 100 / (2 * HZ * $(nproc)) < 10 )) && return 0
+    ((SECONDS - start > 300)) && return 0
+    sleep 3
+  done
+}
+
+# measure NAME RUN BYTES [--stdin FILE] [--clean DIR] -- CMD...
+# Runs CMD (stdout to /dev/null) under /usr/bin/time and records wall s, peak
+# RSS KB, user/sys s, and the CPU seconds other processes used meanwhile
+# (system busy time minus the command's own). A run that other processes
+# disturbed (foreign CPU > 5% of the machine for its duration) is recorded as
+# such and repeated (--tries N attempts in all, default 4); summarize.py uses
+# the undisturbed runs. --clean DIR: rm -rf DIR and DIR.partial before each attempt.
 measure() {
   local name=$1 run=$2 bytes=$3; shift 3
-  local in=/dev/null out=/dev/null
+  local in=/dev/null clean="" tries=4
   while [[ $1 != -- ]]; do
-    case "$1" in --stdin) in=$2 ;; --stdout) out=$2 ;; esac; shift 2
+    case "$1" in --stdin) in=$2 ;; --clean) clean=$2 ;; --tries) tries=$2 ;; esac; shift 2
   done
   shift
-  local tf="$WORK/time.out" l0 j0 j1
-  l0=$(load1); j0=$(busy_jiffies)
-  if ! /usr/bin/time -o "$tf" -f '%e %M %U %S' "$@" < "$in" > "$out" 2> "$WORK/last.err"; then
-    cat "$WORK/last.err" >&2
-    echo "bench_build.sh: $name failed: $*" >&2
-    exit 1
-  fi
-  j1=$(busy_jiffies)
-  local wall rss u s
-  read -r wall rss u s < <(tail -n 1 "$tf")
-  local foreign
-  foreign=$(awk -v j=$((j1 - j0)) -v hz="$HZ" -v u="$u" -v s="$s" 'BEGIN{f=j/hz-u-s; if(f<0)f=0; printf "%.2f", f}')
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$run" "$wall" "$rss" "$u" "$s" "$foreign" "$bytes" "$l0" >> "$RAW"
-  say "$(printf '%-20s run %s: %7.2f s  %7d KB  (foreign CPU %s s)' "$name" "$run" "$wall" "$rss" "$foreign")"
+  local tf="$WORK/time.out" l0 j0 j1 wall rss u s foreign disturbed attempt
+  for ((attempt = 1; attempt <= tries; attempt++)); do
+    [[ -n $clean ]] && rm -rf "$clean" "$clean.partial"
+    wait_quiet
+    l0=$(load1); j0=$(busy_jiffies)
+    [[ $1 == repeat ]] && set -- "$HERE/repeat.sh" "${@:2}"
+    if ! /usr/bin/time -o "$tf" -f '%e %M %U %S' "$@" < "$in" > /dev/null 2> "$WORK/last.err"; then
+      cat "$WORK/last.err" >&2
+      echo "bench_build.sh: $name failed: $*" >&2
+      exit 1
+    fi
+    j1=$(busy_jiffies)
+    read -r wall rss u s < <(tail -n 1 "$tf")
+    foreign=$(awk -v j=$((j1 - j0)) -v hz="$HZ" -v u="$u" -v s="$s" 'BEGIN{f=j/hz-u-s; if(f<0)f=0; printf "%.2f", f}')
+    disturbed=$(awk -v f="$foreign" -v w="$wall" -v n="$(nproc)" 'BEGIN{m=0.05*w*n; if(m<0.05)m=0.05; print (f>m)?1:0}')
+    [[ $WAIT == 1 ]] || disturbed=0
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$run" "$wall" "$rss" "$u" "$s" "$foreign" "$bytes" "$l0" "$disturbed" >> "$RAW"
+    say "$(printf '%-24s run %s: %7.2f s  %8d KB  foreign CPU %5s s%s' "$name" "$run" "$wall" "$rss" "$foreign" "$( ((disturbed)) && echo ' (disturbed, again)')")"
+    ((disturbed)) || break
+  done
 }
+
+# An audit of a few hundred MB takes well under 0.1 s, below what /usr/bin/time
+# resolves: each timed audit run is REPS passes over the shards (~8 GB in all),
+# process start included, for every tool alike.
+reps_for() { awk -v b="$1" 'BEGIN{r=int(8e9/b+0.999); print (r<1)?1:(r>100)?100:r}'; }
 
 filesize() { stat -c %s "$@" | awk '{s+=$1} END{print s}'; }
 
 # ------------------------------------------------------------ environment
-{
+if [[ -n $APPEND ]]; then
+  printf 'appended\t%s phases %s, tokshard %s, git %s\n' "$(date -Iseconds)" "$PHASES" "$("$BIN" --version)" \
+    "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')" >> "$META"
+else {
   printf 'date\t%s\n' "$(date -Iseconds)"
   printf 'host\t%s\n' "$HOST"
   printf 'cpu\t%s\n' "$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
@@ -161,7 +209,7 @@ filesize() { stat -c %s "$@" | awk '{s+=$1} END{print s}'; }
   printf 'git\t%s\n' "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')"
   printf 'runs\t%s\n' "$RUNS"
   printf 'audit_runs\t%s\n' "$AUDIT_RUNS"
-} > "$META"
+} > "$META"; fi
 
 # --------------------------------------------------------------- corpus
 # One document per line, no empty lines: the non-empty lines of GCIDE (the
@@ -188,34 +236,35 @@ if [[ ! -s "$TOK.model" ]]; then
   measure train_tokenizer 1 "$CORPUS_BYTES" -- "$BIN" train-tokenizer --output "$TOK" --vocab-size 8000 \
     --model-type bpe --byte-fallback --input-sentence-size 300000 "$CORPUS"
 fi
-printf 'tokenizer_xxh3\t%s\n' "$(xxhsum -H3 "$TOK.model" | grep -o '[0-9a-f]\{16\}')" >> "$META"
+[[ -n $APPEND ]] || printf 'tokenizer_xxh3\t%s\n' "$(xxhsum -H3 "$TOK.model" 2>/dev/null | grep -o '[0-9a-f]\{16\}')" >> "$META"
 
 if [[ $QUICK == 1 ]]; then
   head -n 20000 "$CORPUS" > "$WORK/corpus-quick.txt"
   CORPUS="$WORK/corpus-quick.txt"
   CORPUS_BYTES=$(filesize "$CORPUS")
 fi
-printf 'corpus\t%s\n' "$CORPUS" >> "$META"
-printf 'corpus_bytes\t%s\n' "$CORPUS_BYTES" >> "$META"
-printf 'corpus_lines\t%s\n' "$(wc -l < "$CORPUS")" >> "$META"
-printf 'corpus_xxh3\t%s\n' "$(xxhsum -H3 "$CORPUS" | grep -o '[0-9a-f]\{16\}')" >> "$META"
+if [[ -z $APPEND ]]; then
+  printf 'corpus\t%s\n' "$CORPUS" >> "$META"
+  printf 'corpus_bytes\t%s\n' "$CORPUS_BYTES" >> "$META"
+  printf 'corpus_lines\t%s\n' "$(wc -l < "$CORPUS")" >> "$META"
+  printf 'corpus_xxh3\t%s\n' "$(xxhsum -H3 "$CORPUS" 2>/dev/null | grep -o '[0-9a-f]\{16\}')" >> "$META"
+fi
 
 # ------------------------------------------------- build: tokshard vs the rest
+if [[ ,$PHASES, == *,build,* ]]; then
 DS="$WORK/ds"
 PYOUT="$WORK/megatron"
 
 wait_idle
 say "build phase: $RUNS rounds of 4 tools on $(awk -v b="$CORPUS_BYTES" 'BEGIN{printf "%.1f MB", b/1e6}') of text"
 for ((r = 1; r <= RUNS; r++)); do
-  rm -rf "$DS-t1" "$DS-t$THREADS"
-  measure tokshard_build_t1 "$r" "$CORPUS_BYTES" -- \
+  measure tokshard_build_t1 "$r" "$CORPUS_BYTES" --clean "$DS-t1" -- \
     "$BIN" build --quiet --tokenizer "$TOK.model" --output "$DS-t1" --doc-split line --threads 1 "$CORPUS"
   if [[ $THREADS != 1 ]]; then
-    measure tokshard_build_tN "$r" "$CORPUS_BYTES" -- \
+    measure tokshard_build_tN "$r" "$CORPUS_BYTES" --clean "$DS-t$THREADS" -- \
       "$BIN" build --quiet --tokenizer "$TOK.model" --output "$DS-t$THREADS" --doc-split line --threads "$THREADS" "$CORPUS"
   fi
   measure spm_encode_1 "$r" "$CORPUS_BYTES" --stdin "$CORPUS" -- spm_encode --model "$TOK.model" --output_format=id
-  rm -f "$PYOUT.bin" "$PYOUT.idx"
   measure megatron_py_wN "$r" "$CORPUS_BYTES" -- \
     "$PY" "$HERE/megatron_style.py" --model "$TOK.model" --input "$CORPUS" --output-prefix "$PYOUT" --workers "$THREADS"
 done
@@ -236,18 +285,21 @@ printf 'ids_identical\t%s\n' "$same" >> "$META"
 printf 'ids_documents\t%s\n' "$(wc -l < "$WORK/ids.spm_encode")" >> "$META"
 printf 'ids_tokens\t%s\n' "$(wc -w < "$WORK/ids.spm_encode")" >> "$META"
 printf 'ids_shards_identical_t1_tN\t%s\n' "$(cmp -s "$DS-t1/shard-00000.tks" "$DS-t$THREADS/shard-00000.tks" && echo yes || echo no)" >> "$META"
+[[ $KEEP == 1 ]] || rm -rf "$DS-t1" "$DS-t$THREADS" "$PYOUT.bin" "$PYOUT.idx"
 echo "ids identical: $same ($(wc -l < "$WORK/ids.spm_encode") documents, $(wc -w < "$WORK/ids.spm_encode") tokens; tokshard t1 + tN, spm_encode, megatron_style)"
 rm -f "$WORK"/ids.*
 
+fi  # build
+
 # -------------------------------------------------------------------- audit
+if [[ ,$PHASES, == *,audit,* ]]; then
 # A dataset of >= 200 MB of shards: the corpus 7 times over (~350 MB of text).
 # Its build is also the "same build, 7x the input" point for peak RSS.
 BIG="${CORPUS%.txt}-x7.txt"
 if [[ ! -s "$BIG" ]]; then for _ in 1 2 3 4 5 6 7; do cat "$CORPUS"; done > "$BIG"; fi
 AUD="$WORK/ds-x7"
-rm -rf "$AUD" "$AUD.partial"
 wait_idle
-measure tokshard_build_tN_x7 1 "$(filesize "$BIG")" -- \
+measure tokshard_build_tN_x7 1 "$(filesize "$BIG")" --clean "$AUD" --tries 2 -- \
   "$BIN" build --quiet --tokenizer "$TOK.model" --output "$AUD" --doc-split line --threads "$THREADS" "$BIG"
 SHARDS=("$AUD"/shard-*.tks)
 SHARD_BYTES=$(filesize "${SHARDS[@]}")
@@ -256,18 +308,22 @@ printf 'audit_shard_bytes\t%s\n' "$SHARD_BYTES" >> "$META"
 cat "${SHARDS[@]}" > /dev/null   # page cache warm
 "$BIN" audit "$AUD" --threads 1 > /dev/null
 wait_idle
-say "audit phase: $AUDIT_RUNS rounds over ${#SHARDS[@]} shards, $(awk -v b="$SHARD_BYTES" 'BEGIN{printf "%.0f MB", b/1e6}')"
+say "audit phase: $AUDIT_RUNS rounds over ${#SHARDS[@]} shards, $(awk -v b="$SHARD_BYTES" 'BEGIN{printf "%.0f MB", b/1e6}'), each timed run $(reps_for "$SHARD_BYTES") passes"
+REPS=$(reps_for "$SHARD_BYTES")
+printf 'audit_reps\t%s\n' "$REPS" >> "$META"
 for ((r = 1; r <= AUDIT_RUNS; r++)); do
-  measure tokshard_audit_t1 "$r" "$SHARD_BYTES" -- "$BIN" audit "$AUD" --threads 1
-  measure tokshard_audit_tN "$r" "$SHARD_BYTES" -- "$BIN" audit "$AUD" --threads "$THREADS"
-  measure xxhsum_H3_1 "$r" "$SHARD_BYTES" -- xxhsum -H3 "${SHARDS[@]}"
-  measure xxhsum_H3_pN "$r" "$SHARD_BYTES" -- \
+  measure tokshard_audit_t1 "$r" $((REPS * SHARD_BYTES)) -- repeat "$REPS" "$BIN" audit "$AUD" --threads 1
+  measure tokshard_audit_tN "$r" $((REPS * SHARD_BYTES)) -- repeat "$REPS" "$BIN" audit "$AUD" --threads "$THREADS"
+  measure xxhsum_H3_1 "$r" $((REPS * SHARD_BYTES)) -- repeat "$REPS" xxhsum -H3 "${SHARDS[@]}"
+  measure xxhsum_H3_pN "$r" $((REPS * SHARD_BYTES)) -- repeat "$REPS" \
     sh -c 'printf "%s\0" "$@" | xargs -0 -P "$0" -n 1 xxhsum -H3' "$THREADS" "${SHARDS[@]}"
 done
-[[ $KEEP == 1 ]] || rm -rf "$AUD" "$DS-t1" "$DS-t$THREADS" "$PYOUT.bin" "$PYOUT.idx"
+[[ $KEEP == 1 ]] || rm -rf "$AUD"
+
+fi  # audit
 
 # ------------------------------------------------------------ large (--large)
-if [[ $LARGE == 1 ]]; then
+if [[ ,$PHASES, == *,large,* ]]; then
   TAR=/usr/src/linux-source-6.1.tar.xz
   LDS="$WORK/ds-linux"
   printf 'large_input\t%s\n' "$TAR" >> "$META"
@@ -278,10 +334,9 @@ if [[ $LARGE == 1 ]]; then
   UNX=$(xz -dc "$TAR" | wc -c)
   printf 'large_input_bytes_tar\t%s\n' "$UNX" >> "$META"
   measure xz_decompress 1 "$UNX" -- xz -dc "$TAR"
-  rm -rf "$LDS" "$LDS.partial"
   say "large build: $TAR with $THREADS threads (several minutes)"
-  measure tokshard_build_tN_linux 1 "$UNX" -- \
-    "$BIN" build --quiet --tokenizer "$TOK.model" --output "$LDS" --doc-split file --threads "$THREADS" "$TAR"
+  measure tokshard_build_tN_linux 1 "$UNX" --clean "$LDS" --tries 2 -- \
+    "$BIN" build --quiet --tokenizer "$TOK.model" --output "$LDS" --doc-split file --format text --threads "$THREADS" "$TAR"
   "$PY" - "$LDS/manifest.json" >> "$META" <<'EOF'
 import json, sys
 m = json.load(open(sys.argv[1]))
@@ -302,32 +357,38 @@ EOF
   LSH=("$LDS"/shard-*.tks)
   printf 'large_shard_bytes\t%s\n' "$(filesize "${LSH[@]}")" >> "$META"
   "$BIN" audit "$LDS" > /dev/null
+  LB=$(filesize "${LSH[@]}")
+  LREPS=$(reps_for "$LB")
   for ((r = 1; r <= 3; r++)); do
-    measure tokshard_audit_t1_linux "$r" "$(filesize "${LSH[@]}")" -- "$BIN" audit "$LDS" --threads 1
-    measure tokshard_audit_tN_linux "$r" "$(filesize "${LSH[@]}")" -- "$BIN" audit "$LDS" --threads "$THREADS"
-    measure xxhsum_H3_1_linux "$r" "$(filesize "${LSH[@]}")" -- xxhsum -H3 "${LSH[@]}"
+    measure tokshard_audit_t1_linux "$r" $((LREPS * LB)) -- repeat "$LREPS" "$BIN" audit "$LDS" --threads 1
+    measure tokshard_audit_tN_linux "$r" $((LREPS * LB)) -- repeat "$LREPS" "$BIN" audit "$LDS" --threads "$THREADS"
+    measure xxhsum_H3_1_linux "$r" $((LREPS * LB)) -- repeat "$LREPS" xxhsum -H3 "${LSH[@]}"
   done
   [[ $KEEP == 1 ]] || rm -rf "$LDS"
+fi  # large
 
+# ------------------------------------------------ huge document (--large)
+if [[ ,$PHASES, == *,hugedoc,* ]]; then
+  TAR=/usr/src/linux-source-6.1.tar.xz
   # One huge document: the largest file of the archive (a 24 MB generated header).
   # Memory of encoding one document grows with its size, in sentencepiece itself.
   HUGE_DIR="$WORK/huge"
   rm -rf "$HUGE_DIR"; mkdir -p "$HUGE_DIR"
-  HUGE_NAME=$(tar -tvJf "$TAR" | sort -k3,3nr | head -1 | awk '{print $NF}')
+  HUGE_NAME=$(tar -tvJf "$TAR" | sort -k3,3nr | awk 'NR == 1 {n = $NF} END {print n}')
   tar -xJf "$TAR" -C "$HUGE_DIR" "$HUGE_NAME"
   HUGE="$HUGE_DIR/$HUGE_NAME"
   HB=$(filesize "$HUGE")
   printf 'huge_doc\t%s\n' "$HUGE_NAME" >> "$META"
   printf 'huge_doc_bytes\t%s\n' "$HB" >> "$META"
   wait_idle
-  measure tokshard_build_t1_hugedoc 1 "$HB" -- \
+  measure tokshard_build_t1_hugedoc 1 "$HB" --clean "$HUGE_DIR/ds" -- \
     "$BIN" build --quiet --tokenizer "$TOK.model" --output "$HUGE_DIR/ds" --doc-split file --threads 1 "$HUGE"
   measure spm_python_hugedoc 1 "$HB" -- "$PY" -c '
 import sys, sentencepiece as spm
 sp = spm.SentencePieceProcessor(model_file=sys.argv[1])
 print(len(sp.encode(open(sys.argv[2], encoding="utf-8").read())))' "$TOK.model" "$HUGE"
   # the same bytes as one document per line: no huge document
-  measure tokshard_build_t1_hugedoc_lines 1 "$HB" -- \
+  measure tokshard_build_t1_hugedoc_lines 1 "$HB" --clean "$HUGE_DIR/ds-lines" -- \
     "$BIN" build --quiet --tokenizer "$TOK.model" --output "$HUGE_DIR/ds-lines" --doc-split line --threads 1 "$HUGE"
   rm -rf "$HUGE_DIR"
 fi

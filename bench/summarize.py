@@ -29,7 +29,8 @@ def load_runs(path):
             r = dict(zip(cols, line.rstrip("\n").split("\t")))
             for k in ("wall_s", "user_s", "sys_s", "foreign_cpu_s", "load1_before"):
                 r[k] = float(r[k])
-            for k in ("rss_kb", "bytes", "run"):
+            r.setdefault("disturbed", "0")
+            for k in ("rss_kb", "bytes", "run", "disturbed"):
                 r[k] = int(r[k])
             runs.setdefault(r["name"], []).append(r)
     return runs
@@ -37,12 +38,15 @@ def load_runs(path):
 
 def summarize(runs, nproc):
     out = {}
-    for name, rs in runs.items():
+    for name, all_rs in runs.items():
+        rs = [r for r in all_rs if not r["disturbed"]] or all_rs
         wall = statistics.median(r["wall_s"] for r in rs)
         b = rs[0]["bytes"]
         cpu = statistics.median(r["user_s"] + r["sys_s"] for r in rs)
         out[name] = {
             "runs": len(rs),
+            "runs_disturbed_discarded": len(all_rs) - len(rs) if len(rs) < len(all_rs) else 0,
+            "all_runs_disturbed": all(r["disturbed"] for r in all_rs),
             "wall_s_median": wall,
             "wall_s_all": [r["wall_s"] for r in rs],
             "bytes": b,
@@ -104,14 +108,14 @@ def main():
     rssL = g("tokshard_build_tN_linux", "peak_rss_mb_max")
     ratio("rss_x7_vs_1x", rss7, rss1)
     ratio("rss_linux_vs_1x", rssL, rss1)
-    if rssL is not None:
+    if rssL is not None and rss1 is not None:
         ok = rssL < 512 and rssL <= 1.25 * rss1 + 32
         targets.append({"target": "build peak RSS independent of input size, < 512 MB for ~1 GB",
                         "value": rssL, "need": 512, "met": ok,
                         "note": f"{rss1:.0f} MB on {s['tokshard_build_tN']['bytes'] / 1e6:.0f} MB of text, "
                                 f"{rss7:.0f} MB on {s['tokshard_build_tN_x7']['bytes'] / 1e6:.0f} MB, "
                                 f"{rssL:.0f} MB on {s['tokshard_build_tN_linux']['bytes'] / 1e6:.0f} MB (linux tarball)"})
-    elif rss7 is not None:
+    elif rss7 is not None and rss1 is not None:
         targets.append({"target": "build peak RSS independent of input size (1 GB point needs --large)",
                         "value": rss7, "need": 512, "met": rss7 <= 1.25 * rss1 + 32,
                         "note": f"{rss1:.0f} MB on 1x, {rss7:.0f} MB on 7x the text"})
@@ -125,7 +129,7 @@ def main():
         e = s[name]
         v = e[unit]
         rel = f"{v / base:6.2f}x {base_label}" if base else ""
-        flag = " *" if e["foreign_cpu_frac_max"] > 0.05 else ""
+        flag = " *" if e["all_runs_disturbed"] else ""
         u = "MB/s" if unit == "mb_per_s" else "GB/s"
         print(f"  {label:<44} {e['wall_s_median']:8.2f} s {v:8.2f} {u}  {e['cores_used']:4.2f} cores "
               f"{e['peak_rss_mb_max']:8.0f} MB  {rel}{flag}")
@@ -154,11 +158,12 @@ def main():
         row("tokshard build --threads 1, one 24 MB doc", "tokshard_build_t1_hugedoc", base=spm, base_label="spm_encode")
         row("python sentencepiece, the same doc", "spm_python_hugedoc", base=spm, base_label="spm_encode")
         row("tokshard build --threads 1, its lines", "tokshard_build_t1_hugedoc_lines", base=spm, base_label="spm_encode")
-    print("  (* = other processes used > 5% of the machine during a run)")
+    print("  (* = every run of this line was disturbed by other processes: > 5% of the machine)")
     print()
-    print(f"ids identical: {meta.get('ids_identical')} ({meta.get('ids_documents')} documents, "
-          f"{meta.get('ids_tokens')} tokens); shards identical for 1 and {N} threads: "
-          f"{meta.get('ids_shards_identical_t1_tN')}")
+    if "ids_identical" in meta:
+        print(f"ids identical: {meta.get('ids_identical')} ({meta.get('ids_documents')} documents, "
+              f"{meta.get('ids_tokens')} tokens); shards identical for 1 and {N} threads: "
+              f"{meta.get('ids_shards_identical_t1_tN')}")
     print("ratios:")
     for k, v in ratios.items():
         print(f"  {k:<32} {v:7.3f}")
@@ -166,7 +171,8 @@ def main():
     for t in targets:
         v = t["value"]
         vs = "n/a" if v is None else (f"{v:.0f} MB" if "RSS" in t["target"] else f"{v:.2f}x")
-        print(f"  [{'met' if t['met'] else 'NOT met'}] {t['target']}: {vs}" + (f" ({t['note']})" if t.get("note") else ""))
+        status = "n/a" if v is None else ("met" if t["met"] else "NOT met")
+        print(f"  [{status}] {t['target']}: {vs}" + (f" ({t['note']})" if t.get("note") else ""))
     for w in meta["warnings"]:
         print(f"warning: {w}")
 
