@@ -193,12 +193,14 @@ static int load_state(const char *partial, build_state *st, const char *want_id)
                         "cannot resume: %s is malformed; remove %s and build again", path, partial);
     }
     if (strcmp(id, want_id) != 0) {
+        /* the message quotes `id`, which lives in j: format it before the free */
+        tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
+                 "cannot resume: %s was started with other inputs, tokenizer or options "
+                 "(build id %s, now %s); re-run with the original ones, or remove %s to "
+                 "start over",
+                 partial, id, want_id, partial);
         json_decref(j);
-        return tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
-                        "cannot resume: %s was started with other inputs, tokenizer or options "
-                        "(build id %s, now %s); re-run with the original ones, or remove %s to "
-                        "start over",
-                        partial, id, want_id, partial);
+        return TKS_ERR_RESUME;
     }
     st->next_ordinal = (uint64_t)json_integer_value(next);
     st->empty_after_tokenize = (uint64_t)json_integer_value(empty);
