@@ -54,7 +54,7 @@ def summarize(runs, nproc):
             "gb_per_s": b / 1e9 / max(wall, 0.01),
             "cpu_s_median": cpu,
             "cores_used": cpu / wall if wall else 0.0,
-            "peak_rss_mb_max": max(r["rss_kb"] for r in rs) / 1024,
+            "peak_rss_mib_max": max(r["rss_kb"] for r in rs) / 1024,
             "foreign_cpu_frac_max": max(r["foreign_cpu_s"] / (r["wall_s"] * nproc) if r["wall_s"] else 0
                                         for r in rs),
             "load1_before_max": max(r["load1_before"] for r in rs),
@@ -103,22 +103,24 @@ def main():
     targets.append({"target": f"audit --threads {N} >= 0.5 x {N} x xxhsum -H3 (scales with threads)",
                     "value": rN, "need": 0.5, "met": rN is not None and rN >= 0.5})
 
-    rss1 = g("tokshard_build_tN", "peak_rss_mb_max")
-    rss7 = g("tokshard_build_tN_x7", "peak_rss_mb_max")
-    rssL = g("tokshard_build_tN_linux", "peak_rss_mb_max")
+    rss1 = g("tokshard_build_tN", "peak_rss_mib_max")
+    rss7 = g("tokshard_build_tN_x7", "peak_rss_mib_max")
+    rssL = g("tokshard_build_tN_linux", "peak_rss_mib_max")
     ratio("rss_x7_vs_1x", rss7, rss1)
     ratio("rss_linux_vs_1x", rssL, rss1)
     if rssL is not None and rss1 is not None:
         ok = rssL < 512 and rssL <= 1.25 * rss1 + 32
-        targets.append({"target": "build peak RSS independent of input size, < 512 MB for ~1 GB",
+        targets.append({"target": "build peak RSS independent of input size, < 512 MiB for ~1 GB",
                         "value": rssL, "need": 512, "met": ok,
-                        "note": f"{rss1:.0f} MB on {s['tokshard_build_tN']['bytes'] / 1e6:.0f} MB of text, "
-                                f"{rss7:.0f} MB on {s['tokshard_build_tN_x7']['bytes'] / 1e6:.0f} MB, "
-                                f"{rssL:.0f} MB on {s['tokshard_build_tN_linux']['bytes'] / 1e6:.0f} MB (linux tarball)"})
+                        "note": f"{rss1:.0f} MiB on {s['tokshard_build_tN']['bytes'] / 1e6:.0f} MB of text, "
+                                f"{rss7:.0f} MiB on {s['tokshard_build_tN_x7']['bytes'] / 1e6:.0f} MB, "
+                                f"{rssL:.0f} MiB on {s['tokshard_build_tN_linux']['bytes'] / 1e6:.0f} MB (linux tarball)"})
     elif rss7 is not None and rss1 is not None:
         targets.append({"target": "build peak RSS independent of input size (1 GB point needs --large)",
                         "value": rss7, "need": 512, "met": rss7 <= 1.25 * rss1 + 32,
-                        "note": f"{rss1:.0f} MB on 1x, {rss7:.0f} MB on 7x the text"})
+                        "note": f"{rss1:.0f} MiB on 1x, {rss7:.0f} MiB on 7x the text"})
+    ratio("audit_tN_vs_t1_linux", g("tokshard_audit_tN_linux", "gb_per_s"), g("tokshard_audit_t1_linux", "gb_per_s"))
+    ratio("audit_t1_vs_xxhsum_1_linux", g("tokshard_audit_t1_linux", "gb_per_s"), g("xxhsum_H3_1_linux", "gb_per_s"))
     if g("tokshard_build_t1_hugedoc_lines") and g("tokshard_build_t1_hugedoc"):
         ratio("hugedoc_one_doc_vs_lines", g("tokshard_build_t1_hugedoc"), g("tokshard_build_t1_hugedoc_lines"))
 
@@ -132,7 +134,7 @@ def main():
         flag = " *" if e["all_runs_disturbed"] else ""
         u = "MB/s" if unit == "mb_per_s" else "GB/s"
         print(f"  {label:<44} {e['wall_s_median']:8.2f} s {v:8.2f} {u}  {e['cores_used']:4.2f} cores "
-              f"{e['peak_rss_mb_max']:8.0f} MB  {rel}{flag}")
+              f"{e['peak_rss_mib_max']:7.0f} MiB  {rel}{flag}")
 
     print()
     print(f"tokshard bench, {meta.get('date')}, {meta.get('cpu')}, {nproc} cores, N = {N}")
@@ -149,15 +151,19 @@ def main():
     row("tokshard audit --threads 1", "tokshard_audit_t1", "gb_per_s", base=x1, base_label="xxhsum")
     row(f"tokshard audit --threads {N}", "tokshard_audit_tN", "gb_per_s", base=x1, base_label="xxhsum")
     if "tokshard_build_tN_linux" in s:
-        print("  large:")
+        print("  large (linux-source-6.1.tar.xz; MB/s of uncompressed tar bytes):")
         row("xz -dc linux-source-6.1.tar.xz", "xz_decompress")
-        row(f"tokshard build --threads {N} linux tarball", "tokshard_build_tN_linux", base=spm, base_label="spm_encode")
-        row("tokshard audit --threads 1 (linux shards)", "tokshard_audit_t1_linux", "gb_per_s", base=x1, base_label="xxhsum")
-        row(f"tokshard audit --threads {N} (linux shards)", "tokshard_audit_tN_linux", "gb_per_s", base=x1, base_label="xxhsum")
-        row("xxhsum -H3 (linux shards)", "xxhsum_H3_1_linux", "gb_per_s", base=x1, base_label="xxhsum")
-        row("tokshard build --threads 1, one 24 MB doc", "tokshard_build_t1_hugedoc", base=spm, base_label="spm_encode")
-        row("python sentencepiece, the same doc", "spm_python_hugedoc", base=spm, base_label="spm_encode")
-        row("tokshard build --threads 1, its lines", "tokshard_build_t1_hugedoc_lines", base=spm, base_label="spm_encode")
+        row(f"tokshard build --threads {N} linux tarball", "tokshard_build_tN_linux")
+        xl = g("xxhsum_H3_1_linux", "gb_per_s")
+        row("xxhsum -H3 (linux shards)", "xxhsum_H3_1_linux", "gb_per_s", base=xl, base_label="xxhsum")
+        row("tokshard audit --threads 1 (linux shards)", "tokshard_audit_t1_linux", "gb_per_s", base=xl, base_label="xxhsum")
+        row(f"tokshard audit --threads {N} (linux shards)", "tokshard_audit_tN_linux", "gb_per_s", base=xl, base_label="xxhsum")
+    if "tokshard_build_t1_hugedoc" in s:
+        hl = g("tokshard_build_t1_hugedoc_lines")
+        print("  the largest file of the tarball, one thread (ratio: against the same bytes as lines):")
+        row("tokshard build --threads 1, its lines", "tokshard_build_t1_hugedoc_lines", base=hl, base_label="lines")
+        row("tokshard build --threads 1, one document", "tokshard_build_t1_hugedoc", base=hl, base_label="lines")
+        row("python sentencepiece, one document", "spm_python_hugedoc", base=hl, base_label="lines")
     print("  (* = every run of this line was disturbed by other processes: > 5% of the machine)")
     print()
     if "ids_identical" in meta:
@@ -170,7 +176,7 @@ def main():
     print("targets:")
     for t in targets:
         v = t["value"]
-        vs = "n/a" if v is None else (f"{v:.0f} MB" if "RSS" in t["target"] else f"{v:.2f}x")
+        vs = "n/a" if v is None else (f"{v:.0f} MiB" if "RSS" in t["target"] else f"{v:.2f}x")
         status = "n/a" if v is None else ("met" if t["met"] else "NOT met")
         print(f"  [{status}] {t['target']}: {vs}" + (f" ({t['note']})" if t.get("note") else ""))
     for w in meta["warnings"]:
