@@ -3,33 +3,41 @@
 # side by side in one run, on the same text, the same tokenizer, this machine.
 #
 # Compared (see docs/BENCHMARKS.md for the figures and how to read them):
-#   tokshard build --doc-split line --threads 1 / --threads N   (N = nproc)
-#   spm_encode --output_format=id, single-threaded (Debian's sentencepiece CLI)
-#   bench/megatron_style.py: a Megatron-LM preprocess_data.py style pipeline
-#     (Debian python3-sentencepiece + numpy, multiprocessing.Pool(N).imap, 32 lines/task)
-#   tokshard audit --threads 1 / N   against   xxhsum -H3 (XXH3-64) on the same shard files
-#   --large: tokshard build --doc-split file on /usr/src/linux-source-6.1.tar.xz (~1.3 GB)
+#   build:   tokshard build --doc-split line --threads 1 and --threads N (N = nproc),
+#            spm_encode --output_format=id (Debian's sentencepiece CLI, one thread),
+#            bench/megatron_style.py, a Megatron-LM preprocess_data.py style pipeline
+#            (Debian python3-sentencepiece + numpy, multiprocessing.Pool(N).imap, 32
+#            lines per task); all on the same ~51 MB of text (GCIDE + Python docs, one
+#            document per line) with the same tokenizer; then the ids of every
+#            document are compared across the tools ("ids identical: yes/no")
+#   audit:   tokshard audit --threads 1 and N against xxhsum -H3 (XXH3-64), one and
+#            N processes, on the same ~260 MB of shards, page cache warm; the build
+#            of those shards (7x the text) is the "7x the input" peak-RSS point
+#   large:   tokshard build --doc-split file of /usr/src/linux-source-6.1.tar.xz
+#            (1.36 GB of tar, read through libarchive), its audit, xz -dc alone
+#   hugedoc: the tarball's largest file (24 MB) built as one document and as lines
 #
 # This is a benchmark, not a test: nothing is asserted about time. It prints a
-# table and writes bench/results/<date>-<host>.json (and the raw .tsv).
+# table and writes bench/results/<date>-<host>.{json,tsv,meta.tsv} (git-ignored).
 # Ratios matter, absolute times on a shared machine do not: before each phase
-# the script waits (up to --max-wait s) for the machine to be idle, and every
-# run records the CPU time other processes used meanwhile ("foreign" CPU).
+# the script waits (up to --max-wait s) for the machine to be idle (1-minute
+# load < 0.5), and every run records the CPU time other processes used meanwhile;
+# a disturbed run is repeated and left out of the medians.
+# Time on 2 idle cores: build+audit ~10 minutes, --large ~6 more.
 #
 # usage: bench/bench_build.sh [options]
 #   --runs N         timed runs per build tool, median reported [3]
 #   --audit-runs N   timed runs per audit tool, median reported [5]
 #   --threads N      the "N threads" figure [nproc]
 #   --phases LIST    which of build,audit,large,hugedoc to run [build,audit]
-#   --large          adds the phases large and hugedoc: build the linux-source-6.1 tarball (~1.3 GB; installs the
-#                    Debian package if missing; ~5 minutes on 2 cores), and time one
-#                    build of its largest file (24 MB) as one document
-#   --append PREFIX  add the runs to bench/results/PREFIX.{tsv,meta.tsv} (a run that
-#                    stopped part way) instead of starting a new results file
+#   --large          add the phases large and hugedoc (installs the Debian package
+#                    linux-source-6.1 if missing)
+#   --append PREFIX  add the runs to bench/results/PREFIX.{tsv,meta.tsv} (to finish a
+#                    run that stopped part way) instead of starting a new results file
 #   --work DIR       scratch directory: corpus, tokenizer, datasets [/var/tmp/tokshard-bench]
-#   --bin PATH       tokshard binary [build-bench/bin/tokshard, built if missing]
+#   --bin PATH       tokshard binary [default: (re)build build-bench/ in Release and use it]
 #   --max-wait S     longest wait for an idle machine before a phase [900]
-#   --no-wait        do not wait for an idle machine
+#   --no-wait        do not wait for an idle machine (runs are never marked disturbed)
 #   --keep           keep the datasets in --work (the corpus and tokenizer are always kept)
 #   --quick          smoke test of this script: 1 run each, 20000 lines; figures meaningless
 set -euo pipefail
