@@ -224,3 +224,25 @@ int tks_write_file_pieces(const char *path, const tks_piece *pieces, size_t n) {
     snprintf(d, sizeof d, "%s", path);
     return tks_fsync_dir(dirname(d));
 }
+
+int tks_copy_file_atomic(const char *src, const char *dst) {
+    FILE *f = fopen(src, "rb");
+    if (!f)
+        return tks_fail(TKS_ERR_IO, src, TKS_NONE, TKS_NONE, "cannot read %s: %s", src,
+                        strerror(errno));
+    size_t cap = 1 << 20, n = 0, r;
+    char *buf = malloc(cap);
+    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0)
+        if ((n += r) == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    int ioerr = ferror(f);
+    fclose(f);
+    if (!buf) return tks_fail(TKS_ERR_NOMEM, src, TKS_NONE, TKS_NONE, "out of memory copying %s", src);
+    int rc = ioerr ? tks_fail(TKS_ERR_IO, src, TKS_NONE, TKS_NONE, "read error in %s", src)
+                   : tks_write_file_atomic(dst, buf, n);
+    free(buf);
+    return rc;
+}

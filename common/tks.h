@@ -120,6 +120,11 @@ typedef struct tks_piece {
  * concatenating them in memory. */
 int tks_write_file_pieces(const char *path, const tks_piece *pieces, size_t n);
 
+/* Copies file `src` to `dst` crash-safely (tks_write_file_atomic). The file
+ * is read whole into memory: meant for small files (tokenizer models).
+ * Errors: TKS_ERR_IO (names src), TKS_ERR_NOMEM, TKS_ERR_NOSPACE. */
+int tks_copy_file_atomic(const char *src, const char *dst);
+
 /* fsync the directory containing `path` (so a rename is durable). */
 int tks_fsync_dir(const char *dir);
 

@@ -262,33 +262,6 @@ static int has_shards(const char *partial) {
     return found;
 }
 
-static int copy_tokenizer(const char *src, const char *partial) {
-    FILE *f = fopen(src, "rb");
-    if (!f)
-        return tks_fail(TKS_ERR_IO, src, TKS_NONE, TKS_NONE, "cannot read tokenizer %s: %s", src,
-                        strerror(errno));
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) { free(buf); buf = NULL; }
-            else buf = nb;
-        }
-    }
-    int ioerr = ferror(f);
-    fclose(f);
-    if (!buf) return tks_fail(TKS_ERR_NOMEM, src, TKS_NONE, TKS_NONE, "out of memory");
-    char dst[PATH_MAX];
-    int rc = ioerr ? tks_fail(TKS_ERR_IO, src, TKS_NONE, TKS_NONE, "read error in %s", src)
-                   : tks_path_join(dst, sizeof dst, partial, TOKENIZER_NAME);
-    if (!rc) rc = tks_write_file_atomic(dst, buf, n);
-    free(buf);
-    return rc;
-}
-
 /* Inputs and every option that changes the output, as JSON; its XXH3 is the build id. */
 static json_t *describe(const tks_build_opts *o, tks_input *in, const tks_spm *spm, int *rc) {
     *rc = 0;
@@ -379,7 +352,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
                           "cannot create %s: %s", partial, strerror(errno));
         if (!rc) rc = save_state(partial, &st);
     }
-    if (!rc && access(tok_copy, F_OK) != 0) rc = copy_tokenizer(o->tokenizer_path, partial);
+    if (!rc && access(tok_copy, F_OK) != 0) rc = tks_copy_file_atomic(o->tokenizer_path, tok_copy);
     if (!rc) {
         /* the tokenizer copy must be the tokenizer we are using */
         uint8_t fp[16];

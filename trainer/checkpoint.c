@@ -119,24 +119,6 @@ static int write_config(const char *path, const tks_model_config *c, const tks_t
     return rc;
 }
 
-static int copy_file(const char *src, const char *dst) {
-    FILE *f = fopen(src, "rb");
-    if (!f) return tks_fail(TKS_ERR_IO, src, TKS_NONE, TKS_NONE, "cannot read %s: %s", src, strerror(errno));
-    size_t cap = 1 << 20, n = 0, r;
-    char *b = malloc(cap);
-    while (b && (r = fread(b + n, 1, cap - n, f)) > 0)
-        if ((n += r) == cap) {
-            char *nb = realloc(b, cap *= 2);
-            if (!nb) free(b);
-            b = nb;
-        }
-    fclose(f);
-    if (!b) return tks_fail(TKS_ERR_NOMEM, src, TKS_NONE, TKS_NONE, "out of memory");
-    int rc = tks_write_file_atomic(dst, b, n);
-    free(b);
-    return rc;
-}
-
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb, (void)flag, (void)ftw;
     return remove(p);
@@ -204,7 +186,7 @@ int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks
     if (!rc && (rc = tks_path_join(path, sizeof path, tmp, "config.json")) == 0)
         rc = write_config(path, tks_model_config_of(m), st);
     if (!rc && tokenizer_path && (rc = tks_path_join(path, sizeof path, tmp, "tokenizer.model")) == 0)
-        rc = copy_file(tokenizer_path, path);
+        rc = tks_copy_file_atomic(tokenizer_path, path);
     /* trainer_state.json last, with the checksum of every other file */
     json_t *files = json_object();
     for (size_t i = 0; i < N_FILES && !rc; i++) {
