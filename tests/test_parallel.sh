@@ -75,9 +75,9 @@ layouts)
     if out=$(same_losses ref "$label" 1 20); then ok "($rep,$sh,$tp) on $np processes: $out"; else
       fail "($rep,$sh,$tp): $out"; fi
     # the samples of every step are the same set as with one process
-    "$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --dp $((rep * sh)) --tp "$tp" --steps 0:20 \
+    "$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --dp $((rep * sh)) --tp "$tp" --steps 1:20 \
       --val-tokens 4096 --seed 1337 --json >"plan-$label.json"
-    [[ -f plan-ref.json ]] || "$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --steps 0:20 \
+    [[ -f plan-ref.json ]] || "$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --steps 1:20 \
       --val-tokens 4096 --seed 1337 --json >plan-ref.json
     python3 - plan-ref.json "plan-$label.json" <<'EOF' && ok "($rep,$sh,$tp): per-step sample sets equal" || fail "($rep,$sh,$tp): sample sets differ"
 import json, sys, collections
@@ -183,7 +183,7 @@ checkpoint)
 
 refuse)
   # an out-of-range id is refused with the same message at tp 1 and tp 2
-  read -r sh off < <("$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --steps 0:1 \
+  read -r sh off < <("$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --steps 1 \
     --val-tokens 4096 --seed 1337 | awk '/ sample 1 / {print $(NF-3), $(NF-1)}')
   cp -r "$D" bad
   "$FORGE" bad "$sh" $((off + 10)) 1000 >/dev/null || fail "forge"

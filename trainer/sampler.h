@@ -53,6 +53,11 @@ typedef struct tks_sample_loc {
     tks_sample_piece pieces[TKS_SAMPLE_MAX_PIECES]; /* in stream order */
 } tks_sample_loc;
 
+/* The data-order defaults of tokshard-train, shared with `tokshard
+ * sample-plan` so that a plan without flags is what a default run reads. */
+#define TKS_DEFAULT_SEED 1337
+#define TKS_DEFAULT_VAL_TOKENS 65536
+
 typedef struct tks_sampler tks_sampler;
 
 /* ---------------------------------------------------------------------------
