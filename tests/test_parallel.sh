@@ -124,7 +124,7 @@ mesh)
     ok "built: 2 dp_shard groups of 8" || fail "dp_shard groups: $(grep dp_shard out)"
   grep -q "dp_replicate  \[0 8\] \[1 9\].*-> 8 group(s) of 2" out && ok "built: 8 dp_replicate groups of 2" ||
     fail "dp_replicate groups: $(grep dp_replicate out)"
-  # a bug that builds one 16-way shard group (CONTEXT.md, failure 3) is refused
+  # a bug that builds one 16-way shard group (docs/MOTIVATION.md, failure 3) is refused
   TOKSHARD_TEST_MESH_FAULT=merge-dp "${MPI[@]}" -x TOKSHARD_TEST_MESH_FAULT -np 16 "$TRAIN" --check-mesh \
     --dp-replicate 2 --dp-shard 8 >out 2>err
   code=$?

@@ -4,7 +4,7 @@
  * O(1)-memory permutation per epoch, and the slice of each step that each
  * data-parallel rank reads. Specification: docs/SAMPLING.md.
  *
- * The data order rule (CONTEXT.md): the samples of global step s depend only
+ * The data order rule (docs/MOTIVATION.md): the samples of global step s depend only
  * on the dataset and its token range, the seed, seq_len, the global batch
  * size B and s. Nothing here takes the tensor-parallel degree, and the
  * data-parallel degree only selects a contiguous slice of the step.

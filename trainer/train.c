@@ -104,7 +104,7 @@ static int resolve(const tks_train_opts *in, run *r) {
     if (!r->cfg.vocab_size) r->cfg.vocab_size = ti->vocab_size;
     if (!r->cfg.max_seq_len || r->cfg.max_seq_len < o->seq_len) r->cfg.max_seq_len = o->seq_len;
     tks_model_config_defaults(&r->cfg);
-    /* vocabulary safety, before anything is allocated (CONTEXT.md, failure 1) */
+    /* vocabulary safety, before anything is allocated (docs/MOTIVATION.md, failure 1) */
     if (ti->vocab_size > r->cfg.vocab_size)
         return tks_fail(TKS_ERR_TOKEN_RANGE, o->dataset_dir, TKS_NONE, TKS_NONE,
                         "dataset %s was built for vocab_size %u (max token id %u) but the model "
