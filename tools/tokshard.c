@@ -435,6 +435,9 @@ static int open_view(const char *path, view *v, int want_tokenizer) {
     } else if (tks_shard_open(path, &v->one)) {
         return tks_cli_lib_error();
     }
+    /* inspect and cat scan documents in order */
+    tks_dataset_advise(v->ds, TKS_ACCESS_SEQUENTIAL);
+    tks_shard_advise(v->one, TKS_ACCESS_SEQUENTIAL);
     return 0;
 }
 

@@ -132,6 +132,8 @@ int tks_sampler_create(const tks_dataset *ds, uint64_t token_begin, uint64_t tok
         free(s);
         return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory creating a sampler");
     }
+    /* windows are read in permuted order: no read-ahead past them */
+    tks_dataset_advise(ds, TKS_ACCESS_RANDOM);
     s->ds = ds;
     s->begin = token_begin;
     s->end = token_end;
