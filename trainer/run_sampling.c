@@ -1,5 +1,6 @@
 /* run_sampling.c - the data-order settings of an existing run, read from one
  * of its checkpoints (tks_train_read_sampling, trainer.h). */
+#define _GNU_SOURCE
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
