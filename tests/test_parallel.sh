@@ -75,9 +75,9 @@ layouts)
     if out=$(same_losses ref "$label" 1 20); then ok "($rep,$sh,$tp) on $np processes: $out"; else
       fail "($rep,$sh,$tp): $out"; fi
     # the samples of every step are the same set as with one process
-    "$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --dp $((rep * sh)) --tp "$tp" --steps 0:20 \
+    "$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --dp $((rep * sh)) --tp "$tp" --steps 1:20 \
       --val-tokens 4096 --seed 1337 --json >"plan-$label.json"
-    [[ -f plan-ref.json ]] || "$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --steps 0:20 \
+    [[ -f plan-ref.json ]] || "$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --steps 1:20 \
       --val-tokens 4096 --seed 1337 --json >plan-ref.json
     python3 - plan-ref.json "plan-$label.json" <<'EOF' && ok "($rep,$sh,$tp): per-step sample sets equal" || fail "($rep,$sh,$tp): sample sets differ"
 import json, sys, collections
@@ -124,7 +124,7 @@ mesh)
     ok "built: 2 dp_shard groups of 8" || fail "dp_shard groups: $(grep dp_shard out)"
   grep -q "dp_replicate  \[0 8\] \[1 9\].*-> 8 group(s) of 2" out && ok "built: 8 dp_replicate groups of 2" ||
     fail "dp_replicate groups: $(grep dp_replicate out)"
-  # a bug that builds one 16-way shard group (CONTEXT.md, failure 3) is refused
+  # a bug that builds one 16-way shard group (docs/MOTIVATION.md, failure 3) is refused
   TOKSHARD_TEST_MESH_FAULT=merge-dp "${MPI[@]}" -x TOKSHARD_TEST_MESH_FAULT -np 16 "$TRAIN" --check-mesh \
     --dp-replicate 2 --dp-shard 8 >out 2>err
   code=$?
@@ -183,7 +183,7 @@ checkpoint)
 
 refuse)
   # an out-of-range id is refused with the same message at tp 1 and tp 2
-  read -r sh off < <("$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --steps 0:1 \
+  read -r sh off < <("$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --steps 1 \
     --val-tokens 4096 --seed 1337 | awk '/ sample 1 / {print $(NF-3), $(NF-1)}')
   cp -r "$D" bad
   "$FORGE" bad "$sh" $((off + 10)) 1000 >/dev/null || fail "forge"
