@@ -694,9 +694,8 @@ static void test_speed(void) {
             sink += tks_perm_index(g % n, n, tks_epoch_key(11, g / n));
         }
         double per = (now() - t) / reps * 1e9;
+        /* a figure for the log, not a check: speed is never asserted in a test */
         printf("speed: window (epoch key + perm) for n = %llu: %.0f ns\n", (ull)ns[a], per);
-        CHECK(per < 5000, "window takes %.0f ns for n = %llu (expected a few hundred at most)", per,
-              (ull)ns[a]);
     }
     (void)sink;
 }
