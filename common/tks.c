@@ -42,6 +42,8 @@ const char *tks_strerror(int code) {
     case TKS_ERR_EXISTS: return "output already exists";
     case TKS_ERR_INTERRUPTED: return "interrupted";
     case TKS_ERR_PADDING: return "non-zero padding";
+    case TKS_ERR_NONFINITE: return "training diverged (non-finite value)";
+    case TKS_ERR_LOCKED: return "locked by another process";
     default: return "unknown error";
     }
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of tokshard-train / tokshard-generate on real text (dict-gcide).
 # Usage: test_train.sh BIN_DIR WORKDIR CASE
-#   CASE: setup | train | resume | safety | checkpoint | cli
+#   CASE: setup | train | resume | safety | checkpoint | generate | cli
 # `setup` builds the small dataset the other cases share (a ctest fixture).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -137,6 +137,34 @@ checkpoint)
   expect 0 "a half-written checkpoint dir is ignored by --resume latest" -- "$TRAIN" --dataset "$S/data" \
     --out r --steps 6 "${M[@]}" --resume latest
   grep -q '"step": 5' r/metrics.jsonl && ok "resumed at step 5" || fail "did not resume from step 4"
+  ;;
+
+generate)
+  # an empty prompt: BOS starts the context when the tokenizer has one, else
+  # EOS; a tokenizer with neither is refused (it read ctx[-1] before)
+  expect 0 "train 2 steps (tokenizer with BOS)" -- "$TRAIN" --dataset "$S/data" --out bos --steps 2 "${M[@]}"
+  expect 0 "empty prompt, BOS tokenizer" -- "$GEN" --checkpoint bos --prompt "" --max-tokens 8 --seed 3
+  head -c 600000 "$S/gcide.txt" >small.txt
+  for kind in noBOS noBOSnoEOS; do
+    ex=(--bos_id=-1)
+    [[ $kind == noBOSnoEOS ]] && ex+=(--eos_id=-1)
+    spm_train --input=small.txt --model_prefix="$kind" --vocab_size=600 --model_type=bpe \
+      --byte_fallback=true "${ex[@]}" >spm-$kind.log 2>&1 || fail "spm_train $kind: $(tail -2 spm-$kind.log)"
+    expect 0 "dataset with the $kind tokenizer" -- "$TKS" build -q --tokenizer "$kind.model" --output "d-$kind" \
+      --doc-split blank-line --shard-tokens 64K small.txt
+    expect 0 "train 2 steps ($kind)" -- "$TRAIN" --dataset "d-$kind" --out "r-$kind" --steps 2 "${M[@]}"
+  done
+  expect 0 "empty prompt, tokenizer without BOS: starts after EOS" -- "$GEN" --checkpoint r-noBOS --prompt "" \
+    --max-tokens 8 --seed 3
+  expect 0 "a prompt, tokenizer without BOS" -- "$GEN" --checkpoint r-noBOS --prompt "A dog" --max-tokens 4
+  expect 2 "empty prompt, tokenizer with neither BOS nor EOS" -- "$GEN" --checkpoint r-noBOSnoEOS --prompt "" \
+    --max-tokens 8
+  expect_msg "the prompt is empty and .*tokenizer.model has neither a BOS nor an EOS.*--prompt TEXT"
+  expect 0 "a prompt, tokenizer with neither" -- "$GEN" --checkpoint r-noBOSnoEOS --prompt "A dog" --max-tokens 4
+  # divergence is its own error, naming the step and what to do
+  expect 2 "a learning rate that diverges" -- "$TRAIN" --dataset "$S/data" --out div --steps 6 "${M[@]}" \
+    --lr 1e30 --warmup 0 --grad-clip 0 --eval-every 0
+  expect_msg "step [0-9]+: the gradient norm is -?(nan|inf).*training diverged.*lower --lr"
   ;;
 
 cli)
