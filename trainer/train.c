@@ -375,6 +375,11 @@ int tks_train(const tks_train_opts *in) {
     if (!o->out_dir) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--out RUN_DIR is required");
     if (!rc) rc = tks_path_join(ckdir, sizeof ckdir, o->out_dir, "checkpoints");
     if (!rc && lead) rc = mkdir_p(ckdir);
+    /* one trainer per run directory: RUN/run.lock, held until the end */
+    char lock_path[PATH_MAX] = "";
+    int run_lock = -1;
+    if (!rc && lead && (rc = tks_path_join(lock_path, sizeof lock_path, o->out_dir, "run.lock")) == 0)
+        rc = tks_lock(lock_path, "tokshard-train", &run_lock);
     if (!rc && !(be = tks_cpu_backend_create(o->threads)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc)
@@ -520,6 +525,7 @@ int tks_train(const tks_train_opts *in) {
         rc = tks_mesh_agree(mesh, rc);
     }
     if (metrics) fclose(metrics);
+    tks_unlock(run_lock, lock_path);
     free(tok);
     free(ids);
     free(tg);
