@@ -645,3 +645,18 @@ int tks_grad_sync_end(tks_grad_sync *s) {
 }
 
 size_t tks_grad_sync_started_early(const tks_grad_sync *s) { return s->early; }
+
+int tks_mesh_world_agree(int rc) {
+    int world = 1, rank = 0;
+    if (!launched_by_mpirun()) return rc;
+    int r0 = tks_mesh_world(&world, &rank);
+    if (r0) return rc ? rc : r0;
+    if (world == 1) return rc;
+    int mine = rc ? rank : world, first = world;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == world) return 0;
+    tks_error e = *tks_last_error();
+    MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, MPI_COMM_WORLD);
+    tks_error_restore(&e);
+    return e.code ? e.code : TKS_ERR_ARG;
+}

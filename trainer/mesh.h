@@ -85,6 +85,11 @@ void tks_mesh_finalize(void);
  * Returns that rc (0 when no rank failed). */
 int tks_mesh_agree(tks_mesh *m, int rc);
 
+/* The same over every process mpirun started, before a mesh exists (a
+ * dataset or checkpoint that fails to open on one rank only must not leave
+ * the others building communicators). The identity without mpirun. */
+int tks_mesh_world_agree(int rc);
+
 /*
  * Gradient synchronisation in buckets that starts during the backward
  * (overlap of communication with computation). The tp-local flat gradient

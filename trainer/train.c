@@ -352,7 +352,9 @@ int tks_train_rank(void) {
 
 int tks_train(const tks_train_opts *in) {
     run r;
-    int rc = resolve(in, &r);
+    /* every rank learns whether every rank could resolve the run before any
+     * collective (a corrupt checkpoint or dataset on one rank only) */
+    int rc = tks_mesh_world_agree(resolve(in, &r));
     tks_mesh *mesh = NULL;
     tks_backend *be = NULL;
     tks_model *m = NULL;
@@ -501,7 +503,7 @@ int tks_train(const tks_train_opts *in) {
             st.step = step;
             st.cursor = cursor;
             rc = tks_path_join(ck, sizeof ck, ckdir, name);
-            if (!rc) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), shc, lead);
+            if (!rc) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), mesh);
             if (!rc && lead) rc = tks_checkpoint_prune(ckdir, o->keep_checkpoints);
             if ((rc = tks_mesh_agree(mesh, rc))) break;
             info.checkpoint = ck;
@@ -521,7 +523,7 @@ int tks_train(const tks_train_opts *in) {
         int exists = lead && stat(ck, &sbuf) == 0;
         float ex = (float)exists;
         if (!rc && world->size > 1) rc = world->allreduce_max(world, &ex, 1);
-        if (!rc && ex == 0) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), shc, lead);
+        if (!rc && ex == 0) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), mesh);
         rc = tks_mesh_agree(mesh, rc);
     }
     if (metrics) fclose(metrics);
