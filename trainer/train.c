@@ -173,7 +173,8 @@ static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 int tks_train_plan(const tks_train_opts *in, char **summary) {
     run r;
-    int rc = resolve(in, &r);
+    /* under mpirun every rank plans: a failure on one rank is every rank's */
+    int rc = in->world ? resolve(in, &r) : tks_mesh_world_agree(resolve(in, &r));
     if (rc || !summary) {
         run_free(&r);
         return rc;
