@@ -211,7 +211,7 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
     tks_model_init(m, vr->seed);
     tks_train_state st = {.seed = vr->seed, .seq_len = T, .global_batch = B};
     tks_path_join(path, sizeof path, dir, "ckpt"); /* fits: main limits OUT_DIR */
-    if ((rc = tks_checkpoint_save(path, m, NULL, &st, NULL, NULL, 1))) return die("tks_checkpoint_save", rc);
+    if ((rc = tks_checkpoint_save(path, m, NULL, &st, NULL, NULL))) return die("tks_checkpoint_save", rc);
 
     int32_t ids[N], targets[N];
     make_batch(V, ids, targets);
@@ -303,7 +303,7 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
     tl_free(&tr);
     st.step = STEPS;
     tks_path_join(path, sizeof path, dir, "after3"); /* fits: main limits OUT_DIR */
-    if ((rc = tks_checkpoint_save(path, m, op, &st, NULL, NULL, 1))) return die("tks_checkpoint_save", rc);
+    if ((rc = tks_checkpoint_save(path, m, op, &st, NULL, NULL))) return die("tks_checkpoint_save", rc);
     tks_optim_free(op);
     tks_model_free(m);
     return 0;

@@ -3,7 +3,7 @@
 # losses, samples and checkpoints whatever the dp_replicate x dp_shard x tp
 # layout, the mesh check, invalid layouts, and bad ids refused alike.
 # Usage: test_parallel.sh BIN_DIR WORKDIR CASE   (needs the train_setup dataset)
-#   CASE: layouts | tp3 | mesh | checkpoint | refuse
+#   CASE: layouts | tp3 | mesh | checkpoint | refuse | failures
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 BIN=$1
@@ -222,6 +222,48 @@ refuse)
   echo "$m1" | grep -q "token offset $((off + 10))" && ok "it names shard $sh and token offset $((off + 10))" ||
     fail "message lacks the offset: $m1"
   [[ $(grep -c "^tokshard-train: error" err2) -eq 1 ]] && ok "printed once, by rank 0" || fail "printed $(grep -c error err2) times"
+  ;;
+failures)
+  # every failure path ends the job with the failing rank's message within a
+  # timeout, instead of leaving the other ranks in a collective (a hang)
+  # ends NAME CODE PATTERN -- command...: exit CODE (not the timeout's 124) and stderr matches
+  ends() {
+    local name=$1 want=$2 pat=$3
+    shift 4
+    timeout -k 5 120 "$@" >"out-$name" 2>"err-$name"
+    local code=$?
+    if [[ $code -eq $want ]] && grep -Eq -- "$pat" "err-$name"; then ok "$name: exit $code: $(grep -m1 error "err-$name")"; else
+      fail "$name: exit $code (124 = hung), stderr: $(grep -v '^ ' "err-$name" | tail -3)"
+    fi
+  }
+  run a 2 "${M[@]}" --steps 8 --save-every 4 --tp 2 || exit 1
+  # the hang of the issue: resuming step 4 into the same --out meets step-00000008 at the save
+  ends existing-step 2 "step-00000008 already exists.*--resume latest" -- "${MPI[@]}" -np 2 "$TRAIN" --dataset "$D" \
+    --out run-a "${M[@]}" --steps 8 --save-every 4 --tp 2 --resume run-a/checkpoints/step-00000004
+  touch afile
+  ends unwritable-out 2 "cannot create afile/run" -- "${MPI[@]}" -np 2 "$TRAIN" --dataset "$D" --out afile/run "${M[@]}" \
+    --steps 2 --tp 2
+  # a corrupt checkpoint on rank 1 only (each rank is given its own copy)
+  cp -r run-a/checkpoints/step-00000004 good && cp -r good corrupt
+  printf '\x01' | dd of=corrupt/model.safetensors bs=1 seek=5000 conv=notrunc 2>/dev/null
+  ends corrupt-on-rank-1 2 "corrupt is not a usable checkpoint: model.safetensors is corrupt" -- \
+    "${MPI[@]}" -np 1 "$TRAIN" --dataset "$D" --out r-c "${M[@]}" --steps 6 --tp 2 --resume good : \
+    -np 1 "$TRAIN" --dataset "$D" --out r-c "${M[@]}" --steps 6 --tp 2 --resume corrupt
+  # an allocation failing on rank 1 only, during the checkpoint's gather
+  ends nomem-on-rank-1 2 "out of memory gathering .* for the checkpoint" -- \
+    "${MPI[@]}" -np 1 "$TRAIN" --dataset "$D" --out r-m "${M[@]}" --steps 2 --tp 2 : \
+    -np 1 env TOKSHARD_TEST_CKPT_NOMEM=3 "$TRAIN" --dataset "$D" --out r-m "${M[@]}" --steps 2 --tp 2
+  [[ -z $(ls r-m/checkpoints 2>/dev/null | grep -v lock) ]] && ok "nothing half-written left in r-m/checkpoints" ||
+    fail "left in r-m/checkpoints: $(ls r-m/checkpoints)"
+  # an out-of-range id read by one rank only (dp_shard 2: sample 1 is rank 0's, tp 1)
+  read -r sh off < <("$TKS" sample-plan "$D" --seq-len 32 --global-batch 8 --steps 1 \
+    --val-tokens 4096 --seed 1337 | awk '/ sample 1 / {print $(NF-3), $(NF-1)}')
+  cp -r "$D" bad
+  "$FORGE" bad "$sh" $((off + 7)) 1000 >/dev/null || fail "forge"
+  for sh2 in 2 4; do
+    ends "bad-id-dp_shard-$sh2" 2 "token offset $((off + 7))" -- "${MPI[@]}" -np $sh2 "$TRAIN" --dataset bad --out "r-b$sh2" \
+      "${M[@]}" --steps 4 --dp-shard $sh2 --eval-every 0
+  done
   ;;
 *)
   echo "unknown case $CASE" >&2

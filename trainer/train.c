@@ -179,7 +179,8 @@ static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 int tks_train_plan(const tks_train_opts *in, char **summary) {
     run r;
-    int rc = resolve(in, &r);
+    /* under mpirun every rank plans: a failure on one rank is every rank's */
+    int rc = in->world ? resolve(in, &r) : tks_mesh_world_agree(resolve(in, &r));
     if (rc || !summary) {
         run_free(&r);
         return rc;
@@ -349,7 +350,9 @@ int tks_train_rank(void) {
 
 int tks_train(const tks_train_opts *in) {
     run r;
-    int rc = resolve(in, &r);
+    /* every rank learns whether every rank could resolve the run before any
+     * collective (a corrupt checkpoint or dataset on one rank only) */
+    int rc = tks_mesh_world_agree(resolve(in, &r));
     tks_mesh *mesh = NULL;
     tks_backend *be = NULL;
     tks_model *m = NULL;
@@ -372,6 +375,11 @@ int tks_train(const tks_train_opts *in) {
     if (!o->out_dir) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--out RUN_DIR is required");
     if (!rc) rc = tks_path_join(ckdir, sizeof ckdir, o->out_dir, "checkpoints");
     if (!rc && lead) rc = mkdir_p(ckdir);
+    /* one trainer per run directory: RUN/run.lock, held until the end */
+    char lock_path[PATH_MAX] = "";
+    int run_lock = -1;
+    if (!rc && lead && (rc = tks_path_join(lock_path, sizeof lock_path, o->out_dir, "run.lock")) == 0)
+        rc = tks_lock(lock_path, "tokshard-train", &run_lock);
     if (!rc) rc = tks_backend_create(o->device, o->threads, &be);
     if (!rc)
         rc = tks_model_create_dt(&r.cfg, be, tpc, (int)r.micro, (int)o->seq_len,
@@ -461,9 +469,11 @@ int tks_train(const tks_train_opts *in) {
         double gnorm = sqrt((double)red[0]);
         red[1] = (float)((double)red[1] / tokens_step);
         if (!isfinite(gnorm)) { /* the optimizer skipped the update */
-            rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                          "step %llu: the gradient norm is not finite (loss %g): lower --lr; the "
-                          "last checkpoint is in %s", (unsigned long long)step + 1, (double)red[1], ckdir);
+            rc = tks_fail(TKS_ERR_NONFINITE, ckdir, TKS_NONE, TKS_NONE,
+                          "step %llu: the gradient norm is %g (loss %g): training diverged; resume "
+                          "from the last checkpoint in %s with a lower --lr (or a lower --grad-clip "
+                          "or a longer --warmup)",
+                          (unsigned long long)step + 1, gnorm, (double)red[1], ckdir);
             break;
         }
         if (shc->size > 1) rc = shc->allgather(shc, tks_model_weights(m), tks_model_weights(m) + sb, n_slice);
@@ -506,7 +516,7 @@ int tks_train(const tks_train_opts *in) {
             st.step = step;
             st.cursor = cursor;
             rc = tks_path_join(ck, sizeof ck, ckdir, name);
-            if (!rc) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), shc, lead);
+            if (!rc) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), mesh);
             if (!rc && lead) rc = tks_checkpoint_prune(ckdir, o->keep_checkpoints);
             if ((rc = tks_mesh_agree(mesh, rc))) break;
             info.checkpoint = ck;
@@ -526,10 +536,11 @@ int tks_train(const tks_train_opts *in) {
         int exists = lead && stat(ck, &sbuf) == 0;
         float ex = (float)exists;
         if (!rc && world->size > 1) rc = world->allreduce_max(world, &ex, 1);
-        if (!rc && ex == 0) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), shc, lead);
+        if (!rc && ex == 0) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), mesh);
         rc = tks_mesh_agree(mesh, rc);
     }
     if (metrics) fclose(metrics);
+    tks_unlock(run_lock, lock_path);
     free(tok);
     free(ids);
     free(tg);
@@ -622,6 +633,14 @@ int tks_generate(const tks_generate_opts *o) {
     if (!ctx && !rc) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc && bos != TKS_NO_ID) ctx[n++] = bos;
     for (size_t i = 0; !rc && i < enc.n && n < cfg.max_seq_len; i++) ctx[n++] = enc.ids[i];
+    /* Without BOS an empty prompt leaves no token to predict from: start after
+     * an EOS (what ends the previous document in a dataset built with
+     * --append-eos), or refuse when the tokenizer has neither. */
+    if (!rc && n == 0 && eos != TKS_NO_ID) ctx[n++] = eos;
+    if (!rc && n == 0)
+        rc = tks_fail(TKS_ERR_ARG, tp, TKS_NONE, TKS_NONE,
+                      "the prompt is empty and %s has neither a BOS nor an EOS token to start "
+                      "from: give a prompt (--prompt TEXT)", tp);
     uint64_t rng = o->seed ^ 0x5DEECE66Dull;
     int pos = 0;
     for (size_t i = 0; !rc && i < n; i++) rc = tks_model_decode_step(m, (int32_t)ctx[i], pos++, logits);

@@ -120,7 +120,8 @@ int tks_train_read_sampling(const char *path, tks_run_sampling *out);
 /* Generation from a checkpoint with a KV cache. */
 typedef struct tks_generate_opts {
     const char *checkpoint;       /* checkpoint dir (has tokenizer.model) */
-    const char *prompt;           /* UTF-8 text */
+    const char *prompt;           /* UTF-8 text; may be empty: the context then starts with
+                                   * BOS, else EOS; a tokenizer with neither refuses it */
     uint32_t max_tokens;
     float temperature;            /* 0 = greedy */
     float top_p;                  /* nucleus sampling (Holtzman et al. 2020); 1 = off */

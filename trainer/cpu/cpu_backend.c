@@ -59,11 +59,25 @@ __attribute__((format(printf, 4, 5))) static int op_fail(tks_backend *be, const 
 /* Kernels take dt as an argument and are called as K(TKS_F32) or K(TKS_BF16)
  * from a branch outside their loops, so each is compiled once per dtype. */
 #define INL static inline __attribute__((always_inline))
+/* tks_bf16_from_f32 / tks_bf16_to_f32 inlined into the kernels */
+INL uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+INL float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 INL float ld(const void *p, size_t i, tks_dtype dt) {
-    return dt == TKS_BF16 ? tks_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+    return dt == TKS_BF16 ? from_bf16(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 INL void st(void *p, size_t i, float v, tks_dtype dt) {
-    if (dt == TKS_BF16) ((uint16_t *)p)[i] = tks_bf16_from_f32(v);
+    if (dt == TKS_BF16) ((uint16_t *)p)[i] = to_bf16(v);
     else ((float *)p)[i] = v;
 }
 INL const void *at(const void *p, size_t i, tks_dtype dt) {
