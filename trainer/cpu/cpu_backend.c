@@ -211,32 +211,48 @@ static int cpu_event_sync(tks_backend *be, tks_event *e) { (void)e; STICKY(be); 
 /* ---- GEMM ------------------------------------------------------------------ */
 
 /* Generic path (any operand in bf16): C is cut into GM x GN panels; each
- * panel's rows of op(A) and columns of op(B) are widened to fp32 in the
- * workspace, multiplied by sgemm (fp32 products and sums), and the fp32
- * panel result is added to / stored into C in c_type. */
+ * panel's slice of A and of B is widened to fp32 in the workspace in the
+ * operand's own layout (so every copy loop reads memory contiguously, and
+ * sgemm gets the transpose flags), multiplied by sgemm (fp32 products and
+ * sums), and the fp32 panel result is added to / stored into C in c_type. */
 static int gemm_mixed(tks_backend *be, const tks_gemm_args *g) {
     int M = g->M, N = g->N, K = g->K;
     if (need_ws(be, "gemm", gemm_ws(K))) return CTX(be)->err;
     float *A = (float *)(CTX(be)->ws), *Bp = A + (size_t)GM * K, *Cp = Bp + (size_t)K * GN;
-    /* one panel at a time on thread 0's slice; sgemm itself is threaded */
-    for (int i0 = 0; i0 < M; i0 += GM) {
-        int mb = M - i0 < GM ? M - i0 : GM;
-        for (int r = 0; r < mb; r++) /* A panel [mb, K] */
-            for (int k = 0; k < K; k++) {
-                size_t idx = g->trans_a ? (size_t)k * g->lda + (size_t)(i0 + r)
-                                        : (size_t)(i0 + r) * g->lda + (size_t)k;
-                A[(size_t)r * K + k] = ld(g->A, idx, g->a_type);
+    for (int j0 = 0; j0 < N; j0 += GN) {
+        int nb = N - j0 < GN ? N - j0 : GN;
+        /* B panel: op(B)[K, nb]; trans_b: rows j0.. of B [N, K] -> Bp[nb, K] */
+        int ldbp = g->trans_b ? K : nb;
+        if (g->trans_b) {
+#pragma omp parallel for schedule(static) num_threads(NT(be))
+            for (int c = 0; c < nb; c++)
+                for (int k = 0; k < K; k++)
+                    Bp[(size_t)c * K + k] = ld(g->B, (size_t)(j0 + c) * g->ldb + (size_t)k, g->b_type);
+        } else {
+#pragma omp parallel for schedule(static) num_threads(NT(be))
+            for (int k = 0; k < K; k++)
+                for (int c = 0; c < nb; c++)
+                    Bp[(size_t)k * nb + c] = ld(g->B, (size_t)k * g->ldb + (size_t)(j0 + c), g->b_type);
+        }
+        for (int i0 = 0; i0 < M; i0 += GM) {
+            int mb = M - i0 < GM ? M - i0 : GM;
+            /* A panel: op(A)[mb, K]; trans_a: columns i0.. of A [K, M] -> A[K, mb] */
+            int ldap = g->trans_a ? mb : K;
+            if (g->trans_a) {
+#pragma omp parallel for schedule(static) num_threads(NT(be))
+                for (int k = 0; k < K; k++)
+                    for (int r = 0; r < mb; r++)
+                        A[(size_t)k * mb + r] = ld(g->A, (size_t)k * g->lda + (size_t)(i0 + r), g->a_type);
+            } else {
+#pragma omp parallel for schedule(static) num_threads(NT(be))
+                for (int r = 0; r < mb; r++)
+                    for (int k = 0; k < K; k++)
+                        A[(size_t)r * K + k] = ld(g->A, (size_t)(i0 + r) * g->lda + (size_t)k, g->a_type);
             }
-        for (int j0 = 0; j0 < N; j0 += GN) {
-            int nb = N - j0 < GN ? N - j0 : GN;
-            for (int k = 0; k < K; k++) /* B panel [K, nb] */
-                for (int c = 0; c < nb; c++) {
-                    size_t idx = g->trans_b ? (size_t)(j0 + c) * g->ldb + (size_t)k
-                                            : (size_t)k * g->ldb + (size_t)(j0 + c);
-                    Bp[(size_t)k * nb + c] = ld(g->B, idx, g->b_type);
-                }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mb, nb, K, g->alpha, A, K, Bp, nb,
-                        0.0f, Cp, nb);
+            cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+                        g->trans_b ? CblasTrans : CblasNoTrans, mb, nb, K, g->alpha, A, ldap, Bp,
+                        ldbp, 0.0f, Cp, nb);
+#pragma omp parallel for schedule(static) num_threads(NT(be))
             for (int r = 0; r < mb; r++)
                 for (int c = 0; c < nb; c++) {
                     size_t idx = (size_t)(i0 + r) * g->ldc + (size_t)(j0 + c);
