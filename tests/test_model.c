@@ -485,11 +485,13 @@ static void check_training(int tie) {
         bwd(m, 1.0f / N);
         if (t == 1) first = L;
         last = L;
-        for (size_t i = 0; i < np; i++) {
-            const tks_param *p = &ps[i];
-            be->adamw(be, p->w, p->g, mo + p->offset, vo + p->offset, p->lrows * p->lcols, 1e-2f,
-                      0.9f, 0.95f, 1e-8f, p->decay ? 0.1f : 0.0f, t, 1.0f);
-        }
+        /* one multi-tensor call over every tensor of the flat buffer */
+        tks_span sp[64];
+        for (size_t i = 0; i < np && i < 64; i++)
+            sp[i] = (tks_span){ps[i].offset, ps[i].lrows * ps[i].lcols, ps[i].decay ? 0.1f : 0.0f};
+        tks_adamw_hp hp = {.lr = 1e-2f, .b1 = 0.9f, .b2 = 0.95f, .eps = 1e-8f, .t = t};
+        be->adamw(be, tks_model_weights(m), tks_model_grads(m), mo, vo, 0, sp, np < 64 ? np : 64,
+                  &hp, 1.0f, NULL, NULL, TKS_F32);
         /* padded rows: gradient and weight stay exactly 0 */
         float *w = get_flat(m, tks_model_weights(m)), *g = get_flat(m, tks_model_grads(m));
         for (size_t i = 0; i < np; i++)

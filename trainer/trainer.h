@@ -41,6 +41,8 @@ typedef struct tks_train_opts {
     uint64_t save_every;          /* 0 = only at the end */
     unsigned keep_checkpoints;    /* newest K kept (0 = all) */
     int threads;                  /* 0 = OpenMP default */
+    const char *device;           /* "cpu", "cuda", "auto" (NULL = auto) */
+    const char *dtype;            /* "fp32" (NULL) or "bf16": compute dtype (mixed precision) */
     /* parallel layout (docs/PARALLELISM.md): 0 = default (tp 1, dp_replicate 1,
      * dp_shard = the rest of the world) */
     int tp, dp_shard, dp_replicate;
@@ -63,6 +65,7 @@ struct tks_step_info {
                                    * by kind (comm.h: all-reduce, reduce-scatter, all-gather,
                                    * broadcast), over all its groups */
     double elapsed_s, eta_s;
+    double host_wait_s;           /* seconds so far the host waited on the backend (sync, reads) */
     const char *checkpoint;       /* non-NULL when a checkpoint was just written */
 };
 
