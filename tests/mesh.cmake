@@ -19,3 +19,5 @@ add_test(NAME comm_mpi COMMAND mpirun --oversubscribe -np 4 $<TARGET_FILE:test_c
 add_test(NAME comm_mpi_chunked COMMAND mpirun --oversubscribe -x TOKSHARD_TEST_COMM_CHUNK -np 4 $<TARGET_FILE:test_comm>)
 set_tests_properties(comm_mpi PROPERTIES ENVIRONMENT "${TKS_MPI_ENV}" TIMEOUT 120)
 set_tests_properties(comm_mpi_chunked PROPERTIES ENVIRONMENT "${TKS_MPI_ENV};TOKSHARD_TEST_COMM_CHUNK=7" TIMEOUT 120)
+# trainer.h is the trainer's one public header; the trainer does not link the build pipeline
+add_test(NAME layering COMMAND bash ${TKS_TEST_DIR}/test_layering.sh ${CMAKE_SOURCE_DIR} ${TKS_BIN})

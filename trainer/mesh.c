@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../common/tks.h"
+#include "trainer.h"
 
 const char *tks_group_name(tks_group_kind k) {
     static const char *n[] = {"tp", "dp_shard", "dp_replicate", "dp", "world"};
@@ -659,4 +660,54 @@ int tks_mesh_world_agree(int rc) {
     MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, MPI_COMM_WORLD);
     tks_error_restore(&e);
     return e.code ? e.code : TKS_ERR_ARG;
+}
+
+void tks_train_finalize(void) { tks_mesh_finalize(); }
+
+int tks_train_check_mesh(int tp, int dp_shard, int dp_replicate, char **report) {
+    *report = NULL;
+    int world, rank;
+    tks_mesh_shape shape;
+    tks_mesh *mesh = NULL;
+    int rc = tks_mesh_world(&world, &rank);
+    if (!rc) rc = tks_mesh_resolve(world, tp, dp_shard, dp_replicate, &shape);
+    if (!rc) rc = tks_mesh_create(&shape, &mesh);
+    if (rc) return rc;
+    tks_comm *w = mesh->group[TKS_GROUP_WORLD];
+    int *mine = malloc((size_t)world * sizeof *mine), *all = malloc((size_t)world * (size_t)world * sizeof *all);
+    sbuf b = {0};
+    rc = tks_comm_agree(w, mine && all ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory"));
+    if (!rc && rank == 0) {
+        char *d = tks_mesh_describe(&shape);
+        put(&b, "plan\n%sgroups as built (gathered from every rank's communicators):\n", d ? d : "");
+        free(d);
+    }
+    for (int k = TKS_GROUP_TP; k <= TKS_GROUP_DP && !rc; k++) {
+        tks_comm *g = mesh->group[k];
+        for (int i = 0; i < world; i++) mine[i] = i < g->size ? g->members[i] : -1;
+        size_t counts[4096];
+        for (int r = 0; r < world && r < 4096; r++) counts[r] = (size_t)world * sizeof *mine;
+        if (world > 4096) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--check-mesh: over 4096 processes");
+        if (!rc) rc = w->gatherv_host(w, rank == 0 ? all : NULL, counts, mine, 0);
+        if (rc || rank != 0) continue;
+        int count = 0;
+        put(&b, "  %-13s", tks_group_name((tks_group_kind)k));
+        for (int r = 0; r < world; r++) {
+            const int *m = all + (size_t)r * (size_t)world;
+            if (m[0] != r) continue; /* listed by its first member */
+            put(&b, " ");
+            int n = 0;
+            while (n < world && m[n] >= 0) n++;
+            put_members(&b, m, n);
+            count++;
+        }
+        put(&b, "  -> %d group(s) of %d\n", count, g->size);
+    }
+    if (!rc && rank == 0) put(&b, "mesh verified: every rank's groups match the plan\n");
+    free(mine);
+    free(all);
+    tks_mesh_free(mesh);
+    if (rc) free(b.s);
+    else *report = b.s;
+    return rc;
 }

@@ -1,7 +1,7 @@
 /*
  * mesh.h - the parallel layout: world = dp_replicate x dp_shard x tp, tp
  * varying fastest (a tp group is contiguous ranks, so it fits in one node).
- * Part of the trainer's API (trainer.h includes it). docs/PARALLELISM.md.
+ * Private to trainer/ (tools reach it through trainer.h: tks_train_check_mesh). docs/PARALLELISM.md.
  *
  *   world rank r:  tp_rank = r % tp
  *                  shard   = (r / tp) % dp_shard
