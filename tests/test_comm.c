@@ -113,7 +113,7 @@ static void test_mpi(tks_mesh *m) {
     tks_coll a1 = {.kind = TKS_COLL_ALLGATHER, .dtype = TKS_F32, .out = o2, .in = buf, .n = n};
     tks_coll a2 = {.kind = TKS_COLL_ALLGATHER, .dtype = TKS_BF16, .out = h, .in = h + R * n, .n = n};
     tks_coll a3 = {.kind = TKS_COLL_ALLGATHER, .dtype = TKS_F32, .out = out, .in = out + R * n, .n = n};
-    tks_comm_req *q1, *q2, *q3;
+    tks_comm_req *q1 = NULL, *q2 = NULL, *q3 = NULL;
     CHECK(w->start(w, &a1, &q1) == 0 && w->start(w, &a2, &q2) == 0 && w->start(w, &a3, &q3) == 0, "allgather start");
     CHECK(w->wait(w, q3) == 0 && w->wait(w, q2) == 0 && w->wait(w, q1) == 0, "allgather wait (reverse order)");
     int bad = 0;
