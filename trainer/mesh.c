@@ -615,6 +615,10 @@ int tks_grad_sync_ready(tks_grad_sync *s, size_t begin, size_t end) {
     return rc;
 }
 
+int tks_grad_sync_hook(void *ctx, size_t begin, size_t end) {
+    return tks_grad_sync_ready((tks_grad_sync *)ctx, begin, end);
+}
+
 int tks_grad_sync_end(tks_grad_sync *s) {
     int rc = 0;
     size_t S = (size_t)s->shard->size, R = (size_t)s->shard->rank;
