@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "trainer/mesh.h"
 #include "trainer/trainer.h"
 
 typedef enum { F_STR, F_U32, F_U64, F_FLOAT, F_BOOL } ftype;
@@ -171,7 +170,7 @@ static int run(int argc, char **argv);
 
 int main(int argc, char **argv) {
     int rc = run(argc, argv);
-    tks_mesh_finalize();
+    tks_train_finalize();
     return rc;
 }
 
@@ -187,40 +186,10 @@ static int rank_error(void) {
 /* --check-mesh: the groups as the communicators have them, gathered from every
  * rank, printed by rank 0 (each distinct group once). */
 static int mesh_check(void) {
-    int world, rank;
-    tks_mesh_shape shape;
-    tks_mesh *mesh = NULL;
-    if (tks_mesh_world(&world, &rank) || tks_mesh_resolve(world, O.tp, O.dp_shard, O.dp_replicate, &shape) ||
-        tks_mesh_create(&shape, &mesh))
-        return rank_error();
-    tks_comm *w = mesh->group[TKS_GROUP_WORLD];
-    float *mine = malloc((size_t)world * sizeof *mine), *all = malloc((size_t)world * world * sizeof *all);
-    if (rank == 0) {
-        char *d = tks_mesh_describe(&shape);
-        printf("plan\n%sgroups as built (gathered from every rank's communicators):\n", d ? d : "");
-        free(d);
-    }
-    for (int k = TKS_GROUP_TP; k <= TKS_GROUP_DP && mine && all; k++) {
-        tks_comm *g = mesh->group[k];
-        for (int i = 0; i < world; i++) mine[i] = i < g->size ? (float)g->members[i] : -1.0f;
-        if (w->allgather(w, all, mine, (size_t)world)) return rank_error();
-        if (rank != 0) continue;
-        int count = 0, size = g->size;
-        printf("  %-13s", tks_group_name((tks_group_kind)k));
-        for (int r = 0; r < world; r++) {
-            const float *m = all + (size_t)r * world;
-            if ((int)m[0] != r) continue; /* listed by its first member */
-            printf(" [");
-            for (int i = 0; i < world && m[i] >= 0; i++) printf(i ? " %d" : "%d", (int)m[i]);
-            printf("]");
-            count++;
-        }
-        printf("  -> %d group(s) of %d\n", count, size);
-    }
-    if (rank == 0) printf("mesh verified: every rank's groups match the plan\n");
-    free(mine);
-    free(all);
-    tks_mesh_free(mesh);
+    char *report = NULL;
+    if (tks_train_check_mesh(O.tp, O.dp_shard, O.dp_replicate, &report)) return rank_error();
+    if (report) fputs(report, stdout);
+    free(report);
     return 0;
 }
 

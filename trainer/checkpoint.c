@@ -47,14 +47,20 @@ static void *ckpt_alloc(size_t bytes) {
     return malloc(bytes ? bytes : 1);
 }
 
-/* Test hook (builds with TKS_TEST_HOOKS): TOKSHARD_TEST_CKPT_STOP=POINT
- * stops the process (SIGSTOP) at that point of a save, so that the test can
- * kill -9 it there. Points: model, optimizer, config, tokenizer, state (each
- * after that file is complete), renamed, pruning. */
+/* Test hook (builds with TKS_TEST_HOOKS): TOKSHARD_TEST_CKPT_STOP=POINT:N
+ * stops the process (SIGSTOP) the N-th time a save reaches POINT, so that the
+ * test can kill -9 it there (the kill comes from the test, never from here).
+ * Points: model, optimizer, config, tokenizer, state (each after that file is
+ * complete), renamed (after the rename, before the directory's fsync),
+ * pruning (before an old checkpoint is removed). */
 static void stop_point(const char *point) {
 #ifdef TKS_TEST_HOOKS
+    static long seen = 0;
     const char *p = getenv("TOKSHARD_TEST_CKPT_STOP");
-    if (p && !strcmp(p, point)) raise(SIGSTOP);
+    size_t l = strlen(point);
+    if (p && !strncmp(p, point, l) && (p[l] == 0 || p[l] == ':') &&
+        ++seen == (p[l] == ':' ? atol(p + l + 1) : 1))
+        raise(SIGSTOP);
 #else
     (void)point;
 #endif

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../common/tks.h"
+#include "trainer.h"
 
 const char *tks_group_name(tks_group_kind k) {
     static const char *n[] = {"tp", "dp_shard", "dp_replicate", "dp", "world"};
@@ -196,9 +197,9 @@ static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) { bf16_r
 static void bf16_max(void *in, void *inout, int *len, MPI_Datatype *dt) { bf16_reduce(in, inout, len, dt, 1); }
 static MPI_Op g_bf16_op[2] = {MPI_OP_NULL, MPI_OP_NULL};
 
-static MPI_Datatype mpi_type(tks_comm_dtype d) { return d == TKS_COMM_BF16 ? MPI_UINT16_T : MPI_FLOAT; }
-static MPI_Op mpi_op(tks_comm_dtype d, tks_comm_op op) {
-    if (d == TKS_COMM_F32) return op == TKS_COMM_MAX ? MPI_MAX : MPI_SUM;
+static MPI_Datatype mpi_type(tks_dtype d) { return d == TKS_BF16 ? MPI_UINT16_T : MPI_FLOAT; }
+static MPI_Op mpi_op(tks_dtype d, tks_comm_op op) {
+    if (d == TKS_F32) return op == TKS_COMM_MAX ? MPI_MAX : MPI_SUM;
     int k = op == TKS_COMM_MAX;
     if (g_bf16_op[k] == MPI_OP_NULL) MPI_Op_create(k ? bf16_max : bf16_sum, 1, &g_bf16_op[k]);
     return g_bf16_op[k];
@@ -214,7 +215,7 @@ struct tks_comm_req {
 static int m_start(tks_comm *c, const tks_coll *op, tks_comm_req **req) {
     *req = NULL;
     mpi_comm *mc = MC(c);
-    size_t es = tks_comm_dtype_size(op->dtype), n = op->n, max = tks_comm_chunk_max(), f, k;
+    size_t es = tks_dtype_size(op->dtype), n = op->n, max = tks_comm_chunk_max(), f, k;
     size_t S = (size_t)c->size, R = (size_t)c->rank, pieces = tks_comm_chunks(n, max, 0, &f, &k);
     int kind = op->kind;
     if (kind < 0 || kind > TKS_COLL_BROADCAST)
@@ -291,7 +292,7 @@ static int m_wait(tks_comm *c, tks_comm_req *q) {
 }
 
 static int m_run(tks_comm *c, int kind, tks_comm_op opk, float *out, const float *in, size_t n, int root) {
-    tks_coll op = {.kind = kind, .dtype = TKS_COMM_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
+    tks_coll op = {.kind = kind, .dtype = TKS_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
     tks_comm_req *q;
     int rc = m_start(c, &op, &q);
     return rc ? rc : m_wait(c, q);
@@ -585,12 +586,12 @@ static int start_bucket(tks_grad_sync *s, size_t b) {
     s->started[b] = 1;
     if (S == 1) {
         if (s->rep->size == 1) return 0;
-        tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_COMM_F32, .op = TKS_COMM_SUM, .out = s->g + a, .n = len};
+        tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_F32, .op = TKS_COMM_SUM, .out = s->g + a, .n = len};
         return s->rep->start(s->rep, &op, &s->ar[b]);
     }
     float *st = s->stage + S * a;
     for (size_t d = 0; d < S; d++) gs_copy(s, st + d * len, s->g + d * s->ns + a, len);
-    tks_coll op = {.kind = TKS_COLL_REDUCE_SCATTER, .dtype = TKS_COMM_F32, .op = TKS_COMM_SUM,
+    tks_coll op = {.kind = TKS_COLL_REDUCE_SCATTER, .dtype = TKS_F32, .op = TKS_COMM_SUM,
                    .out = s->g + R * s->ns + a, .in = st, .n = len};
     return s->shard->start(s->shard, &op, &s->rs[b]);
 }
@@ -614,6 +615,10 @@ int tks_grad_sync_ready(tks_grad_sync *s, size_t begin, size_t end) {
     return rc;
 }
 
+int tks_grad_sync_hook(void *ctx, size_t begin, size_t end) {
+    return tks_grad_sync_ready((tks_grad_sync *)ctx, begin, end);
+}
+
 int tks_grad_sync_end(tks_grad_sync *s) {
     int rc = 0;
     size_t S = (size_t)s->shard->size, R = (size_t)s->shard->rank;
@@ -629,7 +634,7 @@ int tks_grad_sync_end(tks_grad_sync *s) {
             s->rs[b] = NULL;
             if (!rc) rc = r;
             if (s->rep->size > 1) {
-                tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_COMM_F32, .op = TKS_COMM_SUM,
+                tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_F32, .op = TKS_COMM_SUM,
                                .out = s->g + R * s->ns + b * s->B, .n = bucket_len(s, b)};
                 r = s->rep->start(s->rep, &op, &s->ar[b]);
                 if (!rc) rc = r;
@@ -659,4 +664,54 @@ int tks_mesh_world_agree(int rc) {
     MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, MPI_COMM_WORLD);
     tks_error_restore(&e);
     return e.code ? e.code : TKS_ERR_ARG;
+}
+
+void tks_train_finalize(void) { tks_mesh_finalize(); }
+
+int tks_train_check_mesh(int tp, int dp_shard, int dp_replicate, char **report) {
+    *report = NULL;
+    int world, rank;
+    tks_mesh_shape shape;
+    tks_mesh *mesh = NULL;
+    int rc = tks_mesh_world(&world, &rank);
+    if (!rc) rc = tks_mesh_resolve(world, tp, dp_shard, dp_replicate, &shape);
+    if (!rc) rc = tks_mesh_create(&shape, &mesh);
+    if (rc) return rc;
+    tks_comm *w = mesh->group[TKS_GROUP_WORLD];
+    int *mine = malloc((size_t)world * sizeof *mine), *all = malloc((size_t)world * (size_t)world * sizeof *all);
+    sbuf b = {0};
+    rc = tks_comm_agree(w, mine && all ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory"));
+    if (!rc && rank == 0) {
+        char *d = tks_mesh_describe(&shape);
+        put(&b, "plan\n%sgroups as built (gathered from every rank's communicators):\n", d ? d : "");
+        free(d);
+    }
+    for (int k = TKS_GROUP_TP; k <= TKS_GROUP_DP && !rc; k++) {
+        tks_comm *g = mesh->group[k];
+        for (int i = 0; i < world; i++) mine[i] = i < g->size ? g->members[i] : -1;
+        size_t counts[4096];
+        for (int r = 0; r < world && r < 4096; r++) counts[r] = (size_t)world * sizeof *mine;
+        if (world > 4096) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--check-mesh: over 4096 processes");
+        if (!rc) rc = w->gatherv_host(w, rank == 0 ? all : NULL, counts, mine, 0);
+        if (rc || rank != 0) continue;
+        int count = 0;
+        put(&b, "  %-13s", tks_group_name((tks_group_kind)k));
+        for (int r = 0; r < world; r++) {
+            const int *m = all + (size_t)r * (size_t)world;
+            if (m[0] != r) continue; /* listed by its first member */
+            put(&b, " ");
+            int n = 0;
+            while (n < world && m[n] >= 0) n++;
+            put_members(&b, m, n);
+            count++;
+        }
+        put(&b, "  -> %d group(s) of %d\n", count, g->size);
+    }
+    if (!rc && rank == 0) put(&b, "mesh verified: every rank's groups match the plan\n");
+    free(mine);
+    free(all);
+    tks_mesh_free(mesh);
+    if (rc) free(b.s);
+    else *report = b.s;
+    return rc;
 }

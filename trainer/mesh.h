@@ -1,7 +1,7 @@
 /*
  * mesh.h - the parallel layout: world = dp_replicate x dp_shard x tp, tp
  * varying fastest (a tp group is contiguous ranks, so it fits in one node).
- * Part of the trainer's API (trainer.h includes it). docs/PARALLELISM.md.
+ * Private to trainer/ (tools reach it through trainer.h: tks_train_check_mesh). docs/PARALLELISM.md.
  *
  *   world rank r:  tp_rank = r % tp
  *                  shard   = (r / tp) % dp_shard
@@ -119,6 +119,10 @@ void tks_grad_sync_free(tks_grad_sync *s);
 void tks_grad_sync_begin(tks_grad_sync *s);
 /* g[begin, end) is final: starts every bucket this completes. */
 int tks_grad_sync_ready(tks_grad_sync *s, size_t begin, size_t end);
+/* The same as a callback for the model's backward: ctx is the tks_grad_sync.
+ * Matches tks_grads_ready_fn, the type a model takes for its hook. */
+typedef int (*tks_grads_ready_fn)(void *ctx, size_t begin, size_t end);
+int tks_grad_sync_hook(void *ctx, size_t begin, size_t end);
 /* Starts what is left, waits for every bucket and the dp_replicate
  * all-reduce; then g[dp_shard_rank*ns, +ns) holds the synchronised slice. */
 int tks_grad_sync_end(tks_grad_sync *s);

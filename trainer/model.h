@@ -25,21 +25,9 @@
 
 #include "backend.h"
 #include "comm.h"
+#include "trainer.h"
 
-typedef struct tks_model_config {
-    uint32_t vocab_size;         /* V: real vocabulary (the tokenizer's) */
-    uint32_t vocab_divisible_by; /* padding granularity per tp rank, default 64 */
-    uint32_t dim;                /* C */
-    uint32_t n_layers;
-    uint32_t n_heads;            /* NH */
-    uint32_t n_kv_heads;         /* NKV, divides NH */
-    uint32_t ffn_dim;            /* F */
-    uint32_t max_seq_len;
-    float rope_theta;            /* 10000 */
-    float norm_eps;              /* 1e-5 */
-    float init_std;              /* 0.02 */
-    int tie_embeddings;          /* lm_head shares model.embed_tokens.weight */
-} tks_model_config;
+/* tks_model_config is part of the public API: trainer.h */
 
 /* Fills LLaMA-style defaults for the fields left 0 (ffn_dim by the LLaMA rule
  * round_up(8/3 C, 32), n_kv_heads = n_heads, theta 10000, eps 1e-5, std 0.02). */

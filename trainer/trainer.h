@@ -1,7 +1,10 @@
 /*
  * trainer.h - the public API of tokshard's trainer layer: train a LLaMA-style
  * model on a tokshard dataset, checkpoint it, and generate from it.
- * The sampler (data order, docs/SAMPLING.md) is part of this API: sampler.h.
+ * This is the layer's one public header: the sampler (data order,
+ * docs/SAMPLING.md; its own library, tks_sampler) comes with it through
+ * sampler.h; backend.h, comm.h, mesh.h, model.h, optim.h and checkpoint.h
+ * are private to trainer/ (tests use them, tools do not).
  *
  * Errors are TKS_ERR_* codes with context in tks_last_error(); the library
  * never prints or exits: progress reaches the caller through callbacks.
@@ -14,9 +17,23 @@
 #include <stdint.h>
 
 #include "../common/tks.h"
-#include "mesh.h"
-#include "model.h"
 #include "sampler.h"
+
+/* The model's shape (Hugging Face LlamaConfig fields). */
+typedef struct tks_model_config {
+    uint32_t vocab_size;         /* V: real vocabulary (the tokenizer's) */
+    uint32_t vocab_divisible_by; /* padding granularity per tp rank, default 64 */
+    uint32_t dim;                /* C */
+    uint32_t n_layers;
+    uint32_t n_heads;            /* NH */
+    uint32_t n_kv_heads;         /* NKV, divides NH */
+    uint32_t ffn_dim;            /* F */
+    uint32_t max_seq_len;
+    float rope_theta;            /* 10000 */
+    float norm_eps;              /* 1e-5 */
+    float init_std;              /* 0.02 */
+    int tie_embeddings;          /* lm_head shares model.embed_tokens.weight */
+} tks_model_config;
 
 typedef struct tks_step_info tks_step_info;
 
@@ -92,6 +109,19 @@ int tks_train(const tks_train_opts *o);
 
 /* World rank of this process (0 without mpirun); initializes MPI if needed. */
 int tks_train_rank(void);
+
+/* Finalizes MPI if the trainer initialized it. Call once before exit. */
+void tks_train_finalize(void);
+
+/*
+ * --check-mesh: builds the communicators of the layout tp x dp_shard x
+ * dp_replicate (0 = default, as in tks_train_opts) for the processes mpirun
+ * started, verifies every group against the plan (a difference is
+ * TKS_ERR_ARG naming both member lists), and gathers the groups as every
+ * rank's communicators have them. On world rank 0 *report (malloc'd) holds
+ * the plan and the groups as built; elsewhere it is NULL. Collective.
+ */
+int tks_train_check_mesh(int tp, int dp_shard, int dp_replicate, char **report);
 
 /* The newest complete checkpoint of a run directory (RUN/checkpoints/step-N)
  * into out (cap bytes). Errors: TKS_ERR_IO when there is none. */

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Layering of the trainer: trainer.h is its one public header (backend.h,
+# comm.h and the rest stay private), tools use only that, and the trainer
+# does not depend on the build pipeline (decoding goes through the
+# sentencepiece shim, tks_spm, without libarchive).
+# Usage: test_layering.sh SOURCE_DIR BIN_DIR
+set -uo pipefail
+SRC=$1
+BIN=$2
+CASE=layering
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+source "$SRC/tests/lib.sh"
+cd "$SRC" || exit 2
+priv='(backend|comm|mesh|model|optim|checkpoint)\.h'
+hits=$(grep -nE "#include \"(trainer/|\.\./trainer/)?$priv\"" tools/*.c tools/*.h)
+[[ -z $hits ]] && ok "tools include no private trainer header" || fail "private headers in tools: $hits"
+# what trainer.h pulls in, transitively
+inc=$(echo '#include "trainer/trainer.h"' | ${CC:-cc} -I"$SRC" -E -H -x c - -o /dev/null 2>&1 | grep '^\.' | awk '{print $2}')
+bad=$(echo "$inc" | grep -E "trainer/$priv|tokenize/")
+[[ -z $bad ]] && ok "trainer.h pulls in no private header ($(echo "$inc" | grep -c tokshard\\\|trainer\\\|dataset\\\|common) project headers)" ||
+  fail "trainer.h pulls in: $bad"
+tok=$(grep -nE '#include "\.\./tokenize/' trainer/*.c trainer/*.h | grep -v 'tokenize/spm.h')
+[[ -z $tok ]] && ok "trainer/ uses nothing of tokenize/ but the spm shim" || fail "trainer/ includes: $tok"
+for b in tokshard-train tokshard-generate; do
+  if ldd "$BIN/$b" | grep -q libarchive; then fail "$b links libarchive (the build pipeline)"; else
+    ok "$b does not link libarchive"; fi
+done
+finish test_layering
