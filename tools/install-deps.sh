@@ -26,6 +26,8 @@ pkgs=(
   # the independent PyTorch reference of the trainer parity test (and numpy for
   # the tests that read safetensors files from Python)
   python3-torch python3-numpy
+  # the project venv of the interop peers (tools/install-venv.sh)
+  python3-venv python3-pip
 )
 if [[ "${1:-}" == "--bench" || "${TOKSHARD_BENCH:-0}" == 1 ]]; then
   pkgs+=(python3-sentencepiece python3-numpy time)
@@ -37,8 +39,10 @@ for p in "${pkgs[@]}"; do
     missing+=("$p")
   fi
 done
+venv() { "$(dirname "$0")/install-venv.sh"; }
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#pkgs[@]} packages present"
+  venv
   exit 0
 fi
 
@@ -49,3 +53,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps: done"
+venv
