@@ -40,6 +40,10 @@ setup)
   expect 0 "build dataset" -- "$TKS" build -q --tokenizer "$T/tok.model" --output "$T/data" \
     --doc-split blank-line --append-eos --shard-tokens 40K --chunk-bytes 4K "$T/text.txt"
   "$TKS" cat "$T/data" --ids >"$T/ids.txt" || fail "cat --ids"
+  # llm.c's convention: the delimiter (here BOS) starts every document
+  expect 0 "build dataset with BOS" -- "$TKS" build -q --tokenizer "$T/tok.model" --output "$T/data-bos" \
+    --doc-split blank-line --prepend-bos --shard-tokens 40K "$T/text.txt"
+  "$TKS" cat "$T/data-bos" --ids >"$T/bos-ids.txt" || fail "cat --ids"
   n=$(ls "$T/data"/shard-*.tks | wc -l)
   [[ $n -ge 3 ]] && ok "dataset has $n shards" || fail "dataset has only $n shards"
   ;;
@@ -134,6 +138,81 @@ PYEOF
   TOKSHARD_TEST_KILL=import-state:1 "$TKS" "${args[@]}" --output r >/dev/null 2>&1
   expect 2 "resume with other options refuses" -- "$TKS" "${args[@]}" --output r --resume --shard-tokens 9K
   expect_msg "another source, tokenizer or options"
+  ;;
+
+flat)
+  # these peers' writers need numpy only; the venv has it
+  need_venv numpy
+  eos=$(head -1 "$T/ids.txt" | awk '{print $NF}')
+  bos=$(head -1 "$T/bos-ids.txt" | awk '{print $1}')
+
+  # llm.c: shards written as fineweb.py writes them (a document split across
+  # two shards), audited and imported one file at a time
+  expect 0 "llm.c writer" -- "$PY" "$PEER" llmc-write "$T/ids.txt" lw --eot "$eos" --shard-size 30000
+  : >lw-all.ids
+  for f in lw_*.bin; do
+    expect 0 "audit --format llmc $f" -- "$TKS" audit --format llmc "$f" --eot "$eos" --model-vocab 1000
+    expect 0 "import --format llmc $f" -- "$TKS" import --format llmc "$f" --eot "$eos" --output "imp-$f" --tokenizer "$T/tok.model"
+    "$TKS" cat "imp-$f" --ids >>lw-all.ids
+  done
+  "$PY" - "$T/ids.txt" lw-all.ids "$eos" lw_*.bin <<'PYEOF' && ok "llm.c import: every token, one document per delimiter, split document kept as two" || fail "llm.c import does not match its files"
+import sys, numpy
+ids, got, eot, files = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+docs = [numpy.array(l.split(), dtype=numpy.int64) for l in open(ids)]
+lines = [numpy.array(l.split(), dtype=numpy.int64) for l in open(got)]
+want = numpy.concatenate([numpy.concatenate([[eot], d[:-1]]) for d in docs])
+assert numpy.array_equal(numpy.concatenate(lines), want), "tokens differ"
+starts = [int(numpy.fromfile(f, dtype=numpy.uint16, offset=1024)[0]) for f in files]
+cont = sum(s != eot for s in starts)
+assert len(files) >= 2 and cont >= 1, (len(files), starts)
+assert len(lines) == len(docs) + cont, (len(lines), len(docs), cont)
+assert sum(l[0] != eot for l in lines) == cont
+PYEOF
+  expect 0 "continued document reported" -- "$TKS" import --format llmc lw_000001.bin --eot "$eos" --output imp-cont --vocab-size 1000
+  grep -q "continues a document from the previous file" out && ok "says so" || fail "$(cat out)"
+  # a forged id in an llm.c file: named with its token and byte offset
+  cp lw_000000.bin lforged.bin
+  printf '\xe8\x03' | dd of=lforged.bin bs=1 seek=$((1024 + 2 * 100)) conv=notrunc 2>/dev/null
+  expect 1 "audit catches the forged id" -- "$TKS" audit --format llmc lforged.bin --eot "$eos" --model-vocab 1000
+  grep -q "token 100 byte 1224 doc [0-9]*: token id 1000" out && ok "named at token 100, byte 1224" || fail "$(head -3 out)"
+  head -c -2 lw_000000.bin >ltrunc.bin
+  expect 1 "audit finds a truncated llm.c file" -- "$TKS" audit --format llmc ltrunc.bin --model-vocab 1000
+  grep -q "header counts .* tokens .* truncated" out && ok "says truncated" || fail "$(head -3 out)"
+
+  # export --format llmc: files that pass llm.c's own header checks and hold
+  # the documents with the delimiter first
+  expect 0 "export llmc (BOS-first documents)" -- "$TKS" export --format llmc "$T/data-bos" le
+  expect 0 "llm.c reads them" -- "$PY" "$PEER" llmc-read le_*.bin --ids "$T/bos-ids.txt" --eot "$bos"
+  expect 0 "export llmc --eot BOS inserts nothing" -- "$TKS" export --format llmc --eot "$bos" "$T/data-bos" le2
+  cmp -s le_00000.bin le2_00000.bin && ok "identical" || fail "le2 differs from le"
+  expect 0 "export llmc --eot EOS (EOS-ended documents)" -- "$TKS" export --format llmc --eot "$eos" "$T/data" le3
+  expect 0 "llm.c reads them, delimiter prepended" -- "$PY" "$PEER" llmc-read le3_*.bin --ids "$T/ids.txt" --eot "$eos"
+  expect 0 "round trip: import the export" -- "$TKS" import --format llmc le_00000.bin --eot "$bos" --output rt --tokenizer "$T/tok.model"
+  "$TKS" cat "$T/data-bos/shard-00000.tks" --ids >bos0.ids
+  "$TKS" cat rt --ids >rt.ids
+  same_ids bos0.ids rt.ids "llm.c round trip"
+
+  # nanoGPT: headerless uint16, EOT appended
+  expect 0 "nanoGPT writer" -- "$PY" "$PEER" nanogpt-write "$T/ids.txt" train.bin
+  expect 0 "audit --format raw" -- "$TKS" audit --format raw --dtype u16 --eot "$eos" train.bin --model-vocab 1000
+  expect 0 "import --format raw" -- "$TKS" import --format raw --dtype u16 --eot "$eos" train.bin --output imp-raw --tokenizer "$T/tok.model"
+  "$TKS" cat imp-raw --ids >raw.ids
+  same_ids "$T/ids.txt" raw.ids "nanoGPT import"
+  head -c -4 train.bin >rtrunc.bin
+  expect 1 "audit: raw file cut inside a document" -- "$TKS" audit --format raw --dtype u16 --eot "$eos" rtrunc.bin --model-vocab 1000
+  grep -q "does not end with the EOT" out && ok "says so" || fail "$(head -3 out)"
+  expect 2 "raw needs --dtype" -- "$TKS" audit --format raw train.bin --model-vocab 1000
+  expect_msg "--dtype u16"
+
+  # datatrove: .ds + .ds.index (+ .ds.metadata for the token size)
+  expect 0 "datatrove writer" -- "$PY" "$PEER" datatrove-write "$T/ids.txt" dt.ds
+  expect 0 "audit --format datatrove --eod" -- "$TKS" audit --format datatrove dt.ds --model-vocab 1000 --eod "$eos"
+  expect 0 "import --format datatrove" -- "$TKS" import --format datatrove dt.ds --output imp-dt --tokenizer "$T/tok.model"
+  "$TKS" cat imp-dt --ids >dt.ids
+  same_ids "$T/ids.txt" dt.ids "datatrove import"
+  cp dt.ds bad.ds && head -c -8 dt.ds.index >bad.ds.index && cp dt.ds.metadata bad.ds.metadata
+  expect 1 "audit: datatrove index missing its last end" -- "$TKS" audit --format datatrove bad.ds --model-vocab 1000
+  grep -q "the last document ends at token" out && ok "says so" || fail "$(head -3 out)"
   ;;
 
 *)
