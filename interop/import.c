@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <jansson.h>
 #include <omp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,17 +122,6 @@ static int import_id(const tks_import_opts *o, const tks__foreign *f, const uint
     memcpy(h, c.digest, 16);
     tks_hex(h, 16, id_hex);
     return 0;
-}
-
-/* Test hook, as tks_build's: TOKSHARD_TEST_KILL="import-shard:K" kills the
- * process (SIGKILL) right after shard K is published and before the resume
- * state records it, "import-state:K" right after. tests/test_interop.sh uses
- * it to prove resume is byte-identical. */
-static void maybe_kill(const char *point, uint64_t k) {
-    const char *v = getenv("TOKSHARD_TEST_KILL");
-    if (!v) return;
-    size_t n = strlen(point);
-    if (strncmp(v, point, n) == 0 && v[n] == ':' && strtoull(v + n + 1, NULL, 10) == k) raise(SIGKILL);
 }
 
 typedef struct istate {
@@ -397,9 +385,7 @@ int tks_import(const tks_import_opts *o, tks_import_stats *stats) {
             memcpy(all + st.n_shards, si, ns * sizeof *all);
             istate now = st;
             now.next_doc = d + 1;
-            maybe_kill("import-shard", st.n_shards + ns - 1);
             rc = save_state(partial, &now, all, st.n_shards + ns);
-            maybe_kill("import-state", st.n_shards + ns - 1);
             free(all);
         }
     }

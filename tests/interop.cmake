@@ -10,5 +10,6 @@ set_tests_properties(interop_setup PROPERTIES FIXTURES_SETUP tks_interop)
 foreach(case megatron flat)
   add_test(NAME interop_${case} COMMAND bash ${TKS_TEST_DIR}/test_interop.sh $<TARGET_FILE:tokshard>
            ${TKS_VENV_PYTHON} ${TKS_INTEROP_WORK} ${case})
-  set_tests_properties(interop_${case} PROPERTIES FIXTURES_REQUIRED tks_interop TIMEOUT 300)
+  set_tests_properties(interop_${case} PROPERTIES FIXTURES_REQUIRED tks_interop TIMEOUT 300
+                       ENVIRONMENT "TKS_FAULT_LIB=$<TARGET_FILE:tks_fault_inject>")
 endforeach()
