@@ -7,7 +7,7 @@ set(TKS_INTEROP_WORK ${CMAKE_BINARY_DIR}/test-work/interop)
 add_test(NAME interop_setup COMMAND bash ${TKS_TEST_DIR}/test_interop.sh $<TARGET_FILE:tokshard>
          ${TKS_VENV_PYTHON} ${TKS_INTEROP_WORK} setup)
 set_tests_properties(interop_setup PROPERTIES FIXTURES_SETUP tks_interop)
-foreach(case megatron flat)
+foreach(case megatron flat python)
   add_test(NAME interop_${case} COMMAND bash ${TKS_TEST_DIR}/test_interop.sh $<TARGET_FILE:tokshard>
            ${TKS_VENV_PYTHON} ${TKS_INTEROP_WORK} ${case})
   set_tests_properties(interop_${case} PROPERTIES FIXTURES_REQUIRED tks_interop TIMEOUT 300

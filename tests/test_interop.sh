@@ -2,7 +2,7 @@
 # Interop tests: other projects' datasets audited, imported and exported,
 # each checked against the peer's own reader or writer (tests/interop_peer.py).
 # Usage: test_interop.sh TOKSHARD VENV_PYTHON WORKDIR CASE   (WORKDIR shared)
-#   CASE: setup | megatron | flat
+#   CASE: setup | megatron | flat | python
 # `setup` builds the dataset the other cases share (a ctest fixture) from real
 # text (dict-gcide). The peers run in the project venv (tools/install-venv.sh);
 # a missing venv FAILS the peer cases: it is part of the install.
@@ -217,6 +217,19 @@ PYEOF
   cp dt.ds bad.ds && head -c -8 dt.ds.index >bad.ds.index && cp dt.ds.metadata bad.ds.metadata
   expect 1 "audit: datatrove index missing its last end" -- "$TKS" audit --format datatrove bad.ds --model-vocab 1000
   grep -q "the last document ends at token" out && ok "says so" || fail "$(head -3 out)"
+  ;;
+
+python)
+  need_venv "numpy, torch"
+  expect 0 "Python package against cat --ids and sample-plan --json" -- "$PY" "$(dirname "$PEER")/test_python.py" "$TKS" "$T/data" "$W/py"
+  cat out
+  # the package installs with pip (offline here: numpy and setuptools come from
+  # the system) and works from outside the source tree
+  expect 0 "pip install ./python into a fresh venv" -- bash -c "/usr/bin/python3 -m venv --system-site-packages '$W/venv' && '$W/venv/bin/pip' install -q --no-deps --no-build-isolation '$(dirname "$PEER")/../python'"
+  cd /
+  expect 0 "the installed package reads the dataset" -- "$W/venv/bin/python" -c "import tokshard; d = tokshard.Dataset('$T/data', verify=True); print(d.n_docs, tokshard.__file__)"
+  grep -q "$W/venv/.*site-packages/tokshard" "$W/out" && ok "imported from the venv" || fail "imported from $(cat "$W/out")"
+  cd "$W"
   ;;
 
 *)
