@@ -2,7 +2,7 @@
 # Interop tests: other projects' datasets audited, imported and exported,
 # each checked against the peer's own reader or writer (tests/interop_peer.py).
 # Usage: test_interop.sh TOKSHARD VENV_PYTHON WORKDIR CASE   (WORKDIR shared)
-#   CASE: setup | megatron | flat | python
+#   CASE: setup | megatron | flat | python | hf
 # `setup` builds the dataset the other cases share (a ctest fixture) from real
 # text (dict-gcide). The peers run in the project venv (tools/install-venv.sh);
 # a missing venv FAILS the peer cases: it is part of the install.
@@ -230,6 +230,35 @@ python)
   expect 0 "the installed package reads the dataset" -- "$W/venv/bin/python" -c "import tokshard; d = tokshard.Dataset('$T/data', verify=True); print(d.n_docs, tokshard.__file__)"
   grep -q "$W/venv/.*site-packages/tokshard" "$W/out" && ok "imported from the venv" || fail "imported from $(cat "$W/out")"
   cd "$W"
+  ;;
+
+hf)
+  need_venv "transformers, torch"
+  TRAIN=$(dirname "$TKS")/tokshard-train
+  DUMP=$(dirname "$TKS")/hf_logits_dump
+  expect 0 "train a small model" -- "$TRAIN" --dataset "$T/data" --out run --steps 6 --save-every 6 \
+    --dim 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --seq-len 32 --global-batch 8 --threads 1
+  ck=$(ls -d run/checkpoints/step-* | tail -1)
+  for f in tokenizer.json tokenizer_config.json; do
+    [[ -s $ck/$f ]] && ok "checkpoint has $f" || fail "$ck has no $f"
+  done
+  grep -q '"bos_token_id": 1' "$ck/config.json" && ok "checkpoint config.json has bos_token_id" || fail "$(cat "$ck/config.json")"
+  expect 0 "export-hf" -- "$TKS" export-hf run hf
+  ls hf | sort | tr '\n' ' ' >files
+  [[ $(cat files) == "config.json model.safetensors tokenizer.json tokenizer.model tokenizer_config.json " ]] &&
+    ok "hf/ holds the model and tokenizer, no optimizer state" || fail "hf/ holds $(cat files)"
+  expect 2 "export-hf refuses an existing DIR" -- "$TKS" export-hf run hf
+  expect_msg "already exists"
+  cp -r "$ck" bad-ck && printf 'x' | dd of=bad-ck/model.safetensors bs=1 seek=200 conv=notrunc 2>/dev/null
+  expect 2 "export-hf refuses a corrupt checkpoint" -- "$TKS" export-hf bad-ck hf-bad
+  [[ ! -e hf-bad ]] && ok "nothing written" || fail "hf-bad exists"
+  expect 0 "unigram tokenizer" -- "$TKS" train-tokenizer --output uni --model-type unigram --vocab-size 1000 \
+    --doc-split blank-line "$T/text.txt"
+  expect 0 "export-hf --tokenizer" -- "$TKS" export-hf --tokenizer uni.model uni-hf
+  cp uni.model uni-hf/tokenizer.model
+  expect 0 "transformers against tokshard and spm_encode" -- "$PY" "$(dirname "$PEER")/test_hf.py" hf "$ck" "$DUMP" \
+    "$T/tok.model" uni-hf uni.model "$W/py"
+  cat out
   ;;
 
 *)

@@ -2,16 +2,20 @@
  * `tokshard audit --format` shares with them. Thin: parses flags, calls
  * interop/, prints. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "interop/interop.h"
+#include "tokenize/spm.h"
 #include "cli.h"
 
 int tks_cli_import(int argc, char **argv);
 int tks_cli_export(int argc, char **argv);
+int tks_cli_export_hf(int argc, char **argv);
 int tks_cli_foreign_flag(tks_args *a, tks_foreign_opts *fo, int *consumed);
 
 static int parse_id(const char *flag, const char *v, uint32_t *out) {
@@ -154,5 +158,35 @@ int tks_cli_export(int argc, char **argv) {
            dir, tks_foreign_format_name(o.format), (unsigned long long)st.files, prefix,
            (unsigned long long)st.docs, (unsigned long long)st.tokens, st.bytes_written / 1e6,
            o.format == TKS_FOREIGN_MEGATRON && !o.copy ? " (the .bin files are links to the shards)" : "");
+    return 0;
+}
+
+int tks_cli_export_hf(int argc, char **argv) {
+    const char *ckpt = NULL, *dir = NULL, *pos, *model = NULL;
+    tks_args a = {argc, 0, argv, NULL, {0}};
+    while (tks_cli_next(&a, &pos)) {
+        if (!pos && !strcmp(a.name, "--tokenizer")) {
+            if (!(model = tks_cli_value(&a))) return tks_cli_usage_error("--tokenizer needs a .model file");
+            continue;
+        }
+        if (!pos) return tks_cli_usage_error("export-hf: unknown option %s", a.name);
+        if (!ckpt) ckpt = pos;
+        else if (!dir) dir = pos;
+        else return tks_cli_usage_error("export-hf: expected CHECKPOINT DIR (got a third argument %s)", pos);
+    }
+    if (model) { /* the tokenizer alone: tokenizer.json and tokenizer_config.json into DIR */
+        if (!ckpt || dir) return tks_cli_usage_error("export-hf --tokenizer MODEL DIR: one DIR");
+        dir = ckpt;
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            return tks_cli_usage_error("export-hf: cannot create %s: %s", dir, strerror(errno));
+        if (tks_hf_tokenizer_write(model, dir)) return tks_cli_lib_error();
+        printf("wrote %s/tokenizer.json and tokenizer_config.json for %s (copy the model as "
+               "%s/tokenizer.model for use_fast=False)\n", dir, model, dir);
+        return 0;
+    }
+    if (!ckpt || !dir) return tks_cli_usage_error("export-hf: give a CHECKPOINT (or run directory) and the output DIR");
+    if (tks_export_hf(ckpt, dir)) return tks_cli_lib_error();
+    printf("exported %s to %s: model.safetensors, config.json, tokenizer.model, tokenizer.json, "
+           "tokenizer_config.json (load with transformers' AutoModelForCausalLM and AutoTokenizer)\n", ckpt, dir);
     return 0;
 }

@@ -23,6 +23,7 @@ int tks_cli_sample_plan(int argc, char **argv); /* tools/sample_plan.c */
 /* tools/interop_cli.c */
 int tks_cli_import(int argc, char **argv);
 int tks_cli_export(int argc, char **argv);
+int tks_cli_export_hf(int argc, char **argv);
 int tks_cli_foreign_flag(tks_args *a, tks_foreign_opts *fo, int *consumed);
 
 #define OPT(s) (strcmp(a.name, s) == 0)
@@ -734,6 +735,8 @@ static void help(FILE *f) {
             "  tokshard import --format megatron|llmc|raw|datatrove SOURCE --output DIR\n"
             "      (--tokenizer MODEL | --vocab-size N) [--eot ID] [--dtype u16|u32] [--shard-tokens N] [--resume]\n"
             "  tokshard export --format megatron|llmc DIR PREFIX [--copy] [--eot ID]\n"
+            "  tokshard export-hf CHECKPOINT DIR   a checkpoint as a Hugging Face model + fast tokenizer\n"
+            "  tokshard export-hf --tokenizer MODEL DIR   tokenizer.json + tokenizer_config.json only\n"
             "  tokshard inspect DIR|SHARD [--json] [--top K]\n"
             "  tokshard cat DIR|SHARD [--doc N] [--limit N] [--ids|--text] [--raw]\n"
             "  tokshard sample-plan DIR --seq-len L --global-batch B [--dp D] [--tp T] [--steps S0:S1]\n"
@@ -763,6 +766,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample-plan")) return tks_cli_sample_plan(sub_argc, sub_argv);
     if (!strcmp(cmd, "import")) return tks_cli_import(sub_argc, sub_argv);
     if (!strcmp(cmd, "export")) return tks_cli_export(sub_argc, sub_argv);
+    if (!strcmp(cmd, "export-hf")) return tks_cli_export_hf(sub_argc, sub_argv);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         help(stdout);
         return 0;
