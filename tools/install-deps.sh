@@ -29,6 +29,8 @@ pkgs=(
   python3-torch python3-numpy
   # the project venv of the interop peers (tools/install-venv.sh)
   python3-venv python3-pip
+  # transformers' slow LlamaTokenizer (use_fast=False) runs sentencepiece from Python
+  python3-sentencepiece
 )
 if [[ "${1:-}" == "--bench" || "${TOKSHARD_BENCH:-0}" == 1 ]]; then
   pkgs+=(python3-sentencepiece python3-numpy time)
