@@ -104,6 +104,17 @@ static int check_representable(const tks_shard *sh, const tks_export_opts *o, ui
     return 0;
 }
 
+/* Documents of the shard that do not start with `eot` (0 for TKS_NO_ID). */
+static uint64_t llmc_inserted(const tks_shard *sh, uint32_t eot) {
+    const tks_shard_header *h = tks_shard_hdr(sh);
+    const uint64_t *ix = tks_shard_doc_index(sh);
+    const void *tok = tks_shard_tokens(sh);
+    uint64_t k = 0;
+    if (eot != TKS_NO_ID)
+        for (uint64_t d = 0; d < h->n_docs; d++) k += tks_shard_token_at(tok, h->token_bytes, ix[d]) != eot;
+    return k;
+}
+
 static int export_llmc(const tks_shard *sh, const tks_export_opts *o, const char *path,
                        tks_export_stats *st) {
     const tks_shard_header *h = tks_shard_hdr(sh);
@@ -111,10 +122,7 @@ static int export_llmc(const tks_shard *sh, const tks_export_opts *o, const char
     const uint8_t *tok = tks_shard_tokens(sh);
     uint32_t tb = h->token_bytes;
     /* documents lacking the delimiter get it prepended */
-    uint64_t inserted = 0;
-    if (o->eot_id != TKS_NO_ID)
-        for (uint64_t d = 0; d < h->n_docs; d++)
-            inserted += tks_shard_token_at(tok, tb, ix[d]) != o->eot_id;
+    uint64_t inserted = llmc_inserted(sh, o->eot_id);
     uint64_t n_out = h->n_tokens + inserted;
     int rc = check_representable(sh, o, n_out);
     if (rc) return rc;
@@ -173,6 +181,10 @@ int tks_export(const char *dataset_dir, const char *prefix, const tks_export_opt
         if (!rc) rc = refuse_existing(bin);
         if (!rc && o->format == TKS_FOREIGN_MEGATRON) rc = refuse_existing(idx);
         if (!rc && o->format == TKS_FOREIGN_MEGATRON) rc = check_representable(sh, o, 0);
+        if (!rc && o->format == TKS_FOREIGN_LLMC) {
+            const tks_shard_header *h = tks_shard_hdr(sh);
+            rc = check_representable(sh, o, h->n_tokens + llmc_inserted(sh, o->eot_id));
+        }
     }
     for (size_t i = 0; i < n && !rc; i++) {
         const tks_shard *sh = tks_dataset_shard(ds, i);

@@ -233,6 +233,7 @@ static int open_megatron(const char *prefix, tks__plist *pl, tks__foreign *f) {
             break;
         }
         cum += (uint64_t)len * f->token_bytes;
+        if (cum > f->data_size) break; /* reported below; also keeps cum from wrapping */
     }
     if (!fatal && (is_shard ? cum > f->data_size : cum != f->data_size)) {
         fatal = 1;
