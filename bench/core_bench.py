@@ -13,6 +13,8 @@ figures are ratios taken under the same load.
           bf16), with the --dry-run activation figure of the after build.
   wait    the fraction of step time the host waited on the backend (after,
           metrics.jsonl host_wait_s / elapsed_s).
+  conv    the main job's model, 200 steps in fp32 and in bf16 (same data and
+          seed): validation loss at the end and its relative difference.
 
 Nothing is asserted: a benchmark, not a test. Prints JSON on the last line.
 """
@@ -53,7 +55,7 @@ def main():
     ap.add_argument("--warmup-steps", type=int, default=3)
     ap.add_argument("--timed-steps", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--parts", default="tps,mem,wait")
+    ap.add_argument("--parts", default="tps,mem,wait,conv")
     ap.add_argument("--torch-python", default="/usr/bin/python3")
     a = ap.parse_args()
     parts = set(a.parts.split(","))
@@ -142,6 +144,28 @@ def main():
                        "fraction": r["host_wait_s"] / r["elapsed_s"] if r["elapsed_s"] else None}
         print("host waited on the backend %.6f s of %.3f s (%.2e of step time)" % (
             r["host_wait_s"], r["elapsed_s"], res["wait"]["fraction"]), flush=True)
+    if "conv" in parts:
+        # the main job's model (samples/main.sh) for 200 steps in fp32 and in
+        # bf16, the same data and seed: the validation loss at the end
+        res["conv"] = {}
+        for label, extra in (("fp32", []), ("bf16", ["--dtype", "bf16"])):
+            out = os.path.join(a.work, "run-conv-" + label)
+            shutil.rmtree(out, ignore_errors=True)
+            cmd = [os.path.join(a.after_bin, "tokshard-train"), "--dataset", a.dataset, "--out", out,
+                   "--threads", str(a.threads), "--global-batch", "16", "--steps", "200",
+                   "--warmup", "15", "--lr", "3e-3", "--min-lr", "3e-4", "--eval-every", "200",
+                   "--save-every", "0", "--keep", "1", "--quiet", "--no-plot", "--seed", "1337"] + \
+                model_flags(MAIN) + extra
+            t0 = time.time()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            v = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl")) if "val_loss" in x]
+            res["conv"][label] = {"val_loss": v[-1]["val_loss"], "wall_s": time.time() - t0}
+            shutil.rmtree(out, ignore_errors=True)
+            print("200 steps %s: val loss %.4f (%.0f s)" % (label, v[-1]["val_loss"], time.time() - t0),
+                  flush=True)
+        f, b = res["conv"]["fp32"]["val_loss"], res["conv"]["bf16"]["val_loss"]
+        res["conv"]["rel_diff"] = (b - f) / f
+        print("bf16 vs fp32 validation loss: %+.2f%%" % (100 * (b - f) / f), flush=True)
     res["load_end"] = load()
     print(json.dumps(res))
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of tokshard-train / tokshard-generate on real text (dict-gcide).
 # Usage: test_train.sh BIN_DIR WORKDIR CASE
-#   CASE: setup | train | resume | safety | checkpoint | plan | generate | lock | faults | bf16 | cli
+#   CASE: setup | train | resume | safety | checkpoint | plan | generate | lock | bf16 | faults | cli
 # `setup` builds the small dataset the other cases share (a ctest fixture).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -139,6 +139,54 @@ checkpoint)
   grep -q '"step": 5' r/metrics.jsonl && ok "resumed at step 5" || fail "did not resume from step 4"
   ;;
 
+plan)
+  # sample-plan with no data-order flags plans what tokshard-train with its
+  # defaults reads: forge a bad id where the plan says step 1 reads; a default
+  # run must stop on it at step 1 (different seed, split or step numbering
+  # would send the trainer elsewhere).
+  read -r sh off < <("$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 |
+    awk '/ sample 1 / {print $(NF-3), $(NF-1)}')
+  [[ -n ${off:-} ]] || fail "no sample 1 in the default plan"
+  D=(--dim 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --seq-len 32 --global-batch 8 --micro-batch 4
+    --lr 1e-2 --warmup 3 --eval-every 0 --threads 2 --quiet --no-plot)
+  cp -r "$S/data" bad
+  expect 0 "forge id 1000 at shard $sh token $((off + 3))" -- "$FORGE" bad "$sh" $((off + 3)) 1000
+  expect 2 "a default run meets it at step 1" -- "$TRAIN" --dataset bad --out d1 --steps 1 "${D[@]}"
+  expect_msg "token offset $((off + 3)) "
+  # --run: the plan of an existing run, from its checkpoint's own settings
+  expect 0 "train 4 steps" -- "$TRAIN" --dataset "$S/data" --out r --steps 4 "${M[@]}" --seed 99
+  expect 0 "sample-plan --run" -- "$TKS" sample-plan --run r --json
+  cp "$W/out" run.json
+  expect 0 "the same plan from flags" -- "$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 \
+    --micro-batch 4 --val-tokens 4096 --seed 99 --steps 5 --json
+  cp "$W/out" flags.json
+  python3 - run.json flags.json <<'EOF2' && ok "--run plans step 5 as the flags do" || fail "--run plan differs"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["checkpoint"]["step"] == 4 and a["checkpoint"]["cursor"] == 32, a["checkpoint"]
+assert [s["step"] for s in a["steps"]] == [5], a["steps"]
+assert a["steps"] == b["steps"] and a["seed"] == 99 and a["micro_batch"] == 4
+EOF2
+  # after a resume the plan continues from the newest checkpoint
+  expect 0 "resume to step 6" -- "$TRAIN" --dataset "$S/data" --out r --steps 6 "${M[@]}" --seed 99 \
+    --resume latest
+  expect 0 "sample-plan --run after the resume" -- "$TKS" sample-plan --run r --json
+  python3 - "$W/out" <<'EOF2' && ok "step 7 starts at sample 48 = 6 x 8" || fail "cursor not followed"
+import json, sys
+a = json.load(open(sys.argv[1]))
+assert a["checkpoint"]["step"] == 6 and a["checkpoint"]["cursor"] == 48, a["checkpoint"]
+assert a["steps"][0]["step"] == 7 and a["steps"][0]["ranks"][0]["samples"][0]["sample"] == 48, a["steps"][0]
+EOF2
+  expect 0 "a checkpoint directory works as --run too" -- "$TKS" sample-plan --run r/checkpoints/step-00000004
+  grep -q "^step 5 rank 0" "$W/out" && ok "plans step 5 from step-00000004" || fail "$(head -5 "$W/out")"
+  expect 2 "--seed with --run" -- "$TKS" sample-plan --run r --seed 3
+  expect_msg "--seed cannot be combined with --run"
+  expect 2 "--run on a directory with no checkpoint" -- "$TKS" sample-plan --run "$S"
+  expect_msg "neither a checkpoint"
+  expect 2 "step 0" -- "$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 --steps 0
+  expect_msg "steps count from 1"
+  ;;
+
 generate)
   # an empty prompt: BOS starts the context when the tokenizer has one, else
   # EOS; a tokenizer with neither is refused (it read ctx[-1] before)
@@ -212,6 +260,36 @@ lock)
   expect 0 "the dataset audits clean" -- "$TKS" audit big
   [[ ! -e big.lock ]] && ok "big.lock removed at the end" || fail "big.lock left behind"
   rm -f big.txt
+  ;;
+
+bf16)
+  # mixed precision: the same run in fp32 and bf16 (bf16 weights and
+  # activations, fp32 masters, gradients and moments); both learn, and the
+  # bf16 validation loss ends within 2% of fp32's
+  expect 0 "train 24 steps fp32" -- "$TRAIN" --dataset "$S/data" --out r32 --steps 24 "${M[@]}" --eval-every 24
+  expect 0 "train 24 steps bf16" -- "$TRAIN" --dataset "$S/data" --out r16 --steps 24 "${M[@]}" --eval-every 24 --dtype bf16
+  v32=$(grep '"val_loss"' r32/metrics.jsonl | tail -1 | sed 's/.*"val_loss": \([0-9.]*\).*/\1/')
+  v16=$(grep '"val_loss"' r16/metrics.jsonl | tail -1 | sed 's/.*"val_loss": \([0-9.]*\).*/\1/')
+  first=$(grep '"loss"' r16/metrics.jsonl | head -1 | sed 's/.*"loss": \([0-9.]*\).*/\1/')
+  awk -v a="$first" -v b="$v16" 'BEGIN {exit !(b < a - 0.5)}' && ok "bf16 learns: loss $first -> val $v16" ||
+    fail "bf16 does not learn: $first -> $v16"
+  awk -v a="$v32" -v b="$v16" 'BEGIN {d = (b - a) / a; if (d < 0) d = -d; exit !(d <= 0.02)}' &&
+    ok "bf16 val loss $v16 within 2% of fp32 $v32" || fail "bf16 val loss $v16 vs fp32 $v32"
+  grep -q '"host_wait_s"' r16/metrics.jsonl && ok "metrics record host_wait_s" || fail "no host_wait_s"
+  # a bf16 checkpoint holds fp32 masters: it resumes, in either dtype
+  expect 0 "resume the bf16 run in fp32 for 2 more steps" -- "$TRAIN" --dataset "$S/data" --out r16 \
+    --resume latest --steps 26 "${M[@]}" --eval-every 0
+  expect 2 "unknown dtype" -- "$TRAIN" --dataset "$S/data" --out x --dtype fp8 --dry-run
+  expect_msg "--dtype fp8"
+  expect 2 "cuda not built" -- "$TRAIN" --dataset "$S/data" --out x --device cuda --steps 1 "${M[@]}"
+  expect_msg "no CUDA backend"
+  expect 2 "unknown device" -- "$TRAIN" --dataset "$S/data" --out x --device tpu --dry-run
+  expect_msg "--device tpu"
+  expect 0 "bf16 dry run names the dtype" -- "$TRAIN" --dataset "$S/data" --out x --steps 1 "${M[@]}" --dtype bf16 --dry-run
+  grep -q "memory estimate (bf16" "$W/out" && ok "dry run: bf16 memory estimate" || fail "$(grep memory "$W/out")"
+  expect 2 "bf16 with tp 2" -- "$TRAIN" --dataset "$S/data" --out x --steps 1 "${M[@]}" --dtype bf16 \
+    --world 2 --tp 2 --dry-run
+  expect_msg "--dtype bf16 with --tp 2"
   ;;
 
 faults)
@@ -291,84 +369,6 @@ EOF
   expect 0 "resume with space again" -- "$TRAIN" --dataset "$S/data" --out full "${M[@]}" "${F[@]}" --resume latest
   same_run full && ok "after the full disk: all 8 losses identical to the uninterrupted run" ||
     fail "after the full disk: losses differ"
-  ;;
-
-plan)
-  # sample-plan with no data-order flags plans what tokshard-train with its
-  # defaults reads: forge a bad id where the plan says step 1 reads; a default
-  # run must stop on it at step 1 (different seed, split or step numbering
-  # would send the trainer elsewhere).
-  read -r sh off < <("$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 |
-    awk '/ sample 1 / {print $(NF-3), $(NF-1)}')
-  [[ -n ${off:-} ]] || fail "no sample 1 in the default plan"
-  D=(--dim 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --seq-len 32 --global-batch 8 --micro-batch 4
-    --lr 1e-2 --warmup 3 --eval-every 0 --threads 2 --quiet --no-plot)
-  cp -r "$S/data" bad
-  expect 0 "forge id 1000 at shard $sh token $((off + 3))" -- "$FORGE" bad "$sh" $((off + 3)) 1000
-  expect 2 "a default run meets it at step 1" -- "$TRAIN" --dataset bad --out d1 --steps 1 "${D[@]}"
-  expect_msg "token offset $((off + 3)) "
-  # --run: the plan of an existing run, from its checkpoint's own settings
-  expect 0 "train 4 steps" -- "$TRAIN" --dataset "$S/data" --out r --steps 4 "${M[@]}" --seed 99
-  expect 0 "sample-plan --run" -- "$TKS" sample-plan --run r --json
-  cp "$W/out" run.json
-  expect 0 "the same plan from flags" -- "$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 \
-    --micro-batch 4 --val-tokens 4096 --seed 99 --steps 5 --json
-  cp "$W/out" flags.json
-  python3 - run.json flags.json <<'EOF2' && ok "--run plans step 5 as the flags do" || fail "--run plan differs"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-assert a["checkpoint"]["step"] == 4 and a["checkpoint"]["cursor"] == 32, a["checkpoint"]
-assert [s["step"] for s in a["steps"]] == [5], a["steps"]
-assert a["steps"] == b["steps"] and a["seed"] == 99 and a["micro_batch"] == 4
-EOF2
-  # after a resume the plan continues from the newest checkpoint
-  expect 0 "resume to step 6" -- "$TRAIN" --dataset "$S/data" --out r --steps 6 "${M[@]}" --seed 99 \
-    --resume latest
-  expect 0 "sample-plan --run after the resume" -- "$TKS" sample-plan --run r --json
-  python3 - "$W/out" <<'EOF2' && ok "step 7 starts at sample 48 = 6 x 8" || fail "cursor not followed"
-import json, sys
-a = json.load(open(sys.argv[1]))
-assert a["checkpoint"]["step"] == 6 and a["checkpoint"]["cursor"] == 48, a["checkpoint"]
-assert a["steps"][0]["step"] == 7 and a["steps"][0]["ranks"][0]["samples"][0]["sample"] == 48, a["steps"][0]
-EOF2
-  expect 0 "a checkpoint directory works as --run too" -- "$TKS" sample-plan --run r/checkpoints/step-00000004
-  grep -q "^step 5 rank 0" "$W/out" && ok "plans step 5 from step-00000004" || fail "$(head -5 "$W/out")"
-  expect 2 "--seed with --run" -- "$TKS" sample-plan --run r --seed 3
-  expect_msg "--seed cannot be combined with --run"
-  expect 2 "--run on a directory with no checkpoint" -- "$TKS" sample-plan --run "$S"
-  expect_msg "neither a checkpoint"
-  expect 2 "step 0" -- "$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 --steps 0
-  expect_msg "steps count from 1"
-  ;;
-
-bf16)
-  # mixed precision: the same run in fp32 and bf16 (bf16 weights and
-  # activations, fp32 masters, gradients and moments); both learn, and the
-  # bf16 validation loss ends within 2% of fp32's
-  expect 0 "train 24 steps fp32" -- "$TRAIN" --dataset "$S/data" --out r32 --steps 24 "${M[@]}" --eval-every 24
-  expect 0 "train 24 steps bf16" -- "$TRAIN" --dataset "$S/data" --out r16 --steps 24 "${M[@]}" --eval-every 24 --dtype bf16
-  v32=$(grep '"val_loss"' r32/metrics.jsonl | tail -1 | sed 's/.*"val_loss": \([0-9.]*\).*/\1/')
-  v16=$(grep '"val_loss"' r16/metrics.jsonl | tail -1 | sed 's/.*"val_loss": \([0-9.]*\).*/\1/')
-  first=$(grep '"loss"' r16/metrics.jsonl | head -1 | sed 's/.*"loss": \([0-9.]*\).*/\1/')
-  awk -v a="$first" -v b="$v16" 'BEGIN {exit !(b < a - 0.5)}' && ok "bf16 learns: loss $first -> val $v16" ||
-    fail "bf16 does not learn: $first -> $v16"
-  awk -v a="$v32" -v b="$v16" 'BEGIN {d = (b - a) / a; if (d < 0) d = -d; exit !(d <= 0.02)}' &&
-    ok "bf16 val loss $v16 within 2% of fp32 $v32" || fail "bf16 val loss $v16 vs fp32 $v32"
-  grep -q '"host_wait_s"' r16/metrics.jsonl && ok "metrics record host_wait_s" || fail "no host_wait_s"
-  # a bf16 checkpoint holds fp32 masters: it resumes, in either dtype
-  expect 0 "resume the bf16 run in fp32 for 2 more steps" -- "$TRAIN" --dataset "$S/data" --out r16 \
-    --resume latest --steps 26 "${M[@]}" --eval-every 0
-  expect 2 "unknown dtype" -- "$TRAIN" --dataset "$S/data" --out x --dtype fp8 --dry-run
-  expect_msg "--dtype fp8"
-  expect 2 "cuda not built" -- "$TRAIN" --dataset "$S/data" --out x --device cuda --steps 1 "${M[@]}"
-  expect_msg "no CUDA backend"
-  expect 2 "unknown device" -- "$TRAIN" --dataset "$S/data" --out x --device tpu --dry-run
-  expect_msg "--device tpu"
-  expect 0 "bf16 dry run names the dtype" -- "$TRAIN" --dataset "$S/data" --out x --steps 1 "${M[@]}" --dtype bf16 --dry-run
-  grep -q "memory estimate (bf16" "$W/out" && ok "dry run: bf16 memory estimate" || fail "$(grep memory "$W/out")"
-  expect 2 "bf16 with tp 2" -- "$TRAIN" --dataset "$S/data" --out x --steps 1 "${M[@]}" --dtype bf16 \
-    --world 2 --tp 2 --dry-run
-  expect_msg "--dtype bf16 with --tp 2"
   ;;
 
 cli)
