@@ -44,8 +44,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
-
 #define TKS_BACKEND_CONTRACT 2
 
 typedef enum tks_dtype {
@@ -56,20 +54,11 @@ typedef enum tks_dtype {
 static inline size_t tks_dtype_size(tks_dtype dt) { return dt == TKS_BF16 ? 2 : 4; }
 static inline const char *tks_dtype_name(tks_dtype dt) { return dt == TKS_BF16 ? "bf16" : "fp32"; }
 
-/* fp32 -> bf16, round to nearest, ties to even; NaN stays a (quiet) NaN. */
-static inline uint16_t tks_bf16_from_f32(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static inline float tks_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+/* fp32 -> bf16, round to nearest, ties to even; NaN stays a (quiet) NaN;
+ * and back (defined in comm_self.c, shared with the comm contract; a backend
+ * may inline its own copy in its kernels). */
+uint16_t tks_bf16_from_f32(float f);
+float tks_bf16_to_f32(uint16_t h);
 
 typedef struct tks_backend tks_backend;
 typedef struct tks_stream tks_stream; /* backend-defined; NULL = default stream */
