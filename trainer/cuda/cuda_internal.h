@@ -1,0 +1,71 @@
+/* cuda_internal.h - what the CUDA backend's translation units share: the
+ * context behind tks_backend.ctx, the sticky-error helpers, the GEMM cache.
+ * Private to trainer/cuda. */
+#ifndef TKS_CUDA_INTERNAL_H
+#define TKS_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda.h"
+
+/* One cached cuBLASLt plan: the shape, types and pointer alignments it was
+ * chosen for, its descriptors and the heuristic's algorithm. */
+typedef struct tks_gemm_plan {
+    int ta, tb, M, N, K, lda, ldb, ldc, dtype, align_a, align_b, align_c;
+    int beta_zero;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    int have_algo;
+} tks_gemm_plan;
+
+enum { TKS_GEMM_CACHE = 256, TKS_MAX_ALLOCS = 4096 };
+
+typedef struct tks_cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    cublasHandle_t blas; /* fallback when cuBLASLt finds no algorithm */
+    void *workspace;     /* the one cuBLASLt workspace */
+    size_t workspace_bytes;
+    tks_gemm_plan plans[TKS_GEMM_CACHE];
+    int nplans;
+    /* scratch owned by ops that need it (attention's row statistics, the
+     * global norm's partial sums); grown only outside the timed step */
+    void *scratch;
+    size_t scratch_bytes;
+    double *d_partial;   /* [TKS_NORM_BLOCKS] */
+    double *h_result;    /* pinned, for sumsq */
+    /* sticky error */
+    int err;
+    char err_msg[512];
+    /* memory accounting */
+    size_t bytes_now, bytes_peak;
+    struct {
+        void *p;
+        size_t bytes;
+    } allocs[TKS_MAX_ALLOCS];
+    int nallocs;
+    struct cudaDeviceProp prop;
+} tks_cuda_ctx;
+
+#define TKS_NORM_BLOCKS 1024 /* fixed: the reduction order must not depend on the GPU */
+
+static inline tks_cuda_ctx *tks_cuda_ctx_of(tks_backend *be) { return (tks_cuda_ctx *)be->ctx; }
+
+/* Records the first failure (op and reason) and returns 1 when `e` is an error. */
+int tks_cuda_fail(tks_cuda_ctx *c, const char *op, const char *reason);
+int tks_cuda_check_rt(tks_cuda_ctx *c, cudaError_t e, const char *op);
+int tks_cuda_check_blas(tks_cuda_ctx *c, cublasStatus_t s, const char *op);
+
+/* cuda_gemm.cu */
+void tks_cuda_gemm_f32(tks_backend *be, int ta, int tb, int M, int N, int K, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                       int ldc);
+void tks_cuda_gemm_plans_free(tks_cuda_ctx *c);
+
+#endif /* TKS_CUDA_INTERNAL_H */
