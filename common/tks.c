@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -42,6 +43,8 @@ const char *tks_strerror(int code) {
     case TKS_ERR_EXISTS: return "output already exists";
     case TKS_ERR_INTERRUPTED: return "interrupted";
     case TKS_ERR_PADDING: return "non-zero padding";
+    case TKS_ERR_NONFINITE: return "training diverged (non-finite value)";
+    case TKS_ERR_LOCKED: return "locked by another process";
     default: return "unknown error";
     }
 }
@@ -245,4 +248,63 @@ int tks_copy_file_atomic(const char *src, const char *dst) {
                    : tks_write_file_atomic(dst, buf, n);
     free(buf);
     return rc;
+}
+
+/* ---- one writer at a time ----------------------------------------------------- */
+
+int tks_lock(const char *path, const char *what, int *fd_out) {
+    *fd_out = -1;
+    for (int attempt = 0; attempt < 8; attempt++) {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE,
+                            "cannot open the lock file %s: %s; check that its directory exists "
+                            "and is writable", path, strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int err = errno;
+            char holder[256] = "";
+            ssize_t k = pread(fd, holder, sizeof holder - 1, 0);
+            close(fd);
+            holder[k > 0 ? k : 0] = 0;
+            holder[strcspn(holder, "\n")] = 0;
+            if (err != EWOULDBLOCK)
+                return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot lock %s: %s", path,
+                                strerror(err));
+            long pid = 0;
+            sscanf(holder, "pid %ld", &pid);
+            char who[64] = "another process", stop[64] = "";
+            if (pid > 0) {
+                snprintf(who, sizeof who, "process %ld", pid);
+                snprintf(stop, sizeof stop, " (kill -INT %ld)", pid);
+            }
+            return tks_fail(TKS_ERR_LOCKED, path, TKS_NONE, TKS_NONE,
+                            "%s is locked by %s (%s): another writer is using this output; wait "
+                            "for it to finish or stop it%s, then run again (the lock goes away "
+                            "with its holder)",
+                            path, who, holder[0] ? holder : "holder unknown", stop);
+        }
+        /* the file may have been removed by the previous holder's tks_unlock
+         * between our open and flock: then lock the new file instead */
+        struct stat a, b;
+        if (fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+            close(fd);
+            continue;
+        }
+        char rec[320];
+        int n = snprintf(rec, sizeof rec, "pid %ld: %s\n", (long)getpid(), what ? what : "");
+        if (ftruncate(fd, 0) != 0 || pwrite(fd, rec, (size_t)n, 0) != n) {
+            /* the lock is held all the same; only the message of a contender is poorer */
+        }
+        *fd_out = fd;
+        return 0;
+    }
+    return tks_fail(TKS_ERR_LOCKED, path, TKS_NONE, TKS_NONE,
+                    "%s keeps being replaced by other processes: another writer is using this "
+                    "output; wait for it to finish, then run again", path);
+}
+
+void tks_unlock(int fd, const char *path) {
+    if (fd < 0) return;
+    if (path) unlink(path);
+    close(fd);
 }

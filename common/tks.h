@@ -46,6 +46,8 @@ enum {
     TKS_ERR_EXISTS = -20,      /* output exists and would be overwritten */
     TKS_ERR_INTERRUPTED = -21, /* stopped by a signal; the build can be resumed */
     TKS_ERR_PADDING = -22,     /* bytes that must be zero (alignment padding) are not */
+    TKS_ERR_NONFINITE = -23,   /* training diverged: a loss or gradient norm is inf or NaN */
+    TKS_ERR_LOCKED = -24,      /* another process holds the directory's lock (a second writer) */
 };
 
 /* A special token id (bos/eos/pad/unk) the tokenizer does not have. */
@@ -136,6 +138,21 @@ int tks_write_errno_code(int err);
 
 /* Joins dir and name into out (PATH_MAX). Returns 0 or TKS_ERR_ARG when too long. */
 int tks_path_join(char *out, size_t cap, const char *dir, const char *name);
+
+/*
+ * One writer at a time: an exclusive flock(2) on the lock file `path`
+ * (created if needed), held until tks_unlock or the process's death (the
+ * kernel releases it, so a crash never leaves a stale lock). The file records
+ * the holder ("pid PID: WHAT") for the message a second writer gets:
+ * TKS_ERR_LOCKED naming the file, the holder's pid and what to do. Non-blocking.
+ * *fd_out receives the descriptor to pass to tks_unlock (-1 on failure).
+ * Errors: TKS_ERR_LOCKED, TKS_ERR_IO.
+ */
+int tks_lock(const char *path, const char *what, int *fd_out);
+
+/* Releases a lock taken by tks_lock; removes `path` first when it is not NULL
+ * (a later tks_lock on the same path then takes a fresh file). fd -1: no-op. */
+void tks_unlock(int fd, const char *path);
 
 #ifdef __cplusplus
 }

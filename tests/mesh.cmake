@@ -8,3 +8,14 @@ foreach(case layouts tp3 mesh checkpoint refuse)
            COMMAND bash ${TKS_TEST_DIR}/test_parallel.sh ${TKS_BIN} ${CMAKE_BINARY_DIR}/test-work ${case})
   set_tests_properties(parallel_${case} PROPERTIES FIXTURES_REQUIRED tks_train RUN_SERIAL TRUE TIMEOUT 900)
 endforeach()
+# The comm contract v2: unit checks in one process, then every collective on 4
+# processes with MPI's own calls and piece by piece (TOKSHARD_TEST_COMM_CHUNK=7).
+add_executable(test_comm ${TKS_TEST_DIR}/test_comm.c)
+target_link_libraries(test_comm PRIVATE tks_trainer)
+add_test(NAME comm_unit COMMAND test_comm)
+set(TKS_MPI_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none)
+add_test(NAME comm_mpi COMMAND mpirun --oversubscribe -np 4 $<TARGET_FILE:test_comm>)
+add_test(NAME comm_mpi_chunked COMMAND mpirun --oversubscribe -x TOKSHARD_TEST_COMM_CHUNK -np 4 $<TARGET_FILE:test_comm>)
+set_tests_properties(comm_mpi PROPERTIES ENVIRONMENT "${TKS_MPI_ENV}" TIMEOUT 120)
+set_tests_properties(comm_mpi_chunked PROPERTIES ENVIRONMENT "${TKS_MPI_ENV};TOKSHARD_TEST_COMM_CHUNK=7" TIMEOUT 120)

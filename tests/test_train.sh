@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of tokshard-train / tokshard-generate on real text (dict-gcide).
 # Usage: test_train.sh BIN_DIR WORKDIR CASE
-#   CASE: setup | train | resume | safety | checkpoint | cli
+#   CASE: setup | train | resume | safety | checkpoint | generate | lock | cli
 # `setup` builds the small dataset the other cases share (a ctest fixture).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -137,6 +137,81 @@ checkpoint)
   expect 0 "a half-written checkpoint dir is ignored by --resume latest" -- "$TRAIN" --dataset "$S/data" \
     --out r --steps 6 "${M[@]}" --resume latest
   grep -q '"step": 5' r/metrics.jsonl && ok "resumed at step 5" || fail "did not resume from step 4"
+  ;;
+
+generate)
+  # an empty prompt: BOS starts the context when the tokenizer has one, else
+  # EOS; a tokenizer with neither is refused (it read ctx[-1] before)
+  expect 0 "train 2 steps (tokenizer with BOS)" -- "$TRAIN" --dataset "$S/data" --out bos --steps 2 "${M[@]}"
+  expect 0 "empty prompt, BOS tokenizer" -- "$GEN" --checkpoint bos --prompt "" --max-tokens 8 --seed 3
+  head -c 600000 "$S/gcide.txt" >small.txt
+  for kind in noBOS noBOSnoEOS; do
+    ex=(--bos_id=-1)
+    [[ $kind == noBOSnoEOS ]] && ex+=(--eos_id=-1)
+    spm_train --input=small.txt --model_prefix="$kind" --vocab_size=600 --model_type=bpe \
+      --byte_fallback=true "${ex[@]}" >spm-$kind.log 2>&1 || fail "spm_train $kind: $(tail -2 spm-$kind.log)"
+    expect 0 "dataset with the $kind tokenizer" -- "$TKS" build -q --tokenizer "$kind.model" --output "d-$kind" \
+      --doc-split blank-line --shard-tokens 64K small.txt
+    expect 0 "train 2 steps ($kind)" -- "$TRAIN" --dataset "d-$kind" --out "r-$kind" --steps 2 "${M[@]}"
+  done
+  expect 0 "empty prompt, tokenizer without BOS: starts after EOS" -- "$GEN" --checkpoint r-noBOS --prompt "" \
+    --max-tokens 8 --seed 3
+  expect 0 "a prompt, tokenizer without BOS" -- "$GEN" --checkpoint r-noBOS --prompt "A dog" --max-tokens 4
+  expect 2 "empty prompt, tokenizer with neither BOS nor EOS" -- "$GEN" --checkpoint r-noBOSnoEOS --prompt "" \
+    --max-tokens 8
+  expect_msg "the prompt is empty and .*tokenizer.model has neither a BOS nor an EOS.*--prompt TEXT"
+  expect 0 "a prompt, tokenizer with neither" -- "$GEN" --checkpoint r-noBOSnoEOS --prompt "A dog" --max-tokens 4
+  # divergence is its own error, naming the step and what to do
+  expect 2 "a learning rate that diverges" -- "$TRAIN" --dataset "$S/data" --out div --steps 6 "${M[@]}" \
+    --lr 1e30 --warmup 0 --grad-clip 0 --eval-every 0
+  expect_msg "step [0-9]+: the gradient norm is -?(nan|inf).*training diverged.*lower --lr"
+  ;;
+
+lock)
+  # one writer at a time, with two real processes. wait_for FILE PATTERN: until FILE matches (20 s)
+  wait_for() { for _ in $(seq 400); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done; return 1; }
+  # a training run holds RUN/run.lock: a second trainer on the same --out is refused with the pid
+  "$TRAIN" --dataset "$S/data" --out run --steps 1000000 "${M[@]}" --eval-every 0 --save-every 2 &
+  pid=$!
+  wait_for run/metrics.jsonl '"step": 3,' || fail "the first trainer did not start"
+  expect 2 "a second trainer on the same --out" -- "$TRAIN" --dataset "$S/data" --out run --steps 4 "${M[@]}"
+  expect_msg "run/run.lock is locked by process $pid \\(pid $pid: tokshard-train\\).*wait for it to finish or stop it \\(kill -INT $pid\\)"
+  expect 2 "a second trainer resuming into the same --out" -- "$TRAIN" --dataset "$S/data" --out run --steps 4 \
+    "${M[@]}" --resume latest
+  expect_msg "locked by process $pid"
+  kill -INT $pid
+  wait $pid
+  code=$?
+  [[ $code -eq 130 ]] && ok "the first trainer stopped and saved" || fail "the first trainer: exit $code"
+  [[ ! -e run/run.lock ]] && ok "run.lock removed at the end" || fail "run.lock left behind"
+  last=$(ls run/checkpoints | tail -1 | sed 's/step-0*//')
+  expect 0 "after it ends, the run resumes" -- "$TRAIN" --dataset "$S/data" --out run --steps $((last + 1)) \
+    "${M[@]}" --eval-every 0 --resume latest
+  # a build holds OUT.lock: `build --resume` of the same output while it runs is refused and
+  # deletes nothing (it removed the running build's files before). The first build is stopped
+  # (SIGSTOP) while it holds the lock so that the check does not race its end.
+  zcat /usr/share/dictd/gcide.dict.dz >big.txt
+  B=(build -q --tokenizer "$S/tok.model" --output big --doc-split blank-line --shard-tokens 64K big.txt)
+  "$TKS" "${B[@]}" 2>build1.err &
+  pid=$!
+  wait_for big.lock "pid $pid" && kill -STOP $pid || fail "the first build did not take big.lock"
+  ls big.partial >before 2>&1
+  expect 2 "a second build of the same output" -- "$TKS" "${B[@]}" --resume
+  expect_msg "big.lock is locked by process $pid \\(pid $pid: tokshard build\\)"
+  ls big.partial >after 2>&1
+  cmp -s before after && ok "the refused build touched nothing in big.partial" || fail "big.partial changed: $(diff before after)"
+  kill -CONT $pid
+  kill -INT $pid
+  wait $pid
+  code=$?
+  if [[ $code -eq 130 ]]; then
+    expect 0 "the interrupted build resumes once the lock is free" -- "$TKS" "${B[@]}" --resume
+  else
+    [[ $code -eq 0 ]] || fail "first build: exit $code $(tail -2 build1.err)"
+  fi
+  expect 0 "the dataset audits clean" -- "$TKS" audit big
+  [[ ! -e big.lock ]] && ok "big.lock removed at the end" || fail "big.lock left behind"
+  rm -f big.txt
   ;;
 
 cli)

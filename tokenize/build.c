@@ -310,6 +310,11 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     if (stat(out, &sb) == 0)
         return tks_fail(TKS_ERR_EXISTS, out, TKS_NONE, TKS_NONE,
                         "%s already exists: choose another --output or remove it", out);
+    char lock_path[PATH_MAX]; /* OUT.lock: one build or resume of OUT at a time */
+    int lock_fd = -1, lock_rc = snprintf(lock_path, sizeof lock_path, "%s.lock", out) >= (int)sizeof lock_path
+                                    ? tks_fail(TKS_ERR_ARG, out, TKS_NONE, TKS_NONE, "--output path too long")
+                                    : tks_lock(lock_path, "tokshard build", &lock_fd);
+    if (lock_rc) return lock_rc;
 
     tks_spm *spm = NULL;
     tks_input *in = NULL;
@@ -558,5 +563,6 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     free(st.shards);
     tks_input_free(in);
     tks_spm_free(spm);
+    tks_unlock(lock_fd, lock_path);
     return rc;
 }

@@ -130,7 +130,20 @@ int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks
     int rc = 0;
     char tmp[PATH_MAX], path[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
+    /* one save into the parent at a time: PARENT/save.lock */
+    char lock_path[PATH_MAX];
+    int lock_fd = -1;
     if (writer) {
+        snprintf(lock_path, sizeof lock_path, "%s", dir);
+        char *sl = strrchr(lock_path, '/');
+        if (sl) sl[1] = 0;
+        else lock_path[0] = 0;
+        if (strlen(lock_path) + sizeof "save.lock" > sizeof lock_path)
+            rc = tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE, "checkpoint path too long: %s", dir);
+        else
+            rc = tks_lock(strcat(lock_path, "save.lock"), "tokshard-train checkpoint save", &lock_fd);
+    }
+    if (writer && !rc) {
         struct stat sb;
         if (stat(dir, &sb) == 0)
             rc = tks_fail(TKS_ERR_EXISTS, dir, TKS_NONE, TKS_NONE, "checkpoint %s already exists", dir);
@@ -232,6 +245,7 @@ int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks
     } else {
         rm_rf(tmp);
     }
+    tks_unlock(lock_fd, lock_path);
     return rc;
 }
 

@@ -1,26 +1,115 @@
-/* comm_self.c - the group of one process: every collective is the identity. */
+/* comm_self.c - the parts of comm.h every implementation shares (dtypes,
+ * chunk planning, agreement) and the group of one process, where every
+ * collective is the identity. */
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm.h"
 
-static int self_noop(tks_comm *c, float *buf, size_t n) {
-    (void)c, (void)buf, (void)n;
+size_t tks_comm_dtype_size(tks_comm_dtype d) { return d == TKS_COMM_BF16 ? 2 : 4; }
+
+uint16_t tks_bf16_from_f32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+float tks_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+size_t tks_comm_chunk_max(void) {
+    static size_t max = 0;
+    if (!max) {
+        const char *t = getenv("TOKSHARD_TEST_COMM_CHUNK");
+        long long v = t ? atoll(t) : 0;
+        max = v > 0 && v < INT_MAX ? (size_t)v : (size_t)INT_MAX;
+    }
+    return max;
+}
+
+size_t tks_comm_chunks(size_t n, size_t max, size_t k, size_t *first, size_t *count) {
+    size_t pieces = n / max + (n % max != 0);
+    if (k < pieces) {
+        *first = k * max;
+        *count = n - *first < max ? n - *first : max;
+    } else {
+        *first = n;
+        *count = 0;
+    }
+    return pieces;
+}
+
+int tks_comm_agree(tks_comm *c, int rc) { return c && c->size > 1 ? c->agree(c, rc) : rc; }
+
+/* ---- one process ------------------------------------------------------------ */
+
+static void (*g_copy)(void *ctx, void *dst, const void *src, size_t bytes);
+static void *g_copy_ctx;
+
+void tks_comm_self_set_copy(void (*copy)(void *ctx, void *dst, const void *src, size_t bytes),
+                            void *ctx) {
+    g_copy = copy;
+    g_copy_ctx = ctx;
+}
+
+static void dev_copy(void *dst, const void *src, size_t bytes) {
+    if (dst == src || !bytes) return;
+    if (g_copy) g_copy(g_copy_ctx, dst, src, bytes);
+    else memcpy(dst, src, bytes);
+}
+
+static int self_start(tks_comm *c, const tks_coll *op, tks_comm_req **req) {
+    *req = NULL;
+    size_t es = tks_comm_dtype_size(op->dtype), n = op->n;
+    if (op->kind >= 0 && op->kind < 4) {
+        c->calls[op->kind]++;
+        c->bytes[op->kind] += n * es;
+    }
+    if (op->kind == TKS_COLL_REDUCE_SCATTER || op->kind == TKS_COLL_ALLGATHER)
+        dev_copy(op->out, op->in, n * es); /* size 1: in has n elements, out n */
     return 0;
 }
-static int self_copy(tks_comm *c, float *out, const float *in, size_t n) {
-    (void)c;
-    if (out != in) memmove(out, in, n * sizeof *out);
+static int self_wait(tks_comm *c, tks_comm_req *req) {
+    (void)c, (void)req;
     return 0;
+}
+static int self_gatherv(tks_comm *c, void *out, const size_t *counts, const void *in, int root) {
+    (void)c, (void)root;
+    if (out && out != in && counts[0]) memmove(out, in, counts[0]); /* host memory */
+    return 0;
+}
+static int self_f32(tks_comm *c, int kind, float *out, const float *in, size_t n) {
+    tks_coll op = {.kind = kind, .dtype = TKS_COMM_F32, .out = out, .in = in, .n = n};
+    tks_comm_req *r;
+    int rc = self_start(c, &op, &r);
+    return rc ? rc : self_wait(c, r);
+}
+static int self_sum(tks_comm *c, float *buf, size_t n) { return self_f32(c, TKS_COLL_ALLREDUCE, buf, NULL, n); }
+static int self_rs(tks_comm *c, float *out, const float *in, size_t n) {
+    return self_f32(c, TKS_COLL_REDUCE_SCATTER, out, in, n);
+}
+static int self_ag(tks_comm *c, float *out, const float *in, size_t n) {
+    return self_f32(c, TKS_COLL_ALLGATHER, out, in, n);
 }
 static int self_bcast(tks_comm *c, float *buf, size_t n, int root) {
-    (void)c, (void)buf, (void)n, (void)root;
-    return 0;
+    (void)root;
+    return self_f32(c, TKS_COLL_BROADCAST, buf, NULL, n);
 }
 static int self_barrier(tks_comm *c) {
     (void)c;
     return 0;
 }
-
+static int self_agree(tks_comm *c, int rc) {
+    (void)c;
+    return rc;
+}
 static int self_bcast_bytes(tks_comm *c, void *buf, size_t n, int root) {
     (void)c, (void)buf, (void)n, (void)root;
     return 0;
@@ -28,9 +117,10 @@ static int self_bcast_bytes(tks_comm *c, void *buf, size_t n, int root) {
 
 static const int self_members[1] = {0};
 static tks_comm self = {
-    .size = 1, .rank = 0, .members = self_members, .allreduce_sum = self_noop,
-    .allreduce_max = self_noop, .reduce_scatter_sum = self_copy, .allgather = self_copy,
-    .broadcast = self_bcast, .barrier = self_barrier, .broadcast_bytes = self_bcast_bytes,
+    .size = 1, .rank = 0, .members = self_members, .start = self_start, .wait = self_wait,
+    .gatherv_host = self_gatherv, .barrier = self_barrier, .agree = self_agree,
+    .broadcast_bytes = self_bcast_bytes, .allreduce_sum = self_sum, .allreduce_max = self_sum,
+    .reduce_scatter_sum = self_rs, .allgather = self_ag, .broadcast = self_bcast,
 };
 
 tks_comm *tks_comm_self(void) { return &self; }

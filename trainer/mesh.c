@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "mesh.h"
 
+#include <limits.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -181,54 +182,185 @@ static int mpi_err(int e, const char *what) {
     return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "MPI %s failed: %s", what, msg);
 }
 
-static int m_allreduce(tks_comm *c, float *buf, size_t n, MPI_Op op) {
-    c->bytes[TKS_COLL_ALLREDUCE] += n * sizeof(float);
-    c->calls[TKS_COLL_ALLREDUCE]++;
-    if (c->size == 1) return 0;
-    return mpi_err(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, op, MC(c)->comm), "allreduce");
+/* bf16 reductions: fp32 arithmetic, rounded to nearest even (comm.h) */
+static void bf16_reduce(void *in, void *inout, int *len, MPI_Datatype *dt, int is_max) {
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) {
+        float x = tks_bf16_to_f32(a[i]), y = tks_bf16_to_f32(b[i]);
+        b[i] = tks_bf16_from_f32(is_max ? (x > y ? x : y) : x + y);
+    }
 }
-static int m_sum(tks_comm *c, float *buf, size_t n) { return m_allreduce(c, buf, n, MPI_SUM); }
-static int m_max(tks_comm *c, float *buf, size_t n) { return m_allreduce(c, buf, n, MPI_MAX); }
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) { bf16_reduce(in, inout, len, dt, 0); }
+static void bf16_max(void *in, void *inout, int *len, MPI_Datatype *dt) { bf16_reduce(in, inout, len, dt, 1); }
+static MPI_Op g_bf16_op[2] = {MPI_OP_NULL, MPI_OP_NULL};
 
+static MPI_Datatype mpi_type(tks_comm_dtype d) { return d == TKS_COMM_BF16 ? MPI_UINT16_T : MPI_FLOAT; }
+static MPI_Op mpi_op(tks_comm_dtype d, tks_comm_op op) {
+    if (d == TKS_COMM_F32) return op == TKS_COMM_MAX ? MPI_MAX : MPI_SUM;
+    int k = op == TKS_COMM_MAX;
+    if (g_bf16_op[k] == MPI_OP_NULL) MPI_Op_create(k ? bf16_max : bf16_sum, 1, &g_bf16_op[k]);
+    return g_bf16_op[k];
+}
+
+/* A started collective: one MPI request per piece (comm.h: counts are cut
+ * into pieces of at most tks_comm_chunk_max() elements, never truncated). */
+struct tks_comm_req {
+    size_t n;
+    MPI_Request r[];
+};
+
+static int m_start(tks_comm *c, const tks_coll *op, tks_comm_req **req) {
+    *req = NULL;
+    mpi_comm *mc = MC(c);
+    size_t es = tks_comm_dtype_size(op->dtype), n = op->n, max = tks_comm_chunk_max(), f, k;
+    size_t S = (size_t)c->size, R = (size_t)c->rank, pieces = tks_comm_chunks(n, max, 0, &f, &k);
+    int kind = op->kind;
+    if (kind < 0 || kind > TKS_COLL_BROADCAST)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "comm: unknown collective %d", kind);
+    c->calls[kind]++;
+    c->bytes[kind] += n * es * (kind == TKS_COLL_REDUCE_SCATTER || kind == TKS_COLL_ALLGATHER ? S : 1);
+    /* small calls use MPI's own collective (one piece); large ones per-root pieces */
+    int whole = pieces <= 1;
+    size_t nreq = (kind == TKS_COLL_REDUCE_SCATTER || kind == TKS_COLL_ALLGATHER) && !whole ? S * pieces
+                                                                                          : (pieces ? pieces : 1);
+    tks_comm_req *q = calloc(1, sizeof *q + nreq * sizeof(MPI_Request));
+    if (!q) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory starting a collective");
+    for (size_t i = 0; i < nreq; i++) q->r[i] = MPI_REQUEST_NULL;
+    MPI_Datatype T = mpi_type(op->dtype);
+    char *out = op->out;
+    const char *in = op->in;
+    int e = MPI_SUCCESS;
+    if (c->size == 1) {
+        if ((kind == TKS_COLL_REDUCE_SCATTER || kind == TKS_COLL_ALLGATHER) && out != in && n)
+            memmove(out, in, n * es); /* host memory (CPU backend) */
+    } else if (kind == TKS_COLL_ALLREDUCE) {
+        for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
+            tks_comm_chunks(n, max, p, &f, &k);
+            e = MPI_Iallreduce(MPI_IN_PLACE, out + f * es, (int)k, T, mpi_op(op->dtype, op->op), mc->comm, &q->r[p]);
+        }
+    } else if (kind == TKS_COLL_BROADCAST) {
+        for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
+            tks_comm_chunks(n, max, p, &f, &k);
+            e = MPI_Ibcast(out + f * es, (int)k, T, op->root, mc->comm, &q->r[p]);
+        }
+    } else if (kind == TKS_COLL_REDUCE_SCATTER && whole) {
+        e = MPI_Ireduce_scatter_block(in, out, (int)n, T, mpi_op(op->dtype, TKS_COMM_SUM), mc->comm, &q->r[0]);
+    } else if (kind == TKS_COLL_REDUCE_SCATTER) {
+        /* member r's share, piece by piece, reduced to r */
+        for (size_t r = 0; r < S && e == MPI_SUCCESS; r++)
+            for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
+                tks_comm_chunks(n, max, p, &f, &k);
+                e = MPI_Ireduce(in + (r * n + f) * es, r == R ? out + f * es : NULL, (int)k, T,
+                                mpi_op(op->dtype, TKS_COMM_SUM), (int)r, mc->comm, &q->r[r * pieces + p]);
+            }
+    } else { /* allgather */
+        int in_place = in == out + R * n * es;
+        if (whole)
+            e = in_place ? MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, (int)n, T, mc->comm, &q->r[0])
+                         : MPI_Iallgather(in, (int)n, T, out, (int)n, T, mc->comm, &q->r[0]);
+        else {
+            if (!in_place && n) memmove(out + R * n * es, in, n * es);
+            for (size_t r = 0; r < S && e == MPI_SUCCESS; r++)
+                for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
+                    tks_comm_chunks(n, max, p, &f, &k);
+                    e = MPI_Ibcast(out + (r * n + f) * es, (int)k, T, (int)r, mc->comm, &q->r[r * pieces + p]);
+                }
+        }
+    }
+    q->n = nreq;
+    if (e != MPI_SUCCESS) {
+        MPI_Waitall((int)nreq, q->r, MPI_STATUSES_IGNORE);
+        free(q);
+        return mpi_err(e, "collective start");
+    }
+    *req = q;
+    return 0;
+}
+
+static int m_wait(tks_comm *c, tks_comm_req *q) {
+    (void)c;
+    if (!q) return 0;
+    int e = MPI_SUCCESS;
+    for (size_t i = 0; i < q->n && e == MPI_SUCCESS; i += (size_t)INT_MAX)
+        e = MPI_Waitall((int)(q->n - i < (size_t)INT_MAX ? q->n - i : (size_t)INT_MAX), q->r + i,
+                        MPI_STATUSES_IGNORE);
+    free(q);
+    return mpi_err(e, "collective");
+}
+
+static int m_run(tks_comm *c, int kind, tks_comm_op opk, float *out, const float *in, size_t n, int root) {
+    tks_coll op = {.kind = kind, .dtype = TKS_COMM_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
+    tks_comm_req *q;
+    int rc = m_start(c, &op, &q);
+    return rc ? rc : m_wait(c, q);
+}
+static int m_sum(tks_comm *c, float *buf, size_t n) { return m_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_SUM, buf, NULL, n, 0); }
+static int m_max(tks_comm *c, float *buf, size_t n) { return m_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_MAX, buf, NULL, n, 0); }
 static int m_reduce_scatter(tks_comm *c, float *out, const float *in, size_t n) {
-    c->bytes[TKS_COLL_REDUCE_SCATTER] += n * (size_t)c->size * sizeof(float);
-    c->calls[TKS_COLL_REDUCE_SCATTER]++;
-    if (c->size == 1) {
-        if (out != in) memmove(out, in, n * sizeof *out);
-        return 0;
-    }
-    return mpi_err(MPI_Reduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, MC(c)->comm),
-                   "reduce_scatter");
+    return m_run(c, TKS_COLL_REDUCE_SCATTER, TKS_COMM_SUM, out, in, n, 0);
 }
-
 static int m_allgather(tks_comm *c, float *out, const float *in, size_t n) {
-    c->bytes[TKS_COLL_ALLGATHER] += n * (size_t)c->size * sizeof(float);
-    c->calls[TKS_COLL_ALLGATHER]++;
-    if (c->size == 1) {
-        if (out != in) memmove(out, in, n * sizeof *out);
-        return 0;
-    }
-    if (in == out + (size_t)c->rank * n) /* in place */
-        return mpi_err(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, (int)n, MPI_FLOAT,
-                                     MC(c)->comm), "allgather");
-    return mpi_err(MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, MC(c)->comm),
-                   "allgather");
+    return m_run(c, TKS_COLL_ALLGATHER, TKS_COMM_SUM, out, in, n, 0);
+}
+static int m_bcast(tks_comm *c, float *buf, size_t n, int root) {
+    return m_run(c, TKS_COLL_BROADCAST, TKS_COMM_SUM, buf, NULL, n, root);
 }
 
-static int m_bcast(tks_comm *c, float *buf, size_t n, int root) {
-    c->bytes[TKS_COLL_BROADCAST] += n * sizeof(float);
-    c->calls[TKS_COLL_BROADCAST]++;
-    if (c->size == 1) return 0;
-    return mpi_err(MPI_Bcast(buf, (int)n, MPI_FLOAT, root, MC(c)->comm), "broadcast");
+/* Host bytes to root, in rank order, point to point in pieces (size_t
+ * offsets: no int displacement can overflow). */
+static int m_gatherv(tks_comm *c, void *out, const size_t *counts, const void *in, int root) {
+    size_t max = tks_comm_chunk_max(), f, k, at = 0;
+    int e = MPI_SUCCESS;
+    if (c->size == 1) return out && out != in && counts[0] ? (memmove(out, in, counts[0]), 0) : 0;
+    if (c->rank != root) {
+        size_t pieces = tks_comm_chunks(counts[c->rank], max, 0, &f, &k);
+        for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
+            tks_comm_chunks(counts[c->rank], max, p, &f, &k);
+            e = MPI_Send((const char *)in + f, (int)k, MPI_BYTE, root, 7, MC(c)->comm);
+        }
+        return mpi_err(e, "gather (send)");
+    }
+    for (int r = 0; r < c->size; r++) {
+        size_t pieces = tks_comm_chunks(counts[r], max, 0, &f, &k);
+        if (r == root) {
+            if (counts[r] && (char *)out + at != in) memmove((char *)out + at, in, counts[r]);
+        } else
+            for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
+                tks_comm_chunks(counts[r], max, p, &f, &k);
+                e = MPI_Recv((char *)out + at + f, (int)k, MPI_BYTE, r, 7, MC(c)->comm, MPI_STATUS_IGNORE);
+            }
+        at += counts[r];
+    }
+    return mpi_err(e, "gather (receive)");
 }
 
 static int m_bcast_bytes(tks_comm *c, void *buf, size_t n, int root) {
     if (c->size == 1) return 0;
-    return mpi_err(MPI_Bcast(buf, (int)n, MPI_BYTE, root, MC(c)->comm), "broadcast");
+    size_t max = tks_comm_chunk_max(), f, k, pieces = tks_comm_chunks(n, max, 0, &f, &k);
+    int e = MPI_SUCCESS;
+    for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
+        tks_comm_chunks(n, max, p, &f, &k);
+        e = MPI_Bcast((char *)buf + f, (int)k, MPI_BYTE, root, MC(c)->comm);
+    }
+    return mpi_err(e, "broadcast");
 }
 
 static int m_barrier(tks_comm *c) {
     return c->size == 1 ? 0 : mpi_err(MPI_Barrier(MC(c)->comm), "barrier");
+}
+
+/* lowest failing member's error, to every member (host control data) */
+static int m_agree(tks_comm *c, int rc) {
+    if (c->size == 1) return rc;
+    int mine = rc ? c->rank : c->size, first = c->size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MC(c)->comm);
+    if (first == c->size) return 0;
+    tks_error e = *tks_last_error();
+    MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, MC(c)->comm);
+    tks_error_restore(&e);
+    return e.code ? e.code : TKS_ERR_ARG;
 }
 
 static tks_comm *mpi_comm_new(MPI_Comm comm) {
@@ -243,6 +375,10 @@ static tks_comm *mpi_comm_new(MPI_Comm comm) {
     if (m->members) MPI_Allgather(&me, 1, MPI_INT, m->members, 1, MPI_INT, comm);
     m->c.members = m->members;
     m->c.ctx = m;
+    m->c.start = m_start;
+    m->c.wait = m_wait;
+    m->c.gatherv_host = m_gatherv;
+    m->c.agree = m_agree;
     m->c.allreduce_sum = m_sum;
     m->c.allreduce_max = m_max;
     m->c.reduce_scatter_sum = m_reduce_scatter;
@@ -360,14 +496,152 @@ void tks_mesh_free(tks_mesh *m) {
 }
 
 int tks_mesh_agree(tks_mesh *m, int rc) {
-    tks_comm *w = m->group[TKS_GROUP_WORLD];
-    if (!m->mpi || w->size == 1) return rc;
-    /* lowest failing rank: min over (rc ? rank : world) */
-    int mine = rc ? m->rank : m->world, first = m->world;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MC(w)->comm);
-    if (first == m->world) return 0;
-    tks_error e = *tks_last_error();
-    MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, MC(w)->comm);
-    tks_error_restore(&e);
-    return e.code ? e.code : TKS_ERR_ARG;
+    return m->mpi ? tks_comm_agree(m->group[TKS_GROUP_WORLD], rc) : rc;
 }
+
+/* ---- bucketed gradient synchronisation -------------------------------------------- */
+
+struct tks_grad_sync {
+    tks_comm *shard, *rep;
+    float *g, *stage;
+    size_t n_flat, ns, B, nb, early;
+    size_t *count;             /* per bucket: elements reported final (of S * len) */
+    tks_comm_req **rs, **ar;   /* per bucket: reduce-scatter, all-reduce in flight */
+    unsigned char *started;
+    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    void *copy_ctx;
+};
+
+static void gs_copy(tks_grad_sync *s, float *dst, const float *src, size_t n) {
+    if (s->copy) s->copy(s->copy_ctx, dst, src, n * sizeof *dst);
+    else memcpy(dst, src, n * sizeof *dst);
+}
+
+int tks_grad_sync_create(tks_mesh *m, float *grads, size_t n_flat, size_t bucket_elems,
+                         void (*copy)(void *ctx, void *dst, const void *src, size_t bytes),
+                         void *copy_ctx, tks_grad_sync **out) {
+    *out = NULL;
+    tks_comm *sh = m->group[TKS_GROUP_DP_SHARD];
+    size_t S = (size_t)sh->size;
+    if (n_flat % S)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "gradient buffer of %zu elements does not split into %zu dp_shard slices",
+                        n_flat, S);
+    tks_grad_sync *s = calloc(1, sizeof *s);
+    if (!s) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    s->shard = sh;
+    s->rep = m->group[TKS_GROUP_DP_REPLICATE];
+    s->g = grads;
+    s->n_flat = n_flat;
+    s->ns = n_flat / S;
+    s->B = bucket_elems ? bucket_elems : 1;
+    s->nb = s->ns / s->B + (s->ns % s->B != 0);
+    s->copy = copy;
+    s->copy_ctx = copy_ctx;
+    size_t nb = s->nb ? s->nb : 1;
+    s->count = calloc(nb, sizeof *s->count);
+    s->rs = calloc(nb, sizeof *s->rs);
+    s->ar = calloc(nb, sizeof *s->ar);
+    s->started = calloc(nb, 1);
+    if (S > 1) s->stage = malloc((n_flat ? n_flat : 1) * sizeof *s->stage);
+    if (!s->count || !s->rs || !s->ar || !s->started || (S > 1 && !s->stage)) {
+        tks_grad_sync_free(s);
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
+                        "out of memory for the gradient buckets (%zu elements staged)", n_flat);
+    }
+    *out = s;
+    return 0;
+}
+
+void tks_grad_sync_free(tks_grad_sync *s) {
+    if (!s) return;
+    for (size_t b = 0; b < s->nb; b++) {
+        if (s->rs && s->rs[b]) s->shard->wait(s->shard, s->rs[b]);
+        if (s->ar && s->ar[b]) s->rep->wait(s->rep, s->ar[b]);
+    }
+    free(s->count);
+    free(s->rs);
+    free(s->ar);
+    free(s->started);
+    free(s->stage);
+    free(s);
+}
+
+void tks_grad_sync_begin(tks_grad_sync *s) {
+    memset(s->count, 0, s->nb * sizeof *s->count);
+    memset(s->started, 0, s->nb);
+    s->early = 0;
+}
+
+static size_t bucket_len(const tks_grad_sync *s, size_t b) {
+    size_t a = b * s->B;
+    return s->ns - a < s->B ? s->ns - a : s->B;
+}
+
+/* Packs bucket b of every slice (rank-major) and starts its reduce-scatter
+ * into this member's slice of g; with dp_shard 1 the all-reduce starts. */
+static int start_bucket(tks_grad_sync *s, size_t b) {
+    size_t S = (size_t)s->shard->size, R = (size_t)s->shard->rank, len = bucket_len(s, b), a = b * s->B;
+    s->started[b] = 1;
+    if (S == 1) {
+        if (s->rep->size == 1) return 0;
+        tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_COMM_F32, .op = TKS_COMM_SUM, .out = s->g + a, .n = len};
+        return s->rep->start(s->rep, &op, &s->ar[b]);
+    }
+    float *st = s->stage + S * a;
+    for (size_t d = 0; d < S; d++) gs_copy(s, st + d * len, s->g + d * s->ns + a, len);
+    tks_coll op = {.kind = TKS_COLL_REDUCE_SCATTER, .dtype = TKS_COMM_F32, .op = TKS_COMM_SUM,
+                   .out = s->g + R * s->ns + a, .in = st, .n = len};
+    return s->shard->start(s->shard, &op, &s->rs[b]);
+}
+
+int tks_grad_sync_ready(tks_grad_sync *s, size_t begin, size_t end) {
+    if (end > s->n_flat) end = s->n_flat;
+    int rc = 0;
+    for (size_t d = begin / (s->ns ? s->ns : 1); s->ns && d * s->ns < end && !rc; d++) {
+        size_t lo = begin > d * s->ns ? begin - d * s->ns : 0, hi = end - d * s->ns;
+        if (hi > s->ns) hi = s->ns;
+        for (size_t b = lo / s->B; b * s->B < hi && !rc; b++) {
+            size_t bl = b * s->B, bh = bl + bucket_len(s, b);
+            size_t x = lo > bl ? lo : bl, y = hi < bh ? hi : bh;
+            s->count[b] += y - x;
+            if (!s->started[b] && s->count[b] >= (size_t)s->shard->size * bucket_len(s, b)) {
+                rc = start_bucket(s, b);
+                s->early++;
+            }
+        }
+    }
+    return rc;
+}
+
+int tks_grad_sync_end(tks_grad_sync *s) {
+    int rc = 0;
+    size_t S = (size_t)s->shard->size, R = (size_t)s->shard->rank;
+    /* every member starts the same buckets in the same order: the early ones
+     * (same reports on every member), then the rest in bucket order */
+    for (size_t b = 0; b < s->nb; b++) {
+        int r = s->started[b] ? 0 : start_bucket(s, b);
+        if (!rc) rc = r;
+    }
+    for (size_t b = 0; b < s->nb; b++) {
+        if (S > 1) {
+            int r = s->shard->wait(s->shard, s->rs[b]);
+            s->rs[b] = NULL;
+            if (!rc) rc = r;
+            if (s->rep->size > 1) {
+                tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_COMM_F32, .op = TKS_COMM_SUM,
+                               .out = s->g + R * s->ns + b * s->B, .n = bucket_len(s, b)};
+                r = s->rep->start(s->rep, &op, &s->ar[b]);
+                if (!rc) rc = r;
+            }
+        }
+    }
+    for (size_t b = 0; b < s->nb; b++) {
+        int r = s->rep->wait(s->rep, s->ar[b]);
+        s->ar[b] = NULL;
+        if (!rc) rc = r;
+    }
+    return rc;
+}
+
+size_t tks_grad_sync_started_early(const tks_grad_sync *s) { return s->early; }

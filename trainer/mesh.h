@@ -85,4 +85,40 @@ void tks_mesh_finalize(void);
  * Returns that rc (0 when no rank failed). */
 int tks_mesh_agree(tks_mesh *m, int rc);
 
+/*
+ * Gradient synchronisation in buckets that starts during the backward
+ * (overlap of communication with computation). The tp-local flat gradient
+ * buffer g[n_flat] ends reduce-scattered over dp_shard (member d keeps the
+ * sum of slice [d*ns, (d+1)*ns), ns = n_flat / dp_shard, in place in g) and
+ * all-reduced over dp_replicate: what the step does today in two blocking
+ * calls. Buckets cut every slice alike: bucket b is slice-relative
+ * [b*B, min((b+1)*B, ns)) of each of the dp_shard slices, and its
+ * reduce-scatter starts as soon as all of those elements are reported final.
+ *
+ * The hook for the model: tks_grad_sync_ready(s, begin, end) when
+ * g[begin, end) holds this step's final gradient (in the backward, after a
+ * layer's weight gradients are complete, in the last micro-batch only); each
+ * element at most once per step. Buckets not reported by then start in
+ * tks_grad_sync_end, so a backward without the hook is still correct.
+ * Memory: a staging buffer of n_flat elements when dp_shard > 1 (the
+ * reduce-scatter input of each bucket is packed there). `copy` is the
+ * backend's device copy (NULL: memcpy, host buffers).
+ */
+typedef struct tks_grad_sync tks_grad_sync;
+
+int tks_grad_sync_create(tks_mesh *m, float *grads, size_t n_flat, size_t bucket_elems,
+                         void (*copy)(void *ctx, void *dst, const void *src, size_t bytes),
+                         void *copy_ctx, tks_grad_sync **out);
+void tks_grad_sync_free(tks_grad_sync *s);
+/* Arms a step: nothing reported yet. */
+void tks_grad_sync_begin(tks_grad_sync *s);
+/* g[begin, end) is final: starts every bucket this completes. */
+int tks_grad_sync_ready(tks_grad_sync *s, size_t begin, size_t end);
+/* Starts what is left, waits for every bucket and the dp_replicate
+ * all-reduce; then g[dp_shard_rank*ns, +ns) holds the synchronised slice. */
+int tks_grad_sync_end(tks_grad_sync *s);
+/* Buckets whose reduce-scatter was started from tks_grad_sync_ready (before
+ * tks_grad_sync_end) in the last step: the overlap actually obtained. */
+size_t tks_grad_sync_started_early(const tks_grad_sync *s);
+
 #endif

@@ -375,6 +375,11 @@ int tks_train(const tks_train_opts *in) {
     if (!o->out_dir) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--out RUN_DIR is required");
     if (!rc) rc = tks_path_join(ckdir, sizeof ckdir, o->out_dir, "checkpoints");
     if (!rc && lead) rc = mkdir_p(ckdir);
+    /* one trainer per run directory: RUN/run.lock, held until the end */
+    char lock_path[PATH_MAX] = "";
+    int run_lock = -1;
+    if (!rc && lead && (rc = tks_path_join(lock_path, sizeof lock_path, o->out_dir, "run.lock")) == 0)
+        rc = tks_lock(lock_path, "tokshard-train", &run_lock);
     if (!rc && !(be = tks_cpu_backend_create(o->threads)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc)
@@ -450,9 +455,11 @@ int tks_train(const tks_train_opts *in) {
         double gnorm = sqrt((double)red[0]);
         float lr = tks_lr_at(&ao, step);
         if (!isfinite(gnorm)) {
-            rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                          "step %llu: the gradient norm is not finite (loss %g): lower --lr; the "
-                          "last checkpoint is in %s", (unsigned long long)step + 1, (double)red[1], ckdir);
+            rc = tks_fail(TKS_ERR_NONFINITE, ckdir, TKS_NONE, TKS_NONE,
+                          "step %llu: the gradient norm is %g (loss %g): training diverged; resume "
+                          "from the last checkpoint in %s with a lower --lr (or a lower --grad-clip "
+                          "or a longer --warmup)",
+                          (unsigned long long)step + 1, gnorm, (double)red[1], ckdir);
             break;
         }
         tks_optim_step(opt, (int64_t)step + 1, lr, tks_clip_scale(&ao, gnorm));
@@ -518,6 +525,7 @@ int tks_train(const tks_train_opts *in) {
         rc = tks_mesh_agree(mesh, rc);
     }
     if (metrics) fclose(metrics);
+    tks_unlock(run_lock, lock_path);
     free(tok);
     free(ids);
     free(tg);
@@ -610,6 +618,14 @@ int tks_generate(const tks_generate_opts *o) {
     if (!ctx && !rc) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc && bos != TKS_NO_ID) ctx[n++] = bos;
     for (size_t i = 0; !rc && i < enc.n && n < cfg.max_seq_len; i++) ctx[n++] = enc.ids[i];
+    /* Without BOS an empty prompt leaves no token to predict from: start after
+     * an EOS (what ends the previous document in a dataset built with
+     * --append-eos), or refuse when the tokenizer has neither. */
+    if (!rc && n == 0 && eos != TKS_NO_ID) ctx[n++] = eos;
+    if (!rc && n == 0)
+        rc = tks_fail(TKS_ERR_ARG, tp, TKS_NONE, TKS_NONE,
+                      "the prompt is empty and %s has neither a BOS nor an EOS token to start "
+                      "from: give a prompt (--prompt TEXT)", tp);
     uint64_t rng = o->seed ^ 0x5DEECE66Dull;
     int pos = 0;
     for (size_t i = 0; !rc && i < n; i++) rc = tks_model_decode_step(m, (int32_t)ctx[i], pos++, logits);

@@ -97,7 +97,8 @@ int tks_train_latest_checkpoint(const char *run_dir, char *out, size_t cap);
 /* Generation from a checkpoint with a KV cache. */
 typedef struct tks_generate_opts {
     const char *checkpoint;       /* checkpoint dir (has tokenizer.model) */
-    const char *prompt;           /* UTF-8 text */
+    const char *prompt;           /* UTF-8 text; may be empty: the context then starts with
+                                   * BOS, else EOS; a tokenizer with neither refuses it */
     uint32_t max_tokens;
     float temperature;            /* 0 = greedy */
     float top_p;                  /* nucleus sampling (Holtzman et al. 2020); 1 = off */
