@@ -134,26 +134,30 @@ int tks_nccl_world_create(tks_backend *be, tks_nccl_world **out);
 void tks_nccl_world_free(tks_nccl_world *w);
 
 /*
- * One comm.h group split from the world with ncclCommSplit(color, key), then
- * checked member by member: every member's world rank, gathered over the new
- * communicator, must equal plan[0..n) (the mesh plan, mesh.h), else
- * TKS_ERR_ARG naming both lists. Collective over the world: every rank calls
- * it, in the same order, with its own color/key. The returned comm's float
- * collectives run on NCCL (device pointers, fp32); broadcast_bytes and the
- * host side of barrier use MPI. Asynchronous NCCL errors are polled after each
- * call and while waiting; the first one aborts the communicator and is
- * returned as TKS_ERR_IO ("NCCL <op> failed on group ... : <reason>") by that
- * and every later call.
+ * The NCCL form of one mesh group: `ctrl` is the MPI comm of the same group
+ * (mesh.c builds and checks it against the plan); the NCCL communicator is
+ * split from the world with ncclCommSplit(color = the lowest world rank of
+ * ctrl's members, key = ctrl->rank), then checked member by member: every
+ * member's world rank, gathered over the NEW communicator, must equal
+ * ctrl->members, else TKS_ERR_ARG naming both lists. Collective over the
+ * world: every rank calls it for every group kind, in the same order.
+ *
+ * Contract v2 (comm.h): start enqueues the collective (fp32 or bf16, size_t
+ * counts: NCCL's counts are size_t, nothing is cut) on the group's own stream
+ * after an event recorded on the backend's stream; wait makes the backend's
+ * stream wait for it (stream-ordered completion: the host does not block).
+ * The blocking forms are start + wait. Control collectives (gatherv_host,
+ * agree, broadcast_bytes) go to ctrl; barrier completes the device work, then
+ * ctrl's barrier. NCCL's asynchronous errors are polled at every call and
+ * while waiting; the first aborts the communicator and is returned as
+ * TKS_ERR_IO ("NCCL <op> failed on the <group> group ...") by that and every
+ * later call, so tks_comm_agree on ctrl spreads it.
  */
-int tks_nccl_comm_create(tks_nccl_world *w, int color, int key, const int *plan, int n,
-                         tks_comm **out);
+int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out);
 void tks_nccl_comm_free(tks_comm *c);
 
-/* bf16 collectives on a NCCL comm (the v2 contract's dtype), in place allowed
- * for allreduce. */
-int tks_nccl_allreduce_bf16(tks_comm *c, uint16_t *buf, size_t n);
-int tks_nccl_allgather_bf16(tks_comm *c, uint16_t *out, const uint16_t *in, size_t n);
-/* Several fp32 all-reduces (sum) as one NCCL group call. */
+/* Several fp32 sum all-reduces as one NCCL group call (ncclGroupStart/End),
+ * completed in stream order like wait. */
 int tks_nccl_allreduce_many(tks_comm *c, float *const *bufs, const size_t *n, int count);
 
 #ifdef __cplusplus

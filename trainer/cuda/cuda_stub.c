@@ -25,10 +25,13 @@ int tks_nccl_world_create(tks_backend *be, tks_nccl_world **out) {
     return NOT_BUILT;
 }
 void tks_nccl_world_free(tks_nccl_world *w) { (void)w; }
-int tks_nccl_comm_create(tks_nccl_world *w, int color, int key, const int *plan, int n,
-                         tks_comm **out) {
-    (void)w, (void)color, (void)key, (void)plan, (void)n;
+int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
+    (void)w, (void)ctrl;
     *out = NULL;
     return NOT_BUILT;
 }
 void tks_nccl_comm_free(tks_comm *c) { (void)c; }
+int tks_nccl_allreduce_many(tks_comm *c, float *const *bufs, const size_t *n, int count) {
+    (void)c, (void)bufs, (void)n, (void)count;
+    return NOT_BUILT;
+}

@@ -1,9 +1,10 @@
-/* nccl_comm.c - comm.h on NCCL: the world communicator from one
- * ncclGetUniqueId broadcast over MPI, one communicator per mesh group with
- * ncclCommSplit, checked member by member against the plan; collectives on
- * the comm's own stream, ordered against the backend's stream by events;
- * asynchronous errors polled and turned into TKS_ERR_IO. MPI stays for launch
- * and control (broadcast_bytes, the host side of barrier). */
+/* nccl_comm.c - comm.h (contract v2) on NCCL: the world communicator from
+ * one ncclGetUniqueId broadcast over MPI, one communicator per mesh group with
+ * ncclCommSplit, checked member by member against the MPI group mesh.c built
+ * from the plan; collectives on the group's own stream, ordered against the
+ * backend's stream by events; asynchronous errors polled and turned into
+ * TKS_ERR_IO. MPI stays for launch and control (the group's MPI comm serves
+ * gatherv_host, agree, broadcast_bytes and the host side of barrier). */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
 #include <nccl.h>
@@ -24,13 +25,21 @@ struct tks_nccl_world {
     int groups; /* groups split from it, for their names in messages */
 };
 
+/* A started collective: the event that marks its end on the group's stream
+ * (kept on a free list, so starting one allocates only the first time). */
+struct tks_comm_req {
+    cudaEvent_t done;
+    struct tks_comm_req *next;
+};
+
 typedef struct nccl_group {
     tks_comm c;
     tks_nccl_world *w;
+    tks_comm *ctrl; /* the MPI comm of the same group (control collectives) */
     ncclComm_t comm;
-    MPI_Comm mpi;
     cudaStream_t stream;
     cudaEvent_t before, after;
+    struct tks_comm_req *free_reqs;
     int *members;
     int color, id;
     int err; /* sticky */
@@ -110,57 +119,105 @@ static int wait_stream(nccl_group *g, const char *op) {
     }
 }
 
-static int count_bytes(tks_comm *c, int kind, size_t bytes) {
-    c->bytes[kind] += bytes;
+static ncclDataType_t nccl_type(tks_comm_dtype d) {
+    return d == TKS_COMM_BF16 ? ncclBfloat16 : ncclFloat32;
+}
+static const char *coll_name(int kind) {
+    static const char *n[] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
+    return kind >= 0 && kind <= TKS_COLL_BROADCAST ? n[kind] : "collective";
+}
+
+static int g_start(tks_comm *c, const tks_coll *op, tks_comm_req **req) {
+    nccl_group *g = NG(c);
+    *req = NULL;
+    int kind = op->kind;
+    if (kind < 0 || kind > TKS_COLL_BROADCAST)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "comm: unknown collective %d", kind);
+    const char *name = coll_name(kind);
+    size_t es = tks_comm_dtype_size(op->dtype), S = (size_t)c->size;
     c->calls[kind]++;
+    c->bytes[kind] += op->n * es * (kind == TKS_COLL_REDUCE_SCATTER || kind == TKS_COLL_ALLGATHER ? S : 1);
+    int rc = enter(g, name);
+    if (rc) return rc;
+    ncclDataType_t T = nccl_type(op->dtype);
+    ncclResult_t r;
+    switch (kind) {
+    case TKS_COLL_ALLREDUCE:
+        r = ncclAllReduce(op->out, op->out, op->n, T, op->op == TKS_COMM_MAX ? ncclMax : ncclSum,
+                          g->comm, g->stream);
+        break;
+    case TKS_COLL_REDUCE_SCATTER:
+        r = ncclReduceScatter(op->in, op->out, op->n, T, ncclSum, g->comm, g->stream);
+        break;
+    case TKS_COLL_ALLGATHER: /* in == out + rank * n is NCCL's in-place form too */
+        r = ncclAllGather(op->in, op->out, op->n, T, g->comm, g->stream);
+        break;
+    default: r = ncclBroadcast(op->out, op->out, op->n, T, op->root, g->comm, g->stream); break;
+    }
+    rc = leave(g, r, name);
+    if (rc) return rc;
+    struct tks_comm_req *q = g->free_reqs;
+    if (q) g->free_reqs = q->next;
+    else {
+        q = calloc(1, sizeof *q);
+        if (!q) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory starting a collective");
+        cudaError_t e = cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            free(q);
+            return fail_cuda(e, "event creation");
+        }
+    }
+    cudaError_t e = cudaEventRecord(q->done, g->stream);
+    if (e != cudaSuccess) {
+        q->next = g->free_reqs, g->free_reqs = q;
+        return fail_cuda(e, name);
+    }
+    *req = q;
     return 0;
 }
 
-static int n_allreduce(tks_comm *c, float *buf, size_t n, ncclRedOp_t op, const char *name) {
+/* Stream-ordered completion: the backend's later work waits for the event. */
+static int g_wait(tks_comm *c, tks_comm_req *q) {
     nccl_group *g = NG(c);
-    count_bytes(c, TKS_COLL_ALLREDUCE, n * sizeof(float));
-    int rc = enter(g, name);
-    if (rc) return rc;
-    return leave(g, ncclAllReduce(buf, buf, n, ncclFloat32, op, g->comm, g->stream), name);
+    if (!q) return 0;
+    cudaError_t e = cudaStreamWaitEvent(g->w->compute, q->done, 0);
+    q->next = g->free_reqs, g->free_reqs = q;
+    if (e != cudaSuccess) return fail_cuda(e, "wait");
+    return poll(g, "wait");
 }
-static int n_sum(tks_comm *c, float *buf, size_t n) {
-    return n_allreduce(c, buf, n, ncclSum, "allreduce_sum");
+
+static int g_run(tks_comm *c, int kind, tks_comm_op opk, float *out, const float *in, size_t n, int root) {
+    tks_coll op = {.kind = kind, .dtype = TKS_COMM_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
+    tks_comm_req *q;
+    int rc = g_start(c, &op, &q);
+    return rc ? rc : g_wait(c, q);
 }
-static int n_max(tks_comm *c, float *buf, size_t n) {
-    return n_allreduce(c, buf, n, ncclMax, "allreduce_max");
-}
+static int n_sum(tks_comm *c, float *buf, size_t n) { return g_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_SUM, buf, NULL, n, 0); }
+static int n_max(tks_comm *c, float *buf, size_t n) { return g_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_MAX, buf, NULL, n, 0); }
 static int n_reduce_scatter(tks_comm *c, float *out, const float *in, size_t n) {
-    nccl_group *g = NG(c);
-    count_bytes(c, TKS_COLL_REDUCE_SCATTER, n * (size_t)c->size * sizeof(float));
-    int rc = enter(g, "reduce_scatter");
-    if (rc) return rc;
-    return leave(g, ncclReduceScatter(in, out, n, ncclFloat32, ncclSum, g->comm, g->stream),
-                 "reduce_scatter");
+    return g_run(c, TKS_COLL_REDUCE_SCATTER, TKS_COMM_SUM, out, in, n, 0);
 }
 static int n_allgather(tks_comm *c, float *out, const float *in, size_t n) {
-    nccl_group *g = NG(c);
-    count_bytes(c, TKS_COLL_ALLGATHER, n * (size_t)c->size * sizeof(float));
-    int rc = enter(g, "allgather");
-    if (rc) return rc;
-    /* in == out + rank * n is NCCL's in-place form */
-    return leave(g, ncclAllGather(in, out, n, ncclFloat32, g->comm, g->stream), "allgather");
+    return g_run(c, TKS_COLL_ALLGATHER, TKS_COMM_SUM, out, in, n, 0);
 }
 static int n_bcast(tks_comm *c, float *buf, size_t n, int root) {
-    nccl_group *g = NG(c);
-    count_bytes(c, TKS_COLL_BROADCAST, n * sizeof(float));
-    int rc = enter(g, "broadcast");
-    if (rc) return rc;
-    return leave(g, ncclBroadcast(buf, buf, n, ncclFloat32, root, g->comm, g->stream), "broadcast");
+    return g_run(c, TKS_COLL_BROADCAST, TKS_COMM_SUM, buf, NULL, n, root);
 }
+
+/* control collectives: host data, through the group's MPI comm */
 static int n_bcast_bytes(tks_comm *c, void *buf, size_t n, int root) {
-    if (c->size == 1) return 0;
-    if (n > (size_t)0x7fffffff)
-        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                        "broadcast_bytes: %zu bytes is more than one MPI call carries", n);
-    int e = MPI_Bcast(buf, (int)n, MPI_BYTE, root, NG(c)->mpi);
-    return e == MPI_SUCCESS ? 0
-                            : tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE,
-                                       "MPI broadcast of control bytes failed (error %d)", e);
+    tks_comm *k = NG(c)->ctrl;
+    return k->broadcast_bytes(k, buf, n, root);
+}
+static int n_gatherv(tks_comm *c, void *out, const size_t *counts, const void *in, int root) {
+    tks_comm *k = NG(c)->ctrl;
+    return k->gatherv_host(k, out, counts, in, root);
+}
+/* A member whose NCCL communicator failed joins the agreement with that error. */
+static int n_agree(tks_comm *c, int rc) {
+    nccl_group *g = NG(c);
+    if (!rc && g->err) rc = group_error(g);
+    return g->ctrl->agree(g->ctrl, rc);
 }
 /* Device work before the barrier is complete on every member after it. */
 static int n_barrier(tks_comm *c) {
@@ -170,34 +227,18 @@ static int n_barrier(tks_comm *c) {
     if (!rc) rc = wait_stream(g, "barrier");
     cudaError_t e = cudaStreamSynchronize(g->w->compute);
     if (!rc && e != cudaSuccess) rc = fail_cuda(e, "barrier (compute stream)");
-    int e2 = MPI_Barrier(g->mpi);
-    if (!rc && e2 != MPI_SUCCESS)
-        rc = tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "MPI barrier failed (error %d)", e2);
-    return rc;
+    int rc2 = g->ctrl->barrier(g->ctrl);
+    return rc ? rc : rc2;
 }
 
-int tks_nccl_allreduce_bf16(tks_comm *c, uint16_t *buf, size_t n) {
-    nccl_group *g = NG(c);
-    count_bytes(c, TKS_COLL_ALLREDUCE, n * 2);
-    int rc = enter(g, "allreduce (bf16)");
-    if (rc) return rc;
-    return leave(g, ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, g->comm, g->stream),
-                 "allreduce (bf16)");
-}
-int tks_nccl_allgather_bf16(tks_comm *c, uint16_t *out, const uint16_t *in, size_t n) {
-    nccl_group *g = NG(c);
-    count_bytes(c, TKS_COLL_ALLGATHER, n * (size_t)c->size * 2);
-    int rc = enter(g, "allgather (bf16)");
-    if (rc) return rc;
-    return leave(g, ncclAllGather(in, out, n, ncclBfloat16, g->comm, g->stream), "allgather (bf16)");
-}
 int tks_nccl_allreduce_many(tks_comm *c, float *const *bufs, const size_t *n, int count) {
     nccl_group *g = NG(c);
     int rc = enter(g, "allreduce (grouped)");
     if (rc) return rc;
     ncclResult_t r = ncclGroupStart();
     for (int i = 0; i < count && r == ncclSuccess; i++) {
-        count_bytes(c, TKS_COLL_ALLREDUCE, n[i] * sizeof(float));
+        c->calls[TKS_COLL_ALLREDUCE]++;
+        c->bytes[TKS_COLL_ALLREDUCE] += n[i] * sizeof(float);
         r = ncclAllReduce(bufs[i], bufs[i], n[i], ncclFloat32, ncclSum, g->comm, g->stream);
     }
     ncclResult_t r2 = ncclGroupEnd();
@@ -267,7 +308,12 @@ static void group_destroy(nccl_group *g) {
     if (g->before) cudaEventDestroy(g->before);
     if (g->after) cudaEventDestroy(g->after);
     if (g->stream) cudaStreamDestroy(g->stream);
-    if (g->mpi != MPI_COMM_NULL && g->mpi != 0) MPI_Comm_free(&g->mpi);
+    while (g->free_reqs) {
+        struct tks_comm_req *q = g->free_reqs;
+        g->free_reqs = q->next;
+        cudaEventDestroy(q->done);
+        free(q);
+    }
     free(g->members);
     free(g);
 }
@@ -276,21 +322,25 @@ void tks_nccl_comm_free(tks_comm *c) {
     if (c) group_destroy(NG(c));
 }
 
-int tks_nccl_comm_create(tks_nccl_world *w, int color, int key, const int *plan, int n,
-                         tks_comm **out) {
+int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
     *out = NULL;
     nccl_group *g = calloc(1, sizeof *g);
-    if (!g) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    int color = 0x7fffffff;
+    for (int i = 0; i < ctrl->size; i++) color = ctrl->members[i] < color ? ctrl->members[i] : color;
+    /* the split is collective over the world: every rank makes it, even after
+     * a local failure (NCCL_SPLIT_NOCOLOR keeps it out of every group) */
+    ncclComm_t nc = NULL;
+    ncclResult_t r = ncclCommSplit(w->comm, g ? color : NCCL_SPLIT_NOCOLOR, ctrl->rank, &nc, NULL);
+    if (!g) {
+        if (nc) ncclCommDestroy(nc);
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    }
     g->w = w;
+    g->ctrl = ctrl;
+    g->comm = nc;
     g->color = color;
     g->id = w->groups++;
-    g->mpi = MPI_COMM_NULL;
-    int rc = 0;
-    /* both splits are collective over the world: every rank makes both calls */
-    if (MPI_Comm_split(MPI_COMM_WORLD, color, key, &g->mpi) != MPI_SUCCESS)
-        rc = tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "MPI_Comm_split (color %d) failed", color);
-    ncclResult_t r = ncclCommSplit(w->comm, color, key, &g->comm, NULL);
-    if (!rc && r != ncclSuccess) rc = fail_nccl(r, "ncclCommSplit");
+    int rc = r != ncclSuccess ? fail_nccl(r, "ncclCommSplit") : 0;
     cudaError_t e = cudaSuccess;
     if (!rc) {
         e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
@@ -305,7 +355,7 @@ int tks_nccl_comm_create(tks_nccl_world *w, int color, int key, const int *plan,
         if (!g->members) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     }
     /* members: every member's world rank, gathered over the NEW communicator,
-     * so what is checked is what NCCL built, not what MPI built */
+     * so what is checked is what NCCL built */
     if (!rc) {
         int *d = NULL;
         e = cudaMalloc((void **)&d, (size_t)g->c.size * sizeof *d);
@@ -323,28 +373,34 @@ int tks_nccl_comm_create(tks_nccl_world *w, int color, int key, const int *plan,
         cudaFree(d);
     }
     if (!rc) {
-        int same = g->c.size == n;
-        for (int i = 0; same && i < n; i++) same = g->members[i] == plan[i];
+        int same = g->c.size == ctrl->size && g->c.rank == ctrl->rank;
+        for (int i = 0; same && i < ctrl->size; i++) same = g->members[i] == ctrl->members[i];
         if (!same) {
             char why[600];
             int o = snprintf(why, sizeof why, "rank %d: the NCCL group (color %d) has %d members [",
                              w->rank, color, g->c.size);
             for (int i = 0; i < g->c.size && o < 400; i++)
                 o += snprintf(why + o, sizeof why - (size_t)o, i ? " %d" : "%d", g->members[i]);
-            o += snprintf(why + o, sizeof why - (size_t)o, "] but the plan says %d [", n);
-            for (int i = 0; i < n && o < 560; i++)
-                o += snprintf(why + o, sizeof why - (size_t)o, i ? " %d" : "%d", plan[i]);
+            o += snprintf(why + o, sizeof why - (size_t)o, "] but the planned group has %d [", ctrl->size);
+            for (int i = 0; i < ctrl->size && o < 560; i++)
+                o += snprintf(why + o, sizeof why - (size_t)o, i ? " %d" : "%d", ctrl->members[i]);
             snprintf(why + o, sizeof why - (size_t)o, "]");
             rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                           "%s: refusing to train on a group that is not the planned one", why);
         }
     }
+    /* every member learns whether the group is usable before anyone uses it */
+    rc = ctrl->agree(ctrl, rc);
     if (rc) {
         group_destroy(g);
         return rc;
     }
     g->c.members = g->members;
     g->c.ctx = g;
+    g->c.start = g_start;
+    g->c.wait = g_wait;
+    g->c.gatherv_host = n_gatherv;
+    g->c.agree = n_agree;
     g->c.allreduce_sum = n_sum;
     g->c.allreduce_max = n_max;
     g->c.reduce_scatter_sum = n_reduce_scatter;
