@@ -98,8 +98,12 @@ endif()
 set_target_properties(tks_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
 if(TKS_HAVE_CUDNN_FE)
   target_sources(tks_cuda PRIVATE trainer/cuda/cudnn_attention.cpp)
-  target_include_directories(tks_cuda PRIVATE ${TKS_CUDNN_FE_INCLUDE} ${TKS_CUDNN_INCLUDE}
+  target_include_directories(tks_cuda SYSTEM PRIVATE ${TKS_CUDNN_FE_INCLUDE} ${TKS_CUDNN_INCLUDE}
                              ${CUDAToolkit_INCLUDE_DIRS})
-  target_link_libraries(tks_cuda PUBLIC ${TKS_CUDNN_LIB})
+  target_link_libraries(tks_cuda PUBLIC ${TKS_CUDNN_LIB} CUDA::nvrtc)
   target_compile_definitions(tks_cuda PUBLIC TKS_HAVE_CUDNN_FE=1)
 endif()
+
+# The GPU benchmark's tokshard side (bench/gpu/run.sh runs it).
+add_executable(tokshard-bench-gpu bench/gpu/bench_gpu.c)
+target_link_libraries(tokshard-bench-gpu PRIVATE tks_trainer)

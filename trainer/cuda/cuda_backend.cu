@@ -876,6 +876,9 @@ static void cu_destroy(tks_backend *be) {
     tks_cuda_ctx *c = tks_cuda_ctx_of(be);
     if (c) {
         cudaStreamSynchronize(c->stream);
+#ifdef TKS_HAVE_CUDNN_FE
+        tks_cuda_flash_release(be);
+#endif
         tks_cuda_gemm_plans_free(c);
         for (int i = 0; i < c->nallocs; i++) cudaFree(c->allocs[i].p);
         cudaFree(c->workspace);
@@ -917,8 +920,8 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
     if (e != cudaSuccess || count == 0) {
         cudaGetLastError();
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                        "--device cuda: no CUDA device is usable here (%s); check nvidia-smi and "
-                        "CUDA_VISIBLE_DEVICES, or use --device cpu",
+                        "CUDA backend: no CUDA device is usable here (%s); check nvidia-smi and "
+                        "CUDA_VISIBLE_DEVICES, or train with --device cpu",
                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     }
     int dev = pick_device(device, count);

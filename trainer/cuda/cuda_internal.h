@@ -68,4 +68,8 @@ void tks_cuda_gemm_f32(tks_backend *be, int ta, int tb, int M, int N, int K, flo
                        int ldc);
 void tks_cuda_gemm_plans_free(tks_cuda_ctx *c);
 
+/* cudnn_attention.cpp (when built with the cuDNN frontend): frees the
+ * backend's cuDNN handle, cached graphs and workspace. */
+extern "C" void tks_cuda_flash_release(tks_backend *be);
+
 #endif /* TKS_CUDA_INTERNAL_H */
