@@ -182,6 +182,15 @@ static void make_batch(uint32_t V, int32_t *ids, int32_t *targets) {
 
 /* ---- one config -------------------------------------------------------------------- */
 
+/* Global gradient norm over the whole flat buffer (gaps hold zeros). */
+static double grad_norm(tks_backend *be, tks_model *m) {
+    tks_span sp = {0, tks_model_n_local(m), 0};
+    float *d = be->alloc(be, sizeof(float)), h = NAN;
+    if (d && !be->sumsq(be, d, tks_model_grads(m), &sp, 1, 0)) be->download(be, &h, d, sizeof h);
+    be->free(be, d);
+    return sqrt((double)h);
+}
+
 static int run_variant(tks_backend *be, const char *out, const variant *vr) {
     char dir[4096], path[4096];
     int rc = tks_path_join(dir, sizeof dir, out, vr->name);
@@ -202,7 +211,7 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
     tks_model_init(m, vr->seed);
     tks_train_state st = {.seed = vr->seed, .seq_len = T, .global_batch = B};
     tks_path_join(path, sizeof path, dir, "ckpt"); /* fits: main limits OUT_DIR */
-    if ((rc = tks_checkpoint_save(path, m, NULL, &st, NULL, NULL, 1))) return die("tks_checkpoint_save", rc);
+    if ((rc = tks_checkpoint_save(path, m, NULL, &st, NULL, NULL))) return die("tks_checkpoint_save", rc);
 
     int32_t ids[N], targets[N];
     make_batch(V, ids, targets);
@@ -223,16 +232,20 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
     for (int s = 0; s < STEPS; s++) {
         tks_model_zero_grad(m);
         if ((rc = tks_model_forward(m, ids, targets, &loss_sum))) return die("forward", rc);
+        float *lg = NULL; /* step 0's logits, read before backward overwrites them with dlogits */
+        if (s == 0) {
+            if (!(lg = malloc((size_t)N * VP * sizeof *lg))) return die("logits", TKS_ERR_NOMEM);
+            be->download(be, lg, tks_model_logits(m), (size_t)N * VP * sizeof *lg);
+        }
         if ((rc = tks_model_backward(m, 1.0f / N))) return die("backward", rc);
         losses[s] = loss_sum / N;
-        norms[s] = sqrt(be->sumsq(be, tks_model_grads(m), tks_model_n_local(m)));
+        norms[s] = grad_norm(be, m);
         lrs[s] = tks_lr_at(&vr->opt, (uint64_t)s);
         scales[s] = tks_clip_scale(&vr->opt, norms[s]);
         if (s == 0) {
             float loss = (float)losses[0];
-            float *lg = malloc((size_t)N * VP * sizeof *lg), *real = malloc((size_t)N * V * sizeof *real);
-            if (!lg || !real) return die("logits", TKS_ERR_NOMEM);
-            be->download(be, lg, tks_model_logits(m), (size_t)N * VP * sizeof *lg);
+            float *real = malloc((size_t)N * V * sizeof *real);
+            if (!real) return die("logits", TKS_ERR_NOMEM);
             for (size_t i = 0; i < N; i++) memcpy(real + i * V, lg + i * VP, V * sizeof *real);
             rc = tl_add(&l, "loss", TKS_ST_F32, 0, 0, 0, &loss, sizeof loss);
             if (!rc) rc = tl_add(&l, "logits", TKS_ST_F32, 2, N, V, real, (size_t)N * V * sizeof *real);
@@ -290,7 +303,7 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
     tl_free(&tr);
     st.step = STEPS;
     tks_path_join(path, sizeof path, dir, "after3"); /* fits: main limits OUT_DIR */
-    if ((rc = tks_checkpoint_save(path, m, op, &st, NULL, NULL, 1))) return die("tks_checkpoint_save", rc);
+    if ((rc = tks_checkpoint_save(path, m, op, &st, NULL, NULL))) return die("tks_checkpoint_save", rc);
     tks_optim_free(op);
     tks_model_free(m);
     return 0;

@@ -75,7 +75,7 @@ static void test_mpi(tks_mesh *m) {
                 buf[i] = val(R, i);
                 h[i] = tks_bf16_from_f32(val(R, i));
             }
-            tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = dt ? TKS_COMM_BF16 : TKS_COMM_F32,
+            tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = dt ? TKS_BF16 : TKS_F32,
                            .op = opk ? TKS_COMM_MAX : TKS_COMM_SUM, .out = dt ? (void *)h : (void *)buf, .n = n};
             tks_comm_req *q;
             CHECK(w->start(w, &op, &q) == 0 && w->wait(w, q) == 0, "allreduce dt %d op %d", dt, opk);
@@ -94,7 +94,7 @@ static void test_mpi(tks_mesh *m) {
             buf[i] = val(R, i);
             h[i] = tks_bf16_from_f32(val(R, i));
         }
-        tks_coll op = {.kind = TKS_COLL_REDUCE_SCATTER, .dtype = dt ? TKS_COMM_BF16 : TKS_COMM_F32,
+        tks_coll op = {.kind = TKS_COLL_REDUCE_SCATTER, .dtype = dt ? TKS_BF16 : TKS_F32,
                        .out = dt ? (void *)ho : (void *)out, .in = dt ? (void *)h : (void *)buf, .n = n};
         tks_comm_req *q;
         CHECK(w->start(w, &op, &q) == 0 && w->wait(w, q) == 0, "reduce_scatter dt %d", dt);
@@ -110,9 +110,9 @@ static void test_mpi(tks_mesh *m) {
      * in flight, waited in the reverse order */
     for (size_t i = 0; i < n; i++) buf[i] = val(R, i), out[R * n + i] = val(R, i), h[R * n + i] = tks_bf16_from_f32(val(R, i));
     float *o2 = malloc(S * n * sizeof *o2);
-    tks_coll a1 = {.kind = TKS_COLL_ALLGATHER, .dtype = TKS_COMM_F32, .out = o2, .in = buf, .n = n};
-    tks_coll a2 = {.kind = TKS_COLL_ALLGATHER, .dtype = TKS_COMM_BF16, .out = h, .in = h + R * n, .n = n};
-    tks_coll a3 = {.kind = TKS_COLL_ALLGATHER, .dtype = TKS_COMM_F32, .out = out, .in = out + R * n, .n = n};
+    tks_coll a1 = {.kind = TKS_COLL_ALLGATHER, .dtype = TKS_F32, .out = o2, .in = buf, .n = n};
+    tks_coll a2 = {.kind = TKS_COLL_ALLGATHER, .dtype = TKS_BF16, .out = h, .in = h + R * n, .n = n};
+    tks_coll a3 = {.kind = TKS_COLL_ALLGATHER, .dtype = TKS_F32, .out = out, .in = out + R * n, .n = n};
     tks_comm_req *q1, *q2, *q3;
     CHECK(w->start(w, &a1, &q1) == 0 && w->start(w, &a2, &q2) == 0 && w->start(w, &a3, &q3) == 0, "allgather start");
     CHECK(w->wait(w, q3) == 0 && w->wait(w, q2) == 0 && w->wait(w, q1) == 0, "allgather wait (reverse order)");

@@ -40,10 +40,10 @@ static void fill(float *h, size_t n, int seed, int wr) {
 
 /* Runs one collective on the NCCL group (device) and the MPI group (host
  * memory, the reference) and compares the outputs bit for bit. */
-static void one(tks_comm *nc, tks_comm *mc, const char *gname, int kind, tks_comm_dtype dt,
+static void one(tks_comm *nc, tks_comm *mc, const char *gname, int kind, tks_dtype dt,
                 tks_comm_op opk, int inplace, int wr) {
     size_t n = 1001, S = (size_t)nc->size, R = (size_t)nc->rank;
-    size_t es = tks_comm_dtype_size(dt);
+    size_t es = tks_dtype_size(dt);
     size_t nin = kind == TKS_COLL_REDUCE_SCATTER ? S * n : n;
     size_t nout = kind == TKS_COLL_ALLGATHER ? S * n : n;
     float *hin = malloc(nin * 4), *hout = malloc(nout * 4);
@@ -53,8 +53,8 @@ static void one(tks_comm *nc, tks_comm *mc, const char *gname, int kind, tks_com
     uint16_t *bin = malloc(nin * 2), *bout = malloc(nout * 2);
     for (size_t i = 0; i < nin; i++) bin[i] = tks_bf16_from_f32(hin[i]);
     for (size_t i = 0; i < nout; i++) bout[i] = tks_bf16_from_f32(hout[i]);
-    void *rin = dt == TKS_COMM_BF16 ? (void *)bin : (void *)hin;
-    void *rout = dt == TKS_COMM_BF16 ? (void *)bout : (void *)hout;
+    void *rin = dt == TKS_BF16 ? (void *)bin : (void *)hin;
+    void *rout = dt == TKS_BF16 ? (void *)bout : (void *)hout;
     char *din = gpu->alloc(gpu, nin * es), *dout = gpu->alloc(gpu, nout * es);
     gpu->upload(gpu, din, rin, nin * es);
     gpu->upload(gpu, dout, rout, nout * es);
@@ -77,7 +77,7 @@ static void one(tks_comm *nc, tks_comm *mc, const char *gname, int kind, tks_com
     CHECK(rc1 == 0 && rc2 == 0, "%s %s: rc nccl %d mpi %d (%s)", gname, kn[kind], rc1, rc2,
           tks_last_error()->message);
     CHECK(!memcmp(got, rout, nout * es), "%s %s %s%s%s: NCCL result differs from MPI's", gname,
-          kn[kind], dt == TKS_COMM_BF16 ? "bf16" : "fp32", opk == TKS_COMM_MAX ? " max" : "",
+          kn[kind], dt == TKS_BF16 ? "bf16" : "fp32", opk == TKS_COMM_MAX ? " max" : "",
           inplace ? " in place" : "");
     gpu->free(gpu, din);
     gpu->free(gpu, dout);
@@ -96,7 +96,7 @@ static void async_and_grouped(tks_comm *nc, const char *gname, int wr) {
     float *a = gpu->alloc(gpu, n * 4), *b = gpu->alloc(gpu, n * 4);
     gpu->upload(gpu, a, h, n * 4);
     gpu->upload(gpu, b, h, n * 4);
-    tks_coll oa = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_COMM_F32, .out = a, .n = n};
+    tks_coll oa = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_F32, .out = a, .n = n};
     tks_coll ob = oa;
     ob.out = b;
     tks_comm_req *qa = NULL, *qb = NULL;
@@ -166,9 +166,9 @@ int main(int argc, char **argv) {
         if (rc) continue;
         for (int kind = 0; kind <= TKS_COLL_BROADCAST; kind++)
             for (int dt = 0; dt < 2; dt++) {
-                one(nc, mc, gname, kind, (tks_comm_dtype)dt, TKS_COMM_SUM, 0, rank);
-                if (kind == TKS_COLL_ALLREDUCE) one(nc, mc, gname, kind, (tks_comm_dtype)dt, TKS_COMM_MAX, 0, rank);
-                if (kind == TKS_COLL_ALLGATHER) one(nc, mc, gname, kind, (tks_comm_dtype)dt, TKS_COMM_SUM, 1, rank);
+                one(nc, mc, gname, kind, (tks_dtype)dt, TKS_COMM_SUM, 0, rank);
+                if (kind == TKS_COLL_ALLREDUCE) one(nc, mc, gname, kind, (tks_dtype)dt, TKS_COMM_MAX, 0, rank);
+                if (kind == TKS_COLL_ALLGATHER) one(nc, mc, gname, kind, (tks_dtype)dt, TKS_COMM_SUM, 1, rank);
             }
         async_and_grouped(nc, gname, rank);
         /* an error on the group's last member reaches every member */

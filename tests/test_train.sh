@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of tokshard-train / tokshard-generate on real text (dict-gcide).
 # Usage: test_train.sh BIN_DIR WORKDIR CASE
-#   CASE: setup | train | resume | safety | checkpoint | generate | lock | cli
+#   CASE: setup | train | resume | safety | checkpoint | plan | generate | lock | faults | cli
 # `setup` builds the small dataset the other cases share (a ctest fixture).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -101,7 +101,7 @@ safety)
   expect_msg "tokenizer"
   # an id >= vocab_size smuggled in with valid checksums: audit catches it, training stops on it.
   # sample-plan says where step 1 reads (sample 1 of the batch), so the forged id is met at once.
-  read -r sh off < <("$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 --steps 0:1 \
+  read -r sh off < <("$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 --steps 1 \
     --val-tokens 4096 --seed 1337 | awk '/ sample 1 / {print $(NF-3), $(NF-1)}')
   bad_at=$((off + 10))
   cp -r "$S/data" bad
@@ -212,6 +212,127 @@ lock)
   expect 0 "the dataset audits clean" -- "$TKS" audit big
   [[ ! -e big.lock ]] && ok "big.lock removed at the end" || fail "big.lock left behind"
   rm -f big.txt
+  ;;
+
+faults)
+  # checkpoint saves under faults: kill -9 at each point of a save, and a disk
+  # that fills during one. Reference: 8 steps, a checkpoint every 2, keep 2.
+  F=(--steps 8 --save-every 2 --keep 2 --eval-every 0)
+  expect 0 "reference run" -- "$TRAIN" --dataset "$S/data" --out ref "${M[@]}" "${F[@]}"
+  # same_run RUN: the last loss logged for each step equals the reference's, bit for bit
+  same_run() {
+    python3 - "$1/metrics.jsonl" ref/metrics.jsonl <<'EOF'
+import json, sys
+def last(p):
+    d = {}
+    for line in open(p):
+        j = json.loads(line)
+        if "loss" in j: d[j["step"]] = line.split(",")[1]
+    return d
+a, b = last(sys.argv[1]), last(sys.argv[2])
+sys.exit(0 if a == b and len(a) == 8 else 1)
+EOF
+  }
+  # whole RUN: every step-N under RUN/checkpoints verifies (checksums, config, state)
+  whole() {
+    local c
+    for c in "$1"/checkpoints/step-????????; do
+      [[ -e $c ]] || continue
+      "$TRAIN" --dataset "$S/data" --out x --dry-run --resume "$c" "${M[@]}" --steps 8 >/dev/null 2>err-whole ||
+        { fail "$c is taken for whole but does not verify: $(tail -1 err-whole)"; return 1; }
+    done
+  }
+  for point in model:2 optimizer:2 config:2 tokenizer:2 state:2 renamed:2 pruning:1; do
+    name=${point%%:*}
+    TOKSHARD_TEST_CKPT_STOP=$point "$TRAIN" --dataset "$S/data" --out "k-$name" "${M[@]}" "${F[@]}" >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do [[ $(ps -o stat= -p $pid) == T* ]] && break; sleep 0.05; done
+    if [[ $(ps -o stat= -p $pid) != T* ]]; then
+      fail "$name: the save never reached the stop point (test hooks compiled in?)"
+      kill -9 $pid 2>/dev/null
+      wait $pid 2>/dev/null
+      continue
+    fi
+    kill -9 $pid
+    wait $pid 2>/dev/null
+    have=$(ls "k-$name/checkpoints" | grep -E '^step-[0-9]+$' | tr '\n' ' ')
+    whole "k-$name" && ok "killed at $point: the step dirs left verify: $have"
+    case $name in
+    renamed) [[ $have == *step-00000004* ]] || fail "$name: step 4 missing after its rename: $have" ;;
+    pruning) [[ $have == *step-00000006* && $have == *step-00000004* ]] || fail "$name: pruning lost a whole one: $have" ;;
+    *) [[ $have == "step-00000002 " ]] || fail "$name: expected only step 2 whole, found: $have" ;;
+    esac
+    expect 0 "killed at $point: resume from the newest whole checkpoint" -- "$TRAIN" --dataset "$S/data" \
+      --out "k-$name" "${M[@]}" "${F[@]}" --resume latest
+    same_run "k-$name" && ok "killed at $point: all 8 losses identical to the uninterrupted run" ||
+      fail "killed at $point: losses differ from the reference"
+    n=$(ls "k-$name/checkpoints" | grep -cE '^step-[0-9]+$')
+    left=$(ls "k-$name/checkpoints" | grep -vE '^step-[0-9]+$' | tr '\n' ' ')
+    [[ $n -eq 2 && -z $left ]] && ok "killed at $point: --keep 2 kept 2, no leftovers" ||
+      fail "killed at $point: $(ls "k-$name/checkpoints" | tr '\n' ' ')"
+  done
+  # disk full during a save: a file size limit (SIGXFSZ ignored, so writes fail with EFBIG)
+  expect 0 "run to step 4" -- "$TRAIN" --dataset "$S/data" --out full "${M[@]}" "${F[@]}" --stop-at 4
+  (ulimit -f 400; trap '' XFSZ; exec "$TRAIN" --dataset "$S/data" --out full "${M[@]}" "${F[@]}" --resume latest) \
+    >out-full 2>err-full
+  code=$?
+  [[ $code -eq 2 ]] && grep -Eq "cannot write .*step-00000006.tmp/.*safetensors.*(File too large|No space).*free some space" err-full &&
+    ok "a full disk during the step-6 save: exit 2, names the file and what to do" ||
+    fail "disk full: exit $code: $(tail -2 err-full)"
+  [[ ! -e full/checkpoints/step-00000006 && ! -e full/checkpoints/step-00000006.tmp ]] &&
+    ok "nothing half-written left" || fail "left: $(ls full/checkpoints)"
+  whole full && ok "step 4 still verifies"
+  expect 0 "resume with space again" -- "$TRAIN" --dataset "$S/data" --out full "${M[@]}" "${F[@]}" --resume latest
+  same_run full && ok "after the full disk: all 8 losses identical to the uninterrupted run" ||
+    fail "after the full disk: losses differ"
+  ;;
+
+plan)
+  # sample-plan with no data-order flags plans what tokshard-train with its
+  # defaults reads: forge a bad id where the plan says step 1 reads; a default
+  # run must stop on it at step 1 (different seed, split or step numbering
+  # would send the trainer elsewhere).
+  read -r sh off < <("$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 |
+    awk '/ sample 1 / {print $(NF-3), $(NF-1)}')
+  [[ -n ${off:-} ]] || fail "no sample 1 in the default plan"
+  D=(--dim 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --seq-len 32 --global-batch 8 --micro-batch 4
+    --lr 1e-2 --warmup 3 --eval-every 0 --threads 2 --quiet --no-plot)
+  cp -r "$S/data" bad
+  expect 0 "forge id 1000 at shard $sh token $((off + 3))" -- "$FORGE" bad "$sh" $((off + 3)) 1000
+  expect 2 "a default run meets it at step 1" -- "$TRAIN" --dataset bad --out d1 --steps 1 "${D[@]}"
+  expect_msg "token offset $((off + 3)) "
+  # --run: the plan of an existing run, from its checkpoint's own settings
+  expect 0 "train 4 steps" -- "$TRAIN" --dataset "$S/data" --out r --steps 4 "${M[@]}" --seed 99
+  expect 0 "sample-plan --run" -- "$TKS" sample-plan --run r --json
+  cp "$W/out" run.json
+  expect 0 "the same plan from flags" -- "$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 \
+    --micro-batch 4 --val-tokens 4096 --seed 99 --steps 5 --json
+  cp "$W/out" flags.json
+  python3 - run.json flags.json <<'EOF2' && ok "--run plans step 5 as the flags do" || fail "--run plan differs"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["checkpoint"]["step"] == 4 and a["checkpoint"]["cursor"] == 32, a["checkpoint"]
+assert [s["step"] for s in a["steps"]] == [5], a["steps"]
+assert a["steps"] == b["steps"] and a["seed"] == 99 and a["micro_batch"] == 4
+EOF2
+  # after a resume the plan continues from the newest checkpoint
+  expect 0 "resume to step 6" -- "$TRAIN" --dataset "$S/data" --out r --steps 6 "${M[@]}" --seed 99 \
+    --resume latest
+  expect 0 "sample-plan --run after the resume" -- "$TKS" sample-plan --run r --json
+  python3 - "$W/out" <<'EOF2' && ok "step 7 starts at sample 48 = 6 x 8" || fail "cursor not followed"
+import json, sys
+a = json.load(open(sys.argv[1]))
+assert a["checkpoint"]["step"] == 6 and a["checkpoint"]["cursor"] == 48, a["checkpoint"]
+assert a["steps"][0]["step"] == 7 and a["steps"][0]["ranks"][0]["samples"][0]["sample"] == 48, a["steps"][0]
+EOF2
+  expect 0 "a checkpoint directory works as --run too" -- "$TKS" sample-plan --run r/checkpoints/step-00000004
+  grep -q "^step 5 rank 0" "$W/out" && ok "plans step 5 from step-00000004" || fail "$(head -5 "$W/out")"
+  expect 2 "--seed with --run" -- "$TKS" sample-plan --run r --seed 3
+  expect_msg "--seed cannot be combined with --run"
+  expect 2 "--run on a directory with no checkpoint" -- "$TKS" sample-plan --run "$S"
+  expect_msg "neither a checkpoint"
+  expect 2 "step 0" -- "$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 --steps 0
+  expect_msg "steps count from 1"
   ;;
 
 cli)

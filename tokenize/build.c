@@ -17,7 +17,6 @@
 #include <jansson.h>
 #include <limits.h>
 #include <omp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,18 +43,6 @@ static const char *format_name(tks_input_format f) {
 }
 static const char *policy_name(tks_policy p) {
     return p == TKS_POLICY_SKIP ? "skip" : p == TKS_POLICY_FAIL ? "fail" : "replace";
-}
-
-/* Test hook: TOKSHARD_TEST_KILL="shard:K" kills the process (SIGKILL) right
- * after shard K is renamed into place and before the resume state records
- * it; "state:K" after the state records shard K; "batch:K" after K batches.
- * Used by tests/test_build.sh to prove resume is byte-identical. */
-static void maybe_kill(const char *point, uint64_t k) {
-    const char *v = getenv("TOKSHARD_TEST_KILL");
-    if (!v) return;
-    size_t n = strlen(point);
-    if (strncmp(v, point, n) == 0 && v[n] == ':' && strtoull(v + n + 1, NULL, 10) == k)
-        raise(SIGKILL);
 }
 
 typedef struct batch {
@@ -385,7 +372,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
 
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
     size_t batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20);
-    uint64_t n_batches = 0, docs_read = 0, docs_committed = 0, tokens_committed = 0;
+    uint64_t docs_read = 0, docs_committed = 0, tokens_committed = 0;
     int done = 0;
     tks_doc doc;
     while (!rc && !done) {
@@ -461,14 +448,11 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
             if (!rc && published) {
                 size_t ns;
                 const tks_shard_info *si = tks_writer_shards(w, &ns);
-                maybe_kill("shard", si[ns - 1].index);
                 rc = state_push(&st, &si[ns - 1]);
                 st.next_ordinal = b.ordinal[i] + 1;
                 if (!rc) rc = save_state(partial, &st);
-                maybe_kill("state", si[ns - 1].index);
             }
         }
-        n_batches++;
         if (rc) break;
         if (o->progress) {
             const tks_input_stats *is = tks_input_get_stats(in);
@@ -482,7 +466,6 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
             }
             o->progress(&p, o->progress_ctx);
         }
-        maybe_kill("batch", n_batches);
         if (o->stop && *o->stop)
             rc = tks_fail(TKS_ERR_INTERRUPTED, partial, TKS_NONE, TKS_NONE,
                           "interrupted: %zu shard(s) are kept in %s; run the same command with "

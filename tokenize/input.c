@@ -294,15 +294,16 @@ static int is_compressed_name(const char *name) {
     return 0;
 }
 
-/* ".jsonl"/".json", before at most one compression suffix ("x.jsonl.gz"). */
-static int is_jsonl_name(const char *name) {
+/* `ext` (".jsonl", ".json") before at most one compression suffix
+ * ("x.jsonl.gz"). */
+static int has_ext(const char *name, const char *ext) {
     size_t n = strlen(name);
     for (size_t i = 0; i < COUNT(k_compress_suffixes); i++)
         if (ends_with(name, n, k_compress_suffixes[i])) {
             n -= strlen(k_compress_suffixes[i]);
             break;
         }
-    return ends_with(name, n, ".jsonl") || ends_with(name, n, ".json");
+    return ends_with(name, n, ext);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -1013,8 +1014,12 @@ static int next_entry(tks_input *in) {
         in->pend_len = 0;
         in->cur = in->end = NULL;
         in->line_no = 0;
+        /* auto: only *.jsonl is JSON Lines; a *.json (a config file in a source
+         * archive, or one JSON document) is read as text and counted */
+        const char *ename = member ? member : in->path;
         in->entry_jsonl = in->opts.format == TKS_FMT_JSONL ||
-                          (in->opts.format == TKS_FMT_AUTO && is_jsonl_name(member ? member : in->path));
+                          (in->opts.format == TKS_FMT_AUTO && has_ext(ename, ".jsonl"));
+        in->st.json_as_text += in->opts.format == TKS_FMT_AUTO && has_ext(ename, ".json");
         in->entry_by_name = member && is_compressed_name(member);
         in->probed = 0;
         in->st.entries++;

@@ -25,6 +25,9 @@ extern "C" {
  * Input: files, directories, compressed streams and archives -> documents
  * ------------------------------------------------------------------------- */
 typedef enum { TKS_SPLIT_FILE = 0, TKS_SPLIT_LINE, TKS_SPLIT_BLANK } tks_doc_split;
+/* TKS_FMT_AUTO: entries named *.jsonl (also compressed: *.jsonl.gz) are JSON
+ * Lines, everything else is text, *.json included (source archives are full of
+ * JSON files that are not JSON Lines; pass TKS_FMT_JSONL for JSONL named *.json). */
 typedef enum { TKS_FMT_AUTO = 0, TKS_FMT_TEXT, TKS_FMT_JSONL } tks_input_format;
 typedef enum { TKS_POLICY_REPLACE = 0, TKS_POLICY_SKIP, TKS_POLICY_FAIL } tks_policy;
 
@@ -64,6 +67,7 @@ typedef struct tks_input_stats {
     uint64_t long_skipped;      /* documents over max_doc_bytes, skipped */
     uint64_t bad_records_skipped; /* JSONL records skipped */
     uint64_t binary_skipped;    /* entries skipped because they contain NUL bytes */
+    uint64_t json_as_text;      /* entries named *.json read as text by TKS_FMT_AUTO */
 } tks_input_stats;
 
 typedef struct tks_input tks_input;

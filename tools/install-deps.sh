@@ -3,8 +3,9 @@
 # and the benchmarks. Idempotent: packages already present are left alone and
 # apt-get is skipped entirely when nothing is missing.
 #
-# Usage: tools/install-deps.sh [--bench] [--cuda]
+# Usage: tools/install-deps.sh [--bench] [--ci] [--cuda]
 #   --bench   also install what bench/ needs (python3-sentencepiece, numpy, time)
+#   --ci      also install clang (tools/build-check.sh builds with gcc and clang)
 #   --cuda    also fetch the cuDNN frontend headers (PyPI nvidia-cudnn-frontend,
 #             header-only C++) into third_party/cudnn-frontend, for the CUDA
 #             backend's flash attention; only when nvcc exists (else nothing to do)
@@ -32,6 +33,9 @@ pkgs=(
 )
 if [[ " $* " == *" --bench "* || "${TOKSHARD_BENCH:-0}" == 1 ]]; then
   pkgs+=(python3-sentencepiece python3-numpy time)
+fi
+if [[ " $* " == *" --ci "* ]]; then
+  pkgs+=(clang)
 fi
 
 want_cuda=0

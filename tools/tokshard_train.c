@@ -63,6 +63,8 @@ static const flag FLAGS[] = {
     {"--save-every", F_U64, &O.save_every, "steps between checkpoints (0 = only at the end)"},
     {"--keep", F_U32, &O.keep_checkpoints, "checkpoints kept (0 = all)"},
     {"--threads", F_U32, &O.threads, "CPU threads per process (0 = all cores)"},
+    {"--device", F_STR, &O.device, "compute backend: cpu, cuda or auto (cuda when built in, else cpu; default auto)"},
+    {"--dtype", F_STR, &O.dtype, "fp32 (the reference) or bf16 (bf16 weights and activations, fp32 master weights, gradients and AdamW moments); default fp32"},
     {"--tp", F_U32, &O.tp, "tensor-parallel degree (0 = 1)"},
     {"--dp-shard", F_U32, &O.dp_shard, "data-parallel degree sharding gradients and AdamW state (0 = the rest of the world)"},
     {"--dp-replicate", F_U32, &O.dp_replicate, "data-parallel replicas of the shards (0 = 1)"},

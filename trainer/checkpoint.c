@@ -3,6 +3,7 @@
 #include "checkpoint.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <errno.h>
 #include <ftw.h>
 #include <jansson.h>
@@ -32,70 +33,132 @@ static double short_float(float f) {
     return (double)f;
 }
 
-/* ---- full tensors on the host --------------------------------------------- */
+/* ---- one tensor at a time to the writer ----------------------------------------- */
 
-/*
- * The full, unpadded tensor of parameter p, assembled on the host from the
- * tp-local flat buffer `flat` (device, laid out like the weights): blocks of
- * the tp group are all-gathered, rows (column-parallel, vocab) concatenated or
- * columns (row-parallel) interleaved, padding rows dropped. Collective over
- * the tp group. Returns malloc'd rows_real x cols floats, or NULL.
- */
-static float *full_tensor(tks_model *m, const tks_param *p, const float *flat, int *rc) {
-    tks_backend *be = tks_model_backend(m);
-    tks_comm *tp = tks_model_tp(m);
-    int T = tp ? tp->size : 1;
-    size_t blk = (size_t)(p->lrows * p->lcols);
-    size_t n_all = blk * (size_t)T, n_full = (size_t)(p->rows * p->cols);
-    float *all = malloc((n_all > 0 ? n_all : 1) * sizeof *all);
-    float *full = malloc((n_full > 0 ? n_full : 1) * sizeof *full);
-    if (!all || !full) goto oom;
-    if (T > 1 && p->split != TKS_SPLIT_NONE) {
-        float *d = be->alloc(be, blk * (size_t)T * sizeof *d);
-        if (!d) goto oom;
-        *rc = tp->allgather(tp, d, flat + p->offset, blk);
-        be->download(be, all, d, blk * (size_t)T * sizeof *all);
-        be->free(be, d);
-        if (*rc) goto fail;
-    } else {
-        T = 1;
-        be->download(be, all, flat + p->offset, blk * sizeof *all);
-    }
-    if (p->split == TKS_SPLIT_COLS && T > 1) {
-        for (int t = 0; t < T; t++)
-            for (uint64_t r = 0; r < p->rows; r++)
-                memcpy(full + r * p->cols + (uint64_t)t * p->lcols, all + ((size_t)t * p->rows + r) * p->lcols,
-                       (size_t)p->lcols * sizeof *full);
-    } else {
-        memcpy(full, all, (size_t)(p->rows * p->cols) * sizeof *full);
-    }
-    free(all);
-    return full; /* the first rows_real rows are the unpadded tensor */
-oom:
-    *rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory gathering %s", p->name);
-fail:
-    free(all);
-    free(full);
-    return NULL;
+/* Host allocation for a checkpoint. Test hook (builds with TKS_TEST_HOOKS):
+ * TOKSHARD_TEST_CKPT_NOMEM=K makes this process's K-th call fail, so that an
+ * allocation failure on one rank can be shown to end the job, not hang it. */
+static void *ckpt_alloc(size_t bytes) {
+#ifdef TKS_TEST_HOOKS
+    static long calls = 0;
+    const char *k = getenv("TOKSHARD_TEST_CKPT_NOMEM");
+    if (k && ++calls == atol(k)) return NULL;
+#endif
+    return malloc(bytes ? bytes : 1);
 }
 
-/* The tp-local flat buffer of one AdamW moment: the dp_shard slices gathered. */
-static float *full_moment(tks_model *m, tks_optim *opt, int which, tks_comm *dp_shard, int *rc) {
+/* Test hook (builds with TKS_TEST_HOOKS): TOKSHARD_TEST_CKPT_STOP=POINT:N
+ * stops the process (SIGSTOP) the N-th time a save reaches POINT, so that the
+ * test can kill -9 it there (the kill comes from the test, never from here).
+ * Points: model, optimizer, config, tokenizer, state (each after that file is
+ * complete), renamed (after the rename, before the directory's fsync),
+ * pruning (before an old checkpoint is removed). */
+static void stop_point(const char *point) {
+#ifdef TKS_TEST_HOOKS
+    static long seen = 0;
+    const char *p = getenv("TOKSHARD_TEST_CKPT_STOP");
+    size_t l = strlen(point);
+    if (p && !strncmp(p, point, l) && (p[l] == 0 || p[l] == ':') &&
+        ++seen == (p[l] == ':' ? atol(p + l + 1) : 1))
+        raise(SIGSTOP);
+#else
+    (void)point;
+#endif
+}
+
+typedef struct gctx {
+    tks_mesh *mesh;               /* NULL: one process */
+    tks_comm *tp, *shard, *world;
+    int rep, shard_rank, tp_rank; /* this rank's coordinates */
+    int writer;
+    size_t sb, se;                /* this rank's ZeRO slice of the tp-local flat buffer */
+} gctx;
+
+static size_t blk_of(const tks_param *p) { return (size_t)(p->lrows * p->lcols); }
+
+/*
+ * The full unpadded tensor of parameter p at the writer, from one of three
+ * tp-local flat sources (which: 0 weights, 1 exp_avg, 2 exp_avg_sq).
+ * Moments are first gathered from the dp_shard slices that hold the block to
+ * dp_shard rank 0, then every block goes over the tp group to tp rank 0:
+ * only the ranks of replica 0 take part, and no rank holds more than this
+ * tensor. Every rank of the world calls it for every tensor; the host
+ * buffers are allocated first and the world agrees on that before any gather
+ * (an allocation failing on one rank fails all, instead of leaving the
+ * others in a collective). On the writer *full is malloc'd rows_real x cols.
+ */
+static int gather_tensor(gctx *g, tks_model *m, tks_optim *opt, const tks_param *p, int which,
+                         float **full) {
     tks_backend *be = tks_model_backend(m);
-    size_t n = tks_model_n_flat(m), b = tks_optim_begin(opt), e = tks_optim_end(opt);
-    float *d = be->alloc(be, n * sizeof *d);
-    if (!d) {
-        *rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-        return NULL;
+    *full = NULL;
+    size_t blk = blk_of(p), T = (size_t)g->tp->size, S = (size_t)g->shard->size;
+    int tp_split = T > 1 && p->split != TKS_SPLIT_NONE;
+    int in_rep0 = g->rep == 0, in_tp_gather = in_rep0 && g->shard_rank == 0;
+    /* does this tp rank's block count? (an unsplit tensor: tp rank 0's only) */
+    int my_block = tp_split || g->tp_rank == 0;
+    float *block = NULL, *all = NULL, *piece = NULL;
+    size_t a0 = p->offset, a1 = a0 + blk, lo = a0 > g->sb ? a0 : g->sb, hi = a1 < g->se ? a1 : g->se;
+    size_t mine = which && lo < hi ? hi - lo : 0;
+    int rc = 0;
+    if (in_rep0 && my_block) {
+        if (!(block = ckpt_alloc(blk * sizeof *block))) rc = TKS_ERR_NOMEM;
+        if (which && mine && !(piece = ckpt_alloc(mine * sizeof *piece))) rc = TKS_ERR_NOMEM;
     }
-    const float *src = which ? tks_optim_v(opt) : tks_optim_m(opt);
-    if (dp_shard && dp_shard->size > 1) {
-        be->copy(be, d + b, src, (e - b) * sizeof *d);
-        *rc = dp_shard->allgather(dp_shard, d, d + b, e - b);
-    } else {
-        be->copy(be, d + b, src, (e - b) * sizeof *d);
+    if (g->writer && !rc && !(all = ckpt_alloc((tp_split ? T : 1) * blk * sizeof *all))) rc = TKS_ERR_NOMEM;
+    if (g->writer && !rc && !(*full = ckpt_alloc((size_t)(p->rows_real * p->cols) * sizeof **full)))
+        rc = TKS_ERR_NOMEM;
+    if (rc)
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
+                      "out of memory gathering %s%s for the checkpoint (%zu bytes per block); free "
+                      "memory or save from more processes",
+                      p->name, which == 1 ? ".exp_avg" : which == 2 ? ".exp_avg_sq" : "", blk * 4);
+    rc = tks_comm_agree(g->world, rc);
+    if (!rc && in_rep0 && my_block) {
+        if (!which) {
+            be->download(be, block, tks_model_weights(m) + p->offset, blk * sizeof *block);
+        } else {
+            /* dp_shard member d holds [d*ns, (d+1)*ns) of the flat buffer */
+            size_t counts[1024], ns = g->se - g->sb;
+            if (S > 1024) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "dp_shard above 1024");
+            for (size_t d = 0; d < S && !rc; d++) {
+                size_t x = a0 > d * ns ? a0 : d * ns, y = a1 < (d + 1) * ns ? a1 : (d + 1) * ns;
+                counts[d] = x < y ? (y - x) * sizeof(float) : 0;
+            }
+            const float *src = which == 1 ? tks_optim_m(opt) : tks_optim_v(opt);
+            if (!rc && mine) be->download(be, piece, src + (lo - g->sb), mine * sizeof *piece);
+            if (!rc) rc = g->shard->gatherv_host(g->shard, g->shard_rank == 0 ? block : NULL, counts, piece, 0);
+        }
     }
-    return d;
+    if (!rc && in_tp_gather && my_block) {
+        size_t counts[1024];
+        if (T > 1024) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tp above 1024");
+        for (size_t t = 0; t < T && !rc; t++) counts[t] = tp_split || t == 0 ? blk * sizeof(float) : 0;
+        if (!rc && T > 1) rc = g->tp->gatherv_host(g->tp, g->writer ? all : NULL, counts, block, 0);
+        else if (!rc && g->writer) memcpy(all, block, blk * sizeof *all);
+    } else if (!rc && in_tp_gather && T > 1) {
+        /* an unsplit tensor: the other tp ranks send nothing but take part */
+        size_t counts[1024] = {0};
+        counts[0] = blk * sizeof(float);
+        rc = g->tp->gatherv_host(g->tp, NULL, counts, NULL, 0);
+    }
+    if (!rc && g->writer) {
+        if (p->split == TKS_SPLIT_COLS && tp_split) {
+            for (size_t t = 0; t < T; t++)
+                for (uint64_t r = 0; r < p->rows_real; r++)
+                    memcpy(*full + r * p->cols + t * p->lcols, all + (t * p->rows + r) * p->lcols,
+                           (size_t)p->lcols * sizeof **full);
+        } else {
+            memcpy(*full, all, (size_t)(p->rows_real * p->cols) * sizeof **full);
+        }
+    }
+    free(block);
+    free(piece);
+    free(all);
+    if (rc) {
+        free(*full);
+        *full = NULL;
+    }
+    return rc;
 }
 
 static int write_config(const char *path, const tks_model_config *c, const tks_train_state *st) {
@@ -125,81 +188,118 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
 }
 static int rm_rf(const char *p) { return nftw(p, rm_cb, 16, FTW_DEPTH | FTW_PHYS); }
 
+/* Removes a directory crash-safely: renamed to NAME.del first (a name
+ * nothing takes for a checkpoint), then deleted; a crash in between leaves
+ * NAME.del, removed by the next prune. */
+static int remove_dir(const char *p) {
+    char del[PATH_MAX];
+    if (snprintf(del, sizeof del, "%s.del", p) >= (int)sizeof del)
+        return tks_fail(TKS_ERR_ARG, p, TKS_NONE, TKS_NONE, "path too long: %s", p);
+    if (rename(p, del) != 0 || rm_rf(del) != 0)
+        return tks_fail(TKS_ERR_IO, p, TKS_NONE, TKS_NONE,
+                        "cannot remove old checkpoint %s: %s; remove it by hand", p, strerror(errno));
+    return 0;
+}
+
+static void parent_of(const char *dir, char *out, size_t cap) {
+    snprintf(out, cap, "%s", dir);
+    char *sl = strrchr(out, '/');
+    if (sl) *sl = 0;
+    else snprintf(out, cap, ".");
+    if (!out[0]) snprintf(out, cap, "/");
+}
+
 int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks_train_state *st,
-                        const char *tokenizer_path, tks_comm *dp_shard, int writer) {
-    int rc = 0;
-    char tmp[PATH_MAX], path[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s.tmp", dir);
-    /* one save into the parent at a time: PARENT/save.lock */
-    char lock_path[PATH_MAX];
-    int lock_fd = -1;
-    if (writer) {
-        snprintf(lock_path, sizeof lock_path, "%s", dir);
-        char *sl = strrchr(lock_path, '/');
-        if (sl) sl[1] = 0;
-        else lock_path[0] = 0;
-        if (strlen(lock_path) + sizeof "save.lock" > sizeof lock_path)
-            rc = tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE, "checkpoint path too long: %s", dir);
-        else
-            rc = tks_lock(strcat(lock_path, "save.lock"), "tokshard-train checkpoint save", &lock_fd);
+                        const char *tokenizer_path, tks_mesh *mesh) {
+    gctx g = {.mesh = mesh, .tp = tks_comm_self(), .shard = tks_comm_self(), .world = tks_comm_self(), .writer = 1};
+    if (mesh) {
+        g.tp = mesh->group[TKS_GROUP_TP];
+        g.shard = mesh->group[TKS_GROUP_DP_SHARD];
+        g.world = mesh->group[TKS_GROUP_WORLD];
+        g.rep = mesh->rep;
+        g.shard_rank = mesh->shard;
+        g.tp_rank = mesh->tp_rank;
+        g.writer = mesh->rank == 0;
     }
-    if (writer && !rc) {
-        struct stat sb;
-        if (stat(dir, &sb) == 0)
-            rc = tks_fail(TKS_ERR_EXISTS, dir, TKS_NONE, TKS_NONE, "checkpoint %s already exists", dir);
-        rm_rf(tmp); /* a leftover of a crash during an earlier save */
-        if (!rc && mkdir(tmp, 0755) != 0)
-            rc = tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE,
-                          "cannot create %s: %s", tmp, strerror(errno));
-    }
+    size_t n_flat = tks_model_n_flat(m);
+    g.sb = opt ? tks_optim_begin(opt) : 0;
+    g.se = opt ? tks_optim_end(opt) : n_flat;
+    int writer = g.writer, rc = 0;
+    char tmp[PATH_MAX], path[PATH_MAX], parent[PATH_MAX], lock_path[PATH_MAX] = "";
+    int lock_fd = -1, made_tmp = 0;
     size_t np;
     const tks_param *P = tks_model_params(m, &np);
-    tks_st_tensor *t = calloc(2 * np, sizeof *t);
-    float **bufs = calloc(2 * np, sizeof *bufs);
-    char (*names)[96] = calloc(2 * np, sizeof *names);
-    if (!t || !bufs || !names) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
-    tks_st_kv meta[] = {{"format", "pt"}, {"producer", "tokshard " TKS_VERSION_STRING}};
-    /* model.safetensors, then optimizer.safetensors: every rank gathers (the
-     * collectives need it), the writer writes */
-    const float *flats[3] = {tks_model_weights(m), NULL, NULL};
-    int n_files = 1;
-    if (opt) {
-        int r1 = 0, r2 = 0;
-        flats[1] = full_moment(m, opt, 0, dp_shard, &r1);
-        flats[2] = full_moment(m, opt, 1, dp_shard, &r2);
-        if (!rc) rc = r1 ? r1 : r2;
-        n_files = 2;
-    }
-    for (int f = 0; f < n_files; f++) {
-        size_t nt = f ? 2 * np : np;
-        for (size_t i = 0; i < np; i++)
-            for (int k = 0; k < (f ? 2 : 1); k++) {
-                size_t j = f ? 2 * i + (size_t)k : i;
-                int r = 0;
-                bufs[j] = rc ? NULL : full_tensor(m, &P[i], flats[f ? 1 + k : 0], &r);
-                if (!rc) rc = r;
-                if (f) snprintf(names[j], sizeof names[j], "%s.%s", P[i].name, k ? "exp_avg_sq" : "exp_avg");
-                else snprintf(names[j], sizeof names[j], "%s", P[i].name);
-                t[j] = (tks_st_tensor){.name = names[j], .dtype = TKS_ST_F32, .ndim = (size_t)P[i].ndim,
-                                       .shape = {P[i].rows_real, P[i].ndim == 2 ? P[i].cols : 0},
-                                       .data = bufs[j],
-                                       .nbytes = (size_t)(P[i].rows_real * P[i].cols) * sizeof(float)};
+    tks_st_tensor *t = NULL;
+    char (*names)[96] = NULL;
+    tks_st_stream *out[2] = {NULL, NULL};
+    int n_files = opt ? 2 : 1;
+    /* the writer's checks and files come first; every rank learns their
+     * outcome before any gather (an existing step directory, an unwritable
+     * parent or a held lock fails the whole job with the writer's message) */
+    if (writer) {
+        parent_of(dir, parent, sizeof parent);
+        if (snprintf(tmp, sizeof tmp, "%s.tmp", dir) >= (int)sizeof tmp)
+            rc = tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE, "checkpoint path too long: %s", dir);
+        if (!rc) rc = tks_path_join(lock_path, sizeof lock_path, parent, "save.lock");
+        if (!rc) rc = tks_lock(lock_path, "tokshard-train checkpoint save", &lock_fd);
+        struct stat sb;
+        if (!rc && stat(dir, &sb) == 0)
+            rc = tks_fail(TKS_ERR_EXISTS, dir, TKS_NONE, TKS_NONE,
+                          "checkpoint %s already exists: this run directory already went past step "
+                          "%llu; resume from its newest checkpoint (--resume latest) or use another "
+                          "--out", dir, (unsigned long long)st->step);
+        if (!rc) rm_rf(tmp); /* a leftover of a crash during an earlier save */
+        if (!rc && mkdir(tmp, 0755) != 0)
+            rc = tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE,
+                          "cannot create %s: %s; check that %s is writable and has space", tmp,
+                          strerror(errno), parent);
+        made_tmp = !rc;
+        t = calloc(2 * np, sizeof *t);
+        names = calloc(2 * np, sizeof *names);
+        if (!rc && (!t || !names)) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+        tks_st_kv meta[] = {{"format", "pt"}, {"producer", "tokshard " TKS_VERSION_STRING}};
+        for (int f = 0; f < n_files && !rc; f++) {
+            size_t nt = f ? 2 * np : np;
+            for (size_t j = 0; j < nt; j++) {
+                const tks_param *p = &P[f ? j / 2 : j];
+                if (f) snprintf(names[j], sizeof names[j], "%s.%s", p->name, j % 2 ? "exp_avg_sq" : "exp_avg");
+                else snprintf(names[j], sizeof names[j], "%s", p->name);
+                t[j] = (tks_st_tensor){.name = names[j], .dtype = TKS_ST_F32, .ndim = (size_t)p->ndim,
+                                       .shape = {p->rows_real, p->ndim == 2 ? p->cols : 0},
+                                       .nbytes = (size_t)(p->rows_real * p->cols) * sizeof(float)};
             }
-        if (!rc && writer && (rc = tks_path_join(path, sizeof path, tmp, f ? "optimizer.safetensors" : "model.safetensors")) == 0)
-            rc = tks_st_write(path, t, nt, meta, 2);
-        for (size_t j = 0; j < 2 * np; j++) free(bufs[j]), bufs[j] = NULL;
+            rc = tks_path_join(path, sizeof path, tmp, f ? "optimizer.safetensors" : "model.safetensors");
+            if (!rc) rc = tks_st_stream_open(path, t, nt, meta, 2, &out[f]);
+        }
     }
-    tks_backend *be = tks_model_backend(m);
-    if (flats[1]) be->free(be, (void *)flats[1]);
-    if (flats[2]) be->free(be, (void *)flats[2]);
+    rc = tks_comm_agree(g.world, rc);
+    /* tensors, one at a time: gathered to the writer, written, freed */
+    for (int f = 0; f < n_files && !rc; f++) {
+        size_t nt = f ? 2 * np : np;
+        for (size_t j = 0; j < nt && !rc; j++) {
+            float *full = NULL;
+            rc = gather_tensor(&g, m, opt, &P[f ? j / 2 : j], f ? 1 + (int)(j % 2) : 0, &full);
+            if (!rc && writer) rc = tks_st_stream_put(out[f], j, full);
+            free(full);
+            rc = tks_comm_agree(g.world, rc);
+        }
+        if (!rc && writer) {
+            rc = tks_st_stream_commit(out[f]);
+            out[f] = NULL;
+            if (!rc) stop_point(f ? "optimizer" : "model");
+        }
+        rc = tks_comm_agree(g.world, rc);
+    }
+    for (int f = 0; f < 2; f++) tks_st_stream_abort(out[f]);
     free(t);
-    free(bufs);
     free(names);
     if (!writer) return rc;
     if (!rc && (rc = tks_path_join(path, sizeof path, tmp, "config.json")) == 0)
         rc = write_config(path, tks_model_config_of(m), st);
+    if (!rc) stop_point("config");
     if (!rc && tokenizer_path && (rc = tks_path_join(path, sizeof path, tmp, "tokenizer.model")) == 0)
         rc = tks_copy_file_atomic(tokenizer_path, path);
+    if (!rc) stop_point("tokenizer");
     /* trainer_state.json last, with the checksum of every other file */
     json_t *files = json_object();
     for (size_t i = 0; i < N_FILES && !rc; i++) {
@@ -234,18 +334,17 @@ int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks
         free(text);
     }
     json_decref(files);
+    if (!rc) stop_point("state");
     if (!rc && rename(tmp, dir) != 0)
         rc = tks_fail(TKS_ERR_IO, dir, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s", tmp, dir,
                       strerror(errno));
     if (!rc) {
-        char parent[PATH_MAX];
-        snprintf(parent, sizeof parent, "%s", dir);
-        char *sl = strrchr(parent, '/');
-        rc = tks_fsync_dir(sl ? (*sl = 0, parent[0] ? parent : "/") : ".");
-    } else {
-        rm_rf(tmp);
+        stop_point("renamed");
+        rc = tks_fsync_dir(parent);
+    } else if (made_tmp) {
+        rm_rf(tmp); /* nothing half-written stays behind (a crash leaves NAME.tmp, never NAME) */
     }
-    tks_unlock(lock_fd, lock_path);
+    tks_unlock(lock_fd, lock_path[0] ? lock_path : NULL);
     return rc;
 }
 
@@ -350,26 +449,19 @@ int tks_checkpoint_peek(const char *dir, tks_model_config *cfg, tks_train_state 
     return 0;
 }
 
-/* Loads one tensor of shape [rows_real, cols] into the local block (device). */
-static int load_block(tks_model *m, tks_st_file *f, const char *name, const tks_param *p, float *dst,
-                      const char *file) {
-    tks_backend *be = tks_model_backend(m);
+/* The local block (host, lrows x lcols, padding rows zero) of tensor `name`
+ * of shape [rows_real, cols]: one tensor at a time through the mapping. */
+static int read_block(tks_st_file *f, const char *name, const tks_param *p, float *blk, const char *file) {
     uint64_t shape[2] = {p->rows_real, p->cols};
     size_t full = (size_t)(p->rows_real * p->cols);
     float *h = malloc((full ? full : 1) * sizeof *h);
-    if (!h) return tks_fail(TKS_ERR_NOMEM, file, TKS_NONE, TKS_NONE, "out of memory");
+    if (!h) return tks_fail(TKS_ERR_NOMEM, file, TKS_NONE, TKS_NONE, "out of memory reading %s", name);
     int rc = tks_st_read_f32(f, name, shape, (size_t)p->ndim, h);
-    if (!rc) {
-        /* local block = rows [row0, row0+lrows) x cols [col0, col0+lcols), padding rows zero */
-        float *blk = calloc((size_t)(p->lrows * p->lcols) + 1, sizeof *blk);
-        if (!blk) rc = tks_fail(TKS_ERR_NOMEM, file, TKS_NONE, TKS_NONE, "out of memory");
-        for (uint64_t r = 0; blk && r < p->lrows; r++) {
-            uint64_t gr = p->row0 + r;
-            if (gr >= p->rows_real) break;
-            memcpy(blk + r * p->lcols, h + gr * p->cols + p->col0, (size_t)p->lcols * sizeof *blk);
-        }
-        if (blk) be->upload(be, dst, blk, (size_t)(p->lrows * p->lcols) * sizeof *blk);
-        free(blk);
+    memset(blk, 0, (size_t)(p->lrows * p->lcols) * sizeof *blk);
+    for (uint64_t r = 0; !rc && r < p->lrows; r++) {
+        uint64_t gr = p->row0 + r;
+        if (gr >= p->rows_real) break;
+        memcpy(blk + r * p->lcols, h + gr * p->cols + p->col0, (size_t)p->lcols * sizeof *blk);
     }
     free(h);
     return rc;
@@ -377,34 +469,43 @@ static int load_block(tks_model *m, tks_st_file *f, const char *name, const tks_
 
 int tks_checkpoint_load(const char *dir, tks_model *m, tks_optim *opt) {
     char path[PATH_MAX];
-    size_t np;
+    size_t np, maxblk = 1;
     const tks_param *P = tks_model_params(m, &np);
     tks_backend *be = tks_model_backend(m);
+    for (size_t i = 0; i < np; i++)
+        if (blk_of(&P[i]) > maxblk) maxblk = blk_of(&P[i]);
+    float *blk = malloc(maxblk * sizeof *blk);
     tks_st_file *f = NULL;
-    int rc = tks_path_join(path, sizeof path, dir, "model.safetensors");
+    int rc = blk ? tks_path_join(path, sizeof path, dir, "model.safetensors")
+                 : tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory loading %s", dir);
     if (!rc) rc = tks_st_open(path, &f);
-    for (size_t i = 0; i < np && !rc; i++) rc = load_block(m, f, P[i].name, &P[i], P[i].w, path);
+    for (size_t i = 0; i < np && !rc; i++) {
+        rc = read_block(f, P[i].name, &P[i], blk, path);
+        if (!rc) be->upload(be, P[i].w, blk, blk_of(&P[i]) * sizeof *blk);
+    }
     tks_st_close(f);
     f = NULL;
-    if (rc || !opt) return rc;
-    rc = tks_path_join(path, sizeof path, dir, "optimizer.safetensors");
-    if (!rc && access(path, F_OK) != 0)
-        return bad_ckpt(dir, "optimizer.safetensors is missing (a weights-only checkpoint cannot resume training)");
-    if (!rc) rc = tks_st_open(path, &f);
-    /* each moment into a tp-local flat buffer, then this rank's slice of it */
-    size_t n = tks_model_n_flat(m), b0 = tks_optim_begin(opt), e0 = tks_optim_end(opt);
-    float *flat = be->alloc(be, n * sizeof *flat);
-    if (!rc && !flat) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
-    char nm[96];
-    for (int k = 0; k < 2 && !rc; k++) {
-        for (size_t i = 0; i < np && !rc; i++) {
-            snprintf(nm, sizeof nm, "%s.%s", P[i].name, k ? "exp_avg_sq" : "exp_avg");
-            rc = load_block(m, f, nm, &P[i], flat + P[i].offset, path);
-        }
-        if (!rc) be->copy(be, k ? tks_optim_v(opt) : tks_optim_m(opt), flat + b0, (e0 - b0) * sizeof *flat);
+    if (!rc && opt) {
+        rc = tks_path_join(path, sizeof path, dir, "optimizer.safetensors");
+        if (!rc && access(path, F_OK) != 0)
+            rc = bad_ckpt(dir, "optimizer.safetensors is missing (a weights-only checkpoint cannot resume training)");
+        if (!rc) rc = tks_st_open(path, &f);
+        /* each moment block, and of it only this rank's ZeRO slice [b0, e0) */
+        size_t b0 = tks_optim_begin(opt), e0 = tks_optim_end(opt);
+        char nm[96];
+        for (int k = 0; k < 2 && !rc; k++)
+            for (size_t i = 0; i < np && !rc; i++) {
+                size_t a = P[i].offset, z = a + blk_of(&P[i]), lo = a > b0 ? a : b0, hi = z < e0 ? z : e0;
+                if (lo >= hi) continue;
+                snprintf(nm, sizeof nm, "%s.%s", P[i].name, k ? "exp_avg_sq" : "exp_avg");
+                rc = read_block(f, nm, &P[i], blk, path);
+                if (!rc)
+                    be->upload(be, (k ? tks_optim_v(opt) : tks_optim_m(opt)) + (lo - b0), blk + (lo - a),
+                               (hi - lo) * sizeof *blk);
+            }
+        tks_st_close(f);
     }
-    if (flat) be->free(be, flat);
-    tks_st_close(f);
+    free(blk);
     return rc;
 }
 
@@ -447,12 +548,25 @@ int tks_checkpoint_prune(const char *parent, unsigned keep) {
     size_t n;
     char **v = list_steps(parent, &n);
     int rc = 0;
+    /* leftovers of a crash: NAME.tmp (a save) and NAME.del (a prune) */
+    DIR *d = opendir(parent);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (strncmp(e->d_name, "step-", 5) || l < 9) continue;
+        if (strcmp(e->d_name + l - 4, ".del") && strcmp(e->d_name + l - 4, ".tmp")) continue;
+        char p[PATH_MAX];
+        if (tks_path_join(p, sizeof p, parent, e->d_name) == 0 && !strcmp(e->d_name + l - 4, ".del")) rm_rf(p);
+    }
+    if (d) closedir(d);
+    /* oldest first; the newest whole one is never removed (keep >= 1) */
     for (size_t i = 0; i < n; i++) {
-        if (keep && i + keep < n) {
+        if (keep && i + keep < n && i + 1 < n) {
             char p[PATH_MAX];
-            tks_path_join(p, sizeof p, parent, v[i]);
-            if (rm_rf(p) != 0)
-                rc = tks_fail(TKS_ERR_IO, p, TKS_NONE, TKS_NONE, "cannot remove old checkpoint %s", p);
+            if (!rc && (rc = tks_path_join(p, sizeof p, parent, v[i])) == 0) {
+                stop_point("pruning");
+                rc = remove_dir(p);
+            }
         }
         free(v[i]);
     }

@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "mesh.h"
 #include "model.h"
 #include "optim.h"
 
@@ -36,29 +37,39 @@ typedef struct tks_train_state {
 } tks_train_state;
 
 /*
- * Writes checkpoint directory `dir` (must not exist; written via dir.tmp).
- * Every rank of a mesh calls it: the tp group all-gathers tensor-parallel
- * blocks and the dp_shard group (may be NULL) all-gathers the AdamW slices,
- * so the files hold full, unpadded tensors whatever the layout; only the
- * rank with `writer` != 0 writes. `opt` may be NULL (weights only).
- * tokenizer_path: copied into the checkpoint (may be NULL).
- * Errors: TKS_ERR_IO, TKS_ERR_NOSPACE, TKS_ERR_EXISTS, TKS_ERR_NOMEM.
+ * Writes checkpoint directory `dir` (must not exist; written as dir.tmp and
+ * renamed when every file is complete, so a directory named step-N is always
+ * whole; the save holds PARENT/save.lock). Every rank of `mesh` calls it
+ * (NULL: one process). Tensors are gathered one at a time to the writer
+ * (world rank 0): a weight's tp blocks over the tp group, a moment's
+ * dp_shard slices over the dp_shard group first; only replica 0 takes part
+ * and no rank holds more than one full tensor on the host. The writer's
+ * checks (existing dir, lock, unwritable parent) and every allocation are
+ * agreed by the whole world before any gather, so a failure on one rank
+ * fails every rank with that rank's message instead of leaving the others in
+ * a collective. `opt` may be NULL (weights only); tokenizer_path is copied
+ * into the checkpoint (may be NULL).
+ * Errors: TKS_ERR_IO, TKS_ERR_NOSPACE, TKS_ERR_EXISTS, TKS_ERR_NOMEM, TKS_ERR_LOCKED.
  */
 int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks_train_state *st,
-                        const char *tokenizer_path, tks_comm *dp_shard, int writer);
+                        const char *tokenizer_path, tks_mesh *mesh);
 
 /* Reads config.json and trainer_state.json only (no tensors), verifying the
  * checksums of every file. Errors: TKS_ERR_IO, TKS_ERR_MANIFEST (missing or
  * corrupt file, checksum mismatch: names the file and says what to do). */
 int tks_checkpoint_peek(const char *dir, tks_model_config *cfg, tks_train_state *st);
 
-/* Loads weights (and moments when opt is not NULL) into the model's local
- * blocks; padding rows are zeroed. Shapes must match the model's config
+/* Loads weights (and moments when opt is not NULL: only this rank's ZeRO
+ * slice of them) into the model's local blocks, one tensor at a time;
+ * padding rows are zeroed. No collective: callers agree on the result. Shapes must match the model's config
  * exactly. Errors: TKS_ERR_MANIFEST, TKS_ERR_HEADER, TKS_ERR_ARG (shape). */
 int tks_checkpoint_load(const char *dir, tks_model *m, tks_optim *opt);
 
 /* Removes all but the newest `keep` step-* directories under `parent`
- * (keep 0 = keep all). Returns 0 or TKS_ERR_IO. */
+ * (keep 0 = keep all; the newest is never removed), oldest first, each
+ * renamed to NAME.del before it is deleted (so a crash never leaves a
+ * half-deleted NAME), and leftover NAME.del directories. Returns 0 or
+ * TKS_ERR_IO. */
 int tks_checkpoint_prune(const char *parent, unsigned keep);
 
 /* The newest complete checkpoint under `parent` into out (PATH_MAX), or

@@ -41,18 +41,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h" /* tks_dtype, bf16 conversions */
+
 typedef struct tks_comm tks_comm;
 typedef struct tks_comm_req tks_comm_req;
 
 enum { TKS_COLL_ALLREDUCE = 0, TKS_COLL_REDUCE_SCATTER, TKS_COLL_ALLGATHER, TKS_COLL_BROADCAST };
 
-typedef enum tks_comm_dtype { TKS_COMM_F32 = 0, TKS_COMM_BF16 = 1 } tks_comm_dtype;
 typedef enum tks_comm_op { TKS_COMM_SUM = 0, TKS_COMM_MAX = 1 } tks_comm_op;
 
 /* One collective to start. */
 typedef struct tks_coll {
     int kind;             /* TKS_COLL_* */
-    tks_comm_dtype dtype;
+    tks_dtype dtype;
     tks_comm_op op;       /* allreduce only (reduce_scatter always sums) */
     void *out;            /* allreduce, broadcast: the buffer (in place); reduce_scatter: n
                            * elements; allgather: size * n elements */
@@ -103,13 +104,6 @@ struct tks_comm {
 tks_comm *tks_comm_self(void);
 void tks_comm_self_set_copy(void (*copy)(void *ctx, void *dst, const void *src, size_t bytes),
                             void *ctx);
-
-/* Bytes of one element of a dtype (4 or 2). */
-size_t tks_comm_dtype_size(tks_comm_dtype d);
-
-/* bf16 <-> fp32: round to nearest even (NaN stays NaN). */
-uint16_t tks_bf16_from_f32(float f);
-float tks_bf16_to_f32(uint16_t h);
 
 /* Chunking of size_t counts for a transport with int counts: the largest
  * piece, INT_MAX unless lowered for tests (TOKSHARD_TEST_COMM_CHUNK=N, read

@@ -7,23 +7,6 @@
 
 #include "comm.h"
 
-size_t tks_comm_dtype_size(tks_comm_dtype d) { return d == TKS_COMM_BF16 ? 2 : 4; }
-
-uint16_t tks_bf16_from_f32(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(u >> 16);
-}
-
-float tks_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 size_t tks_comm_chunk_max(void) {
     static size_t max = 0;
     if (!max) {
@@ -67,7 +50,7 @@ static void dev_copy(void *dst, const void *src, size_t bytes) {
 
 static int self_start(tks_comm *c, const tks_coll *op, tks_comm_req **req) {
     *req = NULL;
-    size_t es = tks_comm_dtype_size(op->dtype), n = op->n;
+    size_t es = tks_dtype_size(op->dtype), n = op->n;
     if (op->kind >= 0 && op->kind < 4) {
         c->calls[op->kind]++;
         c->bytes[op->kind] += n * es;
@@ -86,7 +69,7 @@ static int self_gatherv(tks_comm *c, void *out, const size_t *counts, const void
     return 0;
 }
 static int self_f32(tks_comm *c, int kind, float *out, const float *in, size_t n) {
-    tks_coll op = {.kind = kind, .dtype = TKS_COMM_F32, .out = out, .in = in, .n = n};
+    tks_coll op = {.kind = kind, .dtype = TKS_F32, .out = out, .in = in, .n = n};
     tks_comm_req *r;
     int rc = self_start(c, &op, &r);
     return rc ? rc : self_wait(c, r);

@@ -196,9 +196,9 @@ static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) { bf16_r
 static void bf16_max(void *in, void *inout, int *len, MPI_Datatype *dt) { bf16_reduce(in, inout, len, dt, 1); }
 static MPI_Op g_bf16_op[2] = {MPI_OP_NULL, MPI_OP_NULL};
 
-static MPI_Datatype mpi_type(tks_comm_dtype d) { return d == TKS_COMM_BF16 ? MPI_UINT16_T : MPI_FLOAT; }
-static MPI_Op mpi_op(tks_comm_dtype d, tks_comm_op op) {
-    if (d == TKS_COMM_F32) return op == TKS_COMM_MAX ? MPI_MAX : MPI_SUM;
+static MPI_Datatype mpi_type(tks_dtype d) { return d == TKS_BF16 ? MPI_UINT16_T : MPI_FLOAT; }
+static MPI_Op mpi_op(tks_dtype d, tks_comm_op op) {
+    if (d == TKS_F32) return op == TKS_COMM_MAX ? MPI_MAX : MPI_SUM;
     int k = op == TKS_COMM_MAX;
     if (g_bf16_op[k] == MPI_OP_NULL) MPI_Op_create(k ? bf16_max : bf16_sum, 1, &g_bf16_op[k]);
     return g_bf16_op[k];
@@ -214,7 +214,7 @@ struct tks_comm_req {
 static int m_start(tks_comm *c, const tks_coll *op, tks_comm_req **req) {
     *req = NULL;
     mpi_comm *mc = MC(c);
-    size_t es = tks_comm_dtype_size(op->dtype), n = op->n, max = tks_comm_chunk_max(), f, k;
+    size_t es = tks_dtype_size(op->dtype), n = op->n, max = tks_comm_chunk_max(), f, k;
     size_t S = (size_t)c->size, R = (size_t)c->rank, pieces = tks_comm_chunks(n, max, 0, &f, &k);
     int kind = op->kind;
     if (kind < 0 || kind > TKS_COLL_BROADCAST)
@@ -291,7 +291,7 @@ static int m_wait(tks_comm *c, tks_comm_req *q) {
 }
 
 static int m_run(tks_comm *c, int kind, tks_comm_op opk, float *out, const float *in, size_t n, int root) {
-    tks_coll op = {.kind = kind, .dtype = TKS_COMM_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
+    tks_coll op = {.kind = kind, .dtype = TKS_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
     tks_comm_req *q;
     int rc = m_start(c, &op, &q);
     return rc ? rc : m_wait(c, q);
@@ -399,7 +399,7 @@ static void mpi_comm_free(tks_comm *c) {
 
 /* Split colour and key of this rank for each group kind. The test hook
  * TOKSHARD_TEST_MESH_FAULT=merge-dp builds dp_shard groups that ignore the
- * replica coordinate (the torchtitan bug of CONTEXT.md) so that the
+ * replica coordinate (the torchtitan failure of docs/MOTIVATION.md) so that the
  * verification below can be shown to catch it. */
 static void split_of(const tks_mesh *m, tks_group_kind k, int *color, int *key) {
     const tks_mesh_shape *s = &m->shape;
@@ -585,12 +585,12 @@ static int start_bucket(tks_grad_sync *s, size_t b) {
     s->started[b] = 1;
     if (S == 1) {
         if (s->rep->size == 1) return 0;
-        tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_COMM_F32, .op = TKS_COMM_SUM, .out = s->g + a, .n = len};
+        tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_F32, .op = TKS_COMM_SUM, .out = s->g + a, .n = len};
         return s->rep->start(s->rep, &op, &s->ar[b]);
     }
     float *st = s->stage + S * a;
     for (size_t d = 0; d < S; d++) gs_copy(s, st + d * len, s->g + d * s->ns + a, len);
-    tks_coll op = {.kind = TKS_COLL_REDUCE_SCATTER, .dtype = TKS_COMM_F32, .op = TKS_COMM_SUM,
+    tks_coll op = {.kind = TKS_COLL_REDUCE_SCATTER, .dtype = TKS_F32, .op = TKS_COMM_SUM,
                    .out = s->g + R * s->ns + a, .in = st, .n = len};
     return s->shard->start(s->shard, &op, &s->rs[b]);
 }
@@ -629,7 +629,7 @@ int tks_grad_sync_end(tks_grad_sync *s) {
             s->rs[b] = NULL;
             if (!rc) rc = r;
             if (s->rep->size > 1) {
-                tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_COMM_F32, .op = TKS_COMM_SUM,
+                tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_F32, .op = TKS_COMM_SUM,
                                .out = s->g + R * s->ns + b * s->B, .n = bucket_len(s, b)};
                 r = s->rep->start(s->rep, &op, &s->ar[b]);
                 if (!rc) rc = r;
@@ -645,3 +645,18 @@ int tks_grad_sync_end(tks_grad_sync *s) {
 }
 
 size_t tks_grad_sync_started_early(const tks_grad_sync *s) { return s->early; }
+
+int tks_mesh_world_agree(int rc) {
+    int world = 1, rank = 0;
+    if (!launched_by_mpirun()) return rc;
+    int r0 = tks_mesh_world(&world, &rank);
+    if (r0) return rc ? rc : r0;
+    if (world == 1) return rc;
+    int mine = rc ? rank : world, first = world;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == world) return 0;
+    tks_error e = *tks_last_error();
+    MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, MPI_COMM_WORLD);
+    tks_error_restore(&e);
+    return e.code ? e.code : TKS_ERR_ARG;
+}

@@ -11,7 +11,7 @@
  * Groups (each a tks_comm): tp (same rep, shard), dp_shard (same rep, tp_rank),
  * dp_replicate (same shard, tp_rank), dp (same tp_rank), world.
  * Planning is pure (no MPI); tks_mesh_create builds the communicators and then
- * checks every group's real size and members against the plan (CONTEXT.md,
+ * checks every group's real size and members against the plan (docs/MOTIVATION.md,
  * failure 3: a layout silently replaced by another).
  */
 #ifndef TKS_MESH_H
@@ -84,6 +84,11 @@ void tks_mesh_finalize(void);
  * failing world rank is copied to all, so every rank reports the same message.
  * Returns that rc (0 when no rank failed). */
 int tks_mesh_agree(tks_mesh *m, int rc);
+
+/* The same over every process mpirun started, before a mesh exists (a
+ * dataset or checkpoint that fails to open on one rank only must not leave
+ * the others building communicators). The identity without mpirun. */
+int tks_mesh_world_agree(int rc);
 
 /*
  * Gradient synchronisation in buckets that starts during the backward

@@ -17,18 +17,22 @@
 
 #include "../common/tks.h"
 
+/* Activations are of the model's dtype dt (void *), statistics fp32. */
 typedef struct layer {
     tks_param *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *wgate, *wup, *wdown;
     /* activations, kept for backward */
-    float *x;             /* (N, C) input of the layer (residual stream) */
-    float *h1, *rstd1;    /* (N, C), (N) attention RMSNorm */
-    float *q, *k, *v;     /* (N, NH_l*HD), (N, NKV_l*HD) x2; q, k after RoPE */
-    float *probs;         /* (B, NH_l, T, T) attention probabilities */
-    float *att;           /* (N, NH_l*HD) attention output before o_proj */
-    float *xm;            /* (N, C) residual after attention */
-    float *h2, *rstd2;    /* (N, C), (N) MLP RMSNorm */
-    float *gate, *up, *act; /* (N, F_l) */
-    float *kc, *vc;       /* (max_seq_len, NKV_l, HD) KV cache for decoding */
+    void *x;              /* (N, C) input of the layer (residual stream) */
+    void *h1;             /* (N, C) attention RMSNorm output */
+    float *rstd1;         /* (N) */
+    void *qkv;            /* (N, QKV) = q | k | v per row (fused GEMM), q and k after RoPE */
+    float *lse;           /* (B, NH_l, T) attention log-sum-exp (flash attention) */
+    void *att;            /* (N, NH_l*HD) attention output before o_proj */
+    void *xm;             /* (N, C) residual after attention */
+    void *h2;             /* (N, C) MLP RMSNorm output */
+    float *rstd2;         /* (N) */
+    void *gu;             /* (N, 2 F_l) = gate | up per row (fused GEMM) */
+    void *act;            /* (N, F_l) */
+    void *kc, *vc;        /* (max_seq_len, NKV_l, HD) KV cache for decoding */
 } layer;
 
 struct tks_model {
@@ -42,19 +46,26 @@ struct tks_model {
     tks_param *params;
     size_t n_params;
     tks_param *embed, *final_norm, *lm_head;
-    float *w, *g;            /* flat local weights and grads (n_flat elements) */
+    tks_dtype dt;            /* activations and compute weights */
+    float *w, *g;            /* flat local master weights and grads, fp32 (n_flat elements) */
+    void *wc;                /* compute copy of w in dt (bf16 only; fp32 computes on w) */
     size_t n_local, n_flat;
+    int QKV;                 /* (NH_l + 2 NKV_l) * HD: a fused q|k|v row */
     layer *layers;
-    float *xL, *hf, *rstdf;  /* (N, C), (N, C), (N) */
-    float *logits;           /* (N, VP_l) */
+    void *xL, *hf;           /* (N, C) */
+    float *rstdf;            /* (N) */
+    void *logits;            /* (N, VP_l); overwritten in place by dlogits */
     float *mx, *sum, *tgt, *loss; /* (N) */
     int32_t *ids, *targets;  /* (N) */
     /* backward scratch */
-    float *dres, *dh;        /* (N, C) */
-    float *dq, *dk, *dv, *datt; /* like q, k, v, att */
-    float *dgate, *dup, *dact;  /* (N, F_l) */
-    float *dlogits;          /* (N, VP_l) */
+    void *dres, *dh;         /* (N, C) */
+    void *dqkv, *datt;       /* like qkv, att */
+    void *dgu, *dact;        /* (N, 2 F_l), (N, F_l) */
     float *host_loss;        /* host (N) */
+    void *ws;                /* backend workspace */
+    size_t ws_bytes;
+    size_t act_bytes;        /* device bytes of activations and scratch (not weights) */
+    int dlogits_ready;       /* the last forward left dlogits in logits (fused) */
     int kv_ready;
 };
 
@@ -167,30 +178,109 @@ static int build_params(tks_model *m) {
     if (!c->tie_embeddings &&
         !add_param(m, &cap, "lm_head.weight", m->VP, C, c->vocab_size, TKS_SPLIT_ROWS, 1))
         return TKS_ERR_NOMEM;
+    /* 64-byte aligned tensors, except that k and v follow q, and up follows
+     * gate, with no gap: the fused q|k|v and gate|up GEMMs read each group
+     * as one [rows, C] matrix (the checkpoint still holds the HF tensors) */
     size_t off = 0;
     for (size_t i = 0; i < m->n_params; i++) {
+        const char *nm = m->params[i].name;
+        size_t len = strlen(nm);
+        int glue = i > 0 && len > 13 &&
+                   (!strcmp(nm + len - 13, "k_proj.weight") || !strcmp(nm + len - 13, "v_proj.weight") ||
+                    !strcmp(nm + len - 14, "up_proj.weight"));
+        if (!glue) off = (off + 15) & ~(size_t)15;
         m->params[i].offset = off;
-        off += (m->params[i].lrows * m->params[i].lcols + 15) & ~(size_t)15; /* 64-byte aligned */
+        off += m->params[i].lrows * m->params[i].lcols;
     }
+    off = (off + 15) & ~(size_t)15;
     m->n_local = off;
     return 0;
 }
 
 /* ---- create / free ----------------------------------------------------------- */
 
-static float *dalloc(tks_model *m, size_t n, int *fail) {
-    float *p = m->be->alloc(m->be, n * sizeof(float));
+/* Device bytes of one model's activations and backward scratch, and the list
+ * of buffers behind them: the one place that sizes them, used both by
+ * tks_model_create and by the plan (tks_model_activation_bytes), so the
+ * dry-run figure is the allocation. Every entry is linear in N = B*T (the
+ * flash attention saves lse [B, NH_l, T], never [T, T]). */
+typedef struct act_plan {
+    size_t N, C, QKV, QD, F, VP_l, NH_l, es; /* es: bytes per dt element */
+    int n_layers;
+} act_plan;
+
+static act_plan plan_of(const tks_model_config *c, int tp, int B, int T, tks_dtype dt) {
+    act_plan p;
+    size_t HD = c->dim / c->n_heads;
+    p.N = (size_t)B * T;
+    p.C = c->dim;
+    p.NH_l = c->n_heads / (uint32_t)tp;
+    p.QD = p.NH_l * HD;
+    p.QKV = p.QD + 2 * (size_t)(c->n_kv_heads / (uint32_t)tp) * HD;
+    p.F = c->ffn_dim / (uint32_t)tp;
+    p.VP_l = tks_model_padded_vocab(c, tp) / (uint32_t)tp;
+    p.es = tks_dtype_size(dt);
+    p.n_layers = (int)c->n_layers;
+    return p;
+}
+
+static size_t al64(size_t b) { return (b + 63) & ~(size_t)63; }
+
+/* per layer: x, h1, qkv, att, xm, h2, gu, act (dt); rstd1, rstd2 (fp32, N); lse (fp32, B NH_l T = N NH_l) */
+static size_t layer_bytes(const act_plan *p) {
+    size_t N = p->N, e = p->es;
+    return al64(N * p->C * e) * 4 + al64(N * p->QKV * e) + al64(N * p->QD * e) +
+           al64(N * 2 * p->F * e) + al64(N * p->F * e) + al64(N * 4) * 2 + al64(N * p->NH_l * 4);
+}
+/* model-level: xL, hf, dres, dh (dt, N C); logits (dt, N VP_l); rstdf, mx,
+ * sum, tgt, loss (fp32, N); ids, targets (int32, N); dqkv, datt, dgu, dact (dt) */
+static size_t top_bytes(const act_plan *p) {
+    size_t N = p->N, e = p->es;
+    return al64(N * p->C * e) * 4 + al64(N * p->VP_l * e) + al64(N * 4) * 5 + al64(N * 4) * 2 +
+           al64(N * p->QKV * e) + al64(N * p->QD * e) + al64(N * 2 * p->F * e) + al64(N * p->F * e);
+}
+
+static tks_ws_shape ws_shape(const tks_model_config *c, int tp, int B, int T, tks_dtype dt) {
+    tks_ws_shape s = {.B = B, .T = T, .C = (int)c->dim, .NH = (int)(c->n_heads / (uint32_t)tp),
+                      .NKV = (int)(c->n_kv_heads / (uint32_t)tp), .HD = (int)(c->dim / c->n_heads),
+                      .F = (int)(c->ffn_dim / (uint32_t)tp),
+                      .V = (int)(tks_model_padded_vocab(c, tp) / (uint32_t)tp),
+                      .Tcache = (int)c->max_seq_len, .dt = dt};
+    return s;
+}
+
+size_t tks_model_activation_bytes(const tks_model_config *cfg, int tp, int B, int T, tks_dtype dt,
+                                  tks_backend *be) {
+    tks_model_config c = *cfg;
+    tks_model_config_defaults(&c);
+    act_plan p = plan_of(&c, tp, B, T, dt);
+    size_t ws = 0;
+    if (be) {
+        tks_ws_shape s = ws_shape(&c, tp, B, T, dt);
+        ws = be->workspace_bytes(be, &s);
+    }
+    return layer_bytes(&p) * (size_t)p.n_layers + top_bytes(&p) + al64(ws);
+}
+
+static void *dalloc(tks_model *m, size_t bytes, int *fail) {
+    void *p = m->be->alloc(m->be, bytes);
     if (!p) *fail = 1;
+    m->act_bytes += al64(bytes);
     return p;
 }
 
 int tks_model_create(const tks_model_config *cfg, tks_backend *be, tks_comm *tp, int B, int T,
                      tks_model **out) {
-    return tks_model_create_ex(cfg, be, tp, B, T, 1, out);
+    return tks_model_create_dt(cfg, be, tp, B, T, 1, TKS_F32, out);
 }
 
 int tks_model_create_ex(const tks_model_config *cfg, tks_backend *be, tks_comm *tp, int B, int T,
                         size_t flat_multiple, tks_model **out) {
+    return tks_model_create_dt(cfg, be, tp, B, T, flat_multiple, TKS_F32, out);
+}
+
+int tks_model_create_dt(const tks_model_config *cfg, tks_backend *be, tks_comm *tp, int B, int T,
+                        size_t flat_multiple, tks_dtype dt, tks_model **out) {
     *out = NULL;
     tks_model_config c = *cfg;
     tks_model_config_defaults(&c);
@@ -201,11 +291,18 @@ int tks_model_create_ex(const tks_model_config *cfg, tks_backend *be, tks_comm *
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "micro-batch %d x sequence %d: need B >= 1 and 1 <= T <= max_seq_len %u", B,
                         T, c.max_seq_len);
+    if (dt != TKS_F32 && dt != TKS_BF16)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "dtype %d: use fp32 or bf16", (int)dt);
+    if (dt == TKS_BF16 && tps > 1)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "--dtype bf16 with --tp %d: the tensor-parallel collectives move fp32 "
+                        "only; use --dtype fp32 with tp > 1, or --tp 1", tps);
     tks_model *m = calloc(1, sizeof *m);
     if (!m) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     m->cfg = c;
     m->be = be;
     m->tp = tp;
+    m->dt = dt;
     m->tp_size = tps;
     m->tp_rank = tp ? tp->rank : 0;
     m->B = B;
@@ -216,6 +313,7 @@ int tks_model_create_ex(const tks_model_config *cfg, tks_backend *be, tks_comm *
     m->NH_l = (int)c.n_heads / tps;
     m->NKV_l = (int)c.n_kv_heads / tps;
     m->F_l = (int)c.ffn_dim / tps;
+    m->QKV = (m->NH_l + 2 * m->NKV_l) * m->HD;
     m->VP = tks_model_padded_vocab(&c, tps);
     m->VP_l = m->VP / (uint32_t)tps;
     m->v0 = (int64_t)m->tp_rank * m->VP_l;
@@ -227,12 +325,14 @@ int tks_model_create_ex(const tks_model_config *cfg, tks_backend *be, tks_comm *
         return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     }
     int fail = 0;
-    size_t N = (size_t)m->N, C = (size_t)m->C, QD = (size_t)m->NH_l * m->HD,
-           KD = (size_t)m->NKV_l * m->HD, F = (size_t)m->F_l;
+    act_plan ap = plan_of(&c, tps, B, T, dt);
+    size_t N = ap.N, C = ap.C, e = ap.es, F = ap.F;
     size_t fm = flat_multiple ? flat_multiple : 1;
     m->n_flat = (m->n_local + fm - 1) / fm * fm;
-    m->w = dalloc(m, m->n_flat, &fail);
-    m->g = dalloc(m, m->n_flat, &fail);
+    m->w = be->alloc(be, m->n_flat * sizeof(float));
+    m->g = be->alloc(be, m->n_flat * sizeof(float));
+    if (!m->w || !m->g) fail = 1;
+    if (dt != TKS_F32 && !fail && !(m->wc = be->alloc(be, m->n_flat * e))) fail = 1;
     for (size_t i = 0; i < m->n_params && !fail; i++) {
         m->params[i].w = m->w + m->params[i].offset;
         m->params[i].g = m->g + m->params[i].offset;
@@ -250,43 +350,43 @@ int tks_model_create_ex(const tks_model_config *cfg, tks_backend *be, tks_comm *
         L->wgate = &m->params[pi++];
         L->wup = &m->params[pi++];
         L->wdown = &m->params[pi++];
-        L->x = dalloc(m, N * C, &fail);
-        L->h1 = dalloc(m, N * C, &fail);
-        L->rstd1 = dalloc(m, N, &fail);
-        L->q = dalloc(m, N * QD, &fail);
-        L->k = dalloc(m, N * KD, &fail);
-        L->v = dalloc(m, N * KD, &fail);
-        L->probs = dalloc(m, (size_t)B * m->NH_l * T * T, &fail);
-        L->att = dalloc(m, N * QD, &fail);
-        L->xm = dalloc(m, N * C, &fail);
-        L->h2 = dalloc(m, N * C, &fail);
-        L->rstd2 = dalloc(m, N, &fail);
-        L->gate = dalloc(m, N * F, &fail);
-        L->up = dalloc(m, N * F, &fail);
-        L->act = dalloc(m, N * F, &fail);
+        /* the same list as layer_bytes */
+        L->x = dalloc(m, N * C * e, &fail);
+        L->h1 = dalloc(m, N * C * e, &fail);
+        L->xm = dalloc(m, N * C * e, &fail);
+        L->h2 = dalloc(m, N * C * e, &fail);
+        L->qkv = dalloc(m, N * ap.QKV * e, &fail);
+        L->att = dalloc(m, N * ap.QD * e, &fail);
+        L->gu = dalloc(m, N * 2 * F * e, &fail);
+        L->act = dalloc(m, N * F * e, &fail);
+        L->rstd1 = dalloc(m, N * 4, &fail);
+        L->rstd2 = dalloc(m, N * 4, &fail);
+        L->lse = dalloc(m, N * ap.NH_l * 4, &fail);
     }
     m->final_norm = &m->params[pi++];
     m->lm_head = c.tie_embeddings ? m->embed : &m->params[pi++];
-    m->xL = dalloc(m, N * C, &fail);
-    m->hf = dalloc(m, N * C, &fail);
-    m->rstdf = dalloc(m, N, &fail);
-    m->logits = dalloc(m, N * m->VP_l, &fail);
-    m->dlogits = dalloc(m, N * m->VP_l, &fail);
-    m->mx = dalloc(m, N, &fail);
-    m->sum = dalloc(m, N, &fail);
-    m->tgt = dalloc(m, N, &fail);
-    m->loss = dalloc(m, N, &fail);
-    m->ids = (int32_t *)dalloc(m, N, &fail);
-    m->targets = (int32_t *)dalloc(m, N, &fail);
-    m->dres = dalloc(m, N * C, &fail);
-    m->dh = dalloc(m, N * C, &fail);
-    m->dq = dalloc(m, N * QD, &fail);
-    m->dk = dalloc(m, N * KD, &fail);
-    m->dv = dalloc(m, N * KD, &fail);
-    m->datt = dalloc(m, N * QD, &fail);
-    m->dgate = dalloc(m, N * F, &fail);
-    m->dup = dalloc(m, N * F, &fail);
-    m->dact = dalloc(m, N * F, &fail);
+    /* the same list as top_bytes */
+    m->xL = dalloc(m, N * C * e, &fail);
+    m->hf = dalloc(m, N * C * e, &fail);
+    m->dres = dalloc(m, N * C * e, &fail);
+    m->dh = dalloc(m, N * C * e, &fail);
+    m->logits = dalloc(m, N * m->VP_l * e, &fail);
+    m->rstdf = dalloc(m, N * 4, &fail);
+    m->mx = dalloc(m, N * 4, &fail);
+    m->sum = dalloc(m, N * 4, &fail);
+    m->tgt = dalloc(m, N * 4, &fail);
+    m->loss = dalloc(m, N * 4, &fail);
+    m->ids = dalloc(m, N * 4, &fail);
+    m->targets = dalloc(m, N * 4, &fail);
+    m->dqkv = dalloc(m, N * ap.QKV * e, &fail);
+    m->datt = dalloc(m, N * ap.QD * e, &fail);
+    m->dgu = dalloc(m, N * 2 * F * e, &fail);
+    m->dact = dalloc(m, N * F * e, &fail);
+    /* the workspace for the training shape and for decoding up to max_seq_len */
+    tks_ws_shape s1 = ws_shape(&c, tps, B, T, dt);
+    m->ws_bytes = be->workspace_bytes(be, &s1);
+    if (!fail) m->ws = dalloc(m, m->ws_bytes, &fail);
+    if (!fail && be->set_workspace(be, m->ws, m->ws_bytes)) fail = 1;
     m->host_loss = malloc(N * sizeof(float));
     if (fail || !m->host_loss) {
         tks_model_free(m);
@@ -305,12 +405,16 @@ void tks_model_free(tks_model *m) {
 #define F(p) do { if (p) be->free(be, (void *)(p)); } while (0)
     for (uint32_t l = 0; m->layers && l < m->cfg.n_layers; l++) {
         layer *L = &m->layers[l];
-        F(L->x); F(L->h1); F(L->rstd1); F(L->q); F(L->k); F(L->v); F(L->probs); F(L->att);
-        F(L->xm); F(L->h2); F(L->rstd2); F(L->gate); F(L->up); F(L->act); F(L->kc); F(L->vc);
+        F(L->x); F(L->h1); F(L->rstd1); F(L->qkv); F(L->lse); F(L->att); F(L->xm); F(L->h2);
+        F(L->rstd2); F(L->gu); F(L->act); F(L->kc); F(L->vc);
     }
-    F(m->w); F(m->g); F(m->xL); F(m->hf); F(m->rstdf); F(m->logits); F(m->dlogits); F(m->mx);
-    F(m->sum); F(m->tgt); F(m->loss); F(m->ids); F(m->targets); F(m->dres); F(m->dh); F(m->dq);
-    F(m->dk); F(m->dv); F(m->datt); F(m->dgate); F(m->dup); F(m->dact);
+    F(m->w); F(m->g); F(m->wc); F(m->xL); F(m->hf); F(m->rstdf); F(m->logits); F(m->mx);
+    F(m->sum); F(m->tgt); F(m->loss); F(m->ids); F(m->targets); F(m->dres); F(m->dh);
+    F(m->dqkv); F(m->datt); F(m->dgu); F(m->dact);
+    if (m->ws) {
+        be->set_workspace(be, NULL, 0);
+        F(m->ws);
+    }
 #undef F
     free(m->host_loss);
     free(m->layers);
@@ -327,9 +431,18 @@ const tks_param *tks_model_params(const tks_model *m, size_t *n) {
 }
 float *tks_model_weights(tks_model *m) { return m->w; }
 float *tks_model_grads(tks_model *m) { return m->g; }
+void *tks_model_compute_weights(tks_model *m) { return m->wc; }
+tks_dtype tks_model_dtype(const tks_model *m) { return m->dt; }
 size_t tks_model_n_local(const tks_model *m) { return m->n_local; }
 size_t tks_model_n_flat(const tks_model *m) { return m->n_flat; }
-const float *tks_model_logits(const tks_model *m) { return m->logits; }
+const void *tks_model_logits(const tks_model *m) { return m->logits; }
+size_t tks_model_act_bytes(const tks_model *m) { return m->act_bytes; }
+
+int tks_model_refresh_compute(tks_model *m) {
+    if (m->dt == TKS_F32) return 0;
+    int rc = m->be->convert(m->be, m->wc, m->dt, m->w, TKS_F32, m->n_flat);
+    return rc ? rc : m->be->sync(m->be);
+}
 
 /* ---- initialization ------------------------------------------------------------ */
 
@@ -371,147 +484,218 @@ void tks_model_init(tks_model *m, uint64_t seed) {
         m->be->upload(m->be, p->w, h, n * sizeof *h);
         free(h);
     }
+    tks_model_refresh_compute(m); /* a failure is sticky: the next sync reports it */
 }
 
 /* ---- helpers ------------------------------------------------------------------- */
 
-/* y[M,out] (beta=0: =, beta=1: +=) x[M,in] @ W[out,in]^T */
-static void linear(tks_model *m, float *y, const float *x, const float *W, int M, int out, int in,
-                   float beta) {
-    m->be->gemm(m->be, 0, 1, M, out, in, 1.0f, x, in, W, in, beta, y, out);
+/* The compute weights of a parameter: the fp32 master in fp32, its dt copy otherwise. */
+static const void *cw(const tks_model *m, const tks_param *p) {
+    return m->dt == TKS_F32 ? (const void *)p->w
+                            : (const void *)((const char *)m->wc + p->offset * tks_dtype_size(m->dt));
 }
-/* dW[out,in] += dy[M,out]^T @ x[M,in] */
-static void linear_dw(tks_model *m, float *dW, const float *dy, const float *x, int M, int out,
-                      int in) {
-    m->be->gemm(m->be, 1, 0, out, in, M, 1.0f, dy, out, x, in, 1.0f, dW, in);
-}
-/* dx[M,in] (beta) dy[M,out] @ W[out,in] */
-static void linear_dx(tks_model *m, float *dx, const float *dy, const float *W, int M, int out,
-                      int in, float beta) {
-    m->be->gemm(m->be, 0, 0, M, in, out, 1.0f, dy, out, W, in, beta, dx, in);
+static void *off(const tks_model *m, void *p, size_t elems) {
+    return (char *)p + elems * tks_dtype_size(m->dt);
 }
 
-static int tp_sum(tks_model *m, float *buf, size_t n) {
+/* y[M,out] (= or += when acc) x[M,in] @ W[out,in]^T; x, W, y in dt */
+static int linear(tks_model *m, void *y, const void *x, const void *W, int M, int out, int in,
+                  int acc) {
+    tks_gemm_args g = {.trans_b = 1, .M = M, .N = out, .K = in, .alpha = 1.0f,
+                       .A = x, .a_type = m->dt, .lda = (size_t)in,
+                       .B = W, .b_type = m->dt, .ldb = (size_t)in,
+                       .C = y, .c_type = m->dt, .ldc = (size_t)out,
+                       .compute = TKS_F32, .accumulate = acc};
+    return m->be->gemm(m->be, &g);
+}
+/* dW[out,in] (fp32) += dy[M,out]^T @ x[M,in] (dt): the weight gradient
+ * accumulates in fp32 (beta = 1) */
+static int linear_dw(tks_model *m, float *dW, const void *dy, const void *x, int M, int out, int in) {
+    tks_gemm_args g = {.trans_a = 1, .M = out, .N = in, .K = M, .alpha = 1.0f,
+                       .A = dy, .a_type = m->dt, .lda = (size_t)out,
+                       .B = x, .b_type = m->dt, .ldb = (size_t)in,
+                       .C = dW, .c_type = TKS_F32, .ldc = (size_t)in,
+                       .compute = TKS_F32, .accumulate = 1};
+    return m->be->gemm(m->be, &g);
+}
+/* dx[M,in] (= or +=) dy[M,out] @ W[out,in]; all dt */
+static int linear_dx(tks_model *m, void *dx, const void *dy, const void *W, int M, int out, int in,
+                     int acc) {
+    tks_gemm_args g = {.M = M, .N = in, .K = out, .alpha = 1.0f,
+                       .A = dy, .a_type = m->dt, .lda = (size_t)out,
+                       .B = W, .b_type = m->dt, .ldb = (size_t)in,
+                       .C = dx, .c_type = m->dt, .ldc = (size_t)in,
+                       .compute = TKS_F32, .accumulate = acc};
+    return m->be->gemm(m->be, &g);
+}
+
+/* Tensor-parallel all-reduces of activations: the comm contract moves fp32,
+ * so tp > 1 runs in fp32 (tks_model_create_dt refuses bf16 with tp > 1). */
+static int tp_sum(tks_model *m, void *buf, size_t n) {
     return m->tp_size > 1 ? m->tp->allreduce_sum(m->tp, buf, n) : 0;
 }
 static int tp_max(tks_model *m, float *buf, size_t n) {
     return m->tp_size > 1 ? m->tp->allreduce_max(m->tp, buf, n) : 0;
 }
 
+#define TRY(x) do { if ((rc = (x))) return rc; } while (0)
+
 /* ---- forward ---------------------------------------------------------------------- */
 
 /* One transformer layer on rows [0, M) with B x T shape; decode uses the KV
  * cache at position `pos` (M = 1) instead of full attention. */
-static int layer_forward(tks_model *m, layer *L, float *x_out, int B, int T, int decode, int pos) {
+static int layer_forward(tks_model *m, layer *L, void *x_out, int B, int T, int decode, int pos) {
     tks_backend *be = m->be;
     const tks_model_config *c = &m->cfg;
+    tks_dtype dt = m->dt;
     int M = B * T, C = m->C, HD = m->HD, QD = m->NH_l * HD, KD = m->NKV_l * HD, F = m->F_l;
-    int rc;
-    be->rmsnorm_fwd(be, L->h1, L->rstd1, L->x, L->attn_norm->w, M, C, c->norm_eps);
-    linear(m, L->q, L->h1, L->wq->w, M, QD, C, 0);
-    linear(m, L->k, L->h1, L->wk->w, M, KD, C, 0);
-    linear(m, L->v, L->h1, L->wv->w, M, KD, C, 0);
-    be->rope(be, L->q, B, T, m->NH_l, HD, decode ? pos : 0, c->rope_theta, 0);
-    be->rope(be, L->k, B, T, m->NKV_l, HD, decode ? pos : 0, c->rope_theta, 0);
+    int QKV = m->QKV, rc;
+    void *q = L->qkv, *k = off(m, L->qkv, (size_t)QD), *v = off(m, L->qkv, (size_t)(QD + KD));
+    TRY(be->rmsnorm_fwd(be, L->h1, L->rstd1, L->x, cw(m, L->attn_norm), M, C, c->norm_eps, dt));
+    /* q|k|v = h1 @ [Wq; Wk; Wv]^T: one GEMM over the three adjacent tensors */
+    TRY(linear(m, L->qkv, L->h1, cw(m, L->wq), M, QKV, C, 0));
+    TRY(be->rope(be, q, (size_t)QKV, B, T, m->NH_l, HD, decode ? pos : 0, c->rope_theta, 0, dt));
+    TRY(be->rope(be, k, (size_t)QKV, B, T, m->NKV_l, HD, decode ? pos : 0, c->rope_theta, 0, dt));
     if (decode) {
-        be->copy(be, L->kc + (size_t)pos * KD, L->k, (size_t)KD * sizeof(float));
-        be->copy(be, L->vc + (size_t)pos * KD, L->v, (size_t)KD * sizeof(float));
-        be->attention_step(be, L->att, L->q, L->kc, L->vc, pos, m->NH_l, m->NKV_l, HD);
+        size_t es = tks_dtype_size(dt);
+        TRY(be->copy(be, off(m, L->kc, (size_t)pos * KD), k, (size_t)KD * es));
+        TRY(be->copy(be, off(m, L->vc, (size_t)pos * KD), v, (size_t)KD * es));
+        TRY(be->attention_step(be, L->att, q, L->kc, L->vc, pos, m->NH_l, m->NKV_l, HD, dt));
     } else {
-        be->attention_fwd(be, L->att, L->probs, L->q, L->k, L->v, B, T, m->NH_l, m->NKV_l, HD);
+        TRY(be->attention_fwd(be, L->att, (size_t)QD, L->lse, q, (size_t)QKV, k, v, (size_t)QKV, B,
+                              T, m->NH_l, m->NKV_l, HD, dt));
     }
-    linear(m, L->xm, L->att, L->wo->w, M, C, QD, 0);
-    if ((rc = tp_sum(m, L->xm, (size_t)M * C))) return rc;
-    be->add(be, L->xm, L->xm, L->x, (size_t)M * C);
-    be->rmsnorm_fwd(be, L->h2, L->rstd2, L->xm, L->mlp_norm->w, M, C, c->norm_eps);
-    linear(m, L->gate, L->h2, L->wgate->w, M, F, C, 0);
-    linear(m, L->up, L->h2, L->wup->w, M, F, C, 0);
-    be->swiglu_fwd(be, L->act, L->gate, L->up, (size_t)M * F);
-    linear(m, x_out, L->act, L->wdown->w, M, C, F, 0);
-    if ((rc = tp_sum(m, x_out, (size_t)M * C))) return rc;
-    be->add(be, x_out, x_out, L->xm, (size_t)M * C);
+    TRY(linear(m, L->xm, L->att, cw(m, L->wo), M, C, QD, 0));
+    TRY(tp_sum(m, L->xm, (size_t)M * C));
+    TRY(be->add(be, L->xm, L->xm, L->x, (size_t)M * C, dt));
+    TRY(be->rmsnorm_fwd(be, L->h2, L->rstd2, L->xm, cw(m, L->mlp_norm), M, C, c->norm_eps, dt));
+    /* gate|up = h2 @ [Wgate; Wup]^T: one GEMM */
+    TRY(linear(m, L->gu, L->h2, cw(m, L->wgate), M, 2 * F, C, 0));
+    TRY(be->swiglu_fwd(be, L->act, L->gu, M, F, dt));
+    TRY(linear(m, x_out, L->act, cw(m, L->wdown), M, C, F, 0));
+    TRY(tp_sum(m, x_out, (size_t)M * C));
+    TRY(be->add(be, x_out, x_out, L->xm, (size_t)M * C, dt));
     return 0;
 }
 
 static int trunk_forward(tks_model *m, int B, int T, int decode, int pos) {
     tks_backend *be = m->be;
     int M = B * T, C = m->C, rc;
-    float *x0 = m->layers[0].x;
-    be->embedding_fwd(be, x0, m->ids, m->embed->w, M, C, m->v0, (int)m->VP_l);
-    if ((rc = tp_sum(m, x0, (size_t)M * C))) return rc;
+    void *x0 = m->layers[0].x;
+    TRY(be->embedding_fwd(be, x0, m->ids, cw(m, m->embed), M, C, m->v0, (int)m->VP_l, m->dt));
+    TRY(tp_sum(m, x0, (size_t)M * C));
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
-        float *next = l + 1 < m->cfg.n_layers ? m->layers[l + 1].x : m->xL;
-        if ((rc = layer_forward(m, &m->layers[l], next, B, T, decode, pos))) return rc;
+        void *next = l + 1 < m->cfg.n_layers ? m->layers[l + 1].x : m->xL;
+        TRY(layer_forward(m, &m->layers[l], next, B, T, decode, pos));
     }
-    be->rmsnorm_fwd(be, m->hf, m->rstdf, m->xL, m->final_norm->w, M, C, m->cfg.norm_eps);
-    linear(m, m->logits, m->hf, m->lm_head->w, M, (int)m->VP_l, C, 0);
+    TRY(be->rmsnorm_fwd(be, m->hf, m->rstdf, m->xL, cw(m, m->final_norm), M, C, m->cfg.norm_eps,
+                        m->dt));
+    TRY(linear(m, m->logits, m->hf, cw(m, m->lm_head), M, (int)m->VP_l, C, 0));
     return 0;
+}
+
+/* The staged cross-entropy: per-token losses into m->loss, mx and sum kept
+ * for xent_bwd; the logits stay. */
+static int xent_staged(tks_model *m) {
+    tks_backend *be = m->be;
+    int N = m->N, V = (int)m->VP_l, VR = (int)m->VR_l, rc;
+    TRY(be->xent_max(be, m->mx, m->logits, N, V, VR, m->dt));
+    TRY(tp_max(m, m->mx, (size_t)N));
+    TRY(be->xent_sumexp(be, m->sum, m->logits, m->mx, N, V, VR, m->dt));
+    TRY(tp_sum(m, m->sum, (size_t)N));
+    TRY(be->xent_target(be, m->tgt, m->logits, m->targets, N, V, m->v0, VR, m->dt));
+    TRY(tp_sum(m, m->tgt, (size_t)N));
+    return be->xent_loss(be, m->loss, m->mx, m->sum, m->tgt, N);
+}
+
+static int upload_batch(tks_model *m, const int32_t *ids, const int32_t *targets) {
+    int rc;
+    TRY(m->be->upload(m->be, m->ids, ids, (size_t)m->N * sizeof(int32_t)));
+    return m->be->upload(m->be, m->targets, targets, (size_t)m->N * sizeof(int32_t));
 }
 
 int tks_model_forward(tks_model *m, const int32_t *ids, const int32_t *targets, double *loss_sum) {
     tks_backend *be = m->be;
     int N = m->N, rc;
-    be->upload(be, m->ids, ids, (size_t)N * sizeof(int32_t));
-    be->upload(be, m->targets, targets, (size_t)N * sizeof(int32_t));
-    if ((rc = trunk_forward(m, m->B, m->T, 0, 0))) return rc;
-    int V = (int)m->VP_l, VR = (int)m->VR_l;
-    be->xent_max(be, m->mx, m->logits, N, V, VR);
-    if ((rc = tp_max(m, m->mx, (size_t)N))) return rc;
-    be->xent_sumexp(be, m->sum, m->logits, m->mx, N, V, VR);
-    if ((rc = tp_sum(m, m->sum, (size_t)N))) return rc;
-    be->xent_target(be, m->tgt, m->logits, m->targets, N, V, m->v0, VR);
-    if ((rc = tp_sum(m, m->tgt, (size_t)N))) return rc;
-    be->xent_loss(be, m->loss, m->mx, m->sum, m->tgt, N);
-    be->download(be, m->host_loss, m->loss, (size_t)N * sizeof(float));
+    m->dlogits_ready = 0;
+    TRY(upload_batch(m, ids, targets));
+    TRY(trunk_forward(m, m->B, m->T, 0, 0));
+    TRY(xent_staged(m));
+    TRY(be->download(be, m->host_loss, m->loss, (size_t)N * sizeof(float)));
+    TRY(be->sync(be));
     double s = 0;
     for (int i = 0; i < N; i++) s += m->host_loss[i];
     *loss_sum = s;
     return 0;
 }
 
+int tks_model_forward_train(tks_model *m, const int32_t *ids, const int32_t *targets,
+                            float loss_scale, float *loss_acc) {
+    tks_backend *be = m->be;
+    int N = m->N, rc;
+    m->dlogits_ready = 0;
+    TRY(upload_batch(m, ids, targets));
+    TRY(trunk_forward(m, m->B, m->T, 0, 0));
+    if (m->tp_size == 1) {
+        /* fused: loss and dlogits (in place of the logits) in one pass */
+        TRY(be->xent_fused(be, m->loss, m->logits, m->targets, N, (int)m->VP_l, (int)m->VR_l,
+                           loss_scale, m->dt));
+    } else {
+        /* vocab-parallel: staged with tp all-reduces, then dlogits in place */
+        TRY(xent_staged(m));
+        TRY(be->xent_bwd(be, m->logits, m->logits, m->mx, m->sum, m->targets, N, (int)m->VP_l,
+                         m->v0, (int)m->VR_l, loss_scale, m->dt));
+    }
+    m->dlogits_ready = 1;
+    return be->sum(be, loss_acc, m->loss, (size_t)N, 1);
+}
+
 /* ---- backward ------------------------------------------------------------------------ */
 
 int tks_model_backward(tks_model *m, float loss_scale) {
     tks_backend *be = m->be;
+    tks_dtype dt = m->dt;
     int N = m->N, C = m->C, HD = m->HD, QD = m->NH_l * HD, KD = m->NKV_l * HD, F = m->F_l;
-    int V = (int)m->VP_l, rc;
-    be->xent_bwd(be, m->dlogits, m->logits, m->mx, m->sum, m->targets, N, V, m->v0, (int)m->VR_l,
-                 loss_scale);
-    linear_dw(m, m->lm_head->g, m->dlogits, m->hf, N, V, C);
-    linear_dx(m, m->dh, m->dlogits, m->lm_head->w, N, V, C, 0);
-    if ((rc = tp_sum(m, m->dh, (size_t)N * C))) return rc;
-    be->memzero(be, m->dres, (size_t)N * C * sizeof(float));
-    be->rmsnorm_bwd(be, m->dres, m->final_norm->g, m->dh, m->xL, m->final_norm->w, m->rstdf, N, C);
+    int V = (int)m->VP_l, QKV = m->QKV, rc;
+    if (!m->dlogits_ready) /* after tks_model_forward: dlogits in place of the logits */
+        TRY(be->xent_bwd(be, m->logits, m->logits, m->mx, m->sum, m->targets, N, V, m->v0,
+                         (int)m->VR_l, loss_scale, dt));
+    m->dlogits_ready = 0;
+    void *dl = m->logits;
+    TRY(linear_dw(m, m->lm_head->g, dl, m->hf, N, V, C));
+    TRY(linear_dx(m, m->dh, dl, cw(m, m->lm_head), N, V, C, 0));
+    TRY(tp_sum(m, m->dh, (size_t)N * C));
+    TRY(be->memzero(be, m->dres, (size_t)N * C * tks_dtype_size(dt)));
+    TRY(be->rmsnorm_bwd(be, m->dres, m->final_norm->g, m->dh, m->xL, cw(m, m->final_norm),
+                        m->rstdf, N, C, dt));
+    void *dq = m->dqkv, *dk = off(m, m->dqkv, (size_t)QD), *dv = off(m, m->dqkv, (size_t)(QD + KD));
     for (int l = (int)m->cfg.n_layers - 1; l >= 0; l--) {
         layer *L = &m->layers[l];
+        void *q = L->qkv, *k = off(m, L->qkv, (size_t)QD), *v = off(m, L->qkv, (size_t)(QD + KD));
         /* MLP: x_out = xm + down(silu(gate(h2)) * up(h2)); dres = d x_out */
-        linear_dw(m, L->wdown->g, m->dres, L->act, N, C, F);
-        linear_dx(m, m->dact, m->dres, L->wdown->w, N, C, F, 0);
-        be->swiglu_bwd(be, m->dgate, m->dup, m->dact, L->gate, L->up, (size_t)N * F);
-        linear_dw(m, L->wgate->g, m->dgate, L->h2, N, F, C);
-        linear_dw(m, L->wup->g, m->dup, L->h2, N, F, C);
-        linear_dx(m, m->dh, m->dgate, L->wgate->w, N, F, C, 0);
-        linear_dx(m, m->dh, m->dup, L->wup->w, N, F, C, 1);
-        if ((rc = tp_sum(m, m->dh, (size_t)N * C))) return rc;
-        be->rmsnorm_bwd(be, m->dres, L->mlp_norm->g, m->dh, L->xm, L->mlp_norm->w, L->rstd2, N, C);
+        TRY(linear_dw(m, L->wdown->g, m->dres, L->act, N, C, F));
+        TRY(linear_dx(m, m->dact, m->dres, cw(m, L->wdown), N, C, F, 0));
+        TRY(be->swiglu_bwd(be, m->dgu, m->dact, L->gu, N, F, dt));
+        /* gate and up grads are adjacent in the flat buffer: one GEMM each way */
+        TRY(linear_dw(m, L->wgate->g, m->dgu, L->h2, N, 2 * F, C));
+        TRY(linear_dx(m, m->dh, m->dgu, cw(m, L->wgate), N, 2 * F, C, 0));
+        TRY(tp_sum(m, m->dh, (size_t)N * C));
+        TRY(be->rmsnorm_bwd(be, m->dres, L->mlp_norm->g, m->dh, L->xm, cw(m, L->mlp_norm), L->rstd2,
+                            N, C, dt));
         /* attention: xm = x + o(attn(rope(q(h1)), rope(k(h1)), v(h1))); dres = d xm */
-        linear_dw(m, L->wo->g, m->dres, L->att, N, C, QD);
-        linear_dx(m, m->datt, m->dres, L->wo->w, N, C, QD, 0);
-        be->attention_bwd(be, m->dq, m->dk, m->dv, m->datt, L->probs, L->q, L->k, L->v, m->B, m->T,
-                          m->NH_l, m->NKV_l, HD);
-        be->rope(be, m->dq, m->B, m->T, m->NH_l, HD, 0, m->cfg.rope_theta, 1);
-        be->rope(be, m->dk, m->B, m->T, m->NKV_l, HD, 0, m->cfg.rope_theta, 1);
-        linear_dw(m, L->wq->g, m->dq, L->h1, N, QD, C);
-        linear_dw(m, L->wk->g, m->dk, L->h1, N, KD, C);
-        linear_dw(m, L->wv->g, m->dv, L->h1, N, KD, C);
-        linear_dx(m, m->dh, m->dq, L->wq->w, N, QD, C, 0);
-        linear_dx(m, m->dh, m->dk, L->wk->w, N, KD, C, 1);
-        linear_dx(m, m->dh, m->dv, L->wv->w, N, KD, C, 1);
-        if ((rc = tp_sum(m, m->dh, (size_t)N * C))) return rc;
-        be->rmsnorm_bwd(be, m->dres, L->attn_norm->g, m->dh, L->x, L->attn_norm->w, L->rstd1, N, C);
+        TRY(linear_dw(m, L->wo->g, m->dres, L->att, N, C, QD));
+        TRY(linear_dx(m, m->datt, m->dres, cw(m, L->wo), N, C, QD, 0));
+        TRY(be->attention_bwd(be, dq, dk, dv, m->datt, L->att, (size_t)QD, L->lse, q, (size_t)QKV,
+                              k, v, (size_t)QKV, m->B, m->T, m->NH_l, m->NKV_l, HD, dt));
+        TRY(be->rope(be, dq, (size_t)QKV, m->B, m->T, m->NH_l, HD, 0, m->cfg.rope_theta, 1, dt));
+        TRY(be->rope(be, dk, (size_t)QKV, m->B, m->T, m->NKV_l, HD, 0, m->cfg.rope_theta, 1, dt));
+        TRY(linear_dw(m, L->wq->g, m->dqkv, L->h1, N, QKV, C));
+        TRY(linear_dx(m, m->dh, m->dqkv, cw(m, L->wq), N, QKV, C, 0));
+        TRY(tp_sum(m, m->dh, (size_t)N * C));
+        TRY(be->rmsnorm_bwd(be, m->dres, L->attn_norm->g, m->dh, L->x, cw(m, L->attn_norm),
+                            L->rstd1, N, C, dt));
     }
-    be->embedding_bwd(be, m->embed->g, m->dres, m->ids, N, C, m->v0, (int)m->VP_l);
-    return 0;
+    return be->embedding_bwd(be, m->embed->g, m->dres, m->ids, N, C, m->v0, (int)m->VP_l, dt);
 }
 
 void tks_model_zero_grad(tks_model *m) { m->be->memzero(m->be, m->g, m->n_flat * sizeof(float)); }
@@ -521,18 +705,20 @@ void tks_model_zero_grad(tks_model *m) { m->be->memzero(m->be, m->g, m->n_flat *
 int tks_model_kv_reset(tks_model *m) {
     if (m->tp_size != 1)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "decoding runs with tp = 1");
-    size_t n = (size_t)m->cfg.max_seq_len * m->NKV_l * m->HD;
-    int fail = 0;
+    size_t n = (size_t)m->cfg.max_seq_len * m->NKV_l * m->HD * tks_dtype_size(m->dt);
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
         layer *L = &m->layers[l];
-        if (!L->kc) L->kc = dalloc(m, n, &fail);
-        if (!L->vc) L->vc = dalloc(m, n, &fail);
-        if (fail) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (KV cache)");
-        m->be->memzero(m->be, L->kc, n * sizeof(float));
-        m->be->memzero(m->be, L->vc, n * sizeof(float));
+        if (!L->kc) L->kc = m->be->alloc(m->be, n);
+        if (!L->vc) L->vc = m->be->alloc(m->be, n);
+        if (!L->kc || !L->vc)
+            return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
+                            "out of memory allocating the KV cache (%u positions): lower "
+                            "max_seq_len", m->cfg.max_seq_len);
+        m->be->memzero(m->be, L->kc, n);
+        m->be->memzero(m->be, L->vc, n);
     }
     m->kv_ready = 1;
-    return 0;
+    return m->be->sync(m->be);
 }
 
 int tks_model_decode_step(tks_model *m, int32_t token, int pos, float *logits) {
@@ -545,9 +731,16 @@ int tks_model_decode_step(tks_model *m, int32_t token, int pos, float *logits) {
         return tks_fail(TKS_ERR_TOKEN_RANGE, NULL, TKS_NONE, (uint64_t)pos,
                         "token id %d at position %d is not below the vocabulary size %u", token, pos,
                         m->cfg.vocab_size);
-    m->be->upload(m->be, m->ids, &token, sizeof token);
-    int rc = trunk_forward(m, 1, 1, 1, pos);
-    if (rc) return rc;
-    m->be->download(m->be, logits, m->logits, (size_t)m->cfg.vocab_size * sizeof(float));
-    return 0;
+    int rc;
+    TRY(m->be->upload(m->be, m->ids, &token, sizeof token));
+    TRY(trunk_forward(m, 1, 1, 1, pos));
+    size_t V = m->cfg.vocab_size;
+    if (m->dt == TKS_F32) {
+        TRY(m->be->download(m->be, logits, m->logits, V * sizeof(float)));
+    } else { /* the row is in dt: read it into the first half of the host buffer and widen */
+        TRY(m->be->download(m->be, logits, m->logits, V * tks_dtype_size(m->dt)));
+        const uint16_t *h = (const uint16_t *)logits;
+        for (size_t i = V; i-- > 0;) logits[i] = tks_bf16_to_f32(h[i]);
+    }
+    return m->be->sync(m->be);
 }

@@ -90,7 +90,26 @@ int tks_model_create(const tks_model_config *cfg, tks_backend *be, tks_comm *tp,
  * over a dp_shard group (ZeRO-style sharding of gradients and AdamW state). */
 int tks_model_create_ex(const tks_model_config *cfg, tks_backend *be, tks_comm *tp, int B, int T,
                         size_t flat_multiple, tks_model **out);
+/* As tks_model_create_ex with activations and compute weights in `dt`:
+ * TKS_BF16 keeps fp32 master weights and gradients and a bf16 copy of the
+ * weights that every op reads (refreshed by tks_model_refresh_compute and by
+ * the optimizer). Errors: TKS_ERR_ARG (bf16 with tp > 1), TKS_ERR_NOMEM. */
+int tks_model_create_dt(const tks_model_config *cfg, tks_backend *be, tks_comm *tp, int B, int T,
+                        size_t flat_multiple, tks_dtype dt, tks_model **out);
 void tks_model_free(tks_model *m);
+
+/* Device bytes of activations, backward scratch and the backend workspace
+ * for micro-batches B x T: the figure the dry run prints, equal to
+ * tks_model_act_bytes of a model created with the same arguments (be NULL:
+ * without the workspace). Linear in T. */
+size_t tks_model_activation_bytes(const tks_model_config *c, int tp, int B, int T, tks_dtype dt,
+                                  tks_backend *be);
+size_t tks_model_act_bytes(const tks_model *m);
+tks_dtype tks_model_dtype(const tks_model *m);
+/* The compute copy of the flat weights (dt, n_flat elements); NULL in fp32. */
+void *tks_model_compute_weights(tks_model *m);
+/* Rewrites the compute copy from the fp32 master weights (after a load). */
+int tks_model_refresh_compute(tks_model *m);
 
 const tks_model_config *tks_model_config_of(const tks_model *m);
 tks_backend *tks_model_backend(const tks_model *m);
@@ -123,14 +142,23 @@ void tks_model_init(tks_model *m, uint64_t seed);
  */
 int tks_model_forward(tks_model *m, const int32_t *ids, const int32_t *targets, double *loss_sum);
 
+/* Training forward: as tks_model_forward, but the per-token losses are
+ * summed ON THE DEVICE into loss_acc[0] (fp32 device scalar, +=), and the
+ * cross-entropy gradient (scale loss_scale per token) is computed at once,
+ * in place of the logits: fused for tp = 1, staged over the tp group
+ * otherwise. Follow with tks_model_backward. */
+int tks_model_forward_train(tks_model *m, const int32_t *ids, const int32_t *targets,
+                            float loss_scale, float *loss_acc);
+
 /* Backward of the last forward; gradients ACCUMULATE into the grad buffer
  * (call tks_model_zero_grad once per optimizer step). d(loss)/d(token loss) =
  * loss_scale for every token: pass 1 / (tokens in the global batch). */
 int tks_model_backward(tks_model *m, float loss_scale);
 void tks_model_zero_grad(tks_model *m);
 
-/* Logits of the last forward: device [N, VP_l] (tests read them). */
-const float *tks_model_logits(const tks_model *m);
+/* Logits of the last tks_model_forward: device [N, VP_l] in the model's
+ * dtype (tests read them); backward overwrites them with dlogits. */
+const void *tks_model_logits(const tks_model *m);
 
 /* ---- inference with a KV cache (batch 1) ---------------------------------- */
 /* Allocates the KV cache for up to max_seq_len positions and clears it. */

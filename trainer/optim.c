@@ -11,6 +11,10 @@ struct tks_optim {
     tks_adamw_opts o;
     size_t begin, end;
     float *mom1, *mom2; /* device, end - begin elements */
+    /* each parameter tensor's intersection with the slice, with its decay;
+     * alignment gaps between tensors hold zeros and are left alone */
+    tks_span *spans, *norm_spans; /* norm_spans: without the tp-replicated tensors */
+    size_t n_spans, n_norm_spans;
 };
 
 int tks_optim_create(tks_model *m, const tks_adamw_opts *o, size_t begin, size_t end,
@@ -25,6 +29,23 @@ int tks_optim_create(tks_model *m, const tks_adamw_opts *o, size_t begin, size_t
     op->o = *o;
     op->begin = begin;
     op->end = end;
+    size_t np;
+    const tks_param *P = tks_model_params(m, &np);
+    op->spans = calloc(np ? np : 1, sizeof *op->spans);
+    op->norm_spans = calloc(np ? np : 1, sizeof *op->norm_spans);
+    if (!op->spans || !op->norm_spans) {
+        tks_optim_free(op);
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    }
+    for (size_t i = 0; i < np; i++) {
+        size_t a = P[i].offset, b = a + P[i].lrows * P[i].lcols;
+        if (a < begin) a = begin;
+        if (b > end) b = end;
+        if (a >= b) continue;
+        tks_span sp = {a, b - a, P[i].decay ? o->weight_decay : 0.0f};
+        op->spans[op->n_spans++] = sp;
+        if (P[i].split != TKS_SPLIT_NONE) op->norm_spans[op->n_norm_spans++] = sp;
+    }
     tks_backend *be = tks_model_backend(m);
     size_t n = end - begin ? end - begin : 1;
     op->mom1 = be->alloc(be, n * sizeof(float));
@@ -42,6 +63,8 @@ void tks_optim_free(tks_optim *op) {
     tks_backend *be = tks_model_backend(op->m);
     if (op->mom1) be->free(be, op->mom1);
     if (op->mom2) be->free(be, op->mom2);
+    free(op->spans);
+    free(op->norm_spans);
     free(op);
 }
 
@@ -57,22 +80,29 @@ float tks_clip_scale(const tks_adamw_opts *o, double norm) {
     return (float)(o->grad_clip / norm);
 }
 
-void tks_optim_step(tks_optim *op, int64_t t, float lr, float grad_scale) {
+static int step(tks_optim *op, int64_t t, float lr, float grad_scale, const float *gnorm_sq) {
+    tks_model *m = op->m;
+    tks_backend *be = tks_model_backend(m);
+    tks_adamw_hp hp = {.lr = lr, .b1 = op->o.beta1, .b2 = op->o.beta2, .eps = op->o.eps, .t = t,
+                       .clip = op->o.grad_clip};
+    return be->adamw(be, tks_model_weights(m), tks_model_grads(m), op->mom1, op->mom2, op->begin,
+                     op->spans, op->n_spans, &hp, grad_scale, gnorm_sq,
+                     tks_model_compute_weights(m), tks_model_dtype(m));
+}
+
+int tks_optim_step(tks_optim *op, int64_t t, float lr, float grad_scale) {
+    return step(op, t, lr, grad_scale, NULL);
+}
+
+int tks_optim_step_dev(tks_optim *op, int64_t t, float lr, const float *gnorm_sq) {
+    return step(op, t, lr, 1.0f, gnorm_sq);
+}
+
+int tks_optim_grad_sumsq(tks_optim *op, float *out, int count_replicated) {
     tks_backend *be = tks_model_backend(op->m);
-    float *w = tks_model_weights(op->m), *g = tks_model_grads(op->m);
-    size_t np;
-    const tks_param *P = tks_model_params(op->m, &np);
-    /* each parameter tensor's intersection with the slice, with its own decay;
-     * alignment gaps between tensors hold zeros and are left alone */
-    for (size_t i = 0; i < np; i++) {
-        size_t a = P[i].offset, b = a + P[i].lrows * P[i].lcols;
-        if (a < op->begin) a = op->begin;
-        if (b > op->end) b = op->end;
-        if (a >= b) continue;
-        size_t k = a - op->begin;
-        be->adamw(be, w + a, g + a, op->mom1 + k, op->mom2 + k, b - a, lr, op->o.beta1,
-                  op->o.beta2, op->o.eps, P[i].decay ? op->o.weight_decay : 0.0f, t, grad_scale);
-    }
+    return count_replicated
+               ? be->sumsq(be, out, tks_model_grads(op->m), op->spans, op->n_spans, 0)
+               : be->sumsq(be, out, tks_model_grads(op->m), op->norm_spans, op->n_norm_spans, 0);
 }
 
 float *tks_optim_m(tks_optim *op) { return op->mom1; }

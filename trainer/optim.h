@@ -38,8 +38,22 @@ void tks_optim_free(tks_optim *op);
 float tks_lr_at(const tks_adamw_opts *o, uint64_t step);
 
 /* Applies one AdamW step (step t = 1, 2, ...) to the slice with the given
- * learning rate; grads are multiplied by grad_scale first (clipping). */
-void tks_optim_step(tks_optim *op, int64_t t, float lr, float grad_scale);
+ * learning rate; grads are multiplied by grad_scale first (clipping decided
+ * by the caller). One multi-tensor backend call over the slice. */
+int tks_optim_step(tks_optim *op, int64_t t, float lr, float grad_scale);
+
+/* The device-side step: as tks_optim_step, with the clip factor
+ * min(1, grad_clip / sqrt(gnorm_sq[0])) computed on the device from the
+ * global sum of squares gnorm_sq (fp32 device scalar, from
+ * tks_optim_grad_sumsq summed over the mesh); no host round trip. A
+ * non-finite gnorm_sq leaves the weights unchanged. */
+int tks_optim_step_dev(tks_optim *op, int64_t t, float lr, const float *gnorm_sq);
+
+/* out[0] (fp32 device scalar) = sum of squares of the slice's gradients,
+ * counting tensors replicated over tp (RMSNorm weights) only when
+ * count_replicated (tp rank 0), so that the sum over the tp and dp_shard
+ * groups counts every element once. */
+int tks_optim_grad_sumsq(tks_optim *op, float *out, int count_replicated);
 
 /* Clip factor for a global gradient norm: min(1, clip / norm). */
 float tks_clip_scale(const tks_adamw_opts *o, double norm);

@@ -375,6 +375,114 @@ int tks_st_write(const char *path, const tks_st_tensor *tensors, size_t n,
     return rc;
 }
 
+/* ---- streaming ------------------------------------------------------------- */
+
+struct tks_st_stream {
+    char path[PATH_MAX], tmp[PATH_MAX + 32];
+    int fd;
+    size_t n;
+    uint64_t *off;            /* file offset of tensor i's bytes */
+    size_t *nbytes;
+    unsigned char *done;
+};
+
+int tks_st_stream_open(const char *path, const tks_st_tensor *tensors, size_t n,
+                       const tks_st_kv *metadata, size_t n_metadata, tks_st_stream **out) {
+    *out = NULL;
+    if (!path) return tks_fail(TKS_ERR_ARG, NULL, NONE, NONE, "tks_st_stream_open: NULL path");
+    static const char dummy = 0;
+    tks_st_tensor *t = calloc(n ? n : 1, sizeof *t);
+    tks_st_stream *s = calloc(1, sizeof *s);
+    if (s) {
+        s->fd = -1;
+        s->off = calloc(n ? n : 1, sizeof *s->off);
+        s->nbytes = calloc(n ? n : 1, sizeof *s->nbytes);
+        s->done = calloc(n ? n : 1, 1);
+    }
+    if (!t || !s || !s->off || !s->nbytes || !s->done) {
+        free(t);
+        tks_st_stream_abort(s);
+        return tks_fail(TKS_ERR_NOMEM, path, NONE, NONE, "out of memory writing %s", path);
+    }
+    for (size_t i = 0; i < n; i++) {
+        t[i] = tensors[i];
+        t[i].data = &dummy; /* the plan only needs the layout */
+    }
+    st_plan p;
+    int rc = plan(path, t, n, metadata, n_metadata, &p);
+    if (rc) {
+        free(t);
+        tks_st_stream_abort(s);
+        return rc;
+    }
+    snprintf(s->path, sizeof s->path, "%s", path);
+    snprintf(s->tmp, sizeof s->tmp, "%s.tmp-%ld", path, (long)getpid());
+    s->n = n;
+    uint64_t at = 8 + p.hlen;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = (size_t)(p.order[k] - t);
+        s->off[i] = at;
+        s->nbytes[i] = t[i].nbytes;
+        at += t[i].nbytes;
+    }
+    uint8_t len[8];
+    put_le64(len, p.hlen);
+    s->fd = open(s->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (s->fd < 0)
+        rc = tks_fail(tks_write_errno_code(errno), s->tmp, NONE, NONE, "cannot create %s: %s", s->tmp,
+                      strerror(errno));
+    if (!rc) rc = tks_pwrite_all(s->fd, len, 8, 0, s->tmp);
+    if (!rc) rc = tks_pwrite_all(s->fd, p.header, p.hlen, 8, s->tmp);
+    plan_free(&p);
+    free(t);
+    if (rc) {
+        tks_st_stream_abort(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+int tks_st_stream_put(tks_st_stream *s, size_t i, const void *data) {
+    if (i >= s->n || s->done[i])
+        return tks_fail(TKS_ERR_ARG, s->path, NONE, NONE, "%s: tensor %zu put twice or unknown", s->path, i);
+    int rc = s->nbytes[i] ? tks_pwrite_all(s->fd, data, s->nbytes[i], s->off[i], s->tmp) : 0;
+    s->done[i] = !rc;
+    return rc;
+}
+
+int tks_st_stream_commit(tks_st_stream *s) {
+    int rc = 0;
+    for (size_t i = 0; i < s->n && !rc; i++)
+        if (!s->done[i]) rc = tks_fail(TKS_ERR_ARG, s->path, NONE, NONE, "%s: tensor %zu was never written", s->path, i);
+    if (!rc && fsync(s->fd) != 0)
+        rc = tks_fail(tks_write_errno_code(errno), s->tmp, NONE, NONE, "cannot fsync %s: %s", s->tmp, strerror(errno));
+    if (close(s->fd) != 0 && !rc)
+        rc = tks_fail(tks_write_errno_code(errno), s->tmp, NONE, NONE, "cannot close %s: %s", s->tmp, strerror(errno));
+    s->fd = -1;
+    if (!rc && rename(s->tmp, s->path) != 0)
+        rc = tks_fail(TKS_ERR_IO, s->path, NONE, NONE, "cannot rename %s to %s: %s", s->tmp, s->path, strerror(errno));
+    if (!rc) {
+        char d[PATH_MAX];
+        snprintf(d, sizeof d, "%s", s->path);
+        char *sl = strrchr(d, '/');
+        rc = tks_fsync_dir(sl ? (sl == d ? "/" : (*sl = 0, d)) : ".");
+        s->tmp[0] = 0; /* published: nothing to remove */
+    }
+    tks_st_stream_abort(s);
+    return rc;
+}
+
+void tks_st_stream_abort(tks_st_stream *s) {
+    if (!s) return;
+    if (s->fd >= 0) close(s->fd);
+    if (s->tmp[0]) unlink(s->tmp);
+    free(s->off);
+    free(s->nbytes);
+    free(s->done);
+    free(s);
+}
+
 /* ---------------------------------------------------------------------------
  * Reader
  * ------------------------------------------------------------------------- */

@@ -131,6 +131,24 @@ int tks_st_write(const char *path, const tks_st_tensor *tensors, size_t n,
                  const tks_st_kv *metadata, size_t n_metadata);
 
 /*
+ * Streaming form of tks_st_write, for files larger than what one wants in
+ * memory at once (checkpoints gathered one tensor at a time): open with the
+ * tensors' names, dtypes and shapes (data is ignored and may be NULL), put
+ * each tensor's bytes once, in any order, then commit. The bytes on disk are
+ * those tks_st_write writes for the same tensors, and the file appears under
+ * `path` only at commit (written as "path.tmp-<pid>", fsynced, renamed, the
+ * directory fsynced). abort (or a failed put/commit) removes the temporary
+ * file. Errors: those of tks_st_write; commit refuses a tensor never put.
+ */
+typedef struct tks_st_stream tks_st_stream;
+int tks_st_stream_open(const char *path, const tks_st_tensor *tensors, size_t n,
+                       const tks_st_kv *metadata, size_t n_metadata, tks_st_stream **out);
+/* Writes tensor i's (index into the array given to open) nbytes bytes. */
+int tks_st_stream_put(tks_st_stream *s, size_t i, const void *data);
+int tks_st_stream_commit(tks_st_stream *s);
+void tks_st_stream_abort(tks_st_stream *s);
+
+/*
  * The same bytes tks_st_write would write, in memory: on success *out is a
  * malloc'd buffer of *out_size bytes, owned by the caller (free()). On failure
  * *out is NULL and *out_size 0.

@@ -29,7 +29,7 @@ void tks_train_opts_default(tks_train_opts *o) {
     o->steps = 200;
     o->seq_len = 256;
     o->global_batch = 16;
-    o->seed = 1337;
+    o->seed = TKS_DEFAULT_SEED;
     o->lr = 3e-3f;
     o->min_lr = 3e-4f;
     o->beta1 = 0.9f;
@@ -38,7 +38,7 @@ void tks_train_opts_default(tks_train_opts *o) {
     o->weight_decay = 0.1f;
     o->grad_clip = 1.0f;
     o->warmup_steps = 20;
-    o->val_tokens = 65536;
+    o->val_tokens = TKS_DEFAULT_VAL_TOKENS;
     o->eval_every = 50;
     o->eval_batches = 4;
     o->keep_checkpoints = 3;
@@ -54,6 +54,7 @@ typedef struct run {
     tks_train_state resumed;      /* valid when o.resume */
     tks_mesh_shape shape;
     uint64_t per_rank, n_micro, micro; /* samples per dp rank per step, micro-batches, their size */
+    tks_dtype dtype;              /* --dtype */
 } run;
 
 static void run_free(run *r) {
@@ -101,10 +102,15 @@ static int resolve(const tks_train_opts *in, run *r) {
         o->global_batch = r->resumed.global_batch;
         o->val_tokens = r->resumed.val_tokens;
     }
+    if (!o->dtype || !strcmp(o->dtype, "fp32")) r->dtype = TKS_F32;
+    else if (!strcmp(o->dtype, "bf16")) r->dtype = TKS_BF16;
+    else
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "--dtype %s: use fp32 (the reference) or bf16 (mixed precision)", o->dtype);
     if (!r->cfg.vocab_size) r->cfg.vocab_size = ti->vocab_size;
     if (!r->cfg.max_seq_len || r->cfg.max_seq_len < o->seq_len) r->cfg.max_seq_len = o->seq_len;
     tks_model_config_defaults(&r->cfg);
-    /* vocabulary safety, before anything is allocated (CONTEXT.md, failure 1) */
+    /* vocabulary safety, before anything is allocated (docs/MOTIVATION.md, failure 1) */
     if (ti->vocab_size > r->cfg.vocab_size)
         return tks_fail(TKS_ERR_TOKEN_RANGE, o->dataset_dir, TKS_NONE, TKS_NONE,
                         "dataset %s was built for vocab_size %u (max token id %u) but the model "
@@ -173,7 +179,8 @@ static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 int tks_train_plan(const tks_train_opts *in, char **summary) {
     run r;
-    int rc = resolve(in, &r);
+    /* under mpirun every rank plans: a failure on one rank is every rank's */
+    int rc = in->world ? resolve(in, &r) : tks_mesh_world_agree(resolve(in, &r));
     if (rc || !summary) {
         run_free(&r);
         return rc;
@@ -183,10 +190,18 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
     uint64_t P = tks_model_n_params(c), VP = tks_model_padded_vocab(c, 1);
     uint64_t HD = c->dim / c->n_heads, N = r.micro * r.o.seq_len, T = r.o.seq_len;
     uint64_t Pp = P + (VP - c->vocab_size) * c->dim * (c->tie_embeddings ? 1 : 2);
-    double act = 4.0 * (double)c->n_layers *
-                     (N * (6.0 * c->dim + 2.0 * c->n_heads * HD + 2.0 * c->n_kv_heads * HD + 3.0 * c->ffn_dim + 2) +
-                      (double)r.micro * c->n_heads * T * T) +
-                 4.0 * N * (3.0 * c->dim + 2.0 * VP) + 4.0 * N * (5.0 * c->dim + 3.0 * c->ffn_dim);
+    /* activations as the model allocates them (flash attention: linear in T),
+     * with the workspace of the backend the run would use */
+    tks_backend *pbe = NULL;
+    rc = tks_backend_create(r.o.device, r.o.threads, &pbe);
+    if (rc) {
+        run_free(&r);
+        return rc;
+    }
+    double act = (double)tks_model_activation_bytes(c, r.shape.tp, (int)r.micro, (int)T, r.dtype, pbe);
+    pbe->destroy(pbe);
+    (void)N;
+    double cw = r.dtype == TKS_F32 ? 0.0 : (double)tks_dtype_size(r.dtype) * (double)Pp;
     say(&b, "run\n  dataset        %s (%llu tokens in %zu shards, vocab %u)\n", r.o.dataset_dir,
         (unsigned long long)tks_dataset_n_tokens(r.ds), tks_dataset_n_shards(r.ds),
         tks_dataset_tokenizer(r.ds)->vocab_size);
@@ -213,9 +228,10 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
         c->n_kv_heads, (unsigned long long)HD, c->ffn_dim, c->max_seq_len, c->rope_theta,
         c->norm_eps, c->tie_embeddings ? "yes" : "no");
     say(&b, "  parameters     %llu (%.2f M)\n", (unsigned long long)P, P / 1e6);
-    say(&b, "memory estimate (fp32)\n  weights %.1f MiB, gradients %.1f MiB, AdamW moments %.1f "
-        "MiB, activations %.1f MiB; total %.1f MiB\n", mib(4.0 * Pp), mib(4.0 * Pp),
-        mib(8.0 * Pp), mib(act), mib(16.0 * Pp + act));
+    say(&b, "memory estimate (%s, one process with tp %d)\n  weights %.1f MiB (fp32 master), "
+        "compute copy %.1f MiB, gradients %.1f MiB, AdamW moments %.1f MiB, activations %.1f MiB "
+        "(%.0f bytes); total %.1f MiB\n", tks_dtype_name(r.dtype), r.shape.tp, mib(4.0 * Pp), mib(cw),
+        mib(4.0 * Pp), mib(8.0 * Pp), mib(act), act, mib(16.0 * Pp + cw + act));
     char *mesh = tks_mesh_describe(&r.shape);
     if (mesh) say(&b, "%s", mesh);
     free(mesh);
@@ -291,6 +307,7 @@ static void options_json(const run *r, char *out, size_t cap) {
                           "weight_decay", (double)o->weight_decay, "grad_clip",
                           (double)o->grad_clip, "warmup_steps", (json_int_t)o->warmup_steps,
                           "val_tokens", (json_int_t)o->val_tokens);
+    if (j && o->val_dataset_dir) json_object_set_new(j, "val_dataset", json_string(o->val_dataset_dir));
     char *t = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) : NULL;
     snprintf(out, cap, "%s", t ? t : "{}");
     free(t);
@@ -320,25 +337,6 @@ static double evaluate(run *r, tks_model *m, tks_mesh *mesh, uint32_t *tok, int3
     return acc[1] > 0 ? acc[0] / acc[1] : NAN;
 }
 
-/* Sum of squares of this rank's share of the gradient: its ZeRO slice, with
- * replicated (tp SPLIT_NONE) tensors counted on tp rank 0 only, so that the
- * sum over the dp_shard and tp groups counts every element once. */
-static double grad_sumsq(tks_model *m, int tp_rank, size_t b, size_t e) {
-    tks_backend *be = tks_model_backend(m);
-    const float *g = tks_model_grads(m);
-    size_t np;
-    const tks_param *P = tks_model_params(m, &np);
-    double s = 0;
-    for (size_t i = 0; i < np; i++) {
-        if (P[i].split == TKS_SPLIT_NONE && tp_rank != 0) continue;
-        size_t a = P[i].offset, z = a + P[i].lrows * P[i].lcols;
-        if (a < b) a = b;
-        if (z > e) z = e;
-        if (a < z) s += be->sumsq(be, g + a, z - a);
-    }
-    return s;
-}
-
 static void comm_totals(tks_mesh *mesh, uint64_t out[4]) {
     memset(out, 0, 4 * sizeof *out);
     for (int k = 0; k < TKS_N_GROUPS; k++)
@@ -352,7 +350,9 @@ int tks_train_rank(void) {
 
 int tks_train(const tks_train_opts *in) {
     run r;
-    int rc = resolve(in, &r);
+    /* every rank learns whether every rank could resolve the run before any
+     * collective (a corrupt checkpoint or dataset on one rank only) */
+    int rc = tks_mesh_world_agree(resolve(in, &r));
     tks_mesh *mesh = NULL;
     tks_backend *be = NULL;
     tks_model *m = NULL;
@@ -360,7 +360,7 @@ int tks_train(const tks_train_opts *in) {
     FILE *metrics = NULL;
     uint32_t *tok = NULL;
     int32_t *ids = NULL, *tg = NULL;
-    float *gslice = NULL;
+    float *gslice = NULL, *dred = NULL;
     char ckdir[PATH_MAX] = "", path[PATH_MAX];
     tks_train_opts *o = &r.o;
     if (!rc) rc = tks_mesh_create(&r.shape, &mesh);
@@ -380,10 +380,10 @@ int tks_train(const tks_train_opts *in) {
     int run_lock = -1;
     if (!rc && lead && (rc = tks_path_join(lock_path, sizeof lock_path, o->out_dir, "run.lock")) == 0)
         rc = tks_lock(lock_path, "tokshard-train", &run_lock);
-    if (!rc && !(be = tks_cpu_backend_create(o->threads)))
-        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) rc = tks_backend_create(o->device, o->threads, &be);
     if (!rc)
-        rc = tks_model_create_ex(&r.cfg, be, tpc, (int)r.micro, (int)o->seq_len, (size_t)mesh->shape.dp_shard, &m);
+        rc = tks_model_create_dt(&r.cfg, be, tpc, (int)r.micro, (int)o->seq_len,
+                                 (size_t)mesh->shape.dp_shard, r.dtype, &m);
     tks_adamw_opts ao = {.lr = o->lr, .min_lr = o->min_lr, .warmup = o->warmup_steps,
                          .total = o->steps, .beta1 = o->beta1, .beta2 = o->beta2,
                          .eps = o->adam_eps, .weight_decay = o->weight_decay,
@@ -394,9 +394,13 @@ int tks_train(const tks_train_opts *in) {
     if (!rc) rc = tks_optim_create(m, &ao, sb, se, &opt);
     if (!rc && shc->size > 1 && !(gslice = be->alloc(be, (n_slice ? n_slice : 1) * sizeof *gslice)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    /* the step's device scalars: [0] gradient sum of squares, [1] loss sum, [2] stop flag */
+    if (!rc && !(dred = be->alloc(be, 4 * sizeof *dred)))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     uint64_t step = 0, cursor = 0;
     if (!rc && o->resume) {
         rc = tks_checkpoint_load(o->resume, m, opt);
+        if (!rc) rc = tks_model_refresh_compute(m);
         step = r.resumed.step;
         cursor = r.resumed.cursor;
     } else if (!rc) {
@@ -418,43 +422,53 @@ int tks_train(const tks_train_opts *in) {
 
     double t_start = omp_get_wtime(), tokens_step = (double)(o->global_batch * o->seq_len);
     uint64_t first_step = step, saved_step = UINT64_MAX, comm0[4];
+    double host_wait = 0; /* seconds the host spent blocked on the backend (sync, reads) */
     while (!rc && step < o->steps) {
-        double t0 = omp_get_wtime(), loss_sum = 0;
+        double t0 = omp_get_wtime();
         comm_totals(mesh, comm0);
         tks_model_zero_grad(m);
+        rc = be->memzero(be, dred, 4 * sizeof *dred);
         for (uint64_t k = 0; k < r.n_micro && !rc; k++) {
             uint64_t first, cnt, mf, mc;
-            double ls = 0;
             rc = tks_sampler_rank_slice_at(cursor, o->global_batch, (uint32_t)mesh->dp,
                                            (uint32_t)mesh->dp_rank, &first, &cnt);
             if (!rc) rc = tks_sampler_micro_slice(first, cnt, r.micro, k, &mf, &mc);
             if (!rc) rc = load_batch(r.train, mf, mc, r.cfg.vocab_size, tok, ids, tg);
             /* a bad batch on any rank stops every rank, before any compute on it */
             rc = tks_mesh_agree(mesh, rc);
-            if (!rc) rc = tks_model_forward(m, ids, tg, &ls);
+            /* the loss is summed on the device; read once, after the step */
+            if (!rc) rc = tks_model_forward_train(m, ids, tg, (float)(1.0 / tokens_step), dred + 1);
             if (!rc) rc = tks_model_backward(m, (float)(1.0 / tokens_step));
-            loss_sum += ls;
         }
         /* gradients: reduce-scatter in dp_shard, all-reduce in dp_replicate (HSDP) */
         float *g = tks_model_grads(m);
         if (!rc && shc->size > 1) {
             rc = shc->reduce_scatter_sum(shc, gslice, g, n_slice);
-            if (!rc) be->copy(be, g + sb, gslice, n_slice * sizeof *g);
+            if (!rc) rc = be->copy(be, g + sb, gslice, n_slice * sizeof *g);
         }
         if (!rc && repc->size > 1) rc = repc->allreduce_sum(repc, g + sb, n_slice);
-        float red[3] = {0, (float)(loss_sum / tokens_step), o->stop && *o->stop ? 1.0f : 0.0f};
+        /* the global gradient norm stays on the device: the optimizer reads
+         * it there to clip; the host reads it with the loss after the step */
+        if (!rc) rc = tks_optim_grad_sumsq(opt, dred, mesh->tp_rank == 0);
+        float stop = o->stop && *o->stop ? 1.0f : 0.0f, red[3];
+        if (!rc) rc = be->upload(be, dred + 2, &stop, sizeof stop);
+        if (!rc && shc->size > 1) rc = shc->allreduce_sum(shc, dred, 1);
+        if (!rc && tpc->size > 1) rc = tpc->allreduce_sum(tpc, dred, 1);
+        if (!rc && dpc->size > 1) rc = dpc->allreduce_sum(dpc, dred + 1, 1);
+        if (!rc && world->size > 1) rc = world->allreduce_max(world, dred + 2, 1);
+        float lr = tks_lr_at(&ao, step);
+        if (!rc) rc = tks_optim_step_dev(opt, (int64_t)step + 1, lr, dred);
         if (!rc) {
-            red[0] = (float)grad_sumsq(m, mesh->tp_rank, sb, se);
-            if (shc->size > 1) rc = shc->allreduce_sum(shc, red, 1);
-            if (!rc && tpc->size > 1) rc = tpc->allreduce_sum(tpc, red, 1);
-            if (!rc && dpc->size > 1) rc = dpc->allreduce_sum(dpc, red + 1, 1);
-            if (!rc && world->size > 1) rc = world->allreduce_max(world, red + 2, 1);
+            double w0 = omp_get_wtime();
+            rc = be->download(be, red, dred, sizeof red);
+            if (!rc) rc = be->sync(be);
+            host_wait += omp_get_wtime() - w0;
         }
         rc = tks_mesh_agree(mesh, rc);
         if (rc) break;
         double gnorm = sqrt((double)red[0]);
-        float lr = tks_lr_at(&ao, step);
-        if (!isfinite(gnorm)) {
+        red[1] = (float)((double)red[1] / tokens_step);
+        if (!isfinite(gnorm)) { /* the optimizer skipped the update */
             rc = tks_fail(TKS_ERR_NONFINITE, ckdir, TKS_NONE, TKS_NONE,
                           "step %llu: the gradient norm is %g (loss %g): training diverged; resume "
                           "from the last checkpoint in %s with a lower --lr (or a lower --grad-clip "
@@ -462,22 +476,23 @@ int tks_train(const tks_train_opts *in) {
                           (unsigned long long)step + 1, gnorm, (double)red[1], ckdir);
             break;
         }
-        tks_optim_step(opt, (int64_t)step + 1, lr, tks_clip_scale(&ao, gnorm));
         if (shc->size > 1) rc = shc->allgather(shc, tks_model_weights(m), tks_model_weights(m) + sb, n_slice);
+        if (!rc && shc->size > 1) rc = tks_model_refresh_compute(m);
         if ((rc = tks_mesh_agree(mesh, rc))) break;
         step++;
         cursor += o->global_batch;
         double now = omp_get_wtime();
         tks_step_info info = {.step = step, .steps = o->steps, .loss = red[1],
                               .lr = lr, .grad_norm = gnorm, .tokens_per_s = tokens_step / (now - t0),
-                              .elapsed_s = now - t_start};
+                              .elapsed_s = now - t_start, .host_wait_s = host_wait};
         comm_totals(mesh, info.comm_bytes);
         for (int j = 0; j < 4; j++) info.comm_bytes[j] -= comm0[j];
         info.eta_s = info.elapsed_s / (double)(step - first_step) * (double)(o->steps - step);
         if (metrics) {
             fprintf(metrics, "{\"step\": %llu, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
-                    "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f", (unsigned long long)step,
-                    info.loss, info.lr, gnorm, info.tokens_per_s, info.elapsed_s);
+                    "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f, \"host_wait_s\": %.6f",
+                    (unsigned long long)step, info.loss, info.lr, gnorm, info.tokens_per_s,
+                    info.elapsed_s, host_wait);
             if (mesh->world > 1) /* rank 0's payload bytes per collective kind this step */
                 fprintf(metrics, ", \"comm_bytes\": {\"allreduce\": %llu, \"reduce_scatter\": %llu, "
                         "\"allgather\": %llu}", (unsigned long long)info.comm_bytes[TKS_COLL_ALLREDUCE],
@@ -501,7 +516,7 @@ int tks_train(const tks_train_opts *in) {
             st.step = step;
             st.cursor = cursor;
             rc = tks_path_join(ck, sizeof ck, ckdir, name);
-            if (!rc) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), shc, lead);
+            if (!rc) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), mesh);
             if (!rc && lead) rc = tks_checkpoint_prune(ckdir, o->keep_checkpoints);
             if ((rc = tks_mesh_agree(mesh, rc))) break;
             info.checkpoint = ck;
@@ -521,7 +536,7 @@ int tks_train(const tks_train_opts *in) {
         int exists = lead && stat(ck, &sbuf) == 0;
         float ex = (float)exists;
         if (!rc && world->size > 1) rc = world->allreduce_max(world, &ex, 1);
-        if (!rc && ex == 0) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), shc, lead);
+        if (!rc && ex == 0) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), mesh);
         rc = tks_mesh_agree(mesh, rc);
     }
     if (metrics) fclose(metrics);
@@ -530,6 +545,7 @@ int tks_train(const tks_train_opts *in) {
     free(ids);
     free(tg);
     if (gslice) be->free(be, gslice);
+    if (dred) be->free(be, dred);
     tks_optim_free(opt);
     tks_model_free(m);
     if (be) be->destroy(be);
@@ -602,8 +618,7 @@ int tks_generate(const tks_generate_opts *o) {
     if (!rc && memcmp(tks_spm_fingerprint(spm), st.tokenizer_fp, 16) != 0)
         rc = tks_fail(TKS_ERR_TOKENIZER, tp, TKS_NONE, TKS_NONE,
                       "%s is not the tokenizer the model was trained with", tp);
-    if (!rc && !(be = tks_cpu_backend_create(o->threads)))
-        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) rc = tks_backend_create("cpu", o->threads, &be);
     if (!rc) rc = tks_model_create(&cfg, be, NULL, 1, 1, &m);
     if (!rc) rc = tks_checkpoint_load(o->checkpoint, m, NULL);
     if (!rc) rc = tks_model_kv_reset(m);

@@ -41,6 +41,8 @@ typedef struct tks_train_opts {
     uint64_t save_every;          /* 0 = only at the end */
     unsigned keep_checkpoints;    /* newest K kept (0 = all) */
     int threads;                  /* 0 = OpenMP default */
+    const char *device;           /* "cpu", "cuda", "auto" (NULL = auto) */
+    const char *dtype;            /* "fp32" (NULL) or "bf16": compute dtype (mixed precision) */
     /* parallel layout (docs/PARALLELISM.md): 0 = default (tp 1, dp_replicate 1,
      * dp_shard = the rest of the world) */
     int tp, dp_shard, dp_replicate;
@@ -63,6 +65,7 @@ struct tks_step_info {
                                    * by kind (comm.h: all-reduce, reduce-scatter, all-gather,
                                    * broadcast), over all its groups */
     double elapsed_s, eta_s;
+    double host_wait_s;           /* seconds so far the host waited on the backend (sync, reads) */
     const char *checkpoint;       /* non-NULL when a checkpoint was just written */
 };
 
@@ -93,6 +96,26 @@ int tks_train_rank(void);
 /* The newest complete checkpoint of a run directory (RUN/checkpoints/step-N)
  * into out (cap bytes). Errors: TKS_ERR_IO when there is none. */
 int tks_train_latest_checkpoint(const char *run_dir, char *out, size_t cap);
+
+/* What decides the samples a run reads (docs/SAMPLING.md), read back from
+ * one of its checkpoints so that `tokshard sample-plan --run` shows exactly
+ * what that run read and will read. */
+typedef struct tks_run_sampling {
+    char checkpoint[4096];        /* the checkpoint directory read */
+    char dataset[4096];           /* the training dataset, as the run was given it */
+    int val_dataset;              /* 1: validation used a separate dataset (no split) */
+    uint32_t seq_len;
+    uint64_t global_batch, micro_batch, seed, val_tokens;
+    uint64_t step;                /* steps done when the checkpoint was written */
+    uint64_t cursor;              /* global samples consumed by then */
+} tks_run_sampling;
+
+/* Fills `out` from `path`: a checkpoint directory (has trainer_state.json) or
+ * a run directory (its newest complete checkpoint). The checkpoint's files are
+ * verified against their recorded checksums first.
+ * Errors: TKS_ERR_IO (no checkpoint under a run directory), TKS_ERR_MANIFEST
+ * (a corrupt or incomplete checkpoint: the message names the file). */
+int tks_train_read_sampling(const char *path, tks_run_sampling *out);
 
 /* Generation from a checkpoint with a KV cache. */
 typedef struct tks_generate_opts {

@@ -1,23 +1,110 @@
-/* cpu_backend.c - the CPU reference backend: fp32, OpenBLAS sgemm, OpenMP
- * elsewhere. Every reduction has a fixed order for a given thread count, so
- * a run is bit-reproducible on the same machine (resume relies on it).
+/* cpu_backend.c - the CPU reference backend of contract 2 (backend.h):
+ * OpenBLAS sgemm, OpenMP elsewhere, fp32 arithmetic with fp32 or bf16
+ * storage. Every reduction has a fixed order for a given thread count, so a
+ * run is bit-reproducible on the same machine (resume relies on it). Ops run
+ * before they return (the streams are trivially ordered) and never allocate:
+ * scratch is the workspace, split into one slice per thread.
  * Formulas and sources are in backend.h; legend: N rows, C dim, HD head dim. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../common/tks.h"
 #include "../backend.h"
+#include "../cuda/cuda.h"
 
 /* OpenBLAS extension (declared in Debian's openblas cblas.h as well). */
 void openblas_set_num_threads(int num_threads);
 
+/* Flash-attention tiles: query rows x key rows per block. */
+enum { BQ = 64, BK = 64 };
+/* bf16 GEMM panels: rows of C per panel, columns of C per panel. */
+enum { GM = 256, GN = 256 };
+
 typedef struct cpu_ctx {
     int threads;
+    int err;             /* sticky: the first failure */
+    char err_op[32];
+    char err_msg[256];
+    unsigned char *ws;   /* workspace (set_workspace), ws_bytes long */
+    size_t ws_bytes;
 } cpu_ctx;
 
-#define NT(be) (((cpu_ctx *)(be)->ctx)->threads)
+struct tks_stream { int unused; };
+struct tks_event { int unused; };
+
+#define CTX(be) ((cpu_ctx *)(be)->ctx)
+#define NT(be) (CTX(be)->threads)
+/* Every op starts with this: a sticky failure makes the op a no-op. */
+#define STICKY(be) do { if (CTX(be)->err) return CTX(be)->err; } while (0)
+
+__attribute__((format(printf, 4, 5))) static int op_fail(tks_backend *be, const char *op, int code,
+                                                         const char *fmt, ...) {
+    cpu_ctx *c = CTX(be);
+    if (!c->err) {
+        c->err = code;
+        snprintf(c->err_op, sizeof c->err_op, "%s", op);
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->err_msg, sizeof c->err_msg, fmt, ap);
+        va_end(ap);
+    }
+    return tks_fail(code, NULL, TKS_NONE, TKS_NONE, "cpu backend op %s: %s", c->err_op, c->err_msg);
+}
+
+/* ---- element access: fp32 arithmetic over fp32 or bf16 storage --------- */
+/* Kernels take dt as an argument and are called as K(TKS_F32) or K(TKS_BF16)
+ * from a branch outside their loops, so each is compiled once per dtype. */
+#define INL static inline __attribute__((always_inline))
+INL float ld(const void *p, size_t i, tks_dtype dt) {
+    return dt == TKS_BF16 ? tks_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+INL void st(void *p, size_t i, float v, tks_dtype dt) {
+    if (dt == TKS_BF16) ((uint16_t *)p)[i] = tks_bf16_from_f32(v);
+    else ((float *)p)[i] = v;
+}
+INL const void *at(const void *p, size_t i, tks_dtype dt) {
+    return (const char *)p + i * tks_dtype_size(dt);
+}
+INL void *atw(void *p, size_t i, tks_dtype dt) { return (char *)p + i * tks_dtype_size(dt); }
+/* n elements of src (dt) into fp32 dst */
+INL void load_row(float *dst, const void *src, size_t n, tks_dtype dt) {
+    if (dt == TKS_F32) memcpy(dst, src, n * sizeof *dst);
+    else for (size_t i = 0; i < n; i++) dst[i] = ld(src, i, TKS_BF16);
+}
+INL void store_row(void *dst, const float *src, size_t n, tks_dtype dt) {
+    if (dt == TKS_F32) memcpy(dst, src, n * sizeof *src);
+    else for (size_t i = 0; i < n; i++) st(dst, i, src[i], TKS_BF16);
+}
+#define DT_CALL(dt, f, ...) ((dt) == TKS_BF16 ? f(__VA_ARGS__, TKS_BF16) : f(__VA_ARGS__, TKS_F32))
+
+static int check_dt(tks_backend *be, const char *op, tks_dtype dt) {
+    if (dt == TKS_F32 || dt == TKS_BF16) return 0;
+    return op_fail(be, op, TKS_ERR_ARG, "dtype %d is neither fp32 nor bf16 (a caller bug)", (int)dt);
+}
+
+/* This thread's slice of the workspace, `bytes` long; NULL when the
+ * workspace is smaller than threads x bytes (the op fails, naming itself). */
+static float *scratch(tks_backend *be, size_t bytes) {
+    cpu_ctx *c = CTX(be);
+    size_t per = (bytes + 63) & ~(size_t)63;
+    if (per * (size_t)c->threads > c->ws_bytes) return NULL;
+    return (float *)(c->ws + per * (size_t)omp_get_thread_num());
+}
+static int need_ws(tks_backend *be, const char *op, size_t per_thread) {
+    size_t per = (per_thread + 63) & ~(size_t)63;
+    if (per * (size_t)NT(be) <= CTX(be)->ws_bytes) return 0;
+    return op_fail(be, op, TKS_ERR_ARG,
+                   "needs %zu bytes of workspace (%d threads x %zu), has %zu: size it with "
+                   "workspace_bytes for these shapes",
+                   per * (size_t)NT(be), NT(be), per, CTX(be)->ws_bytes);
+}
+
+/* ---- memory, sync, workspace, streams ------------------------------------- */
 
 static void *cpu_alloc(tks_backend *be, size_t bytes) {
     (void)be;
@@ -27,125 +114,340 @@ static void *cpu_alloc(tks_backend *be, size_t bytes) {
     return p;
 }
 static void cpu_free(tks_backend *be, void *p) { (void)be; free(p); }
-static void cpu_upload(tks_backend *be, void *dst, const void *src, size_t bytes) {
-    (void)be;
+static int cpu_upload(tks_backend *be, void *dst, const void *src, size_t bytes) {
+    STICKY(be);
     memcpy(dst, src, bytes);
+    return 0;
 }
-static void cpu_download(tks_backend *be, void *dst, const void *src, size_t bytes) {
-    (void)be;
+static int cpu_download(tks_backend *be, void *dst, const void *src, size_t bytes) {
+    STICKY(be);
     memcpy(dst, src, bytes);
+    return 0;
 }
-static void cpu_memzero(tks_backend *be, void *p, size_t bytes) { (void)be; memset(p, 0, bytes); }
-static void cpu_copy(tks_backend *be, void *dst, const void *src, size_t bytes) {
-    (void)be;
+static int cpu_memzero(tks_backend *be, void *p, size_t bytes) {
+    STICKY(be);
+    memset(p, 0, bytes);
+    return 0;
+}
+static int cpu_copy(tks_backend *be, void *dst, const void *src, size_t bytes) {
+    STICKY(be);
     memmove(dst, src, bytes);
+    return 0;
 }
-static void cpu_sync(tks_backend *be) { (void)be; }
+static int cpu_sync(tks_backend *be) {
+    cpu_ctx *c = CTX(be);
+    if (!c->err) return 0;
+    return tks_fail(c->err, NULL, TKS_NONE, TKS_NONE, "cpu backend op %s failed: %s", c->err_op,
+                    c->err_msg);
+}
 
-static void cpu_gemm(tks_backend *be, int ta, int tb, int M, int N, int K, float alpha,
-                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+static size_t attn_fwd_ws(int HD) { return (size_t)(BQ * BK + 2 * BQ * HD + 2 * BK * HD + 2 * BQ) * 4; }
+static size_t attn_bwd_ws(int T, int HD, int group) {
+    return ((size_t)group * T * HD + (size_t)group * T + 2 * BQ * BK + 2 * BQ * HD + 4 * BK * HD +
+            BQ * HD) * 4;
+}
+static size_t gemm_ws(int K) { return ((size_t)GM * K + (size_t)K * GN + (size_t)GM * GN) * 4; }
+
+static size_t cpu_workspace_bytes(tks_backend *be, const tks_ws_shape *s) {
+    size_t per = 0, x;
+#define MAXW(v) do { x = (v); if (x > per) per = x; } while (0)
+    int group = s->NKV > 0 ? s->NH / s->NKV : 1;
+    MAXW(attn_fwd_ws(s->HD));
+    MAXW(attn_bwd_ws(s->T, s->HD, group));
+    MAXW((size_t)s->C * 4);                  /* rmsnorm_bwd dw columns */
+    MAXW((size_t)s->T * s->HD * 4);          /* rope angle table (shared, counted per thread) */
+    MAXW((size_t)(s->Tcache > s->T ? s->Tcache : s->T) * 4); /* attention_step scores */
+    if (s->dt == TKS_BF16) {                 /* bf16 GEMM panels, K up to max(C, F, V) */
+        int K = s->C;
+        if (2 * s->F > K) K = 2 * s->F;
+        if (s->V > K) K = s->V;
+        if (s->NH * s->HD > K) K = s->NH * s->HD;
+        if (s->B * s->T > K) K = s->B * s->T;
+        MAXW(gemm_ws(K));
+    }
+#undef MAXW
+    return ((per + 63) & ~(size_t)63) * (size_t)NT(be);
+}
+static int cpu_set_workspace(tks_backend *be, void *ws, size_t bytes) {
+    STICKY(be);
+    CTX(be)->ws = ws;
+    CTX(be)->ws_bytes = ws ? bytes : 0;
+    return 0;
+}
+
+/* One stream: everything runs in call order on the calling thread. */
+static struct tks_stream the_stream;
+static struct tks_event the_event;
+static int cpu_stream_create(tks_backend *be, tks_stream **out) {
     (void)be;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-                K, alpha, A, lda, B, ldb, beta, C, ldc);
+    *out = &the_stream;
+    return 0;
+}
+static void cpu_stream_destroy(tks_backend *be, tks_stream *s) { (void)be; (void)s; }
+static int cpu_set_stream(tks_backend *be, tks_stream *s) { (void)s; STICKY(be); return 0; }
+static int cpu_event_create(tks_backend *be, tks_event **out) {
+    (void)be;
+    *out = &the_event;
+    return 0;
+}
+static void cpu_event_destroy(tks_backend *be, tks_event *e) { (void)be; (void)e; }
+static int cpu_event_record(tks_backend *be, tks_event *e) { (void)e; STICKY(be); return 0; }
+static int cpu_stream_wait(tks_backend *be, tks_event *e) { (void)e; STICKY(be); return 0; }
+static int cpu_event_sync(tks_backend *be, tks_event *e) { (void)e; STICKY(be); return 0; }
+
+/* ---- GEMM ------------------------------------------------------------------ */
+
+/* Generic path (any operand in bf16): C is cut into GM x GN panels; each
+ * panel's rows of op(A) and columns of op(B) are widened to fp32 in the
+ * workspace, multiplied by sgemm (fp32 products and sums), and the fp32
+ * panel result is added to / stored into C in c_type. */
+static int gemm_mixed(tks_backend *be, const tks_gemm_args *g) {
+    int M = g->M, N = g->N, K = g->K;
+    if (need_ws(be, "gemm", gemm_ws(K))) return CTX(be)->err;
+    float *A = (float *)(CTX(be)->ws), *Bp = A + (size_t)GM * K, *Cp = Bp + (size_t)K * GN;
+    /* one panel at a time on thread 0's slice; sgemm itself is threaded */
+    for (int i0 = 0; i0 < M; i0 += GM) {
+        int mb = M - i0 < GM ? M - i0 : GM;
+        for (int r = 0; r < mb; r++) /* A panel [mb, K] */
+            for (int k = 0; k < K; k++) {
+                size_t idx = g->trans_a ? (size_t)k * g->lda + (size_t)(i0 + r)
+                                        : (size_t)(i0 + r) * g->lda + (size_t)k;
+                A[(size_t)r * K + k] = ld(g->A, idx, g->a_type);
+            }
+        for (int j0 = 0; j0 < N; j0 += GN) {
+            int nb = N - j0 < GN ? N - j0 : GN;
+            for (int k = 0; k < K; k++) /* B panel [K, nb] */
+                for (int c = 0; c < nb; c++) {
+                    size_t idx = g->trans_b ? (size_t)(j0 + c) * g->ldb + (size_t)k
+                                            : (size_t)k * g->ldb + (size_t)(j0 + c);
+                    Bp[(size_t)k * nb + c] = ld(g->B, idx, g->b_type);
+                }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mb, nb, K, g->alpha, A, K, Bp, nb,
+                        0.0f, Cp, nb);
+            for (int r = 0; r < mb; r++)
+                for (int c = 0; c < nb; c++) {
+                    size_t idx = (size_t)(i0 + r) * g->ldc + (size_t)(j0 + c);
+                    float v = Cp[(size_t)r * nb + c];
+                    if (g->accumulate) v += ld(g->C, idx, g->c_type);
+                    st(g->C, idx, v, g->c_type);
+                }
+        }
+    }
+    return 0;
 }
 
-static void cpu_add(tks_backend *be, float *out, const float *a, const float *b, size_t n) {
+static int cpu_gemm(tks_backend *be, const tks_gemm_args *g) {
+    STICKY(be);
+    if (g->compute != TKS_F32)
+        return op_fail(be, "gemm", TKS_ERR_ARG, "compute type %s: contract 2 computes in fp32",
+                       tks_dtype_name(g->compute));
+    if (g->M < 0 || g->N < 0 || g->K < 0)
+        return op_fail(be, "gemm", TKS_ERR_ARG, "negative shape M %d N %d K %d", g->M, g->N, g->K);
+    if (!g->M || !g->N) return 0;
+    if (g->a_type == TKS_F32 && g->b_type == TKS_F32 && g->c_type == TKS_F32) {
+        cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+                    g->trans_b ? CblasTrans : CblasNoTrans, g->M, g->N, g->K, g->alpha, g->A,
+                    (int)g->lda, g->B, (int)g->ldb, g->accumulate ? 1.0f : 0.0f, g->C, (int)g->ldc);
+        return 0;
+    }
+    return gemm_mixed(be, g);
+}
+
+/* ---- element-wise and reductions ------------------------------------------ */
+
+static int cpu_convert(tks_backend *be, void *dst, tks_dtype ddt, const void *src, tks_dtype sdt,
+                       size_t n) {
+    STICKY(be);
+    if (check_dt(be, "convert", ddt) || check_dt(be, "convert", sdt)) return CTX(be)->err;
+    if (ddt == sdt) {
+        memmove(dst, src, n * tks_dtype_size(ddt));
+        return 0;
+    }
 #pragma omp parallel for schedule(static) num_threads(NT(be))
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    for (size_t i = 0; i < n; i++) st(dst, i, ld(src, i, sdt), ddt);
+    return 0;
 }
 
-static void cpu_scale(tks_backend *be, float *x, size_t n, float s) {
+INL void add_k(void *out, const void *a, const void *b, size_t i0, size_t i1, tks_dtype dt) {
+    for (size_t i = i0; i < i1; i++) st(out, i, ld(a, i, dt) + ld(b, i, dt), dt);
+}
+static int cpu_add(tks_backend *be, void *out, const void *a, const void *b, size_t n,
+                   tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "add", dt)) return CTX(be)->err;
+    enum { BLK = 16384 };
+    size_t nb = (n + BLK - 1) / BLK;
+#pragma omp parallel for schedule(static) num_threads(NT(be))
+    for (size_t k = 0; k < nb; k++) {
+        size_t e = (k + 1) * BLK < n ? (k + 1) * BLK : n;
+        DT_CALL(dt, add_k, out, a, b, k * BLK, e);
+    }
+    return 0;
+}
+
+static int cpu_scale(tks_backend *be, float *x, size_t n, float s) {
+    STICKY(be);
 #pragma omp parallel for schedule(static) num_threads(NT(be))
     for (size_t i = 0; i < n; i++) x[i] *= s;
+    return 0;
 }
 
-static double cpu_sumsq(tks_backend *be, const float *x, size_t n) {
-    /* fixed blocks summed in order: the result does not depend on the thread count */
-    enum { BLK = 4096 };
-    size_t nb = (n + BLK - 1) / BLK;
-    double *part = malloc((nb ? nb : 1) * sizeof *part);
+/* The spans' concatenation cut into NCH fixed chunks (independent of the
+ * thread count), each summed in fp64, the chunk sums added in order: the
+ * result is the same for every thread count. */
+enum { NCH = 64 };
+static int cpu_sumsq(tks_backend *be, float *out, const float *x, const tks_span *spans,
+                     size_t nspans, int accumulate) {
+    STICKY(be);
+    size_t total = 0;
+    for (size_t s = 0; s < nspans; s++) total += spans[s].n;
+    double part[NCH];
 #pragma omp parallel for schedule(static) num_threads(NT(be))
-    for (size_t b = 0; b < nb; b++) {
-        double s = 0;
-        size_t e = (b + 1) * BLK < n ? (b + 1) * BLK : n;
-        for (size_t i = b * BLK; i < e; i++) s += (double)x[i] * x[i];
-        part[b] = s;
+    for (int ch = 0; ch < NCH; ch++) {
+        size_t lo = total * (size_t)ch / NCH, hi = total * (size_t)(ch + 1) / NCH, base = 0;
+        double acc = 0;
+        for (size_t s = 0; s < nspans && base < hi; base += spans[s].n, s++) {
+            size_t a = lo > base ? lo - base : 0, b = hi - base < spans[s].n ? hi - base : spans[s].n;
+            const float *p = x + spans[s].off;
+            for (size_t i = a; i < b; i++) acc += (double)p[i] * p[i];
+        }
+        part[ch] = acc;
     }
     double s = 0;
-    for (size_t b = 0; b < nb; b++) s += part[b];
-    free(part);
-    return s;
+    for (int ch = 0; ch < NCH; ch++) s += part[ch];
+    out[0] = (float)((accumulate ? (double)out[0] : 0.0) + s);
+    return 0;
 }
 
-static void cpu_embedding_fwd(tks_backend *be, float *out, const int32_t *ids, const float *w,
-                              int N, int C, int64_t v0, int V) {
+static int cpu_sum(tks_backend *be, float *out, const float *x, size_t n, int accumulate) {
+    STICKY(be);
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    out[0] = (float)((accumulate ? (double)out[0] : 0.0) + s);
+    return 0;
+}
+
+/* ---- embedding ---------------------------------------------------------------- */
+
+static int cpu_embedding_fwd(tks_backend *be, void *out, const int32_t *ids, const void *w, int N,
+                             int C, int64_t v0, int V, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "embedding_fwd", dt)) return CTX(be)->err;
+    size_t es = tks_dtype_size(dt);
 #pragma omp parallel for schedule(static) num_threads(NT(be))
     for (int i = 0; i < N; i++) {
         int64_t r = (int64_t)ids[i] - v0;
-        float *o = out + (size_t)i * C;
-        if (r >= 0 && r < V) memcpy(o, w + (size_t)r * C, (size_t)C * sizeof *o);
-        else memset(o, 0, (size_t)C * sizeof *o);
+        void *o = atw(out, (size_t)i * C, dt);
+        if (r >= 0 && r < V) memcpy(o, at(w, (size_t)r * C, dt), (size_t)C * es);
+        else memset(o, 0, (size_t)C * es);
     }
+    return 0;
 }
 
-static void cpu_embedding_bwd(tks_backend *be, float *dw, const float *dout, const int32_t *ids,
-                              int N, int C, int64_t v0, int V) {
-    /* parallel over columns: rows hit by several ids accumulate in id order */
-#pragma omp parallel for schedule(static) num_threads(NT(be))
-    for (int c = 0; c < C; c++)
-        for (int i = 0; i < N; i++) {
-            int64_t r = (int64_t)ids[i] - v0;
-            if (r >= 0 && r < V) dw[(size_t)r * C + c] += dout[(size_t)i * C + c];
-        }
-}
-
-static void cpu_rmsnorm_fwd(tks_backend *be, float *out, float *rstd, const float *x,
-                            const float *w, int N, int C, float eps) {
-#pragma omp parallel for schedule(static) num_threads(NT(be))
+INL void emb_bwd_k(float *dw, const void *dout, const int32_t *ids, int N, int C, int64_t v0,
+                   int V, int c0, int c1, tks_dtype dt) {
     for (int i = 0; i < N; i++) {
-        const float *xi = x + (size_t)i * C;
-        float ss = 0;
-        for (int c = 0; c < C; c++) ss += xi[c] * xi[c];
-        float r = 1.0f / sqrtf(ss / (float)C + eps);
-        rstd[i] = r;
-        float *o = out + (size_t)i * C;
-        for (int c = 0; c < C; c++) o[c] = xi[c] * r * w[c];
+        int64_t r = (int64_t)ids[i] - v0;
+        if (r < 0 || r >= V) continue;
+        float *d = dw + (size_t)r * C;
+        for (int c = c0; c < c1; c++) d[c] += ld(dout, (size_t)i * C + c, dt);
     }
 }
-
-static void cpu_rmsnorm_bwd(tks_backend *be, float *dx, float *dw, const float *dout,
-                            const float *x, const float *w, const float *rstd, int N, int C) {
-#pragma omp parallel for schedule(static) num_threads(NT(be))
-    for (int i = 0; i < N; i++) {
-        const float *xi = x + (size_t)i * C, *gi = dout + (size_t)i * C;
-        float r = rstd[i], dot = 0;
-        for (int c = 0; c < C; c++) dot += gi[c] * w[c] * xi[c];
-        float k = dot * r * r * r / (float)C;
-        float *d = dx + (size_t)i * C;
-        for (int c = 0; c < C; c++) d[c] += gi[c] * w[c] * r - k * xi[c];
-    }
-    /* dw: each thread owns a contiguous block of columns and walks the rows in
-     * order, so every column's sum has the same order as before (bitwise the
-     * same result) but the inner loop is contiguous and vectorizes over c */
+static int cpu_embedding_bwd(tks_backend *be, float *dw, const void *dout, const int32_t *ids,
+                             int N, int C, int64_t v0, int V, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "embedding_bwd", dt)) return CTX(be)->err;
+    /* each thread owns a block of columns: rows hit by several ids
+     * accumulate in id order, whatever the thread count */
 #pragma omp parallel num_threads(NT(be))
     {
         int nt = omp_get_num_threads(), id = omp_get_thread_num();
         int c0 = (int)((long)C * id / nt), c1 = (int)((long)C * (id + 1) / nt);
-        float *s = calloc((size_t)(c1 > c0 ? c1 - c0 : 1), sizeof *s);
-        for (int i = 0; i < N; i++) {
-            const float *gi = dout + (size_t)i * C, *xi = x + (size_t)i * C;
-            float r = rstd[i];
-            for (int c = c0; c < c1; c++) s[c - c0] += gi[c] * xi[c] * r;
-        }
-        for (int c = c0; c < c1; c++) dw[c] += s[c - c0];
-        free(s);
+        DT_CALL(dt, emb_bwd_k, dw, dout, ids, N, C, v0, V, c0, c1);
     }
+    return 0;
 }
 
-static void cpu_rope(tks_backend *be, float *x, int B, int T, int H, int HD, int64_t p0,
-                     float theta, int inverse) {
+/* ---- RMSNorm ---------------------------------------------------------------------- */
+
+INL void rms_fwd_row(void *out, float *rstd, const void *x, const void *w, int i, int C, float eps,
+                     tks_dtype dt) {
+    size_t o = (size_t)i * C;
+    float ss = 0;
+    for (int c = 0; c < C; c++) {
+        float v = ld(x, o + c, dt);
+        ss += v * v;
+    }
+    float r = 1.0f / sqrtf(ss / (float)C + eps);
+    rstd[i] = r;
+    for (int c = 0; c < C; c++) st(out, o + c, ld(x, o + c, dt) * r * ld(w, c, dt), dt);
+}
+static int cpu_rmsnorm_fwd(tks_backend *be, void *out, float *rstd, const void *x, const void *w,
+                           int N, int C, float eps, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "rmsnorm_fwd", dt)) return CTX(be)->err;
+#pragma omp parallel for schedule(static) num_threads(NT(be))
+    for (int i = 0; i < N; i++) DT_CALL(dt, rms_fwd_row, out, rstd, x, w, i, C, eps);
+    return 0;
+}
+
+INL void rms_bwd_row(void *dx, const void *dout, const void *x, const void *w, const float *rstd,
+                     int i, int C, tks_dtype dt) {
+    size_t o = (size_t)i * C;
+    float r = rstd[i], dot = 0;
+    for (int c = 0; c < C; c++) dot += ld(dout, o + c, dt) * ld(w, c, dt) * ld(x, o + c, dt);
+    float k = dot * r * r * r / (float)C;
+    for (int c = 0; c < C; c++)
+        st(dx, o + c,
+           ld(dx, o + c, dt) + ld(dout, o + c, dt) * ld(w, c, dt) * r - k * ld(x, o + c, dt), dt);
+}
+INL void rms_dw_cols(float *s, const void *dout, const void *x, const float *rstd, int N, int C,
+                     int c0, int c1, tks_dtype dt) {
+    for (int i = 0; i < N; i++) {
+        size_t o = (size_t)i * C;
+        float r = rstd[i];
+        for (int c = c0; c < c1; c++) s[c - c0] += ld(dout, o + c, dt) * ld(x, o + c, dt) * r;
+    }
+}
+static int cpu_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout, const void *x,
+                           const void *w, const float *rstd, int N, int C, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "rmsnorm_bwd", dt) || need_ws(be, "rmsnorm_bwd", (size_t)C * sizeof(float)))
+        return CTX(be)->err;
+#pragma omp parallel for schedule(static) num_threads(NT(be))
+    for (int i = 0; i < N; i++) DT_CALL(dt, rms_bwd_row, dx, dout, x, w, rstd, i, C);
+    /* dw: each thread owns a contiguous block of columns and walks the rows in
+     * order, so every column's sum has one order whatever the thread count,
+     * and the inner loop is contiguous */
+#pragma omp parallel num_threads(NT(be))
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int c0 = (int)((long)C * id / nt), c1 = (int)((long)C * (id + 1) / nt);
+        float *s = scratch(be, (size_t)C * sizeof(float));
+        memset(s, 0, (size_t)(c1 - c0) * sizeof *s);
+        DT_CALL(dt, rms_dw_cols, s, dout, x, rstd, N, C, c0, c1);
+        for (int c = c0; c < c1; c++) dw[c] += s[c - c0];
+    }
+    return 0;
+}
+
+/* ---- RoPE --------------------------------------------------------------------------- */
+
+INL void rope_row(void *x, size_t o, const float *cs, int half, tks_dtype dt) {
+    for (int j = 0; j < half; j++) {
+        float x1 = ld(x, o + j, dt), x2 = ld(x, o + j + half, dt), co = cs[2 * j], si = cs[2 * j + 1];
+        st(x, o + j, x1 * co - x2 * si, dt);
+        st(x, o + j + half, x2 * co + x1 * si, dt);
+    }
+}
+static int cpu_rope(tks_backend *be, void *x, size_t ldx, int B, int T, int H, int HD, int64_t p0,
+                    float theta, int inverse, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "rope", dt) || need_ws(be, "rope", (size_t)T * HD * sizeof(float)))
+        return CTX(be)->err;
     int half = HD / 2;
-    float *cs = malloc((size_t)T * half * 2 * sizeof *cs);
+    /* the angle table lives in thread 0's slice; built before the loop */
+    float *cs = (float *)CTX(be)->ws;
     /* angles as Hugging Face computes them: float32 inv_freq, float32 products */
     for (int t = 0; t < T; t++)
         for (int j = 0; j < half; j++) {
@@ -157,204 +459,388 @@ static void cpu_rope(tks_backend *be, float *x, int B, int T, int H, int HD, int
 #pragma omp parallel for collapse(2) schedule(static) num_threads(NT(be))
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
-            for (int h = 0; h < H; h++) {
-                float *v = x + (((size_t)b * T + t) * H + h) * HD;
-                const float *c = cs + (size_t)t * half * 2;
-                for (int j = 0; j < half; j++) {
-                    float x1 = v[j], x2 = v[j + half], co = c[2 * j], si = c[2 * j + 1];
-                    v[j] = x1 * co - x2 * si;
-                    v[j + half] = x2 * co + x1 * si;
-                }
-            }
-    free(cs);
+            for (int h = 0; h < H; h++)
+                DT_CALL(dt, rope_row, x, ((size_t)b * T + t) * ldx + (size_t)h * HD,
+                        cs + (size_t)t * half * 2, half);
+    return 0;
 }
 
-/* Attention per (batch, head) as two sgemm calls around a masked softmax:
- * S = scale Q K^T, P = softmax(S) (causal), O = P V. Strided views: a head's
- * rows in q are NH*HD apart, in k and v NKV*HD apart. Inside the parallel
- * loop OpenBLAS's OpenMP build runs each call on the calling thread. */
-static void cpu_attention_fwd(tks_backend *be, float *out, float *probs, const float *q,
-                              const float *k, const float *v, int B, int T, int NH, int NKV,
-                              int HD) {
-    int group = NH / NKV, qs = NH * HD, ks = NKV * HD;
-    float scale = 1.0f / sqrtf((float)HD);
-#pragma omp parallel for collapse(2) schedule(static) num_threads(NT(be))
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            int g = h / group;
-            const float *Q = q + (size_t)b * T * qs + (size_t)h * HD;
-            const float *K = k + (size_t)b * T * ks + (size_t)g * HD;
-            const float *V = v + (size_t)b * T * ks + (size_t)g * HD;
-            float *P = probs + ((size_t)b * NH + h) * T * T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, Q, qs, K, ks, 0.0f,
-                        P, T);
-            for (int t = 0; t < T; t++) {
-                float *p = P + (size_t)t * T, mx = -INFINITY, sum = 0;
-                for (int u = 0; u <= t; u++) mx = p[u] > mx ? p[u] : mx;
-                for (int u = 0; u <= t; u++) sum += (p[u] = expf(p[u] - mx));
-                float inv = 1.0f / sum;
-                for (int u = 0; u <= t; u++) p[u] *= inv;
-                for (int u = t + 1; u < T; u++) p[u] = 0;
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, V, ks, 0.0f,
-                        out + (size_t)b * T * qs + (size_t)h * HD, qs);
+/* ---- flash attention (Dao et al. 2022, "FlashAttention", Algorithm 1 and
+ * its backward), tiled BQ query rows x BK key rows --------------------------- */
+
+/* rows [r0, r0+n) of a head's [T, HD] view (row stride ld) into fp32 dst[n, HD] */
+static void load_tile(float *dst, const void *src, size_t ld, int r0, int n, int HD, tks_dtype dt) {
+    for (int r = 0; r < n; r++)
+        DT_CALL(dt, load_row, dst + (size_t)r * HD, at(src, (size_t)(r0 + r) * ld, dt), (size_t)HD);
+}
+
+/* Forward for one (batch, head, query block): the online softmax over the
+ * key blocks up to the diagonal. S = scale Q K^T; m running max, l running
+ * sum of exp(S - m), O running sum of exp(S - m) V; at the end O / l and
+ * lse = m + log l. */
+static void attn_fwd_block(float *ws, void *out, size_t ldo, float *lse, const void *q, size_t ldq,
+                           const void *k, const void *v, size_t ldkv, int T, int HD, int q0, int nq,
+                           float scale, tks_dtype dt) {
+    float *S = ws, *Q = S + BQ * BK, *O = Q + BQ * HD, *K = O + BQ * HD, *V = K + BK * HD,
+          *m = V + BK * HD, *l = m + BQ;
+    (void)T;
+    load_tile(Q, q, ldq, q0, nq, HD, dt);
+    memset(O, 0, (size_t)nq * HD * sizeof *O);
+    for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
+    for (int k0 = 0; k0 < q0 + nq; k0 += BK) {
+        int nk = q0 + nq - k0 < BK ? q0 + nq - k0 : BK;
+        load_tile(K, k, ldkv, k0, nk, HD, dt);
+        load_tile(V, v, ldkv, k0, nk, HD, dt);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HD, scale, Q, HD, K, HD, 0.0f,
+                    S, BK);
+        for (int r = 0; r < nq; r++) {
+            float *s = S + (size_t)r * BK, mx = m[r];
+            int lim = q0 + r - k0 + 1; /* causal: keys k0 + u <= q0 + r */
+            if (lim > nk) lim = nk;
+            for (int u = 0; u < lim; u++) mx = s[u] > mx ? s[u] : mx;
+            float corr = expf(m[r] - mx), sum = 0; /* exp(-inf) = 0 on the first block */
+            for (int u = 0; u < lim; u++) sum += (s[u] = expf(s[u] - mx));
+            for (int u = lim; u < nk; u++) s[u] = 0;
+            l[r] = l[r] * corr + sum;
+            m[r] = mx;
+            float *o = O + (size_t)r * HD;
+            for (int d = 0; d < HD; d++) o[d] *= corr;
         }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HD, nk, 1.0f, S, BK, V, HD, 1.0f,
+                    O, HD);
+    }
+    for (int r = 0; r < nq; r++) {
+        float inv = 1.0f / l[r], *o = O + (size_t)r * HD;
+        for (int d = 0; d < HD; d++) o[d] *= inv;
+        DT_CALL(dt, store_row, atw(out, (size_t)(q0 + r) * ldo, dt), o, (size_t)HD);
+        lse[q0 + r] = m[r] + logf(l[r]);
+    }
 }
 
-/* Backward per (batch, kv head), so that the dK and dV of a kv head are
- * written by one task: for each query head h of the group,
- *   dP = dO V^T, dS = P o (dP - rowsum(P o dP)) * scale,
- *   dQ = dS K,  dK += dS^T Q,  dV += P^T dO. */
-static void cpu_attention_bwd(tks_backend *be, float *dq, float *dk, float *dv, const float *dout,
-                              const float *probs, const float *q, const float *k, const float *v,
-                              int B, int T, int NH, int NKV, int HD) {
-    int group = NH / NKV, qs = NH * HD, ks = NKV * HD;
+static int cpu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, const void *q,
+                             size_t ldq, const void *k, const void *v, size_t ldkv, int B, int T,
+                             int NH, int NKV, int HD, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "attention_fwd", dt) || need_ws(be, "attention_fwd", attn_fwd_ws(HD)))
+        return CTX(be)->err;
+    int group = NH / NKV, nqb = (T + BQ - 1) / BQ;
     float scale = 1.0f / sqrtf((float)HD);
-#pragma omp parallel for collapse(2) schedule(static) num_threads(NT(be))
+    /* independent tasks (b, h, query block): the result does not depend on
+     * the schedule; inside the loop OpenBLAS runs on the calling thread */
+#pragma omp parallel for collapse(3) schedule(dynamic) num_threads(NT(be))
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int qb = 0; qb < nqb; qb++) {
+                int g = h / group, q0 = qb * BQ, nq = T - q0 < BQ ? T - q0 : BQ;
+                size_t row = (size_t)b * T;
+                attn_fwd_block(scratch(be, attn_fwd_ws(HD)), atw(out, row * ldo + (size_t)h * HD, dt),
+                               ldo, lse + ((size_t)b * NH + h) * T,
+                               at(q, row * ldq + (size_t)h * HD, dt), ldq,
+                               at(k, row * ldkv + (size_t)g * HD, dt),
+                               at(v, row * ldkv + (size_t)g * HD, dt), ldkv, T, HD, q0, nq, scale, dt);
+            }
+    return 0;
+}
+
+/* Backward for one (batch, kv head): the task owns dK and dV of its kv head
+ * and dQ of the query heads of its group, so no two tasks write the same
+ * row. For each key block j and each query block i >= j of each head:
+ *   P = exp(scale Q_i K_j^T - lse_i) (causal), dV_j += P^T dO_i,
+ *   dP = dO_i V_j^T, dS = P o (dP - Dl_i), Dl = rowsum(dO o O),
+ *   dK_j += scale dS^T Q_i, dQ_i += scale dS K_j.
+ * dQ is accumulated in fp32 in the workspace and stored at the end. */
+static void attn_bwd_task(float *ws, void *dq, void *dk, void *dv, const void *dout,
+                          const void *out, size_t ldo, const float *lse, const void *q, size_t ldq,
+                          const void *k, const void *v, size_t ldkv, int T, int HD, int group,
+                          int h0, float scale, tks_dtype dt) {
+    float *dQ = ws, *Dl = dQ + (size_t)group * T * HD, *P = Dl + (size_t)group * T,
+          *dP = P + BQ * BK, *Q = dP + BQ * BK, *dO = Q + BQ * HD, *K = dO + BQ * HD,
+          *V = K + BK * HD, *dK = V + BK * HD, *dV = dK + BK * HD, *Ot = dV + BK * HD;
+    memset(dQ, 0, (size_t)group * T * HD * sizeof *dQ);
+    for (int j = 0; j < group; j++) { /* Dl = rowsum(dO o O) per head */
+        int h = h0 + j;
+        for (int t = 0; t < T; t += BQ) {
+            int n = T - t < BQ ? T - t : BQ;
+            load_tile(dO, at(dout, (size_t)h * HD, dt), ldo, t, n, HD, dt);
+            load_tile(Ot, at(out, (size_t)h * HD, dt), ldo, t, n, HD, dt);
+            for (int r = 0; r < n; r++) {
+                float s = 0;
+                for (int d = 0; d < HD; d++) s += dO[(size_t)r * HD + d] * Ot[(size_t)r * HD + d];
+                Dl[(size_t)j * T + t + r] = s;
+            }
+        }
+    }
+    for (int k0 = 0; k0 < T; k0 += BK) {
+        int nk = T - k0 < BK ? T - k0 : BK;
+        load_tile(K, k, ldkv, k0, nk, HD, dt);
+        load_tile(V, v, ldkv, k0, nk, HD, dt);
+        memset(dK, 0, (size_t)nk * HD * sizeof *dK);
+        memset(dV, 0, (size_t)nk * HD * sizeof *dV);
+        for (int j = 0; j < group; j++) {
+            int h = h0 + j;
+            const float *L = lse + (size_t)h * T;
+            for (int q0 = k0 / BQ * BQ; q0 < T; q0 += BQ) {
+                int nq = T - q0 < BQ ? T - q0 : BQ;
+                load_tile(Q, at(q, (size_t)h * HD, dt), ldq, q0, nq, HD, dt);
+                load_tile(dO, at(dout, (size_t)h * HD, dt), ldo, q0, nq, HD, dt);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HD, scale, Q, HD, K,
+                            HD, 0.0f, P, BK);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HD, 1.0f, dO, HD, V,
+                            HD, 0.0f, dP, BK);
+                for (int r = 0; r < nq; r++) {
+                    float *p = P + (size_t)r * BK, *d = dP + (size_t)r * BK;
+                    int lim = q0 + r - k0 + 1;
+                    if (lim > nk) lim = nk;
+                    if (lim < 0) lim = 0;
+                    float lr = L[q0 + r], dl = Dl[(size_t)j * T + q0 + r];
+                    for (int u = 0; u < lim; u++) {
+                        p[u] = expf(p[u] - lr);
+                        d[u] = p[u] * (d[u] - dl);
+                    }
+                    for (int u = lim; u < nk; u++) p[u] = 0, d[u] = 0;
+                }
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HD, nq, 1.0f, P, BK, dO,
+                            HD, 1.0f, dV, HD);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HD, nq, scale, dP, BK, Q,
+                            HD, 1.0f, dK, HD);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HD, nk, scale, dP, BK, K,
+                            HD, 1.0f, dQ + ((size_t)j * T + q0) * HD, HD);
+            }
+        }
+        for (int r = 0; r < nk; r++) {
+            DT_CALL(dt, store_row, atw(dk, (size_t)(k0 + r) * ldkv, dt), dK + (size_t)r * HD, (size_t)HD);
+            DT_CALL(dt, store_row, atw(dv, (size_t)(k0 + r) * ldkv, dt), dV + (size_t)r * HD, (size_t)HD);
+        }
+    }
+    for (int j = 0; j < group; j++)
+        for (int t = 0; t < T; t++)
+            DT_CALL(dt, store_row, atw(dq, (size_t)t * ldq + (size_t)(h0 + j) * HD, dt),
+                    dQ + ((size_t)j * T + t) * HD, (size_t)HD);
+}
+
+static int cpu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                             const void *out, size_t ldo, const float *lse, const void *q,
+                             size_t ldq, const void *k, const void *v, size_t ldkv, int B, int T,
+                             int NH, int NKV, int HD, tks_dtype dt) {
+    STICKY(be);
+    int group = NH / NKV;
+    if (check_dt(be, "attention_bwd", dt) ||
+        need_ws(be, "attention_bwd", attn_bwd_ws(T, HD, group)))
+        return CTX(be)->err;
+    float scale = 1.0f / sqrtf((float)HD);
+#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(NT(be))
     for (int b = 0; b < B; b++)
         for (int g = 0; g < NKV; g++) {
-            float *dS = malloc((size_t)T * T * sizeof *dS);
-            const float *K = k + (size_t)b * T * ks + (size_t)g * HD;
-            const float *V = v + (size_t)b * T * ks + (size_t)g * HD;
-            float *dK = dk + (size_t)b * T * ks + (size_t)g * HD;
-            float *dV = dv + (size_t)b * T * ks + (size_t)g * HD;
-            for (int h = g * group; h < (g + 1) * group; h++) {
-                const float *P = probs + ((size_t)b * NH + h) * T * T;
-                const float *Q = q + (size_t)b * T * qs + (size_t)h * HD;
-                const float *dO = dout + (size_t)b * T * qs + (size_t)h * HD;
-                float beta = h == g * group ? 0.0f : 1.0f; /* the first head writes, the rest add */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, dO, qs, V, ks,
-                            0.0f, dS, T);
-                for (int t = 0; t < T; t++) {
-                    const float *p = P + (size_t)t * T;
-                    float *d = dS + (size_t)t * T, dot = 0;
-                    for (int u = 0; u <= t; u++) dot += p[u] * d[u];
-                    for (int u = 0; u <= t; u++) d[u] = p[u] * (d[u] - dot) * scale;
-                    for (int u = t + 1; u < T; u++) d[u] = 0;
-                }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, dS, T, K, ks,
-                            0.0f, dq + (size_t)b * T * qs + (size_t)h * HD, qs);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, dS, T, Q, qs, beta,
-                            dK, ks);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, dO, qs, beta,
-                            dV, ks);
-            }
-            free(dS);
+            size_t row = (size_t)b * T;
+            size_t ko = row * ldkv + (size_t)g * HD;
+            attn_bwd_task(scratch(be, attn_bwd_ws(T, HD, group)), atw(dq, row * ldq, dt),
+                          atw(dk, ko, dt), atw(dv, ko, dt), at(dout, row * ldo, dt),
+                          at(out, row * ldo, dt), ldo, lse + (size_t)b * NH * T,
+                          at(q, row * ldq, dt), ldq, at(k, ko, dt), at(v, ko, dt), ldkv, T, HD,
+                          group, g * group, scale, dt);
         }
+    return 0;
 }
 
-static void cpu_attention_step(tks_backend *be, float *out, const float *q, const float *kc,
-                               const float *vc, int t, int NH, int NKV, int HD) {
+INL void attn_step_head(float *p, void *out, const void *q, const void *kc, const void *vc, int t,
+                        int h, int g, int NKV, int HD, float scale, tks_dtype dt) {
+    float mx = -INFINITY, sum = 0;
+    for (int u = 0; u <= t; u++) {
+        size_t ko = ((size_t)u * NKV + g) * HD;
+        float s = 0;
+        for (int d = 0; d < HD; d++) s += ld(q, (size_t)h * HD + d, dt) * ld(kc, ko + d, dt);
+        p[u] = s * scale;
+        if (p[u] > mx) mx = p[u];
+    }
+    for (int u = 0; u <= t; u++) sum += (p[u] = expf(p[u] - mx));
+    for (int d = 0; d < HD; d++) {
+        float o = 0;
+        for (int u = 0; u <= t; u++) o += p[u] / sum * ld(vc, ((size_t)u * NKV + g) * HD + d, dt);
+        st(out, (size_t)h * HD + d, o, dt);
+    }
+}
+static int cpu_attention_step(tks_backend *be, void *out, const void *q, const void *kc,
+                              const void *vc, int t, int NH, int NKV, int HD, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "attention_step", dt) ||
+        need_ws(be, "attention_step", (size_t)(t + 1) * sizeof(float)))
+        return CTX(be)->err;
     int group = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
 #pragma omp parallel for schedule(static) num_threads(NT(be))
-    for (int h = 0; h < NH; h++) {
-        int g = h / group;
-        const float *qh = q + (size_t)h * HD;
-        float *p = malloc((size_t)(t + 1) * sizeof *p);
-        float mx = -INFINITY, sum = 0;
-        for (int u = 0; u <= t; u++) {
-            const float *ku = kc + ((size_t)u * NKV + g) * HD;
-            float s = 0;
-            for (int d = 0; d < HD; d++) s += qh[d] * ku[d];
-            p[u] = s * scale;
-            if (p[u] > mx) mx = p[u];
-        }
-        for (int u = 0; u <= t; u++) sum += (p[u] = expf(p[u] - mx));
-        float *o = out + (size_t)h * HD;
-        memset(o, 0, (size_t)HD * sizeof *o);
-        for (int u = 0; u <= t; u++) {
-            const float *vu = vc + ((size_t)u * NKV + g) * HD;
-            for (int d = 0; d < HD; d++) o[d] += p[u] / sum * vu[d];
-        }
-        free(p);
-    }
+    for (int h = 0; h < NH; h++)
+        DT_CALL(dt, attn_step_head, scratch(be, (size_t)(t + 1) * sizeof(float)), out, q, kc, vc, t,
+                h, h / group, NKV, HD, scale);
+    return 0;
 }
 
-static void cpu_swiglu_fwd(tks_backend *be, float *out, const float *gate, const float *up,
-                           size_t n) {
+/* ---- SwiGLU ------------------------------------------------------------------------- */
+
+INL void swiglu_fwd_row(void *out, const void *gu, int i, int F, tks_dtype dt) {
+    size_t o = (size_t)i * F, gi = (size_t)i * 2 * F;
+    for (int j = 0; j < F; j++) {
+        float g = ld(gu, gi + j, dt);
+        st(out, o + j, g / (1.0f + expf(-g)) * ld(gu, gi + F + j, dt), dt);
+    }
+}
+static int cpu_swiglu_fwd(tks_backend *be, void *out, const void *gu, int M, int F, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "swiglu_fwd", dt)) return CTX(be)->err;
 #pragma omp parallel for schedule(static) num_threads(NT(be))
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    for (int i = 0; i < M; i++) DT_CALL(dt, swiglu_fwd_row, out, gu, i, F);
+    return 0;
 }
 
-static void cpu_swiglu_bwd(tks_backend *be, float *dgate, float *dup, const float *dout,
-                           const float *gate, const float *up, size_t n) {
+INL void swiglu_bwd_row(void *dgu, const void *dout, const void *gu, int i, int F, tks_dtype dt) {
+    size_t o = (size_t)i * F, gi = (size_t)i * 2 * F;
+    for (int j = 0; j < F; j++) {
+        float g = ld(gu, gi + j, dt), u = ld(gu, gi + F + j, dt), d = ld(dout, o + j, dt);
+        float s = 1.0f / (1.0f + expf(-g));
+        st(dgu, gi + F + j, d * g * s, dt);
+        st(dgu, gi + j, d * u * s * (1.0f + g * (1.0f - s)), dt);
+    }
+}
+static int cpu_swiglu_bwd(tks_backend *be, void *dgu, const void *dout, const void *gu, int M,
+                          int F, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "swiglu_bwd", dt)) return CTX(be)->err;
 #pragma omp parallel for schedule(static) num_threads(NT(be))
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i], s = 1.0f / (1.0f + expf(-g));
-        dup[i] = dout[i] * g * s;
-        dgate[i] = dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
-    }
+    for (int i = 0; i < M; i++) DT_CALL(dt, swiglu_bwd_row, dgu, dout, gu, i, F);
+    return 0;
 }
 
-static void cpu_xent_max(tks_backend *be, float *mx, const float *logits, int N, int V, int VR) {
+/* ---- cross-entropy ------------------------------------------------------------------ */
+
+INL float row_max(const void *l, size_t o, int VR, tks_dtype dt) {
+    float m = -INFINITY;
+    for (int j = 0; j < VR; j++) {
+        float x = ld(l, o + j, dt);
+        m = x > m ? x : m;
+    }
+    return m;
+}
+INL float row_sumexp(const void *l, size_t o, int VR, float mx, tks_dtype dt) {
+    float s = 0;
+    for (int j = 0; j < VR; j++) s += expf(ld(l, o + j, dt) - mx);
+    return s;
+}
+/* d[j] = scale * exp(l[j] - mx) / sum, 0 on padding, minus scale at the target */
+INL void row_dlogits(void *d, const void *l, size_t o, int V, int VR, float mx, float sum,
+                     int64_t r, float scale, tks_dtype dt) {
+    float inv = 1.0f / sum;
+    for (int j = 0; j < VR; j++) st(d, o + j, expf(ld(l, o + j, dt) - mx) * inv * scale, dt);
+    for (int j = VR; j < V; j++) st(d, o + j, 0.0f, dt);
+    if (r >= 0 && r < VR) st(d, o + r, ld(d, o + r, dt) - scale, dt);
+}
+INL void xent_fused_row(float *loss, void *logits, const int32_t *targets, int i, int V, int VR,
+                        float scale, tks_dtype dt) {
+    size_t o = (size_t)i * V;
+    float mx = row_max(logits, o, VR, dt), sum = row_sumexp(logits, o, VR, mx, dt);
+    int64_t r = targets[i];
+    float tgt = r >= 0 && r < VR ? ld(logits, o + r, dt) : 0.0f;
+    loss[i] = logf(sum) + mx - tgt;
+    row_dlogits(logits, logits, o, V, VR, mx, sum, r, scale, dt);
+}
+static int cpu_xent_fused(tks_backend *be, float *loss, void *logits, const int32_t *targets,
+                          int N, int V, int VR, float scale, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "xent_fused", dt)) return CTX(be)->err;
+    /* a row chunk is one row here: read twice (max, sum of exp), then
+     * overwritten by its gradient while it is in cache */
 #pragma omp parallel for schedule(static) num_threads(NT(be))
-    for (int i = 0; i < N; i++) {
-        const float *l = logits + (size_t)i * V;
-        float m = -INFINITY;
-        for (int j = 0; j < VR; j++) m = l[j] > m ? l[j] : m;
-        mx[i] = m;
-    }
+    for (int i = 0; i < N; i++) DT_CALL(dt, xent_fused_row, loss, logits, targets, i, V, VR, scale);
+    return 0;
 }
 
-static void cpu_xent_sumexp(tks_backend *be, float *sum, const float *logits, const float *mx,
-                            int N, int V, int VR) {
+static int cpu_xent_max(tks_backend *be, float *mx, const void *logits, int N, int V, int VR,
+                        tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "xent_max", dt)) return CTX(be)->err;
 #pragma omp parallel for schedule(static) num_threads(NT(be))
-    for (int i = 0; i < N; i++) {
-        const float *l = logits + (size_t)i * V;
-        float s = 0;
-        for (int j = 0; j < VR; j++) s += expf(l[j] - mx[i]);
-        sum[i] = s;
-    }
+    for (int i = 0; i < N; i++) mx[i] = DT_CALL(dt, row_max, logits, (size_t)i * V, VR);
+    return 0;
 }
 
-static void cpu_xent_target(tks_backend *be, float *tgt, const float *logits,
-                            const int32_t *targets, int N, int V, int64_t v0, int VR) {
+static int cpu_xent_sumexp(tks_backend *be, float *sum, const void *logits, const float *mx, int N,
+                           int V, int VR, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "xent_sumexp", dt)) return CTX(be)->err;
+#pragma omp parallel for schedule(static) num_threads(NT(be))
+    for (int i = 0; i < N; i++) sum[i] = DT_CALL(dt, row_sumexp, logits, (size_t)i * V, VR, mx[i]);
+    return 0;
+}
+
+static int cpu_xent_target(tks_backend *be, float *tgt, const void *logits,
+                           const int32_t *targets, int N, int V, int64_t v0, int VR, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "xent_target", dt)) return CTX(be)->err;
 #pragma omp parallel for schedule(static) num_threads(NT(be))
     for (int i = 0; i < N; i++) {
         int64_t r = (int64_t)targets[i] - v0;
-        tgt[i] = (r >= 0 && r < VR) ? logits[(size_t)i * V + r] : 0.0f;
+        tgt[i] = (r >= 0 && r < VR) ? ld(logits, (size_t)i * V + (size_t)r, dt) : 0.0f;
     }
+    return 0;
 }
 
-static void cpu_xent_loss(tks_backend *be, float *loss, const float *mx, const float *sum,
-                          const float *tgt, int N) {
-    (void)be;
+static int cpu_xent_loss(tks_backend *be, float *loss, const float *mx, const float *sum,
+                         const float *tgt, int N) {
+    STICKY(be);
     for (int i = 0; i < N; i++) loss[i] = logf(sum[i]) + mx[i] - tgt[i];
+    return 0;
 }
 
-static void cpu_xent_bwd(tks_backend *be, float *dlogits, const float *logits, const float *mx,
-                         const float *sum, const int32_t *targets, int N, int V, int64_t v0,
-                         int VR, float scale) {
+static int cpu_xent_bwd(tks_backend *be, void *dlogits, const void *logits, const float *mx,
+                        const float *sum, const int32_t *targets, int N, int V, int64_t v0,
+                        int VR, float scale, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "xent_bwd", dt)) return CTX(be)->err;
 #pragma omp parallel for schedule(static) num_threads(NT(be))
-    for (int i = 0; i < N; i++) {
-        const float *l = logits + (size_t)i * V;
-        float *d = dlogits + (size_t)i * V;
-        float inv = 1.0f / sum[i];
-        for (int j = 0; j < VR; j++) d[j] = expf(l[j] - mx[i]) * inv * scale;
-        for (int j = VR; j < V; j++) d[j] = 0;
-        int64_t r = (int64_t)targets[i] - v0;
-        if (r >= 0 && r < VR) d[r] -= scale;
-    }
+    for (int i = 0; i < N; i++)
+        DT_CALL(dt, row_dlogits, dlogits, logits, (size_t)i * V, V, VR, mx[i], sum[i],
+                (int64_t)targets[i] - v0, scale);
+    return 0;
 }
 
-static void cpu_adamw(tks_backend *be, float *p, const float *grad, float *m, float *v, size_t n,
-                      float lr, float b1, float b2, float eps, float wd, int64_t t,
-                      float grad_scale) {
+/* ---- AdamW over spans ------------------------------------------------------------------ */
+
+static int cpu_adamw(tks_backend *be, float *p, const float *grad, float *m, float *v, size_t base,
+                     const tks_span *spans, size_t nspans, const tks_adamw_hp *hp,
+                     float grad_scale, const float *gnorm_sq, void *pc, tks_dtype pc_dt) {
+    STICKY(be);
+    if (pc && check_dt(be, "adamw", pc_dt)) return CTX(be)->err;
+    float clipf = 1.0f;
+    if (gnorm_sq) {
+        double nsq = *gnorm_sq; /* read on the device: no host round trip on a GPU */
+        if (!isfinite(nsq)) return 0; /* the caller sees the norm and reports it */
+        double norm = sqrt(nsq);
+        if (hp->clip > 0 && norm > hp->clip) clipf = (float)(hp->clip / norm);
+    }
+    float gs = grad_scale * clipf;
     /* same operation order as torch.optim.AdamW (single-tensor path) */
-    float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
-    float step = lr / bc1, bc2s = sqrtf(bc2), decay = 1.0f - lr * wd;
+    float b1 = hp->b1, b2 = hp->b2, lr = hp->lr, eps = hp->eps;
+    float bc1 = 1.0f - powf(b1, (float)hp->t), bc2 = 1.0f - powf(b2, (float)hp->t);
+    float step = lr / bc1, bc2s = sqrtf(bc2);
+    for (size_t s = 0; s < nspans; s++) {
+        size_t off = spans[s].off, n = spans[s].n;
+        if (off < base) {
+            return op_fail(be, "adamw", TKS_ERR_ARG,
+                           "span at %zu starts before the optimizer slice at %zu (a caller bug)",
+                           off, base);
+        }
+        float decay = 1.0f - lr * spans[s].wd;
+        float *P = p + off, *M = m + (off - base), *Vv = v + (off - base);
+        const float *G = grad + off;
 #pragma omp parallel for schedule(static) num_threads(NT(be))
-    for (size_t i = 0; i < n; i++) {
-        float g = grad[i] * grad_scale;
-        m[i] = m[i] * b1 + g * (1.0f - b1);
-        v[i] = v[i] * b2 + g * g * (1.0f - b2);
-        float denom = sqrtf(v[i]) / bc2s + eps;
-        p[i] = p[i] * decay - step * m[i] / denom;
+        for (size_t i = 0; i < n; i++) {
+            float g = G[i] * gs;
+            M[i] = M[i] * b1 + g * (1.0f - b1);
+            Vv[i] = Vv[i] * b2 + g * g * (1.0f - b2);
+            float denom = sqrtf(Vv[i]) / bc2s + eps;
+            P[i] = P[i] * decay - step * M[i] / denom;
+            if (pc) st(pc, off + i, P[i], pc_dt);
+        }
     }
+    return 0;
 }
 
 static void cpu_destroy(tks_backend *be) {
@@ -382,10 +868,22 @@ tks_backend *tks_cpu_backend_create(int threads) {
     be->memzero = cpu_memzero;
     be->copy = cpu_copy;
     be->sync = cpu_sync;
+    be->workspace_bytes = cpu_workspace_bytes;
+    be->set_workspace = cpu_set_workspace;
+    be->stream_create = cpu_stream_create;
+    be->stream_destroy = cpu_stream_destroy;
+    be->set_stream = cpu_set_stream;
+    be->event_create = cpu_event_create;
+    be->event_destroy = cpu_event_destroy;
+    be->event_record = cpu_event_record;
+    be->stream_wait = cpu_stream_wait;
+    be->event_sync = cpu_event_sync;
     be->gemm = cpu_gemm;
+    be->convert = cpu_convert;
     be->add = cpu_add;
     be->scale = cpu_scale;
     be->sumsq = cpu_sumsq;
+    be->sum = cpu_sum;
     be->embedding_fwd = cpu_embedding_fwd;
     be->embedding_bwd = cpu_embedding_bwd;
     be->rmsnorm_fwd = cpu_rmsnorm_fwd;
@@ -396,6 +894,7 @@ tks_backend *tks_cpu_backend_create(int threads) {
     be->attention_step = cpu_attention_step;
     be->swiglu_fwd = cpu_swiglu_fwd;
     be->swiglu_bwd = cpu_swiglu_bwd;
+    be->xent_fused = cpu_xent_fused;
     be->xent_max = cpu_xent_max;
     be->xent_sumexp = cpu_xent_sumexp;
     be->xent_target = cpu_xent_target;
@@ -404,4 +903,25 @@ tks_backend *tks_cpu_backend_create(int threads) {
     be->adamw = cpu_adamw;
     be->destroy = cpu_destroy;
     return be;
+}
+
+int tks_backend_create(const char *device, int threads, tks_backend **out) {
+    *out = NULL;
+    if (!device) device = "auto";
+    /* cuda when asked, or for auto when built with it and a GPU is present */
+    if (!strcmp(device, "cuda") || (!strcmp(device, "auto") && tks_cuda_device_count() > 0)) {
+        if (!tks_cuda_built())
+            return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                            "--device cuda: this build has no CUDA backend (trainer/cuda is not "
+                            "compiled in); use --device cpu, or rebuild with the CUDA toolkit "
+                            "installed (cmake -DTKS_CUDA=ON)");
+        return tks_cuda_backend_create(-1, out);
+    }
+    int cpu = !strcmp(device, "cpu") || !strcmp(device, "auto");
+    if (!cpu)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "--device %s: unknown device; use cpu, cuda or auto", device);
+    if (!(*out = tks_cpu_backend_create(threads)))
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory creating the cpu backend");
+    return 0;
 }

@@ -7,11 +7,12 @@
  * message saying how to build with CUDA. Every function returns 0 or a
  * negative TKS_ERR_* code with the error context set (common/tks.h).
  *
- * Streams and errors. Every op of the backend is enqueued on one stream of
- * the backend; upload is ordered on it, download and sync wait for it. A
- * failing CUDA or cuBLAS call makes the backend's error STICKY: the first
- * failure (op name, CUDA's message, the fix) is kept, later ops become no-ops
- * and tks_cuda_backend_check returns it. The NCCL comm runs collectives on its
+ * The backend implements contract 2 of backend.h (docs/BACKENDS.md): fp32
+ * and bf16 storage with fp32 arithmetic, cuBLASLt GEMMs, flash-style
+ * attention that saves only lse, streams and events mapped to CUDA's, and a
+ * sticky error: the first failing CUDA/cuBLAS call (op name, CUDA's message,
+ * the fix) is kept, later ops return it without running, and be->sync and
+ * tks_cuda_backend_check report it. The NCCL comm runs collectives on its
  * own stream, ordered after the compute stream's work by an event and before
  * later compute work by another, so model code sees the same order as with
  * the blocking MPI comm.
@@ -60,58 +61,11 @@ void *tks_cuda_backend_stream(tks_backend *be);
  * one line (for logs and the benchmark). */
 void tks_cuda_describe(tks_backend *be, char *out, size_t cap);
 
-/* ---- bf16 mixed precision (the contract v2 ops; tested by test_cuda_ops) ---
- * bf16 values are uint16_t bit patterns (the upper half of an fp32, rounded
- * to nearest even). */
-
-/* dst[i] = bf16(src[i]), round to nearest even; NaN stays NaN. */
-void tks_cuda_to_bf16(tks_backend *be, uint16_t *dst, const float *src, size_t n);
-/* dst[i] = float(src[i]) (exact). */
-void tks_cuda_from_bf16(tks_backend *be, float *dst, const uint16_t *src, size_t n);
-
-/* C[M,N] (fp32) = alpha op(A) op(B) + beta C with A, B bf16, fp32 compute and
- * accumulation (cuBLASLt, CUBLAS_COMPUTE_32F); row-major like be->gemm.
- * beta = 1 accumulates weight gradients into fp32. */
-void tks_cuda_gemm_bf16(tks_backend *be, int trans_a, int trans_b, int M, int N, int K,
-                        float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                        float beta, float *C, int ldc);
-
-/* Multi-tensor AdamW over the flat buffer (one launch): fp32 master weights p,
- * fp32 moments m, v, fp32 gradients; the update reads grad_scale from DEVICE
- * memory (the clip factor computed on the device) and writes the bf16 copy
- * p16 (may be NULL). Formula as be->adamw. */
-void tks_cuda_adamw_flat(tks_backend *be, float *p, uint16_t *p16, const float *grad, float *m,
-                         float *v, size_t n, float lr, float b1, float b2, float eps, float wd,
-                         int64_t t, const float *grad_scale_dev);
-
-/* Deterministic global norm without atomics: out[0] (device, fp32) =
- * sqrt(sum over k of sumsq(x_k[0..n_k))) for `count` tensors. Stage 1: a fixed
- * grid of blocks writes partial sums (double) in a fixed order; stage 2: one
- * block adds them in that order. Same bits on every run and every GPU model.
- * Also writes out[1] = min(1, max_norm / (norm + 1e-6)) (the clip factor;
- * max_norm <= 0: 1). */
-void tks_cuda_global_norm(tks_backend *be, float *out, const float *const *x, const size_t *n,
-                          int count, float max_norm);
-
-/* Fused residual add + RMSNorm forward: res[N,C] += x (x may be NULL: no add),
- * out = rmsnorm(res) * w, rstd[N] saved; out is written as fp32 and, when
- * out16 != NULL, as bf16. */
-void tks_cuda_residual_rmsnorm_fwd(tks_backend *be, float *res, float *out, uint16_t *out16,
-                                   float *rstd, const float *x, const float *w, int N, int C,
-                                   float eps);
-
-/* Fused chunked classifier: for rows [0, N) of logits[N,V] (fp32; VR real
- * columns), writes loss[i] and overwrites the row IN PLACE with
- * dlogits = scale (softmax - onehot) (no second [N,V] buffer): one pass for the
- * max and sum (online softmax), one to write the gradient. targets global
- * ids, v0 = 0 (tp = 1). */
-void tks_cuda_xent_fused(tks_backend *be, float *logits, float *loss, const int32_t *targets,
-                         int N, int V, int VR, float scale);
-
-/* Attention through cuDNN's fused flash attention (bf16 q, k, v [B,T,H,HD],
- * causal, GQA; forward saves lse[B,NH,T] fp32; deterministic backward), graphs
- * cached per shape. Errors: TKS_ERR_ARG when built without the cuDNN frontend
- * or the shape is not supported (the caller falls back to be->attention_*). */
+/* Attention through cuDNN's fused flash attention (bf16 q, k, v [B,T,H,HD]
+ * with rows H*HD apart, causal, GQA; forward saves lse[B,NH,T] fp32;
+ * deterministic backward), graphs cached per shape, on the backend's default
+ * stream. Errors: TKS_ERR_ARG when built without the cuDNN frontend or the
+ * shape is not supported (then be->attention_* is tokshard's own kernel). */
 int tks_cuda_flash_fwd(tks_backend *be, uint16_t *out, float *lse, const uint16_t *q,
                        const uint16_t *k, const uint16_t *v, int B, int T, int NH, int NKV, int HD);
 int tks_cuda_flash_bwd(tks_backend *be, uint16_t *dq, uint16_t *dk, uint16_t *dv,

@@ -1,15 +1,19 @@
-/* cuda_backend.cu - backend.h on an NVIDIA GPU: memory and stream, the
- * element-wise and row kernels, the reference attention, AdamW, and the bf16
- * mixed-precision ops of cuda.h. GEMMs are in cuda_gemm.cu.
+/* cuda_backend.cu - backend.h (contract 2) on an NVIDIA GPU: memory, streams
+ * and events, the element-wise and row kernels, flash-style attention that
+ * keeps only lse, the multi-tensor AdamW, deterministic reductions. GEMMs are
+ * in cuda_gemm.cu, cuDNN's fused attention in cudnn_attention.cpp.
  *
- * Formulas and their sources are in backend.h; each kernel follows the CPU
- * reference's operation order where that order is part of a guarantee
+ * Storage is fp32 or bf16 (the op's dt); arithmetic is fp32 in registers
+ * (ld/st below convert). Formulas and sources are in backend.h; kernels keep
+ * the CPU reference's operation order where that order is a guarantee
  * (embedding and RMSNorm weight gradients sum rows in id order, so they are
  * deterministic; AdamW uses torch.optim.AdamW's order). Reductions inside a
- * row use a fixed tree, so two runs give the same bits (no atomics anywhere).
+ * row use a fixed tree and no atomics anywhere, so two runs give the same
+ * bits.
  *
  * Legend (backend.h): B batch, T sequence, N = B*T rows, C dim, NH query
- * heads, NKV kv heads, HD head dim, V vocab columns of a shard, VR real ones.
+ * heads, NKV kv heads, HD head dim, F SwiGLU hidden dim, V vocab columns of a
+ * shard, VR its real ones.
  */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -39,7 +43,8 @@ int tks_cuda_check_rt(tks_cuda_ctx *c, cudaError_t e, const char *op) {
     if (e == cudaSuccess) return 0;
     if (e == cudaErrorMemoryAllocation && !c->err) {
         c->err = TKS_ERR_NOMEM;
-        snprintf(c->err_msg, sizeof c->err_msg, "CUDA backend: %s: out of device memory", op);
+        snprintf(c->err_msg, sizeof c->err_msg,
+                 "CUDA backend: %s: out of device memory: lower --micro-batch or --seq-len", op);
         return 1;
     }
     return tks_cuda_fail(c, op, cudaGetErrorString(e));
@@ -50,20 +55,38 @@ int tks_cuda_check_blas(tks_cuda_ctx *c, cublasStatus_t s, const char *op) {
     return tks_cuda_fail(c, op, cublasGetStatusString(s));
 }
 
-/* After each launch: a bad configuration is reported here, a fault at sync. */
-#define LAUNCHED(c, op) tks_cuda_check_rt((c), cudaGetLastError(), (op))
+/* A caller error (bad dtype, workspace too small): sticky like the rest. */
+static int arg_fail(tks_cuda_ctx *c, const char *op, const char *why) {
+    if (!c->err) {
+        c->err = TKS_ERR_ARG;
+        snprintf(c->err_msg, sizeof c->err_msg, "CUDA backend: %s: %s", op, why);
+    }
+    return c->err;
+}
+
 #define CTX(be) tks_cuda_ctx *c = tks_cuda_ctx_of(be)
-#define SKIP_IF_FAILED(c) \
-    if ((c)->err) return
+#define STICKY(c) \
+    if ((c)->err) return (c)->err
+#define LAUNCHED(c, op) (tks_cuda_check_rt((c), cudaGetLastError(), (op)), (c)->err)
+#define CHECK_DT(c, op, dt)                                                          \
+    if ((dt) != TKS_F32 && (dt) != TKS_BF16) return arg_fail((c), (op), "dtype is neither fp32 nor bf16")
 
 static unsigned grid_for(size_t n, unsigned block) {
     size_t g = (n + block - 1) / block;
     return (unsigned)(g > 65535u * 16 ? 65535u * 16 : (g ? g : 1));
 }
 
+/* ---- storage types: load as fp32, store with round to nearest even --------- */
+
+typedef __nv_bfloat16 bf16;
+__device__ __forceinline__ float ldv(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ldv(const bf16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void stv(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void stv(bf16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
 /* ---- block reductions (fixed tree: warp shuffles, then warp 0) -------------- */
 
-template <typename T> __device__ T warp_sum(T v) {
+template <typename R> __device__ R warp_sum(R v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
@@ -72,15 +95,14 @@ __device__ float warp_max(float v) {
     return v;
 }
 /* every thread of the block gets the sum; `sh` holds 32 values */
-template <typename T> __device__ T block_sum(T v, T *sh) {
+template <typename R> __device__ R block_sum(R v, R *sh) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     v = warp_sum(v);
     __syncthreads();
     if (lane == 0) sh[w] = v;
     __syncthreads();
-    T r = lane < nw ? sh[lane] : (T)0;
-    r = warp_sum(r);
-    return r;
+    R r = lane < nw ? sh[lane] : (R)0;
+    return warp_sum(r);
 }
 __device__ float block_max(float v, float *sh) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
@@ -96,16 +118,15 @@ __device__ float block_max(float v, float *sh) {
 
 static void *cu_alloc(tks_backend *be, size_t bytes) {
     CTX(be);
-    if (c->err) return NULL;
     void *p = NULL;
     size_t n = (bytes + 255) & ~(size_t)255;
-    cudaError_t e = cudaMalloc(&p, n ? n : 256);
+    if (!n) n = 256;
+    cudaError_t e = cudaMalloc(&p, n);
     if (e != cudaSuccess) {
-        cudaGetLastError(); /* an allocation failure is not sticky for CUDA */
+        cudaGetLastError(); /* an allocation failure is not sticky */
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
-        /* name the biggest buffers so the message says what to shrink */
-        size_t big[3] = {0, 0, 0};
+        size_t big[3] = {0, 0, 0}; /* the biggest buffers: what to shrink */
         for (int i = 0; i < c->nallocs; i++) {
             size_t b = c->allocs[i].bytes;
             for (int k = 0; k < 3; k++)
@@ -118,14 +139,18 @@ static void *cu_alloc(tks_backend *be, size_t bytes) {
         tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
                  "CUDA backend: out of device memory allocating %.1f MiB on device %d (%.1f MiB "
                  "allocated by tokshard, largest buffers %.1f, %.1f, %.1f MiB; %.1f of %.1f MiB "
-                 "free): lower --micro-batch or --seq-len, or use more GPUs with --dp-shard/--tp",
+                 "free): lower --micro-batch or --seq-len, use --dtype bf16, or spread the model "
+                 "with --dp-shard/--tp",
                  (double)bytes / 1048576.0, c->device, (double)c->bytes_now / 1048576.0,
                  (double)big[0] / 1048576.0, (double)big[1] / 1048576.0,
                  (double)big[2] / 1048576.0, (double)fr / 1048576.0, (double)tot / 1048576.0);
         return NULL;
     }
-    if (tks_cuda_check_rt(c, cudaMemsetAsync(p, 0, n ? n : 256, c->stream), "alloc (zero fill)")) {
+    /* zero-filled before any stream can use it */
+    if (cudaMemsetAsync(p, 0, n, c->stream) != cudaSuccess || cudaStreamSynchronize(c->stream) != cudaSuccess) {
+        cudaGetLastError();
         cudaFree(p);
+        tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "CUDA backend: zero-filling a new buffer failed");
         return NULL;
     }
     if (c->nallocs < TKS_MAX_ALLOCS) {
@@ -147,304 +172,406 @@ static void cu_free(tks_backend *be, void *p) {
             c->allocs[i] = c->allocs[--c->nallocs];
             break;
         }
-    cudaStreamSynchronize(c->stream);
+    cudaDeviceSynchronize();
     cudaFree(p);
 }
 
-static void cu_upload(tks_backend *be, void *dst, const void *src, size_t bytes) {
+static int cu_upload(tks_backend *be, void *dst, const void *src, size_t bytes) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    /* pageable source: the copy has read it when the call returns */
-    tks_cuda_check_rt(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
+    STICKY(c);
+    /* pageable source: the host buffer may be reused when the call returns */
+    tks_cuda_check_rt(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->cur), "upload");
+    return c->err;
 }
-static void cu_download(tks_backend *be, void *dst, const void *src, size_t bytes) {
+static int cu_download(tks_backend *be, void *dst, const void *src, size_t bytes) {
     CTX(be);
     if (c->err) {
         memset(dst, 0xff, bytes); /* NaN, never stale data that looks valid */
-        return;
+        return c->err;
     }
-    tks_cuda_check_rt(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream), "download");
-    tks_cuda_check_rt(c, cudaStreamSynchronize(c->stream), "download (stream sync)");
+    tks_cuda_check_rt(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->cur), "download");
+    if (!c->err) tks_cuda_check_rt(c, cudaStreamSynchronize(c->cur), "download (stream sync)");
+    return c->err;
 }
-static void cu_memzero(tks_backend *be, void *p, size_t bytes) {
+static int cu_memzero(tks_backend *be, void *p, size_t bytes) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    tks_cuda_check_rt(c, cudaMemsetAsync(p, 0, bytes, c->stream), "memzero");
+    STICKY(c);
+    tks_cuda_check_rt(c, cudaMemsetAsync(p, 0, bytes, c->cur), "memzero");
+    return c->err;
 }
-static void cu_copy(tks_backend *be, void *dst, const void *src, size_t bytes) {
+static int cu_copy(tks_backend *be, void *dst, const void *src, size_t bytes) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    tks_cuda_check_rt(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream), "copy");
+    STICKY(c);
+    tks_cuda_check_rt(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->cur), "copy");
+    return c->err;
 }
-static void cu_sync(tks_backend *be) {
+static int cu_sync(tks_backend *be) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    tks_cuda_check_rt(c, cudaStreamSynchronize(c->stream), "sync");
+    if (!c->err) tks_cuda_check_rt(c, cudaDeviceSynchronize(), "sync");
+    if (c->err) return tks_fail(c->err, NULL, TKS_NONE, TKS_NONE, "%s", c->err_msg);
+    return 0;
 }
 
-static void cu_gemm(tks_backend *be, int ta, int tb, int M, int N, int K, float alpha,
-                    const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                    int ldc) {
-    tks_cuda_gemm_f32(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+/* ---- workspace: attention's backward keeps D[B,NH,T] (fp32) there ----------- */
+
+static size_t cu_workspace_bytes(tks_backend *be, const tks_ws_shape *s) {
+    (void)be;
+    size_t d = (size_t)(s->B > 0 ? s->B : 1) * (size_t)(s->NH > 0 ? s->NH : 1) *
+               (size_t)(s->T > 0 ? s->T : 1) * sizeof(float);
+    return (d + 255) & ~(size_t)255;
+}
+static int cu_set_workspace(tks_backend *be, void *ws, size_t bytes) {
+    CTX(be);
+    STICKY(c);
+    c->ws = ws;
+    c->ws_bytes = ws ? bytes : 0;
+    return 0;
+}
+
+/* ---- streams and events: CUDA's own ----------------------------------------- */
+
+static int cu_stream_create(tks_backend *be, tks_stream **out) {
+    CTX(be);
+    STICKY(c);
+    cudaStream_t s = NULL;
+    *out = NULL;
+    if (tks_cuda_check_rt(c, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream_create"))
+        return c->err;
+    *out = (tks_stream *)s;
+    return 0;
+}
+static void cu_stream_destroy(tks_backend *be, tks_stream *s) {
+    CTX(be);
+    if (!s) return;
+    if (c->cur == (cudaStream_t)s) c->cur = c->stream;
+    cudaStreamSynchronize((cudaStream_t)s);
+    cudaStreamDestroy((cudaStream_t)s);
+}
+static int cu_set_stream(tks_backend *be, tks_stream *s) {
+    CTX(be);
+    STICKY(c);
+    c->cur = s ? (cudaStream_t)s : c->stream;
+    return 0;
+}
+static int cu_event_create(tks_backend *be, tks_event **out) {
+    CTX(be);
+    STICKY(c);
+    cudaEvent_t e = NULL;
+    *out = NULL;
+    if (tks_cuda_check_rt(c, cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event_create"))
+        return c->err;
+    *out = (tks_event *)e;
+    return 0;
+}
+static void cu_event_destroy(tks_backend *be, tks_event *e) {
+    (void)be;
+    if (e) cudaEventDestroy((cudaEvent_t)e);
+}
+static int cu_event_record(tks_backend *be, tks_event *e) {
+    CTX(be);
+    STICKY(c);
+    tks_cuda_check_rt(c, cudaEventRecord((cudaEvent_t)e, c->cur), "event_record");
+    return c->err;
+}
+static int cu_stream_wait(tks_backend *be, tks_event *e) {
+    CTX(be);
+    STICKY(c);
+    tks_cuda_check_rt(c, cudaStreamWaitEvent(c->cur, (cudaEvent_t)e, 0), "stream_wait");
+    return c->err;
+}
+static int cu_event_sync(tks_backend *be, tks_event *e) {
+    CTX(be);
+    STICKY(c);
+    tks_cuda_check_rt(c, cudaEventSynchronize((cudaEvent_t)e), "event_sync");
+    return c->err;
 }
 
 /* ---- element-wise ------------------------------------------------------------- */
 
-__global__ void k_add(float *out, const float *a, const float *b, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+#define GRID_STRIDE(i, n)                                                      \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);   \
          i += (size_t)gridDim.x * blockDim.x)
-        out[i] = a[i] + b[i];
+
+template <typename D, typename S> __global__ void k_convert(D *dst, const S *src, size_t n) {
+    GRID_STRIDE(i, n) stv(dst, i, ldv(src, i));
 }
-__global__ void k_scale(float *x, size_t n, float s) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        x[i] *= s;
-}
-static void cu_add(tks_backend *be, float *out, const float *a, const float *b, size_t n) {
+static int cu_convert(tks_backend *be, void *dst, tks_dtype ddt, const void *src, tks_dtype sdt,
+                      size_t n) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    if (!n) return;
-    k_add<<<grid_for(n, 256), 256, 0, c->stream>>>(out, a, b, n);
-    LAUNCHED(c, "add");
-}
-static void cu_scale(tks_backend *be, float *x, size_t n, float s) {
-    CTX(be);
-    SKIP_IF_FAILED(c);
-    if (!n) return;
-    k_scale<<<grid_for(n, 256), 256, 0, c->stream>>>(x, n, s);
-    LAUNCHED(c, "scale");
+    STICKY(c);
+    CHECK_DT(c, "convert", ddt);
+    CHECK_DT(c, "convert", sdt);
+    if (!n) return 0;
+    if (ddt == sdt)
+        return cu_copy(be, dst, src, n * tks_dtype_size(ddt));
+    if (ddt == TKS_BF16)
+        k_convert<bf16, float><<<grid_for(n, 256), 256, 0, c->cur>>>((bf16 *)dst, (const float *)src, n);
+    else
+        k_convert<float, bf16><<<grid_for(n, 256), 256, 0, c->cur>>>((float *)dst, (const bf16 *)src, n);
+    return LAUNCHED(c, "convert");
 }
 
-/* ---- deterministic sum of squares: two stages, no atomics ------------------- */
-/* Stage 1: TKS_NORM_BLOCKS blocks; block b owns the elements i with
- * (i / 256) % TKS_NORM_BLOCKS == b, walks them in order, reduces in a fixed
- * tree. Stage 2: one block adds the partials in a fixed tree. The partition
- * depends only on n, so the bits depend only on the data. Several tensors
- * accumulate into the same partials in call order (global norm). */
-__global__ void k_sumsq_stage1(double *part, const float *x, size_t n, int accumulate) {
+template <typename T> __global__ void k_add(T *out, const T *a, const T *b, size_t n) {
+    GRID_STRIDE(i, n) stv(out, i, ldv(a, i) + ldv(b, i));
+}
+__global__ void k_scale(float *x, size_t n, float s) { GRID_STRIDE(i, n) x[i] *= s; }
+
+static int cu_add(tks_backend *be, void *out, const void *a, const void *b, size_t n, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "add", dt);
+    if (!n) return 0;
+    if (dt == TKS_BF16)
+        k_add<bf16><<<grid_for(n, 256), 256, 0, c->cur>>>((bf16 *)out, (const bf16 *)a, (const bf16 *)b, n);
+    else
+        k_add<float><<<grid_for(n, 256), 256, 0, c->cur>>>((float *)out, (const float *)a, (const float *)b, n);
+    return LAUNCHED(c, "add");
+}
+static int cu_scale(tks_backend *be, float *x, size_t n, float s) {
+    CTX(be);
+    STICKY(c);
+    if (!n) return 0;
+    k_scale<<<grid_for(n, 256), 256, 0, c->cur>>>(x, n, s);
+    return LAUNCHED(c, "scale");
+}
+
+/* ---- deterministic reductions into a device scalar: two stages, no atomics --
+ * Stage 1: TKS_NORM_BLOCKS blocks of 256 threads; element i of a span goes to
+ * thread (i mod 256*blocks), each thread sums its elements in order, each
+ * block reduces in a fixed tree, and the spans add into the same partials in
+ * call order. Stage 2: one block adds the partials in a fixed tree. The
+ * partition depends only on the sizes, never on the GPU, so the bits depend
+ * only on the data. fp64 accumulation, as the contract asks. */
+__global__ void k_reduce_stage1(double *part, const float *x, size_t n, int square, int first) {
     __shared__ double sh[32];
     double s = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        s += (double)x[i] * (double)x[i];
+    GRID_STRIDE(i, n) {
+        double v = (double)x[i];
+        s += square ? v * v : v;
+    }
     s = block_sum(s, sh);
-    if (threadIdx.x == 0) part[blockIdx.x] = accumulate ? part[blockIdx.x] + s : s;
+    if (threadIdx.x == 0) part[blockIdx.x] = first ? s : part[blockIdx.x] + s;
 }
-__global__ void k_sumsq_stage2(double *res, float *out, const double *part, int nb, float max_norm) {
+__global__ void k_reduce_stage2(float *out, const double *part, int nb, int accumulate) {
     __shared__ double sh[32];
     double s = 0;
     for (int i = threadIdx.x; i < nb; i += blockDim.x) s += part[i];
     s = block_sum(s, sh);
-    if (threadIdx.x == 0) {
-        if (res) *res = s;
-        if (out) {
-            float norm = (float)sqrt(s);
-            out[0] = norm;
-            out[1] = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6f) : 1.0f;
-        }
-    }
+    if (threadIdx.x == 0) out[0] = (float)((accumulate ? (double)out[0] : 0.0) + s);
 }
-static double cu_sumsq(tks_backend *be, const float *x, size_t n) {
-    CTX(be);
-    if (c->err) return NAN;
-    k_sumsq_stage1<<<TKS_NORM_BLOCKS, 256, 0, c->stream>>>(c->d_partial, x, n, 0);
-    LAUNCHED(c, "sumsq (stage 1)");
-    k_sumsq_stage2<<<1, 1024, 0, c->stream>>>(c->d_partial + TKS_NORM_BLOCKS, NULL, c->d_partial,
-                                              TKS_NORM_BLOCKS, 0);
-    LAUNCHED(c, "sumsq (stage 2)");
-    tks_cuda_check_rt(c, cudaMemcpyAsync(c->h_result, c->d_partial + TKS_NORM_BLOCKS, sizeof(double),
-                                         cudaMemcpyDeviceToHost, c->stream), "sumsq (download)");
-    tks_cuda_check_rt(c, cudaStreamSynchronize(c->stream), "sumsq (sync)");
-    return c->err ? NAN : *c->h_result;
-}
-
-extern "C" void tks_cuda_global_norm(tks_backend *be, float *out, const float *const *x,
-                                     const size_t *n, int count, float max_norm) {
-    CTX(be);
-    SKIP_IF_FAILED(c);
-    cudaMemsetAsync(c->d_partial, 0, TKS_NORM_BLOCKS * sizeof(double), c->stream);
-    for (int k = 0; k < count; k++) {
-        if (!n[k]) continue;
-        k_sumsq_stage1<<<TKS_NORM_BLOCKS, 256, 0, c->stream>>>(c->d_partial, x[k], n[k], 1);
-        LAUNCHED(c, "global_norm (stage 1)");
+static int reduce(tks_cuda_ctx *c, float *out, const float *x, const tks_span *spans, size_t nspans,
+                  int square, int accumulate, const char *op) {
+    int first = 1;
+    for (size_t k = 0; k < nspans; k++) {
+        if (!spans[k].n) continue;
+        k_reduce_stage1<<<TKS_NORM_BLOCKS, 256, 0, c->cur>>>(c->d_partial, x + spans[k].off,
+                                                            spans[k].n, square, first);
+        first = 0;
+        if (LAUNCHED(c, op)) return c->err;
     }
-    k_sumsq_stage2<<<1, 1024, 0, c->stream>>>(NULL, out, c->d_partial, TKS_NORM_BLOCKS, max_norm);
-    LAUNCHED(c, "global_norm (stage 2)");
+    if (first) tks_cuda_check_rt(c, cudaMemsetAsync(c->d_partial, 0, TKS_NORM_BLOCKS * sizeof(double), c->cur), op);
+    k_reduce_stage2<<<1, 1024, 0, c->cur>>>(out, c->d_partial, TKS_NORM_BLOCKS, accumulate);
+    return LAUNCHED(c, op);
+}
+static int cu_sumsq(tks_backend *be, float *out, const float *x, const tks_span *spans,
+                    size_t nspans, int accumulate) {
+    CTX(be);
+    STICKY(c);
+    return reduce(c, out, x, spans, nspans, 1, accumulate, "sumsq");
+}
+static int cu_sum(tks_backend *be, float *out, const float *x, size_t n, int accumulate) {
+    CTX(be);
+    STICKY(c);
+    tks_span s = {0, n, 0.0f};
+    return reduce(c, out, x, &s, 1, 0, accumulate, "sum");
 }
 
 /* ---- embedding ----------------------------------------------------------------- */
 
-__global__ void k_embedding_fwd(float *out, const int32_t *ids, const float *w, int C, int64_t v0,
-                                int V) {
+template <typename T>
+__global__ void k_embedding_fwd(T *out, const int32_t *ids, const T *w, int C, int64_t v0, int V) {
     int i = blockIdx.x;
     int64_t r = (int64_t)ids[i] - v0;
-    float *o = out + (size_t)i * C;
+    size_t o = (size_t)i * C;
     if (r >= 0 && r < V) {
-        const float *src = w + (size_t)r * C;
-        for (int j = threadIdx.x; j < C; j += blockDim.x) o[j] = src[j];
+        for (int j = threadIdx.x; j < C; j += blockDim.x) out[o + j] = w[(size_t)r * C + j];
     } else {
-        for (int j = threadIdx.x; j < C; j += blockDim.x) o[j] = 0.0f;
+        for (int j = threadIdx.x; j < C; j += blockDim.x) stv(out, o + j, 0.0f);
     }
 }
-/* Deterministic: one thread per column walks the rows in id order, the same
- * order as the CPU reference (so the result is bitwise the CPU's). Reads of
- * dout are coalesced across the warp (consecutive columns). */
-__global__ void k_embedding_bwd(float *dw, const float *dout, const int32_t *ids, int N, int C,
+/* Deterministic: one thread per column walks the rows in id order (the CPU
+ * reference's order); reads of dout are coalesced across the warp. */
+template <typename T>
+__global__ void k_embedding_bwd(float *dw, const T *dout, const int32_t *ids, int N, int C,
                                 int64_t v0, int V) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (col >= C) return;
     for (int i = 0; i < N; i++) {
         int64_t r = (int64_t)ids[i] - v0;
-        if (r >= 0 && r < V) dw[(size_t)r * C + col] += dout[(size_t)i * C + col];
+        if (r >= 0 && r < V) dw[(size_t)r * C + col] += ldv(dout, (size_t)i * C + col);
     }
 }
-static void cu_embedding_fwd(tks_backend *be, float *out, const int32_t *ids, const float *w,
-                             int N, int C, int64_t v0, int V) {
+static int cu_embedding_fwd(tks_backend *be, void *out, const int32_t *ids, const void *w, int N,
+                            int C, int64_t v0, int V, tks_dtype dt) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    if (N <= 0) return;
-    k_embedding_fwd<<<N, 256, 0, c->stream>>>(out, ids, w, C, v0, V);
-    LAUNCHED(c, "embedding_fwd");
+    STICKY(c);
+    CHECK_DT(c, "embedding_fwd", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16)
+        k_embedding_fwd<bf16><<<N, 256, 0, c->cur>>>((bf16 *)out, ids, (const bf16 *)w, C, v0, V);
+    else
+        k_embedding_fwd<float><<<N, 256, 0, c->cur>>>((float *)out, ids, (const float *)w, C, v0, V);
+    return LAUNCHED(c, "embedding_fwd");
 }
-static void cu_embedding_bwd(tks_backend *be, float *dw, const float *dout, const int32_t *ids,
-                             int N, int C, int64_t v0, int V) {
+static int cu_embedding_bwd(tks_backend *be, float *dw, const void *dout, const int32_t *ids, int N,
+                            int C, int64_t v0, int V, tks_dtype dt) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    if (N <= 0) return;
-    k_embedding_bwd<<<(C + 127) / 128, 128, 0, c->stream>>>(dw, dout, ids, N, C, v0, V);
-    LAUNCHED(c, "embedding_bwd");
+    STICKY(c);
+    CHECK_DT(c, "embedding_bwd", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16)
+        k_embedding_bwd<bf16><<<(C + 127) / 128, 128, 0, c->cur>>>(dw, (const bf16 *)dout, ids, N, C, v0, V);
+    else
+        k_embedding_bwd<float><<<(C + 127) / 128, 128, 0, c->cur>>>(dw, (const float *)dout, ids, N, C, v0, V);
+    return LAUNCHED(c, "embedding_bwd");
 }
 
 /* ---- RMSNorm -------------------------------------------------------------------- */
 
-__global__ void k_rmsnorm_fwd(float *out, uint16_t *out16, float *rstd, float *res, const float *x,
-                              const float *w, int C, float eps) {
+template <typename T>
+__global__ void k_rmsnorm_fwd(T *out, float *rstd, const T *x, const T *w, int C, float eps) {
     __shared__ float sh[32];
-    int i = blockIdx.x;
-    float *xi = res + (size_t)i * C;
-    const float *add = x ? x + (size_t)i * C : NULL;
+    size_t o = (size_t)blockIdx.x * C;
     float ss = 0;
     for (int j = threadIdx.x; j < C; j += blockDim.x) {
-        float v = xi[j];
-        if (add) xi[j] = v = v + add[j];
+        float v = ldv(x, o + j);
         ss += v * v;
     }
     ss = block_sum(ss, sh);
     float r = 1.0f / sqrtf(ss / (float)C + eps);
-    if (threadIdx.x == 0) rstd[i] = r;
-    float *o = out ? out + (size_t)i * C : NULL;
-    for (int j = threadIdx.x; j < C; j += blockDim.x) {
-        float y = xi[j] * r * w[j];
-        if (o) o[j] = y;
-        if (out16) {
-            __nv_bfloat16 b = __float2bfloat16_rn(y);
-            out16[(size_t)i * C + j] = *(uint16_t *)&b;
-        }
-    }
+    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) stv(out, o + j, ldv(x, o + j) * r * ldv(w, j));
 }
-__global__ void k_rmsnorm_bwd_dx(float *dx, const float *dout, const float *x, const float *w,
-                                 const float *rstd, int C) {
+template <typename T>
+__global__ void k_rmsnorm_bwd_dx(T *dx, const T *dout, const T *x, const T *w, const float *rstd,
+                                 int C) {
     __shared__ float sh[32];
-    int i = blockIdx.x;
-    const float *xi = x + (size_t)i * C, *gi = dout + (size_t)i * C;
-    float r = rstd[i], dot = 0;
-    for (int j = threadIdx.x; j < C; j += blockDim.x) dot += gi[j] * w[j] * xi[j];
+    size_t o = (size_t)blockIdx.x * C;
+    float r = rstd[blockIdx.x], dot = 0;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) dot += ldv(dout, o + j) * ldv(w, j) * ldv(x, o + j);
     dot = block_sum(dot, sh);
     float k = dot * r * r * r / (float)C;
-    float *d = dx + (size_t)i * C;
-    for (int j = threadIdx.x; j < C; j += blockDim.x) d[j] += gi[j] * w[j] * r - k * xi[j];
+    for (int j = threadIdx.x; j < C; j += blockDim.x)
+        stv(dx, o + j, ldv(dx, o + j) + ldv(dout, o + j) * ldv(w, j) * r - k * ldv(x, o + j));
 }
-/* dw: one thread per column, rows in order (the CPU's order) into a local sum
- * added once: deterministic */
-__global__ void k_rmsnorm_bwd_dw(float *dw, const float *dout, const float *x, const float *rstd,
-                                 int N, int C) {
+/* dw: one thread per column, rows in order into a local sum added once */
+template <typename T>
+__global__ void k_rmsnorm_bwd_dw(float *dw, const T *dout, const T *x, const float *rstd, int N, int C) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (col >= C) return;
     float s = 0;
-    for (int i = 0; i < N; i++) s += dout[(size_t)i * C + col] * x[(size_t)i * C + col] * rstd[i];
+    for (int i = 0; i < N; i++) s += ldv(dout, (size_t)i * C + col) * ldv(x, (size_t)i * C + col) * rstd[i];
     dw[col] += s;
 }
-static void cu_rmsnorm_fwd(tks_backend *be, float *out, float *rstd, const float *x, const float *w,
-                           int N, int C, float eps) {
+static int cu_rmsnorm_fwd(tks_backend *be, void *out, float *rstd, const void *x, const void *w,
+                          int N, int C, float eps, tks_dtype dt) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    if (N <= 0) return;
-    /* the fused kernel with no residual add reads x through `res` without writing it */
-    k_rmsnorm_fwd<<<N, 256, 0, c->stream>>>(out, NULL, rstd, (float *)x, NULL, w, C, eps);
-    LAUNCHED(c, "rmsnorm_fwd");
+    STICKY(c);
+    CHECK_DT(c, "rmsnorm_fwd", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16)
+        k_rmsnorm_fwd<bf16><<<N, 256, 0, c->cur>>>((bf16 *)out, rstd, (const bf16 *)x, (const bf16 *)w, C, eps);
+    else
+        k_rmsnorm_fwd<float><<<N, 256, 0, c->cur>>>((float *)out, rstd, (const float *)x, (const float *)w, C, eps);
+    return LAUNCHED(c, "rmsnorm_fwd");
 }
-extern "C" void tks_cuda_residual_rmsnorm_fwd(tks_backend *be, float *res, float *out,
-                                              uint16_t *out16, float *rstd, const float *x,
-                                              const float *w, int N, int C, float eps) {
+static int cu_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout, const void *x,
+                          const void *w, const float *rstd, int N, int C, tks_dtype dt) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    if (N <= 0) return;
-    k_rmsnorm_fwd<<<N, 256, 0, c->stream>>>(out, out16, rstd, res, x, w, C, eps);
-    LAUNCHED(c, "residual_rmsnorm_fwd");
-}
-static void cu_rmsnorm_bwd(tks_backend *be, float *dx, float *dw, const float *dout,
-                           const float *x, const float *w, const float *rstd, int N, int C) {
-    CTX(be);
-    SKIP_IF_FAILED(c);
-    if (N <= 0) return;
-    k_rmsnorm_bwd_dx<<<N, 256, 0, c->stream>>>(dx, dout, x, w, rstd, C);
-    LAUNCHED(c, "rmsnorm_bwd (dx)");
-    k_rmsnorm_bwd_dw<<<(C + 127) / 128, 128, 0, c->stream>>>(dw, dout, x, rstd, N, C);
-    LAUNCHED(c, "rmsnorm_bwd (dw)");
+    STICKY(c);
+    CHECK_DT(c, "rmsnorm_bwd", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16) {
+        k_rmsnorm_bwd_dx<bf16><<<N, 256, 0, c->cur>>>((bf16 *)dx, (const bf16 *)dout, (const bf16 *)x,
+                                                      (const bf16 *)w, rstd, C);
+        k_rmsnorm_bwd_dw<bf16><<<(C + 127) / 128, 128, 0, c->cur>>>(dw, (const bf16 *)dout,
+                                                                    (const bf16 *)x, rstd, N, C);
+    } else {
+        k_rmsnorm_bwd_dx<float><<<N, 256, 0, c->cur>>>((float *)dx, (const float *)dout, (const float *)x,
+                                                       (const float *)w, rstd, C);
+        k_rmsnorm_bwd_dw<float><<<(C + 127) / 128, 128, 0, c->cur>>>(dw, (const float *)dout,
+                                                                     (const float *)x, rstd, N, C);
+    }
+    return LAUNCHED(c, "rmsnorm_bwd");
 }
 
 /* ---- RoPE (rotate_half; angles in fp32 as Hugging Face computes them) -------- */
 
-__global__ void k_rope(float *x, int T, int H, int HD, int64_t p0, float theta, int inverse,
+template <typename T>
+__global__ void k_rope(T *x, size_t ld, int T_, int H, int HD, int64_t p0, float theta, int inverse,
                        size_t pairs) {
     int half = HD / 2;
-    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < pairs;
-         idx += (size_t)gridDim.x * blockDim.x) {
+    GRID_STRIDE(idx, pairs) {
         int j = (int)(idx % half);
-        size_t row = idx / half; /* (b, t, h) */
-        int t = (int)((row / H) % T);
+        size_t rh = idx / half; /* (b, t, h) */
+        int h = (int)(rh % H);
+        size_t row = rh / H; /* b * T + t */
+        int t = (int)(row % T_);
         float inv_freq = 1.0f / powf(theta, (float)(2 * j) / (float)HD);
         float a = (float)(p0 + t) * inv_freq;
         float co = cosf(a), si = inverse ? -sinf(a) : sinf(a);
-        float *v = x + row * HD;
-        float x1 = v[j], x2 = v[j + half];
-        v[j] = x1 * co - x2 * si;
-        v[j + half] = x2 * co + x1 * si;
+        size_t o = row * ld + (size_t)h * HD;
+        float x1 = ldv(x, o + j), x2 = ldv(x, o + j + half);
+        stv(x, o + j, x1 * co - x2 * si);
+        stv(x, o + j + half, x2 * co + x1 * si);
     }
 }
-static void cu_rope(tks_backend *be, float *x, int B, int T, int H, int HD, int64_t p0,
-                    float theta, int inverse) {
+static int cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0,
+                   float theta, int inverse, tks_dtype dt) {
     CTX(be);
-    SKIP_IF_FAILED(c);
+    STICKY(c);
+    CHECK_DT(c, "rope", dt);
     size_t pairs = (size_t)B * T * H * (HD / 2);
-    if (!pairs) return;
-    k_rope<<<grid_for(pairs, 256), 256, 0, c->stream>>>(x, T, H, HD, p0, theta, inverse, pairs);
-    LAUNCHED(c, "rope");
+    if (!pairs) return 0;
+    if (dt == TKS_BF16)
+        k_rope<bf16><<<grid_for(pairs, 256), 256, 0, c->cur>>>((bf16 *)x, ld, T, H, HD, p0, theta, inverse, pairs);
+    else
+        k_rope<float><<<grid_for(pairs, 256), 256, 0, c->cur>>>((float *)x, ld, T, H, HD, p0, theta, inverse, pairs);
+    return LAUNCHED(c, "rope");
 }
 
-/* ---- attention: the fp32 reference kernels ------------------------------------
- * One block per query row (b, h, t); the row's scores live in shared memory
- * (T floats), warps split the keys, lanes the head dimension. Quadratic in
- * work like the CPU reference, and like it materializes probs[B,NH,T,T] (the
- * v1 contract); the fast path is cuDNN's flash attention (cuda.h). */
+/* ---- attention: tokshard's own kernels (fallback, and the fp32 reference) -----
+ * Flash-style in memory (Dao et al. 2022): nothing of size T x T is stored;
+ * the forward keeps lse[B,NH,T], the backward recomputes the probabilities.
+ * One block per query row (b, h, t) with the row's scores in shared memory
+ * (T floats); warps split the keys, lanes the head dimension. Quadratic work
+ * like any exact attention, without the tiling that makes cuDNN's fast. */
 
 enum { ATT_THREADS = 128 };
 
-/* s[u] = scale * q . k_u for u <= t, by warps; k rows `ks` floats apart */
-__device__ void att_scores(float *s, const float *q, const float *k, size_t ks, int t, int HD,
-                           float scale) {
+/* s[u] = scale * q . k_u for u <= t; k rows `ks` elements apart */
+template <typename T>
+__device__ void att_scores(float *s, const T *q, const T *k, size_t ks, int t, int HD, float scale) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int u = w; u <= t; u += nw) {
-        const float *ku = k + (size_t)u * ks;
         float d = 0;
-        for (int e = lane; e < HD; e += 32) d += q[e] * ku[e];
+        for (int e = lane; e < HD; e += 32) d += ldv(q, e) * ldv(k, (size_t)u * ks + e);
         d = warp_sum(d);
         if (lane == 0) s[u] = d * scale;
     }
     __syncthreads();
 }
-/* softmax of s[0..t] in place; returns nothing, s holds probabilities */
-__device__ void att_softmax(float *s, int t, float *red) {
+
+template <typename T>
+__global__ void k_attention_fwd(T *out, size_t ldo, float *lse, const T *q, size_t ldq, const T *k,
+                                const T *v, size_t ldkv, int T_, int NH, int NKV, int HD) {
+    extern __shared__ float s[];
+    __shared__ float red[32];
+    int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
+    const T *Q = q + ((size_t)b * T_ + t) * ldq + (size_t)h * HD;
+    const T *K = k + (size_t)b * T_ * ldkv + (size_t)g * HD;
+    const T *Vv = v + (size_t)b * T_ * ldkv + (size_t)g * HD;
+    att_scores(s, Q, K, ldkv, t, HD, 1.0f / sqrtf((float)HD));
     float mx = -INFINITY;
     for (int u = threadIdx.x; u <= t; u += blockDim.x) mx = fmaxf(mx, s[u]);
     mx = block_max(mx, red);
@@ -453,317 +580,285 @@ __device__ void att_softmax(float *s, int t, float *red) {
     for (int u = threadIdx.x; u <= t; u += blockDim.x) sum += (s[u] = expf(s[u] - mx));
     sum = block_sum(sum, red);
     float inv = 1.0f / sum;
-    for (int u = threadIdx.x; u <= t; u += blockDim.x) s[u] *= inv;
+    if (threadIdx.x == 0) lse[((size_t)b * NH + h) * T_ + t] = mx + logf(sum);
     __syncthreads();
-}
-
-__global__ void k_attention_fwd(float *out, float *probs, const float *q, const float *k,
-                                const float *v, int T, int NH, int NKV, int HD) {
-    extern __shared__ float s[];
-    __shared__ float red[32];
-    int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
-    size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
-    const float *Q = q + ((size_t)b * T + t) * qs + (size_t)h * HD;
-    const float *K = k + (size_t)b * T * ks + (size_t)g * HD;
-    const float *Vv = v + (size_t)b * T * ks + (size_t)g * HD;
-    att_scores(s, Q, K, ks, t, HD, 1.0f / sqrtf((float)HD));
-    att_softmax(s, t, red);
-    float *P = probs + (((size_t)b * NH + h) * T + t) * T;
-    for (int u = threadIdx.x; u < T; u += blockDim.x) P[u] = u <= t ? s[u] : 0.0f;
-    float *O = out + ((size_t)b * T + t) * qs + (size_t)h * HD;
+    T *O = out + ((size_t)b * T_ + t) * ldo + (size_t)h * HD;
     for (int e = threadIdx.x; e < HD; e += blockDim.x) {
         float o = 0;
-        for (int u = 0; u <= t; u++) o += s[u] * Vv[(size_t)u * ks + e];
-        O[e] = o;
+        for (int u = 0; u <= t; u++) o += s[u] * ldv(Vv, (size_t)u * ldkv + e);
+        stv(O, e, o * inv);
     }
 }
 
-/* Backward, stage 1 per query row: dP = dO V^T, D = rowsum(P o dP),
- * dS = P o (dP - D) * scale, dQ = dS K; D saved for stage 2. */
-__global__ void k_attention_bwd_q(float *dq, float *Dsave, const float *dout, const float *probs,
-                                  const float *k, const float *v, int T, int NH, int NKV, int HD) {
-    extern __shared__ float s[];
+/* Backward, stage 1 per query row: p = exp(scale q.k - lse), dP = dO V^T,
+ * D = dO . O (= rowsum(P o dP)), dS = p (dP - D) scale, dQ = dS K; D saved in
+ * the workspace for stage 2. */
+template <typename T>
+__global__ void k_attention_bwd_q(T *dq, float *Dsave, const T *dout, const T *out, size_t ldo,
+                                  const float *lse, const T *q, size_t ldq, const T *k, const T *v,
+                                  size_t ldkv, int T_, int NH, int NKV, int HD) {
+    extern __shared__ float s[]; /* [2][T]: scores, then dP */
     __shared__ float red[32];
     int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
-    size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
-    const float *dO = dout + ((size_t)b * T + t) * qs + (size_t)h * HD;
-    const float *K = k + (size_t)b * T * ks + (size_t)g * HD;
-    const float *Vv = v + (size_t)b * T * ks + (size_t)g * HD;
-    const float *P = probs + (((size_t)b * NH + h) * T + t) * T;
-    att_scores(s, dO, Vv, ks, t, HD, 1.0f); /* s = dP */
-    float dot = 0;
-    for (int u = threadIdx.x; u <= t; u += blockDim.x) dot += P[u] * s[u];
-    dot = block_sum(dot, red);
+    const T *Q = q + ((size_t)b * T_ + t) * ldq + (size_t)h * HD;
+    const T *dO = dout + ((size_t)b * T_ + t) * ldo + (size_t)h * HD;
+    const T *O = out + ((size_t)b * T_ + t) * ldo + (size_t)h * HD;
+    const T *K = k + (size_t)b * T_ * ldkv + (size_t)g * HD;
+    const T *Vv = v + (size_t)b * T_ * ldkv + (size_t)g * HD;
     float scale = 1.0f / sqrtf((float)HD);
-    for (int u = threadIdx.x; u <= t; u += blockDim.x) s[u] = P[u] * (s[u] - dot) * scale;
-    if (threadIdx.x == 0) Dsave[((size_t)b * NH + h) * T + t] = dot;
+    float *sc = s, *dp = s + T_;
+    att_scores(sc, Q, K, ldkv, t, HD, scale);
+    att_scores(dp, dO, Vv, ldkv, t, HD, 1.0f);
+    float D = 0;
+    for (int e = threadIdx.x; e < HD; e += blockDim.x) D += ldv(dO, e) * ldv(O, e);
+    D = block_sum(D, red);
+    float L = lse[((size_t)b * NH + h) * T_ + t];
+    for (int u = threadIdx.x; u <= t; u += blockDim.x) {
+        float p = expf(sc[u] - L);
+        sc[u] = p * (dp[u] - D) * scale;
+    }
+    if (threadIdx.x == 0) Dsave[((size_t)b * NH + h) * T_ + t] = D;
     __syncthreads();
-    float *dQ = dq + ((size_t)b * T + t) * qs + (size_t)h * HD;
+    T *dQ = dq + ((size_t)b * T_ + t) * ldq + (size_t)h * HD;
     for (int e = threadIdx.x; e < HD; e += blockDim.x) {
         float a = 0;
-        for (int u = 0; u <= t; u++) a += s[u] * K[(size_t)u * ks + e];
-        dQ[e] = a;
+        for (int u = 0; u <= t; u++) a += sc[u] * ldv(K, (size_t)u * ldkv + e);
+        stv(dQ, e, a);
     }
 }
 
 /* Backward, stage 2 per key row (b, g, u): over the group's query heads and
- * t >= u, dV[u] = sum P[t,u] dO[t], dK[u] = sum dS[t,u] Q[t] with
- * dS[t,u] = P[t,u] (dO[t].V[u] - D[t]) scale. Warp w takes t = u + w (mod nw),
- * its lane the head dims; per-warp partials in shared memory are added in warp
+ * t >= u, with p = exp(scale q_t.k_u - lse_t) and dS = p (dO_t.V_u - D_t) scale:
+ * dV[u] = sum p dO_t, dK[u] = sum dS q_t. Warp w takes t = u + w (mod nw),
+ * lanes the head dims; per-warp partials in shared memory are added in warp
  * order at the end (deterministic). Shared: 2 * nw * HD floats. */
-__global__ void k_attention_bwd_kv(float *dk, float *dv, const float *dout, const float *probs,
-                                   const float *Dsave, const float *q, const float *v, int T,
-                                   int NH, int NKV, int HD) {
+template <typename T>
+__global__ void k_attention_bwd_kv(T *dk, T *dv, const T *dout, size_t ldo, const float *lse,
+                                   const float *Dsave, const T *q, size_t ldq, const T *k,
+                                   const T *v, size_t ldkv, int T_, int NH, int NKV, int HD) {
     extern __shared__ float acc[]; /* [nw][HD] dK, then [nw][HD] dV */
     int u = blockIdx.x, g = blockIdx.y, b = blockIdx.z, group = NH / NKV;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    size_t qs = (size_t)NH * HD, ks = (size_t)NKV * HD;
     float *aK = acc + (size_t)w * HD, *aV = acc + (size_t)(nw + w) * HD;
     for (int e = lane; e < HD; e += 32) aK[e] = aV[e] = 0;
-    const float *Vu = v + ((size_t)b * T + u) * ks + (size_t)g * HD;
+    const T *Ku = k + ((size_t)b * T_ + u) * ldkv + (size_t)g * HD;
+    const T *Vu = v + ((size_t)b * T_ + u) * ldkv + (size_t)g * HD;
     float scale = 1.0f / sqrtf((float)HD);
     for (int h = g * group; h < (g + 1) * group; h++) {
-        const float *Pbase = probs + ((size_t)b * NH + h) * T * (size_t)T;
-        const float *Db = Dsave + ((size_t)b * NH + h) * T;
-        for (int t = u + w; t < T; t += nw) {
-            const float *dO = dout + ((size_t)b * T + t) * qs + (size_t)h * HD;
-            const float *Q = q + ((size_t)b * T + t) * qs + (size_t)h * HD;
-            float p = Pbase[(size_t)t * T + u];
-            float d = 0;
-            for (int e = lane; e < HD; e += 32) d += dO[e] * Vu[e];
-            d = warp_sum(d);
-            float ds = p * (d - Db[t]) * scale;
+        const float *Lh = lse + ((size_t)b * NH + h) * T_, *Dh = Dsave + ((size_t)b * NH + h) * T_;
+        for (int t = u + w; t < T_; t += nw) {
+            const T *dO = dout + ((size_t)b * T_ + t) * ldo + (size_t)h * HD;
+            const T *Q = q + ((size_t)b * T_ + t) * ldq + (size_t)h * HD;
+            float qk = 0, dp = 0;
             for (int e = lane; e < HD; e += 32) {
-                aV[e] += p * dO[e];
-                aK[e] += ds * Q[e];
+                qk += ldv(Q, e) * ldv(Ku, e);
+                dp += ldv(dO, e) * ldv(Vu, e);
+            }
+            qk = warp_sum(qk);
+            dp = warp_sum(dp);
+            float p = expf(qk * scale - Lh[t]);
+            float ds = p * (dp - Dh[t]) * scale;
+            for (int e = lane; e < HD; e += 32) {
+                aV[e] += p * ldv(dO, e);
+                aK[e] += ds * ldv(Q, e);
             }
         }
     }
     __syncthreads();
-    float *dK = dk + ((size_t)b * T + u) * ks + (size_t)g * HD;
-    float *dV = dv + ((size_t)b * T + u) * ks + (size_t)g * HD;
+    T *dK = dk + ((size_t)b * T_ + u) * ldkv + (size_t)g * HD;
+    T *dV = dv + ((size_t)b * T_ + u) * ldkv + (size_t)g * HD;
     for (int e = threadIdx.x; e < HD; e += blockDim.x) {
         float sk = 0, sv = 0;
         for (int i = 0; i < nw; i++) {
             sk += acc[(size_t)i * HD + e];
             sv += acc[(size_t)(nw + i) * HD + e];
         }
-        dK[e] = sk;
-        dV[e] = sv;
+        stv(dK, e, sk);
+        stv(dV, e, sv);
     }
 }
 
 /* decode: one block per head, scores over the cache rows 0..t */
-__global__ void k_attention_step(float *out, const float *q, const float *kc, const float *vc,
-                                 int t, int NH, int NKV, int HD) {
+template <typename T>
+__global__ void k_attention_step(T *out, const T *q, const T *kc, const T *vc, int t, int NH,
+                                 int NKV, int HD) {
     extern __shared__ float s[];
     __shared__ float red[32];
     int h = blockIdx.x, g = h / (NH / NKV);
     size_t ks = (size_t)NKV * HD;
     att_scores(s, q + (size_t)h * HD, kc + (size_t)g * HD, ks, t, HD, 1.0f / sqrtf((float)HD));
-    att_softmax(s, t, red);
+    float mx = -INFINITY;
+    for (int u = threadIdx.x; u <= t; u += blockDim.x) mx = fmaxf(mx, s[u]);
+    mx = block_max(mx, red);
+    __syncthreads();
+    float sum = 0;
+    for (int u = threadIdx.x; u <= t; u += blockDim.x) sum += (s[u] = expf(s[u] - mx));
+    sum = block_sum(sum, red);
+    __syncthreads();
     for (int e = threadIdx.x; e < HD; e += blockDim.x) {
         float o = 0;
-        for (int u = 0; u <= t; u++) o += s[u] * vc[(size_t)u * ks + (size_t)g * HD + e];
-        out[(size_t)h * HD + e] = o;
+        for (int u = 0; u <= t; u++) o += s[u] * ldv(vc, (size_t)u * ks + (size_t)g * HD + e);
+        stv(out, (size_t)h * HD + e, o / sum);
     }
 }
 
+/* Raises a kernel's dynamic shared memory limit when a row needs more than
+ * the default 48 KiB (T above 12288 in fp32 scores). */
 static int att_smem(tks_cuda_ctx *c, const void *fn, size_t bytes, const char *op) {
     if (bytes <= 48 * 1024) return 0;
     if (bytes > (size_t)c->prop.sharedMemPerBlockOptin) {
         char why[200];
         snprintf(why, sizeof why,
-                 "sequence too long for the reference attention kernel (%zu bytes of shared "
-                 "memory per row, device allows %zu): use a shorter --seq-len",
+                 "sequence too long for tokshard's attention kernel (%zu bytes of shared memory "
+                 "per row, the device allows %zu): use a shorter --seq-len",
                  bytes, (size_t)c->prop.sharedMemPerBlockOptin);
-        return tks_cuda_fail(c, op, why);
+        return arg_fail(c, op, why);
     }
     return tks_cuda_check_rt(c, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      (int)bytes), op);
 }
 
-static int scratch_reserve(tks_cuda_ctx *c, size_t bytes, const char *op) {
-    if (c->scratch_bytes >= bytes) return 0;
-    cudaStreamSynchronize(c->stream);
-    cudaFree(c->scratch);
-    c->scratch = NULL;
-    c->scratch_bytes = 0;
-    if (tks_cuda_check_rt(c, cudaMalloc(&c->scratch, bytes), op)) return 1;
-    c->scratch_bytes = bytes;
-    return 0;
-}
-
-static void cu_attention_fwd(tks_backend *be, float *out, float *probs, const float *q,
-                             const float *k, const float *v, int B, int T, int NH, int NKV,
-                             int HD) {
+static int cu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, const void *q,
+                            size_t ldq, const void *k, const void *v, size_t ldkv, int B, int T,
+                            int NH, int NKV, int HD, tks_dtype dt) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    if (B <= 0 || T <= 0) return;
+    STICKY(c);
+    CHECK_DT(c, "attention_fwd", dt);
+    if (B <= 0 || T <= 0) return 0;
     size_t sm = (size_t)T * sizeof(float);
-    if (att_smem(c, (const void *)k_attention_fwd, sm, "attention_fwd")) return;
-    k_attention_fwd<<<dim3(T, NH, B), ATT_THREADS, sm, c->stream>>>(out, probs, q, k, v, T, NH, NKV, HD);
-    LAUNCHED(c, "attention_fwd");
+    dim3 grid(T, NH, B);
+    if (dt == TKS_BF16) {
+        if (att_smem(c, (const void *)k_attention_fwd<bf16>, sm, "attention_fwd")) return c->err;
+        k_attention_fwd<bf16><<<grid, ATT_THREADS, sm, c->cur>>>((bf16 *)out, ldo, lse, (const bf16 *)q,
+                                                                 ldq, (const bf16 *)k, (const bf16 *)v,
+                                                                 ldkv, T, NH, NKV, HD);
+    } else {
+        if (att_smem(c, (const void *)k_attention_fwd<float>, sm, "attention_fwd")) return c->err;
+        k_attention_fwd<float><<<grid, ATT_THREADS, sm, c->cur>>>((float *)out, ldo, lse, (const float *)q,
+                                                                  ldq, (const float *)k, (const float *)v,
+                                                                  ldkv, T, NH, NKV, HD);
+    }
+    return LAUNCHED(c, "attention_fwd");
 }
 
-static void cu_attention_bwd(tks_backend *be, float *dq, float *dk, float *dv, const float *dout,
-                             const float *probs, const float *q, const float *k, const float *v,
-                             int B, int T, int NH, int NKV, int HD) {
+static int cu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                            const void *out, size_t ldo, const float *lse, const void *q, size_t ldq,
+                            const void *k, const void *v, size_t ldkv, int B, int T, int NH, int NKV,
+                            int HD, tks_dtype dt) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    if (B <= 0 || T <= 0) return;
-    if (scratch_reserve(c, (size_t)B * NH * T * sizeof(float), "attention_bwd (scratch)")) return;
-    float *D = (float *)c->scratch;
-    size_t sm = (size_t)T * sizeof(float);
-    if (att_smem(c, (const void *)k_attention_bwd_q, sm, "attention_bwd")) return;
-    k_attention_bwd_q<<<dim3(T, NH, B), ATT_THREADS, sm, c->stream>>>(dq, D, dout, probs, k, v, T,
-                                                                      NH, NKV, HD);
-    LAUNCHED(c, "attention_bwd (dq)");
-    size_t sm2 = 2 * (ATT_THREADS / 32) * (size_t)HD * sizeof(float);
-    if (att_smem(c, (const void *)k_attention_bwd_kv, sm2, "attention_bwd")) return;
-    k_attention_bwd_kv<<<dim3(T, NKV, B), ATT_THREADS, sm2, c->stream>>>(dk, dv, dout, probs, D, q,
-                                                                         v, T, NH, NKV, HD);
-    LAUNCHED(c, "attention_bwd (dk, dv)");
+    STICKY(c);
+    CHECK_DT(c, "attention_bwd", dt);
+    if (B <= 0 || T <= 0) return 0;
+    size_t need = (size_t)B * NH * T * sizeof(float);
+    if (!c->ws || c->ws_bytes < need) {
+        char why[160];
+        snprintf(why, sizeof why, "needs %zu bytes of workspace, %zu were set (size it with "
+                 "workspace_bytes at these shapes)", need, c->ws_bytes);
+        return arg_fail(c, "attention_bwd", why);
+    }
+    float *D = (float *)c->ws;
+    size_t sm = 2 * (size_t)T * sizeof(float), sm2 = 2 * (ATT_THREADS / 32) * (size_t)HD * sizeof(float);
+    dim3 gq(T, NH, B), gkv(T, NKV, B);
+    if (dt == TKS_BF16) {
+        if (att_smem(c, (const void *)k_attention_bwd_q<bf16>, sm, "attention_bwd") ||
+            att_smem(c, (const void *)k_attention_bwd_kv<bf16>, sm2, "attention_bwd"))
+            return c->err;
+        k_attention_bwd_q<bf16><<<gq, ATT_THREADS, sm, c->cur>>>(
+            (bf16 *)dq, D, (const bf16 *)dout, (const bf16 *)out, ldo, lse, (const bf16 *)q, ldq,
+            (const bf16 *)k, (const bf16 *)v, ldkv, T, NH, NKV, HD);
+        if (LAUNCHED(c, "attention_bwd (dq)")) return c->err;
+        k_attention_bwd_kv<bf16><<<gkv, ATT_THREADS, sm2, c->cur>>>(
+            (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, ldo, lse, D, (const bf16 *)q, ldq,
+            (const bf16 *)k, (const bf16 *)v, ldkv, T, NH, NKV, HD);
+    } else {
+        if (att_smem(c, (const void *)k_attention_bwd_q<float>, sm, "attention_bwd") ||
+            att_smem(c, (const void *)k_attention_bwd_kv<float>, sm2, "attention_bwd"))
+            return c->err;
+        k_attention_bwd_q<float><<<gq, ATT_THREADS, sm, c->cur>>>(
+            (float *)dq, D, (const float *)dout, (const float *)out, ldo, lse, (const float *)q, ldq,
+            (const float *)k, (const float *)v, ldkv, T, NH, NKV, HD);
+        if (LAUNCHED(c, "attention_bwd (dq)")) return c->err;
+        k_attention_bwd_kv<float><<<gkv, ATT_THREADS, sm2, c->cur>>>(
+            (float *)dk, (float *)dv, (const float *)dout, ldo, lse, D, (const float *)q, ldq,
+            (const float *)k, (const float *)v, ldkv, T, NH, NKV, HD);
+    }
+    return LAUNCHED(c, "attention_bwd (dk, dv)");
 }
 
-static void cu_attention_step(tks_backend *be, float *out, const float *q, const float *kc,
-                              const float *vc, int t, int NH, int NKV, int HD) {
+static int cu_attention_step(tks_backend *be, void *out, const void *q, const void *kc,
+                             const void *vc, int t, int NH, int NKV, int HD, tks_dtype dt) {
     CTX(be);
-    SKIP_IF_FAILED(c);
+    STICKY(c);
+    CHECK_DT(c, "attention_step", dt);
     size_t sm = (size_t)(t + 1) * sizeof(float);
-    if (att_smem(c, (const void *)k_attention_step, sm, "attention_step")) return;
-    k_attention_step<<<NH, ATT_THREADS, sm, c->stream>>>(out, q, kc, vc, t, NH, NKV, HD);
-    LAUNCHED(c, "attention_step");
+    if (dt == TKS_BF16) {
+        if (att_smem(c, (const void *)k_attention_step<bf16>, sm, "attention_step")) return c->err;
+        k_attention_step<bf16><<<NH, ATT_THREADS, sm, c->cur>>>((bf16 *)out, (const bf16 *)q,
+                                                                (const bf16 *)kc, (const bf16 *)vc, t, NH, NKV, HD);
+    } else {
+        if (att_smem(c, (const void *)k_attention_step<float>, sm, "attention_step")) return c->err;
+        k_attention_step<float><<<NH, ATT_THREADS, sm, c->cur>>>((float *)out, (const float *)q,
+                                                                 (const float *)kc, (const float *)vc, t, NH, NKV, HD);
+    }
+    return LAUNCHED(c, "attention_step");
 }
 
-/* ---- SwiGLU -------------------------------------------------------------------- */
+/* ---- SwiGLU over the fused gate|up rows ----------------------------------------- */
 
-__global__ void k_swiglu_fwd(float *out, const float *gate, const float *up, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+template <typename T> __global__ void k_swiglu_fwd(T *out, const T *gu, int F, size_t n) {
+    GRID_STRIDE(i, n) {
+        size_t r = i / F, j = i % F;
+        float g = ldv(gu, r * 2 * F + j), u = ldv(gu, r * 2 * F + F + j);
+        stv(out, i, g / (1.0f + expf(-g)) * u);
     }
 }
-__global__ void k_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
-                             const float *up, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float g = gate[i], s = 1.0f / (1.0f + expf(-g)), d = dout[i];
-        float u = up[i];
-        dup[i] = d * g * s;
-        dgate[i] = d * u * s * (1.0f + g * (1.0f - s));
+template <typename T> __global__ void k_swiglu_bwd(T *dgu, const T *dout, const T *gu, int F, size_t n) {
+    GRID_STRIDE(i, n) {
+        size_t r = i / F, j = i % F;
+        float g = ldv(gu, r * 2 * F + j), u = ldv(gu, r * 2 * F + F + j), d = ldv(dout, i);
+        float s = 1.0f / (1.0f + expf(-g));
+        stv(dgu, r * 2 * F + F + j, d * g * s);
+        stv(dgu, r * 2 * F + j, d * u * s * (1.0f + g * (1.0f - s)));
     }
 }
-static void cu_swiglu_fwd(tks_backend *be, float *out, const float *gate, const float *up, size_t n) {
+static int cu_swiglu_fwd(tks_backend *be, void *out, const void *gu, int M, int F, tks_dtype dt) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    if (!n) return;
-    k_swiglu_fwd<<<grid_for(n, 256), 256, 0, c->stream>>>(out, gate, up, n);
-    LAUNCHED(c, "swiglu_fwd");
+    STICKY(c);
+    CHECK_DT(c, "swiglu_fwd", dt);
+    size_t n = (size_t)M * F;
+    if (!n) return 0;
+    if (dt == TKS_BF16)
+        k_swiglu_fwd<bf16><<<grid_for(n, 256), 256, 0, c->cur>>>((bf16 *)out, (const bf16 *)gu, F, n);
+    else
+        k_swiglu_fwd<float><<<grid_for(n, 256), 256, 0, c->cur>>>((float *)out, (const float *)gu, F, n);
+    return LAUNCHED(c, "swiglu_fwd");
 }
-static void cu_swiglu_bwd(tks_backend *be, float *dgate, float *dup, const float *dout,
-                          const float *gate, const float *up, size_t n) {
+static int cu_swiglu_bwd(tks_backend *be, void *dgu, const void *dout, const void *gu, int M, int F,
+                         tks_dtype dt) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    if (!n) return;
-    k_swiglu_bwd<<<grid_for(n, 256), 256, 0, c->stream>>>(dgate, dup, dout, gate, up, n);
-    LAUNCHED(c, "swiglu_bwd");
+    STICKY(c);
+    CHECK_DT(c, "swiglu_bwd", dt);
+    size_t n = (size_t)M * F;
+    if (!n) return 0;
+    if (dt == TKS_BF16)
+        k_swiglu_bwd<bf16><<<grid_for(n, 256), 256, 0, c->cur>>>((bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, F, n);
+    else
+        k_swiglu_bwd<float><<<grid_for(n, 256), 256, 0, c->cur>>>((float *)dgu, (const float *)dout, (const float *)gu, F, n);
+    return LAUNCHED(c, "swiglu_bwd");
 }
 
-/* ---- cross-entropy (staged, vocab-parallel) --------------------------------- */
+/* ---- cross-entropy ------------------------------------------------------------------ */
 
-__global__ void k_xent_max(float *mx, const float *logits, int V, int VR) {
+/* Fused (tp = 1): one block per row. Pass 1: online softmax (Milakov &
+ * Gimelshein 2018, "Online normalizer calculation for softmax") per thread,
+ * merged over the block; pass 2 overwrites the row with the gradient. */
+template <typename T>
+__global__ void k_xent_fused(float *loss, T *logits, const int32_t *targets, int V, int VR, float scale) {
     __shared__ float red[32];
-    const float *l = logits + (size_t)blockIdx.x * V;
-    float m = -INFINITY;
-    for (int j = threadIdx.x; j < VR; j += blockDim.x) m = fmaxf(m, l[j]);
-    m = block_max(m, red);
-    if (threadIdx.x == 0) mx[blockIdx.x] = m;
-}
-__global__ void k_xent_sumexp(float *sum, const float *logits, const float *mx, int V, int VR) {
-    __shared__ float red[32];
-    const float *l = logits + (size_t)blockIdx.x * V;
-    float m = mx[blockIdx.x], s = 0;
-    for (int j = threadIdx.x; j < VR; j += blockDim.x) s += expf(l[j] - m);
-    s = block_sum(s, red);
-    if (threadIdx.x == 0) sum[blockIdx.x] = s;
-}
-__global__ void k_xent_target(float *tgt, const float *logits, const int32_t *targets, int N, int V,
-                              int64_t v0, int VR) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= N) return;
-    int64_t r = (int64_t)targets[i] - v0;
-    tgt[i] = (r >= 0 && r < VR) ? logits[(size_t)i * V + r] : 0.0f;
-}
-__global__ void k_xent_loss(float *loss, const float *mx, const float *sum, const float *tgt, int N) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < N) loss[i] = logf(sum[i]) + mx[i] - tgt[i];
-}
-__global__ void k_xent_bwd(float *dlogits, const float *logits, const float *mx, const float *sum,
-                           const int32_t *targets, int V, int64_t v0, int VR, float scale) {
-    int i = blockIdx.x;
-    const float *l = logits + (size_t)i * V;
-    float *d = dlogits + (size_t)i * V;
-    float m = mx[i], inv = 1.0f / sum[i];
-    int64_t r = (int64_t)targets[i] - v0;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float g = j < VR ? expf(l[j] - m) * inv * scale : 0.0f;
-        if (j == r && r < VR) g -= scale;
-        d[j] = g;
-    }
-}
-static void cu_xent_max(tks_backend *be, float *mx, const float *logits, int N, int V, int VR) {
-    CTX(be);
-    SKIP_IF_FAILED(c);
-    if (N <= 0) return;
-    k_xent_max<<<N, 256, 0, c->stream>>>(mx, logits, V, VR);
-    LAUNCHED(c, "xent_max");
-}
-static void cu_xent_sumexp(tks_backend *be, float *sum, const float *logits, const float *mx, int N,
-                           int V, int VR) {
-    CTX(be);
-    SKIP_IF_FAILED(c);
-    if (N <= 0) return;
-    k_xent_sumexp<<<N, 256, 0, c->stream>>>(sum, logits, mx, V, VR);
-    LAUNCHED(c, "xent_sumexp");
-}
-static void cu_xent_target(tks_backend *be, float *tgt, const float *logits, const int32_t *targets,
-                           int N, int V, int64_t v0, int VR) {
-    CTX(be);
-    SKIP_IF_FAILED(c);
-    if (N <= 0) return;
-    k_xent_target<<<(N + 255) / 256, 256, 0, c->stream>>>(tgt, logits, targets, N, V, v0, VR);
-    LAUNCHED(c, "xent_target");
-}
-static void cu_xent_loss(tks_backend *be, float *loss, const float *mx, const float *sum,
-                         const float *tgt, int N) {
-    CTX(be);
-    SKIP_IF_FAILED(c);
-    if (N <= 0) return;
-    k_xent_loss<<<(N + 255) / 256, 256, 0, c->stream>>>(loss, mx, sum, tgt, N);
-    LAUNCHED(c, "xent_loss");
-}
-static void cu_xent_bwd(tks_backend *be, float *dlogits, const float *logits, const float *mx,
-                        const float *sum, const int32_t *targets, int N, int V, int64_t v0, int VR,
-                        float scale) {
-    CTX(be);
-    SKIP_IF_FAILED(c);
-    if (N <= 0) return;
-    k_xent_bwd<<<N, 256, 0, c->stream>>>(dlogits, logits, mx, sum, targets, V, v0, VR, scale);
-    LAUNCHED(c, "xent_bwd");
-}
-
-/* Fused: one block per row. Pass 1: online softmax (Milakov & Gimelshein 2018)
- * per thread, merged over the block; pass 2 overwrites the row with the
- * gradient. The row's logits are read twice and written once. */
-__global__ void k_xent_fused(float *logits, float *loss, const int32_t *targets, int V, int VR,
-                             float scale) {
-    __shared__ float red[32];
-    float *l = logits + (size_t)blockIdx.x * V;
+    size_t o = (size_t)blockIdx.x * V;
     float m = -INFINITY, s = 0;
     for (int j = threadIdx.x; j < VR; j += blockDim.x) {
-        float x = l[j];
+        float x = ldv(logits, o + j);
         if (x > m) {
             s = s * expf(m - x) + 1.0f;
             m = x;
@@ -775,35 +870,141 @@ __global__ void k_xent_fused(float *logits, float *loss, const int32_t *targets,
     __syncthreads();
     float S = block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), red);
     int tg = targets[blockIdx.x];
-    __syncthreads();
-    if (threadIdx.x == 0) loss[blockIdx.x] = logf(S) + M - l[tg];
-    __syncthreads();
+    float lt = ldv(logits, o + tg);
+    __syncthreads(); /* every thread has read the target logit before it is overwritten */
+    if (threadIdx.x == 0) loss[blockIdx.x] = logf(S) + M - lt;
     float inv = 1.0f / S;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float g = j < VR ? expf(l[j] - M) * inv * scale : 0.0f;
+        float g = j < VR ? expf(ldv(logits, o + j) - M) * inv * scale : 0.0f;
         if (j == tg) g -= scale;
-        l[j] = g;
+        stv(logits, o + j, g);
     }
 }
-extern "C" void tks_cuda_xent_fused(tks_backend *be, float *logits, float *loss,
-                                    const int32_t *targets, int N, int V, int VR, float scale) {
+static int cu_xent_fused(tks_backend *be, float *loss, void *logits, const int32_t *targets, int N,
+                         int V, int VR, float scale, tks_dtype dt) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    if (N <= 0) return;
-    k_xent_fused<<<N, 512, 0, c->stream>>>(logits, loss, targets, V, VR, scale);
-    LAUNCHED(c, "xent_fused");
+    STICKY(c);
+    CHECK_DT(c, "xent_fused", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16)
+        k_xent_fused<bf16><<<N, 512, 0, c->cur>>>(loss, (bf16 *)logits, targets, V, VR, scale);
+    else
+        k_xent_fused<float><<<N, 512, 0, c->cur>>>(loss, (float *)logits, targets, V, VR, scale);
+    return LAUNCHED(c, "xent_fused");
 }
 
-/* ---- AdamW ------------------------------------------------------------------------
- * Same operation order as the CPU backend (torch.optim.AdamW's single-tensor
- * path); the bias corrections are computed on the host exactly as there. */
+template <typename T> __global__ void k_xent_max(float *mx, const T *logits, int V, int VR) {
+    __shared__ float red[32];
+    size_t o = (size_t)blockIdx.x * V;
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < VR; j += blockDim.x) m = fmaxf(m, ldv(logits, o + j));
+    m = block_max(m, red);
+    if (threadIdx.x == 0) mx[blockIdx.x] = m;
+}
+template <typename T>
+__global__ void k_xent_sumexp(float *sum, const T *logits, const float *mx, int V, int VR) {
+    __shared__ float red[32];
+    size_t o = (size_t)blockIdx.x * V;
+    float m = mx[blockIdx.x], s = 0;
+    for (int j = threadIdx.x; j < VR; j += blockDim.x) s += expf(ldv(logits, o + j) - m);
+    s = block_sum(s, red);
+    if (threadIdx.x == 0) sum[blockIdx.x] = s;
+}
+template <typename T>
+__global__ void k_xent_target(float *tgt, const T *logits, const int32_t *targets, int N, int V,
+                              int64_t v0, int VR) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    int64_t r = (int64_t)targets[i] - v0;
+    tgt[i] = (r >= 0 && r < VR) ? ldv(logits, (size_t)i * V + r) : 0.0f;
+}
+__global__ void k_xent_loss(float *loss, const float *mx, const float *sum, const float *tgt, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) loss[i] = logf(sum[i]) + mx[i] - tgt[i];
+}
+template <typename T>
+__global__ void k_xent_bwd(T *dlogits, const T *logits, const float *mx, const float *sum,
+                           const int32_t *targets, int V, int64_t v0, int VR, float scale) {
+    int i = blockIdx.x;
+    size_t o = (size_t)i * V;
+    float m = mx[i], inv = 1.0f / sum[i];
+    int64_t r = (int64_t)targets[i] - v0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float g = j < VR ? expf(ldv(logits, o + j) - m) * inv * scale : 0.0f;
+        if (j == r && r < VR) g -= scale;
+        stv(dlogits, o + j, g);
+    }
+}
+static int cu_xent_max(tks_backend *be, float *mx, const void *logits, int N, int V, int VR, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "xent_max", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16) k_xent_max<bf16><<<N, 256, 0, c->cur>>>(mx, (const bf16 *)logits, V, VR);
+    else k_xent_max<float><<<N, 256, 0, c->cur>>>(mx, (const float *)logits, V, VR);
+    return LAUNCHED(c, "xent_max");
+}
+static int cu_xent_sumexp(tks_backend *be, float *sum, const void *logits, const float *mx, int N,
+                          int V, int VR, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "xent_sumexp", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16) k_xent_sumexp<bf16><<<N, 256, 0, c->cur>>>(sum, (const bf16 *)logits, mx, V, VR);
+    else k_xent_sumexp<float><<<N, 256, 0, c->cur>>>(sum, (const float *)logits, mx, V, VR);
+    return LAUNCHED(c, "xent_sumexp");
+}
+static int cu_xent_target(tks_backend *be, float *tgt, const void *logits, const int32_t *targets,
+                          int N, int V, int64_t v0, int VR, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "xent_target", dt);
+    if (N <= 0) return 0;
+    unsigned g = (unsigned)((N + 255) / 256);
+    if (dt == TKS_BF16) k_xent_target<bf16><<<g, 256, 0, c->cur>>>(tgt, (const bf16 *)logits, targets, N, V, v0, VR);
+    else k_xent_target<float><<<g, 256, 0, c->cur>>>(tgt, (const float *)logits, targets, N, V, v0, VR);
+    return LAUNCHED(c, "xent_target");
+}
+static int cu_xent_loss(tks_backend *be, float *loss, const float *mx, const float *sum,
+                        const float *tgt, int N) {
+    CTX(be);
+    STICKY(c);
+    if (N <= 0) return 0;
+    k_xent_loss<<<(N + 255) / 256, 256, 0, c->cur>>>(loss, mx, sum, tgt, N);
+    return LAUNCHED(c, "xent_loss");
+}
+static int cu_xent_bwd(tks_backend *be, void *dlogits, const void *logits, const float *mx,
+                       const float *sum, const int32_t *targets, int N, int V, int64_t v0, int VR,
+                       float scale, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "xent_bwd", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16)
+        k_xent_bwd<bf16><<<N, 256, 0, c->cur>>>((bf16 *)dlogits, (const bf16 *)logits, mx, sum, targets, V, v0, VR, scale);
+    else
+        k_xent_bwd<float><<<N, 256, 0, c->cur>>>((float *)dlogits, (const float *)logits, mx, sum, targets, V, v0, VR, scale);
+    return LAUNCHED(c, "xent_bwd");
+}
 
-__global__ void k_adamw(float *p, uint16_t *p16, const float *grad, float *m, float *v, size_t n,
+/* ---- AdamW over the flat buffer -------------------------------------------------------
+ * Same operation order as the CPU backend (torch.optim.AdamW's single-tensor
+ * path); bias corrections computed on the host exactly as there; the clip
+ * factor read on the device from the global sum of squares. One launch per
+ * span (the spans are few: one per tensor group with the same decay). */
+template <typename PC>
+__global__ void k_adamw(float *p, const float *grad, float *m, float *v, PC *pc, size_t n,
                         float b1, float b2, float eps, float step, float bc2s, float decay,
-                        float grad_scale, const float *grad_scale_dev) {
-    float gs = grad_scale_dev ? grad_scale_dev[1] : grad_scale;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
+                        float grad_scale, const float *gnorm_sq, float clip) {
+    float clipf = 1.0f;
+    if (gnorm_sq) {
+        double nsq = (double)gnorm_sq[0];
+        if (!isfinite(nsq)) return; /* the caller sees the norm and reports it */
+        double norm = sqrt(nsq);
+        if (clip > 0 && norm > clip) clipf = (float)((double)clip / norm);
+    }
+    float gs = grad_scale * clipf;
+    GRID_STRIDE(i, n) {
         float g = grad[i] * gs;
         float mi = m[i] * b1 + g * (1.0f - b1);
         float vi = v[i] * b2 + g * g * (1.0f - b2);
@@ -812,61 +1013,35 @@ __global__ void k_adamw(float *p, uint16_t *p16, const float *grad, float *m, fl
         float denom = sqrtf(vi) / bc2s + eps;
         float pi = p[i] * decay - step * mi / denom;
         p[i] = pi;
-        if (p16) {
-            __nv_bfloat16 b = __float2bfloat16_rn(pi);
-            p16[i] = *(uint16_t *)&b;
-        }
+        if (pc) stv(pc, i, pi);
     }
 }
-static void adamw_launch(tks_backend *be, float *p, uint16_t *p16, const float *grad, float *m,
-                         float *v, size_t n, float lr, float b1, float b2, float eps, float wd,
-                         int64_t t, float grad_scale, const float *gs_dev) {
+static int cu_adamw(tks_backend *be, float *p, const float *grad, float *m, float *v, size_t base,
+                    const tks_span *spans, size_t nspans, const tks_adamw_hp *hp, float grad_scale,
+                    const float *gnorm_sq, void *pc, tks_dtype pc_dt) {
     CTX(be);
-    SKIP_IF_FAILED(c);
-    if (!n) return;
-    float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
-    float step = lr / bc1, bc2s = sqrtf(bc2), decay = 1.0f - lr * wd;
-    k_adamw<<<grid_for(n, 256), 256, 0, c->stream>>>(p, p16, grad, m, v, n, b1, b2, eps, step, bc2s,
-                                                     decay, grad_scale, gs_dev);
-    LAUNCHED(c, "adamw");
-}
-static void cu_adamw(tks_backend *be, float *p, const float *grad, float *m, float *v, size_t n,
-                     float lr, float b1, float b2, float eps, float wd, int64_t t, float grad_scale) {
-    adamw_launch(be, p, NULL, grad, m, v, n, lr, b1, b2, eps, wd, t, grad_scale, NULL);
-}
-extern "C" void tks_cuda_adamw_flat(tks_backend *be, float *p, uint16_t *p16, const float *grad,
-                                    float *m, float *v, size_t n, float lr, float b1, float b2,
-                                    float eps, float wd, int64_t t, const float *grad_scale_dev) {
-    adamw_launch(be, p, p16, grad, m, v, n, lr, b1, b2, eps, wd, t, 1.0f, grad_scale_dev);
-}
-
-/* ---- bf16 conversions ------------------------------------------------------------ */
-
-__global__ void k_to_bf16(uint16_t *dst, const float *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        __nv_bfloat16 b = __float2bfloat16_rn(src[i]);
-        dst[i] = *(uint16_t *)&b;
+    STICKY(c);
+    if (pc) CHECK_DT(c, "adamw", pc_dt);
+    float b1 = hp->b1, b2 = hp->b2, lr = hp->lr, eps = hp->eps;
+    float bc1 = 1.0f - powf(b1, (float)hp->t), bc2 = 1.0f - powf(b2, (float)hp->t);
+    float step = lr / bc1, bc2s = sqrtf(bc2);
+    for (size_t s = 0; s < nspans; s++) {
+        size_t off = spans[s].off, n = spans[s].n;
+        if (off < base) return arg_fail(c, "adamw", "a span starts before the optimizer slice (a caller bug)");
+        if (!n) continue;
+        float decay = 1.0f - lr * spans[s].wd;
+        unsigned g = grid_for(n, 256);
+        if (pc && pc_dt == TKS_BF16)
+            k_adamw<bf16><<<g, 256, 0, c->cur>>>(p + off, grad + off, m + (off - base), v + (off - base),
+                                                 (bf16 *)pc + off, n, b1, b2, eps, step, bc2s, decay,
+                                                 grad_scale, gnorm_sq, hp->clip);
+        else
+            k_adamw<float><<<g, 256, 0, c->cur>>>(p + off, grad + off, m + (off - base), v + (off - base),
+                                                  pc ? (float *)pc + off : NULL, n, b1, b2, eps, step,
+                                                  bc2s, decay, grad_scale, gnorm_sq, hp->clip);
+        if (LAUNCHED(c, "adamw")) return c->err;
     }
-}
-__global__ void k_from_bf16(float *dst, const uint16_t *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = __uint_as_float((uint32_t)src[i] << 16);
-}
-extern "C" void tks_cuda_to_bf16(tks_backend *be, uint16_t *dst, const float *src, size_t n) {
-    CTX(be);
-    SKIP_IF_FAILED(c);
-    if (!n) return;
-    k_to_bf16<<<grid_for(n, 256), 256, 0, c->stream>>>(dst, src, n);
-    LAUNCHED(c, "to_bf16");
-}
-extern "C" void tks_cuda_from_bf16(tks_backend *be, float *dst, const uint16_t *src, size_t n) {
-    CTX(be);
-    SKIP_IF_FAILED(c);
-    if (!n) return;
-    k_from_bf16<<<grid_for(n, 256), 256, 0, c->stream>>>(dst, src, n);
-    LAUNCHED(c, "from_bf16");
+    return 0;
 }
 
 /* ---- creation -------------------------------------------------------------------- */
@@ -875,16 +1050,14 @@ static void cu_destroy(tks_backend *be) {
     if (!be) return;
     tks_cuda_ctx *c = tks_cuda_ctx_of(be);
     if (c) {
-        cudaStreamSynchronize(c->stream);
+        cudaDeviceSynchronize();
 #ifdef TKS_HAVE_CUDNN_FE
         tks_cuda_flash_release(be);
 #endif
         tks_cuda_gemm_plans_free(c);
         for (int i = 0; i < c->nallocs; i++) cudaFree(c->allocs[i].p);
         cudaFree(c->workspace);
-        cudaFree(c->scratch);
         cudaFree(c->d_partial);
-        cudaFreeHost(c->h_result);
         if (c->lt) cublasLtDestroy(c->lt);
         if (c->blas) cublasDestroy(c->blas);
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -920,8 +1093,8 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
     if (e != cudaSuccess || count == 0) {
         cudaGetLastError();
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                        "CUDA backend: no CUDA device is usable here (%s); check nvidia-smi and "
-                        "CUDA_VISIBLE_DEVICES, or train with --device cpu",
+                        "--device cuda: no CUDA device is usable here (%s); check nvidia-smi and "
+                        "CUDA_VISIBLE_DEVICES, or use --device cpu",
                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     }
     int dev = pick_device(device, count);
@@ -945,17 +1118,16 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
                                 "cudaStreamCreate") ||
               tks_cuda_check_blas(c, cublasLtCreate(&c->lt), "cublasLtCreate") ||
               tks_cuda_check_blas(c, cublasCreate(&c->blas), "cublasCreate") ||
-              tks_cuda_check_blas(c, cublasSetStream(c->blas, c->stream), "cublasSetStream") ||
               tks_cuda_check_blas(c, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode") ||
-              tks_cuda_check_rt(c, cudaMalloc(&c->workspace, c->workspace_bytes), "workspace") ||
-              tks_cuda_check_rt(c, cudaMalloc((void **)&c->d_partial,
-                                              (TKS_NORM_BLOCKS + 1) * sizeof(double)), "norm partials") ||
-              tks_cuda_check_rt(c, cudaMallocHost((void **)&c->h_result, sizeof(double)), "pinned result");
+              tks_cuda_check_rt(c, cudaMalloc(&c->workspace, c->workspace_bytes), "cuBLASLt workspace") ||
+              tks_cuda_check_rt(c, cudaMalloc((void **)&c->d_partial, TKS_NORM_BLOCKS * sizeof(double)),
+                                "reduction partials");
     if (bad) {
         int code = tks_fail(c->err ? c->err : TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "%s", c->err_msg);
         cu_destroy(be);
         return code;
     }
+    c->cur = c->stream;
     be->name = "cuda";
     be->alloc = cu_alloc;
     be->free = cu_free;
@@ -964,10 +1136,22 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
     be->memzero = cu_memzero;
     be->copy = cu_copy;
     be->sync = cu_sync;
-    be->gemm = cu_gemm;
+    be->workspace_bytes = cu_workspace_bytes;
+    be->set_workspace = cu_set_workspace;
+    be->stream_create = cu_stream_create;
+    be->stream_destroy = cu_stream_destroy;
+    be->set_stream = cu_set_stream;
+    be->event_create = cu_event_create;
+    be->event_destroy = cu_event_destroy;
+    be->event_record = cu_event_record;
+    be->stream_wait = cu_stream_wait;
+    be->event_sync = cu_event_sync;
+    be->gemm = tks_cuda_gemm;
+    be->convert = cu_convert;
     be->add = cu_add;
     be->scale = cu_scale;
     be->sumsq = cu_sumsq;
+    be->sum = cu_sum;
     be->embedding_fwd = cu_embedding_fwd;
     be->embedding_bwd = cu_embedding_bwd;
     be->rmsnorm_fwd = cu_rmsnorm_fwd;
@@ -978,6 +1162,7 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
     be->attention_step = cu_attention_step;
     be->swiglu_fwd = cu_swiglu_fwd;
     be->swiglu_bwd = cu_swiglu_bwd;
+    be->xent_fused = cu_xent_fused;
     be->xent_max = cu_xent_max;
     be->xent_sumexp = cu_xent_sumexp;
     be->xent_target = cu_xent_target;
@@ -989,12 +1174,7 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
     return 0;
 }
 
-extern "C" int tks_cuda_backend_check(tks_backend *be) {
-    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
-    if (!c->err) tks_cuda_check_rt(c, cudaStreamSynchronize(c->stream), "stream");
-    if (!c->err) return 0;
-    return tks_fail(c->err, NULL, TKS_NONE, TKS_NONE, "%s", c->err_msg);
-}
+extern "C" int tks_cuda_backend_check(tks_backend *be) { return cu_sync(be); }
 
 extern "C" void tks_cuda_backend_memory(tks_backend *be, size_t *now, size_t *peak) {
     tks_cuda_ctx *c = tks_cuda_ctx_of(be);

@@ -15,8 +15,8 @@
 /* One cached cuBLASLt plan: the shape, types and pointer alignments it was
  * chosen for, its descriptors and the heuristic's algorithm. */
 typedef struct tks_gemm_plan {
-    int ta, tb, M, N, K, lda, ldb, ldc, dtype, align_a, align_b, align_c;
-    int beta_zero;
+    int ta, tb, M, N, K, in_dt, c_dt, align_a, align_b, align_c;
+    size_t lda, ldb, ldc;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
@@ -27,19 +27,17 @@ enum { TKS_GEMM_CACHE = 256, TKS_MAX_ALLOCS = 4096 };
 
 typedef struct tks_cuda_ctx {
     int device;
-    cudaStream_t stream;
+    cudaStream_t stream; /* the default stream of the backend */
+    cudaStream_t cur;    /* the current one (set_stream) */
+    void *ws;            /* the model's workspace (set_workspace) */
+    size_t ws_bytes;
     cublasLtHandle_t lt;
     cublasHandle_t blas; /* fallback when cuBLASLt finds no algorithm */
     void *workspace;     /* the one cuBLASLt workspace */
     size_t workspace_bytes;
     tks_gemm_plan plans[TKS_GEMM_CACHE];
-    int nplans;
-    /* scratch owned by ops that need it (attention's row statistics, the
-     * global norm's partial sums); grown only outside the timed step */
-    void *scratch;
-    size_t scratch_bytes;
-    double *d_partial;   /* [TKS_NORM_BLOCKS] */
-    double *h_result;    /* pinned, for sumsq */
+    int nplans, victim;
+    double *d_partial;   /* [TKS_NORM_BLOCKS]: the reductions' first stage */
     /* sticky error */
     int err;
     char err_msg[512];
@@ -62,10 +60,8 @@ int tks_cuda_fail(tks_cuda_ctx *c, const char *op, const char *reason);
 int tks_cuda_check_rt(tks_cuda_ctx *c, cudaError_t e, const char *op);
 int tks_cuda_check_blas(tks_cuda_ctx *c, cublasStatus_t s, const char *op);
 
-/* cuda_gemm.cu */
-void tks_cuda_gemm_f32(tks_backend *be, int ta, int tb, int M, int N, int K, float alpha,
-                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                       int ldc);
+/* cuda_gemm.cu: be->gemm */
+int tks_cuda_gemm(tks_backend *be, const tks_gemm_args *g);
 void tks_cuda_gemm_plans_free(tks_cuda_ctx *c);
 
 /* cudnn_attention.cpp (when built with the cuDNN frontend): frees the

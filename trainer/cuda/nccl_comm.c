@@ -119,8 +119,8 @@ static int wait_stream(nccl_group *g, const char *op) {
     }
 }
 
-static ncclDataType_t nccl_type(tks_comm_dtype d) {
-    return d == TKS_COMM_BF16 ? ncclBfloat16 : ncclFloat32;
+static ncclDataType_t nccl_type(tks_dtype d) {
+    return d == TKS_BF16 ? ncclBfloat16 : ncclFloat32;
 }
 static const char *coll_name(int kind) {
     static const char *n[] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
@@ -134,7 +134,7 @@ static int g_start(tks_comm *c, const tks_coll *op, tks_comm_req **req) {
     if (kind < 0 || kind > TKS_COLL_BROADCAST)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "comm: unknown collective %d", kind);
     const char *name = coll_name(kind);
-    size_t es = tks_comm_dtype_size(op->dtype), S = (size_t)c->size;
+    size_t es = tks_dtype_size(op->dtype), S = (size_t)c->size;
     c->calls[kind]++;
     c->bytes[kind] += op->n * es * (kind == TKS_COLL_REDUCE_SCATTER || kind == TKS_COLL_ALLGATHER ? S : 1);
     int rc = enter(g, name);
@@ -187,7 +187,7 @@ static int g_wait(tks_comm *c, tks_comm_req *q) {
 }
 
 static int g_run(tks_comm *c, int kind, tks_comm_op opk, float *out, const float *in, size_t n, int root) {
-    tks_coll op = {.kind = kind, .dtype = TKS_COMM_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
+    tks_coll op = {.kind = kind, .dtype = TKS_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
     tks_comm_req *q;
     int rc = g_start(c, &op, &q);
     return rc ? rc : g_wait(c, q);
