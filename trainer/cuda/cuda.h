@@ -61,17 +61,13 @@ void *tks_cuda_backend_stream(tks_backend *be);
  * one line (for logs and the benchmark). */
 void tks_cuda_describe(tks_backend *be, char *out, size_t cap);
 
-/* Attention through cuDNN's fused flash attention (bf16 q, k, v [B,T,H,HD]
- * with rows H*HD apart, causal, GQA; forward saves lse[B,NH,T] fp32;
- * deterministic backward), graphs cached per shape, on the backend's default
- * stream. Errors: TKS_ERR_ARG when built without the cuDNN frontend or the
- * shape is not supported (then be->attention_* is tokshard's own kernel). */
-int tks_cuda_flash_fwd(tks_backend *be, uint16_t *out, float *lse, const uint16_t *q,
-                       const uint16_t *k, const uint16_t *v, int B, int T, int NH, int NKV, int HD);
-int tks_cuda_flash_bwd(tks_backend *be, uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                       const uint16_t *dout, const uint16_t *out, const float *lse,
-                       const uint16_t *q, const uint16_t *k, const uint16_t *v, int B, int T,
-                       int NH, int NKV, int HD);
+/* cuDNN's fused flash attention for the bf16 attention ops (when built with
+ * the cuDNN frontend): on by default, off with TKS_CUDNN_ATTENTION=0 or
+ * on = 0 here. Returns 1 when it is in use after the call. A shape or stride
+ * cuDNN does not support falls back to tokshard's own kernel;
+ * tks_cuda_flash_status says which runs and why ("" when cuDNN ran). */
+int tks_cuda_set_flash(tks_backend *be, int on);
+const char *tks_cuda_flash_status(tks_backend *be);
 
 /* ---- NCCL -------------------------------------------------------------------- */
 

@@ -214,10 +214,22 @@ static int cu_sync(tks_backend *be) {
 
 /* ---- workspace: attention's backward keeps D[B,NH,T] (fp32) there ----------- */
 
+/* cuDNN's graphs need their own scratch: built here for the model's layout
+ * (q, k, v views into one fused row of (NH + 2 NKV) HD, out rows NH HD), so
+ * the ops never allocate; the larger of the two needs is the workspace. */
 static size_t cu_workspace_bytes(tks_backend *be, const tks_ws_shape *s) {
-    (void)be;
+    CTX(be);
     size_t d = (size_t)(s->B > 0 ? s->B : 1) * (size_t)(s->NH > 0 ? s->NH : 1) *
                (size_t)(s->T > 0 ? s->T : 1) * sizeof(float);
+    if (c->flash && s->dt == TKS_BF16 && s->B > 0 && s->T > 0 && s->NH > 0 && s->NKV > 0) {
+        size_t ld = (size_t)(s->NH + 2 * s->NKV) * s->HD, ldo = (size_t)s->NH * s->HD, w = 0;
+        if (tks_cudnn_attention_ws(be, s->B, s->T, s->NH, s->NKV, s->HD, ld, ld, ldo, &w) == 0) {
+            if (w > d) d = w;
+        } else {
+            snprintf(c->flash_why, sizeof c->flash_why, "%s", tks_last_error()->message);
+            tks_clear_error();
+        }
+    }
     return (d + 255) & ~(size_t)255;
 }
 static int cu_set_workspace(tks_backend *be, void *ws, size_t bytes) {
@@ -725,6 +737,15 @@ static int cu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, 
     STICKY(c);
     CHECK_DT(c, "attention_fwd", dt);
     if (B <= 0 || T <= 0) return 0;
+    if (dt == TKS_BF16 && c->flash) {
+        if (!tks_cudnn_attention_fwd(be, c->cur, c->ws, c->ws_bytes, out, ldo, lse, q, ldq, k, v,
+                                     ldkv, B, T, NH, NKV, HD)) {
+            c->flash_why[0] = 0;
+            return 0;
+        }
+        snprintf(c->flash_why, sizeof c->flash_why, "%s", tks_last_error()->message);
+        tks_clear_error();
+    }
     size_t sm = (size_t)T * sizeof(float);
     dim3 grid(T, NH, B);
     if (dt == TKS_BF16) {
@@ -749,6 +770,15 @@ static int cu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const
     STICKY(c);
     CHECK_DT(c, "attention_bwd", dt);
     if (B <= 0 || T <= 0) return 0;
+    if (dt == TKS_BF16 && c->flash) {
+        if (!tks_cudnn_attention_bwd(be, c->cur, c->ws, c->ws_bytes, dq, dk, dv, dout, out, ldo, lse,
+                                     q, ldq, k, v, ldkv, B, T, NH, NKV, HD)) {
+            c->flash_why[0] = 0;
+            return 0;
+        }
+        snprintf(c->flash_why, sizeof c->flash_why, "%s", tks_last_error()->message);
+        tks_clear_error();
+    }
     size_t need = (size_t)B * NH * T * sizeof(float);
     if (!c->ws || c->ws_bytes < need) {
         char why[160];
@@ -1128,6 +1158,18 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
         return code;
     }
     c->cur = c->stream;
+    {
+        const char *fa = getenv("TKS_CUDNN_ATTENTION");
+        tks_cuda_set_flash(be, !(fa && !strcmp(fa, "0")));
+        if (!c->flash)
+            snprintf(c->flash_why, sizeof c->flash_why, "%s",
+#ifdef TKS_HAVE_CUDNN_FE
+                     "cuDNN attention turned off (TKS_CUDNN_ATTENTION=0)"
+#else
+                     "built without the cuDNN frontend (tools/install-deps.sh --cuda, then reconfigure)"
+#endif
+            );
+    }
     be->name = "cuda";
     be->alloc = cu_alloc;
     be->free = cu_free;
@@ -1201,24 +1243,44 @@ extern "C" void tks_cuda_describe(tks_backend *be, char *out, size_t cap) {
              rt / 1000, (rt % 1000) / 10, lt, nccl / 10000, (nccl % 10000) / 100, nccl % 100);
 }
 
-#ifndef TKS_HAVE_CUDNN_FE
-extern "C" int tks_cuda_flash_fwd(tks_backend *be, uint16_t *out, float *lse, const uint16_t *q,
-                                  const uint16_t *k, const uint16_t *v, int B, int T, int NH,
-                                  int NKV, int HD) {
-    (void)be, (void)out, (void)lse, (void)q, (void)k, (void)v, (void)B, (void)T, (void)NH,
-        (void)NKV, (void)HD;
-    return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                    "built without the cuDNN frontend: run tools/install-deps.sh --cuda and "
-                    "reconfigure; attention uses tokshard's own kernel meanwhile");
+extern "C" int tks_cuda_set_flash(tks_backend *be, int on) {
+    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
+#ifdef TKS_HAVE_CUDNN_FE
+    c->flash = on != 0;
+#else
+    (void)on;
+    c->flash = 0;
+#endif
+    return c->flash;
 }
-extern "C" int tks_cuda_flash_bwd(tks_backend *be, uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                                  const uint16_t *dout, const uint16_t *out, const float *lse,
-                                  const uint16_t *q, const uint16_t *k, const uint16_t *v, int B,
-                                  int T, int NH, int NKV, int HD) {
-    (void)be, (void)dq, (void)dk, (void)dv, (void)dout, (void)out, (void)lse, (void)q, (void)k,
-        (void)v, (void)B, (void)T, (void)NH, (void)NKV, (void)HD;
-    return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                    "built without the cuDNN frontend: run tools/install-deps.sh --cuda and "
-                    "reconfigure; attention uses tokshard's own kernel meanwhile");
+
+extern "C" const char *tks_cuda_flash_status(tks_backend *be) {
+    return tks_cuda_ctx_of(be)->flash_why;
+}
+
+#ifndef TKS_HAVE_CUDNN_FE
+extern "C" int tks_cudnn_attention_ws(tks_backend *be, int B, int T, int NH, int NKV, int HD,
+                                      size_t ldq, size_t ldkv, size_t ldo, size_t *bytes) {
+    (void)be, (void)B, (void)T, (void)NH, (void)NKV, (void)HD, (void)ldq, (void)ldkv, (void)ldo;
+    *bytes = 0;
+    return TKS_ERR_ARG;
+}
+extern "C" int tks_cudnn_attention_fwd(tks_backend *be, void *stream, void *ws, size_t ws_bytes,
+                                       void *out, size_t ldo, float *lse, const void *q, size_t ldq,
+                                       const void *k, const void *v, size_t ldkv, int B, int T,
+                                       int NH, int NKV, int HD) {
+    (void)be, (void)stream, (void)ws, (void)ws_bytes, (void)out, (void)ldo, (void)lse, (void)q,
+        (void)ldq, (void)k, (void)v, (void)ldkv, (void)B, (void)T, (void)NH, (void)NKV, (void)HD;
+    return TKS_ERR_ARG;
+}
+extern "C" int tks_cudnn_attention_bwd(tks_backend *be, void *stream, void *ws, size_t ws_bytes,
+                                       void *dq, void *dk, void *dv, const void *dout,
+                                       const void *out, size_t ldo, const float *lse, const void *q,
+                                       size_t ldq, const void *k, const void *v, size_t ldkv, int B,
+                                       int T, int NH, int NKV, int HD) {
+    (void)be, (void)stream, (void)ws, (void)ws_bytes, (void)dq, (void)dk, (void)dv, (void)dout,
+        (void)out, (void)ldo, (void)lse, (void)q, (void)ldq, (void)k, (void)v, (void)ldkv, (void)B,
+        (void)T, (void)NH, (void)NKV, (void)HD;
+    return TKS_ERR_ARG;
 }
 #endif

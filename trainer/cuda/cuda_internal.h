@@ -41,6 +41,9 @@ typedef struct tks_cuda_ctx {
     /* sticky error */
     int err;
     char err_msg[512];
+    /* cuDNN attention: in use, and the last reason it was not */
+    int flash;
+    char flash_why[512];
     /* memory accounting */
     size_t bytes_now, bytes_peak;
     struct {
@@ -67,5 +70,19 @@ void tks_cuda_gemm_plans_free(tks_cuda_ctx *c);
 /* cudnn_attention.cpp (when built with the cuDNN frontend): frees the
  * backend's cuDNN handle, cached graphs and workspace. */
 extern "C" void tks_cuda_flash_release(tks_backend *be);
+/* 0, or an error code with tks_last_error set (then the caller runs its own
+ * kernel): the graphs' workspace at a shape; the two directions on `stream`
+ * with cuDNN's scratch in ws. */
+extern "C" int tks_cudnn_attention_ws(tks_backend *be, int B, int T, int NH, int NKV, int HD,
+                                      size_t ldq, size_t ldkv, size_t ldo, size_t *bytes);
+extern "C" int tks_cudnn_attention_fwd(tks_backend *be, void *stream, void *ws, size_t ws_bytes,
+                                       void *out, size_t ldo, float *lse, const void *q, size_t ldq,
+                                       const void *k, const void *v, size_t ldkv, int B, int T,
+                                       int NH, int NKV, int HD);
+extern "C" int tks_cudnn_attention_bwd(tks_backend *be, void *stream, void *ws, size_t ws_bytes,
+                                       void *dq, void *dk, void *dv, const void *dout,
+                                       const void *out, size_t ldo, const float *lse, const void *q,
+                                       size_t ldq, const void *k, const void *v, size_t ldkv, int B,
+                                       int T, int NH, int NKV, int HD);
 
 #endif /* TKS_CUDA_INTERNAL_H */
