@@ -31,3 +31,9 @@ if(TKS_HAVE_CUDA)
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   endforeach()
 endif()
+# tokshard-train --device cuda end to end on the train fixture's dataset
+if(TKS_HAVE_CUDA)
+  add_test(NAME cuda_train COMMAND bash ${TKS_TEST_DIR}/test_cuda_train.sh ${TKS_BIN} ${TKS_TRAIN_WORK})
+  set_tests_properties(cuda_train PROPERTIES FIXTURES_REQUIRED tks_train SKIP_RETURN_CODE 77
+                       TIMEOUT 300 LABELS gpu)
+endif()
