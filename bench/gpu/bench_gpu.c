@@ -7,9 +7,9 @@
  * get_num_flop_per_token): flops per token = 6 N + 12 L H Q T, N = parameters
  * without the token embedding, L layers, H heads, Q head dim, T sequence;
  * peak 989e12 FLOP/s (H100 SXM / H200 dense bf16), so fp32 runs are measured
- * against the same peak (their MFU is low by construction). Attention is
- * tokshard's own kernel (backend.h's attention ops); cuDNN's is not yet
- * wired into the model.
+ * against the same peak (their MFU is low by construction). Attention in
+ * bf16 is cuDNN's fused kernel when built with it (TKS_CUDNN_ATTENTION=0:
+ * tokshard's own), in fp32 always tokshard's.
  *
  * Usage: tokshard-bench-gpu CONFIG B T STEPS WARMUP [fp32|bf16]
  *        (CONFIG: 1b | 124m | tiny; the step is the trainer's device-side one)
@@ -135,9 +135,11 @@ int main(int argc, char **argv) {
     printf("{\"impl\": \"tokshard\", \"dtype\": \"%s\", \"config\": \"%s\", \"B\": %d, \"T\": %d, "
            "\"steps\": %d, \"step_s\": %.4f, \"tokens_per_s\": %.1f, \"flop_per_token\": %.4g, "
            "\"mfu\": %.4f, \"peak_bytes\": %zu, \"params\": %llu, \"loss\": %.4f, "
-           "\"attention\": \"tokshard kernel\", \"device\": \"%s\"}\n",
+           "\"attention\": \"%s%s\", \"device\": \"%s\"}\n",
            tks_dtype_name(dt), argv[1], B, T, steps, secs / steps, tps, flop_tok, tps * flop_tok / 989e12, mem_peak,
-           (unsigned long long)nparams, loss, desc);
+           (unsigned long long)nparams, loss,
+           dt == TKS_BF16 && !*tks_cuda_flash_status(be) ? "cuDNN" : "tokshard kernel",
+           dt == TKS_BF16 && *tks_cuda_flash_status(be) ? " (cuDNN not used)" : "", desc);
     be->free(be, dred);
     tks_optim_free(opt);
     tks_model_free(m);
