@@ -85,6 +85,9 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--grad-clip", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--bf16", action="store_true",
+                    help="mixed precision: the forward under torch.autocast('cpu', bfloat16) "
+                    "(bf16 matmuls, fp32 parameters, gradients and AdamW state)")
     ap.add_argument("--profile", action="store_true",
                     help="also print a torch.profiler table of one step (to stderr; the profiler "
                     "roughly doubles the step time here: for a breakdown use torch_train_ops.py)")
@@ -177,7 +180,11 @@ def main():
     def step(s):
         ids, tg = batch(s)
         opt.zero_grad(set_to_none=True)
-        loss = forward(ids, tg)
+        if a.bf16:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = forward(ids, tg)
+        else:
+            loss = forward(ids, tg)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, a.grad_clip)
         for g in opt.param_groups:
@@ -200,7 +207,7 @@ def main():
               file=sys.stderr)
     tps = [B * T / d for d in secs]
     print(json.dumps({
-        "impl": "pytorch", "torch": torch.__version__, "threads": a.threads,
+        "impl": "pytorch", "torch": torch.__version__, "threads": a.threads, "bf16": a.bf16,
         "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
         "config": {"vocab": V, "dim": C, "n_layers": L, "n_heads": NH, "n_kv_heads": NKV,
                    "ffn_dim": FF, "seq_len": T, "batch": B},

@@ -11,10 +11,15 @@
  *            file written but neither durable nor renamed)
  *   rename:NAME:K  right after the K-th rename() whose destination's base name
  *            is NAME (a checkpoint's step directory, a file inside it, ...)
+ * And TKS_COUNT_OPEN=NAME counts the open() calls of paths ending in NAME and
+ * prints "fault_inject: N open(s) of NAME" to stderr at exit (an input must be
+ * read once).
  * Under AddressSanitizer, set ASAN_OPTIONS=verify_asan_link_order=0.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,4 +65,24 @@ int fsync(int fd) {
     int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
     if (wants("fsync", ++n_fsync)) raise(SIGKILL);
     return real(fd);
+}
+
+static long n_opens;
+static void report_opens(void) {
+    fprintf(stderr, "fault_inject: %ld open(s) of %s\n", n_opens, getenv("TKS_COUNT_OPEN"));
+}
+
+int open(const char *path, int flags, ...) {
+    int (*real)(const char *, int, ...) = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open");
+    mode_t mode = 0;
+    if (flags & (O_CREAT | O_TMPFILE)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = (mode_t)va_arg(ap, int);
+        va_end(ap);
+    }
+    const char *want = getenv("TKS_COUNT_OPEN");
+    size_t n = want ? strlen(want) : 0, l = strlen(path);
+    if (want && l >= n && !strcmp(path + l - n, want) && n_opens++ == 0) atexit(report_opens);
+    return real(path, flags, mode);
 }

@@ -102,6 +102,27 @@ resume)
     fi
     same_dataset r "$T/ref" "after SIG$sig and resume"
   done
+  # each input is read once (its XXH3-128 for the manifest is taken while it is read)
+  rm -rf r r.partial
+  LD_PRELOAD=$TKS_FAULT_LIB TKS_COUNT_OPEN=/gcide.txt "$TKS" build "${args[@]}" --output r >/dev/null 2>"$W/err"
+  grep -q "fault_inject: 1 open(s) of /gcide.txt" "$W/err" && ok "gcide.txt opened once by a build" ||
+    fail "input opens: $(grep fault_inject "$W/err")"
+  same_dataset r "$T/ref" "build with hashing while reading"
+  # an input edited after the kill, size and mtime kept: the resume compares
+  # the hashes of the inputs the interrupted build had read, and refuses
+  rm -rf r r.partial pyfirst && mkdir pyfirst && cp -p "$T"/pydoc/* pyfirst/
+  edited=$(ls pyfirst/* | head -1)
+  eargs=(-q --tokenizer "$T/bpe.model" --doc-split blank-line --append-eos --shard-tokens 20K
+    --chunk-bytes 4K --batch-bytes 16K pyfirst "$T/gcide.txt")
+  LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=state:3 "$TKS" build "${eargs[@]}" --output r >/dev/null 2>&1
+  python3 - "$edited" <<'EOF2'
+import os, sys
+p = sys.argv[1]; st = os.stat(p); b = bytearray(open(p, "rb").read())
+i = b.index(b"e"); b[i] = ord("a"); open(p, "wb").write(b)
+os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+EOF2
+  expect 2 "resume after an input changed under the same size and mtime" -- "$TKS" build "${eargs[@]}" --output r --resume
+  expect_msg "cannot resume: .*$(basename "$edited") changed since the interrupted build"
   # resume refuses other options
   rm -rf r r.partial
   LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=state:1 "$TKS" build "${args[@]}" --output r >/dev/null 2>&1

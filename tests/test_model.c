@@ -514,6 +514,118 @@ static void check_training(int tie) {
     tks_model_free(m);
 }
 
+/* ---- (i) activation memory: linear in T, the plan equals the allocation ------------------- */
+
+/* The issue's measurement config (2 layers, 8 heads, dim 64, batch 1), at
+ * T = 512 .. 4096. tks_model_activation_bytes (the --dry-run figure) must
+ * equal what tks_model_create allocates for activations, scratch and the
+ * workspace, and it must grow at most linearly: f(2T) <= 2 f(T) for every
+ * doubling. Saving the [B, NH, T, T] probabilities (contract 1) made the
+ * per-doubling factor 3.8 here; a T x T buffer anywhere breaks the bound. */
+static void check_activation_memory(tks_dtype dt) {
+    tks_model_config c = {0};
+    c.vocab_size = 512;
+    c.dim = 64;
+    c.n_layers = 2;
+    c.n_heads = 8;
+    c.max_seq_len = 4096;
+    tks_model_config_defaults(&c);
+    size_t prev = 0;
+    for (int T = 512; T <= 4096; T *= 2) {
+        size_t plan = tks_model_activation_bytes(&c, 1, 1, T, dt, be);
+        tks_model *m = NULL;
+        int rc = tks_model_create_dt(&c, be, NULL, 1, T, 1, dt, &m);
+        if (rc) FAILF("tks_model_create_dt T=%d: %s", T, tks_last_error()->message);
+        size_t got = tks_model_act_bytes(m);
+        tks_model_free(m);
+        char what[128];
+        snprintf(what, sizeof what, "%s T=%d: planned %zu bytes == allocated %zu (differ by)",
+                 tks_dtype_name(dt), T, plan, got);
+        note("act-memory", what, fabs((double)plan - (double)got), 0.5);
+        if (prev) {
+            snprintf(what, sizeof what, "%s T=%d: bytes(T) / bytes(T/2) = %.3f <= 2 (linear)",
+                     tks_dtype_name(dt), T, (double)got / (double)prev);
+            note("act-memory", what, (double)got / (double)prev, 2.0);
+        }
+        prev = got;
+    }
+}
+
+/* ---- (j) mixed precision: bf16 compute against fp32 ------------------------------------------ */
+
+/* The same weights (fp32 masters) run in fp32 and in bf16 (bf16 compute
+ * weights and activations, fp32 arithmetic inside each op, fp32 gradients).
+ * Exact: the compute copy is the round-to-nearest-even of every master
+ * weight, before and after an optimizer step. Bounded: to first order each
+ * stored bf16 value adds a relative error of at most u = 2^-8; along the
+ * longest chain a value crosses R stored roundings (per layer: h1, q|k|v,
+ * RoPE of q and k, the attention output, o_proj + residual, h2, gate|up, the
+ * SwiGLU output, down + residual = 10; plus the embedding, the final norm and
+ * the logits = 3) and the weights' own rounding (1 per GEMM it meets), so
+ * the mean loss is within 2 R u of fp32 relative, and each gradient (which
+ * goes through the mirror chain again) within 4 R u of the tensor's max. A
+ * dtype mix-up (bf16 bits read as fp32, a missing conversion) gives O(1). */
+static void check_bf16(void) {
+    tks_model_config c = tiny(0, 0.3f, 8);
+    tks_model *m32 = make(&c, BATCH, SEQ, 21), *m16 = NULL;
+    int rc = tks_model_create_dt(&c, be, NULL, BATCH, SEQ, 1, TKS_BF16, &m16);
+    if (rc) FAILF("tks_model_create_dt bf16: %s", tks_last_error()->message);
+    tks_model_init(m16, 21);
+    size_t n = tks_model_n_local(m16), np;
+    const tks_param *ps = tks_model_params(m16, &np);
+    float *w = get_flat(m16, tks_model_weights(m16));
+    uint16_t *wc = malloc(n * sizeof *wc);
+    be->download(be, wc, tks_model_compute_weights(m16), n * sizeof *wc);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += wc[i] != tks_bf16_from_f32(w[i]);
+    note("bf16", "compute copy == RNE(master) after init (count)", (double)bad, 0.5);
+
+    const double R = c.n_layers * 10.0 + 3 + 4, u = 0x1p-8;
+    float *g32 = NULL, *g16 = NULL;
+    double L32 = loss_and_grad(m32, &g32), L16 = loss_and_grad(m16, &g16);
+    char what[160];
+    snprintf(what, sizeof what, "mean loss bf16 %.6f vs fp32 %.6f (relative)", L16, L32);
+    note("bf16", what, fabs(L16 - L32) / L32, 2 * R * u);
+    double e = 0;
+    const char *worst = "";
+    for (size_t i = 0; i < np; i++) {
+        double mx = 0, d = 0;
+        for (size_t k = 0; k < ps[i].lrows * ps[i].lcols; k++) {
+            mx = fmax(mx, fabs(g32[ps[i].offset + k]));
+            d = worse(d, fabs(g16[ps[i].offset + k] - g32[ps[i].offset + k]));
+        }
+        double r = d / fmax(mx, 1e-30);
+        if (!(r <= e)) worst = ps[i].name;
+        e = worse(e, r);
+    }
+    snprintf(what, sizeof what, "fp32 grads of the bf16 model vs fp32 (worst %s)", worst);
+    note("bf16", what, e, 4 * R * u);
+
+    /* an optimizer step updates the fp32 masters and re-rounds the copy */
+    tks_span sp[64];
+    for (size_t i = 0; i < np && i < 64; i++)
+        sp[i] = (tks_span){ps[i].offset, ps[i].lrows * ps[i].lcols, ps[i].decay ? 0.1f : 0.0f};
+    float *mo = be->alloc(be, n * sizeof(float)), *vo = be->alloc(be, n * sizeof(float));
+    tks_adamw_hp hp = {.lr = 1e-2f, .b1 = 0.9f, .b2 = 0.95f, .eps = 1e-8f, .t = 1};
+    rc = be->adamw(be, tks_model_weights(m16), tks_model_grads(m16), mo, vo, 0, sp, np < 64 ? np : 64,
+                   &hp, 1.0f, NULL, tks_model_compute_weights(m16), TKS_BF16);
+    if (rc) FAILF("adamw: %s", tks_last_error()->message);
+    free(w);
+    w = get_flat(m16, tks_model_weights(m16));
+    be->download(be, wc, tks_model_compute_weights(m16), n * sizeof *wc);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) bad += wc[i] != tks_bf16_from_f32(w[i]);
+    note("bf16", "compute copy == RNE(master) after an AdamW step (count)", (double)bad, 0.5);
+    be->free(be, mo);
+    be->free(be, vo);
+    free(w);
+    free(wc);
+    free(g32);
+    free(g16);
+    tks_model_free(m32);
+    tks_model_free(m16);
+}
+
 int main(void) {
     be = tks_cpu_backend_create(0);
     if (!be) {
@@ -532,6 +644,9 @@ int main(void) {
     check_decode(1);
     check_training(0);
     check_training(1);
+    check_activation_memory(TKS_F32);
+    check_activation_memory(TKS_BF16);
+    check_bf16();
     be->destroy(be);
     if (failures) {
         printf("%d check(s) FAILED\n", failures);

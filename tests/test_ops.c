@@ -1145,6 +1145,204 @@ static void test_adamw(void) {
     }
 }
 
+/* ---- bf16 storage ---------------------------------------------------------------------- */
+
+/* Device buffer of n bf16 values made from host floats (RNE). */
+static uint16_t *bf_dev(const float *h, size_t n) {
+    uint16_t *t = malloc(n * sizeof *t), *d = be->alloc(be, n * sizeof *d);
+    for (size_t i = 0; i < n; i++) t[i] = tks_bf16_from_f32(h[i]);
+    be->upload(be, d, t, n * sizeof *t);
+    free(t);
+    return d;
+}
+/* Rounds a host tensor to bf16-representable values and re-uploads it, so
+ * the fp32 and the bf16 runs of an op read the very same numbers. */
+static void round_bf16(tens *t) {
+    for (size_t i = 0; i < t->n; i++) t->h[i] = tks_bf16_to_f32(tks_bf16_from_f32(t->h[i]));
+    tup(t);
+}
+/* Elements of a bf16 device result that are not RNE(fp32 result). */
+static size_t ndiff_rne(const uint16_t *dev, const float *ref, size_t n) {
+    uint16_t *h = malloc(n * sizeof *h);
+    be->download(be, h, dev, n * sizeof *h);
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) d += h[i] != tks_bf16_from_f32(ref[i]);
+    free(h);
+    return d;
+}
+
+/*
+ * The ops in bf16 against the same ops in fp32 on bf16-representable inputs.
+ * Contract 2: bf16 is storage only, arithmetic is fp32; an op that reads its
+ * inputs, computes and writes once therefore returns exactly RNE(its fp32
+ * result) - checked bit for bit (rmsnorm_fwd, swiglu_fwd, rope, embedding,
+ * flash attention with fused strides, convert). The GEMM's panels change the
+ * fp32 summation order: within gamma(K + 2) of the double reference relative
+ * to sum |a b| plus, for a bf16 C, one rounding (2^-8 relative).
+ */
+static void test_bf16(void) {
+    /* convert: RNE including ties and NaN */
+    const float probe[] = {1.0f, 1.0f + 0x1p-8f, 1.0f + 0x1p-7f + 0x1p-8f, -3.14159f, 1e-40f, 65504.0f,
+                           INFINITY, -0.0f};
+    const size_t np = sizeof probe / sizeof probe[0];
+    float *pd = be->alloc(be, np * sizeof *pd);
+    uint16_t *bd = be->alloc(be, np * sizeof *bd), hb[8];
+    be->upload(be, pd, probe, sizeof probe);
+    be->convert(be, bd, TKS_BF16, pd, TKS_F32, np);
+    be->download(be, hb, bd, sizeof hb);
+    size_t nd = 0;
+    for (size_t i = 0; i < np; i++) nd += hb[i] != tks_bf16_from_f32(probe[i]);
+    nd += hb[1] != 0x3f80; /* 1 + 2^-8 is a tie: to even (down) */
+    nd += hb[2] != 0x3f82; /* 1 + 3 2^-8 is a tie: to even (up) */
+    note_exact("bf16 convert", "fp32 -> bf16 RNE, ties to even (elements that differ)", nd);
+    be->free(be, pd);
+    be->free(be, bd);
+
+    /* gemm: every transpose, bf16 A and B, C fp32 (the weight-gradient form,
+     * accumulate) or bf16 */
+    const int M = 37, N = 300, K = 70;
+    double eg = 0;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int cb = 0; cb < 2; cb++)
+                for (int acc = 0; acc < 2; acc++) {
+                    int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+                    tens A = trand((size_t)ar * ac, -1, 1), Bm = trand((size_t)br * bc, -1, 1),
+                         C0 = trand((size_t)M * N, -1, 1);
+                    round_bf16(&A);
+                    round_bf16(&Bm);
+                    round_bf16(&C0);
+                    uint16_t *Ab = bf_dev(A.h, A.n), *Bb = bf_dev(Bm.h, Bm.n), *Cb = bf_dev(C0.h, C0.n);
+                    tks_gemm_args ga = {.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K,
+                                        .alpha = 1.0f, .A = Ab, .a_type = TKS_BF16, .lda = (size_t)ac,
+                                        .B = Bb, .b_type = TKS_BF16, .ldb = (size_t)bc,
+                                        .C = cb ? (void *)Cb : (void *)C0.d,
+                                        .c_type = cb ? TKS_BF16 : TKS_F32, .ldc = (size_t)N,
+                                        .compute = TKS_F32, .accumulate = acc};
+                    be->gemm(be, &ga);
+                    float *got = malloc((size_t)M * N * sizeof *got);
+                    if (cb) {
+                        uint16_t *h = malloc((size_t)M * N * sizeof *h);
+                        be->download(be, h, Cb, (size_t)M * N * sizeof *h);
+                        for (size_t i = 0; i < (size_t)M * N; i++) got[i] = tks_bf16_to_f32(h[i]);
+                        free(h);
+                    } else {
+                        be->download(be, got, C0.d, (size_t)M * N * sizeof *got);
+                    }
+                    for (int i = 0; i < M; i++)
+                        for (int j = 0; j < N; j++) {
+                            double sm = 0, sa = 0;
+                            for (int k = 0; k < K; k++) {
+                                double x = ta ? A.h[(size_t)k * ac + i] : A.h[(size_t)i * ac + k];
+                                double y = tb ? Bm.h[(size_t)j * bc + k] : Bm.h[(size_t)k * bc + j];
+                                sm += x * y;
+                                sa += fabs(x * y);
+                            }
+                            double c0 = acc ? C0.h[(size_t)i * N + j] : 0, ref = sm + c0;
+                            /* |fl(y) - ref| <= u |y| + |y - ref| with |y - ref| <= g, so
+                             * <= u |ref| + (1 + u) g (u = 2^-8 for a bf16 C, else 0) */
+                            double ub = cb ? 0x1p-8 : 0, g = gamma_f32(K + 2) * (sa + fabs(c0));
+                            double tol = ub * fabs(ref) + (1 + ub) * g;
+                            eg = worse(eg, fabs(got[(size_t)i * N + j] - ref) / fmax(tol, 1e-30));
+                        }
+                    free(got);
+                    be->free(be, Ab);
+                    be->free(be, Bb);
+                    be->free(be, Cb);
+                    tfree(&A);
+                    tfree(&Bm);
+                    tfree(&C0);
+                }
+    /* err is |got - ref| / bound: must not exceed 1 */
+    note("bf16 gemm", "bf16 A, B; fp32/bf16 C; all transposes, accumulate (err / bound)", eg, 1.0);
+
+    /* element-wise ops: bf16 == RNE(fp32) bit for bit */
+    {
+        const int Nr = 7, C = 24;
+        tens x = trand((size_t)Nr * C, -2, 2), w = trand((size_t)C, 0.5, 1.5), out = tnew((size_t)Nr * C),
+             rstd = tnew((size_t)Nr);
+        round_bf16(&x);
+        round_bf16(&w);
+        be->rmsnorm_fwd(be, out.d, rstd.d, x.d, w.d, Nr, C, 1e-5f, TKS_F32);
+        tdown(&out);
+        uint16_t *xb = bf_dev(x.h, x.n), *wb = bf_dev(w.h, w.n), *ob = bf_dev(out.h, out.n);
+        be->rmsnorm_fwd(be, ob, rstd.d, xb, wb, Nr, C, 1e-5f, TKS_BF16);
+        note_exact("bf16 rmsnorm", "out == RNE(fp32 out) (elements that differ)", ndiff_rne(ob, out.h, out.n));
+        /* SwiGLU on gu[Nr, 2 (C/2)] */
+        be->swiglu_fwd(be, out.d, x.d, Nr, C / 2, TKS_F32);
+        tdown(&out);
+        be->swiglu_fwd(be, ob, xb, Nr, C / 2, TKS_BF16);
+        note_exact("bf16 swiglu", "out == RNE(fp32 out)", ndiff_rne(ob, out.h, (size_t)Nr * (C / 2)));
+        /* RoPE in place on x viewed as [1, Nr, 3, 8] */
+        tens xr = tnew(x.n);
+        memcpy(xr.h, x.h, x.n * sizeof *x.h);
+        tup(&xr);
+        be->rope(be, xr.d, (size_t)C, 1, Nr, 3, 8, 5, 10000.0f, 0, TKS_F32);
+        tdown(&xr);
+        be->rope(be, xb, (size_t)C, 1, Nr, 3, 8, 5, 10000.0f, 0, TKS_BF16);
+        note_exact("bf16 rope", "x == RNE(fp32 x)", ndiff_rne(xb, xr.h, xr.n));
+        tfree(&xr);
+        be->free(be, xb);
+        be->free(be, wb);
+        be->free(be, ob);
+        tfree(&x);
+        tfree(&w);
+        tfree(&out);
+        tfree(&rstd);
+    }
+    /* flash attention, fused q|k|v rows, T = 150 */
+    {
+        const int B = 1, T = 150, NH = 4, NKV = 2, HD = 16, QD = NH * HD, QKV = QD + 2 * NKV * HD;
+        tens qkv = trand((size_t)B * T * QKV, -1.5, 1.5), out = tnew((size_t)B * T * QD),
+             lse = tnew((size_t)B * NH * T), lse2 = tnew((size_t)B * NH * T);
+        round_bf16(&qkv);
+        be->attention_fwd(be, out.d, (size_t)QD, lse.d, qkv.d, (size_t)QKV, qkv.d + QD,
+                          qkv.d + QD + NKV * HD, (size_t)QKV, B, T, NH, NKV, HD, TKS_F32);
+        tdown(&out);
+        tdown(&lse);
+        uint16_t *qb = bf_dev(qkv.h, qkv.n), *ob = be->alloc(be, out.n * sizeof *ob);
+        be->attention_fwd(be, ob, (size_t)QD, lse2.d, qb, (size_t)QKV, qb + QD, qb + QD + NKV * HD,
+                          (size_t)QKV, B, T, NH, NKV, HD, TKS_BF16);
+        tdown(&lse2);
+        note_exact("bf16 attention", "out == RNE(fp32 out), T=150 fused strides", ndiff_rne(ob, out.h, out.n));
+        note_exact("bf16 attention", "lse (fp32) == fp32 run's lse", ndiff_bits(lse2.h, lse.h, lse.n));
+        be->free(be, qb);
+        be->free(be, ob);
+        tfree(&qkv);
+        tfree(&out);
+        tfree(&lse);
+        tfree(&lse2);
+    }
+    /* fused cross-entropy: loss (fp32) identical; dlogits within one bf16
+     * rounding of the fp32 ones (the target column is rounded twice: its
+     * softmax term, then minus scale) */
+    {
+        const int N = 6, V = 16, VR = 13;
+        int32_t tg[6] = {0, 12, 5, 7, 12, 3};
+        int32_t *td = ids_dev(tg, 6);
+        tens lg = trand((size_t)N * V, -3, 3), loss = tnew((size_t)N), loss2 = tnew((size_t)N);
+        round_bf16(&lg);
+        uint16_t *lb = bf_dev(lg.h, lg.n), *hb2 = malloc(lg.n * sizeof *hb2);
+        be->xent_fused(be, loss.d, lg.d, td, N, V, VR, 0.37f, TKS_F32);
+        be->xent_fused(be, loss2.d, lb, td, N, V, VR, 0.37f, TKS_BF16);
+        tdown(&lg);
+        tdown(&loss);
+        tdown(&loss2);
+        be->download(be, hb2, lb, lg.n * sizeof *hb2);
+        double e = 0;
+        for (size_t i = 0; i < lg.n; i++)
+            e = worse(e, fabs(tks_bf16_to_f32(hb2[i]) - lg.h[i]) / fmax(fabs(lg.h[i]), 1e-30));
+        note_exact("bf16 xent_fused", "loss == fp32 run's loss", ndiff_bits(loss2.h, loss.h, loss.n));
+        note("bf16 xent_fused", "dlogits vs fp32 (relative; two roundings 2^-8)", e, 2 * 0x1p-8);
+        be->free(be, td);
+        be->free(be, lb);
+        free(hb2);
+        tfree(&lg);
+        tfree(&loss);
+        tfree(&loss2);
+    }
+}
+
 /* A failing op makes every later op a no-op returning the same code, and
  * sync reports it with the op's name. On a backend of its own (the error
  * is permanent for the backend). */
@@ -1176,7 +1374,7 @@ int main(void) {
     printf("backend %s\n", be->name);
     /* the workspace for the largest shapes below (flash test: B 2, T 150) */
     tks_ws_shape ws = {.B = 2, .T = 150, .C = 64, .NH = 4, .NKV = 1, .HD = 16, .F = 64, .V = 64,
-                       .Tcache = 150, .dt = TKS_F32};
+                       .Tcache = 150, .dt = TKS_BF16}; /* bf16: with the GEMM panels */
     size_t wsb = be->workspace_bytes(be, &ws);
     void *wsp = be->alloc(be, wsb);
     if (!wsp || be->set_workspace(be, wsp, wsb)) {
@@ -1198,6 +1396,7 @@ int main(void) {
     test_swiglu();
     test_xent();
     test_adamw();
+    test_bf16();
     printf("\n%-15s %6s %10s %8s  %s\n", "op", "checks", "max err", "tol", "result");
     for (int i = 0; i < nstats; i++)
         printf("%-15s %6d %10.2e %8.0e  %s\n", stats[i].op, stats[i].checks, stats[i].err,

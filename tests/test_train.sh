@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of tokshard-train / tokshard-generate on real text (dict-gcide).
 # Usage: test_train.sh BIN_DIR WORKDIR CASE
-#   CASE: setup | train | resume | safety | checkpoint | plan | generate | lock | faults | cli
+#   CASE: setup | train | resume | safety | checkpoint | plan | generate | lock | faults | bf16 | cli
 # `setup` builds the small dataset the other cases share (a ctest fixture).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -333,6 +333,34 @@ EOF2
   expect_msg "neither a checkpoint"
   expect 2 "step 0" -- "$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 --steps 0
   expect_msg "steps count from 1"
+bf16)
+  # mixed precision: the same run in fp32 and bf16 (bf16 weights and
+  # activations, fp32 masters, gradients and moments); both learn, and the
+  # bf16 validation loss ends within 2% of fp32's
+  expect 0 "train 24 steps fp32" -- "$TRAIN" --dataset "$S/data" --out r32 --steps 24 "${M[@]}" --eval-every 24
+  expect 0 "train 24 steps bf16" -- "$TRAIN" --dataset "$S/data" --out r16 --steps 24 "${M[@]}" --eval-every 24 --dtype bf16
+  v32=$(grep '"val_loss"' r32/metrics.jsonl | tail -1 | sed 's/.*"val_loss": \([0-9.]*\).*/\1/')
+  v16=$(grep '"val_loss"' r16/metrics.jsonl | tail -1 | sed 's/.*"val_loss": \([0-9.]*\).*/\1/')
+  first=$(grep '"loss"' r16/metrics.jsonl | head -1 | sed 's/.*"loss": \([0-9.]*\).*/\1/')
+  awk -v a="$first" -v b="$v16" 'BEGIN {exit !(b < a - 0.5)}' && ok "bf16 learns: loss $first -> val $v16" ||
+    fail "bf16 does not learn: $first -> $v16"
+  awk -v a="$v32" -v b="$v16" 'BEGIN {d = (b - a) / a; if (d < 0) d = -d; exit !(d <= 0.02)}' &&
+    ok "bf16 val loss $v16 within 2% of fp32 $v32" || fail "bf16 val loss $v16 vs fp32 $v32"
+  grep -q '"host_wait_s"' r16/metrics.jsonl && ok "metrics record host_wait_s" || fail "no host_wait_s"
+  # a bf16 checkpoint holds fp32 masters: it resumes, in either dtype
+  expect 0 "resume the bf16 run in fp32 for 2 more steps" -- "$TRAIN" --dataset "$S/data" --out r16 \
+    --resume latest --steps 26 "${M[@]}" --eval-every 0
+  expect 2 "unknown dtype" -- "$TRAIN" --dataset "$S/data" --out x --dtype fp8 --dry-run
+  expect_msg "--dtype fp8"
+  expect 2 "cuda not built" -- "$TRAIN" --dataset "$S/data" --out x --device cuda --steps 1 "${M[@]}"
+  expect_msg "no CUDA backend"
+  expect 2 "unknown device" -- "$TRAIN" --dataset "$S/data" --out x --device tpu --dry-run
+  expect_msg "--device tpu"
+  expect 0 "bf16 dry run names the dtype" -- "$TRAIN" --dataset "$S/data" --out x --steps 1 "${M[@]}" --dtype bf16 --dry-run
+  grep -q "memory estimate (bf16" "$W/out" && ok "dry run: bf16 memory estimate" || fail "$(grep memory "$W/out")"
+  expect 2 "bf16 with tp 2" -- "$TRAIN" --dataset "$S/data" --out x --steps 1 "${M[@]}" --dtype bf16 \
+    --world 2 --tp 2 --dry-run
+  expect_msg "--dtype bf16 with --tp 2"
   ;;
 
 cli)

@@ -87,6 +87,13 @@ const char *tks_input_file(const tks_input *in, size_t i);
 uint64_t tks_input_file_size(const tks_input *in, size_t i);
 /* Sum of the input files' sizes on disk (for progress ETA). */
 uint64_t tks_input_total_bytes(const tks_input *in);
+/* The XXH3-128 (canonical, big-endian bytes, as tks_file_xxh3_128) of input
+ * file i's bytes on disk and their count, taken while the reader read them: a
+ * file is read once. Available once the reader has moved past the file (it
+ * returned a document of a later file, or 0 at the end of the inputs).
+ * out: 16 bytes; bytes may be NULL. Errors: TKS_ERR_ARG (i out of range, or
+ * the file not read to its end yet, or its reading failed). */
+int tks_input_file_xxh3(const tks_input *in, size_t i, uint8_t out[16], uint64_t *bytes);
 
 /*
  * Yields the next document: returns 1 and fills *doc, 0 at the end of all

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,6 +123,11 @@ static int resolve(const tks_train_opts *in, run *r) {
     if (!world && (rc = tks_mesh_world(&world, &rank))) return rc;
     if ((rc = tks_mesh_resolve(world, o->tp, o->dp_shard, o->dp_replicate, &r->shape))) return rc;
     if ((rc = tks_model_config_check(&r->cfg, r->shape.tp))) return rc;
+    if (r->dtype == TKS_BF16 && r->shape.tp > 1)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "--dtype bf16 with --tp %d: the tensor-parallel activations are reduced in "
+                        "fp32 only for now; use --dtype fp32 with tp > 1, or --tp 1",
+                        r->shape.tp);
     if (o->seq_len == 0 || o->seq_len > r->cfg.max_seq_len)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "--seq-len %u must be in 1..max_seq_len %u", o->seq_len, r->cfg.max_seq_len);
@@ -282,6 +288,113 @@ static int load_batch(tks_sampler *s, uint64_t first, uint64_t n, uint32_t vocab
     return 0;
 }
 
+/* ---- batch prefetch ----------------------------------------------------------
+ * A host thread loads, range-checks and stages the next micro-batch of this
+ * rank while the current one computes. Two stages: the thread fills one while
+ * the model reads the other. The error of a bad batch travels with the batch
+ * (the thread's error context is copied to the caller), and the caller agrees
+ * on it across ranks before any compute on that batch, as without prefetch. */
+typedef struct prefetch {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started, job, busy, quit;
+    /* the job: micro-batch k of the step whose data cursor is `cursor` */
+    tks_sampler *s;
+    uint64_t cursor, k, global_batch, micro;
+    uint32_t dp, dp_rank, vocab;
+    int slot;                       /* the stage the job fills */
+    uint32_t *tok;                  /* the thread's window scratch (seq_len + 1) */
+    int32_t *ids[2], *tg[2];        /* two stages of [micro, seq_len] */
+    int rc;                         /* the last job's result */
+    tks_error err;                  /* its error context when rc != 0 */
+} prefetch;
+
+static void *prefetch_main(void *arg) {
+    prefetch *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->job && !p->quit) pthread_cond_wait(&p->cv, &p->mu);
+        if (p->quit) break;
+        p->job = 0;
+        p->busy = 1;
+        pthread_mutex_unlock(&p->mu);
+        uint64_t first, cnt, mf, mc;
+        int rc = tks_sampler_rank_slice_at(p->cursor, p->global_batch, p->dp, p->dp_rank, &first, &cnt);
+        if (!rc) rc = tks_sampler_micro_slice(first, cnt, p->micro, p->k, &mf, &mc);
+        if (!rc) rc = load_batch(p->s, mf, mc, p->vocab, p->tok, p->ids[p->slot], p->tg[p->slot]);
+        pthread_mutex_lock(&p->mu);
+        p->rc = rc;
+        if (rc) p->err = *tks_last_error();
+        p->busy = 0;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static int prefetch_init(prefetch *p, tks_sampler *s, size_t N, uint32_t seq_len) {
+    memset(p, 0, sizeof *p);
+    p->s = s;
+    p->tok = malloc((seq_len + 1) * sizeof *p->tok);
+    for (int i = 0; i < 2; i++) {
+        p->ids[i] = malloc(N * sizeof *p->ids[i]);
+        p->tg[i] = malloc(N * sizeof *p->tg[i]);
+    }
+    if (!p->tok || !p->ids[0] || !p->ids[1] || !p->tg[0] || !p->tg[1])
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch staging)");
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    int e = pthread_create(&p->th, NULL, prefetch_main, p);
+    if (e != 0) {
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->cv);
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
+                        "cannot start the batch loader thread: %s", strerror(e));
+    }
+    p->started = 1;
+    return 0;
+}
+
+/* Starts loading micro-batch k of the step at `cursor` into `slot`. */
+static void prefetch_start(prefetch *p, uint64_t cursor, uint64_t k, int slot) {
+    pthread_mutex_lock(&p->mu);
+    p->cursor = cursor;
+    p->k = k;
+    p->slot = slot;
+    p->job = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Waits for the job in flight (if any) and returns its result, with its
+ * error context restored on this thread. Idempotent until the next start. */
+static int prefetch_wait(prefetch *p) {
+    pthread_mutex_lock(&p->mu);
+    while (p->job || p->busy) pthread_cond_wait(&p->cv, &p->mu);
+    int rc = p->rc;
+    if (rc) tks_error_restore(&p->err);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+static void prefetch_free(prefetch *p) {
+    if (p->started) {
+        pthread_mutex_lock(&p->mu);
+        p->quit = 1;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        pthread_join(p->th, NULL);
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->cv);
+    }
+    free(p->tok);
+    for (int i = 0; i < 2; i++) {
+        free(p->ids[i]);
+        free(p->tg[i]);
+    }
+}
+
 static int mkdir_p(const char *d) {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s", d);
@@ -423,21 +536,37 @@ int tks_train(const tks_train_opts *in) {
     double t_start = omp_get_wtime(), tokens_step = (double)(o->global_batch * o->seq_len);
     uint64_t first_step = step, saved_step = UINT64_MAX, comm0[4];
     double host_wait = 0; /* seconds the host spent blocked on the backend (sync, reads) */
+    prefetch pf;
+    int pf_slot = 0;
+    memset(&pf, 0, sizeof pf);
+    if (!rc && step < o->steps) {
+        rc = prefetch_init(&pf, r.train, N, o->seq_len);
+        pf.global_batch = o->global_batch;
+        pf.micro = r.micro;
+        pf.dp = (uint32_t)mesh->dp;
+        pf.dp_rank = (uint32_t)mesh->dp_rank;
+        pf.vocab = r.cfg.vocab_size;
+        if (!rc) prefetch_start(&pf, cursor, 0, pf_slot);
+        rc = tks_mesh_agree(mesh, rc);
+    }
     while (!rc && step < o->steps) {
         double t0 = omp_get_wtime();
         comm_totals(mesh, comm0);
         tks_model_zero_grad(m);
         rc = be->memzero(be, dred, 4 * sizeof *dred);
         for (uint64_t k = 0; k < r.n_micro && !rc; k++) {
-            uint64_t first, cnt, mf, mc;
-            rc = tks_sampler_rank_slice_at(cursor, o->global_batch, (uint32_t)mesh->dp,
-                                           (uint32_t)mesh->dp_rank, &first, &cnt);
-            if (!rc) rc = tks_sampler_micro_slice(first, cnt, r.micro, k, &mf, &mc);
-            if (!rc) rc = load_batch(r.train, mf, mc, r.cfg.vocab_size, tok, ids, tg);
+            rc = prefetch_wait(&pf); /* micro-batch k of this step, loaded and range-checked */
+            int cur = pf_slot;
+            /* stage the next one while this one computes */
+            if (k + 1 < r.n_micro) prefetch_start(&pf, cursor, k + 1, pf_slot = 1 - cur);
+            else if (step + 1 < o->steps)
+                prefetch_start(&pf, cursor + o->global_batch, 0, pf_slot = 1 - cur);
             /* a bad batch on any rank stops every rank, before any compute on it */
             rc = tks_mesh_agree(mesh, rc);
             /* the loss is summed on the device; read once, after the step */
-            if (!rc) rc = tks_model_forward_train(m, ids, tg, (float)(1.0 / tokens_step), dred + 1);
+            if (!rc)
+                rc = tks_model_forward_train(m, pf.ids[cur], pf.tg[cur], (float)(1.0 / tokens_step),
+                                             dred + 1);
             if (!rc) rc = tks_model_backward(m, (float)(1.0 / tokens_step));
         }
         /* gradients: reduce-scatter in dp_shard, all-reduce in dp_replicate (HSDP) */
@@ -503,6 +632,8 @@ int tks_train(const tks_train_opts *in) {
         int last = step == o->steps, stopping = red[2] > 0 || (o->stop_at && step >= o->stop_at);
         if (r.val && o->eval_every && (step % o->eval_every == 0 || last)) {
             info.is_eval = 1;
+            /* the loader reads the same dataset: let its batch land first (kept) */
+            if (pf.started) (void)prefetch_wait(&pf);
             info.val_loss = evaluate(&r, m, mesh, tok, ids, tg, &rc);
             if (rc) break;
             if (metrics) fprintf(metrics, "{\"step\": %llu, \"val_loss\": %.6f}\n", (unsigned long long)step,
@@ -539,6 +670,7 @@ int tks_train(const tks_train_opts *in) {
         if (!rc && ex == 0) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), mesh);
         rc = tks_mesh_agree(mesh, rc);
     }
+    prefetch_free(&pf);
     if (metrics) fclose(metrics);
     tks_unlock(run_lock, lock_path);
     free(tok);

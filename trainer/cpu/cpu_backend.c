@@ -60,11 +60,25 @@ __attribute__((format(printf, 4, 5))) static int op_fail(tks_backend *be, const 
 /* Kernels take dt as an argument and are called as K(TKS_F32) or K(TKS_BF16)
  * from a branch outside their loops, so each is compiled once per dtype. */
 #define INL static inline __attribute__((always_inline))
+/* tks_bf16_from_f32 / tks_bf16_to_f32 inlined into the kernels */
+INL uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+INL float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 INL float ld(const void *p, size_t i, tks_dtype dt) {
-    return dt == TKS_BF16 ? tks_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+    return dt == TKS_BF16 ? from_bf16(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 INL void st(void *p, size_t i, float v, tks_dtype dt) {
-    if (dt == TKS_BF16) ((uint16_t *)p)[i] = tks_bf16_from_f32(v);
+    if (dt == TKS_BF16) ((uint16_t *)p)[i] = to_bf16(v);
     else ((float *)p)[i] = v;
 }
 INL const void *at(const void *p, size_t i, tks_dtype dt) {
@@ -198,32 +212,48 @@ static int cpu_event_sync(tks_backend *be, tks_event *e) { (void)e; STICKY(be); 
 /* ---- GEMM ------------------------------------------------------------------ */
 
 /* Generic path (any operand in bf16): C is cut into GM x GN panels; each
- * panel's rows of op(A) and columns of op(B) are widened to fp32 in the
- * workspace, multiplied by sgemm (fp32 products and sums), and the fp32
- * panel result is added to / stored into C in c_type. */
+ * panel's slice of A and of B is widened to fp32 in the workspace in the
+ * operand's own layout (so every copy loop reads memory contiguously, and
+ * sgemm gets the transpose flags), multiplied by sgemm (fp32 products and
+ * sums), and the fp32 panel result is added to / stored into C in c_type. */
 static int gemm_mixed(tks_backend *be, const tks_gemm_args *g) {
     int M = g->M, N = g->N, K = g->K;
     if (need_ws(be, "gemm", gemm_ws(K))) return CTX(be)->err;
     float *A = (float *)(CTX(be)->ws), *Bp = A + (size_t)GM * K, *Cp = Bp + (size_t)K * GN;
-    /* one panel at a time on thread 0's slice; sgemm itself is threaded */
-    for (int i0 = 0; i0 < M; i0 += GM) {
-        int mb = M - i0 < GM ? M - i0 : GM;
-        for (int r = 0; r < mb; r++) /* A panel [mb, K] */
-            for (int k = 0; k < K; k++) {
-                size_t idx = g->trans_a ? (size_t)k * g->lda + (size_t)(i0 + r)
-                                        : (size_t)(i0 + r) * g->lda + (size_t)k;
-                A[(size_t)r * K + k] = ld(g->A, idx, g->a_type);
+    for (int j0 = 0; j0 < N; j0 += GN) {
+        int nb = N - j0 < GN ? N - j0 : GN;
+        /* B panel: op(B)[K, nb]; trans_b: rows j0.. of B [N, K] -> Bp[nb, K] */
+        int ldbp = g->trans_b ? K : nb;
+        if (g->trans_b) {
+#pragma omp parallel for schedule(static) num_threads(NT(be))
+            for (int c = 0; c < nb; c++)
+                for (int k = 0; k < K; k++)
+                    Bp[(size_t)c * K + k] = ld(g->B, (size_t)(j0 + c) * g->ldb + (size_t)k, g->b_type);
+        } else {
+#pragma omp parallel for schedule(static) num_threads(NT(be))
+            for (int k = 0; k < K; k++)
+                for (int c = 0; c < nb; c++)
+                    Bp[(size_t)k * nb + c] = ld(g->B, (size_t)k * g->ldb + (size_t)(j0 + c), g->b_type);
+        }
+        for (int i0 = 0; i0 < M; i0 += GM) {
+            int mb = M - i0 < GM ? M - i0 : GM;
+            /* A panel: op(A)[mb, K]; trans_a: columns i0.. of A [K, M] -> A[K, mb] */
+            int ldap = g->trans_a ? mb : K;
+            if (g->trans_a) {
+#pragma omp parallel for schedule(static) num_threads(NT(be))
+                for (int k = 0; k < K; k++)
+                    for (int r = 0; r < mb; r++)
+                        A[(size_t)k * mb + r] = ld(g->A, (size_t)k * g->lda + (size_t)(i0 + r), g->a_type);
+            } else {
+#pragma omp parallel for schedule(static) num_threads(NT(be))
+                for (int r = 0; r < mb; r++)
+                    for (int k = 0; k < K; k++)
+                        A[(size_t)r * K + k] = ld(g->A, (size_t)(i0 + r) * g->lda + (size_t)k, g->a_type);
             }
-        for (int j0 = 0; j0 < N; j0 += GN) {
-            int nb = N - j0 < GN ? N - j0 : GN;
-            for (int k = 0; k < K; k++) /* B panel [K, nb] */
-                for (int c = 0; c < nb; c++) {
-                    size_t idx = g->trans_b ? (size_t)(j0 + c) * g->ldb + (size_t)k
-                                            : (size_t)k * g->ldb + (size_t)(j0 + c);
-                    Bp[(size_t)k * nb + c] = ld(g->B, idx, g->b_type);
-                }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, mb, nb, K, g->alpha, A, K, Bp, nb,
-                        0.0f, Cp, nb);
+            cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+                        g->trans_b ? CblasTrans : CblasNoTrans, mb, nb, K, g->alpha, A, ldap, Bp,
+                        ldbp, 0.0f, Cp, nb);
+#pragma omp parallel for schedule(static) num_threads(NT(be))
             for (int r = 0; r < mb; r++)
                 for (int c = 0; c < nb; c++) {
                     size_t idx = (size_t)(i0 + r) * g->ldc + (size_t)(j0 + c);
