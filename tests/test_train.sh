@@ -333,6 +333,8 @@ EOF2
   expect_msg "neither a checkpoint"
   expect 2 "step 0" -- "$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 --steps 0
   expect_msg "steps count from 1"
+  ;;
+
 bf16)
   # mixed precision: the same run in fp32 and bf16 (bf16 weights and
   # activations, fp32 masters, gradients and moments); both learn, and the
