@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <nccl.h>
 
@@ -1098,7 +1099,12 @@ static void cu_destroy(tks_backend *be) {
 
 extern "C" int tks_cuda_built(void) { return 1; }
 
+/* Without an NVIDIA driver on the machine (neither its control device nor its
+ * /proc entry) there is no device: answered without loading the CUDA runtime,
+ * so CPU-only runs of a CUDA build (--device auto, the tests) never start it. */
 extern "C" int tks_cuda_device_count(void) {
+    if (access("/dev/nvidiactl", F_OK) != 0 && access("/proc/driver/nvidia/version", F_OK) != 0)
+        return 0;
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         cudaGetLastError();
@@ -1118,6 +1124,11 @@ static int pick_device(int device, int count) {
 
 extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
     *out = NULL;
+    if (access("/dev/nvidiactl", F_OK) != 0 && access("/proc/driver/nvidia/version", F_OK) != 0)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "--device cuda: no CUDA device is usable here (no NVIDIA driver: neither "
+                        "/dev/nvidiactl nor /proc/driver/nvidia exists); check nvidia-smi, or use "
+                        "--device cpu");
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
