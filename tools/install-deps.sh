@@ -3,9 +3,12 @@
 # and the benchmarks. Idempotent: packages already present are left alone and
 # apt-get is skipped entirely when nothing is missing.
 #
-# Usage: tools/install-deps.sh [--bench | --ci]
+# Usage: tools/install-deps.sh [--bench] [--ci] [--cuda]
 #   --bench   also install what bench/ needs (python3-sentencepiece, numpy, time)
 #   --ci      also install clang (tools/build-check.sh builds with gcc and clang)
+#   --cuda    also fetch the cuDNN frontend headers (PyPI nvidia-cudnn-frontend,
+#             header-only C++) into third_party/cudnn-frontend, for the CUDA
+#             backend's flash attention; only when nvcc exists (else nothing to do)
 set -euo pipefail
 
 pkgs=(
@@ -32,11 +35,37 @@ pkgs=(
   # transformers' slow LlamaTokenizer (use_fast=False) runs sentencepiece from Python
   python3-sentencepiece
 )
-if [[ "${1:-}" == "--bench" || "${TOKSHARD_BENCH:-0}" == 1 ]]; then
+if [[ " $* " == *" --bench "* || "${TOKSHARD_BENCH:-0}" == 1 ]]; then
   pkgs+=(python3-sentencepiece python3-numpy time)
 fi
-if [[ "${1:-}" == "--ci" ]]; then
+if [[ " $* " == *" --ci "* ]]; then
   pkgs+=(clang)
+fi
+
+want_cuda=0
+for a in "$@"; do [[ "$a" == --cuda ]] && want_cuda=1; done
+if ((want_cuda)); then
+  here=$(cd "$(dirname "$0")/.." && pwd)
+  fe=$here/third_party/cudnn-frontend
+  if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+    echo "install-deps: no nvcc: the CUDA backend is not built, cuDNN frontend not fetched"
+  elif [[ -f $fe/include/cudnn_frontend.h ]]; then
+    echo "install-deps: cuDNN frontend present ($fe)"
+  else
+    CUDNN_FE_VERSION=${CUDNN_FE_VERSION:-1.32.0}
+    tmp=$(mktemp -d)
+    if python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+        "nvidia-cudnn-frontend==$CUDNN_FE_VERSION" -d "$tmp" &&
+       mkdir -p "$fe.tmp" && unzip -q -o "$tmp"/nvidia_cudnn_frontend-*.whl 'include/*' -d "$fe.tmp"; then
+      rm -rf "$fe" && mv "$fe.tmp" "$fe"
+      echo "install-deps: cuDNN frontend $CUDNN_FE_VERSION headers in $fe"
+    else
+      rm -rf "$fe.tmp"
+      echo "install-deps: could not fetch nvidia-cudnn-frontend from PyPI; the CUDA backend builds without cuDNN flash attention" >&2
+    fi
+    rm -rf "$tmp"
+  fi
 fi
 
 missing=()

@@ -15,6 +15,7 @@
 
 #include "../../common/tks.h"
 #include "../backend.h"
+#include "../cuda/cuda.h"
 
 /* OpenBLAS extension (declared in Debian's openblas cblas.h as well). */
 void openblas_set_num_threads(int num_threads);
@@ -935,11 +936,16 @@ tks_backend *tks_cpu_backend_create(int threads) {
 int tks_backend_create(const char *device, int threads, tks_backend **out) {
     *out = NULL;
     if (!device) device = "auto";
+    /* cuda when asked, or for auto when built with it and a GPU is present */
+    if (!strcmp(device, "cuda") || (!strcmp(device, "auto") && tks_cuda_device_count() > 0)) {
+        if (!tks_cuda_built())
+            return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                            "--device cuda: this build has no CUDA backend (trainer/cuda is not "
+                            "compiled in); use --device cpu, or rebuild with the CUDA toolkit "
+                            "installed (cmake -DTKS_CUDA=ON)");
+        return tks_cuda_backend_create(-1, out);
+    }
     int cpu = !strcmp(device, "cpu") || !strcmp(device, "auto");
-    if (!cpu && !strcmp(device, "cuda"))
-        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                        "--device cuda: this build has no CUDA backend (trainer/cuda is not "
-                        "compiled in); use --device cpu, or rebuild with the CUDA backend");
     if (!cpu)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "--device %s: unknown device; use cpu, cuda or auto", device);

@@ -1,0 +1,533 @@
+/*
+ * test_cuda_ops.c - every op of the CUDA backend (backend.h, contract 2)
+ * against the CPU reference backend on the same random inputs, in fp32 and
+ * in bf16 storage; determinism (two runs, same bits); streams and events; the
+ * sticky error. Exits 77 (ctest SKIP_RETURN_CODE: "skipped: no CUDA device")
+ * where no GPU is usable.
+ *
+ * Tolerance, fp32. Both backends compute each output as an fp32 sum of K
+ * terms, in different orders (and the GPU contracts a*b+c into one FMA). By
+ * the forward error bound of recursive summation (Higham, "Accuracy and
+ * Stability of Numerical Algorithms", 2nd ed., eq. 4.4) each result lies
+ * within gamma_K * S of the exact one, gamma_K = K u / (1 - K u), u = 2^-24,
+ * S = sum of |terms|; so the two differ by at most 2 gamma_K S. S is bounded
+ * from the ranges the inputs are drawn from (each check says how).
+ * Transcendentals (expf, cosf, logf, powf) differ by a few ulp between glibc
+ * and CUDA (CUDA C Programming Guide, single-precision function error table:
+ * at most 2 ulp for exp, log, sin, cos; 4 for pow), which adds 4-8 u |out|
+ * per evaluation chained into an output.
+ *
+ * Tolerance, bf16. Inputs are rounded to bf16 once and both backends get the
+ * same values; arithmetic is fp32 in both, and only the stored output is
+ * rounded (nearest even). Two fp32 results within d of each other round to
+ * bf16 values within d + one bf16 ulp (2^-7 relative), so the bf16 bound is
+ * the fp32 one plus 2^-7 |out|.
+ *
+ * A wrong index or a dropped term moves an output by O(S) and fails by
+ * orders of magnitude.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/tks.h"
+#include "trainer/backend.h"
+#include "trainer/cuda/cuda.h"
+
+static tks_backend *cpu, *gpu;
+static int failures, checks;
+static const double U = 5.9604644775390625e-8; /* 2^-24 */
+static const double UB = 0.0078125;            /* 2^-7: one bf16 ulp, relative */
+
+static double gamma_k(double K) { return K * U / (1.0 - K * U); }
+
+/* ---- random inputs (splitmix64) ----------------------------------------------- */
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double urand(void) {
+    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
+}
+static float *rnd(size_t n, float lo, float hi) {
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; i < n; i++) h[i] = (float)(lo + (hi - lo) * urand());
+    return h;
+}
+
+/* ---- a tensor of dtype dt on both backends ---------------------------------------- */
+typedef struct {
+    void *c, *g; /* device pointers on cpu and gpu */
+    size_t n;
+    tks_dtype dt;
+} pair;
+static void *to_dt(const float *h, size_t n, tks_dtype dt) {
+    void *b = malloc(n * tks_dtype_size(dt) + 4);
+    for (size_t i = 0; i < n; i++) {
+        if (dt == TKS_BF16) ((uint16_t *)b)[i] = tks_bf16_from_f32(h[i]);
+        else ((float *)b)[i] = h[i];
+    }
+    return b;
+}
+static pair put(const float *h, size_t n, tks_dtype dt) {
+    size_t bytes = n * tks_dtype_size(dt);
+    pair p = {cpu->alloc(cpu, bytes + 64), gpu->alloc(gpu, bytes + 64), n, dt};
+    void *b = to_dt(h, n, dt);
+    cpu->upload(cpu, p.c, b, bytes);
+    gpu->upload(gpu, p.g, b, bytes);
+    free(b);
+    return p;
+}
+static pair zeros(size_t n, tks_dtype dt) {
+    size_t bytes = n * tks_dtype_size(dt);
+    pair p = {cpu->alloc(cpu, bytes + 64), gpu->alloc(gpu, bytes + 64), n, dt};
+    return p;
+}
+static void drop(pair p) {
+    cpu->free(cpu, p.c);
+    gpu->free(gpu, p.g);
+}
+/* host fp32 copy of n elements of dtype dt at device pointer d */
+static float *host_of(tks_backend *be, const void *d, size_t n, tks_dtype dt) {
+    size_t bytes = n * tks_dtype_size(dt);
+    void *b = malloc(bytes + 4);
+    be->download(be, b, d, bytes);
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = dt == TKS_BF16 ? tks_bf16_to_f32(((uint16_t *)b)[i]) : ((float *)b)[i];
+    free(b);
+    return h;
+}
+/* both sides get the CPU's values (for ops that read an earlier op's output) */
+static void sync_to_cpu(pair p) {
+    size_t bytes = p.n * tks_dtype_size(p.dt);
+    void *b = malloc(bytes + 4);
+    cpu->download(cpu, b, p.c, bytes);
+    gpu->upload(gpu, p.g, b, bytes);
+    free(b);
+}
+
+/* Compares gpu against cpu: |g - c| <= tol_abs + rel |c| (+ UB |c| in bf16). */
+static void cmp(const char *op, const char *what, pair p, double tol_abs, double rel) {
+    float *c = host_of(cpu, p.c, p.n, p.dt), *g = host_of(gpu, p.g, p.n, p.dt);
+    if (p.dt == TKS_BF16) rel += UB, tol_abs *= 1 + UB;
+    double worst = 0, worst_tol = tol_abs > 0 ? tol_abs : 1e-300;
+    size_t bad = 0, at = 0;
+    for (size_t i = 0; i < p.n; i++) {
+        double d = fabs((double)g[i] - c[i]), t = tol_abs + rel * fabs(c[i]);
+        if (!(d <= t)) {
+            if (!bad) at = i;
+            bad++;
+        }
+        if (t > 0 && !(d / t <= worst / worst_tol)) worst = d, worst_tol = t;
+    }
+    checks++;
+    int ok = bad == 0 && gpu->sync(gpu) == 0;
+    printf("%-15s %-4s %-44s max err %.2e (tol %.2e)  %s\n", op, tks_dtype_name(p.dt), what, worst,
+           worst_tol, ok ? "ok" : "FAIL");
+    if (!ok) {
+        failures++;
+        if (bad)
+            printf("    %zu of %zu elements off; first at %zu: gpu %.9g cpu %.9g\n", bad, p.n, at,
+                   g[at], c[at]);
+        else
+            printf("    %s\n", tks_last_error()->message);
+    }
+    free(c);
+    free(g);
+}
+static void expect(int cond, const char *op, const char *what) {
+    checks++;
+    printf("%-15s %-49s %s\n", op, what, cond ? "ok" : "FAIL");
+    if (!cond) failures++;
+}
+
+/* ---- ops --------------------------------------------------------------------------- */
+
+static void t_gemm(void) {
+    const int M = 67, N = 45, K = 131;
+    tks_dtype io[3][2] = {{TKS_F32, TKS_F32}, {TKS_BF16, TKS_F32}, {TKS_BF16, TKS_BF16}};
+    for (int ty = 0; ty < 3; ty++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int acc = 0; acc < 2; acc++) {
+                    tks_dtype in = io[ty][0], out = io[ty][1];
+                    size_t lda = (size_t)(ta ? M : K) + 3, ldb = (size_t)(tb ? K : N) + 1, ldc = (size_t)N + 2;
+                    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+                    float *ha = rnd(na, -1, 1), *hb = rnd(nb, -1, 1), *hc = rnd(nc, -1, 1);
+                    pair A = put(ha, na, in), Bm = put(hb, nb, in), Cm = put(hc, nc, out);
+                    tks_gemm_args g = {ta, tb, M, N, K, 0.5f, NULL, in, lda, NULL, in, ldb,
+                                       NULL, out, ldc, TKS_F32, acc};
+                    g.A = A.c, g.B = Bm.c, g.C = Cm.c;
+                    cpu->gemm(cpu, &g);
+                    g.A = A.g, g.B = Bm.g, g.C = Cm.g;
+                    int rc = gpu->gemm(gpu, &g);
+                    /* S = 0.5 |A||B| + acc |C| <= 0.5 K + 1 for entries in [-1, 1] */
+                    char what[80];
+                    snprintf(what, sizeof what, "%c%c M%d N%d K%d in %s acc %d rc %d", ta ? 'T' : 'N',
+                             tb ? 'T' : 'N', M, N, K, tks_dtype_name(in), acc, rc);
+                    cmp("gemm", what, Cm, 2 * gamma_k(K + 1) * (0.5 * K + acc), 0);
+                    drop(A), drop(Bm), drop(Cm);
+                    free(ha), free(hb), free(hc);
+                }
+}
+
+static void t_elementwise(tks_dtype dt) {
+    size_t n = 100003;
+    float *ha = rnd(n, -3, 3), *hb = rnd(n, -3, 3);
+    pair a = put(ha, n, dt), b = put(hb, n, dt), o = zeros(n, dt);
+    cpu->add(cpu, o.c, a.c, b.c, n, dt);
+    gpu->add(gpu, o.g, a.g, b.g, n, dt);
+    cmp("add", "n 100003", o, 0, 0); /* one correctly rounded fp32 add */
+    /* convert both ways: exact to fp32, round to nearest even to bf16 */
+    pair f = zeros(n, TKS_F32), h16 = zeros(n, TKS_BF16);
+    cpu->convert(cpu, f.c, TKS_F32, a.c, dt, n);
+    gpu->convert(gpu, f.g, TKS_F32, a.g, dt, n);
+    cmp("convert", "to fp32", f, 0, 0);
+    cpu->convert(cpu, h16.c, TKS_BF16, f.c, TKS_F32, n);
+    gpu->convert(gpu, h16.g, TKS_BF16, f.g, TKS_F32, n);
+    float *x = host_of(cpu, h16.c, n, TKS_BF16), *y = host_of(gpu, h16.g, n, TKS_BF16);
+    expect(!memcmp(x, y, n * 4), "convert", "fp32 -> bf16 bitwise equal");
+    free(x), free(y);
+    drop(f), drop(h16);
+    drop(a), drop(b), drop(o);
+    free(ha), free(hb);
+}
+
+static void t_reductions(void) {
+    size_t n = 300007;
+    float *hx = rnd(n, -1, 1);
+    pair x = put(hx, n, TKS_F32), s1 = zeros(1, TKS_F32);
+    cpu->scale(cpu, x.c, n, 0.37f);
+    gpu->scale(gpu, x.g, n, 0.37f);
+    cmp("scale", "n 300007", x, 0, 0);
+    tks_span sp[3] = {{0, 1000, 0}, {5000, 77777, 0}, {n - 3, 3, 0}};
+    cpu->sumsq(cpu, s1.c, x.c, sp, 3, 0);
+    gpu->sumsq(gpu, s1.g, x.g, sp, 3, 0);
+    /* both sum in fp64 and round once to fp32 */
+    cmp("sumsq", "3 spans into a device scalar", s1, 0, 2 * U);
+    cpu->sumsq(cpu, s1.c, x.c, sp, 1, 1);
+    gpu->sumsq(gpu, s1.g, x.g, sp, 1, 1);
+    cmp("sumsq", "accumulate", s1, 0, 4 * U);
+    float a1[1], a2[1];
+    gpu->sumsq(gpu, s1.g, x.g, sp, 3, 0);
+    gpu->download(gpu, a1, s1.g, 4);
+    gpu->sumsq(gpu, s1.g, x.g, sp, 3, 0);
+    gpu->download(gpu, a2, s1.g, 4);
+    expect(!memcmp(a1, a2, 4), "sumsq", "two runs: same bits");
+    cpu->sum(cpu, s1.c, x.c, n, 0);
+    gpu->sum(gpu, s1.g, x.g, n, 0);
+    /* fp64 sums of terms <= 0.37: the difference is far below one fp32 ulp of the
+     * terms' magnitude (0.37 n u), not of the (cancelling) result */
+    cmp("sum", "n 300007", s1, 0.37 * n * U, 2 * U);
+    drop(x), drop(s1);
+    free(hx);
+}
+
+static void t_embedding(tks_dtype dt) {
+    const int N = 300, C = 96, V = 50;
+    const int64_t v0 = 20;
+    int32_t ids[300];
+    for (int i = 0; i < N; i++) ids[i] = (int32_t)(urand() * 90); /* some outside [v0, v0+V) */
+    int32_t *idc = cpu->alloc(cpu, sizeof ids), *idg = gpu->alloc(gpu, sizeof ids);
+    cpu->upload(cpu, idc, ids, sizeof ids);
+    gpu->upload(gpu, idg, ids, sizeof ids);
+    float *hw = rnd((size_t)V * C, -1, 1), *hd = rnd((size_t)N * C, -1, 1);
+    pair w = put(hw, (size_t)V * C, dt), o = zeros((size_t)N * C, dt), d = put(hd, (size_t)N * C, dt);
+    pair dw = put(hw, (size_t)V * C, TKS_F32);
+    cpu->embedding_fwd(cpu, o.c, idc, w.c, N, C, v0, V, dt);
+    gpu->embedding_fwd(gpu, o.g, idg, w.g, N, C, v0, V, dt);
+    cmp("embedding_fwd", "N 300 C 96 shard [20, 70)", o, 0, 0);
+    cpu->embedding_bwd(cpu, dw.c, d.c, idc, N, C, v0, V, dt);
+    gpu->embedding_bwd(gpu, dw.g, d.g, idg, N, C, v0, V, dt);
+    /* same summation order as the CPU (ids in order): bitwise equal */
+    cmp("embedding_bwd", "fp32 dw, id order: bitwise", dw, 0, 0);
+    cpu->free(cpu, idc);
+    gpu->free(gpu, idg);
+    drop(w), drop(o), drop(d), drop(dw);
+    free(hw), free(hd);
+}
+
+static void t_rmsnorm(tks_dtype dt) {
+    const int N = 70, C = 1000;
+    size_t n = (size_t)N * C;
+    float *hx = rnd(n, -2, 2), *hw = rnd(C, 0.5f, 1.5f), *hd = rnd(n, -1, 1), *hr = rnd(n, -1, 1);
+    pair x = put(hx, n, dt), w = put(hw, C, dt), o = zeros(n, dt), r = zeros(N, TKS_F32);
+    pair d = put(hd, n, dt), dx = put(hr, n, dt), dw = put(hw, C, TKS_F32);
+    cpu->rmsnorm_fwd(cpu, o.c, r.c, x.c, w.c, N, C, 1e-5f, dt);
+    gpu->rmsnorm_fwd(gpu, o.g, r.g, x.g, w.g, N, C, 1e-5f, dt);
+    /* rstd from a sum of C positive squares: relative gamma_C (halved by the sqrt) */
+    cmp("rmsnorm_fwd", "rstd", r, 0, gamma_k(C) + 4 * U);
+    cmp("rmsnorm_fwd", "out", o, 0, gamma_k(C) + 8 * U);
+    sync_to_cpu(r);
+    cpu->rmsnorm_bwd(cpu, dx.c, dw.c, d.c, x.c, w.c, r.c, N, C, dt);
+    gpu->rmsnorm_bwd(gpu, dx.g, dw.g, d.g, x.g, w.g, r.g, N, C, dt);
+    /* dx = dx0 + g w r - k x, k = r^3/C sum_C g w x: |g w x| <= 3 per term, r <= 2
+     * (rms of U(-2,2) rows ~1.15), so |k x| error <= 2 gamma_C 3 r^3 |x| <= 96 gamma_C;
+     * the three-term update adds 4 u (1 + 3 + 2 * 8) */
+    cmp("rmsnorm_bwd", "dx (accumulated)", dx, 96 * gamma_k(C) + 80 * U, 0);
+    /* dw[c] += sum over N rows of g x r: |terms| <= 4, S <= 4 N + 1.5 */
+    cmp("rmsnorm_bwd", "dw (accumulated)", dw, 2 * gamma_k(N + 1) * (4.0 * N + 1.5), 0);
+    drop(x), drop(w), drop(o), drop(r), drop(d), drop(dx), drop(dw);
+    free(hx), free(hw), free(hd), free(hr);
+}
+
+static void t_rope(tks_dtype dt) {
+    const int B = 2, T = 37, H = 3, HD = 64;
+    size_t ld = (size_t)H * HD + 128; /* a view into a wider (fused) row */
+    size_t n = (size_t)B * T * ld;
+    float *hx = rnd(n, -1, 1);
+    for (int inv = 0; inv < 2; inv++) {
+        pair x = put(hx, n, dt);
+        cpu->rope(cpu, x.c, ld, B, T, H, HD, 1000, 10000.0f, inv, dt);
+        gpu->rope(gpu, x.g, ld, B, T, H, HD, 1000, 10000.0f, inv, dt);
+        /* angle p * inv_freq with p <= 1037: powf (4 ulp), the division and the
+         * product give a relative error <= 6 u, an absolute one <= 6 u 1037; cos
+         * and sin add 2 ulp each; out = x1 c - x2 s with |x| <= 1 */
+        cmp("rope", inv ? "inverse, p0 1000, ld > H*HD" : "p0 1000, ld > H*HD", x,
+            2 * (6 * U * 1037 + 8 * U), 0);
+        drop(x);
+    }
+    free(hx);
+}
+
+/* cudnn: 0 = tokshard's kernel; 1 = cuDNN's fused attention (bf16 only),
+ * which rounds the probabilities P (and dS in the backward) to bf16 before
+ * their products: a relative 2^-9 on each term, so 2^-9 times the sum of
+ * |terms| more: out sums P |v| <= 1; dq sums |dS| |k| with sum_u |dS| <= 8
+ * (|dP|, |D| <= 16, scale 1/4, sum P = 1); dk, dv sum over T G rows. Its
+ * exp2/log2 approximations add a few 1e-7 to lse. */
+static void t_attention(tks_dtype dt, int cudnn) {
+    const int B = 2, T = 33, NH = 4, NKV = 2, HD = 16;
+    if (tks_cuda_set_flash(gpu, cudnn) != cudnn) return;
+    const double P9 = cudnn ? 0.001953125 : 0; /* 2^-9 */
+    /* q, k, v as views into one fused row [q | k | v] as the model lays them out */
+    size_t ld = (size_t)(NH + 2 * NKV) * HD, n = (size_t)B * T * ld, ldo = (size_t)NH * HD;
+    size_t no = (size_t)B * T * ldo, nl = (size_t)B * NH * T;
+    float *hqkv = rnd(n, -1, 1), *hd = rnd(no, -1, 1);
+    pair qkv = put(hqkv, n, dt), o = zeros(no, dt), lse = zeros(nl, TKS_F32), d = put(hd, no, dt);
+    pair dqkv = zeros(n, dt);
+    size_t koff = (size_t)NH * HD * tks_dtype_size(dt), voff = (size_t)(NH + NKV) * HD * tks_dtype_size(dt);
+    tks_ws_shape ws = {B, T, NH * HD, NH, NKV, HD, 64, 64, T, dt};
+    size_t wb = gpu->workspace_bytes(gpu, &ws), wc = cpu->workspace_bytes(cpu, &ws);
+    void *wgpu = gpu->alloc(gpu, wb), *wcpu = cpu->alloc(cpu, wc);
+    gpu->set_workspace(gpu, wgpu, wb);
+    cpu->set_workspace(cpu, wcpu, wc);
+#define AT(p, off) ((char *)(p) + (off))
+    cpu->attention_fwd(cpu, o.c, ldo, lse.c, qkv.c, ld, AT(qkv.c, koff), AT(qkv.c, voff), ld, B, T, NH, NKV, HD, dt);
+    gpu->attention_fwd(gpu, o.g, ldo, lse.g, qkv.g, ld, AT(qkv.g, koff), AT(qkv.g, voff), ld, B, T, NH, NKV, HD, dt);
+    /* scores: HD-term dots of size <= HD / sqrt(HD) = 4; lse = max + log(sum of
+     * T exps): its absolute error is the scores' plus gamma_T; P = exp(s - lse)
+     * has a relative error of both; out sums T terms P |v| <= 1 */
+    double es = 2 * gamma_k(HD) * 4 + 4 * U * 4, eP = 2 * es + gamma_k(T) + 8 * U;
+    const char *who = cudnn ? "cuDNN" : "tokshard kernel";
+    char what[96];
+    snprintf(what, sizeof what, "%s: lse B2 T33 NH4 NKV2 HD16 (fused qkv)", who);
+    cmp("attention_fwd", what, lse, 2 * es + gamma_k(T) + 8 * U + (cudnn ? 4e-6 : 0), 0);
+    snprintf(what, sizeof what, "%s: out", who);
+    cmp("attention_fwd", what, o, 2 * (eP + gamma_k(T)) + P9, 0);
+    sync_to_cpu(o);
+    sync_to_cpu(lse);
+    char *dq = dqkv.c, *dg = dqkv.g;
+    cpu->attention_bwd(cpu, dq, AT(dq, koff), AT(dq, voff), d.c, o.c, ldo, lse.c, qkv.c, ld, AT(qkv.c, koff),
+                       AT(qkv.c, voff), ld, B, T, NH, NKV, HD, dt);
+    gpu->attention_bwd(gpu, dg, AT(dg, koff), AT(dg, voff), d.g, o.g, ldo, lse.g, qkv.g, ld, AT(qkv.g, koff),
+                       AT(qkv.g, voff), ld, B, T, NH, NKV, HD, dt);
+    /* dP dots of HD terms (<= 16), D = dO.O (<= 16), dS = P (dP - D) / 4 with
+     * P's relative error eP: |dS error| <= (2 gamma_HD 32 + eP 32) / 4; dq, dk
+     * sum T (times the group for dk) terms dS k, dv terms P dO (each <= 1) */
+    double G = NH / NKV, edS = (2 * gamma_k(HD) * 32 + eP * 32) / 4;
+    snprintf(what, sizeof what, "%s: dq, dk, dv (fused layout)", who);
+    cmp("attention_bwd", what, dqkv,
+        2 * (edS * T * G + gamma_k(T * G) * T * G * 8 + eP * T * G) + P9 * 8 * T * G, 0);
+    /* decode step: the last row of batch 0 from caches [T, NKV, HD] */
+    size_t nc = (size_t)T * NKV * HD;
+    float *hk = rnd(nc, -1, 1), *hv = rnd(nc, -1, 1), *hq = rnd((size_t)NH * HD, -1, 1);
+    pair kc = put(hk, nc, dt), vc = put(hv, nc, dt), q1 = put(hq, (size_t)NH * HD, dt), os = zeros((size_t)NH * HD, dt);
+    cpu->attention_step(cpu, os.c, q1.c, kc.c, vc.c, T - 1, NH, NKV, HD, dt);
+    gpu->attention_step(gpu, os.g, q1.g, kc.g, vc.g, T - 1, NH, NKV, HD, dt);
+    cmp("attention_step", "t 32", os, 2 * (eP + gamma_k(T)), 0);
+#undef AT
+    if (cudnn) printf("    cuDNN status: %s\n", *tks_cuda_flash_status(gpu) ? tks_cuda_flash_status(gpu) : "ran");
+    tks_cuda_set_flash(gpu, 1);
+    gpu->set_workspace(gpu, NULL, 0);
+    cpu->set_workspace(cpu, NULL, 0);
+    gpu->free(gpu, wgpu);
+    cpu->free(cpu, wcpu);
+    drop(qkv), drop(o), drop(lse), drop(d), drop(dqkv), drop(kc), drop(vc), drop(q1), drop(os);
+    free(hqkv), free(hd), free(hk), free(hv), free(hq);
+}
+
+static void t_swiglu(tks_dtype dt) {
+    const int M = 301, F = 333;
+    size_t n = (size_t)M * F;
+    float *hgu = rnd(2 * n, -3, 3), *hd = rnd(n, -1, 1);
+    pair gu = put(hgu, 2 * n, dt), o = zeros(n, dt), d = put(hd, n, dt), dgu = zeros(2 * n, dt);
+    cpu->swiglu_fwd(cpu, o.c, gu.c, M, F, dt);
+    gpu->swiglu_fwd(gpu, o.g, gu.g, M, F, dt);
+    /* out = g sigma(g) u: one expf (2 ulp) and four roundings */
+    cmp("swiglu_fwd", "M 301 F 333 (fused gate|up)", o, 0, 16 * U);
+    cpu->swiglu_bwd(cpu, dgu.c, d.c, gu.c, M, F, dt);
+    gpu->swiglu_bwd(gpu, dgu.g, d.g, gu.g, M, F, dt);
+    /* dgate = d u s (1 + g (1 - s)): the sum 1 + g(1-s) cancels, so bound by its
+     * terms (|g| <= 3): 16 u |d u| (1 + 3) <= 16 u 3 4 */
+    cmp("swiglu_bwd", "dgate | dup", dgu, 16 * U * 3 * 4, 16 * U);
+    drop(gu), drop(o), drop(d), drop(dgu);
+    free(hgu), free(hd);
+}
+
+static void t_xent(tks_dtype dt) {
+    const int N = 40, V = 1088, VR = 1000;
+    size_t n = (size_t)N * V;
+    float *hl = rnd(n, -4, 4);
+    int32_t tg[40];
+    for (int i = 0; i < N; i++) tg[i] = (int32_t)(urand() * VR);
+    int32_t *tc = cpu->alloc(cpu, sizeof tg), *tgp = gpu->alloc(gpu, sizeof tg);
+    cpu->upload(cpu, tc, tg, sizeof tg);
+    gpu->upload(gpu, tgp, tg, sizeof tg);
+    pair l = put(hl, n, dt), mx = zeros(N, TKS_F32), sm = zeros(N, TKS_F32), t = zeros(N, TKS_F32);
+    pair loss = zeros(N, TKS_F32), dl = zeros(n, dt);
+    cpu->xent_max(cpu, mx.c, l.c, N, V, VR, dt);
+    gpu->xent_max(gpu, mx.g, l.g, N, V, VR, dt);
+    cmp("xent_max", "N 40 V 1088 VR 1000", mx, 0, 0);
+    cpu->xent_sumexp(cpu, sm.c, l.c, mx.c, N, V, VR, dt);
+    gpu->xent_sumexp(gpu, sm.g, l.g, mx.g, N, V, VR, dt);
+    cmp("xent_sumexp", "", sm, 0, 2 * gamma_k(VR) + 8 * U);
+    sync_to_cpu(sm);
+    cpu->xent_target(cpu, t.c, l.c, tc, N, V, 0, VR, dt);
+    gpu->xent_target(gpu, t.g, l.g, tgp, N, V, 0, VR, dt);
+    cmp("xent_target", "", t, 0, 0);
+    cpu->xent_loss(cpu, loss.c, mx.c, sm.c, t.c, N);
+    gpu->xent_loss(gpu, loss.g, mx.g, sm.g, t.g, N);
+    /* log (2 ulp) and two roundings of terms <= |log 1000| + 8 */
+    double el = 8 * U * 16;
+    cmp("xent_loss", "", loss, el, 0);
+    cpu->xent_bwd(cpu, dl.c, l.c, mx.c, sm.c, tc, N, V, 0, VR, 0.25f, dt);
+    gpu->xent_bwd(gpu, dl.g, l.g, mx.g, sm.g, tgp, N, V, 0, VR, 0.25f, dt);
+    cmp("xent_bwd", "scale 0.25", dl, 0.25 * 16 * U, 16 * U);
+    /* fused: loss and dlogits in place; the sum is computed here, so its
+     * rounding (gamma_VR) enters the loss and every probability */
+    pair lf = put(hl, n, dt), lossf = zeros(N, TKS_F32);
+    cpu->xent_fused(cpu, lossf.c, lf.c, tc, N, V, VR, 0.25f, dt);
+    gpu->xent_fused(gpu, lossf.g, lf.g, tgp, N, V, VR, 0.25f, dt);
+    cmp("xent_fused", "loss", lossf, el + 2 * gamma_k(VR), 0);
+    cmp("xent_fused", "dlogits in place", lf, 0.25 * (2 * gamma_k(VR) + 16 * U), 2 * gamma_k(VR) + 16 * U);
+    cpu->free(cpu, tc);
+    gpu->free(gpu, tgp);
+    drop(l), drop(mx), drop(sm), drop(t), drop(loss), drop(dl), drop(lf), drop(lossf);
+    free(hl);
+}
+
+static void t_adamw(tks_dtype pcdt) {
+    size_t n = 50001, base = 1000;
+    float *hp = rnd(n, -1, 1), *hg = rnd(n, -1, 1), *hm = rnd(n, -0.1f, 0.1f), *hv = rnd(n, 0, 0.01f);
+    pair p = put(hp, n, TKS_F32), g = put(hg, n, TKS_F32), m = put(hm, n - base, TKS_F32);
+    pair v = put(hv, n - base, TKS_F32), pc = zeros(n, pcdt), nsq = zeros(1, TKS_F32);
+    float gn = 400.0f; /* norm 20 > clip 1: clip factor 1/20 */
+    cpu->upload(cpu, nsq.c, &gn, 4);
+    gpu->upload(gpu, nsq.g, &gn, 4);
+    tks_span sp[2] = {{base, 30000, 0.1f}, {base + 30000, n - base - 30000, 0.0f}};
+    tks_adamw_hp hp_ = {1e-3f, 0.9f, 0.95f, 1e-8f, 7, 1.0f};
+    cpu->adamw(cpu, p.c, g.c, m.c, v.c, base, sp, 2, &hp_, 0.5f, nsq.c, pc.c, pcdt);
+    gpu->adamw(gpu, p.g, g.g, m.g, v.g, base, sp, 2, &hp_, 0.5f, nsq.g, pc.g, pcdt);
+    /* m = b1 m + (1-b1) g can cancel: bound by its terms (|m| <= 0.1, |g| <= 0.5);
+     * v has positive terms; p = p decay - step m / denom with |p| <= 1 and the
+     * step term <= lr / (1 - b1^7) */
+    cmp("adamw", "m (2 spans, base 1000, device clip)", m, 4 * U * (0.9 * 0.1 + 0.1 * 0.5), 0);
+    cmp("adamw", "v", v, 0, 8 * U);
+    cmp("adamw", "p (fp32 master)", p, 4 * U + 16 * U * 1e-3 / (1 - 0.478), 0);
+    cmp("adamw", "compute copy", pc, 4 * U + 16 * U * 1e-3 / (1 - 0.478), 0);
+    /* a non-finite norm leaves everything unchanged */
+    float inf = INFINITY, *before = host_of(gpu, p.g, n, TKS_F32);
+    gpu->upload(gpu, nsq.g, &inf, 4);
+    gpu->adamw(gpu, p.g, g.g, m.g, v.g, base, sp, 2, &hp_, 0.5f, nsq.g, pc.g, pcdt);
+    float *after = host_of(gpu, p.g, n, TKS_F32);
+    expect(!memcmp(before, after, n * 4), "adamw", "non-finite norm: weights unchanged");
+    free(before), free(after);
+    drop(p), drop(g), drop(m), drop(v), drop(pc), drop(nsq);
+    free(hp), free(hg), free(hm), free(hv);
+}
+
+/* Streams and events: work on a second stream waits for the first through
+ * an event, and the sticky error stops a backend until it is recreated. */
+static void t_streams_and_errors(void) {
+    size_t n = 1 << 20;
+    float *h = rnd(n, -1, 1);
+    pair a = put(h, n, TKS_F32), b = zeros(n, TKS_F32);
+    tks_stream *s2 = NULL;
+    tks_event *ev = NULL;
+    int rc = gpu->stream_create(gpu, &s2);
+    if (!rc) rc = gpu->event_create(gpu, &ev);
+    if (!rc) rc = gpu->scale(gpu, a.g, n, 2.0f); /* default stream */
+    if (!rc) rc = gpu->event_record(gpu, ev);
+    if (!rc) rc = gpu->set_stream(gpu, s2);
+    if (!rc) rc = gpu->stream_wait(gpu, ev);
+    if (!rc) rc = gpu->copy(gpu, b.g, a.g, n * 4); /* on s2, after the scale */
+    if (!rc) rc = gpu->set_stream(gpu, NULL);
+    if (!rc) rc = gpu->sync(gpu);
+    float *got = host_of(gpu, b.g, n, TKS_F32);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += got[i] != 2.0f * h[i];
+    expect(rc == 0 && bad == 0, "streams", "copy on stream 2 waits for stream 1 (event)");
+    free(got);
+    gpu->event_destroy(gpu, ev);
+    gpu->stream_destroy(gpu, s2);
+    drop(a), drop(b);
+    free(h);
+
+    /* sticky: a bad dtype fails, every later op returns the same code, sync names the op */
+    tks_backend *e = NULL;
+    if (tks_cuda_backend_create(-1, &e)) {
+        expect(0, "sticky", tks_last_error()->message);
+        return;
+    }
+    float *x = e->alloc(e, 64);
+    int r1 = e->add(e, x, x, x, 4, (tks_dtype)7);
+    int r2 = e->scale(e, x, 4, 1.0f);
+    int r3 = e->sync(e);
+    expect(r1 == TKS_ERR_ARG && r2 == r1 && r3 == r1 && strstr(tks_last_error()->message, "add"),
+           "sticky", "bad dtype: later ops and sync return it, naming the op");
+    e->destroy(e);
+}
+
+int main(void) {
+    if (tks_cuda_device_count() == 0) {
+        printf("skipped: no CUDA device (%s)\n",
+               tks_cuda_built() ? "built with CUDA, none visible" : "built without CUDA");
+        return 77;
+    }
+    cpu = tks_cpu_backend_create(0);
+    int rc = tks_cuda_backend_create(-1, &gpu);
+    if (rc || !cpu) {
+        fprintf(stderr, "test_cuda_ops: %s\n", tks_last_error()->message);
+        return 1;
+    }
+    char desc[512];
+    tks_cuda_describe(gpu, desc, sizeof desc);
+    printf("device: %s\n", desc);
+    t_gemm();
+    t_reductions();
+    for (int d = 0; d < 2; d++) {
+        tks_dtype dt = d ? TKS_BF16 : TKS_F32;
+        t_elementwise(dt);
+        t_embedding(dt);
+        t_rmsnorm(dt);
+        t_rope(dt);
+        t_attention(dt, 0);
+        if (dt == TKS_BF16) t_attention(dt, 1);
+        t_swiglu(dt);
+        t_xent(dt);
+        t_adamw(dt);
+    }
+    t_streams_and_errors();
+    if (gpu->sync(gpu)) {
+        printf("backend error: %s\n", tks_last_error()->message);
+        failures++;
+    }
+    gpu->destroy(gpu);
+    cpu->destroy(cpu);
+    printf("test_cuda_ops: %d of %d checks failed\n", failures, checks);
+    return failures ? 1 : 0;
+}

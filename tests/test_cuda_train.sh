@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# test_cuda_train.sh - tokshard-train with --device cuda on real text (the
+# train_setup fixture's dataset): the same losses as --device cpu over 8 steps
+# (1e-5 relative, the GPU issue's bound for fp32), a bf16 run, a GPU
+# checkpoint resumed on the CPU continuing the curve, and the vocab safety:
+# an id >= vocab_size stops training before any kernel sees it (no step runs,
+# the message names the shard and offset). Exits 77 where no CUDA device is
+# usable (ctest: skipped).
+# Usage: test_cuda_train.sh BIN_DIR WORKDIR
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+BIN=$1
+CASE=cuda
+S=$2/setup
+W=$2/cuda-run
+TKS=$BIN/tokshard
+TRAIN=$BIN/tokshard-train
+FORGE=$BIN/forge_token
+rm -rf "$W" && mkdir -p "$W"
+cd "$W" || exit 2
+M=(--dim 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --seq-len 32 --global-batch 8 --micro-batch 4
+  --lr 1e-2 --warmup 3 --val-tokens 4096 --eval-every 0 --threads 2 --quiet --no-plot)
+
+"$TRAIN" --dataset "$S/data" --out probe --steps 1 "${M[@]}" --device cuda >"$W/out" 2>"$W/err"
+if grep -Eq "no CUDA device|no CUDA backend" "$W/err"; then
+  echo "skipped: no CUDA device ($(head -c 300 "$W/err"))"
+  exit 77
+fi
+
+losses() { grep '"loss"' "$1" | sed 's/.*"loss": \([0-9.eE+-]*\).*/\1/'; }
+# same_curve A B FIRST TOL: losses of steps FIRST.. of run A and run B agree within TOL (relative)
+same_curve() {
+  paste <(losses "$1" | tail -n +"$3") <(losses "$2" | tail -n +"$3") |
+    awk -v t="$4" '{d = $1 - $2; if (d < 0) d = -d; r = d / $2; if (r > m) m = r; n++}
+      END {printf "%d steps, max rel diff %.2e\n", n, m; exit !(n > 0 && m <= t)}'
+}
+
+expect 0 "8 steps on the CPU" -- "$TRAIN" --dataset "$S/data" --out cpu --steps 8 "${M[@]}" --device cpu
+expect 0 "8 steps on the GPU, saving at 4" -- "$TRAIN" --dataset "$S/data" --out gpu --steps 8 --save-every 4 \
+  "${M[@]}" --device cuda
+r=$(same_curve gpu/metrics.jsonl cpu/metrics.jsonl 1 1e-5) && ok "GPU vs CPU losses: $r" || fail "GPU vs CPU losses: $r"
+expect 0 "8 steps on the GPU in bf16" -- "$TRAIN" --dataset "$S/data" --out gpu16 --steps 8 "${M[@]}" \
+  --device cuda --dtype bf16
+[[ $(losses gpu16/metrics.jsonl | wc -l) -eq 8 ]] && ok "bf16: 8 losses" || fail "bf16: $(cat gpu16/metrics.jsonl)"
+expect 0 "the GPU checkpoint of step 4 resumed on the CPU" -- "$TRAIN" --dataset "$S/data" --out back --steps 8 \
+  "${M[@]}" --device cpu --resume gpu/checkpoints/step-00000004
+r=$(same_curve back/metrics.jsonl <(losses gpu/metrics.jsonl | tail -n 4 | sed 's/.*/{"loss": &}/') 1 1e-5) &&
+  ok "resumed on the CPU continues the GPU curve: $r" || fail "resume on the CPU: $r"
+
+# vocab safety on the GPU: the forged id is found while the batch is loaded
+read -r sh off < <("$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 --steps 1 \
+  --val-tokens 4096 --seed 1337 | awk '/ sample 1 / {print $(NF-3), $(NF-1)}')
+bad_at=$((off + 10))
+cp -r "$S/data" bad
+expect 0 "forge id 1000 at shard $sh token $bad_at" -- "$FORGE" bad "$sh" "$bad_at" 1000
+expect 2 "GPU training stops at the forged id" -- "$TRAIN" --dataset bad --out r5 --steps 4 "${M[@]}" --device cuda
+expect_msg "token id 1000 at token offset $bad_at .*not below the vocabulary size 1000"
+grep -q '"loss"' r5/metrics.jsonl 2>/dev/null && fail "a step ran on the bad batch" || ok "no step ran"
+finish test_cuda_train

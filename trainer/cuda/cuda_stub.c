@@ -1,0 +1,37 @@
+/* cuda_stub.c - cuda.h in a build without CUDA (TKS_CUDA=OFF or no nvcc):
+ * every constructor refuses with how to get a CUDA build. */
+#include "common/tks.h"
+#include "cuda.h"
+
+#define NOT_BUILT                                                                              \
+    tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,                                            \
+             "this tokshard was built without CUDA: rebuild with the CUDA toolkit installed "    \
+             "(cmake -DTKS_CUDA=ON, nvcc on PATH or CUDACXX set) or use --device cpu")
+
+int tks_cuda_built(void) { return 0; }
+int tks_cuda_device_count(void) { return 0; }
+int tks_cuda_backend_create(int device, tks_backend **out) {
+    (void)device;
+    *out = NULL;
+    return NOT_BUILT;
+}
+int tks_cuda_backend_check(tks_backend *be) {
+    (void)be;
+    return NOT_BUILT;
+}
+int tks_nccl_world_create(tks_backend *be, tks_nccl_world **out) {
+    (void)be;
+    *out = NULL;
+    return NOT_BUILT;
+}
+void tks_nccl_world_free(tks_nccl_world *w) { (void)w; }
+int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
+    (void)w, (void)ctrl;
+    *out = NULL;
+    return NOT_BUILT;
+}
+void tks_nccl_comm_free(tks_comm *c) { (void)c; }
+int tks_nccl_allreduce_many(tks_comm *c, float *const *bufs, const size_t *n, int count) {
+    (void)c, (void)bufs, (void)n, (void)count;
+    return NOT_BUILT;
+}
