@@ -308,6 +308,108 @@ static int cmd_train_tokenizer(int argc, char **argv) {
 }
 
 /* ------------------------------------------------------------------------- */
+/* verify-tokenizer                                                          */
+
+/* Prints ids[lo..hi) as "id(piece) ..." */
+static void print_ids(const tks_spm *spm, const tks_ids *v, size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi && i < v->n; i++) {
+        const char *p = tks_spm_piece(spm, v->ids[i]);
+        printf(" %u(%s)", v->ids[i], p ? p : "?");
+    }
+    if (hi < v->n) printf(" ...");
+    printf("\n");
+}
+
+static int cmd_verify_tokenizer(int argc, char **argv) {
+    tks_input_opts io;
+    tks_input_opts_default(&io);
+    io.split = TKS_SPLIT_LINE;
+    const char **inputs = (const char **)argv;
+    size_t n_in = 0;
+    tks_args a = {argc, 0, argv, NULL, {0}};
+    const char *pos;
+    while (tks_cli_next(&a, &pos)) {
+        if (pos) {
+            inputs[n_in++] = pos;
+            continue;
+        }
+        int r = input_flag(&a, &io);
+        if (r >= 2) return r - 2;
+        if (r) continue;
+        return tks_cli_usage_error("verify-tokenizer: unknown option %s", a.name);
+    }
+    if (n_in < 2) return tks_cli_usage_error("verify-tokenizer: give MODEL and at least one TEXT input");
+    const char *model = inputs[0];
+    tks_spm *spm = NULL;
+    if (tks_spm_load(model, &spm)) return tks_cli_lib_error();
+    const char *why = tks_spm_fast_unavailable(spm);
+    if (why) {
+        printf("%s (%s): no fast encoder (%s); tokshard build encodes it with sentencepiece, so "
+               "there is nothing to verify\n",
+               model, tks_spm_model_type(spm), why);
+        tks_spm_free(spm);
+        return 0;
+    }
+    tks_input *in = NULL;
+    int rc = tks_input_open(inputs + 1, n_in - 1, &io, &in);
+    tks_ids ref = {0}, fast = {0};
+    uint64_t docs = 0, bytes = 0;
+    double t_ref = 0, t_fast = 0;
+    int differ = 0;
+    tks_doc doc;
+    while (!rc && !differ) {
+        int got = tks_input_next(in, &doc);
+        if (got < 0) rc = got;
+        if (got <= 0) break;
+        double t0 = omp_get_wtime();
+        rc = tks_spm_encode_ref(spm, doc.text, doc.len, &ref);
+        double t1 = omp_get_wtime();
+        if (!rc) rc = tks_spm_encode_fast(spm, doc.text, doc.len, &fast);
+        t_ref += t1 - t0;
+        t_fast += omp_get_wtime() - t1;
+        if (rc) break;
+        docs++;
+        bytes += doc.len;
+        size_t i = 0;
+        while (i < ref.n && i < fast.n && ref.ids[i] == fast.ids[i]) i++;
+        if (i == ref.n && i == fast.n) continue;
+        differ = 1;
+        size_t lo = i > 5 ? i - 5 : 0;
+        printf("DIFFERENT ids for %s line %llu (document %llu, %zu bytes): first difference at "
+               "id %zu of %zu (sentencepiece) / %zu (fast)\n",
+               doc.source, (unsigned long long)doc.line, (unsigned long long)doc.ordinal, doc.len, i,
+               ref.n, fast.n);
+        printf("  sentencepiece:");
+        print_ids(spm, &ref, lo, i + 6);
+        printf("  fast:         ");
+        print_ids(spm, &fast, lo, i + 6);
+        printf("tokshard build would be wrong on this model: please report it with the model and "
+               "this line; meanwhile build with --encoder sentencepiece\n");
+    }
+    tks_input_free(in);
+    tks_ids_free(&ref);
+    tks_ids_free(&fast);
+    if (rc) {
+        tks_spm_free(spm);
+        return tks_cli_lib_error();
+    }
+    if (!differ) {
+        tks_encoder_stats es;
+        tks_spm_encoder_stats(spm, &es);
+        printf("%s (%s): identical ids from the fast encoder and sentencepiece on %llu documents "
+               "(%.1f MB)\n",
+               model, tks_spm_model_type(spm), (unsigned long long)docs, bytes / 1e6);
+        printf("  sentencepiece %.2f MB/s, fast %.2f MB/s (1 thread); word cache hits %.1f%% of "
+               "words, %.1f%% of bytes\n",
+               t_ref > 0 ? bytes / 1e6 / t_ref : 0.0, t_fast > 0 ? bytes / 1e6 / t_fast : 0.0,
+               es.words ? 100.0 * es.word_hits / es.words : 0.0,
+               es.bytes ? 100.0 * es.hit_bytes / es.bytes : 0.0);
+    }
+    tks_spm_free(spm);
+    return differ ? EXIT_PROBLEMS : 0;
+}
+
+/* ------------------------------------------------------------------------- */
 /* audit                                                                     */
 
 static json_t *num_or_null(uint64_t v) { return v == TKS_NONE ? json_null() : json_integer((json_int_t)v); }
@@ -693,6 +795,8 @@ static void help(FILE *f) {
             "  tokshard build --tokenizer MODEL --output DIR [options] INPUT...\n"
             "      --threads N [all cores]    --shard-tokens N [16M]   --chunk-bytes N [1M]\n"
             "      --append-eos   --prepend-bos   --resume   --quiet\n"
+            "  tokshard verify-tokenizer MODEL TEXT... [input options; --doc-split line by default]\n"
+            "      compares tokshard's fast encoder with sentencepiece document by document\n"
             "  tokshard audit DIR|SHARD [--json] [--model-vocab N] [--tokenizer MODEL] [--threads N]\n"
             "  tokshard inspect DIR|SHARD [--json] [--top K]\n"
             "  tokshard cat DIR|SHARD [--doc N] [--limit N] [--ids|--text] [--raw]\n"
@@ -718,6 +822,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "build")) return cmd_build(sub_argc, sub_argv);
     if (!strcmp(cmd, "train-tokenizer")) return cmd_train_tokenizer(sub_argc, sub_argv);
     if (!strcmp(cmd, "audit")) return cmd_audit(sub_argc, sub_argv);
+    if (!strcmp(cmd, "verify-tokenizer")) return cmd_verify_tokenizer(sub_argc, sub_argv);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(sub_argc, sub_argv);
     if (!strcmp(cmd, "cat")) return cmd_cat(sub_argc, sub_argv);
     if (!strcmp(cmd, "sample-plan")) return tks_cli_sample_plan(sub_argc, sub_argv);

@@ -1,0 +1,58 @@
+/*
+ * fastenc.h - tokshard's own encoder for sentencepiece models (internal to
+ * the tokenize layer; the public entry points are in spm.h). It reads the
+ * serialized ModelProto itself and produces exactly the ids sentencepiece
+ * 0.1.97 produces, for BPE and unigram models whose pieces never join a word
+ * to the whitespace before the next one (checked at load, see
+ * tks_fast_load). Text is normalized as the model's NormalizerSpec says
+ * (precompiled charsmap, add_dummy_prefix, remove_extra_whitespaces,
+ * escape_whitespaces), cut into words at each U+2581 that follows another
+ * character, and each word is encoded on its own: BPE words through a
+ * per-thread cache, unigram words by Viterbi carrying the running path score
+ * so that float rounding matches a whole-text Viterbi. Memory is O(longest
+ * word), whatever the text's length.
+ *
+ * Thread safety: a loaded tks_fast is immutable apart from its per-thread
+ * caches; tks_fast_encode may run concurrently on one handle.
+ */
+#ifndef TKS_FASTENC_H
+#define TKS_FASTENC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tks_fast tks_fast;
+
+/*
+ * Builds the fast encoder from a serialized ModelProto that sentencepiece
+ * has already loaded. Returns 0 and sets *out, or returns 1 with *out NULL
+ * and a one-line reason in why[0..why_len) when the model is outside what
+ * the fast path reproduces exactly (then sentencepiece must encode), or
+ * TKS_ERR_NOMEM.
+ */
+int tks_fast_load(const uint8_t *proto, size_t n, tks_fast **out, char *why, size_t why_len);
+void tks_fast_free(tks_fast *f);
+
+/* Encodes like tks_spm_encode. Errors: TKS_ERR_NOMEM, TKS_ERR_ARG. */
+int tks_fast_encode(const tks_fast *f, const char *text, size_t len, tks_ids *out);
+
+/* Per-thread cache counters summed over the threads that used `f`. */
+typedef struct tks_fast_stats {
+    uint64_t words, word_hits, bytes, hit_bytes;
+} tks_fast_stats;
+void tks_fast_get_stats(const tks_fast *f, tks_fast_stats *st);
+
+uint32_t tks_fast_n_pieces(const tks_fast *f);
+/* Model kind: "bpe" or "unigram". */
+const char *tks_fast_kind(const tks_fast *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TKS_FASTENC_H */
