@@ -145,6 +145,13 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
            (unsigned long long)i->bad_records_skipped, (unsigned long long)i->binary_skipped);
     printf("  invalid UTF-8 %llu documents, %llu sequences replaced by U+FFFD\n",
            (unsigned long long)i->utf8_invalid_docs, (unsigned long long)i->utf8_replaced);
+    if (!strcmp(s->encoder, "fast"))
+        printf("  encoder       fast (exact sentencepiece ids; word cache hits %.1f%% of words, "
+               "%.1f%% of bytes)\n",
+               s->encoder_stats.words ? 100.0 * s->encoder_stats.word_hits / s->encoder_stats.words : 0.0,
+               s->encoder_stats.bytes ? 100.0 * s->encoder_stats.hit_bytes / s->encoder_stats.bytes : 0.0);
+    else
+        printf("  encoder       sentencepiece (%s)\n", s->encoder_why);
     printf("  elapsed       %.2f s, %.2f MB/s of text, %.0f tokens/s\n", s->seconds,
            s->seconds > 0 ? i->bytes_text / 1e6 / s->seconds : 0.0,
            s->seconds > 0 ? s->tokens_written / s->seconds : 0.0);
@@ -187,7 +194,13 @@ static int cmd_build(int argc, char **argv) {
         else if (OPT("--append-eos")) o.append_eos = 1;
         else if (OPT("--prepend-bos")) o.prepend_bos = 1;
         else if (OPT("--resume")) o.resume = 1;
-        else if (OPT("--quiet") || OPT("-q")) quiet = 1;
+        else if (OPT("--encoder")) {
+            const char *v;
+            VAL(v);
+            if (!strcmp(v, "auto")) o.encoder_sentencepiece = 0;
+            else if (!strcmp(v, "sentencepiece")) o.encoder_sentencepiece = 1;
+            else return tks_cli_usage_error("--encoder %s: expected auto or sentencepiece", v);
+        } else if (OPT("--quiet") || OPT("-q")) quiet = 1;
         else return tks_cli_usage_error("build: unknown option %s", a.name);
     }
     if (!o.tokenizer_path) return tks_cli_usage_error("build: --tokenizer MODEL is required");
@@ -795,6 +808,8 @@ static void help(FILE *f) {
             "  tokshard build --tokenizer MODEL --output DIR [options] INPUT...\n"
             "      --threads N [all cores]    --shard-tokens N [16M]   --chunk-bytes N [1M]\n"
             "      --append-eos   --prepend-bos   --resume   --quiet\n"
+            "      --encoder auto|sentencepiece [auto: tokshard's fast encoder when it gives exactly\n"
+            "        sentencepiece's ids for the model, else sentencepiece; the summary says which]\n"
             "  tokshard verify-tokenizer MODEL TEXT... [input options; --doc-split line by default]\n"
             "      compares tokshard's fast encoder with sentencepiece document by document\n"
             "  tokshard audit DIR|SHARD [--json] [--model-vocab N] [--tokenizer MODEL] [--threads N]\n"
