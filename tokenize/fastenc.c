@@ -152,18 +152,33 @@ struct tks_fast {
     uint8_t asc_fixed[128];     /* 1: byte b alone decides its normalization */
     const char *asc_out[128];   /* its replacement (NUL-terminated) */
     uint8_t asc_out_len[128];
+    uint8_t asc_run[128];       /* 1: byte b, followed by an ASCII byte or the end, stays b */
     /* per-thread caches */
     pthread_key_t key;
     pthread_mutex_t mu;
     tls_cache *caches;   /* every cache ever made for this handle, freed with it */
 };
 
-static uint64_t fnv_init(void) { return 0xcbf29ce484222325ull; }
-static uint64_t fnv_step(uint64_t h, uint8_t b) { return (h ^ b) * 0x100000001b3ull; }
+/* A hash of short strings, 8 bytes at a time (multipliers from splitmix64,
+ * Steele et al., "Fast splittable pseudorandom number generators", 2014). */
 static uint64_t fnv(const char *s, size_t n) {
-    uint64_t h = fnv_init();
-    for (size_t i = 0; i < n; i++) h = fnv_step(h, (uint8_t)s[i]);
-    return h;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+        s += 8;
+        n -= 8;
+    }
+    if (n) {
+        uint64_t w = 0;
+        for (size_t i = 0; i < n; i++) w |= (uint64_t)(uint8_t)s[i] << (8 * i);
+        h = (h ^ w) * 0x94d049bb133111ebull;
+    }
+    h ^= h >> 32;
+    h *= 0xd6e8feb86659fd93ull;
+    return h ^ (h >> 29);
 }
 
 static hent *tab_find(const tks_fast *f, const char *s, size_t n, uint64_t h) {
@@ -278,6 +293,13 @@ static size_t normalize_prefix(const tks_fast *f, const uint8_t *s, size_t n, co
         size_t m = charsmap_longest(f, s, n, &value);
         if (m) {
             *out = norm_string(f, value, out_len);
+            /* the word split needs valid UTF-8 (sentencepiece's own charsmaps
+             * always are); anything else is left to sentencepiece */
+            for (size_t k = 0; k < *out_len;) {
+                size_t c = valid_utf8_len((const uint8_t *)*out + k, *out_len - k);
+                if (!c) return 0;
+                k += c;
+            }
             return m;
         }
     }
@@ -470,7 +492,9 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
                 prev_other = !ws;
                 k += m;
             }
-            for (size_t k = 1; k <= sl; k++) tab_get(f, (uint32_t)off, (uint32_t)k)->is_prefix = 1;
+            /* unigram walks byte prefixes (as darts-clone's traverse does) */
+            if (model_type == KIND_UNIGRAM)
+                for (size_t k = 1; k <= sl; k++) tab_get(f, (uint32_t)off, (uint32_t)k)->is_prefix = 1;
         } else if (e->res_id < 0) {
             e->res_id = (int32_t)i;
         }
@@ -543,6 +567,23 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
             if (len > 255) f->asc_fixed[b] = 0;
         } else {
             f->asc_fixed[b] = 1;
+        }
+    }
+    for (int b = 0; b < 128; b++) {
+        uint8_t s = (uint8_t)b;
+        f->asc_run[b] = b != ' ';
+        if (!f->units || b == ' ') continue;
+        size_t pos = du_offset(f->units[0]) ^ s;
+        if (pos >= f->n_units || du_label(f->units[pos]) != s) continue;
+        uint32_t u = f->units[pos];
+        size_t node = pos ^ du_offset(u);
+        for (int c = 1; c < 128; c++)
+            if ((node ^ (size_t)c) < f->n_units && du_label(f->units[node ^ (size_t)c]) == (uint32_t)c)
+                f->asc_run[b] = 0; /* a rule continues with an ASCII byte */
+        if (du_has_leaf(u)) {
+            size_t len = 0;
+            const char *r = node < f->n_units ? norm_string(f, du_value(f->units[node]), &len) : "";
+            if (!(len == 1 && r[0] == (char)b)) f->asc_run[b] = 0;
         }
     }
     static char ascii_self[128][2];
@@ -828,10 +869,8 @@ static int unigram_word(tks_fast *f, tls_cache *c, const char *w, size_t n, floa
         size_t mblen = one_char_len((uint8_t)w[st]);
         if (mblen > n - st) mblen = n - st;
         int single = 0;
-        uint64_t h = fnv_init();
         for (size_t k = st; k < n; k++) {
-            h = fnv_step(h, (uint8_t)w[k]);
-            hent *e = tab_find(f, w + st, k + 1 - st, h);
+            hent *e = tab_find(f, w + st, k + 1 - st, fnv(w + st, k + 1 - st));
             if (!e || !e->is_prefix) break;
             int32_t id = e->norm_id;
             if (id < 0 || f->type[id] == PT_UNUSED) continue;
@@ -971,7 +1010,6 @@ static int encode_word(enc *e, const char *w, size_t n) {
  * ------------------------------------------------------------------------- */
 typedef struct nstream {
     size_t word_start, scan;
-    int have_prev, last_ws;
 } nstream;
 
 static int wappend(enc *e, nstream *ns, const char *s, size_t n) {
@@ -988,23 +1026,40 @@ static int wappend(enc *e, nstream *ns, const char *s, size_t n) {
     return 0;
 }
 
-/* Encodes every word completed by the bytes appended so far. */
+/*
+ * Encodes every word completed by the bytes appended so far. The normalized
+ * text is valid UTF-8, so E2 is always a lead byte: a U+2581 is found by
+ * searching for E2 96 81, and the character before it is U+2581 exactly when
+ * the three bytes before it are. Position 0 of the buffer is the start of
+ * the text or an already-processed cut, never a new cut.
+ */
 static int wscan(enc *e, nstream *ns) {
     tls_cache *c = e->c;
     const char *b = c->wbuf;
-    while (ns->scan < c->wlen) {
-        size_t m = one_char_len((uint8_t)b[ns->scan]);
-        if (ns->scan + m > c->wlen) break;
-        int ws = m == 3 && is_ws_sym(b + ns->scan, 3);
-        if (ws && ns->have_prev && !ns->last_ws) {
-            int rc = encode_word(e, b + ns->word_start, ns->scan - ns->word_start);
-            if (rc) return rc;
-            ns->word_start = ns->scan;
+    size_t n = c->wlen, p = ns->scan;
+    for (;;) {
+        const char *q = p < n ? memchr(b + p, 0xE2, n - p) : NULL;
+        if (!q) {
+            p = n;
+            break;
         }
-        ns->have_prev = 1;
-        ns->last_ws = ws;
-        ns->scan += m;
+        size_t i = (size_t)(q - b);
+        if (i + 3 > n) {
+            p = i; /* wait for the rest of the character */
+            break;
+        }
+        if (!is_ws_sym(q, 3)) {
+            p = i + 1;
+            continue;
+        }
+        if (i > 0 && !(i >= 3 && is_ws_sym(q - 3, 3))) {
+            int rc = encode_word(e, b + ns->word_start, i - ns->word_start);
+            if (rc) return rc;
+            ns->word_start = i;
+        }
+        p = i + 3;
     }
+    ns->scan = p;
     return 0;
 }
 
@@ -1020,7 +1075,7 @@ int tks_fast_encode(const tks_fast *cf, const char *text, size_t len, tks_ids *o
         return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
                         "out of memory for the encoder's per-thread cache");
     enc e = {f, c, out, 0, 0.0f};
-    nstream ns = {0, 0, 0, 0};
+    nstream ns = {0, 0};
     c->wlen = 0;
     const uint8_t *s = (const uint8_t *)text, *end = s + len;
     const char *sp;
@@ -1039,7 +1094,25 @@ int tks_fast_encode(const tks_fast *cf, const char *text, size_t len, tks_ids *o
     if (f->add_dummy_prefix) rc = f->escape_ws ? wappend(&e, &ns, ws_sym, 3) : wappend(&e, &ns, " ", 1);
     int prev_space = f->remove_extra_ws;
     while (!rc && s < end) {
+        if (*s < 0x80 && f->asc_run[*s]) {
+            /* a run of ASCII bytes that normalize to themselves; the last one
+             * goes through the charsmap when a non-ASCII byte follows */
+            const uint8_t *r = s + 1;
+            while (r < end && *r < 0x80 && f->asc_run[*r]) r++;
+            if (r < end && *r >= 0x80 && f->units) r--;
+            if (r > s) {
+                rc = wappend(&e, &ns, (const char *)s, (size_t)(r - s));
+                prev_space = 0;
+                s = r;
+                if (!rc && c->wlen - ns.scan >= 4096) rc = wscan(&e, &ns);
+                continue;
+            }
+        }
         size_t m = normalize_prefix(f, s, (size_t)(end - s), &sp, &spn);
+        if (!m) {
+            rc = 1; /* a charsmap output that is not valid UTF-8 */
+            break;
+        }
         while (prev_space && spn && sp[0] == ' ') sp++, spn--;
         if (spn) {
             if (f->escape_ws && memchr(sp, ' ', spn)) {
@@ -1071,6 +1144,10 @@ int tks_fast_encode(const tks_fast *cf, const char *text, size_t len, tks_ids *o
     if (c->heap_cap > (4u << 20)) free(c->heap), c->heap = NULL, c->heap_cap = 0;
     if (c->cap_tmp > (4u << 20)) free(c->tmp_ids), c->tmp_ids = NULL, c->cap_tmp = 0;
     c->wlen = 0;
+    if (rc == 1) {
+        out->n = 0;
+        return 1;
+    }
     if (rc) {
         out->n = 0;
         return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,

@@ -39,7 +39,10 @@ typedef struct tks_fast tks_fast;
 int tks_fast_load(const uint8_t *proto, size_t n, tks_fast **out, char *why, size_t why_len);
 void tks_fast_free(tks_fast *f);
 
-/* Encodes like tks_spm_encode. Errors: TKS_ERR_NOMEM, TKS_ERR_ARG. */
+/* Encodes like tks_spm_encode. Returns 0, or 1 (out->n = 0) when this text
+ * must go to sentencepiece instead (the model's charsmap produced bytes that
+ * are not valid UTF-8, which sentencepiece's own charsmaps never do).
+ * Errors: TKS_ERR_NOMEM, TKS_ERR_ARG. */
 int tks_fast_encode(const tks_fast *f, const char *text, size_t len, tks_ids *out);
 
 /* Per-thread cache counters summed over the threads that used `f`. */

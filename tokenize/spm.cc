@@ -305,11 +305,16 @@ extern "C" int tks_spm_encode_fast(const tks_spm *s, const char *text, size_t le
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "tks_spm_encode_fast: no fast encoder for this model (%s)",
                         s ? s->fast_why : "NULL handle");
-    return tks_fast_encode(s->fast, text, len, out);
+    int rc = tks_fast_encode(s->fast, text, len, out);
+    return rc == 1 ? tks_spm_encode_ref(s, text, len, out) : rc;
 }
 
 extern "C" int tks_spm_encode(const tks_spm *s, const char *text, size_t len, tks_ids *out) {
-    if (s && s->use_fast) return tks_fast_encode(s->fast, text, len, out);
+    if (s && s->use_fast) {
+        int rc = tks_fast_encode(s->fast, text, len, out);
+        if (rc != 1) return rc;
+        /* a text the fast encoder cannot do exactly (see fastenc.h) */
+    }
     return tks_spm_encode_ref(s, text, len, out);
 }
 
