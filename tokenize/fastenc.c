@@ -124,7 +124,6 @@ typedef struct hent {
     uint32_t off, len;  /* bytes in f->strs */
     int32_t norm_id;    /* id in sentencepiece's pieces_ (NORMAL, USER_DEFINED, UNUSED), or -1 */
     int32_t res_id;     /* id in reserved_id_map_ (UNKNOWN, CONTROL, BYTE), or -1 */
-    uint8_t is_prefix;  /* a byte prefix (or all) of a pieces_ entry */
 } hent;
 
 typedef struct tls_cache tls_cache;
@@ -153,6 +152,12 @@ struct tks_fast {
     const char *asc_out[128];   /* its replacement (NUL-terminated) */
     uint8_t asc_out_len[128];
     uint8_t asc_run[128];       /* 1: byte b, followed by an ASCII byte or the end, stays b */
+    /* unigram: a byte trie over the pieces, edges in a hash table */
+    uint64_t *edge_key;  /* (parent << 8 | byte) + 1; 0 = empty slot */
+    uint32_t *edge_child;
+    size_t edge_mask;
+    int32_t *node_id;    /* piece id ending at each node, or -1 */
+    size_t n_nodes;
     /* per-thread caches */
     pthread_key_t key;
     pthread_mutex_t mu;
@@ -181,6 +186,36 @@ static uint64_t fnv(const char *s, size_t n) {
     return h ^ (h >> 29);
 }
 
+static size_t edge_slot(uint64_t key, size_t mask) {
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+}
+
+/* The child of `node` by byte b, or 0 (the root is never a child). */
+static uint32_t trie_child(const tks_fast *f, uint32_t node, uint8_t b) {
+    uint64_t key = (((uint64_t)node << 8) | b) + 1;
+    for (size_t i = edge_slot(key, f->edge_mask);; i = (i + 1) & f->edge_mask) {
+        if (f->edge_key[i] == key) return f->edge_child[i];
+        if (!f->edge_key[i]) return 0;
+    }
+}
+
+/* Adds piece `id` (bytes s[0..n)) to the trie. */
+static void trie_add(tks_fast *f, const uint8_t *s, size_t n, int32_t id) {
+    uint32_t node = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t key = (((uint64_t)node << 8) | s[k]) + 1;
+        size_t i = edge_slot(key, f->edge_mask);
+        while (f->edge_key[i] && f->edge_key[i] != key) i = (i + 1) & f->edge_mask;
+        if (!f->edge_key[i]) {
+            f->edge_key[i] = key;
+            f->edge_child[i] = (uint32_t)f->n_nodes;
+            f->node_id[f->n_nodes++] = -1;
+        }
+        node = f->edge_child[i];
+    }
+    if (f->node_id[node] < 0) f->node_id[node] = id;
+}
+
 static hent *tab_find(const tks_fast *f, const char *s, size_t n, uint64_t h) {
     size_t mask = f->n_tab - 1;
     for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
@@ -202,7 +237,6 @@ static hent *tab_get(tks_fast *f, uint32_t off, uint32_t n) {
             e->off = off;
             e->len = n;
             e->norm_id = e->res_id = -1;
-            e->is_prefix = 0;
             return e;
         }
         if (e->hash == h && e->len == n && !memcmp(f->strs + e->off, s, n)) return e;
@@ -362,6 +396,9 @@ void tks_fast_free(tks_fast *f) {
     free(f->tab);
     free(f->units);
     free(f->norm);
+    free(f->edge_key);
+    free(f->edge_child);
+    free(f->node_id);
     free(f);
 }
 
@@ -444,7 +481,17 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
     while (nt < want) nt *= 2;
     f->n_tab = nt;
     f->tab = malloc(nt * sizeof *f->tab);
-    if (!f->score || !f->type || !f->plen || !f->strs || !f->tab) {
+    if (model_type == KIND_UNIGRAM) {
+        size_t ne = 16;
+        while (ne < 2 * (str_bytes + 1)) ne *= 2;
+        f->edge_mask = ne - 1;
+        f->edge_key = calloc(ne, sizeof *f->edge_key);
+        f->edge_child = calloc(ne, sizeof *f->edge_child);
+        f->node_id = malloc((str_bytes + 1) * sizeof *f->node_id);
+        if (f->node_id) f->node_id[f->n_nodes++] = -1; /* the root */
+    }
+    if (!f->score || !f->type || !f->plen || !f->strs || !f->tab ||
+        (model_type == KIND_UNIGRAM && (!f->edge_key || !f->edge_child || !f->node_id))) {
         tks_fast_free(f);
         return TKS_ERR_NOMEM;
     }
@@ -493,8 +540,7 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
                 k += m;
             }
             /* unigram walks byte prefixes (as darts-clone's traverse does) */
-            if (model_type == KIND_UNIGRAM)
-                for (size_t k = 1; k <= sl; k++) tab_get(f, (uint32_t)off, (uint32_t)k)->is_prefix = 1;
+            if (model_type == KIND_UNIGRAM) trie_add(f, s, sl, (int32_t)i);
         } else if (e->res_id < 0) {
             e->res_id = (int32_t)i;
         }
@@ -869,10 +915,11 @@ static int unigram_word(tks_fast *f, tls_cache *c, const char *w, size_t n, floa
         size_t mblen = one_char_len((uint8_t)w[st]);
         if (mblen > n - st) mblen = n - st;
         int single = 0;
+        uint32_t node = 0;
         for (size_t k = st; k < n; k++) {
-            hent *e = tab_find(f, w + st, k + 1 - st, fnv(w + st, k + 1 - st));
-            if (!e || !e->is_prefix) break;
-            int32_t id = e->norm_id;
+            node = trie_child(f, node, (uint8_t)w[k]);
+            if (!node) break;
+            int32_t id = f->node_id[node];
             if (id < 0 || f->type[id] == PT_UNUSED) continue;
             upath *t = &bp[k + 1];
             size_t length = k + 1 - st;
