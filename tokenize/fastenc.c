@@ -141,6 +141,7 @@ struct tks_fast {
     int32_t unk_id;
     int32_t byte_id[256];
     int byte_fallback;
+    int no_cache;        /* benchmarks: encode every word (the miss path) */
     float min_score;     /* over NORMAL pieces (unigram) */
     /* normalizer */
     int add_dummy_prefix, remove_extra_ws, escape_ws;
@@ -645,6 +646,7 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
 }
 
 uint32_t tks_fast_n_pieces(const tks_fast *f) { return f->n_pieces; }
+void tks_fast_set_cache(tks_fast *f, int on) { f->no_cache = !on; }
 const char *tks_fast_kind(const tks_fast *f) { return f->kind == KIND_BPE ? "bpe" : "unigram"; }
 
 /* ---------------------------------------------------------------------------
@@ -1027,7 +1029,7 @@ static int encode_word(enc *e, const char *w, size_t n) {
     c->st.words++;
     c->st.bytes += n;
     uint64_t h = 0;
-    int cacheable = f->kind == KIND_BPE && n <= CACHE_MAX_WORD;
+    int cacheable = f->kind == KIND_BPE && n <= CACHE_MAX_WORD && !f->no_cache;
     if (cacheable) {
         h = fnv(w, n);
         const centry *ce = cache_get(c, h, w, n);

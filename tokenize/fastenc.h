@@ -52,6 +52,8 @@ typedef struct tks_fast_stats {
 void tks_fast_get_stats(const tks_fast *f, tks_fast_stats *st);
 
 uint32_t tks_fast_n_pieces(const tks_fast *f);
+/* Turns the BPE word cache off (on = 0) or on; not thread-safe. */
+void tks_fast_set_cache(tks_fast *f, int on);
 /* Model kind: "bpe" or "unigram". */
 const char *tks_fast_kind(const tks_fast *f);
 

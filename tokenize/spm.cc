@@ -289,6 +289,9 @@ extern "C" int tks_spm_set_encoder(tks_spm *s, int fast) {
     s->use_fast = fast != 0;
     return 0;
 }
+extern "C" void tks_spm_set_word_cache(tks_spm *s, int on) {
+    if (s->fast) tks_fast_set_cache(s->fast, on);
+}
 extern "C" void tks_spm_encoder_stats(const tks_spm *s, tks_encoder_stats *st) {
     memset(st, 0, sizeof *st);
     if (!s->fast) return;

@@ -70,6 +70,9 @@ const char *tks_spm_fast_unavailable(const tks_spm *s);
 /* Selects the encoder of tks_spm_encode (not thread-safe: call before
  * encoding). fast = 1 when unavailable fails with TKS_ERR_TOKENIZER. */
 int tks_spm_set_encoder(tks_spm *s, int fast);
+/* Turns the fast encoder's word cache off (on = 0), to measure its miss
+ * path; same ids either way. Not thread-safe: call before encoding. */
+void tks_spm_set_word_cache(tks_spm *s, int on);
 /* Always sentencepiece / always the fast encoder (TKS_ERR_ARG when unavailable). */
 int tks_spm_encode_ref(const tks_spm *s, const char *text, size_t len, tks_ids *out);
 int tks_spm_encode_fast(const tks_spm *s, const char *text, size_t len, tks_ids *out);

@@ -339,6 +339,7 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
     io.split = TKS_SPLIT_LINE;
     const char **inputs = (const char **)argv;
     size_t n_in = 0;
+    int no_cache = 0;
     tks_args a = {argc, 0, argv, NULL, {0}};
     const char *pos;
     while (tks_cli_next(&a, &pos)) {
@@ -349,7 +350,8 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
         int r = input_flag(&a, &io);
         if (r >= 2) return r - 2;
         if (r) continue;
-        return tks_cli_usage_error("verify-tokenizer: unknown option %s", a.name);
+        if (OPT("--no-cache")) no_cache = 1;
+        else return tks_cli_usage_error("verify-tokenizer: unknown option %s", a.name);
     }
     if (n_in < 2) return tks_cli_usage_error("verify-tokenizer: give MODEL and at least one TEXT input");
     const char *model = inputs[0];
@@ -363,6 +365,7 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
         tks_spm_free(spm);
         return 0;
     }
+    if (no_cache) tks_spm_set_word_cache(spm, 0);
     tks_input *in = NULL;
     int rc = tks_input_open(inputs + 1, n_in - 1, &io, &in);
     tks_ids ref = {0}, fast = {0};
@@ -812,6 +815,7 @@ static void help(FILE *f) {
             "        sentencepiece's ids for the model, else sentencepiece; the summary says which]\n"
             "  tokshard verify-tokenizer MODEL TEXT... [input options; --doc-split line by default]\n"
             "      compares tokshard's fast encoder with sentencepiece document by document\n"
+            "      --no-cache: without the word cache (times the encoder's miss path)\n"
             "  tokshard audit DIR|SHARD [--json] [--model-vocab N] [--tokenizer MODEL] [--threads N]\n"
             "  tokshard inspect DIR|SHARD [--json] [--top K]\n"
             "  tokshard cat DIR|SHARD [--doc N] [--limit N] [--ids|--text] [--raw]\n"
