@@ -41,17 +41,22 @@ mkdir -p "$WORK"
 cd "$WORK"
 
 text=corpus-$MB.txt
+# (head ends the producers early: SIGPIPE is expected there, hence +o pipefail)
 if [[ ! -s $text ]]; then
+  set +o pipefail
   { zcat /usr/share/dictd/gcide.dict.dz; find /usr/share/doc/python3.11/html/_sources -type f | sort | xargs cat; } 2>/dev/null |
     tr -d '\r' | grep '[^[:space:]]' | head -c $((MB * 1000000)) | sed '$d' >"$text.tmp"
+  set -o pipefail
   mv "$text.tmp" "$text"
 fi
 if [[ ! -s cjk.txt ]]; then
+  set +o pipefail
   find /usr/share/man/ja /usr/share/man/zh_CN /usr/share/man/zh_TW -name '*.gz' | sort | xargs zcat 2>/dev/null |
     tr -d '\r' | grep '[^[:space:]]' | head -c 8000000 | sed '$d' >cjk.txt.tmp
+  set -o pipefail
   mv cjk.txt.tmp cjk.txt
 fi
-head -c 2000000 cjk.txt | sed '$d' >train-cjk.txt
+head -c 2000000 cjk.txt | sed '$d' >train-cjk.txt || true
 if [[ ! -s llama.model ]]; then
   spm_train --input="$text",train-cjk.txt --model_prefix=llama --model_type=bpe --vocab_size=8000 \
     --normalization_rule_name=identity --remove_extra_whitespaces=false --byte_fallback=true \

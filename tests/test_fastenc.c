@@ -266,6 +266,22 @@ static void compare_threads(const tks_spm *spm, const char *model, const docs *d
           errs, diff, n);
 }
 
+/* A document over 2 MiB goes to sentencepiece in segments where the model
+ * allows exact cuts (spm.cc, tks_fast_next_cut): same ids as whole. */
+static void check_segmented(tks_spm *spm, const char *model, const buf *big) {
+    tks_ids a = {0}, b = {0};
+    int ra = tks_spm_encode(spm, big->p, big->n, &a);
+    int rb = tks_spm_encode_ref(spm, big->p, big->n, &b);
+    CHECK(ra == 0 && rb == 0, "%s: encoding %zu bytes failed: %s", model, big->n,
+          tks_last_error()->message);
+    size_t k = 0;
+    while (k < a.n && k < b.n && a.ids[k] == b.ids[k]) k++;
+    CHECK(k == a.n && k == b.n, "%s: %zu-byte document through %s differs from sentencepiece at id %zu of %zu/%zu",
+          model, big->n, tks_spm_encoder(spm), k, a.n, b.n);
+    tks_ids_free(&a);
+    tks_ids_free(&b);
+}
+
 typedef struct {
     const char *name, *flags;
     int fast;            /* the fast path must take it */
@@ -343,6 +359,9 @@ int main(int argc, char **argv) {
             docs_add(&whole, raw[s].p + off, n);
         }
     }
+    /* one 2.5 MB document: GCIDE, newlines, runs of spaces and all */
+    static buf big;
+    buf_add(&big, raw[0].p, raw[0].n < (2500u << 10) ? raw[0].n : (2500u << 10));
     whole.what = "whole-documents";
     adv.what = "adversarial";
     make_adversarial(&adv);
@@ -389,6 +408,7 @@ int main(int argc, char **argv) {
             }
             tks_ids_free(&a);
             tks_ids_free(&b);
+            check_segmented(spm, ms->name, &big);
             printf("%-22s falls back to sentencepiece: %s\n", ms->name, why ? why : "?");
             tks_spm_free(spm);
             continue;
@@ -410,9 +430,10 @@ int main(int argc, char **argv) {
         compare_threads(spm, ms->name, &held[0]);
         printf("%-22s %s: %zu documents, %zu differ (%.1f s: sentencepiece %.1f s, fast %.1f s)\n",
                ms->name, tks_spm_model_type(spm), nd, bad, omp_get_wtime() - t0, t_ref, t_fast);
-        /* switching to sentencepiece and back */
+        /* switching to sentencepiece (segmented for a long BPE document) and back */
         CHECK(tks_spm_set_encoder(spm, 0) == 0 && !strcmp(tks_spm_encoder(spm), "sentencepiece"),
               "%s: cannot select sentencepiece", ms->name);
+        if (!strcmp(tks_spm_model_type(spm), "bpe")) check_segmented(spm, ms->name, &big);
         CHECK(tks_spm_set_encoder(spm, 1) == 0 && !strcmp(tks_spm_encoder(spm), "fast"),
               "%s: cannot select the fast encoder", ms->name);
         tks_spm_free(spm);
@@ -424,5 +445,6 @@ int main(int argc, char **argv) {
     docs_free(&whole);
     docs_free(&adv);
     free(train.p);
+    free(big.p);
     return check_exit("test_fastenc");
 }

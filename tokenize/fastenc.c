@@ -48,9 +48,9 @@ enum { KIND_UNIGRAM = 1, KIND_BPE = 2 };
 /* Words up to this many normalized bytes are cached (BPE). */
 #define CACHE_MAX_WORD 64
 /* Per-thread cache bounds: entries (power of two) and arena bytes; a full
- * cache is emptied and refilled. About 4.5 MiB per thread. */
-#define CACHE_SLOTS (1u << 16)
-#define CACHE_ARENA (3u << 20)
+ * cache is emptied and refilled. About 20 MiB per thread. */
+#define CACHE_SLOTS (1u << 18)
+#define CACHE_ARENA (12u << 20)
 
 /* ---------------------------------------------------------------------------
  * Protobuf wire format
@@ -142,6 +142,8 @@ struct tks_fast {
     int32_t byte_id[256];
     int byte_fallback;
     int no_cache;        /* benchmarks: encode every word (the miss path) */
+    int seg_only;        /* user-defined symbols: only tks_fast_next_cut may be used */
+    int cut_ok;          /* tks_fast_next_cut may cut this model's input */
     float min_score;     /* over NORMAL pieces (unigram) */
     /* normalizer */
     int add_dummy_prefix, remove_extra_ws, escape_ws;
@@ -349,6 +351,55 @@ static size_t normalize_prefix(const tks_fast *f, const uint8_t *s, size_t n, co
     return m;
 }
 
+/*
+ * Whether some charsmap key has a space after its first byte: a depth-first
+ * walk of the double array (each node's children probed over all 255
+ * labels). darts-clone shares common suffixes between keys (its builder
+ * makes a DAWG), so nodes are marked when visited; a node position outside
+ * the array (a corrupt one) answers yes.
+ */
+static int charsmap_space_inside(const tks_fast *f) {
+    size_t cap = 1024, n = 0;
+    size_t *stack = malloc(cap * sizeof *stack);
+    uint8_t *seen = calloc(f->n_units, 1);
+    int found = !stack || !seen;
+    size_t root = du_offset(f->units[0]);
+    for (int c = 1; c < 256 && !found; c++) { /* first bytes: any label */
+        size_t id = root ^ (size_t)c;
+        if (id < f->n_units && du_label(f->units[id]) == (uint32_t)c) stack[n++] = id ^ du_offset(f->units[id]);
+    }
+    while (n && !found) {
+        size_t node = stack[--n];
+        if (node >= f->n_units) {
+            found = 1;
+            break;
+        }
+        if (seen[node]) continue;
+        seen[node] = 1;
+        for (int c = 1; c < 256; c++) {
+            size_t id = node ^ (size_t)c;
+            if (id >= f->n_units || du_label(f->units[id]) != (uint32_t)c) continue;
+            if (c == ' ') {
+                found = 1;
+                break;
+            }
+            if (n == cap) {
+                size_t *q = realloc(stack, 2 * cap * sizeof *stack);
+                if (!q) {
+                    found = 1;
+                    break;
+                }
+                stack = q;
+                cap *= 2;
+            }
+            stack[n++] = id ^ du_offset(f->units[id]);
+        }
+    }
+    free(stack);
+    free(seen);
+    return found;
+}
+
 static int set_why(char *why, size_t why_len, const char *fmt, ...) {
     if (why && why_len) {
         va_list ap;
@@ -504,7 +555,8 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
     /* pass 2: the pieces */
     p = buf;
     size_t i = 0, off = 0;
-    int bad = 0;
+    int bad = 0, user_seen = 0, user_space = 0;
+    char user_why[160] = "";
     while (!bad && pb_next(&p, end, &fl) > 0) {
         if (fl.field != 1 || fl.wt != 2) continue;
         const uint8_t *s;
@@ -517,9 +569,13 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
         f->type[i] = ty;
         f->plen[i] = (uint32_t)sl;
         if (sl == 0) bad = set_why(why, why_len, "piece %zu is empty", i);
-        if (ty == PT_USER || ty == PT_UNUSED)
-            bad = set_why(why, why_len, "piece %zu (\"%.*s\") is %s", i, (int)sl, (const char *)s,
-                          ty == PT_USER ? "user-defined" : "unused");
+        if (ty == PT_UNUSED)
+            bad = set_why(why, why_len, "piece %zu (\"%.*s\") is unused", i, (int)sl,
+                          (const char *)s);
+        if (ty == PT_USER && !user_seen++)
+            snprintf(user_why, sizeof user_why, "piece %zu (\"%.*s\") is user-defined", i, (int)sl,
+                     (const char *)s);
+        if (ty == PT_USER && memchr(s, ' ', sl)) user_space = 1;
         if (ty == PT_NORMAL && sc < f->min_score) f->min_score = sc;
         if (ty == PT_UNKNOWN && f->unk_id < 0) f->unk_id = (int32_t)i;
         int normal = ty == PT_NORMAL || ty == PT_USER || ty == PT_UNUSED;
@@ -633,6 +689,29 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
             if (!(len == 1 && r[0] == (char)b)) f->asc_run[b] = 0;
         }
     }
+    /* Cuts sentencepiece's input may take (see tks_fast_next_cut): BPE, the
+     * default whitespace handling, U+2581 a normal piece, no user-defined
+     * symbol with a space, a space that normalizes to itself whatever follows */
+    hent *ws = tab_find(f, "\xe2\x96\x81", 3, fnv("\xe2\x96\x81", 3));
+    f->cut_ok = model_type == KIND_BPE && dummy && rews && esc && !user_space && ws &&
+                ws->norm_id >= 0 && f->type[ws->norm_id] == PT_NORMAL;
+    if (f->cut_ok && f->units) {
+        size_t pos = du_offset(f->units[0]) ^ (size_t)' ';
+        if (pos < f->n_units && du_label(f->units[pos]) == ' ') {
+            uint32_t u = f->units[pos];
+            size_t node = pos ^ du_offset(u);
+            for (int c = 1; c < 256; c++)
+                if ((node ^ (size_t)c) < f->n_units && du_label(f->units[node ^ (size_t)c]) == (uint32_t)c)
+                    f->cut_ok = 0;
+            if (du_has_leaf(u)) {
+                size_t len = 0;
+                const char *r = node < f->n_units ? norm_string(f, du_value(f->units[node]), &len) : "";
+                if (!(len == 1 && r[0] == ' ')) f->cut_ok = 0;
+            }
+        }
+    }
+    /* and no rule with a space after its first byte (a rule spanning the cut) */
+    if (f->cut_ok && f->units && charsmap_space_inside(f)) f->cut_ok = 0;
     static char ascii_self[128][2];
     for (int b = 0; b < 128; b++) {
         ascii_self[b][0] = (char)b;
@@ -642,6 +721,29 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
         }
     }
     *out = f;
+    if (user_seen) {
+        /* not exact (the normalizer matches user-defined symbols first), but
+         * its cut analysis serves sentencepiece */
+        f->seg_only = 1;
+        set_why(why, why_len, "%s", user_why);
+        return 2;
+    }
+    return 0;
+}
+
+int tks_fast_seg_only(const tks_fast *f) { return f->seg_only; }
+
+size_t tks_fast_next_cut(const tks_fast *f, const char *t, size_t len, size_t from) {
+    if (!f->cut_ok) return 0;
+    if (from == 0) from = 1;
+    for (size_t p = from; p < len; p++) {
+        const char *q = memchr(t + p, ' ', len - p);
+        if (!q) return 0;
+        p = (size_t)(q - t);
+        uint8_t b = (uint8_t)t[p - 1];
+        int alnum = (b >= '0' && b <= '9') || (b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z');
+        if (alnum && f->asc_run[b]) return p;
+    }
     return 0;
 }
 

@@ -37,6 +37,33 @@ typedef struct tks_fast tks_fast;
  * TKS_ERR_NOMEM.
  */
 int tks_fast_load(const uint8_t *proto, size_t n, tks_fast **out, char *why, size_t why_len);
+/* tks_fast_load returns 2, with *out set and the reason in `why`, for a BPE
+ * model with user-defined symbols: the handle must not encode
+ * (tks_fast_seg_only is 1) but tks_fast_next_cut works. */
+int tks_fast_seg_only(const tks_fast *f);
+
+/*
+ * Where sentencepiece's input may be cut without changing its ids: the first
+ * position p >= from (p > 0) holding a space that follows an ASCII letter or
+ * digit, or 0 when there is none or the model admits no cut. Encoding
+ * t[0..p) and t[p..len) separately and concatenating the ids gives the ids of
+ * t, for BPE models with add_dummy_prefix, remove_extra_whitespaces and
+ * escape_whitespaces on, U+2581 a normal piece, no piece with U+2581 after
+ * another character, no user-defined symbol containing a space, and a space
+ * and the letter before it that normalize to themselves whatever follows:
+ *   - normalization: the first part ends with the letter (no trailing space
+ *     to drop); the second starts with spaces, which sentencepiece drops as
+ *     leading whitespace before adding the dummy U+2581, where the whole text
+ *     has the one U+2581 that the collapsed run of spaces becomes; both then
+ *     continue identically (in the whole text the spaces after the first are
+ *     dropped as repeated whitespace);
+ *   - BPE: no merge spans a U+2581 that follows another character, and
+ *     merges are independent on either side; the second part starts with
+ *     U+2581, a known piece, so no unknown piece merges across the cut.
+ * Unigram models get no cut: the Viterbi path score is a float sum over the
+ * whole text, and restarting it at a cut can change a near tie.
+ */
+size_t tks_fast_next_cut(const tks_fast *f, const char *t, size_t len, size_t from);
 void tks_fast_free(tks_fast *f);
 
 /* Encodes like tks_spm_encode. Returns 0, or 1 (out->n = 0) when this text
