@@ -155,6 +155,14 @@ struct tks_fast {
     const char *asc_out[128];   /* its replacement (NUL-terminated) */
     uint8_t asc_out_len[128];
     uint8_t asc_run[128];       /* 1: byte b, followed by an ASCII byte or the end, stays b */
+    /* BPE: merges as (left id, right id) -> merged id, when every character
+     * of every piece is itself a piece (else pairs are looked up as strings) */
+    int use_pairs;
+    uint64_t *pair_key;  /* ((uint64_t)l << 32 | r) + 1; 0 = empty */
+    int32_t *pair_val;
+    size_t pair_mask;
+    int32_t *final_id;   /* (V) ModelInterface::PieceToId of piece i's string */
+    int32_t ascii_id[128]; /* pieces_ id of each ASCII character, or -1 */
     /* unigram: a byte trie over the pieces, edges in a hash table */
     uint64_t *edge_key;  /* (parent << 8 | byte) + 1; 0 = empty slot */
     uint32_t *edge_child;
@@ -412,6 +420,85 @@ static int set_why(char *why, size_t why_len, const char *fmt, ...) {
 
 static void *xcalloc(size_t n, size_t sz) { return n ? calloc(n, sz) : calloc(1, 1); }
 
+static int32_t norm_id_of(const tks_fast *f, const char *s, size_t n) {
+    hent *e = tab_find(f, s, n, fnv(s, n));
+    return e ? e->norm_id : -1;
+}
+
+static uint64_t pair_hash(uint64_t key) { return key * 0x9E3779B97F4A7C15ull >> 17; }
+
+/* The merged piece of pieces l and r, or -1. */
+static int32_t pair_get(const tks_fast *f, int32_t l, int32_t r) {
+    uint64_t key = (((uint64_t)(uint32_t)l << 32) | (uint32_t)r) + 1;
+    for (size_t i = pair_hash(key) & f->pair_mask;; i = (i + 1) & f->pair_mask) {
+        if (f->pair_key[i] == key) return f->pair_val[i];
+        if (!f->pair_key[i]) return -1;
+    }
+}
+
+/*
+ * The BPE merge table: for every piece m and every split of it at a
+ * character boundary into two pieces l and r, (l, r) -> m. Used only when
+ * every character of every piece is itself a piece: then a character that is
+ * not a piece never merges (no piece contains it) and every merge joins two
+ * pieces, so the table answers exactly what "is the concatenation a piece"
+ * answers. Returns 0, or TKS_ERR_NOMEM.
+ */
+static int build_pairs(tks_fast *f) {
+    f->final_id = malloc(f->n_pieces * sizeof *f->final_id);
+    if (!f->final_id) return TKS_ERR_NOMEM;
+    size_t off = 0, splits = 0;
+    int all_chars = 1;
+    for (uint32_t i = 0; i < f->n_pieces; off += f->plen[i], i++) {
+        const char *s = f->strs + off;
+        hent *e = tab_find(f, s, f->plen[i], fnv(s, f->plen[i]));
+        f->final_id[i] = e && e->res_id >= 0 ? e->res_id : (int32_t)i;
+        uint8_t ty = f->type[i];
+        if (ty != PT_NORMAL && ty != PT_USER && ty != PT_UNUSED) continue;
+        for (size_t k = 0; k < f->plen[i];) {
+            size_t m = one_char_len((uint8_t)s[k]);
+            if (m > f->plen[i] - k) m = f->plen[i] - k;
+            if (norm_id_of(f, s + k, m) < 0) all_chars = 0;
+            k += m;
+            splits++;
+        }
+    }
+    for (int b = 0; b < 128; b++) {
+        char ch = (char)b;
+        f->ascii_id[b] = norm_id_of(f, &ch, 1);
+    }
+    if (!all_chars) return 0;
+    size_t cap = 16;
+    while (cap < 2 * splits + 16) cap *= 2;
+    f->pair_key = calloc(cap, sizeof *f->pair_key);
+    f->pair_val = malloc(cap * sizeof *f->pair_val);
+    if (!f->pair_key || !f->pair_val) return TKS_ERR_NOMEM;
+    f->pair_mask = cap - 1;
+    off = 0;
+    for (uint32_t i = 0; i < f->n_pieces; off += f->plen[i], i++) {
+        uint8_t ty = f->type[i];
+        if (ty != PT_NORMAL && ty != PT_USER && ty != PT_UNUSED) continue;
+        const char *s = f->strs + off;
+        hent *self = tab_find(f, s, f->plen[i], fnv(s, f->plen[i]));
+        if (!self || self->norm_id != (int32_t)i) continue; /* a duplicate string */
+        size_t k = one_char_len((uint8_t)s[0]);
+        while (k < f->plen[i]) {
+            int32_t l = norm_id_of(f, s, k), r = norm_id_of(f, s + k, f->plen[i] - k);
+            if (l >= 0 && r >= 0) {
+                uint64_t key = (((uint64_t)(uint32_t)l << 32) | (uint32_t)r) + 1;
+                size_t j = pair_hash(key) & f->pair_mask;
+                while (f->pair_key[j] && f->pair_key[j] != key) j = (j + 1) & f->pair_mask;
+                f->pair_key[j] = key;
+                f->pair_val[j] = (int32_t)i;
+            }
+            size_t m = one_char_len((uint8_t)s[k]);
+            k += m;
+        }
+    }
+    f->use_pairs = 1;
+    return 0;
+}
+
 /* Reads one SentencePiece message into piece i. */
 static int parse_piece(const uint8_t *p, const uint8_t *end, const uint8_t **str, size_t *slen,
                        float *score, uint8_t *type) {
@@ -448,6 +535,9 @@ void tks_fast_free(tks_fast *f) {
     free(f->tab);
     free(f->units);
     free(f->norm);
+    free(f->pair_key);
+    free(f->pair_val);
+    free(f->final_id);
     free(f->edge_key);
     free(f->edge_child);
     free(f->node_id);
@@ -612,6 +702,10 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
     if (f->unk_id < 0) {
         tks_fast_free(f);
         return set_why(why, why_len, "the model has no unknown piece");
+    }
+    if (model_type == KIND_BPE && build_pairs(f) < 0) {
+        tks_fast_free(f);
+        return TKS_ERR_NOMEM;
     }
     if (byte_fallback) {
         for (int b = 0; b < 256; b++) {
@@ -906,12 +1000,14 @@ static int32_t piece_to_id(const tks_fast *f, const char *s, size_t n) {
 typedef struct bsym {
     uint32_t start, len;
     int32_t prev, next;
+    int32_t id; /* pieces_ id of the symbol, or -1 (with use_pairs) */
 } bsym;
 
 typedef struct bpair {
     float score;
     int32_t left, right;
     uint32_t size;
+    int32_t merged; /* the merged piece (with use_pairs) */
 } bpair;
 
 /* heap order: higher score first, then smaller left */
@@ -952,10 +1048,17 @@ static void bpe_try_pair(const tks_fast *f, const char *w, const bsym *sym, int3
                          bpair *heap, size_t *nh) {
     if (l < 0 || r < 0) return;
     uint32_t size = sym[l].len + sym[r].len;
-    const char *s = w + sym[l].start;
-    hent *e = tab_find(f, s, size, fnv(s, size));
-    if (!e || e->norm_id < 0) return;
-    bpair p = {f->score[e->norm_id], l, r, size};
+    int32_t m;
+    if (f->use_pairs) {
+        if (sym[l].id < 0 || sym[r].id < 0) return;
+        m = pair_get(f, sym[l].id, sym[r].id);
+    } else {
+        const char *s = w + sym[l].start;
+        hent *e = tab_find(f, s, size, fnv(s, size));
+        m = e ? e->norm_id : -1;
+    }
+    if (m < 0) return;
+    bpair p = {f->score[m], l, r, size, m};
     heap_push(heap, nh, p);
 }
 
@@ -974,6 +1077,9 @@ static int bpe_word(tks_fast *f, tls_cache *c, const char *w, size_t n, int *pre
         sym[ns].len = (uint32_t)m;
         sym[ns].prev = (int32_t)ns - 1;
         sym[ns].next = k + m < n ? (int32_t)ns + 1 : -1;
+        sym[ns].id = !f->use_pairs ? -1
+                     : (uint8_t)w[k] < 0x80 ? f->ascii_id[(uint8_t)w[k]]
+                                            : norm_id_of(f, w + k, m);
         ns++;
         k += m;
     }
@@ -983,6 +1089,7 @@ static int bpe_word(tks_fast *f, tls_cache *c, const char *w, size_t n, int *pre
         bsym *L = &sym[top.left], *R = &sym[top.right];
         if (L->len == 0 || R->len == 0 || L->len + R->len != top.size) continue;
         L->len += R->len;
+        L->id = top.merged;
         L->next = R->next;
         if (R->next >= 0) sym[R->next].prev = top.left;
         R->len = 0;
@@ -992,7 +1099,7 @@ static int bpe_word(tks_fast *f, tls_cache *c, const char *w, size_t n, int *pre
     }
     for (int32_t k = ns ? 0 : -1; k >= 0; k = sym[k].next) {
         const char *s = w + sym[k].start;
-        int32_t id = piece_to_id(f, s, sym[k].len);
+        int32_t id = f->use_pairs && sym[k].id >= 0 ? f->final_id[sym[k].id] : piece_to_id(f, s, sym[k].len);
         if (word_emit(f, c, id, s, sym[k].len, prev_unk)) return TKS_ERR_NOMEM;
     }
     return 0;
