@@ -155,6 +155,7 @@ struct tks_fast {
     const char *asc_out[128];   /* its replacement (NUL-terminated) */
     uint8_t asc_out_len[128];
     uint8_t asc_run[128];       /* 1: byte b, followed by an ASCII byte or the end, stays b */
+    uint8_t asc_cut[128][128];  /* 1: words may also be cut between ASCII a and b */
     /* BPE: merges as (left id, right id) -> merged id, when every character
      * of every piece is itself a piece (else pairs are looked up as strings) */
     int use_pairs;
@@ -252,6 +253,10 @@ static hent *tab_get(tks_fast *f, uint32_t off, uint32_t n) {
         }
         if (e->hash == h && e->len == n && !memcmp(f->strs + e->off, s, n)) return e;
     }
+}
+
+static int isalnum_ascii(int c) {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
 }
 
 /* string_util::OneCharLen */
@@ -702,6 +707,21 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
     if (f->unk_id < 0) {
         tks_fast_free(f);
         return set_why(why, why_len, "the model has no unknown piece");
+    }
+    /* Extra cuts between an ASCII letter or digit and ASCII punctuation (either
+     * order): exact when no piece contains the two characters side by side,
+     * since then no BPE merge and no unigram node spans the point. */
+    for (int a = 0x21; a < 0x7f; a++)
+        for (int b = 0x21; b < 0x7f; b++) {
+            int an = isalnum_ascii(a), bn = isalnum_ascii(b);
+            f->asc_cut[a][b] = an != bn;
+        }
+    for (size_t k = 0, o = 0; k < f->n_pieces; o += f->plen[k], k++) {
+        uint8_t ty = f->type[k];
+        if (ty != PT_NORMAL && ty != PT_USER && ty != PT_UNUSED) continue;
+        const uint8_t *ps = (const uint8_t *)f->strs + o;
+        for (size_t j = 1; j < f->plen[k]; j++)
+            if (ps[j - 1] < 0x80 && ps[j] < 0x80) f->asc_cut[ps[j - 1]][ps[j]] = 0;
     }
     if (model_type == KIND_BPE && build_pairs(f) < 0) {
         tks_fast_free(f);
@@ -1293,31 +1313,27 @@ static int wappend(enc *e, nstream *ns, const char *s, size_t n) {
  */
 static int wscan(enc *e, nstream *ns) {
     tls_cache *c = e->c;
-    const char *b = c->wbuf;
-    size_t n = c->wlen, p = ns->scan;
-    for (;;) {
-        const char *q = p < n ? memchr(b + p, 0xE2, n - p) : NULL;
-        if (!q) {
-            p = n;
-            break;
+    const tks_fast *f = e->f;
+    const uint8_t *b = (const uint8_t *)c->wbuf;
+    size_t n = c->wlen, i = ns->scan;
+    for (; i < n; i++) {
+        uint8_t ch = b[i];
+        size_t cut = 0;
+        if (ch == 0xE2) {
+            if (i + 3 > n) break; /* wait for the rest of the character */
+            if (!is_ws_sym((const char *)b + i, 3)) continue;
+            if (i > 0 && !(i >= 3 && is_ws_sym((const char *)b + i - 3, 3))) cut = 1;
+        } else if (ch < 0x80 && i > 0 && b[i - 1] < 0x80 && f->asc_cut[b[i - 1]][ch]) {
+            cut = 1;
         }
-        size_t i = (size_t)(q - b);
-        if (i + 3 > n) {
-            p = i; /* wait for the rest of the character */
-            break;
-        }
-        if (!is_ws_sym(q, 3)) {
-            p = i + 1;
-            continue;
-        }
-        if (i > 0 && !(i >= 3 && is_ws_sym(q - 3, 3))) {
-            int rc = encode_word(e, b + ns->word_start, i - ns->word_start);
+        if (cut && i > ns->word_start) {
+            int rc = encode_word(e, c->wbuf + ns->word_start, i - ns->word_start);
             if (rc) return rc;
             ns->word_start = i;
         }
-        p = i + 3;
+        if (ch == 0xE2) i += 2;
     }
-    ns->scan = p;
+    ns->scan = i;
     return 0;
 }
 
