@@ -27,7 +27,11 @@
  * word (the merge order within a word is unchanged), and the Viterbi best
  * path passes through every cut, so unigram words are decoded one after the
  * other with the score at the cut carried over (it is a float sum of the
- * whole prefix, so the carried value is exactly sentencepiece's).
+ * whole prefix, so the carried value is exactly sentencepiece's). The same
+ * argument allows a cut between any two characters that no piece contains
+ * side by side; the encoder also cuts between an ASCII letter or digit and
+ * ASCII punctuation when the model has no piece with that pair (asc_cut), so
+ * that "word," and "(word" share the cache entry of "word".
  */
 #include "fastenc.h"
 

@@ -7,7 +7,8 @@
  * tks_fast_load). Text is normalized as the model's NormalizerSpec says
  * (precompiled charsmap, add_dummy_prefix, remove_extra_whitespaces,
  * escape_whitespaces), cut into words at each U+2581 that follows another
- * character, and each word is encoded on its own: BPE words through a
+ * character (and between ASCII letters and punctuation where no piece joins
+ * them), and each word is encoded on its own: BPE words through a
  * per-thread cache, unigram words by Viterbi carrying the running path score
  * so that float rounding matches a whole-text Viterbi. Memory is O(longest
  * word), whatever the text's length.
