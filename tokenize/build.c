@@ -387,6 +387,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     build_state st = {0};
     batch b = {0};
     int rc = tks_spm_load(o->tokenizer_path, &spm);
+    if (!rc && o->encoder_sentencepiece) rc = tks_spm_set_encoder(spm, 0);
     if (!rc) rc = tks_input_open(o->inputs, o->n_inputs, &o->input, &in);
     if (!rc) desc = describe(o, in, spm, &rc);
     if (!rc) rc = build_id(desc, in, st.build_id);
@@ -449,6 +450,12 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     int done = 0;
     tks_doc doc;
     while (!rc && !done) {
+        /* a slot keeps its id buffer for the next batch unless a large
+         * document grew it past 256 KiB: else each of the thousands of slots
+         * keeps the largest buffer it ever held (548 MiB peak on the Linux
+         * tarball with 4 MiB) */
+        for (size_t i = 0; i < b.n; i++)
+            if (b.ids[i].cap > (64u << 10)) tks_ids_free(&b.ids[i]);
         /* 1. read a batch (documents already in resumed shards are skipped unread) */
         b.n = 0;
         b.arena_len = 0;
@@ -614,6 +621,13 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
         if (!rc) rc = tks_fsync_dir(slash ? (slash == parent ? "/" : (*slash = 0, parent)) : ".");
     }
     stats->seconds = omp_get_wtime() - t0;
+    if (spm) {
+        const char *why = tks_spm_fast_unavailable(spm);
+        snprintf(stats->encoder, sizeof stats->encoder, "%s", tks_spm_encoder(spm));
+        snprintf(stats->encoder_why, sizeof stats->encoder_why, "%s",
+                 why ? why : o->encoder_sentencepiece ? "--encoder sentencepiece" : "");
+        tks_spm_encoder_stats(spm, &stats->encoder_stats);
+    }
     if (stats->input.files == 0 && in) stats->input = *tks_input_get_stats(in);
     tks_writer_free(w);
     json_decref(desc);

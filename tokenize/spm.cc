@@ -4,6 +4,7 @@
  * turns them into TKS_ERR_* codes, so nothing throws across the C boundary.
  */
 #include "spm.h"
+#include "fastenc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +36,14 @@ struct tks_spm {
     uint32_t bos_id, eos_id, pad_id, unk_id; /* TKS_NO_ID when disabled */
     const char *model_type;                  /* static string */
     uint8_t fingerprint[16];                 /* XXH3-128, canonical bytes */
+    tks_fast *fast = nullptr;                /* tokshard's exact encoder, or NULL */
+    tks_fast *cuts = nullptr;                /* a cut analysis only (user-defined symbols) */
+    char fast_why[256] = "";                 /* why fast is NULL */
+    bool use_fast = false;                   /* tks_spm_encode goes through `fast` */
+    ~tks_spm() {
+        tks_fast_free(fast);
+        tks_fast_free(cuts);
+    }
 };
 
 /* Maps the exception being handled to a code, with `what` naming the call. */
@@ -217,6 +226,22 @@ extern "C" int tks_spm_load(const char *path, tks_spm **out) {
         s->unk_id = special_id(s->sp.unk_id());
         s->pieces.reserve((size_t)n);
         for (int i = 0; i < n; i++) s->pieces.push_back(s->sp.IdToPiece(i));
+        rc = tks_fast_load((const uint8_t *)bytes.data(), bytes.size(), &s->fast, s->fast_why,
+                           sizeof s->fast_why);
+        if (rc < 0) throw std::bad_alloc();
+        if (rc == 2) {
+            s->cuts = s->fast;
+            s->fast = nullptr;
+        }
+        uint32_t fast_n = s->fast ? tks_fast_n_pieces(s->fast) : 0;
+        if (s->fast && fast_n != (uint32_t)n) {
+            /* our reading of the proto disagrees with sentencepiece's */
+            tks_fast_free(s->fast);
+            s->fast = nullptr;
+            snprintf(s->fast_why, sizeof s->fast_why,
+                     "tokshard reads %u pieces where sentencepiece reads %d", fast_n, n);
+        }
+        s->use_fast = s->fast != nullptr;
     } catch (...) {
         delete s;
         return fail_exception(path, "tks_spm_load");
@@ -258,7 +283,91 @@ static void trim_scratch() {
     if (t_ids.capacity() > (1u << 20)) std::vector<int>().swap(t_ids);
 }
 
+extern "C" const char *tks_spm_encoder(const tks_spm *s) {
+    return s->use_fast ? "fast" : "sentencepiece";
+}
+extern "C" const char *tks_spm_fast_unavailable(const tks_spm *s) {
+    return s->fast ? NULL : s->fast_why;
+}
+extern "C" int tks_spm_set_encoder(tks_spm *s, int fast) {
+    if (fast && !s->fast)
+        return tks_fail(TKS_ERR_TOKENIZER, NULL, TKS_NONE, TKS_NONE,
+                        "the fast encoder cannot encode this model exactly (%s): use sentencepiece",
+                        s->fast_why);
+    s->use_fast = fast != 0;
+    return 0;
+}
+extern "C" void tks_spm_set_word_cache(tks_spm *s, int on) {
+    if (s->fast) tks_fast_set_cache(s->fast, on);
+}
+extern "C" void tks_spm_encoder_stats(const tks_spm *s, tks_encoder_stats *st) {
+    memset(st, 0, sizeof *st);
+    if (!s->fast) return;
+    tks_fast_stats f;
+    tks_fast_get_stats(s->fast, &f);
+    st->words = f.words;
+    st->word_hits = f.word_hits;
+    st->bytes = f.bytes;
+    st->hit_bytes = f.hit_bytes;
+}
+
+extern "C" int tks_spm_encode_fast(const tks_spm *s, const char *text, size_t len, tks_ids *out) {
+    if (!s || !s->fast)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "tks_spm_encode_fast: no fast encoder for this model (%s)",
+                        s ? s->fast_why : "NULL handle");
+    int rc = tks_fast_encode(s->fast, text, len, out);
+    return rc == 1 ? tks_spm_encode_ref(s, text, len, out) : rc;
+}
+
+/* Documents over this many bytes go to sentencepiece in segments of about
+ * TKS_SEGMENT_BYTES, where the model allows exact cuts (tks_fast_next_cut):
+ * sentencepiece needs ~130 bytes of memory per byte of its input. */
+#define TKS_SEGMENT_MIN (2u << 20)
+#define TKS_SEGMENT_BYTES (512u << 10)
+
+static int encode_segmented(const tks_spm *s, const tks_fast *cuts, const char *text, size_t len,
+                            tks_ids *out) {
+    tks_ids part = {nullptr, 0, 0};
+    size_t start = 0, n = 0;
+    int rc = 0;
+    while (!rc && start < len) {
+        size_t end = len;
+        if (len - start > TKS_SEGMENT_BYTES + TKS_SEGMENT_BYTES / 2) {
+            size_t cut = tks_fast_next_cut(cuts, text, len, start + TKS_SEGMENT_BYTES);
+            if (cut) end = cut;
+        }
+        rc = tks_spm_encode_ref(s, text + start, end - start, &part);
+        if (!rc && n + part.n > out->cap) {
+            size_t cap = out->cap < 64 ? 64 : out->cap;
+            while (cap < n + part.n) cap *= 2;
+            uint32_t *p = (uint32_t *)realloc(out->ids, cap * sizeof(uint32_t));
+            if (!p) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+            else out->ids = p, out->cap = cap;
+        }
+        if (!rc) {
+            if (part.n) memcpy(out->ids + n, part.ids, part.n * sizeof(uint32_t));
+            n += part.n;
+        }
+        start = end;
+    }
+    tks_ids_free(&part);
+    out->n = rc ? 0 : n;
+    return rc;
+}
+
 extern "C" int tks_spm_encode(const tks_spm *s, const char *text, size_t len, tks_ids *out) {
+    if (s && s->use_fast) {
+        int rc = tks_fast_encode(s->fast, text, len, out);
+        if (rc != 1) return rc;
+        /* a text the fast encoder cannot do exactly (see fastenc.h) */
+    }
+    const tks_fast *cuts = s ? (s->fast ? s->fast : s->cuts) : nullptr;
+    if (cuts && out && text && len >= TKS_SEGMENT_MIN) return encode_segmented(s, cuts, text, len, out);
+    return tks_spm_encode_ref(s, text, len, out);
+}
+
+extern "C" int tks_spm_encode_ref(const tks_spm *s, const char *text, size_t len, tks_ids *out) {
     if (!s || !out || (!text && len))
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_spm_encode: NULL argument");
     try {

@@ -55,6 +55,34 @@ const uint8_t *tks_spm_fingerprint(const tks_spm *s);
  */
 int tks_spm_encode(const tks_spm *s, const char *text, size_t len, tks_ids *out);
 
+/*
+ * Encoders. A model loads with two: sentencepiece's, and tokshard's own
+ * (tokenize/fastenc.c: same ids, several times faster, memory bounded by the
+ * longest word). tks_spm_encode uses the fast one whenever the model allows
+ * it exactly: BPE or unigram, no user-defined or unused pieces, no
+ * treat_whitespace_as_suffix, and no piece with U+2581 after another
+ * character. Otherwise it uses sentencepiece.
+ */
+/* "fast" or "sentencepiece": what tks_spm_encode uses now. */
+const char *tks_spm_encoder(const tks_spm *s);
+/* NULL when the fast encoder is available, else why not (owned by the handle). */
+const char *tks_spm_fast_unavailable(const tks_spm *s);
+/* Selects the encoder of tks_spm_encode (not thread-safe: call before
+ * encoding). fast = 1 when unavailable fails with TKS_ERR_TOKENIZER. */
+int tks_spm_set_encoder(tks_spm *s, int fast);
+/* Turns the fast encoder's word cache off (on = 0), to measure its miss
+ * path; same ids either way. Not thread-safe: call before encoding. */
+void tks_spm_set_word_cache(tks_spm *s, int on);
+/* Always sentencepiece / always the fast encoder (TKS_ERR_ARG when unavailable). */
+int tks_spm_encode_ref(const tks_spm *s, const char *text, size_t len, tks_ids *out);
+int tks_spm_encode_fast(const tks_spm *s, const char *text, size_t len, tks_ids *out);
+/* The fast encoder's word cache, summed over threads (zeros without it). */
+typedef struct tks_encoder_stats {
+    uint64_t words, word_hits;   /* words encoded, found in the cache */
+    uint64_t bytes, hit_bytes;   /* their normalized bytes */
+} tks_encoder_stats;
+void tks_spm_encoder_stats(const tks_spm *s, tks_encoder_stats *st);
+
 /* Decodes ids to text. *text is malloc'd, NUL-terminated, owned by the caller.
  * Ids >= vocab size are refused with TKS_ERR_TOKEN_RANGE. */
 int tks_spm_decode(const tks_spm *s, const uint32_t *ids, size_t n, char **text, size_t *len);

@@ -135,6 +135,8 @@ typedef struct tks_build_opts {
     uint32_t chunk_bytes;       /* 0 = TKS_DEFAULT_CHUNK_BYTES */
     uint64_t batch_bytes;       /* text per parallel batch; 0 = 8 MiB */
     int resume;                 /* continue OUT.partial from its last published shard */
+    int encoder_sentencepiece;  /* 1: encode with sentencepiece even when the fast encoder
+                                 * (same ids) could (see tks_spm_encode) */
     /* Called on the calling thread after each batch (may be NULL). */
     void (*progress)(const tks_build_progress *p, void *ctx);
     void *progress_ctx;
@@ -150,6 +152,9 @@ typedef struct tks_build_stats {
     uint64_t resumed_shards;       /* shards kept from an earlier interrupted run */
     uint32_t min_token_id, max_token_id, vocab_size;
     double seconds;
+    char encoder[16];              /* the path the build took: "fast" or "sentencepiece" */
+    char encoder_why[256];         /* why sentencepiece ("" with the fast encoder) */
+    tks_encoder_stats encoder_stats; /* the fast encoder's word cache */
 } tks_build_stats;
 
 /* Sets defaults (all zero plus tks_input_opts_default). */

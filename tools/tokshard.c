@@ -151,6 +151,13 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
            (unsigned long long)i->bad_records_skipped, (unsigned long long)i->binary_skipped);
     printf("  invalid UTF-8 %llu documents, %llu sequences replaced by U+FFFD\n",
            (unsigned long long)i->utf8_invalid_docs, (unsigned long long)i->utf8_replaced);
+    if (!strcmp(s->encoder, "fast"))
+        printf("  encoder       fast (exact sentencepiece ids; word cache hits %.1f%% of words, "
+               "%.1f%% of bytes)\n",
+               s->encoder_stats.words ? 100.0 * s->encoder_stats.word_hits / s->encoder_stats.words : 0.0,
+               s->encoder_stats.bytes ? 100.0 * s->encoder_stats.hit_bytes / s->encoder_stats.bytes : 0.0);
+    else
+        printf("  encoder       sentencepiece (%s)\n", s->encoder_why);
     if (i->json_as_text)
         printf("  note          %llu *.json inputs read as text (--format auto); if they are "
                "JSON Lines, build again with --format jsonl\n",
@@ -197,7 +204,13 @@ static int cmd_build(int argc, char **argv) {
         else if (OPT("--append-eos")) o.append_eos = 1;
         else if (OPT("--prepend-bos")) o.prepend_bos = 1;
         else if (OPT("--resume")) o.resume = 1;
-        else if (OPT("--quiet") || OPT("-q")) quiet = 1;
+        else if (OPT("--encoder")) {
+            const char *v;
+            VAL(v);
+            if (!strcmp(v, "auto")) o.encoder_sentencepiece = 0;
+            else if (!strcmp(v, "sentencepiece")) o.encoder_sentencepiece = 1;
+            else return tks_cli_usage_error("--encoder %s: expected auto or sentencepiece", v);
+        } else if (OPT("--quiet") || OPT("-q")) quiet = 1;
         else return tks_cli_usage_error("build: unknown option %s", a.name);
     }
     if (!o.tokenizer_path) return tks_cli_usage_error("build: --tokenizer MODEL is required");
@@ -315,6 +328,111 @@ static int cmd_train_tokenizer(int argc, char **argv) {
     printf("trained %s.model (%s, vocab %u) from %llu lines in %.1f s\n", t.model_prefix,
            t.model_type, t.vocab_size, (unsigned long long)src.lines, omp_get_wtime() - t0);
     return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* verify-tokenizer                                                          */
+
+/* Prints ids[lo..hi) as "id(piece) ..." */
+static void print_ids(const tks_spm *spm, const tks_ids *v, size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi && i < v->n; i++) {
+        const char *p = tks_spm_piece(spm, v->ids[i]);
+        printf(" %u(%s)", v->ids[i], p ? p : "?");
+    }
+    if (hi < v->n) printf(" ...");
+    printf("\n");
+}
+
+static int cmd_verify_tokenizer(int argc, char **argv) {
+    tks_input_opts io;
+    tks_input_opts_default(&io);
+    io.split = TKS_SPLIT_LINE;
+    const char **inputs = (const char **)argv;
+    size_t n_in = 0;
+    int no_cache = 0;
+    tks_args a = {argc, 0, argv, NULL, {0}};
+    const char *pos;
+    while (tks_cli_next(&a, &pos)) {
+        if (pos) {
+            inputs[n_in++] = pos;
+            continue;
+        }
+        int r = input_flag(&a, &io);
+        if (r >= 2) return r - 2;
+        if (r) continue;
+        if (OPT("--no-cache")) no_cache = 1;
+        else return tks_cli_usage_error("verify-tokenizer: unknown option %s", a.name);
+    }
+    if (n_in < 2) return tks_cli_usage_error("verify-tokenizer: give MODEL and at least one TEXT input");
+    const char *model = inputs[0];
+    tks_spm *spm = NULL;
+    if (tks_spm_load(model, &spm)) return tks_cli_lib_error();
+    const char *why = tks_spm_fast_unavailable(spm);
+    if (why) {
+        printf("%s (%s): no fast encoder (%s); tokshard build encodes it with sentencepiece, so "
+               "there is nothing to verify\n",
+               model, tks_spm_model_type(spm), why);
+        tks_spm_free(spm);
+        return 0;
+    }
+    if (no_cache) tks_spm_set_word_cache(spm, 0);
+    tks_input *in = NULL;
+    int rc = tks_input_open(inputs + 1, n_in - 1, &io, &in);
+    tks_ids ref = {0}, fast = {0};
+    uint64_t docs = 0, bytes = 0;
+    double t_ref = 0, t_fast = 0;
+    int differ = 0;
+    tks_doc doc;
+    while (!rc && !differ) {
+        int got = tks_input_next(in, &doc);
+        if (got < 0) rc = got;
+        if (got <= 0) break;
+        double t0 = omp_get_wtime();
+        rc = tks_spm_encode_ref(spm, doc.text, doc.len, &ref);
+        double t1 = omp_get_wtime();
+        if (!rc) rc = tks_spm_encode_fast(spm, doc.text, doc.len, &fast);
+        t_ref += t1 - t0;
+        t_fast += omp_get_wtime() - t1;
+        if (rc) break;
+        docs++;
+        bytes += doc.len;
+        size_t i = 0;
+        while (i < ref.n && i < fast.n && ref.ids[i] == fast.ids[i]) i++;
+        if (i == ref.n && i == fast.n) continue;
+        differ = 1;
+        size_t lo = i > 5 ? i - 5 : 0;
+        printf("DIFFERENT ids for %s line %llu (document %llu, %zu bytes): first difference at "
+               "id %zu of %zu (sentencepiece) / %zu (fast)\n",
+               doc.source, (unsigned long long)doc.line, (unsigned long long)doc.ordinal, doc.len, i,
+               ref.n, fast.n);
+        printf("  sentencepiece:");
+        print_ids(spm, &ref, lo, i + 6);
+        printf("  fast:         ");
+        print_ids(spm, &fast, lo, i + 6);
+        printf("tokshard build would be wrong on this model: please report it with the model and "
+               "this line; meanwhile build with --encoder sentencepiece\n");
+    }
+    tks_input_free(in);
+    tks_ids_free(&ref);
+    tks_ids_free(&fast);
+    if (rc) {
+        tks_spm_free(spm);
+        return tks_cli_lib_error();
+    }
+    if (!differ) {
+        tks_encoder_stats es;
+        tks_spm_encoder_stats(spm, &es);
+        printf("%s (%s): identical ids from the fast encoder and sentencepiece on %llu documents "
+               "(%.1f MB)\n",
+               model, tks_spm_model_type(spm), (unsigned long long)docs, bytes / 1e6);
+        printf("  sentencepiece %.2f MB/s, fast %.2f MB/s (1 thread); word cache hits %.1f%% of "
+               "words, %.1f%% of bytes\n",
+               t_ref > 0 ? bytes / 1e6 / t_ref : 0.0, t_fast > 0 ? bytes / 1e6 / t_fast : 0.0,
+               es.words ? 100.0 * es.word_hits / es.words : 0.0,
+               es.bytes ? 100.0 * es.hit_bytes / es.bytes : 0.0);
+    }
+    tks_spm_free(spm);
+    return differ ? EXIT_PROBLEMS : 0;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -729,6 +847,11 @@ static void help(FILE *f) {
             "  tokshard build --tokenizer MODEL --output DIR [options] INPUT...\n"
             "      --threads N [all cores]    --shard-tokens N [16M]   --chunk-bytes N [1M]\n"
             "      --append-eos   --prepend-bos   --resume   --quiet\n"
+            "      --encoder auto|sentencepiece [auto: tokshard's fast encoder when it gives exactly\n"
+            "        sentencepiece's ids for the model, else sentencepiece; the summary says which]\n"
+            "  tokshard verify-tokenizer MODEL TEXT... [input options; --doc-split line by default]\n"
+            "      compares tokshard's fast encoder with sentencepiece document by document\n"
+            "      --no-cache: without the word cache (times the encoder's miss path)\n"
             "  tokshard audit DIR|SHARD [--json] [--model-vocab N] [--tokenizer MODEL] [--threads N]\n"
             "  tokshard audit --format megatron|llmc|raw|datatrove SOURCE --model-vocab N\n"
             "      [--eod ID] [--eot ID] [--dtype u16|u32] [--json]   another project's dataset, in place\n"
@@ -761,6 +884,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "build")) return cmd_build(sub_argc, sub_argv);
     if (!strcmp(cmd, "train-tokenizer")) return cmd_train_tokenizer(sub_argc, sub_argv);
     if (!strcmp(cmd, "audit")) return cmd_audit(sub_argc, sub_argv);
+    if (!strcmp(cmd, "verify-tokenizer")) return cmd_verify_tokenizer(sub_argc, sub_argv);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(sub_argc, sub_argv);
     if (!strcmp(cmd, "cat")) return cmd_cat(sub_argc, sub_argv);
     if (!strcmp(cmd, "sample-plan")) return tks_cli_sample_plan(sub_argc, sub_argv);

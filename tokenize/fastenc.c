@@ -1,0 +1,1435 @@
+/*
+ * fastenc.c - tokshard's exact encoder for sentencepiece BPE and unigram
+ * models (see fastenc.h). What it reproduces, from sentencepiece 0.1.97's
+ * sources (github.com/google/sentencepiece, tag v0.1.97):
+ *   - normalizer.cc Normalizer::Normalize / NormalizePrefix: leading and
+ *     repeated whitespace removal, dummy prefix, U+2581 escaping, trailing
+ *     whitespace removal, longest match in the precompiled charsmap (a
+ *     darts-clone double array, third_party/darts_clone/darts.h), one byte
+ *     consumed and U+FFFD output for malformed UTF-8 (util.cc DecodeUTF8);
+ *   - bpe_model.cc Model::SampleEncode with alpha 0: characters as symbols,
+ *     repeatedly merge the adjacent pair whose concatenation is a piece with
+ *     the highest score, the leftmost on ties;
+ *   - unigram_model.cc Model::EncodeOptimized: Viterbi over byte positions,
+ *     piece scores added in double and stored as float, an unknown node of
+ *     score min_score - 10 for a character no piece starts with;
+ *   - sentencepiece_processor.cc PopulateSentencePieceText: an unknown piece
+ *     becomes its <0xNN> byte pieces under byte_fallback, and consecutive
+ *     unknown pieces are merged into one otherwise.
+ * The model proto is read with a bounds-checked protobuf wire-format walker
+ * (https://protobuf.dev/programming-guides/encoding/), proto2 semantics: the
+ * last value of a field wins and enum values outside the enum are ignored.
+ *
+ * Word split. When no piece contains U+2581 after another character (checked
+ * at load), no BPE merge and no unigram lattice node can span a point just
+ * before a U+2581 that follows a non-U+2581 character. Cutting the
+ * normalized text there is therefore exact: BPE merges are independent per
+ * word (the merge order within a word is unchanged), and the Viterbi best
+ * path passes through every cut, so unigram words are decoded one after the
+ * other with the score at the cut carried over (it is a float sum of the
+ * whole prefix, so the carried value is exactly sentencepiece's). The same
+ * argument allows a cut between any two characters that no piece contains
+ * side by side; the encoder also cuts between an ASCII letter or digit and
+ * ASCII punctuation when the model has no piece with that pair (asc_cut), so
+ * that "word," and "(word" share the cache entry of "word".
+ */
+#include "fastenc.h"
+
+#include <float.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* sentencepiece_model.proto, ModelProto.SentencePiece.Type */
+enum { PT_NORMAL = 1, PT_UNKNOWN = 2, PT_CONTROL = 3, PT_USER = 4, PT_UNUSED = 5, PT_BYTE = 6 };
+enum { KIND_UNIGRAM = 1, KIND_BPE = 2 };
+
+/* unigram_model.cc: kUnkPenalty */
+#define UNK_PENALTY 10.0f
+
+/* Words up to this many normalized bytes are cached (BPE). */
+#define CACHE_MAX_WORD 64
+/* Per-thread cache bounds: entries (power of two) and arena bytes; a full
+ * cache is emptied and refilled. About 20 MiB per thread. */
+#define CACHE_SLOTS (1u << 18)
+#define CACHE_ARENA (12u << 20)
+
+/* ---------------------------------------------------------------------------
+ * Protobuf wire format
+ * ------------------------------------------------------------------------- */
+typedef struct pb_field {
+    uint64_t field, v;
+    unsigned wt;
+    const uint8_t *data;
+    size_t len;
+} pb_field;
+
+static int pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+    uint64_t x = 0;
+    for (unsigned shift = 0; shift < 70; shift += 7) {
+        if (*p >= end) return 0;
+        uint8_t b = *(*p)++;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = x;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Reads the next field at *p: 1, 0 at the end, -1 on malformed bytes. */
+static int pb_next(const uint8_t **p, const uint8_t *end, pb_field *f) {
+    if (*p >= end) return 0;
+    uint64_t key;
+    if (!pb_varint(p, end, &key)) return -1;
+    f->field = key >> 3;
+    f->wt = (unsigned)(key & 7);
+    f->v = 0;
+    f->data = NULL;
+    f->len = 0;
+    switch (f->wt) {
+    case 0:
+        if (!pb_varint(p, end, &f->v)) return -1;
+        break;
+    case 1:
+        if (end - *p < 8) return -1;
+        f->data = *p;
+        f->len = 8;
+        *p += 8;
+        break;
+    case 2:
+        if (!pb_varint(p, end, &f->v) || f->v > (uint64_t)(end - *p)) return -1;
+        f->data = *p;
+        f->len = (size_t)f->v;
+        *p += f->len;
+        break;
+    case 5:
+        if (end - *p < 4) return -1;
+        f->data = *p;
+        f->len = 4;
+        *p += 4;
+        break;
+    default:
+        return -1;
+    }
+    return f->field == 0 ? -1 : 1;
+}
+
+/* ---------------------------------------------------------------------------
+ * The model
+ * ------------------------------------------------------------------------- */
+
+/* One string of the piece table: a piece, or a byte prefix of a piece. */
+typedef struct hent {
+    uint64_t hash;
+    uint32_t off, len;  /* bytes in f->strs */
+    int32_t norm_id;    /* id in sentencepiece's pieces_ (NORMAL, USER_DEFINED, UNUSED), or -1 */
+    int32_t res_id;     /* id in reserved_id_map_ (UNKNOWN, CONTROL, BYTE), or -1 */
+} hent;
+
+typedef struct tls_cache tls_cache;
+
+struct tks_fast {
+    int kind;
+    uint32_t n_pieces;
+    float *score;        /* (V) */
+    uint8_t *type;       /* (V) */
+    uint32_t *plen;      /* (V) byte length of each piece */
+    char *strs;          /* piece bytes, concatenated */
+    size_t strs_len;
+    hent *tab;           /* open addressing, n_tab slots (power of two), empty: len == UINT32_MAX */
+    size_t n_tab;
+    int32_t unk_id;
+    int32_t byte_id[256];
+    int byte_fallback;
+    int no_cache;        /* benchmarks: encode every word (the miss path) */
+    int seg_only;        /* user-defined symbols: only tks_fast_next_cut may be used */
+    int cut_ok;          /* tks_fast_next_cut may cut this model's input */
+    float min_score;     /* over NORMAL pieces (unigram) */
+    /* normalizer */
+    int add_dummy_prefix, remove_extra_ws, escape_ws;
+    uint32_t *units;     /* darts-clone double array, NULL = no charsmap */
+    size_t n_units;
+    char *norm;          /* NUL-separated replacement strings */
+    size_t norm_len;
+    uint8_t asc_fixed[128];     /* 1: byte b alone decides its normalization */
+    const char *asc_out[128];   /* its replacement (NUL-terminated) */
+    uint8_t asc_out_len[128];
+    uint8_t asc_run[128];       /* 1: byte b, followed by an ASCII byte or the end, stays b */
+    uint8_t asc_cut[128][128];  /* 1: words may also be cut between ASCII a and b */
+    /* BPE: merges as (left id, right id) -> merged id, when every character
+     * of every piece is itself a piece (else pairs are looked up as strings) */
+    int use_pairs;
+    uint64_t *pair_key;  /* ((uint64_t)l << 32 | r) + 1; 0 = empty */
+    int32_t *pair_val;
+    size_t pair_mask;
+    int32_t *final_id;   /* (V) ModelInterface::PieceToId of piece i's string */
+    int32_t ascii_id[128]; /* pieces_ id of each ASCII character, or -1 */
+    /* unigram: a byte trie over the pieces, edges in a hash table */
+    uint64_t *edge_key;  /* (parent << 8 | byte) + 1; 0 = empty slot */
+    uint32_t *edge_child;
+    size_t edge_mask;
+    int32_t *node_id;    /* piece id ending at each node, or -1 */
+    size_t n_nodes;
+    /* per-thread caches */
+    pthread_key_t key;
+    pthread_mutex_t mu;
+    tls_cache *caches;   /* every cache ever made for this handle, freed with it */
+};
+
+/* A hash of short strings, 8 bytes at a time (multipliers from splitmix64,
+ * Steele et al., "Fast splittable pseudorandom number generators", 2014). */
+static uint64_t fnv(const char *s, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+        s += 8;
+        n -= 8;
+    }
+    if (n) {
+        uint64_t w = 0;
+        for (size_t i = 0; i < n; i++) w |= (uint64_t)(uint8_t)s[i] << (8 * i);
+        h = (h ^ w) * 0x94d049bb133111ebull;
+    }
+    h ^= h >> 32;
+    h *= 0xd6e8feb86659fd93ull;
+    return h ^ (h >> 29);
+}
+
+static size_t edge_slot(uint64_t key, size_t mask) {
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+}
+
+/* The child of `node` by byte b, or 0 (the root is never a child). */
+static uint32_t trie_child(const tks_fast *f, uint32_t node, uint8_t b) {
+    uint64_t key = (((uint64_t)node << 8) | b) + 1;
+    for (size_t i = edge_slot(key, f->edge_mask);; i = (i + 1) & f->edge_mask) {
+        if (f->edge_key[i] == key) return f->edge_child[i];
+        if (!f->edge_key[i]) return 0;
+    }
+}
+
+/* Adds piece `id` (bytes s[0..n)) to the trie. */
+static void trie_add(tks_fast *f, const uint8_t *s, size_t n, int32_t id) {
+    uint32_t node = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t key = (((uint64_t)node << 8) | s[k]) + 1;
+        size_t i = edge_slot(key, f->edge_mask);
+        while (f->edge_key[i] && f->edge_key[i] != key) i = (i + 1) & f->edge_mask;
+        if (!f->edge_key[i]) {
+            f->edge_key[i] = key;
+            f->edge_child[i] = (uint32_t)f->n_nodes;
+            f->node_id[f->n_nodes++] = -1;
+        }
+        node = f->edge_child[i];
+    }
+    if (f->node_id[node] < 0) f->node_id[node] = id;
+}
+
+static hent *tab_find(const tks_fast *f, const char *s, size_t n, uint64_t h) {
+    size_t mask = f->n_tab - 1;
+    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+        hent *e = &f->tab[i];
+        if (e->len == UINT32_MAX) return NULL;
+        if (e->hash == h && e->len == n && !memcmp(f->strs + e->off, s, n)) return e;
+    }
+}
+
+/* Finds or inserts; the table never fills (sized at twice the strings). */
+static hent *tab_get(tks_fast *f, uint32_t off, uint32_t n) {
+    const char *s = f->strs + off;
+    uint64_t h = fnv(s, n);
+    size_t mask = f->n_tab - 1;
+    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+        hent *e = &f->tab[i];
+        if (e->len == UINT32_MAX) {
+            e->hash = h;
+            e->off = off;
+            e->len = n;
+            e->norm_id = e->res_id = -1;
+            return e;
+        }
+        if (e->hash == h && e->len == n && !memcmp(f->strs + e->off, s, n)) return e;
+    }
+}
+
+static int isalnum_ascii(int c) {
+    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+}
+
+/* string_util::OneCharLen */
+static size_t one_char_len(uint8_t b) { return (size_t)"\1\1\1\1\1\1\1\1\1\1\1\1\2\2\3\4"[b >> 4]; }
+
+static int is_ws_sym(const char *s, size_t n) {
+    return n >= 3 && (uint8_t)s[0] == 0xE2 && (uint8_t)s[1] == 0x96 && (uint8_t)s[2] == 0x81;
+}
+
+/* util.cc DecodeUTF8 + IsValidDecodeUTF8: the length of a valid character at
+ * s, or 0 when malformed (sentencepiece then consumes one byte). */
+static size_t valid_utf8_len(const uint8_t *s, size_t n) {
+    uint32_t cp;
+    if (s[0] < 0x80) return 1;
+    if (n >= 2 && (s[0] & 0xE0) == 0xC0) {
+        cp = ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
+        if ((s[1] & 0xC0) == 0x80 && cp >= 0x80) return 2;
+    } else if (n >= 3 && (s[0] & 0xF0) == 0xE0) {
+        cp = ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+        if ((s[1] & 0xC0) == 0x80 && (s[2] & 0xC0) == 0x80 && cp >= 0x800 &&
+            (cp < 0xD800 || cp >= 0xE000))
+            return 3;
+    } else if (n >= 4 && (s[0] & 0xF8) == 0xF0) {
+        cp = ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
+             ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
+        if ((s[1] & 0xC0) == 0x80 && (s[2] & 0xC0) == 0x80 && (s[3] & 0xC0) == 0x80 &&
+            cp >= 0x10000 && cp <= 0x10FFFF)
+            return 4;
+    }
+    return 0;
+}
+
+/* darts-clone unit accessors (darts.h DoubleArrayUnit) */
+static uint32_t du_has_leaf(uint32_t u) { return (u >> 8) & 1; }
+static uint32_t du_value(uint32_t u) { return u & 0x7fffffffu; }
+static uint32_t du_label(uint32_t u) { return u & 0x800000ffu; }
+static uint32_t du_offset(uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6); }
+
+/*
+ * darts-clone commonPrefixSearch, keeping the last (longest) match: sets
+ * *value and returns its length, or 0 when no key is a prefix of s. An index
+ * outside the array (a corrupt charsmap) ends the search.
+ */
+static size_t charsmap_longest(const tks_fast *f, const uint8_t *s, size_t n, uint32_t *value) {
+    size_t best = 0;
+    size_t pos = du_offset(f->units[0]);
+    for (size_t i = 0; i < n; i++) {
+        pos ^= s[i];
+        if (pos >= f->n_units) break;
+        uint32_t u = f->units[pos];
+        if (du_label(u) != s[i]) break;
+        pos ^= du_offset(u);
+        if (pos >= f->n_units) break;
+        if (du_has_leaf(u)) {
+            *value = du_value(f->units[pos]);
+            best = i + 1;
+        }
+    }
+    return best;
+}
+
+static const char *norm_string(const tks_fast *f, uint32_t value, size_t *len) {
+    if (value >= f->norm_len) {
+        *len = 0;
+        return "";
+    }
+    const char *s = f->norm + value;
+    const char *z = memchr(s, 0, f->norm_len - value);
+    *len = z ? (size_t)(z - s) : f->norm_len - value;
+    return s;
+}
+
+/* Normalizer::NormalizePrefix: the replacement of the longest rule matching
+ * at s (or the character itself), and the bytes it consumes. */
+static size_t normalize_prefix(const tks_fast *f, const uint8_t *s, size_t n, const char **out,
+                               size_t *out_len) {
+    if (s[0] < 0x80 && f->asc_fixed[s[0]]) {
+        *out = f->asc_out[s[0]];
+        *out_len = f->asc_out_len[s[0]];
+        return 1;
+    }
+    if (f->units) {
+        uint32_t value = 0;
+        size_t m = charsmap_longest(f, s, n, &value);
+        if (m) {
+            *out = norm_string(f, value, out_len);
+            /* the word split needs valid UTF-8 (sentencepiece's own charsmaps
+             * always are); anything else is left to sentencepiece */
+            for (size_t k = 0; k < *out_len;) {
+                size_t c = valid_utf8_len((const uint8_t *)*out + k, *out_len - k);
+                if (!c) return 0;
+                k += c;
+            }
+            return m;
+        }
+    }
+    size_t m = valid_utf8_len(s, n);
+    if (!m) {
+        *out = "\xEF\xBF\xBD";
+        *out_len = 3;
+        return 1;
+    }
+    *out = (const char *)s;
+    *out_len = m;
+    return m;
+}
+
+/*
+ * Whether some charsmap key has a space after its first byte: a depth-first
+ * walk of the double array (each node's children probed over all 255
+ * labels). darts-clone shares common suffixes between keys (its builder
+ * makes a DAWG), so nodes are marked when visited; a node position outside
+ * the array (a corrupt one) answers yes.
+ */
+static int charsmap_space_inside(const tks_fast *f) {
+    size_t cap = 1024, n = 0;
+    size_t *stack = malloc(cap * sizeof *stack);
+    uint8_t *seen = calloc(f->n_units, 1);
+    int found = !stack || !seen;
+    size_t root = du_offset(f->units[0]);
+    for (int c = 1; c < 256 && !found; c++) { /* first bytes: any label */
+        size_t id = root ^ (size_t)c;
+        if (id < f->n_units && du_label(f->units[id]) == (uint32_t)c) stack[n++] = id ^ du_offset(f->units[id]);
+    }
+    while (n && !found) {
+        size_t node = stack[--n];
+        if (node >= f->n_units) {
+            found = 1;
+            break;
+        }
+        if (seen[node]) continue;
+        seen[node] = 1;
+        for (int c = 1; c < 256; c++) {
+            size_t id = node ^ (size_t)c;
+            if (id >= f->n_units || du_label(f->units[id]) != (uint32_t)c) continue;
+            if (c == ' ') {
+                found = 1;
+                break;
+            }
+            if (n == cap) {
+                size_t *q = realloc(stack, 2 * cap * sizeof *stack);
+                if (!q) {
+                    found = 1;
+                    break;
+                }
+                stack = q;
+                cap *= 2;
+            }
+            stack[n++] = id ^ du_offset(f->units[id]);
+        }
+    }
+    free(stack);
+    free(seen);
+    return found;
+}
+
+static int set_why(char *why, size_t why_len, const char *fmt, ...) {
+    if (why && why_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, why_len, fmt, ap);
+        va_end(ap);
+    }
+    return 1;
+}
+
+static void *xcalloc(size_t n, size_t sz) { return n ? calloc(n, sz) : calloc(1, 1); }
+
+static int32_t norm_id_of(const tks_fast *f, const char *s, size_t n) {
+    hent *e = tab_find(f, s, n, fnv(s, n));
+    return e ? e->norm_id : -1;
+}
+
+static uint64_t pair_hash(uint64_t key) { return key * 0x9E3779B97F4A7C15ull >> 17; }
+
+/* The merged piece of pieces l and r, or -1. */
+static int32_t pair_get(const tks_fast *f, int32_t l, int32_t r) {
+    uint64_t key = (((uint64_t)(uint32_t)l << 32) | (uint32_t)r) + 1;
+    for (size_t i = pair_hash(key) & f->pair_mask;; i = (i + 1) & f->pair_mask) {
+        if (f->pair_key[i] == key) return f->pair_val[i];
+        if (!f->pair_key[i]) return -1;
+    }
+}
+
+/*
+ * The BPE merge table: for every piece m and every split of it at a
+ * character boundary into two pieces l and r, (l, r) -> m. Used only when
+ * every character of every piece is itself a piece: then a character that is
+ * not a piece never merges (no piece contains it) and every merge joins two
+ * pieces, so the table answers exactly what "is the concatenation a piece"
+ * answers. Returns 0, or TKS_ERR_NOMEM.
+ */
+static int build_pairs(tks_fast *f) {
+    f->final_id = malloc(f->n_pieces * sizeof *f->final_id);
+    if (!f->final_id) return TKS_ERR_NOMEM;
+    size_t off = 0, splits = 0;
+    int all_chars = 1;
+    for (uint32_t i = 0; i < f->n_pieces; off += f->plen[i], i++) {
+        const char *s = f->strs + off;
+        hent *e = tab_find(f, s, f->plen[i], fnv(s, f->plen[i]));
+        f->final_id[i] = e && e->res_id >= 0 ? e->res_id : (int32_t)i;
+        uint8_t ty = f->type[i];
+        if (ty != PT_NORMAL && ty != PT_USER && ty != PT_UNUSED) continue;
+        for (size_t k = 0; k < f->plen[i];) {
+            size_t m = one_char_len((uint8_t)s[k]);
+            if (m > f->plen[i] - k) m = f->plen[i] - k;
+            if (norm_id_of(f, s + k, m) < 0) all_chars = 0;
+            k += m;
+            splits++;
+        }
+    }
+    for (int b = 0; b < 128; b++) {
+        char ch = (char)b;
+        f->ascii_id[b] = norm_id_of(f, &ch, 1);
+    }
+    if (!all_chars) return 0;
+    size_t cap = 16;
+    while (cap < 2 * splits + 16) cap *= 2;
+    f->pair_key = calloc(cap, sizeof *f->pair_key);
+    f->pair_val = malloc(cap * sizeof *f->pair_val);
+    if (!f->pair_key || !f->pair_val) return TKS_ERR_NOMEM;
+    f->pair_mask = cap - 1;
+    off = 0;
+    for (uint32_t i = 0; i < f->n_pieces; off += f->plen[i], i++) {
+        uint8_t ty = f->type[i];
+        if (ty != PT_NORMAL && ty != PT_USER && ty != PT_UNUSED) continue;
+        const char *s = f->strs + off;
+        hent *self = tab_find(f, s, f->plen[i], fnv(s, f->plen[i]));
+        if (!self || self->norm_id != (int32_t)i) continue; /* a duplicate string */
+        size_t k = one_char_len((uint8_t)s[0]);
+        while (k < f->plen[i]) {
+            int32_t l = norm_id_of(f, s, k), r = norm_id_of(f, s + k, f->plen[i] - k);
+            if (l >= 0 && r >= 0) {
+                uint64_t key = (((uint64_t)(uint32_t)l << 32) | (uint32_t)r) + 1;
+                size_t j = pair_hash(key) & f->pair_mask;
+                while (f->pair_key[j] && f->pair_key[j] != key) j = (j + 1) & f->pair_mask;
+                f->pair_key[j] = key;
+                f->pair_val[j] = (int32_t)i;
+            }
+            size_t m = one_char_len((uint8_t)s[k]);
+            k += m;
+        }
+    }
+    f->use_pairs = 1;
+    return 0;
+}
+
+/* Reads one SentencePiece message into piece i. */
+static int parse_piece(const uint8_t *p, const uint8_t *end, const uint8_t **str, size_t *slen,
+                       float *score, uint8_t *type) {
+    pb_field fl;
+    int r;
+    *str = (const uint8_t *)"";
+    *slen = 0;
+    *score = 0.0f;
+    *type = PT_NORMAL;
+    while ((r = pb_next(&p, end, &fl)) > 0) {
+        if (fl.field == 1 && fl.wt == 2) {
+            *str = fl.data;
+            *slen = fl.len;
+        } else if (fl.field == 2 && fl.wt == 5) {
+            memcpy(score, fl.data, 4); /* little-endian hosts only (sentencepiece too) */
+        } else if (fl.field == 3 && fl.wt == 0 && fl.v >= 1 && fl.v <= 6) {
+            *type = (uint8_t)fl.v;
+        }
+    }
+    return r;
+}
+
+static void cache_free_all(tks_fast *f);
+
+void tks_fast_free(tks_fast *f) {
+    if (!f) return;
+    cache_free_all(f);
+    pthread_key_delete(f->key);
+    pthread_mutex_destroy(&f->mu);
+    free(f->score);
+    free(f->type);
+    free(f->plen);
+    free(f->strs);
+    free(f->tab);
+    free(f->units);
+    free(f->norm);
+    free(f->pair_key);
+    free(f->pair_val);
+    free(f->final_id);
+    free(f->edge_key);
+    free(f->edge_child);
+    free(f->node_id);
+    free(f);
+}
+
+static void cache_release(void *p);
+
+int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_t why_len) {
+    *out = NULL;
+    if (why && why_len) why[0] = 0;
+    const uint8_t *p = buf, *end = buf + n;
+    pb_field fl;
+    int r;
+    /* pass 1: count pieces and their bytes; read the specs */
+    size_t n_pieces = 0, str_bytes = 0;
+    int model_type = KIND_UNIGRAM, byte_fallback = 0, ws_suffix = 0;
+    int dummy = 1, rews = 1, esc = 1;
+    const uint8_t *cmap = NULL;
+    size_t cmap_len = 0;
+    while ((r = pb_next(&p, end, &fl)) > 0) {
+        if (fl.wt != 2) continue;
+        const uint8_t *q = fl.data, *qe = fl.data + fl.len;
+        pb_field g;
+        int r2;
+        if (fl.field == 1) {
+            const uint8_t *s;
+            size_t sl;
+            float sc;
+            uint8_t ty;
+            if (parse_piece(q, qe, &s, &sl, &sc, &ty) < 0) r = -1;
+            n_pieces++;
+            str_bytes += sl;
+        } else if (fl.field == 2) {
+            while ((r2 = pb_next(&q, qe, &g)) > 0) {
+                if (g.wt != 0) continue;
+                if (g.field == 3 && g.v >= 1 && g.v <= 4) model_type = (int)g.v;
+                else if (g.field == 24) ws_suffix = g.v != 0;
+                else if (g.field == 35) byte_fallback = g.v != 0;
+            }
+            if (r2 < 0) r = -1;
+        } else if (fl.field == 3) {
+            while ((r2 = pb_next(&q, qe, &g)) > 0) {
+                if (g.field == 2 && g.wt == 2) {
+                    cmap = g.data;
+                    cmap_len = g.len;
+                } else if (g.wt == 0 && g.field == 3) dummy = g.v != 0;
+                else if (g.wt == 0 && g.field == 4) rews = g.v != 0;
+                else if (g.wt == 0 && g.field == 5) esc = g.v != 0;
+            }
+            if (r2 < 0) r = -1;
+        }
+        if (r < 0) break;
+    }
+    if (r < 0) return set_why(why, why_len, "the model proto does not parse");
+    if (model_type != KIND_BPE && model_type != KIND_UNIGRAM)
+        return set_why(why, why_len, "model type %s is not bpe or unigram",
+                       model_type == 3 ? "word" : "char");
+    if (ws_suffix) return set_why(why, why_len, "treat_whitespace_as_suffix is on");
+    if (n_pieces == 0 || n_pieces > INT32_MAX || str_bytes > UINT32_MAX / 2)
+        return set_why(why, why_len, "unsupported piece count or size");
+
+    tks_fast *f = calloc(1, sizeof *f);
+    if (!f) return TKS_ERR_NOMEM;
+    pthread_mutex_init(&f->mu, NULL);
+    if (pthread_key_create(&f->key, cache_release)) {
+        pthread_mutex_destroy(&f->mu);
+        free(f);
+        return TKS_ERR_NOMEM;
+    }
+    f->kind = model_type;
+    f->byte_fallback = byte_fallback;
+    f->add_dummy_prefix = dummy;
+    f->remove_extra_ws = rews;
+    f->escape_ws = esc;
+    f->n_pieces = (uint32_t)n_pieces;
+    f->score = xcalloc(n_pieces, sizeof *f->score);
+    f->type = xcalloc(n_pieces, 1);
+    f->plen = xcalloc(n_pieces, sizeof *f->plen);
+    f->strs = xcalloc(str_bytes + 1, 1);
+    /* every piece and every byte prefix of it: at most str_bytes + n entries */
+    size_t want = 2 * (str_bytes + n_pieces) + 16, nt = 16;
+    while (nt < want) nt *= 2;
+    f->n_tab = nt;
+    f->tab = malloc(nt * sizeof *f->tab);
+    if (model_type == KIND_UNIGRAM) {
+        size_t ne = 16;
+        while (ne < 2 * (str_bytes + 1)) ne *= 2;
+        f->edge_mask = ne - 1;
+        f->edge_key = calloc(ne, sizeof *f->edge_key);
+        f->edge_child = calloc(ne, sizeof *f->edge_child);
+        f->node_id = malloc((str_bytes + 1) * sizeof *f->node_id);
+        if (f->node_id) f->node_id[f->n_nodes++] = -1; /* the root */
+    }
+    if (!f->score || !f->type || !f->plen || !f->strs || !f->tab ||
+        (model_type == KIND_UNIGRAM && (!f->edge_key || !f->edge_child || !f->node_id))) {
+        tks_fast_free(f);
+        return TKS_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < nt; i++) f->tab[i].len = UINT32_MAX;
+    for (int b = 0; b < 256; b++) f->byte_id[b] = -1;
+    f->unk_id = -1;
+    f->min_score = FLT_MAX;
+
+    /* pass 2: the pieces */
+    p = buf;
+    size_t i = 0, off = 0;
+    int bad = 0, user_seen = 0, user_space = 0;
+    char user_why[160] = "";
+    while (!bad && pb_next(&p, end, &fl) > 0) {
+        if (fl.field != 1 || fl.wt != 2) continue;
+        const uint8_t *s;
+        size_t sl;
+        float sc;
+        uint8_t ty;
+        parse_piece(fl.data, fl.data + fl.len, &s, &sl, &sc, &ty);
+        memcpy(f->strs + off, s, sl);
+        f->score[i] = sc;
+        f->type[i] = ty;
+        f->plen[i] = (uint32_t)sl;
+        if (sl == 0) bad = set_why(why, why_len, "piece %zu is empty", i);
+        if (ty == PT_UNUSED)
+            bad = set_why(why, why_len, "piece %zu (\"%.*s\") is unused", i, (int)sl,
+                          (const char *)s);
+        if (ty == PT_USER && !user_seen++)
+            snprintf(user_why, sizeof user_why, "piece %zu (\"%.*s\") is user-defined", i, (int)sl,
+                     (const char *)s);
+        if (ty == PT_USER && memchr(s, ' ', sl)) user_space = 1;
+        if (ty == PT_NORMAL && sc < f->min_score) f->min_score = sc;
+        if (ty == PT_UNKNOWN && f->unk_id < 0) f->unk_id = (int32_t)i;
+        int normal = ty == PT_NORMAL || ty == PT_USER || ty == PT_UNUSED;
+        hent *e = tab_get(f, (uint32_t)off, (uint32_t)sl);
+        if (normal) {
+            if (e->norm_id < 0) e->norm_id = (int32_t)i;
+            /* U+2581 after another character would let a piece span a cut */
+            int prev_other = 0;
+            for (size_t k = 0; k < sl;) {
+                size_t m = one_char_len(s[k]);
+                if (m > sl - k) m = sl - k;
+                int ws = is_ws_sym((const char *)s + k, m);
+                if (ws && prev_other && !bad)
+                    bad = set_why(why, why_len,
+                                  "piece %zu (\"%.*s\") has U+2581 after another character, so "
+                                  "words cannot be encoded one by one",
+                                  i, (int)sl, (const char *)s);
+                prev_other = !ws;
+                k += m;
+            }
+            /* unigram walks byte prefixes (as darts-clone's traverse does) */
+            if (model_type == KIND_UNIGRAM) trie_add(f, s, sl, (int32_t)i);
+        } else if (e->res_id < 0) {
+            e->res_id = (int32_t)i;
+        }
+        off += sl;
+        i++;
+    }
+    f->strs_len = off;
+    if (bad) {
+        tks_fast_free(f);
+        return 1;
+    }
+    if (f->unk_id < 0) {
+        tks_fast_free(f);
+        return set_why(why, why_len, "the model has no unknown piece");
+    }
+    /* Extra cuts between an ASCII letter or digit and ASCII punctuation (either
+     * order): exact when no piece contains the two characters side by side,
+     * since then no BPE merge and no unigram node spans the point. */
+    for (int a = 0x21; a < 0x7f; a++)
+        for (int b = 0x21; b < 0x7f; b++) {
+            int an = isalnum_ascii(a), bn = isalnum_ascii(b);
+            f->asc_cut[a][b] = an != bn;
+        }
+    for (size_t k = 0, o = 0; k < f->n_pieces; o += f->plen[k], k++) {
+        uint8_t ty = f->type[k];
+        if (ty != PT_NORMAL && ty != PT_USER && ty != PT_UNUSED) continue;
+        const uint8_t *ps = (const uint8_t *)f->strs + o;
+        for (size_t j = 1; j < f->plen[k]; j++)
+            if (ps[j - 1] < 0x80 && ps[j] < 0x80) f->asc_cut[ps[j - 1]][ps[j]] = 0;
+    }
+    if (model_type == KIND_BPE && build_pairs(f) < 0) {
+        tks_fast_free(f);
+        return TKS_ERR_NOMEM;
+    }
+    if (byte_fallback) {
+        for (int b = 0; b < 256; b++) {
+            char name[8];
+            snprintf(name, sizeof name, "<0x%02X>", b);
+            hent *e = tab_find(f, name, 6, fnv(name, 6));
+            /* ModelInterface::PieceToId: reserved map first, then pieces_ */
+            f->byte_id[b] = e ? (e->res_id >= 0 ? e->res_id : e->norm_id) : f->unk_id;
+        }
+    }
+
+    /* the precompiled charsmap: <u32 trie bytes><double array><strings> */
+    if (cmap_len) {
+        uint32_t tb = 0;
+        if (cmap_len > 4) memcpy(&tb, cmap, 4);
+        if (cmap_len <= 4 || tb >= cmap_len - 4 || tb < 4 || tb % 4) {
+            tks_fast_free(f);
+            return set_why(why, why_len, "the precompiled charsmap is malformed");
+        }
+        f->n_units = tb / 4;
+        f->units = malloc(tb);
+        f->norm_len = cmap_len - 4 - tb;
+        f->norm = malloc(f->norm_len + 1);
+        if (!f->units || !f->norm) {
+            tks_fast_free(f);
+            return TKS_ERR_NOMEM;
+        }
+        memcpy(f->units, cmap + 4, tb);
+        memcpy(f->norm, cmap + 4 + tb, f->norm_len);
+        f->norm[f->norm_len] = 0;
+    }
+    /* ASCII bytes whose normalization does not depend on what follows */
+    for (int b = 0; b < 128; b++) {
+        uint8_t s = (uint8_t)b;
+        if (!f->units) {
+            f->asc_fixed[b] = 1;
+            continue;
+        }
+        size_t pos = du_offset(f->units[0]) ^ s;
+        if (pos >= f->n_units || du_label(f->units[pos]) != s) {
+            f->asc_fixed[b] = 1; /* no rule starts with b: b itself */
+            continue;
+        }
+        uint32_t u = f->units[pos];
+        size_t node = pos ^ du_offset(u);
+        int children = 0;
+        for (int c = 1; c < 256 && !children; c++)
+            if ((node ^ (size_t)c) < f->n_units && du_label(f->units[node ^ (size_t)c]) == (uint32_t)c)
+                children = 1;
+        if (children) continue;
+        f->asc_fixed[b] = 2;
+        if (du_has_leaf(u) && node < f->n_units) {
+            size_t len;
+            f->asc_out[b] = norm_string(f, du_value(f->units[node]), &len);
+            f->asc_out_len[b] = (uint8_t)(len > 255 ? 0 : len);
+            if (len > 255) f->asc_fixed[b] = 0;
+        } else {
+            f->asc_fixed[b] = 1;
+        }
+    }
+    for (int b = 0; b < 128; b++) {
+        uint8_t s = (uint8_t)b;
+        f->asc_run[b] = b != ' ';
+        if (!f->units || b == ' ') continue;
+        size_t pos = du_offset(f->units[0]) ^ s;
+        if (pos >= f->n_units || du_label(f->units[pos]) != s) continue;
+        uint32_t u = f->units[pos];
+        size_t node = pos ^ du_offset(u);
+        for (int c = 1; c < 128; c++)
+            if ((node ^ (size_t)c) < f->n_units && du_label(f->units[node ^ (size_t)c]) == (uint32_t)c)
+                f->asc_run[b] = 0; /* a rule continues with an ASCII byte */
+        if (du_has_leaf(u)) {
+            size_t len = 0;
+            const char *r = node < f->n_units ? norm_string(f, du_value(f->units[node]), &len) : "";
+            if (!(len == 1 && r[0] == (char)b)) f->asc_run[b] = 0;
+        }
+    }
+    /* Cuts sentencepiece's input may take (see tks_fast_next_cut): BPE, the
+     * default whitespace handling, U+2581 a normal piece, no user-defined
+     * symbol with a space, a space that normalizes to itself whatever follows */
+    hent *ws = tab_find(f, "\xe2\x96\x81", 3, fnv("\xe2\x96\x81", 3));
+    f->cut_ok = model_type == KIND_BPE && dummy && rews && esc && !user_space && ws &&
+                ws->norm_id >= 0 && f->type[ws->norm_id] == PT_NORMAL;
+    if (f->cut_ok && f->units) {
+        size_t pos = du_offset(f->units[0]) ^ (size_t)' ';
+        if (pos < f->n_units && du_label(f->units[pos]) == ' ') {
+            uint32_t u = f->units[pos];
+            size_t node = pos ^ du_offset(u);
+            for (int c = 1; c < 256; c++)
+                if ((node ^ (size_t)c) < f->n_units && du_label(f->units[node ^ (size_t)c]) == (uint32_t)c)
+                    f->cut_ok = 0;
+            if (du_has_leaf(u)) {
+                size_t len = 0;
+                const char *r = node < f->n_units ? norm_string(f, du_value(f->units[node]), &len) : "";
+                if (!(len == 1 && r[0] == ' ')) f->cut_ok = 0;
+            }
+        }
+    }
+    /* and no rule with a space after its first byte (a rule spanning the cut) */
+    if (f->cut_ok && f->units && charsmap_space_inside(f)) f->cut_ok = 0;
+    static char ascii_self[128][2];
+    for (int b = 0; b < 128; b++) {
+        ascii_self[b][0] = (char)b;
+        if (f->asc_fixed[b] == 1) {
+            f->asc_out[b] = ascii_self[b];
+            f->asc_out_len[b] = 1;
+        }
+    }
+    *out = f;
+    if (user_seen) {
+        /* not exact (the normalizer matches user-defined symbols first), but
+         * its cut analysis serves sentencepiece */
+        f->seg_only = 1;
+        set_why(why, why_len, "%s", user_why);
+        return 2;
+    }
+    return 0;
+}
+
+int tks_fast_seg_only(const tks_fast *f) { return f->seg_only; }
+
+size_t tks_fast_next_cut(const tks_fast *f, const char *t, size_t len, size_t from) {
+    if (!f->cut_ok) return 0;
+    if (from == 0) from = 1;
+    for (size_t p = from; p < len; p++) {
+        const char *q = memchr(t + p, ' ', len - p);
+        if (!q) return 0;
+        p = (size_t)(q - t);
+        uint8_t b = (uint8_t)t[p - 1];
+        int alnum = (b >= '0' && b <= '9') || (b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z');
+        if (alnum && f->asc_run[b]) return p;
+    }
+    return 0;
+}
+
+uint32_t tks_fast_n_pieces(const tks_fast *f) { return f->n_pieces; }
+void tks_fast_set_cache(tks_fast *f, int on) { f->no_cache = !on; }
+const char *tks_fast_kind(const tks_fast *f) { return f->kind == KIND_BPE ? "bpe" : "unigram"; }
+
+/* ---------------------------------------------------------------------------
+ * Per-thread state: the word cache and scratch buffers
+ * ------------------------------------------------------------------------- */
+typedef struct centry {
+    uint64_t hash;
+    uint32_t key_off, key_len; /* in arena */
+    uint32_t ids_off, n_ids;   /* uint32 ids in arena (4-aligned) */
+    uint8_t first_unk, last_unk, used;
+} centry;
+
+struct tls_cache {
+    tls_cache *next_all; /* the handle's list */
+    int in_use;          /* owned by a live thread */
+    centry *slots;       /* CACHE_SLOTS */
+    char *arena;         /* CACHE_ARENA */
+    size_t arena_len, n_used;
+    tks_fast_stats st;
+    /* scratch */
+    char *wbuf;          /* normalized bytes pending */
+    size_t wlen, wcap;
+    uint32_t *tmp_ids;   /* one word's ids */
+    size_t n_tmp, cap_tmp; /* cap_tmp in bytes */
+    size_t n_raw;        /* raw model pieces of the current word */
+    int first_unk;       /* the first of them was unknown */
+    void *sym;           /* BPE symbols / unigram best paths */
+    size_t sym_cap;      /* bytes */
+    void *heap;
+    size_t heap_cap;     /* bytes */
+};
+
+static void cache_release(void *p) {
+    tls_cache *c = p;
+    /* the thread is gone: the cache stays with the handle for another thread */
+    __atomic_store_n(&c->in_use, 0, __ATOMIC_RELEASE);
+}
+
+static void cache_destroy(tls_cache *c) {
+    free(c->slots);
+    free(c->arena);
+    free(c->wbuf);
+    free(c->tmp_ids);
+    free(c->sym);
+    free(c->heap);
+    free(c);
+}
+
+static void cache_free_all(tks_fast *f) {
+    tls_cache *c = f->caches;
+    while (c) {
+        tls_cache *n = c->next_all;
+        cache_destroy(c);
+        c = n;
+    }
+    f->caches = NULL;
+}
+
+static tls_cache *get_cache(tks_fast *f) {
+    tls_cache *c = pthread_getspecific(f->key);
+    if (c) return c;
+    pthread_mutex_lock(&f->mu);
+    for (c = f->caches; c; c = c->next_all)
+        if (!__atomic_load_n(&c->in_use, __ATOMIC_ACQUIRE)) break;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (c) {
+            c->slots = calloc(CACHE_SLOTS, sizeof *c->slots);
+            c->arena = malloc(CACHE_ARENA);
+            if (!c->slots || !c->arena) {
+                cache_destroy(c);
+                c = NULL;
+            } else {
+                c->next_all = f->caches;
+                f->caches = c;
+            }
+        }
+    }
+    if (c) {
+        c->in_use = 1;
+        if (pthread_setspecific(f->key, c)) c->in_use = 0, c = NULL;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return c;
+}
+
+void tks_fast_get_stats(const tks_fast *cf, tks_fast_stats *st) {
+    tks_fast *f = (tks_fast *)cf;
+    memset(st, 0, sizeof *st);
+    pthread_mutex_lock(&f->mu);
+    for (tls_cache *c = f->caches; c; c = c->next_all) {
+        st->words += c->st.words;
+        st->word_hits += c->st.word_hits;
+        st->bytes += c->st.bytes;
+        st->hit_bytes += c->st.hit_bytes;
+    }
+    pthread_mutex_unlock(&f->mu);
+}
+
+static int grow(void **p, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, c);
+    if (!q) return TKS_ERR_NOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Encoding one word
+ * ------------------------------------------------------------------------- */
+
+/* The encoder's running state over one text. */
+typedef struct enc {
+    tks_fast *f;
+    tls_cache *c;
+    tks_ids *out;
+    int prev_unk;      /* the last piece emitted was unknown (merging) */
+    float uni_score;   /* unigram: best path score at the current cut */
+} enc;
+
+/*
+ * Appends one raw model piece (id, bytes s[0..n)) to the word's ids
+ * (c->tmp_ids), as PopulateSentencePieceText does; *prev_unk carries its
+ * state. Returns 0 or TKS_ERR_NOMEM.
+ */
+static int word_emit(tks_fast *f, tls_cache *c, int32_t id, const char *s, size_t n, int *prev_unk) {
+    uint8_t ty = f->type[id];
+    int is_unk = ty == PT_UNKNOWN;
+    if (c->n_raw++ == 0) c->first_unk = is_unk;
+    size_t need = c->n_tmp + (is_unk && f->byte_fallback ? n : 1);
+    if (grow((void **)&c->tmp_ids, &c->cap_tmp, need * sizeof(uint32_t))) return TKS_ERR_NOMEM;
+    if (ty == PT_CONTROL) {
+        c->tmp_ids[c->n_tmp++] = (uint32_t)id;
+    } else if (is_unk && f->byte_fallback) {
+        for (size_t i = 0; i < n; i++) c->tmp_ids[c->n_tmp++] = (uint32_t)f->byte_id[(uint8_t)s[i]];
+    } else if (!(is_unk && *prev_unk)) {
+        c->tmp_ids[c->n_tmp++] = (uint32_t)id;
+    }
+    *prev_unk = is_unk;
+    return 0;
+}
+
+/* ModelInterface::PieceToId for a final BPE symbol */
+static int32_t piece_to_id(const tks_fast *f, const char *s, size_t n) {
+    hent *e = tab_find(f, s, n, fnv(s, n));
+    if (!e) return f->unk_id;
+    if (e->res_id >= 0) return e->res_id;
+    if (e->norm_id >= 0) return e->norm_id;
+    return f->unk_id;
+}
+
+typedef struct bsym {
+    uint32_t start, len;
+    int32_t prev, next;
+    int32_t id; /* pieces_ id of the symbol, or -1 (with use_pairs) */
+} bsym;
+
+typedef struct bpair {
+    float score;
+    int32_t left, right;
+    uint32_t size;
+    int32_t merged; /* the merged piece (with use_pairs) */
+} bpair;
+
+/* heap order: higher score first, then smaller left */
+static int pair_before(const bpair *a, const bpair *b) {
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static void heap_push(bpair *h, size_t *n, bpair x) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!pair_before(&x, &h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = x;
+}
+
+static bpair heap_pop(bpair *h, size_t *n) {
+    bpair top = h[0], x = h[--*n];
+    size_t i = 0, m = *n;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, b = i;
+        const bpair *best = &x;
+        if (l < m && pair_before(&h[l], best)) b = l, best = &h[l];
+        if (r < m && pair_before(&h[r], best)) b = r;
+        if (b == i) break;
+        h[i] = h[b];
+        i = b;
+    }
+    if (m) h[i] = x;
+    return top;
+}
+
+/* Pushes the pair (l, r) when their concatenation is a piece
+ * (bpe_model.cc MaybeAddNewSymbolPair). */
+static void bpe_try_pair(const tks_fast *f, const char *w, const bsym *sym, int32_t l, int32_t r,
+                         bpair *heap, size_t *nh) {
+    if (l < 0 || r < 0) return;
+    uint32_t size = sym[l].len + sym[r].len;
+    int32_t m;
+    if (f->use_pairs) {
+        if (sym[l].id < 0 || sym[r].id < 0) return;
+        m = pair_get(f, sym[l].id, sym[r].id);
+    } else {
+        const char *s = w + sym[l].start;
+        hent *e = tab_find(f, s, size, fnv(s, size));
+        m = e ? e->norm_id : -1;
+    }
+    if (m < 0) return;
+    bpair p = {f->score[m], l, r, size, m};
+    heap_push(heap, nh, p);
+}
+
+/* BPE on one word w[0..n): raw pieces into c->tmp_ids through word_emit. */
+static int bpe_word(tks_fast *f, tls_cache *c, const char *w, size_t n, int *prev_unk) {
+    if (grow(&c->sym, &c->sym_cap, n * sizeof(bsym))) return TKS_ERR_NOMEM;
+    /* at most one live pair per symbol plus stale ones: each merge pushes two */
+    if (grow(&c->heap, &c->heap_cap, 3 * n * sizeof(bpair) + sizeof(bpair))) return TKS_ERR_NOMEM;
+    bsym *sym = c->sym;
+    bpair *heap = c->heap;
+    size_t ns = 0, nh = 0;
+    for (size_t k = 0; k < n;) {
+        size_t m = one_char_len((uint8_t)w[k]);
+        if (m > n - k) m = n - k;
+        sym[ns].start = (uint32_t)k;
+        sym[ns].len = (uint32_t)m;
+        sym[ns].prev = (int32_t)ns - 1;
+        sym[ns].next = k + m < n ? (int32_t)ns + 1 : -1;
+        sym[ns].id = !f->use_pairs ? -1
+                     : (uint8_t)w[k] < 0x80 ? f->ascii_id[(uint8_t)w[k]]
+                                            : norm_id_of(f, w + k, m);
+        ns++;
+        k += m;
+    }
+    for (size_t k = 1; k < ns; k++) bpe_try_pair(f, w, sym, (int32_t)k - 1, (int32_t)k, heap, &nh);
+    while (nh) {
+        bpair top = heap_pop(heap, &nh);
+        bsym *L = &sym[top.left], *R = &sym[top.right];
+        if (L->len == 0 || R->len == 0 || L->len + R->len != top.size) continue;
+        L->len += R->len;
+        L->id = top.merged;
+        L->next = R->next;
+        if (R->next >= 0) sym[R->next].prev = top.left;
+        R->len = 0;
+        /* the heap has room: pushes per merge <= 2, pops >= 1 */
+        bpe_try_pair(f, w, sym, L->prev, top.left, heap, &nh);
+        bpe_try_pair(f, w, sym, top.left, L->next, heap, &nh);
+    }
+    for (int32_t k = ns ? 0 : -1; k >= 0; k = sym[k].next) {
+        const char *s = w + sym[k].start;
+        int32_t id = f->use_pairs && sym[k].id >= 0 ? f->final_id[sym[k].id] : piece_to_id(f, s, sym[k].len);
+        if (word_emit(f, c, id, s, sym[k].len, prev_unk)) return TKS_ERR_NOMEM;
+    }
+    return 0;
+}
+
+typedef struct upath {
+    float score;
+    int32_t id;
+    int32_t start; /* -1: unreached */
+} upath;
+
+/* Unigram Viterbi on one word, starting from the path score *base. */
+static int unigram_word(tks_fast *f, tls_cache *c, const char *w, size_t n, float *base,
+                        int *prev_unk) {
+    if (n > INT32_MAX - 1) return TKS_ERR_NOMEM;
+    if (grow(&c->sym, &c->sym_cap, (n + 1) * sizeof(upath))) return TKS_ERR_NOMEM;
+    upath *bp = c->sym;
+    for (size_t k = 0; k <= n; k++) bp[k].start = -1, bp[k].id = -1, bp[k].score = 0;
+    bp[0].score = *base;
+    bp[0].start = 0;
+    const float unk_score = f->min_score - UNK_PENALTY;
+    for (size_t st = 0; st < n;) {
+        const float till = bp[st].score;
+        size_t mblen = one_char_len((uint8_t)w[st]);
+        if (mblen > n - st) mblen = n - st;
+        int single = 0;
+        uint32_t node = 0;
+        for (size_t k = st; k < n; k++) {
+            node = trie_child(f, node, (uint8_t)w[k]);
+            if (!node) break;
+            int32_t id = f->node_id[node];
+            if (id < 0 || f->type[id] == PT_UNUSED) continue;
+            upath *t = &bp[k + 1];
+            size_t length = k + 1 - st;
+            /* double, as in EncodeOptimized (its score expression is double) */
+            double cand = (double)f->score[id] + (double)till;
+            if (t->start == -1 || cand > (double)t->score) {
+                t->score = (float)cand;
+                t->start = (int32_t)st;
+                t->id = id;
+            }
+            if (length == mblen) single = 1;
+        }
+        if (!single) {
+            upath *t = &bp[st + mblen];
+            float cand = unk_score + till;
+            if (t->start == -1 || cand > t->score) {
+                t->score = cand;
+                t->start = (int32_t)st;
+                t->id = f->unk_id;
+            }
+        }
+        st += mblen;
+    }
+    *base = bp[n].score;
+    /* backtrack, collecting the piece ends, then emit them in order */
+    if (grow(&c->heap, &c->heap_cap, (n + 1) * sizeof(uint32_t))) return TKS_ERR_NOMEM;
+    uint32_t *ends = c->heap;
+    size_t np = 0;
+    for (int32_t k = (int32_t)n; k > 0; k = bp[k].start) ends[np++] = (uint32_t)k;
+    while (np) {
+        uint32_t e = ends[--np];
+        const char *s = w + bp[e].start;
+        if (word_emit(f, c, bp[e].id, s, e - (uint32_t)bp[e].start, prev_unk)) return TKS_ERR_NOMEM;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Words: cache, then the model
+ * ------------------------------------------------------------------------- */
+static void cache_clear(tls_cache *c) {
+    memset(c->slots, 0, CACHE_SLOTS * sizeof *c->slots);
+    c->arena_len = 0;
+    c->n_used = 0;
+}
+
+static void cache_put(tls_cache *c, uint64_t h, const char *w, size_t n, int first_unk,
+                      int last_unk) {
+    size_t ids_bytes = c->n_tmp * sizeof(uint32_t);
+    size_t key_end = (c->arena_len + n + 3) & ~(size_t)3;
+    if (c->n_used >= CACHE_SLOTS / 2 || key_end + ids_bytes > CACHE_ARENA) {
+        cache_clear(c);
+        key_end = (n + 3) & ~(size_t)3;
+        if (key_end + ids_bytes > CACHE_ARENA) return;
+    }
+    size_t mask = CACHE_SLOTS - 1;
+    size_t i = (size_t)h & mask;
+    while (c->slots[i].used) i = (i + 1) & mask;
+    centry *e = &c->slots[i];
+    memcpy(c->arena + c->arena_len, w, n);
+    memcpy(c->arena + key_end, c->tmp_ids, ids_bytes);
+    e->hash = h;
+    e->key_off = (uint32_t)c->arena_len;
+    e->key_len = (uint32_t)n;
+    e->ids_off = (uint32_t)key_end;
+    e->n_ids = (uint32_t)c->n_tmp;
+    e->first_unk = (uint8_t)first_unk;
+    e->last_unk = (uint8_t)last_unk;
+    e->used = 1;
+    c->arena_len = key_end + ids_bytes;
+    c->n_used++;
+}
+
+static const centry *cache_get(const tls_cache *c, uint64_t h, const char *w, size_t n) {
+    size_t mask = CACHE_SLOTS - 1;
+    for (size_t i = (size_t)h & mask; c->slots[i].used; i = (i + 1) & mask) {
+        const centry *e = &c->slots[i];
+        if (e->hash == h && e->key_len == n && !memcmp(c->arena + e->key_off, w, n)) return e;
+    }
+    return NULL;
+}
+
+/* Appends a word's ids to the output, merging an unknown piece that starts
+ * it into one that ended the previous word (byte fallback off). */
+static int out_append(enc *e, const uint32_t *ids, size_t n, int first_unk, int last_unk) {
+    tks_ids *o = e->out;
+    size_t skip = first_unk && e->prev_unk && !e->f->byte_fallback ? 1 : 0;
+    if (o->n + n > o->cap) {
+        size_t cap = o->cap < 64 ? 64 : o->cap;
+        while (cap < o->n + n) cap *= 2;
+        uint32_t *q = realloc(o->ids, cap * sizeof *q);
+        if (!q) return TKS_ERR_NOMEM;
+        o->ids = q;
+        o->cap = cap;
+    }
+    memcpy(o->ids + o->n, ids + skip, (n - skip) * sizeof *ids);
+    o->n += n - skip;
+    e->prev_unk = last_unk;
+    return 0;
+}
+
+static int encode_word(enc *e, const char *w, size_t n) {
+    tks_fast *f = e->f;
+    tls_cache *c = e->c;
+    c->st.words++;
+    c->st.bytes += n;
+    uint64_t h = 0;
+    int cacheable = f->kind == KIND_BPE && n <= CACHE_MAX_WORD && !f->no_cache;
+    if (cacheable) {
+        h = fnv(w, n);
+        const centry *ce = cache_get(c, h, w, n);
+        if (ce) {
+            c->st.word_hits++;
+            c->st.hit_bytes += n;
+            return out_append(e, (const uint32_t *)(c->arena + ce->ids_off), ce->n_ids, ce->first_unk,
+                              ce->last_unk);
+        }
+    }
+    c->n_tmp = 0;
+    c->n_raw = 0;
+    int pu = 0, rc;
+    if (f->kind == KIND_BPE) rc = bpe_word(f, c, w, n, &pu);
+    else rc = unigram_word(f, c, w, n, &e->uni_score, &pu);
+    if (rc) return rc;
+    /* the first raw piece was unknown iff the word's first id is unk (no
+     * byte fallback) or a byte piece produced from an unknown piece */
+    int first_unk = c->first_unk;
+    rc = out_append(e, c->tmp_ids, c->n_tmp, first_unk, pu);
+    if (!rc && cacheable) cache_put(c, h, w, n, first_unk, pu);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * Normalization, streamed into words
+ * ------------------------------------------------------------------------- */
+typedef struct nstream {
+    size_t word_start, scan;
+} nstream;
+
+static int wappend(enc *e, nstream *ns, const char *s, size_t n) {
+    tls_cache *c = e->c;
+    if (c->wlen + n > c->wcap && ns->word_start > 0) {
+        memmove(c->wbuf, c->wbuf + ns->word_start, c->wlen - ns->word_start);
+        c->wlen -= ns->word_start;
+        ns->scan -= ns->word_start;
+        ns->word_start = 0;
+    }
+    if (grow((void **)&c->wbuf, &c->wcap, c->wlen + n)) return TKS_ERR_NOMEM;
+    memcpy(c->wbuf + c->wlen, s, n);
+    c->wlen += n;
+    return 0;
+}
+
+/*
+ * Encodes every word completed by the bytes appended so far. The normalized
+ * text is valid UTF-8, so E2 is always a lead byte: a U+2581 is found by
+ * searching for E2 96 81, and the character before it is U+2581 exactly when
+ * the three bytes before it are. Position 0 of the buffer is the start of
+ * the text or an already-processed cut, never a new cut.
+ */
+static int wscan(enc *e, nstream *ns) {
+    tls_cache *c = e->c;
+    const tks_fast *f = e->f;
+    const uint8_t *b = (const uint8_t *)c->wbuf;
+    size_t n = c->wlen, i = ns->scan;
+    for (; i < n; i++) {
+        uint8_t ch = b[i];
+        size_t cut = 0;
+        if (ch == 0xE2) {
+            if (i + 3 > n) break; /* wait for the rest of the character */
+            if (!is_ws_sym((const char *)b + i, 3)) continue;
+            if (i > 0 && !(i >= 3 && is_ws_sym((const char *)b + i - 3, 3))) cut = 1;
+        } else if (ch < 0x80 && i > 0 && b[i - 1] < 0x80 && f->asc_cut[b[i - 1]][ch]) {
+            cut = 1;
+        }
+        if (cut && i > ns->word_start) {
+            int rc = encode_word(e, c->wbuf + ns->word_start, i - ns->word_start);
+            if (rc) return rc;
+            ns->word_start = i;
+        }
+        if (ch == 0xE2) i += 2;
+    }
+    ns->scan = i;
+    return 0;
+}
+
+int tks_fast_encode(const tks_fast *cf, const char *text, size_t len, tks_ids *out) {
+    /* the per-thread caches are the only mutable part (behind a mutex and a key) */
+    tks_fast *f = (tks_fast *)cf;
+    if (!f || !out || (!text && len))
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_fast_encode: NULL argument");
+    out->n = 0;
+    if (!len) return 0;
+    tls_cache *c = get_cache(f);
+    if (!c)
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
+                        "out of memory for the encoder's per-thread cache");
+    enc e = {f, c, out, 0, 0.0f};
+    nstream ns = {0, 0};
+    c->wlen = 0;
+    const uint8_t *s = (const uint8_t *)text, *end = s + len;
+    const char *sp;
+    size_t spn;
+    int rc = 0;
+    /* Normalizer::Normalize: leading whitespace */
+    if (f->remove_extra_ws) {
+        while (s < end) {
+            size_t m = normalize_prefix(f, s, (size_t)(end - s), &sp, &spn);
+            if (!(spn == 1 && sp[0] == ' ')) break;
+            s += m;
+        }
+    }
+    if (s == end) return 0;
+    static const char ws_sym[] = "\xe2\x96\x81";
+    if (f->add_dummy_prefix) rc = f->escape_ws ? wappend(&e, &ns, ws_sym, 3) : wappend(&e, &ns, " ", 1);
+    int prev_space = f->remove_extra_ws;
+    while (!rc && s < end) {
+        if (*s < 0x80 && f->asc_run[*s]) {
+            /* a run of ASCII bytes that normalize to themselves; the last one
+             * goes through the charsmap when a non-ASCII byte follows */
+            const uint8_t *r = s + 1;
+            while (r < end && *r < 0x80 && f->asc_run[*r]) r++;
+            if (r < end && *r >= 0x80 && f->units) r--;
+            if (r > s) {
+                rc = wappend(&e, &ns, (const char *)s, (size_t)(r - s));
+                prev_space = 0;
+                s = r;
+                if (!rc && c->wlen - ns.scan >= 4096) rc = wscan(&e, &ns);
+                continue;
+            }
+        }
+        size_t m = normalize_prefix(f, s, (size_t)(end - s), &sp, &spn);
+        if (!m) {
+            rc = 1; /* a charsmap output that is not valid UTF-8 */
+            break;
+        }
+        while (prev_space && spn && sp[0] == ' ') sp++, spn--;
+        if (spn) {
+            if (f->escape_ws && memchr(sp, ' ', spn)) {
+                for (size_t k = 0; k < spn && !rc; k++)
+                    rc = sp[k] == ' ' ? wappend(&e, &ns, ws_sym, 3) : wappend(&e, &ns, sp + k, 1);
+            } else {
+                rc = wappend(&e, &ns, sp, spn);
+            }
+            prev_space = sp[spn - 1] == ' ';
+        }
+        s += m;
+        if (!f->remove_extra_ws) prev_space = 0;
+        if (!rc && c->wlen - ns.scan >= 4096) rc = wscan(&e, &ns);
+    }
+    if (!rc) rc = wscan(&e, &ns);
+    if (!rc) {
+        /* trailing whitespace: all of it lies in the last word */
+        size_t end_w = c->wlen;
+        if (f->remove_extra_ws) {
+            const char *sym = f->escape_ws ? ws_sym : " ";
+            size_t sl = f->escape_ws ? 3 : 1;
+            while (end_w - ns.word_start >= sl && !memcmp(c->wbuf + end_w - sl, sym, sl)) end_w -= sl;
+        }
+        if (end_w > ns.word_start) rc = encode_word(&e, c->wbuf + ns.word_start, end_w - ns.word_start);
+    }
+    /* keep at most a few MiB of scratch after a long word */
+    if (c->wcap > (4u << 20)) free(c->wbuf), c->wbuf = NULL, c->wcap = 0;
+    if (c->sym_cap > (4u << 20)) free(c->sym), c->sym = NULL, c->sym_cap = 0;
+    if (c->heap_cap > (4u << 20)) free(c->heap), c->heap = NULL, c->heap_cap = 0;
+    if (c->cap_tmp > (4u << 20)) free(c->tmp_ids), c->tmp_ids = NULL, c->cap_tmp = 0;
+    c->wlen = 0;
+    if (rc == 1) {
+        out->n = 0;
+        return 1;
+    }
+    if (rc) {
+        out->n = 0;
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
+                        "out of memory encoding a text of %zu bytes", len);
+    }
+    return 0;
+}
