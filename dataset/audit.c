@@ -1,19 +1,29 @@
 /* audit.c - verify a dataset or a shard completely and report every problem.
  *
- * Structure (header, size, padding, table, index) is checked per shard first;
- * then every (shard, chunk) pair is one task of an OpenMP loop that hashes the
- * chunk and scans its ids against vocab_size (and --model-vocab); results are
- * gathered in order so the report is the same whatever the thread count. */
+ * The small structural checks (header, size, padding, checksum table) run per
+ * shard first. Everything that is O(bytes) then runs as tasks of one OpenMP
+ * loop: each shard's document index (hash and monotonicity, one task per
+ * shard, queued first because it is the longest) and every (shard, chunk)
+ * pair (hash and id range). A task walks its bytes once, in blocks small
+ * enough to stay in the core's cache: each block is hashed and then scanned
+ * while it is still there. Results are gathered in order, so the report is the
+ * same whatever the thread count.
+ *
+ * XXH3 is inlined from xxhash.h (XXH_INLINE_ALL, this file only): the same
+ * algorithm and bytes as libxxhash, without the call into the shared library,
+ * whose build runs at about half the speed on the hot loop (docs/BENCHMARKS.md). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <omp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #include "internal.h"
@@ -24,8 +34,16 @@ typedef struct ashard {
     size_t size;
     tks_shard_header h;
     int header_ok;          /* header decoded and canonical */
-    int body_ok;            /* size matches: chunks and index may be read */
-    int index_ok;           /* index checksum and monotonicity good */
+    int size_ok;            /* size matches: the index may be read */
+    int body_ok;            /* size and table good: chunks may be read and compared */
+    int table_ok;           /* checksum table matches table_xxh3 */
+    int index_ok;           /* index monotonicity good (set after the parallel tasks) */
+    uint64_t index_expect;  /* the table's checksum of the index (when table_ok) */
+    uint64_t index_xxh3;    /* XXH3-64 of the index (index task) */
+    uint64_t index_bad;     /* first bad index entry, or TKS_NONE (index task) */
+    uint64_t index_bad_value; /* index[index_bad] (index task) */
+    size_t first_task;      /* task number of chunk 0 */
+    atomic_size_t tasks_left; /* the task that brings it to 0 may unmap the shard */
     const uint64_t *index;
     const uint64_t *table;
     uint64_t shard_no;      /* position in the manifest, or 0 for a lone shard */
@@ -90,7 +108,7 @@ static void check_structure(ashard *s, tks_audit_report *r, size_t cap) {
                 s->size < s->h.file_size ? "truncated" : "extra bytes at the end");
         return;
     }
-    s->body_ok = 1;
+    s->size_ok = 1;
     uint64_t pad = tks__padding_nonzero(s->base, &s->h);
     if (pad != TKS_NONE)
         problem(r, cap, TKS_ERR_PADDING, sn, TKS_NONE, TKS_NONE, pad, TKS_NONE, s->path,
@@ -98,26 +116,85 @@ static void check_structure(ashard *s, tks_audit_report *r, size_t cap) {
     s->index = (const uint64_t *)(s->base + s->h.index_offset);
     s->table = (const uint64_t *)(s->base + s->h.table_offset);
     uint64_t tx = XXH3_64bits(s->table, s->h.table_bytes);
-    int table_ok = tx == s->h.table_xxh3;
-    if (!table_ok)
+    s->table_ok = tx == s->h.table_xxh3;
+    if (!s->table_ok)
         problem(r, cap, TKS_ERR_CHECKSUM, sn, TKS_NONE, TKS_NONE, s->h.table_offset, TKS_NONE,
                 s->path, "checksum table at offset %llu is corrupt (XXH3 %016llx, header says %016llx)",
                 (unsigned long long)s->h.table_offset, (unsigned long long)tx,
                 (unsigned long long)s->h.table_xxh3);
-    uint64_t ix = XXH3_64bits(s->index, s->h.index_bytes);
-    if (table_ok && ix != s->table[s->h.n_chunks])
-        problem(r, cap, TKS_ERR_CHECKSUM, sn, TKS_NONE, TKS_NONE, s->h.index_offset, TKS_NONE,
-                s->path, "document index at offset %llu is corrupt (checksum mismatch)",
-                (unsigned long long)s->h.index_offset);
-    uint64_t d = tks__index_bad(s->index, &s->h);
-    if (d != TKS_NONE)
-        problem(r, cap, TKS_ERR_INDEX, sn, TKS_NONE, TKS_NONE, s->h.index_offset + 8 * d, d,
-                s->path, "document index entry %llu (%llu) is not monotonic or does not end at "
-                "n_tokens %llu", (unsigned long long)d, (unsigned long long)s->index[d],
-                (unsigned long long)s->h.n_tokens);
-    else
-        s->index_ok = 1;
-    if (!table_ok) s->body_ok = 0; /* chunk hashes cannot be trusted: don't compare them */
+    /* chunk hashes cannot be trusted without a good table: don't compare them */
+    s->body_ok = s->table_ok;
+    if (s->table_ok) s->index_expect = s->table[s->h.n_chunks];
+}
+
+/* Smallest and largest id of n ids: plain loops that compilers vectorize
+ * (clang at -O2; gcc at -O3 or with the attribute below). On x86-64 an
+ * AVX2 clone is picked at load time when the CPU has it: the SSE2 baseline has
+ * no unsigned 16- or 32-bit min/max instruction. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define TKS_VECTORIZE __attribute__((optimize("tree-vectorize")))
+#else
+#define TKS_VECTORIZE
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+#define TKS_CLONES TKS_VECTORIZE __attribute__((target_clones("avx2", "default")))
+#else
+#define TKS_CLONES TKS_VECTORIZE
+#endif
+
+/* Bytes per block of a task: hashed, then scanned while still in L1/L2. */
+#define BLOCK_BYTES ((size_t)32 << 10)
+
+/* 1 if q[0] < q[1] < ... < q[n - 1]. */
+TKS_VECTORIZE static int increasing(const uint64_t *q, size_t n) {
+    uint64_t ok = 1;
+    for (size_t i = 1; i < n; i++) ok &= q[i] > q[i - 1];
+    return (int)ok;
+}
+
+/* Index task: XXH3-64 of the index and the first entry that breaks the rules
+ * (index[0] = 0, strictly increasing, index[n_docs] = n_tokens; the same rule
+ * as tks__index_bad), in one pass. */
+static void scan_index(ashard *s) {
+    const tks_shard_header *h = &s->h;
+    const uint64_t *ix = s->index;
+    uint64_t n = h->n_docs + 1, bad = ix[0] != 0 ? 0 : TKS_NONE;
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    const size_t per = BLOCK_BYTES / sizeof *ix;
+    for (uint64_t i = 0; i < n; i += per) {
+        uint64_t m = n - i < per ? n - i : per;
+        XXH3_64bits_update(&st, ix + i, m * sizeof *ix);
+        if (bad != TKS_NONE) continue;
+        /* entries d in [max(i,1), i + m): index[d] > index[d - 1] */
+        if (!increasing(ix + (i ? i - 1 : 0), i ? m + 1 : m))
+            for (uint64_t d = i ? i : 1; d < i + m; d++)
+                if (ix[d] <= ix[d - 1]) { bad = d; break; }
+    }
+    if (bad == TKS_NONE && ix[h->n_docs] != h->n_tokens) bad = h->n_docs;
+    s->index_xxh3 = XXH3_64bits_digest(&st);
+    s->index_bad = bad;
+    s->index_bad_value = bad != TKS_NONE ? ix[bad] : 0;
+}
+
+TKS_CLONES static void minmax16(const uint16_t *q, size_t n, uint32_t *lo, uint32_t *hi) {
+    uint16_t l = UINT16_MAX, h = 0;
+    for (size_t i = 0; i < n; i++) {
+        l = q[i] < l ? q[i] : l;
+        h = q[i] > h ? q[i] : h;
+    }
+    if (l < *lo) *lo = l;
+    if (h > *hi) *hi = h;
+}
+
+TKS_CLONES static void minmax32(const uint32_t *q, size_t n, uint32_t *lo, uint32_t *hi) {
+    uint32_t l = UINT32_MAX, h = 0;
+    for (size_t i = 0; i < n; i++) {
+        l = q[i] < l ? q[i] : l;
+        h = q[i] > h ? q[i] : h;
+    }
+    if (l < *lo) *lo = l;
+    if (h > *hi) *hi = h;
 }
 
 static void scan_chunk(const ashard *s, uint64_t c, uint32_t model_vocab, task_result *t) {
@@ -125,25 +202,19 @@ static void scan_chunk(const ashard *s, uint64_t c, uint32_t model_vocab, task_r
     uint64_t off = c * h->chunk_bytes;
     uint64_t len = h->tokens_bytes - off < h->chunk_bytes ? h->tokens_bytes - off : h->chunk_bytes;
     const uint8_t *p = s->base + h->tokens_offset + off;
-    t->hash_bad = XXH3_64bits(p, len) != s->table[c];
     uint64_t n = len / h->token_bytes, first = off / h->token_bytes;
     uint32_t lo = UINT32_MAX, hi = 0;
-    if (h->token_bytes == 2) {
-        const uint16_t *q = (const uint16_t *)p;
-        uint16_t l16 = UINT16_MAX, h16 = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            l16 = q[i] < l16 ? q[i] : l16;
-            h16 = q[i] > h16 ? q[i] : h16;
-        }
-        lo = l16;
-        hi = h16;
-    } else {
-        const uint32_t *q = (const uint32_t *)p;
-        for (uint64_t i = 0; i < n; i++) {
-            lo = q[i] < lo ? q[i] : lo;
-            hi = q[i] > hi ? q[i] : hi;
-        }
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    for (uint64_t b = 0; b < len; b += BLOCK_BYTES) {
+        size_t m = len - b < BLOCK_BYTES ? (size_t)(len - b) : BLOCK_BYTES;
+        XXH3_64bits_update(&st, p + b, m);
+        if (h->token_bytes == 2)
+            minmax16((const uint16_t *)(p + b), m / 2, &lo, &hi);
+        else
+            minmax32((const uint32_t *)(p + b), m / 4, &lo, &hi);
     }
+    t->hash_bad = XXH3_64bits_digest(&st) != s->table[c];
     t->min_id = lo;
     t->max_id = hi;
     /* Slow path only when something is out of range. */
@@ -158,6 +229,20 @@ static void scan_chunk(const ashard *s, uint64_t c, uint32_t model_vocab, task_r
             if (!t->n_bad_model++) { t->first_bad_model = first + i; t->bad_model_id = id; }
         }
     }
+}
+
+/* Unmaps a shard whose tasks are all done if the report will not read it again
+ * (no chunk problem to place in a document). */
+static void release_if_clean(ashard *s, const task_result *res) {
+    if (s->body_ok)
+        for (uint64_t c = 0; c < s->h.n_chunks; c++) {
+            const task_result *t = &res[s->first_task + c];
+            if (t->hash_bad || t->n_bad || t->n_bad_model) return;
+        }
+    tks__unmap(s->base, s->size);
+    s->base = NULL;
+    s->index = NULL;
+    s->table = NULL;
 }
 
 static int is_shard_name(const char *n) {
@@ -318,10 +403,14 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
                     s->path, "built with another tokenizer than %s", opts.tokenizer_path);
     }
 
-    /* chunks, in parallel */
-    size_t n_tasks = 0;
-    for (size_t i = 0; i < n_sh; i++)
+    /* index and chunk tasks, in parallel: the indexes first (one task each, the
+     * longest tasks), then every chunk; t_chunk is TKS_NONE for an index task */
+    size_t n_idx = 0, n_tasks = 0;
+    for (size_t i = 0; i < n_sh; i++) {
+        if (sh[i].size_ok) n_idx++;
         if (sh[i].body_ok) n_tasks += sh[i].h.n_chunks;
+    }
+    n_tasks += n_idx;
     uint32_t *t_shard = malloc((n_tasks ? n_tasks : 1) * sizeof *t_shard);
     uint64_t *t_chunk = malloc((n_tasks ? n_tasks : 1) * sizeof *t_chunk);
     task_result *res = calloc(n_tasks ? n_tasks : 1, sizeof *res);
@@ -337,16 +426,53 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     }
     size_t k = 0;
     for (size_t i = 0; i < n_sh; i++)
+        if (sh[i].size_ok) {
+            t_shard[k] = (uint32_t)i;
+            t_chunk[k++] = TKS_NONE;
+        }
+    for (size_t i = 0; i < n_sh; i++) {
+        size_t left = sh[i].size_ok ? 1 : 0;
+        sh[i].first_task = k;
         if (sh[i].body_ok)
-            for (uint64_t c = 0; c < sh[i].h.n_chunks; c++, k++) {
+            for (uint64_t c = 0; c < sh[i].h.n_chunks; c++, k++, left++) {
                 t_shard[k] = (uint32_t)i;
                 t_chunk[k] = c;
             }
+        atomic_init(&sh[i].tasks_left, left);
+    }
     int threads = opts.threads > 0 ? opts.threads : omp_get_max_threads();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (size_t j = 0; j < n_tasks; j++) scan_chunk(&sh[t_shard[j]], t_chunk[j], opts.model_vocab, &res[j]);
+    for (size_t j = 0; j < n_tasks; j++) {
+        ashard *s = &sh[t_shard[j]];
+        if (t_chunk[j] == TKS_NONE)
+            scan_index(s);
+        else
+            scan_chunk(s, t_chunk[j], opts.model_vocab, &res[j]);
+        /* The shard's last task unmaps it when no chunk problem needs the index
+         * for the report: munmap then overlaps with other shards' work instead
+         * of running serially at the end. */
+        if (atomic_fetch_sub_explicit(&s->tasks_left, 1, memory_order_acq_rel) == 1)
+            release_if_clean(s, res);
+    }
 
-    k = 0;
+    /* index problems of every shard, then chunk problems, in shard order */
+    for (size_t i = 0; i < n_sh; i++) {
+        ashard *s = &sh[i];
+        if (!s->size_ok) continue;
+        if (s->table_ok && s->index_xxh3 != s->index_expect)
+            problem(r, cap, TKS_ERR_CHECKSUM, s->shard_no, TKS_NONE, TKS_NONE, s->h.index_offset,
+                    TKS_NONE, s->path, "document index at offset %llu is corrupt (checksum mismatch)",
+                    (unsigned long long)s->h.index_offset);
+        uint64_t d = s->index_bad;
+        if (d != TKS_NONE)
+            problem(r, cap, TKS_ERR_INDEX, s->shard_no, TKS_NONE, TKS_NONE, s->h.index_offset + 8 * d,
+                    d, s->path, "document index entry %llu (%llu) is not monotonic or does not end "
+                    "at n_tokens %llu", (unsigned long long)d, (unsigned long long)s->index_bad_value,
+                    (unsigned long long)s->h.n_tokens);
+        else
+            s->index_ok = 1;
+    }
+    k = n_idx;
     for (size_t i = 0; i < n_sh; i++) {
         ashard *s = &sh[i];
         if (!s->body_ok) continue;
