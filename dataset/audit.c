@@ -49,6 +49,18 @@ typedef struct ashard {
     uint64_t shard_no;      /* position in the manifest, or 0 for a lone shard */
 } ashard;
 
+/* Where problems go. A problem's order key is (phase, shard position, number
+ * in this report): 2, 32 and 30 bits. Phases: 0 dataset-level checks, 1 a
+ * shard's structure, 2 its index, 3 its chunks. A whole audit emits problems
+ * in key order, so the reports of a distributed audit merge by sorting. */
+typedef struct sink {
+    tks_audit_report *r;
+    size_t cap;     /* < 2^30 */
+    uint64_t base;  /* KEY(phase, shard) */
+} sink;
+#define KEY(phase, shard) ((uint64_t)(phase) << 62 | (uint64_t)(shard) << 30)
+#define MAX_CAP (((size_t)1 << 30) - 1)
+
 typedef struct task_result {
     int hash_bad;
     uint32_t min_id, max_id;
@@ -58,15 +70,17 @@ typedef struct task_result {
     uint32_t bad_model_id;
 } task_result;
 
-static void problem(tks_audit_report *r, size_t cap, int code, uint64_t shard, uint64_t chunk,
+static void problem(sink *pk, int code, uint64_t shard, uint64_t chunk,
                     uint64_t tok, uint64_t byte, uint64_t doc, const char *file, const char *fmt, ...)
-    __attribute__((format(printf, 10, 11)));
+    __attribute__((format(printf, 9, 10)));
 
-static void problem(tks_audit_report *r, size_t cap, int code, uint64_t shard, uint64_t chunk,
+static void problem(sink *pk, int code, uint64_t shard, uint64_t chunk,
                     uint64_t tok, uint64_t byte, uint64_t doc, const char *file, const char *fmt, ...) {
+    tks_audit_report *r = pk->r;
     r->n_problems_total++;
-    if (r->n_problems >= cap) return;
-    tks_audit_problem *p = &r->problems[r->n_problems++];
+    if (r->n_problems >= pk->cap) return;
+    tks_audit_problem *p = &r->problems[r->n_problems];
+    p->order = pk->base | r->n_problems++;
     p->code = code;
     p->shard = shard;
     p->chunk = chunk;
@@ -92,17 +106,17 @@ static uint64_t doc_of(const ashard *s, uint64_t t) {
 }
 
 /* Structural checks of one shard; fills header_ok/body_ok/index_ok. */
-static void check_structure(ashard *s, tks_audit_report *r, size_t cap) {
+static void check_structure(ashard *s, sink *pk) {
     uint64_t sn = s->shard_no;
     int rc = tks_header_decode(s->base, s->size, s->path, &s->h);
     if (rc) {
-        problem(r, cap, rc, sn, TKS_NONE, TKS_NONE, tks_last_error()->offset, TKS_NONE, s->path,
+        problem(pk, rc, sn, TKS_NONE, TKS_NONE, tks_last_error()->offset, TKS_NONE, s->path,
                 "%s", tks_last_error()->message);
         return;
     }
     s->header_ok = 1;
     if (s->size != s->h.file_size) {
-        problem(r, cap, TKS_ERR_TRUNCATED, sn, TKS_NONE, TKS_NONE, s->size, TKS_NONE, s->path,
+        problem(pk, TKS_ERR_TRUNCATED, sn, TKS_NONE, TKS_NONE, s->size, TKS_NONE, s->path,
                 "file is %zu bytes, header says %llu: %s", s->size,
                 (unsigned long long)s->h.file_size,
                 s->size < s->h.file_size ? "truncated" : "extra bytes at the end");
@@ -111,14 +125,14 @@ static void check_structure(ashard *s, tks_audit_report *r, size_t cap) {
     s->size_ok = 1;
     uint64_t pad = tks__padding_nonzero(s->base, &s->h);
     if (pad != TKS_NONE)
-        problem(r, cap, TKS_ERR_PADDING, sn, TKS_NONE, TKS_NONE, pad, TKS_NONE, s->path,
+        problem(pk, TKS_ERR_PADDING, sn, TKS_NONE, TKS_NONE, pad, TKS_NONE, s->path,
                 "padding byte at offset %llu is not zero", (unsigned long long)pad);
     s->index = (const uint64_t *)(s->base + s->h.index_offset);
     s->table = (const uint64_t *)(s->base + s->h.table_offset);
     uint64_t tx = XXH3_64bits(s->table, s->h.table_bytes);
     s->table_ok = tx == s->h.table_xxh3;
     if (!s->table_ok)
-        problem(r, cap, TKS_ERR_CHECKSUM, sn, TKS_NONE, TKS_NONE, s->h.table_offset, TKS_NONE,
+        problem(pk, TKS_ERR_CHECKSUM, sn, TKS_NONE, TKS_NONE, s->h.table_offset, TKS_NONE,
                 s->path, "checksum table at offset %llu is corrupt (XXH3 %016llx, header says %016llx)",
                 (unsigned long long)s->h.table_offset, (unsigned long long)tx,
                 (unsigned long long)s->h.table_xxh3);
@@ -260,6 +274,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     tks_audit_opts opts = {0};
     if (opts_in) opts = *opts_in;
     size_t cap = opts.max_problems ? opts.max_problems : 1000;
+    if (cap > MAX_CAP) cap = MAX_CAP;
     double t0 = omp_get_wtime();
     struct stat st;
     if (stat(path, &st) != 0)
@@ -272,6 +287,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
         return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
     }
     r->min_token_id = UINT32_MAX;
+    sink sk = {r, cap, KEY(0, 0)}, *pk = &sk;
 
     ashard *sh = NULL;
     size_t n_sh = 0;
@@ -287,12 +303,12 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
         size_t len = 0;
         tks_path_join(buf, sizeof buf, path, TKS_MANIFEST_NAME);
         if (tks__read_small_file(buf, &text, &len) != 0) {
-            problem(r, cap, TKS_ERR_MANIFEST, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, buf,
+            problem(pk, TKS_ERR_MANIFEST, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, buf,
                     "no readable manifest.json: the dataset is unfinished (finish the build with "
                     "`tokshard build --resume`)");
         } else if (tks__manifest_parse(text, len, buf, &tok, &minfo, &n_minfo, &m_token_bytes,
                                        &m_chunk_bytes) != 0) {
-            problem(r, cap, tks_last_error()->code, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, tks_last_error()->code, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     TKS_NONE, buf, "%s", tks_last_error()->message);
         } else {
             have_manifest = 1;
@@ -328,7 +344,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             for (size_t i = 0; i < n_names; i++) {
                 unsigned k = (unsigned)atoi(names[i] + 6);
                 if (k >= n_minfo)
-                    problem(r, cap, TKS_ERR_MANIFEST, k, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                    problem(pk, TKS_ERR_MANIFEST, k, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                             names[i], "%s is not listed in the manifest (a stray shard)", names[i]);
             }
         for (size_t i = 0; i < n_names; i++) free(names[i]);
@@ -338,10 +354,10 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             uint8_t fp[16];
             tks_path_join(buf, sizeof buf, path, tok.file);
             if (tks_file_xxh3_128(buf, fp, NULL) != 0)
-                problem(r, cap, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                problem(pk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                         buf, "tokenizer copy is missing or unreadable: %s", tks_last_error()->message);
             else if (memcmp(fp, tok.fingerprint, 16) != 0)
-                problem(r, cap, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                problem(pk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                         buf, "tokenizer copy does not match the manifest's fingerprint");
             r->vocab_size = tok.vocab_size;
         }
@@ -363,27 +379,46 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     int have_user_fp = 0;
     if (opts.tokenizer_path) {
         if (tks_file_xxh3_128(opts.tokenizer_path, user_fp, NULL) != 0)
-            problem(r, cap, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     opts.tokenizer_path, "%s", tks_last_error()->message);
         else
             have_user_fp = 1;
         r->tokenizer_checked = 1;
         if (have_user_fp && have_manifest && memcmp(user_fp, tok.fingerprint, 16) != 0)
-            problem(r, cap, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     opts.tokenizer_path,
                     "%s is not the tokenizer this dataset was built with (fingerprints differ)",
                     opts.tokenizer_path);
     }
 
+    /* this process's shards: all, or its share of a distributed audit, whose
+     * rank 0 alone reports the dataset-level problems found above */
+    size_t mine0 = 0, mine1 = n_sh;
+    if (opts.n_ranks > 1) {
+        uint64_t *sizes = calloc(n_sh ? n_sh : 1, sizeof *sizes);
+        if (!sizes) {
+            free(sh);
+            free(minfo);
+            tks_audit_report_free(r);
+            return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+        }
+        struct stat ss;
+        for (size_t i = 0; i < n_sh; i++) sizes[i] = stat(sh[i].path, &ss) == 0 ? (uint64_t)ss.st_size : 0;
+        tks_audit_share(sizes, n_sh, opts.rank, opts.n_ranks, &mine0, &mine1);
+        free(sizes);
+        if (opts.rank != 0) r->n_problems = r->n_problems_total = 0;
+    }
+
     /* structure */
-    for (size_t i = 0; i < n_sh; i++) {
+    for (size_t i = mine0; i < mine1; i++) {
         ashard *s = &sh[i];
+        sk.base = KEY(1, i);
         if (tks__map_file(s->path, &s->base, &s->size) != 0) {
-            problem(r, cap, TKS_ERR_IO, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, TKS_ERR_IO, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     s->path, "%s", tks_last_error()->message);
             continue;
         }
-        check_structure(s, r, cap);
+        check_structure(s, pk);
         if (!s->header_ok) continue;
         r->n_docs += s->h.n_docs;
         r->n_tokens += s->h.n_tokens;
@@ -392,14 +427,14 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             tks_shard fake = {.base = s->base, .size = s->size, .h = s->h};
             snprintf(fake.path, sizeof fake.path, "%s", s->path);
             if (tks__shard_matches(&fake, &minfo[i], &tok, m_token_bytes, m_chunk_bytes) != 0)
-                problem(r, cap, tks_last_error()->code, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE,
+                problem(pk, tks_last_error()->code, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE,
                         TKS_NONE, s->path, "%s", tks_last_error()->message);
         } else if (s->h.shard_index != s->shard_no && S_ISDIR(st.st_mode)) {
-            problem(r, cap, TKS_ERR_HEADER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, TKS_ERR_HEADER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     s->path, "header says shard %u", s->h.shard_index);
         }
         if (have_user_fp && memcmp(user_fp, s->h.tokenizer_fp, 16) != 0)
-            problem(r, cap, TKS_ERR_TOKENIZER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, TKS_ERR_TOKENIZER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     s->path, "built with another tokenizer than %s", opts.tokenizer_path);
     }
 
@@ -459,13 +494,14 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     for (size_t i = 0; i < n_sh; i++) {
         ashard *s = &sh[i];
         if (!s->size_ok) continue;
+        sk.base = KEY(2, i);
         if (s->table_ok && s->index_xxh3 != s->index_expect)
-            problem(r, cap, TKS_ERR_CHECKSUM, s->shard_no, TKS_NONE, TKS_NONE, s->h.index_offset,
+            problem(pk, TKS_ERR_CHECKSUM, s->shard_no, TKS_NONE, TKS_NONE, s->h.index_offset,
                     TKS_NONE, s->path, "document index at offset %llu is corrupt (checksum mismatch)",
                     (unsigned long long)s->h.index_offset);
         uint64_t d = s->index_bad;
         if (d != TKS_NONE)
-            problem(r, cap, TKS_ERR_INDEX, s->shard_no, TKS_NONE, TKS_NONE, s->h.index_offset + 8 * d,
+            problem(pk, TKS_ERR_INDEX, s->shard_no, TKS_NONE, TKS_NONE, s->h.index_offset + 8 * d,
                     d, s->path, "document index entry %llu (%llu) is not monotonic or does not end "
                     "at n_tokens %llu", (unsigned long long)d, (unsigned long long)s->index_bad_value,
                     (unsigned long long)s->h.n_tokens);
@@ -476,6 +512,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     for (size_t i = 0; i < n_sh; i++) {
         ashard *s = &sh[i];
         if (!s->body_ok) continue;
+        sk.base = KEY(3, i);
         uint32_t lo = UINT32_MAX, hi = 0;
         for (uint64_t c = 0; c < s->h.n_chunks; c++, k++) {
             task_result *t = &res[k];
@@ -485,19 +522,19 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             r->bytes_hashed += s->h.tokens_bytes - off < s->h.chunk_bytes ? s->h.tokens_bytes - off
                                                                           : s->h.chunk_bytes;
             if (t->hash_bad)
-                problem(r, cap, TKS_ERR_CHECKSUM, s->shard_no, c, tok0, s->h.tokens_offset + off,
+                problem(pk, TKS_ERR_CHECKSUM, s->shard_no, c, tok0, s->h.tokens_offset + off,
                         doc_of(s, tok0), s->path,
                         "chunk %llu (bytes %llu.., tokens %llu..) checksum mismatch: token data "
                         "corrupt", (unsigned long long)c,
                         (unsigned long long)(s->h.tokens_offset + off), (unsigned long long)tok0);
             if (t->n_bad)
-                problem(r, cap, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_bad,
+                problem(pk, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_bad,
                         s->h.tokens_offset + t->first_bad * s->h.token_bytes, doc_of(s, t->first_bad),
                         s->path, "%llu token id(s) >= vocab_size %u in chunk %llu; first: id %u at "
                         "token offset %llu", (unsigned long long)t->n_bad, s->h.vocab_size,
                         (unsigned long long)c, t->bad_id, (unsigned long long)t->first_bad);
             if (t->n_bad_model)
-                problem(r, cap, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_bad_model,
+                problem(pk, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_bad_model,
                         s->h.tokens_offset + t->first_bad_model * s->h.token_bytes,
                         doc_of(s, t->first_bad_model), s->path,
                         "%llu token id(s) >= --model-vocab %u in chunk %llu; first: id %u at token "
@@ -509,7 +546,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             hi = t->max_id > hi ? t->max_id : hi;
         }
         if (s->h.n_chunks && (lo != s->h.min_token_id || hi != s->h.max_token_id))
-            problem(r, cap, TKS_ERR_HEADER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, TKS_ERR_HEADER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     s->path, "ids present span [%u, %u] but the header says [%u, %u]", lo, hi,
                     s->h.min_token_id, s->h.max_token_id);
         r->min_token_id = lo < r->min_token_id ? lo : r->min_token_id;
@@ -524,6 +561,79 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     free(sh);
     free(minfo);
     r->seconds = omp_get_wtime() - t0;
+    *out = r;
+    return 0;
+}
+
+void tks_audit_share(const uint64_t *sizes, size_t n_shards, unsigned rank, unsigned n_ranks,
+                     size_t *first, size_t *end) {
+    if (n_ranks <= 1) {
+        *first = 0;
+        *end = n_shards;
+        return;
+    }
+    /* shard i belongs to the rank whose byte range [r T / N, (r + 1) T / N)
+     * holds the shard's first byte (T: all bytes, N: ranks) */
+    long double total = 0, at = 0;
+    for (size_t i = 0; i < n_shards; i++) total += sizes[i];
+    *first = *end = n_shards;
+    int started = 0;
+    for (size_t i = 0; i < n_shards; i++) {
+        unsigned owner = total > 0 ? (unsigned)(at * n_ranks / total) : (unsigned)(i * n_ranks / n_shards);
+        if (owner >= n_ranks) owner = n_ranks - 1;
+        if (owner == rank && !started) { *first = i; started = 1; }
+        if (owner > rank) { if (!started) *first = i; *end = i; return; }
+        at += sizes[i];
+    }
+    if (!started) *first = n_shards;
+}
+
+static int cmp_order(const void *a, const void *b) {
+    uint64_t x = ((const tks_audit_problem *)a)->order, y = ((const tks_audit_problem *)b)->order;
+    return x < y ? -1 : x > y;
+}
+
+int tks_audit_merge(tks_audit_report *const *parts, size_t n, size_t max_problems,
+                    tks_audit_report **out) {
+    *out = NULL;
+    size_t cap = max_problems ? max_problems : 1000, all = 0;
+    if (cap > MAX_CAP) cap = MAX_CAP;
+    for (size_t i = 0; i < n; i++) all += parts[i]->n_problems;
+    tks_audit_report *r = calloc(1, sizeof *r);
+    if (r) r->problems = calloc(all > cap ? all : cap, sizeof *r->problems);
+    if (!r || !r->problems) {
+        tks_audit_report_free(r);
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory merging audit reports");
+    }
+    int have_ids = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tks_audit_report *p = parts[i];
+        memcpy(r->problems + r->n_problems, p->problems, p->n_problems * sizeof *p->problems);
+        r->n_problems += p->n_problems;
+        r->n_problems_total += p->n_problems_total;
+        r->n_chunks += p->n_chunks;
+        r->n_docs += p->n_docs;
+        r->n_tokens += p->n_tokens;
+        r->bytes_hashed += p->bytes_hashed;
+        if (i == 0) {
+            r->n_shards = p->n_shards;
+            r->manifest_checked = p->manifest_checked;
+            r->tokenizer_checked = p->tokenizer_checked;
+        }
+        /* the manifest's vocabulary (same on every rank), else the first shard's:
+         * ranks hold shards in order */
+        if (!r->vocab_size) r->vocab_size = p->vocab_size;
+        if (p->n_chunks) { /* ids were seen */
+            if (!have_ids || p->min_token_id < r->min_token_id) r->min_token_id = p->min_token_id;
+            if (!have_ids || p->max_token_id > r->max_token_id) r->max_token_id = p->max_token_id;
+            have_ids = 1;
+        }
+        if (p->seconds > r->seconds) r->seconds = p->seconds;
+    }
+    /* each rank's problems are its first ones in key order; the first cap of
+     * all of them, sorted, are the first cap of a whole audit */
+    qsort(r->problems, r->n_problems, sizeof *r->problems, cmp_order);
+    if (r->n_problems > cap) r->n_problems = cap;
     *out = r;
     return 0;
 }

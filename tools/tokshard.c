@@ -17,6 +17,7 @@
 #include "dataset/dataset.h"
 #include "tokenize/tokenize.h"
 #include "cli.h"
+#include "dist.h"
 
 int tks_cli_sample_plan(int argc, char **argv); /* tools/sample_plan.c */
 
@@ -339,7 +340,9 @@ static int cmd_audit(int argc, char **argv) {
     }
     if (!path) return tks_cli_usage_error("audit: give a dataset DIR or a SHARD file");
     tks_audit_report *r;
-    if (tks_audit(path, &ao, &r) != 0) return tks_cli_lib_error();
+    int rank = 0; /* under mpirun (tokshard-mpi): ranks audit a share each, rank 0 reports */
+    if (tks_dist_audit(path, &ao, &r, &rank) != 0) return tks_dist_finish(tks_cli_lib_error());
+    if (rank != 0) return tks_dist_finish(0);
     /* a tokenizer given on the command line must also agree on the vocabulary */
     if (ao.tokenizer_path && r->vocab_size) {
         tks_spm *spm = NULL;
@@ -406,7 +409,7 @@ static int cmd_audit(int argc, char **argv) {
     }
     int rc = r->n_problems_total ? EXIT_PROBLEMS : 0;
     tks_audit_report_free(r);
-    return rc;
+    return tks_dist_finish(rc);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -717,7 +720,10 @@ int main(int argc, char **argv) {
     char **sub_argv = argv + 2;
     if (!strcmp(cmd, "build")) return cmd_build(sub_argc, sub_argv);
     if (!strcmp(cmd, "train-tokenizer")) return cmd_train_tokenizer(sub_argc, sub_argv);
-    if (!strcmp(cmd, "audit")) return cmd_audit(sub_argc, sub_argv);
+    if (!strcmp(cmd, "audit")) {
+        if (tks_dist_launched_many()) return tks_dist_reexec(argv); /* returns on failure */
+        return cmd_audit(sub_argc, sub_argv);
+    }
     if (!strcmp(cmd, "inspect")) return cmd_inspect(sub_argc, sub_argv);
     if (!strcmp(cmd, "cat")) return cmd_cat(sub_argc, sub_argv);
     if (!strcmp(cmd, "sample-plan")) return tks_cli_sample_plan(sub_argc, sub_argv);
