@@ -150,6 +150,15 @@ int tks_shard_open(const char *path, tks_shard **out);
  * outlive the shard. `name` is used in messages (may be NULL). */
 int tks_shard_open_mem(const void *data, size_t size, const char *name, tks_shard **out);
 
+/* How a shard's mapped bytes will be read, passed to the kernel as madvise()
+ * advice (read-ahead and page reclaim). An opened shard has no advice
+ * (TKS_ACCESS_NORMAL): a reader that scans whole shards (cat, inspect)
+ * advises SEQUENTIAL, the training sampler, which reads windows in permuted
+ * order, RANDOM. Advice only: it never changes what is read, and a shard in
+ * memory (tks_shard_open_mem) or a refused madvise is left as it is. */
+typedef enum { TKS_ACCESS_NORMAL = 0, TKS_ACCESS_SEQUENTIAL, TKS_ACCESS_RANDOM } tks_access;
+void tks_shard_advise(const tks_shard *s, tks_access how);
+
 /* Unmaps and frees. Accepts NULL. */
 void tks_shard_close(tks_shard *s);
 
@@ -223,6 +232,8 @@ uint32_t tks_dataset_max_token_id(const tks_dataset *ds);
 uint64_t tks_dataset_manifest_xxh3(const tks_dataset *ds);
 /* Full path of the tokenizer copy in the dataset dir (owned by ds). */
 const char *tks_dataset_tokenizer_path(const tks_dataset *ds);
+/* tks_shard_advise on every shard of the dataset. */
+void tks_dataset_advise(const tks_dataset *ds, tks_access how);
 
 /* ---------------------------------------------------------------------------
  * Audit: verify everything, report every problem

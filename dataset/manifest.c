@@ -346,3 +346,7 @@ uint64_t tks_dataset_n_docs(const tks_dataset *ds) { return ds->n_docs; }
 uint32_t tks_dataset_max_token_id(const tks_dataset *ds) { return ds->max_id; }
 uint64_t tks_dataset_manifest_xxh3(const tks_dataset *ds) { return ds->manifest_xxh3; }
 const char *tks_dataset_tokenizer_path(const tks_dataset *ds) { return ds->tokenizer_path; }
+
+void tks_dataset_advise(const tks_dataset *ds, tks_access how) {
+    for (size_t i = 0; ds && i < ds->n_shards; i++) tks_shard_advise(ds->shards[i], how);
+}

@@ -144,9 +144,16 @@ int tks_shard_open(const char *path, tks_shard **out) {
         tks_shard_close(s);
         return rc;
     }
-    madvise((void *)s->base, s->size, MADV_SEQUENTIAL);
     *out = s;
     return 0;
+}
+
+void tks_shard_advise(const tks_shard *s, tks_access how) {
+    if (!s || !s->mapped) return;
+    int advice = how == TKS_ACCESS_SEQUENTIAL ? MADV_SEQUENTIAL
+               : how == TKS_ACCESS_RANDOM     ? MADV_RANDOM
+                                              : MADV_NORMAL;
+    (void)madvise((void *)s->base, s->size, advice);
 }
 
 int tks_shard_open_mem(const void *data, size_t size, const char *name, tks_shard **out) {

@@ -1,7 +1,7 @@
 /* forge_token - test tool: writes an out-of-range token id into a dataset and
  * re-seals every checksum (chunk, table, header, manifest), so that only the
  * id range checks can catch it. Simulates a buggy importer, the failure of
- * CONTEXT.md's first story. Usage: forge_token DATASET SHARD TOKEN_OFFSET ID */
+ * the first failure of docs/MOTIVATION.md. Usage: forge_token DATASET SHARD TOKEN_OFFSET ID */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>

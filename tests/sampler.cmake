@@ -21,7 +21,7 @@ if(NOT TARGET tks_cli)
 endif()
 add_executable(tokshard-sample-plan ${TKS_SAMPLER_ROOT}/tools/sample_plan.c)
 target_compile_definitions(tokshard-sample-plan PRIVATE TKS_SAMPLE_PLAN_MAIN)
-target_link_libraries(tokshard-sample-plan PRIVATE tks_sampler tks_cli)
+target_link_libraries(tokshard-sample-plan PRIVATE tks_trainer tks_cli)
 
 # The CLI test script: real text (dict-gcide), a tokenizer and a dataset built
 # with `tokshard`, then plans compared through their JSON. Exit 77 = skipped
@@ -58,14 +58,14 @@ expect_msg() {
   if grep -Eq -- "$1" err; then ok "message matches '$1'"; else fail "message lacks '$1': $(head -c 600 err)"; fi
 }
 
-common=(data --seq-len 128 --global-batch 48 --steps 0:6 --seed 7 --val-tokens 5000 --json)
+common=(data --seq-len 128 --global-batch 48 --steps 1:6 --seed 7 --val-tokens 5000 --json)
 expect 0 "plan dp 1 tp 1" -- "$PLAN" "${common[@]}" && cp out p11.json
 expect 0 "plan dp 4 tp 2 micro 3" -- "$PLAN" "${common[@]}" --dp 4 --tp 2 --micro-batch 3 && cp out p42.json
 expect 0 "plan dp 3 tp 5" -- "$PLAN" "${common[@]}" --dp 3 --tp 5 && cp out p35.json
 expect 0 "plan dp 1 tp 1 again" -- "$PLAN" "${common[@]}" && cp out p11b.json
 cmp -s p11.json p11b.json && ok "same arguments, same plan" || fail "two runs differ"
-expect 0 "plan seed 8" -- "$PLAN" data --seq-len 128 --global-batch 48 --steps 0:6 --seed 8 --val-tokens 5000 --json && cp out s8.json
-expect 0 "plan text" -- "$PLAN" data --seq-len 128 --global-batch 48 --steps 0:6 --seed 7 --val-tokens 5000 --dp 4 --tp 2 && cp out p42.txt
+expect 0 "plan seed 8" -- "$PLAN" data --seq-len 128 --global-batch 48 --steps 1:6 --seed 8 --val-tokens 5000 --json && cp out s8.json
+expect 0 "plan text" -- "$PLAN" data --seq-len 128 --global-batch 48 --steps 1:6 --seed 7 --val-tokens 5000 --dp 4 --tp 2 && cp out p42.txt
 
 python3 - p11.json p42.json p35.json s8.json p42.txt data/manifest.json <<'EOF' || fails=$((fails + 1))
 import json, sys
@@ -94,7 +94,7 @@ def check_layout(plan, name):
             if any(g["samples"] != first for g in group):
                 bad.append(f"{name} step {step}: tp ranks of dp group {d} read different samples")
             gs = [s["sample"] for s in first]
-            if gs != list(range(step * B + d * B // dp, step * B + (d + 1) * B // dp)):
+            if gs != list(range((step - 1) * B + d * B // dp, (step - 1) * B + (d + 1) * B // dp)):
                 bad.append(f"{name} step {step} dp {d}: slice {gs[:3]}... is not contiguous and ordered")
             union += first
         strip = lambda ss: [{k: v for k, v in s.items() if k != "micro"} for s in ss]
@@ -162,6 +162,8 @@ expect 2 "missing --global-batch" -- "$PLAN" data --seq-len 64
 expect_msg "--global-batch B is required"
 expect 2 "bad --steps" -- "$PLAN" data --seq-len 64 --global-batch 48 --steps 5:3
 expect_msg "--steps 5:3: expected S0:S1"
+expect 2 "step 0" -- "$PLAN" data --seq-len 64 --global-batch 48 --steps 0:3
+expect_msg "steps count from 1"
 expect 2 "unknown flag" -- "$PLAN" data --seq-len 64 --global-batch 48 --frobnicate 3
 expect_msg "unknown option --frobnicate"
 expect 2 "non-numeric" -- "$PLAN" data --seq-len abc --global-batch 48
@@ -172,7 +174,7 @@ expect 2 "missing value" -- "$PLAN" data --seq-len 64 --global-batch
 expect_msg "--global-batch needs a value"
 expect 2 "too much validation" -- "$PLAN" data --seq-len 64 --global-batch 48 --val-tokens 100M
 expect_msg "--val-tokens.*lower val_tokens"
-expect 2 "seq-len longer than the data" -- "$PLAN" data --seq-len 1G --global-batch 48
+expect 2 "seq-len longer than the data" -- "$PLAN" data --seq-len 1G --global-batch 48 --val-tokens 0
 expect_msg "--seq-len.*fewer than one window"
 expect 2 "no such dataset" -- "$PLAN" nowhere --seq-len 64 --global-batch 48
 expect_msg "nowhere"

@@ -796,7 +796,7 @@ static void test_jsonl(void) {
     result_free(&r);
 
     /* a custom key; jansson's message names the problem */
-    const char *pk = wpath("custom.json");
+    const char *pk = wpath("custom.jsonl");
     const char *ck = "{\"content\": \"x y\", \"text\": 1}\n{\"text\": \"t\"}\n";
     write_file(pk, ck, strlen(ck));
     o.jsonl_key = "content";
@@ -824,6 +824,23 @@ static void test_jsonl(void) {
               !strcmp(r.text[2], "first line"),
           "jsonl in tar: rc %d docs %llu (%s)", r.rc, U(r.docs), r.err);
     result_free(&r);
+
+    /* auto: a *.json member of a source archive (a config file, not JSON
+     * Lines) is text, counted; only *.jsonl is JSONL */
+    sh("cd %s && printf '{\n  \"name\": \"cfg\"\n}\n' > conf.json && "
+       "tar -cf src.tar conf.json j.jsonl", W);
+    r = read1(wpath("src.tar"), &ol);
+    CHECK(r.rc == 0 && r.docs == 5 && !strcmp(r.text[0], "{") && !strcmp(r.text[3], "one") &&
+              r.st.json_as_text == 1 && r.st.bad_records_skipped == 0,
+          "*.json in tar read as text: rc %d docs %llu json_as_text %llu (%s)", r.rc, U(r.docs),
+          U(r.st.json_as_text), r.err);
+    result_free(&r);
+    ol.format = TKS_FMT_JSONL; /* asked for: a *.json that is not JSONL is a bad record */
+    r = read1(wpath("conf.json"), &ol);
+    CHECK(r.rc == TKS_ERR_JSONL && strstr(r.err, "conf.json:1"), "--format jsonl on conf.json: rc %d (%s)",
+          r.rc, r.err);
+    result_free(&r);
+    ol.format = TKS_FMT_AUTO;
 
     /* compressed members of archives are decompressed too */
     sh("cd %s && cp src/%s.zst . && tar -cf nested.tar j.jsonl.gz %s.zst && "

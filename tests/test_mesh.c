@@ -70,7 +70,7 @@ static void test_groups(void) {
                 free(m);
                 free(m2);
             }
-    /* the shape of CONTEXT.md's third failure: 2 groups of 8 and 8 groups of 2 */
+    /* the shape of the third failure of docs/MOTIVATION.md: 2 groups of 8 and 8 groups of 2 */
     tks_mesh_shape s = {2, 8, 1};
     int m[16];
     CHECK(tks_mesh_plan_group(&s, 3, TKS_GROUP_DP_SHARD, m) == 8 && m[0] == 0 && m[7] == 7, "shard group of 3");

@@ -642,6 +642,47 @@ static void test_token_range(void) {
 /* ---------------------------------------------------------------------------
  * Cost: tks_sampler_window must be cheap (docs/SAMPLING.md §7)
  * ------------------------------------------------------------------------- */
+/* The madvise advice on the shard mappings under `dir`, from the kernel's own
+ * record (/proc/self/smaps VmFlags: "sr" sequential, "rr" random): counts of
+ * mappings with each flag. Returns the number of mappings found. */
+static int advice_of(const char *dir, int *seq, int *rnd) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[4096];
+    int in = 0, n = 0;
+    *seq = *rnd = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (strchr(line, '-') && strstr(line, " r") && !strncmp(line + strspn(line, "0123456789abcdef"), "-", 1))
+            in = strstr(line, dir) && strstr(line, ".tks"), n += in;
+        else if (in && !strncmp(line, "VmFlags:", 8))
+            *seq += strstr(line, " sr") != NULL, *rnd += strstr(line, " rr") != NULL;
+    }
+    if (f) fclose(f);
+    return n;
+}
+
+/* The sampler reads windows in permuted order, so it advises random access
+ * (no sequential read-ahead); an opened dataset carries no advice. */
+static void test_advice(void) {
+    char dir[1536];
+    snprintf(dir, sizeof dir, "%s/advice", work);
+    write_dataset(dir, 400, 40, 1000, 700);
+    tks_dataset *ds = open_ds(dir);
+    int seq, rnd, n = advice_of(dir, &seq, &rnd);
+    CHECK(n == (int)tks_dataset_n_shards(ds) && seq == 0 && rnd == 0,
+          "after open: %d mappings of %zu shards, %d sequential, %d random", n,
+          tks_dataset_n_shards(ds), seq, rnd);
+    tks_sampler *s = NULL;
+    CHECK(tks_sampler_create(ds, 0, tks_dataset_n_tokens(ds), 64, 1, &s) == 0, "sampler");
+    n = advice_of(dir, &seq, &rnd);
+    CHECK(n > 0 && rnd == n && seq == 0, "with a sampler: %d mappings, %d random, %d sequential", n,
+          rnd, seq);
+    tks_dataset_advise(ds, TKS_ACCESS_SEQUENTIAL);
+    n = advice_of(dir, &seq, &rnd);
+    CHECK(n > 0 && seq == n && rnd == 0, "advised sequential: %d mappings, %d sequential", n, seq);
+    tks_sampler_free(s);
+    tks_dataset_close(ds);
+}
+
 static void test_speed(void) {
     volatile uint64_t sink = 0;
     const uint64_t reps = 2000000;
@@ -653,9 +694,8 @@ static void test_speed(void) {
             sink += tks_perm_index(g % n, n, tks_epoch_key(11, g / n));
         }
         double per = (now() - t) / reps * 1e9;
+        /* a figure for the log, not a check: speed is never asserted in a test */
         printf("speed: window (epoch key + perm) for n = %llu: %.0f ns\n", (ull)ns[a], per);
-        CHECK(per < 5000, "window takes %.0f ns for n = %llu (expected a few hundred at most)", per,
-              (ull)ns[a]);
     }
     (void)sink;
 }
@@ -670,6 +710,7 @@ int main(int argc, char **argv) {
     test_layouts();
     test_split();
     test_token_range();
+    test_advice();
     test_speed();
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of tokshard-train / tokshard-generate on real text (dict-gcide).
 # Usage: test_train.sh BIN_DIR WORKDIR CASE
-#   CASE: setup | train | resume | safety | checkpoint | cli
+#   CASE: setup | train | resume | safety | checkpoint | plan | cli
 # `setup` builds the small dataset the other cases share (a ctest fixture).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -101,7 +101,7 @@ safety)
   expect_msg "tokenizer"
   # an id >= vocab_size smuggled in with valid checksums: audit catches it, training stops on it.
   # sample-plan says where step 1 reads (sample 1 of the batch), so the forged id is met at once.
-  read -r sh off < <("$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 --steps 0:1 \
+  read -r sh off < <("$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 --steps 1 \
     --val-tokens 4096 --seed 1337 | awk '/ sample 1 / {print $(NF-3), $(NF-1)}')
   bad_at=$((off + 10))
   cp -r "$S/data" bad
@@ -137,6 +137,54 @@ checkpoint)
   expect 0 "a half-written checkpoint dir is ignored by --resume latest" -- "$TRAIN" --dataset "$S/data" \
     --out r --steps 6 "${M[@]}" --resume latest
   grep -q '"step": 5' r/metrics.jsonl && ok "resumed at step 5" || fail "did not resume from step 4"
+  ;;
+
+plan)
+  # sample-plan with no data-order flags plans what tokshard-train with its
+  # defaults reads: forge a bad id where the plan says step 1 reads; a default
+  # run must stop on it at step 1 (different seed, split or step numbering
+  # would send the trainer elsewhere).
+  read -r sh off < <("$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 |
+    awk '/ sample 1 / {print $(NF-3), $(NF-1)}')
+  [[ -n ${off:-} ]] || fail "no sample 1 in the default plan"
+  D=(--dim 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --seq-len 32 --global-batch 8 --micro-batch 4
+    --lr 1e-2 --warmup 3 --eval-every 0 --threads 2 --quiet --no-plot)
+  cp -r "$S/data" bad
+  expect 0 "forge id 1000 at shard $sh token $((off + 3))" -- "$FORGE" bad "$sh" $((off + 3)) 1000
+  expect 2 "a default run meets it at step 1" -- "$TRAIN" --dataset bad --out d1 --steps 1 "${D[@]}"
+  expect_msg "token offset $((off + 3)) "
+  # --run: the plan of an existing run, from its checkpoint's own settings
+  expect 0 "train 4 steps" -- "$TRAIN" --dataset "$S/data" --out r --steps 4 "${M[@]}" --seed 99
+  expect 0 "sample-plan --run" -- "$TKS" sample-plan --run r --json
+  cp "$W/out" run.json
+  expect 0 "the same plan from flags" -- "$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 \
+    --micro-batch 4 --val-tokens 4096 --seed 99 --steps 5 --json
+  cp "$W/out" flags.json
+  python3 - run.json flags.json <<'EOF2' && ok "--run plans step 5 as the flags do" || fail "--run plan differs"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["checkpoint"]["step"] == 4 and a["checkpoint"]["cursor"] == 32, a["checkpoint"]
+assert [s["step"] for s in a["steps"]] == [5], a["steps"]
+assert a["steps"] == b["steps"] and a["seed"] == 99 and a["micro_batch"] == 4
+EOF2
+  # after a resume the plan continues from the newest checkpoint
+  expect 0 "resume to step 6" -- "$TRAIN" --dataset "$S/data" --out r --steps 6 "${M[@]}" --seed 99 \
+    --resume latest
+  expect 0 "sample-plan --run after the resume" -- "$TKS" sample-plan --run r --json
+  python3 - "$W/out" <<'EOF2' && ok "step 7 starts at sample 48 = 6 x 8" || fail "cursor not followed"
+import json, sys
+a = json.load(open(sys.argv[1]))
+assert a["checkpoint"]["step"] == 6 and a["checkpoint"]["cursor"] == 48, a["checkpoint"]
+assert a["steps"][0]["step"] == 7 and a["steps"][0]["ranks"][0]["samples"][0]["sample"] == 48, a["steps"][0]
+EOF2
+  expect 0 "a checkpoint directory works as --run too" -- "$TKS" sample-plan --run r/checkpoints/step-00000004
+  grep -q "^step 5 rank 0" "$W/out" && ok "plans step 5 from step-00000004" || fail "$(head -5 "$W/out")"
+  expect 2 "--seed with --run" -- "$TKS" sample-plan --run r --seed 3
+  expect_msg "--seed cannot be combined with --run"
+  expect 2 "--run on a directory with no checkpoint" -- "$TKS" sample-plan --run "$S"
+  expect_msg "neither a checkpoint"
+  expect 2 "step 0" -- "$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 --steps 0
+  expect_msg "steps count from 1"
   ;;
 
 cli)

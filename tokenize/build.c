@@ -17,7 +17,6 @@
 #include <jansson.h>
 #include <limits.h>
 #include <omp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,18 +43,6 @@ static const char *format_name(tks_input_format f) {
 }
 static const char *policy_name(tks_policy p) {
     return p == TKS_POLICY_SKIP ? "skip" : p == TKS_POLICY_FAIL ? "fail" : "replace";
-}
-
-/* Test hook: TOKSHARD_TEST_KILL="shard:K" kills the process (SIGKILL) right
- * after shard K is renamed into place and before the resume state records
- * it; "state:K" after the state records shard K; "batch:K" after K batches.
- * Used by tests/test_build.sh to prove resume is byte-identical. */
-static void maybe_kill(const char *point, uint64_t k) {
-    const char *v = getenv("TOKSHARD_TEST_KILL");
-    if (!v) return;
-    size_t n = strlen(point);
-    if (strncmp(v, point, n) == 0 && v[n] == ':' && strtoull(v + n + 1, NULL, 10) == k)
-        raise(SIGKILL);
 }
 
 typedef struct batch {
@@ -133,9 +120,24 @@ typedef struct build_state {
     size_t n_shards, cap;
     uint64_t next_ordinal;          /* first document not in a published shard */
     uint64_t empty_after_tokenize;  /* counted for documents before next_ordinal */
+    const tks_input *in;            /* its finished files' hashes go into the state */
+    char (*was)[33];                /* resumed: XXH3-128 (hex) of the inputs the interrupted */
+    size_t n_was, n_checked;        /* build had read, and how many of them were compared */
 } build_state;
 
 static int save_state(const char *partial, const build_state *st) {
+    json_t *hashes = json_array();
+    uint8_t h[16];
+    char hx[33];
+    /* the inputs finished so far; after a resume, those the interrupted build
+     * had finished count too until they are read again */
+    for (size_t i = 0;; i++) {
+        if (st->in && tks_input_file_xxh3(st->in, i, h, NULL) == 0) tks_hex(h, 16, hx);
+        else if (i < st->n_was) snprintf(hx, sizeof hx, "%s", st->was[i]);
+        else break;
+        json_array_append_new(hashes, json_string(hx));
+    }
+    tks_clear_error(); /* the first unfinished input ends the list: not an error */
     json_t *arr = json_array();
     for (size_t i = 0; i < st->n_shards; i++) {
         const tks_shard_info *s = &st->shards[i];
@@ -148,9 +150,9 @@ static int save_state(const char *partial, const build_state *st) {
                                              (json_int_t)s->min_token_id, "max_token_id",
                                              (json_int_t)s->max_token_id, "header_xxh3", hx));
     }
-    json_t *j = json_pack("{s:s, s:o, s:I, s:I}", "build_id", st->build_id, "shards", arr,
+    json_t *j = json_pack("{s:s, s:o, s:I, s:I, s:o}", "build_id", st->build_id, "shards", arr,
                           "next_ordinal", (json_int_t)st->next_ordinal, "empty_after_tokenize",
-                          (json_int_t)st->empty_after_tokenize);
+                          (json_int_t)st->empty_after_tokenize, "inputs_xxh3_128", hashes);
     char *text = json_dumps(j, JSON_INDENT(1));
     json_decref(j);
     if (!text) return tks_fail(TKS_ERR_NOMEM, partial, TKS_NONE, TKS_NONE, "out of memory");
@@ -204,6 +206,12 @@ static int load_state(const char *partial, build_state *st, const char *want_id)
     }
     st->next_ordinal = (uint64_t)json_integer_value(next);
     st->empty_after_tokenize = (uint64_t)json_integer_value(empty);
+    json_t *was = json_object_get(j, "inputs_xxh3_128");
+    size_t nw = json_array_size(was);
+    if (nw && !(st->was = calloc(nw, sizeof *st->was))) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    for (size_t i = 0; i < nw && !rc; i++)
+        snprintf(st->was[st->n_was++], sizeof st->was[0], "%s",
+                 json_string_value(json_array_get(was, i)) ? json_string_value(json_array_get(was, i)) : "");
     for (size_t i = 0; i < json_array_size(arr) && !rc; i++) {
         json_t *s = json_array_get(arr, i);
         tks_shard_info si = {0};
@@ -262,20 +270,38 @@ static int has_shards(const char *partial) {
     return found;
 }
 
-/* Inputs and every option that changes the output, as JSON; its XXH3 is the build id. */
+/* A resumed build reads its inputs again: each input the interrupted build
+ * had finished must hash as it did then, or the kept shards came from other
+ * bytes. Compares the inputs finished since the last call. */
+static int verify_inputs(build_state *st, const char *partial) {
+    uint8_t h[16];
+    char hx[33];
+    for (; st->n_checked < st->n_was; st->n_checked++) {
+        size_t i = st->n_checked;
+        if (tks_input_file_xxh3(st->in, i, h, NULL) != 0) {
+            tks_clear_error();
+            return 0; /* not read to its end yet */
+        }
+        tks_hex(h, 16, hx);
+        if (strcmp(hx, st->was[i]) != 0)
+            return tks_fail(TKS_ERR_RESUME, tks_input_file(st->in, i), TKS_NONE, TKS_NONE,
+                            "cannot resume: %s changed since the interrupted build (XXH3-128 %s, "
+                            "was %s), so the shards kept in %s came from other bytes; remove %s "
+                            "and build again",
+                            tks_input_file(st->in, i), hx, st->was[i], partial, partial);
+    }
+    return 0;
+}
+
+/* Inputs and every option that changes the output, as JSON (the manifest's
+ * provenance). The inputs' XXH3-128 are added when they have been read
+ * (add_input_hashes): each input is read once. */
 static json_t *describe(const tks_build_opts *o, tks_input *in, const tks_spm *spm, int *rc) {
     *rc = 0;
     json_t *inputs = json_array();
-    for (size_t i = 0; i < tks_input_n_files(in) && !*rc; i++) {
-        uint8_t h[16];
-        char hx[33];
-        uint64_t size;
-        *rc = tks_file_xxh3_128(tks_input_file(in, i), h, &size);
-        tks_hex(h, 16, hx);
-        if (!*rc)
-            json_array_append_new(inputs, json_pack("{s:s, s:I, s:s}", "path", tks_input_file(in, i),
-                                                    "bytes", (json_int_t)size, "xxh3_128", hx));
-    }
+    for (size_t i = 0; i < tks_input_n_files(in); i++)
+        json_array_append_new(inputs, json_pack("{s:s, s:I}", "path", tks_input_file(in, i),
+                                                "bytes", (json_int_t)tks_input_file_size(in, i)));
     char fp[33];
     tks_hex(tks_spm_fingerprint(spm), 16, fp);
     json_t *opt = json_pack(
@@ -290,6 +316,44 @@ static json_t *describe(const tks_build_opts *o, tks_input *in, const tks_spm *s
         (json_int_t)(o->chunk_bytes ? o->chunk_bytes : TKS_DEFAULT_CHUNK_BYTES));
     return json_pack("{s:s, s:o, s:o}", "tool", "tokshard " TKS_VERSION_STRING, "inputs", inputs,
                      "options", opt);
+}
+
+/* The build id: XXH3-64 of the description and each input's modification
+ * time, so that a resume with edited inputs is refused at once (and one whose
+ * edit kept size and time is caught by verify_inputs). */
+static int build_id(json_t *desc, tks_input *in, char out[17]) {
+    json_t *mt = json_array();
+    for (size_t i = 0; i < tks_input_n_files(in); i++) {
+        struct stat sb;
+        if (stat(tks_input_file(in, i), &sb) != 0) {
+            json_decref(mt);
+            return tks_fail(TKS_ERR_IO, tks_input_file(in, i), TKS_NONE, TKS_NONE,
+                            "cannot stat %s: %s", tks_input_file(in, i), strerror(errno));
+        }
+        json_array_append_new(mt, json_integer((json_int_t)sb.st_mtim.tv_sec * 1000000000 +
+                                               sb.st_mtim.tv_nsec));
+    }
+    json_t *idm = json_pack("{s:O, s:o}", "description", desc, "mtime_ns", mt);
+    char *text = idm ? json_dumps(idm, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(idm);
+    if (!text) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    snprintf(out, 17, "%016llx", (unsigned long long)XXH3_64bits(text, strlen(text)));
+    free(text);
+    return 0;
+}
+
+/* Each input's XXH3-128 into the description, once all are read. */
+static int add_input_hashes(json_t *desc, const tks_input *in) {
+    json_t *inputs = json_object_get(desc, "inputs");
+    for (size_t i = 0; i < tks_input_n_files(in); i++) {
+        uint8_t h[16];
+        char hx[33];
+        int rc = tks_input_file_xxh3(in, i, h, NULL);
+        if (rc) return rc;
+        tks_hex(h, 16, hx);
+        json_object_set_new(json_array_get(inputs, i), "xxh3_128", json_string(hx));
+    }
+    return 0;
 }
 
 int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
@@ -320,12 +384,8 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     int rc = tks_spm_load(o->tokenizer_path, &spm);
     if (!rc) rc = tks_input_open(o->inputs, o->n_inputs, &o->input, &in);
     if (!rc) desc = describe(o, in, spm, &rc);
-    if (!rc) {
-        char *text = json_dumps(desc, JSON_COMPACT | JSON_SORT_KEYS);
-        uint64_t id = text ? XXH3_64bits(text, strlen(text)) : 0;
-        free(text);
-        snprintf(st.build_id, sizeof st.build_id, "%016llx", (unsigned long long)id);
-    }
+    if (!rc) rc = build_id(desc, in, st.build_id);
+    st.in = in;
     int have_partial = !rc && stat(partial, &sb) == 0;
     char state_path[PATH_MAX], tok_copy[PATH_MAX];
     if (!rc) rc = tks_path_join(state_path, sizeof state_path, partial, STATE_NAME);
@@ -380,7 +440,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
 
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
     size_t batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20);
-    uint64_t n_batches = 0, docs_read = 0, docs_committed = 0, tokens_committed = 0;
+    uint64_t docs_read = 0, docs_committed = 0, tokens_committed = 0;
     int done = 0;
     tks_doc doc;
     while (!rc && !done) {
@@ -398,6 +458,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
             if (doc.ordinal < st.next_ordinal) continue;
             rc = batch_push(&b, &doc);
         }
+        if (!rc) rc = verify_inputs(&st, partial);
         if (rc) break;
         /* 2. tokenize in parallel, longest documents first */
         for (size_t i = 0; i < b.n; i++) b.order[i] = i;
@@ -456,14 +517,11 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
             if (!rc && published) {
                 size_t ns;
                 const tks_shard_info *si = tks_writer_shards(w, &ns);
-                maybe_kill("shard", si[ns - 1].index);
                 rc = state_push(&st, &si[ns - 1]);
                 st.next_ordinal = b.ordinal[i] + 1;
                 if (!rc) rc = save_state(partial, &st);
-                maybe_kill("state", si[ns - 1].index);
             }
         }
-        n_batches++;
         if (rc) break;
         if (o->progress) {
             const tks_input_stats *is = tks_input_get_stats(in);
@@ -477,7 +535,6 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
             }
             o->progress(&p, o->progress_ctx);
         }
-        maybe_kill("batch", n_batches);
         if (o->stop && *o->stop)
             rc = tks_fail(TKS_ERR_INTERRUPTED, partial, TKS_NONE, TKS_NONE,
                           "interrupted: %zu shard(s) are kept in %s; run the same command with "
@@ -526,13 +583,14 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
                                       (json_int_t)is->long_skipped, "bad_records_skipped",
                                       (json_int_t)is->bad_records_skipped, "binary_skipped",
                                       (json_int_t)is->binary_skipped));
-        char *prov = json_dumps(desc, JSON_COMPACT);
+        rc = add_input_hashes(desc, in);
+        char *prov = rc ? NULL : json_dumps(desc, JSON_COMPACT);
         tks_tokenizer_info tok = {.vocab_size = vocab, .bos_id = bos, .eos_id = eos,
                                   .pad_id = tks_spm_pad_id(spm), .unk_id = tks_spm_unk_id(spm)};
         snprintf(tok.file, sizeof tok.file, "%s", TOKENIZER_NAME);
         snprintf(tok.model_type, sizeof tok.model_type, "%s", tks_spm_model_type(spm));
         memcpy(tok.fingerprint, tks_spm_fingerprint(spm), 16);
-        rc = prov ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+        if (!rc && !prov) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
         if (!rc)
             rc = tks_manifest_write(partial, &tok, st.shards, st.n_shards, vocab <= TKS_U16_MAX_VOCAB ? 2 : 4,
                                     o->chunk_bytes ? o->chunk_bytes : TKS_DEFAULT_CHUNK_BYTES, prov);
@@ -556,6 +614,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     json_decref(desc);
     batch_free(&b);
     free(st.shards);
+    free(st.was);
     tks_input_free(in);
     tks_spm_free(spm);
     return rc;

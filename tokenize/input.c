@@ -43,6 +43,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 #define ZLIB_CONST
 #include <zlib.h>
 
@@ -95,7 +96,13 @@ struct tks_input {
 
     char **files;
     uint64_t *sizes;
+    struct file_hash {      /* XXH3-128 of the file's bytes on disk, taken as they are read */
+        uint8_t h[16];
+        uint64_t bytes;
+        int done;
+    } *fh;
     size_t n_files, cap_files;
+    XXH3_state_t *hst;      /* the current file's hash, fed by pull_raw (level -1) */
     uint64_t total_bytes;
 
     tks_input_stats st;
@@ -294,15 +301,16 @@ static int is_compressed_name(const char *name) {
     return 0;
 }
 
-/* ".jsonl"/".json", before at most one compression suffix ("x.jsonl.gz"). */
-static int is_jsonl_name(const char *name) {
+/* `ext` (".jsonl", ".json") before at most one compression suffix
+ * ("x.jsonl.gz"). */
+static int has_ext(const char *name, const char *ext) {
     size_t n = strlen(name);
     for (size_t i = 0; i < COUNT(k_compress_suffixes); i++)
         if (ends_with(name, n, k_compress_suffixes[i])) {
             n -= strlen(k_compress_suffixes[i]);
             break;
         }
-    return ends_with(name, n, ".jsonl") || ends_with(name, n, ".json");
+    return ends_with(name, n, ext);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -329,12 +337,16 @@ static int add_file(tks_input *in, const char *path, uint64_t size) {
         uint64_t *s = realloc(in->sizes, cap * sizeof *s);
         if (!s) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing inputs");
         in->sizes = s;
+        struct file_hash *h = realloc(in->fh, cap * sizeof *h);
+        if (!h) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing inputs");
+        in->fh = h;
         in->cap_files = cap;
     }
     char *copy = strdup(path);
     if (!copy) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing inputs");
     in->files[in->n_files] = copy;
     in->sizes[in->n_files] = size;
+    memset(&in->fh[in->n_files], 0, sizeof in->fh[0]);
     in->n_files++;
     in->total_bytes += size;
     return 0;
@@ -470,6 +482,8 @@ int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opt
     /* A JSONL record is longer than its text (escapes, other keys): keep
      * records up to 4x the limit plus 64 KiB, treat longer ones as too long. */
     in->jsonl_cap = in->max_doc >= SIZE_MAX / 16 ? SIZE_MAX / 2 : (size_t)in->max_doc * 4 + 65536;
+    if (!rc && !(in->hst = XXH3_createState()))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     for (size_t i = 0; i < n && !rc; i++) rc = add_path(in, paths[i], 1, NULL);
     if (rc) {
         tks_input_free(in);
@@ -490,6 +504,15 @@ uint64_t tks_input_file_size(const tks_input *in, size_t i) {
 }
 
 uint64_t tks_input_total_bytes(const tks_input *in) { return in ? in->total_bytes : 0; }
+
+int tks_input_file_xxh3(const tks_input *in, size_t i, uint8_t out[16], uint64_t *bytes) {
+    if (!in || i >= in->n_files || !in->fh[i].done)
+        return tks_fail(TKS_ERR_ARG, in && i < in->n_files ? in->files[i] : NULL, TKS_NONE,
+                        TKS_NONE, "input %zu has not been read to its end yet", i);
+    memcpy(out, in->fh[i].h, 16);
+    if (bytes) *bytes = in->fh[i].bytes;
+    return 0;
+}
 
 const tks_input_stats *tks_input_get_stats(const tks_input *in) { return in ? &in->st : NULL; }
 
@@ -620,6 +643,7 @@ static int pull_raw(stream *s, const unsigned char **p, size_t *n) {
             return 0;
         }
         s->consumed += (uint64_t)r;
+        XXH3_128bits_update(in->hst, s->rbuf, (size_t)r);
         *p = s->rbuf;
         *n = (size_t)r;
         return 1;
@@ -845,8 +869,34 @@ static void close_nested(tks_input *in) {
     }
 }
 
+/* The current file's XXH3-128, once it was read without error: the bytes
+ * libarchive left unread (after the end of a tar, the rest of a file) are read
+ * and hashed here, so the hash covers the whole file in one pass. A zip, which
+ * libarchive reads by seeking, is hashed in a second pass over what the page
+ * cache still holds. */
+static void finish_hash(tks_input *in) {
+    struct file_hash *fh = &in->fh[in->next_file - 1];
+    if (in->src_rc || in->failed || fh->done) return;
+    if (in->fs_on) {
+        const unsigned char *p;
+        size_t n;
+        while (pull_raw(&in->fs, &p, &n) > 0) {
+        }
+        if (in->src_rc) return;
+        XXH128_hash_t h = XXH3_128bits_digest(in->hst);
+        XXH128_canonical_t c;
+        XXH128_canonicalFromHash(&c, h);
+        memcpy(fh->h, c.digest, 16);
+        fh->bytes = in->fs.consumed;
+    } else if (tks_file_xxh3_128(in->path, fh->h, &fh->bytes) != 0) {
+        return;
+    }
+    fh->done = 1;
+}
+
 static void close_file(tks_input *in) {
     close_nested(in);
+    if (in->a) finish_hash(in);
     update_bytes_in(in);
     in->bytes_in_done = in->st.bytes_in;
     if (in->a) archive_read_free(in->a);
@@ -856,9 +906,9 @@ static void close_file(tks_input *in) {
     in->in_entry = 0;
 }
 
-/* Opens the next file. A regular file that does not start with the gzip
- * magic is opened by libarchive itself (which can then seek in a zip); gzip
- * and anything that cannot be read twice (a pipe) go through stream_read. */
+/* Opens the next file: through stream_read (our reads, hashed, gzip
+ * inflated by zlib), except a regular zip file, which libarchive opens itself
+ * to seek in. */
 static int open_file(tks_input *in) {
     const char *path = in->files[in->next_file++];
     in->path = path;
@@ -870,21 +920,15 @@ static int open_file(tks_input *in) {
     if (fd < 0)
         return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot read %s: %s", path,
                         strerror(errno));
+    /* Every file but a zip is read here, block by block, and hashed as it is
+     * read (the manifest records each input's XXH3-128): one pass over the
+     * bytes. A zip's directory is at its end, so libarchive opens it itself
+     * to seek there (finish_hash hashes it after). */
     struct stat st;
-    int via_stream = 1;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-        unsigned char m[2];
-        ssize_t r;
-        do r = pread(fd, m, 2, 0);
-        while (r < 0 && errno == EINTR);
-        if (r < 0) {
-            int err = errno;
-            close(fd);
-            return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot read %s: %s", path,
-                            strerror(err));
-        }
-        via_stream = r == 2 && m[0] == 0x1f && m[1] == 0x8b;
-    }
+    size_t plen = strlen(path);
+    int via_stream = !(fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && plen >= 4 &&
+                       strcasecmp(path + plen - 4, ".zip") == 0);
+    XXH3_128bits_reset(in->hst);
     if (via_stream) {
         stream_begin(&in->fs, in, -1, fd);
         in->fs_on = 1;
@@ -1013,8 +1057,12 @@ static int next_entry(tks_input *in) {
         in->pend_len = 0;
         in->cur = in->end = NULL;
         in->line_no = 0;
+        /* auto: only *.jsonl is JSON Lines; a *.json (a config file in a source
+         * archive, or one JSON document) is read as text and counted */
+        const char *ename = member ? member : in->path;
         in->entry_jsonl = in->opts.format == TKS_FMT_JSONL ||
-                          (in->opts.format == TKS_FMT_AUTO && is_jsonl_name(member ? member : in->path));
+                          (in->opts.format == TKS_FMT_AUTO && has_ext(ename, ".jsonl"));
+        in->st.json_as_text += in->opts.format == TKS_FMT_AUTO && has_ext(ename, ".json");
         in->entry_by_name = member && is_compressed_name(member);
         in->probed = 0;
         in->st.entries++;
@@ -1460,6 +1508,8 @@ void tks_input_free(tks_input *in) {
     for (size_t i = 0; i < in->n_files; i++) free(in->files[i]);
     free(in->files);
     free(in->sizes);
+    free(in->fh);
+    XXH3_freeState(in->hst);
     free(in->jsonl_key);
     buf_free(&in->source);
     buf_free(&in->line);

@@ -25,6 +25,9 @@ extern "C" {
  * Input: files, directories, compressed streams and archives -> documents
  * ------------------------------------------------------------------------- */
 typedef enum { TKS_SPLIT_FILE = 0, TKS_SPLIT_LINE, TKS_SPLIT_BLANK } tks_doc_split;
+/* TKS_FMT_AUTO: entries named *.jsonl (also compressed: *.jsonl.gz) are JSON
+ * Lines, everything else is text, *.json included (source archives are full of
+ * JSON files that are not JSON Lines; pass TKS_FMT_JSONL for JSONL named *.json). */
 typedef enum { TKS_FMT_AUTO = 0, TKS_FMT_TEXT, TKS_FMT_JSONL } tks_input_format;
 typedef enum { TKS_POLICY_REPLACE = 0, TKS_POLICY_SKIP, TKS_POLICY_FAIL } tks_policy;
 
@@ -64,6 +67,7 @@ typedef struct tks_input_stats {
     uint64_t long_skipped;      /* documents over max_doc_bytes, skipped */
     uint64_t bad_records_skipped; /* JSONL records skipped */
     uint64_t binary_skipped;    /* entries skipped because they contain NUL bytes */
+    uint64_t json_as_text;      /* entries named *.json read as text by TKS_FMT_AUTO */
 } tks_input_stats;
 
 typedef struct tks_input tks_input;
@@ -83,6 +87,13 @@ const char *tks_input_file(const tks_input *in, size_t i);
 uint64_t tks_input_file_size(const tks_input *in, size_t i);
 /* Sum of the input files' sizes on disk (for progress ETA). */
 uint64_t tks_input_total_bytes(const tks_input *in);
+/* The XXH3-128 (canonical, big-endian bytes, as tks_file_xxh3_128) of input
+ * file i's bytes on disk and their count, taken while the reader read them: a
+ * file is read once. Available once the reader has moved past the file (it
+ * returned a document of a later file, or 0 at the end of the inputs).
+ * out: 16 bytes; bytes may be NULL. Errors: TKS_ERR_ARG (i out of range, or
+ * the file not read to its end yet, or its reading failed). */
+int tks_input_file_xxh3(const tks_input *in, size_t i, uint8_t out[16], uint64_t *bytes);
 
 /*
  * Yields the next document: returns 1 and fills *doc, 0 at the end of all

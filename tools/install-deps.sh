@@ -3,8 +3,9 @@
 # and the benchmarks. Idempotent: packages already present are left alone and
 # apt-get is skipped entirely when nothing is missing.
 #
-# Usage: tools/install-deps.sh [--bench]
+# Usage: tools/install-deps.sh [--bench | --ci]
 #   --bench   also install what bench/ needs (python3-sentencepiece, numpy, time)
+#   --ci      also install clang (tools/build-check.sh builds with gcc and clang)
 set -euo pipefail
 
 pkgs=(
@@ -29,6 +30,9 @@ pkgs=(
 )
 if [[ "${1:-}" == "--bench" || "${TOKSHARD_BENCH:-0}" == 1 ]]; then
   pkgs+=(python3-sentencepiece python3-numpy time)
+fi
+if [[ "${1:-}" == "--ci" ]]; then
+  pkgs+=(clang)
 fi
 
 missing=()

@@ -13,6 +13,7 @@
 #include "dataset/dataset.h"
 #include "cli.h"
 #include "trainer/sampler.h"
+#include "trainer/trainer.h"
 
 int tks_cli_sample_plan(int argc, char **argv);
 
@@ -21,13 +22,20 @@ typedef unsigned long long ull;
 static const char plan_usage[] =
     "usage: tokshard sample-plan DIR --seq-len L --global-batch B [--dp D] [--tp T]\n"
     "           [--steps S0:S1] [--seed S] [--micro-batch M] [--val-tokens N] [--json]\n"
+    "       tokshard sample-plan --run RUN_OR_CHECKPOINT [DIR] [--dp D] [--tp T]\n"
+    "           [--steps S0:S1] [--json]\n"
     "  Prints the samples each rank (rank = dp_rank * T + tp_rank) reads at steps\n"
-    "  S0 <= s < S1 (--steps S means S:S+1; default 0:1): micro-batch, global sample,\n"
-    "  epoch, window and its (shard, token offset, n_tokens) pieces.\n"
-    "  Defaults: --dp 1 --tp 1 --seed 0 --val-tokens 0, --micro-batch = B / D.\n"
+    "  S0..S1 (inclusive; --steps S means S:S): micro-batch, global sample, epoch,\n"
+    "  window and its (shard, token offset, n_tokens) pieces. Steps count from 1,\n"
+    "  as tokshard-train's do (default: step 1).\n"
+    "  Defaults are tokshard-train's: --seed 1337 --val-tokens 64K, --micro-batch =\n"
+    "  B / D; --dp 1 --tp 1 (the union over ranks does not depend on them).\n"
     "  --val-tokens N holds out the last N tokens (rounded down to whole windows)\n"
     "  and plans the rest. Sizes take K, M, G suffixes (powers of 1024); --seed and\n"
-    "  --steps are plain integers.\n";
+    "  --steps are plain integers.\n"
+    "  --run takes seq-len, global batch, micro-batch, seed, validation split and\n"
+    "  dataset (DIR overrides it if the data moved) from a run's newest checkpoint\n"
+    "  (or the checkpoint given) and plans from the step after it by default.\n";
 
 /* An exact decimal integer (seeds and steps need all 64 bits, which
  * tks_cli_parse_size's double does not keep). Returns 0 or -1. */
@@ -41,11 +49,12 @@ static int parse_u64(const char *s, uint64_t *out) {
     return 0;
 }
 
+/* "S" or "S0:S1" (inclusive), 1 <= S0 <= S1. Returns 0 or -1. */
 static int parse_steps(const char *s, uint64_t *s0, uint64_t *s1) {
     const char *colon = strchr(s, ':');
     if (!colon) {
-        if (parse_u64(s, s0) || *s0 == UINT64_MAX) return -1;
-        *s1 = *s0 + 1;
+        if (parse_u64(s, s0) || *s0 == 0) return -1;
+        *s1 = *s0;
         return 0;
     }
     char a[64];
@@ -53,7 +62,7 @@ static int parse_steps(const char *s, uint64_t *s0, uint64_t *s1) {
     if (n == 0 || n >= sizeof a) return -1;
     memcpy(a, s, n);
     a[n] = 0;
-    if (parse_u64(a, s0) || parse_u64(colon + 1, s1) || *s1 <= *s0) return -1;
+    if (parse_u64(a, s0) || parse_u64(colon + 1, s1) || *s0 == 0 || *s1 < *s0) return -1;
     return 0;
 }
 
@@ -83,10 +92,12 @@ static json_t *json_sample(uint64_t micro, uint64_t g, uint64_t epoch, const tks
 }
 
 int tks_cli_sample_plan(int argc, char **argv) {
-    const char *dir = NULL;
-    uint64_t seq_len = 0, global_batch = 0, dp = 1, tp = 1, seed = 0, micro = 0, val_tokens = 0;
-    uint64_t s0 = 0, s1 = 1;
-    int json = 0, have_seq = 0, have_batch = 0;
+    const char *dir = NULL, *run_path = NULL;
+    uint64_t seq_len = 0, global_batch = 0, dp = 1, tp = 1, seed = TKS_DEFAULT_SEED, micro = 0,
+             val_tokens = TKS_DEFAULT_VAL_TOKENS;
+    uint64_t s0 = 1, s1 = 1;
+    int json = 0, have_seq = 0, have_batch = 0, have_steps = 0;
+    const char *data_flag = NULL; /* a flag that --run replaces */
     tks_cli_prog = "tokshard sample-plan";
     tks_args a = {.argc = argc, .argv = argv};
     const char *pos, *v;
@@ -112,15 +123,22 @@ int tks_cli_sample_plan(int argc, char **argv) {
         else if (!strcmp(a.name, "--tp")) dst = &tp;
         else if (!strcmp(a.name, "--micro-batch")) dst = &micro;
         else if (!strcmp(a.name, "--val-tokens")) dst = &val_tokens;
-        else if (strcmp(a.name, "--seed") && strcmp(a.name, "--steps"))
+        else if (strcmp(a.name, "--seed") && strcmp(a.name, "--steps") && strcmp(a.name, "--run"))
             return tks_cli_usage_error("unknown option %s (options: --seq-len --global-batch --dp "
-                                       "--tp --steps --seed --micro-batch --val-tokens --json)",
-                                       a.name);
+                                       "--tp --steps --seed --micro-batch --val-tokens --run "
+                                       "--json)", a.name);
+        if (dst == &seq_len || dst == &global_batch || dst == &micro || dst == &val_tokens ||
+            !strcmp(a.name, "--seed"))
+            data_flag = a.name;
         if (!(v = tks_cli_value(&a))) return tks_cli_usage_error("%s needs a value", a.name);
-        if (!strcmp(a.name, "--steps")) {
+        if (!strcmp(a.name, "--run")) {
+            run_path = v;
+        } else if (!strcmp(a.name, "--steps")) {
+            have_steps = 1;
             if (parse_steps(v, &s0, &s1))
-                return tks_cli_usage_error("--steps %s: expected S0:S1 with S0 < S1 (steps "
-                                           "S0 <= s < S1), or a single step S", v);
+                return tks_cli_usage_error("--steps %s: expected S0:S1 with 1 <= S0 <= S1 (steps "
+                                           "S0 to S1; steps count from 1, as tokshard-train's "
+                                           "do), or a single step S", v);
         } else if (!strcmp(a.name, "--seed")) {
             if (parse_u64(v, &seed))
                 return tks_cli_usage_error("--seed %s: expected an integer in 0..%lld", v,
@@ -130,7 +148,23 @@ int tks_cli_sample_plan(int argc, char **argv) {
                                        "or 1M", a.name, v);
         }
     }
-    if (!dir) return tks_cli_usage_error("give a dataset DIR");
+    uint64_t run_step = 0, run_cursor = 0; /* the checkpoint's, with --run */
+    tks_run_sampling run;
+    if (run_path) {
+        if (data_flag)
+            return tks_cli_usage_error("%s cannot be combined with --run: the run's checkpoint "
+                                       "records it", data_flag);
+        if (tks_train_read_sampling(run_path, &run)) return tks_cli_lib_error();
+        if (!dir) dir = run.dataset;
+        seq_len = run.seq_len, have_seq = 1;
+        global_batch = run.global_batch, have_batch = 1;
+        micro = run.micro_batch;
+        seed = run.seed;
+        val_tokens = run.val_dataset ? 0 : run.val_tokens;
+        run_step = run.step, run_cursor = run.cursor;
+        if (!have_steps) s0 = s1 = run_step + 1;
+    }
+    if (!dir) return tks_cli_usage_error("give a dataset DIR (or --run RUN_DIR)");
     if (!have_seq)
         return tks_cli_usage_error("--seq-len L is required (tokens per training sequence)");
     if (!have_batch)
@@ -143,10 +177,12 @@ int tks_cli_sample_plan(int argc, char **argv) {
     if (tp == 0 || tp > 65536) return tks_cli_usage_error("--tp %llu: expected 1..65536", (ull)tp);
     if (seed > INT64_MAX) /* JSON integers are signed 64-bit */
         return tks_cli_usage_error("--seed %llu: expected 0..%lld", (ull)seed, (long long)INT64_MAX);
-    if (s1 > INT64_MAX / global_batch)
+    if (s1 > INT64_MAX / global_batch - run_cursor / global_batch - 1)
         return tks_cli_usage_error("--steps %llu:%llu with --global-batch %llu: sample indices "
                                    "beyond 2^63; plan earlier steps", (ull)s0, (ull)s1,
                                    (ull)global_batch);
+    /* global samples consumed before step s: (s - 1) B, or after a checkpoint
+     * counted from its cursor (the trainer resumes from the cursor) */
     uint64_t per_rank, n_micro;
     if (tks_batch_check(global_batch, (uint32_t)dp, micro, &per_rank, &n_micro)) {
         char mflag[48] = "";
@@ -185,6 +221,11 @@ int tks_cli_sample_plan(int argc, char **argv) {
                                  (json_int_t)train.end, "val_range", (json_int_t)val.begin,
                                  (json_int_t)val.end, "n_windows", (json_int_t)nw, "n_val_windows",
                                  (json_int_t)n_val);
+        if (head && run_path)
+            json_object_set_new(head, "checkpoint", json_pack("{s:s, s:I, s:I}", "path",
+                                                              run.checkpoint, "step",
+                                                              (json_int_t)run_step, "cursor",
+                                                              (json_int_t)run_cursor));
         char *h = head ? json_dumps(head, JSON_COMPACT) : NULL;
         json_decref(head);
         if (!h) {
@@ -206,13 +247,19 @@ int tks_cli_sample_plan(int argc, char **argv) {
         printf("# global batch %llu = dp %llu x %llu samples, %llu micro-batches of %llu; tp %llu "
                "(tp ranks read the same samples); seed %llu\n", (ull)global_batch, (ull)dp,
                (ull)per_rank, (ull)n_micro, (ull)mb, (ull)tp, (ull)seed);
+        if (run_path)
+            printf("# from checkpoint %s: step %llu, %llu samples consumed\n", run.checkpoint,
+                   (ull)run_step, (ull)run_cursor);
     }
     int rc = 0;
-    for (uint64_t step = s0; step < s1 && !rc; step++) {
+    for (uint64_t step = s0; step <= s1 && !rc; step++) {
         json_t *ranks = json ? json_array() : NULL;
+        const uint64_t cursor = step > run_step ? run_cursor + (step - run_step - 1) * global_batch
+                                                : (step - 1) * global_batch;
         for (uint64_t d = 0; d < dp && !rc; d++) {
             uint64_t first, count;
-            if (tks_sampler_rank_slice(step, global_batch, (uint32_t)dp, (uint32_t)d, &first, &count)) {
+            if (tks_sampler_rank_slice_at(cursor, global_batch, (uint32_t)dp, (uint32_t)d, &first,
+                                          &count)) {
                 rc = tks_cli_usage_error("%s", tks_last_error()->message);
                 break;
             }

@@ -85,7 +85,7 @@ static int input_flag(tks_args *ap, tks_input_opts *io) {
 
 static const char *INPUT_HELP =
     "  --doc-split file|line|blank-line  one document per file, per line, or per paragraph [file]\n"
-    "  --format auto|text|jsonl     auto: *.jsonl / *.json (also compressed) are JSONL [auto]\n"
+    "  --format auto|text|jsonl     auto: *.jsonl (also compressed) is JSONL, the rest text [auto]\n"
     "  --jsonl-key KEY              JSONL field holding the text [text]\n"
     "  --invalid-utf8 replace|skip|fail  U+FFFD for each bad sequence, skip the doc, or stop [replace]\n"
     "  --max-doc-bytes N            longest document, e.g. 64M [64M]\n"
@@ -146,6 +146,10 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
            (unsigned long long)i->bad_records_skipped, (unsigned long long)i->binary_skipped);
     printf("  invalid UTF-8 %llu documents, %llu sequences replaced by U+FFFD\n",
            (unsigned long long)i->utf8_invalid_docs, (unsigned long long)i->utf8_replaced);
+    if (i->json_as_text)
+        printf("  note          %llu *.json inputs read as text (--format auto); if they are "
+               "JSON Lines, build again with --format jsonl\n",
+               (unsigned long long)i->json_as_text);
     printf("  elapsed       %.2f s, %.2f MB/s of text, %.0f tokens/s\n", s->seconds,
            s->seconds > 0 ? i->bytes_text / 1e6 / s->seconds : 0.0,
            s->seconds > 0 ? s->tokens_written / s->seconds : 0.0);
@@ -434,6 +438,9 @@ static int open_view(const char *path, view *v, int want_tokenizer) {
     } else if (tks_shard_open(path, &v->one)) {
         return tks_cli_lib_error();
     }
+    /* inspect and cat scan documents in order */
+    tks_dataset_advise(v->ds, TKS_ACCESS_SEQUENTIAL);
+    tks_shard_advise(v->one, TKS_ACCESS_SEQUENTIAL);
     return 0;
 }
 

@@ -263,7 +263,7 @@ static void mpi_comm_free(tks_comm *c) {
 
 /* Split colour and key of this rank for each group kind. The test hook
  * TOKSHARD_TEST_MESH_FAULT=merge-dp builds dp_shard groups that ignore the
- * replica coordinate (the torchtitan bug of CONTEXT.md) so that the
+ * replica coordinate (the torchtitan failure of docs/MOTIVATION.md) so that the
  * verification below can be shown to catch it. */
 static void split_of(const tks_mesh *m, tks_group_kind k, int *color, int *key) {
     const tks_mesh_shape *s = &m->shape;

@@ -11,7 +11,7 @@
  * Groups (each a tks_comm): tp (same rep, shard), dp_shard (same rep, tp_rank),
  * dp_replicate (same shard, tp_rank), dp (same tp_rank), world.
  * Planning is pure (no MPI); tks_mesh_create builds the communicators and then
- * checks every group's real size and members against the plan (CONTEXT.md,
+ * checks every group's real size and members against the plan (docs/MOTIVATION.md,
  * failure 3: a layout silently replaced by another).
  */
 #ifndef TKS_MESH_H

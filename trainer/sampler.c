@@ -132,6 +132,8 @@ int tks_sampler_create(const tks_dataset *ds, uint64_t token_begin, uint64_t tok
         free(s);
         return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory creating a sampler");
     }
+    /* windows are read in permuted order: no read-ahead past them */
+    tks_dataset_advise(ds, TKS_ACCESS_RANDOM);
     s->ds = ds;
     s->begin = token_begin;
     s->end = token_end;
@@ -288,7 +290,7 @@ int tks_batch_check(uint64_t global_batch, uint32_t dp, uint64_t micro_batch, ui
 
 int tks_sampler_rank_slice_at(uint64_t cursor, uint64_t global_batch, uint32_t dp,
                               uint32_t dp_rank, uint64_t *first_global_sample, uint64_t *count) {
-    uint64_t pr;
+    uint64_t pr = 0; /* set by tks_batch_check when it returns 0 */
     int rc = tks_batch_check(global_batch, dp, 0, &pr, NULL);
     if (rc) return rc;
     if (dp_rank >= dp)

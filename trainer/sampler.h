@@ -4,7 +4,7 @@
  * O(1)-memory permutation per epoch, and the slice of each step that each
  * data-parallel rank reads. Specification: docs/SAMPLING.md.
  *
- * The data order rule (CONTEXT.md): the samples of global step s depend only
+ * The data order rule (docs/MOTIVATION.md): the samples of global step s depend only
  * on the dataset and its token range, the seed, seq_len, the global batch
  * size B and s. Nothing here takes the tensor-parallel degree, and the
  * data-parallel degree only selects a contiguous slice of the step.
@@ -52,6 +52,11 @@ typedef struct tks_sample_loc {
     uint32_t n_pieces_total; /* shards the window spans; > n_pieces means pieces[] is cut */
     tks_sample_piece pieces[TKS_SAMPLE_MAX_PIECES]; /* in stream order */
 } tks_sample_loc;
+
+/* The data-order defaults of tokshard-train, shared with `tokshard
+ * sample-plan` so that a plan without flags is what a default run reads. */
+#define TKS_DEFAULT_SEED 1337
+#define TKS_DEFAULT_VAL_TOKENS 65536
 
 typedef struct tks_sampler tks_sampler;
 

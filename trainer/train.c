@@ -29,7 +29,7 @@ void tks_train_opts_default(tks_train_opts *o) {
     o->steps = 200;
     o->seq_len = 256;
     o->global_batch = 16;
-    o->seed = 1337;
+    o->seed = TKS_DEFAULT_SEED;
     o->lr = 3e-3f;
     o->min_lr = 3e-4f;
     o->beta1 = 0.9f;
@@ -38,7 +38,7 @@ void tks_train_opts_default(tks_train_opts *o) {
     o->weight_decay = 0.1f;
     o->grad_clip = 1.0f;
     o->warmup_steps = 20;
-    o->val_tokens = 65536;
+    o->val_tokens = TKS_DEFAULT_VAL_TOKENS;
     o->eval_every = 50;
     o->eval_batches = 4;
     o->keep_checkpoints = 3;
@@ -104,7 +104,7 @@ static int resolve(const tks_train_opts *in, run *r) {
     if (!r->cfg.vocab_size) r->cfg.vocab_size = ti->vocab_size;
     if (!r->cfg.max_seq_len || r->cfg.max_seq_len < o->seq_len) r->cfg.max_seq_len = o->seq_len;
     tks_model_config_defaults(&r->cfg);
-    /* vocabulary safety, before anything is allocated (CONTEXT.md, failure 1) */
+    /* vocabulary safety, before anything is allocated (docs/MOTIVATION.md, failure 1) */
     if (ti->vocab_size > r->cfg.vocab_size)
         return tks_fail(TKS_ERR_TOKEN_RANGE, o->dataset_dir, TKS_NONE, TKS_NONE,
                         "dataset %s was built for vocab_size %u (max token id %u) but the model "
@@ -291,6 +291,7 @@ static void options_json(const run *r, char *out, size_t cap) {
                           "weight_decay", (double)o->weight_decay, "grad_clip",
                           (double)o->grad_clip, "warmup_steps", (json_int_t)o->warmup_steps,
                           "val_tokens", (json_int_t)o->val_tokens);
+    if (j && o->val_dataset_dir) json_object_set_new(j, "val_dataset", json_string(o->val_dataset_dir));
     char *t = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) : NULL;
     snprintf(out, cap, "%s", t ? t : "{}");
     free(t);

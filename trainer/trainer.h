@@ -94,6 +94,26 @@ int tks_train_rank(void);
  * into out (cap bytes). Errors: TKS_ERR_IO when there is none. */
 int tks_train_latest_checkpoint(const char *run_dir, char *out, size_t cap);
 
+/* What decides the samples a run reads (docs/SAMPLING.md), read back from
+ * one of its checkpoints so that `tokshard sample-plan --run` shows exactly
+ * what that run read and will read. */
+typedef struct tks_run_sampling {
+    char checkpoint[4096];        /* the checkpoint directory read */
+    char dataset[4096];           /* the training dataset, as the run was given it */
+    int val_dataset;              /* 1: validation used a separate dataset (no split) */
+    uint32_t seq_len;
+    uint64_t global_batch, micro_batch, seed, val_tokens;
+    uint64_t step;                /* steps done when the checkpoint was written */
+    uint64_t cursor;              /* global samples consumed by then */
+} tks_run_sampling;
+
+/* Fills `out` from `path`: a checkpoint directory (has trainer_state.json) or
+ * a run directory (its newest complete checkpoint). The checkpoint's files are
+ * verified against their recorded checksums first.
+ * Errors: TKS_ERR_IO (no checkpoint under a run directory), TKS_ERR_MANIFEST
+ * (a corrupt or incomplete checkpoint: the message names the file). */
+int tks_train_read_sampling(const char *path, tks_run_sampling *out);
+
 /* Generation from a checkpoint with a KV cache. */
 typedef struct tks_generate_opts {
     const char *checkpoint;       /* checkpoint dir (has tokenizer.model) */

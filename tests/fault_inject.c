@@ -1,0 +1,88 @@
+/*
+ * fault_inject.c - a test-side fault injector, loaded with LD_PRELOAD into an
+ * unmodified tokshard process: it wraps rename() and fsync() and raises
+ * SIGKILL at the point TKS_FAULT_KILL names, so the library itself carries no
+ * test hook. Points:
+ *   shard:K  right after shard-K.tks is renamed into place (published, not yet
+ *            recorded in the build state)
+ *   state:K  right after build-state.json is renamed into place following the
+ *            publication of shard K (the state records shard K)
+ *   fsync:K  at the K-th fsync() of the process, before it runs (a temporary
+ *            file written but neither durable nor renamed)
+ *   rename:NAME:K  right after the K-th rename() whose destination's base name
+ *            is NAME (a checkpoint's step directory, a file inside it, ...)
+ * And TKS_COUNT_OPEN=NAME counts the open() calls of paths ending in NAME and
+ * prints "fault_inject: N open(s) of NAME" to stderr at exit (an input must be
+ * read once).
+ * Under AddressSanitizer, set ASAN_OPTIONS=verify_asan_link_order=0.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static long last_shard = -1;
+static long n_fsync;
+static long n_named;
+
+/* Does TKS_FAULT_KILL equal "kind:k"? */
+static int wants(const char *kind, long k) {
+    const char *v = getenv("TKS_FAULT_KILL");
+    size_t n = strlen(kind);
+    return v && strncmp(v, kind, n) == 0 && v[n] == ':' && strtol(v + n + 1, NULL, 10) == k;
+}
+
+int rename(const char *from, const char *to) {
+    int (*real)(const char *, const char *) =
+        (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
+    int rc = real(from, to);
+    const char *v = getenv("TKS_FAULT_KILL");
+    if (rc != 0 || !v) return rc;
+    const char *base = strrchr(to, '/');
+    base = base ? base + 1 : to;
+    unsigned idx;
+    char tail[8];
+    if (sscanf(base, "shard-%5u.tks%7s", &idx, tail) == 1) {
+        last_shard = idx;
+        if (wants("shard", idx)) raise(SIGKILL);
+    } else if (!strcmp(base, "build-state.json") && last_shard >= 0 && wants("state", last_shard)) {
+        raise(SIGKILL);
+    } else if (!strncmp(v, "rename:", 7)) {
+        const char *name = v + 7, *colon = strrchr(name, ':');
+        if (colon && (size_t)(colon - name) == strlen(base) && !strncmp(name, base, strlen(base)) &&
+            ++n_named == strtol(colon + 1, NULL, 10))
+            raise(SIGKILL);
+    }
+    return rc;
+}
+
+int fsync(int fd) {
+    int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+    if (wants("fsync", ++n_fsync)) raise(SIGKILL);
+    return real(fd);
+}
+
+static long n_opens;
+static void report_opens(void) {
+    fprintf(stderr, "fault_inject: %ld open(s) of %s\n", n_opens, getenv("TKS_COUNT_OPEN"));
+}
+
+int open(const char *path, int flags, ...) {
+    int (*real)(const char *, int, ...) = (int (*)(const char *, int, ...))dlsym(RTLD_NEXT, "open");
+    mode_t mode = 0;
+    if (flags & (O_CREAT | O_TMPFILE)) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = (mode_t)va_arg(ap, int);
+        va_end(ap);
+    }
+    const char *want = getenv("TKS_COUNT_OPEN");
+    size_t n = want ? strlen(want) : 0, l = strlen(path);
+    if (want && l >= n && !strcmp(path + l - n, want) && n_opens++ == 0) atexit(report_opens);
+    return real(path, flags, mode);
+}
