@@ -1,4 +1,4 @@
-/* dist_mpi.c - dist.h with MPI, linked into `tokshard-mpi`.
+/* dist_mpi.c - dist.h: tokshard commands across MPI ranks.
  *
  * Audit: every rank runs tks_audit on its share of the shards (contiguous
  * ranges of about equal bytes, tks_audit_share); rank 0 gathers the reports
@@ -14,11 +14,17 @@
 #include "cli.h"
 #include "dist.h"
 
-int tks_dist_launched_many(void) { return 0; } /* already the MPI build */
+static long env_long(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? strtol(v, NULL, 10) : -1;
+}
 
-int tks_dist_reexec(char **argv) {
-    (void)argv;
-    return EXIT_USAGE;
+/* started by mpirun/srun as one of several processes */
+static int launched_many(void) {
+    long n = env_long("OMPI_COMM_WORLD_SIZE");
+    if (n < 0) n = env_long("PMI_SIZE");
+    if (n < 0 && getenv("PMIX_RANK")) n = env_long("SLURM_NTASKS");
+    return n > 1;
 }
 
 static int g_inited_here = 0;
@@ -48,6 +54,7 @@ int tks_dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_repor
     *out = NULL;
     int size = 1;
     *rank = 0;
+    if (!launched_many()) return tks_audit(path, opts, out);
     int rc = world(rank, &size);
     if (rc) return rc;
     tks_audit_opts o = *opts;

@@ -344,7 +344,7 @@ static int cmd_audit(int argc, char **argv) {
     }
     if (!path) return tks_cli_usage_error("audit: give a dataset DIR or a SHARD file");
     tks_audit_report *r;
-    int rank = 0; /* under mpirun (tokshard-mpi): ranks audit a share each, rank 0 reports */
+    int rank = 0; /* under mpirun: ranks audit a share each, rank 0 reports */
     if (tks_dist_audit(path, &ao, &r, &rank) != 0) return tks_dist_finish(tks_cli_lib_error());
     if (rank != 0) return tks_dist_finish(0);
     /* a tokenizer given on the command line must also agree on the vocabulary */
@@ -727,10 +727,7 @@ int main(int argc, char **argv) {
     char **sub_argv = argv + 2;
     if (!strcmp(cmd, "build")) return cmd_build(sub_argc, sub_argv);
     if (!strcmp(cmd, "train-tokenizer")) return cmd_train_tokenizer(sub_argc, sub_argv);
-    if (!strcmp(cmd, "audit")) {
-        if (tks_dist_launched_many()) return tks_dist_reexec(argv); /* returns on failure */
-        return cmd_audit(sub_argc, sub_argv);
-    }
+    if (!strcmp(cmd, "audit")) return cmd_audit(sub_argc, sub_argv);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(sub_argc, sub_argv);
     if (!strcmp(cmd, "cat")) return cmd_cat(sub_argc, sub_argv);
     if (!strcmp(cmd, "sample-plan")) return tks_cli_sample_plan(sub_argc, sub_argv);
