@@ -22,14 +22,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
+#ifdef TKS_XXH_DISPATCH
+/* XXH3 calls go to libxxhash's runtime-dispatched entry points (AVX2 or
+ * AVX-512 when the CPU has them); the plain ones are the SSE2 build. */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "internal.h"
 
 typedef struct ashard {
     char path[PATH_MAX];
+    int fd;                 /* for pread of the O(bytes) sections, or -1: read the mapping */
     const uint8_t *base;
     size_t size;
     tks_shard_header h;
@@ -42,6 +50,7 @@ typedef struct ashard {
     uint64_t index_xxh3;    /* XXH3-64 of the index (index task) */
     uint64_t index_bad;     /* first bad index entry, or TKS_NONE (index task) */
     uint64_t index_bad_value; /* index[index_bad] (index task) */
+    int index_read_errno;   /* the index task could not read the index: errno, or -1 */
     size_t first_task;      /* task number of chunk 0 */
     atomic_size_t tasks_left; /* the task that brings it to 0 may unmap the shard */
     const uint64_t *index;
@@ -63,6 +72,7 @@ typedef struct sink {
 
 typedef struct task_result {
     int hash_bad;
+    int read_errno;         /* pread failed: errno, or -1 for a short read */
     uint32_t min_id, max_id;
     uint64_t n_bad, first_bad;      /* ids >= vocab_size: count, token offset of first */
     uint32_t bad_id;
@@ -166,29 +176,61 @@ TKS_VECTORIZE static int increasing(const uint64_t *q, size_t n) {
     return (int)ok;
 }
 
+/* Bytes a task reads at a time with pread into its thread's buffer: the
+ * copy out of the page cache costs less than mapping and unmapping the pages
+ * (bench/bench_audit.sh), and the block then stays in L2 for hash and scan. */
+#define READ_BYTES ((size_t)256 << 10)
+
+/* The len bytes at file offset off of shard s: read into buf when the shard
+ * has an fd and the task a buffer, else the mapping. NULL on a read error
+ * (errno in *err, -1 for a short read: the file shrank during the audit). */
+static const uint8_t *fetch(const ashard *s, uint8_t *buf, uint64_t off, size_t len, int *err) {
+    if (s->fd < 0 || !buf) return s->base + off;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(s->fd, buf + got, len - got, (off_t)(off + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            *err = n < 0 ? errno : -1;
+            return NULL;
+        }
+        got += (size_t)n;
+    }
+    return buf;
+}
+
 /* Index task: XXH3-64 of the index and the first entry that breaks the rules
  * (index[0] = 0, strictly increasing, index[n_docs] = n_tokens; the same rule
- * as tks__index_bad), in one pass. */
-static void scan_index(ashard *s) {
+ * as tks__index_bad), in one pass. A read error leaves index_read_errno set. */
+static void scan_index(ashard *s, uint8_t *buf) {
     const tks_shard_header *h = &s->h;
-    const uint64_t *ix = s->index;
-    uint64_t n = h->n_docs + 1, bad = ix[0] != 0 ? 0 : TKS_NONE;
+    uint64_t n = h->n_docs + 1, bad = TKS_NONE, prev = 0;
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
-    const size_t per = BLOCK_BYTES / sizeof *ix;
+    const size_t per = READ_BYTES / sizeof(uint64_t);
     for (uint64_t i = 0; i < n; i += per) {
         uint64_t m = n - i < per ? n - i : per;
-        XXH3_64bits_update(&st, ix + i, m * sizeof *ix);
+        const uint64_t *ix = (const uint64_t *)fetch(s, buf, h->index_offset + 8 * i, m * 8, &s->index_read_errno);
+        if (!ix) return;
+        XXH3_64bits_update(&st, ix, m * sizeof *ix);
         if (bad != TKS_NONE) continue;
+        if (i == 0 && ix[0] != 0) {
+            bad = 0;
+            continue;
+        }
         /* entries d in [max(i,1), i + m): index[d] > index[d - 1] */
-        if (!increasing(ix + (i ? i - 1 : 0), i ? m + 1 : m))
-            for (uint64_t d = i ? i : 1; d < i + m; d++)
-                if (ix[d] <= ix[d - 1]) { bad = d; break; }
+        if ((i && ix[0] <= prev) || !increasing(ix, m)) {
+            if (i && ix[0] <= prev) bad = i;
+            else
+                for (uint64_t d = 1; d < m; d++)
+                    if (ix[d] <= ix[d - 1]) { bad = i + d; break; }
+        }
+        prev = ix[m - 1];
     }
-    if (bad == TKS_NONE && ix[h->n_docs] != h->n_tokens) bad = h->n_docs;
+    if (bad == TKS_NONE && prev != h->n_tokens) bad = h->n_docs;
     s->index_xxh3 = XXH3_64bits_digest(&st);
     s->index_bad = bad;
-    s->index_bad_value = bad != TKS_NONE ? ix[bad] : 0;
+    s->index_bad_value = bad != TKS_NONE ? s->index[bad] : 0;
 }
 
 TKS_CLONES static void minmax16(const uint16_t *q, size_t n, uint32_t *lo, uint32_t *hi) {
@@ -211,29 +253,38 @@ TKS_CLONES static void minmax32(const uint32_t *q, size_t n, uint32_t *lo, uint3
     if (h > *hi) *hi = h;
 }
 
-static void scan_chunk(const ashard *s, uint64_t c, uint32_t model_vocab, task_result *t) {
+static void scan_chunk(const ashard *s, uint64_t c, uint32_t model_vocab, uint8_t *buf, task_result *t) {
     const tks_shard_header *h = &s->h;
     uint64_t off = c * h->chunk_bytes;
     uint64_t len = h->tokens_bytes - off < h->chunk_bytes ? h->tokens_bytes - off : h->chunk_bytes;
-    const uint8_t *p = s->base + h->tokens_offset + off;
     uint64_t n = len / h->token_bytes, first = off / h->token_bytes;
     uint32_t lo = UINT32_MAX, hi = 0;
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
-    for (uint64_t b = 0; b < len; b += BLOCK_BYTES) {
-        size_t m = len - b < BLOCK_BYTES ? (size_t)(len - b) : BLOCK_BYTES;
-        XXH3_64bits_update(&st, p + b, m);
-        if (h->token_bytes == 2)
-            minmax16((const uint16_t *)(p + b), m / 2, &lo, &hi);
-        else
-            minmax32((const uint32_t *)(p + b), m / 4, &lo, &hi);
+    for (uint64_t r = 0; r < len; r += READ_BYTES) {
+        size_t rn = len - r < READ_BYTES ? (size_t)(len - r) : READ_BYTES;
+        const uint8_t *q = fetch(s, buf, h->tokens_offset + off + r, rn, &t->read_errno);
+        if (!q) {
+            t->min_id = UINT32_MAX;
+            t->max_id = 0;
+            return;
+        }
+        for (size_t b = 0; b < rn; b += BLOCK_BYTES) {
+            size_t m = rn - b < BLOCK_BYTES ? rn - b : BLOCK_BYTES;
+            XXH3_64bits_update(&st, q + b, m);
+            if (h->token_bytes == 2)
+                minmax16((const uint16_t *)(q + b), m / 2, &lo, &hi);
+            else
+                minmax32((const uint32_t *)(q + b), m / 4, &lo, &hi);
+        }
     }
     t->hash_bad = XXH3_64bits_digest(&st) != s->table[c];
     t->min_id = lo;
     t->max_id = hi;
-    /* Slow path only when something is out of range. */
+    /* Slow path only when something is out of range: it reads the mapping. */
     uint32_t lim = model_vocab && model_vocab < h->vocab_size ? model_vocab : h->vocab_size;
     if (hi < lim) return;
+    const uint8_t *p = s->base + h->tokens_offset + off;
     for (uint64_t i = 0; i < n; i++) {
         uint32_t id = tks_shard_token_at(p, h->token_bytes, i);
         if (id >= h->vocab_size) {
@@ -251,12 +302,14 @@ static void release_if_clean(ashard *s, const task_result *res) {
     if (s->body_ok)
         for (uint64_t c = 0; c < s->h.n_chunks; c++) {
             const task_result *t = &res[s->first_task + c];
-            if (t->hash_bad || t->n_bad || t->n_bad_model) return;
+            if (t->hash_bad || t->read_errno || t->n_bad || t->n_bad_model) return;
         }
     tks__unmap(s->base, s->size);
     s->base = NULL;
     s->index = NULL;
     s->table = NULL;
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
 }
 
 static int is_shard_name(const char *n) {
@@ -393,6 +446,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
 
     /* this process's shards: all, or its share of a distributed audit, whose
      * rank 0 alone reports the dataset-level problems found above */
+    for (size_t i = 0; i < n_sh; i++) sh[i].fd = -1;
     size_t mine0 = 0, mine1 = n_sh;
     if (opts.n_ranks > 1) {
         uint64_t *sizes = calloc(n_sh ? n_sh : 1, sizeof *sizes);
@@ -419,6 +473,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             continue;
         }
         check_structure(s, pk);
+        if (s->size_ok) s->fd = open(s->path, O_RDONLY | O_CLOEXEC); /* -1: use the mapping */
         if (!s->header_ok) continue;
         r->n_docs += s->h.n_docs;
         r->n_tokens += s->h.n_tokens;
@@ -453,7 +508,10 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
         free(t_shard);
         free(t_chunk);
         free(res);
-        for (size_t i = 0; i < n_sh; i++) tks__unmap(sh[i].base, sh[i].size);
+        for (size_t i = 0; i < n_sh; i++) {
+            tks__unmap(sh[i].base, sh[i].size);
+            if (sh[i].fd >= 0) close(sh[i].fd);
+        }
         free(sh);
         free(minfo);
         tks_audit_report_free(r);
@@ -476,18 +534,23 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
         atomic_init(&sh[i].tasks_left, left);
     }
     int threads = opts.threads > 0 ? opts.threads : omp_get_max_threads();
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#pragma omp parallel num_threads(threads)
+    {
+    uint8_t *buf = aligned_alloc(4096, READ_BYTES); /* NULL: this thread reads the mappings */
+#pragma omp for schedule(dynamic, 1)
     for (size_t j = 0; j < n_tasks; j++) {
         ashard *s = &sh[t_shard[j]];
         if (t_chunk[j] == TKS_NONE)
-            scan_index(s);
+            scan_index(s, buf);
         else
-            scan_chunk(s, t_chunk[j], opts.model_vocab, &res[j]);
+            scan_chunk(s, t_chunk[j], opts.model_vocab, buf, &res[j]);
         /* The shard's last task unmaps it when no chunk problem needs the index
          * for the report: munmap then overlaps with other shards' work instead
          * of running serially at the end. */
         if (atomic_fetch_sub_explicit(&s->tasks_left, 1, memory_order_acq_rel) == 1)
             release_if_clean(s, res);
+    }
+    free(buf);
     }
 
     /* index problems of every shard, then chunk problems, in shard order */
@@ -495,6 +558,13 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
         ashard *s = &sh[i];
         if (!s->size_ok) continue;
         sk.base = KEY(2, i);
+        if (s->index_read_errno) {
+            problem(pk, TKS_ERR_IO, s->shard_no, TKS_NONE, TKS_NONE, s->h.index_offset, TKS_NONE,
+                    s->path, "cannot read the document index at offset %llu: %s (check the disk "
+                    "and the file system, then audit again)", (unsigned long long)s->h.index_offset,
+                    s->index_read_errno > 0 ? strerror(s->index_read_errno) : "the file shrank");
+            continue;
+        }
         if (s->table_ok && s->index_xxh3 != s->index_expect)
             problem(pk, TKS_ERR_CHECKSUM, s->shard_no, TKS_NONE, TKS_NONE, s->h.index_offset,
                     TKS_NONE, s->path, "document index at offset %llu is corrupt (checksum mismatch)",
@@ -521,7 +591,13 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             r->n_chunks++;
             r->bytes_hashed += s->h.tokens_bytes - off < s->h.chunk_bytes ? s->h.tokens_bytes - off
                                                                           : s->h.chunk_bytes;
-            if (t->hash_bad)
+            if (t->read_errno)
+                problem(pk, TKS_ERR_IO, s->shard_no, c, tok0, s->h.tokens_offset + off, doc_of(s, tok0),
+                        s->path, "cannot read chunk %llu (bytes %llu..): %s (check the disk and the "
+                        "file system, then audit again)", (unsigned long long)c,
+                        (unsigned long long)(s->h.tokens_offset + off),
+                        t->read_errno > 0 ? strerror(t->read_errno) : "the file shrank");
+            else if (t->hash_bad)
                 problem(pk, TKS_ERR_CHECKSUM, s->shard_no, c, tok0, s->h.tokens_offset + off,
                         doc_of(s, tok0), s->path,
                         "chunk %llu (bytes %llu.., tokens %llu..) checksum mismatch: token data "
@@ -554,7 +630,10 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     }
     if (r->min_token_id == UINT32_MAX) r->min_token_id = 0;
     r->n_shards = n_sh;
-    for (size_t i = 0; i < n_sh; i++) tks__unmap(sh[i].base, sh[i].size);
+    for (size_t i = 0; i < n_sh; i++) {
+        tks__unmap(sh[i].base, sh[i].size);
+        if (sh[i].fd >= 0) close(sh[i].fd);
+    }
     free(t_shard);
     free(t_chunk);
     free(res);
