@@ -4,14 +4,15 @@
  * shard first. Everything that is O(bytes) then runs as tasks of one OpenMP
  * loop: each shard's document index (hash and monotonicity, one task per
  * shard, queued first because it is the longest) and every (shard, chunk)
- * pair (hash and id range). A task walks its bytes once, in blocks small
- * enough to stay in the core's cache: each block is hashed and then scanned
- * while it is still there. Results are gathered in order, so the report is the
- * same whatever the thread count.
+ * pair (hash and id range). A task reads its bytes once, with pread into its
+ * thread's 256 KiB buffer, and hashes and scans each 32 KiB block of it while
+ * the block is in L1/L2. Results are gathered in order, so the report is the
+ * same whatever the thread count; every problem carries an order key, so the
+ * reports of the ranks of a distributed audit merge into that same report.
  *
- * XXH3 is inlined from xxhash.h (XXH_INLINE_ALL, this file only): the same
- * algorithm and bytes as libxxhash, without the call into the shared library,
- * whose build runs at about half the speed on the hot loop (docs/BENCHMARKS.md). */
+ * XXH3 goes through libxxhash's runtime-dispatched entry points where the
+ * library has them (x86-64: AVX2 or AVX-512 by CPU); its plain entry points
+ * are the SSE2 build, 20% slower per pass here (docs/BENCHMARKS.md). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
