@@ -186,6 +186,8 @@ TKS_VECTORIZE static int increasing(const uint64_t *q, size_t n) {
  * has an fd and the task a buffer, else the mapping. NULL on a read error
  * (errno in *err, -1 for a short read: the file shrank during the audit). */
 static const uint8_t *fetch(const ashard *s, uint8_t *buf, uint64_t off, size_t len, int *err) {
+    /* len <= the buffer's size: the callers read at most READ_BYTES, and the
+     * buffer holds the most any task reads at a time (tks_audit) */
     if (s->fd < 0 || !buf) return s->base + off;
     size_t got = 0;
     while (got < len) {
@@ -534,10 +536,19 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             }
         atomic_init(&sh[i].tasks_left, left);
     }
+    /* read buffer: READ_BYTES, or less when no task reads that much at a time */
+    size_t buf_bytes = 4096;
+    for (size_t i = 0; i < n_sh; i++)
+        if (sh[i].size_ok) {
+            uint64_t most = sh[i].h.index_bytes > sh[i].h.chunk_bytes ? sh[i].h.index_bytes : sh[i].h.chunk_bytes;
+            if (most > buf_bytes) buf_bytes = most < READ_BYTES ? (size_t)most : READ_BYTES;
+        }
+    buf_bytes = (buf_bytes + 4095) & ~(size_t)4095;
     int threads = opts.threads > 0 ? opts.threads : omp_get_max_threads();
+    if ((size_t)threads > n_tasks) threads = n_tasks ? (int)n_tasks : 1;
 #pragma omp parallel num_threads(threads)
     {
-    uint8_t *buf = aligned_alloc(4096, READ_BYTES); /* NULL: this thread reads the mappings */
+    uint8_t *buf = aligned_alloc(4096, buf_bytes); /* NULL: this thread reads the mappings */
 #pragma omp for schedule(dynamic, 1)
     for (size_t j = 0; j < n_tasks; j++) {
         ashard *s = &sh[t_shard[j]];
