@@ -2,6 +2,8 @@
 #   fuzz_shard  shard reader (tks_shard_open_mem, tks_shard_read, tks_shard_verify_chunk)
 #   fuzz_audit  audit and dataset opener (lone shard, manifest.json, shard under a manifest)
 #   fuzz_input  input reader (plain, compressed, archives, JSONL) and tks_utf8_sanitize
+#   fuzz_foreign  interop: Megatron/llm.c/raw/datatrove readers (audit --format) and the
+#               sentencepiece proto walker of tokenizer.json
 #
 # Always: <target>_replay, the same source with tests/fuzz/replay.c as main(),
 # and one ctest per target replaying tests/fuzz/corpus/<target>/ (with the
@@ -16,11 +18,11 @@
 #
 # fuzz_audit and fuzz_input take a dictionary: -dict=tests/fuzz/<target>.dict.
 set(TKS_FUZZ_DIR ${TKS_TEST_DIR}/fuzz)
-set(TKS_FUZZ_TARGETS fuzz_shard fuzz_audit fuzz_input)
+set(TKS_FUZZ_TARGETS fuzz_shard fuzz_audit fuzz_input fuzz_foreign)
 
 foreach(t ${TKS_FUZZ_TARGETS})
   add_executable(${t}_replay ${TKS_FUZZ_DIR}/${t}.c ${TKS_FUZZ_DIR}/replay.c)
-  target_link_libraries(${t}_replay PRIVATE tks_tokenize)
+  target_link_libraries(${t}_replay PRIVATE tks_tokenize tks_interop)
   add_test(NAME ${t}_corpus COMMAND ${t}_replay ${TKS_FUZZ_DIR}/corpus/${t})
   set_tests_properties(${t}_corpus PROPERTIES TIMEOUT 300)
 endforeach()
@@ -53,7 +55,7 @@ if(TKS_FUZZ)
         list(APPEND _tks_lib_fuzz_flags -fsanitize=address,undefined -fno-omit-frame-pointer
              -fno-sanitize-recover=undefined)
       endif()
-      foreach(lib tks_common tks_dataset tks_tokenize)
+      foreach(lib tks_common tks_dataset tks_tokenize tks_interop)
         target_compile_options(${lib} PRIVATE ${_tks_lib_fuzz_flags})
         if(NOT TKS_SANITIZE)
           target_link_options(${lib} INTERFACE -fsanitize=address,undefined)
@@ -65,7 +67,7 @@ if(TKS_FUZZ)
         target_compile_options(${t} PRIVATE -fsanitize=fuzzer,address,undefined
                                -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
         target_link_options(${t} PRIVATE -fsanitize=fuzzer,address,undefined)
-        target_link_libraries(${t} PRIVATE tks_tokenize)
+        target_link_libraries(${t} PRIVATE tks_tokenize tks_interop)
         # The libFuzzer binary itself runs the corpus once (-runs=0: no mutation).
         add_test(NAME ${t}_libfuzzer COMMAND ${t} -runs=0 ${TKS_FUZZ_DIR}/corpus/${t})
         set_tests_properties(${t}_libfuzzer PROPERTIES TIMEOUT 300)

@@ -63,6 +63,24 @@ int tks_spm_decode(const tks_spm *s, const uint32_t *ids, size_t n, char **text,
  * Owned by the handle. */
 const char *tks_spm_piece(const tks_spm *s, uint32_t id);
 
+/*
+ * Writes the model at `model_path` as a Hugging Face fast tokenizer into the
+ * existing directory `dir`: tokenizer.json (normalizer with the model's
+ * precompiled charsmap and sentencepiece's whitespace rules, Metaspace
+ * pre-tokenizer, BPE with the merges transformers' converter derives or
+ * Unigram with the scores, byte fallback, BOS template, decoder) and
+ * tokenizer_config.json (special tokens; class LlamaTokenizer, so that
+ * use_fast=False gives transformers' sentencepiece-backed tokenizer). When
+ * dir/config.json exists (a checkpoint), its bos_token_id, eos_token_id and
+ * pad_token_id are set from the model (null when absent). Every file is
+ * written crash-safely. Choices and their sources: docs/INTEROP.md.
+ * Errors: TKS_ERR_IO, TKS_ERR_TOKENIZER (not a sentencepiece model, or a
+ * word/char model, or one without whitespace escaping: none has a fast
+ * tokenizer equivalent), TKS_ERR_MANIFEST (config.json not a JSON object),
+ * TKS_ERR_NOSPACE, TKS_ERR_NOMEM.
+ */
+int tks_hf_tokenizer_write(const char *model_path, const char *dir);
+
 /* Training a new model. */
 typedef struct tks_spm_train_opts {
     const char *model_prefix;     /* writes PREFIX.model and PREFIX.vocab */

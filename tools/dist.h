@@ -15,6 +15,9 @@
  * this rank (or TKS_ERR_IO when another rank failed), with the error recorded. */
 int tks_dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **out, int *rank);
 
+/* This process's rank (MPI started if needed), or 0 without a launcher. */
+int tks_dist_rank(void);
+
 /* The exit code every process returns: the largest rc of all ranks. Ends MPI
  * if tks_dist_audit started it. */
 int tks_dist_finish(int rc);

@@ -27,6 +27,10 @@ pkgs=(
   # the independent PyTorch reference of the trainer parity test (and numpy for
   # the tests that read safetensors files from Python)
   python3-torch python3-numpy
+  # the project venv of the interop peers (tools/install-venv.sh)
+  python3-venv python3-pip
+  # transformers' slow LlamaTokenizer (use_fast=False) runs sentencepiece from Python
+  python3-sentencepiece
 )
 if [[ "${1:-}" == "--bench" || "${TOKSHARD_BENCH:-0}" == 1 ]]; then
   pkgs+=(python3-sentencepiece python3-numpy time)
@@ -41,8 +45,15 @@ for p in "${pkgs[@]}"; do
     missing+=("$p")
   fi
 done
+# The venv needs PyPI; without it the build, the main job and every other test
+# still work, and the interop tests say what to run.
+venv() {
+  "$(dirname "$0")/install-venv.sh" || echo "install-deps: WARNING: could not make the project venv" \
+    ".venv (no access to PyPI?): the interop peer tests fail until tools/install-venv.sh succeeds" >&2
+}
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#pkgs[@]} packages present"
+  venv
   exit 0
 fi
 
@@ -53,3 +64,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps: done"
+venv

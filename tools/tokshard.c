@@ -15,11 +15,17 @@
 #include <unistd.h>
 
 #include "dataset/dataset.h"
+#include "interop/interop.h"
 #include "tokenize/tokenize.h"
 #include "cli.h"
 #include "dist.h"
 
 int tks_cli_sample_plan(int argc, char **argv); /* tools/sample_plan.c */
+/* tools/interop_cli.c */
+int tks_cli_import(int argc, char **argv);
+int tks_cli_export(int argc, char **argv);
+int tks_cli_export_hf(int argc, char **argv);
+int tks_cli_foreign_flag(tks_args *a, tks_foreign_opts *fo, int *consumed);
 
 #define OPT(s) (strcmp(a.name, s) == 0)
 #define VAL(dst)                                                               \
@@ -319,6 +325,8 @@ static json_t *num_or_null(uint64_t v) { return v == TKS_NONE ? json_null() : js
 
 static int cmd_audit(int argc, char **argv) {
     tks_audit_opts ao = {0};
+    tks_foreign_opts fo;
+    tks_foreign_opts_default(&fo);
     int as_json = 0;
     const char *path = NULL, *v;
     uint64_t v64;
@@ -328,7 +336,12 @@ static int cmd_audit(int argc, char **argv) {
         if (pos) {
             if (path) return tks_cli_usage_error("audit: one DIR or SHARD only (got %s and %s)", path, pos);
             path = pos;
-        } else if (OPT("--json")) as_json = 1;
+            continue;
+        }
+        int used, fr = tks_cli_foreign_flag(&a, &fo, &used);
+        if (fr) return fr;
+        if (used) continue;
+        if (OPT("--json")) as_json = 1;
         else if (OPT("--model-vocab")) {
             SIZE(v64);
             if (v64 == 0 || v64 > UINT32_MAX) return tks_cli_usage_error("--model-vocab must be in 1..2^32-1");
@@ -343,10 +356,23 @@ static int cmd_audit(int argc, char **argv) {
         } else return tks_cli_usage_error("audit: unknown option %s", a.name);
     }
     if (!path) return tks_cli_usage_error("audit: give a dataset DIR or a SHARD file");
+    if (fo.format && !ao.model_vocab)
+        return tks_cli_usage_error("audit --format %s: --model-vocab N is required (the embedding "
+                                   "size every id must fit)", tks_foreign_format_name(fo.format));
+    if (fo.format && ao.tokenizer_path)
+        return tks_cli_usage_error("audit --format %s: give --model-vocab instead of --tokenizer", tks_foreign_format_name(fo.format));
+    if (!fo.format && (fo.token_bytes || fo.eot_id != TKS_NO_ID || fo.eod_id != TKS_NO_ID))
+        return tks_cli_usage_error("audit: --dtype, --eot and --eod need --format megatron|llmc|raw|datatrove");
     tks_audit_report *r;
     int rank = 0; /* under mpirun: ranks audit a share each, rank 0 reports */
-    if (tks_dist_audit(path, &ao, &r, &rank) != 0) return tks_dist_finish(tks_cli_lib_error());
-    if (rank != 0) return tks_dist_finish(0);
+    if (fo.format) { /* a foreign dataset: one process audits it, the other ranks wait */
+        if (tks_dist_rank() != 0) return tks_dist_finish(0);
+        if (tks_foreign_audit(path, &fo, ao.model_vocab, ao.max_problems, &r))
+            return tks_dist_finish(tks_cli_lib_error());
+    } else {
+        if (tks_dist_audit(path, &ao, &r, &rank) != 0) return tks_dist_finish(tks_cli_lib_error());
+        if (rank != 0) return tks_dist_finish(0);
+    }
     /* a tokenizer given on the command line must also agree on the vocabulary */
     if (ao.tokenizer_path && r->vocab_size) {
         tks_spm *spm = NULL;
@@ -402,13 +428,20 @@ static int cmd_audit(int argc, char **argv) {
         }
         if (r->n_problems < r->n_problems_total)
             printf("... and %zu more problems\n", r->n_problems_total - r->n_problems);
-        printf("%s: %s: %llu shards, %llu chunks, %llu documents, %llu tokens, ids in [%u, %u] of "
-               "vocab %u%s%s; %.1f MB hashed in %.2f s (%.2f GB/s)\n",
-               r->n_problems_total ? "FAILED" : "OK", path, (unsigned long long)r->n_shards,
-               (unsigned long long)r->n_chunks, (unsigned long long)r->n_docs,
-               (unsigned long long)r->n_tokens, r->min_token_id, r->max_token_id, r->vocab_size,
-               r->manifest_checked ? ", manifest checked" : "",
-               r->tokenizer_checked ? ", tokenizer checked" : "", r->bytes_hashed / 1e6, r->seconds, gbs);
+        if (fo.format)
+            printf("%s: %s (%s): %llu documents, %llu tokens, ids in [%u, %u] of model vocab %u; "
+                   "%.1f MB scanned in %.2f s\n", r->n_problems_total ? "FAILED" : "OK", path,
+                   tks_foreign_format_name(fo.format), (unsigned long long)r->n_docs,
+                   (unsigned long long)r->n_tokens, r->min_token_id, r->max_token_id, r->vocab_size,
+                   r->bytes_hashed / 1e6, r->seconds);
+        else
+            printf("%s: %s: %llu shards, %llu chunks, %llu documents, %llu tokens, ids in [%u, %u] of "
+                   "vocab %u%s%s; %.1f MB hashed in %.2f s (%.2f GB/s)\n",
+                   r->n_problems_total ? "FAILED" : "OK", path, (unsigned long long)r->n_shards,
+                   (unsigned long long)r->n_chunks, (unsigned long long)r->n_docs,
+                   (unsigned long long)r->n_tokens, r->min_token_id, r->max_token_id, r->vocab_size,
+                   r->manifest_checked ? ", manifest checked" : "",
+                   r->tokenizer_checked ? ", tokenizer checked" : "", r->bytes_hashed / 1e6, r->seconds, gbs);
         if (r->n_problems_total) printf("%zu problem(s) found\n", r->n_problems_total);
     }
     int rc = r->n_problems_total ? EXIT_PROBLEMS : 0;
@@ -704,6 +737,13 @@ static void help(FILE *f) {
             "      --threads N [all cores]    --shard-tokens N [16M]   --chunk-bytes N [1M]\n"
             "      --append-eos   --prepend-bos   --resume   --quiet\n"
             "  tokshard audit DIR|SHARD [--json] [--model-vocab N] [--tokenizer MODEL] [--threads N]\n"
+            "  tokshard audit --format megatron|llmc|raw|datatrove SOURCE --model-vocab N\n"
+            "      [--eod ID] [--eot ID] [--dtype u16|u32] [--json]   another project's dataset, in place\n"
+            "  tokshard import --format megatron|llmc|raw|datatrove SOURCE --output DIR\n"
+            "      (--tokenizer MODEL | --vocab-size N) [--eot ID] [--dtype u16|u32] [--shard-tokens N] [--resume]\n"
+            "  tokshard export --format megatron|llmc DIR PREFIX [--copy] [--eot ID]\n"
+            "  tokshard export-hf CHECKPOINT DIR   a checkpoint as a Hugging Face model + fast tokenizer\n"
+            "  tokshard export-hf --tokenizer MODEL DIR   tokenizer.json + tokenizer_config.json only\n"
             "  tokshard inspect DIR|SHARD [--json] [--top K]\n"
             "  tokshard cat DIR|SHARD [--doc N] [--limit N] [--ids|--text] [--raw]\n"
             "  tokshard sample-plan DIR --seq-len L --global-batch B [--dp D] [--tp T] [--steps S0:S1]\n"
@@ -731,6 +771,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(sub_argc, sub_argv);
     if (!strcmp(cmd, "cat")) return cmd_cat(sub_argc, sub_argv);
     if (!strcmp(cmd, "sample-plan")) return tks_cli_sample_plan(sub_argc, sub_argv);
+    if (!strcmp(cmd, "import")) return tks_cli_import(sub_argc, sub_argv);
+    if (!strcmp(cmd, "export")) return tks_cli_export(sub_argc, sub_argv);
+    if (!strcmp(cmd, "export-hf")) return tks_cli_export_hf(sub_argc, sub_argv);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         help(stdout);
         return 0;

@@ -1,6 +1,7 @@
 /* checkpoint.c - save, verify and load checkpoint directories (checkpoint.h). */
 #define _GNU_SOURCE
 #include "checkpoint.h"
+#include "../tokenize/spm.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -18,7 +19,7 @@
 
 #define STATE_FORMAT "tokshard-checkpoint"
 static const char *const FILES[] = {"model.safetensors", "optimizer.safetensors", "config.json",
-                                    "tokenizer.model"};
+                                    "tokenizer.model", "tokenizer.json", "tokenizer_config.json"};
 #define N_FILES (sizeof FILES / sizeof FILES[0])
 
 /* Shortest decimal that reads back as the same float, as a double. */
@@ -187,6 +188,14 @@ int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks
         rc = write_config(path, tks_model_config_of(m), st);
     if (!rc && tokenizer_path && (rc = tks_path_join(path, sizeof path, tmp, "tokenizer.model")) == 0)
         rc = tks_copy_file_atomic(tokenizer_path, path);
+    /* tokenizer.json, tokenizer_config.json and the special ids in config.json,
+     * so that transformers loads the checkpoint as model and tokenizer; a
+     * tokenizer that has no fast equivalent (word/char models, an imported
+     * dataset's tokenizer.none) leaves the slow tokenizer.model only */
+    if (!rc && tokenizer_path && (rc = tks_hf_tokenizer_write(tokenizer_path, tmp)) == TKS_ERR_TOKENIZER) {
+        tks_clear_error();
+        rc = 0;
+    }
     /* trainer_state.json last, with the checksum of every other file */
     json_t *files = json_object();
     for (size_t i = 0; i < N_FILES && !rc; i++) {

@@ -1,0 +1,58 @@
+/* hf.c - a checkpoint as a clean Hugging Face model directory. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "internal.h"
+#include "../tokenize/spm.h"
+#include "../trainer/trainer.h"
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+int tks_export_hf(const char *checkpoint, const char *out_dir) {
+    if (!checkpoint || !out_dir || !*out_dir)
+        return tks_fail(TKS_ERR_ARG, out_dir, TKS_NONE, TKS_NONE, "export-hf needs a CHECKPOINT and a DIR");
+    struct stat sb;
+    if (stat(out_dir, &sb) == 0)
+        return tks_fail(TKS_ERR_EXISTS, out_dir, TKS_NONE, TKS_NONE,
+                        "%s already exists: choose another DIR or remove it", out_dir);
+    /* verifies every file of the checkpoint against its recorded checksum */
+    tks_run_sampling rs;
+    int rc = tks_train_read_sampling(checkpoint, &rs);
+    if (rc) return rc;
+    char tmp[PATH_MAX], src[PATH_MAX], dst[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", out_dir) >= (int)sizeof tmp)
+        return tks_fail(TKS_ERR_ARG, out_dir, TKS_NONE, TKS_NONE, "path too long: %s", out_dir);
+    nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS); /* a leftover of an interrupted export */
+    if (mkdir(tmp, 0755) != 0)
+        return tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE, "cannot create %s: %s", tmp,
+                        strerror(errno));
+    static const char *const files[] = {"model.safetensors", "config.json", "tokenizer.model"};
+    for (size_t i = 0; i < 3 && !rc; i++) {
+        rc = tks_path_join(src, sizeof src, rs.checkpoint, files[i]);
+        if (!rc) rc = tks_path_join(dst, sizeof dst, tmp, files[i]);
+        if (!rc && access(src, F_OK) != 0)
+            rc = tks_fail(TKS_ERR_MANIFEST, src, TKS_NONE, TKS_NONE,
+                          "%s is missing: the checkpoint has no %s to export", src, files[i]);
+        if (!rc) rc = tks_copy_file_atomic(src, dst);
+    }
+    if (!rc) rc = tks_path_join(dst, sizeof dst, tmp, "tokenizer.model");
+    if (!rc) rc = tks_hf_tokenizer_write(dst, tmp);
+    if (!rc && rename(tmp, out_dir) != 0)
+        rc = tks_fail(TKS_ERR_IO, out_dir, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s", tmp, out_dir,
+                      strerror(errno));
+    if (rc) {
+        nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+        return rc;
+    }
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", out_dir);
+    char *sl = strrchr(parent, '/');
+    return tks_fsync_dir(sl ? (*sl = 0, parent[0] ? parent : "/") : ".");
+}

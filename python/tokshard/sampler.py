@@ -1,0 +1,117 @@
+"""The trainer's sampler (docs/SAMPLING.md), reimplemented in Python: the
+same windows, the same keyed permutation per epoch, the same rank slices, so
+a PyTorch loop reads exactly what `tokshard-train` and `tokshard sample-plan`
+say. All arithmetic is on Python integers reduced mod 2^64, as uint64 in C."""
+
+M64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15  # 2^64 / golden ratio, odd (Steele, Lea, Flood, OOPSLA 2014)
+ROUNDS = 6
+
+
+def mix64(z):
+    """splitmix64's output function (S. Vigna, https://prng.di.unimi.it/splitmix64.c)."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def epoch_key(seed, epoch):
+    return mix64((mix64(seed & M64) + GOLDEN * (epoch + 1)) & M64)
+
+
+def perm_index(i, n, key):
+    """Position i of the keyed permutation of [0, n): a 6-round Feistel network
+    on [0, 2^k) with cycle walking (Black and Rogaway, CT-RSA 2002)."""
+    if i >= n:
+        raise IndexError(f"perm_index: {i} >= {n}")
+    if n == 1:
+        return 0
+    k = (n - 1).bit_length()
+    k += k & 1
+    k = max(k, 2)
+    h = k // 2
+    mask = (1 << h) - 1
+    rk = [mix64((key + GOLDEN * (r + 1)) & M64) for r in range(ROUNDS)]
+    v = i
+    while True:
+        l, r = v >> h, v & mask
+        for j in range(ROUNDS):
+            l, r = r, l ^ (mix64(r ^ rk[j]) >> (64 - h))
+        v = (l << h) | r
+        if v < n:
+            return v
+
+
+def split_tokens(n_tokens, val_tokens, seq_len):
+    """(train, val) token ranges: the last whole windows held out (§2)."""
+    if seq_len == 0:
+        raise ValueError("seq_len is 0: a window needs seq_len >= 1")
+    if val_tokens == 0:
+        train, val = (0, n_tokens), (n_tokens, n_tokens)
+    else:
+        if val_tokens <= seq_len:
+            raise ValueError(f"val_tokens {val_tokens} <= seq_len {seq_len}: no validation window fits; "
+                             f"ask for at least {seq_len + 1}, or 0 for none")
+        v = (val_tokens - 1) // seq_len * seq_len + 1
+        if v > n_tokens or n_tokens - v < seq_len + 1:
+            raise ValueError(f"{n_tokens} tokens minus {v} for validation leave fewer than seq_len + 1 = "
+                             f"{seq_len + 1} for training: a smaller val_tokens or seq_len, or more data")
+        train, val = (0, n_tokens - v), (n_tokens - v, n_tokens)
+    if train[1] - train[0] < seq_len + 1:
+        raise ValueError(f"{n_tokens} tokens: fewer than seq_len + 1 = {seq_len + 1}")
+    return train, val
+
+
+class Sampler:
+    """Windows of seq_len + 1 tokens over one token range of a Dataset,
+    served in the trainer's order. part: "train" (default) or "val" of the
+    split made by val_tokens (the trainer's default 65536), or "all"."""
+
+    def __init__(self, dataset, seq_len, seed=1337, val_tokens=65536, part="train"):
+        self.ds = dataset
+        self.seq_len = seq_len
+        self.seed = seed
+        train, val = split_tokens(dataset.n_tokens, val_tokens, seq_len)
+        self.range = {"train": train, "val": val, "all": (0, dataset.n_tokens)}[part]
+        self.train_range, self.val_range = train, val
+        self.n_windows = (self.range[1] - self.range[0] - 1) // seq_len
+        if self.n_windows < 1:
+            raise ValueError(f"range {self.range} holds no window of {seq_len + 1} tokens")
+
+    def window(self, g):
+        """(epoch, window) of global sample g."""
+        n = self.n_windows
+        return g // n, perm_index(g % n, n, epoch_key(self.seed, g // n))
+
+    def window_tokens(self, w):
+        """Global token range [begin, end) of window w."""
+        b = self.range[0] + w * self.seq_len
+        return b, b + self.seq_len + 1
+
+    def read(self, w, vocab=None):
+        """The seq_len + 1 ids of window w (int64), each checked against vocab
+        (default: the dataset's), as tokshard_shard_read checks them."""
+        import numpy
+        b, e = self.window_tokens(w)
+        x = numpy.asarray(self.ds.tokens(b, e), dtype=numpy.int64)
+        limit = self.ds.vocab_size if vocab is None else vocab
+        bad = numpy.nonzero(x >= limit)[0]
+        if len(bad):
+            raise ValueError(f"window {w}: token id {int(x[bad[0]])} at global token {b + int(bad[0])} "
+                             f"is outside the vocabulary [0, {limit})")
+        return x
+
+    @staticmethod
+    def rank_slice(step, global_batch, dp_rank, dp):
+        """Global samples [first, last) of data-parallel rank dp_rank at step
+        (counted from 1, as tokshard-train counts)."""
+        if step < 1:
+            raise ValueError("steps count from 1")
+        if global_batch % dp:
+            raise ValueError(f"global batch {global_batch} is not divisible by dp {dp}")
+        per = global_batch // dp
+        first = (step - 1) * global_batch + dp_rank * per
+        return first, first + per
+
+    def rank_samples(self, step, global_batch, dp_rank, dp):
+        return range(*self.rank_slice(step, global_batch, dp_rank, dp))

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""The Python package (python/tokshard) against the C tools on real data:
+every document equals `tokshard cat --ids`; for several layouts and steps
+the sampler's windows equal `tokshard sample-plan --json`, rank by rank;
+checksum verification catches a flipped byte; the IterableDataset yields the
+planned windows. Usage: test_python.py TOKSHARD DATASET WORKDIR
+(runs in the project venv; python/ is put first on sys.path so the source
+tree is what is tested)."""
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import numpy  # noqa: E402
+
+import tokshard  # noqa: E402
+
+TKS, DATA, WORK = sys.argv[1:4]
+fails = 0
+
+
+def check(cond, what):
+    global fails
+    if cond:
+        print(f"ok   [python]: {what}")
+    else:
+        print(f"FAIL [python]: {what}", file=sys.stderr)
+        fails += 1
+
+
+ds = tokshard.Dataset(DATA, verify=True)
+check(len(ds.shards) >= 3, f"dataset opens and verifies: {len(ds.shards)} shards, {ds.n_docs} documents")
+
+# 1. every document, zero copy
+out = subprocess.run([TKS, "cat", DATA, "--ids"], check=True, capture_output=True, text=True).stdout
+lines = out.splitlines()
+same = len(lines) == ds.n_docs and all(
+    numpy.array_equal(ds.doc(g), numpy.array(l.split(), dtype=numpy.int64)) for g, l in enumerate(lines))
+check(same, f"all {len(lines)} documents equal tokshard cat --ids")
+check(ds.doc(5).base is not None and not ds.doc(5).flags.owndata, "documents are views, not copies")
+check(sum(len(d) for d in ds.docs()) == ds.n_tokens, "documents cover every token")
+
+# 2. the sampler against sample-plan, several layouts and steps
+all_epochs = set()
+layouts = [  # seq_len, global_batch, dp, tp, seed, val_tokens, steps
+    (64, 8, 2, 1, None, None, "1:3"),
+    (32, 12, 3, 2, 7, 4096, "5:6"),
+    (128, 6, 1, 1, 123456789012345, 0, "1:2"),
+    (16, 16, 4, 1, 0, 1000, "860:863"),      # across the first epoch boundary
+]
+for L, B, D, T, seed, val, steps in layouts:
+    cmd = [TKS, "sample-plan", DATA, "--seq-len", str(L), "--global-batch", str(B), "--dp", str(D),
+           "--tp", str(T), "--steps", steps, "--json"]
+    if seed is not None:
+        cmd += ["--seed", str(seed)]
+    if val is not None:
+        cmd += ["--val-tokens", str(val)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        check(False, f"sample-plan {' '.join(cmd[3:])}: {r.stderr}")
+        continue
+    import json
+    plan = json.loads(r.stdout)
+    s = tokshard.Sampler(ds, L, seed=plan["seed"], val_tokens=65536 if val is None else val)
+    ok = list(s.range) == plan["range"] and list(s.val_range) == plan["val_range"] and \
+        s.n_windows == plan["n_windows"]
+    n_samples = 0
+    epochs = set()
+    for st in plan["steps"]:
+        for rk in st["ranks"]:
+            got = list(s.rank_samples(st["step"], B, rk["dp_rank"], D))
+            ok &= got == [x["sample"] for x in rk["samples"]]
+            for x in rk["samples"]:
+                e, w = s.window(x["sample"])
+                epochs.add(e)
+                all_epochs.add(e)
+                ok &= (e, w) == (x["epoch"], x["window"]) and list(s.window_tokens(w)) == x["tokens"]
+                want = numpy.concatenate([ds.shards[p["shard"]].tokens[p["offset"]:p["offset"] + p["n_tokens"]]
+                                          for p in x["pieces"]]).astype(numpy.int64)
+                ok &= numpy.array_equal(s.read(w), want)
+                n_samples += 1
+    check(ok and n_samples > 0, f"L={L} B={B} dp={D} tp={T} seed={plan['seed']} val={val} steps {steps}: "
+                                f"{n_samples} samples (epochs {sorted(epochs)}) equal sample-plan --json")
+
+check(all_epochs >= {0, 1}, f"the layouts reach a second epoch (epochs {sorted(all_epochs)})")
+
+# 3. the IterableDataset yields the planned windows; the union over dp ranks
+# of a step does not depend on dp
+it = tokshard.TokshardIterable(DATA, seq_len=64, global_batch=8, dp_rank=1, dp=2, first_step=2, steps=1)
+xs = list(it)
+s = tokshard.Sampler(ds, 64)
+want = [s.read(s.window(g)[1]) for g in range(12, 16)]
+check(len(xs) == 4 and all(numpy.array_equal(numpy.concatenate([x.numpy(), y.numpy()[-1:]]), w)
+                           for (x, y), w in zip(xs, want)), "IterableDataset rank 1 of 2, step 2 = samples 12..15")
+one = [x for x, _ in tokshard.TokshardIterable(ds, 64, 8, 0, 1, first_step=2, steps=1)]
+four = [x for r in range(4) for x, _ in tokshard.TokshardIterable(ds, 64, 8, r, 4, first_step=2, steps=1)]
+check(all(numpy.array_equal(a.numpy(), b.numpy()) for a, b in zip(one, four)) and len(one) == 8,
+      "step 2 over dp=4 equals step 2 over dp=1")
+
+# 4. verification catches a flipped byte and names the chunk
+os.makedirs(WORK, exist_ok=True)
+bad = os.path.join(WORK, "flipped")
+shutil.rmtree(bad, ignore_errors=True)
+shutil.copytree(DATA, bad)
+p = os.path.join(bad, "shard-00001.tks")
+with open(p, "r+b") as f:
+    f.seek(4096 + 5000)
+    b = f.read(1)
+    f.seek(4096 + 5000)
+    f.write(bytes([b[0] ^ 0x10]))
+tokshard.Dataset(bad)  # structure is intact: opens without verify
+try:
+    tokshard.Dataset(bad, verify=True)
+    check(False, "flipped byte not caught")
+except tokshard.FormatError as e:
+    check("chunk 1 " in str(e) and "shard-00001.tks" in str(e), f"flipped byte caught: {e}")
+with open(p, "r+b") as f:
+    f.truncate(os.path.getsize(p) - 8)
+try:
+    tokshard.Shard(p)
+    check(False, "truncated shard opened")
+except tokshard.FormatError as e:
+    check("truncated" in str(e) or "bytes but the header" in str(e), f"truncated shard refused: {e}")
+
+sys.exit(1 if fails else 0)
