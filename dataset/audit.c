@@ -1,38 +1,79 @@
 /* audit.c - verify a dataset or a shard completely and report every problem.
  *
- * Structure (header, size, padding, table, index) is checked per shard first;
- * then every (shard, chunk) pair is one task of an OpenMP loop that hashes the
- * chunk and scans its ids against vocab_size (and --model-vocab); results are
- * gathered in order so the report is the same whatever the thread count. */
+ * The small structural checks (header, size, padding, checksum table) run per
+ * shard first. Everything that is O(bytes) then runs as tasks of one OpenMP
+ * loop: each shard's document index (hash and monotonicity, one task per
+ * shard, queued first because it is the longest) and every (shard, chunk)
+ * pair (hash and id range). A task reads its bytes once, with pread into its
+ * thread's 256 KiB buffer, and hashes and scans each 32 KiB block of it while
+ * the block is in L1/L2. Results are gathered in order, so the report is the
+ * same whatever the thread count; every problem carries an order key, so the
+ * reports of the ranks of a distributed audit merge into that same report.
+ *
+ * XXH3 goes through libxxhash's runtime-dispatched entry points where the
+ * library has them (x86-64: AVX2 or AVX-512 by CPU); its plain entry points
+ * are the SSE2 build, 20% slower per pass here (docs/BENCHMARKS.md). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <omp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
+#ifdef TKS_XXH_DISPATCH
+/* XXH3 calls go to libxxhash's runtime-dispatched entry points (AVX2 or
+ * AVX-512 when the CPU has them); the plain ones are the SSE2 build. */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "internal.h"
 
 typedef struct ashard {
     char path[PATH_MAX];
+    int fd;                 /* for pread of the O(bytes) sections, or -1: read the mapping */
     const uint8_t *base;
     size_t size;
     tks_shard_header h;
     int header_ok;          /* header decoded and canonical */
-    int body_ok;            /* size matches: chunks and index may be read */
-    int index_ok;           /* index checksum and monotonicity good */
+    int size_ok;            /* size matches: the index may be read */
+    int body_ok;            /* size and table good: chunks may be read and compared */
+    int table_ok;           /* checksum table matches table_xxh3 */
+    int index_ok;           /* index monotonicity good (set after the parallel tasks) */
+    uint64_t index_expect;  /* the table's checksum of the index (when table_ok) */
+    uint64_t index_xxh3;    /* XXH3-64 of the index (index task) */
+    uint64_t index_bad;     /* first bad index entry, or TKS_NONE (index task) */
+    uint64_t index_bad_value; /* index[index_bad] (index task) */
+    int index_read_errno;   /* the index task could not read the index: errno, or -1 */
+    size_t first_task;      /* task number of chunk 0 */
+    atomic_size_t tasks_left; /* the task that brings it to 0 may unmap the shard */
     const uint64_t *index;
     const uint64_t *table;
     uint64_t shard_no;      /* position in the manifest, or 0 for a lone shard */
 } ashard;
 
+/* Where problems go. A problem's order key is (phase, shard position, number
+ * in this report): 2, 32 and 30 bits. Phases: 0 dataset-level checks, 1 a
+ * shard's structure, 2 its index, 3 its chunks. A whole audit emits problems
+ * in key order, so the reports of a distributed audit merge by sorting. */
+typedef struct sink {
+    tks_audit_report *r;
+    size_t cap;     /* < 2^30 */
+    uint64_t base;  /* KEY(phase, shard) */
+} sink;
+#define KEY(phase, shard) ((uint64_t)(phase) << 62 | (uint64_t)(shard) << 30)
+#define MAX_CAP (((size_t)1 << 30) - 1)
+
 typedef struct task_result {
     int hash_bad;
+    int read_errno;         /* pread failed: errno, or -1 for a short read */
     uint32_t min_id, max_id;
     uint64_t n_bad, first_bad;      /* ids >= vocab_size: count, token offset of first */
     uint32_t bad_id;
@@ -40,15 +81,17 @@ typedef struct task_result {
     uint32_t bad_model_id;
 } task_result;
 
-static void problem(tks_audit_report *r, size_t cap, int code, uint64_t shard, uint64_t chunk,
+static void problem(sink *pk, int code, uint64_t shard, uint64_t chunk,
                     uint64_t tok, uint64_t byte, uint64_t doc, const char *file, const char *fmt, ...)
-    __attribute__((format(printf, 10, 11)));
+    __attribute__((format(printf, 9, 10)));
 
-static void problem(tks_audit_report *r, size_t cap, int code, uint64_t shard, uint64_t chunk,
+static void problem(sink *pk, int code, uint64_t shard, uint64_t chunk,
                     uint64_t tok, uint64_t byte, uint64_t doc, const char *file, const char *fmt, ...) {
+    tks_audit_report *r = pk->r;
     r->n_problems_total++;
-    if (r->n_problems >= cap) return;
-    tks_audit_problem *p = &r->problems[r->n_problems++];
+    if (r->n_problems >= pk->cap) return;
+    tks_audit_problem *p = &r->problems[r->n_problems];
+    p->order = pk->base | r->n_problems++;
     p->code = code;
     p->shard = shard;
     p->chunk = chunk;
@@ -74,81 +117,177 @@ static uint64_t doc_of(const ashard *s, uint64_t t) {
 }
 
 /* Structural checks of one shard; fills header_ok/body_ok/index_ok. */
-static void check_structure(ashard *s, tks_audit_report *r, size_t cap) {
+static void check_structure(ashard *s, sink *pk) {
     uint64_t sn = s->shard_no;
     int rc = tks_header_decode(s->base, s->size, s->path, &s->h);
     if (rc) {
-        problem(r, cap, rc, sn, TKS_NONE, TKS_NONE, tks_last_error()->offset, TKS_NONE, s->path,
+        problem(pk, rc, sn, TKS_NONE, TKS_NONE, tks_last_error()->offset, TKS_NONE, s->path,
                 "%s", tks_last_error()->message);
         return;
     }
     s->header_ok = 1;
     if (s->size != s->h.file_size) {
-        problem(r, cap, TKS_ERR_TRUNCATED, sn, TKS_NONE, TKS_NONE, s->size, TKS_NONE, s->path,
+        problem(pk, TKS_ERR_TRUNCATED, sn, TKS_NONE, TKS_NONE, s->size, TKS_NONE, s->path,
                 "file is %zu bytes, header says %llu: %s", s->size,
                 (unsigned long long)s->h.file_size,
                 s->size < s->h.file_size ? "truncated" : "extra bytes at the end");
         return;
     }
-    s->body_ok = 1;
+    s->size_ok = 1;
     uint64_t pad = tks__padding_nonzero(s->base, &s->h);
     if (pad != TKS_NONE)
-        problem(r, cap, TKS_ERR_PADDING, sn, TKS_NONE, TKS_NONE, pad, TKS_NONE, s->path,
+        problem(pk, TKS_ERR_PADDING, sn, TKS_NONE, TKS_NONE, pad, TKS_NONE, s->path,
                 "padding byte at offset %llu is not zero", (unsigned long long)pad);
     s->index = (const uint64_t *)(s->base + s->h.index_offset);
     s->table = (const uint64_t *)(s->base + s->h.table_offset);
     uint64_t tx = XXH3_64bits(s->table, s->h.table_bytes);
-    int table_ok = tx == s->h.table_xxh3;
-    if (!table_ok)
-        problem(r, cap, TKS_ERR_CHECKSUM, sn, TKS_NONE, TKS_NONE, s->h.table_offset, TKS_NONE,
+    s->table_ok = tx == s->h.table_xxh3;
+    if (!s->table_ok)
+        problem(pk, TKS_ERR_CHECKSUM, sn, TKS_NONE, TKS_NONE, s->h.table_offset, TKS_NONE,
                 s->path, "checksum table at offset %llu is corrupt (XXH3 %016llx, header says %016llx)",
                 (unsigned long long)s->h.table_offset, (unsigned long long)tx,
                 (unsigned long long)s->h.table_xxh3);
-    uint64_t ix = XXH3_64bits(s->index, s->h.index_bytes);
-    if (table_ok && ix != s->table[s->h.n_chunks])
-        problem(r, cap, TKS_ERR_CHECKSUM, sn, TKS_NONE, TKS_NONE, s->h.index_offset, TKS_NONE,
-                s->path, "document index at offset %llu is corrupt (checksum mismatch)",
-                (unsigned long long)s->h.index_offset);
-    uint64_t d = tks__index_bad(s->index, &s->h);
-    if (d != TKS_NONE)
-        problem(r, cap, TKS_ERR_INDEX, sn, TKS_NONE, TKS_NONE, s->h.index_offset + 8 * d, d,
-                s->path, "document index entry %llu (%llu) is not monotonic or does not end at "
-                "n_tokens %llu", (unsigned long long)d, (unsigned long long)s->index[d],
-                (unsigned long long)s->h.n_tokens);
-    else
-        s->index_ok = 1;
-    if (!table_ok) s->body_ok = 0; /* chunk hashes cannot be trusted: don't compare them */
+    /* chunk hashes cannot be trusted without a good table: don't compare them */
+    s->body_ok = s->table_ok;
+    if (s->table_ok) s->index_expect = s->table[s->h.n_chunks];
 }
 
-static void scan_chunk(const ashard *s, uint64_t c, uint32_t model_vocab, task_result *t) {
+/* Smallest and largest id of n ids: plain loops that compilers vectorize
+ * (clang at -O2; gcc at -O3 or with the attribute below). On x86-64 an
+ * AVX2 clone is picked at load time when the CPU has it: the SSE2 baseline has
+ * no unsigned 16- or 32-bit min/max instruction. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define TKS_VECTORIZE __attribute__((optimize("tree-vectorize")))
+#else
+#define TKS_VECTORIZE
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+#define TKS_CLONES TKS_VECTORIZE __attribute__((target_clones("avx2", "default")))
+#else
+#define TKS_CLONES TKS_VECTORIZE
+#endif
+
+/* Bytes per block of a task: hashed, then scanned while still in L1/L2. */
+#define BLOCK_BYTES ((size_t)32 << 10)
+
+/* 1 if q[0] < q[1] < ... < q[n - 1]. */
+TKS_VECTORIZE static int increasing(const uint64_t *q, size_t n) {
+    uint64_t ok = 1;
+    for (size_t i = 1; i < n; i++) ok &= q[i] > q[i - 1];
+    return (int)ok;
+}
+
+/* Bytes a task reads at a time with pread into its thread's buffer: the
+ * copy out of the page cache costs less than mapping and unmapping the pages
+ * (bench/bench_audit.sh), and the block then stays in L2 for hash and scan. */
+#define READ_BYTES ((size_t)256 << 10)
+
+/* The len bytes at file offset off of shard s: read into buf when the shard
+ * has an fd and the task a buffer, else the mapping. NULL on a read error
+ * (errno in *err, -1 for a short read: the file shrank during the audit). */
+static const uint8_t *fetch(const ashard *s, uint8_t *buf, uint64_t off, size_t len, int *err) {
+    /* len <= the buffer's size: the callers read at most READ_BYTES, and the
+     * buffer holds the most any task reads at a time (tks_audit) */
+    if (s->fd < 0 || !buf) return s->base + off;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(s->fd, buf + got, len - got, (off_t)(off + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            *err = n < 0 ? errno : -1;
+            return NULL;
+        }
+        got += (size_t)n;
+    }
+    return buf;
+}
+
+/* Index task: XXH3-64 of the index and the first entry that breaks the rules
+ * (index[0] = 0, strictly increasing, index[n_docs] = n_tokens; the same rule
+ * as tks__index_bad), in one pass. A read error leaves index_read_errno set. */
+static void scan_index(ashard *s, uint8_t *buf) {
+    const tks_shard_header *h = &s->h;
+    uint64_t n = h->n_docs + 1, bad = TKS_NONE, prev = 0;
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    const size_t per = READ_BYTES / sizeof(uint64_t);
+    for (uint64_t i = 0; i < n; i += per) {
+        uint64_t m = n - i < per ? n - i : per;
+        const uint64_t *ix = (const uint64_t *)fetch(s, buf, h->index_offset + 8 * i, m * 8, &s->index_read_errno);
+        if (!ix) return;
+        XXH3_64bits_update(&st, ix, m * sizeof *ix);
+        if (bad != TKS_NONE) continue;
+        if (i == 0 && ix[0] != 0) {
+            bad = 0;
+            continue;
+        }
+        /* entries d in [max(i,1), i + m): index[d] > index[d - 1] */
+        if ((i && ix[0] <= prev) || !increasing(ix, m)) {
+            if (i && ix[0] <= prev) bad = i;
+            else
+                for (uint64_t d = 1; d < m; d++)
+                    if (ix[d] <= ix[d - 1]) { bad = i + d; break; }
+        }
+        prev = ix[m - 1];
+    }
+    if (bad == TKS_NONE && prev != h->n_tokens) bad = h->n_docs;
+    s->index_xxh3 = XXH3_64bits_digest(&st);
+    s->index_bad = bad;
+    s->index_bad_value = bad != TKS_NONE ? s->index[bad] : 0;
+}
+
+TKS_CLONES static void minmax16(const uint16_t *q, size_t n, uint32_t *lo, uint32_t *hi) {
+    uint16_t l = UINT16_MAX, h = 0;
+    for (size_t i = 0; i < n; i++) {
+        l = q[i] < l ? q[i] : l;
+        h = q[i] > h ? q[i] : h;
+    }
+    if (l < *lo) *lo = l;
+    if (h > *hi) *hi = h;
+}
+
+TKS_CLONES static void minmax32(const uint32_t *q, size_t n, uint32_t *lo, uint32_t *hi) {
+    uint32_t l = UINT32_MAX, h = 0;
+    for (size_t i = 0; i < n; i++) {
+        l = q[i] < l ? q[i] : l;
+        h = q[i] > h ? q[i] : h;
+    }
+    if (l < *lo) *lo = l;
+    if (h > *hi) *hi = h;
+}
+
+static void scan_chunk(const ashard *s, uint64_t c, uint32_t model_vocab, uint8_t *buf, task_result *t) {
     const tks_shard_header *h = &s->h;
     uint64_t off = c * h->chunk_bytes;
     uint64_t len = h->tokens_bytes - off < h->chunk_bytes ? h->tokens_bytes - off : h->chunk_bytes;
-    const uint8_t *p = s->base + h->tokens_offset + off;
-    t->hash_bad = XXH3_64bits(p, len) != s->table[c];
     uint64_t n = len / h->token_bytes, first = off / h->token_bytes;
     uint32_t lo = UINT32_MAX, hi = 0;
-    if (h->token_bytes == 2) {
-        const uint16_t *q = (const uint16_t *)p;
-        uint16_t l16 = UINT16_MAX, h16 = 0;
-        for (uint64_t i = 0; i < n; i++) {
-            l16 = q[i] < l16 ? q[i] : l16;
-            h16 = q[i] > h16 ? q[i] : h16;
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    for (uint64_t r = 0; r < len; r += READ_BYTES) {
+        size_t rn = len - r < READ_BYTES ? (size_t)(len - r) : READ_BYTES;
+        const uint8_t *q = fetch(s, buf, h->tokens_offset + off + r, rn, &t->read_errno);
+        if (!q) {
+            t->min_id = UINT32_MAX;
+            t->max_id = 0;
+            return;
         }
-        lo = l16;
-        hi = h16;
-    } else {
-        const uint32_t *q = (const uint32_t *)p;
-        for (uint64_t i = 0; i < n; i++) {
-            lo = q[i] < lo ? q[i] : lo;
-            hi = q[i] > hi ? q[i] : hi;
+        for (size_t b = 0; b < rn; b += BLOCK_BYTES) {
+            size_t m = rn - b < BLOCK_BYTES ? rn - b : BLOCK_BYTES;
+            XXH3_64bits_update(&st, q + b, m);
+            if (h->token_bytes == 2)
+                minmax16((const uint16_t *)(q + b), m / 2, &lo, &hi);
+            else
+                minmax32((const uint32_t *)(q + b), m / 4, &lo, &hi);
         }
     }
+    t->hash_bad = XXH3_64bits_digest(&st) != s->table[c];
     t->min_id = lo;
     t->max_id = hi;
-    /* Slow path only when something is out of range. */
+    /* Slow path only when something is out of range: it reads the mapping. */
     uint32_t lim = model_vocab && model_vocab < h->vocab_size ? model_vocab : h->vocab_size;
     if (hi < lim) return;
+    const uint8_t *p = s->base + h->tokens_offset + off;
     for (uint64_t i = 0; i < n; i++) {
         uint32_t id = tks_shard_token_at(p, h->token_bytes, i);
         if (id >= h->vocab_size) {
@@ -158,6 +297,22 @@ static void scan_chunk(const ashard *s, uint64_t c, uint32_t model_vocab, task_r
             if (!t->n_bad_model++) { t->first_bad_model = first + i; t->bad_model_id = id; }
         }
     }
+}
+
+/* Unmaps a shard whose tasks are all done if the report will not read it again
+ * (no chunk problem to place in a document). */
+static void release_if_clean(ashard *s, const task_result *res) {
+    if (s->body_ok)
+        for (uint64_t c = 0; c < s->h.n_chunks; c++) {
+            const task_result *t = &res[s->first_task + c];
+            if (t->hash_bad || t->read_errno || t->n_bad || t->n_bad_model) return;
+        }
+    tks__unmap(s->base, s->size);
+    s->base = NULL;
+    s->index = NULL;
+    s->table = NULL;
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
 }
 
 static int is_shard_name(const char *n) {
@@ -175,6 +330,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     tks_audit_opts opts = {0};
     if (opts_in) opts = *opts_in;
     size_t cap = opts.max_problems ? opts.max_problems : 1000;
+    if (cap > MAX_CAP) cap = MAX_CAP;
     double t0 = omp_get_wtime();
     struct stat st;
     if (stat(path, &st) != 0)
@@ -187,6 +343,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
         return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
     }
     r->min_token_id = UINT32_MAX;
+    sink sk = {r, cap, KEY(0, 0)}, *pk = &sk;
 
     ashard *sh = NULL;
     size_t n_sh = 0;
@@ -202,12 +359,12 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
         size_t len = 0;
         tks_path_join(buf, sizeof buf, path, TKS_MANIFEST_NAME);
         if (tks__read_small_file(buf, &text, &len) != 0) {
-            problem(r, cap, TKS_ERR_MANIFEST, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, buf,
+            problem(pk, TKS_ERR_MANIFEST, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, buf,
                     "no readable manifest.json: the dataset is unfinished (finish the build with "
                     "`tokshard build --resume`)");
         } else if (tks__manifest_parse(text, len, buf, &tok, &minfo, &n_minfo, &m_token_bytes,
                                        &m_chunk_bytes) != 0) {
-            problem(r, cap, tks_last_error()->code, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, tks_last_error()->code, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     TKS_NONE, buf, "%s", tks_last_error()->message);
         } else {
             have_manifest = 1;
@@ -243,7 +400,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             for (size_t i = 0; i < n_names; i++) {
                 unsigned k = (unsigned)atoi(names[i] + 6);
                 if (k >= n_minfo)
-                    problem(r, cap, TKS_ERR_MANIFEST, k, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                    problem(pk, TKS_ERR_MANIFEST, k, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                             names[i], "%s is not listed in the manifest (a stray shard)", names[i]);
             }
         for (size_t i = 0; i < n_names; i++) free(names[i]);
@@ -253,10 +410,10 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             uint8_t fp[16];
             tks_path_join(buf, sizeof buf, path, tok.file);
             if (tks_file_xxh3_128(buf, fp, NULL) != 0)
-                problem(r, cap, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                problem(pk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                         buf, "tokenizer copy is missing or unreadable: %s", tks_last_error()->message);
             else if (memcmp(fp, tok.fingerprint, 16) != 0)
-                problem(r, cap, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                problem(pk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                         buf, "tokenizer copy does not match the manifest's fingerprint");
             r->vocab_size = tok.vocab_size;
         }
@@ -278,27 +435,48 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     int have_user_fp = 0;
     if (opts.tokenizer_path) {
         if (tks_file_xxh3_128(opts.tokenizer_path, user_fp, NULL) != 0)
-            problem(r, cap, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     opts.tokenizer_path, "%s", tks_last_error()->message);
         else
             have_user_fp = 1;
         r->tokenizer_checked = 1;
         if (have_user_fp && have_manifest && memcmp(user_fp, tok.fingerprint, 16) != 0)
-            problem(r, cap, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     opts.tokenizer_path,
                     "%s is not the tokenizer this dataset was built with (fingerprints differ)",
                     opts.tokenizer_path);
     }
 
+    /* this process's shards: all, or its share of a distributed audit, whose
+     * rank 0 alone reports the dataset-level problems found above */
+    for (size_t i = 0; i < n_sh; i++) sh[i].fd = -1;
+    size_t mine0 = 0, mine1 = n_sh;
+    if (opts.n_ranks > 1) {
+        uint64_t *sizes = calloc(n_sh ? n_sh : 1, sizeof *sizes);
+        if (!sizes) {
+            free(sh);
+            free(minfo);
+            tks_audit_report_free(r);
+            return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+        }
+        struct stat ss;
+        for (size_t i = 0; i < n_sh; i++) sizes[i] = stat(sh[i].path, &ss) == 0 ? (uint64_t)ss.st_size : 0;
+        tks_audit_share(sizes, n_sh, opts.rank, opts.n_ranks, &mine0, &mine1);
+        free(sizes);
+        if (opts.rank != 0) r->n_problems = r->n_problems_total = 0;
+    }
+
     /* structure */
-    for (size_t i = 0; i < n_sh; i++) {
+    for (size_t i = mine0; i < mine1; i++) {
         ashard *s = &sh[i];
+        sk.base = KEY(1, i);
         if (tks__map_file(s->path, &s->base, &s->size) != 0) {
-            problem(r, cap, TKS_ERR_IO, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, TKS_ERR_IO, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     s->path, "%s", tks_last_error()->message);
             continue;
         }
-        check_structure(s, r, cap);
+        check_structure(s, pk);
+        if (s->size_ok) s->fd = open(s->path, O_RDONLY | O_CLOEXEC); /* -1: use the mapping */
         if (!s->header_ok) continue;
         r->n_docs += s->h.n_docs;
         r->n_tokens += s->h.n_tokens;
@@ -307,21 +485,25 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             tks_shard fake = {.base = s->base, .size = s->size, .h = s->h};
             snprintf(fake.path, sizeof fake.path, "%s", s->path);
             if (tks__shard_matches(&fake, &minfo[i], &tok, m_token_bytes, m_chunk_bytes) != 0)
-                problem(r, cap, tks_last_error()->code, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE,
+                problem(pk, tks_last_error()->code, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE,
                         TKS_NONE, s->path, "%s", tks_last_error()->message);
         } else if (s->h.shard_index != s->shard_no && S_ISDIR(st.st_mode)) {
-            problem(r, cap, TKS_ERR_HEADER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, TKS_ERR_HEADER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     s->path, "header says shard %u", s->h.shard_index);
         }
         if (have_user_fp && memcmp(user_fp, s->h.tokenizer_fp, 16) != 0)
-            problem(r, cap, TKS_ERR_TOKENIZER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, TKS_ERR_TOKENIZER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     s->path, "built with another tokenizer than %s", opts.tokenizer_path);
     }
 
-    /* chunks, in parallel */
-    size_t n_tasks = 0;
-    for (size_t i = 0; i < n_sh; i++)
+    /* index and chunk tasks, in parallel: the indexes first (one task each, the
+     * longest tasks), then every chunk; t_chunk is TKS_NONE for an index task */
+    size_t n_idx = 0, n_tasks = 0;
+    for (size_t i = 0; i < n_sh; i++) {
+        if (sh[i].size_ok) n_idx++;
         if (sh[i].body_ok) n_tasks += sh[i].h.n_chunks;
+    }
+    n_tasks += n_idx;
     uint32_t *t_shard = malloc((n_tasks ? n_tasks : 1) * sizeof *t_shard);
     uint64_t *t_chunk = malloc((n_tasks ? n_tasks : 1) * sizeof *t_chunk);
     task_result *res = calloc(n_tasks ? n_tasks : 1, sizeof *res);
@@ -329,7 +511,10 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
         free(t_shard);
         free(t_chunk);
         free(res);
-        for (size_t i = 0; i < n_sh; i++) tks__unmap(sh[i].base, sh[i].size);
+        for (size_t i = 0; i < n_sh; i++) {
+            tks__unmap(sh[i].base, sh[i].size);
+            if (sh[i].fd >= 0) close(sh[i].fd);
+        }
         free(sh);
         free(minfo);
         tks_audit_report_free(r);
@@ -337,19 +522,79 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     }
     size_t k = 0;
     for (size_t i = 0; i < n_sh; i++)
+        if (sh[i].size_ok) {
+            t_shard[k] = (uint32_t)i;
+            t_chunk[k++] = TKS_NONE;
+        }
+    for (size_t i = 0; i < n_sh; i++) {
+        size_t left = sh[i].size_ok ? 1 : 0;
+        sh[i].first_task = k;
         if (sh[i].body_ok)
-            for (uint64_t c = 0; c < sh[i].h.n_chunks; c++, k++) {
+            for (uint64_t c = 0; c < sh[i].h.n_chunks; c++, k++, left++) {
                 t_shard[k] = (uint32_t)i;
                 t_chunk[k] = c;
             }
+        atomic_init(&sh[i].tasks_left, left);
+    }
+    /* read buffer: READ_BYTES, or less when no task reads that much at a time */
+    size_t buf_bytes = 4096;
+    for (size_t i = 0; i < n_sh; i++)
+        if (sh[i].size_ok) {
+            uint64_t most = sh[i].h.index_bytes > sh[i].h.chunk_bytes ? sh[i].h.index_bytes : sh[i].h.chunk_bytes;
+            if (most > buf_bytes) buf_bytes = most < READ_BYTES ? (size_t)most : READ_BYTES;
+        }
+    buf_bytes = (buf_bytes + 4095) & ~(size_t)4095;
     int threads = opts.threads > 0 ? opts.threads : omp_get_max_threads();
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (size_t j = 0; j < n_tasks; j++) scan_chunk(&sh[t_shard[j]], t_chunk[j], opts.model_vocab, &res[j]);
+    if ((size_t)threads > n_tasks) threads = n_tasks ? (int)n_tasks : 1;
+#pragma omp parallel num_threads(threads)
+    {
+    uint8_t *buf = aligned_alloc(4096, buf_bytes); /* NULL: this thread reads the mappings */
+#pragma omp for schedule(dynamic, 1)
+    for (size_t j = 0; j < n_tasks; j++) {
+        ashard *s = &sh[t_shard[j]];
+        if (t_chunk[j] == TKS_NONE)
+            scan_index(s, buf);
+        else
+            scan_chunk(s, t_chunk[j], opts.model_vocab, buf, &res[j]);
+        /* The shard's last task unmaps it when no chunk problem needs the index
+         * for the report: munmap then overlaps with other shards' work instead
+         * of running serially at the end. */
+        if (atomic_fetch_sub_explicit(&s->tasks_left, 1, memory_order_acq_rel) == 1)
+            release_if_clean(s, res);
+    }
+    free(buf);
+    }
 
-    k = 0;
+    /* index problems of every shard, then chunk problems, in shard order */
+    for (size_t i = 0; i < n_sh; i++) {
+        ashard *s = &sh[i];
+        if (!s->size_ok) continue;
+        sk.base = KEY(2, i);
+        if (s->index_read_errno) {
+            problem(pk, TKS_ERR_IO, s->shard_no, TKS_NONE, TKS_NONE, s->h.index_offset, TKS_NONE,
+                    s->path, "cannot read the document index at offset %llu: %s (check the disk "
+                    "and the file system, then audit again)", (unsigned long long)s->h.index_offset,
+                    s->index_read_errno > 0 ? strerror(s->index_read_errno) : "the file shrank");
+            continue;
+        }
+        if (s->table_ok && s->index_xxh3 != s->index_expect)
+            problem(pk, TKS_ERR_CHECKSUM, s->shard_no, TKS_NONE, TKS_NONE, s->h.index_offset,
+                    TKS_NONE, s->path, "document index at offset %llu is corrupt (checksum mismatch)",
+                    (unsigned long long)s->h.index_offset);
+        uint64_t d = s->index_bad;
+        if (d != TKS_NONE)
+            problem(pk, TKS_ERR_INDEX, s->shard_no, TKS_NONE, TKS_NONE, s->h.index_offset + 8 * d,
+                    d, s->path, "document index entry %llu (%llu) is not monotonic or does not end "
+                    "at n_tokens %llu", (unsigned long long)d, (unsigned long long)s->index_bad_value,
+                    (unsigned long long)s->h.n_tokens);
+        else
+            s->index_ok = 1;
+    }
+    k = n_idx;
     for (size_t i = 0; i < n_sh; i++) {
         ashard *s = &sh[i];
         if (!s->body_ok) continue;
+        sk.base = KEY(3, i);
         uint32_t lo = UINT32_MAX, hi = 0;
         for (uint64_t c = 0; c < s->h.n_chunks; c++, k++) {
             task_result *t = &res[k];
@@ -358,20 +603,26 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             r->n_chunks++;
             r->bytes_hashed += s->h.tokens_bytes - off < s->h.chunk_bytes ? s->h.tokens_bytes - off
                                                                           : s->h.chunk_bytes;
-            if (t->hash_bad)
-                problem(r, cap, TKS_ERR_CHECKSUM, s->shard_no, c, tok0, s->h.tokens_offset + off,
+            if (t->read_errno)
+                problem(pk, TKS_ERR_IO, s->shard_no, c, tok0, s->h.tokens_offset + off, doc_of(s, tok0),
+                        s->path, "cannot read chunk %llu (bytes %llu..): %s (check the disk and the "
+                        "file system, then audit again)", (unsigned long long)c,
+                        (unsigned long long)(s->h.tokens_offset + off),
+                        t->read_errno > 0 ? strerror(t->read_errno) : "the file shrank");
+            else if (t->hash_bad)
+                problem(pk, TKS_ERR_CHECKSUM, s->shard_no, c, tok0, s->h.tokens_offset + off,
                         doc_of(s, tok0), s->path,
                         "chunk %llu (bytes %llu.., tokens %llu..) checksum mismatch: token data "
                         "corrupt", (unsigned long long)c,
                         (unsigned long long)(s->h.tokens_offset + off), (unsigned long long)tok0);
             if (t->n_bad)
-                problem(r, cap, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_bad,
+                problem(pk, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_bad,
                         s->h.tokens_offset + t->first_bad * s->h.token_bytes, doc_of(s, t->first_bad),
                         s->path, "%llu token id(s) >= vocab_size %u in chunk %llu; first: id %u at "
                         "token offset %llu", (unsigned long long)t->n_bad, s->h.vocab_size,
                         (unsigned long long)c, t->bad_id, (unsigned long long)t->first_bad);
             if (t->n_bad_model)
-                problem(r, cap, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_bad_model,
+                problem(pk, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_bad_model,
                         s->h.tokens_offset + t->first_bad_model * s->h.token_bytes,
                         doc_of(s, t->first_bad_model), s->path,
                         "%llu token id(s) >= --model-vocab %u in chunk %llu; first: id %u at token "
@@ -383,7 +634,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             hi = t->max_id > hi ? t->max_id : hi;
         }
         if (s->h.n_chunks && (lo != s->h.min_token_id || hi != s->h.max_token_id))
-            problem(r, cap, TKS_ERR_HEADER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(pk, TKS_ERR_HEADER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     s->path, "ids present span [%u, %u] but the header says [%u, %u]", lo, hi,
                     s->h.min_token_id, s->h.max_token_id);
         r->min_token_id = lo < r->min_token_id ? lo : r->min_token_id;
@@ -391,13 +642,89 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     }
     if (r->min_token_id == UINT32_MAX) r->min_token_id = 0;
     r->n_shards = n_sh;
-    for (size_t i = 0; i < n_sh; i++) tks__unmap(sh[i].base, sh[i].size);
+    for (size_t i = 0; i < n_sh; i++) {
+        tks__unmap(sh[i].base, sh[i].size);
+        if (sh[i].fd >= 0) close(sh[i].fd);
+    }
     free(t_shard);
     free(t_chunk);
     free(res);
     free(sh);
     free(minfo);
     r->seconds = omp_get_wtime() - t0;
+    *out = r;
+    return 0;
+}
+
+void tks_audit_share(const uint64_t *sizes, size_t n_shards, unsigned rank, unsigned n_ranks,
+                     size_t *first, size_t *end) {
+    if (n_ranks <= 1) {
+        *first = 0;
+        *end = n_shards;
+        return;
+    }
+    /* shard i belongs to the rank whose byte range [r T / N, (r + 1) T / N)
+     * holds the shard's first byte (T: all bytes, N: ranks) */
+    long double total = 0, at = 0;
+    for (size_t i = 0; i < n_shards; i++) total += sizes[i];
+    *first = *end = n_shards;
+    int started = 0;
+    for (size_t i = 0; i < n_shards; i++) {
+        unsigned owner = total > 0 ? (unsigned)(at * n_ranks / total) : (unsigned)(i * n_ranks / n_shards);
+        if (owner >= n_ranks) owner = n_ranks - 1;
+        if (owner == rank && !started) { *first = i; started = 1; }
+        if (owner > rank) { if (!started) *first = i; *end = i; return; }
+        at += sizes[i];
+    }
+    if (!started) *first = n_shards;
+}
+
+static int cmp_order(const void *a, const void *b) {
+    uint64_t x = ((const tks_audit_problem *)a)->order, y = ((const tks_audit_problem *)b)->order;
+    return x < y ? -1 : x > y;
+}
+
+int tks_audit_merge(tks_audit_report *const *parts, size_t n, size_t max_problems,
+                    tks_audit_report **out) {
+    *out = NULL;
+    size_t cap = max_problems ? max_problems : 1000, all = 0;
+    if (cap > MAX_CAP) cap = MAX_CAP;
+    for (size_t i = 0; i < n; i++) all += parts[i]->n_problems;
+    tks_audit_report *r = calloc(1, sizeof *r);
+    if (r) r->problems = calloc(all > cap ? all : cap, sizeof *r->problems);
+    if (!r || !r->problems) {
+        tks_audit_report_free(r);
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory merging audit reports");
+    }
+    int have_ids = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tks_audit_report *p = parts[i];
+        memcpy(r->problems + r->n_problems, p->problems, p->n_problems * sizeof *p->problems);
+        r->n_problems += p->n_problems;
+        r->n_problems_total += p->n_problems_total;
+        r->n_chunks += p->n_chunks;
+        r->n_docs += p->n_docs;
+        r->n_tokens += p->n_tokens;
+        r->bytes_hashed += p->bytes_hashed;
+        if (i == 0) {
+            r->n_shards = p->n_shards;
+            r->manifest_checked = p->manifest_checked;
+            r->tokenizer_checked = p->tokenizer_checked;
+        }
+        /* the manifest's vocabulary (same on every rank), else the first shard's:
+         * ranks hold shards in order */
+        if (!r->vocab_size) r->vocab_size = p->vocab_size;
+        if (p->n_chunks) { /* ids were seen */
+            if (!have_ids || p->min_token_id < r->min_token_id) r->min_token_id = p->min_token_id;
+            if (!have_ids || p->max_token_id > r->max_token_id) r->max_token_id = p->max_token_id;
+            have_ids = 1;
+        }
+        if (p->seconds > r->seconds) r->seconds = p->seconds;
+    }
+    /* each rank's problems are its first ones in key order; the first cap of
+     * all of them, sorted, are the first cap of a whole audit */
+    qsort(r->problems, r->n_problems, sizeof *r->problems, cmp_order);
+    if (r->n_problems > cap) r->n_problems = cap;
     *out = r;
     return 0;
 }

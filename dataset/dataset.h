@@ -243,6 +243,11 @@ typedef struct tks_audit_opts {
     const char *tokenizer_path;  /* NULL = not given; else its fingerprint must match */
     int threads;                 /* 0 = OpenMP default */
     size_t max_problems;         /* stop recording after this many (0 = 1000) */
+    /* Distributed audit (mpirun): with n_ranks > 1 this process audits only
+     * shard range tks_audit_share(rank) and, on rank 0, the dataset-level
+     * checks (manifest, stray shards, tokenizer); tks_audit_merge joins the
+     * ranks' reports into the report one process makes. 0 = everything. */
+    unsigned rank, n_ranks;
 } tks_audit_opts;
 
 typedef struct tks_audit_problem {
@@ -254,6 +259,7 @@ typedef struct tks_audit_problem {
     uint64_t doc;                /* document index in the shard, or TKS_NONE */
     char file[256];
     char message[384];
+    uint64_t order;              /* position in a whole audit's report (merging) */
 } tks_audit_problem;
 
 typedef struct tks_audit_report {
@@ -275,6 +281,18 @@ typedef struct tks_audit_report {
  */
 int tks_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **out);
 void tks_audit_report_free(tks_audit_report *r);
+
+/* Shards [*first, *end) of n_shards (of the given file sizes, in order) that
+ * rank audits out of n_ranks: contiguous ranges of about equal bytes. */
+void tks_audit_share(const uint64_t *sizes, size_t n_shards, unsigned rank, unsigned n_ranks,
+                     size_t *first, size_t *end);
+
+/* Joins the reports of ranks 0..n-1 of one distributed audit (tks_audit_opts
+ * rank/n_ranks) into the report a single process makes: the same problems in
+ * the same order (the first max_problems of them, 0 = 1000), totals and id
+ * range. The parts are not changed. Errors: TKS_ERR_NOMEM. */
+int tks_audit_merge(tks_audit_report *const *parts, size_t n, size_t max_problems,
+                    tks_audit_report **out);
 
 #ifdef __cplusplus
 }

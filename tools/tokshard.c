@@ -18,6 +18,7 @@
 #include "interop/interop.h"
 #include "tokenize/tokenize.h"
 #include "cli.h"
+#include "dist.h"
 
 int tks_cli_sample_plan(int argc, char **argv); /* tools/sample_plan.c */
 /* tools/interop_cli.c */
@@ -481,9 +482,15 @@ static int cmd_audit(int argc, char **argv) {
     if (!fo.format && (fo.token_bytes || fo.eot_id != TKS_NO_ID || fo.eod_id != TKS_NO_ID))
         return tks_cli_usage_error("audit: --dtype, --eot and --eod need --format megatron|llmc|raw|datatrove");
     tks_audit_report *r;
-    if (fo.format ? tks_foreign_audit(path, &fo, ao.model_vocab, ao.max_problems, &r)
-                  : tks_audit(path, &ao, &r))
-        return tks_cli_lib_error();
+    int rank = 0; /* under mpirun: ranks audit a share each, rank 0 reports */
+    if (fo.format) { /* a foreign dataset: one process audits it, the other ranks wait */
+        if (tks_dist_rank() != 0) return tks_dist_finish(0);
+        if (tks_foreign_audit(path, &fo, ao.model_vocab, ao.max_problems, &r))
+            return tks_dist_finish(tks_cli_lib_error());
+    } else {
+        if (tks_dist_audit(path, &ao, &r, &rank) != 0) return tks_dist_finish(tks_cli_lib_error());
+        if (rank != 0) return tks_dist_finish(0);
+    }
     /* a tokenizer given on the command line must also agree on the vocabulary */
     if (ao.tokenizer_path && r->vocab_size) {
         tks_spm *spm = NULL;
@@ -557,7 +564,7 @@ static int cmd_audit(int argc, char **argv) {
     }
     int rc = r->n_problems_total ? EXIT_PROBLEMS : 0;
     tks_audit_report_free(r);
-    return rc;
+    return tks_dist_finish(rc);
 }
 
 /* ------------------------------------------------------------------------- */

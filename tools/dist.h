@@ -1,0 +1,25 @@
+/* dist.h - tokshard commands across processes (mpirun, srun).
+ *
+ * MPI is used only when an MPI launcher started this process as one of
+ * several (OMPI_COMM_WORLD_SIZE, PMI_SIZE, or PMIX_RANK with SLURM_NTASKS above
+ * 1); otherwise every call below is the single-process case and MPI is never
+ * initialized. */
+#ifndef TKS_TOOLS_DIST_H
+#define TKS_TOOLS_DIST_H
+
+#include "dataset/dataset.h"
+
+/* Audits path with this process's share of the shards and, on rank 0, returns
+ * the merged report of all ranks in *out (NULL on the other ranks); *rank is
+ * this process's rank (0 without MPI). Returns 0, or the library error code of
+ * this rank (or TKS_ERR_IO when another rank failed), with the error recorded. */
+int tks_dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **out, int *rank);
+
+/* This process's rank (MPI started if needed), or 0 without a launcher. */
+int tks_dist_rank(void);
+
+/* The exit code every process returns: the largest rc of all ranks. Ends MPI
+ * if tks_dist_audit started it. */
+int tks_dist_finish(int rc);
+
+#endif
