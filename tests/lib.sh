@@ -1,6 +1,11 @@
 # lib.sh - helpers shared by the shell tests (sourced; needs CASE and W set).
 # A check that fails increments $fails; finish() turns that into the exit code.
 fails=0
+# tests/fault_inject.c is loaded with LD_PRELOAD; under AddressSanitizer that
+# needs ASan's library-order check off (ASan still instruments everything)
+if [[ -n ${ASAN_OPTIONS:-} && $ASAN_OPTIONS != *verify_asan_link_order* ]]; then
+  export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
+fi
 fail() { echo "FAIL [$CASE]: $*" >&2; fails=$((fails + 1)); }
 ok() { echo "ok   [$CASE]: $*"; }
 # expect CODE DESCRIPTION -- command...: runs, checks the exit code; stdout in

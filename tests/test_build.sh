@@ -66,7 +66,6 @@ resume)
   # published, after the state records it, and at fsyncs (a temporary file
   # written, not yet durable or renamed)
   [[ -n ${TKS_FAULT_LIB:-} && -r $TKS_FAULT_LIB ]] || { fail "TKS_FAULT_LIB not set (run through ctest)"; finish test_build; }
-  [[ -n ${ASAN_OPTIONS:-} ]] && export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
   for point in shard:0 shard:2 state:1 fsync:3 fsync:10; do
     rm -rf r r.partial
     LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=$point "$TKS" build "${args[@]}" --output r >/dev/null 2>&1

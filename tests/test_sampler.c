@@ -665,7 +665,8 @@ static int advice_of(const char *dir, int *seq, int *rnd) {
 static void test_advice(void) {
     char dir[1536];
     snprintf(dir, sizeof dir, "%s/advice", work);
-    write_dataset(dir, 400, 40, 1000, 700);
+    stream S = write_dataset(dir, 400, 40, 1000, 700);
+    free(S.tok);
     tks_dataset *ds = open_ds(dir);
     int seq, rnd, n = advice_of(dir, &seq, &rnd);
     CHECK(n == (int)tks_dataset_n_shards(ds) && seq == 0 && rnd == 0,
