@@ -26,4 +26,8 @@ for b in tokshard-train tokshard-generate; do
   if ldd "$BIN/$b" | grep -q libarchive; then fail "$b links libarchive (the build pipeline)"; else
     ok "$b does not link libarchive"; fi
 done
+# tokshard, the front end, audits a dataset linking only what an audit needs
+# (tools/tokshard_lean.c); every other command runs in tokshard-full
+heavy=$(ldd "$BIN/tokshard" | grep -oE 'lib(archive|sentencepiece|mpi|openblas|stdc\+\+)[^ ]*' | tr '\n' ' ')
+[[ -z $heavy ]] && ok "tokshard (the audit front end) links no heavy library" || fail "tokshard links: $heavy"
 finish test_layering

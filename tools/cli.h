@@ -35,4 +35,12 @@ int tks_cli_next(tks_args *a, const char **positional);
 /* The current option's value (=value or the next argument), NULL if none. */
 const char *tks_cli_value(tks_args *a);
 
+/* Prints an audit report of path to stdout, as text or (as_json) JSON;
+ * foreign: the format's name for another project's dataset, else NULL.
+ * Returns the exit code: EXIT_PROBLEMS if the report has problems, else 0.
+ * (tools/audit_report.c; declared here so both executables share it, the
+ * report type comes from dataset/dataset.h) */
+struct tks_audit_report;
+int tks_cli_audit_print(const char *path, const struct tks_audit_report *r, int as_json, const char *foreign);
+
 #endif

@@ -7,7 +7,18 @@
 #ifndef TKS_TOOLS_DIST_H
 #define TKS_TOOLS_DIST_H
 
+#include <stdlib.h>
+
 #include "dataset/dataset.h"
+
+/* 1 when an MPI launcher started this process as one of several (the
+ * environment variables above); needs no MPI library. */
+static inline int tks_dist_launched_many(void) {
+    const char *v = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!v || !*v) v = getenv("PMI_SIZE");
+    if ((!v || !*v) && getenv("PMIX_RANK")) v = getenv("SLURM_NTASKS");
+    return v && *v && strtol(v, NULL, 10) > 1;
+}
 
 /* Audits path with this process's share of the shards and, on rank 0, returns
  * the merged report of all ranks in *out (NULL on the other ranks); *rank is

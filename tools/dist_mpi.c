@@ -14,19 +14,6 @@
 #include "cli.h"
 #include "dist.h"
 
-static long env_long(const char *name) {
-    const char *v = getenv(name);
-    return v && *v ? strtol(v, NULL, 10) : -1;
-}
-
-/* started by mpirun/srun as one of several processes */
-static int launched_many(void) {
-    long n = env_long("OMPI_COMM_WORLD_SIZE");
-    if (n < 0) n = env_long("PMI_SIZE");
-    if (n < 0 && getenv("PMIX_RANK")) n = env_long("SLURM_NTASKS");
-    return n > 1;
-}
-
 static int g_inited_here = 0;
 
 static int world(int *rank, int *size) {
@@ -45,7 +32,7 @@ static int world(int *rank, int *size) {
 
 int tks_dist_rank(void) {
     int rank = 0, size = 1;
-    if (launched_many() && world(&rank, &size) != 0) return 0;
+    if (tks_dist_launched_many() && world(&rank, &size) != 0) return 0;
     return rank;
 }
 
@@ -60,7 +47,7 @@ int tks_dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_repor
     *out = NULL;
     int size = 1;
     *rank = 0;
-    if (!launched_many()) return tks_audit(path, opts, out);
+    if (!tks_dist_launched_many()) return tks_audit(path, opts, out);
     int rc = world(rank, &size);
     if (rc) return rc;
     tks_audit_opts o = *opts;

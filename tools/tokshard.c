@@ -439,7 +439,6 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
 /* ------------------------------------------------------------------------- */
 /* audit                                                                     */
 
-static json_t *num_or_null(uint64_t v) { return v == TKS_NONE ? json_null() : json_integer((json_int_t)v); }
 
 static int cmd_audit(int argc, char **argv) {
     tks_audit_opts ao = {0};
@@ -508,61 +507,7 @@ static int cmd_audit(int argc, char **argv) {
         }
         tks_spm_free(spm);
     }
-    double gbs = r->seconds > 0 ? r->bytes_hashed / 1e9 / r->seconds : 0;
-    if (as_json) {
-        json_t *probs = json_array();
-        for (size_t i = 0; i < r->n_problems; i++) {
-            const tks_audit_problem *p = &r->problems[i];
-            json_array_append_new(
-                probs, json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:s}", "kind", tks_strerror(p->code),
-                                 "file", p->file, "shard", num_or_null(p->shard), "chunk",
-                                 num_or_null(p->chunk), "token_offset", num_or_null(p->token_offset),
-                                 "byte_offset", num_or_null(p->byte_offset), "doc",
-                                 num_or_null(p->doc), "message", p->message));
-        }
-        json_t *j = json_pack("{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:f, s:f, s:o}",
-                              "path", path, "ok", r->n_problems_total == 0, "problems_total",
-                              (json_int_t)r->n_problems_total, "shards", (json_int_t)r->n_shards,
-                              "chunks", (json_int_t)r->n_chunks, "documents", (json_int_t)r->n_docs,
-                              "tokens", (json_int_t)r->n_tokens, "vocab_size", (json_int_t)r->vocab_size,
-                              "min_token_id", (json_int_t)r->min_token_id, "max_token_id",
-                              (json_int_t)r->max_token_id, "manifest_checked", r->manifest_checked,
-                              "tokenizer_checked", r->tokenizer_checked, "seconds", r->seconds,
-                              "gb_per_s", gbs, "problems", probs);
-        char *s = json_dumps(j, JSON_INDENT(2));
-        puts(s);
-        free(s);
-        json_decref(j);
-    } else {
-        for (size_t i = 0; i < r->n_problems; i++) {
-            const tks_audit_problem *p = &r->problems[i];
-            printf("PROBLEM %s: %s", tks_strerror(p->code), p->file);
-            if (p->shard != TKS_NONE) printf(" shard %llu", (unsigned long long)p->shard);
-            if (p->chunk != TKS_NONE) printf(" chunk %llu", (unsigned long long)p->chunk);
-            if (p->token_offset != TKS_NONE) printf(" token %llu", (unsigned long long)p->token_offset);
-            if (p->byte_offset != TKS_NONE) printf(" byte %llu", (unsigned long long)p->byte_offset);
-            if (p->doc != TKS_NONE) printf(" doc %llu", (unsigned long long)p->doc);
-            printf(": %s\n", p->message);
-        }
-        if (r->n_problems < r->n_problems_total)
-            printf("... and %zu more problems\n", r->n_problems_total - r->n_problems);
-        if (fo.format)
-            printf("%s: %s (%s): %llu documents, %llu tokens, ids in [%u, %u] of model vocab %u; "
-                   "%.1f MB scanned in %.2f s\n", r->n_problems_total ? "FAILED" : "OK", path,
-                   tks_foreign_format_name(fo.format), (unsigned long long)r->n_docs,
-                   (unsigned long long)r->n_tokens, r->min_token_id, r->max_token_id, r->vocab_size,
-                   r->bytes_hashed / 1e6, r->seconds);
-        else
-            printf("%s: %s: %llu shards, %llu chunks, %llu documents, %llu tokens, ids in [%u, %u] of "
-                   "vocab %u%s%s; %.1f MB hashed in %.2f s (%.2f GB/s)\n",
-                   r->n_problems_total ? "FAILED" : "OK", path, (unsigned long long)r->n_shards,
-                   (unsigned long long)r->n_chunks, (unsigned long long)r->n_docs,
-                   (unsigned long long)r->n_tokens, r->min_token_id, r->max_token_id, r->vocab_size,
-                   r->manifest_checked ? ", manifest checked" : "",
-                   r->tokenizer_checked ? ", tokenizer checked" : "", r->bytes_hashed / 1e6, r->seconds, gbs);
-        if (r->n_problems_total) printf("%zu problem(s) found\n", r->n_problems_total);
-    }
-    int rc = r->n_problems_total ? EXIT_PROBLEMS : 0;
+    int rc = tks_cli_audit_print(path, r, as_json, fo.format ? tks_foreign_format_name(fo.format) : NULL);
     tks_audit_report_free(r);
     return tks_dist_finish(rc);
 }

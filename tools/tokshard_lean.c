@@ -1,0 +1,114 @@
+/* tokshard_lean.c - the `tokshard` executable: a front end that runs
+ * `tokshard audit` of a tokshard dataset itself and hands every other command
+ * to the full tool (tokshard-full, next to it in the same directory) with
+ * execv, same arguments, same process.
+ *
+ * Why: the full tool links sentencepiece, libarchive (and through it libxml2
+ * and ICU), OpenBLAS and Open MPI, 31 shared libraries whose loading and
+ * symbol binding cost about 10 ms of CPU per process start on a busy 2-core
+ * machine (1 ms for a program linking only libc, jansson, libgomp and
+ * libxxhash; bench/bench_audit.sh). An audit of a small dataset takes a few
+ * ms, so that start-up was most of it. This executable links only what an
+ * audit needs; a command it hands on costs one more exec (about 1 ms).
+ *
+ * It audits only when it understands every argument: `audit PATH` with
+ * --json, --model-vocab, --threads, --max-problems. Anything else (another
+ * command, --tokenizer, which needs sentencepiece for the vocabulary check,
+ * --format for another project's dataset, a launch by mpirun/srun, an unknown
+ * or malformed flag, whose message the full tool prints) goes to the full
+ * tool, so both paths give the same output and exit code. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dataset/dataset.h"
+#include "cli.h"
+#include "dist.h"
+
+#define FULL_NAME "tokshard-full"
+
+/* Runs the full tool with this process's arguments; returns only on failure. */
+static int exec_full(char **argv) {
+    char self[PATH_MAX], full[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0 && strchr(argv[0], '/')) {
+        snprintf(self, sizeof self, "%s", argv[0]);
+        n = (ssize_t)strlen(self);
+    }
+    if (n <= 0) {
+        fprintf(stderr, "%s: error: cannot find this executable's directory (/proc/self/exe: %s) to "
+                "run %s: run %s from its build directory by path\n", tks_cli_prog, strerror(errno),
+                FULL_NAME, FULL_NAME);
+        return EXIT_USAGE;
+    }
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    size_t dir = slash ? (size_t)(slash - self) + 1 : 0;
+    if (dir + sizeof FULL_NAME > sizeof full) dir = 0;
+    memcpy(full, self, dir);
+    memcpy(full + dir, FULL_NAME, sizeof FULL_NAME);
+    execv(full, argv);
+    fprintf(stderr, "%s: error: cannot run %s: %s (it is built with tokshard: run `cmake --build "
+            "build --target tokshard` and keep the two executables in one directory)\n",
+            tks_cli_prog, full, strerror(errno));
+    return EXIT_USAGE;
+}
+
+/* `audit` arguments this front end understands: 1 and the options in *ao,
+ * or 0 when the full tool must run the command. */
+static int lean_audit_args(int argc, char **argv, tks_audit_opts *ao, const char **path, int *as_json) {
+    tks_args a = {argc, 0, argv, NULL, {0}};
+    const char *pos;
+    uint64_t v;
+    while (tks_cli_next(&a, &pos)) {
+        if (pos) {
+            if (*path) return 0;
+            *path = pos;
+            continue;
+        }
+        if (!strcmp(a.name, "--json")) {
+            if (a.val) return 0; /* --json=x */
+            *as_json = 1;
+            continue;
+        }
+        int is_vocab = !strcmp(a.name, "--model-vocab"), is_threads = !strcmp(a.name, "--threads");
+        int is_max = !strcmp(a.name, "--max-problems");
+        if (!is_vocab && !is_threads && !is_max) return 0;
+        const char *s = tks_cli_value(&a);
+        if (!s) return 0;
+        if (is_max) { /* parsed exactly as tools/tokshard.c parses it */
+            ao->max_problems = strtoull(s, NULL, 10);
+            continue;
+        }
+        if (tks_cli_parse_size(s, &v)) return 0;
+        if (is_vocab) {
+            if (v == 0 || v > UINT32_MAX) return 0;
+            ao->model_vocab = (uint32_t)v;
+        } else {
+            ao->threads = (int)v;
+        }
+    }
+    return *path != NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        puts("tokshard " TKS_VERSION_STRING);
+        return 0;
+    }
+    tks_audit_opts ao = {0};
+    const char *path = NULL;
+    int as_json = 0;
+    if (argc < 2 || strcmp(argv[1], "audit") || tks_dist_launched_many() ||
+        !lean_audit_args(argc - 2, argv + 2, &ao, &path, &as_json))
+        return exec_full(argv);
+    tks_audit_report *r;
+    if (tks_audit(path, &ao, &r) != 0) return tks_cli_lib_error();
+    int rc = tks_cli_audit_print(path, r, as_json, NULL);
+    tks_audit_report_free(r);
+    return rc;
+}
