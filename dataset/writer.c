@@ -226,8 +226,14 @@ int tks_writer_add(tks_writer *w, const uint32_t *ids, size_t n, uint64_t doc_or
         return tks_fail(TKS_ERR_ARG, w->dir, w->shard, TKS_NONE,
                         "document %llu is empty: documents must hold at least one token",
                         (unsigned long long)doc_ordinal);
+    /* the range first (a loop without an exit, which compilers vectorize),
+     * then the first bad id only when there is one */
     uint32_t lo = UINT32_MAX, hi = 0;
     for (size_t i = 0; i < n; i++) {
+        lo = ids[i] < lo ? ids[i] : lo;
+        hi = ids[i] > hi ? ids[i] : hi;
+    }
+    for (size_t i = 0; hi >= w->o.vocab_size && i < n; i++) {
         if (ids[i] >= w->o.vocab_size) {
             tks_fail(TKS_ERR_TOKEN_RANGE, w->dir, w->shard, i,
                      "document %llu, position %zu: token id %u is not below vocab_size %u; "
@@ -237,8 +243,6 @@ int tks_writer_add(tks_writer *w, const uint32_t *ids, size_t n, uint64_t doc_or
             tks_error_set_doc(doc_ordinal, TKS_NONE);
             return TKS_ERR_TOKEN_RANGE;
         }
-        lo = ids[i] < lo ? ids[i] : lo;
-        hi = ids[i] > hi ? ids[i] : hi;
     }
     int rc = 0;
     if (w->fd < 0 && (rc = open_shard(w))) return rc;

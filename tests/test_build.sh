@@ -56,6 +56,13 @@ threads)
     --tokenizer "$T/bpe.model" --output tb --doc-split blank-line --append-eos \
     --shard-tokens 100K --chunk-bytes 4K "$T/gcide.txt" "$T/pydoc"
   same_dataset tb t1 "tiny batches vs default"
+  # whole files as documents: two are over 64 KiB, so batches go longest first
+  for t in 1 2; do
+    rm -rf "f$t"
+    expect 0 "file documents, $t threads" -- "$TKS" build -q --threads $t --tokenizer "$T/bpe.model" \
+      --output "f$t" --doc-split file --shard-tokens 100K --chunk-bytes 4K "$T/pydoc"
+  done
+  same_dataset f2 f1 "file documents: 2 threads vs 1"
   ;;
 
 resume)
