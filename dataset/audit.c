@@ -167,20 +167,35 @@ static void check_structure(ashard *s, sink *pk) {
 #define TKS_CLONES TKS_VECTORIZE
 #endif
 
-/* Bytes per block of a task: hashed, then scanned while still in L1/L2. */
-#define BLOCK_BYTES ((size_t)32 << 10)
+/* Bytes per block of a task: hashed, then scanned while still in L1 (half
+ * of a 32 KiB L1, so that the hash's own lines do not push the block's first
+ * lines out before the second pass reaches them). */
+#ifndef BLOCK_BYTES
+#define BLOCK_BYTES ((size_t)16 << 10)
+#endif
 
-/* 1 if q[0] < q[1] < ... < q[n - 1]. */
-TKS_VECTORIZE static int increasing(const uint64_t *q, size_t n) {
-    uint64_t ok = 1;
-    for (size_t i = 1; i < n; i++) ok &= q[i] > q[i - 1];
+/* 1 if q[0] < q[1] < ... < q[n - 1]. Compared as signed after checking that
+ * no value has its top bit set (then signed and unsigned order agree): x86-64
+ * has a signed 64-bit compare in AVX2 (and SSE4.2), no unsigned one. */
+TKS_CLONES static int increasing(const uint64_t *q, size_t n) {
+    uint64_t ok = 1, top = n ? q[0] : 0;
+    for (size_t i = 1; i < n; i++) {
+        ok &= (int64_t)q[i] > (int64_t)q[i - 1];
+        top |= q[i];
+    }
+    if (top >> 63) { /* a value of 2^63 or more: the plain unsigned rule */
+        ok = 1;
+        for (size_t i = 1; i < n; i++) ok &= q[i] > q[i - 1];
+    }
     return (int)ok;
 }
 
 /* Bytes a task reads at a time with pread into its thread's buffer: the
  * copy out of the page cache costs less than mapping and unmapping the pages
  * (bench/bench_audit.sh), and the block then stays in L2 for hash and scan. */
+#ifndef READ_BYTES
 #define READ_BYTES ((size_t)256 << 10)
+#endif
 
 /* The len bytes at file offset off of shard s: read into buf when the shard
  * has an fd and the task a buffer, else the mapping. NULL on a read error
@@ -213,22 +228,27 @@ static void scan_index(ashard *s, uint8_t *buf) {
     const size_t per = READ_BYTES / sizeof(uint64_t);
     for (uint64_t i = 0; i < n; i += per) {
         uint64_t m = n - i < per ? n - i : per;
-        const uint64_t *ix = (const uint64_t *)fetch(s, buf, h->index_offset + 8 * i, m * 8, &s->index_read_errno);
-        if (!ix) return;
-        XXH3_64bits_update(&st, ix, m * sizeof *ix);
-        if (bad != TKS_NONE) continue;
-        if (i == 0 && ix[0] != 0) {
-            bad = 0;
-            continue;
+        const uint64_t *rd = (const uint64_t *)fetch(s, buf, h->index_offset + 8 * i, m * 8, &s->index_read_errno);
+        if (!rd) return;
+        /* each block hashed, then checked while it is in L1 */
+        for (uint64_t j = 0; j < m; j += BLOCK_BYTES / 8) {
+            const uint64_t *ix = rd + j;
+            uint64_t mb = m - j < BLOCK_BYTES / 8 ? m - j : BLOCK_BYTES / 8, at = i + j;
+            XXH3_64bits_update(&st, ix, mb * sizeof *ix);
+            if (bad != TKS_NONE) continue;
+            if (at == 0 && ix[0] != 0) {
+                bad = 0;
+                continue;
+            }
+            /* entries d in [max(at,1), at + mb): index[d] > index[d - 1] */
+            if ((at && ix[0] <= prev) || !increasing(ix, mb)) {
+                if (at && ix[0] <= prev) bad = at;
+                else
+                    for (uint64_t d = 1; d < mb; d++)
+                        if (ix[d] <= ix[d - 1]) { bad = at + d; break; }
+            }
+            prev = ix[mb - 1];
         }
-        /* entries d in [max(i,1), i + m): index[d] > index[d - 1] */
-        if ((i && ix[0] <= prev) || !increasing(ix, m)) {
-            if (i && ix[0] <= prev) bad = i;
-            else
-                for (uint64_t d = 1; d < m; d++)
-                    if (ix[d] <= ix[d - 1]) { bad = i + d; break; }
-        }
-        prev = ix[m - 1];
     }
     if (bad == TKS_NONE && prev != h->n_tokens) bad = h->n_docs;
     s->index_xxh3 = XXH3_64bits_digest(&st);
