@@ -83,8 +83,7 @@ say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 "$ROOT/tools/install-deps.sh" --bench >&2
 if [[ ,$PHASES, == *,large,* || ,$PHASES, == *,hugedoc,* ]] && [[ ! -f /usr/src/linux-source-6.1.tar.xz ]]; then
   say "installing linux-source-6.1 (for --large)"
-  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends linux-source-6.1 >/dev/null
+  "$ROOT/tools/install-deps.sh" --linux-source >&2
 fi
 if [[ -z "$BIN" ]]; then
   BIN="$ROOT/build-bench/bin/tokshard"

@@ -19,7 +19,16 @@
 # text, MB, wall s, CPU s, MB/s (wall), and the load average before it (the
 # machine is shared: compare ratios within one run, never across runs).
 #
+# --linux adds, --linux-only runs alone, the Linux tarball phase: tokshard build
+# --doc-split file --format text --threads 2 of /usr/src/linux-source-6.1.tar.xz
+# (1.36 GB of tar streamed through libarchive; Debian package linux-source-6.1,
+# 140 MB: tools/install-deps.sh --linux-source installs it) with the nfkc
+# model, next to `xz -dc` of the same file alone (the decompression every build
+# of it pays, on one thread); prints wall s, MB/s of tar and of text, CPU cores
+# used (CPU s / wall s) and peak RSS. About 1 minute on 2 idle cores.
+#
 # usage: bench/bench_encode.sh [--mb N (24)] [--work DIR] [--bin TOKSHARD] [--no-fastokens]
+#                              [--linux | --linux-only]
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
@@ -27,8 +36,11 @@ MB=24
 WORK=/var/tmp/tokshard-bench-encode
 BIN="$ROOT/build/bin/tokshard"
 FASTOKENS=1
+LINUX=0
 while [[ $# -gt 0 ]]; do
   case $1 in
+  --linux) LINUX=1; shift ;;
+  --linux-only) LINUX=2; FASTOKENS=0; shift ;;
   --mb) MB=$2; shift 2 ;;
   --work) WORK=$2; shift 2 ;;
   --bin) BIN=$2; shift 2 ;;
@@ -88,7 +100,9 @@ timed() {
 
 echo "# bench_encode $(date -u +%FT%TZ) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 echo "# tokshard $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
-for model in llama nfkc uni; do
+MODELS="llama nfkc uni"
+[[ $LINUX == 2 ]] && MODELS=""
+for model in $MODELS; do
   for t in "$text" cjk.txt; do
     timed "spm_encode (1 thread)" $model "$t" sh -c "spm_encode --model=$model.model --output_format=id <$t >$model-$t.ids"
     for th in 1 2; do
@@ -111,3 +125,30 @@ for model in llama nfkc uni; do
     fi
   done
 done
+
+if [[ $LINUX -ge 1 ]]; then
+  TAR=/usr/src/linux-source-6.1.tar.xz
+  [[ -s $TAR ]] || { echo "bench_encode.sh: $TAR missing: run tools/install-deps.sh --linux-source" >&2; exit 2; }
+  cat "$TAR" >/dev/null
+  tar_mb=$(xz -dc "$TAR" | wc -c | awk '{print $1 / 1e6}')
+  echo "# Linux tarball: $TAR, $tar_mb MB of tar; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  l0=$(load)
+  /usr/bin/time -f "%e %U %S %M" -o time.out xz -dc "$TAR" >/dev/null
+  read -r xw xu xs xr <time.out
+  rm -rf ds-linux ds-linux.partial
+  l1=$(load)
+  /usr/bin/time -f "%e %U %S %M" -o time.out "$BIN" build --threads 2 --tokenizer nfkc.model --output ds-linux \
+    --doc-split file --format text "$TAR" >run.out 2>run.err || { cat run.err >&2; exit 1; }
+  read -r bw bu bs br <time.out
+  text_mb=$(sed -n 's/^ *inputs .*(\([0-9.]*\) MB of text).*/\1/p' run.out | head -1)
+  grep -E "inputs|documents|tokens|encoder|elapsed|skipped" run.out | sed 's/^ */    /'
+  printf '| run | wall s | MB/s of tar | MB/s of text | CPU cores used | peak RSS | load before |\n|---|---|---|---|---|---|---|\n'
+  awk -v w="$bw" -v u="$bu" -v s="$bs" -v r="$br" -v t="$tar_mb" -v x="${text_mb:-0}" -v l="$l1" 'BEGIN {
+    xs = (x > 0) ? sprintf("%.1f", x / w) : "?"
+    printf "| tokshard build --threads 2 --doc-split file (nfkc model) | %.1f | %.1f | %s | %.2f | %.0f MiB (%d KB) | %s |\n",
+      w, t / w, xs, (u + s) / w, r / 1024, r, l }'
+  awk -v w="$xw" -v u="$xu" -v s="$xs" -v r="$xr" -v t="$tar_mb" -v l="$l0" 'BEGIN {
+    printf "| xz -dc alone (one thread, for scale) | %.1f | %.1f | - | %.2f | %.0f MiB | %s |\n", w, t / w, (u + s) / w, r / 1024, l }'
+  "$BIN" audit ds-linux >/dev/null && echo "    audit: OK" || echo "    audit: FAILED"
+  rm -rf ds-linux
+fi

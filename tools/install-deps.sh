@@ -3,8 +3,10 @@
 # and the benchmarks. Idempotent: packages already present are left alone and
 # apt-get is skipped entirely when nothing is missing.
 #
-# Usage: tools/install-deps.sh [--bench] [--ci] [--cuda]
+# Usage: tools/install-deps.sh [--bench] [--linux-source] [--ci] [--cuda]
 #   --bench   also install what bench/ needs (python3-sentencepiece, numpy, time)
+#   --linux-source  also install linux-source-6.1 (140 MB: the 1.36 GB tarball
+#             that bench/bench_encode.sh --linux and bench_build.sh --large build)
 #   --ci      also install clang (tools/build-check.sh builds with gcc and clang)
 #   --cuda    also fetch the cuDNN frontend headers (PyPI nvidia-cudnn-frontend,
 #             header-only C++) into third_party/cudnn-frontend, for the CUDA
@@ -39,6 +41,9 @@ pkgs=(
 )
 if [[ " $* " == *" --bench "* || "${TOKSHARD_BENCH:-0}" == 1 ]]; then
   pkgs+=(python3-sentencepiece python3-numpy time)
+fi
+if [[ " $* " == *" --linux-source "* ]]; then
+  pkgs+=(linux-source-6.1 time)
 fi
 if [[ " $* " == *" --ci "* ]]; then
   pkgs+=(clang)
