@@ -1235,6 +1235,11 @@ extern "C" void tks_cuda_backend_memory(tks_backend *be, size_t *now, size_t *pe
     if (peak) *peak = c->bytes_peak;
 }
 
+extern "C" size_t tks_cuda_backend_reserved(tks_backend *be) {
+    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
+    return c->workspace_bytes + TKS_NORM_BLOCKS * sizeof(double);
+}
+
 extern "C" void *tks_cuda_backend_stream(tks_backend *be) {
     return (void *)tks_cuda_ctx_of(be)->stream;
 }
