@@ -51,6 +51,8 @@ same() { python3 "$HERE/layout_losses.py" "run-$1/metrics.jsonl" \
   "run-$2/metrics.jsonl" 1 12 "run-$1/checkpoints" 32; }
 
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+# the "hosts" are one machine: sockets over loopback, whatever else it has
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 run ref 0 "${M[@]}" --steps 12 || exit 1
 for comm in nccl mpi; do
   for L in "1 1 2" "1 2 1" "2 1 2"; do
