@@ -29,7 +29,7 @@ cd "$W" || exit 2
 MPI=(mpirun --oversubscribe)
 # 8 heads / 4 kv heads (GQA) so that tp 4 splits both
 M=(--dim 32 --n-layers 2 --n-heads 8 --n-kv-heads 4 --seq-len 32 --global-batch 8 --micro-batch 2
-  --lr 1e-2 --warmup 3 --val-tokens 4096 --eval-every 10 --threads 1 --quiet --no-plot)
+  --lr 1e-2 --warmup 3 --val-tokens 4096 --eval-every 10 --threads 1 --quiet --no-plot --device cpu)
 # run LABEL NP [flags...]: trains into run-LABEL; NP 0 = without mpirun
 run() {
   local label=$1 np=$2
