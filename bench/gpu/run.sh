@@ -167,7 +167,7 @@ if want bench-torch; then
 fi
 
 # ---- summary table ------------------------------------------------------------
-python3 - "$OUT/bench.jsonl" >"$OUT/summary.md" <<'PY'
+[[ -f $OUT/bench.jsonl ]] && python3 - "$OUT/bench.jsonl" >"$OUT/summary.md" <<'PY'
 import json, sys
 rows = []
 for line in open(sys.argv[1]):
@@ -199,5 +199,5 @@ for cfg in ("124m", "1b"):
             if t and o:
                 print("- %s %s: tokshard / %s = %.3f" % (cfg, dt, other, t / o))
 PY
-cat "$OUT/summary.md"
+[[ -f $OUT/summary.md ]] && cat "$OUT/summary.md"
 log "done in $(($(date +%s) - T0))s"
