@@ -177,14 +177,15 @@ for line in open(sys.argv[1]):
             rows.append(json.loads(line))
         except ValueError:
             pass
-print("| config | impl | dtype | B x T | step s | tokens/s | MFU (torchtitan, 989 TF) | peak GiB |")
-print("|---|---|---|---|---|---|---|---|")
+print("| config | impl | dtype | B x T | step s | tokens/s | MFU (torchtitan, 989 TF) | peak GiB | dry-run plan / allocated |")
+print("|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     if "tokens_per_s" not in r:
         continue
-    print("| %s | %s | %s | %d x %d | %.4f | %.0f | %.1f%% | %.1f |" % (
+    print("| %s | %s | %s | %d x %d | %.4f | %.0f | %.1f%% | %.1f | %s |" % (
         r["config"], r["impl"], r["dtype"], r["B"], r["T"], r["step_s"], r["tokens_per_s"],
-        100 * r["mfu"], r["peak_bytes"] / 2**30))
+        100 * r["mfu"], r["peak_bytes"] / 2**30,
+        "%.3f" % r["plan_vs_allocated"] if "plan_vs_allocated" in r else "-"))
 best = {}
 for r in rows:
     if "tokens_per_s" in r:
