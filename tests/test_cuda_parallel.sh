@@ -39,7 +39,7 @@ run() {
   if [[ $np -eq 0 ]]; then
     "$TRAIN" --dataset "$S/data" --out "run-$label" "$@" >"log-$label" 2>&1
   else
-    timeout -k 5 240 mpirun --oversubscribe -np "$np" -x NCCL_DEBUG sh -c \
+    timeout -k 5 120 mpirun --oversubscribe -np "$np" -x NCCL_DEBUG sh -c \
       'NCCL_HOSTID=tks-$OMPI_COMM_WORLD_RANK exec "$0" "$@"' "$TRAIN" \
       --dataset "$S/data" --out "run-$label" "$@" >"log-$label" 2>&1
   fi
