@@ -14,6 +14,13 @@ if(TKS_HAVE_CUDA)
            $<TARGET_FILE:test_cuda_model> ${CMAKE_CURRENT_BINARY_DIR}/cuda_model.d)
   set_tests_properties(cuda_model PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS gpu)
 endif()
+# the --dry-run memory plan against the backend's allocations (5%), the out-of-memory message
+if(TKS_HAVE_CUDA)
+  add_executable(test_cuda_memory ${TKS_TEST_DIR}/test_cuda_memory.c)
+  target_link_libraries(test_cuda_memory PRIVATE tks_trainer)
+  add_test(NAME cuda_memory COMMAND test_cuda_memory)
+  set_tests_properties(cuda_memory PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120 LABELS gpu)
+endif()
 # NCCL under mpirun, every rank on the one GPU with its own NCCL_HOSTID (set by
 # the test): 2 processes as tp 2 and as dp_shard 2, 4 processes as 2 x 1 x 2.
 if(TKS_HAVE_CUDA)
@@ -36,4 +43,10 @@ if(TKS_HAVE_CUDA)
   add_test(NAME cuda_train COMMAND bash ${TKS_TEST_DIR}/test_cuda_train.sh ${TKS_BIN} ${TKS_TRAIN_WORK})
   set_tests_properties(cuda_train PROPERTIES FIXTURES_REQUIRED tks_train SKIP_RETURN_CODE 77
                        TIMEOUT 300 LABELS gpu)
+endif()
+# tokshard-train --device cuda under mpirun: layouts against one process, NCCL and --comm mpi
+if(TKS_HAVE_CUDA)
+  add_test(NAME cuda_parallel COMMAND bash ${TKS_TEST_DIR}/test_cuda_parallel.sh ${TKS_BIN} ${TKS_TRAIN_WORK})
+  set_tests_properties(cuda_parallel PROPERTIES FIXTURES_REQUIRED tks_train SKIP_RETURN_CODE 77
+                       RUN_SERIAL TRUE TIMEOUT 600 LABELS gpu)
 endif()

@@ -9,3 +9,8 @@ add_executable(test_model ${TKS_TEST_DIR}/test_model.c)
 target_link_libraries(test_model PRIVATE tks_trainer)
 add_test(NAME model COMMAND test_model)
 set_tests_properties(ops model PROPERTIES TIMEOUT 60)
+# the --dry-run memory plan against the model the CPU backend creates
+add_executable(test_memplan ${TKS_TEST_DIR}/test_memplan.c)
+target_link_libraries(test_memplan PRIVATE tks_trainer)
+add_test(NAME memplan COMMAND test_memplan)
+set_tests_properties(memplan PROPERTIES TIMEOUT 60)

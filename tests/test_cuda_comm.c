@@ -136,6 +136,8 @@ int main(int argc, char **argv) {
         snprintf(id, sizeof id, "tokshard-test-rank-%s", wr_env);
         setenv("NCCL_HOSTID", id, 1);
     }
+    /* the "hosts" are one machine: sockets over loopback, whatever else it has */
+    if (!getenv("NCCL_SOCKET_IFNAME")) setenv("NCCL_SOCKET_IFNAME", "lo", 1);
     int world = 1, rank = 0;
     if (tks_mesh_world(&world, &rank)) {
         fprintf(stderr, "test_cuda_comm: %s\n", tks_last_error()->message);

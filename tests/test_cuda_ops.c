@@ -250,8 +250,15 @@ static void t_embedding(tks_dtype dt) {
     free(hw), free(hd);
 }
 
-static void t_rmsnorm(tks_dtype dt) {
+/* ws: with a GPU workspace set, the weight gradient takes the two-stage
+ * chunked path (64 row chunks, then chunk order); without, one pass per column */
+static void t_rmsnorm(tks_dtype dt, int ws) {
     const int N = 70, C = 1000;
+    void *gws = NULL;
+    if (ws) {
+        gws = gpu->alloc(gpu, 64 * (size_t)C * sizeof(float));
+        gpu->set_workspace(gpu, gws, 64 * (size_t)C * sizeof(float));
+    }
     size_t n = (size_t)N * C;
     float *hx = rnd(n, -2, 2), *hw = rnd(C, 0.5f, 1.5f), *hd = rnd(n, -1, 1), *hr = rnd(n, -1, 1);
     pair x = put(hx, n, dt), w = put(hw, C, dt), o = zeros(n, dt), r = zeros(N, TKS_F32);
@@ -269,7 +276,12 @@ static void t_rmsnorm(tks_dtype dt) {
      * the three-term update adds 4 u (1 + 3 + 2 * 8) */
     cmp("rmsnorm_bwd", "dx (accumulated)", dx, 96 * gamma_k(C) + 80 * U, 0);
     /* dw[c] += sum over N rows of g x r: |terms| <= 4, S <= 4 N + 1.5 */
-    cmp("rmsnorm_bwd", "dw (accumulated)", dw, 2 * gamma_k(N + 1) * (4.0 * N + 1.5), 0);
+    cmp("rmsnorm_bwd", ws ? "dw (accumulated, chunked)" : "dw (accumulated)", dw,
+        2 * gamma_k(N + 1) * (4.0 * N + 1.5), 0);
+    if (ws) {
+        gpu->set_workspace(gpu, NULL, 0);
+        gpu->free(gpu, gws);
+    }
     drop(x), drop(w), drop(o), drop(r), drop(d), drop(dx), drop(dw);
     free(hx), free(hw), free(hd), free(hr);
 }
@@ -513,7 +525,8 @@ int main(void) {
         tks_dtype dt = d ? TKS_BF16 : TKS_F32;
         t_elementwise(dt);
         t_embedding(dt);
-        t_rmsnorm(dt);
+        t_rmsnorm(dt, 0);
+        t_rmsnorm(dt, 1);
         t_rope(dt);
         t_attention(dt, 0);
         if (dt == TKS_BF16) t_attention(dt, 1);

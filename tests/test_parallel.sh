@@ -3,9 +3,10 @@
 # losses, samples and checkpoints whatever the dp_replicate x dp_shard x tp
 # layout, the mesh check, invalid layouts, and bad ids refused alike.
 # Usage: test_parallel.sh BIN_DIR WORKDIR CASE   (needs the train_setup dataset)
-#   CASE: layouts | tp3 | mesh | checkpoint | refuse | failures
+#   CASE: layouts | tp3 | mesh | checkpoint | staged | refuse | failures
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
+HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=$1
 W=$2
 CASE=$3
@@ -28,7 +29,7 @@ cd "$W" || exit 2
 MPI=(mpirun --oversubscribe)
 # 8 heads / 4 kv heads (GQA) so that tp 4 splits both
 M=(--dim 32 --n-layers 2 --n-heads 8 --n-kv-heads 4 --seq-len 32 --global-batch 8 --micro-batch 2
-  --lr 1e-2 --warmup 3 --val-tokens 4096 --eval-every 10 --threads 1 --quiet --no-plot)
+  --lr 1e-2 --warmup 3 --val-tokens 4096 --eval-every 10 --threads 1 --quiet --no-plot --device cpu)
 # run LABEL NP [flags...]: trains into run-LABEL; NP 0 = without mpirun
 run() {
   local label=$1 np=$2
@@ -43,43 +44,10 @@ run() {
   return $rc
 }
 # same_losses A B FROM TO: steps FROM..TO of A and B agree within a tolerance
-# derived from the computation. The layouts compute the same sums in other
-# orders (tp splits the matmuls and the vocabulary, dp the batch), so step s's
-# loss differs by rounding only. A sum of K float32 terms is within
-# lam sqrt(K) u of the exact sum (relative to its terms' magnitudes) with
-# probability >= 1 - 2 exp(-lam^2 / 2) (Higham and Mary, "A new approach to
-# probabilistic rounding error analysis", SIAM J. Sci. Comput. 41(5), 2019,
-# Thm. 2.4); lam = 6 makes that 3e-8 per sum. K is the longest chain of sums
-# of one forward (config.json of A's checkpoint; the vocabulary padded for
-# tp <= 4), and each earlier step adds at most its own rounding to first order
-# (Adam passes a relative gradient error on to the update at most 1:1), so the
-# tolerance at step s is (s + 1) lam sqrt(K) u.
+# derived from the computation (tests/layout_losses.py says how)
 same_losses() {
-  python3 - "run-$1/metrics.jsonl" "run-$2/metrics.jsonl" "$3" "$4" "run-$1/checkpoints" <<'EOF'
-import glob, json, math, os, sys
-def losses(p):
-    d = {}
-    for line in open(p):
-        j = json.loads(line)
-        if "loss" in j: d[j["step"]] = j["loss"]
-    return d
-a, b, lo, hi = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-cfg = json.load(open(sorted(glob.glob(os.path.join(sys.argv[5], "step-*", "config.json")))[-1]))
-C, L, NH = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
-T, F, VP = 32, cfg["intermediate_size"], cfg["vocab_size"] + 64 * 4
-K = L * (4 * C + C // NH + 2 * T + C + F) + 2 * C + VP + 8 * T
-per_step = 6 * math.sqrt(K) * 2.0 ** -24
-worst, worst_ratio = 0.0, 0.0
-for s in range(lo, hi + 1):
-    if s not in a or s not in b:
-        print(f"step {s} missing"); sys.exit(1)
-    d = abs(a[s] - b[s]) / abs(a[s])
-    worst = max(worst, d)
-    worst_ratio = max(worst_ratio, d / ((s + 1) * per_step))
-print(f"max relative loss difference over steps {lo}..{hi}: {worst:.2e} "
-      f"({worst_ratio:.1e} of the bound, {per_step:.1e} per step, K {K})")
-sys.exit(0 if worst_ratio <= 1 else 1)
-EOF
+  python3 "$HERE/layout_losses.py" "run-$1/metrics.jsonl" "run-$2/metrics.jsonl" \
+    "$3" "$4" "run-$1/checkpoints" 32
 }
 
 case $CASE in
@@ -198,6 +166,35 @@ checkpoint)
     if out=$(same_losses a "$label" 5 8); then ok "(1,2,2) -> ($rep,$sh,$tp), steps 5..8: $out"; else
       fail "resume under ($rep,$sh,$tp): $out"; fi
   done
+  ;;
+
+staged)
+  # the staged comm (a device collective moved through host memory: --comm mpi
+  # under --device cuda) on the CPU backend, through its test hook, so that a
+  # machine without a GPU checks it: the same losses as one process
+  if grep -qx 'CMAKE_BUILD_TYPE:STRING=Release' "$BIN/../CMakeCache.txt" 2>/dev/null; then
+    echo "skipped [staged]: a Release build has no test hooks"
+    exit 77
+  fi
+  export TOKSHARD_TEST_STAGED_COMM=1
+  MPI+=(-x TOKSHARD_TEST_STAGED_COMM)
+  "$TRAIN" --dataset "$D" --dry-run --world 4 --tp 2 "${M[@]}" >out 2>err
+  grep -q "comm: mpi (staged through host memory)" out && ok "dry run: the staged comm is the rule" ||
+    fail "dry run comm line: $(grep comm: out) $(cat err)"
+  run ref 0 "${M[@]}" --steps 12 || exit 1
+  for L in "1 1 2" "1 2 1" "2 1 2"; do
+    read -r rep sh tp <<<"$L"
+    label="staged-r${rep}s${sh}t${tp}"
+    run "$label" $((rep * sh * tp)) "${M[@]}" --steps 12 --dp-replicate "$rep" --dp-shard "$sh" --tp "$tp" || continue
+    if out=$(same_losses ref "$label" 1 12); then ok "staged ($rep,$sh,$tp): $out"; else fail "staged ($rep,$sh,$tp): $out"; fi
+  done
+  unset TOKSHARD_TEST_STAGED_COMM
+  # --comm nccl needs the CUDA backend; a bad value names the choices
+  "${MPI[@]}" -np 2 "$TRAIN" --dataset "$D" --out x "${M[@]}" --steps 2 --tp 2 --device cpu --comm nccl >out 2>err
+  [[ $? -eq 2 ]] && grep -q -- "--comm nccl needs the CUDA backend" err && ok "--comm nccl on the CPU: refused" ||
+    fail "--comm nccl on the CPU: $(grep -v '^ ' err | tail -2)"
+  "$TRAIN" --dataset "$D" --out x "${M[@]}" --steps 2 --comm gloo >out 2>err
+  [[ $? -eq 2 ]] && grep -q -- "--comm gloo: use auto" err && ok "--comm gloo: refused" || fail "--comm gloo: $(cat err)"
   ;;
 
 refuse)

@@ -23,7 +23,9 @@ M=(--dim 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --seq-len 32 --global-batch 
 case $CASE in
 setup)
   rm -rf "$S" && mkdir -p "$S"
-  zcat /usr/share/dictd/gcide.dict.dz | head -c 1500000 >"$S/gcide.txt"
+  # TKS_TEST_GCIDE: another copy of the text (the GPU machine has no dict-gcide:
+  # bench/gpu/fetch-debs.sh carries the first 1.5 MB of it)
+  zcat "${TKS_TEST_GCIDE:-/usr/share/dictd/gcide.dict.dz}" | head -c 1500000 >"$S/gcide.txt"
   expect 0 "train tokenizer" -- "$TKS" train-tokenizer --output "$S/tok" --vocab-size 1000 \
     --byte-fallback --doc-split blank-line "$S/gcide.txt"
   expect 0 "build dataset" -- "$TKS" build -q --tokenizer "$S/tok.model" --output "$S/data" \

@@ -63,6 +63,7 @@ static const flag FLAGS[] = {
     {"--keep", F_U32, &O.keep_checkpoints, "checkpoints kept (0 = all)"},
     {"--threads", F_U32, &O.threads, "CPU threads per process (0 = all cores)"},
     {"--device", F_STR, &O.device, "compute backend: cpu, cuda or auto (cuda when built in, else cpu; default auto)"},
+    {"--comm", F_STR, &O.comm, "collectives between processes: auto (NCCL under --device cuda, else MPI), mpi (under cuda: through host memory) or nccl; default auto"},
     {"--dtype", F_STR, &O.dtype, "fp32 (the reference) or bf16 (bf16 weights and activations, fp32 master weights, gradients and AdamW moments); default fp32"},
     {"--tp", F_U32, &O.tp, "tensor-parallel degree (0 = 1)"},
     {"--dp-shard", F_U32, &O.dp_shard, "data-parallel degree sharding gradients and AdamW state (0 = the rest of the world)"},

@@ -122,4 +122,11 @@ size_t tks_comm_chunks(size_t n, size_t max, size_t k, size_t *first, size_t *co
  * depends on a member-local check. Returns that rc (0 when none failed). */
 int tks_comm_agree(tks_comm *c, int rc);
 
+/* Sums n HOST floats over the group (control data such as validation loss
+ * sums, which no implementation may treat as device memory): gathered to
+ * member 0 in rank order, added there in double in that order, rounded and
+ * sent back to every member, so the result is the same bits on every member
+ * and every run. Collective over the group. */
+int tks_comm_host_sum(tks_comm *c, float *v, size_t n);
+
 #endif /* TKS_COMM_H */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/tks.h"
 #include "comm.h"
 
 /* declared in backend.h: one definition for the backends and the comm */
@@ -46,6 +47,28 @@ size_t tks_comm_chunks(size_t n, size_t max, size_t k, size_t *first, size_t *co
 }
 
 int tks_comm_agree(tks_comm *c, int rc) { return c && c->size > 1 ? c->agree(c, rc) : rc; }
+
+int tks_comm_host_sum(tks_comm *c, float *v, size_t n) {
+    if (!c || c->size <= 1 || !n) return 0;
+    size_t S = (size_t)c->size, *counts = malloc(S * sizeof *counts);
+    float *all = c->rank == 0 ? malloc(S * n * sizeof *all) : NULL;
+    int rc = counts && (c->rank != 0 || all)
+                 ? 0
+                 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (host sum of %zu x %zu)", S, n);
+    rc = tks_comm_agree(c, rc);
+    for (size_t i = 0; !rc && i < S; i++) counts[i] = n * sizeof *v;
+    if (!rc) rc = c->gatherv_host(c, all, counts, v, 0);
+    if (!rc && c->rank == 0)
+        for (size_t j = 0; j < n; j++) {
+            double s = 0;
+            for (size_t i = 0; i < S; i++) s += all[i * n + j];
+            v[j] = (float)s;
+        }
+    if (!rc) rc = c->broadcast_bytes(c, v, n * sizeof *v, 0);
+    free(counts);
+    free(all);
+    return rc;
+}
 
 /* ---- one process ------------------------------------------------------------ */
 

@@ -491,6 +491,7 @@ int tks_mesh_create(const tks_mesh_shape *s, tks_mesh **out) {
 
 void tks_mesh_free(tks_mesh *m) {
     if (!m) return;
+    tks_mesh_device_free(m);
     if (m->mpi)
         for (int k = 0; k < TKS_N_GROUPS; k++) mpi_comm_free(m->group[k]);
     free(m);

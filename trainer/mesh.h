@@ -60,7 +60,14 @@ typedef struct tks_mesh {
     int dp, dp_rank;
     tks_comm *group[TKS_N_GROUPS];
     int mpi;                 /* 1 when the groups are MPI communicators */
+    /* after tks_mesh_use_backend (mesh_device.c): what group[] now holds, and
+     * the MPI groups underneath it (control collectives; NULL before) */
+    int dev_kind;            /* TKS_MESH_DEV_* */
+    tks_comm *ctrl[TKS_N_GROUPS];
+    void *nccl;              /* the NCCL world (tks_nccl_world) */
 } tks_mesh;
+
+enum { TKS_MESH_DEV_NONE = 0, TKS_MESH_DEV_NCCL = 1, TKS_MESH_DEV_STAGED = 2 };
 
 /*
  * Creates the mesh for this process: with MPI when the process was started by
@@ -71,6 +78,37 @@ typedef struct tks_mesh {
  */
 int tks_mesh_create(const tks_mesh_shape *s, tks_mesh **out);
 void tks_mesh_free(tks_mesh *m);
+
+/*
+ * The mesh's groups on the backend `be` (mesh_device.c), chosen by `comm`
+ * (--comm: "auto" or NULL, "mpi", "nccl"):
+ *   - CPU backend: the MPI groups as they are (auto, mpi); nccl is refused.
+ *   - CUDA backend under mpirun: auto and nccl make every group an NCCL
+ *     communicator (tks_nccl_world_create, then tks_nccl_comm_create per group,
+ *     each checked member by member against the MPI group, itself checked
+ *     against the plan); mpi keeps MPI and moves device buffers through host
+ *     memory (blocking, no overlap; for machines where NCCL cannot run).
+ *   - One process: nothing changes (no collective moves data).
+ * The MPI groups stay as ctrl[] for agreement, gathers and launch. Collective
+ * over the world: every rank calls it with its rc so far (the ranks agree on
+ * it first, so a backend that failed on one rank stops all). Returns the
+ * agreed rc: TKS_ERR_ARG (a --comm value, nccl without CUDA, a group that is
+ * not the planned one), TKS_ERR_IO (NCCL), TKS_ERR_NOMEM. On error the mesh
+ * keeps its MPI groups. Undone by tks_mesh_free (call it before destroying be).
+ */
+int tks_mesh_use_backend(tks_mesh *m, tks_backend *be, const char *comm, int rc);
+
+/* The rule of tks_mesh_use_backend without building anything (--dry-run):
+ * *kind = TKS_MESH_DEV_* for `world` processes on backend `backend` ("cpu",
+ * "cuda"). Errors as above (TKS_ERR_ARG). */
+int tks_mesh_comm_resolve(const char *comm, const char *backend, int world, int *kind);
+
+/* "nccl", "mpi (staged through host memory)", "mpi" or "none (one process)". */
+const char *tks_mesh_comm_name(const tks_mesh *m);
+
+/* Frees what tks_mesh_use_backend built and puts the MPI groups back
+ * (tks_mesh_free calls it). */
+void tks_mesh_device_free(tks_mesh *m);
 
 /* The world size and rank of this process as the launcher started it
  * (1 and 0 without mpirun). Initializes MPI when launched by mpirun. */

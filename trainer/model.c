@@ -435,6 +435,21 @@ void *tks_model_compute_weights(tks_model *m) { return m->wc; }
 tks_dtype tks_model_dtype(const tks_model *m) { return m->dt; }
 size_t tks_model_n_local(const tks_model *m) { return m->n_local; }
 size_t tks_model_n_flat(const tks_model *m) { return m->n_flat; }
+
+size_t tks_model_flat_elems(const tks_model_config *cfg, int tp, size_t flat_multiple) {
+    tks_model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *cfg;
+    tks_model_config_defaults(&m.cfg);
+    if (tp < 1 || tks_model_config_check(&m.cfg, tp)) return 0;
+    m.tp_size = tp; /* every tp rank's block has rank 0's size */
+    m.HD = (int)(m.cfg.dim / m.cfg.n_heads);
+    m.VP = tks_model_padded_vocab(&m.cfg, tp);
+    size_t fm = flat_multiple ? flat_multiple : 1, n = 0;
+    if (build_params(&m) == 0) n = (m.n_local + fm - 1) / fm * fm;
+    free(m.params);
+    return n;
+}
 const void *tks_model_logits(const tks_model *m) { return m->logits; }
 size_t tks_model_act_bytes(const tks_model *m) { return m->act_bytes; }
 

@@ -110,6 +110,10 @@ float *tks_model_weights(tks_model *m);
 float *tks_model_grads(tks_model *m);
 size_t tks_model_n_local(const tks_model *m);
 size_t tks_model_n_flat(const tks_model *m);
+/* n_flat of a model created with (cfg, a tp group of tp, flat_multiple),
+ * without creating it (the memory plan); 0 for a config tks_model_config_check
+ * refuses or when out of host memory. */
+size_t tks_model_flat_elems(const tks_model_config *cfg, int tp, size_t flat_multiple);
 /* Parameters of the whole (unpadded) model. */
 uint64_t tks_model_n_params(const tks_model_config *c);
 

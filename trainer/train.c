@@ -17,6 +17,7 @@
 #include "../dataset/dataset.h"
 #include "../tokenize/spm.h"
 #include "checkpoint.h"
+#include "memplan.h"
 #include "optim.h"
 #include "trainer.h"
 
@@ -205,7 +206,21 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
         return rc;
     }
     double act = (double)tks_model_activation_bytes(c, r.shape.tp, (int)r.micro, (int)T, r.dtype, pbe);
+    /* one rank of this layout on this backend, and the comm it would use */
+    tks_mem_plan mp;
+    int comm_kind = 0;
+    char mem_line[600] = "";
+    rc = tks_mem_plan_make(c, &r.shape, (int)r.micro, (int)T, r.dtype, pbe, &mp);
+    if (!rc) tks_mem_plan_format(&mp, mem_line, sizeof mem_line);
+    if (!rc)
+        rc = tks_mesh_comm_resolve(r.o.comm, pbe->name,
+                                   r.shape.dp_replicate * r.shape.dp_shard * r.shape.tp, &comm_kind);
+    const char *be_name = pbe->name;
     pbe->destroy(pbe);
+    if (rc) {
+        run_free(&r);
+        return rc;
+    }
     (void)N;
     double cw = r.dtype == TKS_F32 ? 0.0 : (double)tks_dtype_size(r.dtype) * (double)Pp;
     say(&b, "run\n  dataset        %s (%llu tokens in %zu shards, vocab %u)\n", r.o.dataset_dir,
@@ -241,6 +256,11 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
     char *mesh = tks_mesh_describe(&r.shape);
     if (mesh) say(&b, "%s", mesh);
     free(mesh);
+    say(&b, "  comm: %s\n", comm_kind == TKS_MESH_DEV_NCCL     ? "nccl"
+                           : comm_kind == TKS_MESH_DEV_STAGED ? "mpi (staged through host memory)"
+                           : r.shape.dp_replicate * r.shape.dp_shard * r.shape.tp > 1 ? "mpi"
+                                                                                      : "none (one process)");
+    say(&b, "  device memory per rank (%s backend): %s\n", be_name, mem_line);
     say(&b, "  per rank: vocab rows %llu (padded vocab %llu / tp %d), %u heads, %u kv heads, ffn %u; "
         "optimizer state %.1f MiB\n", (unsigned long long)(tks_model_padded_vocab(c, r.shape.tp) / (uint64_t)r.shape.tp),
         (unsigned long long)tks_model_padded_vocab(c, r.shape.tp), r.shape.tp, c->n_heads / (uint32_t)r.shape.tp,
@@ -446,7 +466,7 @@ static double evaluate(run *r, tks_model *m, tks_mesh *mesh, uint32_t *tok, int3
         acc[0] += (float)ls;
         acc[1] += (float)(r->micro * r->o.seq_len);
     }
-    if (!*rc && mesh->dp > 1) *rc = mesh->group[TKS_GROUP_DP]->allreduce_sum(mesh->group[TKS_GROUP_DP], acc, 2);
+    if (!*rc && mesh->dp > 1) *rc = tks_comm_host_sum(mesh->group[TKS_GROUP_DP], acc, 2); /* host data */
     return acc[1] > 0 ? acc[0] / acc[1] : NAN;
 }
 
@@ -494,6 +514,10 @@ int tks_train(const tks_train_opts *in) {
     if (!rc && lead && (rc = tks_path_join(lock_path, sizeof lock_path, o->out_dir, "run.lock")) == 0)
         rc = tks_lock(lock_path, "tokshard-train", &run_lock);
     if (!rc) rc = tks_backend_create(o->device, o->threads, &be);
+    /* the groups on the backend: NCCL communicators under --device cuda (--comm) */
+    rc = tks_mesh_use_backend(mesh, be, o->comm, rc);
+    tpc = mesh->group[TKS_GROUP_TP], shc = mesh->group[TKS_GROUP_DP_SHARD],
+    repc = mesh->group[TKS_GROUP_DP_REPLICATE], dpc = mesh->group[TKS_GROUP_DP], world = mesh->group[TKS_GROUP_WORLD];
     if (!rc)
         rc = tks_model_create_dt(&r.cfg, be, tpc, (int)r.micro, (int)o->seq_len,
                                  (size_t)mesh->shape.dp_shard, r.dtype, &m);
@@ -510,6 +534,9 @@ int tks_train(const tks_train_opts *in) {
     /* the step's device scalars: [0] gradient sum of squares, [1] loss sum, [2] stop flag */
     if (!rc && !(dred = be->alloc(be, 4 * sizeof *dred)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    /* which buffers to shrink, and how */
+    if (rc == TKS_ERR_NOMEM && be)
+        rc = tks_mem_explain_nomem(&r.cfg, &r.shape, (int)r.micro, (int)o->seq_len, r.dtype, be);
     uint64_t step = 0, cursor = 0;
     if (!rc && o->resume) {
         rc = tks_checkpoint_load(o->resume, m, opt);
@@ -666,7 +693,7 @@ int tks_train(const tks_train_opts *in) {
         struct stat sbuf;
         int exists = lead && stat(ck, &sbuf) == 0;
         float ex = (float)exists;
-        if (!rc && world->size > 1) rc = world->allreduce_max(world, &ex, 1);
+        if (!rc && world->size > 1) rc = world->broadcast_bytes(world, &ex, sizeof ex, 0); /* host data */
         if (!rc && ex == 0) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), mesh);
         rc = tks_mesh_agree(mesh, rc);
     }
@@ -680,8 +707,8 @@ int tks_train(const tks_train_opts *in) {
     if (dred) be->free(be, dred);
     tks_optim_free(opt);
     tks_model_free(m);
+    tks_mesh_free(mesh); /* its NCCL groups before the backend they run on */
     if (be) be->destroy(be);
-    tks_mesh_free(mesh);
     run_free(&r);
     return rc;
 }

@@ -59,6 +59,8 @@ typedef struct tks_train_opts {
     unsigned keep_checkpoints;    /* newest K kept (0 = all) */
     int threads;                  /* 0 = OpenMP default */
     const char *device;           /* "cpu", "cuda", "auto" (NULL = auto) */
+    const char *comm;             /* collectives: "auto" (NULL: NCCL under cuda, else MPI),
+                                   * "mpi", "nccl" (docs/GPU.md) */
     const char *dtype;            /* "fp32" (NULL) or "bf16": compute dtype (mixed precision) */
     /* parallel layout (docs/PARALLELISM.md): 0 = default (tp 1, dp_replicate 1,
      * dp_shard = the rest of the world) */

@@ -25,6 +25,7 @@
 
 #include "common/tks.h"
 #include "trainer/cuda/cuda.h"
+#include "trainer/memplan.h"
 #include "trainer/model.h"
 #include "trainer/optim.h"
 
@@ -125,6 +126,11 @@ int main(int argc, char **argv) {
     }
     size_t mem_now = 0, mem_peak = 0;
     tks_cuda_backend_memory(be, &mem_now, &mem_peak);
+    /* the --dry-run plan of this run (one process) against what was allocated */
+    tks_mem_plan plan;
+    tks_mesh_shape one = {1, 1, 1};
+    double plan_bytes = tks_mem_plan_make(&c, &one, B, T, dt, be, &plan) ? 0.0 : plan.total;
+    double real_bytes = (double)mem_peak + (double)tks_cuda_backend_reserved(be);
     uint64_t nparams = tks_model_n_params(&c);
     /* torchtitan subtracts the token embedding's parameters (with tied weights
      * that removes the head's too, as torchtitan's count does) */
@@ -134,9 +140,10 @@ int main(int argc, char **argv) {
     double tps = (double)n * steps / secs;
     printf("{\"impl\": \"tokshard\", \"dtype\": \"%s\", \"config\": \"%s\", \"B\": %d, \"T\": %d, "
            "\"steps\": %d, \"step_s\": %.4f, \"tokens_per_s\": %.1f, \"flop_per_token\": %.4g, "
-           "\"mfu\": %.4f, \"peak_bytes\": %zu, \"params\": %llu, \"loss\": %.4f, "
+           "\"mfu\": %.4f, \"peak_bytes\": %zu, \"plan_vs_allocated\": %.4f, \"params\": %llu, \"loss\": %.4f, "
            "\"attention\": \"%s%s\", \"device\": \"%s\"}\n",
            tks_dtype_name(dt), argv[1], B, T, steps, secs / steps, tps, flop_tok, tps * flop_tok / 989e12, mem_peak,
+           plan_bytes / real_bytes,
            (unsigned long long)nparams, loss,
            dt == TKS_BF16 && !*tks_cuda_flash_status(be) ? "cuDNN" : "tokshard kernel",
            dt == TKS_BF16 && *tks_cuda_flash_status(be) ? " (cuDNN not used)" : "", desc);

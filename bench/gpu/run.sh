@@ -10,11 +10,24 @@
 #
 # Prepare HERE first: bench/gpu/fetch-debs.sh (fills .debs/ and
 # third_party/cudnn-frontend); call the device tool with
-#   carry [".debs", "third_party"]  command "bench/gpu/run.sh"  timeout_s 600
-# Phases, in priority order, each skipped when the time left
-# (TKS_GPU_BUDGET_S, default 570 s from the start) is too short:
-#   build, test, bench-tokshard, bench-torch. Arguments choose phases
-#   (default: all); "quick" runs only the small configs.
+#   carry [".debs", "third_party"]  command "bench/gpu/run.sh PHASES"  timeout_s 600
+# Phases, in this order, each skipped when the time left (TKS_GPU_BUDGET_S,
+# default 570 s from the start) is too short:
+#   build           configure and build build-gpu/ (-j TKS_GPU_JOBS, default all cores)
+#   test            the fast GPU tests: cuda_ops, cuda_model, cuda_memory,
+#                   cuda_comm_* (and the CPU ops/model tests they compare with)
+#   test-train      tokshard-train on the GPU: cuda_train, cuda_parallel
+#   bench-tokshard  tokshard-bench-gpu, small configs first
+#   bench-torch     the PyTorch anchors
+# Arguments choose phases (default: all); "quick" runs only the small configs
+# of the benchmark. A phase that needs the binaries builds them first when
+# the machine is bare (each call may land on a fresh one: about 3 minutes).
+# A session of 30 device minutes, in three calls of at most 10 minutes:
+#   1. bench/gpu/run.sh build test test-train
+#   2. bench/gpu/run.sh bench-tokshard
+#   3. bench/gpu/run.sh bench-torch
+# (read each call's summary before the next; on a warm machine call 2 and 3
+# skip the build).
 set -uo pipefail
 T0=$(date +%s)
 BUDGET=${TKS_GPU_BUDGET_S:-570}
@@ -22,9 +35,18 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
-phases=${*:-build test bench-tokshard bench-torch}
+phases=${*:-build test test-train bench-tokshard bench-torch}
 quick=0
-[[ " $phases " == *" quick "* ]] && quick=1 && phases="build test bench-tokshard bench-torch"
+if [[ " $phases " == *" quick "* ]]; then
+  quick=1
+  phases=${phases//quick/}
+  [[ -z ${phases// /} ]] && phases="build test test-train bench-tokshard bench-torch"
+fi
+for p in $phases; do
+  case $p in build | test | test-train | bench-tokshard | bench-torch) ;;
+  *) echo "run.sh: unknown phase '$p' (build test test-train bench-tokshard bench-torch quick)" >&2; exit 2 ;;
+  esac
+done
 
 log() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$OUT/run.log"; }
 left() { echo $((BUDGET - ($(date +%s) - T0))); }
@@ -77,6 +99,8 @@ fi
 export LD_LIBRARY_PATH=$LIBS:${LD_LIBRARY_PATH:-}
 export LIBRARY_PATH=$LIBS:${LIBRARY_PATH:-}
 export PATH=/usr/local/cuda/bin:$PATH
+# the train tests' text (fetch-debs.sh carries it; the image has no dict-gcide)
+[[ -f .debs/gcide-head.gz ]] && export TKS_TEST_GCIDE=$REPO/.debs/gcide-head.gz
 
 {
   echo "date: $(date -u)"
@@ -90,20 +114,30 @@ export PATH=/usr/local/cuda/bin:$PATH
 log "env: $(head -3 "$OUT/env.txt" | tail -2 | tr '\n' ' ')"
 
 BUILD=build-gpu
-if want build; then
+# every phase after build needs these; a bare machine builds first
+built() { [[ -x $BUILD/bin/tokshard-train && -x $BUILD/bin/test_cuda_ops && -x $BUILD/bin/tokshard-bench-gpu ]]; }
+needs_bins=0
+for p in $phases; do [[ $p != bench-torch ]] && needs_bins=1; done
+if want build || { ! built && ((needs_bins)); }; then
   gen=""
   command -v ninja >/dev/null && gen="-G Ninja"
   timed 60 "$OUT/build.log" cmake -S . -B $BUILD $gen -DCMAKE_BUILD_TYPE=Release -DTKS_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DTKS_WERROR=OFF \
     -DTKS_OPENBLAS_OMP=$ROOT/usr/lib/$ARCH/openblas-openmp/libopenblas.so \
     -DTKS_OPENBLAS_OMP_INC=$ROOT/usr/include/$ARCH/openblas-openmp
-  timed 60 "$OUT/build.log" cmake --build $BUILD -j"$(nproc)" || { log "build failed: see build.log"; tail -30 "$OUT/build.log"; }
+  timed 60 "$OUT/build.log" cmake --build $BUILD -j"${TKS_GPU_JOBS:-$(nproc)}" || { log "build failed: see build.log"; tail -30 "$OUT/build.log"; }
 fi
 
-if want test && [[ -x $BUILD/bin/test_cuda_ops ]]; then
-  timed 60 "$OUT/ctest.log" ctest --test-dir $BUILD -L gpu --output-on-failure --timeout 240
+if want test && built; then
+  timed 60 "$OUT/ctest.log" ctest --test-dir $BUILD -L gpu -E '^cuda_(train|parallel)$' --output-on-failure --timeout 240
   timed 30 "$OUT/ctest.log" ctest --test-dir $BUILD -R '^(ops|model|comm_unit)$' --output-on-failure
-  grep -E "tests passed|Passed|Failed|Skipped|FAIL" "$OUT/ctest.log" | tail -15
+fi
+if want test-train && built; then
+  # train_setup (the fixture) runs first: the dataset both tests train on
+  timed 90 "$OUT/ctest.log" ctest --test-dir $BUILD -R '^cuda_(train|parallel)$' --output-on-failure --timeout 400
+fi
+if want test || want test-train; then
+  grep -E "tests passed|Passed|Failed|Skipped|FAIL|^ok|^not ok" "$OUT/ctest.log" | tail -40
 fi
 
 B1=${TKS_GPU_BATCH_1B:-2}
@@ -133,7 +167,7 @@ if want bench-torch; then
 fi
 
 # ---- summary table ------------------------------------------------------------
-python3 - "$OUT/bench.jsonl" >"$OUT/summary.md" <<'PY'
+[[ -f $OUT/bench.jsonl ]] && python3 - "$OUT/bench.jsonl" >"$OUT/summary.md" <<'PY'
 import json, sys
 rows = []
 for line in open(sys.argv[1]):
@@ -143,14 +177,15 @@ for line in open(sys.argv[1]):
             rows.append(json.loads(line))
         except ValueError:
             pass
-print("| config | impl | dtype | B x T | step s | tokens/s | MFU (torchtitan, 989 TF) | peak GiB |")
-print("|---|---|---|---|---|---|---|---|")
+print("| config | impl | dtype | B x T | step s | tokens/s | MFU (torchtitan, 989 TF) | peak GiB | dry-run plan / allocated |")
+print("|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     if "tokens_per_s" not in r:
         continue
-    print("| %s | %s | %s | %d x %d | %.4f | %.0f | %.1f%% | %.1f |" % (
+    print("| %s | %s | %s | %d x %d | %.4f | %.0f | %.1f%% | %.1f | %s |" % (
         r["config"], r["impl"], r["dtype"], r["B"], r["T"], r["step_s"], r["tokens_per_s"],
-        100 * r["mfu"], r["peak_bytes"] / 2**30))
+        100 * r["mfu"], r["peak_bytes"] / 2**30,
+        "%.3f" % r["plan_vs_allocated"] if "plan_vs_allocated" in r else "-"))
 best = {}
 for r in rows:
     if "tokens_per_s" in r:
@@ -165,5 +200,5 @@ for cfg in ("124m", "1b"):
             if t and o:
                 print("- %s %s: tokshard / %s = %.3f" % (cfg, dt, other, t / o))
 PY
-cat "$OUT/summary.md"
+[[ -f $OUT/summary.md ]] && cat "$OUT/summary.md"
 log "done in $(($(date +%s) - T0))s"

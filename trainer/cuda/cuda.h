@@ -54,6 +54,11 @@ int tks_cuda_backend_check(tks_backend *be);
  * (the --dry-run estimate is checked against these). */
 void tks_cuda_backend_memory(tks_backend *be, size_t *now, size_t *peak);
 
+/* Device bytes the backend holds outside be->alloc: the cuBLASLt workspace
+ * and the reductions' partials (fixed at creation; the memory plan adds them;
+ * 0 in a build without CUDA). */
+size_t tks_cuda_backend_reserved(tks_backend *be);
+
 /* The backend's cudaStream_t, as a pointer (for the NCCL comm). */
 void *tks_cuda_backend_stream(tks_backend *be);
 

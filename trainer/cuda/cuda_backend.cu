@@ -72,6 +72,10 @@ static int arg_fail(tks_cuda_ctx *c, const char *op, const char *why) {
 #define CHECK_DT(c, op, dt)                                                          \
     if ((dt) != TKS_F32 && (dt) != TKS_BF16) return arg_fail((c), (op), "dtype is neither fp32 nor bf16")
 
+/* row chunks of the RMSNorm weight gradient (rmsnorm_dw): fixed, so the
+ * summation order depends only on the shape */
+enum { RMS_DW_CHUNKS = 64 };
+
 static unsigned grid_for(size_t n, unsigned block) {
     size_t g = (n + block - 1) / block;
     return (unsigned)(g > 65535u * 16 ? 65535u * 16 : (g ? g : 1));
@@ -222,6 +226,10 @@ static size_t cu_workspace_bytes(tks_backend *be, const tks_ws_shape *s) {
     CTX(be);
     size_t d = (size_t)(s->B > 0 ? s->B : 1) * (size_t)(s->NH > 0 ? s->NH : 1) *
                (size_t)(s->T > 0 ? s->T : 1) * sizeof(float);
+    /* the RMSNorm weight gradient's chunk partials (rmsnorm_dw): an op at a
+     * time uses the workspace, so the largest need sizes it */
+    size_t rms = (size_t)RMS_DW_CHUNKS * (size_t)(s->C > 0 ? s->C : 1) * sizeof(float);
+    if (rms > d) d = rms;
     if (c->flash && s->dt == TKS_BF16 && s->B > 0 && s->T > 0 && s->NH > 0 && s->NKV > 0) {
         size_t ld = (size_t)(s->NH + 2 * s->NKV) * s->HD, ldo = (size_t)s->NH * s->HD, w = 0;
         if (tks_cudnn_attention_ws(be, s->B, s->T, s->NH, s->NKV, s->HD, ld, ld, ldo, &w) == 0) {
@@ -415,10 +423,13 @@ __global__ void k_embedding_fwd(T *out, const int32_t *ids, const T *w, int C, i
 /* Deterministic: one thread per column walks the rows in id order (the CPU
  * reference's order); reads of dout are coalesced across the warp. */
 template <typename T>
-__global__ void k_embedding_bwd(float *dw, const T *dout, const int32_t *ids, int N, int C,
-                                int64_t v0, int V) {
+__global__ void k_embedding_bwd(float *__restrict__ dw, const T *__restrict__ dout,
+                                const int32_t *__restrict__ ids, int N, int C, int64_t v0, int V) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (col >= C) return;
+    /* unrolled so that the loads of later rows are in flight while a row's
+     * read-modify-write of dw completes (the adds stay in row order) */
+#pragma unroll 4
     for (int i = 0; i < N; i++) {
         int64_t r = (int64_t)ids[i] - v0;
         if (r >= 0 && r < V) dw[(size_t)r * C + col] += ldv(dout, (size_t)i * C + col);
@@ -477,7 +488,8 @@ __global__ void k_rmsnorm_bwd_dx(T *dx, const T *dout, const T *x, const T *w, c
     for (int j = threadIdx.x; j < C; j += blockDim.x)
         stv(dx, o + j, ldv(dx, o + j) + ldv(dout, o + j) * ldv(w, j) * r - k * ldv(x, o + j));
 }
-/* dw: one thread per column, rows in order into a local sum added once */
+/* dw: one thread per column, rows in order into a local sum added once (the
+ * fallback when no workspace is set) */
 template <typename T>
 __global__ void k_rmsnorm_bwd_dw(float *dw, const T *dout, const T *x, const float *rstd, int N, int C) {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
@@ -485,6 +497,46 @@ __global__ void k_rmsnorm_bwd_dw(float *dw, const T *dout, const T *x, const flo
     float s = 0;
     for (int i = 0; i < N; i++) s += ldv(dout, (size_t)i * C + col) * ldv(x, (size_t)i * C + col) * rstd[i];
     dw[col] += s;
+}
+/* dw in two stages over a partition that depends only on N (deterministic on
+ * any GPU, no atomics): stage 1, block (column tile, chunk k) sums rows
+ * [k*rows, min(N, (k+1)*rows)) of its columns in row order into
+ * part[k][col]; stage 2 adds the chunks in chunk order to dw. One thread per
+ * column walking all N rows left most of the GPU idle (C / 128 blocks, one
+ * dependent load chain of N rows each). part: RMS_DW_CHUNKS x C floats of
+ * the workspace (cu_workspace_bytes counts them). */
+template <typename T>
+__global__ void k_rmsnorm_bwd_dw_part(float *__restrict__ part, const T *__restrict__ dout,
+                                      const T *__restrict__ x, const float *__restrict__ rstd,
+                                      int N, int C, int rows) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= C) return;
+    int r0 = (int)blockIdx.y * rows, r1 = r0 + rows < N ? r0 + rows : N;
+    float s = 0;
+#pragma unroll 4
+    for (int i = r0; i < r1; i++) s += ldv(dout, (size_t)i * C + col) * ldv(x, (size_t)i * C + col) * rstd[i];
+    part[(size_t)blockIdx.y * C + col] = s;
+}
+__global__ void k_rmsnorm_bwd_dw_sum(float *dw, const float *part, int chunks, int C) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= C) return;
+    float s = 0;
+    for (int k = 0; k < chunks; k++) s += part[(size_t)k * C + col];
+    dw[col] += s;
+}
+template <typename T>
+static void rmsnorm_dw(tks_cuda_ctx *c, float *dw, const T *dout, const T *x, const float *rstd,
+                       int N, int C) {
+    int rows = (N + RMS_DW_CHUNKS - 1) / RMS_DW_CHUNKS, chunks = (N + rows - 1) / rows;
+    size_t need = (size_t)chunks * (size_t)C * sizeof(float);
+    unsigned tiles = (unsigned)((C + 127) / 128);
+    if (!c->ws || c->ws_bytes < need) {
+        k_rmsnorm_bwd_dw<T><<<tiles, 128, 0, c->cur>>>(dw, dout, x, rstd, N, C);
+        return;
+    }
+    float *part = (float *)c->ws;
+    k_rmsnorm_bwd_dw_part<T><<<dim3(tiles, (unsigned)chunks), 128, 0, c->cur>>>(part, dout, x, rstd, N, C, rows);
+    k_rmsnorm_bwd_dw_sum<<<tiles, 128, 0, c->cur>>>(dw, part, chunks, C);
 }
 static int cu_rmsnorm_fwd(tks_backend *be, void *out, float *rstd, const void *x, const void *w,
                           int N, int C, float eps, tks_dtype dt) {
@@ -507,13 +559,11 @@ static int cu_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout
     if (dt == TKS_BF16) {
         k_rmsnorm_bwd_dx<bf16><<<N, 256, 0, c->cur>>>((bf16 *)dx, (const bf16 *)dout, (const bf16 *)x,
                                                       (const bf16 *)w, rstd, C);
-        k_rmsnorm_bwd_dw<bf16><<<(C + 127) / 128, 128, 0, c->cur>>>(dw, (const bf16 *)dout,
-                                                                    (const bf16 *)x, rstd, N, C);
+        rmsnorm_dw<bf16>(c, dw, (const bf16 *)dout, (const bf16 *)x, rstd, N, C);
     } else {
         k_rmsnorm_bwd_dx<float><<<N, 256, 0, c->cur>>>((float *)dx, (const float *)dout, (const float *)x,
                                                        (const float *)w, rstd, C);
-        k_rmsnorm_bwd_dw<float><<<(C + 127) / 128, 128, 0, c->cur>>>(dw, (const float *)dout,
-                                                                     (const float *)x, rstd, N, C);
+        rmsnorm_dw<float>(c, dw, (const float *)dout, (const float *)x, rstd, N, C);
     }
     return LAUNCHED(c, "rmsnorm_bwd");
 }
@@ -1233,6 +1283,11 @@ extern "C" void tks_cuda_backend_memory(tks_backend *be, size_t *now, size_t *pe
     tks_cuda_ctx *c = tks_cuda_ctx_of(be);
     if (now) *now = c->bytes_now;
     if (peak) *peak = c->bytes_peak;
+}
+
+extern "C" size_t tks_cuda_backend_reserved(tks_backend *be) {
+    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
+    return c->workspace_bytes + TKS_NORM_BLOCKS * sizeof(double);
 }
 
 extern "C" void *tks_cuda_backend_stream(tks_backend *be) {

@@ -19,6 +19,10 @@ int tks_cuda_backend_check(tks_backend *be) {
     (void)be;
     return NOT_BUILT;
 }
+size_t tks_cuda_backend_reserved(tks_backend *be) {
+    (void)be;
+    return 0;
+}
 int tks_nccl_world_create(tks_backend *be, tks_nccl_world **out) {
     (void)be;
     *out = NULL;
