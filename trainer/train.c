@@ -483,8 +483,7 @@ int tks_train(const tks_train_opts *in) {
     }
     int lead = mesh->rank == 0;
     tks_comm *tpc = mesh->group[TKS_GROUP_TP], *shc = mesh->group[TKS_GROUP_DP_SHARD],
-             *repc = mesh->group[TKS_GROUP_DP_REPLICATE], *dpc = mesh->group[TKS_GROUP_DP],
-             *world = mesh->group[TKS_GROUP_WORLD];
+             *repc = mesh->group[TKS_GROUP_DP_REPLICATE], *world = mesh->group[TKS_GROUP_WORLD];
     if (!o->out_dir) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--out RUN_DIR is required");
     if (!rc) rc = tks_path_join(ckdir, sizeof ckdir, o->out_dir, "checkpoints");
     if (!rc && lead) rc = mkdir_p(ckdir);
@@ -576,15 +575,22 @@ int tks_train(const tks_train_opts *in) {
             if (!rc) rc = be->copy(be, g + sb, gslice, n_slice * sizeof *g);
         }
         if (!rc && repc->size > 1) rc = repc->allreduce_sum(repc, g + sb, n_slice);
-        /* the global gradient norm stays on the device: the optimizer reads
-         * it there to clip; the host reads it with the loss after the step */
-        if (!rc) rc = tks_optim_grad_sumsq(opt, dred, mesh->tp_rank == 0);
+        /* The step's scalars in ONE world all-reduce of dred[0..2] =
+         * [gradient sum of squares, loss sum, stop count]: each rank adds only
+         * what it owns, so the world sum counts everything once.
+         *  - sumsq: this rank's dp_shard slice of its tp shard, on replica 0
+         *    only (the replicas hold the same synchronised slices); tensors
+         *    replicated over tp (RMSNorm weights) on tp rank 0 only;
+         *  - loss: tp rank 0 only (every tp rank of a group computed the same
+         *    per-token losses); each dp rank its own samples;
+         *  - stop: 1 where this rank was asked to stop (a count).
+         * The gradient norm stays on the device: the optimizer reads it there
+         * to clip; the host reads it with the loss after the step. */
+        if (!rc && mesh->rep == 0) rc = tks_optim_grad_sumsq(opt, dred, mesh->tp_rank == 0);
+        if (!rc && mesh->tp_rank != 0) rc = be->memzero(be, dred + 1, sizeof *dred);
         float stop = o->stop && *o->stop ? 1.0f : 0.0f, red[3];
         if (!rc) rc = be->upload(be, dred + 2, &stop, sizeof stop);
-        if (!rc && shc->size > 1) rc = shc->allreduce_sum(shc, dred, 1);
-        if (!rc && tpc->size > 1) rc = tpc->allreduce_sum(tpc, dred, 1);
-        if (!rc && dpc->size > 1) rc = dpc->allreduce_sum(dpc, dred + 1, 1);
-        if (!rc && world->size > 1) rc = world->allreduce_max(world, dred + 2, 1);
+        if (!rc && world->size > 1) rc = world->allreduce_sum(world, dred, 3);
         float lr = tks_lr_at(&ao, step);
         if (!rc) rc = tks_optim_step_dev(opt, (int64_t)step + 1, lr, dred);
         if (!rc) {
