@@ -3,7 +3,7 @@
 # losses, samples and checkpoints whatever the dp_replicate x dp_shard x tp
 # layout, the mesh check, invalid layouts, and bad ids refused alike.
 # Usage: test_parallel.sh BIN_DIR WORKDIR CASE   (needs the train_setup dataset)
-#   CASE: layouts | tp3 | mesh | checkpoint | refuse | failures | overlap
+#   CASE: layouts | tp3 | mesh | checkpoint | refuse | failures | overlap | bf16
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 BIN=$1
@@ -69,6 +69,16 @@ C, L, NH = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_head
 T, F, VP = 32, cfg["intermediate_size"], cfg["vocab_size"] + 64 * 4
 K = L * (4 * C + C // NH + 2 * T + C + F) + 2 * C + VP + 8 * T
 per_step = 6 * math.sqrt(K) * 2.0 ** -24
+# BF16=1 (environment): the model computes on bf16 copies of the fp32 master
+# weights. A micro-batch's computation is the same on every layout (same
+# shapes, same weights); the layouts differ in the fp32 order of the gradient
+# sums, so the masters differ by about per_step relative. A bf16 copy then
+# differs only where that moved a master across a bf16 rounding boundary:
+# with probability per_step / u16 an element changes by u16 = 2^-8 relative,
+# an RMS perturbation of sqrt(per_step u16) of the weights, which the loss
+# passes on at most 1:1 to first order (as above).
+if os.environ.get("BF16") == "1":
+    per_step = math.sqrt(per_step * 2.0 ** -8)
 worst, worst_ratio = 0.0, 0.0
 for s in range(lo, hi + 1):
     if s not in a or s not in b:
@@ -270,6 +280,19 @@ failures)
       "${M[@]}" --steps 4 --dp-shard $sh2 --eval-every 0
   done
   ;;
+bf16)
+  # --dtype bf16 (tp 1: bf16 is refused with tp > 1): the data-parallel layouts
+  # against one process, within the same rule with bf16's unit roundoff
+  run ref16 0 "${M[@]}" --steps 20 --dtype bf16 || exit 1
+  for L in "1 2 1" "2 1 1" "2 2 1"; do
+    read -r rep sh tp <<<"$L"
+    label="bf16-r${rep}s${sh}t${tp}"
+    run "$label" $((rep * sh * tp)) "${M[@]}" --steps 20 --dtype bf16 --dp-replicate "$rep" --dp-shard "$sh" || continue
+    if out=$(BF16=1 same_losses ref16 "$label" 1 20); then ok "bf16 ($rep,$sh,$tp): $out"; else
+      fail "bf16 ($rep,$sh,$tp): $out"; fi
+  done
+  ;;
+
 overlap)
   # overlap_metrics OVERLAP.jsonl SEQUENTIAL.jsonl: the same losses and norms,
   # to the last printed digit; buckets started early with overlap only
