@@ -95,8 +95,8 @@ int tks_mesh_world_agree(int rc);
  * (overlap of communication with computation). The tp-local flat gradient
  * buffer g[n_flat] ends reduce-scattered over dp_shard (member d keeps the
  * sum of slice [d*ns, (d+1)*ns), ns = n_flat / dp_shard, in place in g) and
- * all-reduced over dp_replicate: what the step does today in two blocking
- * calls. Buckets cut every slice alike: bucket b is slice-relative
+ * all-reduced over dp_replicate (the sums of a blocking reduce_scatter_sum
+ * and allreduce_sum; tks_train's step uses this). Buckets cut every slice alike: bucket b is slice-relative
  * [b*B, min((b+1)*B, ns)) of each of the dp_shard slices, and its
  * reduce-scatter starts as soon as all of those elements are reported final.
  *
