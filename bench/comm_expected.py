@@ -18,8 +18,8 @@ the output (size x n) bytes of an all-gather):
   dp_shard > 1: reduce-scatter of the flat gradient (n_flat floats in) and
               all-gather of the updated slices (n_flat floats out)
   dp_replicate > 1: all-reduce of the n_flat/dp_shard slice
-  scalars:    grad norm (1 float in dp_shard if > 1, 1 in tp if > 1),
-              loss (1 in dp if > 1), stop flag (1 in world if > 1)
+  scalars:    one world all-reduce (world > 1) of 3 floats: gradient sum of
+              squares, loss, stop count
 
 n_flat: every tp-local tensor padded to 16 floats (64 bytes), in build_params
 order, the sum padded to a multiple of dp_shard; the vocabulary is padded to
@@ -106,17 +106,13 @@ def expected(cfg, rep, shard, tp):
         items.append(("allreduce", "tp activations (fwd)", tp, n_micro * N * C * (1 + 2 * L)))
         items.append(("allreduce", "tp xent max/sum/target", tp, n_micro * 3 * N))
         items.append(("allreduce", "tp input grads (bwd)", tp, n_micro * N * C * (2 * L + 1)))
-        items.append(("allreduce", "tp grad-norm scalar", tp, 1))
     if shard > 1:
         items.append(("reduce_scatter", "dp_shard gradients", shard, nf))
         items.append(("allgather", "dp_shard parameters", shard, nf))
-        items.append(("allreduce", "dp_shard grad-norm scalar", shard, 1))
     if rep > 1:
         items.append(("allreduce", "dp_replicate gradient slice", rep, n_slice))
-    if dp > 1:
-        items.append(("allreduce", "dp loss scalar", dp, 1))
-    if world > 1:
-        items.append(("allreduce", "world stop flag", world, 1))
+    if world > 1:  # [grad sum of squares, loss, stop count] in one call
+        items.append(("allreduce", "world step scalars", world, 3))
     payload = {"allreduce": 0, "reduce_scatter": 0, "allgather": 0}
     wire = {"allreduce": 0.0, "reduce_scatter": 0.0, "allgather": 0.0}
     detail = []

@@ -32,6 +32,16 @@ C, L, NH = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_head
 F, VP = cfg["intermediate_size"], cfg["vocab_size"] + 64 * 4
 K = L * (4 * C + C // NH + 2 * T + C + F) + 2 * C + VP + 8 * T
 per_step = 6 * math.sqrt(K) * 2.0 ** -24
+# BF16=1 (environment): the model computes on bf16 copies of the fp32 master
+# weights. A micro-batch's computation is the same on every layout (same
+# shapes, same weights); the layouts differ in the fp32 order of the gradient
+# sums, so the masters differ by about per_step relative. A bf16 copy then
+# differs only where that moved a master across a bf16 rounding boundary:
+# with probability per_step / u16 an element changes by u16 = 2^-8 relative,
+# an RMS perturbation of sqrt(per_step u16) of the weights, which the loss
+# passes on at most 1:1 to first order (as above).
+if os.environ.get("BF16") == "1":
+    per_step = math.sqrt(per_step * 2.0 ** -8)
 worst, worst_ratio = 0.0, 0.0
 for s in range(lo, hi + 1):
     if s not in a or s not in b:

@@ -27,3 +27,20 @@ rm -rf \"$3\" && mkdir -p \"$3\"
                  bash ${TKS_TORCH_PYTHON3} $<TARGET_FILE:parity_dump> ${TKS_PARITY_DIR}
                  ${TKS_TEST_DIR}/test_torch_parity.py)
 set_tests_properties(torch_parity PROPERTIES TIMEOUT 120)
+
+# The bf16 mixed-precision path against PyTorch in the same precision and the
+# float64 reference, with bounds derived from bf16's unit roundoff
+# (test_torch_bf16.py); parity_dump writes step0_bf16.safetensors per config.
+set(TKS_PARITY16_DIR ${CMAKE_BINARY_DIR}/test-work/parity-bf16)
+add_test(NAME torch_bf16
+         COMMAND bash -c "set -e
+if ! \"$1\" -c 'import torch, numpy' 2>/dev/null; then
+  echo \"FAIL: $1 cannot import torch and numpy; run tools/install-deps.sh (apt-get install python3-torch python3-numpy)\" >&2
+  exit 1
+fi
+rm -rf \"$3\" && mkdir -p \"$3\"
+\"$2\" \"$3\"
+\"$1\" \"$4\" \"$3\""
+                 bash ${TKS_TORCH_PYTHON3} $<TARGET_FILE:parity_dump> ${TKS_PARITY16_DIR}
+                 ${TKS_TEST_DIR}/test_torch_bf16.py)
+set_tests_properties(torch_bf16 PROPERTIES TIMEOUT 120)

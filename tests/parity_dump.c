@@ -23,6 +23,9 @@
  *                         unclipped gradient of step s, unpadded), "pad.after3.<name>"
  *                         F32 [VP - V, C] (padding rows after 3 steps: must be 0);
  *                         metadata: the AdamW options as decimal strings
+ *   step0_bf16.safetensors  the same as step0 (without padding) from a --dtype bf16
+ *                         model loaded from ckpt/: "loss", "logits" (bf16, widened),
+ *                         "grad.<HF name>" (fp32 gradients); test_torch_bf16.py
  *   after3/               tks_checkpoint_save after the 3 steps, with the optimizer
  *                         (AdamW moments "<name>.exp_avg", "<name>.exp_avg_sq")
  *
@@ -191,6 +194,56 @@ static double grad_norm(tks_backend *be, tks_model *m) {
     return sqrt((double)h);
 }
 
+/* The mixed-precision path at the checkpoint's weights: a --dtype bf16 model
+ * (bf16 compute weights and activations, fp32 master weights and gradients)
+ * loads ckpt/ and runs one forward and backward on the batch; writes
+ * step0_bf16.safetensors: "loss" F32, "logits" F32 [N, V] (the bf16 logits,
+ * widened exactly), "grad.<HF name>" F32 (the fp32 gradients, loss scale 1/N). */
+static int dump_bf16(const char *dir, const variant *vr, const int32_t *ids,
+                     const int32_t *targets) {
+    char path[4096];
+    /* its own backend: a backend holds one model's workspace */
+    tks_backend *be = tks_cpu_backend_create(0);
+    if (!be) return die("tks_cpu_backend_create", TKS_ERR_NOMEM);
+    tks_model *m = NULL;
+    tlist l = {0};
+    int rc = tks_model_create_dt(&vr->cfg, be, NULL, B, T, 1, TKS_BF16, &m);
+    if (rc) return die("tks_model_create_dt (bf16)", rc);
+    const tks_model_config *c = tks_model_config_of(m);
+    uint32_t V = c->vocab_size, VP = tks_model_padded_vocab(c, 1);
+    size_t np;
+    const tks_param *P = tks_model_params(m, &np);
+    tks_path_join(path, sizeof path, dir, "ckpt"); /* fits: main limits OUT_DIR */
+    if ((rc = tks_checkpoint_load(path, m, NULL)) || (rc = tks_model_refresh_compute(m)))
+        return die("bf16: load ckpt", rc);
+    double loss_sum = 0;
+    tks_model_zero_grad(m);
+    if ((rc = tks_model_forward(m, ids, targets, &loss_sum))) return die("bf16 forward", rc);
+    uint16_t *lg = malloc((size_t)N * VP * sizeof *lg);
+    float *real = malloc((size_t)N * V * sizeof *real);
+    if (!lg || !real) return die("bf16 logits", TKS_ERR_NOMEM);
+    be->download(be, lg, tks_model_logits(m), (size_t)N * VP * sizeof *lg);
+    for (size_t i = 0; i < N; i++)
+        for (size_t j = 0; j < V; j++) real[i * V + j] = tks_bf16_to_f32(lg[i * VP + j]);
+    if ((rc = tks_model_backward(m, 1.0f / N))) return die("bf16 backward", rc);
+    float loss = (float)(loss_sum / N);
+    rc = tl_add(&l, "loss", TKS_ST_F32, 0, 0, 0, &loss, sizeof loss);
+    if (!rc) rc = tl_add(&l, "logits", TKS_ST_F32, 2, N, V, real, (size_t)N * V * sizeof *real);
+    free(lg);
+    free(real);
+    for (size_t i = 0; i < np && !rc; i++) {
+        snprintf(path, sizeof path, "grad.%s", P[i].name);
+        rc = add_rows(&l, be, path, &P[i], P[i].g, 0, P[i].rows_real);
+    }
+    tks_path_join(path, sizeof path, dir, "step0_bf16.safetensors"); /* fits: main limits OUT_DIR */
+    if (rc || (rc = tks_st_write(path, l.t, l.n, NULL, 0))) return die(path, rc);
+    tl_free(&l);
+    printf("%-5s bf16: loss %.6f\n", vr->name, (double)loss);
+    tks_model_free(m);
+    be->destroy(be);
+    return 0;
+}
+
 static int run_variant(tks_backend *be, const char *out, const variant *vr) {
     char dir[4096], path[4096];
     int rc = tks_path_join(dir, sizeof dir, out, vr->name);
@@ -221,6 +274,8 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
         (rc = tks_st_write(path, l.t, l.n, NULL, 0)))
         return die(path, rc);
     tl_free(&l);
+
+    if (dump_bf16(dir, vr, ids, targets)) return 1;
 
     /* STEPS AdamW steps on the same batch, as the trainer runs them (gradient
      * norm over the whole flat buffer, clip factor, schedule); step 0 also

@@ -163,7 +163,7 @@ static void test_grad_sync(tks_mesh *m) {
     /* reference: the two blocking calls the step makes */
     CHECK(sh->reduce_scatter_sum(sh, sl, ref, ns) == 0 && rp->allreduce_sum(rp, sl, ns) == 0, "reference");
     tks_grad_sync *s = NULL;
-    CHECK(tks_grad_sync_create(m, g, n, 17, NULL, NULL, &s) == 0, "create");
+    CHECK(tks_grad_sync_create(m, g, n, 17, NULL, NULL, NULL, &s) == 0, "create");
     if (!s) return;
     tks_grad_sync_begin(s);
     size_t layer = n / 6; /* six "layers", reported from the last */

@@ -510,6 +510,7 @@ struct tks_grad_sync {
     size_t *count;             /* per bucket: elements reported final (of S * len) */
     tks_comm_req **rs, **ar;   /* per bucket: reduce-scatter, all-reduce in flight */
     unsigned char *started;
+    int own_stage;             /* stage was malloc'd here */
     void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
     void *copy_ctx;
 };
@@ -520,7 +521,7 @@ static void gs_copy(tks_grad_sync *s, float *dst, const float *src, size_t n) {
 }
 
 int tks_grad_sync_create(tks_mesh *m, float *grads, size_t n_flat, size_t bucket_elems,
-                         void (*copy)(void *ctx, void *dst, const void *src, size_t bytes),
+                         float *stage, void (*copy)(void *ctx, void *dst, const void *src, size_t bytes),
                          void *copy_ctx, tks_grad_sync **out) {
     *out = NULL;
     tks_comm *sh = m->group[TKS_GROUP_DP_SHARD];
@@ -545,7 +546,11 @@ int tks_grad_sync_create(tks_mesh *m, float *grads, size_t n_flat, size_t bucket
     s->rs = calloc(nb, sizeof *s->rs);
     s->ar = calloc(nb, sizeof *s->ar);
     s->started = calloc(nb, 1);
-    if (S > 1) s->stage = malloc((n_flat ? n_flat : 1) * sizeof *s->stage);
+    s->stage = stage;
+    if (S > 1 && !stage) {
+        s->stage = malloc((n_flat ? n_flat : 1) * sizeof *s->stage);
+        s->own_stage = 1;
+    }
     if (!s->count || !s->rs || !s->ar || !s->started || (S > 1 && !s->stage)) {
         tks_grad_sync_free(s);
         return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
@@ -565,7 +570,7 @@ void tks_grad_sync_free(tks_grad_sync *s) {
     free(s->rs);
     free(s->ar);
     free(s->started);
-    free(s->stage);
+    if (s->own_stage) free(s->stage);
     free(s);
 }
 

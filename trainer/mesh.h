@@ -133,8 +133,8 @@ int tks_mesh_world_agree(int rc);
  * (overlap of communication with computation). The tp-local flat gradient
  * buffer g[n_flat] ends reduce-scattered over dp_shard (member d keeps the
  * sum of slice [d*ns, (d+1)*ns), ns = n_flat / dp_shard, in place in g) and
- * all-reduced over dp_replicate: what the step does today in two blocking
- * calls. Buckets cut every slice alike: bucket b is slice-relative
+ * all-reduced over dp_replicate (the sums of a blocking reduce_scatter_sum
+ * and allreduce_sum; tks_train's step uses this). Buckets cut every slice alike: bucket b is slice-relative
  * [b*B, min((b+1)*B, ns)) of each of the dp_shard slices, and its
  * reduce-scatter starts as soon as all of those elements are reported final.
  *
@@ -144,13 +144,19 @@ int tks_mesh_world_agree(int rc);
  * element at most once per step. Buckets not reported by then start in
  * tks_grad_sync_end, so a backward without the hook is still correct.
  * Memory: a staging buffer of n_flat elements when dp_shard > 1 (the
- * reduce-scatter input of each bucket is packed there). `copy` is the
- * backend's device copy (NULL: memcpy, host buffers).
+ * reduce-scatter input of each bucket is packed there): `stage`, a device
+ * buffer the caller owns, or NULL to have one malloc'd (host buffers). `copy`
+ * is the backend's device copy (NULL: memcpy, host buffers).
+ *
+ * Every member must start the same buckets in the same order: the members
+ * report the same ranges in the same order (the same model code), and a step
+ * that failed before its backward still calls tks_grad_sync_end, which then
+ * starts every bucket in bucket order on every member.
  */
 typedef struct tks_grad_sync tks_grad_sync;
 
 int tks_grad_sync_create(tks_mesh *m, float *grads, size_t n_flat, size_t bucket_elems,
-                         void (*copy)(void *ctx, void *dst, const void *src, size_t bytes),
+                         float *stage, void (*copy)(void *ctx, void *dst, const void *src, size_t bytes),
                          void *copy_ctx, tks_grad_sync **out);
 void tks_grad_sync_free(tks_grad_sync *s);
 /* Arms a step: nothing reported yet. */

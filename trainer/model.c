@@ -66,6 +66,8 @@ struct tks_model {
     size_t ws_bytes;
     size_t act_bytes;        /* device bytes of activations and scratch (not weights) */
     int dlogits_ready;       /* the last forward left dlogits in logits (fused) */
+    tks_model_grads_ready_fn ready; /* gradient-ready hook (NULL: none) and its context */
+    void *ready_ctx;
     int kv_ready;
 };
 
@@ -667,6 +669,16 @@ int tks_model_forward_train(tks_model *m, const int32_t *ids, const int32_t *tar
 
 /* ---- backward ------------------------------------------------------------------------ */
 
+void tks_model_set_grads_ready(tks_model *m, tks_model_grads_ready_fn ready, void *ctx) {
+    m->ready = ready;
+    m->ready_ctx = ctx;
+}
+
+/* g[begin, end) is final: tell the hook, if any */
+static int grads_ready(tks_model *m, size_t begin, size_t end) {
+    return m->ready && end > begin ? m->ready(m->ready_ctx, begin, end) : 0;
+}
+
 int tks_model_backward(tks_model *m, float loss_scale) {
     tks_backend *be = m->be;
     tks_dtype dt = m->dt;
@@ -683,6 +695,9 @@ int tks_model_backward(tks_model *m, float loss_scale) {
     TRY(be->memzero(be, m->dres, (size_t)N * C * tks_dtype_size(dt)));
     TRY(be->rmsnorm_bwd(be, m->dres, m->final_norm->g, m->dh, m->xL, cw(m, m->final_norm),
                         m->rstdf, N, C, dt));
+    /* final norm and lm_head (with tied embeddings the embedding, below the
+     * layers, is reported last) up to the end of the padded flat buffer */
+    TRY(grads_ready(m, m->final_norm->offset, m->n_flat));
     void *dq = m->dqkv, *dk = off(m, m->dqkv, (size_t)QD), *dv = off(m, m->dqkv, (size_t)(QD + KD));
     for (int l = (int)m->cfg.n_layers - 1; l >= 0; l--) {
         layer *L = &m->layers[l];
@@ -709,8 +724,13 @@ int tks_model_backward(tks_model *m, float loss_scale) {
         TRY(tp_sum(m, m->dh, (size_t)N * C));
         TRY(be->rmsnorm_bwd(be, m->dres, L->attn_norm->g, m->dh, L->x, cw(m, L->attn_norm),
                             L->rstd1, N, C, dt));
+        /* layer l's tensors are complete: [its first tensor, the next layer's) */
+        size_t end = l + 1 < (int)m->cfg.n_layers ? m->layers[l + 1].attn_norm->offset
+                                                  : m->final_norm->offset;
+        TRY(grads_ready(m, L->attn_norm->offset, end));
     }
-    return be->embedding_bwd(be, m->embed->g, m->dres, m->ids, N, C, m->v0, (int)m->VP_l, dt);
+    TRY(be->embedding_bwd(be, m->embed->g, m->dres, m->ids, N, C, m->v0, (int)m->VP_l, dt));
+    return grads_ready(m, 0, m->layers[0].attn_norm->offset);
 }
 
 void tks_model_zero_grad(tks_model *m) { m->be->memzero(m->be, m->g, m->n_flat * sizeof(float)); }

@@ -148,6 +148,18 @@ int tks_model_forward_train(tks_model *m, const int32_t *ids, const int32_t *tar
 int tks_model_backward(tks_model *m, float loss_scale);
 void tks_model_zero_grad(tks_model *m);
 
+/* The gradient-ready hook (overlap of the gradient collectives with the
+ * backward): when set, tks_model_backward calls ready(ctx, begin, end) as soon
+ * as g[begin, end) of the flat gradient buffer holds its final value for this
+ * backward: the final norm and lm_head first, then each layer as its weight
+ * gradients complete (last layer first), the embedding last. The ranges
+ * cover [0, n_flat) exactly once per backward (padding included). Set it for
+ * the last micro-batch of a step only (earlier ones are not final); NULL
+ * clears it. A non-zero return stops the backward with that code. The model
+ * knows nothing of what the hook does (mesh.h: tks_grad_sync_hook). */
+typedef int (*tks_model_grads_ready_fn)(void *ctx, size_t begin, size_t end);
+void tks_model_set_grads_ready(tks_model *m, tks_model_grads_ready_fn ready, void *ctx);
+
 /* Logits of the last tks_model_forward: device [N, VP_l] in the model's
  * dtype (tests read them); backward overwrites them with dlogits. */
 const void *tks_model_logits(const tks_model *m);

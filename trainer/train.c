@@ -470,6 +470,32 @@ static double evaluate(run *r, tks_model *m, tks_mesh *mesh, uint32_t *tok, int3
     return acc[1] > 0 ? acc[0] / acc[1] : NAN;
 }
 
+/* The backend's device copy as the grad sync's copy hook (a failure is
+ * sticky: the step's sync reports it). */
+static void be_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    tks_backend *be = ctx;
+    (void)be->copy(be, dst, src, bytes);
+}
+
+/* Elements per gradient bucket: an eighth of this rank's slice, at least 4096
+ * and at most 4 Mi (16 MiB of fp32, about what PyTorch DDP's 25 MB buckets
+ * hold), so that small models still get several buckets to overlap. */
+static size_t grad_bucket_elems(size_t n_slice) {
+    size_t b = n_slice / 8;
+    return b < 4096 ? 4096 : b > ((size_t)1 << 22) ? (size_t)1 << 22 : b;
+}
+
+/* Test hook (builds with TKS_TEST_HOOKS): TOKSHARD_TEST_NO_OVERLAP=1 starts
+ * every gradient bucket after the backward instead of during it, so that a
+ * test can show the two give bit-identical results. */
+static int grad_overlap(void) {
+#ifdef TKS_TEST_HOOKS
+    const char *e = getenv("TOKSHARD_TEST_NO_OVERLAP");
+    if (e && *e == '1') return 0;
+#endif
+    return 1;
+}
+
 static void comm_totals(tks_mesh *mesh, uint64_t out[4]) {
     memset(out, 0, 4 * sizeof *out);
     for (int k = 0; k < TKS_N_GROUPS; k++)
@@ -493,7 +519,8 @@ int tks_train(const tks_train_opts *in) {
     FILE *metrics = NULL;
     uint32_t *tok = NULL;
     int32_t *ids = NULL, *tg = NULL;
-    float *gslice = NULL, *dred = NULL;
+    float *gstage = NULL, *dred = NULL;
+    tks_grad_sync *gsync = NULL;
     char ckdir[PATH_MAX] = "", path[PATH_MAX];
     tks_train_opts *o = &r.o;
     if (!rc) rc = tks_mesh_create(&r.shape, &mesh);
@@ -503,7 +530,6 @@ int tks_train(const tks_train_opts *in) {
     }
     int lead = mesh->rank == 0;
     tks_comm *tpc = mesh->group[TKS_GROUP_TP], *shc = mesh->group[TKS_GROUP_DP_SHARD],
-             *repc = mesh->group[TKS_GROUP_DP_REPLICATE], *dpc = mesh->group[TKS_GROUP_DP],
              *world = mesh->group[TKS_GROUP_WORLD];
     if (!o->out_dir) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--out RUN_DIR is required");
     if (!rc) rc = tks_path_join(ckdir, sizeof ckdir, o->out_dir, "checkpoints");
@@ -529,8 +555,15 @@ int tks_train(const tks_train_opts *in) {
     size_t n_flat = m ? tks_model_n_flat(m) : 0, n_slice = n_flat / (size_t)mesh->shape.dp_shard;
     size_t sb = (size_t)mesh->shard * n_slice, se = sb + n_slice;
     if (!rc) rc = tks_optim_create(m, &ao, sb, se, &opt);
-    if (!rc && shc->size > 1 && !(gslice = be->alloc(be, (n_slice ? n_slice : 1) * sizeof *gslice)))
-        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    /* gradient sync over dp_shard and dp_replicate in buckets that the
+     * backward starts as their gradients complete (mesh.h) */
+    if (!rc && mesh->dp > 1 && shc->size > 1 && !(gstage = be->alloc(be, n_flat * sizeof *gstage)))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
+                      "out of memory for the gradient staging buffer (%zu floats)", n_flat);
+    if (!rc && mesh->dp > 1)
+        rc = tks_grad_sync_create(mesh, tks_model_grads(m), n_flat, grad_bucket_elems(n_slice), gstage,
+                                  be_copy, be, &gsync);
+    int overlap = grad_overlap();
     /* the step's device scalars: [0] gradient sum of squares, [1] loss sum, [2] stop flag */
     if (!rc && !(dred = be->alloc(be, 4 * sizeof *dred)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
@@ -581,6 +614,7 @@ int tks_train(const tks_train_opts *in) {
         comm_totals(mesh, comm0);
         tks_model_zero_grad(m);
         rc = be->memzero(be, dred, 4 * sizeof *dred);
+        if (gsync) tks_grad_sync_begin(gsync);
         for (uint64_t k = 0; k < r.n_micro && !rc; k++) {
             rc = prefetch_wait(&pf); /* micro-batch k of this step, loaded and range-checked */
             int cur = pf_slot;
@@ -594,24 +628,36 @@ int tks_train(const tks_train_opts *in) {
             if (!rc)
                 rc = tks_model_forward_train(m, pf.ids[cur], pf.tg[cur], (float)(1.0 / tokens_step),
                                              dred + 1);
+            /* the last micro-batch's backward starts the gradient buckets
+             * as each layer completes (overlap) */
+            tks_model_set_grads_ready(m, gsync && overlap && k + 1 == r.n_micro ? tks_grad_sync_hook : NULL,
+                                      gsync);
             if (!rc) rc = tks_model_backward(m, (float)(1.0 / tokens_step));
         }
-        /* gradients: reduce-scatter in dp_shard, all-reduce in dp_replicate (HSDP) */
-        float *g = tks_model_grads(m);
-        if (!rc && shc->size > 1) {
-            rc = shc->reduce_scatter_sum(shc, gslice, g, n_slice);
-            if (!rc) rc = be->copy(be, g + sb, gslice, n_slice * sizeof *g);
+        tks_model_set_grads_ready(m, NULL, NULL);
+        /* gradients: reduce-scatter in dp_shard, all-reduce in dp_replicate
+         * (HSDP), in place: what the backward did not start starts here. Every
+         * rank gets here whatever rc, so every rank enters every bucket. */
+        if (gsync) {
+            int r2 = tks_grad_sync_end(gsync);
+            if (!rc) rc = r2;
         }
-        if (!rc && repc->size > 1) rc = repc->allreduce_sum(repc, g + sb, n_slice);
-        /* the global gradient norm stays on the device: the optimizer reads
-         * it there to clip; the host reads it with the loss after the step */
-        if (!rc) rc = tks_optim_grad_sumsq(opt, dred, mesh->tp_rank == 0);
+        /* The step's scalars in ONE world all-reduce of dred[0..2] =
+         * [gradient sum of squares, loss sum, stop count]: each rank adds only
+         * what it owns, so the world sum counts everything once.
+         *  - sumsq: this rank's dp_shard slice of its tp shard, on replica 0
+         *    only (the replicas hold the same synchronised slices); tensors
+         *    replicated over tp (RMSNorm weights) on tp rank 0 only;
+         *  - loss: tp rank 0 only (every tp rank of a group computed the same
+         *    per-token losses); each dp rank its own samples;
+         *  - stop: 1 where this rank was asked to stop (a count).
+         * The gradient norm stays on the device: the optimizer reads it there
+         * to clip; the host reads it with the loss after the step. */
+        if (!rc && mesh->rep == 0) rc = tks_optim_grad_sumsq(opt, dred, mesh->tp_rank == 0);
+        if (!rc && mesh->tp_rank != 0) rc = be->memzero(be, dred + 1, sizeof *dred);
         float stop = o->stop && *o->stop ? 1.0f : 0.0f, red[3];
         if (!rc) rc = be->upload(be, dred + 2, &stop, sizeof stop);
-        if (!rc && shc->size > 1) rc = shc->allreduce_sum(shc, dred, 1);
-        if (!rc && tpc->size > 1) rc = tpc->allreduce_sum(tpc, dred, 1);
-        if (!rc && dpc->size > 1) rc = dpc->allreduce_sum(dpc, dred + 1, 1);
-        if (!rc && world->size > 1) rc = world->allreduce_max(world, dred + 2, 1);
+        if (!rc && world->size > 1) rc = world->allreduce_sum(world, dred, 3);
         float lr = tks_lr_at(&ao, step);
         if (!rc) rc = tks_optim_step_dev(opt, (int64_t)step + 1, lr, dred);
         if (!rc) {
@@ -654,6 +700,8 @@ int tks_train(const tks_train_opts *in) {
                         "\"allgather\": %llu}", (unsigned long long)info.comm_bytes[TKS_COLL_ALLREDUCE],
                         (unsigned long long)info.comm_bytes[TKS_COLL_REDUCE_SCATTER],
                         (unsigned long long)info.comm_bytes[TKS_COLL_ALLGATHER]);
+            if (gsync) /* gradient buckets this rank started during the backward (overlap) */
+                fprintf(metrics, ", \"grad_buckets_early\": %zu", tks_grad_sync_started_early(gsync));
             fputs("}\n", metrics);
         }
         int last = step == o->steps, stopping = red[2] > 0 || (o->stop_at && step >= o->stop_at);
@@ -703,7 +751,8 @@ int tks_train(const tks_train_opts *in) {
     free(tok);
     free(ids);
     free(tg);
-    if (gslice) be->free(be, gslice);
+    tks_grad_sync_free(gsync);
+    if (gstage) be->free(be, gstage);
     if (dred) be->free(be, dred);
     tks_optim_free(opt);
     tks_model_free(m);
