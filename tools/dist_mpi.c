@@ -157,3 +157,256 @@ int tks_dist_finish(int rc) {
     }
     return out;
 }
+
+/* ------------------------------------------------------------------------- */
+/* build: rank 0 holds the queue of work units                               */
+
+#include <omp.h>
+#include <signal.h>
+#include <unistd.h>
+
+enum { TAG_REQ = 71, TAG_ASSIGN = 72 };
+
+typedef struct req { /* worker -> rank 0: "give me a unit", with the last one's result */
+    int32_t rc, has_unit;
+    uint64_t unit;
+    tks_unit_stats us;
+    char err[600];
+} req;
+
+typedef struct assign { /* rank 0 -> worker */
+    int32_t stop, pad;
+    tks_build_unit unit;
+} assign;
+
+/* What a rank says when the launcher stops the job (SIGTERM): written with
+ * write(2), the message is prepared before each unit. */
+static char g_sigmsg[4096];
+static volatile size_t g_sigmsg_len;
+
+static void on_term(int sig) {
+    (void)sig;
+    if (g_sigmsg_len && write(STDERR_FILENO, g_sigmsg, g_sigmsg_len) < 0) _exit(EXIT_INTERRUPTED);
+    _exit(EXIT_INTERRUPTED);
+}
+
+typedef struct coord {
+    int size;
+    const tks_build_unit *units;
+    size_t n_units, next, n_done, n_kept, stopped;
+    uint64_t total_text, done_text;
+    int64_t *inflight;          /* per rank: unit, or -1 */
+    uint64_t *rank_units, *rank_text;
+    double t0, last_print;
+    int progress;
+    const char *partial;
+    tks_build_job *job;
+} coord;
+
+static void coord_sigmsg(coord *c) {
+    size_t n = (size_t)snprintf(g_sigmsg, sizeof g_sigmsg,
+                                "%s: build stopped by the launcher (a rank failed or was killed: "
+                                "the launcher's message names it); units in flight:",
+                                tks_cli_prog);
+    for (int r = 0; r < c->size && n < sizeof g_sigmsg - 200; r++)
+        if (c->inflight[r] >= 0)
+            n += (size_t)snprintf(g_sigmsg + n, sizeof g_sigmsg - n, " unit %lld on rank %d,",
+                                  (long long)c->inflight[r], r);
+    if (n < sizeof g_sigmsg - 200)
+        n += (size_t)snprintf(g_sigmsg + n, sizeof g_sigmsg - n,
+                              " %zu of %zu units complete and kept in %s: re-run the same command "
+                              "with --resume (any number of ranks) to build the others\n",
+                              c->n_done, c->n_units, c->partial);
+    g_sigmsg_len = n < sizeof g_sigmsg ? n : sizeof g_sigmsg - 1;
+}
+
+static void coord_print(coord *c, int force) {
+    double now = omp_get_wtime();
+    if (!c->progress || (!force && now - c->last_print < 2.0)) return;
+    c->last_print = now;
+    double el = now - c->t0, rate = el > 0 ? c->done_text / el : 0;
+    fprintf(stderr, "units %zu/%zu done (%zu kept), %.1f MB/s", c->n_done, c->n_units, c->n_kept,
+            rate / 1e6);
+    if (rate > 0) fprintf(stderr, ", ETA %.0fs", (double)(c->total_text - c->done_text) / rate);
+    for (int r = 0; r < c->size; r++)
+        fprintf(stderr, " | rank %d: %llu units %.1f MB/s", r, (unsigned long long)c->rank_units[r],
+                el > 0 ? c->rank_text[r] / el / 1e6 : 0.0);
+    fprintf(stderr, "\n");
+}
+
+/* The next unit not yet on disk, or -1. */
+static int64_t coord_take(coord *c, int rank) {
+    while (c->next < c->n_units && tks_build_job_unit_done(c->job, c->next)) c->next++;
+    if (c->next == c->n_units) return -1;
+    c->inflight[rank] = (int64_t)c->next;
+    coord_sigmsg(c);
+    return (int64_t)c->next++;
+}
+
+static void coord_done(coord *c, int rank, uint64_t unit, const tks_unit_stats *us) {
+    c->n_done++;
+    c->done_text += us->text_bytes;
+    c->rank_units[rank]++;
+    c->rank_text[rank] += us->text_bytes;
+    c->inflight[rank] = -1;
+    (void)unit;
+    coord_sigmsg(c);
+    coord_print(c, 0);
+}
+
+/* Answers one request (blocking, or only if one is waiting). */
+static void coord_serve(coord *c, int block) {
+    MPI_Status st;
+    int flag = 1;
+    if (block) MPI_Probe(MPI_ANY_SOURCE, TAG_REQ, MPI_COMM_WORLD, &st);
+    else MPI_Iprobe(MPI_ANY_SOURCE, TAG_REQ, MPI_COMM_WORLD, &flag, &st);
+    if (!flag) return;
+    req q;
+    int src = st.MPI_SOURCE;
+    MPI_Recv(&q, (int)sizeof q, MPI_BYTE, src, TAG_REQ, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (q.rc) {
+        fprintf(stderr,
+                "%s: error: rank %d failed on unit %llu: %s\n%s: stopping the job; the complete "
+                "units are kept in %s: fix the cause and re-run the same command with --resume\n",
+                tks_cli_prog, src, (unsigned long long)q.unit, q.err, tks_cli_prog, c->partial);
+        fflush(stderr);
+        g_sigmsg_len = 0;
+        MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+    }
+    if (q.has_unit) coord_done(c, src, q.unit, &q.us);
+    assign a = {0};
+    int64_t k = coord_take(c, src);
+    if (k < 0) {
+        a.stop = 1;
+        c->stopped++;
+    } else {
+        a.unit = c->units[k];
+    }
+    MPI_Send(&a, (int)sizeof a, MPI_BYTE, src, TAG_ASSIGN, MPI_COMM_WORLD);
+}
+
+static coord *g_coord;
+/* rank 0 answers the other ranks between the batches of its own unit */
+static void coord_progress(const tks_build_progress *p, void *ctx) {
+    (void)p;
+    (void)ctx;
+    coord_serve(g_coord, 0);
+    coord_print(g_coord, 0);
+}
+
+int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int *rank) {
+    int size = 1;
+    *rank = 0;
+    if (!launched_many()) return tks_build(o, stats);
+    int rc = world(rank, &size);
+    if (rc) return rc;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    o->progress = NULL;
+    o->stop = NULL;
+    tks_build_job *job = NULL;
+    /* rank 0 first: it plans and prepares OUT.partial, which the others need */
+    if (*rank == 0) rc = tks_build_job_open(o, 1, &job);
+    int rc0 = rc;
+    MPI_Bcast(&rc0, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rc0) {
+        if (*rank) rc = tks_fail(rc0, NULL, TKS_NONE, TKS_NONE,
+                                 "rank %d stops: rank 0 could not start the build (see its message)", *rank);
+        tks_build_job_free(job);
+        return rc;
+    }
+    if (*rank) rc = tks_build_job_open(o, 0, &job);
+    int worst = rc ? 1 : 0, any = 0;
+    MPI_Allreduce(&worst, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any) {
+        tks_build_job_free(job);
+        if (rc) return rc;
+        return tks_fail(TKS_ERR_IO, o->out_dir, TKS_NONE, TKS_NONE,
+                        "rank %d stops: another rank could not start the build (see its message)", *rank);
+    }
+    if (*rank) { /* a worker: ask, build, report, until told to stop */
+        req q = {0};
+        for (;;) {
+            MPI_Send(&q, (int)sizeof q, MPI_BYTE, 0, TAG_REQ, MPI_COMM_WORLD);
+            assign a;
+            MPI_Recv(&a, (int)sizeof a, MPI_BYTE, 0, TAG_ASSIGN, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            if (a.stop) break;
+            g_sigmsg_len = (size_t)snprintf(g_sigmsg, sizeof g_sigmsg,
+                                            "%s: rank %d stopped by the launcher while building unit %llu\n",
+                                            tks_cli_prog, *rank, (unsigned long long)a.unit.index);
+            memset(&q, 0, sizeof q);
+            q.unit = a.unit.index;
+            q.has_unit = 1;
+            q.rc = tks_build_job_run(job, &a.unit, &q.us);
+            if (q.rc) snprintf(q.err, sizeof q.err, "%s", tks_last_error()->message);
+            g_sigmsg_len = 0;
+        }
+        tks_build_job_free(job);
+        MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (rc) return tks_fail(rc, o->out_dir, TKS_NONE, TKS_NONE,
+                                "rank %d: rank 0 could not finish the build (see its message)", *rank);
+        return 0;
+    }
+    coord c = {0};
+    c.size = size;
+    c.units = tks_build_job_units(job, &c.n_units);
+    c.inflight = malloc((size_t)size * sizeof *c.inflight);
+    c.rank_units = calloc((size_t)size, sizeof *c.rank_units);
+    c.rank_text = calloc((size_t)size, sizeof *c.rank_text);
+    if (!c.inflight || !c.rank_units || !c.rank_text) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+    for (int r = 0; r < size; r++) c.inflight[r] = -1;
+    for (size_t k = 0; k < c.n_units; k++) {
+        c.total_text += c.units[k].text_bytes;
+        if (tks_build_job_unit_done(job, k)) {
+            c.n_kept++;
+            c.n_done++;
+            c.total_text -= c.units[k].text_bytes;
+        }
+    }
+    c.t0 = omp_get_wtime();
+    c.progress = progress;
+    char partial[PATH_MAX];
+    snprintf(partial, sizeof partial, "%s.partial", o->out_dir);
+    c.partial = partial;
+    c.job = job;
+    g_coord = &c;
+    coord_sigmsg(&c);
+    /* the job's options are a copy: the callback is set on the unit runs below */
+    tks_build_opts ro = *o;
+    ro.progress = coord_progress;
+    tks_build_job *job0 = NULL;
+    rc = tks_build_job_open(&ro, 0, &job0);
+    if (rc) {
+        fprintf(stderr, "%s: error: rank 0: %s\n", tks_cli_prog, tks_last_error()->message);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+    }
+    int64_t k;
+    while ((k = coord_take(&c, 0)) >= 0) {
+        tks_unit_stats us;
+        rc = tks_build_job_run(job0, &c.units[k], &us);
+        if (rc) {
+            fprintf(stderr, "%s: error: rank 0 failed on unit %lld: %s\n%s: stopping the job; the "
+                            "complete units are kept in %s: fix the cause and re-run the same "
+                            "command with --resume\n",
+                    tks_cli_prog, (long long)k, tks_last_error()->message, tks_cli_prog, partial);
+            fflush(stderr);
+            g_sigmsg_len = 0;
+            MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+        }
+        coord_done(&c, 0, (uint64_t)k, &us);
+        coord_serve(&c, 0);
+    }
+    while (c.stopped < (size_t)size - 1) coord_serve(&c, 1);
+    coord_print(&c, 1);
+    g_sigmsg_len = 0;
+    rc = tks_build_job_finish(job, stats);
+    int rcb = rc;
+    MPI_Bcast(&rcb, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    free(c.inflight);
+    free(c.rank_units);
+    free(c.rank_text);
+    tks_build_job_free(job0);
+    tks_build_job_free(job);
+    return rc;
+}
