@@ -163,6 +163,7 @@ int tks_dist_finish(int rc) {
 
 #include <omp.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { TAG_REQ = 71, TAG_ASSIGN = 72 };
@@ -183,6 +184,25 @@ typedef struct assign { /* rank 0 -> worker */
  * write(2), the message is prepared before each unit. */
 static char g_sigmsg[4096];
 static volatile size_t g_sigmsg_len;
+
+/* Waits for a request without spinning: OpenMPI's blocking calls poll at
+ * 100% CPU, which takes a core from the ranks still tokenizing (and from
+ * rank 0 while it plans). */
+static void wait_quietly(MPI_Request *rq) {
+    int done = 0;
+    struct timespec ts = {0, 1000000}; /* 1 ms */
+    for (;;) {
+        MPI_Test(rq, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void bcast_int(int *v) {
+    MPI_Request rq;
+    MPI_Ibcast(v, 1, MPI_INT, 0, MPI_COMM_WORLD, &rq);
+    wait_quietly(&rq);
+}
 
 static void on_term(int sig) {
     (void)sig;
@@ -257,9 +277,13 @@ static void coord_done(coord *c, int rank, uint64_t unit, const tks_unit_stats *
 /* Answers one request (blocking, or only if one is waiting). */
 static void coord_serve(coord *c, int block) {
     MPI_Status st;
-    int flag = 1;
-    if (block) MPI_Probe(MPI_ANY_SOURCE, TAG_REQ, MPI_COMM_WORLD, &st);
-    else MPI_Iprobe(MPI_ANY_SOURCE, TAG_REQ, MPI_COMM_WORLD, &flag, &st);
+    int flag = 0;
+    struct timespec ts = {0, 1000000}; /* 1 ms: no spinning while waiting */
+    for (;;) {
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_REQ, MPI_COMM_WORLD, &flag, &st);
+        if (flag || !block) break;
+        nanosleep(&ts, NULL);
+    }
     if (!flag) return;
     req q;
     int src = st.MPI_SOURCE;
@@ -309,7 +333,7 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
     /* rank 0 first: it plans and prepares OUT.partial, which the others need */
     if (*rank == 0) rc = tks_build_job_open(o, 1, &job);
     int rc0 = rc;
-    MPI_Bcast(&rc0, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    bcast_int(&rc0);
     if (rc0) {
         if (*rank) rc = tks_fail(rc0, NULL, TKS_NONE, TKS_NONE,
                                  "rank %d stops: rank 0 could not start the build (see its message)", *rank);
@@ -330,7 +354,9 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
         for (;;) {
             MPI_Send(&q, (int)sizeof q, MPI_BYTE, 0, TAG_REQ, MPI_COMM_WORLD);
             assign a;
-            MPI_Recv(&a, (int)sizeof a, MPI_BYTE, 0, TAG_ASSIGN, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Request rq;
+            MPI_Irecv(&a, (int)sizeof a, MPI_BYTE, 0, TAG_ASSIGN, MPI_COMM_WORLD, &rq);
+            wait_quietly(&rq);
             if (a.stop) break;
             g_sigmsg_len = (size_t)snprintf(g_sigmsg, sizeof g_sigmsg,
                                             "%s: rank %d stopped by the launcher while building unit %llu\n",
@@ -343,7 +369,7 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
             g_sigmsg_len = 0;
         }
         tks_build_job_free(job);
-        MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        bcast_int(&rc);
         if (rc) return tks_fail(rc, o->out_dir, TKS_NONE, TKS_NONE,
                                 "rank %d: rank 0 could not finish the build (see its message)", *rank);
         return 0;
@@ -402,7 +428,7 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
     g_sigmsg_len = 0;
     rc = tks_build_job_finish(job, stats);
     int rcb = rc;
-    MPI_Bcast(&rcb, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    bcast_int(&rcb);
     free(c.inflight);
     free(c.rank_units);
     free(c.rank_text);
