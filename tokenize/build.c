@@ -712,6 +712,13 @@ struct tks_build_job {
     unsigned char *done;
     tks_input_stats input;
     double t0;
+    /* planning, one unit per tks_build_job_plan call */
+    tks_input *plan_in;
+    tks_build_unit cur;
+    int planning, resuming;
+    char (*was)[33];        /* resumed: the inputs' hashes the state recorded */
+    size_t n_was;
+    uint64_t kept_base;     /* dataset index of the next kept unit's first shard, or TKS_NONE */
 };
 
 static int job_paths(tks_build_job *j) {
@@ -743,39 +750,6 @@ static int unit_dir(const tks_build_job *j, uint64_t k, char *out, size_t cap) {
     char name[32];
     snprintf(name, sizeof name, "unit-%05llu", (unsigned long long)k);
     return tks_path_join(out, cap, j->partial, name);
-}
-
-/* Plans the units: one pass over the documents, no tokenizing. Each unit
- * ends after the document that brings its text bytes to >= unit_bytes. */
-static int plan_units(tks_build_job *j, tks_input *in) {
-    uint64_t unit_bytes = j->o.unit_bytes ? j->o.unit_bytes : TKS_DEFAULT_UNIT_BYTES;
-    tks_build_unit cur = {0};
-    tks_input_tell(in, &cur.start);
-    tks_doc doc;
-    int got;
-    while ((got = tks_input_next(in, &doc)) > 0 || (got == 0 && cur.n_docs)) {
-        if (got > 0) {
-            cur.n_docs++;
-            cur.text_bytes += doc.len;
-            if (cur.text_bytes < unit_bytes) continue;
-        }
-        if (j->n_units == j->cap_units) {
-            size_t cap = j->cap_units ? 2 * j->cap_units : 64;
-            tks_build_unit *u = realloc(j->units, cap * sizeof *u);
-            if (!u) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (units)");
-            j->units = u;
-            j->cap_units = cap;
-        }
-        j->units[j->n_units++] = cur;
-        if (got == 0) break;
-        memset(&cur, 0, sizeof cur);
-        cur.index = j->n_units;
-        tks_input_tell(in, &cur.start);
-    }
-    if (got < 0) return got;
-    j->input = *tks_input_get_stats(in);
-    j->done = calloc(j->n_units ? j->n_units : 1, 1);
-    return j->done ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
 }
 
 static json_t *shard_json(const tks_shard_info *s) {
@@ -946,22 +920,9 @@ static int coordinator_open(tks_build_job *j) {
                         "%s already exists: choose another --output or remove it", j->out);
     int rc = tks_lock(j->lock_path, "tokshard build", &j->lock_fd);
     if (rc) return rc;
-    tks_input *in = NULL;
-    char (*hashes)[33] = NULL;
-    rc = tks_input_open(o->inputs, o->n_inputs, &o->input, &in);
-    if (!rc) j->desc = describe(o, in, j->spm, &rc);
-    if (!rc) rc = build_id(j->desc, in, j->build_id);
-    /* the plan reads every input once: their hashes come with it */
-    if (!rc) rc = plan_units(j, in);
-    if (!rc) rc = add_input_hashes(j->desc, in);
-    size_t nf = in ? tks_input_n_files(in) : 0;
-    if (!rc && !(hashes = calloc(nf ? nf : 1, sizeof *hashes)))
-        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    for (size_t i = 0; i < nf && !rc; i++) {
-        uint8_t h[16];
-        rc = tks_input_file_xxh3(in, i, h, NULL);
-        if (!rc) tks_hex(h, 16, hashes[i]);
-    }
+    rc = tks_input_open(o->inputs, o->n_inputs, &o->input, &j->plan_in);
+    if (!rc) j->desc = describe(o, j->plan_in, j->spm, &rc);
+    if (!rc) rc = build_id(j->desc, j->plan_in, j->build_id);
     char state[PATH_MAX], tok_copy[PATH_MAX];
     if (!rc) rc = tks_path_join(state, sizeof state, j->partial, STATE_NAME);
     if (!rc) rc = tks_path_join(tok_copy, sizeof tok_copy, j->partial, TOKENIZER_NAME);
@@ -988,16 +949,15 @@ static int coordinator_open(tks_build_job *j) {
                           "(build id %.16s, now %s); re-run with the original ones, or remove %s "
                           "to start over",
                           j->partial, id, j->build_id, j->partial);
-        for (size_t i = 0; i < nf && !rc; i++) {
+        size_t nw = json_array_size(was);
+        if (!rc && nw && !(j->was = calloc(nw, sizeof *j->was)))
+            rc = tks_fail(TKS_ERR_NOMEM, state, TKS_NONE, TKS_NONE, "out of memory");
+        for (size_t i = 0; i < nw && !rc; i++) {
             const char *h = json_string_value(json_array_get(was, i));
-            if (!h || strcmp(h, hashes[i]) != 0)
-                rc = tks_fail(TKS_ERR_RESUME, tks_input_file(in, i), TKS_NONE, TKS_NONE,
-                              "cannot resume: %s changed since the interrupted build (XXH3-128 %s, "
-                              "was %.32s), so the units kept in %s came from other bytes; remove "
-                              "%s and build again",
-                              tks_input_file(in, i), hashes[i], h ? h : "?", j->partial, j->partial);
+            snprintf(j->was[j->n_was++], sizeof j->was[0], "%s", h ? h : "");
         }
         json_decref(js);
+        j->resuming = 1;
     } else if (!rc) {
         if (mkdir(j->partial, 0755) != 0)
             rc = tks_fail(tks_write_errno_code(errno), j->partial, TKS_NONE, TKS_NONE,
@@ -1012,18 +972,87 @@ static int coordinator_open(tks_build_job *j) {
                           "cannot resume: %s differs from --tokenizer; remove %s and build again",
                           tok_copy, j->partial);
     }
-    if (!rc) rc = save_units_state(j, (const char(*)[33])hashes, nf);
-    /* units kept from an earlier run */
-    uint64_t base = 0;
-    for (size_t k = 0; k < j->n_units && !rc && have; k++) {
-        unit_record r;
-        j->done[k] = (unsigned char)unit_complete(j, k, base, &r);
-        base = j->done[k] && base != TKS_NONE ? base + r.n : TKS_NONE;
-        free(r.shards);
+    /* the workers read the build id from here; a resumed state keeps the
+     * hashes of the interrupted build until the plan has read every input */
+    if (!rc) rc = save_units_state(j, (const char(*)[33])j->was, j->n_was);
+    if (!rc) {
+        j->planning = 1;
+        tks_input_tell(j->plan_in, &j->cur.start);
     }
+    return rc;
+}
+
+/* The plan has read every input: their hashes go into the description and
+ * the state, and a resumed build's inputs must hash as they did. */
+static int plan_end(tks_build_job *j) {
+    tks_input *in = j->plan_in;
+    j->input = *tks_input_get_stats(in);
+    int rc = add_input_hashes(j->desc, in);
+    size_t nf = tks_input_n_files(in);
+    char (*hashes)[33] = rc ? NULL : calloc(nf ? nf : 1, sizeof *hashes);
+    if (!rc && !hashes) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    for (size_t i = 0; i < nf && !rc; i++) {
+        uint8_t h[16];
+        rc = tks_input_file_xxh3(in, i, h, NULL);
+        if (!rc) tks_hex(h, 16, hashes[i]);
+        if (!rc && j->resuming && (i >= j->n_was || strcmp(j->was[i], hashes[i]) != 0))
+            rc = tks_fail(TKS_ERR_RESUME, tks_input_file(in, i), TKS_NONE, TKS_NONE,
+                          "cannot resume: %s changed since the interrupted build (XXH3-128 %s, "
+                          "was %.32s), so the units kept in %s came from other bytes; remove %s "
+                          "and build again",
+                          tks_input_file(in, i), hashes[i], i < j->n_was ? j->was[i] : "?",
+                          j->partial, j->partial);
+    }
+    if (!rc) rc = save_units_state(j, (const char(*)[33])hashes, nf);
     free(hashes);
     tks_input_free(in);
+    j->plan_in = NULL;
+    j->planning = 0;
     return rc;
+}
+
+int tks_build_job_plan(tks_build_job *j, tks_build_unit *out) {
+    if (!j->coordinator)
+        return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
+                        "tks_build_job_plan: only the coordinator plans");
+    if (!j->planning) return 0;
+    uint64_t unit_bytes = j->o.unit_bytes ? j->o.unit_bytes : TKS_DEFAULT_UNIT_BYTES;
+    tks_build_unit *cur = &j->cur;
+    tks_doc doc;
+    int got;
+    while ((got = tks_input_next(j->plan_in, &doc)) > 0) {
+        cur->n_docs++;
+        cur->text_bytes += doc.len;
+        if (cur->text_bytes >= unit_bytes) break;
+    }
+    if (got < 0) return got;
+    if (got == 0 && cur->n_docs == 0) {
+        int rc = plan_end(j);
+        return rc ? rc : 0;
+    }
+    if (j->n_units == j->cap_units) {
+        size_t cap = j->cap_units ? 2 * j->cap_units : 64;
+        tks_build_unit *u = realloc(j->units, cap * sizeof *u);
+        if (u) j->units = u;
+        unsigned char *d = realloc(j->done, cap);
+        if (d) j->done = d;
+        if (!u || !d) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (units)");
+        j->cap_units = cap;
+    }
+    size_t k = j->n_units++;
+    j->units[k] = *cur;
+    j->done[k] = 0;
+    if (j->resuming) { /* kept from the interrupted run? */
+        unit_record r;
+        j->done[k] = (unsigned char)unit_complete(j, k, j->kept_base, &r);
+        j->kept_base = j->done[k] && j->kept_base != TKS_NONE ? j->kept_base + r.n : TKS_NONE;
+        free(r.shards);
+    }
+    *out = *cur;
+    memset(cur, 0, sizeof *cur);
+    cur->index = j->n_units;
+    tks_input_tell(j->plan_in, &cur->start);
+    return 1;
 }
 
 int tks_build_job_open(const tks_build_opts *opts, int coordinator, tks_build_job **out) {
@@ -1065,6 +1094,8 @@ const tks_build_unit *tks_build_job_units(const tks_build_job *j, size_t *n) {
 }
 
 int tks_build_job_unit_done(const tks_build_job *j, size_t i) { return i < j->n_units && j->done[i]; }
+
+int tks_build_job_planning(const tks_build_job *j) { return j->planning; }
 
 int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats *us) {
     const tks_build_opts *o = &j->o;
@@ -1203,6 +1234,9 @@ int tks_build_job_finish(tks_build_job *j, tks_build_stats *stats) {
     if (!j->coordinator)
         return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
                         "tks_build_job_finish: only the coordinator finishes a build");
+    if (j->planning)
+        return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
+                        "tks_build_job_finish: the units are not all planned");
     tks_shard_info *all = NULL;
     size_t n_all = 0, cap = 0;
     uint64_t empty = 0;
@@ -1263,6 +1297,8 @@ int tks_build_job_finish(tks_build_job *j, tks_build_stats *stats) {
     if (!rc) {
         tks_path_join(to, sizeof to, j->partial, STATE_NAME);
         unlink(to);
+        tks_path_join(to, sizeof to, j->partial, "in-flight.txt"); /* tokshard's report, if any */
+        unlink(to);
         for (size_t k = 0; k < j->n_units; k++) {
             unit_dir(j, k, dir, sizeof dir);
             if (tks_path_join(from, sizeof from, dir, UNIT_RECORD) == 0) unlink(from);
@@ -1289,6 +1325,8 @@ int tks_build_job_finish(tks_build_job *j, tks_build_stats *stats) {
 void tks_build_job_free(tks_build_job *j) {
     if (!j) return;
     json_decref(j->desc);
+    tks_input_free(j->plan_in);
+    free(j->was);
     free(j->units);
     free(j->done);
     tks_spm_free(j->spm);
@@ -1300,11 +1338,10 @@ void tks_build_job_free(tks_build_job *j) {
 static int build_units_here(const tks_build_opts *o, tks_build_stats *stats) {
     tks_build_job *j = NULL;
     int rc = tks_build_job_open(o, 1, &j);
-    size_t n = 0;
-    const tks_build_unit *u = rc ? NULL : tks_build_job_units(j, &n);
-    for (size_t k = 0; k < n && !rc; k++) {
+    tks_build_unit u;
+    while (!rc && (rc = tks_build_job_plan(j, &u)) == 1) {
         tks_unit_stats us;
-        if (!tks_build_job_unit_done(j, k)) rc = tks_build_job_run(j, &u[k], &us);
+        rc = tks_build_job_unit_done(j, u.index) ? 0 : tks_build_job_run(j, &u, &us);
     }
     if (!rc) rc = tks_build_job_finish(j, stats);
     tks_build_job_free(j);

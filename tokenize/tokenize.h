@@ -212,8 +212,8 @@ int tks_build(const tks_build_opts *opts, tks_build_stats *stats);
  * The inputs' documents are cut into units by unit_bytes alone (see
  * tks_build_opts.unit_bytes), so the dataset is the one tks_build makes,
  * byte for byte, however the units are spread. One coordinator (rank 0)
- * opens the job: it plans the units (one read of the inputs, no tokenizing)
- * and, on --resume, verifies the units already on disk. Any process opens a
+ * opens the job and plans the units one by one (one read of the inputs, no
+ * tokenizing); on --resume each planned unit already on disk is verified. Any process opens a
  * worker job on the same options and builds the units it is handed, each
  * into OUT.partial/unit-NNNNN/ with its own record (unit.json). When every
  * unit is built, the coordinator renumbers the shards into one sequence,
@@ -243,8 +243,17 @@ typedef struct tks_build_job tks_build_job;
  */
 int tks_build_job_open(const tks_build_opts *opts, int coordinator, tks_build_job **out);
 
-/* Coordinator: the planned units (owned by the job) and whether unit i is
- * already complete on disk (kept from an earlier run). */
+/* Coordinator: plans the next unit (reading the inputs on to its end) into
+ * *unit: 1, 0 once every unit is planned (the inputs' hashes are then taken,
+ * and on --resume compared with the interrupted build's: TKS_ERR_RESUME when
+ * an input changed), or an input error. Units can be built while the next
+ * ones are planned. */
+int tks_build_job_plan(tks_build_job *job, tks_build_unit *unit);
+/* 1 while units remain to be planned. */
+int tks_build_job_planning(const tks_build_job *job);
+/* Coordinator: the units planned so far (owned by the job, valid until the
+ * next tks_build_job_plan) and whether unit i is already complete on disk
+ * (kept from an earlier run). */
 const tks_build_unit *tks_build_job_units(const tks_build_job *job, size_t *n);
 int tks_build_job_unit_done(const tks_build_job *job, size_t i);
 

@@ -167,6 +167,7 @@ int tks_dist_finish(int rc) {
 #include <unistd.h>
 
 enum { TAG_REQ = 71, TAG_ASSIGN = 72 };
+#define IN_FLIGHT "in-flight.txt" /* OUT.partial/: which rank builds which unit */
 
 typedef struct req { /* worker -> rank 0: "give me a unit", with the last one's result */
     int32_t rc, has_unit;
@@ -212,8 +213,11 @@ static void on_term(int sig) {
 
 typedef struct coord {
     int size;
-    const tks_build_unit *units;
-    size_t n_units, next, n_done, n_kept, stopped;
+    tks_build_unit *units;      /* planned so far */
+    size_t n_units, cap_units, next, n_done, n_kept, stopped;
+    int planning;
+    int *waiting;               /* ranks that asked while no unit was planned */
+    size_t n_waiting;
     uint64_t total_text, done_text;
     int64_t *inflight;          /* per rank: unit, or -1 */
     uint64_t *rank_units, *rank_text;
@@ -238,6 +242,12 @@ static void coord_sigmsg(coord *c) {
                               "with --resume (any number of ranks) to build the others\n",
                               c->n_done, c->n_units, c->partial);
     g_sigmsg_len = n < sizeof g_sigmsg ? n : sizeof g_sigmsg - 1;
+    /* the launcher may drop what a rank prints while the job is torn down:
+     * the same lines are kept in OUT.partial for the next --resume to show */
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", c->partial, IN_FLIGHT) < (int)sizeof path &&
+        tks_write_file_atomic(path, g_sigmsg, g_sigmsg_len) != 0)
+        tks_clear_error(); /* only a report */
 }
 
 static void coord_print(coord *c, int force) {
@@ -245,16 +255,17 @@ static void coord_print(coord *c, int force) {
     if (!c->progress || (!force && now - c->last_print < 2.0)) return;
     c->last_print = now;
     double el = now - c->t0, rate = el > 0 ? c->done_text / el : 0;
-    fprintf(stderr, "units %zu/%zu done (%zu kept), %.1f MB/s", c->n_done, c->n_units, c->n_kept,
-            rate / 1e6);
-    if (rate > 0) fprintf(stderr, ", ETA %.0fs", (double)(c->total_text - c->done_text) / rate);
+    fprintf(stderr, "units %zu/%zu%s done (%zu kept), %.1f MB/s", c->n_done, c->n_units,
+            c->planning ? "+ (planning)" : "", c->n_kept, rate / 1e6);
+    if (rate > 0 && !c->planning)
+        fprintf(stderr, ", ETA %.0fs", (double)(c->total_text - c->done_text) / rate);
     for (int r = 0; r < c->size; r++)
         fprintf(stderr, " | rank %d: %llu units %.1f MB/s", r, (unsigned long long)c->rank_units[r],
                 el > 0 ? c->rank_text[r] / el / 1e6 : 0.0);
     fprintf(stderr, "\n");
 }
 
-/* The next unit not yet on disk, or -1. */
+/* The next planned unit not yet on disk, or -1. */
 static int64_t coord_take(coord *c, int rank) {
     while (c->next < c->n_units && tks_build_job_unit_done(c->job, c->next)) c->next++;
     if (c->next == c->n_units) return -1;
@@ -272,6 +283,22 @@ static void coord_done(coord *c, int rank, uint64_t unit, const tks_unit_stats *
     (void)unit;
     coord_sigmsg(c);
     coord_print(c, 0);
+}
+
+/* Hands rank `to` the next unit, or tells it to stop once every unit is
+ * planned and handed out: 1, or 0 when it must wait for the plan. */
+static int coord_answer(coord *c, int to) {
+    assign a = {0};
+    int64_t k = coord_take(c, to);
+    if (k < 0 && c->planning) return 0;
+    if (k < 0) {
+        a.stop = 1;
+        c->stopped++;
+    } else {
+        a.unit = c->units[k];
+    }
+    MPI_Send(&a, (int)sizeof a, MPI_BYTE, to, TAG_ASSIGN, MPI_COMM_WORLD);
+    return 1;
 }
 
 /* Answers one request (blocking, or only if one is waiting). */
@@ -298,15 +325,7 @@ static void coord_serve(coord *c, int block) {
         MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
     }
     if (q.has_unit) coord_done(c, src, q.unit, &q.us);
-    assign a = {0};
-    int64_t k = coord_take(c, src);
-    if (k < 0) {
-        a.stop = 1;
-        c->stopped++;
-    } else {
-        a.unit = c->units[k];
-    }
-    MPI_Send(&a, (int)sizeof a, MPI_BYTE, src, TAG_ASSIGN, MPI_COMM_WORLD);
+    if (!coord_answer(c, src)) c->waiting[c->n_waiting++] = src;
 }
 
 static coord *g_coord;
@@ -318,12 +337,29 @@ static void coord_progress(const tks_build_progress *p, void *ctx) {
     coord_print(g_coord, 0);
 }
 
+/* A resumed build by work units: what the interrupted run was building. */
+static void show_in_flight(const tks_build_opts *o) {
+    char path[PATH_MAX], line[4096];
+    if (!o->resume || snprintf(path, sizeof path, "%s.partial/%s", o->out_dir, IN_FLIGHT) >= (int)sizeof path)
+        return;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    if (fgets(line, sizeof line, f))
+        fprintf(stderr, "%s: resuming; when the interrupted run stopped: %s", tks_cli_prog,
+                strstr(line, "units in flight:") ? strstr(line, "units in flight:") : line);
+    fclose(f);
+}
+
 int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int *rank) {
     int size = 1;
     *rank = 0;
-    if (!launched_many()) return tks_build(o, stats);
+    if (!launched_many()) {
+        show_in_flight(o);
+        return tks_build(o, stats);
+    }
     int rc = world(rank, &size);
     if (rc) return rc;
+    if (*rank == 0) show_in_flight(o);
     struct sigaction sa = {0};
     sa.sa_handler = on_term;
     sigaction(SIGTERM, &sa, NULL);
@@ -376,28 +412,56 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
     }
     coord c = {0};
     c.size = size;
-    c.units = tks_build_job_units(job, &c.n_units);
     c.inflight = malloc((size_t)size * sizeof *c.inflight);
+    c.waiting = malloc((size_t)size * sizeof *c.waiting);
     c.rank_units = calloc((size_t)size, sizeof *c.rank_units);
     c.rank_text = calloc((size_t)size, sizeof *c.rank_text);
-    if (!c.inflight || !c.rank_units || !c.rank_text) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+    if (!c.inflight || !c.waiting || !c.rank_units || !c.rank_text) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
     for (int r = 0; r < size; r++) c.inflight[r] = -1;
-    for (size_t k = 0; k < c.n_units; k++) {
-        c.total_text += c.units[k].text_bytes;
-        if (tks_build_job_unit_done(job, k)) {
-            c.n_kept++;
-            c.n_done++;
-            c.total_text -= c.units[k].text_bytes;
-        }
-    }
     c.t0 = omp_get_wtime();
     c.progress = progress;
     char partial[PATH_MAX];
     snprintf(partial, sizeof partial, "%s.partial", o->out_dir);
     c.partial = partial;
     c.job = job;
+    c.planning = 1;
     g_coord = &c;
     coord_sigmsg(&c);
+    /* plan unit by unit; the other ranks start on the first units meanwhile */
+    for (;;) {
+        tks_build_unit u;
+        rc = tks_build_job_plan(job, &u);
+        if (rc < 0) {
+            fprintf(stderr, "%s: error: rank 0 could not plan the units: %s\n", tks_cli_prog,
+                    tks_last_error()->message);
+            fflush(stderr);
+            g_sigmsg_len = 0;
+            MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+        }
+        if (rc == 0) c.planning = 0;
+        if (rc == 1) {
+            if (c.n_units == c.cap_units) {
+                c.cap_units = c.cap_units ? 2 * c.cap_units : 64;
+                c.units = realloc(c.units, c.cap_units * sizeof *c.units);
+                if (!c.units) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+            }
+            c.units[c.n_units++] = u;
+            if (tks_build_job_unit_done(job, u.index)) {
+                c.n_kept++;
+                c.n_done++;
+            } else {
+                c.total_text += u.text_bytes;
+            }
+        }
+        size_t w = 0; /* ranks waiting for a unit */
+        for (size_t i = 0; i < c.n_waiting; i++)
+            if (!coord_answer(&c, c.waiting[i])) c.waiting[w++] = c.waiting[i];
+        c.n_waiting = w;
+        coord_serve(&c, 0);
+        coord_print(&c, 0);
+        if (!c.planning) break;
+    }
+    rc = 0;
     /* the job's options are a copy: the callback is set on the unit runs below */
     tks_build_opts ro = *o;
     ro.progress = coord_progress;
@@ -430,6 +494,8 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
     int rcb = rc;
     bcast_int(&rcb);
     free(c.inflight);
+    free(c.waiting);
+    free(c.units);
     free(c.rank_units);
     free(c.rank_text);
     tks_build_job_free(job0);
