@@ -5,8 +5,13 @@
  * (counters, then the recorded problems as bytes: every rank runs the same
  * binary) and merges them with tks_audit_merge, which gives exactly the report
  * of a single process. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep, sigaction, PATH_MAX */
 #include <limits.h>
 #include <mpi.h>
+#include <omp.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,11 +165,6 @@ int tks_dist_finish(int rc) {
 
 /* ------------------------------------------------------------------------- */
 /* build: rank 0 holds the queue of work units                               */
-
-#include <omp.h>
-#include <signal.h>
-#include <time.h>
-#include <unistd.h>
 
 enum { TAG_REQ = 71, TAG_ASSIGN = 72 };
 #define IN_FLIGHT "in-flight.txt" /* OUT.partial/: which rank builds which unit */
