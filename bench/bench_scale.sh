@@ -14,14 +14,15 @@
 # Not a test: nothing is asserted. Prints a table (MB/s of text, ratio to
 # plain) and the 1-minute load before each run: the machine may be shared,
 # compare ratios within one run only.
-# Time on 2 idle cores with the defaults: about 3 minutes.
+# Time on 2 idle cores with the defaults: about 4 minutes (the first run also
+# makes the corpus and trains the tokenizer: 1-2 minutes more).
 #
-# usage: bench/bench_scale.sh [--mb N (48)] [--runs N (3)] [--unit-mb N (mb/8)]
+# usage: bench/bench_scale.sh [--mb N (96)] [--runs N (3)] [--unit-mb N (mb/8)]
 #                             [--work DIR] [--bin TOKSHARD]
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-MB=48
+MB=96
 RUNS=3
 UNIT_MB=
 WORK=/var/tmp/tokshard-bench-scale
@@ -88,5 +89,5 @@ for cfg in plain np1 np2; do
     "$ratio" "$(IFS=,; echo "${loads[*]}")" "$same"
 done
 n_units=$(awk -v b="$bytes" -v u="$unit_bytes" 'BEGIN { printf "%d", (b + u - 1) / u }')
-echo "np2 / np1: $(awk -v a="${med[np1]}" -v b="${med[np2]}" 'BEGIN { printf "%.2fx", a / b }') (about $n_units units; rank 0 plans all units before the ranks start)"
+echo "np2 / np1: $(awk -v a="${med[np1]}" -v b="${med[np2]}" 'BEGIN { printf "%.2fx", a / b }') (about $n_units units; rank 0 plans them ahead of the ranks, then builds units too)"
 rm -rf ref out
