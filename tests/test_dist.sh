@@ -11,7 +11,8 @@
 #   `mpirun -np 1, 2, 3`, with 1 and 2 threads; a rank killed (SIGKILL) at its
 #   2nd shard ends the job with a message naming the rank and its unit, and
 #   --resume with another rank count (and then without mpirun) completes it
-#   to the same bytes; a unit that cannot be written ends the job with rank 0
+#   to the same bytes (a kept unit whose shard was damaged since is built
+#   again); a unit that cannot be written ends the job with rank 0
 #   naming the rank and the unit, and the resume after the fix completes.
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -136,6 +137,10 @@ build)
   # killed again, resumed without mpirun
   expect 137 "rank 2 killed" -- timeout 60 "${MPI[@]}" -np 3 -x LD_PRELOAD="$TKS_FAULT_LIB" \
     -x TKS_FAULT_KILL=shards:1 -x TKS_FAULT_RANK=2 "$TKS" "${B[@]}" --threads 1 --output k2
+  # a kept unit whose shard was damaged since is built again, not kept
+  for u in $(seq -f %05g 0 99); do [[ -e k2.partial/unit-$u/unit.json ]] && break; done
+  if [[ -e k2.partial/unit-$u/shard-00000.tks ]]; then flip 100 "k2.partial/unit-$u/shard-00000.tks"
+  else fail "no complete unit with a shard in k2.partial"; fi
   expect 0 "resume without mpirun" -- "$TKS" "${B[@]}" --threads 1 --output k2 --resume
   diff -r ref k2 >/dev/null && ok "resumed without mpirun: byte-identical" || fail "resumed k2 differs"
   # a rank whose unit fails (its directory is a file): rank 0 names rank and unit, the job ends

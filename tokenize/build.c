@@ -810,7 +810,10 @@ static int load_record(const tks_build_job *j, uint64_t k, const char *build_id,
         si->header_xxh3 = strtoull(hx, NULL, 16);
     }
     json_decref(js);
-    if (rc) free(r->shards);
+    if (rc) {
+        free(r->shards);
+        r->shards = NULL;
+    }
     return rc;
 }
 
