@@ -9,8 +9,12 @@
  *            publication of shard K (the state records shard K)
  *   fsync:K  at the K-th fsync() of the process, before it runs (a temporary
  *            file written but neither durable nor renamed)
+ *   shards:K right after the K-th shard rename of this process (any shard-*.tks,
+ *            a work unit's own numbering included)
  *   rename:NAME:K  right after the K-th rename() whose destination's base name
  *            is NAME (a checkpoint's step directory, a file inside it, ...)
+ * With TKS_FAULT_RANK=R set, only the MPI rank R (OMPI_COMM_WORLD_RANK or
+ * PMI_RANK) of a job is killed.
  * And TKS_COUNT_OPEN=NAME counts the open() calls of paths ending in NAME and
  * prints "fault_inject: N open(s) of NAME" to stderr at exit (an input must be
  * read once).
@@ -29,6 +33,16 @@
 static long last_shard = -1;
 static long n_fsync;
 static long n_named;
+static long n_shards;
+
+/* TKS_FAULT_RANK, when set, names the one MPI rank to kill */
+static int rank_wanted(void) {
+    const char *want = getenv("TKS_FAULT_RANK");
+    if (!want) return 1;
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    if (!r) r = getenv("PMI_RANK");
+    return r && strtol(r, NULL, 10) == strtol(want, NULL, 10);
+}
 
 /* Does TKS_FAULT_KILL equal "kind:k"? */
 static int wants(const char *kind, long k) {
@@ -42,14 +56,14 @@ int rename(const char *from, const char *to) {
         (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
     int rc = real(from, to);
     const char *v = getenv("TKS_FAULT_KILL");
-    if (rc != 0 || !v) return rc;
+    if (rc != 0 || !v || !rank_wanted()) return rc;
     const char *base = strrchr(to, '/');
     base = base ? base + 1 : to;
     unsigned idx;
     char tail[8];
     if (sscanf(base, "shard-%5u.tks%7s", &idx, tail) == 1) {
         last_shard = idx;
-        if (wants("shard", idx)) raise(SIGKILL);
+        if (wants("shard", idx) || wants("shards", ++n_shards)) raise(SIGKILL);
     } else if (!strcmp(base, "build-state.json") && last_shard >= 0 && wants("state", last_shard)) {
         raise(SIGKILL);
     } else if (!strncmp(v, "rename:", 7)) {

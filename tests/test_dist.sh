@@ -6,6 +6,14 @@
 #   dataset and on one corrupted in many ways at once (token bytes, an index, a
 #   truncated shard, a stray shard, ids over --model-vocab, another tokenizer),
 #   with a small --max-problems, and on a lone shard file.
+#   CASE build: `tokshard build` split into work units by a small --unit-bytes
+#   gives byte-identical datasets (every file) without mpirun and under
+#   `mpirun -np 1, 2, 3`, with 1 and 2 threads; a rank killed (SIGKILL) at its
+#   2nd shard ends the job with a message naming the rank and its unit, and
+#   --resume with another rank count (and then without mpirun) completes it
+#   to the same bytes (a kept unit whose shard was damaged since is built
+#   again); a unit that cannot be written ends the job with rank 0
+#   naming the rank and the unit, and the resume after the fix completes.
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 BIN=$1
@@ -90,6 +98,63 @@ audit)
   if diff <(sed 's/ hashed in .*//' single.txt) <(sed 's/ hashed in .*//' np3.txt) >/dev/null; then
     ok "text report: np 3 same as one process"
   else fail "text report differs: $(diff single.txt np3.txt | head -5)"; fi
+  ;;
+build)
+  # gcide (blank-line paragraphs) and 40 Python doc files: about 7 units
+  B=(build -q --tokenizer "$T/bpe.model" --doc-split blank-line --append-eos --shard-tokens 100K
+     --chunk-bytes 4K --unit-bytes 700K "$T/gcide.txt" "$T/pydoc")
+  expect 0 "build without mpirun, 1 thread" -- "$TKS" "${B[@]}" --threads 1 --output ref
+  n=$(ls ref/shard-*.tks | wc -l)
+  [[ $n -ge 10 ]] && ok "reference has $n shards" || fail "reference has only $n shards"
+  expect 0 "build without mpirun, 2 threads" -- "$TKS" "${B[@]}" --threads 2 --output t2
+  diff -r ref t2 >/dev/null && ok "2 threads: byte-identical" || fail "2 threads differ"
+  for np in 1 2 3; do
+    for t in 1 2; do
+      expect 0 "mpirun -np $np, $t thread(s)" -- "${MPI[@]}" -np $np "$TKS" "${B[@]}" --threads $t \
+        --output np$np-t$t
+      if diff -r ref np$np-t$t >/dev/null; then ok "np $np, $t thread(s): byte-identical"
+      else fail "np $np, $t thread(s): differs: $(diff -rq ref np$np-t$t | head -3)"; fi
+    done
+  done
+  # the default unit size: one unit, the plain build
+  expect 0 "one unit under mpirun -np 2" -- "${MPI[@]}" -np 2 "$TKS" "${B[@]:0:11}" \
+    "$T/gcide.txt" "$T/pydoc" --output one2
+  expect 0 "one unit without mpirun" -- "$TKS" "${B[@]:0:11}" "$T/gcide.txt" "$T/pydoc" --output one0
+  diff -r one0 one2 >/dev/null && ok "default unit size: np 2 = no mpirun" || fail "default unit size differs"
+  # kill -9 of rank 1 at its 2nd shard: the job ends, naming rank 1 and its unit
+  expect 137 "rank 1 killed" -- timeout 60 "${MPI[@]}" -np 3 -x LD_PRELOAD="$TKS_FAULT_LIB" \
+    -x TKS_FAULT_KILL=shards:2 -x TKS_FAULT_RANK=1 "$TKS" "${B[@]}" --threads 1 --output k
+  expect_msg "process rank 1 .*signal 9"
+  # rank 0 prints which rank builds which unit when the launcher stops the job,
+  # but the launcher may drop that output: the same lines are in k.partial
+  inflight="units in flight: (unit [0-9]+ on rank [02], )*unit [0-9]+ on rank 1,"
+  if grep -Eq "$inflight" k.partial/in-flight.txt; then ok "k.partial/in-flight.txt names rank 1's unit"
+  else fail "in-flight.txt: $(cat k.partial/in-flight.txt)"; fi
+  [[ -d k.partial && ! -e k ]] && ok "k.partial kept, k not published" || fail "k.partial/k state wrong"
+  expect 0 "resume with 2 ranks" -- "${MPI[@]}" -np 2 "$TKS" "${B[@]}" --threads 2 --output k --resume
+  expect_msg "resuming; when the interrupted run stopped: $inflight"
+  diff -r ref k >/dev/null && ok "resumed: byte-identical" || fail "resumed differs: $(diff -rq ref k | head -3)"
+  # killed again, resumed without mpirun
+  expect 137 "rank 2 killed" -- timeout 60 "${MPI[@]}" -np 3 -x LD_PRELOAD="$TKS_FAULT_LIB" \
+    -x TKS_FAULT_KILL=shards:1 -x TKS_FAULT_RANK=2 "$TKS" "${B[@]}" --threads 1 --output k2
+  # a kept unit whose shard was damaged since is built again, not kept
+  for u in $(seq -f %05g 0 99); do [[ -e k2.partial/unit-$u/unit.json ]] && break; done
+  if [[ -e k2.partial/unit-$u/shard-00000.tks ]]; then flip 100 "k2.partial/unit-$u/shard-00000.tks"
+  else fail "no complete unit with a shard in k2.partial"; fi
+  expect 0 "resume without mpirun" -- "$TKS" "${B[@]}" --threads 1 --output k2 --resume
+  diff -r ref k2 >/dev/null && ok "resumed without mpirun: byte-identical" || fail "resumed k2 differs"
+  # a rank whose unit fails (its directory is a file): rank 0 names rank and unit, the job ends
+  expect 137 "rank 1 killed (k3)" -- timeout 60 "${MPI[@]}" -np 3 -x LD_PRELOAD="$TKS_FAULT_LIB" \
+    -x TKS_FAULT_KILL=shards:2 -x TKS_FAULT_RANK=1 "$TKS" "${B[@]}" --threads 1 --output k3
+  for u in $(seq -f %05g 0 99); do [[ -e k3.partial/unit-$u/unit.json ]] || break; done
+  rm -rf "k3.partial/unit-$u" && echo "not a directory" >"k3.partial/unit-$u"
+  expect 2 "a unit that cannot be written" -- timeout 60 "${MPI[@]}" -np 2 "$TKS" "${B[@]}" \
+    --threads 1 --output k3 --resume
+  expect_msg "rank [01] failed on unit $((10#$u)): .*unit-$u"
+  [[ ! -e k3 ]] && ok "k3 not published" || fail "k3 published after a failed unit"
+  rm -f "k3.partial/unit-$u"
+  expect 0 "resume after the fix, 3 ranks" -- "${MPI[@]}" -np 3 "$TKS" "${B[@]}" --threads 1 --output k3 --resume
+  diff -r ref k3 >/dev/null && ok "k3: byte-identical" || fail "k3 differs"
   ;;
 *) echo "unknown case $CASE"; exit 2 ;;
 esac

@@ -1327,6 +1327,81 @@ static void test_corrupt(void) {
     tks_input_free(NULL);
 }
 
+/* tks_input_tell / tks_input_seek: from a position taken after any document,
+ * a fresh input sought there yields exactly the documents that followed, with
+ * the same ordinals, in every container, compression and split mode. */
+typedef struct doc_rec {
+    uint64_t hash, ordinal;
+    tks_input_pos after;
+} doc_rec;
+
+static void check_seek(const char *label, const char *const *paths, size_t n, const tks_input_opts *o,
+                       int want_plain) {
+    tks_input *in = NULL;
+    CHECK(tks_input_open(paths, n, o, &in) == 0, "%s: open: %s", label, tks_last_error()->message);
+    if (!in) return;
+    size_t cap = 1024, nd = 0;
+    doc_rec *d = malloc(cap * sizeof *d);
+    tks_input_pos start;
+    tks_input_tell(in, &start);
+    tks_doc doc;
+    int r, plain = 0;
+    while ((r = tks_input_next(in, &doc)) == 1) {
+        if (nd == cap) d = realloc(d, (cap *= 2) * sizeof *d);
+        d[nd].hash = XXH3_64bits(doc.text, doc.len);
+        d[nd].ordinal = doc.ordinal;
+        tks_input_tell(in, &d[nd].after);
+        plain |= d[nd].after.plain;
+        nd++;
+    }
+    CHECK(r == 0 && nd > 0, "%s: read: rc %d, %zu docs", label, r, nd);
+    tks_input_free(in);
+    if (want_plain) CHECK(plain, "%s: plain files are entered by lseek (pos.plain set)", label);
+    /* about 12 positions spread over the documents, plus the start and the last */
+    size_t step = nd / 12 ? nd / 12 : 1;
+    for (size_t k = 0; k <= nd; k += (k + step > nd && k != nd) ? nd - k : step) {
+        const tks_input_pos *pos = k == 0 ? &start : &d[k - 1].after;
+        tks_input *s = NULL;
+        int rc = tks_input_open(paths, n, o, &s);
+        if (!rc) rc = tks_input_seek(s, pos);
+        size_t i = k, bad = 0;
+        while (!rc && (r = tks_input_next(s, &doc)) == 1) {
+            if (i >= nd || d[i].hash != XXH3_64bits(doc.text, doc.len) || d[i].ordinal != doc.ordinal)
+                bad++;
+            i++;
+        }
+        CHECK(rc == 0 && r == 0 && bad == 0 && i == nd,
+              "%s: seek after document %zu (file %llu entry %llu offset %llu): rc %d, %zu docs "
+              "read, %zu differ, expected %zu (%s)",
+              label, k, U(pos->file), U(pos->entry), U(pos->offset), rc, i - k, bad, nd - k,
+              tks_last_error()->message);
+        tks_input_free(s);
+        if (k == nd) break;
+    }
+    free(d);
+}
+
+static void test_seek(void) {
+    sh("mkdir -p %s/seek && cp %s/library/functions.rst.txt %s/library/stdtypes.rst.txt %s/seek/", W,
+       PYDOC, PYDOC, W);
+    sh("cd %s/seek && printf '{\"text\": \"one\"}\\n\\n{\"text\": \"two\\\\nlines\"}\\n{\"text\": \"three\"}\\n' > d.jsonl", W);
+    sh("cd %s/seek && gzip -c functions.rst.txt > f.txt.gz && tar czf t.tar.gz functions.rst.txt d.jsonl "
+       "stdtypes.rst.txt && tar cf t.tar stdtypes.rst.txt functions.rst.txt", W);
+    const char *plain[] = {wpath("seek/functions.rst.txt"), wpath("seek/d.jsonl"), wpath("seek/stdtypes.rst.txt")};
+    const char *mixed[] = {wpath("seek/f.txt.gz"), wpath("seek/t.tar.gz"), wpath("seek/t.tar"),
+                           wpath("seek/stdtypes.rst.txt")};
+    static const tks_doc_split splits[] = {TKS_SPLIT_LINE, TKS_SPLIT_BLANK, TKS_SPLIT_FILE};
+    static const char *names[] = {"line", "blank-line", "file"};
+    for (int k = 0; k < 3; k++) {
+        tks_input_opts o = opts_split(splits[k]);
+        char label[64];
+        snprintf(label, sizeof label, "seek plain %s", names[k]);
+        check_seek(label, plain, 3, &o, splits[k] != TKS_SPLIT_FILE);
+        snprintf(label, sizeof label, "seek archives %s", names[k]);
+        check_seek(label, mixed, 4, &o, 0);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s WORK_DIR\n", argv[0]);
@@ -1346,6 +1421,7 @@ int main(int argc, char **argv) {
     test_gzip_integrity();
     test_policies();
     test_gcide();
+    test_seek();
 
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);

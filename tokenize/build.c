@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <omp.h>
@@ -45,6 +46,9 @@ static const char *policy_name(tks_policy p) {
     return p == TKS_POLICY_SKIP ? "skip" : p == TKS_POLICY_FAIL ? "fail" : "replace";
 }
 
+static const size_t *g_sort_len;
+static int by_len_desc(const void *a, const void *b);
+
 typedef struct batch {
     char *arena;           /* document bytes, back to back */
     size_t arena_len, arena_cap;
@@ -53,10 +57,11 @@ typedef struct batch {
     size_t *order;         /* documents sorted by length, longest first */
     tks_ids *ids;          /* per document, reused across batches */
     int *err;              /* per document: 0 or a TKS_ERR_* */
+    unsigned char *uend;   /* per document: 1 when it is the last of its work unit */
     size_t n, cap;
 } batch;
 
-static int batch_push(batch *b, const tks_doc *d) {
+static int batch_push(batch *b, const tks_doc *d, int unit_end) {
     if (b->n == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 4096;
         size_t *off = realloc(b->off, cap * sizeof *off);
@@ -69,12 +74,14 @@ static int batch_push(batch *b, const tks_doc *d) {
         if (order) b->order = order;
         int *err = realloc(b->err, cap * sizeof *err);
         if (err) b->err = err;
+        unsigned char *uend = realloc(b->uend, cap * sizeof *uend);
+        if (uend) b->uend = uend;
         tks_ids *ids = realloc(b->ids, cap * sizeof *ids);
         if (ids) {
             memset(ids + b->cap, 0, (cap - b->cap) * sizeof *ids);
             b->ids = ids;
         }
-        if (!off || !len || !ord || !order || !err || !ids)
+        if (!off || !len || !ord || !order || !err || !uend || !ids)
             return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch)");
         b->cap = cap;
     }
@@ -90,6 +97,7 @@ static int batch_push(batch *b, const tks_doc *d) {
     b->off[b->n] = b->arena_len;
     b->len[b->n] = d->len;
     b->ordinal[b->n] = d->ordinal;
+    b->uend[b->n] = (unsigned char)unit_end;
     b->arena_len += d->len;
     b->n++;
     return 0;
@@ -104,9 +112,66 @@ static void batch_free(batch *b) {
     free(b->order);
     free(b->ids);
     free(b->err);
+    free(b->uend);
 }
 
-static const size_t *g_sort_len;
+/* Tokenizes the batch in parallel, longest documents first. 0 or the first
+ * error (its context restored). */
+static int encode_batch(tks_spm *spm, batch *b, int threads) {
+    /* longest documents first when one could keep a thread busy after the
+     * others finish, else in order and in runs of documents (the sort, the
+     * scattered reads it causes and one hand-off per document cost 5-8% of a
+     * build of short lines) */
+    size_t longest = 0, per = 1;
+    for (size_t i = 0; i < b->n; i++) {
+        b->order[i] = i;
+        longest = b->len[i] > longest ? b->len[i] : longest;
+    }
+    if (longest > (64u << 10)) {
+        g_sort_len = b->len;
+        qsort(b->order, b->n, sizeof *b->order, by_len_desc);
+    } else {
+        per = b->n / ((size_t)threads * 64) + 1;
+    }
+    tks_error first_err = {0};
+    int any_err = 0;
+#pragma omp parallel for schedule(dynamic, per) num_threads(threads)
+    for (size_t k = 0; k < b->n; k++) {
+        size_t i = b->order[k];
+        int e = tks_spm_encode(spm, b->arena + b->off[i], b->len[i], &b->ids[i]);
+        b->err[i] = e;
+        if (e) {
+#pragma omp critical(tks_build_err)
+            if (!any_err) {
+                any_err = 1;
+                first_err = *tks_last_error();
+            }
+        }
+    }
+    if (!any_err) return 0;
+    tks_error_restore(&first_err);
+    return first_err.code ? first_err.code : TKS_ERR_TOKENIZER;
+}
+
+/* Adds BOS/EOS as asked. 0 or TKS_ERR_NOMEM. */
+static int add_specials(tks_ids *v, const tks_build_opts *o, uint32_t bos, uint32_t eos) {
+    if (!o->prepend_bos && !o->append_eos) return 0;
+    size_t need = v->n + 2;
+    if (v->cap < need) {
+        uint32_t *p = realloc(v->ids, need * sizeof *p);
+        if (!p) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+        v->ids = p;
+        v->cap = need;
+    }
+    if (o->prepend_bos) {
+        memmove(v->ids + 1, v->ids, v->n * sizeof *v->ids);
+        v->ids[0] = bos;
+        v->n++;
+    }
+    if (o->append_eos) v->ids[v->n++] = eos;
+    return 0;
+}
+
 static int by_len_desc(const void *a, const void *b) {
     size_t x = g_sort_len[*(const size_t *)a], y = g_sort_len[*(const size_t *)b];
     if (x != y) return x < y ? 1 : -1;
@@ -305,13 +370,14 @@ static json_t *describe(const tks_build_opts *o, tks_input *in, const tks_spm *s
     char fp[33];
     tks_hex(tks_spm_fingerprint(spm), 16, fp);
     json_t *opt = json_pack(
-        "{s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:b, s:b, s:I, s:I}", "tokenizer_fingerprint", fp,
+        "{s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:b, s:b, s:I, s:I, s:I}", "tokenizer_fingerprint", fp,
         "doc_split", split_name(o->input.split), "format", format_name(o->input.format), "jsonl_key",
         o->input.jsonl_key ? o->input.jsonl_key : "text", "invalid_utf8",
         policy_name(o->input.invalid_utf8), "max_doc_bytes",
         (json_int_t)(o->input.max_doc_bytes ? o->input.max_doc_bytes : (64u << 20)), "on_long_doc",
         policy_name(o->input.long_doc), "on_bad_record", policy_name(o->input.bad_record),
-        "append_eos", o->append_eos, "prepend_bos", o->prepend_bos, "shard_tokens",
+        "append_eos", o->append_eos, "prepend_bos", o->prepend_bos, "unit_bytes",
+        (json_int_t)(o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES), "shard_tokens",
         (json_int_t)(o->shard_tokens ? o->shard_tokens : (16u << 20)), "chunk_bytes",
         (json_int_t)(o->chunk_bytes ? o->chunk_bytes : TKS_DEFAULT_CHUNK_BYTES));
     return json_pack("{s:s, s:o, s:o}", "tool", "tokshard " TKS_VERSION_STRING, "inputs", inputs,
@@ -356,11 +422,62 @@ static int add_input_hashes(json_t *desc, const tks_input *in) {
     return 0;
 }
 
+/* The dataset's totals into *stats and the manifest (with the description,
+ * its inputs' hashes already in, as provenance) into `partial`. */
+static int write_manifest(const tks_build_opts *o, const char *partial, const tks_spm *spm,
+                          json_t *desc, const tks_input_stats *input, const tks_shard_info *shards,
+                          size_t n_shards, uint64_t empty_after_tokenize, tks_build_stats *stats) {
+    uint32_t vocab = tks_spm_vocab_size(spm), bos = tks_spm_bos_id(spm), eos = tks_spm_eos_id(spm);
+    stats->input = *input;
+    stats->shards = n_shards;
+    stats->min_token_id = UINT32_MAX;
+    stats->docs_written = stats->tokens_written = stats->max_token_id = 0;
+    for (size_t i = 0; i < n_shards; i++) {
+        stats->docs_written += shards[i].n_docs;
+        stats->tokens_written += shards[i].n_tokens;
+        if (shards[i].min_token_id < stats->min_token_id) stats->min_token_id = shards[i].min_token_id;
+        if (shards[i].max_token_id > stats->max_token_id) stats->max_token_id = shards[i].max_token_id;
+    }
+    stats->empty_after_tokenize = empty_after_tokenize;
+    stats->vocab_size = vocab;
+    const tks_input_stats *is = &stats->input;
+    json_object_set_new(desc, "stats",
+                        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+                                  "documents", (json_int_t)stats->docs_written, "tokens",
+                                  (json_int_t)stats->tokens_written, "bytes_text",
+                                  (json_int_t)is->bytes_text, "empty_skipped",
+                                  (json_int_t)is->empty_skipped, "empty_after_tokenize",
+                                  (json_int_t)stats->empty_after_tokenize, "utf8_invalid_docs",
+                                  (json_int_t)is->utf8_invalid_docs, "utf8_replaced",
+                                  (json_int_t)is->utf8_replaced, "utf8_skipped",
+                                  (json_int_t)is->utf8_skipped, "long_skipped",
+                                  (json_int_t)is->long_skipped, "bad_records_skipped",
+                                  (json_int_t)is->bad_records_skipped, "binary_skipped",
+                                  (json_int_t)is->binary_skipped));
+    char *prov = json_dumps(desc, JSON_COMPACT);
+    tks_tokenizer_info tok = {.vocab_size = vocab, .bos_id = bos, .eos_id = eos,
+                              .pad_id = tks_spm_pad_id(spm), .unk_id = tks_spm_unk_id(spm)};
+    snprintf(tok.file, sizeof tok.file, "%s", TOKENIZER_NAME);
+    snprintf(tok.model_type, sizeof tok.model_type, "%s", tks_spm_model_type(spm));
+    memcpy(tok.fingerprint, tks_spm_fingerprint(spm), 16);
+    int rc = prov ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc)
+        rc = tks_manifest_write(partial, &tok, shards, n_shards, vocab <= TKS_U16_MAX_VOCAB ? 2 : 4,
+                                o->chunk_bytes ? o->chunk_bytes : TKS_DEFAULT_CHUNK_BYTES, prov);
+    free(prov);
+    return rc;
+}
+
+static int build_units_here(const tks_build_opts *o, tks_build_stats *stats);
+static int partial_is_units(const char *out_dir);
+
 int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     double t0 = omp_get_wtime();
     tks_build_stats local;
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
+    /* a build by work units (mpirun) is resumed as one */
+    if (o && o->resume && o->out_dir && partial_is_units(o->out_dir)) return build_units_here(o, stats);
     if (!o || !o->out_dir || !*o->out_dir || !o->tokenizer_path || o->n_inputs == 0)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "build needs --tokenizer, --output and at least one input");
@@ -447,6 +564,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
     size_t batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20);
     uint64_t docs_read = 0, docs_committed = 0, tokens_committed = 0;
+    uint64_t unit_bytes = o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES, unit_acc = 0;
     int done = 0;
     tks_doc doc;
     while (!rc && !done) {
@@ -456,7 +574,8 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
          * tarball with 4 MiB) */
         for (size_t i = 0; i < b.n; i++)
             if (b.ids[i].cap > (64u << 10)) tks_ids_free(&b.ids[i]);
-        /* 1. read a batch (documents already in resumed shards are skipped unread) */
+        /* 1. read a batch (documents already in resumed shards are skipped
+         * untokenized; they still count towards their work unit) */
         b.n = 0;
         b.arena_len = 0;
         while (!rc && b.arena_len < batch_bytes) {
@@ -467,76 +586,36 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
                 break;
             }
             docs_read++;
+            unit_acc += doc.len;
+            int unit_end = unit_acc >= unit_bytes;
+            if (unit_end) unit_acc = 0;
             if (doc.ordinal < st.next_ordinal) continue;
-            rc = batch_push(&b, &doc);
+            rc = batch_push(&b, &doc, unit_end);
         }
         if (!rc) rc = verify_inputs(&st, partial);
         if (rc) break;
-        /* 2. tokenize in parallel: longest documents first when one could
-         * keep a thread busy after the others finish, else in order and in
-         * runs of documents (the sort, the scattered reads it causes and one
-         * hand-off per document cost 5-8% of a build of short lines) */
-        size_t longest = 0, per = 1;
-        for (size_t i = 0; i < b.n; i++) {
-            b.order[i] = i;
-            longest = b.len[i] > longest ? b.len[i] : longest;
-        }
-        if (longest > (64u << 10)) {
-            g_sort_len = b.len;
-            qsort(b.order, b.n, sizeof *b.order, by_len_desc);
-        } else {
-            per = b.n / ((size_t)threads * 64) + 1;
-        }
-        tks_error first_err = {0};
-        int any_err = 0;
-#pragma omp parallel for schedule(dynamic, per) num_threads(threads)
-        for (size_t k = 0; k < b.n; k++) {
-            size_t i = b.order[k];
-            int e = tks_spm_encode(spm, b.arena + b.off[i], b.len[i], &b.ids[i]);
-            b.err[i] = e;
-            if (e) {
-#pragma omp critical(tks_build_err)
-                if (!any_err) {
-                    any_err = 1;
-                    first_err = *tks_last_error();
-                }
-            }
-        }
-        if (any_err) {
-            tks_error_restore(&first_err);
-            rc = first_err.code ? first_err.code : TKS_ERR_TOKENIZER;
-            break;
-        }
-        /* 3. commit in document order */
+        /* 2. tokenize in parallel (encode_batch says in which order) */
+        if ((rc = encode_batch(spm, &b, threads))) break;
+        /* 3. commit in document order; a work unit's last document closes its shard */
         for (size_t i = 0; i < b.n && !rc; i++) {
             tks_ids *v = &b.ids[i];
+            int published = 0;
             if (v->n == 0) {
                 stats->empty_after_tokenize++;
                 st.empty_after_tokenize++;
-                continue;
+            } else {
+                rc = add_specials(v, o, bos, eos);
+                if (!rc) rc = tks_writer_add(w, v->ids, v->n, b.ordinal[i], &published);
+                docs_committed++;
+                tokens_committed += v->n;
             }
-            if (o->prepend_bos || o->append_eos) {
-                size_t need = v->n + 2;
-                if (v->cap < need) {
-                    uint32_t *p = realloc(v->ids, need * sizeof *p);
-                    if (!p) {
-                        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-                        break;
-                    }
-                    v->ids = p;
-                    v->cap = need;
-                }
-                if (o->prepend_bos) {
-                    memmove(v->ids + 1, v->ids, v->n * sizeof *v->ids);
-                    v->ids[0] = bos;
-                    v->n++;
-                }
-                if (o->append_eos) v->ids[v->n++] = eos;
+            if (!rc && b.uend[i]) {
+                size_t before, after;
+                tks_writer_shards(w, &before);
+                rc = tks_writer_flush(w);
+                tks_writer_shards(w, &after);
+                published |= after > before;
             }
-            int published = 0;
-            rc = tks_writer_add(w, v->ids, v->n, b.ordinal[i], &published);
-            docs_committed++;
-            tokens_committed += v->n;
             if (!rc && published) {
                 size_t ns;
                 const tks_shard_info *si = tks_writer_shards(w, &ns);
@@ -580,45 +659,10 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
                       "the inputs hold no document with text (%llu read): check the paths, "
                       "--doc-split and --jsonl-key",
                       (unsigned long long)docs_read);
-    if (!rc) {
-        stats->input = *tks_input_get_stats(in);
-        stats->shards = st.n_shards;
-        stats->min_token_id = UINT32_MAX;
-        for (size_t i = 0; i < st.n_shards; i++) {
-            stats->docs_written += st.shards[i].n_docs;
-            stats->tokens_written += st.shards[i].n_tokens;
-            if (st.shards[i].min_token_id < stats->min_token_id) stats->min_token_id = st.shards[i].min_token_id;
-            if (st.shards[i].max_token_id > stats->max_token_id) stats->max_token_id = st.shards[i].max_token_id;
-        }
-        stats->empty_after_tokenize = st.empty_after_tokenize;
-        stats->vocab_size = vocab;
-        const tks_input_stats *is = &stats->input;
-        json_object_set_new(desc, "stats",
-                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-                                      "documents", (json_int_t)stats->docs_written, "tokens",
-                                      (json_int_t)stats->tokens_written, "bytes_text",
-                                      (json_int_t)is->bytes_text, "empty_skipped",
-                                      (json_int_t)is->empty_skipped, "empty_after_tokenize",
-                                      (json_int_t)stats->empty_after_tokenize, "utf8_invalid_docs",
-                                      (json_int_t)is->utf8_invalid_docs, "utf8_replaced",
-                                      (json_int_t)is->utf8_replaced, "utf8_skipped",
-                                      (json_int_t)is->utf8_skipped, "long_skipped",
-                                      (json_int_t)is->long_skipped, "bad_records_skipped",
-                                      (json_int_t)is->bad_records_skipped, "binary_skipped",
-                                      (json_int_t)is->binary_skipped));
-        rc = add_input_hashes(desc, in);
-        char *prov = rc ? NULL : json_dumps(desc, JSON_COMPACT);
-        tks_tokenizer_info tok = {.vocab_size = vocab, .bos_id = bos, .eos_id = eos,
-                                  .pad_id = tks_spm_pad_id(spm), .unk_id = tks_spm_unk_id(spm)};
-        snprintf(tok.file, sizeof tok.file, "%s", TOKENIZER_NAME);
-        snprintf(tok.model_type, sizeof tok.model_type, "%s", tks_spm_model_type(spm));
-        memcpy(tok.fingerprint, tks_spm_fingerprint(spm), 16);
-        if (!rc && !prov) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-        if (!rc)
-            rc = tks_manifest_write(partial, &tok, st.shards, st.n_shards, vocab <= TKS_U16_MAX_VOCAB ? 2 : 4,
-                                    o->chunk_bytes ? o->chunk_bytes : TKS_DEFAULT_CHUNK_BYTES, prov);
-        free(prov);
-    }
+    if (!rc) rc = add_input_hashes(desc, in);
+    if (!rc)
+        rc = write_manifest(o, partial, spm, desc, tks_input_get_stats(in), st.shards, st.n_shards,
+                            st.empty_after_tokenize, stats);
     if (!rc) {
         char sp[PATH_MAX];
         tks_path_join(sp, sizeof sp, partial, STATE_NAME);
@@ -648,5 +692,673 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     tks_input_free(in);
     tks_spm_free(spm);
     tks_unlock(lock_fd, lock_path);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * Work units (tks_build_job_*)
+ *
+ * OUT.partial/build-state.json: {"build_id", "mode": "units", "units",
+ *   "inputs_xxh3_128"} (written by the coordinator after planning)
+ * OUT.partial/unit-NNNNN/shard-LLLLL.tks: unit N's shards, numbered from 0
+ * OUT.partial/unit-NNNNN/unit.json: written last, when the unit is complete
+ * finish: each unit's shards get their index in the dataset (the header's
+ * shard_index and its checksum: 256 bytes rewritten in place, fsync) and
+ * are renamed to OUT.partial/shard-GGGGG.tks; a header rewritten but not yet
+ * renamed, or renamed, is recognized on --resume.
+ * ------------------------------------------------------------------------- */
+#define UNIT_RECORD "unit.json"
+
+struct tks_build_job {
+    tks_build_opts o;
+    int coordinator;
+    char out[PATH_MAX], partial[PATH_MAX], lock_path[PATH_MAX];
+    int lock_fd;
+    tks_spm *spm;
+    uint32_t vocab, bos, eos;
+    /* coordinator */
+    json_t *desc;
+    char build_id[17];
+    tks_build_unit *units;
+    size_t n_units, cap_units;
+    unsigned char *done;
+    tks_input_stats input;
+    double t0;
+    /* planning, one unit per tks_build_job_plan call */
+    tks_input *plan_in;
+    tks_build_unit cur;
+    int planning, resuming;
+    char (*was)[33];        /* resumed: the inputs' hashes the state recorded */
+    size_t n_was;
+    uint64_t kept_base;     /* dataset index of the next kept unit's first shard, or TKS_NONE */
+};
+
+static int job_paths(tks_build_job *j) {
+    const tks_build_opts *o = &j->o;
+    if (!o->out_dir || !*o->out_dir || !o->tokenizer_path || o->n_inputs == 0)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "build needs --tokenizer, --output and at least one input");
+    snprintf(j->out, sizeof j->out, "%s", o->out_dir);
+    size_t ol = strlen(j->out);
+    while (ol > 1 && j->out[ol - 1] == '/') j->out[--ol] = 0;
+    if (snprintf(j->partial, sizeof j->partial, "%s.partial", j->out) >= (int)sizeof j->partial ||
+        snprintf(j->lock_path, sizeof j->lock_path, "%s.lock", j->out) >= (int)sizeof j->lock_path)
+        return tks_fail(TKS_ERR_ARG, j->out, TKS_NONE, TKS_NONE, "--output path too long");
+    int rc = tks_spm_load(o->tokenizer_path, &j->spm);
+    if (!rc && o->encoder_sentencepiece) rc = tks_spm_set_encoder(j->spm, 0);
+    if (rc) return rc;
+    j->vocab = tks_spm_vocab_size(j->spm);
+    j->bos = tks_spm_bos_id(j->spm);
+    j->eos = tks_spm_eos_id(j->spm);
+    if ((o->prepend_bos && j->bos == TKS_NO_ID) || (o->append_eos && j->eos == TKS_NO_ID))
+        return tks_fail(TKS_ERR_ARG, o->tokenizer_path, TKS_NONE, TKS_NONE,
+                        "%s has no %s id: drop %s or use a tokenizer that defines it",
+                        o->tokenizer_path, o->prepend_bos && j->bos == TKS_NO_ID ? "BOS" : "EOS",
+                        o->prepend_bos && j->bos == TKS_NO_ID ? "--prepend-bos" : "--append-eos");
+    return 0;
+}
+
+static int unit_dir(const tks_build_job *j, uint64_t k, char *out, size_t cap) {
+    char name[32];
+    snprintf(name, sizeof name, "unit-%05llu", (unsigned long long)k);
+    return tks_path_join(out, cap, j->partial, name);
+}
+
+static json_t *shard_json(const tks_shard_info *s) {
+    char hx[17];
+    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)s->header_xxh3);
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", s->file, "bytes",
+                     (json_int_t)s->file_bytes, "n_docs", (json_int_t)s->n_docs, "n_tokens",
+                     (json_int_t)s->n_tokens, "min_token_id", (json_int_t)s->min_token_id,
+                     "max_token_id", (json_int_t)s->max_token_id, "header_xxh3", hx);
+}
+
+/* A unit's record: its shards (local numbering) and counters. 0 with *n set,
+ * or TKS_ERR_RESUME when missing or not of this build. */
+typedef struct unit_record {
+    tks_shard_info *shards;
+    size_t n;
+    uint64_t empty_after_tokenize;
+} unit_record;
+
+static int load_record(const tks_build_job *j, uint64_t k, const char *build_id, unit_record *r) {
+    char dir[PATH_MAX], path[PATH_MAX];
+    memset(r, 0, sizeof *r);
+    int rc = unit_dir(j, k, dir, sizeof dir);
+    if (!rc) rc = tks_path_join(path, sizeof path, dir, UNIT_RECORD);
+    if (rc) return rc;
+    json_t *js = json_load_file(path, 0, NULL);
+    const char *id = json_string_value(json_object_get(js, "build_id"));
+    json_t *arr = json_object_get(js, "shards");
+    if (!js || !id || strcmp(id, build_id) != 0 || !json_is_array(arr) ||
+        (uint64_t)json_integer_value(json_object_get(js, "unit")) != k) {
+        json_decref(js);
+        return tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
+                        "%s is missing or not a record of this build: unit %llu is not complete; "
+                        "re-run with --resume to build it",
+                        path, (unsigned long long)k);
+    }
+    r->empty_after_tokenize = (uint64_t)json_integer_value(json_object_get(js, "empty_after_tokenize"));
+    r->n = json_array_size(arr);
+    r->shards = calloc(r->n ? r->n : 1, sizeof *r->shards);
+    if (!r->shards) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    for (size_t i = 0; i < r->n && !rc; i++) {
+        json_t *s = json_array_get(arr, i);
+        tks_shard_info *si = &r->shards[i];
+        const char *f = json_string_value(json_object_get(s, "file"));
+        const char *hx = json_string_value(json_object_get(s, "header_xxh3"));
+        if (!f || !hx || strlen(f) >= sizeof si->file) {
+            rc = tks_fail(TKS_ERR_RESUME, path, i, TKS_NONE,
+                          "%s: shard %zu malformed; remove %s and re-run with --resume", path, i, dir);
+            break;
+        }
+        snprintf(si->file, sizeof si->file, "%s", f);
+        si->index = (uint32_t)i;
+        si->file_bytes = (uint64_t)json_integer_value(json_object_get(s, "bytes"));
+        si->n_docs = (uint64_t)json_integer_value(json_object_get(s, "n_docs"));
+        si->n_tokens = (uint64_t)json_integer_value(json_object_get(s, "n_tokens"));
+        si->min_token_id = (uint32_t)json_integer_value(json_object_get(s, "min_token_id"));
+        si->max_token_id = (uint32_t)json_integer_value(json_object_get(s, "max_token_id"));
+        si->header_xxh3 = strtoull(hx, NULL, 16);
+    }
+    json_decref(js);
+    if (rc) {
+        free(r->shards);
+        r->shards = NULL;
+    }
+    return rc;
+}
+
+/* Is the shard at `path` the recorded one (its header with index `local`
+ * hashes to the record's), numbered `local` or `global`? 1, or 0. */
+static int shard_matches(const char *path, const tks_shard_info *rec, uint32_t local, uint64_t global) {
+    tks_shard *sh = NULL;
+    if (access(path, F_OK) != 0 || tks_shard_open(path, &sh) != 0) {
+        tks_clear_error();
+        tks_shard_close(sh);
+        return 0;
+    }
+    tks_shard_header h = *tks_shard_hdr(sh);
+    tks_shard_close(sh);
+    if ((h.shard_index != local && h.shard_index != global) || h.file_size != rec->file_bytes ||
+        h.n_docs != rec->n_docs || h.n_tokens != rec->n_tokens)
+        return 0;
+    uint8_t page[TKS_HEADER_SIZE];
+    h.shard_index = local;
+    tks_header_encode(&h, page);
+    return h.header_xxh3 == rec->header_xxh3;
+}
+
+/* Unit k is complete on disk: its record, and each shard in the unit's
+ * directory or already renamed to its place in the dataset (base: the
+ * dataset index of the unit's first shard, TKS_NONE when not known). */
+static int unit_complete(const tks_build_job *j, uint64_t k, uint64_t base, unit_record *r) {
+    if (load_record(j, k, j->build_id, r) != 0) {
+        tks_clear_error();
+        return 0;
+    }
+    char dir[PATH_MAX], p[PATH_MAX], name[32];
+    unit_dir(j, k, dir, sizeof dir);
+    for (size_t i = 0; i < r->n; i++) {
+        uint64_t g = base == TKS_NONE ? TKS_NONE : base + i;
+        if (tks_path_join(p, sizeof p, dir, r->shards[i].file) == 0 &&
+            shard_matches(p, &r->shards[i], (uint32_t)i, g))
+            continue;
+        if (g != TKS_NONE && g <= UINT32_MAX) {
+            snprintf(name, sizeof name, "shard-%05llu.tks", (unsigned long long)g);
+            if (tks_path_join(p, sizeof p, j->partial, name) == 0 && shard_matches(p, &r->shards[i], (uint32_t)i, g))
+                continue;
+        }
+        free(r->shards);
+        r->shards = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+/* Empties (or creates) a unit's directory. */
+static int reset_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            return tks_fail(tks_write_errno_code(errno), dir, TKS_NONE, TKS_NONE, "cannot create %s: %s",
+                            dir, strerror(errno));
+        return 0;
+    }
+    struct dirent *e;
+    char p[PATH_MAX];
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.' || strcmp(e->d_name, ".") * strcmp(e->d_name, "..") != 0)
+            if (tks_path_join(p, sizeof p, dir, e->d_name) == 0) unlink(p);
+    closedir(d);
+    return 0;
+}
+
+static int save_units_state(const tks_build_job *j, const char hashes[][33], size_t n_files) {
+    json_t *hs = json_array();
+    for (size_t i = 0; i < n_files; i++) json_array_append_new(hs, json_string(hashes[i]));
+    json_t *js = json_pack("{s:s, s:s, s:I, s:I, s:o}", "build_id", j->build_id, "mode", "units",
+                           "units", (json_int_t)j->n_units, "unit_bytes",
+                           (json_int_t)(j->o.unit_bytes ? j->o.unit_bytes : TKS_DEFAULT_UNIT_BYTES),
+                           "inputs_xxh3_128", hs);
+    char *text = js ? json_dumps(js, JSON_INDENT(1)) : NULL;
+    json_decref(js);
+    char path[PATH_MAX];
+    int rc = text ? tks_path_join(path, sizeof path, j->partial, STATE_NAME)
+                  : tks_fail(TKS_ERR_NOMEM, j->partial, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) rc = tks_write_file_atomic(path, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+/* Is OUT.partial's state that of a build by work units? */
+static int partial_is_units(const char *out_dir) {
+    char partial[PATH_MAX], path[PATH_MAX];
+    snprintf(partial, sizeof partial, "%s", out_dir);
+    size_t ol = strlen(partial);
+    while (ol > 1 && partial[ol - 1] == '/') partial[--ol] = 0;
+    if (strlen(partial) + 9 >= sizeof partial) return 0;
+    strcat(partial, ".partial");
+    if (tks_path_join(path, sizeof path, partial, STATE_NAME) != 0) return 0;
+    json_t *js = json_load_file(path, 0, NULL);
+    const char *mode = json_string_value(json_object_get(js, "mode"));
+    int units = mode && !strcmp(mode, "units");
+    json_decref(js);
+    return units;
+}
+
+static int coordinator_open(tks_build_job *j) {
+    const tks_build_opts *o = &j->o;
+    struct stat sb;
+    if (stat(j->out, &sb) == 0)
+        return tks_fail(TKS_ERR_EXISTS, j->out, TKS_NONE, TKS_NONE,
+                        "%s already exists: choose another --output or remove it", j->out);
+    int rc = tks_lock(j->lock_path, "tokshard build", &j->lock_fd);
+    if (rc) return rc;
+    rc = tks_input_open(o->inputs, o->n_inputs, &o->input, &j->plan_in);
+    if (!rc) j->desc = describe(o, j->plan_in, j->spm, &rc);
+    if (!rc) rc = build_id(j->desc, j->plan_in, j->build_id);
+    char state[PATH_MAX], tok_copy[PATH_MAX];
+    if (!rc) rc = tks_path_join(state, sizeof state, j->partial, STATE_NAME);
+    if (!rc) rc = tks_path_join(tok_copy, sizeof tok_copy, j->partial, TOKENIZER_NAME);
+    int have = !rc && stat(j->partial, &sb) == 0;
+    if (!rc && have && !o->resume)
+        rc = tks_fail(TKS_ERR_EXISTS, j->partial, TKS_NONE, TKS_NONE,
+                      "%s exists from an interrupted or failed build: re-run with --resume to "
+                      "continue it, or remove it to start over",
+                      j->partial);
+    if (!rc && have) {
+        json_t *js = json_load_file(state, 0, NULL);
+        const char *id = json_string_value(json_object_get(js, "build_id"));
+        const char *mode = json_string_value(json_object_get(js, "mode"));
+        json_t *was = json_object_get(js, "inputs_xxh3_128");
+        if (!js || !id || !mode || strcmp(mode, "units") != 0)
+            rc = tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
+                          "cannot resume: %s is not a build by work units (started without "
+                          "mpirun, or its %s is missing): resume it with the same command without "
+                          "mpirun, or remove it and build again",
+                          j->partial, STATE_NAME);
+        else if (strcmp(id, j->build_id) != 0)
+            rc = tks_fail(TKS_ERR_RESUME, state, TKS_NONE, TKS_NONE,
+                          "cannot resume: %s was started with other inputs, tokenizer or options "
+                          "(build id %.16s, now %s); re-run with the original ones, or remove %s "
+                          "to start over",
+                          j->partial, id, j->build_id, j->partial);
+        size_t nw = json_array_size(was);
+        if (!rc && nw && !(j->was = calloc(nw, sizeof *j->was)))
+            rc = tks_fail(TKS_ERR_NOMEM, state, TKS_NONE, TKS_NONE, "out of memory");
+        for (size_t i = 0; i < nw && !rc; i++) {
+            const char *h = json_string_value(json_array_get(was, i));
+            snprintf(j->was[j->n_was++], sizeof j->was[0], "%s", h ? h : "");
+        }
+        json_decref(js);
+        j->resuming = 1;
+    } else if (!rc) {
+        if (mkdir(j->partial, 0755) != 0)
+            rc = tks_fail(tks_write_errno_code(errno), j->partial, TKS_NONE, TKS_NONE,
+                          "cannot create %s: %s", j->partial, strerror(errno));
+    }
+    if (!rc && access(tok_copy, F_OK) != 0) rc = tks_copy_file_atomic(o->tokenizer_path, tok_copy);
+    if (!rc) {
+        uint8_t fp[16];
+        rc = tks_file_xxh3_128(tok_copy, fp, NULL);
+        if (!rc && memcmp(fp, tks_spm_fingerprint(j->spm), 16) != 0)
+            rc = tks_fail(TKS_ERR_RESUME, tok_copy, TKS_NONE, TKS_NONE,
+                          "cannot resume: %s differs from --tokenizer; remove %s and build again",
+                          tok_copy, j->partial);
+    }
+    /* the workers read the build id from here; a resumed state keeps the
+     * hashes of the interrupted build until the plan has read every input */
+    if (!rc) rc = save_units_state(j, (const char(*)[33])j->was, j->n_was);
+    if (!rc) {
+        j->planning = 1;
+        tks_input_tell(j->plan_in, &j->cur.start);
+    }
+    return rc;
+}
+
+/* The plan has read every input: their hashes go into the description and
+ * the state, and a resumed build's inputs must hash as they did. */
+static int plan_end(tks_build_job *j) {
+    tks_input *in = j->plan_in;
+    j->input = *tks_input_get_stats(in);
+    int rc = add_input_hashes(j->desc, in);
+    size_t nf = tks_input_n_files(in);
+    char (*hashes)[33] = rc ? NULL : calloc(nf ? nf : 1, sizeof *hashes);
+    if (!rc && !hashes) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    for (size_t i = 0; i < nf && !rc; i++) {
+        uint8_t h[16];
+        rc = tks_input_file_xxh3(in, i, h, NULL);
+        if (!rc) tks_hex(h, 16, hashes[i]);
+        if (!rc && j->resuming && (i >= j->n_was || strcmp(j->was[i], hashes[i]) != 0))
+            rc = tks_fail(TKS_ERR_RESUME, tks_input_file(in, i), TKS_NONE, TKS_NONE,
+                          "cannot resume: %s changed since the interrupted build (XXH3-128 %s, "
+                          "was %.32s), so the units kept in %s came from other bytes; remove %s "
+                          "and build again",
+                          tks_input_file(in, i), hashes[i], i < j->n_was ? j->was[i] : "?",
+                          j->partial, j->partial);
+    }
+    if (!rc) rc = save_units_state(j, (const char(*)[33])hashes, nf);
+    free(hashes);
+    tks_input_free(in);
+    j->plan_in = NULL;
+    j->planning = 0;
+    return rc;
+}
+
+int tks_build_job_plan(tks_build_job *j, tks_build_unit *out) {
+    if (!j->coordinator)
+        return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
+                        "tks_build_job_plan: only the coordinator plans");
+    if (!j->planning) return 0;
+    uint64_t unit_bytes = j->o.unit_bytes ? j->o.unit_bytes : TKS_DEFAULT_UNIT_BYTES;
+    tks_build_unit *cur = &j->cur;
+    tks_doc doc;
+    int got;
+    while ((got = tks_input_next(j->plan_in, &doc)) > 0) {
+        cur->n_docs++;
+        cur->text_bytes += doc.len;
+        if (cur->text_bytes >= unit_bytes) break;
+    }
+    if (got < 0) return got;
+    if (got == 0 && cur->n_docs == 0) {
+        int rc = plan_end(j);
+        return rc ? rc : 0;
+    }
+    if (j->n_units == j->cap_units) {
+        size_t cap = j->cap_units ? 2 * j->cap_units : 64;
+        tks_build_unit *u = realloc(j->units, cap * sizeof *u);
+        if (u) j->units = u;
+        unsigned char *d = realloc(j->done, cap);
+        if (d) j->done = d;
+        if (!u || !d) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (units)");
+        j->cap_units = cap;
+    }
+    size_t k = j->n_units++;
+    j->units[k] = *cur;
+    j->done[k] = 0;
+    if (j->resuming) { /* kept from the interrupted run? */
+        unit_record r;
+        j->done[k] = (unsigned char)unit_complete(j, k, j->kept_base, &r);
+        j->kept_base = j->done[k] && j->kept_base != TKS_NONE ? j->kept_base + r.n : TKS_NONE;
+        free(r.shards);
+    }
+    *out = *cur;
+    memset(cur, 0, sizeof *cur);
+    cur->index = j->n_units;
+    tks_input_tell(j->plan_in, &cur->start);
+    return 1;
+}
+
+int tks_build_job_open(const tks_build_opts *opts, int coordinator, tks_build_job **out) {
+    *out = NULL;
+    if (!opts) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_build_job_open: NULL options");
+    tks_build_job *j = calloc(1, sizeof *j);
+    if (!j) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    j->o = *opts;
+    j->coordinator = coordinator;
+    j->lock_fd = -1;
+    j->t0 = omp_get_wtime();
+    int rc = job_paths(j);
+    if (!rc && coordinator) rc = coordinator_open(j);
+    if (!rc && !coordinator) { /* the coordinator's build id goes into each unit's record */
+        char path[PATH_MAX];
+        rc = tks_path_join(path, sizeof path, j->partial, STATE_NAME);
+        json_t *js = rc ? NULL : json_load_file(path, 0, NULL);
+        const char *id = json_string_value(json_object_get(js, "build_id"));
+        if (!rc && (!id || strlen(id) != 16))
+            rc = tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
+                          "%s is missing or unreadable: this process cannot join the build of %s "
+                          "(is %s on a filesystem every rank shares?)",
+                          path, j->out, j->partial);
+        else if (!rc)
+            memcpy(j->build_id, id, 17);
+        json_decref(js);
+    }
+    if (rc) {
+        tks_build_job_free(j);
+        return rc;
+    }
+    *out = j;
+    return 0;
+}
+
+const tks_build_unit *tks_build_job_units(const tks_build_job *j, size_t *n) {
+    *n = j->n_units;
+    return j->units;
+}
+
+int tks_build_job_unit_done(const tks_build_job *j, size_t i) { return i < j->n_units && j->done[i]; }
+
+int tks_build_job_planning(const tks_build_job *j) { return j->planning; }
+
+int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats *us) {
+    const tks_build_opts *o = &j->o;
+    double t0 = omp_get_wtime();
+    memset(us, 0, sizeof *us);
+    char dir[PATH_MAX], rec[PATH_MAX];
+    int rc = unit_dir(j, u->index, dir, sizeof dir);
+    if (!rc) rc = tks_path_join(rec, sizeof rec, dir, UNIT_RECORD);
+    if (!rc) rc = reset_dir(dir);
+    tks_input *in = NULL;
+    tks_writer *w = NULL;
+    batch b = {0};
+    if (!rc) rc = tks_input_open(o->inputs, o->n_inputs, &o->input, &in);
+    if (!rc) rc = tks_input_seek(in, &u->start);
+    if (!rc) {
+        tks_writer_opts wo = {.dir = dir, .vocab_size = j->vocab, .bos_id = j->bos, .eos_id = j->eos,
+                              .pad_id = tks_spm_pad_id(j->spm),
+                              .shard_tokens = o->shard_tokens ? o->shard_tokens : (16u << 20),
+                              .chunk_bytes = o->chunk_bytes};
+        memcpy(wo.tokenizer_fp, tks_spm_fingerprint(j->spm), 16);
+        rc = tks_writer_create(&wo, &w);
+    }
+    int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
+    size_t batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20);
+    uint64_t got_docs = 0, empty = 0;
+    tks_doc doc;
+    while (!rc && got_docs < u->n_docs) {
+        for (size_t i = 0; i < b.n; i++)
+            if (b.ids[i].cap > (64u << 10)) tks_ids_free(&b.ids[i]);
+        b.n = 0;
+        b.arena_len = 0;
+        while (!rc && b.arena_len < batch_bytes && got_docs < u->n_docs) {
+            int r = tks_input_next(in, &doc);
+            if (r < 0) rc = r;
+            if (r <= 0) break;
+            got_docs++;
+            us->text_bytes += doc.len;
+            rc = batch_push(&b, &doc, 0);
+        }
+        if (!rc && b.n == 0) break;
+        if (!rc) rc = encode_batch(j->spm, &b, threads);
+        for (size_t i = 0; i < b.n && !rc; i++) {
+            tks_ids *v = &b.ids[i];
+            if (v->n == 0) {
+                empty++;
+                continue;
+            }
+            rc = add_specials(v, o, j->bos, j->eos);
+            if (!rc) rc = tks_writer_add(w, v->ids, v->n, b.ordinal[i], NULL);
+            us->docs_written++;
+            us->tokens_written += v->n;
+        }
+        if (!rc && o->progress) {
+            tks_build_progress p = {.bytes_text = us->text_bytes, .docs_read = got_docs,
+                                    .docs_written = us->docs_written,
+                                    .tokens_written = us->tokens_written,
+                                    .seconds = omp_get_wtime() - t0};
+            o->progress(&p, o->progress_ctx);
+        }
+        if (!rc && o->stop && *o->stop)
+            rc = tks_fail(TKS_ERR_INTERRUPTED, j->partial, TKS_NONE, TKS_NONE,
+                          "interrupted in unit %llu: the complete units are kept in %s; run the "
+                          "same command with --resume to finish",
+                          (unsigned long long)u->index, j->partial);
+    }
+    if (!rc && got_docs != u->n_docs)
+        rc = tks_fail(TKS_ERR_INPUT, tks_input_n_files(in) > u->start.file ? tks_input_file(in, u->start.file) : NULL,
+                      TKS_NONE, u->start.offset,
+                      "unit %llu: %llu documents planned from input file %llu (entry %llu, byte "
+                      "%llu), %llu found: the inputs changed during the build; build again",
+                      (unsigned long long)u->index, (unsigned long long)u->n_docs,
+                      (unsigned long long)u->start.file, (unsigned long long)u->start.entry,
+                      (unsigned long long)u->start.offset, (unsigned long long)got_docs);
+    if (!rc) rc = tks_writer_flush(w);
+    if (!rc) { /* the record, last: the unit is complete */
+        size_t ns;
+        const tks_shard_info *si = tks_writer_shards(w, &ns);
+        json_t *arr = json_array();
+        for (size_t i = 0; i < ns; i++) json_array_append_new(arr, shard_json(&si[i]));
+        json_t *js = json_pack("{s:s, s:I, s:I, s:I, s:o}", "build_id", j->build_id, "unit",
+                               (json_int_t)u->index, "n_docs", (json_int_t)u->n_docs,
+                               "empty_after_tokenize", (json_int_t)empty, "shards", arr);
+        char *text = js ? json_dumps(js, JSON_INDENT(1)) : NULL;
+        json_decref(js);
+        rc = text ? tks_write_file_atomic(rec, text, strlen(text))
+                  : tks_fail(TKS_ERR_NOMEM, rec, TKS_NONE, TKS_NONE, "out of memory");
+        free(text);
+        us->shards = ns;
+    }
+    /* a failure names the unit: a rank's error is read on rank 0 */
+    if (rc && tks_last_error()->code == rc) {
+        tks_error e = *tks_last_error();
+        char msg[sizeof e.message + 32];
+        snprintf(msg, sizeof msg, "unit %llu: %s", (unsigned long long)u->index, e.message);
+        snprintf(e.message, sizeof e.message, "%.*s", (int)sizeof e.message - 1, msg);
+        tks_error_restore(&e);
+    }
+    us->seconds = omp_get_wtime() - t0;
+    tks_writer_free(w);
+    batch_free(&b);
+    tks_input_free(in);
+    return rc;
+}
+
+/* Gives a unit's shard its index in the dataset: the header's shard_index
+ * and checksum (in place, fsync), then the rename to its final name. */
+static int place_shard(const char *from, const char *to, uint32_t global, tks_shard_info *si) {
+    tks_shard *sh = NULL;
+    int rc = tks_shard_open(from, &sh);
+    if (rc) return rc;
+    tks_shard_header h = *tks_shard_hdr(sh);
+    tks_shard_close(sh);
+    uint8_t page[TKS_HEADER_SIZE];
+    h.shard_index = global;
+    tks_header_encode(&h, page);
+    si->header_xxh3 = h.header_xxh3;
+    int fd = open(from, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return tks_fail(tks_write_errno_code(errno), from, global, TKS_NONE, "cannot open %s: %s",
+                        from, strerror(errno));
+    rc = tks_pwrite_all(fd, page, sizeof page, 0, from);
+    if (!rc && fsync(fd) != 0)
+        rc = tks_fail(tks_write_errno_code(errno), from, global, TKS_NONE, "cannot fsync %s: %s",
+                      from, strerror(errno));
+    close(fd);
+    if (!rc && rename(from, to) != 0)
+        rc = tks_fail(TKS_ERR_IO, to, global, TKS_NONE, "cannot rename %s to %s: %s", from, to,
+                      strerror(errno));
+    return rc;
+}
+
+int tks_build_job_finish(tks_build_job *j, tks_build_stats *stats) {
+    tks_build_stats local;
+    if (!stats) stats = &local;
+    memset(stats, 0, sizeof *stats);
+    if (!j->coordinator)
+        return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
+                        "tks_build_job_finish: only the coordinator finishes a build");
+    if (j->planning)
+        return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
+                        "tks_build_job_finish: the units are not all planned");
+    tks_shard_info *all = NULL;
+    size_t n_all = 0, cap = 0;
+    uint64_t empty = 0;
+    int rc = 0;
+    char dir[PATH_MAX], from[PATH_MAX], to[PATH_MAX], name[32];
+    for (size_t k = 0; k < j->n_units && !rc; k++) {
+        unit_record r;
+        if (!unit_complete(j, k, n_all, &r)) {
+            rc = tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
+                          "unit %zu in %s is missing or damaged: re-run the same command with "
+                          "--resume to build it again",
+                          k, j->partial);
+            break;
+        }
+        empty += r.empty_after_tokenize;
+        if (j->done[k]) stats->resumed_shards += r.n;
+        unit_dir(j, k, dir, sizeof dir);
+        for (size_t i = 0; i < r.n && !rc; i++) {
+            uint64_t g = n_all;
+            if (g > UINT32_MAX) {
+                rc = tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
+                              "more than 2^32 shards: raise --shard-tokens");
+                break;
+            }
+            tks_shard_info si = r.shards[i];
+            snprintf(name, sizeof name, "shard-%05llu.tks", (unsigned long long)g);
+            rc = tks_path_join(from, sizeof from, dir, si.file);
+            if (!rc) rc = tks_path_join(to, sizeof to, j->partial, name);
+            if (rc) break;
+            if (access(from, F_OK) == 0) {
+                rc = place_shard(from, to, (uint32_t)g, &si);
+            } else { /* placed by an earlier finish */
+                tks_shard *sh = NULL;
+                rc = tks_shard_open(to, &sh);
+                if (!rc) si.header_xxh3 = tks_shard_hdr(sh)->header_xxh3;
+                tks_shard_close(sh);
+            }
+            snprintf(si.file, sizeof si.file, "%s", name);
+            si.index = (uint32_t)g;
+            if (!rc && n_all == cap) {
+                size_t c = cap ? 2 * cap : 64;
+                tks_shard_info *p = realloc(all, c * sizeof *p);
+                if (!p) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+                else all = p, cap = c;
+            }
+            if (!rc) all[n_all++] = si;
+        }
+        free(r.shards);
+    }
+    if (!rc) rc = tks_fsync_dir(j->partial);
+    if (!rc && n_all == 0)
+        rc = tks_fail(TKS_ERR_INPUT, NULL, TKS_NONE, TKS_NONE,
+                      "the inputs hold no document with text (%llu read): check the paths, "
+                      "--doc-split and --jsonl-key",
+                      (unsigned long long)j->input.docs);
+    if (!rc)
+        rc = write_manifest(&j->o, j->partial, j->spm, j->desc, &j->input, all, n_all, empty, stats);
+    if (!rc) {
+        tks_path_join(to, sizeof to, j->partial, STATE_NAME);
+        unlink(to);
+        tks_path_join(to, sizeof to, j->partial, "in-flight.txt"); /* tokshard's report, if any */
+        unlink(to);
+        for (size_t k = 0; k < j->n_units; k++) {
+            unit_dir(j, k, dir, sizeof dir);
+            if (tks_path_join(from, sizeof from, dir, UNIT_RECORD) == 0) unlink(from);
+            rmdir(dir);
+        }
+        if (rename(j->partial, j->out) != 0)
+            rc = tks_fail(TKS_ERR_IO, j->out, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s",
+                          j->partial, j->out, strerror(errno));
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", j->out);
+        char *slash = strrchr(parent, '/');
+        if (!rc) rc = tks_fsync_dir(slash ? (slash == parent ? "/" : (*slash = 0, parent)) : ".");
+    }
+    stats->seconds = omp_get_wtime() - j->t0;
+    const char *why = tks_spm_fast_unavailable(j->spm);
+    snprintf(stats->encoder, sizeof stats->encoder, "%s", tks_spm_encoder(j->spm));
+    snprintf(stats->encoder_why, sizeof stats->encoder_why, "%s",
+             why ? why : j->o.encoder_sentencepiece ? "--encoder sentencepiece" : "");
+    tks_spm_encoder_stats(j->spm, &stats->encoder_stats);
+    free(all);
+    return rc;
+}
+
+void tks_build_job_free(tks_build_job *j) {
+    if (!j) return;
+    json_decref(j->desc);
+    tks_input_free(j->plan_in);
+    free(j->was);
+    free(j->units);
+    free(j->done);
+    tks_spm_free(j->spm);
+    tks_unlock(j->lock_fd, j->lock_path);
+    free(j);
+}
+
+/* tks_build on a partial build by work units: its missing units, in order, here. */
+static int build_units_here(const tks_build_opts *o, tks_build_stats *stats) {
+    tks_build_job *j = NULL;
+    int rc = tks_build_job_open(o, 1, &j);
+    tks_build_unit u;
+    while (!rc && (rc = tks_build_job_plan(j, &u)) == 1) {
+        tks_unit_stats us;
+        rc = tks_build_job_unit_done(j, u.index) ? 0 : tks_build_job_run(j, &u, &us);
+    }
+    if (!rc) rc = tks_build_job_finish(j, stats);
+    tks_build_job_free(j);
     return rc;
 }

@@ -116,6 +116,10 @@ struct tks_input {
     int fs_on;             /* `a` reads fs (gzip, or not a regular file) */
     int src_rc;            /* an error raised inside a read callback (tks_fail done) */
     int is_archive;
+    uint64_t entry_no;     /* regular entries of the current file started so far */
+    int no_hash;           /* seeked (tks_input_seek): files are read in part, not hashed */
+    int plain_seek;        /* the next file is opened at seek_off, as plain text */
+    uint64_t seek_off;
     uint64_t bytes_in_done; /* compressed bytes of the files already closed */
 
     /* readers stacked over the current entry: lv[k] reads ns[k] */
@@ -876,7 +880,7 @@ static void close_nested(tks_input *in) {
  * cache still holds. */
 static void finish_hash(tks_input *in) {
     struct file_hash *fh = &in->fh[in->next_file - 1];
-    if (in->src_rc || in->failed || fh->done) return;
+    if (in->src_rc || in->failed || fh->done || in->no_hash) return;
     if (in->fs_on) {
         const unsigned char *p;
         size_t n;
@@ -929,6 +933,15 @@ static int open_file(tks_input *in) {
     int via_stream = !(fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && plen >= 4 &&
                        strcasecmp(path + plen - 4, ".zip") == 0);
     XXH3_128bits_reset(in->hst);
+    in->entry_no = 0;
+    int plain = in->plain_seek;
+    in->plain_seek = 0;
+    if (plain && lseek(fd, (off_t)in->seek_off, SEEK_SET) < 0) {
+        int err = errno;
+        close(fd);
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, in->seek_off, "cannot seek to byte %llu of %s: %s",
+                        (unsigned long long)in->seek_off, path, strerror(err));
+    }
     if (via_stream) {
         stream_begin(&in->fs, in, -1, fd);
         in->fs_on = 1;
@@ -942,7 +955,7 @@ static int open_file(tks_input *in) {
         goto fail;
     }
     in->a = a;
-    add_filters(a);
+    if (!plain) add_filters(a); /* text from the middle of a plain file: no magic to look for */
     if (in->is_archive) {
         archive_read_support_format_tar(a);
         archive_read_support_format_zip(a);
@@ -956,7 +969,7 @@ static int open_file(tks_input *in) {
                           path);
             goto fail;
         }
-        if ((rc = stream_start(&in->fs)) < 0) goto fail;
+        if (!plain && (rc = stream_start(&in->fs)) < 0) goto fail;
         if (archive_read_open(a, &in->fs, NULL, stream_read, NULL) != ARCHIVE_OK) {
             rc = read_failure(in, a, path);
             goto fail;
@@ -1066,6 +1079,7 @@ static int next_entry(tks_input *in) {
         in->entry_by_name = member && is_compressed_name(member);
         in->probed = 0;
         in->st.entries++;
+        in->entry_no++;
         return 1;
     }
 }
@@ -1461,6 +1475,77 @@ static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
         json_decref(in->json);
         in->json = NULL;
     }
+}
+
+/* ------------------------------------------------------------------------- */
+/* positions (work units)                                                     */
+
+int tks_input_tell(const tks_input *in, tks_input_pos *pos) {
+    memset(pos, 0, sizeof *pos);
+    pos->ordinal = in->st.docs;
+    if (!in->a) { /* between files */
+        pos->file = in->next_file;
+        return 0;
+    }
+    pos->file = in->next_file - 1;
+    if (!in->in_entry || in->entry_eof) { /* the entry is done: the next one */
+        if (!in->is_archive) {
+            pos->file++;
+        } else {
+            pos->entry = in->entry_no;
+        }
+        return 0;
+    }
+    pos->entry = in->entry_no - 1;
+    pos->offset = in->entry_off - (uint64_t)(in->end - in->cur);
+    pos->line = in->line_no;
+    /* a file read as it is on disk: its decompressed offsets are file offsets */
+    pos->plain = !in->is_archive && in->fs_on && !in->fs.gzip && in->depth == 0 &&
+                 archive_filter_count(in->a) == 1 && archive_filter_code(in->a, 0) == ARCHIVE_FILTER_NONE &&
+                 archive_format(in->a) == ARCHIVE_FORMAT_RAW;
+    return 0;
+}
+
+int tks_input_seek(tks_input *in, const tks_input_pos *pos) {
+    if (in->a || in->next_file || in->st.docs)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "tks_input_seek: the input was already read");
+    if (pos->file > in->n_files || (pos->file == in->n_files && (pos->entry || pos->offset)))
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "tks_input_seek: file %llu of %zu", (unsigned long long)pos->file, in->n_files);
+    in->no_hash = 1;
+    in->next_file = (size_t)pos->file;
+    in->st.docs = pos->ordinal;
+    if (pos->file == in->n_files || (pos->entry == 0 && pos->offset == 0)) return 0;
+    in->plain_seek = pos->plain && pos->entry == 0 && pos->offset > 0;
+    in->seek_off = pos->offset;
+    int plain = in->plain_seek, r = open_file(in);
+    if (r < 0) return in->failed = r;
+    for (uint64_t e = 0; e <= pos->entry; e++) { /* earlier members are read and dropped */
+        if ((r = next_entry(in)) < 0) return in->failed = r;
+        if (r == 0) { /* the position is past the last member: the next file */
+            close_file(in);
+            return 0;
+        }
+    }
+    in->line_no = pos->line;
+    if (plain) { /* opened at the offset */
+        in->entry_off = pos->offset;
+        in->probed = 1;
+        return 0;
+    }
+    uint64_t left = pos->offset;
+    while (left) {
+        if (in->cur == in->end) {
+            if ((r = fill(in)) < 0) return in->failed = r;
+            if (r == 0) break;
+        }
+        size_t take = (size_t)(in->end - in->cur);
+        if (take > left) take = (size_t)left;
+        in->cur += take;
+        left -= take;
+    }
+    return 0;
 }
 
 int tks_input_next(tks_input *in, tks_doc *doc) {

@@ -103,6 +103,35 @@ int tks_input_file_xxh3(const tks_input *in, size_t i, uint8_t out[16], uint64_t
  */
 int tks_input_next(tks_input *in, tks_doc *doc);
 
+/* A place in the inputs where a search for the next document starts (work
+ * units, tks_build): file index, regular entry of that file (archive member;
+ * a plain or compressed file has one), decompressed bytes of the entry before
+ * it, lines of the entry before it, and the ordinal of the next document. */
+typedef struct tks_input_pos {
+    uint64_t file, entry, offset, line, ordinal;
+    uint32_t plain;   /* 1: the file is read as it is on disk (not an archive, not
+                       * compressed), so `offset` is a file offset: seek goes there at once */
+    uint32_t reserved;
+} tks_input_pos;
+
+/* The position after the last document tks_input_next returned (before the
+ * first call: the start). Always 0. */
+int tks_input_tell(const tks_input *in, tks_input_pos *pos);
+
+/*
+ * Moves a freshly opened input (no tks_input_next yet) to `pos`, which an
+ * input opened on the same paths and options returned from tks_input_tell:
+ * the documents that follow are those that followed there, with the same
+ * ordinals. A plain file is entered by lseek; an archive's earlier members
+ * and a compressed entry's earlier bytes are read and dropped (a compressed
+ * stream cannot be entered in the middle). Inputs read after a seek are not
+ * hashed (tks_input_file_xxh3 fails for them), and the input's statistics
+ * count only what was read from `pos` on.
+ * Errors: TKS_ERR_ARG (already read, or pos beyond the inputs), every
+ * tks_input_next error met on the way.
+ */
+int tks_input_seek(tks_input *in, const tks_input_pos *pos);
+
 const tks_input_stats *tks_input_get_stats(const tks_input *in);
 void tks_input_free(tks_input *in);
 
@@ -123,6 +152,8 @@ typedef struct tks_build_progress {
     double seconds;
 } tks_build_progress;
 
+#define TKS_DEFAULT_UNIT_BYTES (1ull << 30)
+
 typedef struct tks_build_opts {
     const char *tokenizer_path;
     const char *out_dir;        /* final dataset dir; must not exist. Work happens in OUT.partial */
@@ -134,6 +165,10 @@ typedef struct tks_build_opts {
     uint64_t shard_tokens;      /* 0 = 16 Mi tokens */
     uint32_t chunk_bytes;       /* 0 = TKS_DEFAULT_CHUNK_BYTES */
     uint64_t batch_bytes;       /* text per parallel batch; 0 = 8 MiB */
+    uint64_t unit_bytes;        /* work unit size in document text bytes; 0 = TKS_DEFAULT_UNIT_BYTES.
+                                 * A unit ends after the document that brings its text to
+                                 * >= unit_bytes; each unit is its own run of shards (its last
+                                 * shard may be short). Part of the output, like shard_tokens. */
     int resume;                 /* continue OUT.partial from its last published shard */
     int encoder_sentencepiece;  /* 1: encode with sentencepiece even when the fast encoder
                                  * (same ids) could (see tks_spm_encode) */
@@ -170,6 +205,70 @@ void tks_build_opts_default(tks_build_opts *o);
  * TKS_ERR_TOKEN_RANGE, TKS_ERR_IO, TKS_ERR_NOSPACE.
  */
 int tks_build(const tks_build_opts *opts, tks_build_stats *stats);
+
+/* ---------------------------------------------------------------------------
+ * Build by work units, for many processes (tokshard build under mpirun)
+ *
+ * The inputs' documents are cut into units by unit_bytes alone (see
+ * tks_build_opts.unit_bytes), so the dataset is the one tks_build makes,
+ * byte for byte, however the units are spread. One coordinator (rank 0)
+ * opens the job and plans the units one by one (one read of the inputs, no
+ * tokenizing); on --resume each planned unit already on disk is verified. Any process opens a
+ * worker job on the same options and builds the units it is handed, each
+ * into OUT.partial/unit-NNNNN/ with its own record (unit.json). When every
+ * unit is built, the coordinator renumbers the shards into one sequence,
+ * writes the manifest and publishes OUT. tks_build resumes such a partial
+ * build in one process.
+ * ------------------------------------------------------------------------- */
+typedef struct tks_build_unit {
+    uint64_t index;            /* unit number, from 0 in input order */
+    tks_input_pos start;       /* where its first document's search starts */
+    uint64_t n_docs;           /* documents in it (before tokenizing) */
+    uint64_t text_bytes;       /* their text bytes */
+} tks_build_unit;
+
+typedef struct tks_unit_stats {
+    uint64_t docs_written, tokens_written, shards, text_bytes;
+    double seconds;
+} tks_unit_stats;
+
+typedef struct tks_build_job tks_build_job;
+
+/*
+ * coordinator 1: takes OUT.lock, plans the units and prepares OUT.partial
+ * (fresh, or --resume: units whose record and shards verify are kept, the
+ * others will be built again). coordinator 0: a worker, to be opened once
+ * the coordinator's job is open (OUT.partial exists); loads the tokenizer.
+ * Errors: those of tks_build before its first document.
+ */
+int tks_build_job_open(const tks_build_opts *opts, int coordinator, tks_build_job **out);
+
+/* Coordinator: plans the next unit (reading the inputs on to its end) into
+ * *unit: 1, 0 once every unit is planned (the inputs' hashes are then taken,
+ * and on --resume compared with the interrupted build's: TKS_ERR_RESUME when
+ * an input changed), or an input error. Units can be built while the next
+ * ones are planned. */
+int tks_build_job_plan(tks_build_job *job, tks_build_unit *unit);
+/* 1 while units remain to be planned. */
+int tks_build_job_planning(const tks_build_job *job);
+/* Coordinator: the units planned so far (owned by the job, valid until the
+ * next tks_build_job_plan) and whether unit i is already complete on disk
+ * (kept from an earlier run). */
+const tks_build_unit *tks_build_job_units(const tks_build_job *job, size_t *n);
+int tks_build_job_unit_done(const tks_build_job *job, size_t i);
+
+/* Builds one unit (from any job of the same options); opts->progress, if
+ * set, is called after each batch, and opts->stop is honoured. Errors: those
+ * of tks_build. */
+int tks_build_job_run(tks_build_job *job, const tks_build_unit *unit, tks_unit_stats *stats);
+
+/* Coordinator, once every unit is built: verifies the units' records,
+ * renumbers their shards into one sequence, writes the manifest and publishes
+ * OUT. stats as tks_build's. */
+int tks_build_job_finish(tks_build_job *job, tks_build_stats *stats);
+
+/* Releases the job (and the coordinator's lock). Accepts NULL. */
+void tks_build_job_free(tks_build_job *job);
 
 #ifdef __cplusplus
 }

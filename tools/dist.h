@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "dataset/dataset.h"
+#include "tokenize/tokenize.h"
 
 /* 1 when an MPI launcher started this process as one of several (the
  * environment variables above); needs no MPI library. */
@@ -25,6 +26,16 @@ static inline int tks_dist_launched_many(void) {
  * this process's rank (0 without MPI). Returns 0, or the library error code of
  * this rank (or TKS_ERR_IO when another rank failed), with the error recorded. */
 int tks_dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **out, int *rank);
+
+/* Builds a dataset: tks_build without a launcher; under mpirun/srun, rank 0
+ * plans the work units and hands them out one at a time to the ranks that
+ * ask (itself included, between its batches), then renumbers the shards and
+ * publishes OUT. A failed rank's error, naming the rank and the unit, is
+ * printed by rank 0, which then aborts the job; a killed rank makes the
+ * launcher stop the job, and every rank prints the unit it was building.
+ * progress: per-rank summary lines on rank 0's stderr. Returns as
+ * tks_dist_audit; *stats is filled on rank 0. */
+int tks_dist_build(tks_build_opts *opts, int progress, tks_build_stats *stats, int *rank);
 
 /* This process's rank (MPI started if needed), or 0 without a launcher. */
 int tks_dist_rank(void);

@@ -202,6 +202,10 @@ static int cmd_build(int argc, char **argv) {
                 return tks_cli_usage_error("--chunk-bytes %llu: expected a multiple of 4 in [64, 1G]", (unsigned long long)v64);
             o.chunk_bytes = (uint32_t)v64;
         } else if (OPT("--batch-bytes")) SIZE(o.batch_bytes);
+        else if (OPT("--unit-bytes")) {
+            SIZE(o.unit_bytes);
+            if (!o.unit_bytes) return tks_cli_usage_error("--unit-bytes must be at least 1");
+        }
         else if (OPT("--append-eos")) o.append_eos = 1;
         else if (OPT("--prepend-bos")) o.prepend_bos = 1;
         else if (OPT("--resume")) o.resume = 1;
@@ -226,11 +230,12 @@ static int cmd_build(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     tks_build_stats st;
-    int rc = tks_build(&o, &st);
+    int rank = 0;
+    int rc = tks_dist_build(&o, !quiet, &st, &rank);
     if (o.progress) fprintf(stderr, "\n");
-    if (rc) return tks_cli_lib_error();
-    if (!quiet) print_build_summary(&st, o.out_dir);
-    return 0;
+    if (rc) return tks_dist_finish(tks_cli_lib_error());
+    if (!quiet && rank == 0) print_build_summary(&st, o.out_dir);
+    return tks_dist_finish(0);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -799,6 +804,8 @@ static void help(FILE *f) {
             "  tokshard build --tokenizer MODEL --output DIR [options] INPUT...\n"
             "      --threads N [all cores]    --shard-tokens N [16M]   --chunk-bytes N [1M]\n"
             "      --append-eos   --prepend-bos   --resume   --quiet\n"
+            "      --unit-bytes N [1G: work units of N bytes of text; part of the output, never of\n"
+            "        the launch: mpirun -np R tokshard build ... spreads units over R ranks]\n"
             "      --encoder auto|sentencepiece [auto: tokshard's fast encoder when it gives exactly\n"
             "        sentencepiece's ids for the model, else sentencepiece; the summary says which]\n"
             "  tokshard verify-tokenizer MODEL TEXT... [input options; --doc-split line by default]\n"
