@@ -340,7 +340,7 @@ static void show_in_flight(const tks_build_opts *o) {
 int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int *rank) {
     int size = 1;
     *rank = 0;
-    if (!launched_many()) {
+    if (!tks_dist_launched_many()) {
         show_in_flight(o);
         return tks_build(o, stats);
     }

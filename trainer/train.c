@@ -543,7 +543,7 @@ int tks_train(const tks_train_opts *in) {
     /* the groups on the backend: NCCL communicators under --device cuda (--comm) */
     rc = tks_mesh_use_backend(mesh, be, o->comm, rc);
     tpc = mesh->group[TKS_GROUP_TP], shc = mesh->group[TKS_GROUP_DP_SHARD],
-    repc = mesh->group[TKS_GROUP_DP_REPLICATE], dpc = mesh->group[TKS_GROUP_DP], world = mesh->group[TKS_GROUP_WORLD];
+    world = mesh->group[TKS_GROUP_WORLD];
     if (!rc)
         rc = tks_model_create_dt(&r.cfg, be, tpc, (int)r.micro, (int)o->seq_len,
                                  (size_t)mesh->shape.dp_shard, r.dtype, &m);
