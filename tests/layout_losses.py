@@ -42,6 +42,19 @@ per_step = 6 * math.sqrt(K) * 2.0 ** -24
 # passes on at most 1:1 to first order (as above).
 if os.environ.get("BF16") == "1":
     per_step = math.sqrt(per_step * 2.0 ** -8)
+# BF16_TP=1: bf16 with tp > 1 against tp = 1. A row-parallel GEMM's output
+# (attention out, MLP down) is rounded to bf16 on each tp rank and the
+# all-reduce rounds the sum once more; the activation gradients reduced over
+# tp in the backward likewise. That is one extra bf16 rounding (relative
+# error <= u16 = 2^-8 of the terms) at 2L points of the forward and 2L + 1 of
+# the backward; to first order each moves the loss by at most u16 relative,
+# so per step at most (4L + 1) u16 (a worst case: the roundings of different
+# elements are independent and mostly cancel in the loss). This bound is
+# loose: it catches a tp all-reduce that mangles bf16 data, but a bf16 tp
+# all-reduce left out of the model moved the losses by 1.2e-2 (measured),
+# inside it; the fp32 layouts (parallel_layouts) check the tp algebra tightly.
+if os.environ.get("BF16_TP") == "1":
+    per_step = (4 * L + 1) * 2.0 ** -8
 worst, worst_ratio = 0.0, 0.0
 for s in range(lo, hi + 1):
     if s not in a or s not in b:

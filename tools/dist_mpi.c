@@ -452,6 +452,10 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
     /* the job's options are a copy: the callback is set on the unit runs below */
     tks_build_opts ro = *o;
     ro.progress = coord_progress;
+    /* rank 0 answers the other ranks only between its batches: smaller
+     * batches keep a rank that finished its unit from waiting for the next
+     * one (8 MiB took ~0.4 s per core; the bytes written do not depend on it) */
+    if (!ro.batch_bytes) ro.batch_bytes = 1u << 20;
     tks_build_job *job0 = NULL;
     rc = tks_build_job_open(&ro, 0, &job0);
     if (rc) {

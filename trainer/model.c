@@ -295,10 +295,6 @@ int tks_model_create_dt(const tks_model_config *cfg, tks_backend *be, tks_comm *
                         T, c.max_seq_len);
     if (dt != TKS_F32 && dt != TKS_BF16)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "dtype %d: use fp32 or bf16", (int)dt);
-    if (dt == TKS_BF16 && tps > 1)
-        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                        "--dtype bf16 with --tp %d: the tensor-parallel collectives move fp32 "
-                        "only; use --dtype fp32 with tp > 1, or --tp 1", tps);
     tks_model *m = calloc(1, sizeof *m);
     if (!m) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     m->cfg = c;
@@ -546,9 +542,21 @@ static int linear_dx(tks_model *m, void *dx, const void *dy, const void *W, int 
     return m->be->gemm(m->be, &g);
 }
 
-/* Tensor-parallel all-reduces of activations: the comm contract moves fp32,
- * so tp > 1 runs in fp32 (tks_model_create_dt refuses bf16 with tp > 1). */
+/* Tensor-parallel all-reduce of an activation or activation gradient in the
+ * compute dtype (buf: n elements of m->dt). In bf16 each member's partial sum
+ * was rounded to bf16 by its GEMM and the comm adds them in fp32 and rounds
+ * once (comm.h), as Megatron-LM's bf16 tp all-reduce does; so bf16 with tp > 1
+ * adds one bf16 rounding per all-reduce over tp = 1. */
 static int tp_sum(tks_model *m, void *buf, size_t n) {
+    if (m->tp_size <= 1) return 0;
+    if (m->dt == TKS_F32) return m->tp->allreduce_sum(m->tp, buf, n);
+    tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = m->dt, .op = TKS_COMM_SUM, .out = buf, .n = n};
+    tks_comm_req *q = NULL;
+    int rc = m->tp->start(m->tp, &op, &q);
+    return rc ? rc : m->tp->wait(m->tp, q);
+}
+/* fp32 all-reduces of the staged cross-entropy's per-token statistics */
+static int tp_sum_f32(tks_model *m, float *buf, size_t n) {
     return m->tp_size > 1 ? m->tp->allreduce_sum(m->tp, buf, n) : 0;
 }
 static int tp_max(tks_model *m, float *buf, size_t n) {
@@ -619,9 +627,9 @@ static int xent_staged(tks_model *m) {
     TRY(be->xent_max(be, m->mx, m->logits, N, V, VR, m->dt));
     TRY(tp_max(m, m->mx, (size_t)N));
     TRY(be->xent_sumexp(be, m->sum, m->logits, m->mx, N, V, VR, m->dt));
-    TRY(tp_sum(m, m->sum, (size_t)N));
+    TRY(tp_sum_f32(m, m->sum, (size_t)N));
     TRY(be->xent_target(be, m->tgt, m->logits, m->targets, N, V, m->v0, VR, m->dt));
-    TRY(tp_sum(m, m->tgt, (size_t)N));
+    TRY(tp_sum_f32(m, m->tgt, (size_t)N));
     return be->xent_loss(be, m->loss, m->mx, m->sum, m->tgt, N);
 }
 

@@ -124,11 +124,6 @@ static int resolve(const tks_train_opts *in, run *r) {
     if (!world && (rc = tks_mesh_world(&world, &rank))) return rc;
     if ((rc = tks_mesh_resolve(world, o->tp, o->dp_shard, o->dp_replicate, &r->shape))) return rc;
     if ((rc = tks_model_config_check(&r->cfg, r->shape.tp))) return rc;
-    if (r->dtype == TKS_BF16 && r->shape.tp > 1)
-        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                        "--dtype bf16 with --tp %d: the tensor-parallel activations are reduced in "
-                        "fp32 only for now; use --dtype fp32 with tp > 1, or --tp 1",
-                        r->shape.tp);
     if (o->seq_len == 0 || o->seq_len > r->cfg.max_seq_len)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "--seq-len %u must be in 1..max_seq_len %u", o->seq_len, r->cfg.max_seq_len);
