@@ -97,6 +97,11 @@ struct tks_comm {
     uint64_t calls[4];
 };
 
+/* Sets c's blocking fp32 members (allreduce_sum ... broadcast) to start +
+ * wait on c's own `start` and `wait`: a transport implements only the v2
+ * calls and the control members, then calls this. */
+void tks_comm_set_blocking(tks_comm *c);
+
 /* The group of one process: every collective is the identity (reduce_scatter
  * and out-of-place allgather copy in to out with `copy`, the backend's
  * device-to-device copy; NULL = memcpy, for host buffers). Static storage:

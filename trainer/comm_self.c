@@ -137,6 +137,33 @@ static int self_bcast_bytes(tks_comm *c, void *buf, size_t n, int root) {
     return 0;
 }
 
+/* The blocking fp32 members of any transport: start + wait on its own v2 calls. */
+static int blk_run(tks_comm *c, int kind, tks_comm_op opk, float *out, const float *in, size_t n, int root) {
+    tks_coll op = {.kind = kind, .dtype = TKS_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
+    tks_comm_req *q = NULL;
+    int rc = c->start(c, &op, &q);
+    return rc ? rc : c->wait(c, q);
+}
+static int blk_sum(tks_comm *c, float *b, size_t n) { return blk_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_SUM, b, NULL, n, 0); }
+static int blk_max(tks_comm *c, float *b, size_t n) { return blk_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_MAX, b, NULL, n, 0); }
+static int blk_rs(tks_comm *c, float *out, const float *in, size_t n) {
+    return blk_run(c, TKS_COLL_REDUCE_SCATTER, TKS_COMM_SUM, out, in, n, 0);
+}
+static int blk_ag(tks_comm *c, float *out, const float *in, size_t n) {
+    return blk_run(c, TKS_COLL_ALLGATHER, TKS_COMM_SUM, out, in, n, 0);
+}
+static int blk_bcast(tks_comm *c, float *b, size_t n, int root) {
+    return blk_run(c, TKS_COLL_BROADCAST, TKS_COMM_SUM, b, NULL, n, root);
+}
+
+void tks_comm_set_blocking(tks_comm *c) {
+    c->allreduce_sum = blk_sum;
+    c->allreduce_max = blk_max;
+    c->reduce_scatter_sum = blk_rs;
+    c->allgather = blk_ag;
+    c->broadcast = blk_bcast;
+}
+
 static const int self_members[1] = {0};
 static tks_comm self = {
     .size = 1, .rank = 0, .members = self_members, .start = self_start, .wait = self_wait,

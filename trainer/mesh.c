@@ -291,23 +291,6 @@ static int m_wait(tks_comm *c, tks_comm_req *q) {
     return mpi_err(e, "collective");
 }
 
-static int m_run(tks_comm *c, int kind, tks_comm_op opk, float *out, const float *in, size_t n, int root) {
-    tks_coll op = {.kind = kind, .dtype = TKS_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
-    tks_comm_req *q;
-    int rc = m_start(c, &op, &q);
-    return rc ? rc : m_wait(c, q);
-}
-static int m_sum(tks_comm *c, float *buf, size_t n) { return m_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_SUM, buf, NULL, n, 0); }
-static int m_max(tks_comm *c, float *buf, size_t n) { return m_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_MAX, buf, NULL, n, 0); }
-static int m_reduce_scatter(tks_comm *c, float *out, const float *in, size_t n) {
-    return m_run(c, TKS_COLL_REDUCE_SCATTER, TKS_COMM_SUM, out, in, n, 0);
-}
-static int m_allgather(tks_comm *c, float *out, const float *in, size_t n) {
-    return m_run(c, TKS_COLL_ALLGATHER, TKS_COMM_SUM, out, in, n, 0);
-}
-static int m_bcast(tks_comm *c, float *buf, size_t n, int root) {
-    return m_run(c, TKS_COLL_BROADCAST, TKS_COMM_SUM, buf, NULL, n, root);
-}
 
 /* Host bytes to root, in rank order, point to point in pieces (size_t
  * offsets: no int displacement can overflow). */
@@ -380,11 +363,7 @@ static tks_comm *mpi_comm_new(MPI_Comm comm) {
     m->c.wait = m_wait;
     m->c.gatherv_host = m_gatherv;
     m->c.agree = m_agree;
-    m->c.allreduce_sum = m_sum;
-    m->c.allreduce_max = m_max;
-    m->c.reduce_scatter_sum = m_reduce_scatter;
-    m->c.allgather = m_allgather;
-    m->c.broadcast = m_bcast;
+    tks_comm_set_blocking(&m->c);
     m->c.broadcast_bytes = m_bcast_bytes;
     m->c.barrier = m_barrier;
     return &m->c;

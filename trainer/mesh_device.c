@@ -94,23 +94,6 @@ static int s_wait(tks_comm *c, tks_comm_req *q) {
     return 0;
 }
 
-static int s_run(tks_comm *c, int kind, tks_comm_op opk, float *out, const float *in, size_t n, int root) {
-    tks_coll op = {.kind = kind, .dtype = TKS_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
-    tks_comm_req *q;
-    int rc = s_start(c, &op, &q);
-    return rc ? rc : s_wait(c, q);
-}
-static int s_sum(tks_comm *c, float *b, size_t n) { return s_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_SUM, b, NULL, n, 0); }
-static int s_max(tks_comm *c, float *b, size_t n) { return s_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_MAX, b, NULL, n, 0); }
-static int s_rs(tks_comm *c, float *out, const float *in, size_t n) {
-    return s_run(c, TKS_COLL_REDUCE_SCATTER, TKS_COMM_SUM, out, in, n, 0);
-}
-static int s_ag(tks_comm *c, float *out, const float *in, size_t n) {
-    return s_run(c, TKS_COLL_ALLGATHER, TKS_COMM_SUM, out, in, n, 0);
-}
-static int s_bcast(tks_comm *c, float *b, size_t n, int root) {
-    return s_run(c, TKS_COLL_BROADCAST, TKS_COMM_SUM, b, NULL, n, root);
-}
 /* control collectives: host data, the MPI group's own */
 static int s_gatherv(tks_comm *c, void *out, const size_t *counts, const void *in, int root) {
     return SG(c)->ctrl->gatherv_host(SG(c)->ctrl, out, counts, in, root);
@@ -140,11 +123,7 @@ static tks_comm *staged_new(tks_comm *ctrl, tks_backend *be) {
     s->c.barrier = s_barrier;
     s->c.agree = s_agree;
     s->c.broadcast_bytes = s_bcast_bytes;
-    s->c.allreduce_sum = s_sum;
-    s->c.allreduce_max = s_max;
-    s->c.reduce_scatter_sum = s_rs;
-    s->c.allgather = s_ag;
-    s->c.broadcast = s_bcast;
+    tks_comm_set_blocking(&s->c);
     return &s->c;
 }
 

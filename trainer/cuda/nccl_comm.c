@@ -186,23 +186,6 @@ static int g_wait(tks_comm *c, tks_comm_req *q) {
     return poll(g, "wait");
 }
 
-static int g_run(tks_comm *c, int kind, tks_comm_op opk, float *out, const float *in, size_t n, int root) {
-    tks_coll op = {.kind = kind, .dtype = TKS_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
-    tks_comm_req *q;
-    int rc = g_start(c, &op, &q);
-    return rc ? rc : g_wait(c, q);
-}
-static int n_sum(tks_comm *c, float *buf, size_t n) { return g_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_SUM, buf, NULL, n, 0); }
-static int n_max(tks_comm *c, float *buf, size_t n) { return g_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_MAX, buf, NULL, n, 0); }
-static int n_reduce_scatter(tks_comm *c, float *out, const float *in, size_t n) {
-    return g_run(c, TKS_COLL_REDUCE_SCATTER, TKS_COMM_SUM, out, in, n, 0);
-}
-static int n_allgather(tks_comm *c, float *out, const float *in, size_t n) {
-    return g_run(c, TKS_COLL_ALLGATHER, TKS_COMM_SUM, out, in, n, 0);
-}
-static int n_bcast(tks_comm *c, float *buf, size_t n, int root) {
-    return g_run(c, TKS_COLL_BROADCAST, TKS_COMM_SUM, buf, NULL, n, root);
-}
 
 /* control collectives: host data, through the group's MPI comm */
 static int n_bcast_bytes(tks_comm *c, void *buf, size_t n, int root) {
@@ -401,11 +384,7 @@ int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
     g->c.wait = g_wait;
     g->c.gatherv_host = n_gatherv;
     g->c.agree = n_agree;
-    g->c.allreduce_sum = n_sum;
-    g->c.allreduce_max = n_max;
-    g->c.reduce_scatter_sum = n_reduce_scatter;
-    g->c.allgather = n_allgather;
-    g->c.broadcast = n_bcast;
+    tks_comm_set_blocking(&g->c);
     g->c.broadcast_bytes = n_bcast_bytes;
     g->c.barrier = n_barrier;
     *out = &g->c;
