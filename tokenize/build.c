@@ -190,6 +190,33 @@ typedef struct build_state {
     size_t n_was, n_checked;        /* build had read, and how many of them were compared */
 } build_state;
 
+static json_t *shard_json(const tks_shard_info *s) {
+    char hx[17];
+    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)s->header_xxh3);
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", s->file, "bytes",
+                     (json_int_t)s->file_bytes, "n_docs", (json_int_t)s->n_docs, "n_tokens",
+                     (json_int_t)s->n_tokens, "min_token_id", (json_int_t)s->min_token_id,
+                     "max_token_id", (json_int_t)s->max_token_id, "header_xxh3", hx);
+}
+
+/* Shard i of a state or unit record (as shard_json wrote it) into *si:
+ * 0, or -1 when the entry lacks its file or header hash. */
+static int shard_from_json(const json_t *s, size_t i, tks_shard_info *si) {
+    const char *f = json_string_value(json_object_get(s, "file"));
+    const char *hx = json_string_value(json_object_get(s, "header_xxh3"));
+    memset(si, 0, sizeof *si);
+    if (!f || !hx || strlen(f) >= sizeof si->file) return -1;
+    snprintf(si->file, sizeof si->file, "%s", f);
+    si->index = (uint32_t)i;
+    si->file_bytes = (uint64_t)json_integer_value(json_object_get(s, "bytes"));
+    si->n_docs = (uint64_t)json_integer_value(json_object_get(s, "n_docs"));
+    si->n_tokens = (uint64_t)json_integer_value(json_object_get(s, "n_tokens"));
+    si->min_token_id = (uint32_t)json_integer_value(json_object_get(s, "min_token_id"));
+    si->max_token_id = (uint32_t)json_integer_value(json_object_get(s, "max_token_id"));
+    si->header_xxh3 = strtoull(hx, NULL, 16);
+    return 0;
+}
+
 static int save_state(const char *partial, const build_state *st) {
     json_t *hashes = json_array();
     uint8_t h[16];
@@ -204,17 +231,7 @@ static int save_state(const char *partial, const build_state *st) {
     }
     tks_clear_error(); /* the first unfinished input ends the list: not an error */
     json_t *arr = json_array();
-    for (size_t i = 0; i < st->n_shards; i++) {
-        const tks_shard_info *s = &st->shards[i];
-        char hx[17];
-        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)s->header_xxh3);
-        json_array_append_new(arr, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", s->file,
-                                             "bytes", (json_int_t)s->file_bytes, "n_docs",
-                                             (json_int_t)s->n_docs, "n_tokens",
-                                             (json_int_t)s->n_tokens, "min_token_id",
-                                             (json_int_t)s->min_token_id, "max_token_id",
-                                             (json_int_t)s->max_token_id, "header_xxh3", hx));
-    }
+    for (size_t i = 0; i < st->n_shards; i++) json_array_append_new(arr, shard_json(&st->shards[i]));
     json_t *j = json_pack("{s:s, s:o, s:I, s:I, s:o}", "build_id", st->build_id, "shards", arr,
                           "next_ordinal", (json_int_t)st->next_ordinal, "empty_after_tokenize",
                           (json_int_t)st->empty_after_tokenize, "inputs_xxh3_128", hashes);
@@ -278,23 +295,12 @@ static int load_state(const char *partial, build_state *st, const char *want_id)
         snprintf(st->was[st->n_was++], sizeof st->was[0], "%s",
                  json_string_value(json_array_get(was, i)) ? json_string_value(json_array_get(was, i)) : "");
     for (size_t i = 0; i < json_array_size(arr) && !rc; i++) {
-        json_t *s = json_array_get(arr, i);
-        tks_shard_info si = {0};
-        const char *f = json_string_value(json_object_get(s, "file"));
-        const char *hx = json_string_value(json_object_get(s, "header_xxh3"));
-        if (!f || !hx || strlen(f) >= sizeof si.file) {
+        tks_shard_info si;
+        if (shard_from_json(json_array_get(arr, i), i, &si) != 0) {
             rc = tks_fail(TKS_ERR_RESUME, path, i, TKS_NONE, "cannot resume: %s shard %zu malformed",
                           path, i);
             break;
         }
-        snprintf(si.file, sizeof si.file, "%s", f);
-        si.index = (uint32_t)i;
-        si.file_bytes = (uint64_t)json_integer_value(json_object_get(s, "bytes"));
-        si.n_docs = (uint64_t)json_integer_value(json_object_get(s, "n_docs"));
-        si.n_tokens = (uint64_t)json_integer_value(json_object_get(s, "n_tokens"));
-        si.min_token_id = (uint32_t)json_integer_value(json_object_get(s, "min_token_id"));
-        si.max_token_id = (uint32_t)json_integer_value(json_object_get(s, "max_token_id"));
-        si.header_xxh3 = strtoull(hx, NULL, 16);
         /* the shard on disk must be exactly the one recorded */
         char sp[PATH_MAX];
         tks_shard *sh = NULL;
@@ -764,15 +770,6 @@ static int unit_dir(const tks_build_job *j, uint64_t k, char *out, size_t cap) {
     return tks_path_join(out, cap, j->partial, name);
 }
 
-static json_t *shard_json(const tks_shard_info *s) {
-    char hx[17];
-    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)s->header_xxh3);
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", s->file, "bytes",
-                     (json_int_t)s->file_bytes, "n_docs", (json_int_t)s->n_docs, "n_tokens",
-                     (json_int_t)s->n_tokens, "min_token_id", (json_int_t)s->min_token_id,
-                     "max_token_id", (json_int_t)s->max_token_id, "header_xxh3", hx);
-}
-
 /* A unit's record: its shards (local numbering) and counters. 0 with *n set,
  * or TKS_ERR_RESUME when missing or not of this build. */
 typedef struct unit_record {
@@ -803,23 +800,11 @@ static int load_record(const tks_build_job *j, uint64_t k, const char *build_id,
     r->shards = calloc(r->n ? r->n : 1, sizeof *r->shards);
     if (!r->shards) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
     for (size_t i = 0; i < r->n && !rc; i++) {
-        json_t *s = json_array_get(arr, i);
-        tks_shard_info *si = &r->shards[i];
-        const char *f = json_string_value(json_object_get(s, "file"));
-        const char *hx = json_string_value(json_object_get(s, "header_xxh3"));
-        if (!f || !hx || strlen(f) >= sizeof si->file) {
+        if (shard_from_json(json_array_get(arr, i), i, &r->shards[i]) != 0) {
             rc = tks_fail(TKS_ERR_RESUME, path, i, TKS_NONE,
                           "%s: shard %zu malformed; remove %s and re-run with --resume", path, i, dir);
             break;
         }
-        snprintf(si->file, sizeof si->file, "%s", f);
-        si->index = (uint32_t)i;
-        si->file_bytes = (uint64_t)json_integer_value(json_object_get(s, "bytes"));
-        si->n_docs = (uint64_t)json_integer_value(json_object_get(s, "n_docs"));
-        si->n_tokens = (uint64_t)json_integer_value(json_object_get(s, "n_tokens"));
-        si->min_token_id = (uint32_t)json_integer_value(json_object_get(s, "min_token_id"));
-        si->max_token_id = (uint32_t)json_integer_value(json_object_get(s, "max_token_id"));
-        si->header_xxh3 = strtoull(hx, NULL, 16);
     }
     json_decref(js);
     if (rc) {
