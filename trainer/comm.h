@@ -97,6 +97,9 @@ struct tks_comm {
     uint64_t calls[4];
 };
 
+/* One collective, blocking: c->start, then c->wait on its handle. */
+int tks_comm_run(tks_comm *c, const tks_coll *op);
+
 /* Sets c's blocking fp32 members (allreduce_sum ... broadcast) to start +
  * wait on c's own `start` and `wait`: a transport implements only the v2
  * calls and the control members, then calls this. */

@@ -137,12 +137,16 @@ static int self_bcast_bytes(tks_comm *c, void *buf, size_t n, int root) {
     return 0;
 }
 
+int tks_comm_run(tks_comm *c, const tks_coll *op) {
+    tks_comm_req *q = NULL;
+    int rc = c->start(c, op, &q);
+    return rc ? rc : c->wait(c, q);
+}
+
 /* The blocking fp32 members of any transport: start + wait on its own v2 calls. */
 static int blk_run(tks_comm *c, int kind, tks_comm_op opk, float *out, const float *in, size_t n, int root) {
     tks_coll op = {.kind = kind, .dtype = TKS_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
-    tks_comm_req *q = NULL;
-    int rc = c->start(c, &op, &q);
-    return rc ? rc : c->wait(c, q);
+    return tks_comm_run(c, &op);
 }
 static int blk_sum(tks_comm *c, float *b, size_t n) { return blk_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_SUM, b, NULL, n, 0); }
 static int blk_max(tks_comm *c, float *b, size_t n) { return blk_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_MAX, b, NULL, n, 0); }

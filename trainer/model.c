@@ -548,12 +548,8 @@ static int linear_dx(tks_model *m, void *dx, const void *dy, const void *W, int 
  * once (comm.h), as Megatron-LM's bf16 tp all-reduce does; so bf16 with tp > 1
  * adds one bf16 rounding per all-reduce over tp = 1. */
 static int tp_sum(tks_model *m, void *buf, size_t n) {
-    if (m->tp_size <= 1) return 0;
-    if (m->dt == TKS_F32) return m->tp->allreduce_sum(m->tp, buf, n);
     tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = m->dt, .op = TKS_COMM_SUM, .out = buf, .n = n};
-    tks_comm_req *q = NULL;
-    int rc = m->tp->start(m->tp, &op, &q);
-    return rc ? rc : m->tp->wait(m->tp, q);
+    return m->tp_size > 1 ? tks_comm_run(m->tp, &op) : 0;
 }
 /* fp32 all-reduces of the staged cross-entropy's per-token statistics */
 static int tp_sum_f32(tks_model *m, float *buf, size_t n) {
