@@ -14,9 +14,16 @@ set(TKS_TORCH_PYTHON3 /usr/bin/python3 CACHE FILEPATH "python3 with torch and nu
 add_executable(parity_dump ${TKS_TEST_DIR}/parity_dump.c)
 target_link_libraries(parity_dump PRIVATE tks_trainer)
 
-set(TKS_PARITY_DIR ${CMAKE_BINARY_DIR}/test-work/parity)
-add_test(NAME torch_parity
-         COMMAND bash -c "set -e
+# torch_parity: float64 reference (test_torch_parity.py). torch_bf16: the bf16
+# mixed-precision path against PyTorch in the same precision and the float64
+# reference, with bounds derived from bf16's unit roundoff (test_torch_bf16.py;
+# parity_dump writes step0_bf16.safetensors per config).
+foreach(pair "torch_parity;test_torch_parity.py;parity" "torch_bf16;test_torch_bf16.py;parity-bf16")
+  list(GET pair 0 name)
+  list(GET pair 1 script)
+  list(GET pair 2 dir)
+  add_test(NAME ${name}
+           COMMAND bash -c "set -e
 if ! \"$1\" -c 'import torch, numpy' 2>/dev/null; then
   echo \"FAIL: $1 cannot import torch and numpy; run tools/install-deps.sh (apt-get install python3-torch python3-numpy)\" >&2
   exit 1
@@ -24,23 +31,7 @@ fi
 rm -rf \"$3\" && mkdir -p \"$3\"
 \"$2\" \"$3\"
 \"$1\" \"$4\" \"$3\""
-                 bash ${TKS_TORCH_PYTHON3} $<TARGET_FILE:parity_dump> ${TKS_PARITY_DIR}
-                 ${TKS_TEST_DIR}/test_torch_parity.py)
-set_tests_properties(torch_parity PROPERTIES TIMEOUT 120)
-
-# The bf16 mixed-precision path against PyTorch in the same precision and the
-# float64 reference, with bounds derived from bf16's unit roundoff
-# (test_torch_bf16.py); parity_dump writes step0_bf16.safetensors per config.
-set(TKS_PARITY16_DIR ${CMAKE_BINARY_DIR}/test-work/parity-bf16)
-add_test(NAME torch_bf16
-         COMMAND bash -c "set -e
-if ! \"$1\" -c 'import torch, numpy' 2>/dev/null; then
-  echo \"FAIL: $1 cannot import torch and numpy; run tools/install-deps.sh (apt-get install python3-torch python3-numpy)\" >&2
-  exit 1
-fi
-rm -rf \"$3\" && mkdir -p \"$3\"
-\"$2\" \"$3\"
-\"$1\" \"$4\" \"$3\""
-                 bash ${TKS_TORCH_PYTHON3} $<TARGET_FILE:parity_dump> ${TKS_PARITY16_DIR}
-                 ${TKS_TEST_DIR}/test_torch_bf16.py)
-set_tests_properties(torch_bf16 PROPERTIES TIMEOUT 120)
+                   bash ${TKS_TORCH_PYTHON3} $<TARGET_FILE:parity_dump> ${CMAKE_BINARY_DIR}/test-work/${dir}
+                   ${TKS_TEST_DIR}/${script})
+  set_tests_properties(${name} PROPERTIES TIMEOUT 120)
+endforeach()
