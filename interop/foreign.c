@@ -142,6 +142,15 @@ static int alloc_starts(tks__foreign *f, uint64_t n_docs) {
     return 0;
 }
 
+/* Without a delimiter the whole token stream is one document (none when empty). */
+static int one_document(tks__foreign *f) {
+    int rc = alloc_starts(f, f->n_tokens ? 1 : 0);
+    if (rc) return rc;
+    f->doc_start[0] = 0;
+    f->doc_start[f->n_docs] = f->n_tokens;
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------
  * Megatron: PREFIX.idx + PREFIX.bin (megatron-core indexed_dataset.py,
  * _IndexWriter.write and _IndexReader.__init__)
@@ -346,10 +355,8 @@ static int open_llmc(const char *path, tks__plist *pl, tks__foreign *f) {
     if (f->o.eot_id != TKS_NO_ID) {
         if ((rc = split_on_delimiter(f, f->o.eot_id, 1))) return rc;
         if (f->n_tokens && tks__foreign_token(f, 0) != (int64_t)f->o.eot_id) f->continued_first = 1;
-    } else {
-        if ((rc = alloc_starts(f, f->n_tokens ? 1 : 0))) return rc;
-        f->doc_start[0] = 0;
-        f->doc_start[f->n_docs] = f->n_tokens;
+    } else if ((rc = one_document(f))) {
+        return rc;
     }
     f->readable = 1;
     return 0;
@@ -378,10 +385,8 @@ static int open_raw(const char *path, tks__plist *pl, tks__foreign *f) {
                                "(nanoGPT's prepare.py appends it): the file is truncated, or "
                                "--eot is not its delimiter", path, f->o.eot_id)))
             return rc;
-    } else {
-        if ((rc = alloc_starts(f, f->n_tokens ? 1 : 0))) return rc;
-        f->doc_start[0] = 0;
-        f->doc_start[f->n_docs] = f->n_tokens;
+    } else if ((rc = one_document(f))) {
+        return rc;
     }
     f->readable = 1;
     return 0;
