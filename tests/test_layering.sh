@@ -22,15 +22,19 @@ bad=$(echo "$inc" | grep -E "trainer/$priv|tokenize/")
   fail "trainer.h pulls in: $bad"
 tok=$(grep -nE '#include "\.\./tokenize/' trainer/*.c trainer/*.h | grep -v 'tokenize/spm.h')
 [[ -z $tok ]] && ok "trainer/ uses nothing of tokenize/ but the spm shim" || fail "trainer/ includes: $tok"
+# ldd's output is captured first: under pipefail, `ldd | grep -q` fails
+# whenever grep exits at its first match and ldd dies of SIGPIPE
 for b in tokshard-train tokshard-generate; do
-  if ldd "$BIN/$b" | grep -q libarchive; then fail "$b links libarchive (the build pipeline)"; else
+  libs=$(ldd "$BIN/$b") || { fail "ldd $BIN/$b failed"; continue; }
+  if grep -q libarchive <<<"$libs"; then fail "$b links libarchive (the build pipeline)"; else
     ok "$b does not link libarchive"; fi
 done
 # tokshard, the front end, audits a dataset linking only what an audit needs
 # (tools/tokshard_lean.c); every other command runs in tokshard-full
 # (libstdc++ counts only without a sanitizer: libasan and libubsan need it)
 cxx='|stdc\+\+'
-ldd "$BIN/tokshard" | grep -qE 'lib(asan|ubsan)' && cxx=''
-heavy=$(ldd "$BIN/tokshard" | grep -oE "lib(archive|sentencepiece|mpi|openblas$cxx)[^ ]*" | sort -u | tr '\n' ' ')
+libs=$(ldd "$BIN/tokshard") || fail "ldd $BIN/tokshard failed"
+grep -qE 'lib(asan|ubsan)' <<<"$libs" && cxx=''
+heavy=$(grep -oE "lib(archive|sentencepiece|mpi|openblas$cxx)[^ ]*" <<<"$libs" | sort -u | tr '\n' ' ')
 [[ -z $heavy ]] && ok "tokshard (the audit front end) links no heavy library" || fail "tokshard links: $heavy"
 finish test_layering

@@ -216,7 +216,7 @@ refuse)
     fail "exit codes $c1 $c2 $c4"
   [[ -n $m1 && "$m1" == "$m2" && "$m1" == "$m4" ]] && ok "the same message everywhere: $m1" ||
     fail "messages differ: [$m1] [$m2] [$m4]"
-  echo "$m1" | grep -q "token offset $((off + 10))" && ok "it names shard $sh and token offset $((off + 10))" ||
+  grep -q "token offset $((off + 10))" <<<"$m1" && ok "it names shard $sh and token offset $((off + 10))" ||
     fail "message lacks the offset: $m1"
   [[ $(grep -c "^tokshard-train: error" err2) -eq 1 ]] && ok "printed once, by rank 0" || fail "printed $(grep -c error err2) times"
   ;;

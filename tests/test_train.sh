@@ -45,7 +45,7 @@ train)
   last=$(grep '"loss"' run/metrics.jsonl | tail -3 | sed 's/.*"loss": \([0-9.]*\).*/\1/' | awk '{s+=$1} END {print s/NR}')
   awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < a - 0.5)}' && ok "loss falls: $first -> $last" ||
     fail "loss does not fall enough: $first -> $last"
-  ls run/checkpoints | grep -q step-00000024 && ok "final checkpoint" || fail "no final checkpoint"
+  [[ -d run/checkpoints/step-00000024 ]] && ok "final checkpoint" || fail "no final checkpoint"
   [[ $(ls run/checkpoints | wc -l) -eq 3 ]] && ok "3 checkpoints kept" || fail "checkpoints: $(ls run/checkpoints)"
   # the embedding is saved unpadded: exactly [vocab_size, dim] although the process pads to 1024
   /usr/bin/python3 - run/checkpoints/step-00000024/model.safetensors <<'EOF' && ok "model.safetensors holds [1000, 32] embeddings" || fail "bad shapes in model.safetensors"
