@@ -1,8 +1,11 @@
 /* build.c - the dataset build pipeline.
  *
- *   inputs --(tks_input, sequential)--> batch of documents
+ *   inputs --(tks_input, sequential, on a reader thread)--> batch of documents
  *          --(OpenMP, dynamic, longest first)--> ids per document
  *          --(in document order)--> tks_writer --> shards
+ *
+ * The reader thread reads batch k+1 while batch k is encoded and committed
+ * (prefetch below), so decompression overlaps tokenization.
  *
  * Output depends only on the document sequence, so it is byte-identical for
  * any thread count. Work happens in OUT.partial/: each shard is published
@@ -18,6 +21,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +63,11 @@ typedef struct batch {
     int *err;              /* per document: 0 or a TKS_ERR_* */
     unsigned char *uend;   /* per document: 1 when it is the last of its work unit */
     size_t n, cap;
+    /* set by the reader with the batch */
+    int end;               /* the input (or the work unit) ends with this batch */
+    uint64_t docs_seen;    /* documents read so far, this batch's included */
+    uint64_t text_seen;    /* their text bytes */
+    tks_input_stats input; /* the input's counters after this batch */
 } batch;
 
 static int batch_push(batch *b, const tks_doc *d, int unit_end) {
@@ -113,6 +122,136 @@ static void batch_free(batch *b) {
     free(b->ids);
     free(b->err);
     free(b->uend);
+}
+
+/* Prefetch: reading (decompression, libarchive, the document split) is one
+ * core's sequential work, a third of a build of the Linux tarball, so the
+ * next batch is read on a thread of its own while the caller encodes and
+ * commits the current one. One thread per batch (a few hundred per GiB of
+ * text; their start is noise): between prefetch_take and the next
+ * prefetch_start no reader runs, so the caller may use the input then and
+ * the input is never used by two threads at once. The output is unchanged:
+ * batches are taken in order. */
+typedef int (*fill_fn)(void *ctx, batch *b); /* appends documents; 0 or error */
+typedef struct prefetch {
+    batch slot[2];
+    int next;      /* the slot the reader fills; the caller holds the other */
+    int running;   /* a reader thread to join */
+    pthread_t th;
+    fill_fn fill;
+    void *ctx;
+    int rc;        /* the reader's result, and its error (errors are per thread) */
+    tks_error err;
+} prefetch;
+
+static void *prefetch_main(void *arg) {
+    prefetch *p = arg;
+    batch *b = &p->slot[p->next];
+    /* a slot keeps its id buffers for the next batch unless a large document
+     * grew one past 64 KiB: else each of the thousands of slots keeps the
+     * largest buffer it ever held (548 MiB peak on the Linux tarball) */
+    for (size_t i = 0; i < b->n; i++)
+        if (b->ids[i].cap > (64u << 10)) tks_ids_free(&b->ids[i]);
+    b->n = 0;
+    b->arena_len = 0;
+    b->end = 0;
+    p->rc = p->fill(p->ctx, b);
+    if (p->rc) p->err = *tks_last_error();
+    return NULL;
+}
+
+/* Starts reading the next batch; without a thread (pthread_create failed)
+ * it is read here. */
+static void prefetch_start(prefetch *p) {
+    p->rc = 0;
+    if (pthread_create(&p->th, NULL, prefetch_main, p) == 0)
+        p->running = 1;
+    else
+        prefetch_main(p);
+}
+
+/* Waits for the batch prefetch_start began: 0 and *out, or the reader's
+ * error (restored on this thread). *out stays the caller's until the next
+ * prefetch_take. */
+static int prefetch_take(prefetch *p, batch **out) {
+    if (p->running) pthread_join(p->th, NULL);
+    p->running = 0;
+    if (p->rc) {
+        tks_error_restore(&p->err);
+        return p->rc;
+    }
+    *out = &p->slot[p->next];
+    p->next ^= 1;
+    return 0;
+}
+
+/* Joins a reader still running (after an error or an interrupt) and frees
+ * both batches. */
+static void prefetch_free(prefetch *p) {
+    if (p->running) pthread_join(p->th, NULL);
+    p->running = 0;
+    batch_free(&p->slot[0]);
+    batch_free(&p->slot[1]);
+}
+
+/* The reader of a whole build: every document, in order; documents already
+ * in resumed shards (ordinal below skip_below) are read but not batched.
+ * They still count towards their work unit. */
+typedef struct build_reader {
+    tks_input *in;
+    size_t batch_bytes;
+    uint64_t unit_bytes, unit_acc, skip_below, docs_read;
+} build_reader;
+
+static int fill_build(void *ctx, batch *b) {
+    build_reader *r = ctx;
+    tks_doc doc;
+    int rc = 0;
+    while (!rc && b->arena_len < r->batch_bytes) {
+        int got = tks_input_next(r->in, &doc);
+        if (got < 0) return got;
+        if (got == 0) {
+            b->end = 1;
+            break;
+        }
+        r->docs_read++;
+        r->unit_acc += doc.len;
+        int unit_end = r->unit_acc >= r->unit_bytes;
+        if (unit_end) r->unit_acc = 0;
+        if (doc.ordinal < r->skip_below) continue;
+        rc = batch_push(b, &doc, unit_end);
+    }
+    b->docs_seen = r->docs_read;
+    b->input = *tks_input_get_stats(r->in);
+    return rc;
+}
+
+/* The reader of one work unit: its n_docs documents from where it starts. */
+typedef struct unit_reader {
+    tks_input *in;
+    size_t batch_bytes;
+    uint64_t want, got, text;
+} unit_reader;
+
+static int fill_unit(void *ctx, batch *b) {
+    unit_reader *r = ctx;
+    tks_doc doc;
+    int rc = 0;
+    while (!rc && b->arena_len < r->batch_bytes && r->got < r->want) {
+        int got = tks_input_next(r->in, &doc);
+        if (got < 0) return got;
+        if (got == 0) {
+            b->end = 1; /* early: the caller names the missing documents */
+            break;
+        }
+        r->got++;
+        r->text += doc.len;
+        rc = batch_push(b, &doc, 0);
+    }
+    if (r->got >= r->want) b->end = 1;
+    b->docs_seen = r->got;
+    b->text_seen = r->text;
+    return rc;
 }
 
 /* Tokenizes the batch in parallel, longest documents first. 0 or the first
@@ -508,7 +647,6 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     tks_writer *w = NULL;
     json_t *desc = NULL;
     build_state st = {0};
-    batch b = {0};
     int rc = tks_spm_load(o->tokenizer_path, &spm);
     if (!rc && o->encoder_sentencepiece) rc = tks_spm_set_encoder(spm, 0);
     if (!rc) rc = tks_input_open(o->inputs, o->n_inputs, &o->input, &in);
@@ -568,54 +706,38 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     }
 
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
-    size_t batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20);
-    uint64_t docs_read = 0, docs_committed = 0, tokens_committed = 0;
-    uint64_t unit_bytes = o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES, unit_acc = 0;
+    uint64_t docs_committed = 0, tokens_committed = 0;
+    uint64_t total_in = in ? tks_input_total_bytes(in) : 0;
+    /* 1. read batches on the reader thread (prefetch) */
+    build_reader reader = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
+                           .unit_bytes = o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES,
+                           .skip_below = st.next_ordinal};
+    prefetch pf = {.fill = fill_build, .ctx = &reader};
+    if (!rc) prefetch_start(&pf);
     int done = 0;
-    tks_doc doc;
     while (!rc && !done) {
-        /* a slot keeps its id buffer for the next batch unless a large
-         * document grew it past 256 KiB: else each of the thousands of slots
-         * keeps the largest buffer it ever held (548 MiB peak on the Linux
-         * tarball with 4 MiB) */
-        for (size_t i = 0; i < b.n; i++)
-            if (b.ids[i].cap > (64u << 10)) tks_ids_free(&b.ids[i]);
-        /* 1. read a batch (documents already in resumed shards are skipped
-         * untokenized; they still count towards their work unit) */
-        b.n = 0;
-        b.arena_len = 0;
-        while (!rc && b.arena_len < batch_bytes) {
-            int got = tks_input_next(in, &doc);
-            if (got < 0) rc = got;
-            if (got <= 0) {
-                done = 1;
-                break;
-            }
-            docs_read++;
-            unit_acc += doc.len;
-            int unit_end = unit_acc >= unit_bytes;
-            if (unit_end) unit_acc = 0;
-            if (doc.ordinal < st.next_ordinal) continue;
-            rc = batch_push(&b, &doc, unit_end);
-        }
-        if (!rc) rc = verify_inputs(&st, partial);
-        if (rc) break;
+        batch *b = NULL;
+        if ((rc = prefetch_take(&pf, &b))) break;
+        done = b->end;
+        /* no reader runs now: the input may be looked at */
+        if ((rc = verify_inputs(&st, partial))) break;
+        if (!done) prefetch_start(&pf);
         /* 2. tokenize in parallel (encode_batch says in which order) */
-        if ((rc = encode_batch(spm, &b, threads))) break;
+        if ((rc = encode_batch(spm, b, threads))) break;
         /* 3. commit in document order; a work unit's last document closes its shard */
-        for (size_t i = 0; i < b.n && !rc; i++) {
-            tks_ids *v = &b.ids[i];
+        for (size_t i = 0; i < b->n && !rc; i++) {
+            tks_ids *v = &b->ids[i];
             int published = 0;
             if (v->n == 0) {
                 stats->empty_after_tokenize++;
                 st.empty_after_tokenize++;
             } else {
                 rc = add_specials(v, o, bos, eos);
-                if (!rc) rc = tks_writer_add(w, v->ids, v->n, b.ordinal[i], &published);
+                if (!rc) rc = tks_writer_add(w, v->ids, v->n, b->ordinal[i], &published);
                 docs_committed++;
                 tokens_committed += v->n;
             }
-            if (!rc && b.uend[i]) {
+            if (!rc && b->uend[i]) {
                 size_t before, after;
                 tks_writer_shards(w, &before);
                 rc = tks_writer_flush(w);
@@ -626,15 +748,14 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
                 size_t ns;
                 const tks_shard_info *si = tks_writer_shards(w, &ns);
                 rc = state_push(&st, &si[ns - 1]);
-                st.next_ordinal = b.ordinal[i] + 1;
+                st.next_ordinal = b->ordinal[i] + 1;
                 if (!rc) rc = save_state(partial, &st);
             }
         }
         if (rc) break;
         if (o->progress) {
-            const tks_input_stats *is = tks_input_get_stats(in);
-            tks_build_progress p = {.bytes_in = is->bytes_in, .total_bytes_in = tks_input_total_bytes(in),
-                                    .bytes_text = is->bytes_text, .docs_read = docs_read,
+            tks_build_progress p = {.bytes_in = b->input.bytes_in, .total_bytes_in = total_in,
+                                    .bytes_text = b->input.bytes_text, .docs_read = b->docs_seen,
                                     .shards = st.n_shards, .seconds = omp_get_wtime() - t0,
                                     .docs_written = docs_committed, .tokens_written = tokens_committed};
             for (size_t i = 0; i < stats->resumed_shards; i++) { /* kept from before a resume */
@@ -649,6 +770,8 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
                           "--resume to finish",
                           st.n_shards, partial);
     }
+    prefetch_free(&pf); /* a reader still running after an error is joined */
+    uint64_t docs_read = reader.docs_read;
     /* 4. last shard, manifest, publish */
     if (!rc) {
         rc = tks_writer_flush(w);
@@ -692,7 +815,6 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     if (stats->input.files == 0 && in) stats->input = *tks_input_get_stats(in);
     tks_writer_free(w);
     json_decref(desc);
-    batch_free(&b);
     free(st.shards);
     free(st.was);
     tks_input_free(in);
@@ -1107,7 +1229,6 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
     if (!rc) rc = reset_dir(dir);
     tks_input *in = NULL;
     tks_writer *w = NULL;
-    batch b = {0};
     if (!rc) rc = tks_input_open(o->inputs, o->n_inputs, &o->input, &in);
     if (!rc) rc = tks_input_seek(in, &u->start);
     if (!rc) {
@@ -1119,37 +1240,31 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
         rc = tks_writer_create(&wo, &w);
     }
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
-    size_t batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20);
-    uint64_t got_docs = 0, empty = 0;
-    tks_doc doc;
-    while (!rc && got_docs < u->n_docs) {
-        for (size_t i = 0; i < b.n; i++)
-            if (b.ids[i].cap > (64u << 10)) tks_ids_free(&b.ids[i]);
-        b.n = 0;
-        b.arena_len = 0;
-        while (!rc && b.arena_len < batch_bytes && got_docs < u->n_docs) {
-            int r = tks_input_next(in, &doc);
-            if (r < 0) rc = r;
-            if (r <= 0) break;
-            got_docs++;
-            us->text_bytes += doc.len;
-            rc = batch_push(&b, &doc, 0);
-        }
-        if (!rc && b.n == 0) break;
-        if (!rc) rc = encode_batch(j->spm, &b, threads);
-        for (size_t i = 0; i < b.n && !rc; i++) {
-            tks_ids *v = &b.ids[i];
+    uint64_t empty = 0;
+    unit_reader reader = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
+                          .want = u->n_docs};
+    prefetch pf = {.fill = fill_unit, .ctx = &reader};
+    if (!rc && u->n_docs > 0) prefetch_start(&pf);
+    int done = u->n_docs == 0;
+    while (!rc && !done) {
+        batch *b = NULL;
+        if ((rc = prefetch_take(&pf, &b))) break;
+        done = b->end;
+        if (!done) prefetch_start(&pf);
+        if (b->n) rc = encode_batch(j->spm, b, threads);
+        for (size_t i = 0; i < b->n && !rc; i++) {
+            tks_ids *v = &b->ids[i];
             if (v->n == 0) {
                 empty++;
                 continue;
             }
             rc = add_specials(v, o, j->bos, j->eos);
-            if (!rc) rc = tks_writer_add(w, v->ids, v->n, b.ordinal[i], NULL);
+            if (!rc) rc = tks_writer_add(w, v->ids, v->n, b->ordinal[i], NULL);
             us->docs_written++;
             us->tokens_written += v->n;
         }
         if (!rc && o->progress) {
-            tks_build_progress p = {.bytes_text = us->text_bytes, .docs_read = got_docs,
+            tks_build_progress p = {.bytes_text = b->text_seen, .docs_read = b->docs_seen,
                                     .docs_written = us->docs_written,
                                     .tokens_written = us->tokens_written,
                                     .seconds = omp_get_wtime() - t0};
@@ -1161,6 +1276,9 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
                           "same command with --resume to finish",
                           (unsigned long long)u->index, j->partial);
     }
+    prefetch_free(&pf); /* a reader still running after an error is joined */
+    uint64_t got_docs = reader.got;
+    us->text_bytes = reader.text;
     if (!rc && got_docs != u->n_docs)
         rc = tks_fail(TKS_ERR_INPUT, tks_input_n_files(in) > u->start.file ? tks_input_file(in, u->start.file) : NULL,
                       TKS_NONE, u->start.offset,
@@ -1195,7 +1313,6 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
     }
     us->seconds = omp_get_wtime() - t0;
     tks_writer_free(w);
-    batch_free(&b);
     tks_input_free(in);
     return rc;
 }
