@@ -147,11 +147,6 @@ typedef struct prefetch {
 static void *prefetch_main(void *arg) {
     prefetch *p = arg;
     batch *b = &p->slot[p->next];
-    /* a slot keeps its id buffers for the next batch unless a large document
-     * grew one past 64 KiB: else each of the thousands of slots keeps the
-     * largest buffer it ever held (548 MiB peak on the Linux tarball) */
-    for (size_t i = 0; i < b->n; i++)
-        if (b->ids[i].cap > (64u << 10)) tks_ids_free(&b->ids[i]);
     b->n = 0;
     b->arena_len = 0;
     b->end = 0;
@@ -183,6 +178,33 @@ static int prefetch_take(prefetch *p, batch **out) {
     *out = &p->slot[p->next];
     p->next ^= 1;
     return 0;
+}
+
+/* Called by the caller once a batch is committed, before the next
+ * prefetch_take: what the batch grew is freed now, not when the slot is
+ * refilled. A slot keeps, for its next batch, id buffers of up to 64 KiB
+ * each and batch_bytes in all, and an arena of up to twice batch_bytes.
+ * A bound per buffer alone is not enough: each of the thousands of
+ * documents of a batch then keeps the largest buffer its index ever held,
+ * and RSS grows through the whole build (to 513 MiB on the Linux tarball
+ * with two slots; 548 MiB with no bound at all). */
+static void batch_trim(batch *b, size_t batch_bytes) {
+    size_t kept = 0;
+    for (size_t i = 0; i < b->cap; i++) {
+        size_t bytes = b->ids[i].cap * sizeof(uint32_t);
+        if (!bytes) continue;
+        if (bytes <= (64u << 10) && kept + bytes <= batch_bytes)
+            kept += bytes;
+        else
+            tks_ids_free(&b->ids[i]);
+    }
+    if (b->arena_cap > 2 * batch_bytes) {
+        free(b->arena);
+        b->arena = NULL;
+        b->arena_cap = 0;
+    }
+    b->n = 0;
+    b->arena_len = 0;
 }
 
 /* Joins a reader still running (after an error or an interrupt) and frees
@@ -752,6 +774,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
                 if (!rc) rc = save_state(partial, &st);
             }
         }
+        batch_trim(b, reader.batch_bytes);
         if (rc) break;
         if (o->progress) {
             tks_build_progress p = {.bytes_in = b->input.bytes_in, .total_bytes_in = total_in,
@@ -1263,6 +1286,7 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
             us->docs_written++;
             us->tokens_written += v->n;
         }
+        batch_trim(b, reader.batch_bytes);
         if (!rc && o->progress) {
             tks_build_progress p = {.bytes_text = b->text_seen, .docs_read = b->docs_seen,
                                     .docs_written = us->docs_written,
