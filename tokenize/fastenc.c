@@ -32,10 +32,29 @@
  * side by side; the encoder also cuts between an ASCII letter or digit and
  * ASCII punctuation when the model has no piece with that pair (asc_cut), so
  * that "word," and "(word" share the cache entry of "word".
+ *
+ * Unigram word cache. A unigram word's best path depends on the carried
+ * score X only through float rounding, so a cached path is reused only where
+ * rounding cannot change a decision. With u = 2^-24 (float's unit roundoff),
+ * a word of n bytes, and s the largest |score| of a piece (the unknown
+ * node's included), every node score computed from X differs from its exact
+ * real value X + (sum of its path's scores) by at most
+ *     E(X) = 2 (n + 2) u (|X| + (n + 1) s)
+ * (one rounding per node of a path of at most n + 1 nodes, each at most
+ * |X| + (n + 1) s in magnitude; the factor 2 covers the double sums and the
+ * error carried inside the word). Every Viterbi decision compares two such
+ * values; the exact difference does not depend on X. So if the smallest
+ * computed difference over all decisions, at X1, is larger than
+ * 2 E(X1) + 2 E(X2), every decision at X2 comes out the same, and so do the
+ * path and the ids. The entry stores gap - 2 E(X1); a hit at X2 needs it
+ * to exceed 2 E(X2), else the word is decoded again. The score after the
+ * word is recomputed along the cached path exactly as the Viterbi computes
+ * it, so the value carried on is sentencepiece's, bit for bit.
  */
 #include "fastenc.h"
 
 #include <float.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -49,10 +68,10 @@ enum { KIND_UNIGRAM = 1, KIND_BPE = 2 };
 /* unigram_model.cc: kUnkPenalty */
 #define UNK_PENALTY 10.0f
 
-/* Words up to this many normalized bytes are cached (BPE). */
+/* Words up to this many normalized bytes are cached. */
 #define CACHE_MAX_WORD 64
 /* Per-thread cache bounds: entries (power of two) and arena bytes; a full
- * cache is emptied and refilled. About 20 MiB per thread. */
+ * cache is emptied and refilled. About 14 MiB per thread (2 MiB of slots). */
 #define CACHE_SLOTS (1u << 18)
 #define CACHE_ARENA (12u << 20)
 
@@ -149,6 +168,7 @@ struct tks_fast {
     int seg_only;        /* user-defined symbols: only tks_fast_next_cut may be used */
     int cut_ok;          /* tks_fast_next_cut may cut this model's input */
     float min_score;     /* over NORMAL pieces (unigram) */
+    double uni_smax;     /* largest |score| of a lattice node (unigram cache bound) */
     /* normalizer */
     int add_dummy_prefix, remove_extra_ws, escape_ws;
     uint32_t *units;     /* darts-clone double array, NULL = no charsmap */
@@ -703,6 +723,12 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
         off += sl;
         i++;
     }
+    if (model_type == KIND_UNIGRAM) { /* the cache bound's s (see the top) */
+        f->uni_smax = fabs((double)(f->min_score - UNK_PENALTY));
+        for (size_t k = 0; k < i; k++)
+            if ((f->type[k] == PT_NORMAL || f->type[k] == PT_USER) && fabs((double)f->score[k]) > f->uni_smax)
+                f->uni_smax = fabs((double)f->score[k]);
+    }
     f->strs_len = off;
     if (bad) {
         tks_fast_free(f);
@@ -872,17 +898,31 @@ const char *tks_fast_kind(const tks_fast *f) { return f->kind == KIND_BPE ? "bpe
 /* ---------------------------------------------------------------------------
  * Per-thread state: the word cache and scratch buffers
  * ------------------------------------------------------------------------- */
+/* A cached word, in the arena (8-aligned): this header, the word's bytes
+ * (padded to 4), its ids, then for unigram its best path (piece ids). The
+ * slots hold only a tag and an offset, 8 bytes each, so that the table
+ * (2 MiB) mostly stays in the CPU's caches: with the whole entry in a 48-byte
+ * slot, the slot load was 40% of a unigram build's encode time. */
 typedef struct centry {
-    uint64_t hash;
-    uint32_t key_off, key_len; /* in arena */
-    uint32_t ids_off, n_ids;   /* uint32 ids in arena (4-aligned) */
-    uint8_t first_unk, last_unk, used;
+    double room;               /* unigram: smallest decision gap - 2 E(X1) (see the top) */
+    uint32_t key_len, n_ids, n_path;
+    uint8_t first_unk, last_unk;
 } centry;
+
+typedef struct cslot {
+    uint32_t tag; /* 0: empty; else the hash's high 32 bits, bit 0 set */
+    uint32_t off; /* the centry's offset in the arena */
+} cslot;
+
+static const char *ce_key(const centry *e) { return (const char *)(e + 1); }
+static const uint32_t *ce_ids(const centry *e) {
+    return (const uint32_t *)(ce_key(e) + ((e->key_len + 3u) & ~3u));
+}
 
 struct tls_cache {
     tls_cache *next_all; /* the handle's list */
     int in_use;          /* owned by a live thread */
-    centry *slots;       /* CACHE_SLOTS */
+    cslot *slots;        /* CACHE_SLOTS */
     char *arena;         /* CACHE_ARENA */
     size_t arena_len, n_used;
     tks_fast_stats st;
@@ -893,6 +933,9 @@ struct tls_cache {
     size_t n_tmp, cap_tmp; /* cap_tmp in bytes */
     size_t n_raw;        /* raw model pieces of the current word */
     int first_unk;       /* the first of them was unknown */
+    int32_t *path;       /* unigram: the current word's best path (piece ids) */
+    size_t n_path, path_cap; /* path_cap in bytes */
+    double gap;          /* unigram: the current word's smallest decision gap */
     void *sym;           /* BPE symbols / unigram best paths */
     size_t sym_cap;      /* bytes */
     void *heap;
@@ -910,6 +953,7 @@ static void cache_destroy(tls_cache *c) {
     free(c->arena);
     free(c->wbuf);
     free(c->tmp_ids);
+    free(c->path);
     free(c->sym);
     free(c->heap);
     free(c);
@@ -962,6 +1006,7 @@ void tks_fast_get_stats(const tks_fast *cf, tks_fast_stats *st) {
         st->word_hits += c->st.word_hits;
         st->bytes += c->st.bytes;
         st->hit_bytes += c->st.hit_bytes;
+        st->bound_misses += c->st.bound_misses;
     }
     pthread_mutex_unlock(&f->mu);
 }
@@ -1145,6 +1190,7 @@ static int unigram_word(tks_fast *f, tls_cache *c, const char *w, size_t n, floa
     bp[0].score = *base;
     bp[0].start = 0;
     const float unk_score = f->min_score - UNK_PENALTY;
+    double gap = INFINITY; /* smallest |difference| a decision was made on */
     for (size_t st = 0; st < n;) {
         const float till = bp[st].score;
         size_t mblen = one_char_len((uint8_t)w[st]);
@@ -1160,6 +1206,7 @@ static int unigram_word(tks_fast *f, tls_cache *c, const char *w, size_t n, floa
             size_t length = k + 1 - st;
             /* double, as in EncodeOptimized (its score expression is double) */
             double cand = (double)f->score[id] + (double)till;
+            if (t->start != -1 && fabs(cand - (double)t->score) < gap) gap = fabs(cand - (double)t->score);
             if (t->start == -1 || cand > (double)t->score) {
                 t->score = (float)cand;
                 t->start = (int32_t)st;
@@ -1170,6 +1217,8 @@ static int unigram_word(tks_fast *f, tls_cache *c, const char *w, size_t n, floa
         if (!single) {
             upath *t = &bp[st + mblen];
             float cand = unk_score + till;
+            if (t->start != -1 && fabs((double)cand - (double)t->score) < gap)
+                gap = fabs((double)cand - (double)t->score);
             if (t->start == -1 || cand > t->score) {
                 t->score = cand;
                 t->start = (int32_t)st;
@@ -1179,14 +1228,19 @@ static int unigram_word(tks_fast *f, tls_cache *c, const char *w, size_t n, floa
         st += mblen;
     }
     *base = bp[n].score;
+    c->gap = gap;
     /* backtrack, collecting the piece ends, then emit them in order */
-    if (grow(&c->heap, &c->heap_cap, (n + 1) * sizeof(uint32_t))) return TKS_ERR_NOMEM;
+    if (grow(&c->heap, &c->heap_cap, (n + 1) * sizeof(uint32_t)) ||
+        grow((void **)&c->path, &c->path_cap, (n + 1) * sizeof(int32_t)))
+        return TKS_ERR_NOMEM;
     uint32_t *ends = c->heap;
     size_t np = 0;
     for (int32_t k = (int32_t)n; k > 0; k = bp[k].start) ends[np++] = (uint32_t)k;
+    c->n_path = 0;
     while (np) {
         uint32_t e = ends[--np];
         const char *s = w + bp[e].start;
+        c->path[c->n_path++] = bp[e].id;
         if (word_emit(f, c, bp[e].id, s, e - (uint32_t)bp[e].start, prev_unk)) return TKS_ERR_NOMEM;
     }
     return 0;
@@ -1201,38 +1255,45 @@ static void cache_clear(tls_cache *c) {
     c->n_used = 0;
 }
 
+/* Caches the word's ids (c->tmp_ids) and, for unigram (path != NULL), its
+ * best path and room (see the top). */
 static void cache_put(tls_cache *c, uint64_t h, const char *w, size_t n, int first_unk,
-                      int last_unk) {
-    size_t ids_bytes = c->n_tmp * sizeof(uint32_t);
-    size_t key_end = (c->arena_len + n + 3) & ~(size_t)3;
-    if (c->n_used >= CACHE_SLOTS / 2 || key_end + ids_bytes > CACHE_ARENA) {
+                      int last_unk, const int32_t *path, size_t n_path, double room) {
+    if (!path) n_path = 0;
+    size_t bytes = sizeof(centry) + ((n + 3) & ~(size_t)3) + (c->n_tmp + n_path) * sizeof(uint32_t);
+    size_t off = (c->arena_len + 7) & ~(size_t)7;
+    if (c->n_used >= CACHE_SLOTS / 2 || off + bytes > CACHE_ARENA) {
         cache_clear(c);
-        key_end = (n + 3) & ~(size_t)3;
-        if (key_end + ids_bytes > CACHE_ARENA) return;
+        off = 0;
+        if (bytes > CACHE_ARENA) return;
     }
     size_t mask = CACHE_SLOTS - 1;
     size_t i = (size_t)h & mask;
-    while (c->slots[i].used) i = (i + 1) & mask;
-    centry *e = &c->slots[i];
-    memcpy(c->arena + c->arena_len, w, n);
-    memcpy(c->arena + key_end, c->tmp_ids, ids_bytes);
-    e->hash = h;
-    e->key_off = (uint32_t)c->arena_len;
+    while (c->slots[i].tag) i = (i + 1) & mask;
+    centry *e = (centry *)(c->arena + off);
+    e->room = room;
     e->key_len = (uint32_t)n;
-    e->ids_off = (uint32_t)key_end;
     e->n_ids = (uint32_t)c->n_tmp;
+    e->n_path = (uint32_t)n_path;
     e->first_unk = (uint8_t)first_unk;
     e->last_unk = (uint8_t)last_unk;
-    e->used = 1;
-    c->arena_len = key_end + ids_bytes;
+    memcpy((char *)ce_key(e), w, n);
+    uint32_t *ids = (uint32_t *)ce_ids(e);
+    memcpy(ids, c->tmp_ids, c->n_tmp * sizeof *ids);
+    if (n_path) memcpy(ids + c->n_tmp, path, n_path * sizeof *path);
+    c->slots[i].tag = (uint32_t)(h >> 32) | 1u;
+    c->slots[i].off = (uint32_t)off;
+    c->arena_len = off + bytes;
     c->n_used++;
 }
 
 static const centry *cache_get(const tls_cache *c, uint64_t h, const char *w, size_t n) {
     size_t mask = CACHE_SLOTS - 1;
-    for (size_t i = (size_t)h & mask; c->slots[i].used; i = (i + 1) & mask) {
-        const centry *e = &c->slots[i];
-        if (e->hash == h && e->key_len == n && !memcmp(c->arena + e->key_off, w, n)) return e;
+    uint32_t tag = (uint32_t)(h >> 32) | 1u;
+    for (size_t i = (size_t)h & mask; c->slots[i].tag; i = (i + 1) & mask) {
+        if (c->slots[i].tag != tag) continue;
+        const centry *e = (const centry *)(c->arena + c->slots[i].off);
+        if (e->key_len == n && !memcmp(ce_key(e), w, n)) return e;
     }
     return NULL;
 }
@@ -1256,23 +1317,46 @@ static int out_append(enc *e, const uint32_t *ids, size_t n, int first_unk, int 
     return 0;
 }
 
-static int encode_word(enc *e, const char *w, size_t n) {
+/* E(X) of the unigram cache bound (see the top) for a word of n bytes. */
+static double uni_err(const tks_fast *f, size_t n, double x) {
+    return 2.0 * (double)(n + 2) * 0x1p-24 * (fabs(x) + (double)(n + 1) * f->uni_smax);
+}
+
+/* The score after a cached unigram path from score x, computed node by node
+ * exactly as unigram_word computes it. */
+static float uni_replay(const tks_fast *f, const int32_t *path, size_t n, float x) {
+    const float unk_score = f->min_score - UNK_PENALTY;
+    for (size_t i = 0; i < n; i++)
+        x = path[i] == f->unk_id ? unk_score + x : (float)((double)f->score[path[i]] + (double)x);
+    return x;
+}
+
+/* Encodes one word; h is fnv(w, n) when the caller has it, else 0. */
+static int encode_word(enc *e, const char *w, size_t n, uint64_t h) {
     tks_fast *f = e->f;
     tls_cache *c = e->c;
     c->st.words++;
     c->st.bytes += n;
-    uint64_t h = 0;
-    int cacheable = f->kind == KIND_BPE && n <= CACHE_MAX_WORD && !f->no_cache;
+    int uni = f->kind == KIND_UNIGRAM;
+    int cacheable = n <= CACHE_MAX_WORD && !f->no_cache;
     if (cacheable) {
-        h = fnv(w, n);
+        if (!h) h = fnv(w, n);
         const centry *ce = cache_get(c, h, w, n);
-        if (ce) {
+        if (ce && (!uni || ce->room > 2.0 * uni_err(f, n, e->uni_score))) {
             c->st.word_hits++;
             c->st.hit_bytes += n;
-            return out_append(e, (const uint32_t *)(c->arena + ce->ids_off), ce->n_ids, ce->first_unk,
-                              ce->last_unk);
+            const uint32_t *ids = ce_ids(ce);
+            if (uni)
+                e->uni_score = uni_replay(f, (const int32_t *)(ids + ce->n_ids), ce->n_path,
+                                          e->uni_score);
+            return out_append(e, ids, ce->n_ids, ce->first_unk, ce->last_unk);
+        }
+        if (ce) { /* rounding could change a decision at this score: decode */
+            c->st.bound_misses++;
+            cacheable = 0;
         }
     }
+    const float x1 = e->uni_score;
     c->n_tmp = 0;
     c->n_raw = 0;
     int pu = 0, rc;
@@ -1283,7 +1367,9 @@ static int encode_word(enc *e, const char *w, size_t n) {
      * byte fallback) or a byte piece produced from an unknown piece */
     int first_unk = c->first_unk;
     rc = out_append(e, c->tmp_ids, c->n_tmp, first_unk, pu);
-    if (!rc && cacheable) cache_put(c, h, w, n, first_unk, pu);
+    if (!rc && cacheable)
+        cache_put(c, h, w, n, first_unk, pu, uni ? c->path : NULL, c->n_path,
+                  uni ? c->gap - 2.0 * uni_err(f, n, x1) : 0.0);
     return rc;
 }
 
@@ -1315,11 +1401,41 @@ static int wappend(enc *e, nstream *ns, const char *s, size_t n) {
  * the three bytes before it are. Position 0 of the buffer is the start of
  * the text or an already-processed cut, never a new cut.
  */
+/* Encodes the words found by wscan, in order. Their cache slots, then the
+ * entries those point to, are prefetched first for all of them at once, so
+ * that the memory latency of the lookups overlaps instead of adding up (on
+ * a cache hit, the two loads were most of a word's time). */
+#define WORD_BATCH 64
+static int encode_words(enc *e, const size_t *start, const size_t *len, size_t k) {
+    tls_cache *c = e->c;
+    uint64_t h[WORD_BATCH];
+    size_t mask = CACHE_SLOTS - 1;
+    int cache = !e->f->no_cache;
+    for (size_t j = 0; j < k; j++) {
+        h[j] = 0;
+        if (cache && len[j] <= CACHE_MAX_WORD) {
+            h[j] = fnv(c->wbuf + start[j], len[j]);
+            __builtin_prefetch(&c->slots[h[j] & mask]);
+        }
+    }
+    for (size_t j = 0; j < k; j++)
+        if (h[j]) {
+            const cslot *sl = &c->slots[h[j] & mask];
+            if (sl->tag == ((uint32_t)(h[j] >> 32) | 1u)) __builtin_prefetch(c->arena + sl->off);
+        }
+    for (size_t j = 0; j < k; j++) {
+        int rc = encode_word(e, c->wbuf + start[j], len[j], h[j]);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 static int wscan(enc *e, nstream *ns) {
     tls_cache *c = e->c;
     const tks_fast *f = e->f;
     const uint8_t *b = (const uint8_t *)c->wbuf;
     size_t n = c->wlen, i = ns->scan;
+    size_t start[WORD_BATCH], len[WORD_BATCH], k = 0;
     for (; i < n; i++) {
         uint8_t ch = b[i];
         size_t cut = 0;
@@ -1331,14 +1447,19 @@ static int wscan(enc *e, nstream *ns) {
             cut = 1;
         }
         if (cut && i > ns->word_start) {
-            int rc = encode_word(e, c->wbuf + ns->word_start, i - ns->word_start);
-            if (rc) return rc;
+            start[k] = ns->word_start;
+            len[k++] = i - ns->word_start;
             ns->word_start = i;
+            if (k == WORD_BATCH) {
+                int rc = encode_words(e, start, len, k);
+                if (rc) return rc;
+                k = 0;
+            }
         }
         if (ch == 0xE2) i += 2;
     }
     ns->scan = i;
-    return 0;
+    return k ? encode_words(e, start, len, k) : 0;
 }
 
 int tks_fast_encode(const tks_fast *cf, const char *text, size_t len, tks_ids *out) {
@@ -1414,7 +1535,7 @@ int tks_fast_encode(const tks_fast *cf, const char *text, size_t len, tks_ids *o
             size_t sl = f->escape_ws ? 3 : 1;
             while (end_w - ns.word_start >= sl && !memcmp(c->wbuf + end_w - sl, sym, sl)) end_w -= sl;
         }
-        if (end_w > ns.word_start) rc = encode_word(&e, c->wbuf + ns.word_start, end_w - ns.word_start);
+        if (end_w > ns.word_start) rc = encode_word(&e, c->wbuf + ns.word_start, end_w - ns.word_start, 0);
     }
     /* keep at most a few MiB of scratch after a long word */
     if (c->wcap > (4u << 20)) free(c->wbuf), c->wbuf = NULL, c->wcap = 0;

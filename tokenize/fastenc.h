@@ -73,14 +73,17 @@ void tks_fast_free(tks_fast *f);
  * Errors: TKS_ERR_NOMEM, TKS_ERR_ARG. */
 int tks_fast_encode(const tks_fast *f, const char *text, size_t len, tks_ids *out);
 
-/* Per-thread cache counters summed over the threads that used `f`. */
+/* Per-thread cache counters summed over the threads that used `f`.
+ * bound_misses: unigram words found in the cache but decoded again, because
+ * float rounding at the current path score could change the cached path
+ * (fastenc.c explains the bound). */
 typedef struct tks_fast_stats {
-    uint64_t words, word_hits, bytes, hit_bytes;
+    uint64_t words, word_hits, bytes, hit_bytes, bound_misses;
 } tks_fast_stats;
 void tks_fast_get_stats(const tks_fast *f, tks_fast_stats *st);
 
 uint32_t tks_fast_n_pieces(const tks_fast *f);
-/* Turns the BPE word cache off (on = 0) or on; not thread-safe. */
+/* Turns the word cache off (on = 0) or on; not thread-safe. */
 void tks_fast_set_cache(tks_fast *f, int on);
 /* Model kind: "bpe" or "unigram". */
 const char *tks_fast_kind(const tks_fast *f);

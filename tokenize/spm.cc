@@ -309,6 +309,7 @@ extern "C" void tks_spm_encoder_stats(const tks_spm *s, tks_encoder_stats *st) {
     st->word_hits = f.word_hits;
     st->bytes = f.bytes;
     st->hit_bytes = f.hit_bytes;
+    st->bound_misses = f.bound_misses;
 }
 
 extern "C" int tks_spm_encode_fast(const tks_spm *s, const char *text, size_t len, tks_ids *out) {

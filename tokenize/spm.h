@@ -80,6 +80,7 @@ int tks_spm_encode_fast(const tks_spm *s, const char *text, size_t len, tks_ids 
 typedef struct tks_encoder_stats {
     uint64_t words, word_hits;   /* words encoded, found in the cache */
     uint64_t bytes, hit_bytes;   /* their normalized bytes */
+    uint64_t bound_misses;       /* unigram: found, but decoded again (float rounding, fastenc.c) */
 } tks_encoder_stats;
 void tks_spm_encoder_stats(const tks_spm *s, tks_encoder_stats *st);
 

@@ -432,10 +432,15 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
                "(%.1f MB)\n",
                model, tks_spm_model_type(spm), (unsigned long long)docs, bytes / 1e6);
         printf("  sentencepiece %.2f MB/s, fast %.2f MB/s (1 thread); word cache hits %.1f%% of "
-               "words, %.1f%% of bytes\n",
+               "words, %.1f%% of bytes",
                t_ref > 0 ? bytes / 1e6 / t_ref : 0.0, t_fast > 0 ? bytes / 1e6 / t_fast : 0.0,
                es.words ? 100.0 * es.word_hits / es.words : 0.0,
                es.bytes ? 100.0 * es.hit_bytes / es.bytes : 0.0);
+        if (!strcmp(tks_spm_model_type(spm), "unigram"))
+            printf(" (%.2f%% of words found but decoded again: float rounding at the running "
+                   "score could change their path)",
+                   es.words ? 100.0 * es.bound_misses / es.words : 0.0);
+        printf("\n");
     }
     tks_spm_free(spm);
     return differ ? EXIT_PROBLEMS : 0;
