@@ -153,9 +153,17 @@ int tks_mesh_world(int *world, int *rank) {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
-        if (MPI_Init(NULL, NULL) != MPI_SUCCESS)
-            return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "MPI_Init failed");
+        /* FUNNELED: the OpenMP workers and the batch prefetch thread make no
+         * MPI call; only the thread that initialized MPI does */
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "MPI_Init_thread failed");
         g_mpi_inited_here = 1;
+        if (provided < MPI_THREAD_FUNNELED)
+            return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE,
+                            "this MPI library does not support MPI_THREAD_FUNNELED (threads that "
+                            "make no MPI calls beside the one that does): use an MPI built with "
+                            "thread support, such as Debian's OpenMPI");
     }
     MPI_Comm_size(MPI_COMM_WORLD, world);
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
