@@ -223,13 +223,14 @@ typedef struct build_reader {
     tks_input *in;
     size_t batch_bytes;
     uint64_t unit_bytes, unit_acc, skip_below, docs_read;
+    volatile sig_atomic_t *stop; /* an interrupt ends the batch early (it is not used) */
 } build_reader;
 
 static int fill_build(void *ctx, batch *b) {
     build_reader *r = ctx;
     tks_doc doc;
     int rc = 0;
-    while (!rc && b->arena_len < r->batch_bytes) {
+    while (!rc && b->arena_len < r->batch_bytes && !(r->stop && *r->stop)) {
         int got = tks_input_next(r->in, &doc);
         if (got < 0) return got;
         if (got == 0) {
@@ -253,13 +254,14 @@ typedef struct unit_reader {
     tks_input *in;
     size_t batch_bytes;
     uint64_t want, got, text;
+    volatile sig_atomic_t *stop; /* an interrupt ends the batch early (it is not used) */
 } unit_reader;
 
 static int fill_unit(void *ctx, batch *b) {
     unit_reader *r = ctx;
     tks_doc doc;
     int rc = 0;
-    while (!rc && b->arena_len < r->batch_bytes && r->got < r->want) {
+    while (!rc && b->arena_len < r->batch_bytes && r->got < r->want && !(r->stop && *r->stop)) {
         int got = tks_input_next(r->in, &doc);
         if (got < 0) return got;
         if (got == 0) {
@@ -733,7 +735,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     /* 1. read batches on the reader thread (prefetch) */
     build_reader reader = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
                            .unit_bytes = o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES,
-                           .skip_below = st.next_ordinal};
+                           .skip_below = st.next_ordinal, .stop = o->stop};
     prefetch pf = {.fill = fill_build, .ctx = &reader};
     if (!rc) prefetch_start(&pf);
     int done = 0;
@@ -1265,7 +1267,7 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
     uint64_t empty = 0;
     unit_reader reader = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
-                          .want = u->n_docs};
+                          .want = u->n_docs, .stop = o->stop};
     prefetch pf = {.fill = fill_unit, .ctx = &reader};
     if (!rc && u->n_docs > 0) prefetch_start(&pf);
     int done = u->n_docs == 0;

@@ -39,10 +39,13 @@
  * a word of n bytes, and s the largest |score| of a piece (the unknown
  * node's included), every node score computed from X differs from its exact
  * real value X + (sum of its path's scores) by at most
- *     E(X) = 2 (n + 2) u (|X| + (n + 1) s)
- * (one rounding per node of a path of at most n + 1 nodes, each at most
- * |X| + (n + 1) s in magnitude; the factor 2 covers the double sums and the
- * error carried inside the word). Every Viterbi decision compares two such
+ *     E(X) = 2 (n + 2) u (|X| + (n + 1) s).
+ * A node m steps into the word is m sums, each exact in double or rounded
+ * there (2^-53), then rounded to float (u), of a value at most
+ * |X| + m s plus the error so far: its error is at most
+ * m u' (|X| + m s) / (1 - m u'), u' = u + 2^-53; with m <= n + 1 <= 65, and
+ * one more rounding for a stored best, E(X) is over twice that. Every
+ * Viterbi decision compares two such
  * values; the exact difference does not depend on X. So if the smallest
  * computed difference over all decisions, at X1, is larger than
  * 2 E(X1) + 2 E(X2), every decision at X2 comes out the same, and so do the

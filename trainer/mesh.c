@@ -155,16 +155,20 @@ int tks_mesh_world(int *world, int *rank) {
     if (!inited) {
         /* FUNNELED: the OpenMP workers and the batch prefetch thread make no
          * MPI call; only the thread that initialized MPI does */
-        int provided = 0;
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        int level = 0; /* checked below, by MPI_Query_thread */
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &level) != MPI_SUCCESS)
             return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "MPI_Init_thread failed");
         g_mpi_inited_here = 1;
-        if (provided < MPI_THREAD_FUNNELED)
-            return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE,
-                            "this MPI library does not support MPI_THREAD_FUNNELED (threads that "
-                            "make no MPI calls beside the one that does): use an MPI built with "
-                            "thread support, such as Debian's OpenMPI");
     }
+    /* on every call: the first caller may drop the error, and MPI may have
+     * been initialized by someone else */
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_FUNNELED)
+        return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE,
+                        "this MPI library does not support MPI_THREAD_FUNNELED (threads that "
+                        "make no MPI calls beside the one that does): use an MPI built with "
+                        "thread support, such as Debian's OpenMPI");
     MPI_Comm_size(MPI_COMM_WORLD, world);
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     return 0;
