@@ -132,14 +132,14 @@ static void batch_free(batch *b) {
  * prefetch_start no reader runs, so the caller may use the input then and
  * the input is never used by two threads at once. The output is unchanged:
  * batches are taken in order. */
-typedef int (*fill_fn)(void *ctx, batch *b); /* appends documents; 0 or error */
+typedef struct reader reader;
+static int fill_batch(reader *r, batch *b);
 typedef struct prefetch {
     batch slot[2];
     int next;      /* the slot the reader fills; the caller holds the other */
     int running;   /* a reader thread to join */
     pthread_t th;
-    fill_fn fill;
-    void *ctx;
+    reader *r;
     int rc;        /* the reader's result, and its error (errors are per thread) */
     tks_error err;
 } prefetch;
@@ -150,7 +150,7 @@ static void *prefetch_main(void *arg) {
     b->n = 0;
     b->arena_len = 0;
     b->end = 0;
-    p->rc = p->fill(p->ctx, b);
+    p->rc = fill_batch(p->r, b);
     if (p->rc) p->err = *tks_last_error();
     return NULL;
 }
@@ -216,65 +216,46 @@ static void prefetch_free(prefetch *p) {
     batch_free(&p->slot[1]);
 }
 
-/* The reader of a whole build: every document, in order; documents already
- * in resumed shards (ordinal below skip_below) are read but not batched.
- * They still count towards their work unit. */
-typedef struct build_reader {
+/* The reader: documents in order, into one batch per call (fill_batch).
+ * A whole build reads to the end, marks the last document of each work unit
+ * (unit_bytes) and skips, unbatched, the documents already in resumed shards
+ * (ordinal below skip_below; they still count towards their unit). A work
+ * unit reads its `want` documents from where it starts. */
+typedef struct reader {
     tks_input *in;
     size_t batch_bytes;
-    uint64_t unit_bytes, unit_acc, skip_below, docs_read;
+    uint64_t want;               /* documents to read, or UINT64_MAX: to the end */
+    uint64_t unit_bytes;         /* > 0: mark each work unit's last document */
+    uint64_t skip_below;
+    uint64_t unit_acc, docs_read, text;
     volatile sig_atomic_t *stop; /* an interrupt ends the batch early (it is not used) */
-} build_reader;
+} reader;
 
-static int fill_build(void *ctx, batch *b) {
-    build_reader *r = ctx;
+static int fill_batch(reader *r, batch *b) {
     tks_doc doc;
     int rc = 0;
-    while (!rc && b->arena_len < r->batch_bytes && !(r->stop && *r->stop)) {
+    while (!rc && b->arena_len < r->batch_bytes && r->docs_read < r->want && !(r->stop && *r->stop)) {
         int got = tks_input_next(r->in, &doc);
         if (got < 0) return got;
         if (got == 0) {
-            b->end = 1;
+            b->end = 1; /* a unit that ends early: the caller names the missing documents */
             break;
         }
         r->docs_read++;
-        r->unit_acc += doc.len;
-        int unit_end = r->unit_acc >= r->unit_bytes;
-        if (unit_end) r->unit_acc = 0;
+        r->text += doc.len;
+        int unit_end = 0;
+        if (r->unit_bytes) {
+            r->unit_acc += doc.len;
+            unit_end = r->unit_acc >= r->unit_bytes;
+            if (unit_end) r->unit_acc = 0;
+        }
         if (doc.ordinal < r->skip_below) continue;
         rc = batch_push(b, &doc, unit_end);
     }
+    if (r->docs_read >= r->want) b->end = 1;
     b->docs_seen = r->docs_read;
-    b->input = *tks_input_get_stats(r->in);
-    return rc;
-}
-
-/* The reader of one work unit: its n_docs documents from where it starts. */
-typedef struct unit_reader {
-    tks_input *in;
-    size_t batch_bytes;
-    uint64_t want, got, text;
-    volatile sig_atomic_t *stop; /* an interrupt ends the batch early (it is not used) */
-} unit_reader;
-
-static int fill_unit(void *ctx, batch *b) {
-    unit_reader *r = ctx;
-    tks_doc doc;
-    int rc = 0;
-    while (!rc && b->arena_len < r->batch_bytes && r->got < r->want && !(r->stop && *r->stop)) {
-        int got = tks_input_next(r->in, &doc);
-        if (got < 0) return got;
-        if (got == 0) {
-            b->end = 1; /* early: the caller names the missing documents */
-            break;
-        }
-        r->got++;
-        r->text += doc.len;
-        rc = batch_push(b, &doc, 0);
-    }
-    if (r->got >= r->want) b->end = 1;
-    b->docs_seen = r->got;
     b->text_seen = r->text;
+    b->input = *tks_input_get_stats(r->in);
     return rc;
 }
 
@@ -733,10 +714,11 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     uint64_t docs_committed = 0, tokens_committed = 0;
     uint64_t total_in = in ? tks_input_total_bytes(in) : 0;
     /* 1. read batches on the reader thread (prefetch) */
-    build_reader reader = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
-                           .unit_bytes = o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES,
-                           .skip_below = st.next_ordinal, .stop = o->stop};
-    prefetch pf = {.fill = fill_build, .ctx = &reader};
+    reader rd = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
+                 .want = UINT64_MAX,
+                 .unit_bytes = o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES,
+                 .skip_below = st.next_ordinal, .stop = o->stop};
+    prefetch pf = {.r = &rd};
     if (!rc) prefetch_start(&pf);
     int done = 0;
     while (!rc && !done) {
@@ -776,7 +758,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
                 if (!rc) rc = save_state(partial, &st);
             }
         }
-        batch_trim(b, reader.batch_bytes);
+        batch_trim(b, rd.batch_bytes);
         if (rc) break;
         if (o->progress) {
             tks_build_progress p = {.bytes_in = b->input.bytes_in, .total_bytes_in = total_in,
@@ -796,7 +778,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
                           st.n_shards, partial);
     }
     prefetch_free(&pf); /* a reader still running after an error is joined */
-    uint64_t docs_read = reader.docs_read;
+    uint64_t docs_read = rd.docs_read;
     /* 4. last shard, manifest, publish */
     if (!rc) {
         rc = tks_writer_flush(w);
@@ -1266,9 +1248,9 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
     }
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
     uint64_t empty = 0;
-    unit_reader reader = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
-                          .want = u->n_docs, .stop = o->stop};
-    prefetch pf = {.fill = fill_unit, .ctx = &reader};
+    reader rd = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
+                 .want = u->n_docs, .stop = o->stop};
+    prefetch pf = {.r = &rd};
     if (!rc && u->n_docs > 0) prefetch_start(&pf);
     int done = u->n_docs == 0;
     while (!rc && !done) {
@@ -1288,7 +1270,7 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
             us->docs_written++;
             us->tokens_written += v->n;
         }
-        batch_trim(b, reader.batch_bytes);
+        batch_trim(b, rd.batch_bytes);
         if (!rc && o->progress) {
             tks_build_progress p = {.bytes_text = b->text_seen, .docs_read = b->docs_seen,
                                     .docs_written = us->docs_written,
@@ -1303,8 +1285,8 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
                           (unsigned long long)u->index, j->partial);
     }
     prefetch_free(&pf); /* a reader still running after an error is joined */
-    uint64_t got_docs = reader.got;
-    us->text_bytes = reader.text;
+    uint64_t got_docs = rd.docs_read;
+    us->text_bytes = rd.text;
     if (!rc && got_docs != u->n_docs)
         rc = tks_fail(TKS_ERR_INPUT, tks_input_n_files(in) > u->start.file ? tks_input_file(in, u->start.file) : NULL,
                       TKS_NONE, u->start.offset,

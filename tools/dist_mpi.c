@@ -16,33 +16,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/tks_mpi.h"
 #include "cli.h"
 #include "dist.h"
 
 static int g_inited_here = 0;
 
 static int world(int *rank, int *size) {
-    int inited = 0;
-    MPI_Initialized(&inited);
-    if (!inited) {
-        /* FUNNELED: the build's OpenMP workers and reader thread make no MPI
-         * call; only the thread that initialized MPI does */
-        int level = 0; /* checked below, by MPI_Query_thread */
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &level) != MPI_SUCCESS)
-            return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE,
-                            "MPI_Init_thread failed: check the mpirun/srun command and the MPI "
-                            "installation");
-        g_inited_here = 1;
-    }
-    /* on every call: the first caller may drop the error, and MPI may have
-     * been initialized by someone else */
-    int provided = 0;
-    MPI_Query_thread(&provided);
-    if (provided < MPI_THREAD_FUNNELED)
-        return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE,
-                        "this MPI library does not support MPI_THREAD_FUNNELED (threads that "
-                        "make no MPI calls beside the one that does): use an MPI built with "
-                        "thread support, such as Debian's OpenMPI");
+    int rc = tks_mpi_start(&g_inited_here);
+    if (rc) return rc;
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     MPI_Comm_size(MPI_COMM_WORLD, size);
     return 0;

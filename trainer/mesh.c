@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../common/tks.h"
+#include "../common/tks_mpi.h"
 #include "trainer.h"
 
 const char *tks_group_name(tks_group_kind k) {
@@ -150,25 +151,8 @@ int tks_mesh_world(int *world, int *rank) {
     *world = 1;
     *rank = 0;
     if (!launched_by_mpirun()) return 0;
-    int inited = 0;
-    MPI_Initialized(&inited);
-    if (!inited) {
-        /* FUNNELED: the OpenMP workers and the batch prefetch thread make no
-         * MPI call; only the thread that initialized MPI does */
-        int level = 0; /* checked below, by MPI_Query_thread */
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &level) != MPI_SUCCESS)
-            return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "MPI_Init_thread failed");
-        g_mpi_inited_here = 1;
-    }
-    /* on every call: the first caller may drop the error, and MPI may have
-     * been initialized by someone else */
-    int provided = 0;
-    MPI_Query_thread(&provided);
-    if (provided < MPI_THREAD_FUNNELED)
-        return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE,
-                        "this MPI library does not support MPI_THREAD_FUNNELED (threads that "
-                        "make no MPI calls beside the one that does): use an MPI built with "
-                        "thread support, such as Debian's OpenMPI");
+    int rc = tks_mpi_start(&g_mpi_inited_here);
+    if (rc) return rc;
     MPI_Comm_size(MPI_COMM_WORLD, world);
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     return 0;
