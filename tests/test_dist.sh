@@ -14,6 +14,12 @@
 #   to the same bytes (a kept unit whose shard was damaged since is built
 #   again); a unit that cannot be written ends the job with rank 0
 #   naming the rank and the unit, and the resume after the fix completes.
+#   CASE plain: a build started without mpirun and killed at several points
+#   is resumed under `mpirun -np 2, 3` to the same bytes, keeping the units its
+#   shards provably hold; that resume killed while it moves the shards into
+#   units is resumed again, with or without mpirun, to the same bytes; a unit
+#   with a shard damaged since, and every unit of a build that found a
+#   document empty after tokenizing, are built again.
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 BIN=$1
@@ -155,6 +161,83 @@ build)
   rm -f "k3.partial/unit-$u"
   expect 0 "resume after the fix, 3 ranks" -- "${MPI[@]}" -np 3 "$TKS" "${B[@]}" --threads 1 --output k3 --resume
   diff -r ref k3 >/dev/null && ok "k3: byte-identical" || fail "k3 differs"
+  ;;
+plain)
+  # a build started without mpirun and interrupted, resumed under mpirun
+  B=(build -q --tokenizer "$T/bpe.model" --doc-split blank-line --append-eos --shard-tokens 100K
+     --chunk-bytes 4K --unit-bytes 700K "$T/gcide.txt" "$T/pydoc")
+  expect 0 "reference without mpirun" -- "$TKS" "${B[@]}" --threads 1 --output ref
+  kept_msg="resuming a build started without mpirun: ([0-9]+) of [0-9]+ units kept \(([0-9]+) of its ([0-9]+) shard"
+  # killed KILLPOINT OUT: the plain build of OUT killed at KILLPOINT, its state a plain one
+  killed() {
+    expect 137 "plain build killed at $1" -- env LD_PRELOAD="$TKS_FAULT_LIB" TKS_FAULT_KILL="$1" \
+      "$TKS" "${B[@]}" --threads 1 --output "$2"
+    grep -q '"next_ordinal"' "$2.partial/build-state.json" && ok "$2.partial holds a plain state" ||
+      fail "$2.partial: no plain state"
+  }
+  # a shard recorded, a shard published but not recorded, a state being written, one unit's shards
+  for run in state:1:2 shard:5:3 fsync:12:2 state:8:3; do
+    pt=${run%:*} np=${run##*:} out=p${run//:/-}
+    killed "$pt" "$out"
+    expect 0 "$out: resumed under mpirun -np $np" -- "${MPI[@]}" -np "$np" "$TKS" "${B[@]}" \
+      --threads 1 --output "$out" --resume
+    expect_msg "$kept_msg"
+    diff -r ref "$out" >/dev/null && ok "$out: byte-identical" || fail "$out differs: $(diff -rq ref "$out" | head -3)"
+  done
+  [[ $(grep -Eo "$kept_msg" "$W/err" | sed -E "s/.*: ([0-9]+) of .*/\1/") -ge 2 ]] &&
+    ok "state:8: two units or more kept" || fail "state:8: $(cat "$W/err")"
+  # the resume under mpirun killed while it moves the plain shards into units
+  # (a shard moved, a unit's record written, the plain state set aside), then
+  # resumed under mpirun or without it
+  for run in shards:2:3 rename:unit.json:1:0 rename:build-state.json:1:2 shards:4:0; do
+    pt=${run%:*} np=${run##*:} out=c${run//[:.]/-}
+    killed state:8 "$out"
+    expect 137 "$out: resume under mpirun killed at $pt" -- timeout 60 "${MPI[@]}" -np 2 \
+      -x LD_PRELOAD="$TKS_FAULT_LIB" -x TKS_FAULT_KILL="$pt" -x TKS_FAULT_RANK=0 "$TKS" "${B[@]}" \
+      --threads 1 --output "$out" --resume
+    if [[ $np -eq 0 ]]; then
+      expect 0 "$out: resumed again without mpirun" -- "$TKS" "${B[@]}" --threads 1 --output "$out" --resume
+    else
+      expect 0 "$out: resumed again with -np $np" -- "${MPI[@]}" -np "$np" "$TKS" "${B[@]}" \
+        --threads 1 --output "$out" --resume
+    fi
+    diff -r ref "$out" >/dev/null && ok "$out: byte-identical" || fail "$out differs: $(diff -rq ref "$out" | head -3)"
+  done
+  # set aside, then resumed without mpirun as a plain build
+  killed state:8 s
+  expect 137 "resume under mpirun killed once the plain state is set aside" -- timeout 60 \
+    "${MPI[@]}" -np 2 -x LD_PRELOAD="$TKS_FAULT_LIB" -x TKS_FAULT_KILL=rename:plain-state.json:1 \
+    -x TKS_FAULT_RANK=0 "$TKS" "${B[@]}" --threads 1 --output s --resume
+  expect 0 "s: resumed without mpirun" -- "$TKS" "${B[@]}" --threads 1 --output s --resume
+  diff -r ref s >/dev/null && ok "s: byte-identical" || fail "s differs: $(diff -rq ref s | head -3)"
+  # a plain shard damaged since: its unit cannot be proven and is built again
+  killed state:8 d0
+  cp -r d0.partial d.partial
+  expect 0 "undamaged, resumed with -np 2" -- "${MPI[@]}" -np 2 "$TKS" "${B[@]}" --threads 1 --output d0 --resume
+  k0=$(grep -Eo "$kept_msg" "$W/err" | sed -E "s/.*: ([0-9]+) of .*/\1/")
+  flip 100 d.partial/shard-00000.tks
+  expect 0 "damaged shard, resumed with -np 3" -- "${MPI[@]}" -np 3 "$TKS" "${B[@]}" --threads 1 --output d --resume
+  expect_msg "$kept_msg"
+  k1=$(grep -Eo "$kept_msg" "$W/err" | sed -E "s/.*: ([0-9]+) of .*/\1/")
+  [[ -n $k0 && -n $k1 && $k1 -eq $((k0 - 1)) ]] && ok "the damaged shard's unit is built again ($k1 of $k0 kept)" ||
+    fail "kept $k1 units with a damaged shard, $k0 without"
+  for o in d0 d; do
+    diff -r ref $o >/dev/null && ok "$o: byte-identical" || fail "$o differs: $(diff -rq ref $o | head -3)"
+  done
+  # a document empty after tokenizing (a zero-width space): no unit can be
+  # proven from the plain shards' document counts, so none is kept
+  printf 'A first paragraph of plain text.\n\n\u200b\n\nAnd a last one.\n' >zw.txt
+  E=(build -q --tokenizer "$T/bpe.model" --doc-split blank-line --append-eos --shard-tokens 100K
+     --chunk-bytes 4K --unit-bytes 700K zw.txt "$T/gcide.txt" "$T/pydoc")
+  expect 0 "reference with an empty document" -- "$TKS" "${E[@]}" --threads 1 --output eref
+  grep -Eq '"empty_after_tokenize": ?1\b' eref/manifest.json && ok "one document empty after tokenizing" ||
+    fail "eref: $(grep -Eo '"empty_after_tokenize": ?[0-9]*' eref/manifest.json)"
+  expect 137 "plain build with an empty document killed" -- env LD_PRELOAD="$TKS_FAULT_LIB" \
+    TKS_FAULT_KILL=state:5 "$TKS" "${E[@]}" --threads 1 --output e
+  n=$(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["shards"]))' e.partial/build-state.json)
+  expect 0 "resumed under mpirun -np 3" -- "${MPI[@]}" -np 3 "$TKS" "${E[@]}" --threads 1 --output e --resume
+  expect_msg "none of its $n shard\(s\) kept, since it found 1 document\(s\) empty after tokenizing"
+  diff -r eref e >/dev/null && ok "e: byte-identical" || fail "e differs: $(diff -rq eref e | head -3)"
   ;;
 *) echo "unknown case $CASE"; exit 2 ;;
 esac

@@ -34,6 +34,7 @@
 
 #define STATE_NAME "build-state.json"
 #define TOKENIZER_NAME "tokenizer.model"
+#define PLAIN_NAME "plain-state.json" /* a plain state being resumed by work units */
 
 void tks_build_opts_default(tks_build_opts *o) {
     memset(o, 0, sizeof *o);
@@ -461,14 +462,16 @@ static int load_state(const char *partial, build_state *st, const char *want_id)
     return rc;
 }
 
-/* Removes shard files beyond the recorded ones and leftover temporary files. */
+/* Removes shard files beyond the recorded ones, leftover temporary files and
+ * the copy of a plain state that a resume by work units had begun from (a
+ * crash before its units state replaced build-state.json). */
 static void clean_partial(const char *partial, size_t keep) {
     DIR *d = opendir(partial);
     struct dirent *e;
     char p[PATH_MAX];
     while (d && (e = readdir(d))) {
         const char *n = e->d_name;
-        int stray = strstr(n, ".tmp") != NULL;
+        int stray = strstr(n, ".tmp") != NULL || strcmp(n, PLAIN_NAME) == 0;
         if (strncmp(n, "shard-", 6) == 0 && strlen(n) == 15 && (size_t)atol(n + 6) >= keep) stray = 1;
         if (stray && tks_path_join(p, sizeof p, partial, n) == 0) unlink(p);
     }
@@ -841,6 +844,8 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
  * shard_index and its checksum: 256 bytes rewritten in place, fsync) and
  * are renamed to OUT.partial/shard-GGGGG.tks; a header rewritten but not yet
  * renamed, or renamed, is recognized on --resume.
+ * OUT.partial/plain-state.json: while a build started without work units is
+ * resumed by them, the state it left (see plain_unit).
  * ------------------------------------------------------------------------- */
 #define UNIT_RECORD "unit.json"
 
@@ -866,6 +871,13 @@ struct tks_build_job {
     char (*was)[33];        /* resumed: the inputs' hashes the state recorded */
     size_t n_was;
     uint64_t kept_base;     /* dataset index of the next kept unit's first shard, or TKS_NONE */
+    /* resumed from a build started without mpirun (PLAIN_NAME): its shards,
+     * moved unit by unit into the units' layout as each unit is planned */
+    tks_build_plain plain;
+    tks_shard_info *plain_shards; /* as its state recorded them: global index, file */
+    uint64_t plain_next;          /* its next_ordinal: documents before it are in its shards */
+    size_t plain_cur;             /* next plain shard to match to a unit */
+    uint64_t plain_docs;          /* documents in the plain shards before plain_cur */
 };
 
 static int job_paths(tks_build_job *j) {
@@ -1041,6 +1053,152 @@ static int partial_is_units(const char *out_dir) {
     return units;
 }
 
+/* ---- resuming a build started without work units ----
+ * Its shards are OUT.partial/shard-GGGGG.tks (dataset index in the header)
+ * and its state lists them with their document counts. A plain build closes
+ * a shard at each unit's last document, so each shard lies in one unit. A
+ * unit whose documents are exactly those of the next plain shards (their
+ * counts add up to the unit's, which proves it only when the plain build
+ * found no document empty after tokenizing: an empty one is in no shard) is
+ * kept: each shard's header gets the unit-local index (in place, fsync), the
+ * file is renamed to OUT.partial/unit-NNNNN/shard-LLLLL.tks, and unit.json is
+ * written last, as if the unit had been built. Any step interrupted is
+ * recognized by the next --resume: a shard is taken from either place, its
+ * header compared (index aside) with the plain state's record, which
+ * PLAIN_NAME keeps until the dataset is published. */
+
+static int plain_load(tks_build_job *j, json_t *js, const char *path) {
+    json_t *arr = json_object_get(js, "shards");
+    size_t n = json_array_size(arr);
+    j->plain_shards = calloc(n ? n : 1, sizeof *j->plain_shards);
+    if (!j->plain_shards) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        if (shard_from_json(json_array_get(arr, i), i, &j->plain_shards[i]) != 0)
+            return tks_fail(TKS_ERR_RESUME, path, i, TKS_NONE,
+                            "cannot resume: %s shard %zu malformed; remove %s and build again",
+                            path, i, j->partial);
+    j->plain.active = 1;
+    j->plain.shards = n;
+    j->plain.empty_after_tokenize = (uint64_t)json_integer_value(json_object_get(js, "empty_after_tokenize"));
+    j->plain_next = (uint64_t)json_integer_value(json_object_get(js, "next_ordinal"));
+    return 0;
+}
+
+static int plain_save(const tks_build_job *j, json_t *js) {
+    char path[PATH_MAX];
+    char *text = json_dumps(js, JSON_INDENT(1));
+    int rc = text ? tks_path_join(path, sizeof path, j->partial, PLAIN_NAME)
+                  : tks_fail(TKS_ERR_NOMEM, j->partial, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) rc = tks_write_file_atomic(path, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+/* A units state with PLAIN_NAME beside it: an earlier resume under mpirun
+ * was converting a plain build. A PLAIN_NAME of another build is ignored
+ * (its shards are then built again, never kept). */
+static int plain_reload(tks_build_job *j) {
+    char path[PATH_MAX];
+    int rc = tks_path_join(path, sizeof path, j->partial, PLAIN_NAME);
+    if (rc || access(path, F_OK) != 0) return rc;
+    json_t *js = json_load_file(path, 0, NULL);
+    const char *id = json_string_value(json_object_get(js, "build_id"));
+    if (js && id && strcmp(id, j->build_id) == 0 && json_is_array(json_object_get(js, "shards")) &&
+        json_is_integer(json_object_get(js, "next_ordinal")) &&
+        json_is_integer(json_object_get(js, "empty_after_tokenize")))
+        rc = plain_load(j, js, path);
+    json_decref(js);
+    return rc;
+}
+
+/* Is the shard at `path` plain shard g (record rec, header index g, or
+ * `local` once rewritten)? 1, or 0. */
+static int plain_matches(const char *path, const tks_shard_info *rec, uint32_t local, uint32_t g) {
+    tks_shard *sh = NULL;
+    if (access(path, F_OK) != 0 || tks_shard_open(path, &sh) != 0) {
+        tks_clear_error();
+        tks_shard_close(sh);
+        return 0;
+    }
+    tks_shard_header h = *tks_shard_hdr(sh);
+    tks_shard_close(sh);
+    if ((h.shard_index != local && h.shard_index != g) || h.file_size != rec->file_bytes ||
+        h.n_docs != rec->n_docs || h.n_tokens != rec->n_tokens)
+        return 0;
+    uint8_t page[TKS_HEADER_SIZE];
+    h.shard_index = g;
+    tks_header_encode(&h, page);
+    return h.header_xxh3 == rec->header_xxh3;
+}
+
+static int place_shard(const char *from, const char *to, uint32_t global, tks_shard_info *si);
+
+/* Unit u (planned, not complete on disk) from the plain shards: 1 when kept
+ * (its record written; *n its shards), 0 when it must be built, or an I/O
+ * error. */
+static int plain_unit(tks_build_job *j, const tks_build_unit *u, size_t *n) {
+    *n = 0;
+    if (!j->plain.active || j->plain.empty_after_tokenize) return 0;
+    uint64_t s = u->start.ordinal, e = s + u->n_docs;
+    while (j->plain_cur < j->plain.shards && j->plain_docs < s)
+        j->plain_docs += j->plain_shards[j->plain_cur++].n_docs;
+    if (j->plain_docs != s || e > j->plain_next) return 0;
+    size_t a = j->plain_cur;
+    while (j->plain_cur < j->plain.shards && j->plain_docs < e)
+        j->plain_docs += j->plain_shards[j->plain_cur++].n_docs;
+    size_t b = j->plain_cur;
+    if (j->plain_docs != e || b == a || b - a > UINT32_MAX || b - 1 > UINT32_MAX) return 0;
+    char dir[PATH_MAX], from[PATH_MAX], to[PATH_MAX], name[32];
+    int rc = unit_dir(j, u->index, dir, sizeof dir);
+    if (!rc && mkdir(dir, 0755) != 0 && errno != EEXIST)
+        rc = tks_fail(tks_write_errno_code(errno), dir, TKS_NONE, TKS_NONE, "cannot create %s: %s",
+                      dir, strerror(errno));
+    json_t *arr = json_array();
+    for (size_t i = a; i < b && !rc; i++) {
+        uint32_t local = (uint32_t)(i - a), g = (uint32_t)i;
+        tks_shard_info si = j->plain_shards[i];
+        snprintf(name, sizeof name, "shard-%05u.tks", local);
+        rc = tks_path_join(from, sizeof from, j->partial, si.file);
+        if (!rc) rc = tks_path_join(to, sizeof to, dir, name);
+        if (rc) break;
+        if (plain_matches(from, &si, local, g)) {
+            rc = place_shard(from, to, local, &si);
+        } else if (plain_matches(to, &si, local, g)) { /* moved by an interrupted resume */
+            tks_shard *sh = NULL;
+            rc = tks_shard_open(to, &sh);
+            if (!rc) si.header_xxh3 = tks_shard_hdr(sh)->header_xxh3;
+            tks_shard_close(sh);
+        } else { /* missing or not the recorded shard: the unit is built again */
+            json_decref(arr);
+            return 0;
+        }
+        snprintf(si.file, sizeof si.file, "%s", name);
+        si.index = local;
+        if (!rc) json_array_append_new(arr, shard_json(&si));
+    }
+    if (!rc) rc = tks_fsync_dir(j->partial);
+    if (!rc) rc = tks_fsync_dir(dir);
+    char rec[PATH_MAX];
+    if (!rc) rc = tks_path_join(rec, sizeof rec, dir, UNIT_RECORD);
+    json_t *js = rc ? NULL
+                    : json_pack("{s:s, s:I, s:I, s:I, s:O}", "build_id", j->build_id, "unit",
+                                (json_int_t)u->index, "n_docs", (json_int_t)u->n_docs,
+                                "empty_after_tokenize", (json_int_t)0, "shards", arr);
+    json_decref(arr);
+    char *text = js ? json_dumps(js, JSON_INDENT(1)) : NULL;
+    json_decref(js);
+    if (!rc && !text) rc = tks_fail(TKS_ERR_NOMEM, rec, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) rc = tks_write_file_atomic(rec, text, strlen(text));
+    free(text);
+    if (rc) return rc;
+    *n = b - a;
+    j->plain.units_kept++;
+    j->plain.shards_kept += b - a;
+    return 1;
+}
+
+const tks_build_plain *tks_build_job_plain(const tks_build_job *j) { return &j->plain; }
+
 static int coordinator_open(tks_build_job *j) {
     const tks_build_opts *o = &j->o;
     struct stat sb;
@@ -1066,12 +1224,14 @@ static int coordinator_open(tks_build_job *j) {
         const char *id = json_string_value(json_object_get(js, "build_id"));
         const char *mode = json_string_value(json_object_get(js, "mode"));
         json_t *was = json_object_get(js, "inputs_xxh3_128");
-        if (!js || !id || !mode || strcmp(mode, "units") != 0)
-            rc = tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
-                          "cannot resume: %s is not a build by work units (started without "
-                          "mpirun, or its %s is missing): resume it with the same command without "
-                          "mpirun, or remove it and build again",
-                          j->partial, STATE_NAME);
+        int plain = js && id && !mode && json_is_array(json_object_get(js, "shards")) &&
+                    json_is_integer(json_object_get(js, "next_ordinal")) &&
+                    json_is_integer(json_object_get(js, "empty_after_tokenize"));
+        if (!js || !id || (!plain && (!mode || strcmp(mode, "units") != 0)))
+            rc = tks_fail(TKS_ERR_RESUME, state, TKS_NONE, TKS_NONE,
+                          "cannot resume: %s is missing or not a tokshard build state; remove %s "
+                          "and build again",
+                          state, j->partial);
         else if (strcmp(id, j->build_id) != 0)
             rc = tks_fail(TKS_ERR_RESUME, state, TKS_NONE, TKS_NONE,
                           "cannot resume: %s was started with other inputs, tokenizer or options "
@@ -1085,6 +1245,12 @@ static int coordinator_open(tks_build_job *j) {
             const char *h = json_string_value(json_array_get(was, i));
             snprintf(j->was[j->n_was++], sizeof j->was[0], "%s", h ? h : "");
         }
+        /* a build started without work units: its state goes to PLAIN_NAME
+         * before build-state.json becomes a units state, so a crash at any
+         * point leaves one of the two for the next --resume */
+        if (!rc && plain) rc = plain_load(j, js, state);
+        if (!rc && plain) rc = plain_save(j, js);
+        if (!rc && !plain) rc = plain_reload(j);
         json_decref(js);
         j->resuming = 1;
     } else if (!rc) {
@@ -1124,7 +1290,7 @@ static int plan_end(tks_build_job *j) {
         uint8_t h[16];
         rc = tks_input_file_xxh3(in, i, h, NULL);
         if (!rc) tks_hex(h, 16, hashes[i]);
-        if (!rc && j->resuming && (i >= j->n_was || strcmp(j->was[i], hashes[i]) != 0))
+        if (!rc && j->resuming && i < j->n_was && strcmp(j->was[i], hashes[i]) != 0)
             rc = tks_fail(TKS_ERR_RESUME, tks_input_file(in, i), TKS_NONE, TKS_NONE,
                           "cannot resume: %s changed since the interrupted build (XXH3-128 %s, "
                           "was %.32s), so the units kept in %s came from other bytes; remove %s "
@@ -1173,9 +1339,16 @@ int tks_build_job_plan(tks_build_job *j, tks_build_unit *out) {
     j->done[k] = 0;
     if (j->resuming) { /* kept from the interrupted run? */
         unit_record r;
+        size_t n = 0;
         j->done[k] = (unsigned char)unit_complete(j, k, j->kept_base, &r);
-        j->kept_base = j->done[k] && j->kept_base != TKS_NONE ? j->kept_base + r.n : TKS_NONE;
+        if (j->done[k]) n = r.n;
         free(r.shards);
+        if (!j->done[k]) { /* or from a build started without work units */
+            int kept = plain_unit(j, cur, &n);
+            if (kept < 0) return kept;
+            j->done[k] = (unsigned char)kept;
+        }
+        j->kept_base = j->done[k] && j->kept_base != TKS_NONE ? j->kept_base + n : TKS_NONE;
     }
     *out = *cur;
     memset(cur, 0, sizeof *cur);
@@ -1411,7 +1584,10 @@ int tks_build_job_finish(tks_build_job *j, tks_build_stats *stats) {
         }
         free(r.shards);
     }
-    if (!rc) rc = tks_fsync_dir(j->partial);
+    if (!rc) { /* a plain build's shards not kept, beyond the dataset's, and its state */
+        clean_partial(j->partial, n_all);
+        rc = tks_fsync_dir(j->partial);
+    }
     if (!rc && n_all == 0)
         rc = tks_fail(TKS_ERR_INPUT, NULL, TKS_NONE, TKS_NONE,
                       "the inputs hold no document with text (%llu read): check the paths, "
@@ -1452,6 +1628,7 @@ void tks_build_job_free(tks_build_job *j) {
     json_decref(j->desc);
     tks_input_free(j->plan_in);
     free(j->was);
+    free(j->plain_shards);
     free(j->units);
     free(j->done);
     tks_spm_free(j->spm);

@@ -237,8 +237,10 @@ typedef struct tks_build_job tks_build_job;
 /*
  * coordinator 1: takes OUT.lock, plans the units and prepares OUT.partial
  * (fresh, or --resume: units whose record and shards verify are kept, the
- * others will be built again). coordinator 0: a worker, to be opened once
- * the coordinator's job is open (OUT.partial exists); loads the tokenizer.
+ * others will be built again; an OUT.partial of a build without work units
+ * is taken over as described at tks_build_plain). coordinator 0: a worker,
+ * to be opened once the coordinator's job is open (OUT.partial exists);
+ * loads the tokenizer.
  * Errors: those of tks_build before its first document.
  */
 int tks_build_job_open(const tks_build_opts *opts, int coordinator, tks_build_job **out);
@@ -266,6 +268,23 @@ int tks_build_job_run(tks_build_job *job, const tks_build_unit *unit, tks_unit_s
  * renumbers their shards into one sequence, writes the manifest and publishes
  * OUT. stats as tks_build's. */
 int tks_build_job_finish(tks_build_job *job, tks_build_stats *stats);
+
+/* A --resume by work units of a build started without them (without
+ * mpirun): its shards are kept unit by unit, as each unit is planned, when
+ * they provably hold exactly the unit's documents (their document counts add
+ * up to the unit's, and the interrupted build found no document empty after
+ * tokenizing); the other units are built again. */
+typedef struct tks_build_plain {
+    int active;                    /* 1: OUT.partial was a build without work units */
+    uint64_t shards;               /* shards the interrupted build had published */
+    uint64_t empty_after_tokenize; /* > 0: no unit can be proven, none is kept */
+    uint64_t units_kept, shards_kept; /* so far (final once the plan is complete) */
+} tks_build_plain;
+
+/* Coordinator: what was kept from a build started without work units
+ * (active 0 when the job does not resume one). The pointer is owned by the
+ * job and valid until tks_build_job_free. */
+const tks_build_plain *tks_build_job_plain(const tks_build_job *job);
 
 /* Releases the job (and the coordinator's lock). Accepts NULL. */
 void tks_build_job_free(tks_build_job *job);

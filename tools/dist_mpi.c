@@ -443,6 +443,20 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
         coord_print(&c, 0);
         if (!c.planning) break;
     }
+    /* a plain build's shards are taken over as the units are planned */
+    const tks_build_plain *pl = tks_build_job_plain(job);
+    if (pl->active && pl->empty_after_tokenize)
+        fprintf(stderr, "%s: resuming a build started without mpirun: none of its %llu shard(s) "
+                        "kept, since it found %llu document(s) empty after tokenizing and its "
+                        "shards cannot then be matched to work units; %zu of %zu units are built\n",
+                tks_cli_prog, (unsigned long long)pl->shards,
+                (unsigned long long)pl->empty_after_tokenize, c.n_units - c.n_kept, c.n_units);
+    else if (pl->active)
+        fprintf(stderr, "%s: resuming a build started without mpirun: %zu of %zu units kept "
+                        "(%llu of its %llu shard(s) taken over now as %llu units); the others "
+                        "are built\n",
+                tks_cli_prog, c.n_kept, c.n_units, (unsigned long long)pl->shards_kept,
+                (unsigned long long)pl->shards, (unsigned long long)pl->units_kept);
     rc = 0;
     /* the job's options are a copy: the callback is set on the unit runs below */
     tks_build_opts ro = *o;
