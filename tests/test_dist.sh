@@ -15,7 +15,7 @@
 #   again); a unit that cannot be written ends the job with rank 0
 #   naming the rank and the unit, and the resume after the fix completes.
 #   CASE plain: a build started without mpirun and killed at several points
-#   is resumed under `mpirun -np 2, 3` to the same bytes, keeping the units its
+#   (and one stopped by SIGINT) is resumed under `mpirun -np 2, 3` to the same bytes, keeping the units its
 #   shards provably hold; that resume killed while it moves the shards into
 #   units is resumed again, with or without mpirun, to the same bytes; a unit
 #   with a shard damaged since, and every unit of a build that found a
@@ -186,6 +186,21 @@ plain)
   done
   [[ $(grep -Eo "$kept_msg" "$W/err" | sed -E "s/.*: ([0-9]+) of .*/\1/") -ge 2 ]] &&
     ok "state:8: two units or more kept" || fail "state:8: $(cat "$W/err")"
+  # Ctrl-C (SIGINT) at an arbitrary moment, small batches so that it stops soon
+  "$TKS" "${B[@]}" --threads 1 --batch-bytes 64K --output i >/dev/null 2>&1 &
+  pid=$!
+  sleep 0.3
+  kill -s INT $pid 2>/dev/null
+  wait $pid
+  code=$?
+  if [[ -e i ]]; then
+    ok "SIGINT came after the build finished; nothing to resume"
+  else
+    [[ $code -eq 130 ]] && ok "SIGINT: exit 130" || fail "SIGINT: exit $code, expected 130"
+    expect 0 "resumed after SIGINT under mpirun -np 3" -- "${MPI[@]}" -np 3 "$TKS" "${B[@]}" \
+      --threads 1 --output i --resume
+  fi
+  diff -r ref i >/dev/null && ok "i: byte-identical" || fail "i differs: $(diff -rq ref i | head -3)"
   # the resume under mpirun killed while it moves the plain shards into units
   # (a shard moved, a unit's record written, the plain state set aside), then
   # resumed under mpirun or without it
