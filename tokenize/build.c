@@ -327,6 +327,8 @@ static int by_len_desc(const void *a, const void *b) {
 typedef struct build_state {
     char build_id[17];
     tks_shard_info *shards;
+    uint64_t *ends;                 /* per shard: the ordinal after its last document (its
+                                     * state's end_ordinal), TKS_NONE when not recorded */
     size_t n_shards, cap;
     uint64_t next_ordinal;          /* first document not in a published shard */
     uint64_t empty_after_tokenize;  /* counted for documents before next_ordinal */
@@ -376,7 +378,14 @@ static int save_state(const char *partial, const build_state *st) {
     }
     tks_clear_error(); /* the first unfinished input ends the list: not an error */
     json_t *arr = json_array();
-    for (size_t i = 0; i < st->n_shards; i++) json_array_append_new(arr, shard_json(&st->shards[i]));
+    for (size_t i = 0; i < st->n_shards; i++) {
+        /* end_ordinal: where the shard's documents end in the input, empty
+         * ones included, so that a resume under mpirun can tell exactly
+         * which work units the shards hold */
+        json_t *sj = shard_json(&st->shards[i]);
+        if (st->ends[i] != TKS_NONE) json_object_set_new(sj, "end_ordinal", json_integer((json_int_t)st->ends[i]));
+        json_array_append_new(arr, sj);
+    }
     json_t *j = json_pack("{s:s, s:o, s:I, s:I, s:o}", "build_id", st->build_id, "shards", arr,
                           "next_ordinal", (json_int_t)st->next_ordinal, "empty_after_tokenize",
                           (json_int_t)st->empty_after_tokenize, "inputs_xxh3_128", hashes);
@@ -390,14 +399,19 @@ static int save_state(const char *partial, const build_state *st) {
     return rc;
 }
 
-static int state_push(build_state *st, const tks_shard_info *s) {
+/* Records a published shard and the ordinal after its last document (end,
+ * or TKS_NONE when unknown). */
+static int state_push(build_state *st, const tks_shard_info *s, uint64_t end) {
     if (st->n_shards == st->cap) {
         size_t cap = st->cap ? 2 * st->cap : 16;
         tks_shard_info *p = realloc(st->shards, cap * sizeof *p);
-        if (!p) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-        st->shards = p;
+        if (p) st->shards = p;
+        uint64_t *e = realloc(st->ends, cap * sizeof *e);
+        if (e) st->ends = e;
+        if (!p || !e) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
         st->cap = cap;
     }
+    st->ends[st->n_shards] = end;
     st->shards[st->n_shards++] = *s;
     return 0;
 }
@@ -456,7 +470,8 @@ static int load_state(const char *partial, build_state *st, const char *want_id)
                           "build again",
                           sp, partial);
         tks_shard_close(sh);
-        if (!rc) rc = state_push(st, &si);
+        json_t *end = json_object_get(json_array_get(arr, i), "end_ordinal");
+        if (!rc) rc = state_push(st, &si, json_is_integer(end) ? (uint64_t)json_integer_value(end) : TKS_NONE);
     }
     json_decref(j);
     return rc;
@@ -756,8 +771,8 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
             if (!rc && published) {
                 size_t ns;
                 const tks_shard_info *si = tks_writer_shards(w, &ns);
-                rc = state_push(&st, &si[ns - 1]);
                 st.next_ordinal = b->ordinal[i] + 1;
+                rc = state_push(&st, &si[ns - 1], st.next_ordinal);
                 if (!rc) rc = save_state(partial, &st);
             }
         }
@@ -788,8 +803,8 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
         size_t ns;
         const tks_shard_info *si = tks_writer_shards(w, &ns);
         if (!rc && ns && (size_t)si[ns - 1].index + 1 > st.n_shards) {
-            rc = state_push(&st, &si[ns - 1]);
             st.next_ordinal = docs_read;
+            rc = state_push(&st, &si[ns - 1], st.next_ordinal);
             if (!rc) rc = save_state(partial, &st);
         }
     }
@@ -826,6 +841,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     tks_writer_free(w);
     json_decref(desc);
     free(st.shards);
+    free(st.ends);
     free(st.was);
     tks_input_free(in);
     tks_spm_free(spm);
@@ -875,9 +891,10 @@ struct tks_build_job {
      * moved unit by unit into the units' layout as each unit is planned */
     tks_build_plain plain;
     tks_shard_info *plain_shards; /* as its state recorded them: global index, file */
+    uint64_t *plain_ends;         /* their end_ordinal; NULL when any is not recorded */
     uint64_t plain_next;          /* its next_ordinal: documents before it are in its shards */
     size_t plain_cur;             /* next plain shard to match to a unit */
-    uint64_t plain_docs;          /* documents in the plain shards before plain_cur */
+    uint64_t plain_docs;          /* the ordinal where plain shard plain_cur starts */
 };
 
 static int job_paths(tks_build_job *j) {
@@ -1077,9 +1094,23 @@ static int plain_load(tks_build_job *j, json_t *js, const char *path) {
             return tks_fail(TKS_ERR_RESUME, path, i, TKS_NONE,
                             "cannot resume: %s shard %zu malformed; remove %s and build again",
                             path, i, j->partial);
+    /* the shards' end ordinals, when the state has them all (a state written
+     * before they were recorded has none) */
+    j->plain_ends = malloc((n ? n : 1) * sizeof *j->plain_ends);
+    if (!j->plain_ends) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    for (size_t i = 0; i < n && j->plain_ends; i++) {
+        json_t *end = json_object_get(json_array_get(arr, i), "end_ordinal");
+        if (json_is_integer(end)) {
+            j->plain_ends[i] = (uint64_t)json_integer_value(end);
+        } else {
+            free(j->plain_ends);
+            j->plain_ends = NULL;
+        }
+    }
     j->plain.active = 1;
     j->plain.shards = n;
     j->plain.empty_after_tokenize = (uint64_t)json_integer_value(json_object_get(js, "empty_after_tokenize"));
+    j->plain.ends_recorded = j->plain_ends != NULL;
     j->plain_next = (uint64_t)json_integer_value(json_object_get(js, "next_ordinal"));
     return 0;
 }
@@ -1136,18 +1167,29 @@ static int place_shard(const char *from, const char *to, uint32_t global, tks_sh
 /* Unit u (planned, not complete on disk) from the plain shards: 1 when kept
  * (its record written; *n its shards), 0 when it must be built, or an I/O
  * error. */
+/* Where plain shard i's documents end in the input, given where they start
+ * (pos): its recorded end_ordinal, or, from a state without them, pos plus
+ * its document count (exact only when no document was empty after
+ * tokenizing: an empty one is in no shard). */
+static uint64_t plain_end(const tks_build_job *j, size_t i, uint64_t pos) {
+    return j->plain_ends ? j->plain_ends[i] : pos + j->plain_shards[i].n_docs;
+}
+
 static int plain_unit(tks_build_job *j, const tks_build_unit *u, size_t *n) {
     *n = 0;
-    if (!j->plain.active || j->plain.empty_after_tokenize) return 0;
-    uint64_t s = u->start.ordinal, e = s + u->n_docs;
+    if (!j->plain.active || (!j->plain_ends && j->plain.empty_after_tokenize)) return 0;
+    uint64_t s = u->start.ordinal, e = s + u->n_docs, written = 0;
     while (j->plain_cur < j->plain.shards && j->plain_docs < s)
-        j->plain_docs += j->plain_shards[j->plain_cur++].n_docs;
+        j->plain_docs = plain_end(j, j->plain_cur++, j->plain_docs);
     if (j->plain_docs != s || e > j->plain_next) return 0;
     size_t a = j->plain_cur;
-    while (j->plain_cur < j->plain.shards && j->plain_docs < e)
-        j->plain_docs += j->plain_shards[j->plain_cur++].n_docs;
+    while (j->plain_cur < j->plain.shards && j->plain_docs < e) {
+        written += j->plain_shards[j->plain_cur].n_docs;
+        j->plain_docs = plain_end(j, j->plain_cur++, j->plain_docs);
+    }
     size_t b = j->plain_cur;
-    if (j->plain_docs != e || b == a || b - a > UINT32_MAX || b - 1 > UINT32_MAX) return 0;
+    if (j->plain_docs != e || b == a || written > u->n_docs || b - a > UINT32_MAX || b - 1 > UINT32_MAX)
+        return 0;
     char dir[PATH_MAX], from[PATH_MAX], to[PATH_MAX], name[32];
     int rc = unit_dir(j, u->index, dir, sizeof dir);
     if (!rc && mkdir(dir, 0755) != 0 && errno != EEXIST)
@@ -1183,7 +1225,7 @@ static int plain_unit(tks_build_job *j, const tks_build_unit *u, size_t *n) {
     json_t *js = rc ? NULL
                     : json_pack("{s:s, s:I, s:I, s:I, s:O}", "build_id", j->build_id, "unit",
                                 (json_int_t)u->index, "n_docs", (json_int_t)u->n_docs,
-                                "empty_after_tokenize", (json_int_t)0, "shards", arr);
+                                "empty_after_tokenize", (json_int_t)(u->n_docs - written), "shards", arr);
     json_decref(arr);
     char *text = js ? json_dumps(js, JSON_INDENT(1)) : NULL;
     json_decref(js);
@@ -1629,6 +1671,7 @@ void tks_build_job_free(tks_build_job *j) {
     tks_input_free(j->plan_in);
     free(j->was);
     free(j->plain_shards);
+    free(j->plain_ends);
     free(j->units);
     free(j->done);
     tks_spm_free(j->spm);

@@ -277,7 +277,10 @@ int tks_build_job_finish(tks_build_job *job, tks_build_stats *stats);
 typedef struct tks_build_plain {
     int active;                    /* 1: OUT.partial was a build without work units */
     uint64_t shards;               /* shards the interrupted build had published */
-    uint64_t empty_after_tokenize; /* > 0: no unit can be proven, none is kept */
+    uint64_t empty_after_tokenize; /* documents empty after tokenizing (in no shard) */
+    int ends_recorded;             /* its state gives each shard's end ordinal; without them
+                                    * (a state from before they were recorded) a unit can be
+                                    * proven only when empty_after_tokenize is 0 */
     uint64_t units_kept, shards_kept; /* so far (final once the plan is complete) */
 } tks_build_plain;
 

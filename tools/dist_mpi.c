@@ -445,7 +445,7 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
     }
     /* a plain build's shards are taken over as the units are planned */
     const tks_build_plain *pl = tks_build_job_plain(job);
-    if (pl->active && pl->empty_after_tokenize)
+    if (pl->active && !pl->ends_recorded && pl->empty_after_tokenize)
         fprintf(stderr, "%s: resuming a build started without mpirun: none of its %llu shard(s) "
                         "kept, since it found %llu document(s) empty after tokenizing and its "
                         "shards cannot then be matched to work units; %zu of %zu units are built\n",
