@@ -972,9 +972,11 @@ static int load_record(const tks_build_job *j, uint64_t k, const char *build_id,
     return rc;
 }
 
-/* Is the shard at `path` the recorded one (its header with index `local`
- * hashes to the record's), numbered `local` or `global`? 1, or 0. */
-static int shard_matches(const char *path, const tks_shard_info *rec, uint32_t local, uint64_t global) {
+/* Is the shard at `path` the recorded one, numbered `local` or `global` (a
+ * header rewritten or not yet)? Its header with index `as` (the index the
+ * record was made with) must hash to the record's. 1, or 0. */
+static int shard_matches(const char *path, const tks_shard_info *rec, uint32_t local, uint64_t global,
+                         uint64_t as) {
     tks_shard *sh = NULL;
     if (access(path, F_OK) != 0 || tks_shard_open(path, &sh) != 0) {
         tks_clear_error();
@@ -987,7 +989,7 @@ static int shard_matches(const char *path, const tks_shard_info *rec, uint32_t l
         h.n_docs != rec->n_docs || h.n_tokens != rec->n_tokens)
         return 0;
     uint8_t page[TKS_HEADER_SIZE];
-    h.shard_index = local;
+    h.shard_index = (uint32_t)as;
     tks_header_encode(&h, page);
     return h.header_xxh3 == rec->header_xxh3;
 }
@@ -1005,11 +1007,11 @@ static int unit_complete(const tks_build_job *j, uint64_t k, uint64_t base, unit
     for (size_t i = 0; i < r->n; i++) {
         uint64_t g = base == TKS_NONE ? TKS_NONE : base + i;
         if (tks_path_join(p, sizeof p, dir, r->shards[i].file) == 0 &&
-            shard_matches(p, &r->shards[i], (uint32_t)i, g))
+            shard_matches(p, &r->shards[i], (uint32_t)i, g, i))
             continue;
         if (g != TKS_NONE && g <= UINT32_MAX) {
             snprintf(name, sizeof name, "shard-%05llu.tks", (unsigned long long)g);
-            if (tks_path_join(p, sizeof p, j->partial, name) == 0 && shard_matches(p, &r->shards[i], (uint32_t)i, g))
+            if (tks_path_join(p, sizeof p, j->partial, name) == 0 && shard_matches(p, &r->shards[i], (uint32_t)i, g, i))
                 continue;
         }
         free(r->shards);
@@ -1142,26 +1144,6 @@ static int plain_reload(tks_build_job *j) {
     return rc;
 }
 
-/* Is the shard at `path` plain shard g (record rec, header index g, or
- * `local` once rewritten)? 1, or 0. */
-static int plain_matches(const char *path, const tks_shard_info *rec, uint32_t local, uint32_t g) {
-    tks_shard *sh = NULL;
-    if (access(path, F_OK) != 0 || tks_shard_open(path, &sh) != 0) {
-        tks_clear_error();
-        tks_shard_close(sh);
-        return 0;
-    }
-    tks_shard_header h = *tks_shard_hdr(sh);
-    tks_shard_close(sh);
-    if ((h.shard_index != local && h.shard_index != g) || h.file_size != rec->file_bytes ||
-        h.n_docs != rec->n_docs || h.n_tokens != rec->n_tokens)
-        return 0;
-    uint8_t page[TKS_HEADER_SIZE];
-    h.shard_index = g;
-    tks_header_encode(&h, page);
-    return h.header_xxh3 == rec->header_xxh3;
-}
-
 static int place_shard(const char *from, const char *to, uint32_t global, tks_shard_info *si);
 
 /* Unit u (planned, not complete on disk) from the plain shards: 1 when kept
@@ -1203,9 +1185,10 @@ static int plain_unit(tks_build_job *j, const tks_build_unit *u, size_t *n) {
         rc = tks_path_join(from, sizeof from, j->partial, si.file);
         if (!rc) rc = tks_path_join(to, sizeof to, dir, name);
         if (rc) break;
-        if (plain_matches(from, &si, local, g)) {
+        /* the plain state recorded it with its dataset index g */
+        if (shard_matches(from, &si, local, g, g)) {
             rc = place_shard(from, to, local, &si);
-        } else if (plain_matches(to, &si, local, g)) { /* moved by an interrupted resume */
+        } else if (shard_matches(to, &si, local, g, g)) { /* moved by an interrupted resume */
             tks_shard *sh = NULL;
             rc = tks_shard_open(to, &sh);
             if (!rc) si.header_xxh3 = tks_shard_hdr(sh)->header_xxh3;
