@@ -2,30 +2,20 @@
 # (TKS_HAVE_CUDA); each test exits 77 where no CUDA device is usable, which
 # ctest reports as skipped (SKIP_RETURN_CODE), never as passed.
 if(TKS_HAVE_CUDA)
-  add_executable(test_cuda_ops ${TKS_TEST_DIR}/test_cuda_ops.c)
-  target_link_libraries(test_cuda_ops PRIVATE tks_trainer)
+  foreach(t ops model memory comm)
+    add_executable(test_cuda_${t} ${TKS_TEST_DIR}/test_cuda_${t}.c)
+    target_link_libraries(test_cuda_${t} PRIVATE tks_trainer)
+  endforeach()
   add_test(NAME cuda_ops COMMAND test_cuda_ops)
   set_tests_properties(cuda_ops PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120 LABELS gpu)
-endif()
-if(TKS_HAVE_CUDA)
-  add_executable(test_cuda_model ${TKS_TEST_DIR}/test_cuda_model.c)
-  target_link_libraries(test_cuda_model PRIVATE tks_trainer)
   add_test(NAME cuda_model COMMAND sh -c "rm -rf \"$1\" && mkdir -p \"$1\" && exec \"$0\" \"$1\""
            $<TARGET_FILE:test_cuda_model> ${CMAKE_CURRENT_BINARY_DIR}/cuda_model.d)
   set_tests_properties(cuda_model PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS gpu)
-endif()
-# the --dry-run memory plan against the backend's allocations (5%), the out-of-memory message
-if(TKS_HAVE_CUDA)
-  add_executable(test_cuda_memory ${TKS_TEST_DIR}/test_cuda_memory.c)
-  target_link_libraries(test_cuda_memory PRIVATE tks_trainer)
+  # the --dry-run memory plan against the backend's allocations (5%), the out-of-memory message
   add_test(NAME cuda_memory COMMAND test_cuda_memory)
   set_tests_properties(cuda_memory PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120 LABELS gpu)
-endif()
-# NCCL under mpirun, every rank on the one GPU with its own NCCL_HOSTID (set by
-# the test): 2 processes as tp 2 and as dp_shard 2, 4 processes as 2 x 1 x 2.
-if(TKS_HAVE_CUDA)
-  add_executable(test_cuda_comm ${TKS_TEST_DIR}/test_cuda_comm.c)
-  target_link_libraries(test_cuda_comm PRIVATE tks_trainer)
+  # NCCL under mpirun, every rank on the one GPU with its own NCCL_HOSTID (set by
+  # the test): 2 processes as tp 2 and as dp_shard 2, 4 processes as 2 x 1 x 2.
   foreach(layout "2;1;1;2" "2;1;2;1" "4;2;1;2")
     list(GET layout 0 np)
     list(GET layout 1 rep)
@@ -37,15 +27,11 @@ if(TKS_HAVE_CUDA)
     set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 180 LABELS gpu
                          ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   endforeach()
-endif()
-# tokshard-train --device cuda end to end on the train fixture's dataset
-if(TKS_HAVE_CUDA)
+  # tokshard-train --device cuda end to end on the train fixture's dataset
   add_test(NAME cuda_train COMMAND bash ${TKS_TEST_DIR}/test_cuda_train.sh ${TKS_BIN} ${TKS_TRAIN_WORK})
   set_tests_properties(cuda_train PROPERTIES FIXTURES_REQUIRED tks_train SKIP_RETURN_CODE 77
                        TIMEOUT 300 LABELS gpu)
-endif()
-# tokshard-train --device cuda under mpirun: layouts against one process, NCCL and --comm mpi
-if(TKS_HAVE_CUDA)
+  # tokshard-train --device cuda under mpirun: layouts against one process, NCCL and --comm mpi
   add_test(NAME cuda_parallel COMMAND bash ${TKS_TEST_DIR}/test_cuda_parallel.sh ${TKS_BIN} ${TKS_TRAIN_WORK})
   set_tests_properties(cuda_parallel PROPERTIES FIXTURES_REQUIRED tks_train SKIP_RETURN_CODE 77
                        RUN_SERIAL TRUE TIMEOUT 600 LABELS gpu)
