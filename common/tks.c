@@ -79,11 +79,46 @@ void tks_error_restore(const tks_error *e) {
     if (e && e != &g_err) g_err = *e;
 }
 
-int tks_file_xxh3_128(const char *path, uint8_t out[16], uint64_t *size_out) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+static const char *file_kind(mode_t m) {
+    return S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISDIR(m) ? "a directory" : "not a regular file";
+}
+
+int tks_open_regular(const char *path, const char *what, int *fd_out, struct stat *st_out) {
+    *fd_out = -1;
+    if (!what) what = "file";
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
-        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s: %s", path,
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s %s: %s", what, path,
                         strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot stat %s %s: %s", what, path,
+                        strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE,
+                        "%s %s is %s, not a regular file: put the real file in its place", what,
+                        path, file_kind(st.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        int e = errno;
+        close(fd);
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot read %s %s: %s", what, path,
+                        strerror(e));
+    }
+    if (st_out) *st_out = st;
+    *fd_out = fd;
+    return 0;
+}
+
+int tks_file_xxh3_128(const char *path, uint8_t out[16], uint64_t *size_out) {
+    int fd, orc = tks_open_regular(path, NULL, &fd, NULL);
+    if (orc) return orc;
     XXH3_state_t *st = XXH3_createState();
     if (!st) {
         close(fd);

@@ -127,6 +127,18 @@ int tks_write_file_pieces(const char *path, const tks_piece *pieces, size_t n);
  * Errors: TKS_ERR_IO (names src), TKS_ERR_NOMEM, TKS_ERR_NOSPACE. */
 int tks_copy_file_atomic(const char *src, const char *dst);
 
+/*
+ * Opens `path` for reading, refusing anything that is not a regular file (a
+ * FIFO, socket or device in place of a shard, manifest, model or checkpoint
+ * would block a reader for ever or feed it endless bytes). The open itself
+ * never blocks (O_NONBLOCK, cleared again for a regular file). *fd_out gets
+ * an O_CLOEXEC descriptor the caller closes; *st (may be NULL) its fstat.
+ * `what` names the file's role in the message ("shard", "manifest"; NULL:
+ * "file"). Errors: TKS_ERR_IO (names the file and what it is instead).
+ */
+struct stat;
+int tks_open_regular(const char *path, const char *what, int *fd_out, struct stat *st);
+
 /* fsync the directory containing `path` (so a rename is durable). */
 int tks_fsync_dir(const char *dir);
 

@@ -496,7 +496,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
             continue;
         }
         check_structure(s, pk);
-        if (s->size_ok) s->fd = open(s->path, O_RDONLY | O_CLOEXEC); /* -1: use the mapping */
+        if (s->size_ok && tks_open_regular(s->path, "shard", &s->fd, NULL)) s->fd = -1; /* use the mapping */
         if (!s->header_ok) continue;
         r->n_docs += s->h.n_docs;
         r->n_tokens += s->h.n_tokens;

@@ -45,20 +45,10 @@ uint64_t tks__index_bad(const uint64_t *index, const tks_shard_header *h) {
 }
 
 int tks__map_file(const char *path, const uint8_t **base, size_t *size) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s: %s", path,
-                        strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot stat %s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "%s is not a regular file", path);
-    }
+    int orc = tks_open_regular(path, NULL, &fd, &st);
+    if (orc) return orc;
     *size = (size_t)st.st_size;
     if (*size == 0) {
         close(fd);

@@ -104,14 +104,10 @@ int64_t tks__foreign_token(const tks__foreign *f, uint64_t i) {
 static int map_file(const char *path, const uint8_t **base, size_t *size) {
     *base = NULL;
     *size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s: %s", path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "%s is not a regular file", path);
-    }
+    int orc = tks_open_regular(path, NULL, &fd, &st);
+    if (orc) return orc;
     if (st.st_size > 0) {
         void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
         if (m == MAP_FAILED) {

@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "internal.h"
+#include "../common/tks_json.h"
 #include "../tokenize/spm.h"
 
 #define STATE_NAME "import-state.json"
@@ -157,7 +158,7 @@ static int load_state(const char *partial, istate *st, const char *want_id) {
     int rc = tks_path_join(path, sizeof path, partial, STATE_NAME);
     if (rc) return rc;
     json_error_t jerr;
-    json_t *j = json_load_file(path, 0, &jerr);
+    json_t *j = tks_json_load_regular(path, 0, &jerr);
     if (!j)
         return tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
                         "cannot resume: %s is missing or unreadable (%s); remove %s and import again",

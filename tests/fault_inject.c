@@ -18,6 +18,9 @@
  * And TKS_COUNT_OPEN=NAME counts the open() calls of paths ending in NAME and
  * prints "fault_inject: N open(s) of NAME" to stderr at exit (an input must be
  * read once).
+ * And TKS_FAULT_TRUNCATE=NAME:BYTES cuts the first file whose path ends in
+ * NAME to BYTES when it is opened for reading (after the build listed its
+ * size): an input truncated while a build reads it.
  * Under AddressSanitizer, set ASAN_OPTIONS=verify_asan_link_order=0.
  */
 #define _GNU_SOURCE
@@ -94,6 +97,15 @@ int open(const char *path, int flags, ...) {
         va_start(ap, flags);
         mode = (mode_t)va_arg(ap, int);
         va_end(ap);
+    }
+    const char *cut = getenv("TKS_FAULT_TRUNCATE"), *colon = cut ? strrchr(cut, ':') : NULL;
+    static int cut_done;
+    if (colon && !cut_done && (flags & O_ACCMODE) == O_RDONLY) {
+        size_t cn = (size_t)(colon - cut), pl = strlen(path);
+        if (pl >= cn && !strncmp(path + pl - cn, cut, cn)) {
+            cut_done = 1;
+            if (truncate(path, (off_t)strtoll(colon + 1, NULL, 10)) != 0) perror("fault_inject: truncate");
+        }
     }
     const char *want = getenv("TKS_COUNT_OPEN");
     size_t n = want ? strlen(want) : 0, l = strlen(path);

@@ -548,8 +548,16 @@ static json_t *describe(const tks_build_opts *o, tks_input *in, const tks_spm *s
         (json_int_t)(o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES), "shard_tokens",
         (json_int_t)(o->shard_tokens ? o->shard_tokens : (16u << 20)), "chunk_bytes",
         (json_int_t)(o->chunk_bytes ? o->chunk_bytes : TKS_DEFAULT_CHUNK_BYTES));
-    return json_pack("{s:s, s:o, s:o}", "tool", "tokshard " TKS_VERSION_STRING, "inputs", inputs,
-                     "options", opt);
+    json_t *d = json_pack("{s:s, s:o, s:o}", "tool", "tokshard " TKS_VERSION_STRING, "inputs", inputs,
+                          "options", opt);
+    if (d && o->input.bad_input == TKS_POLICY_SKIP) { /* absent by default: ids of earlier builds kept */
+        json_object_set_new(opt, "on_bad_input", json_string("skip"));
+        json_t *sk = json_array();
+        for (size_t i = 0; tks_input_skipped_file(in, i); i++)
+            json_array_append_new(sk, json_string(tks_input_skipped_file(in, i)));
+        json_object_set_new(d, "skipped_inputs", sk);
+    }
+    return d;
 }
 
 /* The build id: XXH3-64 of the description and each input's modification
@@ -608,6 +616,19 @@ static int write_manifest(const tks_build_opts *o, const char *partial, const tk
     }
     stats->empty_after_tokenize = empty_after_tokenize;
     stats->vocab_size = vocab;
+    json_t *sk = json_object_get(desc, "skipped_inputs");
+    size_t nsk = json_array_size(sk), used = 0;
+    stats->skipped_inputs[0] = 0;
+    for (size_t i = 0; i < nsk; i++) {
+        const char *s = json_string_value(json_array_get(sk, i));
+        size_t room = sizeof stats->skipped_inputs - used;
+        if (strlen(s) + 1 + 64 > room) {
+            snprintf(stats->skipped_inputs + used, room, "... and %zu more (the manifest's "
+                     "provenance.skipped_inputs lists every one)\n", nsk - i);
+            break;
+        }
+        used += (size_t)snprintf(stats->skipped_inputs + used, room, "%s\n", s);
+    }
     const tks_input_stats *is = &stats->input;
     json_object_set_new(desc, "stats",
                         json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
@@ -639,6 +660,43 @@ static int write_manifest(const tks_build_opts *o, const char *partial, const tk
 static int build_units_here(const tks_build_opts *o, tks_build_stats *stats);
 static int partial_is_units(const char *out_dir);
 
+/* 1 when `a` is `b` or lies under directory `b` (both canonical). */
+static int path_within(const char *a, const char *b) {
+    size_t n = strlen(b);
+    if (n == 1 && b[0] == '/') return 1;
+    return strncmp(a, b, n) == 0 && (a[n] == 0 || a[n] == '/');
+}
+
+/* Refuses an output (OUT, OUT.partial, OUT.lock) inside one of the inputs, or
+ * an input inside them: the build would read its own lock file, state and
+ * shards as text, and no two runs would give the same dataset. Checked before
+ * anything is written. `out` has no trailing '/'. */
+static int check_output_apart(const char *out, const tks_build_opts *o) {
+    char parent[PATH_MAX], real_parent[PATH_MAX], dest[PATH_MAX];
+    const char *slash = strrchr(out, '/'), *base = slash ? slash + 1 : out;
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == out) snprintf(parent, sizeof parent, "/");
+    else snprintf(parent, sizeof parent, "%.*s", (int)(slash - out), out);
+    if (!realpath(parent, real_parent)) return 0; /* no parent: creating OUT.partial fails, naming it */
+    static const char *const suffix[] = {"", ".partial", ".lock"};
+    for (size_t i = 0; i < o->n_inputs; i++) {
+        char real_in[PATH_MAX];
+        if (!realpath(o->inputs[i], real_in)) continue; /* reported when the inputs are listed */
+        for (int k = 0; k < 3; k++) {
+            if (snprintf(dest, sizeof dest, "%s%s%s%s", real_parent,
+                         strcmp(real_parent, "/") ? "/" : "", base, suffix[k]) >= (int)sizeof dest)
+                continue;
+            if (path_within(dest, real_in) || path_within(real_in, dest))
+                return tks_fail(TKS_ERR_ARG, o->inputs[i], TKS_NONE, TKS_NONE,
+                                "--output %s would put %s%s %s input %s: the build would read "
+                                "its own files; choose an --output outside every input",
+                                out, out, suffix[k],
+                                path_within(dest, real_in) ? "inside the" : "around the", o->inputs[i]);
+        }
+    }
+    return 0;
+}
+
 int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     double t0 = omp_get_wtime();
     tks_build_stats local;
@@ -655,6 +713,8 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     while (ol > 1 && out[ol - 1] == '/') out[--ol] = 0;
     if (snprintf(partial, sizeof partial, "%s.partial", out) >= (int)sizeof partial)
         return tks_fail(TKS_ERR_ARG, out, TKS_NONE, TKS_NONE, "--output path too long");
+    int apart = check_output_apart(out, o);
+    if (apart) return apart;
     struct stat sb;
     if (stat(out, &sb) == 0)
         return tks_fail(TKS_ERR_EXISTS, out, TKS_NONE, TKS_NONE,
@@ -672,7 +732,9 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     build_state st = {0};
     int rc = tks_spm_load(o->tokenizer_path, &spm);
     if (!rc && o->encoder_sentencepiece) rc = tks_spm_set_encoder(spm, 0);
-    if (!rc) rc = tks_input_open(o->inputs, o->n_inputs, &o->input, &in);
+    tks_input_opts io = o->input;
+    if (!io.stop) io.stop = o->stop;
+    if (!rc) rc = tks_input_open(o->inputs, o->n_inputs, &io, &in);
     if (!rc) desc = describe(o, in, spm, &rc);
     if (!rc) rc = build_id(desc, in, st.build_id);
     st.in = in;
@@ -908,7 +970,8 @@ static int job_paths(tks_build_job *j) {
     if (snprintf(j->partial, sizeof j->partial, "%s.partial", j->out) >= (int)sizeof j->partial ||
         snprintf(j->lock_path, sizeof j->lock_path, "%s.lock", j->out) >= (int)sizeof j->lock_path)
         return tks_fail(TKS_ERR_ARG, j->out, TKS_NONE, TKS_NONE, "--output path too long");
-    int rc = tks_spm_load(o->tokenizer_path, &j->spm);
+    int rc = check_output_apart(j->out, o);
+    if (!rc) rc = tks_spm_load(o->tokenizer_path, &j->spm);
     if (!rc && o->encoder_sentencepiece) rc = tks_spm_set_encoder(j->spm, 0);
     if (rc) return rc;
     j->vocab = tks_spm_vocab_size(j->spm);
@@ -1232,7 +1295,9 @@ static int coordinator_open(tks_build_job *j) {
                         "%s already exists: choose another --output or remove it", j->out);
     int rc = tks_lock(j->lock_path, "tokshard build", &j->lock_fd);
     if (rc) return rc;
-    rc = tks_input_open(o->inputs, o->n_inputs, &o->input, &j->plan_in);
+    tks_input_opts io = o->input;
+    if (!io.stop) io.stop = o->stop;
+    rc = tks_input_open(o->inputs, o->n_inputs, &io, &j->plan_in);
     if (!rc) j->desc = describe(o, j->plan_in, j->spm, &rc);
     if (!rc) rc = build_id(j->desc, j->plan_in, j->build_id);
     char state[PATH_MAX], tok_copy[PATH_MAX];
@@ -1434,7 +1499,9 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
     if (!rc) rc = reset_dir(dir);
     tks_input *in = NULL;
     tks_writer *w = NULL;
-    if (!rc) rc = tks_input_open(o->inputs, o->n_inputs, &o->input, &in);
+    tks_input_opts io = o->input;
+    if (!io.stop) io.stop = o->stop;
+    if (!rc) rc = tks_input_open(o->inputs, o->n_inputs, &io, &in);
     if (!rc) rc = tks_input_seek(in, &u->start);
     if (!rc) {
         tks_writer_opts wo = {.dir = dir, .vocab_size = j->vocab, .bos_id = j->bos, .eos_id = j->eos,

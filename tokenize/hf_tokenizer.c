@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "spm.h"
+#include "../common/tks_json.h"
 
 /* ---------------------------------------------------------------------------
  * The model proto (sentencepiece_model.proto, proto2), walked by hand over the
@@ -467,7 +468,7 @@ static int patch_config(const char *dir, const spm_proto *m) {
     struct stat sb;
     if (rc || stat(path, &sb) != 0) return rc;
     json_error_t e;
-    json_t *j = json_load_file(path, 0, &e);
+    json_t *j = tks_json_load_regular(path, 0, &e);
     if (!json_is_object(j)) {
         json_decref(j);
         return tks_fail(TKS_ERR_MANIFEST, path, TKS_NONE, TKS_NONE, "%s is not a JSON object (%s)", path, e.text);

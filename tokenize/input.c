@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,8 @@ typedef struct stream {
     tks_input *in;
     int level;
     int fd;                    /* level -1: the open input file */
+    int pipe;                  /* level -1: fd is a pipe or device, non-blocking (wait_fd) */
+    uint64_t start;            /* level -1: the file offset reading started at */
     unsigned char *rbuf;       /* level -1: READ_BLOCK_BYTES read from fd */
     const unsigned char *pp;   /* bytes already pulled, handed out next */
     size_t pn;
@@ -96,6 +99,12 @@ struct tks_input {
 
     char **files;
     uint64_t *sizes;
+    struct file_meta {      /* what the listing saw: a regular file is re-checked against it */
+        struct timespec mtime;
+        int regular;
+    } *meta;
+    char **skipped;         /* "path: why" of files left out under bad_input SKIP */
+    size_t n_skipped;
     struct file_hash {      /* XXH3-128 of the file's bytes on disk, taken as they are read */
         uint8_t h[16];
         uint64_t bytes;
@@ -330,9 +339,10 @@ void tks_input_opts_default(tks_input_opts *o) {
     o->max_doc_bytes = 0;
     o->long_doc = TKS_POLICY_SKIP;
     o->bad_record = TKS_POLICY_FAIL;
+    o->bad_input = TKS_POLICY_FAIL;
 }
 
-static int add_file(tks_input *in, const char *path, uint64_t size) {
+static int add_file(tks_input *in, const char *path, const struct stat *st) {
     if (in->n_files == in->cap_files) {
         size_t cap = in->cap_files ? in->cap_files * 2 : 16;
         char **f = realloc(in->files, cap * sizeof *f);
@@ -344,12 +354,18 @@ static int add_file(tks_input *in, const char *path, uint64_t size) {
         struct file_hash *h = realloc(in->fh, cap * sizeof *h);
         if (!h) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing inputs");
         in->fh = h;
+        struct file_meta *fm = realloc(in->meta, cap * sizeof *fm);
+        if (!fm) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing inputs");
+        in->meta = fm;
         in->cap_files = cap;
     }
     char *copy = strdup(path);
     if (!copy) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing inputs");
+    int regular = S_ISREG(st->st_mode);
+    uint64_t size = regular ? (uint64_t)st->st_size : 0;
     in->files[in->n_files] = copy;
     in->sizes[in->n_files] = size;
+    in->meta[in->n_files] = (struct file_meta){st->st_mtim, regular};
     memset(&in->fh[in->n_files], 0, sizeof in->fh[0]);
     in->n_files++;
     in->total_bytes += size;
@@ -448,7 +464,123 @@ static int add_path(tks_input *in, const char *path, int explicit_path, const di
     if (access(path, R_OK) != 0)
         return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot read input %s: %s", path,
                         strerror(errno));
-    return add_file(in, path, S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0);
+    return add_file(in, path, &st);
+}
+
+/* ------------------------------------------------------------------------- */
+/* compressed names whose bytes are not compressed                            */
+
+/* The formats a file name can promise, and how each one starts. */
+typedef struct magic {
+    const char *name;
+    size_t len;
+    const unsigned char *bytes;
+} magic;
+#define M(s) (sizeof(s) - 1), (const unsigned char *)(s)
+static const magic k_magics[] = {
+    {"gzip", M("\x1f\x8b")},          {"xz", M("\xfd" "7zXZ\0")},
+    {"zstd", M("\x28\xb5\x2f\xfd")},  {"bzip2", M("BZh")},
+    {"lz4", M("\x04\x22\x4d\x18")},   {"lzip", M("LZIP")},
+    {"compress (.Z)", M("\x1f\x9d")}, {"zip", M("PK\x03\x04")},
+    {"zip", M("PK\x05\x06")},         {"zstd", M("\x50\x2a\x4d\x18")}, /* skippable frame */
+};
+#undef M
+/* name suffix -> the k_magics names accepted (longest suffixes first) */
+static const struct { const char *suffix, *fmt, *alt; } k_promise[] = {
+    {".tar.gz", "gzip", NULL},  {".tgz", "gzip", NULL},    {".tar.xz", "xz", NULL},
+    {".txz", "xz", NULL},       {".tar.zst", "zstd", NULL}, {".tar.zstd", "zstd", NULL},
+    {".tzst", "zstd", NULL},    {".tar.bz2", "bzip2", NULL}, {".tbz2", "bzip2", NULL},
+    {".tbz", "bzip2", NULL},    {".tar.lz4", "lz4", NULL}, {".tar.lz", "lzip", NULL},
+    {".tar.z", "compress (.Z)", "gzip"}, {".zip", "zip", NULL}, {".gz", "gzip", NULL},
+    {".dz", "gzip", NULL},      {".xz", "xz", NULL},       {".zst", "zstd", NULL},
+    {".zstd", "zstd", NULL},    {".bz2", "bzip2", NULL},   {".lz4", "lz4", NULL},
+    {".lz", "lzip", NULL},      {".z", "compress (.Z)", "gzip"},
+};
+
+static const char *magic_of(const unsigned char *b, size_t n) {
+    for (size_t i = 0; i < COUNT(k_magics); i++)
+        if (n >= k_magics[i].len && !memcmp(b, k_magics[i].bytes, k_magics[i].len))
+            return k_magics[i].name;
+    return NULL;
+}
+
+/* 0 when the regular file `path` starts as its name promises (or promises
+ * nothing checkable, or is empty); 1 with `why` filled when it does not; an
+ * error when it cannot be read. */
+static int check_promise(const char *path, char *why, size_t cap) {
+    size_t n = strlen(path);
+    const char *fmt = NULL, *alt = NULL, *suffix = NULL;
+    for (size_t i = 0; i < COUNT(k_promise) && !fmt; i++)
+        if (ends_with(path, n, k_promise[i].suffix))
+            fmt = k_promise[i].fmt, alt = k_promise[i].alt, suffix = k_promise[i].suffix;
+    if (!fmt) return 0;
+    int fd;
+    int rc = tks_open_regular(path, "input", &fd, NULL);
+    if (rc) return rc;
+    unsigned char b[16];
+    ssize_t got;
+    do got = read(fd, b, sizeof b);
+    while (got < 0 && errno == EINTR);
+    int err = errno;
+    close(fd);
+    if (got < 0)
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, 0, "cannot read %s: %s", path, strerror(err));
+    if (got == 0) return 0; /* empty: no document either way */
+    const char *is = magic_of(b, (size_t)got);
+    if (is && (!strcmp(is, fmt) || (alt && !strcmp(is, alt)))) return 0;
+    char first[64];
+    size_t k = 0, text = 1;
+    for (ssize_t i = 0; i < got && i < 12; i++) text &= b[i] >= 0x20 ? b[i] < 0x7f : (b[i] == '\n' || b[i] == '\t' || b[i] == '\r');
+    if (is) snprintf(first, sizeof first, "%s data", is);
+    else if (text) {
+        k = (size_t)snprintf(first, sizeof first, "text \"");
+        for (ssize_t i = 0; i < got && i < 12; i++) first[k++] = b[i] < 0x20 ? ' ' : (char)b[i];
+        snprintf(first + k, sizeof first - k, "...\"");
+    } else {
+        k = (size_t)snprintf(first, sizeof first, "bytes");
+        for (ssize_t i = 0; i < got && i < 6; i++) k += (size_t)snprintf(first + k, sizeof first - k, " %02x", b[i]);
+    }
+    snprintf(why, cap, "named %s (%s) but starts with %s", suffix, fmt, first);
+    return 1;
+}
+
+/* Checks every regular file's promise; under SKIP drops the bad ones from
+ * the list and records them, under FAIL refuses the first. */
+static int check_promises(tks_input *in) {
+    size_t keep = 0;
+    for (size_t i = 0; i < in->n_files; i++) {
+        char why[256];
+        int r = in->meta[i].regular ? check_promise(in->files[i], why, sizeof why) : 0;
+        if (r < 0) return r;
+        if (r == 1 && in->opts.bad_input != TKS_POLICY_SKIP)
+            return tks_fail(TKS_ERR_INPUT, in->files[i], TKS_NONE, 0,
+                            "%s is %s: rename it to what it is, remove it from the inputs, or "
+                            "pass --on-bad-input skip to leave such files out",
+                            in->files[i], why);
+        if (r == 1) {
+            size_t len = strlen(in->files[i]) + 2 + strlen(why) + 1;
+            char **sk = realloc(in->skipped, (in->n_skipped + 1) * sizeof *sk), *s = malloc(len);
+            if (sk) in->skipped = sk;
+            if (!sk || !s) {
+                free(s);
+                return tks_fail(TKS_ERR_NOMEM, in->files[i], TKS_NONE, TKS_NONE, "out of memory listing inputs");
+            }
+            snprintf(s, len, "%s: %s", in->files[i], why);
+            in->skipped[in->n_skipped++] = s;
+            in->st.bad_inputs_skipped++;
+            in->total_bytes -= in->sizes[i];
+            free(in->files[i]);
+            continue;
+        }
+        in->files[keep] = in->files[i], in->sizes[keep] = in->sizes[i], in->meta[keep] = in->meta[i];
+        keep++;
+    }
+    in->n_files = keep;
+    return 0;
+}
+
+const char *tks_input_skipped_file(const tks_input *in, size_t i) {
+    return in && i < in->n_skipped ? in->skipped[i] : NULL;
 }
 
 int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opts,
@@ -460,6 +592,7 @@ int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opt
     tks_input_opts o;
     if (opts) o = *opts;
     else tks_input_opts_default(&o);
+    if (o.bad_input != TKS_POLICY_SKIP && o.bad_input != TKS_POLICY_FAIL) o.bad_input = TKS_POLICY_FAIL;
     if ((unsigned)o.split > TKS_SPLIT_BLANK || (unsigned)o.format > TKS_FMT_JSONL ||
         (unsigned)o.invalid_utf8 > TKS_POLICY_FAIL)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "invalid input options");
@@ -489,6 +622,7 @@ int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opt
     if (!rc && !(in->hst = XXH3_createState()))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     for (size_t i = 0; i < n && !rc; i++) rc = add_path(in, paths[i], 1, NULL);
+    if (!rc) rc = check_promises(in);
     if (rc) {
         tks_input_free(in);
         return rc;
@@ -602,6 +736,8 @@ static void stream_begin(stream *s, tks_input *in, int level, int fd) {
     s->in = in;
     s->level = level;
     s->fd = fd;
+    s->pipe = 0;
+    s->start = 0;
     s->pp = NULL;
     s->pn = 0;
     s->head_len = 0;
@@ -629,20 +765,65 @@ static void stream_free(stream *s) {
     s->rbuf = s->out = NULL;
 }
 
+/* Waits until the non-blocking pipe `fd` can be read (data, or its writer
+ * gone), 0.2 s at a time so that opts.stop is seen: 0, or TKS_ERR_INTERRUPTED. */
+static int wait_fd(tks_input *in, int fd) {
+    for (;;) {
+        if (in->opts.stop && *in->opts.stop)
+            return tks_fail(TKS_ERR_INTERRUPTED, in->path, TKS_NONE, TKS_NONE,
+                            "interrupted while waiting for %s", in->path);
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        int r = poll(&pf, 1, 200);
+        if (r > 0 || (r < 0 && errno != EINTR)) return 0; /* the read tells what happened */
+    }
+}
+
+/* A regular file read to its end: the bytes read, its size and its
+ * modification time must still be what the listing saw (a file cut, grown or
+ * rewritten while the build read it is not a dataset anyone can reproduce). */
+static int check_unchanged(tks_input *in, uint64_t read_bytes, int fd) {
+    size_t i = in->next_file - 1;
+    const struct file_meta *m = &in->meta[i];
+    if (!m->regular) return 0;
+    struct stat st;
+    int have = fd >= 0 ? fstat(fd, &st) == 0 : stat(in->path, &st) == 0;
+    uint64_t listed = in->sizes[i];
+    if (have && read_bytes == listed && (uint64_t)st.st_size == listed &&
+        st.st_mtim.tv_sec == m->mtime.tv_sec && st.st_mtim.tv_nsec == m->mtime.tv_nsec)
+        return 0;
+    return tks_fail(TKS_ERR_INPUT, in->path, TKS_NONE, read_bytes,
+                    "%s changed while it was read: %llu bytes when listed, %llu read, %llu now%s; "
+                    "let whatever writes it finish, then build again",
+                    in->path, (unsigned long long)listed, (unsigned long long)read_bytes,
+                    have ? (unsigned long long)st.st_size : 0ull,
+                    have && (st.st_mtim.tv_sec != m->mtime.tv_sec || st.st_mtim.tv_nsec != m->mtime.tv_nsec)
+                        ? ", modification time changed" : "");
+}
+
 /* The next block from the source: 1 (*p, *n set, n >= 1), 0 at its end, or an error. */
 static int pull_raw(stream *s, const unsigned char **p, size_t *n) {
     tks_input *in = s->in;
     if (s->eof) return 0;
     if (s->level < 0) {
         ssize_t r;
-        do r = read(s->fd, s->rbuf, READ_BLOCK_BYTES);
-        while (r < 0 && errno == EINTR);
+        for (;;) {
+            r = read(s->fd, s->rbuf, READ_BLOCK_BYTES);
+            if (r >= 0 || errno == EINTR) {
+                if (r >= 0) break;
+                continue;
+            }
+            if (!s->pipe || (errno != EAGAIN && errno != EWOULDBLOCK)) break;
+            int w = wait_fd(in, s->fd);
+            if (w) return src_fail(in, w);
+        }
         if (r < 0) {
             int err = errno;
             return src_fail(in, tks_fail(TKS_ERR_IO, in->path, TKS_NONE, s->consumed,
                                          "cannot read %s: %s", in->path, strerror(err)));
         }
         if (r == 0) {
+            int c = check_unchanged(in, s->start + s->consumed, s->fd);
+            if (c) return src_fail(in, c);
             s->eof = 1;
             return 0;
         }
@@ -892,8 +1073,9 @@ static void finish_hash(tks_input *in) {
         XXH128_canonicalFromHash(&c, h);
         memcpy(fh->h, c.digest, 16);
         fh->bytes = in->fs.consumed;
-    } else if (tks_file_xxh3_128(in->path, fh->h, &fh->bytes) != 0) {
-        return;
+    } else if (tks_file_xxh3_128(in->path, fh->h, &fh->bytes) != 0 ||
+               src_fail(in, check_unchanged(in, fh->bytes, -1))) {
+        return; /* a zip changed while libarchive read it: src_rc tells */
     }
     fh->done = 1;
 }
@@ -920,7 +1102,9 @@ static int open_file(tks_input *in) {
     in->is_archive = is_archive_name(path);
     in->src_rc = 0;
     in->st.files++;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* non-blocking: a FIFO whose writer never comes must not hang the build
+     * in open(2), deaf to SIGINT/SIGTERM (pipes stay non-blocking: wait_fd) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot read %s: %s", path,
                         strerror(errno));
@@ -930,8 +1114,25 @@ static int open_file(tks_input *in) {
      * to seek there (finish_hash hashes it after). */
     struct stat st;
     size_t plen = strlen(path);
-    int via_stream = !(fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && plen >= 4 &&
-                       strcasecmp(path + plen - 4, ".zip") == 0);
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot stat %s: %s", path, strerror(err));
+    }
+    int pipe = !S_ISREG(st.st_mode);
+    if (!pipe) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    } else if (S_ISFIFO(st.st_mode)) {
+        /* a FIFO opened without a writer reads as empty: wait for one (or for
+         * the stop flag); a writer that came and went leaves POLLHUP */
+        int w = wait_fd(in, fd);
+        if (w) {
+            close(fd);
+            return w;
+        }
+    }
+    int via_stream = !(!pipe && plen >= 4 && strcasecmp(path + plen - 4, ".zip") == 0);
     XXH3_128bits_reset(in->hst);
     in->entry_no = 0;
     int plain = in->plain_seek;
@@ -944,6 +1145,8 @@ static int open_file(tks_input *in) {
     }
     if (via_stream) {
         stream_begin(&in->fs, in, -1, fd);
+        in->fs.pipe = pipe;
+        in->fs.start = plain ? in->seek_off : 0;
         in->fs_on = 1;
     } else {
         close(fd);
@@ -1593,6 +1796,9 @@ void tks_input_free(tks_input *in) {
     for (size_t i = 0; i < in->n_files; i++) free(in->files[i]);
     free(in->files);
     free(in->sizes);
+    free(in->meta);
+    for (size_t i = 0; i < in->n_skipped; i++) free(in->skipped[i]);
+    free(in->skipped);
     free(in->fh);
     XXH3_freeState(in->hst);
     free(in->jsonl_key);

@@ -156,12 +156,11 @@ static const char *model_type_of(const uint8_t *buf, size_t n) {
 #define TKS_SPM_MAX_MODEL_BYTES 0x7fffffffull
 
 static int read_file(const char *path, std::string *out) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open tokenizer model %s: %s",
-                        path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    int orc = tks_open_regular(path, "tokenizer model", &fd, &st);
+    if (orc) return orc;
+    {
         if ((unsigned long long)st.st_size > TKS_SPM_MAX_MODEL_BYTES) {
             close(fd);
             return tks_fail(TKS_ERR_TOKENIZER, path, TKS_NONE, TKS_NONE,

@@ -39,6 +39,13 @@ typedef struct tks_input_opts {
     uint64_t max_doc_bytes;     /* 0 = 64 MiB */
     tks_policy long_doc;        /* SKIP (default) or FAIL */
     tks_policy bad_record;      /* JSONL line unparsable or without the key: FAIL (default) or SKIP */
+    tks_policy bad_input;       /* a file whose name promises compression (x.gz, x.tar.zst) but
+                                 * whose bytes are not in that format: FAIL (default; checked
+                                 * by tks_input_open) or SKIP (left out, listed by
+                                 * tks_input_skipped_file, counted in bad_inputs_skipped) */
+    /* When non-NULL and set non-zero (a SIGINT/SIGTERM handler), a wait for a
+     * pipe's writer or data ends with TKS_ERR_INTERRUPTED within 0.2 s. */
+    volatile sig_atomic_t *stop;
 } tks_input_opts;
 
 /* Sets the defaults documented above. */
@@ -68,6 +75,7 @@ typedef struct tks_input_stats {
     uint64_t bad_records_skipped; /* JSONL records skipped */
     uint64_t binary_skipped;    /* entries skipped because they contain NUL bytes */
     uint64_t json_as_text;      /* entries named *.json read as text by TKS_FMT_AUTO */
+    uint64_t bad_inputs_skipped; /* files left out under bad_input SKIP (tks_input_skipped_file) */
 } tks_input_stats;
 
 typedef struct tks_input tks_input;
@@ -75,11 +83,23 @@ typedef struct tks_input tks_input;
 /*
  * Prepares to read `paths` in order; directories are walked recursively in
  * byte order of names (so the document order is reproducible); symlinks to
- * files are followed, hidden entries are read. Nothing is decompressed yet.
- * Errors: TKS_ERR_IO (a path missing or unreadable, named), TKS_ERR_ARG.
+ * files are followed, hidden entries are read. Nothing is decompressed yet,
+ * but each regular file whose name promises compression or a compressed
+ * archive has its first bytes compared with that format's magic (gzip, xz,
+ * zstd, bzip2, lz4, lzip, compress, zip). A path given explicitly may be a
+ * pipe (read once, as it comes); inside a directory only regular files and
+ * symlinks to them are read. While reading, a regular file whose size or
+ * modification time changes from what was listed here, or that ends before
+ * its listed size, fails with TKS_ERR_INPUT naming it.
+ * Errors: TKS_ERR_IO (a path missing or unreadable, named), TKS_ERR_INPUT (a
+ * file not in the format its name promises, under bad_input FAIL), TKS_ERR_ARG.
  */
 int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opts,
                    tks_input **out);
+
+/* The files left out under bad_input SKIP, in listing order: "PATH: why"
+ * (owned by the input, valid until tks_input_free); NULL past the end. */
+const char *tks_input_skipped_file(const tks_input *in, size_t i);
 
 /* The expanded list of input files (after walking directories). */
 size_t tks_input_n_files(const tks_input *in);
@@ -190,6 +210,9 @@ typedef struct tks_build_stats {
     char encoder[16];              /* the path the build took: "fast" or "sentencepiece" */
     char encoder_why[256];         /* why sentencepiece ("" with the fast encoder) */
     tks_encoder_stats encoder_stats; /* the fast encoder's word cache */
+    char skipped_inputs[2048];     /* "PATH: why\n" for each input left out under bad_input
+                                    * SKIP (input.bad_inputs_skipped of them); cut with a
+                                    * note when longer: the manifest lists every one */
 } tks_build_stats;
 
 /* Sets defaults (all zero plus tks_input_opts_default). */

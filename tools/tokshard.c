@@ -79,6 +79,9 @@ static int input_flag(tks_args *ap, tks_input_opts *io) {
     } else if (OPT("--on-long-doc")) {
         if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--on-long-doc needs skip or fail");
         if (parse_policy("--on-long-doc", v, &io->long_doc, 0)) return 2 + EXIT_USAGE;
+    } else if (OPT("--on-bad-input")) {
+        if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--on-bad-input needs fail or skip");
+        if (parse_policy("--on-bad-input", v, &io->bad_input, 0)) return 2 + EXIT_USAGE;
     } else if (OPT("--on-bad-record")) {
         if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--on-bad-record needs fail or skip");
         if (parse_policy("--on-bad-record", v, &io->bad_record, 0)) return 2 + EXIT_USAGE;
@@ -96,7 +99,9 @@ static const char *INPUT_HELP =
     "  --invalid-utf8 replace|skip|fail  U+FFFD for each bad sequence, skip the doc, or stop [replace]\n"
     "  --max-doc-bytes N            longest document, e.g. 64M [64M]\n"
     "  --on-long-doc skip|fail      what to do with longer documents [skip]\n"
-    "  --on-bad-record fail|skip    JSONL lines that do not parse or lack the key [fail]\n";
+    "  --on-bad-record fail|skip    JSONL lines that do not parse or lack the key [fail]\n"
+    "  --on-bad-input fail|skip     files named as compressed (x.gz, x.tar.zst) whose bytes are\n"
+    "                               not: stop naming the file, or leave it out and list it [fail]\n";
 
 /* ------------------------------------------------------------------------- */
 /* build                                                                     */
@@ -150,6 +155,9 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
            (unsigned long long)i->empty_skipped, (unsigned long long)s->empty_after_tokenize,
            (unsigned long long)i->utf8_skipped, (unsigned long long)i->long_skipped,
            (unsigned long long)i->bad_records_skipped, (unsigned long long)i->binary_skipped);
+    if (i->bad_inputs_skipped)
+        printf("  bad inputs    %llu files left out (--on-bad-input skip):\n%s",
+               (unsigned long long)i->bad_inputs_skipped, s->skipped_inputs);
     printf("  invalid UTF-8 %llu documents, %llu sequences replaced by U+FFFD\n",
            (unsigned long long)i->utf8_invalid_docs, (unsigned long long)i->utf8_replaced);
     if (!strcmp(s->encoder, "fast"))

@@ -3,11 +3,15 @@
  * progress printing, the loss plot (gnuplot), exit codes. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
 #include <limits.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -144,26 +148,123 @@ static void on_step(const tks_step_info *i, void *ctx) {
     fflush(stdout);
 }
 
-/* Draws RUN/loss.svg from RUN/metrics.jsonl with gnuplot (Debian gnuplot-nox). */
+/* One (step, value) point of the loss curve. */
+typedef struct { unsigned long long step; double v; size_t line; } point;
+typedef struct { point *p; size_t n, cap; } series;
+
+static int series_add(series *s, unsigned long long step, double v, size_t line) {
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 256;
+        point *p = realloc(s->p, cap * sizeof *p);
+        if (!p) return -1;
+        s->p = p, s->cap = cap;
+    }
+    s->p[s->n++] = (point){step, v, line};
+    return 0;
+}
+
+static int point_cmp(const void *a, const void *b) {
+    const point *x = a, *y = b;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    return x->line < y->line ? -1 : x->line > y->line;
+}
+
+/* Writes s as a gnuplot data block named NAME, by step; where a step appears
+ * more than once (a run resumed from an earlier checkpoint), the last line wins. */
+static void series_write(FILE *f, const char *name, series *s) {
+    qsort(s->p, s->n, sizeof *s->p, point_cmp);
+    fprintf(f, "$%s << EOD\n", name);
+    for (size_t i = 0; i < s->n; i++)
+        if (i + 1 == s->n || s->p[i + 1].step != s->p[i].step)
+            fprintf(f, "%llu %.9g\n", s->p[i].step, s->p[i].v);
+    fputs("EOD\n", f);
+}
+
+/* Draws RUN/loss.svg from RUN/metrics.jsonl with gnuplot (Debian gnuplot-nox).
+ * No shell and no path reaches gnuplot: the points are sent inline on its
+ * standard input, and its standard output is RUN/loss.svg.tmp, opened here and
+ * renamed to loss.svg when gnuplot succeeds. */
 static int plot(const char *run) {
-    char cmd[3 * PATH_MAX + 2048];
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && test -s metrics.jsonl && "
-             "sed -n 's/^{\"step\": \\([0-9]*\\), \"loss\": \\([^,]*\\),.*/\\1 \\2/p' metrics.jsonl > .loss.dat && "
-             "sed -n 's/^{\"step\": \\([0-9]*\\), \"val_loss\": \\([^}]*\\)}/\\1 \\2/p' metrics.jsonl > .val.dat && "
-             "gnuplot -e \"set terminal svg size 800,480; set output 'loss.svg.tmp'; "
-             "set xlabel 'step'; set ylabel 'loss (nats/token)'; set grid; set key top right; "
-             "plot '.loss.dat' using 1:2 with lines title 'train', "
-             "'.val.dat' using 1:2 with linespoints title 'validation'\" 2>/dev/null && "
-             "mv loss.svg.tmp loss.svg; rc=$?; rm -f .loss.dat .val.dat; exit $rc",
-             run);
-    int rc = system(cmd);
-    if (rc != 0) {
-        fprintf(stderr, "%s: could not draw %s/loss.svg (is gnuplot installed? tools/install-deps.sh "
-                "installs gnuplot-nox)\n", tks_cli_prog, run);
+    char path[PATH_MAX], tmp[PATH_MAX], out[PATH_MAX];
+    if (tks_path_join(path, sizeof path, run, "metrics.jsonl") ||
+        tks_path_join(out, sizeof out, run, "loss.svg") ||
+        tks_path_join(tmp, sizeof tmp, run, "loss.svg.tmp")) {
+        fprintf(stderr, "%s: --plot: path too long: %s\n", tks_cli_prog, run);
         return EXIT_USAGE;
     }
-    printf("loss curve: %s/loss.svg\n", run);
+    FILE *m = fopen(path, "r");
+    if (!m) {
+        fprintf(stderr, "%s: cannot draw the loss curve: %s: %s\n", tks_cli_prog, path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    series train = {0}, val = {0};
+    char *line = NULL;
+    size_t cap = 0, lineno = 0;
+    int rc = 0;
+    while (!rc && getline(&line, &cap, m) > 0) {
+        lineno++;
+        json_t *j = json_loads(line, 0, NULL);
+        json_t *st = json_object_get(j, "step"), *l = json_object_get(j, "loss"),
+               *vl = json_object_get(j, "val_loss");
+        if (json_is_integer(st) && json_integer_value(st) >= 0) {
+            unsigned long long s = (unsigned long long)json_integer_value(st);
+            if (json_is_number(l)) rc = series_add(&train, s, json_number_value(l), lineno);
+            if (!rc && json_is_number(vl)) rc = series_add(&val, s, json_number_value(vl), lineno);
+        }
+        json_decref(j); /* a line cut by a kill during a write is not a point */
+    }
+    free(line);
+    fclose(m);
+    if (rc || train.n == 0) {
+        fprintf(stderr, "%s: cannot draw the loss curve: %s\n", tks_cli_prog,
+                rc ? "out of memory" : "no training step in metrics.jsonl");
+        free(train.p), free(val.p);
+        return EXIT_USAGE;
+    }
+    int in[2] = {-1, -1}, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    posix_spawn_file_actions_t fa;
+    pid_t pid = -1;
+    int spawned = -1;
+    if (fd >= 0 && pipe2(in, O_CLOEXEC) == 0 && posix_spawn_file_actions_init(&fa) == 0) {
+        posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
+        posix_spawn_file_actions_adddup2(&fa, fd, STDOUT_FILENO);
+        posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+        char *argv[] = {"gnuplot", NULL};
+        spawned = posix_spawnp(&pid, "gnuplot", &fa, NULL, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    int err = spawned > 0 ? spawned : errno;
+    if (in[0] >= 0) close(in[0]);
+    if (fd >= 0) close(fd);
+    if (spawned == 0) {
+        /* a gnuplot that quits early makes these writes fail with EPIPE, not
+         * kill this process: its exit status tells */
+        struct sigaction ign = {.sa_handler = SIG_IGN}, old;
+        sigaction(SIGPIPE, &ign, &old);
+        FILE *g = fdopen(in[1], "w");
+        if (g) {
+            series_write(g, "train", &train);
+            if (val.n) series_write(g, "val", &val);
+            fputs("set terminal svg size 800,480\nset output\n"
+                  "set xlabel 'step'\nset ylabel 'loss (nats/token)'\nset grid\nset key top right\n", g);
+            fprintf(g, "plot $train using 1:2 with lines title 'train'%s\n",
+                    val.n ? ", $val using 1:2 with linespoints title 'validation'" : "");
+            fclose(g);
+        } else close(in[1]);
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+        sigaction(SIGPIPE, &old, NULL);
+        spawned = WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+        err = 0;
+    } else if (in[1] >= 0) close(in[1]);
+    free(train.p), free(val.p);
+    if (spawned != 0 || rename(tmp, out) != 0) {
+        if (fd >= 0) unlink(tmp);
+        fprintf(stderr, "%s: could not draw %s (%s; tools/install-deps.sh installs gnuplot-nox)\n",
+                tks_cli_prog, out, err ? strerror(err) : "gnuplot failed");
+        return EXIT_USAGE;
+    }
+    printf("loss curve: %s\n", out);
     return 0;
 }
 

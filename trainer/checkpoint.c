@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../common/tks.h"
+#include "../common/tks_json.h"
 #include "safetensors.h"
 
 #define STATE_FORMAT "tokshard-checkpoint"
@@ -379,7 +380,7 @@ int tks_checkpoint_peek(const char *dir, tks_model_config *cfg, tks_train_state 
     memset(cfg, 0, sizeof *cfg);
     json_error_t e;
     tks_path_join(path, sizeof path, dir, "trainer_state.json");
-    json_t *s = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+    json_t *s = tks_json_load_regular(path, JSON_REJECT_DUPLICATES, &e);
     if (!s) {
         snprintf(why, sizeof why, "trainer_state.json is missing or unreadable (%s)", e.text);
         return bad_ckpt(dir, why);
@@ -431,7 +432,7 @@ int tks_checkpoint_peek(const char *dir, tks_model_config *cfg, tks_train_state 
     json_decref(s);
     if (rc) return rc;
     tks_path_join(path, sizeof path, dir, "config.json");
-    json_t *c = json_load_file(path, 0, &e);
+    json_t *c = tks_json_load_regular(path, 0, &e);
     uint64_t v[8];
     if (!c || get_u(c, "vocab_size", &v[0]) || get_u(c, "hidden_size", &v[1]) ||
         get_u(c, "intermediate_size", &v[2]) || get_u(c, "num_hidden_layers", &v[3]) ||

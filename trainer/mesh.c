@@ -647,6 +647,34 @@ int tks_mesh_world_agree(int rc) {
     return e.code ? e.code : TKS_ERR_ARG;
 }
 
+int tks_mesh_world_same(const uint64_t *h, size_t n, size_t *field, int *rank, int *others) {
+    int world = 1, me = 0;
+    *field = 0, *rank = 0, *others = 0;
+    if (!launched_by_mpirun() || tks_mesh_world(&world, &me) || world == 1 || n == 0) return 0;
+    uint64_t *all = malloc((size_t)world * n * sizeof *all);
+    if (!all) MPI_Abort(MPI_COMM_WORLD, 2);
+    MPI_Allgather(h, (int)n, MPI_UINT64_T, all, (int)n, MPI_UINT64_T, MPI_COMM_WORLD);
+    int differ = 0;
+    for (size_t f = 0; f < n && !differ; f++)
+        for (int r = 1; r < world; r++)
+            if (all[(size_t)r * n + f] != all[f]) {
+                if (!differ) *field = f, *rank = r;
+                else (*others)++;
+                differ = 1;
+            }
+    free(all);
+    return differ;
+}
+
+void tks_mesh_world_gather(const void *mine, size_t len, void *all) {
+    int world = 1, me = 0;
+    if (!launched_by_mpirun() || tks_mesh_world(&world, &me) || world == 1) {
+        memcpy(all, mine, len);
+        return;
+    }
+    MPI_Allgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, MPI_COMM_WORLD);
+}
+
 void tks_train_finalize(void) { tks_mesh_finalize(); }
 
 int tks_train_check_mesh(int tp, int dp_shard, int dp_replicate, char **report) {

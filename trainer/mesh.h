@@ -128,6 +128,18 @@ int tks_mesh_agree(tks_mesh *m, int rc);
  * the others building communicators). The identity without mpirun. */
 int tks_mesh_world_agree(int rc);
 
+/* Do all processes mpirun started hold the same n values h[0..n)? Collective
+ * over the world, before a mesh exists; every rank passes the same n. Returns
+ * 0 when they agree (and without mpirun); otherwise 1 with *field the first
+ * index where some rank differs from rank 0, *rank the lowest such rank and
+ * *others how many more differ there. Errors: none (MPI aborts on failure). */
+int tks_mesh_world_same(const uint64_t *h, size_t n, size_t *field, int *rank, int *others);
+
+/* Gathers `len` bytes from every process mpirun started into all[rank * len]
+ * (all: world * len bytes, caller-owned). Collective over the world; a copy
+ * without mpirun. */
+void tks_mesh_world_gather(const void *mine, size_t len, void *all);
+
 /*
  * Gradient synchronisation in buckets that starts during the backward
  * (overlap of communication with computation). The tp-local flat gradient

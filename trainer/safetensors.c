@@ -763,19 +763,10 @@ int tks_st_open_mem(const void *data, size_t size, const char *name, tks_st_file
 int tks_st_open(const char *path, tks_st_file **out) {
     if (!out || !path) return tks_fail(TKS_ERR_ARG, path, NONE, NONE, "tks_st_open: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tks_fail(TKS_ERR_IO, path, NONE, NONE, "cannot open %s: %s", path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return tks_fail(TKS_ERR_IO, path, NONE, NONE, "cannot stat %s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return tks_fail(TKS_ERR_IO, path, NONE, NONE, "%s is not a regular file", path);
-    }
+    int orc = tks_open_regular(path, "safetensors file", &fd, &st);
+    if (orc) return orc;
     tks_st_file *f = new_file(path);
     if (!f) {
         close(fd);

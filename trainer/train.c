@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "../dataset/dataset.h"
 #include "../tokenize/spm.h"
@@ -502,11 +503,89 @@ int tks_train_rank(void) {
     return tks_mesh_world(&w, &r) ? 0 : r;
 }
 
+/* One setting of the resolved run that every rank must share. */
+typedef struct {
+    const char *flag;
+    char value[48];
+} run_field;
+
+/* The shortest "%g" form of the float x that reads back as x. */
+static void float_text(char *out, size_t cap, float x) {
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(out, cap, "%.*g", digits, (double)x);
+        if (strtof(out, NULL) == x) return;
+    }
+}
+
+/* The resolved run as the settings that change what is trained: the data by
+ * identity (manifest XXH3, not path: ranks may mount it in other places), the
+ * checkpoint by its step. --threads and --out are left out (the results do
+ * not depend on them; --out is used by rank 0 only). */
+static size_t run_fields(const run *r, run_field *f) {
+    const tks_train_opts *o = &r->o;
+    const tks_model_config *c = &r->cfg;
+    size_t n = 0;
+#define RF(name, fmt, v) (f[n].flag = (name), snprintf(f[n].value, sizeof f[n].value, fmt, v), n++)
+#define RU(name, v) RF(name, "%llu", (unsigned long long)(v))
+#define RD(name, v) (f[n].flag = (name), float_text(f[n].value, sizeof f[n].value, (v)), n++)
+#define RS(name, v) RF(name, "%s", (v) ? (v) : "(default)")
+    RF("--dataset (manifest XXH3)", "%016llx", (unsigned long long)tks_dataset_manifest_xxh3(r->ds));
+    RF("--val-dataset (manifest XXH3)", "%016llx",
+       r->val_ds ? (unsigned long long)tks_dataset_manifest_xxh3(r->val_ds) : 0ull);
+    RU("--resume (checkpoint step)", o->resume ? r->resumed.step : 0);
+    RU("--vocab-size", c->vocab_size), RU("--vocab-divisible-by", c->vocab_divisible_by);
+    RU("--dim", c->dim), RU("--n-layers", c->n_layers), RU("--n-heads", c->n_heads);
+    RU("--n-kv-heads", c->n_kv_heads), RU("--ffn-dim", c->ffn_dim), RU("--max-seq-len", c->max_seq_len);
+    RD("--rope-theta", c->rope_theta), RD("--norm-eps", c->norm_eps), RD("--init-std", c->init_std);
+    RU("--tie-embeddings", c->tie_embeddings);
+    RU("--steps", o->steps), RU("--stop-at", o->stop_at), RU("--seq-len", o->seq_len);
+    RU("--global-batch", o->global_batch), RU("--micro-batch", o->micro_batch), RU("--seed", o->seed);
+    RD("--lr", o->lr), RD("--min-lr", o->min_lr), RU("--warmup", o->warmup_steps);
+    RD("--beta1", o->beta1), RD("--beta2", o->beta2), RD("--adam-eps", o->adam_eps);
+    RD("--weight-decay", o->weight_decay), RD("--grad-clip", o->grad_clip);
+    RU("--val-tokens", o->val_tokens), RU("--eval-every", o->eval_every);
+    RU("--eval-batches", o->eval_batches), RU("--save-every", o->save_every);
+    RU("--keep-checkpoints", o->keep_checkpoints), RS("--device", o->device);
+    RS("--comm", o->comm), RS("--dtype", o->dtype), RU("--tp", o->tp), RU("--dp-shard", o->dp_shard);
+    RU("--dp-replicate", o->dp_replicate);
+#undef RF
+#undef RU
+#undef RD
+#undef RS
+    return n;
+}
+
+/* Every rank mpirun started must train the same run: ranks launched with
+ * different flags or datasets (an MPMD command line, a per-rank wrapper)
+ * would otherwise train together and exit 0. Collective over the world. */
+static int same_run(const run *r) {
+    run_field f[64];
+    uint64_t h[64];
+    size_t n = run_fields(r, f), field;
+    for (size_t i = 0; i < n; i++) h[i] = XXH3_64bits(f[i].value, strlen(f[i].value));
+    int rank, others;
+    if (!tks_mesh_world_same(h, n, &field, &rank, &others)) return 0;
+    int world = 1, me = 0;
+    tks_mesh_world(&world, &me);
+    char *all = malloc((size_t)world * sizeof f[0].value);
+    if (!all) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    tks_mesh_world_gather(f[field].value, sizeof f[0].value, all);
+    int rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                      "the ranks were launched with different settings: %s is %s on rank 0 but %s "
+                      "on rank %d%s; launch every rank with the same flags and dataset",
+                      f[field].flag, all, all + (size_t)rank * sizeof f[0].value, rank,
+                      others ? " (and on more ranks)" : "");
+    free(all);
+    return rc;
+}
+
 int tks_train(const tks_train_opts *in) {
     run r;
     /* every rank learns whether every rank could resolve the run before any
-     * collective (a corrupt checkpoint or dataset on one rank only) */
+     * collective (a corrupt checkpoint or dataset on one rank only), then
+     * that they all resolved the same run */
     int rc = tks_mesh_world_agree(resolve(in, &r));
+    if (!rc) rc = same_run(&r);
     tks_mesh *mesh = NULL;
     tks_backend *be = NULL;
     tks_model *m = NULL;

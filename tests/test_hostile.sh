@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Hostile input and misuse (each case fails when its fix is reverted):
+#   plot      a run directory with shell metacharacters: gnuplot runs without a shell
+#   output    --output inside an input (or an input inside it) is refused before any write
+#   truncate  an input cut while the build reads it fails the build, naming it
+#   promise   x.gz / x.zst whose bytes are not compressed: refused, or skipped and listed
+#   fifo      a FIFO input without a writer ends on SIGTERM; a FIFO shard is refused at once
+#   ranks     mpirun ranks launched with different flags or datasets stop before step 1
+# Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+BIN=$1
+TKS=$BIN/tokshard
+TRAIN=$BIN/tokshard-train
+CASE=$3
+T=$2/setup
+W=$2/hostile-$CASE
+rm -rf "$W" && mkdir -p "$W"
+cd "$W" || exit 2
+[[ -r $T/bpe.model ]] || { fail "no $T/bpe.model (run through ctest: build_setup)"; finish test_hostile; }
+B=(--tokenizer "$T/bpe.model" --doc-split blank-line --shard-tokens 100K)
+TINY=(--dim 32 --n-layers 1 --n-heads 2 --n-kv-heads 1 --seq-len 32 --global-batch 4 --eval-every 0 --no-plot --quiet)
+
+case $CASE in
+plot)
+  # a run directory whose name closes a shell quote and runs a command
+  d="tr/a';touch INJECTED;'"
+  mkdir -p "$d" && cd tr || exit 2
+  d="a';touch INJECTED;'"
+  printf '%s\n' '{"step": 1, "loss": 7.0, "lr": 1e-3}' '{"step": 2, "loss": 6.5, "lr": 1e-3}' \
+    '{"step": 2, "val_loss": 6.6}' '{"step": 3, "loss": 6.1, "lr": 1e-3}' '{"step": 4, "lo' >"$d/metrics.jsonl"
+  expect 0 "--plot on a quoted run directory" -- "$TRAIN" --plot "$d"
+  [[ ! -e INJECTED ]] && ok "no command ran from the path" || fail "the path's command ran (INJECTED exists)"
+  grep -q '<svg' "$d/loss.svg" 2>/dev/null && ok "loss.svg drawn" || fail "no loss.svg in $d"
+  [[ ! -e $d/loss.svg.tmp ]] && ok "no temporary left" || fail "loss.svg.tmp left"
+  mkdir -p "carol's run" && cp "$d/metrics.jsonl" "carol's run/"
+  expect 0 "--plot on \"carol's run\"" -- "$TRAIN" --plot "carol's run"
+  mkdir -p empty
+  expect 2 "--plot without metrics.jsonl" -- "$TRAIN" --plot empty
+  expect_msg "empty/metrics.jsonl"
+  ;;
+
+output)
+  mkdir in && cp "$T/gcide.txt" in/
+  expect 2 "output inside the input directory" -- "$TKS" build "${B[@]}" --output in/ds in
+  expect_msg "inside the input in"
+  [[ ! -e in/ds.lock && ! -e in/ds.partial && ! -e in/ds ]] && ok "nothing written inside the input" ||
+    fail "left in the input: $(ls in)"
+  expect 2 "output given through another spelling of the input" -- "$TKS" build "${B[@]}" --output ./in/../in/ds "$PWD/in"
+  expect 2 "an input inside OUT.partial" -- "$TKS" build "${B[@]}" --output in in/gcide.txt
+  expect_msg "around the input"
+  expect 0 "output beside the input" -- "$TKS" build -q "${B[@]}" --output ds in
+  ;;
+
+truncate)
+  [[ -n ${TKS_FAULT_LIB:-} && -r $TKS_FAULT_LIB ]] || { fail "TKS_FAULT_LIB not set (run through ctest)"; finish test_hostile; }
+  cp "$T/gcide.txt" big.txt
+  size=$(stat -c %s big.txt)
+  LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_TRUNCATE=/big.txt:$((size / 3)) \
+    expect 2 "an input cut to a third when it is opened" -- "$TKS" build -q "${B[@]}" --output ds "$PWD/big.txt"
+  expect_msg "big.txt changed while it was read: $size bytes when listed, $((size / 3)) read"
+  [[ ! -e ds ]] && ok "no dataset published" || fail "a dataset was published from a cut input"
+  # the same through gzip (the compressed bytes are cut)
+  cp "$T/gcide.txt" big2.txt && gzip -f big2.txt
+  size=$(stat -c %s big2.txt.gz)
+  LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_TRUNCATE=/big2.txt.gz:$((size / 2)) \
+    expect 2 "a gzip input cut when it is opened" -- "$TKS" build -q "${B[@]}" --output ds2 "$PWD/big2.txt.gz"
+  expect_msg "big2.txt.gz"
+  [[ ! -e ds2 ]] && ok "no dataset published" || fail "a dataset was published from a cut gzip"
+  ;;
+
+promise)
+  head -c 200000 "$T/gcide.txt" >text.txt
+  cp text.txt notgz.gz && cp text.txt text.zst && gzip -c text.txt >real.gz
+  printf 'BZh91AY&SY' >bz.gz
+  expect 2 "text named .gz" -- "$TKS" build -q "${B[@]}" --output a notgz.gz real.gz
+  expect_msg "notgz.gz is named .gz \(gzip\) but starts with text"
+  expect 2 "text named .zst" -- "$TKS" build -q "${B[@]}" --output a real.gz text.zst
+  expect_msg "text.zst is named .zst \(zstd\)"
+  expect 2 "bzip2 named .gz" -- "$TKS" build -q "${B[@]}" --output a bz.gz
+  expect_msg "bz.gz is named .gz \(gzip\) but starts with bzip2 data"
+  [[ ! -e a && ! -e a.partial ]] && ok "nothing written" || fail "a or a.partial exists"
+  expect 0 "--on-bad-input skip" -- "$TKS" build "${B[@]}" --on-bad-input skip --output a notgz.gz real.gz text.zst
+  grep -q "bad inputs    2 files left out" "$W/out" && grep -q "^notgz.gz: named .gz" "$W/out" &&
+    grep -q "^text.zst: named .zst" "$W/out" && ok "the summary names both skipped files" ||
+    fail "summary: $(grep -A3 'bad inputs' "$W/out")"
+  python3 -c "import json,sys; p=json.load(open('a/manifest.json'))['provenance']; sys.exit(len(p['skipped_inputs'])!=2)" &&
+    ok "the manifest lists the skipped files" || fail "manifest provenance.skipped_inputs"
+  expect 0 "the good file alone" -- "$TKS" build -q "${B[@]}" --output b real.gz
+  cmp -s a/shard-00000.tks b/shard-00000.tks && ok "skipping leaves the good file's shards as they are" ||
+    fail "shards differ from a build of the good file alone"
+  ;;
+
+fifo)
+  mkfifo never
+  "$TKS" build -q "${B[@]}" --output f never "$T/gcide.txt" >/dev/null 2>"$W/err" &
+  pid=$!
+  sleep 1
+  kill -TERM $pid
+  for _ in $(seq 50); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $pid 2>/dev/null; then
+    fail "the build waiting on a FIFO ignored SIGTERM for 5 s"
+    kill -9 $pid
+  fi
+  wait $pid
+  code=$?
+  [[ $code -eq 130 ]] && ok "SIGTERM ends a build waiting on a FIFO (exit 130)" || fail "exit $code after SIGTERM"
+  expect_msg "interrupted while waiting for never"
+  # a FIFO with a writer is read as before
+  mkfifo piped
+  (timeout 60 cat "$T/gcide.txt" >piped &)
+  expect 0 "a FIFO with a writer" -- "$TKS" build -q "${B[@]}" --output p piped
+  # a FIFO in place of a shard: every reader refuses it at once
+  expect 0 "reference dataset" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  rm ds/shard-00001.tks && mkfifo ds/shard-00001.tks
+  for cmd in audit cat inspect; do
+    timeout 20 "$TKS" $cmd ds >"$W/out" 2>"$W/err"
+    code=$?
+    [[ $code -eq 1 || $code -eq 2 ]] && cat "$W/out" "$W/err" | grep -q "shard-00001.tks is a FIFO, not a regular file" &&
+      ok "$cmd refuses a FIFO shard (exit $code)" || fail "$cmd on a FIFO shard: exit $code: $(tail -c 300 "$W/err")"
+  done
+  timeout 60 "$TRAIN" --dataset ds --out run "${TINY[@]}" --steps 2 >/dev/null 2>"$W/err"
+  code=$?
+  [[ $code -eq 2 ]] && grep -q "is a FIFO" "$W/err" && ok "tokshard-train refuses a FIFO shard" ||
+    fail "tokshard-train on a FIFO shard: exit $code: $(tail -c 300 "$W/err")"
+  ;;
+
+ranks)
+  expect 0 "dataset A" -- "$TKS" build -q "${B[@]}" --output A "$T/gcide.txt"
+  expect 0 "dataset B (same text, with EOS)" -- "$TKS" build -q "${B[@]}" --append-eos --output B "$T/gcide.txt"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none
+  [[ -n ${ASAN_OPTIONS:-} ]] && export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
+  MPI=(timeout 300 mpirun --oversubscribe)
+  expect 2 "ranks with different --lr" -- "${MPI[@]}" -np 1 "$TRAIN" --dataset A --out r1 "${TINY[@]}" --steps 2 --lr 1e-3 \
+    : -np 1 "$TRAIN" --dataset A --out r1 "${TINY[@]}" --steps 2 --lr 2e-3
+  expect_msg "different settings: --lr is 0.001 on rank 0 but 0.002 on rank 1"
+  [[ ! -d r1/checkpoints/step-00000001 && ! -d r1/checkpoints/step-00000002 ]] && ok "no step trained" ||
+    fail "a checkpoint was written"
+  expect 2 "ranks with different datasets" -- "${MPI[@]}" -np 1 "$TRAIN" --dataset A --out r2 "${TINY[@]}" --steps 2 \
+    : -np 1 "$TRAIN" --dataset B --out r2 "${TINY[@]}" --steps 2
+  expect_msg "--dataset \(manifest XXH3\) is [0-9a-f]{16} on rank 0 but [0-9a-f]{16} on rank 1"
+  expect 0 "ranks with the same settings" -- "${MPI[@]}" -np 2 "$TRAIN" --dataset A --out r3 "${TINY[@]}" --steps 2
+  ;;
+*)
+  fail "unknown case $CASE"
+  ;;
+esac
+finish test_hostile
