@@ -12,6 +12,31 @@
 
 static json_t *id_or_null(uint32_t id) { return id == TKS_NO_ID ? json_null() : json_integer(id); }
 
+/* The seal: the manifest's last key, "self_xxh3", holds the XXH3-64 (16 lower
+ * hex digits) of every byte of the file before that key's opening quote, and
+ * only `"<hex>"\n}\n` follows its value (docs/FORMAT.md). Whatever an edit
+ * changes, provenance included, the seal no longer matches. */
+#define SEAL_KEY "\"self_xxh3\": \""
+
+/* The seal's offset in text[0..len) and its value: 0, or -1 when the text
+ * does not end with a well-formed seal. */
+static int find_seal(const char *text, size_t len, size_t *at, uint64_t *value) {
+    const size_t kl = sizeof SEAL_KEY - 1, tail = 16 + 4; /* 16 hex, then "\n}\n */
+    if (len < kl + tail) return -1;
+    size_t p = len - tail - kl;
+    if (memcmp(text + p, SEAL_KEY, kl) != 0 || memcmp(text + len - 4, "\"\n}\n", 4) != 0) return -1;
+    uint8_t b[8];
+    char hx[17];
+    memcpy(hx, text + p + kl, 16);
+    hx[16] = 0;
+    if (tks_unhex(hx, b, 8)) return -1;
+    uint64_t v = 0;
+    for (int k = 0; k < 8; k++) v = v << 8 | b[k];
+    *at = p;
+    *value = v;
+    return 0;
+}
+
 int tks_manifest_write(const char *dir, const tks_tokenizer_info *tok, const tks_shard_info *shards,
                        size_t n_shards, uint32_t token_bytes, uint32_t chunk_bytes,
                        const char *provenance_json) {
@@ -63,14 +88,24 @@ int tks_manifest_write(const char *dir, const tks_tokenizer_info *tok, const tks
         return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot build manifest JSON");
     }
     if (prov) json_object_set_new(m, "provenance", prov);
-    char *text = json_dumps(m, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+    char *body = json_dumps(m, JSON_INDENT(2) | JSON_ENSURE_ASCII);
     json_decref(m);
-    if (!text) return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot serialize manifest");
-    size_t len = strlen(text);
-    text[len] = '\n'; /* replaces the NUL: the buffer is written by length */
+    size_t blen = body ? strlen(body) : 0;
+    /* body ends "\n}": the seal goes in as the last key */
+    char *text = blen >= 2 ? malloc(blen + 64) : NULL;
+    if (!text) {
+        free(body);
+        return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot serialize manifest");
+    }
+    size_t len = blen - 2;
+    memcpy(text, body, len);
+    free(body);
+    len += (size_t)sprintf(text + len, ",\n  ");
+    uint64_t seal = XXH3_64bits(text, len);
+    len += (size_t)sprintf(text + len, SEAL_KEY "%016llx\"\n}\n", (unsigned long long)seal);
     char path[PATH_MAX];
     int rc = tks_path_join(path, sizeof path, dir, TKS_MANIFEST_NAME);
-    if (!rc) rc = tks_write_file_atomic(path, text, len + 1);
+    if (!rc) rc = tks_write_file_atomic(path, text, len);
     free(text);
     return rc;
 }
@@ -187,8 +222,33 @@ int tks__manifest_parse(const char *text, size_t len, const char *path, tks_toke
         sh[i].max_token_id = (uint32_t)mx;
         for (int k = 0; k < 8; k++) sh[i].header_xxh3 = sh[i].header_xxh3 << 8 | hb[k];
     }
-    /* the totals must be the sums of the shard records */
+    /* every recorded id range inside the vocabulary */
+    for (size_t i = 0; i < n && !rc; i++)
+        if (sh[i].min_token_id > sh[i].max_token_id || sh[i].max_token_id >= tok->vocab_size)
+            rc = tks_fail(TKS_ERR_MANIFEST, path, i, TKS_NONE,
+                          "%s: shard entry %zu records ids in [%u, %u], outside the vocabulary of "
+                          "%u: the manifest was edited or is corrupt; rebuild the dataset",
+                          path, i, sh[i].min_token_id, sh[i].max_token_id, tok->vocab_size);
+    /* the totals must be the sums (and the id range the union) of the shard records */
     json_t *tot = rc ? NULL : json_object_get(m, "totals");
+    if (!rc) {
+        uint64_t lo = UINT32_MAX, hi = 0;
+        for (size_t i = 0; i < n; i++) {
+            lo = sh[i].min_token_id < lo ? sh[i].min_token_id : lo;
+            hi = sh[i].max_token_id > hi ? sh[i].max_token_id : hi;
+        }
+        json_t *tlo = json_object_get(tot, "min_token_id"), *thi = json_object_get(tot, "max_token_id");
+        int ok = n ? json_is_integer(tlo) && json_is_integer(thi) &&
+                         json_integer_value(tlo) == (json_int_t)lo && json_integer_value(thi) == (json_int_t)hi
+                   : json_is_null(tlo) && json_is_null(thi);
+        if (!ok)
+            rc = tks_fail(TKS_ERR_MANIFEST, path, TKS_NONE, TKS_NONE,
+                          "%s: \"totals\" id range [%s, %s] disagrees with the shard list "
+                          "[%llu, %llu] (vocabulary %u): the manifest was edited or is corrupt; "
+                          "rebuild the dataset",
+                          path, json_is_integer(tlo) ? "set" : "missing", json_is_integer(thi) ? "set" : "missing",
+                          n ? (unsigned long long)lo : 0ull, (unsigned long long)hi, tok->vocab_size);
+    }
     if (!rc) {
         uint64_t docs = 0, toks = 0, tn = 0, td = 0, tt = 0;
         for (size_t i = 0; i < n; i++) docs += sh[i].n_docs, toks += sh[i].n_tokens;
@@ -203,6 +263,21 @@ int tks__manifest_parse(const char *text, size_t len, const char *path, tks_toke
                           (unsigned long long)toks);
     }
     json_decref(m);
+    /* last, so that an inconsistency above gets its own message: any other
+     * edit (provenance, a consistent set of numbers) breaks the seal */
+    size_t at;
+    uint64_t seal;
+    if (!rc && find_seal(text, len, &at, &seal))
+        rc = tks_fail(TKS_ERR_MANIFEST, path, TKS_NONE, TKS_NONE,
+                      "%s: the manifest does not end with its \"self_xxh3\" seal: it was edited, "
+                      "cut or written by another tool; rebuild the dataset",
+                      path);
+    else if (!rc && XXH3_64bits(text, at) != seal)
+        rc = tks_fail(TKS_ERR_MANIFEST, path, TKS_NONE, at,
+                      "%s: the manifest's bytes before its \"self_xxh3\" seal (offset %zu) hash to "
+                      "%016llx, the seal says %016llx: it was edited or is corrupt; rebuild the "
+                      "dataset, or restore manifest.json from a copy",
+                      path, at, (unsigned long long)XXH3_64bits(text, at), (unsigned long long)seal);
     if (rc) {
         free(sh);
         return rc;

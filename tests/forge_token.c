@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "dataset/dataset.h"
+#include "manifest_seal.h"
 
 static unsigned char *slurp(const char *p, size_t *n) {
     FILE *f = fopen(p, "rb");
@@ -53,6 +54,7 @@ int main(int argc, char **argv) {
     char *at = strstr((char *)m, old_hx);
     if (!at) { fprintf(stderr, "manifest does not hold %s\n", old_hx); return 2; }
     memcpy(at, new_hx, 16);
+    if (reseal_manifest((char *)m, mn)) { fprintf(stderr, "manifest has no seal\n"); return 2; }
     spit(mpath, m, mn);
     printf("forged id %llu at %s token %llu\n", (unsigned long long)id, path, (unsigned long long)off);
     free(b);

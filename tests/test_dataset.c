@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "dataset/dataset.h"
+#include "manifest_seal.h"
 
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -366,12 +367,50 @@ static void test_corruption(void) {
     CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_MANIFEST, "manifest n_docs edit not caught");
     CHECK(audit_problems(dir, &code) >= 1 && code == TKS_ERR_MANIFEST, "audit: manifest edit");
     spit(mp, man, mlen);
-    /* token_bytes contradicting the shards, and totals contradicting the shard list */
+    /* token_bytes contradicting the shards: the seal first, then (resealed,
+     * as a tool that edits and re-seals would) the shard comparison */
     snprintf(cmd, sizeof cmd, "sed -i 's/\"token_bytes\": 2,/\"token_bytes\": 4,/' '%s'", mp);
     CHECK(system(cmd) == 0, "sed");
+    CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_MANIFEST && strstr(tks_last_error()->message, "self_xxh3"),
+          "manifest token_bytes edit: seal not checked: %s", tks_last_error()->message);
+    {
+        size_t n;
+        char *m = (char *)slurp(mp, &n);
+        CHECK(reseal_manifest(m, n) == 0, "no seal in %s", mp);
+        spit(mp, m, n);
+        free(m);
+    }
     CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_MANIFEST && strstr(tks_last_error()->message, "token_bytes"),
           "manifest token_bytes edit not caught: %s", tks_last_error()->message);
     spit(mp, man, mlen);
+    /* the totals' id range against the shard list and the vocabulary, sealed
+     * or not; and an edit that changes no number (provenance) breaks the seal */
+    static const struct { const char *sed, *msg; int reseal; } edits[] = {
+        {"s/\"max_token_id\": \\([0-9]*\\)\\(\\s*\\)}/\"max_token_id\": 9000\\2}/", "id range", 1},
+        {"s/\"min_token_id\": \\([0-9]*\\),\\(\\s*\\)\"max_token_id\": \\([0-9]*\\)\\(\\s*\\)}/\"min_token_id\": -3,\\2\"max_token_id\": \\3\\4}/", "id range", 1},
+        {"s/\"max_token_id\": \\([0-9]*\\)\\(\\s*\\)}/\"max_token_id\": 9000\\2}/", "was edited", 0},
+        {"s/\"test\": true/\"test\": false/", "self_xxh3", 0},
+        {"s/\\(\"self_xxh3\": \"\\)[0-9a-f]*/\\10123456789abcdef/", "self_xxh3", 0},
+        {"s/\"self_xxh3\"/\"self_xxh4\"/", "does not end with its", 0},
+    };
+    for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++) {
+        snprintf(cmd, sizeof cmd, "sed -i -z '%s' '%s'", edits[e].sed, mp);
+        tks_clear_error();
+        CHECK(system(cmd) == 0, "sed %s", edits[e].sed);
+        size_t n;
+        char *m = (char *)slurp(mp, &n);
+        CHECK(n != mlen || memcmp(m, man, n) != 0, "edit %zu changed nothing", e);
+        if (edits[e].reseal) {
+            CHECK(reseal_manifest(m, n) == 0, "no seal");
+            spit(mp, m, n);
+        }
+        free(m);
+        CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_MANIFEST && strstr(tks_last_error()->message, edits[e].msg),
+              "manifest edit %zu (%s) not caught as %s: %s", e, edits[e].sed, edits[e].msg,
+              tks_last_error()->message);
+        CHECK(audit_problems(dir, &code) >= 1 && code == TKS_ERR_MANIFEST, "audit: manifest edit %zu", e);
+        spit(mp, man, mlen);
+    }
     snprintf(cmd, sizeof cmd, "sed -i 's/\"n_shards\": 1,/\"n_shards\": 2,/' '%s'", mp);
     CHECK(system(cmd) == 0, "sed");
     CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_MANIFEST && strstr(tks_last_error()->message, "totals"),
