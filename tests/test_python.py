@@ -3,7 +3,8 @@
 every document equals `tokshard cat --ids`; for several layouts and steps
 the sampler's windows equal `tokshard sample-plan --json`, rank by rank;
 checksum verification catches a flipped byte; the IterableDataset yields the
-planned windows. Usage: test_python.py TOKSHARD DATASET WORKDIR
+planned windows, also through DataLoader workers; a corrupt tokenizer copy or
+manifest is a FormatError naming the file. Usage: test_python.py TOKSHARD DATASET WORKDIR
 (runs in the project venv; python/ is put first on sys.path so the source
 tree is what is tested)."""
 import os
@@ -98,6 +99,15 @@ four = [x for r in range(4) for x, _ in tokshard.TokshardIterable(ds, 64, 8, r, 
 check(all(numpy.array_equal(a.numpy(), b.numpy()) for a, b in zip(one, four)) and len(one) == 8,
       "step 2 over dp=4 equals step 2 over dp=1")
 
+# 3b. DataLoader workers: each sample once, in the same order as one process
+import torch  # noqa: E402
+it = tokshard.TokshardIterable(ds, 64, 8, 1, 2, first_step=3, steps=5)
+base = [x for x, _ in torch.utils.data.DataLoader(it, batch_size=4, num_workers=0)]
+for k in (2, 3):
+    got = [x for x, _ in torch.utils.data.DataLoader(it, batch_size=4, num_workers=k)]
+    check(len(got) == len(base) == 5 and all(torch.equal(a, b) for a, b in zip(got, base)),
+          f"DataLoader(num_workers={k}) yields the 5 steps of num_workers=0, in order, once each")
+
 # 4. verification catches a flipped byte and names the chunk
 os.makedirs(WORK, exist_ok=True)
 bad = os.path.join(WORK, "flipped")
@@ -122,5 +132,73 @@ try:
     check(False, "truncated shard opened")
 except tokshard.FormatError as e:
     check("truncated" in str(e) or "bytes but the header" in str(e), f"truncated shard refused: {e}")
+
+# 5. the tokenizer copy and the manifest: every corruption is a FormatError
+# naming the file (never JSONDecodeError, UnicodeDecodeError or KeyError)
+def fresh(name):
+    d = os.path.join(WORK, name)
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(DATA, d)
+    return d
+
+
+def refused(d, verify, want, what):
+    try:
+        tokshard.Dataset(d, verify=verify)
+        check(False, f"{what}: opened")
+    except tokshard.FormatError as e:
+        check(want in str(e), f"{what}: {e}")
+    except Exception as e:  # noqa: BLE001 - any other exception is the defect
+        check(False, f"{what}: {type(e).__name__} instead of FormatError: {e}")
+
+
+d = fresh("tok")
+tp = os.path.join(d, "tokenizer.model")
+with open(tp, "rb") as f:
+    tok = f.read()
+rng = numpy.random.default_rng(7)
+caught = 0
+for i in range(150):  # byte flips anywhere, and cuts
+    b = bytearray(tok)
+    if i % 10 == 9:
+        b = b[:int(rng.integers(0, len(b)))]
+    else:
+        b[int(rng.integers(0, len(b)))] ^= 1 << int(rng.integers(0, 8))
+    with open(tp, "wb") as f:
+        f.write(b)
+    try:
+        tokshard.Dataset(d, verify=True)
+    except tokshard.FormatError as e:
+        caught += "tokenizer.model" in str(e)
+check(caught == 150, f"verify=True refuses {caught} of 150 corrupted tokenizer copies")
+
+mp = os.path.join(DATA, "manifest.json")
+with open(mp, "rb") as f:
+    man = f.read()
+edits = [
+    (man.replace(b'"format"', b'"f\xffrmat"', 1), "not UTF-8", False),
+    (man[:len(man) // 2], "not valid JSON", False),
+    (man.replace(b'"shards"', b'"shardz"', 1), "invalid tokenizer/shards/totals", False),
+    (man.replace(b'"vocab_size"', b'"vocab_sise"', 1), "invalid tokenizer record", False),
+    (man.replace(b'"header_xxh3"', b'"header_xxh4"', 1), "shard entry 0 is invalid", False),
+    (man.replace(b'"n_docs"', b'"n_dogs"', 1), "shard entry 0 is invalid", False),
+    (man.replace(b'"tool": "tokshard', b'"tool": "edited', 1), "self_xxh3", True),
+    (man.replace(b'"self_xxh3"', b'"self_xxh4"', 1), "does not end with", True),
+]
+tot = man.rindex(b'"max_token_id": ')
+end = man.index(b"\n", tot)
+edits.append((man[:tot] + b'"max_token_id": 9000' + man[end:], "totals.max_token_id", False))
+tot = man.rindex(b'"min_token_id": ')
+end = man.index(b",", tot)
+edits.append((man[:tot] + b'"min_token_id": -3' + man[end:], "totals.min_token_id", False))
+for i, (text, want, verify) in enumerate(edits):
+    d = fresh("man")
+    check(text != man, f"manifest edit {i} changes the file")
+    with open(os.path.join(d, "manifest.json"), "wb") as f:
+        f.write(text)
+    refused(d, verify, want, f"manifest edit {i} ({want})")
+    r = subprocess.run([TKS, "audit", d], capture_output=True, text=True)
+    check(r.returncode != 0, f"tokshard audit also refuses manifest edit {i} (exit {r.returncode})")
+tokshard.Dataset(fresh("ok"), verify=True)  # the copy itself is fine
 
 sys.exit(1 if fails else 0)

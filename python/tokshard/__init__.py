@@ -5,7 +5,7 @@
     ds.doc(42)                                    # numpy view of document 42 (no copy)
     s = tokshard.Sampler(ds, seq_len=256, seed=1337, val_tokens=65536)
     for g in s.rank_samples(step=1, global_batch=16, dp_rank=0, dp=4):
-        s.read(s.window(g))                       # the L + 1 ids tokshard-train reads
+        s.read(s.window(g)[1])                    # the L + 1 ids tokshard-train reads
 
 The format is docs/FORMAT.md, the sampler docs/SAMPLING.md; both are
 reimplemented here in Python (numpy only) and tested against `tokshard cat

@@ -3,6 +3,7 @@ with numpy: every array is a view into the memory-mapped file, no copy."""
 import bisect
 import json
 import os
+import stat
 import struct
 
 import numpy
@@ -44,6 +45,12 @@ class Shard:
 
     def __init__(self, path, verify=False):
         self.path = str(path)
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            raise FormatError(f"{self.path}: cannot open the shard ({e.strerror})")
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block numpy.memmap for ever
+            raise FormatError(f"{self.path} is not a regular file: put the real shard in its place")
         self._mm = numpy.memmap(self.path, dtype=numpy.uint8, mode="r")
         size = self._mm.shape[0]
         if size < HEADER_SIZE:
@@ -129,9 +136,68 @@ class Shard:
             yield self.doc(d)
 
 
+SEAL_KEY = b'"self_xxh3": "'
+
+
+def _is_uint(x):
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _check_manifest(m, mpath):
+    """The manifest's structure and totals, as tokshard's C reader checks
+    them; raises FormatError naming the file."""
+    def bad(what):
+        raise FormatError(f"{mpath}: {what}: the manifest was edited or is corrupt; rebuild the dataset")
+    if not isinstance(m, dict) or m.get("format") != "tokshard-dataset":
+        raise FormatError(f"{mpath}: \"format\" is not \"tokshard-dataset\": not a tokshard manifest")
+    if m.get("format_version") != VERSION:
+        raise FormatError(f"{mpath}: format_version {m.get('format_version')}, this reader knows {VERSION}: "
+                          f"update the tokshard Python package")
+    t, shards, tot = m.get("tokenizer"), m.get("shards"), m.get("totals")
+    if not isinstance(t, dict) or not isinstance(shards, list) or not isinstance(tot, dict):
+        bad("missing or invalid tokenizer/shards/totals")
+    vocab = t.get("vocab_size")
+    if not _is_uint(vocab) or vocab == 0 or not isinstance(t.get("file"), str) or "/" in t["file"] or \
+            not t["file"] or not isinstance(t.get("fingerprint"), str) or len(t["fingerprint"]) != 32:
+        bad("invalid tokenizer record")
+    keys = ("bytes", "n_docs", "n_tokens", "min_token_id", "max_token_id")
+    for i, rec in enumerate(shards):
+        if not isinstance(rec, dict) or rec.get("file") != f"shard-{i:05d}.tks" or \
+                not all(_is_uint(rec.get(k)) for k in keys) or not isinstance(rec.get("header_xxh3"), str):
+            bad(f"shard entry {i} is invalid")
+        if not rec["min_token_id"] <= rec["max_token_id"] < vocab:
+            bad(f"shard entry {i} records ids in [{rec['min_token_id']}, {rec['max_token_id']}], "
+                f"outside the vocabulary of {vocab}")
+    want = {"n_shards": len(shards), "n_docs": sum(r["n_docs"] for r in shards),
+            "n_tokens": sum(r["n_tokens"] for r in shards),
+            "min_token_id": min((r["min_token_id"] for r in shards), default=None),
+            "max_token_id": max((r["max_token_id"] for r in shards), default=None)}
+    for k, v in want.items():
+        if tot.get(k) != v or isinstance(tot.get(k), bool):
+            bad(f"totals.{k} is {tot.get(k)!r} but the shard list gives {v!r}")
+
+
+def _check_seal(raw, mpath):
+    """The manifest's last key, self_xxh3, is the XXH3-64 of every byte
+    before it (docs/FORMAT.md)."""
+    from .xxh3 import xxh3_64
+    at = len(raw) - 20 - len(SEAL_KEY)
+    if at < 0 or raw[at:at + len(SEAL_KEY)] != SEAL_KEY or raw[-4:] != b'"\n}\n':
+        raise FormatError(f"{mpath}: the manifest does not end with its \"self_xxh3\" seal: it was edited, "
+                          f"cut or written by another tool; rebuild the dataset")
+    seal, got = raw[at + len(SEAL_KEY):at + len(SEAL_KEY) + 16].decode("ascii", "replace"), xxh3_64(raw[:at])
+    if seal != f"{got:016x}":
+        raise FormatError(f"{mpath}: the manifest's bytes before its \"self_xxh3\" seal (offset {at}) hash to "
+                          f"{got:016x}, the seal says {seal}: it was edited or is corrupt; rebuild the dataset")
+
+
 class Dataset:
     """A dataset directory: manifest.json and its shards, each checked against
-    its manifest record. verify=True checks every checksum too."""
+    its manifest record (structure, totals, id ranges against the vocabulary).
+    verify=True also checks every checksum, as `tokshard audit` does: the
+    manifest's self_xxh3 seal, the tokenizer copy against its fingerprint
+    (XXH3-128), and each shard's chunks. Any problem raises FormatError naming
+    the file."""
 
     def __init__(self, path, verify=False):
         self.path = str(path)
@@ -140,14 +206,36 @@ class Dataset:
             partial = os.path.exists(self.path + ".partial")
             raise FormatError(f"{mpath} is missing: " + ("the build was interrupted; re-run it with --resume"
                                                          if partial else "not a tokshard dataset directory"))
-        with open(mpath) as f:
-            self.manifest = json.load(f)
+        if not os.path.isfile(mpath):
+            raise FormatError(f"{mpath} is not a regular file: put the dataset's manifest in its place")
+        with open(mpath, "rb") as f:
+            raw = f.read()
+        try:
+            self.manifest = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise FormatError(f"{mpath}: not UTF-8 at byte {e.start}: the manifest is corrupt; rebuild the dataset")
+        except json.JSONDecodeError as e:
+            raise FormatError(f"{mpath}: not valid JSON at line {e.lineno} column {e.colno} ({e.msg}): "
+                              f"the manifest is corrupt; rebuild the dataset")
         m = self.manifest
-        if m.get("format") != "tokshard-dataset" or m.get("format_version") != VERSION:
-            raise FormatError(f"{mpath}: not a tokshard dataset of format version {VERSION}")
+        _check_manifest(m, mpath)
+        if verify:
+            _check_seal(raw, mpath)
         self.tokenizer = m["tokenizer"]
         self.vocab_size = self.tokenizer["vocab_size"]
         self.tokenizer_path = os.path.join(self.path, self.tokenizer["file"])
+        if verify:
+            from .xxh3 import xxh3_128_hex
+            try:
+                with open(self.tokenizer_path, "rb") as f:
+                    fp = xxh3_128_hex(f.read())
+            except OSError as e:
+                raise FormatError(f"{self.tokenizer_path}: cannot read the tokenizer copy ({e.strerror}): "
+                                  f"restore it or rebuild the dataset")
+            if fp != self.tokenizer["fingerprint"].lower():
+                raise FormatError(f"{self.tokenizer_path}: the tokenizer copy does not match the manifest's "
+                                  f"fingerprint (XXH3-128 {fp}, manifest {self.tokenizer['fingerprint']}): it "
+                                  f"was replaced or corrupted; restore it or rebuild the dataset")
         self.shards = []
         for i, rec in enumerate(m["shards"]):
             s = Shard(os.path.join(self.path, rec["file"]), verify=verify)

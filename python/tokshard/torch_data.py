@@ -14,8 +14,12 @@ class TokshardIterable(torch.utils.data.IterableDataset):
     (count from 1; `steps` limits how many, None = forever). The samples of a
     step depend only on the dataset, seq_len, global_batch, seed and the step,
     never on dp. Tensor-parallel ranks of one data-parallel group pass the
-    same dp_rank. Use with DataLoader(batch_size=global_batch // dp) and
-    num_workers=0 (the order is the point)."""
+    same dp_rank. Use with DataLoader(batch_size=global_batch // dp): each
+    batch is then one step of this rank. With num_workers=k each worker
+    yields whole steps (worker w: first_step + w, first_step + w + k, ...), and
+    DataLoader's in-order round robin over the workers' batches gives the
+    steps in order, each sample once: the same batches as num_workers=0,
+    provided batch_size is global_batch // dp."""
 
     def __init__(self, dataset, seq_len, global_batch, dp_rank=0, dp=1, seed=1337, val_tokens=65536,
                  first_step=1, steps=None, verify=False):
@@ -27,9 +31,11 @@ class TokshardIterable(torch.utils.data.IterableDataset):
         Sampler.rank_slice(first_step, global_batch, dp_rank, dp)  # validates the layout
 
     def __iter__(self):
-        step = self.first_step
+        info = torch.utils.data.get_worker_info()
+        workers, me = (1, 0) if info is None else (info.num_workers, info.id)
+        step = self.first_step + me
         while self.steps is None or step < self.first_step + self.steps:
             for g in self.sampler.rank_samples(step, self.global_batch, self.dp_rank, self.dp):
                 x = torch.from_numpy(self.sampler.read(self.sampler.window(g)[1]))
                 yield x[:-1], x[1:]
-            step += 1
+            step += workers
