@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include "internal.h"
@@ -357,12 +358,22 @@ int tks_dataset_open(const char *dir, tks_dataset **out) {
     size_t n = 0;
     int rc = tks_path_join(mpath, sizeof mpath, dir, TKS_MANIFEST_NAME);
     if (!rc && (rc = tks__read_small_file(mpath, &text, &len))) {
-        char partial[PATH_MAX];
+        char partial[PATH_MAX], why[PATH_MAX + 512];
+        struct stat sb;
+        snprintf(why, sizeof why, "%s", tks_last_error()->message);
         snprintf(partial, sizeof partial, "%s.partial", dir);
-        rc = tks_fail(TKS_ERR_MANIFEST, mpath, TKS_NONE, TKS_NONE,
-                      "%s has no readable manifest.json: it is not a finished tokshard dataset "
-                      "(a build in progress works in %s; finish it with `tokshard build --resume`)",
-                      dir, partial);
+        if (stat(dir, &sb) != 0 && stat(partial, &sb) != 0)
+            rc = tks_fail(TKS_ERR_MANIFEST, mpath, TKS_NONE, TKS_NONE,
+                          "dataset %s does not exist: check the path, or build it with `tokshard build`",
+                          dir);
+        else if (stat(partial, &sb) == 0)
+            rc = tks_fail(TKS_ERR_MANIFEST, mpath, TKS_NONE, TKS_NONE,
+                          "%s has no readable manifest.json: it is not a finished tokshard dataset "
+                          "(a build in progress works in %s; finish it with `tokshard build --resume`)",
+                          dir, partial);
+        else
+            rc = tks_fail(TKS_ERR_MANIFEST, mpath, TKS_NONE, TKS_NONE,
+                          "%s is not a tokshard dataset: %s", dir, why);
     }
     if (!rc) {
         ds->manifest_xxh3 = XXH3_64bits(text, len);

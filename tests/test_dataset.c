@@ -425,9 +425,22 @@ static void test_corruption(void) {
     CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_TOKENIZER, "tokenizer swap not caught");
     CHECK(audit_problems(dir, &code) >= 1 && code == TKS_ERR_TOKENIZER, "audit: tokenizer swap");
     unlink(mp);
+    /* a missing manifest: a build to resume is named only when DIR.partial exists */
     CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_MANIFEST &&
-              strstr(tks_last_error()->message, "--resume") != NULL,
+              strstr(tks_last_error()->message, "not a tokshard dataset") &&
+              !strstr(tks_last_error()->message, ".partial"),
           "missing manifest message: %s", tks_last_error()->message);
+    char partial[PATH_MAX + 16];
+    snprintf(partial, sizeof partial, "%s.partial", dir);
+    mkdirs(partial);
+    CHECK(tks_dataset_open(dir, &ds) == TKS_ERR_MANIFEST &&
+              strstr(tks_last_error()->message, "--resume") && strstr(tks_last_error()->message, partial),
+          "missing manifest message with a build in progress: %s", tks_last_error()->message);
+    rmdir(partial);
+    snprintf(partial, sizeof partial, "%s-nowhere", dir);
+    CHECK(tks_dataset_open(partial, &ds) == TKS_ERR_MANIFEST &&
+              strstr(tks_last_error()->message, "does not exist"),
+          "missing dataset message: %s", tks_last_error()->message);
     free(man);
     free(img);
     free(orig);

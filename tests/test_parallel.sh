@@ -235,7 +235,7 @@ failures)
   }
   run a 2 "${M[@]}" --steps 8 --save-every 4 --tp 2 || exit 1
   # the hang of the issue: resuming step 4 into the same --out meets step-00000008 at the save
-  ends existing-step 2 "step-00000008 already exists.*--resume latest" -- "${MPI[@]}" -np 2 "$TRAIN" --dataset "$D" \
+  ends existing-step 2 "step-00000008 is newer than the checkpoint this run resumes from" -- "${MPI[@]}" -np 2 "$TRAIN" --dataset "$D" \
     --out run-a "${M[@]}" --steps 8 --save-every 4 --tp 2 --resume run-a/checkpoints/step-00000004
   touch afile
   ends unwritable-out 2 "cannot create afile/run" -- "${MPI[@]}" -np 2 "$TRAIN" --dataset "$D" --out afile/run "${M[@]}" \
@@ -244,8 +244,8 @@ failures)
   cp -r run-a/checkpoints/step-00000004 good && cp -r good corrupt
   printf '\x01' | dd of=corrupt/model.safetensors bs=1 seek=5000 conv=notrunc 2>/dev/null
   ends corrupt-on-rank-1 2 "corrupt is not a usable checkpoint: model.safetensors is corrupt" -- \
-    "${MPI[@]}" -np 1 "$TRAIN" --dataset "$D" --out r-c "${M[@]}" --steps 6 --tp 2 --resume good : \
-    -np 1 "$TRAIN" --dataset "$D" --out r-c "${M[@]}" --steps 6 --tp 2 --resume corrupt
+    "${MPI[@]}" -np 1 "$TRAIN" --dataset "$D" --out r-c "${M[@]}" --steps 8 --tp 2 --resume good : \
+    -np 1 "$TRAIN" --dataset "$D" --out r-c "${M[@]}" --steps 8 --tp 2 --resume corrupt
   # an allocation failing on rank 1 only, during the checkpoint's gather (a test
   # hook: not compiled into Release builds)
   if grep -qx 'CMAKE_BUILD_TYPE:STRING=Release' "$BIN/../CMakeCache.txt" 2>/dev/null; then

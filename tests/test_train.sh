@@ -137,7 +137,7 @@ checkpoint)
   expect_msg "config.json is corrupt"
   mkdir -p r/checkpoints/step-00000009.tmp
   expect 0 "a half-written checkpoint dir is ignored by --resume latest" -- "$TRAIN" --dataset "$S/data" \
-    --out r --steps 6 "${M[@]}" --resume latest
+    --out r --steps 6 "${M[@]}" --resume latest --change-schedule
   grep -q '"step": 5' r/metrics.jsonl && ok "resumed at step 5" || fail "did not resume from step 4"
   ;;
 
@@ -171,7 +171,7 @@ assert a["steps"] == b["steps"] and a["seed"] == 99 and a["micro_batch"] == 4
 EOF2
   # after a resume the plan continues from the newest checkpoint
   expect 0 "resume to step 6" -- "$TRAIN" --dataset "$S/data" --out r --steps 6 "${M[@]}" --seed 99 \
-    --resume latest
+    --resume latest --change-schedule
   expect 0 "sample-plan --run after the resume" -- "$TKS" sample-plan --run r --json
   python3 - "$W/out" <<'EOF2' && ok "step 7 starts at sample 48 = 6 x 8" || fail "cursor not followed"
 import json, sys
@@ -226,8 +226,8 @@ lock)
   wait_for run/metrics.jsonl '"step": 3,' || fail "the first trainer did not start"
   expect 2 "a second trainer on the same --out" -- "$TRAIN" --dataset "$S/data" --out run --steps 4 "${M[@]}"
   expect_msg "run/run.lock is locked by process $pid \\(pid $pid: tokshard-train\\).*wait for it to finish or stop it \\(kill -INT $pid\\)"
-  expect 2 "a second trainer resuming into the same --out" -- "$TRAIN" --dataset "$S/data" --out run --steps 4 \
-    "${M[@]}" --resume latest
+  expect 2 "a second trainer resuming into the same --out" -- "$TRAIN" --dataset "$S/data" --out run --steps 1000000 \
+    "${M[@]}" --eval-every 0 --save-every 2 --resume latest
   expect_msg "locked by process $pid"
   kill -INT $pid
   wait $pid
@@ -235,8 +235,8 @@ lock)
   [[ $code -eq 130 ]] && ok "the first trainer stopped and saved" || fail "the first trainer: exit $code"
   [[ ! -e run/run.lock ]] && ok "run.lock removed at the end" || fail "run.lock left behind"
   last=$(ls run/checkpoints | tail -1 | sed 's/step-0*//')
-  expect 0 "after it ends, the run resumes" -- "$TRAIN" --dataset "$S/data" --out run --steps $((last + 1)) \
-    "${M[@]}" --eval-every 0 --resume latest
+  expect 0 "after it ends, the run resumes (on a shorter schedule)" -- "$TRAIN" --dataset "$S/data" --out run \
+    --steps $((last + 1)) "${M[@]}" --eval-every 0 --resume latest --change-schedule
   # a build holds OUT.lock: `build --resume` of the same output while it runs is refused and
   # deletes nothing (it removed the running build's files before). The first build is stopped
   # (SIGSTOP) while it holds the lock so that the check does not race its end.
@@ -280,7 +280,7 @@ bf16)
   grep -q '"host_wait_s"' r16/metrics.jsonl && ok "metrics record host_wait_s" || fail "no host_wait_s"
   # a bf16 checkpoint holds fp32 masters: it resumes, in either dtype
   expect 0 "resume the bf16 run in fp32 for 2 more steps" -- "$TRAIN" --dataset "$S/data" --out r16 \
-    --resume latest --steps 26 "${M[@]}" --eval-every 0
+    --resume latest --steps 26 "${M[@]}" --eval-every 0 --change-schedule
   expect 2 "unknown dtype" -- "$TRAIN" --dataset "$S/data" --out x --dtype fp8 --dry-run
   expect_msg "--dtype fp8"
   # refused when not built with CUDA or without an NVIDIA driver (with a GPU it runs: cuda_train)

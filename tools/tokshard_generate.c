@@ -6,8 +6,11 @@
 #include "cli.h"
 #include "trainer/trainer.h"
 
+/* The prompt is printed with the first generated piece, so that a run that
+ * fails (a damaged checkpoint) prints nothing on stdout. */
+static int prompt_shown;
 static void print_text(const char *text, size_t len, void *ctx) {
-    (void)ctx;
+    if (!prompt_shown) fputs((const char *)ctx, stdout), prompt_shown = 1;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
 }
@@ -21,13 +24,17 @@ static void help(void) {
            "  --temperature F    0 = greedy [0.8]\n"
            "  --top-p F          nucleus sampling mass, 1 = off [0.9]\n"
            "  --seed N           sampling seed [1]\n"
-           "  --threads N        CPU threads (0 = all cores) [0]\n");
+           "  --threads N        CPU threads (0 = all cores) [0]\n"
+           "The context is the model's max_seq_len tokens: a longer prompt keeps its most recent\n"
+           "tokens, and generation that fills it goes on from its newest half (both said on stderr).\n"
+           "\nexit codes: 0 ok, 2 usage error or unreadable checkpoint\n");
 }
 
 int main(int argc, char **argv) {
     tks_cli_prog = "tokshard-generate";
+    tks_generate_stats gs;
     tks_generate_opts o = {.max_tokens = 100, .temperature = 0.8f, .top_p = 0.9f, .seed = 1,
-                           .prompt = "", .on_text = print_text};
+                           .prompt = "", .on_text = print_text, .stats = &gs};
     tks_args a = {argc - 1, 0, argv + 1, NULL, {0}};
     const char *pos, *v;
     uint64_t x;
@@ -50,8 +57,17 @@ int main(int argc, char **argv) {
     if (!o.checkpoint) return tks_cli_usage_error("--checkpoint DIR is required");
     char latest[4096];
     if (tks_train_latest_checkpoint(o.checkpoint, latest, sizeof latest) == 0) o.checkpoint = latest;
-    fputs(o.prompt, stdout);
+    o.ctx = (void *)o.prompt;
     int rc = tks_generate(&o);
+    if (rc) return tks_cli_lib_error();
+    if (!prompt_shown) fputs(o.prompt, stdout); /* EOS came first */
     putchar('\n');
-    return rc ? tks_cli_lib_error() : 0;
+    if (gs.prompt_dropped)
+        fprintf(stderr, "%s: the prompt is %llu tokens and the model's context %u: its first %llu "
+                "tokens were left out\n", tks_cli_prog, (unsigned long long)gs.prompt_tokens, gs.context,
+                (unsigned long long)gs.prompt_dropped);
+    if (gs.slides)
+        fprintf(stderr, "%s: the context (%u tokens) filled %llu time(s): generation went on from "
+                "its newest half each time\n", tks_cli_prog, gs.context, (unsigned long long)gs.slides);
+    return 0;
 }

@@ -35,6 +35,7 @@ static const flag FLAGS[] = {
     {"--resume", F_STR, &O.resume, "checkpoint directory to continue from, or 'latest' (in --out)"},
     {"--steps", F_U64, &O.steps, "optimizer steps in total"},
     {"--stop-at", F_U64, &O.stop_at, "save a checkpoint and exit after this step (0 = run all --steps)"},
+    {"--change-schedule", F_BOOL, &O.change_schedule, "on --resume, accept --steps/--lr/--min-lr/--warmup other than the checkpoint's run"},
     {"--seq-len", F_U32, &O.seq_len, "tokens per sample"},
     {"--global-batch", F_U64, &O.global_batch, "samples per optimizer step"},
     {"--micro-batch", F_U64, &O.micro_batch, "samples per forward/backward (0 = whole batch)"},

@@ -584,6 +584,19 @@ int tks_checkpoint_prune(const char *parent, unsigned keep) {
     return rc;
 }
 
+int tks_checkpoint_after(const char *parent, uint64_t step, char *out, size_t cap) {
+    size_t n;
+    char **v = list_steps(parent, &n);
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!found && strtoull(v[i] + 5, NULL, 10) > step)
+            found = tks_path_join(out, cap, parent, v[i]) == 0;
+        free(v[i]);
+    }
+    free(v);
+    return found;
+}
+
 int tks_checkpoint_latest(const char *parent, char *out, size_t cap) {
     size_t n;
     char **v = list_steps(parent, &n);

@@ -76,4 +76,9 @@ int tks_checkpoint_prune(const char *parent, unsigned keep);
  * TKS_ERR_IO when there is none. */
 int tks_checkpoint_latest(const char *parent, char *out, size_t cap);
 
+/* The oldest step directory under `parent` (whole or not: a save would
+ * collide with either) whose step is greater than `step`: 1 with its path in
+ * out[cap], 0 when there is none (or no `parent`). */
+int tks_checkpoint_after(const char *parent, uint64_t step, char *out, size_t cap);
+
 #endif

@@ -42,6 +42,14 @@ int tks_train_read_sampling(const char *path, tks_run_sampling *out) {
                         out->checkpoint);
     }
     snprintf(out->dataset, sizeof out->dataset, "%s", ds);
+    /* a relative path (a checkpoint written before paths were absolute) is
+     * tried from here, then from the run directory (checkpoint/../..) */
+    if (ds[0] != '/' && stat(ds, &sb) != 0) {
+        char run[PATH_MAX], p[PATH_MAX];
+        if (snprintf(run, sizeof run, "%s/../..", out->checkpoint) < (int)sizeof run &&
+            tks_path_join(p, sizeof p, run, ds) == 0 && stat(p, &sb) == 0)
+            snprintf(out->dataset, sizeof out->dataset, "%s", p);
+    }
     out->micro_batch = (uint64_t)json_integer_value(mb);
     out->val_dataset = json_is_string(json_object_get(o, "val_dataset"));
     json_decref(o);

@@ -67,6 +67,50 @@ static void run_free(run *r) {
     tks_dataset_close(r->val_ds);
 }
 
+/* The learning rate of 1-based step s under a schedule (tks_lr_at). */
+static double lr_at(uint64_t s, double lr, double min_lr, uint64_t warmup, uint64_t steps) {
+    tks_adamw_opts a = {.lr = (float)lr, .min_lr = (float)min_lr, .warmup = warmup, .total = steps};
+    return tks_lr_at(&a, s - 1);
+}
+
+/* A resumed run continues the checkpoint's learning-rate schedule: steps,
+ * lr, min_lr and warmup_steps as recorded, unless --change-schedule. And
+ * --steps may not be below the checkpoint's step (equal: nothing is trained,
+ * the checkpoint is written again, under this run's layout). */
+static int same_schedule(const tks_train_opts *o, const tks_train_state *st) {
+    if (o->steps < st->step)
+        return tks_fail(TKS_ERR_ARG, o->resume, TKS_NONE, TKS_NONE,
+                        "the checkpoint %s is at step %llu, past --steps %llu (the total, resumed "
+                        "steps included): nothing would be trained; give --steps above %llu",
+                        o->resume, (unsigned long long)st->step, (unsigned long long)o->steps,
+                        (unsigned long long)st->step);
+    if (o->steps == st->step) return 0; /* no step: the checkpoint is saved again (another layout) */
+    json_t *j = json_loads(st->options_json, 0, NULL);
+    json_t *js = json_object_get(j, "steps"), *jl = json_object_get(j, "lr"),
+           *jm = json_object_get(j, "min_lr"), *jw = json_object_get(j, "warmup_steps");
+    if (!json_is_integer(js) || !json_is_number(jl) || !json_is_number(jm) || !json_is_integer(jw)) {
+        json_decref(j);
+        return 0; /* not recorded: nothing to compare with */
+    }
+    uint64_t steps = (uint64_t)json_integer_value(js), warm = (uint64_t)json_integer_value(jw);
+    double lr = json_number_value(jl), min_lr = json_number_value(jm);
+    json_decref(j);
+    if (o->change_schedule ||
+        (steps == o->steps && warm == o->warmup_steps && (float)lr == o->lr && (float)min_lr == o->min_lr))
+        return 0;
+    uint64_t s = st->step + 1;
+    return tks_fail(TKS_ERR_ARG, o->resume, TKS_NONE, TKS_NONE,
+                    "the checkpoint %s was trained with --steps %llu --lr %g --min-lr %g --warmup %llu; "
+                    "this run asks for --steps %llu --lr %g --min-lr %g --warmup %llu, so the "
+                    "learning rate of step %llu would be %.3g instead of %.3g. Resume with the "
+                    "checkpoint's values, or pass --change-schedule to continue on the new schedule",
+                    o->resume, (unsigned long long)steps, lr, min_lr, (unsigned long long)warm,
+                    (unsigned long long)o->steps, (double)o->lr, (double)o->min_lr,
+                    (unsigned long long)o->warmup_steps, (unsigned long long)s,
+                    lr_at(s, o->lr, o->min_lr, o->warmup_steps, o->steps),
+                    lr_at(s, lr, min_lr, warm, steps));
+}
+
 static int resolve(const tks_train_opts *in, run *r) {
     memset(r, 0, sizeof *r);
     r->o = *in;
@@ -99,6 +143,7 @@ static int resolve(const tks_train_opts *in, run *r) {
                             "resume with the original --dataset",
                             o->resume, (unsigned long long)r->resumed.manifest_xxh3,
                             (unsigned long long)tks_dataset_manifest_xxh3(r->ds));
+        if ((rc = same_schedule(o, &r->resumed))) return rc;
         r->cfg = ck;                 /* the model is the checkpoint's */
         o->seq_len = r->resumed.seq_len;
         o->seed = r->resumed.seed;
@@ -425,10 +470,16 @@ static int mkdir_p(const char *d) {
     return 0;
 }
 
+/* The datasets are recorded by absolute path, so that `sample-plan --run`
+ * finds them from any directory (as given when realpath fails). */
 static void options_json(const run *r, char *out, size_t cap) {
     const tks_train_opts *o = &r->o;
+    char ds[PATH_MAX], vds[PATH_MAX];
+    if (!realpath(o->dataset_dir, ds)) snprintf(ds, sizeof ds, "%s", o->dataset_dir);
+    if (o->val_dataset_dir && !realpath(o->val_dataset_dir, vds))
+        snprintf(vds, sizeof vds, "%s", o->val_dataset_dir);
     json_t *j = json_pack("{s:s, s:I, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}",
-                          "dataset", o->dataset_dir, "steps", (json_int_t)o->steps, "seq_len",
+                          "dataset", ds, "steps", (json_int_t)o->steps, "seq_len",
                           (int)o->seq_len, "global_batch", (json_int_t)o->global_batch,
                           "micro_batch", (json_int_t)r->micro, "seed", (json_int_t)o->seed, "lr",
                           (double)o->lr, "min_lr", (double)o->min_lr, "beta1", (double)o->beta1,
@@ -436,7 +487,7 @@ static void options_json(const run *r, char *out, size_t cap) {
                           "weight_decay", (double)o->weight_decay, "grad_clip",
                           (double)o->grad_clip, "warmup_steps", (json_int_t)o->warmup_steps,
                           "val_tokens", (json_int_t)o->val_tokens);
-    if (j && o->val_dataset_dir) json_object_set_new(j, "val_dataset", json_string(o->val_dataset_dir));
+    if (j && o->val_dataset_dir) json_object_set_new(j, "val_dataset", json_string(vds));
     char *t = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) : NULL;
     snprintf(out, cap, "%s", t ? t : "{}");
     free(t);
@@ -501,6 +552,59 @@ static void comm_totals(tks_mesh *mesh, uint64_t out[4]) {
 int tks_train_rank(void) {
     int w, r;
     return tks_mesh_world(&w, &r) ? 0 : r;
+}
+
+/* Refuses a run whose checkpoints directory already holds a step after the
+ * one it starts from (`resume`: the checkpoint, NULL for a new run). */
+static int no_later_checkpoint(const char *ckdir, uint64_t start, const char *resume) {
+    char later[PATH_MAX];
+    if (!tks_checkpoint_after(ckdir, start, later, sizeof later)) return 0;
+    if (!resume)
+        return tks_fail(TKS_ERR_EXISTS, later, TKS_NONE, TKS_NONE,
+                        "%s exists: this run directory already holds checkpoints; continue it with "
+                        "--resume latest, or choose another --out",
+                        later);
+    return tks_fail(TKS_ERR_EXISTS, later, TKS_NONE, TKS_NONE,
+                    "%s is newer than the checkpoint this run resumes from (%s, step %llu): "
+                    "training would stop when it reaches it. If it is damaged, move it (and any "
+                    "newer step) out of the checkpoints directory, then resume again",
+                    later, resume, (unsigned long long)start);
+}
+
+/* Rewrites metrics.jsonl (crash-safely) without the lines of steps after
+ * `keep` and without a line cut by a kill; nothing to do when every line is
+ * kept or there is no file. */
+static int trim_metrics(const char *path, uint64_t keep) {
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT ? 0 : tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE,
+                                                  "cannot read %s: %s", path, strerror(errno));
+    char *line = NULL, *out = NULL;
+    size_t cap = 0, n = 0, ocap = 0;
+    ssize_t len;
+    int dropped = 0, rc = 0;
+    while (!rc && (len = getline(&line, &cap, f)) > 0) {
+        json_t *j = line[len - 1] == '\n' ? json_loads(line, 0, NULL) : NULL;
+        json_t *s = json_object_get(j, "step");
+        int keep_it = json_is_integer(s) && json_integer_value(s) >= 0 &&
+                      (uint64_t)json_integer_value(s) <= keep;
+        json_decref(j);
+        if (!keep_it) {
+            dropped = 1;
+            continue;
+        }
+        if (n + (size_t)len > ocap) {
+            ocap = 2 * (n + (size_t)len) + 4096;
+            char *o = realloc(out, ocap);
+            if (!o) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+            else out = o;
+        }
+        if (!rc) memcpy(out + n, line, (size_t)len), n += (size_t)len;
+    }
+    fclose(f);
+    free(line);
+    if (!rc && dropped) rc = tks_write_file_atomic(path, out ? out : "", n);
+    free(out);
+    return rc;
 }
 
 /* One setting of the resolved run that every rank must share. */
@@ -613,6 +717,14 @@ int tks_train(const tks_train_opts *in) {
     int run_lock = -1;
     if (!rc && lead && (rc = tks_path_join(lock_path, sizeof lock_path, o->out_dir, "run.lock")) == 0)
         rc = tks_lock(lock_path, "tokshard-train", &run_lock);
+    /* a later checkpoint would stop the run when it gets there, its compute
+     * lost: refused now (the ranks agree in tks_mesh_use_backend) */
+    uint64_t start = o->resume ? r.resumed.step : 0;
+    if (!rc && lead) rc = no_later_checkpoint(ckdir, start, o->resume);
+    /* metrics.jsonl keeps each step once: lines after the starting step (a run
+     * that went on past its last checkpoint, or was killed in a save) go */
+    if (!rc && lead && (rc = tks_path_join(path, sizeof path, o->out_dir, "metrics.jsonl")) == 0)
+        rc = trim_metrics(path, start);
     if (!rc) rc = tks_backend_create(o->device, o->threads, &be);
     /* the groups on the backend: NCCL communicators under --device cuda (--comm) */
     rc = tks_mesh_use_backend(mesh, be, o->comm, rc);
@@ -910,11 +1022,20 @@ int tks_generate(const tks_generate_opts *o) {
     if (!rc && (!logits || !scratch)) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     /* the context starts with BOS when the tokenizer has one */
     uint32_t bos = spm ? tks_spm_bos_id(spm) : TKS_NO_ID, eos = spm ? tks_spm_eos_id(spm) : TKS_NO_ID;
-    uint32_t *ctx = malloc(((size_t)cfg.max_seq_len + 1) * sizeof *ctx);
+    const size_t L = cfg.max_seq_len;
+    uint32_t *ctx = malloc((L + 1) * sizeof *ctx);
     size_t n = 0;
+    tks_generate_stats stl = {0}, *gs = o->stats ? o->stats : &stl;
+    memset(gs, 0, sizeof *gs);
+    gs->context = cfg.max_seq_len;
+    gs->prompt_tokens = enc.n;
     if (!ctx && !rc) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc && bos != TKS_NO_ID) ctx[n++] = bos;
-    for (size_t i = 0; !rc && i < enc.n && n < cfg.max_seq_len; i++) ctx[n++] = enc.ids[i];
+    /* the prompt's most recent tokens, leaving room for the first generated one */
+    size_t room = L > n + 1 ? L - n - 1 : (L > n ? L - n : 0);
+    size_t from = enc.n > room ? enc.n - room : 0;
+    gs->prompt_dropped = rc ? 0 : from;
+    for (size_t i = from; !rc && i < enc.n; i++) ctx[n++] = enc.ids[i];
     /* Without BOS an empty prompt leaves no token to predict from: start after
      * an EOS (what ends the previous document in a dataset built with
      * --append-eos), or refuse when the tokenizer has neither. */
@@ -926,7 +1047,7 @@ int tks_generate(const tks_generate_opts *o) {
     uint64_t rng = o->seed ^ 0x5DEECE66Dull;
     int pos = 0;
     for (size_t i = 0; !rc && i < n; i++) rc = tks_model_decode_step(m, (int32_t)ctx[i], pos++, logits);
-    for (uint32_t k = 0; !rc && k < o->max_tokens && (uint32_t)pos < cfg.max_seq_len; k++) {
+    for (uint32_t k = 0; !rc && k < o->max_tokens; k++) {
         uint32_t next = sample(logits, cfg.vocab_size, o->temperature, o->top_p > 0 ? o->top_p : 1.0f,
                                &rng, scratch);
         if (next == eos) break;
@@ -941,8 +1062,19 @@ int tks_generate(const tks_generate_opts *o) {
         if (!rc && o->on_text && len >= plen) o->on_text(text + plen, len - plen, o->ctx);
         free(text);
         free(prev);
-        ctx[n++] = next; /* n == pos <= max_seq_len: ctx has max_seq_len + 1 slots */
-        if (!rc) rc = tks_model_decode_step(m, (int32_t)next, pos++, logits);
+        ctx[n++] = next; /* n == pos + 1 <= max_seq_len + 1 slots */
+        gs->generated++;
+        if (rc || (size_t)pos < L) {
+            if (!rc) rc = tks_model_decode_step(m, (int32_t)next, pos++, logits);
+            continue;
+        }
+        /* the context is full: restart from its newest half (BOS kept) */
+        size_t head = bos != TKS_NO_ID ? 1 : 0, keep = L / 2 > head ? L / 2 - head : 1;
+        memmove(ctx + head, ctx + n - keep, keep * sizeof *ctx);
+        n = head + keep;
+        gs->slides++;
+        rc = tks_model_kv_reset(m);
+        for (pos = 0; !rc && (size_t)pos < n; pos++) rc = tks_model_decode_step(m, (int32_t)ctx[pos], pos, logits);
     }
     free(ctx);
     free(logits);

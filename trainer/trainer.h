@@ -46,6 +46,9 @@ typedef struct tks_train_opts {
     uint64_t steps;               /* optimizer steps in total (including resumed ones) */
     uint64_t stop_at;             /* save and return after this step (0 = steps); the schedule
                                    * still spans `steps`, so a resumed run continues it */
+    int change_schedule;          /* resume: allow steps, lr, min_lr or warmup_steps to differ
+                                   * from the checkpoint's run (the learning rate jumps to the
+                                   * new schedule's value); refused otherwise */
     uint32_t seq_len;
     uint64_t global_batch;        /* samples per optimizer step, all ranks together */
     uint64_t micro_batch;         /* samples per forward/backward (0 = whole per-rank batch) */
@@ -134,7 +137,8 @@ int tks_train_latest_checkpoint(const char *run_dir, char *out, size_t cap);
  * what that run read and will read. */
 typedef struct tks_run_sampling {
     char checkpoint[4096];        /* the checkpoint directory read */
-    char dataset[4096];           /* the training dataset, as the run was given it */
+    char dataset[4096];           /* the training dataset (absolute; a relative path of an older
+                                   * checkpoint is resolved from here or the run directory) */
     int val_dataset;              /* 1: validation used a separate dataset (no split) */
     uint32_t seq_len;
     uint64_t global_batch, micro_batch, seed, val_tokens;
@@ -162,8 +166,30 @@ typedef struct tks_generate_opts {
     /* receives each piece of text as it is produced */
     void (*on_text)(const char *text, size_t len, void *ctx);
     void *ctx;
+    struct tks_generate_stats *stats; /* may be NULL: what was cut, filled by tks_generate */
 } tks_generate_opts;
 
+/* What tks_generate had to leave out to stay within the model's context
+ * (max_seq_len tokens). */
+typedef struct tks_generate_stats {
+    uint64_t prompt_tokens;       /* the prompt's tokens (without BOS) */
+    uint64_t prompt_dropped;      /* its oldest tokens left out of the context */
+    uint64_t generated;           /* tokens generated (an EOS ends early) */
+    uint64_t slides;              /* times the context was full and restarted from its newest
+                                   * half (the KV cache recomputed) */
+    uint32_t context;             /* max_seq_len */
+} tks_generate_stats;
+
+/*
+ * Continues o->prompt for up to o->max_tokens tokens (an EOS ends it). The
+ * context is the model's max_seq_len tokens: a longer prompt keeps its most
+ * recent tokens (after BOS), and when generation fills the context it
+ * restarts from the newest half (BOS kept), recomputing the KV cache; both
+ * are counted in o->stats. Errors: the checkpoint's (tks_checkpoint_peek,
+ * tks_checkpoint_load), TKS_ERR_TOKENIZER (its tokenizer.model is not the
+ * model's, or not a sentencepiece model), TKS_ERR_ARG (an empty prompt with
+ * a tokenizer without BOS and EOS), TKS_ERR_NOMEM.
+ */
 int tks_generate(const tks_generate_opts *o);
 
 #endif /* TKS_TRAINER_H */
