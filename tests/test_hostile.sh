@@ -6,6 +6,9 @@
 #   promise   x.gz / x.zst whose bytes are not compressed: refused, or skipped and listed
 #   fifo      a FIFO input without a writer ends on SIGTERM; a FIFO shard is refused at once
 #   ranks     mpirun ranks launched with different flags or datasets stop before step 1
+#   resume    a later checkpoint in the way, metrics.jsonl after resumes, --steps and the schedule
+#   generate  a prompt longer than the context, and generation past it
+#   paths     sample-plan --run from another directory; a missing --dataset names no .partial
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -141,6 +144,75 @@ ranks)
     : -np 1 "$TRAIN" --dataset B --out r2 "${TINY[@]}" --steps 2
   expect_msg "--dataset \(manifest XXH3\) is [0-9a-f]{16} on rank 0 but [0-9a-f]{16} on rank 1"
   expect 0 "ranks with the same settings" -- "${MPI[@]}" -np 2 "$TRAIN" --dataset A --out r3 "${TINY[@]}" --steps 2
+  ;;
+resume)
+  expect 0 "dataset" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  R=(--dataset ds "${TINY[@]}" --steps 8 --save-every 2)
+  expect 0 "8 steps, a checkpoint every 2" -- "$TRAIN" --out run "${R[@]}"
+  # item 10: after a resume from step 4, each step appears once in metrics.jsonl
+  cp -r run r2 && rm -r r2/checkpoints/step-0000000{6,8}
+  expect 0 "resume from step 4 (steps 5..8 again)" -- "$TRAIN" --out r2 "${R[@]}" --resume latest
+  n=$(grep -c '"loss"' r2/metrics.jsonl)
+  dup=$(grep -o '"step": [0-9]*, "loss"' r2/metrics.jsonl | sort | uniq -d | head -1)
+  [[ $n -eq 8 && -z $dup ]] && ok "metrics.jsonl: 8 training lines, no step twice" ||
+    fail "metrics.jsonl: $n training lines, duplicate: $dup"
+  cmp -s <(grep '"loss"' run/metrics.jsonl | sed 's/"tokens_per_s.*//') <(grep '"loss"' r2/metrics.jsonl | sed 's/"tokens_per_s.*//') &&
+    ok "the resumed curve equals the uninterrupted one" || fail "the resumed metrics differ"
+  printf '{"step": 9, "lo' >>r2/metrics.jsonl   # a line cut by kill -9
+  # item 9: resuming step 4 while step 6 (damaged) is still there
+  cp -r run r3
+  printf 'x' | dd of=r3/checkpoints/step-00000006/model.safetensors bs=1 seek=100 conv=notrunc 2>/dev/null
+  expect 2 "resume from step 4 with step 6 in the way" -- "$TRAIN" --out r3 "${R[@]}" --resume r3/checkpoints/step-00000004
+  expect_msg "step-00000006 is newer than the checkpoint this run resumes from .*step 4.*move it"
+  [[ $(grep -c '"loss"' r3/metrics.jsonl) -eq 8 ]] && ok "nothing trained, metrics untouched" || fail "r3 metrics changed"
+  expect 2 "a new run into a directory with checkpoints" -- "$TRAIN" --out run "${R[@]}"
+  expect_msg "run/checkpoints/step-[0-9]{8} exists: .*--resume latest"
+  # item 11: --steps below the checkpoint, and a changed schedule
+  expect 2 "--steps 6 on a run at step 8" -- "$TRAIN" --out run "${R[@]}" --steps 6 --resume latest
+  expect_msg "is at step 8, past --steps 6"
+  expect 2 "--steps 12 changes the schedule" -- "$TRAIN" --out run "${R[@]}" --steps 12 --resume latest
+  expect_msg "trained with --steps 8 .*asks for --steps 12.*--change-schedule"
+  expect 2 "--lr changes the schedule" -- "$TRAIN" --out run "${R[@]}" --lr 1e-2 --resume latest --steps 10
+  expect_msg "asks for --steps 10 --lr 0.01"
+  expect 0 "--change-schedule extends the run" -- "$TRAIN" --out run "${R[@]}" --steps 10 --resume latest --change-schedule
+  [[ $(grep -c '"loss"' run/metrics.jsonl) -eq 10 ]] && ok "10 steps in metrics.jsonl" || fail "$(grep -c loss run/metrics.jsonl) lines"
+  ;;
+
+generate)
+  GEN=$BIN/tokshard-generate
+  expect 0 "dataset" -- "$TKS" build -q "${B[@]}" --append-eos --output ds "$T/gcide.txt"
+  expect 0 "a model with a 32-token context" -- "$TRAIN" --dataset ds --out run "${TINY[@]}" --max-seq-len 32 --steps 2
+  long=$(head -c 3000 "$T/gcide.txt" | tr '\n' ' ')
+  expect 0 "a prompt of ~3000 bytes" -- "$GEN" --checkpoint run --prompt "$long" --max-tokens 5 --temperature 0 --seed 3
+  expect_msg "the prompt is [0-9]+ tokens and the model's context 32: its first [0-9]+ tokens were left out"
+  gen=$(tail -c +$((${#long} + 1)) "$W/out" | tr -d '\n')
+  [[ -n $gen ]] && ok "text generated after the long prompt: '$gen'" || fail "nothing generated after a long prompt"
+  expect 0 "100 tokens from a 32-token context" -- "$GEN" --checkpoint run --prompt "Abandon" --max-tokens 100 --temperature 1 --top-p 1 --seed 5
+  if grep -q "filled" "$W/err"; then
+    expect_msg "the context \(32 tokens\) filled [0-9]+ time\(s\)"
+    [[ $(wc -c <"$W/out") -gt 60 ]] && ok "generation went past the context" || fail "output: $(cat "$W/out")"
+  else
+    ok "generation ended at an EOS before the context filled: $(wc -c <"$W/out") bytes"
+  fi
+  mkdir bad && cp -r run/checkpoints/step-00000002 bad/ && rm bad/step-00000002/model.safetensors
+  expect 2 "a damaged checkpoint prints nothing on stdout" -- "$GEN" --checkpoint bad/step-00000002 --prompt "Abandon"
+  [[ ! -s $W/out ]] && ok "stdout empty" || fail "stdout: $(cat "$W/out")"
+  ;;
+
+paths)
+  mkdir -p a/b && cd a/b || exit 2
+  expect 0 "dataset" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  expect 0 "a run" -- "$TRAIN" --dataset ds --out run "${TINY[@]}" --steps 2
+  cd "$W" || exit 2
+  expect 0 "sample-plan --run from another directory" -- "$TKS" sample-plan --run a/b/run --steps 3
+  expect 2 "tokshard-train with a missing --dataset" -- "$TRAIN" --dataset nowhere --out x "${TINY[@]}" --steps 2
+  expect_msg "dataset nowhere does not exist"
+  grep -q partial "$W/err" && fail "the message mentions a .partial that does not exist" || ok "no .partial mentioned"
+  expect 2 "a missing --val-dataset" -- "$TRAIN" --dataset a/b/ds --val-dataset nowhere --out x "${TINY[@]}" --steps 2
+  expect_msg "dataset nowhere does not exist"
+  mkdir -p inprog.partial
+  expect 2 "a dataset whose build is in progress" -- "$TRAIN" --dataset inprog --out x "${TINY[@]}" --steps 2
+  expect_msg "inprog.partial.*--resume"
   ;;
 *)
   fail "unknown case $CASE"
