@@ -660,6 +660,21 @@ static int write_manifest(const tks_build_opts *o, const char *partial, const tk
 static int build_units_here(const tks_build_opts *o, tks_build_stats *stats);
 static int partial_is_units(const char *out_dir);
 
+/* TKS_ERR_INPUT for inputs that gave no document with a token, saying what
+ * was read and what each policy left out. */
+static int no_text(const tks_input_stats *is) {
+    return tks_fail(TKS_ERR_INPUT, NULL, TKS_NONE, TKS_NONE,
+                    "the inputs hold no document with text: %llu files, %llu entries, %llu "
+                    "documents kept; left out: %llu empty, %llu invalid UTF-8 (--invalid-utf8), "
+                    "%llu too long (--max-doc-bytes), %llu bad JSONL records, %llu binary, %llu "
+                    "bad inputs. Check the paths, --doc-split, --jsonl-key and those policies",
+                    (unsigned long long)is->files, (unsigned long long)is->entries,
+                    (unsigned long long)is->docs, (unsigned long long)is->empty_skipped,
+                    (unsigned long long)is->utf8_skipped, (unsigned long long)is->long_skipped,
+                    (unsigned long long)is->bad_records_skipped,
+                    (unsigned long long)is->binary_skipped, (unsigned long long)is->bad_inputs_skipped);
+}
+
 /* 1 when `a` is `b` or lies under directory `b` (both canonical). */
 static int path_within(const char *a, const char *b) {
     size_t n = strlen(b);
@@ -871,10 +886,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
         }
     }
     if (!rc && st.n_shards == 0)
-        rc = tks_fail(TKS_ERR_INPUT, NULL, TKS_NONE, TKS_NONE,
-                      "the inputs hold no document with text (%llu read): check the paths, "
-                      "--doc-split and --jsonl-key",
-                      (unsigned long long)docs_read);
+        rc = no_text(tks_input_get_stats(in));
     if (!rc) rc = add_input_hashes(desc, in);
     if (!rc)
         rc = write_manifest(o, partial, spm, desc, tks_input_get_stats(in), st.shards, st.n_shards,
@@ -1681,10 +1693,7 @@ int tks_build_job_finish(tks_build_job *j, tks_build_stats *stats) {
         rc = tks_fsync_dir(j->partial);
     }
     if (!rc && n_all == 0)
-        rc = tks_fail(TKS_ERR_INPUT, NULL, TKS_NONE, TKS_NONE,
-                      "the inputs hold no document with text (%llu read): check the paths, "
-                      "--doc-split and --jsonl-key",
-                      (unsigned long long)j->input.docs);
+        rc = no_text(&j->input);
     if (!rc)
         rc = write_manifest(&j->o, j->partial, j->spm, j->desc, &j->input, all, n_all, empty, stats);
     if (!rc) {

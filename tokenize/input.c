@@ -102,6 +102,8 @@ struct tks_input {
     struct file_meta {      /* what the listing saw: a regular file is re-checked against it */
         struct timespec mtime;
         int regular;
+        dev_t dev;
+        ino_t ino;
     } *meta;
     char **skipped;         /* "path: why" of files left out under bad_input SKIP */
     size_t n_skipped;
@@ -365,7 +367,7 @@ static int add_file(tks_input *in, const char *path, const struct stat *st) {
     uint64_t size = regular ? (uint64_t)st->st_size : 0;
     in->files[in->n_files] = copy;
     in->sizes[in->n_files] = size;
-    in->meta[in->n_files] = (struct file_meta){st->st_mtim, regular};
+    in->meta[in->n_files] = (struct file_meta){st->st_mtim, regular, st->st_dev, st->st_ino};
     memset(&in->fh[in->n_files], 0, sizeof in->fh[0]);
     in->n_files++;
     in->total_bytes += size;
@@ -381,6 +383,19 @@ typedef struct dir_chain {
 
 static int cmp_names(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* (dev, ino, listing index) of check_once */
+typedef struct file_key {
+    dev_t dev;
+    ino_t ino;
+    size_t i;
+} file_key;
+static int cmp_file_key(const void *a, const void *b) {
+    const file_key *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
 }
 
 static int add_path(tks_input *in, const char *path, int explicit_path, const dir_chain *up);
@@ -544,6 +559,26 @@ static int check_promise(const char *path, char *why, size_t cap) {
     return 1;
 }
 
+/* Refuses a file listed twice (named twice, or named and inside a named
+ * directory, or through a hard link): its documents would be in the dataset
+ * twice without anyone having asked for it. */
+static int check_once(const tks_input *in) {
+    size_t n = in->n_files;
+    file_key *k = malloc((n ? n : 1) * sizeof *k);
+    if (!k) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory listing inputs");
+    for (size_t i = 0; i < n; i++) k[i] = (file_key){in->meta[i].dev, in->meta[i].ino, i};
+    qsort(k, n, sizeof *k, cmp_file_key);
+    int rc = 0;
+    for (size_t i = 1; i < n && !rc; i++)
+        if (k[i].dev == k[i - 1].dev && k[i].ino == k[i - 1].ino && in->meta[k[i].i].regular)
+            rc = tks_fail(TKS_ERR_ARG, in->files[k[i].i], TKS_NONE, TKS_NONE,
+                          "%s is the same file as %s, listed earlier: each input is read once; "
+                          "remove one of them from the inputs",
+                          in->files[k[i].i], in->files[k[i - 1].i]);
+    free(k);
+    return rc;
+}
+
 /* Checks every regular file's promise; under SKIP drops the bad ones from
  * the list and records them, under FAIL refuses the first. */
 static int check_promises(tks_input *in) {
@@ -622,6 +657,7 @@ int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opt
     if (!rc && !(in->hst = XXH3_createState()))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     for (size_t i = 0; i < n && !rc; i++) rc = add_path(in, paths[i], 1, NULL);
+    if (!rc) rc = check_once(in);
     if (!rc) rc = check_promises(in);
     if (rc) {
         tks_input_free(in);
@@ -1767,6 +1803,12 @@ int tks_input_next(tks_input *in, tks_doc *doc) {
         if (!in->in_entry) {
             if ((r = next_entry(in)) < 0) break;
             if (r == 0) {
+                /* a plain file with no entry at all is empty: under
+                 * --doc-split file, one empty document (counted) */
+                if (!in->is_archive && in->entry_no == 0 && in->opts.split == TKS_SPLIT_FILE &&
+                    in->opts.format != TKS_FMT_JSONL &&
+                    !(in->opts.format == TKS_FMT_AUTO && has_ext(in->path, ".jsonl")))
+                    in->st.empty_skipped++;
                 close_file(in);
                 continue;
             }

@@ -541,6 +541,10 @@ extern "C" int tks_spm_train(const tks_spm_train_opts *o, tks_sentence_fn next, 
         tks_clear_error();
         CallbackIterator it(next, ctx);
         it.Start();
+        if (!it.code_ && it.done()) /* sentencepiece would only assert !sentences_.empty() */
+            return tks_fail(TKS_ERR_INPUT, NULL, TKS_NONE, TKS_NONE,
+                            "the training text holds no non-empty line: nothing to train %s on",
+                            model_path.c_str());
         std::string model;
         spm::util::Status st =
             it.code_ ? spm::util::Status() : spm::SentencePieceTrainer::Train(kw, &it, &model);

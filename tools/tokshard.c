@@ -337,6 +337,16 @@ static int cmd_train_tokenizer(int argc, char **argv) {
     int rc = tks_input_open(inputs, n_in, &io, &src.in);
     double t0 = omp_get_wtime();
     if (!rc) rc = tks_spm_train(&t, next_sentence, &src);
+    if (rc == TKS_ERR_INPUT && src.lines == 0) { /* what was read, and what was left out */
+        const tks_input_stats *is = tks_input_get_stats(src.in);
+        tks_fail(rc, NULL, TKS_NONE, TKS_NONE,
+                 "the inputs hold no non-empty line to train on: %llu files, %llu documents read; "
+                 "left out: %llu empty, %llu invalid UTF-8 (--invalid-utf8), %llu too long, %llu "
+                 "binary. Check the paths, --doc-split and those policies",
+                 (unsigned long long)is->files, (unsigned long long)is->docs,
+                 (unsigned long long)is->empty_skipped, (unsigned long long)is->utf8_skipped,
+                 (unsigned long long)is->long_skipped, (unsigned long long)is->binary_skipped);
+    }
     tks_input_free(src.in);
     if (rc) return tks_cli_lib_error();
     printf("trained %s.model (%s, vocab %u) from %llu lines in %.1f s\n", t.model_prefix,
