@@ -379,9 +379,17 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
         size_t len = 0;
         tks_path_join(buf, sizeof buf, path, TKS_MANIFEST_NAME);
         if (tks__read_small_file(buf, &text, &len) != 0) {
-            problem(pk, TKS_ERR_MANIFEST, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, buf,
-                    "no readable manifest.json: the dataset is unfinished (finish the build with "
-                    "`tokshard build --resume`)");
+            char partial[PATH_MAX + 16];
+            struct stat ps;
+            snprintf(partial, sizeof partial, "%s.partial", path);
+            if (stat(partial, &ps) == 0)
+                problem(pk, TKS_ERR_MANIFEST, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, buf,
+                        "no readable manifest.json: the dataset is unfinished (its build works in "
+                        "%s; finish it with `tokshard build --resume`)", partial);
+            else
+                problem(pk, TKS_ERR_MANIFEST, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, buf,
+                        "no readable manifest.json (%s): not a finished tokshard dataset; rebuild "
+                        "it, or restore manifest.json", tks_last_error()->message);
         } else if (tks__manifest_parse(text, len, buf, &tok, &minfo, &n_minfo, &m_token_bytes,
                                        &m_chunk_bytes) != 0) {
             problem(pk, tks_last_error()->code, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,

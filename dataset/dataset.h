@@ -191,12 +191,17 @@ int tks_shard_verify_chunk(const tks_shard *s, uint64_t c);
  * ------------------------------------------------------------------------- */
 typedef struct tks_dataset tks_dataset;
 
+/* The tokenizer file of a dataset imported with a vocabulary size and no
+ * tokenizer (model_type "none"): a text note, never a model; checkpoints
+ * keep it under the same name. */
+#define TKS_NO_TOKENIZER_NAME "tokenizer.none"
+
 /* Manifest tokenizer record. */
 typedef struct tks_tokenizer_info {
     char file[256];           /* tokenizer file name inside the dataset dir */
     uint8_t fingerprint[16];  /* XXH3-128 of the tokenizer file */
     uint32_t vocab_size;
-    char model_type[16];      /* "bpe", "unigram", "word", "char" */
+    char model_type[16];      /* "bpe", "unigram", "word", "char"; "none" (TKS_NO_TOKENIZER_NAME) */
     uint32_t bos_id, eos_id, pad_id, unk_id; /* TKS_NO_ID when absent */
 } tks_tokenizer_info;
 

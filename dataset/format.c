@@ -82,6 +82,15 @@ static int bad(const char *name, const char *what, uint64_t a, uint64_t b) {
 
 int tks_header_decode(const uint8_t *buf, size_t n, const char *name, tks_shard_header *h) {
     if (!name) name = "<shard>";
+    /* another project's files, named by what their first bytes are
+     * (docs/INTEROP.md: megatron-core's MMIDIDX index, llm.c's int32 magic) */
+    uint32_t m = n >= 4 ? tks__get32(buf) : 0;
+    const char *other = n >= 9 && !memcmp(buf, "MMIDIDX\0\0", 9)
+                            ? "a Megatron index (.idx); audit it with `tokshard audit --format megatron PREFIX`"
+                        : m == 20240520u || m == 20240801u
+                            ? "an llm.c token file; audit it with `tokshard audit --format llmc FILE`"
+                            : NULL;
+    if (other) return tks_fail(TKS_ERR_MAGIC, name, TKS_NONE, 0, "%s is %s, not a tokshard shard", name, other);
     if (n < TKS_HEADER_SIZE)
         return tks_fail(TKS_ERR_TRUNCATED, name, TKS_NONE, n,
                         "%s: file is %zu bytes, shorter than the %u-byte header: truncated or not a "

@@ -155,6 +155,9 @@ static int export_llmc(const tks_shard *sh, const tks_export_opts *o, const char
     if (!rc) {
         st->tokens += n_out;
         st->bytes_written += sizeof header + n_out * tb;
+        st->eot_inserted += inserted;
+        for (uint64_t d = 0; inserted && d < h->n_docs; d++)
+            st->docs_end_eot += tks_shard_token_at(tok, tb, ix[d + 1] - 1) == o->eot_id;
     }
     return rc;
 }

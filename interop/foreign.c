@@ -197,7 +197,13 @@ static int open_megatron(const char *prefix, tks__plist *pl, tks__foreign *f) {
     uint64_t need = TKS_MEGATRON_HEADER_BYTES;
     int overflow = S > (UINT64_MAX / 32) || D1 > (UINT64_MAX / 32);
     if (!overflow) need += 12 * S + 8 * D1;
-    if (overflow || (f->idx_size != need && f->idx_size != need + S))
+    if (overflow)
+        return tks__problem(pl, TKS_ERR_HEADER, ip, TKS_NONE, 18, TKS_NONE,
+                            "%s: its header claims %llu sequences and %llu document indices, more "
+                            "than any file can hold (over 2^64 bytes): the header is corrupt; "
+                            "re-run preprocess_data.py",
+                            ip, (unsigned long long)S, (unsigned long long)D1);
+    if (f->idx_size != need && f->idx_size != need + S)
         return tks__problem(pl, TKS_ERR_TRUNCATED, ip, TKS_NONE, f->idx_size, TKS_NONE,
                             "%s has %zu bytes but its header (%llu sequences, %llu document "
                             "indices) needs %llu: the index is truncated or not from this "
@@ -229,10 +235,10 @@ static int open_megatron(const char *prefix, tks__plist *pl, tks__foreign *f) {
         if (ptr != cum) {
             fatal = 1;
             if ((rc = tks__problem(pl, TKS_ERR_INDEX, ip, TKS_NONE, (uint64_t)(ptr_p - b) + 8 * i, TKS_NONE,
-                                   "%s: sequence %llu points at byte %llu of the .bin but the "
+                                   "%s: sequence %llu points at byte %lld of the .bin but the "
                                    "lengths before it end at byte %llu: the .idx does not describe "
                                    "this .bin (re-run preprocess_data.py)",
-                                   ip, (unsigned long long)i, (unsigned long long)ptr,
+                                   ip, (unsigned long long)i, (long long)(int64_t)ptr, /* int64 in the file */
                                    (unsigned long long)cum)))
                 return rc;
             break;

@@ -15,7 +15,7 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
     return remove(p);
 }
 
-int tks_export_hf(const char *checkpoint, const char *out_dir) {
+int tks_export_hf(const char *checkpoint, const char *out_dir, int *tokenizer_missing) {
     if (!checkpoint || !out_dir || !*out_dir)
         return tks_fail(TKS_ERR_ARG, out_dir, TKS_NONE, TKS_NONE, "export-hf needs a CHECKPOINT and a DIR");
     struct stat sb;
@@ -33,8 +33,13 @@ int tks_export_hf(const char *checkpoint, const char *out_dir) {
     if (mkdir(tmp, 0755) != 0)
         return tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE, "cannot create %s: %s", tmp,
                         strerror(errno));
+    /* a model trained on a dataset without a tokenizer is exported without one */
+    char none[PATH_MAX];
+    int no_tok = tks_path_join(none, sizeof none, rs.checkpoint, TKS_NO_TOKENIZER_NAME) == 0 &&
+                 access(none, F_OK) == 0;
+    if (tokenizer_missing) *tokenizer_missing = no_tok;
     static const char *const files[] = {"model.safetensors", "config.json", "tokenizer.model"};
-    for (size_t i = 0; i < 3 && !rc; i++) {
+    for (size_t i = 0; i < (no_tok ? 2u : 3u) && !rc; i++) {
         rc = tks_path_join(src, sizeof src, rs.checkpoint, files[i]);
         if (!rc) rc = tks_path_join(dst, sizeof dst, tmp, files[i]);
         if (!rc && access(src, F_OK) != 0)
@@ -42,8 +47,8 @@ int tks_export_hf(const char *checkpoint, const char *out_dir) {
                           "%s is missing: the checkpoint has no %s to export", src, files[i]);
         if (!rc) rc = tks_copy_file_atomic(src, dst);
     }
-    if (!rc) rc = tks_path_join(dst, sizeof dst, tmp, "tokenizer.model");
-    if (!rc) rc = tks_hf_tokenizer_write(dst, tmp);
+    if (!rc && !no_tok) rc = tks_path_join(dst, sizeof dst, tmp, "tokenizer.model");
+    if (!rc && !no_tok) rc = tks_hf_tokenizer_write(dst, tmp);
     if (!rc && rename(tmp, out_dir) != 0)
         rc = tks_fail(TKS_ERR_IO, out_dir, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s", tmp, out_dir,
                       strerror(errno));

@@ -17,7 +17,6 @@
 #include "../tokenize/spm.h"
 
 #define STATE_NAME "import-state.json"
-#define NO_TOKENIZER_NAME "tokenizer.none"
 
 /* ---------------------------------------------------------------------------
  * Audit
@@ -264,7 +263,7 @@ static int setup_tokenizer(const tks_import_opts *o, const char *partial, tks_to
     int n = snprintf(note, sizeof note,
                      "no tokenizer: this dataset was imported with --vocab-size %u; ids are checked "
                      "against that vocabulary but cannot be decoded\n", o->vocab_size);
-    snprintf(tok->file, sizeof tok->file, NO_TOKENIZER_NAME);
+    snprintf(tok->file, sizeof tok->file, TKS_NO_TOKENIZER_NAME);
     snprintf(tok->model_type, sizeof tok->model_type, "none");
     tok->vocab_size = o->vocab_size;
     tok->bos_id = tok->eos_id = tok->pad_id = tok->unk_id = TKS_NO_ID;

@@ -151,6 +151,10 @@ typedef struct tks_export_stats {
     uint64_t files;             /* data files written (one per shard) */
     uint64_t docs, tokens;      /* tokens: as written (with inserted delimiters) */
     uint64_t bytes_written;     /* bytes written (links count 0) */
+    uint64_t docs_end_eot;      /* llmc: documents that already end with the --eot id (a dataset
+                                 * built with --append-eos and EOS = --eot): each such boundary
+                                 * holds two delimiters once EOT is prepended */
+    uint64_t eot_inserted;      /* llmc: EOT ids prepended */
 } tks_export_stats;
 
 /*
@@ -175,10 +179,13 @@ int tks_export(const char *dataset_dir, const char *prefix, const tks_export_opt
  * checksums: model.safetensors, config.json (with bos/eos/pad ids),
  * tokenizer.model, tokenizer.json and tokenizer_config.json
  * (tks_hf_tokenizer_write); no optimizer state. Written as DIR.tmp and
- * renamed. Errors: TKS_ERR_EXISTS (DIR exists), TKS_ERR_MANIFEST (a corrupt or
+ * renamed. A model trained on a dataset imported without a tokenizer (its
+ * checkpoint holds tokenizer.none) is exported without tokenizer files, and
+ * *tokenizer_missing (may be NULL) is set to 1 (else 0).
+ * Errors: TKS_ERR_EXISTS (DIR exists), TKS_ERR_MANIFEST (a corrupt or
  * incomplete checkpoint), TKS_ERR_TOKENIZER, TKS_ERR_IO, TKS_ERR_NOSPACE.
  */
-int tks_export_hf(const char *checkpoint, const char *out_dir);
+int tks_export_hf(const char *checkpoint, const char *out_dir, int *tokenizer_missing);
 
 #ifdef __cplusplus
 }

@@ -274,8 +274,14 @@ errors)
   expect 0 "audit --tokenizer of the right model" -- "$TKS" audit "$T/ref" --tokenizer "$T/bpe.model"
   rm -rf bad && cp -r "$T/ref" bad && rm bad/manifest.json
   expect 1 "audit of an unfinished dataset" -- "$TKS" audit bad
+  expect 2 "open of a dataset without its manifest" -- "$TKS" inspect bad
+  expect_msg "bad is not a tokshard dataset: .*bad/manifest.json"
+  mkdir bad.partial
   expect 2 "open of an unfinished dataset" -- "$TKS" inspect bad
-  expect_msg "--resume"
+  expect_msg "bad.partial.*--resume"
+  expect 1 "audit of an unfinished dataset names the build" -- "$TKS" audit bad
+  grep -q "bad.partial" "$W/out" && ok "audit names bad.partial" || fail "audit: $(cat "$W/out")"
+  rmdir bad.partial
   ;;
 
 cli)

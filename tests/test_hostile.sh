@@ -9,6 +9,8 @@
 #   resume    a later checkpoint in the way, metrics.jsonl after resumes, --steps and the schedule
 #   generate  a prompt longer than the context, and generation past it
 #   paths     sample-plan --run from another directory; a missing --dataset names no .partial
+#   messages  numeric flags out of range; inputs without text; a file given twice; empty files
+#   notok     a dataset imported without a tokenizer: train, export-hf, cat, inspect, generate
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -213,6 +215,58 @@ paths)
   mkdir -p inprog.partial
   expect 2 "a dataset whose build is in progress" -- "$TRAIN" --dataset inprog --out x "${TINY[@]}" --steps 2
   expect_msg "inprog.partial.*--resume"
+  ;;
+messages)
+  expect 2 "--lr -1" -- "$TRAIN" --dataset x --out y --lr -1
+  expect_msg "--lr -1: expected a number in range \(0 < F <= 1e\+30\)"
+  expect 2 "--beta2 1" -- "$TRAIN" --dataset x --out y --beta2 1
+  expect_msg "\(0 <= F < 1\)"
+  expect 2 "--steps 0" -- "$TRAIN" --dataset x --out y --steps 0
+  expect_msg "--steps 0: expected a whole number in range \(N >= 1\)"
+  expect 0 "--help" -- "$TRAIN" --help
+  grep -q -- "--lr F .*(0 < F <= 1e+30)" "$W/out" && grep -q -- "--device NAME" "$W/out" &&
+    grep -q -- "--dataset DIR" "$W/out" && ok "--help shows ranges and metavariables" ||
+    fail "--help: $(grep -E -- '--(lr|device|dataset) ' "$W/out")"
+  : >empty.txt
+  expect 2 "train-tokenizer on an empty file" -- "$TKS" train-tokenizer --output e --vocab-size 100 empty.txt
+  expect_msg "no non-empty line to train on: 1 files"
+  grep -q trainer_interface "$W/err" && fail "sentencepiece's assertion shown" || ok "no sentencepiece assertion"
+  printf '\xff\xfe one\n\xc3 two\n\xe2\x82 three\n' >invalid.txt
+  expect 2 "build with every document invalid under --invalid-utf8 skip" -- "$TKS" build "${B[@]}" --doc-split line \
+    --invalid-utf8 skip --output inv invalid.txt
+  expect_msg "no document with text: 1 files, 1 entries, 0 documents kept; left out: 0 empty, 3 invalid UTF-8"
+  expect 2 "train-tokenizer, the same" -- "$TKS" train-tokenizer --output e --vocab-size 100 --doc-split line \
+    --invalid-utf8 skip invalid.txt
+  expect_msg "3 invalid UTF-8"
+  head -c 100000 "$T/gcide.txt" >g.txt
+  expect 2 "the same file twice" -- "$TKS" build "${B[@]}" --output twice g.txt g.txt
+  expect_msg "g.txt is the same file as g.txt, listed earlier"
+  mkdir -p d && cp g.txt d/ && ln d/g.txt hard.txt
+  expect 2 "a directory and a hard link to a file in it" -- "$TKS" build "${B[@]}" --output twice d hard.txt
+  expect_msg "hard.txt is the same file as d/g.txt"
+  mkdir -p e && for i in 1 2 3 4 5; do : >"e/$i.txt"; done && cp g.txt e/
+  expect 0 "five empty files and one with text" -- "$TKS" build "${B[@]}" --doc-split file --output emp e
+  grep -q "skipped       5 empty" "$W/out" && ok "5 empty files counted" || fail "summary: $(grep skipped "$W/out")"
+  ;;
+notok)
+  expect 0 "dataset" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  expect 0 "export to Megatron" -- "$TKS" export --format megatron --copy ds mg
+  vocab=$(python3 -c "import json; print(json.load(open('ds/manifest.json'))['tokenizer']['vocab_size'])")
+  expect 0 "import with --vocab-size and no tokenizer" -- "$TKS" import --format megatron mg_00000 --output nt --vocab-size "$vocab"
+  expect 0 "train on it" -- "$TRAIN" --dataset nt --out run "${TINY[@]}" --steps 2
+  c=run/checkpoints/step-00000002
+  [[ ! -e $c/tokenizer.model && -e $c/tokenizer.none ]] && ok "the checkpoint has tokenizer.none, no tokenizer.model" ||
+    fail "checkpoint files: $(ls "$c")"
+  expect 0 "export-hf exports the model" -- "$TKS" export-hf run hf
+  expect_msg "no tokenizer exported"
+  [[ -s hf/model.safetensors && -s hf/config.json && ! -e hf/tokenizer.model ]] && ok "model.safetensors and config.json, no tokenizer" ||
+    fail "hf: $(ls hf)"
+  expect 2 "cat without --ids" -- "$TKS" cat nt
+  expect_msg "has no tokenizer .*use --ids"
+  expect 0 "cat --ids" -- "$TKS" cat nt --ids
+  expect 0 "inspect" -- "$TKS" inspect nt
+  expect 2 "generate" -- "$BIN/tokshard-generate" --checkpoint run --prompt "Abandon"
+  expect_msg "imported without a tokenizer"
   ;;
 *)
   fail "unknown case $CASE"

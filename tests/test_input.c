@@ -736,11 +736,21 @@ static void test_directories(void) {
     result_free(&r);
 
     /* explicit paths keep the given order */
-    const char *paths[] = {wpath("tree/b/z.txt"), wpath("tree/a.txt"), wpath("tree/b")};
+    const char *paths[] = {wpath("tree/b-d.txt"), wpath("tree/a.txt"), wpath("tree/b")};
     r = read_paths(paths, 3, &o);
-    const char *t2[] = {"z", "a", "y", "z"};
+    const char *t2[] = {"d", "a", "y", "z"};
     expect_docs("explicit order", &r, t2, NULL, 4);
     result_free(&r);
+    /* a file named and also inside a named directory would be read twice: refused, both named */
+    const char *twice[] = {wpath("tree/b/z.txt"), wpath("tree/a.txt"), wpath("tree/b")};
+    {
+        tks_input *in = NULL;
+        int rc = tks_input_open(twice, 3, &o, &in);
+        CHECK(rc == TKS_ERR_ARG && strstr(tks_last_error()->message, "is the same file as") &&
+                  strstr(tks_last_error()->message, "tree/b/z.txt"),
+              "a file given twice: rc %d %s", rc, tks_last_error()->message);
+        tks_input_free(in);
+    }
     /* a symlink to a directory is followed when named explicitly */
     const char *loop = wpath("tree/b/loop");
     r = read1(loop, &o);

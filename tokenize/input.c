@@ -104,6 +104,7 @@ struct tks_input {
         int regular;
         dev_t dev;
         ino_t ino;
+        int named;          /* given by the caller, not found in a directory */
     } *meta;
     char **skipped;         /* "path: why" of files left out under bad_input SKIP */
     size_t n_skipped;
@@ -344,7 +345,7 @@ void tks_input_opts_default(tks_input_opts *o) {
     o->bad_input = TKS_POLICY_FAIL;
 }
 
-static int add_file(tks_input *in, const char *path, const struct stat *st) {
+static int add_file(tks_input *in, const char *path, const struct stat *st, int named) {
     if (in->n_files == in->cap_files) {
         size_t cap = in->cap_files ? in->cap_files * 2 : 16;
         char **f = realloc(in->files, cap * sizeof *f);
@@ -367,7 +368,7 @@ static int add_file(tks_input *in, const char *path, const struct stat *st) {
     uint64_t size = regular ? (uint64_t)st->st_size : 0;
     in->files[in->n_files] = copy;
     in->sizes[in->n_files] = size;
-    in->meta[in->n_files] = (struct file_meta){st->st_mtim, regular, st->st_dev, st->st_ino};
+    in->meta[in->n_files] = (struct file_meta){st->st_mtim, regular, st->st_dev, st->st_ino, named};
     memset(&in->fh[in->n_files], 0, sizeof in->fh[0]);
     in->n_files++;
     in->total_bytes += size;
@@ -479,7 +480,7 @@ static int add_path(tks_input *in, const char *path, int explicit_path, const di
     if (access(path, R_OK) != 0)
         return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot read input %s: %s", path,
                         strerror(errno));
-    return add_file(in, path, &st);
+    return add_file(in, path, &st, explicit_path);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -559,9 +560,10 @@ static int check_promise(const char *path, char *why, size_t cap) {
     return 1;
 }
 
-/* Refuses a file listed twice (named twice, or named and inside a named
- * directory, or through a hard link): its documents would be in the dataset
- * twice without anyone having asked for it. */
+/* Refuses a file named twice, or named and also found in a named directory
+ * (by path, symlink or hard link): its documents would be in the dataset
+ * twice without anyone having asked for it. Inside the directories, links
+ * to the same file are read as they are (the tree's own layout). */
 static int check_once(const tks_input *in) {
     size_t n = in->n_files;
     file_key *k = malloc((n ? n : 1) * sizeof *k);
@@ -570,7 +572,8 @@ static int check_once(const tks_input *in) {
     qsort(k, n, sizeof *k, cmp_file_key);
     int rc = 0;
     for (size_t i = 1; i < n && !rc; i++)
-        if (k[i].dev == k[i - 1].dev && k[i].ino == k[i - 1].ino && in->meta[k[i].i].regular)
+        if (k[i].dev == k[i - 1].dev && k[i].ino == k[i - 1].ino && in->meta[k[i].i].regular &&
+            (in->meta[k[i].i].named || in->meta[k[i - 1].i].named))
             rc = tks_fail(TKS_ERR_ARG, in->files[k[i].i], TKS_NONE, TKS_NONE,
                           "%s is the same file as %s, listed earlier: each input is read once; "
                           "remove one of them from the inputs",

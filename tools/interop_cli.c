@@ -154,6 +154,13 @@ int tks_cli_export(int argc, char **argv) {
         return tks_cli_usage_error("export: --eot applies to --format llmc only");
     tks_export_stats st;
     if (tks_export(dir, prefix, &o, &st)) return tks_cli_lib_error();
+    if (st.docs_end_eot && st.eot_inserted)
+        fprintf(stderr, "%s: warning: %llu of %llu documents already end with --eot %u (the dataset "
+                "was built with --append-eos): llm.c delimits documents by a leading EOT, so those "
+                "boundaries now hold two. Build the dataset without --append-eos to export it for "
+                "llm.c, or give --eot an id that is not the dataset's EOS\n",
+                tks_cli_prog, (unsigned long long)st.docs_end_eot, (unsigned long long)st.docs,
+                o.eot_id);
     printf("exported %s as %s: %llu file set(s) %s_NNNNN, %llu documents, %llu tokens, %.1f MB written%s\n",
            dir, tks_foreign_format_name(o.format), (unsigned long long)st.files, prefix,
            (unsigned long long)st.docs, (unsigned long long)st.tokens, st.bytes_written / 1e6,
@@ -185,7 +192,16 @@ int tks_cli_export_hf(int argc, char **argv) {
         return 0;
     }
     if (!ckpt || !dir) return tks_cli_usage_error("export-hf: give a CHECKPOINT (or run directory) and the output DIR");
-    if (tks_export_hf(ckpt, dir)) return tks_cli_lib_error();
+    int no_tok = 0;
+    if (tks_export_hf(ckpt, dir, &no_tok)) return tks_cli_lib_error();
+    if (no_tok) {
+        printf("exported %s to %s: model.safetensors, config.json (load with transformers' "
+               "AutoModelForCausalLM)\n", ckpt, dir);
+        fprintf(stderr, "%s: note: no tokenizer exported: the model was trained on a dataset imported "
+                "with --vocab-size and no tokenizer; add the tokenizer the ids came from "
+                "(`tokshard export-hf --tokenizer MODEL %s`)\n", tks_cli_prog, dir);
+        return 0;
+    }
     printf("exported %s to %s: model.safetensors, config.json, tokenizer.model, tokenizer.json, "
            "tokenizer_config.json (load with transformers' AutoModelForCausalLM and AutoTokenizer)\n", ckpt, dir);
     return 0;

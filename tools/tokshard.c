@@ -549,6 +549,7 @@ typedef struct view {
     tks_spm *spm;
 } view;
 
+/* want_tokenizer: 0 no, 1 yes (an error without one), 2 when the dataset has one */
 static int open_view(const char *path, view *v, int want_tokenizer) {
     memset(v, 0, sizeof *v);
     struct stat sb;
@@ -558,6 +559,13 @@ static int open_view(const char *path, view *v, int want_tokenizer) {
     }
     if (S_ISDIR(sb.st_mode)) {
         if (tks_dataset_open(path, &v->ds)) return tks_cli_lib_error();
+        int none = !strcmp(tks_dataset_tokenizer(v->ds)->model_type, "none");
+        if (want_tokenizer == 2 && none) want_tokenizer = 0; /* inspect: pieces when there are any */
+        if (want_tokenizer && none) {
+            fprintf(stderr, "%s: error: %s has no tokenizer (it was imported with --vocab-size): its ids "
+                    "cannot be decoded; use --ids\n", tks_cli_prog, path);
+            return EXIT_USAGE;
+        }
         if (want_tokenizer && tks_spm_load(tks_dataset_tokenizer_path(v->ds), &v->spm)) return tks_cli_lib_error();
     } else if (tks_shard_open(path, &v->one)) {
         return tks_cli_lib_error();
@@ -595,7 +603,7 @@ static int cmd_inspect(int argc, char **argv) {
     }
     if (!path) return tks_cli_usage_error("inspect: give a dataset DIR or a SHARD file");
     view v;
-    int rc = open_view(path, &v, 1);
+    int rc = open_view(path, &v, 2);
     if (rc) return rc;
     const tks_shard_header *h0 = tks_shard_hdr(view_shard(&v, 0));
     uint32_t vocab = h0->vocab_size;
@@ -821,7 +829,7 @@ static void help(FILE *f) {
             "tokshard " TKS_VERSION_STRING " - raw text to checksummed, vocab-validated token shards\n\n"
             "usage:\n"
             "  tokshard train-tokenizer --output PREFIX [options] INPUT...\n"
-            "      --model-type bpe|unigram [bpe]   --vocab-size N [8000]   --byte-fallback\n"
+            "      --model-type bpe|unigram|word|char [bpe]   --vocab-size N [8000]   --byte-fallback\n"
             "      --character-coverage F [0.9995]  --input-sentence-size N [2000000]\n"
             "      --threads N [1: models depend on the thread count, so the default is fixed]\n"
             "  tokshard build --tokenizer MODEL --output DIR [options] INPUT...\n"
@@ -845,7 +853,9 @@ static void help(FILE *f) {
             "  tokshard inspect DIR|SHARD [--json] [--top K]\n"
             "  tokshard cat DIR|SHARD [--doc N] [--limit N] [--ids|--text] [--raw]\n"
             "  tokshard sample-plan DIR --seq-len L --global-batch B [--dp D] [--tp T] [--steps S0:S1]\n"
-            "      [--seed S] [--micro-batch M] [--val-tokens N] [--json]   which samples each rank reads\n\n"
+            "      [--seed S] [--micro-batch M] [--val-tokens N] [--json]   which samples each rank reads\n"
+            "  tokshard sample-plan --run RUN|CHECKPOINT [--steps S0:S1] [--dp D] [--tp T] [--json]\n"
+            "      the same with a run's own settings, from its newest (or the given) checkpoint\n\n"
             "input options (train-tokenizer and build):\n%s\n"
             "INPUT: files or directories (walked recursively, in name order): plain text, .gz .xz\n"
             ".zst .bz2 .dz, and .tar .tar.gz .tgz .tar.xz .tar.zst .tar.bz2 .zip archives.\n"
@@ -863,6 +873,12 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     int sub_argc = argc - 2;
     char **sub_argv = argv + 2;
+    /* `tokshard build --help`: every command's usage is on the one help page */
+    for (int i = 0; i < sub_argc && strcmp(sub_argv[i], "--"); i++)
+        if (!strcmp(sub_argv[i], "--help") || !strcmp(sub_argv[i], "-h")) {
+            help(stdout);
+            return 0;
+        }
     if (!strcmp(cmd, "build")) return cmd_build(sub_argc, sub_argv);
     if (!strcmp(cmd, "train-tokenizer")) return cmd_train_tokenizer(sub_argc, sub_argv);
     if (!strcmp(cmd, "audit")) return cmd_audit(sub_argc, sub_argv);

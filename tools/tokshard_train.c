@@ -59,7 +59,7 @@ static const flag FLAGS[] = {
     {"--norm-eps", F_FLOAT, &O.model.norm_eps, "RMSNorm epsilon (0 = 1e-5)", "F", 0, 1, 0},
     {"--init-std", F_FLOAT, &O.model.init_std, "initialization std (0 = 0.02)", "F", 0, 10, 0},
     {"--tie-embeddings", F_BOOL, &O.model.tie_embeddings, "lm_head shares the embedding", NULL, 0, 0, 0},
-    {"--lr", F_FLOAT, &O.lr, "peak learning rate", "F", 0, 10, 1},
+    {"--lr", F_FLOAT, &O.lr, "peak learning rate", "F", 0, 1e30, 1},
     {"--min-lr", F_FLOAT, &O.min_lr, "learning rate at the end of the cosine decay", "F", 0, 10, 0},
     {"--warmup", F_U64, &O.warmup_steps, "linear warmup steps", "N", 0, BIG, 0},
     {"--beta1", F_FLOAT, &O.beta1, "AdamW beta1", "F", 0, 1, 2},
@@ -120,8 +120,7 @@ static void help(void) {
 static void range_text(const flag *f, char *out, size_t n) {
     char lo[32], hi[32];
     snprintf(lo, sizeof lo, "%.15g", f->lo);
-    if (f->hi >= BIG) snprintf(hi, sizeof hi, "%s", f->type == F_FLOAT ? "1e+12" : "any");
-    else snprintf(hi, sizeof hi, "%.15g", f->hi);
+    snprintf(hi, sizeof hi, "%.15g", f->hi);
     if (f->hi >= BIG && f->type != F_FLOAT)
         snprintf(out, n, " (%s %s %s)", f->meta, f->open & 1 ? ">" : ">=", lo);
     else
@@ -144,8 +143,9 @@ static int set_flag(const flag *f, const char *v) {
         else *(uint64_t *)f->ptr = x;
         return 0;
     case F_FLOAT:
-        if (tks_cli_parse_float(v, &y) || !(y >= f->lo && y <= f->hi) || (f->open & 1 && y == f->lo) ||
-            (f->open & 2 && y == f->hi))
+        /* the bounds as floats, as the value is: --lr 1e30 is (float)1e30 */
+        if (tks_cli_parse_float(v, &y) || !(y >= (float)f->lo && y <= (float)f->hi) ||
+            (f->open & 1 && y == (float)f->lo) || (f->open & 2 && y == (float)f->hi))
             return -1;
         *(float *)f->ptr = y;
         return 0;

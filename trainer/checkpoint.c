@@ -21,7 +21,8 @@
 
 #define STATE_FORMAT "tokshard-checkpoint"
 static const char *const FILES[] = {"model.safetensors", "optimizer.safetensors", "config.json",
-                                    "tokenizer.model", "tokenizer.json", "tokenizer_config.json"};
+                                    "tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                                    TKS_NO_TOKENIZER_NAME};
 #define N_FILES (sizeof FILES / sizeof FILES[0])
 
 /* Shortest decimal that reads back as the same float, as a double. */
@@ -299,13 +300,19 @@ int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks
     if (!rc && (rc = tks_path_join(path, sizeof path, tmp, "config.json")) == 0)
         rc = write_config(path, tks_model_config_of(m), st);
     if (!rc) stop_point("config");
-    if (!rc && tokenizer_path && (rc = tks_path_join(path, sizeof path, tmp, "tokenizer.model")) == 0)
+    /* a dataset imported without a tokenizer has the note tokenizer.none: it
+     * is kept under that name (never as tokenizer.model, which it is not) */
+    const char *tb = tokenizer_path ? strrchr(tokenizer_path, '/') : NULL;
+    int no_tok = tokenizer_path && !strcmp(tb ? tb + 1 : tokenizer_path, TKS_NO_TOKENIZER_NAME);
+    if (!rc && tokenizer_path &&
+        (rc = tks_path_join(path, sizeof path, tmp, no_tok ? TKS_NO_TOKENIZER_NAME : "tokenizer.model")) == 0)
         rc = tks_copy_file_atomic(tokenizer_path, path);
     /* tokenizer.json, tokenizer_config.json and the special ids in config.json,
      * so that transformers loads the checkpoint as model and tokenizer; a
-     * tokenizer that has no fast equivalent (word/char models, an imported
-     * dataset's tokenizer.none) leaves the slow tokenizer.model only */
-    if (!rc && tokenizer_path && (rc = tks_hf_tokenizer_write(tokenizer_path, tmp)) == TKS_ERR_TOKENIZER) {
+     * tokenizer that has no fast equivalent (word/char models) leaves the
+     * slow tokenizer.model only */
+    if (!rc && tokenizer_path && !no_tok &&
+        (rc = tks_hf_tokenizer_write(tokenizer_path, tmp)) == TKS_ERR_TOKENIZER) {
         tks_clear_error();
         rc = 0;
     }

@@ -857,11 +857,22 @@ int tks_train(const tks_train_opts *in) {
         double gnorm = sqrt((double)red[0]);
         red[1] = (float)((double)red[1] / tokens_step);
         if (!isfinite(gnorm)) { /* the optimizer skipped the update */
-            rc = tks_fail(TKS_ERR_NONFINITE, ckdir, TKS_NONE, TKS_NONE,
-                          "step %llu: the gradient norm is %g (loss %g): training diverged; resume "
-                          "from the last checkpoint in %s with a lower --lr (or a lower --grad-clip "
-                          "or a longer --warmup)",
-                          (unsigned long long)step + 1, gnorm, (double)red[1], ckdir);
+            char last[PATH_MAX];
+            int have = tks_checkpoint_after(ckdir, 0, last, sizeof last) &&
+                       tks_checkpoint_latest(ckdir, last, sizeof last) == 0;
+            if (have)
+                rc = tks_fail(TKS_ERR_NONFINITE, ckdir, TKS_NONE, TKS_NONE,
+                              "step %llu: the gradient norm is %g (loss %g): training diverged; "
+                              "resume from %s with a lower --lr and --change-schedule (or a lower "
+                              "--grad-clip or a longer --warmup)",
+                              (unsigned long long)step + 1, gnorm, (double)red[1], last);
+            else
+                rc = tks_fail(TKS_ERR_NONFINITE, ckdir, TKS_NONE, TKS_NONE,
+                              "step %llu: the gradient norm is %g (loss %g): training diverged "
+                              "before any checkpoint was saved; start again with a lower --lr (or "
+                              "a lower --grad-clip, a longer --warmup, or --save-every to keep "
+                              "checkpoints along the way)",
+                              (unsigned long long)step + 1, gnorm, (double)red[1]);
             break;
         }
         if (shc->size > 1) rc = shc->allgather(shc, tks_model_weights(m), tks_model_weights(m) + sb, n_slice);
@@ -1008,6 +1019,12 @@ int tks_generate(const tks_generate_opts *o) {
     float *logits = NULL;
     prob_id *scratch = NULL;
     rc = tks_path_join(tp, sizeof tp, o->checkpoint, "tokenizer.model");
+    char none[PATH_MAX];
+    if (!rc && tks_path_join(none, sizeof none, o->checkpoint, TKS_NO_TOKENIZER_NAME) == 0 &&
+        access(none, F_OK) == 0)
+        rc = tks_fail(TKS_ERR_TOKENIZER, o->checkpoint, TKS_NONE, TKS_NONE,
+                      "%s was trained on a dataset imported without a tokenizer: there is no "
+                      "tokenizer to turn a prompt into ids or ids into text", o->checkpoint);
     if (!rc) rc = tks_spm_load(tp, &spm);
     if (!rc && memcmp(tks_spm_fingerprint(spm), st.tokenizer_fp, 16) != 0)
         rc = tks_fail(TKS_ERR_TOKENIZER, tp, TKS_NONE, TKS_NONE,
