@@ -564,9 +564,14 @@ static int open_view(const char *path, view *v, int want_tokenizer) {
         if (want_tokenizer && none) {
             fprintf(stderr, "%s: error: %s has no tokenizer (it was imported with --vocab-size): its ids "
                     "cannot be decoded; use --ids\n", tks_cli_prog, path);
+            tks_dataset_close(v->ds);
             return EXIT_USAGE;
         }
-        if (want_tokenizer && tks_spm_load(tks_dataset_tokenizer_path(v->ds), &v->spm)) return tks_cli_lib_error();
+        if (want_tokenizer && tks_spm_load(tks_dataset_tokenizer_path(v->ds), &v->spm)) {
+            int rc = tks_cli_lib_error();
+            tks_dataset_close(v->ds);
+            return rc;
+        }
     } else if (tks_shard_open(path, &v->one)) {
         return tks_cli_lib_error();
     }
