@@ -14,7 +14,7 @@
 #
 # Not a test: nothing is asserted about time. Ratios, medians of --runs runs,
 # page cache warm (one untimed run first); the 1-minute load is printed before
-# each phase because other engineers share the CPU.
+# each phase because the machine may be running other work.
 # usage: bench/bench_interop.sh [--mb 40] [--runs 3] [--work DIR]   (needs .venv and build/bin)
 set -euo pipefail
 cd "$(dirname "$0")/.."

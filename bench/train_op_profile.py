@@ -8,7 +8,7 @@ builds that copy, runs one training job, and prints per-op totals per timed
 step. The timers are omp_get_wtime() pairs around whole ops (a few hundred
 calls per step), so their overhead is negligible.
 
-usage: train_op_profile.py --repo /work/main --scratch /tmp/tks-prof \
+usage: train_op_profile.py --repo . --scratch /tmp/tks-prof \
            --out RESULT.json -- TRAIN_ARGS...   (tokshard-train flags; give
            --steps S; the first --skip steps (default 3) are left out)
 """

@@ -1,5 +1,5 @@
 /* test_cuda_comm.c - the NCCL comm (trainer/cuda/nccl_comm.c) under mpirun,
- * several ranks sharing the one GPU of a lent machine: each rank gets its own
+ * several ranks sharing the one GPU of a single-GPU machine: each rank gets its own
  * NCCL_HOSTID, so NCCL 2.28 treats the ranks as separate hosts talking over
  * sockets instead of refusing a duplicate GPU. That checks the collectives'
  * results, the group splits and their member check, stream ordering and the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_cuda_parallel.sh - tokshard-train --device cuda under mpirun, every rank
-# on the one lent GPU: the layouts (1,1,2), (1,2,1) and (2,1,2) give the
+# on the one GPU of a single-GPU machine: the layouts (1,1,2), (1,2,1) and (2,1,2) give the
 # losses of one GPU process within the derived layout tolerance
 # (tests/layout_losses.py), with the NCCL comm (each rank its own NCCL_HOSTID:
 # NCCL 2.28 refuses two ranks on one GPU otherwise, and with distinct host ids

@@ -51,18 +51,18 @@ int tks_cli_audit_print(const char *path, const tks_audit_report *r, int as_json
             printf("... and %zu more problems\n", r->n_problems_total - r->n_problems);
         if (foreign)
             printf("%s: %s (%s): %llu documents, %llu tokens, ids in [%u, %u] of model vocab %u; "
-                   "%.1f MB scanned in %.2f s\n", r->n_problems_total ? "FAILED" : "OK", path,
+                   "%.1f MB scanned in %.1f ms\n", r->n_problems_total ? "FAILED" : "OK", path,
                    foreign, (unsigned long long)r->n_docs,
                    (unsigned long long)r->n_tokens, r->min_token_id, r->max_token_id, r->vocab_size,
-                   r->bytes_hashed / 1e6, r->seconds);
+                   r->bytes_hashed / 1e6, r->seconds * 1e3);
         else
             printf("%s: %s: %llu shards, %llu chunks, %llu documents, %llu tokens, ids in [%u, %u] of "
-                   "vocab %u%s%s; %.1f MB hashed in %.2f s (%.2f GB/s)\n",
+                   "vocab %u%s%s; %.1f MB hashed in %.1f ms (%.2f GB/s)\n",
                    r->n_problems_total ? "FAILED" : "OK", path, (unsigned long long)r->n_shards,
                    (unsigned long long)r->n_chunks, (unsigned long long)r->n_docs,
                    (unsigned long long)r->n_tokens, r->min_token_id, r->max_token_id, r->vocab_size,
                    r->manifest_checked ? ", manifest checked" : "",
-                   r->tokenizer_checked ? ", tokenizer checked" : "", r->bytes_hashed / 1e6, r->seconds, gbs);
+                   r->tokenizer_checked ? ", tokenizer checked" : "", r->bytes_hashed / 1e6, r->seconds * 1e3, gbs);
         if (r->n_problems_total) printf("%zu problem(s) found\n", r->n_problems_total);
     }
     return r->n_problems_total ? EXIT_PROBLEMS : 0;

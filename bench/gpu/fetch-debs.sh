@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# fetch-debs.sh - run HERE (a Debian machine with apt), before a GPU session:
+# fetch-debs.sh - run on a Debian machine with apt and network, before a GPU run:
 # downloads the Debian packages the GPU machine lacks (its image has nvcc,
 # PyTorch and the NCCL/cuDNN wheels, but no Debian -dev libraries and no
 # network) into .debs/ at the repository root, and the cuDNN frontend headers
 # into third_party/cudnn-frontend (tools/install-deps.sh --cuda). Both paths
-# are git-ignored: name them in the device tool's `carry` (about 37 MB).
+# are git-ignored: copy them with the working tree to the GPU machine (about 37 MB).
 # bench/gpu/run.sh unpacks them there with dpkg -x (never into /).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)

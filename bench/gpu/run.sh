@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# run.sh - the one script for a lent GPU machine (docs/GPU.md): unpacks the
+# run.sh - the one script for a GPU machine without our Debian packages and
+# without network (docs/GPU.md): unpacks the
 # carried Debian packages, builds tokshard with -DTKS_CUDA=ON, runs the GPU
 # tests, then the benchmark (tokshard fp32 against PyTorch eager and
 # torch.compile, bf16 and fp32, on the Llama-3.2-1B shape and a 124M-class
-# config), and writes everything under $OUT (at most 8 files come back):
+# config), and writes everything under $OUT (eight files):
 #   run.log      what ran, with times        env.txt    GPU, driver, CUDA, cuDNN, NCCL, torch
 #   build.log    cmake + build               ctest.log  the GPU test subset (label gpu) + CPU ops
 #   bench.jsonl  one JSON object per run     summary.md the table for docs/BENCHMARKS.md
 #
-# Prepare HERE first: bench/gpu/fetch-debs.sh (fills .debs/ and
-# third_party/cudnn-frontend); call the device tool with
-#   carry [".debs", "third_party"]  command "bench/gpu/run.sh PHASES"  timeout_s 600
+# Prepare first, on a Debian machine with network: bench/gpu/fetch-debs.sh
+# (fills .debs/ and third_party/cudnn-frontend); copy the working tree with
+# those two folders to the GPU machine and run bench/gpu/run.sh PHASES there.
 # Phases, in this order, each skipped when the time left (TKS_GPU_BUDGET_S,
 # default 570 s from the start) is too short:
 #   build           configure and build build-gpu/ (-j TKS_GPU_JOBS, default all cores)
@@ -21,13 +22,13 @@
 #   bench-torch     the PyTorch anchors
 # Arguments choose phases (default: all); "quick" runs only the small configs
 # of the benchmark. A phase that needs the binaries builds them first when
-# the machine is bare (each call may land on a fresh one: about 3 minutes).
-# A session of 30 device minutes, in three calls of at most 10 minutes:
+# the machine has no build-gpu/ yet (about 3 minutes). As three commands of
+# at most 10 minutes each:
 #   1. bench/gpu/run.sh build test test-train
 #   2. bench/gpu/run.sh bench-tokshard
 #   3. bench/gpu/run.sh bench-torch
-# (read each call's summary before the next; on a warm machine call 2 and 3
-# skip the build).
+# (read each summary before the next; where build-gpu/ is kept, 2 and 3 skip
+# the build).
 set -uo pipefail
 T0=$(date +%s)
 BUDGET=${TKS_GPU_BUDGET_S:-570}
