@@ -15,19 +15,7 @@ enum {
     H_RESERVED = 160, H_CHECKSUM = 248
 };
 
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
 
-uint32_t tks__get32(const uint8_t *p) {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-uint64_t tks__get64(const uint8_t *p) {
-    return (uint64_t)tks__get32(p) | (uint64_t)tks__get32(p + 4) << 32;
-}
 
 void tks_header_layout(tks_shard_header *h) {
     h->version = TKS_FORMAT_VERSION;
@@ -45,32 +33,32 @@ void tks_header_layout(tks_shard_header *h) {
 void tks_header_encode(tks_shard_header *h, uint8_t out[TKS_HEADER_SIZE]) {
     memset(out, 0, TKS_HEADER_SIZE);
     memcpy(out + H_MAGIC, TKS_MAGIC, 8);
-    put32(out + H_VERSION, h->version);
-    put32(out + H_HEADER_SIZE, h->header_size);
-    put32(out + H_TOKEN_BYTES, h->token_bytes);
-    put32(out + H_VOCAB, h->vocab_size);
-    put32(out + H_BOS, h->bos_id);
-    put32(out + H_EOS, h->eos_id);
-    put32(out + H_PAD, h->pad_id);
-    put32(out + H_CHUNK, h->chunk_bytes);
+    tks_put_le32(out + H_VERSION, h->version);
+    tks_put_le32(out + H_HEADER_SIZE, h->header_size);
+    tks_put_le32(out + H_TOKEN_BYTES, h->token_bytes);
+    tks_put_le32(out + H_VOCAB, h->vocab_size);
+    tks_put_le32(out + H_BOS, h->bos_id);
+    tks_put_le32(out + H_EOS, h->eos_id);
+    tks_put_le32(out + H_PAD, h->pad_id);
+    tks_put_le32(out + H_CHUNK, h->chunk_bytes);
     memcpy(out + H_FP, h->tokenizer_fp, 16);
-    put64(out + H_NDOCS, h->n_docs);
-    put64(out + H_NTOKENS, h->n_tokens);
-    put32(out + H_MIN, h->min_token_id);
-    put32(out + H_MAX, h->max_token_id);
-    put64(out + H_TOK_OFF, h->tokens_offset);
-    put64(out + H_TOK_BYTES, h->tokens_bytes);
-    put64(out + H_IDX_OFF, h->index_offset);
-    put64(out + H_IDX_BYTES, h->index_bytes);
-    put64(out + H_TAB_OFF, h->table_offset);
-    put64(out + H_TAB_BYTES, h->table_bytes);
-    put64(out + H_NCHUNKS, h->n_chunks);
-    put64(out + H_FILE_SIZE, h->file_size);
-    put32(out + H_SHARD, h->shard_index);
-    put32(out + H_FLAGS, h->flags);
-    put64(out + H_TAB_XXH, h->table_xxh3);
+    tks_put_le64(out + H_NDOCS, h->n_docs);
+    tks_put_le64(out + H_NTOKENS, h->n_tokens);
+    tks_put_le32(out + H_MIN, h->min_token_id);
+    tks_put_le32(out + H_MAX, h->max_token_id);
+    tks_put_le64(out + H_TOK_OFF, h->tokens_offset);
+    tks_put_le64(out + H_TOK_BYTES, h->tokens_bytes);
+    tks_put_le64(out + H_IDX_OFF, h->index_offset);
+    tks_put_le64(out + H_IDX_BYTES, h->index_bytes);
+    tks_put_le64(out + H_TAB_OFF, h->table_offset);
+    tks_put_le64(out + H_TAB_BYTES, h->table_bytes);
+    tks_put_le64(out + H_NCHUNKS, h->n_chunks);
+    tks_put_le64(out + H_FILE_SIZE, h->file_size);
+    tks_put_le32(out + H_SHARD, h->shard_index);
+    tks_put_le32(out + H_FLAGS, h->flags);
+    tks_put_le64(out + H_TAB_XXH, h->table_xxh3);
     h->header_xxh3 = XXH3_64bits(out, H_CHECKSUM);
-    put64(out + H_CHECKSUM, h->header_xxh3);
+    tks_put_le64(out + H_CHECKSUM, h->header_xxh3);
 }
 
 static int bad(const char *name, const char *what, uint64_t a, uint64_t b) {
@@ -84,7 +72,7 @@ int tks_header_decode(const uint8_t *buf, size_t n, const char *name, tks_shard_
     if (!name) name = "<shard>";
     /* another project's files, named by what their first bytes are
      * (docs/INTEROP.md: megatron-core's MMIDIDX index, llm.c's int32 magic) */
-    uint32_t m = n >= 4 ? tks__get32(buf) : 0;
+    uint32_t m = n >= 4 ? tks_le32(buf) : 0;
     const char *other = n >= 9 && !memcmp(buf, "MMIDIDX\0\0", 9)
                             ? "a Megatron index (.idx); audit it with `tokshard audit --format megatron PREFIX`"
                         : m == 20240520u || m == 20240801u
@@ -100,42 +88,42 @@ int tks_header_decode(const uint8_t *buf, size_t n, const char *name, tks_shard_
         return tks_fail(TKS_ERR_MAGIC, name, TKS_NONE, 0,
                         "%s: not a tokshard shard (bad magic at byte 0)", name);
     memset(h, 0, sizeof *h);
-    h->version = tks__get32(buf + H_VERSION);
+    h->version = tks_le32(buf + H_VERSION);
     if (h->version != TKS_FORMAT_VERSION)
         return tks_fail(TKS_ERR_VERSION, name, TKS_NONE, H_VERSION,
                         "%s: format version %u, this tokshard reads version %u: use a matching "
                         "tokshard or rebuild the dataset",
                         name, h->version, TKS_FORMAT_VERSION);
-    h->header_size = tks__get32(buf + H_HEADER_SIZE);
-    h->header_xxh3 = tks__get64(buf + H_CHECKSUM);
+    h->header_size = tks_le32(buf + H_HEADER_SIZE);
+    h->header_xxh3 = tks_le64(buf + H_CHECKSUM);
     uint64_t want = XXH3_64bits(buf, H_CHECKSUM);
     if (want != h->header_xxh3)
         return tks_fail(TKS_ERR_HEADER, name, TKS_NONE, 0,
                         "%s: header checksum mismatch (stored %016llx, computed %016llx): the "
                         "header is corrupt; rebuild the shard",
                         name, (unsigned long long)h->header_xxh3, (unsigned long long)want);
-    h->token_bytes = tks__get32(buf + H_TOKEN_BYTES);
-    h->vocab_size = tks__get32(buf + H_VOCAB);
-    h->bos_id = tks__get32(buf + H_BOS);
-    h->eos_id = tks__get32(buf + H_EOS);
-    h->pad_id = tks__get32(buf + H_PAD);
-    h->chunk_bytes = tks__get32(buf + H_CHUNK);
+    h->token_bytes = tks_le32(buf + H_TOKEN_BYTES);
+    h->vocab_size = tks_le32(buf + H_VOCAB);
+    h->bos_id = tks_le32(buf + H_BOS);
+    h->eos_id = tks_le32(buf + H_EOS);
+    h->pad_id = tks_le32(buf + H_PAD);
+    h->chunk_bytes = tks_le32(buf + H_CHUNK);
     memcpy(h->tokenizer_fp, buf + H_FP, 16);
-    h->n_docs = tks__get64(buf + H_NDOCS);
-    h->n_tokens = tks__get64(buf + H_NTOKENS);
-    h->min_token_id = tks__get32(buf + H_MIN);
-    h->max_token_id = tks__get32(buf + H_MAX);
-    h->tokens_offset = tks__get64(buf + H_TOK_OFF);
-    h->tokens_bytes = tks__get64(buf + H_TOK_BYTES);
-    h->index_offset = tks__get64(buf + H_IDX_OFF);
-    h->index_bytes = tks__get64(buf + H_IDX_BYTES);
-    h->table_offset = tks__get64(buf + H_TAB_OFF);
-    h->table_bytes = tks__get64(buf + H_TAB_BYTES);
-    h->n_chunks = tks__get64(buf + H_NCHUNKS);
-    h->file_size = tks__get64(buf + H_FILE_SIZE);
-    h->shard_index = tks__get32(buf + H_SHARD);
-    h->flags = tks__get32(buf + H_FLAGS);
-    h->table_xxh3 = tks__get64(buf + H_TAB_XXH);
+    h->n_docs = tks_le64(buf + H_NDOCS);
+    h->n_tokens = tks_le64(buf + H_NTOKENS);
+    h->min_token_id = tks_le32(buf + H_MIN);
+    h->max_token_id = tks_le32(buf + H_MAX);
+    h->tokens_offset = tks_le64(buf + H_TOK_OFF);
+    h->tokens_bytes = tks_le64(buf + H_TOK_BYTES);
+    h->index_offset = tks_le64(buf + H_IDX_OFF);
+    h->index_bytes = tks_le64(buf + H_IDX_BYTES);
+    h->table_offset = tks_le64(buf + H_TAB_OFF);
+    h->table_bytes = tks_le64(buf + H_TAB_BYTES);
+    h->n_chunks = tks_le64(buf + H_NCHUNKS);
+    h->file_size = tks_le64(buf + H_FILE_SIZE);
+    h->shard_index = tks_le32(buf + H_SHARD);
+    h->flags = tks_le32(buf + H_FLAGS);
+    h->table_xxh3 = tks_le64(buf + H_TAB_XXH);
 
     /* The checksum matched, so these are the writer's values; still refuse
      * anything a correct writer cannot produce (a forged or buggy header). */

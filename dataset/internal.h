@@ -3,9 +3,8 @@
 #define TKS_DATASET_INTERNAL_H
 
 #include "dataset.h"
+#include "../common/tks_bits.h"
 
-uint32_t tks__get32(const uint8_t *p);
-uint64_t tks__get64(const uint8_t *p);
 
 /* "shard-%05u.tks" */
 void tks__shard_name(char out[32], uint32_t index);

@@ -10,13 +10,8 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "../common/tks_bits.h"
 
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
 
 static int refuse_existing(const char *path) {
     struct stat sb;
@@ -61,16 +56,16 @@ static int write_megatron_idx(const tks_shard *sh, const char *path, uint64_t ba
     uint8_t *b = malloc(size);
     if (!b) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory for %s", path);
     memcpy(b, TKS_MEGATRON_MAGIC, 9);
-    put64(b + 9, 1);
+    tks_put_le64(b + 9, 1);
     b[17] = h->token_bytes == 2 ? 8 : 4; /* DType.uint16 or DType.int32 */
-    put64(b + 18, S);
-    put64(b + 26, S + 1);
+    tks_put_le64(b + 18, S);
+    tks_put_le64(b + 26, S + 1);
     uint8_t *len_p = b + TKS_MEGATRON_HEADER_BYTES, *ptr_p = len_p + 4 * S, *doc_p = ptr_p + 8 * S;
     for (uint64_t d = 0; d < S; d++) {
-        put32(len_p + 4 * d, (uint32_t)(ix[d + 1] - ix[d]));
-        put64(ptr_p + 8 * d, base + ix[d] * h->token_bytes);
+        tks_put_le32(len_p + 4 * d, (uint32_t)(ix[d + 1] - ix[d]));
+        tks_put_le64(ptr_p + 8 * d, base + ix[d] * h->token_bytes);
     }
-    for (uint64_t d = 0; d <= S; d++) put64(doc_p + 8 * d, d);
+    for (uint64_t d = 0; d <= S; d++) tks_put_le64(doc_p + 8 * d, d);
     int rc = tks_write_file_atomic(path, b, size);
     free(b);
     return rc;
@@ -130,12 +125,12 @@ static int export_llmc(const tks_shard *sh, const tks_export_opts *o, const char
         return tks_fail(TKS_ERR_ARG, tks_shard_path(sh), h->shard_index, TKS_NONE,
                         "--eot %u is outside the dataset's vocabulary [0, %u)", o->eot_id, h->vocab_size);
     uint8_t header[TKS_LLMC_HEADER_BYTES] = {0};
-    put32(header, tb == 2 ? TKS_LLMC_MAGIC_U16 : TKS_LLMC_MAGIC_U32);
-    put32(header + 4, tb == 2 ? 1 : 7);
-    put32(header + 8, (uint32_t)n_out);
+    tks_put_le32(header, tb == 2 ? TKS_LLMC_MAGIC_U16 : TKS_LLMC_MAGIC_U32);
+    tks_put_le32(header + 4, tb == 2 ? 1 : 7);
+    tks_put_le32(header + 8, (uint32_t)n_out);
     uint8_t eot[4];
     if (tb == 2) eot[0] = (uint8_t)o->eot_id, eot[1] = (uint8_t)(o->eot_id >> 8);
-    else put32(eot, o->eot_id);
+    else tks_put_le32(eot, o->eot_id);
     size_t n_pieces = 1 + (inserted ? 2 * (size_t)h->n_docs : 1);
     tks_piece *pc = malloc(n_pieces * sizeof *pc);
     if (!pc) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "../common/tks_bits.h"
 
 int tks_foreign_format_parse(const char *name, tks_foreign_format *out) {
     if (!strcmp(name, "megatron")) *out = TKS_FOREIGN_MEGATRON;
@@ -69,12 +70,6 @@ int tks__problem(tks__plist *pl, int code, const char *file, uint64_t token_off,
     return 0;
 }
 
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-static uint32_t get32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
 static uint32_t fd_size(fdtype t) {
     switch (t) {
@@ -93,9 +88,9 @@ int64_t tks__foreign_token(const tks__foreign *f, uint64_t i) {
     case FD_I8: return (int8_t)p[0];
     case FD_U16: return (uint16_t)(p[0] | p[1] << 8);
     case FD_I16: return (int16_t)(uint16_t)(p[0] | p[1] << 8);
-    case FD_U32: return get32(p);
-    case FD_I32: return (int32_t)get32(p);
-    case FD_I64: return (int64_t)get64(p);
+    case FD_U32: return tks_le32(p);
+    case FD_I32: return (int32_t)tks_le32(p);
+    case FD_I64: return (int64_t)tks_le64(p);
     }
     return -1;
 }
@@ -180,7 +175,7 @@ static int open_megatron(const char *prefix, tks__plist *pl, tks__foreign *f) {
         return tks__problem(pl, TKS_ERR_MAGIC, ip, TKS_NONE, 0, TKS_NONE,
                             "%s does not start with MMIDIDX\\0\\0: not a Megatron indexed dataset "
                             "(an old lazy/cached index?); check the --format and the path", ip);
-    uint64_t version = get64(b + 9);
+    uint64_t version = tks_le64(b + 9);
     if (version != 1)
         return tks__problem(pl, TKS_ERR_VERSION, ip, TKS_NONE, 9, TKS_NONE,
                             "%s has index version %llu; megatron-core reads version 1 only", ip,
@@ -191,7 +186,7 @@ static int open_megatron(const char *prefix, tks__plist *pl, tks__foreign *f) {
                             "%s has dtype code %u, which is not an integer type (8 uint16 and 4 "
                             "int32 are what preprocess_data.py writes)", ip, code);
     f->token_bytes = fd_size(f->dtype);
-    uint64_t S = get64(b + 18), D1 = get64(b + 26);
+    uint64_t S = tks_le64(b + 18), D1 = tks_le64(b + 26);
     /* layout: lengths int32[S], pointers int64[S], document indices int64[D1],
      * and, for multimodal datasets only, modes int8[S] */
     uint64_t need = TKS_MEGATRON_HEADER_BYTES;
@@ -223,8 +218,8 @@ static int open_megatron(const char *prefix, tks__plist *pl, tks__foreign *f) {
     uint64_t base = is_shard ? TKS_TOKEN_ALIGN : 0;
     uint64_t cum = base;
     for (uint64_t i = 0; i < S; i++) {
-        int32_t len = (int32_t)get32(len_p + 4 * i);
-        uint64_t ptr = get64(ptr_p + 8 * i);
+        int32_t len = (int32_t)tks_le32(len_p + 4 * i);
+        uint64_t ptr = tks_le64(ptr_p + 8 * i);
         if (len < 0) {
             fatal = 1;
             if ((rc = tks__problem(pl, TKS_ERR_INDEX, ip, TKS_NONE, TKS_MEGATRON_HEADER_BYTES + 4 * i, TKS_NONE,
@@ -258,7 +253,7 @@ static int open_megatron(const char *prefix, tks__plist *pl, tks__foreign *f) {
     /* documents: 0 = doc[0] <= doc[1] <= ... <= doc[D1 - 1] = S */
     uint64_t prev = 0;
     for (uint64_t d = 0; d < D1; d++) {
-        uint64_t v = get64(doc_p + 8 * d);
+        uint64_t v = tks_le64(doc_p + 8 * d);
         int bad = (d == 0 && v != 0) || v < prev || v > S || (d == D1 - 1 && v != S);
         if (bad) {
             fatal = 1;
@@ -278,8 +273,8 @@ static int open_megatron(const char *prefix, tks__plist *pl, tks__foreign *f) {
     if ((rc = alloc_starts(f, D1 - 1))) return rc;
     /* document d starts at the pointer of its first sequence */
     for (uint64_t d = 0; d < D1; d++) {
-        uint64_t seq = get64(doc_p + 8 * d);
-        f->doc_start[d] = seq < S ? (get64(ptr_p + 8 * seq) - base) / f->token_bytes : f->n_tokens;
+        uint64_t seq = tks_le64(doc_p + 8 * d);
+        f->doc_start[d] = seq < S ? (tks_le64(ptr_p + 8 * seq) - base) / f->token_bytes : f->n_tokens;
     }
     f->readable = 1;
     return 0;
@@ -326,8 +321,8 @@ static int open_llmc(const char *path, tks__plist *pl, tks__foreign *f) {
         return tks__problem(pl, TKS_ERR_TRUNCATED, path, TKS_NONE, f->data_size, TKS_NONE,
                             "%s has %zu bytes, less than llm.c's %u-byte header: truncated", path,
                             f->data_size, TKS_LLMC_HEADER_BYTES);
-    uint32_t magic = get32(f->data), version = get32(f->data + 4);
-    int32_t ntok = (int32_t)get32(f->data + 8);
+    uint32_t magic = tks_le32(f->data), version = tks_le32(f->data + 4);
+    int32_t ntok = (int32_t)tks_le32(f->data + 8);
     if (magic == TKS_LLMC_MAGIC_U16) f->dtype = FD_U16;
     else if (magic == TKS_LLMC_MAGIC_U32) f->dtype = FD_U32;
     else
@@ -349,7 +344,7 @@ static int open_llmc(const char *path, tks__plist *pl, tks__foreign *f) {
                             "file has %zu bytes: truncated or not written by llm.c's write_datafile",
                             path, ntok, (unsigned long long)want, f->data_size);
     for (uint32_t i = 3; i < 256; i++)
-        if (get32(f->data + 4 * i) != 0)
+        if (tks_le32(f->data + 4 * i) != 0)
             return tks__problem(pl, TKS_ERR_HEADER, path, TKS_NONE, 4 * i, TKS_NONE,
                                 "%s: header int32 %u is not zero (llm.c writes zeros after the "
                                 "count)", path, i);
@@ -434,7 +429,7 @@ static int open_datatrove(const char *path, tks__plist *pl, tks__foreign *f) {
     f->n_tokens = f->data_size / tb;
     uint64_t n = f->idx_size / 8, prev = 0;
     for (uint64_t d = 0; d < n; d++) {
-        uint64_t e = get64(f->idx + 8 * d);
+        uint64_t e = tks_le64(f->idx + 8 * d);
         if (e < prev || e > f->n_tokens)
             return tks__problem(pl, TKS_ERR_INDEX, ip, TKS_NONE, 8 * d, d,
                                 "%s: document %llu ends at token %llu (previous end %llu, %llu "
@@ -450,7 +445,7 @@ static int open_datatrove(const char *path, tks__plist *pl, tks__foreign *f) {
                             ip, (unsigned long long)prev, path, (unsigned long long)f->n_tokens);
     if ((rc = alloc_starts(f, n))) return rc;
     f->doc_start[0] = 0;
-    for (uint64_t d = 0; d < n; d++) f->doc_start[d + 1] = get64(f->idx + 8 * d);
+    for (uint64_t d = 0; d < n; d++) f->doc_start[d + 1] = tks_le64(f->idx + 8 * d);
     f->readable = 1;
     return 0;
 }

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "spm.h"
+#include "../common/tks_bits.h"
 #include "../common/tks_json.h"
 
 /* ---------------------------------------------------------------------------
@@ -88,7 +89,7 @@ static int pb_next(const uint8_t **p, const uint8_t *end, pb_field *f) {
         break;
     case 1:
         if (end - *p < 8) return -1;
-        for (int i = 7; i >= 0; i--) f->v = f->v << 8 | (*p)[i];
+        f->v = tks_le64(*p);
         *p += 8;
         break;
     case 2:
@@ -99,7 +100,7 @@ static int pb_next(const uint8_t **p, const uint8_t *end, pb_field *f) {
         break;
     case 5:
         if (end - *p < 4) return -1;
-        f->v = (uint64_t)(*p)[0] | (uint64_t)(*p)[1] << 8 | (uint64_t)(*p)[2] << 16 | (uint64_t)(*p)[3] << 24;
+        f->v = tks_le32(*p);
         *p += 4;
         break;
     default:

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../common/tks.h"
+#include "../common/tks_bits.h"
 
 /* Activations are of the model's dtype dt (void *), statistics fp32. */
 typedef struct layer {
@@ -459,11 +460,6 @@ int tks_model_refresh_compute(tks_model *m) {
 
 /* ---- initialization ------------------------------------------------------------ */
 
-static uint64_t mix64(uint64_t z) { /* splitmix64 finalizer (Steele et al. 2014) */
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 static uint64_t name_hash(const char *s) { /* FNV-1a 64 */
     uint64_t h = 0xcbf29ce484222325ull;
@@ -473,7 +469,7 @@ static uint64_t name_hash(const char *s) { /* FNV-1a 64 */
 
 /* N(0,1) for element `i` of the tensor keyed `key` (Box-Muller on two hashes). */
 static float gauss(uint64_t key, uint64_t i) {
-    uint64_t a = mix64(key ^ mix64(2 * i + 1)), b = mix64(key ^ mix64(2 * i + 2));
+    uint64_t a = tks_mix64(key ^ tks_mix64(2 * i + 1)), b = tks_mix64(key ^ tks_mix64(2 * i + 2));
     double u1 = ((a >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
     double u2 = (b >> 11) / 9007199254740992.0;
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
@@ -484,7 +480,7 @@ void tks_model_init(tks_model *m, uint64_t seed) {
         tks_param *p = &m->params[i];
         size_t n = p->lrows * p->lcols;
         float *h = malloc(n * sizeof *h);
-        uint64_t key = mix64(seed ^ name_hash(p->name));
+        uint64_t key = tks_mix64(seed ^ name_hash(p->name));
         for (uint64_t r = 0; r < p->lrows; r++)
             for (uint64_t c = 0; c < p->lcols; c++) {
                 uint64_t gr = p->row0 + r, gc = p->col0 + c;

@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "safetensors.h"
+#include "../common/tks_bits.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -318,9 +319,6 @@ static int plan(const char *what, const tks_st_tensor *tensors, size_t n, const 
     return 0;
 }
 
-static void put_le64(uint8_t b[8], uint64_t v) {
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
 
 int tks_st_serialize(const tks_st_tensor *tensors, size_t n, const tks_st_kv *metadata,
                      size_t n_metadata, void **out, size_t *out_size) {
@@ -338,7 +336,7 @@ int tks_st_serialize(const tks_st_tensor *tensors, size_t n, const tks_st_kv *me
         return tks_fail(TKS_ERR_NOMEM, what, NONE, NONE, "%s: out of memory for %llu bytes", what,
                         ULL(size));
     }
-    put_le64(b, p.hlen);
+    tks_put_le64(b, p.hlen);
     memcpy(b + 8, p.header, p.hlen);
     size_t at = 8 + p.hlen;
     for (size_t i = 0; i < n; i++) {
@@ -360,7 +358,7 @@ int tks_st_write(const char *path, const tks_st_tensor *tensors, size_t n,
 
     /* [8-byte header size][header][tensors in file order], written crash-safely */
     uint8_t len[8];
-    put_le64(len, p.hlen);
+    tks_put_le64(len, p.hlen);
     tks_piece *pc = malloc((n + 2) * sizeof *pc);
     if (!pc) {
         plan_free(&p);
@@ -426,7 +424,7 @@ int tks_st_stream_open(const char *path, const tks_st_tensor *tensors, size_t n,
         at += t[i].nbytes;
     }
     uint8_t len[8];
-    put_le64(len, p.hlen);
+    tks_put_le64(len, p.hlen);
     s->fd = open(s->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (s->fd < 0)
         rc = tks_fail(tks_write_errno_code(errno), s->tmp, NONE, NONE, "cannot create %s: %s", s->tmp,
@@ -512,11 +510,6 @@ struct tks_st_file {
     size_t n_md;
 };
 
-static uint64_t get_le64(const uint8_t *b) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | b[i];
-    return v;
-}
 
 static int cmp_entry_name(const void *a, const void *b) {
     return strcmp(((const st_entry *)a)->name, ((const st_entry *)b)->name);
@@ -675,7 +668,7 @@ static int parse(tks_st_file *f) {
         return tks_fail(TKS_ERR_TRUNCATED, p, NONE, 0,
                         "%s: %zu bytes is too short for a safetensors file (the first 8 bytes hold "
                         "the header size)", p, f->size);
-    uint64_t n = get_le64(f->base);
+    uint64_t n = tks_le64(f->base);
     if (n > TKS_ST_MAX_HEADER)
         return tks_fail(TKS_ERR_HEADER, p, NONE, 0,
                         "%s: header size %llu is over the %u-byte limit; not a safetensors file?",

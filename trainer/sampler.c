@@ -1,13 +1,12 @@
 /* sampler.c - training windows, the per-epoch keyed permutation and the
  * rank slices of each step. Specification: docs/SAMPLING.md. */
 #include "trainer/sampler.h"
+#include "../common/tks_bits.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define PERM_ROUNDS 6
-/* 2^64 / golden ratio, odd: the splitmix64 increment (Steele, Lea, Flood 2014). */
-#define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
 
 typedef unsigned long long ull; /* for printf */
 
@@ -21,16 +20,9 @@ struct tks_sampler {
     uint64_t *cum;           /* (n_shards + 1): cum[i] = global offset of shard i's first token */
 };
 
-/* splitmix64's output function (S. Vigna, https://prng.di.unimi.it/splitmix64.c):
- * a bijection of 64-bit integers with good avalanche. */
-static inline uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
 
 uint64_t tks_epoch_key(uint64_t seed, uint64_t epoch) {
-    return mix64(mix64(seed) + GOLDEN * (epoch + 1));
+    return tks_mix64(tks_mix64(seed) + TKS_GOLDEN64 * (epoch + 1));
 }
 
 uint64_t tks_perm_index(uint64_t i, uint64_t n, uint64_t key) {
@@ -43,7 +35,7 @@ uint64_t tks_perm_index(uint64_t i, uint64_t n, uint64_t key) {
     const unsigned h = k / 2; /* 1..32 */
     const uint64_t mask = (UINT64_C(1) << h) - 1;
     uint64_t rk[PERM_ROUNDS];
-    for (int r = 0; r < PERM_ROUNDS; r++) rk[r] = mix64(key + GOLDEN * (uint64_t)(r + 1));
+    for (int r = 0; r < PERM_ROUNDS; r++) rk[r] = tks_mix64(key + TKS_GOLDEN64 * (uint64_t)(r + 1));
     /* Cycle walking (Black & Rogaway 2002): the Feistel network permutes
      * [0, 2^k); following i's cycle to the first value < n permutes [0, n).
      * 2^k < 4n, so fewer than 4 evaluations on average. */
@@ -51,7 +43,7 @@ uint64_t tks_perm_index(uint64_t i, uint64_t n, uint64_t key) {
     do {
         uint64_t l = v >> h, r = v & mask;
         for (int j = 0; j < PERM_ROUNDS; j++) {
-            uint64_t t = l ^ (mix64(r ^ rk[j]) >> (64 - h));
+            uint64_t t = l ^ (tks_mix64(r ^ rk[j]) >> (64 - h));
             l = r;
             r = t;
         }

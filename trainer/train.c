@@ -21,6 +21,7 @@
 #include "memplan.h"
 #include "optim.h"
 #include "trainer.h"
+#include "../common/tks_bits.h"
 
 void tks_train_opts_default(tks_train_opts *o) {
     memset(o, 0, sizeof *o);
@@ -976,12 +977,6 @@ static int by_prob_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 /* Samples from logits with temperature and nucleus (top-p) filtering. */
 static uint32_t sample(float *logits, uint32_t V, float temp, float top_p, uint64_t *rng,
@@ -1000,7 +995,7 @@ static uint32_t sample(float *logits, uint32_t V, float temp, float top_p, uint6
     double keep = 0;
     uint32_t n = 0;
     while (n < V && (n == 0 || keep < top_p * sum)) keep += scratch[n++].p;
-    double u = (double)(rng_next(rng) >> 11) / 9007199254740992.0 * keep, acc = 0;
+    double u = (double)(tks_splitmix64(rng) >> 11) / 9007199254740992.0 * keep, acc = 0;
     for (uint32_t i = 0; i < n; i++)
         if ((acc += scratch[i].p) >= u) return scratch[i].id;
     return scratch[n - 1].id;
