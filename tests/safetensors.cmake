@@ -3,13 +3,7 @@
 # the seed corpus replayed through the fuzz check; and the files checked by an
 # independent implementation in Python (standard library + numpy; also the official
 # `safetensors` package when importable, which Debian does not package).
-#
-# The library is defined here until the top-level CMakeLists.txt defines it with
-# the trainer layer; the guard keeps both working.
-if(NOT TARGET tks_safetensors)
-  add_library(tks_safetensors STATIC ${CMAKE_SOURCE_DIR}/trainer/safetensors.c)
-  target_link_libraries(tks_safetensors PUBLIC tks_common PkgConfig::JANSSON)
-endif()
+# (tks_safetensors itself is defined with the trainer layer in CMakeLists.txt.)
 
 add_executable(test_safetensors ${TKS_TEST_DIR}/test_safetensors.c)
 target_link_libraries(test_safetensors PRIVATE tks_safetensors)

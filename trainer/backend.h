@@ -1,6 +1,6 @@
 /*
  * backend.h - the compute interface between the model code and a backend
- * (trainer/cpu now, trainer/cuda next), contract version 2. Private to
+ * (trainer/cpu, the reference, and trainer/cuda), contract version 2. Private to
  * trainer/ and its tests. docs/BACKENDS.md explains it for someone writing a
  * backend; this header is the reference.
  *

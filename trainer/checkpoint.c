@@ -95,7 +95,7 @@ static int gather_tensor(gctx *g, tks_model *m, tks_optim *opt, const tks_param 
     tks_backend *be = tks_model_backend(m);
     *full = NULL;
     size_t blk = blk_of(p), T = (size_t)g->tp->size, S = (size_t)g->shard->size;
-    int tp_split = T > 1 && p->split != TKS_SPLIT_NONE;
+    int tp_split = T > 1 && p->split != TKS_TP_REPLICATED;
     int in_rep0 = g->rep == 0, in_tp_gather = in_rep0 && g->shard_rank == 0;
     /* does this tp rank's block count? (an unsplit tensor: tp rank 0's only) */
     int my_block = tp_split || g->tp_rank == 0;
@@ -145,7 +145,7 @@ static int gather_tensor(gctx *g, tks_model *m, tks_optim *opt, const tks_param 
         rc = g->tp->gatherv_host(g->tp, NULL, counts, NULL, 0);
     }
     if (!rc && g->writer) {
-        if (p->split == TKS_SPLIT_COLS && tp_split) {
+        if (p->split == TKS_TP_COLS && tp_split) {
             for (size_t t = 0; t < T; t++)
                 for (uint64_t r = 0; r < p->rows_real; r++)
                     memcpy(*full + r * p->cols + t * p->lcols, all + (t * p->rows + r) * p->lcols,

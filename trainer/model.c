@@ -127,7 +127,7 @@ uint64_t tks_model_n_params(const tks_model_config *c) {
 /* ---- parameter table ------------------------------------------------------- */
 
 static tks_param *add_param(tks_model *m, size_t *cap, const char *name, uint64_t rows,
-                            uint64_t cols, uint64_t rows_real, tks_split split, int decay) {
+                            uint64_t cols, uint64_t rows_real, tks_tp_split split, int decay) {
     if (m->n_params == *cap) {
         *cap = *cap ? 2 * *cap : 64;
         tks_param *p = realloc(m->params, *cap * sizeof *p);
@@ -144,10 +144,10 @@ static tks_param *add_param(tks_model *m, size_t *cap, const char *name, uint64_
     p->split = split;
     p->decay = decay;
     uint64_t tp = (uint64_t)m->tp_size, r = (uint64_t)m->tp_rank;
-    p->lrows = split == TKS_SPLIT_ROWS ? rows / tp : rows;
-    p->lcols = split == TKS_SPLIT_COLS ? p->cols / tp : p->cols;
-    p->row0 = split == TKS_SPLIT_ROWS ? r * p->lrows : 0;
-    p->col0 = split == TKS_SPLIT_COLS ? r * p->lcols : 0;
+    p->lrows = split == TKS_TP_ROWS ? rows / tp : rows;
+    p->lcols = split == TKS_TP_COLS ? p->cols / tp : p->cols;
+    p->row0 = split == TKS_TP_ROWS ? r * p->lrows : 0;
+    p->col0 = split == TKS_TP_COLS ? r * p->lcols : 0;
     return p;
 }
 
@@ -157,19 +157,19 @@ static int build_params(tks_model *m) {
     uint64_t C = c->dim, HD = (uint64_t)m->HD;
     char nm[64];
     /* pointers into m->params are fixed up after the table is complete */
-    if (!add_param(m, &cap, "model.embed_tokens.weight", m->VP, C, c->vocab_size, TKS_SPLIT_ROWS, 1))
+    if (!add_param(m, &cap, "model.embed_tokens.weight", m->VP, C, c->vocab_size, TKS_TP_ROWS, 1))
         return TKS_ERR_NOMEM;
     for (uint32_t l = 0; l < c->n_layers; l++) {
-        struct { const char *suffix; uint64_t rows, cols; tks_split split; int decay; } t[] = {
-            {"input_layernorm.weight", C, 0, TKS_SPLIT_NONE, 0},
-            {"self_attn.q_proj.weight", c->n_heads * HD, C, TKS_SPLIT_ROWS, 1},
-            {"self_attn.k_proj.weight", c->n_kv_heads * HD, C, TKS_SPLIT_ROWS, 1},
-            {"self_attn.v_proj.weight", c->n_kv_heads * HD, C, TKS_SPLIT_ROWS, 1},
-            {"self_attn.o_proj.weight", C, c->n_heads * HD, TKS_SPLIT_COLS, 1},
-            {"post_attention_layernorm.weight", C, 0, TKS_SPLIT_NONE, 0},
-            {"mlp.gate_proj.weight", c->ffn_dim, C, TKS_SPLIT_ROWS, 1},
-            {"mlp.up_proj.weight", c->ffn_dim, C, TKS_SPLIT_ROWS, 1},
-            {"mlp.down_proj.weight", C, c->ffn_dim, TKS_SPLIT_COLS, 1},
+        struct { const char *suffix; uint64_t rows, cols; tks_tp_split split; int decay; } t[] = {
+            {"input_layernorm.weight", C, 0, TKS_TP_REPLICATED, 0},
+            {"self_attn.q_proj.weight", c->n_heads * HD, C, TKS_TP_ROWS, 1},
+            {"self_attn.k_proj.weight", c->n_kv_heads * HD, C, TKS_TP_ROWS, 1},
+            {"self_attn.v_proj.weight", c->n_kv_heads * HD, C, TKS_TP_ROWS, 1},
+            {"self_attn.o_proj.weight", C, c->n_heads * HD, TKS_TP_COLS, 1},
+            {"post_attention_layernorm.weight", C, 0, TKS_TP_REPLICATED, 0},
+            {"mlp.gate_proj.weight", c->ffn_dim, C, TKS_TP_ROWS, 1},
+            {"mlp.up_proj.weight", c->ffn_dim, C, TKS_TP_ROWS, 1},
+            {"mlp.down_proj.weight", C, c->ffn_dim, TKS_TP_COLS, 1},
         };
         for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
             snprintf(nm, sizeof nm, "model.layers.%u.%s", l, t[i].suffix);
@@ -177,9 +177,9 @@ static int build_params(tks_model *m) {
                 return TKS_ERR_NOMEM;
         }
     }
-    if (!add_param(m, &cap, "model.norm.weight", C, 0, C, TKS_SPLIT_NONE, 0)) return TKS_ERR_NOMEM;
+    if (!add_param(m, &cap, "model.norm.weight", C, 0, C, TKS_TP_REPLICATED, 0)) return TKS_ERR_NOMEM;
     if (!c->tie_embeddings &&
-        !add_param(m, &cap, "lm_head.weight", m->VP, C, c->vocab_size, TKS_SPLIT_ROWS, 1))
+        !add_param(m, &cap, "lm_head.weight", m->VP, C, c->vocab_size, TKS_TP_ROWS, 1))
         return TKS_ERR_NOMEM;
     /* 64-byte aligned tensors, except that k and v follow q, and up follows
      * gate, with no gap: the fused q|k|v and gate|up GEMMs read each group

@@ -42,10 +42,10 @@ uint32_t tks_model_padded_vocab(const tks_model_config *c, int tp);
 
 /* How a tensor is split over the tp group. */
 typedef enum {
-    TKS_SPLIT_NONE = 0, /* replicated (RMSNorm weights) */
-    TKS_SPLIT_ROWS,     /* dim 0 split: column-parallel linears (q,k,v,gate,up), vocab rows */
-    TKS_SPLIT_COLS,     /* dim 1 split: row-parallel linears (o, down) */
-} tks_split;
+    TKS_TP_REPLICATED = 0, /* replicated (RMSNorm weights) */
+    TKS_TP_ROWS,     /* dim 0 split: column-parallel linears (q,k,v,gate,up), vocab rows */
+    TKS_TP_COLS,     /* dim 1 split: row-parallel linears (o, down) */
+} tks_tp_split;
 
 /* One parameter tensor. Global shape is the Hugging Face one; `rows` may
  * include vocab padding (rows_real excludes it). */
@@ -54,7 +54,7 @@ typedef struct tks_param {
     int ndim;                 /* 1 or 2 */
     uint64_t rows, cols;      /* global padded shape (cols = 1 for 1-d) */
     uint64_t rows_real;       /* global rows without vocab padding */
-    tks_split split;
+    tks_tp_split split;
     uint64_t row0, col0;      /* where the local block starts in the global tensor */
     uint64_t lrows, lcols;    /* local block shape */
     size_t offset;            /* of the local block in the flat parameter buffer, elements */

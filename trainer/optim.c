@@ -44,7 +44,7 @@ int tks_optim_create(tks_model *m, const tks_adamw_opts *o, size_t begin, size_t
         if (a >= b) continue;
         tks_span sp = {a, b - a, P[i].decay ? o->weight_decay : 0.0f};
         op->spans[op->n_spans++] = sp;
-        if (P[i].split != TKS_SPLIT_NONE) op->norm_spans[op->n_norm_spans++] = sp;
+        if (P[i].split != TKS_TP_REPLICATED) op->norm_spans[op->n_norm_spans++] = sp;
     }
     tks_backend *be = tks_model_backend(m);
     size_t n = end - begin ? end - begin : 1;
