@@ -10,7 +10,7 @@
 
 static json_t *num_or_null(uint64_t v) { return v == TKS_NONE ? json_null() : json_integer((json_int_t)v); }
 
-int tks_cli_audit_print(const char *path, const tks_audit_report *r, int as_json, const char *foreign) {
+int cli_audit_print(const char *path, const tks_audit_report *r, int as_json, const char *foreign) {
     double gbs = r->seconds > 0 ? r->bytes_hashed / 1e9 / r->seconds : 0;
     if (as_json) {
         json_t *probs = json_array();

@@ -10,25 +10,25 @@
 
 #include "../common/tks.h"
 
-const char *tks_cli_prog = "tokshard";
+const char *cli_prog = "tokshard";
 
-int tks_cli_usage_error(const char *fmt, ...) {
+int cli_usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "%s: ", tks_cli_prog);
+    fprintf(stderr, "%s: ", cli_prog);
     vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n(run `%s --help` for usage)\n", tks_cli_prog);
+    fprintf(stderr, "\n(run `%s --help` for usage)\n", cli_prog);
     va_end(ap);
     return EXIT_USAGE;
 }
 
-int tks_cli_lib_error(void) {
+int cli_lib_error(void) {
     const tks_error *e = tks_last_error();
-    fprintf(stderr, "%s: error: %s\n", tks_cli_prog, e->message[0] ? e->message : tks_strerror(e->code));
+    fprintf(stderr, "%s: error: %s\n", cli_prog, e->message[0] ? e->message : tks_strerror(e->code));
     return e->code == TKS_ERR_INTERRUPTED ? EXIT_INTERRUPTED : EXIT_USAGE;
 }
 
-int tks_cli_parse_size(const char *s, uint64_t *out) {
+int cli_parse_size(const char *s, uint64_t *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -52,7 +52,7 @@ int tks_cli_parse_size(const char *s, uint64_t *out) {
     return 0;
 }
 
-int tks_cli_parse_float(const char *s, float *out) {
+int cli_parse_float(const char *s, float *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -61,7 +61,7 @@ int tks_cli_parse_float(const char *s, float *out) {
     return 0;
 }
 
-int tks_cli_next(tks_args *a, const char **positional) {
+int cli_next(cli_args *a, const char **positional) {
     *positional = NULL;
     a->val = NULL;
     if (a->i >= a->argc) return 0;
@@ -83,7 +83,7 @@ int tks_cli_next(tks_args *a, const char **positional) {
     return 1;
 }
 
-const char *tks_cli_value(tks_args *a) {
+const char *cli_value(cli_args *a) {
     if (a->val) return a->val;
     if (a->i < a->argc) return a->val = a->argv[a->i++];
     return NULL;

@@ -14,7 +14,7 @@
 
 /* 1 when an MPI launcher started this process as one of several (the
  * environment variables above); needs no MPI library. */
-static inline int tks_dist_launched_many(void) {
+static inline int dist_launched_many(void) {
     const char *v = getenv("OMPI_COMM_WORLD_SIZE");
     if (!v || !*v) v = getenv("PMI_SIZE");
     if ((!v || !*v) && getenv("PMIX_RANK")) v = getenv("SLURM_NTASKS");
@@ -25,7 +25,7 @@ static inline int tks_dist_launched_many(void) {
  * the merged report of all ranks in *out (NULL on the other ranks); *rank is
  * this process's rank (0 without MPI). Returns 0, or the library error code of
  * this rank (or TKS_ERR_IO when another rank failed), with the error recorded. */
-int tks_dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **out, int *rank);
+int dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **out, int *rank);
 
 /* Builds a dataset: tks_build without a launcher; under mpirun/srun, rank 0
  * plans the work units and hands them out one at a time to the ranks that
@@ -34,14 +34,14 @@ int tks_dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_repor
  * printed by rank 0, which then aborts the job; a killed rank makes the
  * launcher stop the job, and every rank prints the unit it was building.
  * progress: per-rank summary lines on rank 0's stderr. Returns as
- * tks_dist_audit; *stats is filled on rank 0. */
-int tks_dist_build(tks_build_opts *opts, int progress, tks_build_stats *stats, int *rank);
+ * dist_audit; *stats is filled on rank 0. */
+int dist_build(tks_build_opts *opts, int progress, tks_build_stats *stats, int *rank);
 
 /* This process's rank (MPI started if needed), or 0 without a launcher. */
-int tks_dist_rank(void);
+int dist_rank(void);
 
 /* The exit code every process returns: the largest rc of all ranks. Ends MPI
- * if tks_dist_audit started it. */
-int tks_dist_finish(int rc);
+ * if dist_audit started it. */
+int dist_finish(int rc);
 
 #endif

@@ -30,9 +30,9 @@ static int world(int *rank, int *size) {
     return 0;
 }
 
-int tks_dist_rank(void) {
+int dist_rank(void) {
     int rank = 0, size = 1;
-    if (tks_dist_launched_many() && world(&rank, &size) != 0) return 0;
+    if (dist_launched_many() && world(&rank, &size) != 0) return 0;
     return rank;
 }
 
@@ -43,11 +43,11 @@ typedef struct wire {
     double seconds;
 } wire;
 
-int tks_dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **out, int *rank) {
+int dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **out, int *rank) {
     *out = NULL;
     int size = 1;
     *rank = 0;
-    if (!tks_dist_launched_many()) return tks_audit(path, opts, out);
+    if (!dist_launched_many()) return tks_audit(path, opts, out);
     int rc = world(rank, &size);
     if (rc) return rc;
     tks_audit_opts o = *opts;
@@ -134,7 +134,7 @@ int tks_dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_repor
     return rc;
 }
 
-int tks_dist_finish(int rc) {
+int dist_finish(int rc) {
     int inited = 0, fin = 0, out = rc;
     MPI_Initialized(&inited);
     MPI_Finalized(&fin);
@@ -213,7 +213,7 @@ static void coord_sigmsg(coord *c) {
     size_t n = (size_t)snprintf(g_sigmsg, sizeof g_sigmsg,
                                 "%s: build stopped by the launcher (a rank failed or was killed: "
                                 "the launcher's message names it); units in flight:",
-                                tks_cli_prog);
+                                cli_prog);
     for (int r = 0; r < c->size && n < sizeof g_sigmsg - 200; r++)
         if (c->inflight[r] >= 0)
             n += (size_t)snprintf(g_sigmsg + n, sizeof g_sigmsg - n, " unit %lld on rank %d,",
@@ -301,7 +301,7 @@ static void coord_serve(coord *c, int block) {
         fprintf(stderr,
                 "%s: error: rank %d failed on unit %llu: %s\n%s: stopping the job; the complete "
                 "units are kept in %s: fix the cause and re-run the same command with --resume\n",
-                tks_cli_prog, src, (unsigned long long)q.unit, q.err, tks_cli_prog, c->partial);
+                cli_prog, src, (unsigned long long)q.unit, q.err, cli_prog, c->partial);
         fflush(stderr);
         g_sigmsg_len = 0;
         MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
@@ -327,15 +327,15 @@ static void show_in_flight(const tks_build_opts *o) {
     FILE *f = fopen(path, "r");
     if (!f) return;
     if (fgets(line, sizeof line, f))
-        fprintf(stderr, "%s: resuming; when the interrupted run stopped: %s", tks_cli_prog,
+        fprintf(stderr, "%s: resuming; when the interrupted run stopped: %s", cli_prog,
                 strstr(line, "units in flight:") ? strstr(line, "units in flight:") : line);
     fclose(f);
 }
 
-int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int *rank) {
+int dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int *rank) {
     int size = 1;
     *rank = 0;
-    if (!tks_dist_launched_many()) {
+    if (!dist_launched_many()) {
         show_in_flight(o);
         return tks_build(o, stats);
     }
@@ -378,7 +378,7 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
             if (a.stop) break;
             g_sigmsg_len = (size_t)snprintf(g_sigmsg, sizeof g_sigmsg,
                                             "%s: rank %d stopped by the launcher while building unit %llu\n",
-                                            tks_cli_prog, *rank, (unsigned long long)a.unit.index);
+                                            cli_prog, *rank, (unsigned long long)a.unit.index);
             memset(&q, 0, sizeof q);
             q.unit = a.unit.index;
             q.has_unit = 1;
@@ -414,7 +414,7 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
         tks_build_unit u;
         rc = tks_build_job_plan(job, &u);
         if (rc < 0) {
-            fprintf(stderr, "%s: error: rank 0 could not plan the units: %s\n", tks_cli_prog,
+            fprintf(stderr, "%s: error: rank 0 could not plan the units: %s\n", cli_prog,
                     tks_last_error()->message);
             fflush(stderr);
             g_sigmsg_len = 0;
@@ -449,13 +449,13 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
         fprintf(stderr, "%s: resuming a build started without mpirun: none of its %llu shard(s) "
                         "kept, since it found %llu document(s) empty after tokenizing and its "
                         "shards cannot then be matched to work units; %zu of %zu units are built\n",
-                tks_cli_prog, (unsigned long long)pl->shards,
+                cli_prog, (unsigned long long)pl->shards,
                 (unsigned long long)pl->empty_after_tokenize, c.n_units - c.n_kept, c.n_units);
     else if (pl->active)
         fprintf(stderr, "%s: resuming a build started without mpirun: %zu of %zu units kept "
                         "(%llu of its %llu shard(s) taken over now as %llu units); the others "
                         "are built\n",
-                tks_cli_prog, c.n_kept, c.n_units, (unsigned long long)pl->shards_kept,
+                cli_prog, c.n_kept, c.n_units, (unsigned long long)pl->shards_kept,
                 (unsigned long long)pl->shards, (unsigned long long)pl->units_kept);
     rc = 0;
     /* the job's options are a copy: the callback is set on the unit runs below */
@@ -468,7 +468,7 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
     tks_build_job *job0 = NULL;
     rc = tks_build_job_open(&ro, 0, &job0);
     if (rc) {
-        fprintf(stderr, "%s: error: rank 0: %s\n", tks_cli_prog, tks_last_error()->message);
+        fprintf(stderr, "%s: error: rank 0: %s\n", cli_prog, tks_last_error()->message);
         MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
     }
     int64_t k;
@@ -479,7 +479,7 @@ int tks_dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int 
             fprintf(stderr, "%s: error: rank 0 failed on unit %lld: %s\n%s: stopping the job; the "
                             "complete units are kept in %s: fix the cause and re-run the same "
                             "command with --resume\n",
-                    tks_cli_prog, (long long)k, tks_last_error()->message, tks_cli_prog, partial);
+                    cli_prog, (long long)k, tks_last_error()->message, cli_prog, partial);
             fflush(stderr);
             g_sigmsg_len = 0;
             MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);

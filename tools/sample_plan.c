@@ -15,7 +15,7 @@
 #include "trainer/sampler.h"
 #include "trainer/trainer.h"
 
-int tks_cli_sample_plan(int argc, char **argv);
+int cli_sample_plan(int argc, char **argv);
 
 typedef unsigned long long ull;
 
@@ -38,7 +38,7 @@ static const char plan_usage[] =
     "  (or the checkpoint given) and plans from the step after it by default.\n";
 
 /* An exact decimal integer (seeds and steps need all 64 bits, which
- * tks_cli_parse_size's double does not keep). Returns 0 or -1. */
+ * cli_parse_size's double does not keep). Returns 0 or -1. */
 static int parse_u64(const char *s, uint64_t *out) {
     if (!s || *s < '0' || *s > '9') return -1;
     errno = 0;
@@ -91,19 +91,19 @@ static json_t *json_sample(uint64_t micro, uint64_t g, uint64_t epoch, const tks
     return o;
 }
 
-int tks_cli_sample_plan(int argc, char **argv) {
+int cli_sample_plan(int argc, char **argv) {
     const char *dir = NULL, *run_path = NULL;
     uint64_t seq_len = 0, global_batch = 0, dp = 1, tp = 1, seed = TKS_DEFAULT_SEED, micro = 0,
              val_tokens = TKS_DEFAULT_VAL_TOKENS;
     uint64_t s0 = 1, s1 = 1;
     int json = 0, have_seq = 0, have_batch = 0, have_steps = 0;
     const char *data_flag = NULL; /* a flag that --run replaces */
-    tks_cli_prog = "tokshard sample-plan";
-    tks_args a = {.argc = argc, .argv = argv};
+    cli_prog = "tokshard sample-plan";
+    cli_args a = {.argc = argc, .argv = argv};
     const char *pos, *v;
-    while (tks_cli_next(&a, &pos)) {
+    while (cli_next(&a, &pos)) {
         if (pos) {
-            if (dir) return tks_cli_usage_error("one dataset DIR only (got %s and %s)", dir, pos);
+            if (dir) return cli_usage_error("one dataset DIR only (got %s and %s)", dir, pos);
             dir = pos;
             continue;
         }
@@ -112,7 +112,7 @@ int tks_cli_sample_plan(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a.name, "--json")) {
-            if (a.val) return tks_cli_usage_error("--json takes no value");
+            if (a.val) return cli_usage_error("--json takes no value");
             json = 1;
             continue;
         }
@@ -124,27 +124,27 @@ int tks_cli_sample_plan(int argc, char **argv) {
         else if (!strcmp(a.name, "--micro-batch")) dst = &micro;
         else if (!strcmp(a.name, "--val-tokens")) dst = &val_tokens;
         else if (strcmp(a.name, "--seed") && strcmp(a.name, "--steps") && strcmp(a.name, "--run"))
-            return tks_cli_usage_error("unknown option %s (options: --seq-len --global-batch --dp "
+            return cli_usage_error("unknown option %s (options: --seq-len --global-batch --dp "
                                        "--tp --steps --seed --micro-batch --val-tokens --run "
                                        "--json)", a.name);
         if (dst == &seq_len || dst == &global_batch || dst == &micro || dst == &val_tokens ||
             !strcmp(a.name, "--seed"))
             data_flag = a.name;
-        if (!(v = tks_cli_value(&a))) return tks_cli_usage_error("%s needs a value", a.name);
+        if (!(v = cli_value(&a))) return cli_usage_error("%s needs a value", a.name);
         if (!strcmp(a.name, "--run")) {
             run_path = v;
         } else if (!strcmp(a.name, "--steps")) {
             have_steps = 1;
             if (parse_steps(v, &s0, &s1))
-                return tks_cli_usage_error("--steps %s: expected S0:S1 with 1 <= S0 <= S1 (steps "
+                return cli_usage_error("--steps %s: expected S0:S1 with 1 <= S0 <= S1 (steps "
                                            "S0 to S1; steps count from 1, as tokshard-train's "
                                            "do), or a single step S", v);
         } else if (!strcmp(a.name, "--seed")) {
             if (parse_u64(v, &seed))
-                return tks_cli_usage_error("--seed %s: expected an integer in 0..%lld", v,
+                return cli_usage_error("--seed %s: expected an integer in 0..%lld", v,
                                            (long long)INT64_MAX);
-        } else if (tks_cli_parse_size(v, dst)) {
-            return tks_cli_usage_error("%s %s: expected a non-negative integer such as 48, 64K "
+        } else if (cli_parse_size(v, dst)) {
+            return cli_usage_error("%s %s: expected a non-negative integer such as 48, 64K "
                                        "or 1M", a.name, v);
         }
     }
@@ -152,9 +152,9 @@ int tks_cli_sample_plan(int argc, char **argv) {
     tks_run_sampling run;
     if (run_path) {
         if (data_flag)
-            return tks_cli_usage_error("%s cannot be combined with --run: the run's checkpoint "
+            return cli_usage_error("%s cannot be combined with --run: the run's checkpoint "
                                        "records it", data_flag);
-        if (tks_train_read_sampling(run_path, &run)) return tks_cli_lib_error();
+        if (tks_train_read_sampling(run_path, &run)) return cli_lib_error();
         if (!dir) dir = run.dataset;
         seq_len = run.seq_len, have_seq = 1;
         global_batch = run.global_batch, have_batch = 1;
@@ -164,21 +164,21 @@ int tks_cli_sample_plan(int argc, char **argv) {
         run_step = run.step, run_cursor = run.cursor;
         if (!have_steps) s0 = s1 = run_step + 1;
     }
-    if (!dir) return tks_cli_usage_error("give a dataset DIR (or --run RUN_DIR)");
+    if (!dir) return cli_usage_error("give a dataset DIR (or --run RUN_DIR)");
     if (!have_seq)
-        return tks_cli_usage_error("--seq-len L is required (tokens per training sequence)");
+        return cli_usage_error("--seq-len L is required (tokens per training sequence)");
     if (!have_batch)
-        return tks_cli_usage_error("--global-batch B is required (samples per step, all ranks)");
+        return cli_usage_error("--global-batch B is required (samples per step, all ranks)");
     if (seq_len == 0 || seq_len > UINT32_MAX)
-        return tks_cli_usage_error("--seq-len %llu: expected 1..%u", (ull)seq_len, UINT32_MAX);
+        return cli_usage_error("--seq-len %llu: expected 1..%u", (ull)seq_len, UINT32_MAX);
     if (global_batch == 0)
-        return tks_cli_usage_error("--global-batch 0: expected at least 1 sample per step");
-    if (dp == 0 || dp > 65536) return tks_cli_usage_error("--dp %llu: expected 1..65536", (ull)dp);
-    if (tp == 0 || tp > 65536) return tks_cli_usage_error("--tp %llu: expected 1..65536", (ull)tp);
+        return cli_usage_error("--global-batch 0: expected at least 1 sample per step");
+    if (dp == 0 || dp > 65536) return cli_usage_error("--dp %llu: expected 1..65536", (ull)dp);
+    if (tp == 0 || tp > 65536) return cli_usage_error("--tp %llu: expected 1..65536", (ull)tp);
     if (seed > INT64_MAX) /* JSON integers are signed 64-bit */
-        return tks_cli_usage_error("--seed %llu: expected 0..%lld", (ull)seed, (long long)INT64_MAX);
+        return cli_usage_error("--seed %llu: expected 0..%lld", (ull)seed, (long long)INT64_MAX);
     if (s1 > INT64_MAX / global_batch - run_cursor / global_batch - 1)
-        return tks_cli_usage_error("--steps %llu:%llu with --global-batch %llu: sample indices "
+        return cli_usage_error("--steps %llu:%llu with --global-batch %llu: sample indices "
                                    "beyond 2^63; plan earlier steps", (ull)s0, (ull)s1,
                                    (ull)global_batch);
     /* global samples consumed before step s: (s - 1) B, or after a checkpoint
@@ -187,24 +187,24 @@ int tks_cli_sample_plan(int argc, char **argv) {
     if (tks_batch_check(global_batch, (uint32_t)dp, micro, &per_rank, &n_micro)) {
         char mflag[48] = "";
         if (micro) snprintf(mflag, sizeof mflag, ", --micro-batch %llu", (ull)micro);
-        return tks_cli_usage_error("--global-batch %llu, --dp %llu%s: %s", (ull)global_batch,
+        return cli_usage_error("--global-batch %llu, --dp %llu%s: %s", (ull)global_batch,
                                    (ull)dp, mflag, tks_last_error()->message);
     }
     const uint64_t mb = per_rank / n_micro;
 
     tks_dataset *ds = NULL;
-    if (tks_dataset_open(dir, &ds)) return tks_cli_lib_error();
+    if (tks_dataset_open(dir, &ds)) return cli_lib_error();
     const uint64_t n_tok = tks_dataset_n_tokens(ds);
     tks_token_range train, val;
     if (tks_split_tokens(n_tok, val_tokens, (uint32_t)seq_len, &train, &val)) {
-        int rc = tks_cli_usage_error("--seq-len %llu, --val-tokens %llu: %s", (ull)seq_len,
+        int rc = cli_usage_error("--seq-len %llu, --val-tokens %llu: %s", (ull)seq_len,
                                      (ull)val_tokens, tks_last_error()->message);
         tks_dataset_close(ds);
         return rc;
     }
     tks_sampler *sm = NULL;
     if (tks_sampler_create(ds, train.begin, train.end, (uint32_t)seq_len, seed, &sm)) {
-        int rc = tks_cli_usage_error("--seq-len %llu: %s", (ull)seq_len, tks_last_error()->message);
+        int rc = cli_usage_error("--seq-len %llu: %s", (ull)seq_len, tks_last_error()->message);
         tks_dataset_close(ds);
         return rc;
     }
@@ -231,7 +231,7 @@ int tks_cli_sample_plan(int argc, char **argv) {
         if (!h) {
             tks_sampler_free(sm);
             tks_dataset_close(ds);
-            fprintf(stderr, "%s: out of memory\n", tks_cli_prog);
+            fprintf(stderr, "%s: out of memory\n", cli_prog);
             return EXIT_USAGE;
         }
         /* stream the steps: the head object without its closing brace, then
@@ -260,7 +260,7 @@ int tks_cli_sample_plan(int argc, char **argv) {
             uint64_t first, count;
             if (tks_sampler_rank_slice_at(cursor, global_batch, (uint32_t)dp, (uint32_t)d, &first,
                                           &count)) {
-                rc = tks_cli_usage_error("%s", tks_last_error()->message);
+                rc = cli_usage_error("%s", tks_last_error()->message);
                 break;
             }
             for (uint64_t t = 0; t < tp && !rc; t++) {
@@ -269,14 +269,14 @@ int tks_cli_sample_plan(int argc, char **argv) {
                 for (uint64_t m = 0; m < n_micro && !rc; m++) {
                     uint64_t mf, mc;
                     if (tks_sampler_micro_slice(first, count, mb, m, &mf, &mc)) {
-                        rc = tks_cli_usage_error("%s", tks_last_error()->message);
+                        rc = cli_usage_error("%s", tks_last_error()->message);
                         break;
                     }
                     for (uint64_t g = mf; g < mf + mc; g++) {
                         tks_sample_loc loc;
                         uint64_t w = tks_sampler_window(sm, g);
                         if (tks_sampler_locate(sm, w, &loc)) {
-                            rc = tks_cli_usage_error("%s", tks_last_error()->message);
+                            rc = cli_usage_error("%s", tks_last_error()->message);
                             break;
                         }
                         if (json) {
@@ -302,14 +302,14 @@ int tks_cli_sample_plan(int argc, char **argv) {
             json_t *st = json_pack("{s:I, s:o}", "step", (json_int_t)step, "ranks", ranks);
             char *txt = rc ? NULL : json_dumps(st, JSON_COMPACT);
             if (txt) printf("%s%s", step > s0 ? "," : "", txt);
-            else if (!rc) rc = tks_cli_usage_error("out of memory writing JSON");
+            else if (!rc) rc = cli_usage_error("out of memory writing JSON");
             free(txt);
             json_decref(st);
         }
     }
     if (json && !rc) printf("]}\n");
     if (fflush(stdout) || ferror(stdout)) {
-        fprintf(stderr, "%s: error writing the plan: %s\n", tks_cli_prog, strerror(errno));
+        fprintf(stderr, "%s: error writing the plan: %s\n", cli_prog, strerror(errno));
         rc = EXIT_USAGE;
     }
     tks_sampler_free(sm);
@@ -318,5 +318,5 @@ int tks_cli_sample_plan(int argc, char **argv) {
 }
 
 #ifdef TKS_SAMPLE_PLAN_MAIN
-int main(int argc, char **argv) { return tks_cli_sample_plan(argc - 1, argv + 1); }
+int main(int argc, char **argv) { return cli_sample_plan(argc - 1, argv + 1); }
 #endif

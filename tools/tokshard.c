@@ -20,24 +20,24 @@
 #include "cli.h"
 #include "dist.h"
 
-int tks_cli_sample_plan(int argc, char **argv); /* tools/sample_plan.c */
+int cli_sample_plan(int argc, char **argv); /* tools/sample_plan.c */
 /* tools/interop_cli.c */
-int tks_cli_import(int argc, char **argv);
-int tks_cli_export(int argc, char **argv);
-int tks_cli_export_hf(int argc, char **argv);
-int tks_cli_foreign_flag(tks_args *a, tks_foreign_opts *fo, int *consumed);
+int cli_import(int argc, char **argv);
+int cli_export(int argc, char **argv);
+int cli_export_hf(int argc, char **argv);
+int cli_foreign_flag(cli_args *a, tks_foreign_opts *fo, int *consumed);
 
 #define OPT(s) (strcmp(a.name, s) == 0)
 #define VAL(dst)                                                               \
     do {                                                                       \
-        if (!((dst) = tks_cli_value(&a))) return tks_cli_usage_error("%s needs a value", a.name); \
+        if (!((dst) = cli_value(&a))) return cli_usage_error("%s needs a value", a.name); \
     } while (0)
 #define SIZE(dst)                                                                         \
     do {                                                                                  \
         const char *v_;                                                                   \
         VAL(v_);                                                                          \
-        if (tks_cli_parse_size(v_, &(dst)))                                                       \
-            return tks_cli_usage_error("%s %s: expected a number such as 1000000, 64K, 16M or 2G", \
+        if (cli_parse_size(v_, &(dst)))                                                       \
+            return cli_usage_error("%s %s: expected a number such as 1000000, 64K, 16M or 2G", \
                                a.name, v_);                                               \
     } while (0)
 
@@ -46,44 +46,44 @@ static int parse_policy(const char *flag, const char *v, tks_policy *p, int allo
     else if (strcmp(v, "skip") == 0) *p = TKS_POLICY_SKIP;
     else if (strcmp(v, "fail") == 0) *p = TKS_POLICY_FAIL;
     else
-        return tks_cli_usage_error("%s %s: expected %s", flag, v, allow_replace ? "replace, skip or fail" : "skip or fail");
+        return cli_usage_error("%s %s: expected %s", flag, v, allow_replace ? "replace, skip or fail" : "skip or fail");
     return 0;
 }
 
 /* Input flags shared by build and train-tokenizer. Returns 1 if consumed, 0 if not, or an exit code + 2. */
-static int input_flag(tks_args *ap, tks_input_opts *io) {
-    tks_args a = *ap;
+static int input_flag(cli_args *ap, tks_input_opts *io) {
+    cli_args a = *ap;
     int r = 1;
     const char *v = NULL;
     if (OPT("--doc-split")) {
-        if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--doc-split needs file, line or blank-line");
+        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--doc-split needs file, line or blank-line");
         if (!strcmp(v, "file")) io->split = TKS_SPLIT_FILE;
         else if (!strcmp(v, "line")) io->split = TKS_SPLIT_LINE;
         else if (!strcmp(v, "blank-line")) io->split = TKS_SPLIT_BLANK;
-        else return 2 + tks_cli_usage_error("--doc-split %s: expected file, line or blank-line", v);
+        else return 2 + cli_usage_error("--doc-split %s: expected file, line or blank-line", v);
     } else if (OPT("--format")) {
-        if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--format needs auto, text or jsonl");
+        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--format needs auto, text or jsonl");
         if (!strcmp(v, "auto")) io->format = TKS_FMT_AUTO;
         else if (!strcmp(v, "text")) io->format = TKS_FMT_TEXT;
         else if (!strcmp(v, "jsonl")) io->format = TKS_FMT_JSONL;
-        else return 2 + tks_cli_usage_error("--format %s: expected auto, text or jsonl", v);
+        else return 2 + cli_usage_error("--format %s: expected auto, text or jsonl", v);
     } else if (OPT("--jsonl-key")) {
-        if (!(v = tks_cli_value(&a)) || !*v) return 2 + tks_cli_usage_error("--jsonl-key needs a key name");
+        if (!(v = cli_value(&a)) || !*v) return 2 + cli_usage_error("--jsonl-key needs a key name");
         io->jsonl_key = v;
     } else if (OPT("--invalid-utf8")) {
-        if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--invalid-utf8 needs replace, skip or fail");
+        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--invalid-utf8 needs replace, skip or fail");
         if (parse_policy("--invalid-utf8", v, &io->invalid_utf8, 1)) return 2 + EXIT_USAGE;
     } else if (OPT("--max-doc-bytes")) {
-        if (!(v = tks_cli_value(&a)) || tks_cli_parse_size(v, &io->max_doc_bytes) || io->max_doc_bytes == 0)
-            return 2 + tks_cli_usage_error("--max-doc-bytes %s: expected a size such as 1M", v ? v : "");
+        if (!(v = cli_value(&a)) || cli_parse_size(v, &io->max_doc_bytes) || io->max_doc_bytes == 0)
+            return 2 + cli_usage_error("--max-doc-bytes %s: expected a size such as 1M", v ? v : "");
     } else if (OPT("--on-long-doc")) {
-        if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--on-long-doc needs skip or fail");
+        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--on-long-doc needs skip or fail");
         if (parse_policy("--on-long-doc", v, &io->long_doc, 0)) return 2 + EXIT_USAGE;
     } else if (OPT("--on-bad-input")) {
-        if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--on-bad-input needs fail or skip");
+        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--on-bad-input needs fail or skip");
         if (parse_policy("--on-bad-input", v, &io->bad_input, 0)) return 2 + EXIT_USAGE;
     } else if (OPT("--on-bad-record")) {
-        if (!(v = tks_cli_value(&a))) return 2 + tks_cli_usage_error("--on-bad-record needs fail or skip");
+        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--on-bad-record needs fail or skip");
         if (parse_policy("--on-bad-record", v, &io->bad_record, 0)) return 2 + EXIT_USAGE;
     } else {
         r = 0;
@@ -185,9 +185,9 @@ static int cmd_build(int argc, char **argv) {
     size_t n_in = 0;
     int quiet = 0;
     uint64_t v64;
-    tks_args a = {argc, 0, argv, NULL, {0}};
+    cli_args a = {argc, 0, argv, NULL, {0}};
     const char *pos;
-    while (tks_cli_next(&a, &pos)) {
+    while (cli_next(&a, &pos)) {
         if (pos) {
             inputs[n_in++] = pos;
             continue;
@@ -199,20 +199,20 @@ static int cmd_build(int argc, char **argv) {
         else if (OPT("--output") || OPT("-o")) VAL(o.out_dir);
         else if (OPT("--threads")) {
             SIZE(v64);
-            if (v64 == 0 || v64 > 1024) return tks_cli_usage_error("--threads %llu: expected 1..1024", (unsigned long long)v64);
+            if (v64 == 0 || v64 > 1024) return cli_usage_error("--threads %llu: expected 1..1024", (unsigned long long)v64);
             o.threads = (int)v64;
         } else if (OPT("--shard-tokens")) {
             SIZE(o.shard_tokens);
-            if (!o.shard_tokens) return tks_cli_usage_error("--shard-tokens must be at least 1");
+            if (!o.shard_tokens) return cli_usage_error("--shard-tokens must be at least 1");
         } else if (OPT("--chunk-bytes")) {
             SIZE(v64);
             if (v64 < TKS_MIN_CHUNK_BYTES || v64 > TKS_MAX_CHUNK_BYTES || v64 % 4)
-                return tks_cli_usage_error("--chunk-bytes %llu: expected a multiple of 4 in [64, 1G]", (unsigned long long)v64);
+                return cli_usage_error("--chunk-bytes %llu: expected a multiple of 4 in [64, 1G]", (unsigned long long)v64);
             o.chunk_bytes = (uint32_t)v64;
         } else if (OPT("--batch-bytes")) SIZE(o.batch_bytes);
         else if (OPT("--unit-bytes")) {
             SIZE(o.unit_bytes);
-            if (!o.unit_bytes) return tks_cli_usage_error("--unit-bytes must be at least 1");
+            if (!o.unit_bytes) return cli_usage_error("--unit-bytes must be at least 1");
         }
         else if (OPT("--append-eos")) o.append_eos = 1;
         else if (OPT("--prepend-bos")) o.prepend_bos = 1;
@@ -222,13 +222,13 @@ static int cmd_build(int argc, char **argv) {
             VAL(v);
             if (!strcmp(v, "auto")) o.encoder_sentencepiece = 0;
             else if (!strcmp(v, "sentencepiece")) o.encoder_sentencepiece = 1;
-            else return tks_cli_usage_error("--encoder %s: expected auto or sentencepiece", v);
+            else return cli_usage_error("--encoder %s: expected auto or sentencepiece", v);
         } else if (OPT("--quiet") || OPT("-q")) quiet = 1;
-        else return tks_cli_usage_error("build: unknown option %s", a.name);
+        else return cli_usage_error("build: unknown option %s", a.name);
     }
-    if (!o.tokenizer_path) return tks_cli_usage_error("build: --tokenizer MODEL is required");
-    if (!o.out_dir) return tks_cli_usage_error("build: --output DIR is required");
-    if (!n_in) return tks_cli_usage_error("build: give at least one INPUT file or directory");
+    if (!o.tokenizer_path) return cli_usage_error("build: --tokenizer MODEL is required");
+    if (!o.out_dir) return cli_usage_error("build: --output DIR is required");
+    if (!n_in) return cli_usage_error("build: give at least one INPUT file or directory");
     o.inputs = inputs;
     o.n_inputs = n_in;
     if (!quiet && isatty(STDERR_FILENO)) o.progress = progress_line;
@@ -239,11 +239,11 @@ static int cmd_build(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     tks_build_stats st;
     int rank = 0;
-    int rc = tks_dist_build(&o, !quiet, &st, &rank);
+    int rc = dist_build(&o, !quiet, &st, &rank);
     if (o.progress) fprintf(stderr, "\n");
-    if (rc) return tks_dist_finish(tks_cli_lib_error());
+    if (rc) return dist_finish(cli_lib_error());
     if (!quiet && rank == 0) print_build_summary(&st, o.out_dir);
-    return tks_dist_finish(0);
+    return dist_finish(0);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -297,9 +297,9 @@ static int cmd_train_tokenizer(int argc, char **argv) {
     const char **inputs = (const char **)argv;
     size_t n_in = 0;
     uint64_t v64;
-    tks_args a = {argc, 0, argv, NULL, {0}};
+    cli_args a = {argc, 0, argv, NULL, {0}};
     const char *pos, *v;
-    while (tks_cli_next(&a, &pos)) {
+    while (cli_next(&a, &pos)) {
         if (pos) {
             inputs[n_in++] = pos;
             continue;
@@ -311,11 +311,11 @@ static int cmd_train_tokenizer(int argc, char **argv) {
         else if (OPT("--model-type")) {
             VAL(v);
             if (strcmp(v, "bpe") && strcmp(v, "unigram") && strcmp(v, "word") && strcmp(v, "char"))
-                return tks_cli_usage_error("--model-type %s: expected bpe, unigram, word or char", v);
+                return cli_usage_error("--model-type %s: expected bpe, unigram, word or char", v);
             t.model_type = v;
         } else if (OPT("--vocab-size")) {
             SIZE(v64);
-            if (v64 < 8 || v64 > 1000000) return tks_cli_usage_error("--vocab-size %llu: expected 8..1000000", (unsigned long long)v64);
+            if (v64 < 8 || v64 > 1000000) return cli_usage_error("--vocab-size %llu: expected 8..1000000", (unsigned long long)v64);
             t.vocab_size = (uint32_t)v64;
         } else if (OPT("--byte-fallback")) t.byte_fallback = 1;
         else if (OPT("--character-coverage")) {
@@ -323,15 +323,15 @@ static int cmd_train_tokenizer(int argc, char **argv) {
             char *e;
             t.character_coverage = strtod(v, &e);
             if (*e || t.character_coverage <= 0 || t.character_coverage > 1)
-                return tks_cli_usage_error("--character-coverage %s: expected a number in (0, 1]", v);
+                return cli_usage_error("--character-coverage %s: expected a number in (0, 1]", v);
         } else if (OPT("--input-sentence-size")) SIZE(t.input_sentence_size);
         else if (OPT("--threads")) {
             SIZE(v64);
             t.threads = (int)v64;
-        } else return tks_cli_usage_error("train-tokenizer: unknown option %s", a.name);
+        } else return cli_usage_error("train-tokenizer: unknown option %s", a.name);
     }
-    if (!t.model_prefix) return tks_cli_usage_error("train-tokenizer: --output PREFIX is required (writes PREFIX.model)");
-    if (!n_in) return tks_cli_usage_error("train-tokenizer: give at least one INPUT");
+    if (!t.model_prefix) return cli_usage_error("train-tokenizer: --output PREFIX is required (writes PREFIX.model)");
+    if (!n_in) return cli_usage_error("train-tokenizer: give at least one INPUT");
     if (!t.threads) t.threads = 1; /* the model depends on (and records) it: same default everywhere */
     sentence_src src = {0};
     int rc = tks_input_open(inputs, n_in, &io, &src.in);
@@ -348,7 +348,7 @@ static int cmd_train_tokenizer(int argc, char **argv) {
                  (unsigned long long)is->long_skipped, (unsigned long long)is->binary_skipped);
     }
     tks_input_free(src.in);
-    if (rc) return tks_cli_lib_error();
+    if (rc) return cli_lib_error();
     printf("trained %s.model (%s, vocab %u) from %llu lines in %.1f s\n", t.model_prefix,
            t.model_type, t.vocab_size, (unsigned long long)src.lines, omp_get_wtime() - t0);
     return 0;
@@ -374,9 +374,9 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
     const char **inputs = (const char **)argv;
     size_t n_in = 0;
     int no_cache = 0;
-    tks_args a = {argc, 0, argv, NULL, {0}};
+    cli_args a = {argc, 0, argv, NULL, {0}};
     const char *pos;
-    while (tks_cli_next(&a, &pos)) {
+    while (cli_next(&a, &pos)) {
         if (pos) {
             inputs[n_in++] = pos;
             continue;
@@ -385,12 +385,12 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
         if (r >= 2) return r - 2;
         if (r) continue;
         if (OPT("--no-cache")) no_cache = 1;
-        else return tks_cli_usage_error("verify-tokenizer: unknown option %s", a.name);
+        else return cli_usage_error("verify-tokenizer: unknown option %s", a.name);
     }
-    if (n_in < 2) return tks_cli_usage_error("verify-tokenizer: give MODEL and at least one TEXT input");
+    if (n_in < 2) return cli_usage_error("verify-tokenizer: give MODEL and at least one TEXT input");
     const char *model = inputs[0];
     tks_spm *spm = NULL;
-    if (tks_spm_load(model, &spm)) return tks_cli_lib_error();
+    if (tks_spm_load(model, &spm)) return cli_lib_error();
     const char *why = tks_spm_fast_unavailable(spm);
     if (why) {
         printf("%s (%s): no fast encoder (%s); tokshard build encodes it with sentencepiece, so "
@@ -441,7 +441,7 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
     tks_ids_free(&fast);
     if (rc) {
         tks_spm_free(spm);
-        return tks_cli_lib_error();
+        return cli_lib_error();
     }
     if (!differ) {
         tks_encoder_stats es;
@@ -475,21 +475,21 @@ static int cmd_audit(int argc, char **argv) {
     int as_json = 0;
     const char *path = NULL, *v;
     uint64_t v64;
-    tks_args a = {argc, 0, argv, NULL, {0}};
+    cli_args a = {argc, 0, argv, NULL, {0}};
     const char *pos;
-    while (tks_cli_next(&a, &pos)) {
+    while (cli_next(&a, &pos)) {
         if (pos) {
-            if (path) return tks_cli_usage_error("audit: one DIR or SHARD only (got %s and %s)", path, pos);
+            if (path) return cli_usage_error("audit: one DIR or SHARD only (got %s and %s)", path, pos);
             path = pos;
             continue;
         }
-        int used, fr = tks_cli_foreign_flag(&a, &fo, &used);
+        int used, fr = cli_foreign_flag(&a, &fo, &used);
         if (fr) return fr;
         if (used) continue;
         if (OPT("--json")) as_json = 1;
         else if (OPT("--model-vocab")) {
             SIZE(v64);
-            if (v64 == 0 || v64 > UINT32_MAX) return tks_cli_usage_error("--model-vocab must be in 1..2^32-1");
+            if (v64 == 0 || v64 > UINT32_MAX) return cli_usage_error("--model-vocab must be in 1..2^32-1");
             ao.model_vocab = (uint32_t)v64;
         } else if (OPT("--tokenizer")) VAL(ao.tokenizer_path);
         else if (OPT("--threads")) {
@@ -498,25 +498,25 @@ static int cmd_audit(int argc, char **argv) {
         } else if (OPT("--max-problems")) {
             VAL(v);
             ao.max_problems = strtoull(v, NULL, 10);
-        } else return tks_cli_usage_error("audit: unknown option %s", a.name);
+        } else return cli_usage_error("audit: unknown option %s", a.name);
     }
-    if (!path) return tks_cli_usage_error("audit: give a dataset DIR or a SHARD file");
+    if (!path) return cli_usage_error("audit: give a dataset DIR or a SHARD file");
     if (fo.format && !ao.model_vocab)
-        return tks_cli_usage_error("audit --format %s: --model-vocab N is required (the embedding "
+        return cli_usage_error("audit --format %s: --model-vocab N is required (the embedding "
                                    "size every id must fit)", tks_foreign_format_name(fo.format));
     if (fo.format && ao.tokenizer_path)
-        return tks_cli_usage_error("audit --format %s: give --model-vocab instead of --tokenizer", tks_foreign_format_name(fo.format));
+        return cli_usage_error("audit --format %s: give --model-vocab instead of --tokenizer", tks_foreign_format_name(fo.format));
     if (!fo.format && (fo.token_bytes || fo.eot_id != TKS_NO_ID || fo.eod_id != TKS_NO_ID))
-        return tks_cli_usage_error("audit: --dtype, --eot and --eod need --format megatron|llmc|raw|datatrove");
+        return cli_usage_error("audit: --dtype, --eot and --eod need --format megatron|llmc|raw|datatrove");
     tks_audit_report *r;
     int rank = 0; /* under mpirun: ranks audit a share each, rank 0 reports */
     if (fo.format) { /* a foreign dataset: one process audits it, the other ranks wait */
-        if (tks_dist_rank() != 0) return tks_dist_finish(0);
+        if (dist_rank() != 0) return dist_finish(0);
         if (tks_foreign_audit(path, &fo, ao.model_vocab, ao.max_problems, &r))
-            return tks_dist_finish(tks_cli_lib_error());
+            return dist_finish(cli_lib_error());
     } else {
-        if (tks_dist_audit(path, &ao, &r, &rank) != 0) return tks_dist_finish(tks_cli_lib_error());
-        if (rank != 0) return tks_dist_finish(0);
+        if (dist_audit(path, &ao, &r, &rank) != 0) return dist_finish(cli_lib_error());
+        if (rank != 0) return dist_finish(0);
     }
     /* a tokenizer given on the command line must also agree on the vocabulary */
     if (ao.tokenizer_path && r->vocab_size) {
@@ -535,9 +535,9 @@ static int cmd_audit(int argc, char **argv) {
         }
         tks_spm_free(spm);
     }
-    int rc = tks_cli_audit_print(path, r, as_json, fo.format ? tks_foreign_format_name(fo.format) : NULL);
+    int rc = cli_audit_print(path, r, as_json, fo.format ? tks_foreign_format_name(fo.format) : NULL);
     tks_audit_report_free(r);
-    return tks_dist_finish(rc);
+    return dist_finish(rc);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -554,26 +554,26 @@ static int open_view(const char *path, view *v, int want_tokenizer) {
     memset(v, 0, sizeof *v);
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        fprintf(stderr, "%s: error: %s: %s\n", tks_cli_prog, path, strerror(errno));
+        fprintf(stderr, "%s: error: %s: %s\n", cli_prog, path, strerror(errno));
         return EXIT_USAGE;
     }
     if (S_ISDIR(sb.st_mode)) {
-        if (tks_dataset_open(path, &v->ds)) return tks_cli_lib_error();
+        if (tks_dataset_open(path, &v->ds)) return cli_lib_error();
         int none = !strcmp(tks_dataset_tokenizer(v->ds)->model_type, "none");
         if (want_tokenizer == 2 && none) want_tokenizer = 0; /* inspect: pieces when there are any */
         if (want_tokenizer && none) {
             fprintf(stderr, "%s: error: %s has no tokenizer (it was imported with --vocab-size): its ids "
-                    "cannot be decoded; use --ids\n", tks_cli_prog, path);
+                    "cannot be decoded; use --ids\n", cli_prog, path);
             tks_dataset_close(v->ds);
             return EXIT_USAGE;
         }
         if (want_tokenizer && tks_spm_load(tks_dataset_tokenizer_path(v->ds), &v->spm)) {
-            int rc = tks_cli_lib_error();
+            int rc = cli_lib_error();
             tks_dataset_close(v->ds);
             return rc;
         }
     } else if (tks_shard_open(path, &v->one)) {
-        return tks_cli_lib_error();
+        return cli_lib_error();
     }
     /* inspect and cat scan documents in order */
     tks_dataset_advise(v->ds, TKS_ACCESS_SEQUENTIAL);
@@ -596,17 +596,17 @@ static int cmd_inspect(int argc, char **argv) {
     int as_json = 0;
     uint64_t top = 20;
     const char *path = NULL;
-    tks_args a = {argc, 0, argv, NULL, {0}};
+    cli_args a = {argc, 0, argv, NULL, {0}};
     const char *pos;
-    while (tks_cli_next(&a, &pos)) {
+    while (cli_next(&a, &pos)) {
         if (pos) {
-            if (path) return tks_cli_usage_error("inspect: one DIR or SHARD only");
+            if (path) return cli_usage_error("inspect: one DIR or SHARD only");
             path = pos;
         } else if (OPT("--json")) as_json = 1;
         else if (OPT("--top")) SIZE(top);
-        else return tks_cli_usage_error("inspect: unknown option %s", a.name);
+        else return cli_usage_error("inspect: unknown option %s", a.name);
     }
-    if (!path) return tks_cli_usage_error("inspect: give a dataset DIR or a SHARD file");
+    if (!path) return cli_usage_error("inspect: give a dataset DIR or a SHARD file");
     view v;
     int rc = open_view(path, &v, 2);
     if (rc) return rc;
@@ -744,26 +744,26 @@ static int cmd_cat(int argc, char **argv) {
     int mode_ids = 0, raw = 0;
     uint64_t only = TKS_NONE, limit = TKS_NONE;
     const char *path = NULL;
-    tks_args a = {argc, 0, argv, NULL, {0}};
+    cli_args a = {argc, 0, argv, NULL, {0}};
     const char *pos;
-    while (tks_cli_next(&a, &pos)) {
+    while (cli_next(&a, &pos)) {
         if (pos) {
-            if (path) return tks_cli_usage_error("cat: one DIR or SHARD only");
+            if (path) return cli_usage_error("cat: one DIR or SHARD only");
             path = pos;
         } else if (OPT("--ids")) mode_ids = 1;
         else if (OPT("--text")) mode_ids = 0;
         else if (OPT("--raw")) raw = 1;
         else if (OPT("--doc")) SIZE(only);
         else if (OPT("--limit")) SIZE(limit);
-        else return tks_cli_usage_error("cat: unknown option %s", a.name);
+        else return cli_usage_error("cat: unknown option %s", a.name);
     }
-    if (!path) return tks_cli_usage_error("cat: give a dataset DIR or a SHARD file");
+    if (!path) return cli_usage_error("cat: give a dataset DIR or a SHARD file");
     view v;
     int rc = open_view(path, &v, !mode_ids);
     if (rc) return rc;
     if (!mode_ids && !v.spm) {
         close_view(&v);
-        return tks_cli_usage_error("cat: decoding text needs a dataset DIR (with its tokenizer); use --ids for a lone shard");
+        return cli_usage_error("cat: decoding text needs a dataset DIR (with its tokenizer); use --ids for a lone shard");
     }
     uint64_t g = 0, printed = 0;
     uint32_t *buf = NULL;
@@ -789,7 +789,7 @@ static int cmd_cat(int argc, char **argv) {
             if (tks_shard_read(sh, ix[d], len, 0, buf)) {
                 free(buf);
                 close_view(&v);
-                return tks_cli_lib_error();
+                return cli_lib_error();
             }
             if (mode_ids) {
                 for (uint64_t i = 0; i < len; i++) printf(i ? " %u" : "%u", buf[i]);
@@ -800,7 +800,7 @@ static int cmd_cat(int argc, char **argv) {
                 if (tks_spm_decode(v.spm, buf, len, &text, &tl)) {
                     free(buf);
                     close_view(&v);
-                    return tks_cli_lib_error();
+                    return cli_lib_error();
                 }
                 if (raw) fwrite(text, 1, tl, stdout);
                 else
@@ -820,7 +820,7 @@ static int cmd_cat(int argc, char **argv) {
     free(buf);
     close_view(&v);
     if (!found) {
-        fprintf(stderr, "%s: error: --doc %llu: the dataset has %llu documents\n", tks_cli_prog,
+        fprintf(stderr, "%s: error: --doc %llu: the dataset has %llu documents\n", cli_prog,
                 (unsigned long long)only, (unsigned long long)g);
         return EXIT_USAGE;
     }
@@ -890,10 +890,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "verify-tokenizer")) return cmd_verify_tokenizer(sub_argc, sub_argv);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(sub_argc, sub_argv);
     if (!strcmp(cmd, "cat")) return cmd_cat(sub_argc, sub_argv);
-    if (!strcmp(cmd, "sample-plan")) return tks_cli_sample_plan(sub_argc, sub_argv);
-    if (!strcmp(cmd, "import")) return tks_cli_import(sub_argc, sub_argv);
-    if (!strcmp(cmd, "export")) return tks_cli_export(sub_argc, sub_argv);
-    if (!strcmp(cmd, "export-hf")) return tks_cli_export_hf(sub_argc, sub_argv);
+    if (!strcmp(cmd, "sample-plan")) return cli_sample_plan(sub_argc, sub_argv);
+    if (!strcmp(cmd, "import")) return cli_import(sub_argc, sub_argv);
+    if (!strcmp(cmd, "export")) return cli_export(sub_argc, sub_argv);
+    if (!strcmp(cmd, "export-hf")) return cli_export_hf(sub_argc, sub_argv);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         help(stdout);
         return 0;
@@ -902,5 +902,5 @@ int main(int argc, char **argv) {
         puts("tokshard " TKS_VERSION_STRING);
         return 0;
     }
-    return tks_cli_usage_error("unknown command '%s'", cmd);
+    return cli_usage_error("unknown command '%s'", cmd);
 }

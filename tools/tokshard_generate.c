@@ -31,43 +31,43 @@ static void help(void) {
 }
 
 int main(int argc, char **argv) {
-    tks_cli_prog = "tokshard-generate";
+    cli_prog = "tokshard-generate";
     tks_generate_stats gs;
     tks_generate_opts o = {.max_tokens = 100, .temperature = 0.8f, .top_p = 0.9f, .seed = 1,
                            .prompt = "", .on_text = print_text, .stats = &gs};
-    tks_args a = {argc - 1, 0, argv + 1, NULL, {0}};
+    cli_args a = {argc - 1, 0, argv + 1, NULL, {0}};
     const char *pos, *v;
     uint64_t x;
-    while (tks_cli_next(&a, &pos)) {
-        if (pos) return tks_cli_usage_error("unexpected argument '%s'", pos);
+    while (cli_next(&a, &pos)) {
+        if (pos) return cli_usage_error("unexpected argument '%s'", pos);
         if (!strcmp(a.name, "--help") || !strcmp(a.name, "-h")) {
             help();
             return 0;
         }
-        if (!(v = tks_cli_value(&a))) return tks_cli_usage_error("%s needs a value", a.name);
+        if (!(v = cli_value(&a))) return cli_usage_error("%s needs a value", a.name);
         if (!strcmp(a.name, "--checkpoint")) o.checkpoint = v;
         else if (!strcmp(a.name, "--prompt")) o.prompt = v;
-        else if (!strcmp(a.name, "--max-tokens") && !tks_cli_parse_size(v, &x) && x <= 1000000) o.max_tokens = (uint32_t)x;
-        else if (!strcmp(a.name, "--temperature") && !tks_cli_parse_float(v, &o.temperature) && o.temperature >= 0) {}
-        else if (!strcmp(a.name, "--top-p") && !tks_cli_parse_float(v, &o.top_p) && o.top_p > 0 && o.top_p <= 1) {}
-        else if (!strcmp(a.name, "--seed") && !tks_cli_parse_size(v, &o.seed)) {}
-        else if (!strcmp(a.name, "--threads") && !tks_cli_parse_size(v, &x) && x < 1024) o.threads = (int)x;
-        else return tks_cli_usage_error("%s %s: unknown option or invalid value", a.name, v);
+        else if (!strcmp(a.name, "--max-tokens") && !cli_parse_size(v, &x) && x <= 1000000) o.max_tokens = (uint32_t)x;
+        else if (!strcmp(a.name, "--temperature") && !cli_parse_float(v, &o.temperature) && o.temperature >= 0) {}
+        else if (!strcmp(a.name, "--top-p") && !cli_parse_float(v, &o.top_p) && o.top_p > 0 && o.top_p <= 1) {}
+        else if (!strcmp(a.name, "--seed") && !cli_parse_size(v, &o.seed)) {}
+        else if (!strcmp(a.name, "--threads") && !cli_parse_size(v, &x) && x < 1024) o.threads = (int)x;
+        else return cli_usage_error("%s %s: unknown option or invalid value", a.name, v);
     }
-    if (!o.checkpoint) return tks_cli_usage_error("--checkpoint DIR is required");
+    if (!o.checkpoint) return cli_usage_error("--checkpoint DIR is required");
     char latest[4096];
     if (tks_train_latest_checkpoint(o.checkpoint, latest, sizeof latest) == 0) o.checkpoint = latest;
     o.ctx = (void *)o.prompt;
     int rc = tks_generate(&o);
-    if (rc) return tks_cli_lib_error();
+    if (rc) return cli_lib_error();
     if (!prompt_shown) fputs(o.prompt, stdout); /* EOS came first */
     putchar('\n');
     if (gs.prompt_dropped)
         fprintf(stderr, "%s: the prompt is %llu tokens and the model's context %u: its first %llu "
-                "tokens were left out\n", tks_cli_prog, (unsigned long long)gs.prompt_tokens, gs.context,
+                "tokens were left out\n", cli_prog, (unsigned long long)gs.prompt_tokens, gs.context,
                 (unsigned long long)gs.prompt_dropped);
     if (gs.slides)
         fprintf(stderr, "%s: the context (%u tokens) filled %llu time(s): generation went on from "
-                "its newest half each time\n", tks_cli_prog, gs.context, (unsigned long long)gs.slides);
+                "its newest half each time\n", cli_prog, gs.context, (unsigned long long)gs.slides);
     return 0;
 }

@@ -41,7 +41,7 @@ static int exec_full(char **argv) {
     }
     if (n <= 0) {
         fprintf(stderr, "%s: error: cannot find this executable's directory (/proc/self/exe: %s) to "
-                "run %s: run %s from its build directory by path\n", tks_cli_prog, strerror(errno),
+                "run %s: run %s from its build directory by path\n", cli_prog, strerror(errno),
                 FULL_NAME, FULL_NAME);
         return EXIT_USAGE;
     }
@@ -54,17 +54,17 @@ static int exec_full(char **argv) {
     execv(full, argv);
     fprintf(stderr, "%s: error: cannot run %s: %s (it is built with tokshard: run `cmake --build "
             "build --target tokshard` and keep the two executables in one directory)\n",
-            tks_cli_prog, full, strerror(errno));
+            cli_prog, full, strerror(errno));
     return EXIT_USAGE;
 }
 
 /* `audit` arguments this front end understands: 1 and the options in *ao,
  * or 0 when the full tool must run the command. */
 static int lean_audit_args(int argc, char **argv, tks_audit_opts *ao, const char **path, int *as_json) {
-    tks_args a = {argc, 0, argv, NULL, {0}};
+    cli_args a = {argc, 0, argv, NULL, {0}};
     const char *pos;
     uint64_t v;
-    while (tks_cli_next(&a, &pos)) {
+    while (cli_next(&a, &pos)) {
         if (pos) {
             if (*path) return 0;
             *path = pos;
@@ -78,13 +78,13 @@ static int lean_audit_args(int argc, char **argv, tks_audit_opts *ao, const char
         int is_vocab = !strcmp(a.name, "--model-vocab"), is_threads = !strcmp(a.name, "--threads");
         int is_max = !strcmp(a.name, "--max-problems");
         if (!is_vocab && !is_threads && !is_max) return 0;
-        const char *s = tks_cli_value(&a);
+        const char *s = cli_value(&a);
         if (!s) return 0;
         if (is_max) { /* parsed exactly as tools/tokshard.c parses it */
             ao->max_problems = strtoull(s, NULL, 10);
             continue;
         }
-        if (tks_cli_parse_size(s, &v)) return 0;
+        if (cli_parse_size(s, &v)) return 0;
         if (is_vocab) {
             if (v == 0 || v > UINT32_MAX) return 0;
             ao->model_vocab = (uint32_t)v;
@@ -103,12 +103,12 @@ int main(int argc, char **argv) {
     tks_audit_opts ao = {0};
     const char *path = NULL;
     int as_json = 0;
-    if (argc < 2 || strcmp(argv[1], "audit") || tks_dist_launched_many() ||
+    if (argc < 2 || strcmp(argv[1], "audit") || dist_launched_many() ||
         !lean_audit_args(argc - 2, argv + 2, &ao, &path, &as_json))
         return exec_full(argv);
     tks_audit_report *r;
-    if (tks_audit(path, &ao, &r) != 0) return tks_cli_lib_error();
-    int rc = tks_cli_audit_print(path, r, as_json, NULL);
+    if (tks_audit(path, &ao, &r) != 0) return cli_lib_error();
+    int rc = cli_audit_print(path, r, as_json, NULL);
     tks_audit_report_free(r);
     return rc;
 }

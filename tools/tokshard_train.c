@@ -136,7 +136,7 @@ static int set_flag(const flag *f, const char *v) {
     case F_STR: *(const char **)f->ptr = v; return 0;
     case F_U32:
     case F_U64:
-        if (tks_cli_parse_size(v, &x) || (double)x < f->lo || (double)x > f->hi ||
+        if (cli_parse_size(v, &x) || (double)x < f->lo || (double)x > f->hi ||
             (f->open & 1 && (double)x == f->lo) || (f->open & 2 && (double)x == f->hi))
             return -1;
         if (f->type == F_U32) *(uint32_t *)f->ptr = (uint32_t)x;
@@ -144,7 +144,7 @@ static int set_flag(const flag *f, const char *v) {
         return 0;
     case F_FLOAT:
         /* the bounds as floats, as the value is: --lr 1e30 is (float)1e30 */
-        if (tks_cli_parse_float(v, &y) || !(y >= (float)f->lo && y <= (float)f->hi) ||
+        if (cli_parse_float(v, &y) || !(y >= (float)f->lo && y <= (float)f->hi) ||
             (f->open & 1 && y == (float)f->lo) || (f->open & 2 && y == (float)f->hi))
             return -1;
         *(float *)f->ptr = y;
@@ -223,12 +223,12 @@ static int plot(const char *run) {
     if (tks_path_join(path, sizeof path, run, "metrics.jsonl") ||
         tks_path_join(out, sizeof out, run, "loss.svg") ||
         tks_path_join(tmp, sizeof tmp, run, "loss.svg.tmp")) {
-        fprintf(stderr, "%s: --plot: path too long: %s\n", tks_cli_prog, run);
+        fprintf(stderr, "%s: --plot: path too long: %s\n", cli_prog, run);
         return EXIT_USAGE;
     }
     FILE *m = fopen(path, "r");
     if (!m) {
-        fprintf(stderr, "%s: cannot draw the loss curve: %s: %s\n", tks_cli_prog, path, strerror(errno));
+        fprintf(stderr, "%s: cannot draw the loss curve: %s: %s\n", cli_prog, path, strerror(errno));
         return EXIT_USAGE;
     }
     series train = {0}, val = {0};
@@ -250,7 +250,7 @@ static int plot(const char *run) {
     free(line);
     fclose(m);
     if (rc || train.n == 0) {
-        fprintf(stderr, "%s: cannot draw the loss curve: %s\n", tks_cli_prog,
+        fprintf(stderr, "%s: cannot draw the loss curve: %s\n", cli_prog,
                 rc ? "out of memory" : "no training step in metrics.jsonl");
         free(train.p), free(val.p);
         return EXIT_USAGE;
@@ -295,7 +295,7 @@ static int plot(const char *run) {
     if (spawned != 0 || rename(tmp, out) != 0) {
         if (fd >= 0) unlink(tmp);
         fprintf(stderr, "%s: could not draw %s (%s; tools/install-deps.sh installs gnuplot-nox)\n",
-                tks_cli_prog, out, err ? strerror(err) : "gnuplot failed");
+                cli_prog, out, err ? strerror(err) : "gnuplot failed");
         return EXIT_USAGE;
     }
     printf("loss curve: %s\n", out);
@@ -314,7 +314,7 @@ static int g_rank;
 
 /* Errors are reported once, by world rank 0: every rank has the same one. */
 static int rank_error(void) {
-    if (g_rank == 0) return tks_cli_lib_error();
+    if (g_rank == 0) return cli_lib_error();
     const tks_error *e = tks_last_error();
     return e->code == TKS_ERR_INTERRUPTED ? EXIT_INTERRUPTED : EXIT_USAGE;
 }
@@ -330,12 +330,12 @@ static int mesh_check(void) {
 }
 
 static int run(int argc, char **argv) {
-    tks_cli_prog = "tokshard-train";
+    cli_prog = "tokshard-train";
     tks_train_opts_default(&O);
-    tks_args a = {argc - 1, 0, argv + 1, NULL, {0}};
+    cli_args a = {argc - 1, 0, argv + 1, NULL, {0}};
     const char *pos;
-    while (tks_cli_next(&a, &pos)) {
-        if (pos) return tks_cli_usage_error("unexpected argument '%s'", pos);
+    while (cli_next(&a, &pos)) {
+        if (pos) return cli_usage_error("unexpected argument '%s'", pos);
         if (!strcmp(a.name, "--help") || !strcmp(a.name, "-h")) {
             help();
             return 0;
@@ -343,13 +343,13 @@ static int run(int argc, char **argv) {
         const flag *f = NULL;
         for (size_t i = 0; i < N_FLAGS; i++)
             if (!strcmp(a.name, FLAGS[i].name)) f = &FLAGS[i];
-        if (!f) return tks_cli_usage_error("unknown option %s", a.name);
-        const char *v = f->type == F_BOOL ? "1" : tks_cli_value(&a);
-        if (!v) return tks_cli_usage_error("%s needs a value", a.name);
+        if (!f) return cli_usage_error("unknown option %s", a.name);
+        const char *v = f->type == F_BOOL ? "1" : cli_value(&a);
+        if (!v) return cli_usage_error("%s needs a value", a.name);
         if (set_flag(f, v)) {
             char r[96];
             range_text(f, r, sizeof r);
-            return tks_cli_usage_error("%s %s: expected a %s in range%s", a.name, v,
+            return cli_usage_error("%s %s: expected a %s in range%s", a.name, v,
                                        f->type == F_FLOAT ? "number" : "whole number", r);
         }
     }
@@ -358,12 +358,12 @@ static int run(int argc, char **argv) {
         g_rank = tks_train_rank();
         return mesh_check();
     }
-    if (!O.dataset_dir) return tks_cli_usage_error("--dataset DIR is required");
-    if (!O.out_dir && !dry_run) return tks_cli_usage_error("--out RUN_DIR is required");
+    if (!O.dataset_dir) return cli_usage_error("--dataset DIR is required");
+    if (!O.out_dir && !dry_run) return cli_usage_error("--out RUN_DIR is required");
     char latest[PATH_MAX];
     if (O.resume && !strcmp(O.resume, "latest")) {
-        if (!O.out_dir) return tks_cli_usage_error("--resume latest needs --out");
-        if (tks_train_latest_checkpoint(O.out_dir, latest, sizeof latest)) return tks_cli_lib_error();
+        if (!O.out_dir) return cli_usage_error("--resume latest needs --out");
+        if (tks_train_latest_checkpoint(O.out_dir, latest, sizeof latest)) return cli_lib_error();
         O.resume = latest;
     }
     g_rank = O.world ? 0 : tks_train_rank();
