@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -114,6 +115,32 @@ int tks_open_regular(const char *path, const char *what, int *fd_out, struct sta
     if (st_out) *st_out = st;
     *fd_out = fd;
     return 0;
+}
+
+int tks_map_file(const char *path, const char *what, const uint8_t **base, size_t *size) {
+    *base = NULL;
+    *size = 0;
+    int fd;
+    struct stat st;
+    int rc = tks_open_regular(path, what, &fd, &st);
+    if (rc) return rc;
+    if (st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            int e = errno;
+            close(fd);
+            return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot map %s %s: %s",
+                            what ? what : "file", path, strerror(e));
+        }
+        *base = p;
+        *size = (size_t)st.st_size;
+    }
+    close(fd);
+    return 0;
+}
+
+void tks_unmap(const uint8_t *base, size_t size) {
+    if (base && size) munmap((void *)base, size);
 }
 
 int tks_file_xxh3_128(const char *path, uint8_t out[16], uint64_t *size_out) {

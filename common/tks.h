@@ -139,6 +139,17 @@ int tks_copy_file_atomic(const char *src, const char *dst);
 struct stat;
 int tks_open_regular(const char *path, const char *what, int *fd_out, struct stat *st);
 
+/*
+ * Maps the regular file `path` read-only (tks_open_regular, then mmap;
+ * MAP_SHARED: the pages are the page cache's). An empty file maps to
+ * (NULL, 0). Unmap with tks_unmap(*base, *size). `what` as for
+ * tks_open_regular. Errors: TKS_ERR_IO (names the file).
+ */
+int tks_map_file(const char *path, const char *what, const uint8_t **base, size_t *size);
+
+/* Unmaps what tks_map_file mapped; (NULL, 0) is a no-op. */
+void tks_unmap(const uint8_t *base, size_t size);
+
 /* fsync the directory containing `path` (so a rename is durable). */
 int tks_fsync_dir(const char *dir);
 

@@ -327,7 +327,7 @@ static void release_if_clean(ashard *s, const task_result *res) {
             const task_result *t = &res[s->first_task + c];
             if (t->hash_bad || t->read_errno || t->n_bad || t->n_bad_model) return;
         }
-    tks__unmap(s->base, s->size);
+    tks_unmap(s->base, s->size);
     s->base = NULL;
     s->index = NULL;
     s->table = NULL;
@@ -498,7 +498,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     for (size_t i = mine0; i < mine1; i++) {
         ashard *s = &sh[i];
         sk.base = KEY(1, i);
-        if (tks__map_file(s->path, &s->base, &s->size) != 0) {
+        if (tks_map_file(s->path, "shard", &s->base, &s->size) != 0) {
             problem(pk, TKS_ERR_IO, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     s->path, "%s", tks_last_error()->message);
             continue;
@@ -540,7 +540,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
         free(t_chunk);
         free(res);
         for (size_t i = 0; i < n_sh; i++) {
-            tks__unmap(sh[i].base, sh[i].size);
+            tks_unmap(sh[i].base, sh[i].size);
             if (sh[i].fd >= 0) close(sh[i].fd);
         }
         free(sh);
@@ -671,7 +671,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     if (r->min_token_id == UINT32_MAX) r->min_token_id = 0;
     r->n_shards = n_sh;
     for (size_t i = 0; i < n_sh; i++) {
-        tks__unmap(sh[i].base, sh[i].size);
+        tks_unmap(sh[i].base, sh[i].size);
         if (sh[i].fd >= 0) close(sh[i].fd);
     }
     free(t_shard);

@@ -24,9 +24,6 @@ uint64_t tks__padding_nonzero(const uint8_t *base, const tks_shard_header *h);
 /* First document d whose index entry breaks the rules (index[0] = 0, strictly
  * increasing, index[n_docs] = n_tokens), or TKS_NONE. */
 uint64_t tks__index_bad(const uint64_t *index, const tks_shard_header *h);
-/* Maps a file read-only. Errors: TKS_ERR_IO. */
-int tks__map_file(const char *path, const uint8_t **base, size_t *size);
-void tks__unmap(const uint8_t *base, size_t size);
 
 /* manifest.c: parse manifest text (no shard opened); check a shard against its record. */
 int tks__manifest_parse(const char *text, size_t len, const char *path, tks_tokenizer_info *tok,

@@ -331,16 +331,16 @@ int tks__shard_matches(const tks_shard *s, const tks_shard_info *si, const tks_t
 int tks__read_small_file(const char *path, char **text, size_t *len) {
     const uint8_t *base;
     size_t size;
-    int rc = tks__map_file(path, &base, &size);
+    int rc = tks_map_file(path, NULL, &base, &size);
     if (rc) return rc;
     char *t = malloc(size + 1);
     if (!t) {
-        tks__unmap(base, size);
+        tks_unmap(base, size);
         return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory reading %s", path);
     }
     if (size) memcpy(t, base, size);
     t[size] = 0;
-    tks__unmap(base, size);
+    tks_unmap(base, size);
     *text = t;
     *len = size;
     return 0;

@@ -44,30 +44,6 @@ uint64_t tks__index_bad(const uint64_t *index, const tks_shard_header *h) {
     return TKS_NONE;
 }
 
-int tks__map_file(const char *path, const uint8_t **base, size_t *size) {
-    int fd;
-    struct stat st;
-    int orc = tks_open_regular(path, NULL, &fd, &st);
-    if (orc) return orc;
-    *size = (size_t)st.st_size;
-    if (*size == 0) {
-        close(fd);
-        *base = NULL;
-        return 0;
-    }
-    void *p = mmap(NULL, *size, PROT_READ, MAP_SHARED, fd, 0);
-    int e = errno;
-    close(fd);
-    if (p == MAP_FAILED)
-        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot mmap %s: %s", path, strerror(e));
-    *base = p;
-    return 0;
-}
-
-void tks__unmap(const uint8_t *base, size_t size) {
-    if (base && size) munmap((void *)base, size);
-}
-
 /* Validation shared by both open paths; on failure the caller frees s. */
 static int validate(tks_shard *s) {
     const char *name = s->path;
@@ -125,7 +101,7 @@ int tks_shard_open(const char *path, tks_shard **out) {
     tks_shard *s;
     int rc = make(path, &s);
     if (rc) return rc;
-    rc = tks__map_file(path, &s->base, &s->size);
+    rc = tks_map_file(path, "shard", &s->base, &s->size);
     if (!rc) {
         s->mapped = 1;
         rc = validate(s);
@@ -166,7 +142,7 @@ int tks_shard_open_mem(const void *data, size_t size, const char *name, tks_shar
 
 void tks_shard_close(tks_shard *s) {
     if (!s) return;
-    if (s->mapped) tks__unmap(s->base, s->size);
+    if (s->mapped) tks_unmap(s->base, s->size);
     free(s);
 }
 

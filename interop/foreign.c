@@ -96,30 +96,16 @@ int64_t tks__foreign_token(const tks__foreign *f, uint64_t i) {
 }
 
 /* Maps a whole file read-only; an empty file maps to (NULL, 0). */
+/* Maps a whole file read-only, for one pass in order; an empty file maps to (NULL, 0). */
 static int map_file(const char *path, const uint8_t **base, size_t *size) {
-    *base = NULL;
-    *size = 0;
-    int fd;
-    struct stat st;
-    int orc = tks_open_regular(path, NULL, &fd, &st);
-    if (orc) return orc;
-    if (st.st_size > 0) {
-        void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-        if (m == MAP_FAILED) {
-            close(fd);
-            return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot map %s: %s", path, strerror(errno));
-        }
-        madvise(m, (size_t)st.st_size, MADV_SEQUENTIAL);
-        *base = m;
-        *size = (size_t)st.st_size;
-    }
-    close(fd);
-    return 0;
+    int rc = tks_map_file(path, NULL, base, size);
+    if (!rc && *size) madvise((void *)*base, *size, MADV_SEQUENTIAL);
+    return rc;
 }
 
 void tks__foreign_close(tks__foreign *f) {
-    if (f->data) munmap((void *)f->data, f->data_size);
-    if (f->idx) munmap((void *)f->idx, f->idx_size);
+    tks_unmap(f->data, f->data_size);
+    tks_unmap(f->idx, f->idx_size);
     free(f->doc_start);
     memset(f, 0, sizeof *f);
 }

@@ -713,7 +713,7 @@ static int parse(tks_st_file *f) {
 
 void tks_st_close(tks_st_file *f) {
     if (!f) return;
-    if (f->mapped) munmap((void *)f->base, f->size);
+    if (f->mapped) tks_unmap(f->base, f->size);
     json_decref(f->root);
     free(f->t);
     free(f->md);
@@ -756,31 +756,23 @@ int tks_st_open_mem(const void *data, size_t size, const char *name, tks_st_file
 int tks_st_open(const char *path, tks_st_file **out) {
     if (!out || !path) return tks_fail(TKS_ERR_ARG, path, NONE, NONE, "tks_st_open: NULL argument");
     *out = NULL;
-    int fd;
-    struct stat st;
-    int orc = tks_open_regular(path, "safetensors file", &fd, &st);
-    if (orc) return orc;
+    const uint8_t *base;
+    size_t size;
+    int rc = tks_map_file(path, "safetensors file", &base, &size);
+    if (rc) return rc;
     tks_st_file *f = new_file(path);
     if (!f) {
-        close(fd);
+        tks_unmap(base, size);
         return tks_fail(TKS_ERR_NOMEM, path, NONE, NONE, "%s: out of memory", path);
     }
-    f->size = (size_t)st.st_size;
-    if (f->size >= 8) { /* smaller files are refused by parse(), with the reason */
-        void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            tks_st_close(f);
-            return tks_fail(TKS_ERR_IO, path, NONE, NONE, "cannot mmap %s: %s", path, strerror(e));
-        }
-        f->base = m;
+    f->size = size;
+    if (size) {
+        f->base = base;
         f->mapped = 1;
-    } else {
+    } else { /* refused by parse(), with the reason */
         static const uint8_t none[8];
         f->base = none;
     }
-    close(fd);
     return open_common(f, out);
 }
 
