@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tokenize/spm.h"
+#include "tokenizer/tokenizer.h"
 
 static double run(const tks_spm *s, const char *b, size_t n, size_t *ids) {
     tks_ids v = {0};

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "internal.h"
-#include "../tokenize/spm.h"
+#include "../tokenizer/tokenizer.h"
 #include "../trainer/trainer.h"
 
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {

@@ -14,7 +14,7 @@
 
 #include "internal.h"
 #include "../common/tks_json.h"
-#include "../tokenize/spm.h"
+#include "../tokenizer/tokenizer.h"
 
 #define STATE_NAME "import-state.json"
 

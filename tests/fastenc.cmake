@@ -1,4 +1,4 @@
-# The fast encoder (tokenize/fastenc.c) against sentencepiece, id for id, on
+# The fast encoder (tokenizer/fastenc.c) against sentencepiece, id for id, on
 # real text in five languages and on adversarial text, for models trained by
 # Debian's spm_train.
 add_executable(test_fastenc ${TKS_TEST_DIR}/test_fastenc.c)

@@ -1,5 +1,5 @@
 /*
- * test_fastenc.c - tokshard's fast encoder (tokenize/fastenc.c) against
+ * test_fastenc.c - tokshard's fast encoder (tokenizer/fastenc.c) against
  * sentencepiece (tks_spm_encode_ref: the Debian library spm_encode uses),
  * document for document, ids compared exactly.
  *
@@ -28,7 +28,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "tokenize/spm.h"
+#include "tokenizer/tokenizer.h"
 
 #define SPM_TRAIN "/usr/bin/spm_train"
 

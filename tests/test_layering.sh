@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Layering of the trainer: trainer.h is its one public header (backend.h,
 # comm.h and the rest stay private), tools use only that, and the trainer
-# does not depend on the build pipeline (decoding goes through the
-# sentencepiece shim, tks_spm, without libarchive).
+# does not depend on the build pipeline (decoding goes through the tokenizer
+# library, tokenizer/tokenizer.h, without libarchive).
 # Usage: test_layering.sh SOURCE_DIR BIN_DIR
 set -uo pipefail
 SRC=$1
@@ -20,8 +20,13 @@ inc=$(echo '#include "trainer/trainer.h"' | ${CC:-cc} -I"$SRC" -E -H -x c - -o /
 bad=$(echo "$inc" | grep -E "trainer/$priv|tokenize/")
 [[ -z $bad ]] && ok "trainer.h pulls in no private header ($(echo "$inc" | grep -c tokshard\\\|trainer\\\|dataset\\\|common) project headers)" ||
   fail "trainer.h pulls in: $bad"
-tok=$(grep -nE '#include "\.\./tokenize/' trainer/*.c trainer/*.h | grep -v 'tokenize/spm.h')
-[[ -z $tok ]] && ok "trainer/ uses nothing of tokenize/ but the spm shim" || fail "trainer/ includes: $tok"
+tok=$(grep -nE '#include "\.\./tokenize/' trainer/*.c trainer/*.h)
+[[ -z $tok ]] && ok "trainer/ includes nothing of tokenize/ (the build pipeline)" || fail "trainer/ includes: $tok"
+# the tokenizer library: one public header; fastenc.h is private to it
+fe=$(grep -rnE '#include "[^"]*fastenc\.h"' --include=*.c --include=*.h --include=*.cc . | grep -v '^\./tokenizer/')
+[[ -z $fe ]] && ok "fastenc.h is included only inside tokenizer/" || fail "fastenc.h included from: $fe"
+up=$(grep -nE '#include "(\.\./)?(tokenize|trainer|dataset|interop|tools)/' tokenizer/*.c tokenizer/*.h tokenizer/*.cc)
+[[ -z $up ]] && ok "tokenizer/ depends on common/ only" || fail "tokenizer/ includes: $up"
 # ldd's output is captured first: under pipefail, `ldd | grep -q` fails
 # whenever grep exits at its first match and ldd dies of SIGPIPE
 for b in tokshard-train tokshard-generate; do

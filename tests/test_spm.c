@@ -1,5 +1,5 @@
 /*
- * test_spm.c - the sentencepiece wrapper (tokenize/spm.h) on real text: the
+ * test_spm.c - the sentencepiece wrapper (tokenizer/tokenizer.h) on real text: the
  * first lines of GCIDE (/usr/share/dictd/gcide.dict.dz, package dict-gcide).
  * Trains BPE and unigram models through tks_spm_train and checks them
  * against Debian's own tools (spm_encode, spm_export_vocab), under OpenMP
@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 
 
-#include "tokenize/spm.h"
+#include "tokenizer/tokenizer.h"
 
 #define GCIDE "/usr/share/dictd/gcide.dict.dz"
 #define SPM_ENCODE "/usr/bin/spm_encode"

@@ -2,7 +2,8 @@
  * tokenize.h - the public API of tokshard's tokenize layer: reading raw text
  * (plain, compressed, archives, through libarchive) into documents, and the
  * OpenMP build pipeline that tokenizes documents into a dataset.
- * The sentencepiece wrapper is part of this API and lives in spm.h.
+ * The tokenizer models are the tokenizer library's (tokenizer/tokenizer.h),
+ * included here for the types this API uses (tks_spm, tks_encoder_stats).
  *
  * Errors are TKS_ERR_* codes with context (file, line, document) in
  * tks_last_error(); nothing here prints or exits.
@@ -15,7 +16,7 @@
 #include <stdint.h>
 
 #include "../common/tks.h"
-#include "spm.h"
+#include "../tokenizer/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "interop/interop.h"
-#include "tokenize/spm.h"
+#include "tokenizer/tokenizer.h"
 #include "cli.h"
 
 int cli_import(int argc, char **argv);

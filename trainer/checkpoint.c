@@ -1,7 +1,7 @@
 /* checkpoint.c - save, verify and load checkpoint directories (checkpoint.h). */
 #define _GNU_SOURCE
 #include "checkpoint.h"
-#include "../tokenize/spm.h"
+#include "../tokenizer/tokenizer.h"
 
 #include <dirent.h>
 #include <signal.h>

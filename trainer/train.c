@@ -16,7 +16,7 @@
 #include <xxhash.h>
 
 #include "../dataset/dataset.h"
-#include "../tokenize/spm.h"
+#include "../tokenizer/tokenizer.h"
 #include "checkpoint.h"
 #include "memplan.h"
 #include "optim.h"

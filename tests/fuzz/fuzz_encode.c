@@ -1,5 +1,5 @@
 /*
- * fuzz_encode.c - tokshard's fast encoder (tokenize/fastenc.c) against
+ * fuzz_encode.c - tokshard's fast encoder (tokenizer/fastenc.c) against
  * sentencepiece on arbitrary bytes: the ids must be identical.
  *
  * The first byte picks the model (bit 0: BPE with byte fallback, or unigram
@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
-#include "tokenize/spm.h"
+#include "tokenizer/tokenizer.h"
 
 static tks_spm *g_models[2];
 static char g_dir[64];

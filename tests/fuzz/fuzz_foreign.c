@@ -20,7 +20,7 @@
 
 #include "fuzz_common.h"
 #include "interop/interop.h"
-#include "tokenize/spm.h"
+#include "tokenizer/tokenizer.h"
 
 static char g_dir[64];
 

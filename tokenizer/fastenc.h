@@ -1,6 +1,6 @@
 /*
- * fastenc.h - tokshard's own encoder for sentencepiece models (internal to
- * the tokenize layer; the public entry points are in spm.h). It reads the
+ * fastenc.h - tokshard's own encoder for sentencepiece models (private to
+ * the tokenizer library; the public entry points are in tokenizer.h). It reads the
  * serialized ModelProto itself and produces exactly the ids sentencepiece
  * 0.1.97 produces, for BPE and unigram models whose pieces never join a word
  * to the whitespace before the next one (checked at load, see
@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "spm.h"
+#include "tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,9 +1,9 @@
 /*
- * spm.cc - tokshard's C API over sentencepiece 0.1.97 (see spm.h). The one
+ * spm.cc - tokshard's C API over sentencepiece 0.1.97 (see tokenizer.h). The one
  * C++ file of the project: every entry point catches C++ exceptions and
  * turns them into TKS_ERR_* codes, so nothing throws across the C boundary.
  */
-#include "spm.h"
+#include "tokenizer.h"
 #include "fastenc.h"
 
 #include <errno.h>

@@ -1,7 +1,9 @@
 /*
- * spm.h - tokshard's small C API over sentencepiece (the C++ library from
- * Debian's libsentencepiece-dev), implemented in spm.cc. Part of the tokenize
- * layer's public API (tokenize.h includes it).
+ * tokenizer.h - the tokenizer library's one public header: sentencepiece
+ * models (the C++ library from Debian's libsentencepiece-dev, implemented in
+ * spm.cc) with tokshard's exact fast encoder (fastenc.c, private), and the
+ * Hugging Face tokenizer.json writer (hf_tokenizer.c). The build pipeline
+ * (tokenize/), the trainer and interop use it; it depends on common/ only.
  *
  * Thread safety: a loaded tks_spm is immutable; tks_spm_encode and
  * tks_spm_decode may be called concurrently on the same handle
@@ -57,7 +59,7 @@ int tks_spm_encode(const tks_spm *s, const char *text, size_t len, tks_ids *out)
 
 /*
  * Encoders. A model loads with two: sentencepiece's, and tokshard's own
- * (tokenize/fastenc.c: same ids, several times faster, memory bounded by the
+ * (tokenizer/fastenc.c: same ids, several times faster, memory bounded by the
  * longest word). tks_spm_encode uses the fast one whenever the model allows
  * it exactly: BPE or unigram, no user-defined or unused pieces, no
  * treat_whitespace_as_suffix, and no piece with U+2581 after another

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "spm.h"
+#include "tokenizer.h"
 #include "../common/tks_bits.h"
 #include "../common/tks_json.h"
 
