@@ -173,20 +173,6 @@ typedef struct tks_export_stats {
 int tks_export(const char *dataset_dir, const char *prefix, const tks_export_opts *opts,
                tks_export_stats *stats);
 
-/*
- * Writes a clean Hugging Face model directory from a checkpoint (or a run
- * directory: its newest checkpoint), after verifying the checkpoint's
- * checksums: model.safetensors, config.json (with bos/eos/pad ids),
- * tokenizer.model, tokenizer.json and tokenizer_config.json
- * (tks_hf_tokenizer_write); no optimizer state. Written as DIR.tmp and
- * renamed. A model trained on a dataset imported without a tokenizer (its
- * checkpoint holds tokenizer.none) is exported without tokenizer files, and
- * *tokenizer_missing (may be NULL) is set to 1 (else 0).
- * Errors: TKS_ERR_EXISTS (DIR exists), TKS_ERR_MANIFEST (a corrupt or
- * incomplete checkpoint), TKS_ERR_TOKENIZER, TKS_ERR_IO, TKS_ERR_NOSPACE.
- */
-int tks_export_hf(const char *checkpoint, const char *out_dir, int *tokenizer_missing);
-
 #ifdef __cplusplus
 }
 #endif

@@ -25,6 +25,8 @@ tok=$(grep -nE '#include "\.\./tokenize/' trainer/*.c trainer/*.h)
 # the tokenizer library: one public header; fastenc.h is private to it
 fe=$(grep -rnE '#include "[^"]*fastenc\.h"' --include=*.c --include=*.h --include=*.cc . | grep -v '^\./tokenizer/')
 [[ -z $fe ]] && ok "fastenc.h is included only inside tokenizer/" || fail "fastenc.h included from: $fe"
+ip=$(grep -nE '#include "(\.\./)?trainer/' interop/*.c interop/*.h)
+[[ -z $ip ]] && ok "interop/ includes nothing of the trainer (no MPI, no OpenBLAS)" || fail "interop/ includes: $ip"
 up=$(grep -nE '#include "(\.\./)?(tokenize|trainer|dataset|interop|tools)/' tokenizer/*.c tokenizer/*.h tokenizer/*.cc)
 [[ -z $up ]] && ok "tokenizer/ depends on common/ only" || fail "tokenizer/ includes: $up"
 # ldd's output is captured first: under pipefail, `ldd | grep -q` fails

@@ -11,6 +11,7 @@
 
 #include "interop/interop.h"
 #include "tokenizer/tokenizer.h"
+#include "trainer/trainer.h"
 #include "cli.h"
 
 int cli_import(int argc, char **argv);

@@ -1,14 +1,19 @@
-/* hf.c - a checkpoint as a clean Hugging Face model directory. */
+/* export_hf.c - a checkpoint as a clean Hugging Face model directory
+ * (tks_export_hf, trainer.h): beside the checkpoint code that wrote it. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "internal.h"
+#include <unistd.h>
+
+#include "../common/tks.h"
+#include "../dataset/dataset.h"
 #include "../tokenizer/tokenizer.h"
-#include "../trainer/trainer.h"
+#include "trainer.h"
 
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb, (void)flag, (void)ftw;
