@@ -14,7 +14,7 @@
 
 #include "internal.h"
 #include "../common/tks_json.h"
-#include "../tokenizer/tokenizer.h"
+#include "../tokenize/tokenize.h"
 
 #define STATE_NAME "import-state.json"
 
@@ -236,14 +236,7 @@ static int setup_tokenizer(const tks_import_opts *o, const char *partial, tks_to
     if (o->tokenizer_path) {
         tks_spm *spm = NULL;
         if ((rc = tks_spm_load(o->tokenizer_path, &spm))) return rc;
-        snprintf(tok->file, sizeof tok->file, "tokenizer.model");
-        memcpy(tok->fingerprint, tks_spm_fingerprint(spm), 16);
-        tok->vocab_size = tks_spm_vocab_size(spm);
-        snprintf(tok->model_type, sizeof tok->model_type, "%s", tks_spm_model_type(spm));
-        tok->bos_id = tks_spm_bos_id(spm);
-        tok->eos_id = tks_spm_eos_id(spm);
-        tok->pad_id = tks_spm_pad_id(spm);
-        tok->unk_id = tks_spm_unk_id(spm);
+        tks_tokenizer_record(spm, tok);
         tks_spm_free(spm);
         if (o->vocab_size && o->vocab_size != tok->vocab_size)
             return tks_fail(TKS_ERR_TOKENIZER, o->tokenizer_path, TKS_NONE, TKS_NONE,

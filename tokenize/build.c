@@ -603,7 +603,7 @@ static int add_input_hashes(json_t *desc, const tks_input *in) {
 static int write_manifest(const tks_build_opts *o, const char *partial, const tks_spm *spm,
                           json_t *desc, const tks_input_stats *input, const tks_shard_info *shards,
                           size_t n_shards, uint64_t empty_after_tokenize, tks_build_stats *stats) {
-    uint32_t vocab = tks_spm_vocab_size(spm), bos = tks_spm_bos_id(spm), eos = tks_spm_eos_id(spm);
+    uint32_t vocab = tks_spm_vocab_size(spm);
     stats->input = *input;
     stats->shards = n_shards;
     stats->min_token_id = UINT32_MAX;
@@ -644,17 +644,26 @@ static int write_manifest(const tks_build_opts *o, const char *partial, const tk
                                   (json_int_t)is->bad_records_skipped, "binary_skipped",
                                   (json_int_t)is->binary_skipped));
     char *prov = json_dumps(desc, JSON_COMPACT);
-    tks_tokenizer_info tok = {.vocab_size = vocab, .bos_id = bos, .eos_id = eos,
-                              .pad_id = tks_spm_pad_id(spm), .unk_id = tks_spm_unk_id(spm)};
-    snprintf(tok.file, sizeof tok.file, "%s", TOKENIZER_NAME);
-    snprintf(tok.model_type, sizeof tok.model_type, "%s", tks_spm_model_type(spm));
-    memcpy(tok.fingerprint, tks_spm_fingerprint(spm), 16);
+    tks_tokenizer_info tok;
+    tks_tokenizer_record(spm, &tok);
     int rc = prov ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc)
         rc = tks_manifest_write(partial, &tok, shards, n_shards, vocab <= TKS_U16_MAX_VOCAB ? 2 : 4,
                                 o->chunk_bytes ? o->chunk_bytes : TKS_DEFAULT_CHUNK_BYTES, prov);
     free(prov);
     return rc;
+}
+
+void tks_tokenizer_record(const tks_spm *spm, tks_tokenizer_info *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->file, sizeof out->file, "%s", TOKENIZER_NAME);
+    memcpy(out->fingerprint, tks_spm_fingerprint(spm), 16);
+    out->vocab_size = tks_spm_vocab_size(spm);
+    snprintf(out->model_type, sizeof out->model_type, "%s", tks_spm_model_type(spm));
+    out->bos_id = tks_spm_bos_id(spm);
+    out->eos_id = tks_spm_eos_id(spm);
+    out->pad_id = tks_spm_pad_id(spm);
+    out->unk_id = tks_spm_unk_id(spm);
 }
 
 static int build_units_here(const tks_build_opts *o, tks_build_stats *stats);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "../common/tks.h"
+#include "../dataset/dataset.h"
 #include "../tokenizer/tokenizer.h"
 
 #ifdef __cplusplus
@@ -218,6 +219,11 @@ typedef struct tks_build_stats {
 
 /* Sets defaults (all zero plus tks_input_opts_default). */
 void tks_build_opts_default(tks_build_opts *o);
+
+/* The manifest's tokenizer record of a dataset built (or imported) with the
+ * model spm, whose copy is stored as "tokenizer.model": name, fingerprint,
+ * vocabulary, model type and special ids. spm is borrowed; no error. */
+void tks_tokenizer_record(const tks_spm *spm, tks_tokenizer_info *out);
 
 /*
  * Builds a dataset. Output is byte-identical whatever the thread count, and
