@@ -55,6 +55,7 @@
  * it, so the value carried on is sentencepiece's, bit for bit.
  */
 #include "fastenc.h"
+#include "pb.h"
 
 #include <float.h>
 #include <math.h>
@@ -78,67 +79,7 @@ enum { KIND_UNIGRAM = 1, KIND_BPE = 2 };
 #define CACHE_SLOTS (1u << 18)
 #define CACHE_ARENA (12u << 20)
 
-/* ---------------------------------------------------------------------------
- * Protobuf wire format
- * ------------------------------------------------------------------------- */
-typedef struct pb_field {
-    uint64_t field, v;
-    unsigned wt;
-    const uint8_t *data;
-    size_t len;
-} pb_field;
-
-static int pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-    uint64_t x = 0;
-    for (unsigned shift = 0; shift < 70; shift += 7) {
-        if (*p >= end) return 0;
-        uint8_t b = *(*p)++;
-        x |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *v = x;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Reads the next field at *p: 1, 0 at the end, -1 on malformed bytes. */
-static int pb_next(const uint8_t **p, const uint8_t *end, pb_field *f) {
-    if (*p >= end) return 0;
-    uint64_t key;
-    if (!pb_varint(p, end, &key)) return -1;
-    f->field = key >> 3;
-    f->wt = (unsigned)(key & 7);
-    f->v = 0;
-    f->data = NULL;
-    f->len = 0;
-    switch (f->wt) {
-    case 0:
-        if (!pb_varint(p, end, &f->v)) return -1;
-        break;
-    case 1:
-        if (end - *p < 8) return -1;
-        f->data = *p;
-        f->len = 8;
-        *p += 8;
-        break;
-    case 2:
-        if (!pb_varint(p, end, &f->v) || f->v > (uint64_t)(end - *p)) return -1;
-        f->data = *p;
-        f->len = (size_t)f->v;
-        *p += f->len;
-        break;
-    case 5:
-        if (end - *p < 4) return -1;
-        f->data = *p;
-        f->len = 4;
-        *p += 4;
-        break;
-    default:
-        return -1;
-    }
-    return f->field == 0 ? -1 : 1;
-}
+/* Protobuf wire format: pb.h */
 
 /* ---------------------------------------------------------------------------
  * The model
@@ -541,12 +482,12 @@ static int parse_piece(const uint8_t *p, const uint8_t *end, const uint8_t **str
     *score = 0.0f;
     *type = PT_NORMAL;
     while ((r = pb_next(&p, end, &fl)) > 0) {
-        if (fl.field == 1 && fl.wt == 2) {
+        if (fl.num == 1 && fl.wt == 2) {
             *str = fl.data;
             *slen = fl.len;
-        } else if (fl.field == 2 && fl.wt == 5) {
+        } else if (fl.num == 2 && fl.wt == 5) {
             memcpy(score, fl.data, 4); /* little-endian hosts only (sentencepiece too) */
-        } else if (fl.field == 3 && fl.wt == 0 && fl.v >= 1 && fl.v <= 6) {
+        } else if (fl.num == 3 && fl.wt == 0 && fl.v >= 1 && fl.v <= 6) {
             *type = (uint8_t)fl.v;
         }
     }
@@ -595,7 +536,7 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
         const uint8_t *q = fl.data, *qe = fl.data + fl.len;
         pb_field g;
         int r2;
-        if (fl.field == 1) {
+        if (fl.num == 1) {
             const uint8_t *s;
             size_t sl;
             float sc;
@@ -603,22 +544,22 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
             if (parse_piece(q, qe, &s, &sl, &sc, &ty) < 0) r = -1;
             n_pieces++;
             str_bytes += sl;
-        } else if (fl.field == 2) {
+        } else if (fl.num == 2) {
             while ((r2 = pb_next(&q, qe, &g)) > 0) {
                 if (g.wt != 0) continue;
-                if (g.field == 3 && g.v >= 1 && g.v <= 4) model_type = (int)g.v;
-                else if (g.field == 24) ws_suffix = g.v != 0;
-                else if (g.field == 35) byte_fallback = g.v != 0;
+                if (g.num == 3 && g.v >= 1 && g.v <= 4) model_type = (int)g.v;
+                else if (g.num == 24) ws_suffix = g.v != 0;
+                else if (g.num == 35) byte_fallback = g.v != 0;
             }
             if (r2 < 0) r = -1;
-        } else if (fl.field == 3) {
+        } else if (fl.num == 3) {
             while ((r2 = pb_next(&q, qe, &g)) > 0) {
-                if (g.field == 2 && g.wt == 2) {
+                if (g.num == 2 && g.wt == 2) {
                     cmap = g.data;
                     cmap_len = g.len;
-                } else if (g.wt == 0 && g.field == 3) dummy = g.v != 0;
-                else if (g.wt == 0 && g.field == 4) rews = g.v != 0;
-                else if (g.wt == 0 && g.field == 5) esc = g.v != 0;
+                } else if (g.wt == 0 && g.num == 3) dummy = g.v != 0;
+                else if (g.wt == 0 && g.num == 4) rews = g.v != 0;
+                else if (g.wt == 0 && g.num == 5) esc = g.v != 0;
             }
             if (r2 < 0) r = -1;
         }
@@ -680,7 +621,7 @@ int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_
     int bad = 0, user_seen = 0, user_space = 0;
     char user_why[160] = "";
     while (!bad && pb_next(&p, end, &fl) > 0) {
-        if (fl.field != 1 || fl.wt != 2) continue;
+        if (fl.num != 1 || fl.wt != 2) continue;
         const uint8_t *s;
         size_t sl;
         float sc;

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 
 #include "tokenizer.h"
-#include "../common/tks_bits.h"
+#include "pb.h"
 #include "../common/tks_json.h"
 
 /* ---------------------------------------------------------------------------
@@ -53,61 +53,6 @@ typedef struct spm_proto {
     int add_dummy_prefix, remove_extra_ws, escape_ws;
 } spm_proto;
 
-typedef struct pb_field {
-    uint64_t num;
-    unsigned wt;
-    uint64_t v;          /* varint value, or the raw 32/64-bit value */
-    const uint8_t *data; /* length-delimited payload */
-    size_t len;
-} pb_field;
-
-static int pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-    uint64_t x = 0;
-    for (unsigned shift = 0; shift < 70; shift += 7) {
-        if (*p >= end) return -1;
-        uint8_t b = *(*p)++;
-        x |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *v = x;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* Next field of the message at *p; 1 = got one, 0 = end, -1 = malformed. */
-static int pb_next(const uint8_t **p, const uint8_t *end, pb_field *f) {
-    if (*p >= end) return 0;
-    uint64_t key;
-    if (pb_varint(p, end, &key)) return -1;
-    memset(f, 0, sizeof *f);
-    f->num = key >> 3;
-    f->wt = (unsigned)(key & 7);
-    switch (f->wt) {
-    case 0:
-        if (pb_varint(p, end, &f->v)) return -1;
-        break;
-    case 1:
-        if (end - *p < 8) return -1;
-        f->v = tks_le64(*p);
-        *p += 8;
-        break;
-    case 2:
-        if (pb_varint(p, end, &f->v) || f->v > (uint64_t)(end - *p)) return -1;
-        f->data = *p;
-        f->len = (size_t)f->v;
-        *p += f->len;
-        break;
-    case 5:
-        if (end - *p < 4) return -1;
-        f->v = tks_le32(*p);
-        *p += 4;
-        break;
-    default:
-        return -1;
-    }
-    return f->num == 0 ? -1 : 1;
-}
 
 static int parse_piece(const uint8_t *p, const uint8_t *end, piece *out) {
     pb_field f;
