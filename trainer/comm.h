@@ -105,6 +105,14 @@ int tks_comm_run(tks_comm *c, const tks_coll *op);
  * calls and the control members, then calls this. */
 void tks_comm_set_blocking(tks_comm *c);
 
+/* The staged transport (comm_staged.c): the group of `ctrl` (an MPI group,
+ * host memory; borrowed, outlives the result) moving device buffers of `be`
+ * through host memory: start downloads, runs the collective on ctrl to
+ * completion and uploads (blocking). NULL when out of memory. Freed by
+ * tks_comm_staged_free (NULL is a no-op). */
+tks_comm *tks_comm_staged_new(tks_comm *ctrl, tks_backend *be);
+void tks_comm_staged_free(tks_comm *c);
+
 /* The group of one process: every collective is the identity (reduce_scatter
  * and out-of-place allgather copy in to out with `copy`, the backend's
  * device-to-device copy; NULL = memcpy, for host buffers). Static storage:

@@ -1,5 +1,7 @@
-/* mesh.c - layout planning, MPI communicators behind comm.h, and the check
- * that the groups built are the groups planned. */
+/* mesh.c - layout planning, MPI communicators behind comm.h, the check that
+ * the groups built are the groups planned, and the switch of the groups to
+ * the backend's transport (NCCL, staged). The bucketed gradient sync is
+ * grad_sync.c. */
 #define _GNU_SOURCE
 #include "mesh.h"
 
@@ -12,6 +14,7 @@
 
 #include "../common/tks.h"
 #include "../common/tks_mpi.h"
+#include "cuda/cuda.h"
 #include "trainer.h"
 
 const char *tks_group_name(tks_group_kind k) {
@@ -476,162 +479,6 @@ int tks_mesh_agree(tks_mesh *m, int rc) {
     return m->mpi ? tks_comm_agree(m->group[TKS_GROUP_WORLD], rc) : rc;
 }
 
-/* ---- bucketed gradient synchronisation -------------------------------------------- */
-
-struct tks_grad_sync {
-    tks_comm *shard, *rep;
-    float *g, *stage;
-    size_t n_flat, ns, B, nb, early;
-    size_t *count;             /* per bucket: elements reported final (of S * len) */
-    tks_comm_req **rs, **ar;   /* per bucket: reduce-scatter, all-reduce in flight */
-    unsigned char *started;
-    int own_stage;             /* stage was malloc'd here */
-    void (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
-    void *copy_ctx;
-};
-
-static void gs_copy(tks_grad_sync *s, float *dst, const float *src, size_t n) {
-    if (s->copy) s->copy(s->copy_ctx, dst, src, n * sizeof *dst);
-    else memcpy(dst, src, n * sizeof *dst);
-}
-
-int tks_grad_sync_create(tks_mesh *m, float *grads, size_t n_flat, size_t bucket_elems,
-                         float *stage, void (*copy)(void *ctx, void *dst, const void *src, size_t bytes),
-                         void *copy_ctx, tks_grad_sync **out) {
-    *out = NULL;
-    tks_comm *sh = m->group[TKS_GROUP_DP_SHARD];
-    size_t S = (size_t)sh->size;
-    if (n_flat % S)
-        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                        "gradient buffer of %zu elements does not split into %zu dp_shard slices",
-                        n_flat, S);
-    tks_grad_sync *s = calloc(1, sizeof *s);
-    if (!s) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    s->shard = sh;
-    s->rep = m->group[TKS_GROUP_DP_REPLICATE];
-    s->g = grads;
-    s->n_flat = n_flat;
-    s->ns = n_flat / S;
-    s->B = bucket_elems ? bucket_elems : 1;
-    s->nb = s->ns / s->B + (s->ns % s->B != 0);
-    s->copy = copy;
-    s->copy_ctx = copy_ctx;
-    size_t nb = s->nb ? s->nb : 1;
-    s->count = calloc(nb, sizeof *s->count);
-    s->rs = calloc(nb, sizeof *s->rs);
-    s->ar = calloc(nb, sizeof *s->ar);
-    s->started = calloc(nb, 1);
-    s->stage = stage;
-    if (S > 1 && !stage) {
-        s->stage = malloc((n_flat ? n_flat : 1) * sizeof *s->stage);
-        s->own_stage = 1;
-    }
-    if (!s->count || !s->rs || !s->ar || !s->started || (S > 1 && !s->stage)) {
-        tks_grad_sync_free(s);
-        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
-                        "out of memory for the gradient buckets (%zu elements staged)", n_flat);
-    }
-    *out = s;
-    return 0;
-}
-
-void tks_grad_sync_free(tks_grad_sync *s) {
-    if (!s) return;
-    for (size_t b = 0; b < s->nb; b++) {
-        if (s->rs && s->rs[b]) s->shard->wait(s->shard, s->rs[b]);
-        if (s->ar && s->ar[b]) s->rep->wait(s->rep, s->ar[b]);
-    }
-    free(s->count);
-    free(s->rs);
-    free(s->ar);
-    free(s->started);
-    if (s->own_stage) free(s->stage);
-    free(s);
-}
-
-void tks_grad_sync_begin(tks_grad_sync *s) {
-    memset(s->count, 0, s->nb * sizeof *s->count);
-    memset(s->started, 0, s->nb);
-    s->early = 0;
-}
-
-static size_t bucket_len(const tks_grad_sync *s, size_t b) {
-    size_t a = b * s->B;
-    return s->ns - a < s->B ? s->ns - a : s->B;
-}
-
-/* Packs bucket b of every slice (rank-major) and starts its reduce-scatter
- * into this member's slice of g; with dp_shard 1 the all-reduce starts. */
-static int start_bucket(tks_grad_sync *s, size_t b) {
-    size_t S = (size_t)s->shard->size, R = (size_t)s->shard->rank, len = bucket_len(s, b), a = b * s->B;
-    s->started[b] = 1;
-    if (S == 1) {
-        if (s->rep->size == 1) return 0;
-        tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_F32, .op = TKS_COMM_SUM, .out = s->g + a, .n = len};
-        return s->rep->start(s->rep, &op, &s->ar[b]);
-    }
-    float *st = s->stage + S * a;
-    for (size_t d = 0; d < S; d++) gs_copy(s, st + d * len, s->g + d * s->ns + a, len);
-    tks_coll op = {.kind = TKS_COLL_REDUCE_SCATTER, .dtype = TKS_F32, .op = TKS_COMM_SUM,
-                   .out = s->g + R * s->ns + a, .in = st, .n = len};
-    return s->shard->start(s->shard, &op, &s->rs[b]);
-}
-
-int tks_grad_sync_ready(tks_grad_sync *s, size_t begin, size_t end) {
-    if (end > s->n_flat) end = s->n_flat;
-    int rc = 0;
-    for (size_t d = begin / (s->ns ? s->ns : 1); s->ns && d * s->ns < end && !rc; d++) {
-        size_t lo = begin > d * s->ns ? begin - d * s->ns : 0, hi = end - d * s->ns;
-        if (hi > s->ns) hi = s->ns;
-        for (size_t b = lo / s->B; b * s->B < hi && !rc; b++) {
-            size_t bl = b * s->B, bh = bl + bucket_len(s, b);
-            size_t x = lo > bl ? lo : bl, y = hi < bh ? hi : bh;
-            s->count[b] += y - x;
-            if (!s->started[b] && s->count[b] >= (size_t)s->shard->size * bucket_len(s, b)) {
-                rc = start_bucket(s, b);
-                s->early++;
-            }
-        }
-    }
-    return rc;
-}
-
-int tks_grad_sync_hook(void *ctx, size_t begin, size_t end) {
-    return tks_grad_sync_ready((tks_grad_sync *)ctx, begin, end);
-}
-
-int tks_grad_sync_end(tks_grad_sync *s) {
-    int rc = 0;
-    size_t S = (size_t)s->shard->size, R = (size_t)s->shard->rank;
-    /* every member starts the same buckets in the same order: the early ones
-     * (same reports on every member), then the rest in bucket order */
-    for (size_t b = 0; b < s->nb; b++) {
-        int r = s->started[b] ? 0 : start_bucket(s, b);
-        if (!rc) rc = r;
-    }
-    for (size_t b = 0; b < s->nb; b++) {
-        if (S > 1) {
-            int r = s->shard->wait(s->shard, s->rs[b]);
-            s->rs[b] = NULL;
-            if (!rc) rc = r;
-            if (s->rep->size > 1) {
-                tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_F32, .op = TKS_COMM_SUM,
-                               .out = s->g + R * s->ns + b * s->B, .n = bucket_len(s, b)};
-                r = s->rep->start(s->rep, &op, &s->ar[b]);
-                if (!rc) rc = r;
-            }
-        }
-    }
-    for (size_t b = 0; b < s->nb; b++) {
-        int r = s->rep->wait(s->rep, s->ar[b]);
-        s->ar[b] = NULL;
-        if (!rc) rc = r;
-    }
-    return rc;
-}
-
-size_t tks_grad_sync_started_early(const tks_grad_sync *s) { return s->early; }
-
 int tks_mesh_world_agree(int rc) {
     int world = 1, rank = 0;
     if (!launched_by_mpirun()) return rc;
@@ -722,5 +569,98 @@ int tks_train_check_mesh(int tp, int dp_shard, int dp_replicate, char **report) 
     tks_mesh_free(mesh);
     if (rc) free(b.s);
     else *report = b.s;
+    return rc;
+}
+
+/* ---- the groups on the backend in use (--comm) ----------------------------------
+ * The MPI groups built and checked above serve the CPU backend as they are;
+ * under the CUDA backend they become NCCL communicators (tks_nccl_comm_create:
+ * one per group, split from one world communicator and checked member by
+ * member against the MPI group), or, with --comm mpi, the staged transport
+ * (comm_staged.c). The MPI groups stay underneath for launch and control
+ * (agree, gatherv_host, broadcast_bytes). docs/GPU.md, "Several processes".
+ * ---- the switch ---------------------------------------------------------------- */
+
+const char *tks_mesh_comm_name(const tks_mesh *m) {
+    switch (m->dev_kind) {
+    case TKS_MESH_DEV_NCCL: return "nccl";
+    case TKS_MESH_DEV_STAGED: return "mpi (staged through host memory)";
+    default: return m->mpi ? "mpi" : "none (one process)";
+    }
+}
+
+int tks_mesh_comm_resolve(const char *comm, const char *backend, int world, int *kind) {
+    *kind = TKS_MESH_DEV_NONE;
+    if (!comm) comm = "auto";
+    int is_auto = !strcmp(comm, "auto"), is_mpi = !strcmp(comm, "mpi"), is_nccl = !strcmp(comm, "nccl");
+    if (!is_auto && !is_mpi && !is_nccl)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "--comm %s: use auto (NCCL under --device cuda, else MPI), mpi or nccl", comm);
+    int cuda = backend && !strcmp(backend, "cuda");
+    if (is_nccl && !cuda)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "--comm nccl needs the CUDA backend (NCCL moves GPU memory) but this run "
+                        "uses the %s backend%s: use --device cuda on a GPU machine, or --comm mpi",
+                        backend ? backend : "cpu",
+                        tks_cuda_built() ? "" : " (and this tokshard was built without CUDA and "
+                                                "NCCL: rebuild with cmake -DTKS_CUDA=ON)");
+    if (world <= 1) return 0; /* one process: no collective moves data */
+    if (cuda) *kind = is_mpi ? TKS_MESH_DEV_STAGED : TKS_MESH_DEV_NCCL;
+#ifdef TKS_TEST_HOOKS
+    /* the staged path on the CPU backend, so CPU-only tests cover it */
+    const char *t = getenv("TOKSHARD_TEST_STAGED_COMM");
+    if (!cuda && t && !strcmp(t, "1")) *kind = TKS_MESH_DEV_STAGED;
+#endif
+    return 0;
+}
+
+void tks_mesh_device_free(tks_mesh *m) {
+    if (!m || !m->dev_kind) return;
+    for (int k = 0; k < TKS_N_GROUPS; k++) {
+        if (!m->ctrl[k]) continue;
+        if (m->group[k] != m->ctrl[k]) {
+            if (m->dev_kind == TKS_MESH_DEV_NCCL) tks_nccl_comm_free(m->group[k]);
+            else tks_comm_staged_free(m->group[k]);
+        }
+        m->group[k] = m->ctrl[k];
+        m->ctrl[k] = NULL;
+    }
+    tks_nccl_world_free((tks_nccl_world *)m->nccl);
+    m->nccl = NULL;
+    m->dev_kind = TKS_MESH_DEV_NONE;
+}
+
+int tks_mesh_use_backend(tks_mesh *m, tks_backend *be, const char *comm, int rc) {
+    /* the world agrees on what came before: every rank switches, or none */
+    rc = tks_mesh_agree(m, rc);
+    int kind = TKS_MESH_DEV_NONE;
+    if (!rc) rc = tks_mesh_comm_resolve(comm, be->name, m->world, &kind);
+    if (rc || !m->mpi || kind == TKS_MESH_DEV_NONE) return rc;
+    m->dev_kind = kind;
+    for (int k = 0; k < TKS_N_GROUPS; k++) m->ctrl[k] = m->group[k];
+    if (kind == TKS_MESH_DEV_NCCL) {
+        tks_nccl_world *w = NULL;
+        /* collective over the world; a failure on any rank is every rank's */
+        rc = tks_comm_agree(m->ctrl[TKS_GROUP_WORLD], tks_nccl_world_create(be, &w));
+        m->nccl = w;
+        /* every rank splits every group, in the same order (ncclCommSplit is
+         * collective over the world communicator): after each group the world
+         * agrees, so no rank goes on to the next split while another stopped */
+        for (int k = 0; k < TKS_N_GROUPS && !rc; k++) {
+            tks_comm *g = NULL;
+            rc = tks_nccl_comm_create(w, m->ctrl[k], &g);
+            if (!rc) m->group[k] = g;
+            rc = tks_comm_agree(m->ctrl[TKS_GROUP_WORLD], rc);
+        }
+    } else {
+        for (int k = 0; k < TKS_N_GROUPS && !rc; k++) {
+            tks_comm *g = tks_comm_staged_new(m->ctrl[k], be);
+            if (!g) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+            else m->group[k] = g;
+        }
+    }
+    /* agreed over the MPI world (the NCCL comms may be the failure) */
+    rc = tks_comm_agree(m->ctrl[TKS_GROUP_WORLD], rc);
+    if (rc) tks_mesh_device_free(m);
     return rc;
 }

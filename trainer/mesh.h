@@ -60,7 +60,7 @@ typedef struct tks_mesh {
     int dp, dp_rank;
     tks_comm *group[TKS_N_GROUPS];
     int mpi;                 /* 1 when the groups are MPI communicators */
-    /* after tks_mesh_use_backend (mesh_device.c): what group[] now holds, and
+    /* after tks_mesh_use_backend (mesh.c): what group[] now holds, and
      * the MPI groups underneath it (control collectives; NULL before) */
     int dev_kind;            /* TKS_MESH_DEV_* */
     tks_comm *ctrl[TKS_N_GROUPS];
@@ -80,7 +80,7 @@ int tks_mesh_create(const tks_mesh_shape *s, tks_mesh **out);
 void tks_mesh_free(tks_mesh *m);
 
 /*
- * The mesh's groups on the backend `be` (mesh_device.c), chosen by `comm`
+ * The mesh's groups on the backend `be` (mesh.c; comm_staged.c), chosen by `comm`
  * (--comm: "auto" or NULL, "mpi", "nccl"):
  *   - CPU backend: the MPI groups as they are (auto, mpi); nccl is refused.
  *   - CUDA backend under mpirun: auto and nccl make every group an NCCL
