@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Layering of the trainer: trainer.h is its one public header (backend.h,
+# Layering of every library folder, and of the trainer: trainer.h is its one public header (backend.h,
 # comm.h and the rest stay private), tools use only that, and the trainer
 # does not depend on the build pipeline (decoding goes through the tokenizer
 # library, tokenizer/tokenizer.h, without libarchive).
@@ -29,6 +29,26 @@ ip=$(grep -nE '#include "(\.\./)?trainer/' interop/*.c interop/*.h)
 [[ -z $ip ]] && ok "interop/ includes nothing of the trainer (no MPI, no OpenBLAS)" || fail "interop/ includes: $ip"
 up=$(grep -nE '#include "(\.\./)?(tokenize|trainer|dataset|interop|tools)/' tokenizer/*.c tokenizer/*.h tokenizer/*.cc)
 [[ -z $up ]] && ok "tokenizer/ depends on common/ only" || fail "tokenizer/ includes: $up"
+# every library folder: code outside it (tests and bench/ excepted: they
+# test the insides) includes only its one public header, and no library
+# includes a folder above its own (common < dataset, tokenizer < tokenize,
+# trainer < interop < tools)
+declare -A pub=([dataset]=dataset.h [tokenizer]=tokenizer.h [tokenize]=tokenize.h [trainer]=trainer.h [interop]=interop.h)
+for d in "${!pub[@]}"; do
+  out=$(grep -rnE "#include \"(\.\./)?$d/[A-Za-z0-9_/]+\.h\"" --include=*.c --include=*.h --include=*.cc --include=*.cu \
+    common dataset tokenizer tokenize trainer interop tools | grep -v "^$d/" | grep -vE "\"(\.\./)?$d/${pub[$d]}\"")
+  [[ -z $out ]] && ok "$d/ is used through ${pub[$d]} only" || fail "private headers of $d/ included: $out"
+done
+declare -A level=([common]=0 [dataset]=1 [tokenizer]=1 [tokenize]=2 [trainer]=2 [interop]=3 [tools]=4)
+for d in common dataset tokenizer tokenize trainer interop; do
+  bad=""
+  while IFS= read -r line; do
+    [[ -z $line ]] && continue
+    tgt=$(sed -E 's/.*#include "(\.\.\/)*([a-z]+)\/.*/\2/' <<<"$line")
+    [[ -n ${level[$tgt]:-} && $tgt != "$d" && ${level[$tgt]} -ge ${level[$d]} ]] && bad+="$line "
+  done < <(grep -rnE '#include "(\.\./)*[a-z]+/' --include=*.c --include=*.h --include=*.cc --include=*.cu "$d")
+  [[ -z $bad ]] && ok "$d/ includes no folder at or above its own level" || fail "$d/ includes upward: $bad"
+done
 # ldd's output is captured first: under pipefail, `ldd | grep -q` fails
 # whenever grep exits at its first match and ldd dies of SIGPIPE
 for b in tokshard-train tokshard-generate; do

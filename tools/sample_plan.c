@@ -12,7 +12,6 @@
 
 #include "dataset/dataset.h"
 #include "cli.h"
-#include "trainer/sampler.h"
 #include "trainer/trainer.h"
 
 int cli_sample_plan(int argc, char **argv);
