@@ -32,15 +32,17 @@ typedef struct tks_fast tks_fast;
 
 /*
  * Builds the fast encoder from a serialized ModelProto that sentencepiece
- * has already loaded. Returns 0 and sets *out, or returns 1 with *out NULL
- * and a one-line reason in why[0..why_len) when the model is outside what
- * the fast path reproduces exactly (then sentencepiece must encode), or
- * TKS_ERR_NOMEM.
+ * has already loaded. Returns:
+ *   0  *out set: the fast path encodes this model exactly;
+ *   1  *out NULL, a one-line reason in why[0..why_len): the model is outside
+ *      what the fast path reproduces exactly (sentencepiece must encode);
+ *   2  *out set and the reason in `why`: a BPE model with user-defined
+ *      symbols; the handle must not encode (tks_fast_seg_only is 1), but
+ *      tks_fast_next_cut works;
+ *   TKS_ERR_NOMEM.
  */
 int tks_fast_load(const uint8_t *proto, size_t n, tks_fast **out, char *why, size_t why_len);
-/* tks_fast_load returns 2, with *out set and the reason in `why`, for a BPE
- * model with user-defined symbols: the handle must not encode
- * (tks_fast_seg_only is 1) but tks_fast_next_cut works. */
+/* 1 for a handle tks_fast_load returned 2 for (cuts only, no encoding). */
 int tks_fast_seg_only(const tks_fast *f);
 
 /*

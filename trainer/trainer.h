@@ -109,7 +109,16 @@ int tks_train_plan(const tks_train_opts *o, char **summary);
 /* Trains. Returns 0 when the steps are done or a stop was requested (a
  * checkpoint is saved in both cases). Under mpirun every rank calls it with
  * the same options; only world rank 0 writes metrics, checkpoints and calls
- * on_step. An error on any rank stops every rank with that rank's message. */
+ * on_step. An error on any rank stops every rank with that rank's message.
+ * Errors: TKS_ERR_ARG (an option, a layout, ranks launched with different
+ * settings, --steps or a schedule the checkpoint does not allow), TKS_ERR_EXISTS
+ * (a checkpoint directory in the way), TKS_ERR_RESUME and TKS_ERR_TOKENIZER (a
+ * checkpoint of another dataset or tokenizer), TKS_ERR_TOKEN_RANGE (ids the
+ * model's vocabulary cannot hold, before anything is allocated or in a batch),
+ * TKS_ERR_NONFINITE (divergence), TKS_ERR_NOMEM, TKS_ERR_IO and TKS_ERR_NOSPACE
+ * (run directory, metrics, checkpoints), and every error of
+ * tks_dataset_open, tks_checkpoint_peek and the backend's creation. A stop
+ * request is not an error: it returns 0 after the checkpoint is saved. */
 int tks_train(const tks_train_opts *o);
 
 /* World rank of this process (0 without mpirun); initializes MPI if needed. */
