@@ -290,25 +290,20 @@ int tks_write_file_pieces(const char *path, const tks_piece *pieces, size_t n) {
     return tks_fsync_dir(dirname(d));
 }
 
+void tks_float_text(char *out, size_t cap, float x) {
+    for (int p = 6; p <= 9; p++) { /* 9 digits always read back (IEEE 754 binary32) */
+        snprintf(out, cap, "%.*g", p, (double)x);
+        if ((float)strtod(out, NULL) == x) return;
+    }
+}
+
 int tks_copy_file_atomic(const char *src, const char *dst) {
-    FILE *f = fopen(src, "rb");
-    if (!f)
-        return tks_fail(TKS_ERR_IO, src, TKS_NONE, TKS_NONE, "cannot read %s: %s", src,
-                        strerror(errno));
-    size_t cap = 1 << 20, n = 0, r;
-    char *buf = malloc(cap);
-    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0)
-        if ((n += r) == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    int ioerr = ferror(f);
-    fclose(f);
-    if (!buf) return tks_fail(TKS_ERR_NOMEM, src, TKS_NONE, TKS_NONE, "out of memory copying %s", src);
-    int rc = ioerr ? tks_fail(TKS_ERR_IO, src, TKS_NONE, TKS_NONE, "read error in %s", src)
-                   : tks_write_file_atomic(dst, buf, n);
-    free(buf);
+    const uint8_t *base;
+    size_t n;
+    int rc = tks_map_file(src, NULL, &base, &n);
+    if (rc) return rc;
+    rc = tks_write_file_atomic(dst, n ? (const void *)base : "", n);
+    tks_unmap(base, n);
     return rc;
 }
 

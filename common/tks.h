@@ -123,7 +123,8 @@ typedef struct tks_piece {
 int tks_write_file_pieces(const char *path, const tks_piece *pieces, size_t n);
 
 /* Copies file `src` to `dst` crash-safely (tks_write_file_atomic). The file
- * is read whole into memory: meant for small files (tokenizer models).
+ * is mapped whole (tks_map_file: anything but a regular file is refused):
+ * meant for small files (tokenizer models).
  * Errors: TKS_ERR_IO (names src), TKS_ERR_NOMEM, TKS_ERR_NOSPACE. */
 int tks_copy_file_atomic(const char *src, const char *dst);
 
@@ -158,6 +159,10 @@ int tks_pwrite_all(int fd, const void *buf, size_t n, uint64_t off, const char *
 
 /* Maps an errno from a failed write to TKS_ERR_NOSPACE or TKS_ERR_IO. */
 int tks_write_errno_code(int err);
+
+/* The shortest "%g" text of x (6 to 9 significant digits) that reads back
+ * (strtod, then rounded to float) as x, into out[cap] (cap >= 32). */
+void tks_float_text(char *out, size_t cap, float x);
 
 /* Joins dir and name into out (PATH_MAX). Returns 0 or TKS_ERR_ARG when too long. */
 int tks_path_join(char *out, size_t cap, const char *dir, const char *name);

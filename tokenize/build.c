@@ -669,6 +669,14 @@ void tks_tokenizer_record(const tks_spm *spm, tks_tokenizer_info *out) {
 static int build_units_here(const tks_build_opts *o, tks_build_stats *stats);
 static int partial_is_units(const char *out_dir);
 
+/* The build's inputs, with the build's stop flag for waits on a pipe
+ * (unless the input options bring their own). */
+static int open_inputs(const tks_build_opts *o, tks_input **in) {
+    tks_input_opts io = o->input;
+    if (!io.stop) io.stop = o->stop;
+    return tks_input_open(o->inputs, o->n_inputs, &io, in);
+}
+
 /* TKS_ERR_INPUT for inputs that gave no document with a token, saying what
  * was read and what each policy left out. */
 static int no_text(const tks_input_stats *is) {
@@ -756,9 +764,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     build_state st = {0};
     int rc = tks_spm_load(o->tokenizer_path, &spm);
     if (!rc && o->encoder_sentencepiece) rc = tks_spm_set_encoder(spm, 0);
-    tks_input_opts io = o->input;
-    if (!io.stop) io.stop = o->stop;
-    if (!rc) rc = tks_input_open(o->inputs, o->n_inputs, &io, &in);
+    if (!rc) rc = open_inputs(o, &in);
     if (!rc) desc = describe(o, in, spm, &rc);
     if (!rc) rc = build_id(desc, in, st.build_id);
     st.in = in;
@@ -1316,9 +1322,7 @@ static int coordinator_open(tks_build_job *j) {
                         "%s already exists: choose another --output or remove it", j->out);
     int rc = tks_lock(j->lock_path, "tokshard build", &j->lock_fd);
     if (rc) return rc;
-    tks_input_opts io = o->input;
-    if (!io.stop) io.stop = o->stop;
-    rc = tks_input_open(o->inputs, o->n_inputs, &io, &j->plan_in);
+    rc = open_inputs(o, &j->plan_in);
     if (!rc) j->desc = describe(o, j->plan_in, j->spm, &rc);
     if (!rc) rc = build_id(j->desc, j->plan_in, j->build_id);
     char state[PATH_MAX], tok_copy[PATH_MAX];
@@ -1520,9 +1524,7 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
     if (!rc) rc = reset_dir(dir);
     tks_input *in = NULL;
     tks_writer *w = NULL;
-    tks_input_opts io = o->input;
-    if (!io.stop) io.stop = o->stop;
-    if (!rc) rc = tks_input_open(o->inputs, o->n_inputs, &io, &in);
+    if (!rc) rc = open_inputs(o, &in);
     if (!rc) rc = tks_input_seek(in, &u->start);
     if (!rc) {
         tks_writer_opts wo = {.dir = dir, .vocab_size = j->vocab, .bos_id = j->bos, .eos_id = j->eos,

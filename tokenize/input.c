@@ -545,7 +545,8 @@ static int check_promise(const char *path, char *why, size_t cap) {
     const char *is = magic_of(b, (size_t)got);
     if (is && (!strcmp(is, fmt) || (alt && !strcmp(is, alt)))) return 0;
     char first[64];
-    size_t k = 0, text = 1;
+    size_t k = 0;
+    int text = 1;
     for (ssize_t i = 0; i < got && i < 12; i++) text &= b[i] >= 0x20 ? b[i] < 0x7f : (b[i] == '\n' || b[i] == '\t' || b[i] == '\r');
     if (is) snprintf(first, sizeof first, "%s data", is);
     else if (text) {
@@ -847,12 +848,10 @@ static int pull_raw(stream *s, const unsigned char **p, size_t *n) {
         ssize_t r;
         for (;;) {
             r = read(s->fd, s->rbuf, READ_BLOCK_BYTES);
-            if (r >= 0 || errno == EINTR) {
-                if (r >= 0) break;
-                continue;
-            }
+            if (r >= 0) break;
+            if (errno == EINTR) continue;
             if (!s->pipe || (errno != EAGAIN && errno != EWOULDBLOCK)) break;
-            int w = wait_fd(in, s->fd);
+            int w = wait_fd(in, s->fd); /* a pipe with nothing yet: wait, interruptibly */
             if (w) return src_fail(in, w);
         }
         if (r < 0) {

@@ -381,32 +381,6 @@ static int write_json(const char *dir, const char *name, json_t *j) {
     return rc;
 }
 
-static int read_all(const char *path, uint8_t **buf, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    uint8_t *b = malloc(cap);
-    size_t r;
-    while (b && (r = fread(b + len, 1, cap - len, f)) > 0) {
-        len += r;
-        if (len == cap) {
-            uint8_t *nb = realloc(b, cap *= 2);
-            if (!nb) free(b);
-            b = nb;
-        }
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!b) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory reading %s", path);
-    if (err) {
-        free(b);
-        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot read %s", path);
-    }
-    *buf = b;
-    *n = len;
-    return 0;
-}
-
 /* Adds bos/eos/pad ids to DIR/config.json when it exists (a checkpoint). */
 static int patch_config(const char *dir, const spm_proto *m) {
     char path[4096];
@@ -432,9 +406,9 @@ static int patch_config(const char *dir, const spm_proto *m) {
 }
 
 int tks_hf_tokenizer_write(const char *model_path, const char *dir) {
-    uint8_t *buf = NULL;
+    const uint8_t *buf = NULL; /* the pieces point into the mapping */
     size_t n = 0;
-    int rc = read_all(model_path, &buf, &n);
+    int rc = tks_map_file(model_path, "tokenizer model", &buf, &n);
     if (rc) return rc;
     spm_proto m;
     ptable t = {0};
@@ -470,6 +444,6 @@ int tks_hf_tokenizer_write(const char *model_path, const char *dir) {
     if (!rc) rc = patch_config(dir, &m);
     free(t.slot);
     free(m.pieces);
-    free(buf);
+    tks_unmap(buf, n);
     return rc;
 }

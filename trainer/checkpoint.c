@@ -28,12 +28,8 @@ static const char *const FILES[] = {"model.safetensors", "optimizer.safetensors"
 /* Shortest decimal that reads back as the same float, as a double. */
 static double short_float(float f) {
     char b[32];
-    for (int p = 6; p <= 9; p++) {
-        snprintf(b, sizeof b, "%.*g", p, (double)f);
-        double d = strtod(b, NULL);
-        if ((float)d == f) return d;
-    }
-    return (double)f;
+    tks_float_text(b, sizeof b, f);
+    return strtod(b, NULL);
 }
 
 /* ---- one tensor at a time to the writer ----------------------------------------- */

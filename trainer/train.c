@@ -614,14 +614,6 @@ typedef struct {
     char value[48];
 } run_field;
 
-/* The shortest "%g" form of the float x that reads back as x. */
-static void float_text(char *out, size_t cap, float x) {
-    for (int digits = 6; digits <= 9; digits++) {
-        snprintf(out, cap, "%.*g", digits, (double)x);
-        if (strtof(out, NULL) == x) return;
-    }
-}
-
 /* The resolved run as the settings that change what is trained: the data by
  * identity (manifest XXH3, not path: ranks may mount it in other places), the
  * checkpoint by its step. --threads and --out are left out (the results do
@@ -632,7 +624,7 @@ static size_t run_fields(const run *r, run_field *f) {
     size_t n = 0;
 #define RF(name, fmt, v) (f[n].flag = (name), snprintf(f[n].value, sizeof f[n].value, fmt, v), n++)
 #define RU(name, v) RF(name, "%llu", (unsigned long long)(v))
-#define RD(name, v) (f[n].flag = (name), float_text(f[n].value, sizeof f[n].value, (v)), n++)
+#define RD(name, v) (f[n].flag = (name), tks_float_text(f[n].value, sizeof f[n].value, (v)), n++)
 #define RS(name, v) RF(name, "%s", (v) ? (v) : "(default)")
     RF("--dataset (manifest XXH3)", "%016llx", (unsigned long long)tks_dataset_manifest_xxh3(r->ds));
     RF("--val-dataset (manifest XXH3)", "%016llx",
@@ -859,9 +851,7 @@ int tks_train(const tks_train_opts *in) {
         red[1] = (float)((double)red[1] / tokens_step);
         if (!isfinite(gnorm)) { /* the optimizer skipped the update */
             char last[PATH_MAX];
-            int have = tks_checkpoint_after(ckdir, 0, last, sizeof last) &&
-                       tks_checkpoint_latest(ckdir, last, sizeof last) == 0;
-            if (have)
+            if (tks_checkpoint_latest(ckdir, last, sizeof last) == 0)
                 rc = tks_fail(TKS_ERR_NONFINITE, ckdir, TKS_NONE, TKS_NONE,
                               "step %llu: the gradient norm is %g (loss %g): training diverged; "
                               "resume from %s with a lower --lr and --change-schedule (or a lower "
