@@ -11,6 +11,8 @@
 #   paths     sample-plan --run from another directory; a missing --dataset names no .partial
 #   messages  numeric flags out of range; inputs without text; a file given twice; empty files
 #   notok     a dataset imported without a tokenizer: train, export-hf, cat, inspect, generate
+#   smaller   --help after a command; Megatron/llm.c files named; a Megatron header's huge
+#             counts and negative pointers as they are; llm.c export over --append-eos warns
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -267,6 +269,38 @@ notok)
   expect 0 "inspect" -- "$TKS" inspect nt
   expect 2 "generate" -- "$BIN/tokshard-generate" --checkpoint run --prompt "Abandon"
   expect_msg "imported without a tokenizer"
+  ;;
+smaller)
+  for cmd in build audit cat; do
+    expect 0 "tokshard $cmd --help" -- "$TKS" $cmd --help
+    grep -q "tokshard sample-plan --run" "$W/out" && grep -q -- "--model-type bpe|unigram|word|char" "$W/out" &&
+      ok "$cmd --help prints the help (word/char models, sample-plan --run)" || fail "$cmd --help: $(head -3 "$W/out")"
+  done
+  expect 0 "dataset" -- "$TKS" build -q "${B[@]}" --append-eos --output ds "$T/gcide.txt"
+  expect 0 "Megatron export" -- "$TKS" export --format megatron --copy ds mg
+  expect 2 "a Megatron index given as a shard" -- "$TKS" cat mg_00000.idx --ids
+  expect_msg "mg_00000.idx is a Megatron index \(.idx\); audit it with .tokshard audit --format megatron PREFIX."
+  eos=$(python3 -c "import json; print(json.load(open('ds/manifest.json'))['tokenizer']['eos_id'])")
+  expect 0 "llm.c export with --eot = the dataset's EOS" -- "$TKS" export --format llmc ds lc --eot "$eos"
+  expect_msg "warning: [0-9]+ of [0-9]+ documents already end with --eot $eos"
+  expect 2 "an llm.c file given as a shard" -- "$TKS" cat lc_00000.bin --ids
+  expect_msg "lc_00000.bin is an llm.c token file"
+  # a header claiming 2^62 sequences, and a negative pointer (int64 -8)
+  cp mg_00000.bin big.bin && cp mg_00000.idx big.idx && cp mg_00000.bin neg.bin && cp mg_00000.idx neg.idx
+  python3 - <<'PYEOF'
+import struct
+with open("big.idx", "r+b") as f:
+    f.seek(18); f.write(struct.pack("<Q", 1 << 62))
+with open("neg.idx", "r+b") as f:
+    f.seek(18); S = struct.unpack("<Q", f.read(8))[0]
+    f.seek(34 + 4 * S + 8); f.write(struct.pack("<q", -8))   # the second sequence's pointer
+PYEOF
+  expect 1 "a Megatron header claiming 2^62 sequences" -- "$TKS" audit --format megatron big --model-vocab 100000
+  grep -q "4611686018427387904 sequences .* more than any file can hold" "$W/out" && ok "named as a corrupt header" ||
+    fail "audit: $(grep -m1 -i big "$W/out")"
+  expect 1 "a negative Megatron pointer" -- "$TKS" audit --format megatron neg --model-vocab 100000
+  grep -q "sequence 1 points at byte -8 of the .bin" "$W/out" && ok "the pointer printed signed" ||
+    fail "audit: $(grep -m1 -i point "$W/out")"
   ;;
 *)
   fail "unknown case $CASE"
