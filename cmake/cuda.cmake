@@ -84,7 +84,9 @@ message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architect
                "${CMAKE_CUDA_ARCHITECTURES}, NCCL ${TKS_NCCL_LIB})")
 
 add_library(tks_cuda STATIC
-  trainer/cuda/cuda_backend.cu trainer/cuda/cuda_gemm.cu trainer/cuda/nccl_comm.c)
+  trainer/cuda/cuda_backend.cu trainer/cuda/cuda_elementwise.cu trainer/cuda/cuda_embedding.cu
+  trainer/cuda/cuda_norm.cu trainer/cuda/cuda_attention.cu trainer/cuda/cuda_xent.cu
+  trainer/cuda/cuda_adamw.cu trainer/cuda/cuda_gemm.cu trainer/cuda/nccl_comm.c)
 target_include_directories(tks_cuda PUBLIC ${CMAKE_SOURCE_DIR} ${TKS_NCCL_INCLUDE})
 target_link_libraries(tks_cuda PUBLIC tks_common CUDA::cudart CUDA::cublasLt CUDA::cublas
   ${TKS_NCCL_LIB} PkgConfig::MPI)
@@ -104,6 +106,3 @@ if(TKS_HAVE_CUDNN_FE)
   target_compile_definitions(tks_cuda PUBLIC TKS_HAVE_CUDNN_FE=1)
 endif()
 
-# The GPU benchmark's tokshard side (bench/gpu/run.sh runs it).
-add_executable(tokshard-bench-gpu bench/gpu/bench_gpu.c)
-target_link_libraries(tokshard-bench-gpu PRIVATE tks_trainer)

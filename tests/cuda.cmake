@@ -4,7 +4,7 @@
 if(TKS_HAVE_CUDA)
   foreach(t ops model memory comm)
     add_executable(test_cuda_${t} ${TKS_TEST_DIR}/test_cuda_${t}.c)
-    target_link_libraries(test_cuda_${t} PRIVATE tks_trainer)
+    target_link_libraries(test_cuda_${t} PRIVATE tks_cuda)
   endforeach()
   add_test(NAME cuda_ops COMMAND test_cuda_ops)
   set_tests_properties(cuda_ops PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120 LABELS gpu)

@@ -48,13 +48,13 @@ int main(int argc, char **argv) {
     if (tks_model_forward(m, ids, tg, &loss)) return die("forward");
     uint32_t V = cfg.vocab_size, VP = tks_model_padded_vocab(&cfg, 1);
     float *lg = malloc((size_t)n * VP * sizeof *lg);
-    be->download(be, lg, tks_model_logits(m), (size_t)n * VP * sizeof *lg);
+    be->ops->download(be, lg, tks_model_logits(m), (size_t)n * VP * sizeof *lg);
     FILE *o = fopen(argv[3], "wb");
     if (!o) return perror(argv[3]), 1;
     for (int t = 0; t < n; t++) fwrite(lg + (size_t)t * VP, sizeof *lg, V, o);
     if (fclose(o)) return perror(argv[3]), 1;
     free(lg), free(tg), free(ids);
     tks_model_free(m);
-    be->destroy(be);
+    be->ops->destroy(be);
     return 0;
 }

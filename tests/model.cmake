@@ -14,3 +14,8 @@ add_executable(test_memplan ${TKS_TEST_DIR}/test_memplan.c)
 target_link_libraries(test_memplan PRIVATE tks_trainer)
 add_test(NAME memplan COMMAND test_memplan)
 set_tests_properties(memplan PROPERTIES TIMEOUT 60)
+# the benchmark's step (tks_step_bench, bench/gpu/bench_gpu.c) on the CPU
+# backend: it runs, and its loss after 3 steps is the initial ln(V) within
+# what init_std 0.02 and 3 small AdamW steps can move it
+add_test(NAME bench_step_cpu COMMAND bash ${TKS_TEST_DIR}/test_bench_step.sh $<TARGET_FILE:tokshard-bench-gpu>)
+set_tests_properties(bench_step_cpu PROPERTIES TIMEOUT 60)

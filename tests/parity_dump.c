@@ -153,7 +153,7 @@ static int add_rows(tlist *l, tks_backend *be, const char *name, const tks_param
     size_t n = (size_t)((r1 - r0) * p->cols);
     float *h = malloc((n ? n : 1) * sizeof *h);
     if (!h) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    if (n) be->download(be, h, dev + r0 * p->cols, n * sizeof *h);
+    if (n) be->ops->download(be, h, dev + r0 * p->cols, n * sizeof *h);
     int rc = tl_add(l, name, TKS_ST_F32, (size_t)p->ndim, r1 - r0, p->cols, h, n * sizeof *h);
     free(h);
     return rc;
@@ -188,9 +188,9 @@ static void make_batch(uint32_t V, int32_t *ids, int32_t *targets) {
 /* Global gradient norm over the whole flat buffer (gaps hold zeros). */
 static double grad_norm(tks_backend *be, tks_model *m) {
     tks_span sp = {0, tks_model_n_local(m), 0};
-    float *d = be->alloc(be, sizeof(float)), h = NAN;
-    if (d && !be->sumsq(be, d, tks_model_grads(m), &sp, 1, 0)) be->download(be, &h, d, sizeof h);
-    be->free(be, d);
+    float *d = be->ops->alloc(be, sizeof(float)), h = NAN;
+    if (d && !be->ops->sumsq(be, d, tks_model_grads(m), &sp, 1, 0)) be->ops->download(be, &h, d, sizeof h);
+    be->ops->free(be, d);
     return sqrt((double)h);
 }
 
@@ -222,7 +222,7 @@ static int dump_bf16(const char *dir, const variant *vr, const int32_t *ids,
     uint16_t *lg = malloc((size_t)N * VP * sizeof *lg);
     float *real = malloc((size_t)N * V * sizeof *real);
     if (!lg || !real) return die("bf16 logits", TKS_ERR_NOMEM);
-    be->download(be, lg, tks_model_logits(m), (size_t)N * VP * sizeof *lg);
+    be->ops->download(be, lg, tks_model_logits(m), (size_t)N * VP * sizeof *lg);
     for (size_t i = 0; i < N; i++)
         for (size_t j = 0; j < V; j++) real[i * V + j] = tks_bf16_to_f32(lg[i * VP + j]);
     if ((rc = tks_model_backward(m, 1.0f / N))) return die("bf16 backward", rc);
@@ -240,7 +240,7 @@ static int dump_bf16(const char *dir, const variant *vr, const int32_t *ids,
     tl_free(&l);
     printf("%-5s bf16: loss %.6f\n", vr->name, (double)loss);
     tks_model_free(m);
-    be->destroy(be);
+    be->ops->destroy(be);
     return 0;
 }
 
@@ -290,7 +290,7 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
         float *lg = NULL; /* step 0's logits, read before backward overwrites them with dlogits */
         if (s == 0) {
             if (!(lg = malloc((size_t)N * VP * sizeof *lg))) return die("logits", TKS_ERR_NOMEM);
-            be->download(be, lg, tks_model_logits(m), (size_t)N * VP * sizeof *lg);
+            be->ops->download(be, lg, tks_model_logits(m), (size_t)N * VP * sizeof *lg);
         }
         if ((rc = tks_model_backward(m, 1.0f / N))) return die("backward", rc);
         losses[s] = loss_sum / N;
@@ -393,6 +393,6 @@ int main(int argc, char **argv) {
         for (int a = 2; a < argc; a++) want |= strcmp(argv[a], VARIANTS[i].name) == 0;
         if (want) bad = run_variant(be, argv[1], &VARIANTS[i]);
     }
-    be->destroy(be);
+    be->ops->destroy(be);
     return bad;
 }

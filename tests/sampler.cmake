@@ -21,7 +21,7 @@ if(NOT TARGET tks_cli)
 endif()
 add_executable(tokshard-sample-plan ${TKS_SAMPLER_ROOT}/tools/sample_plan.c)
 target_compile_definitions(tokshard-sample-plan PRIVATE TKS_SAMPLE_PLAN_MAIN)
-target_link_libraries(tokshard-sample-plan PRIVATE tks_trainer_host tks_cli)
+target_link_libraries(tokshard-sample-plan PRIVATE tks_trainer tks_cli)
 
 # The CLI test script: real text (dict-gcide), a tokenizer and a dataset built
 # with `tokshard`, then plans compared through their JSON. Exit 77 = skipped

@@ -55,9 +55,9 @@ static void one(tks_comm *nc, tks_comm *mc, const char *gname, int kind, tks_dty
     for (size_t i = 0; i < nout; i++) bout[i] = tks_bf16_from_f32(hout[i]);
     void *rin = dt == TKS_BF16 ? (void *)bin : (void *)hin;
     void *rout = dt == TKS_BF16 ? (void *)bout : (void *)hout;
-    char *din = gpu->alloc(gpu, nin * es), *dout = gpu->alloc(gpu, nout * es);
-    gpu->upload(gpu, din, rin, nin * es);
-    gpu->upload(gpu, dout, rout, nout * es);
+    char *din = gpu->ops->alloc(gpu, nin * es), *dout = gpu->ops->alloc(gpu, nout * es);
+    gpu->ops->upload(gpu, din, rin, nin * es);
+    gpu->ops->upload(gpu, dout, rout, nout * es);
     tks_coll op = {.kind = kind, .dtype = dt, .op = opk, .out = dout, .in = din, .n = n, .root = 1 % nc->size};
     tks_coll ref = op;
     ref.out = rout;
@@ -72,15 +72,15 @@ static void one(tks_comm *nc, tks_comm *mc, const char *gname, int kind, tks_dty
     if (!rc2) rc2 = mc->wait(mc, q2);
     if (!rc1) rc1 = nc->wait(nc, q1);
     char *got = malloc(nout * es);
-    gpu->download(gpu, got, dout, nout * es);
+    gpu->ops->download(gpu, got, dout, nout * es);
     static const char *kn[] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
     CHECK(rc1 == 0 && rc2 == 0, "%s %s: rc nccl %d mpi %d (%s)", gname, kn[kind], rc1, rc2,
           tks_last_error()->message);
     CHECK(!memcmp(got, rout, nout * es), "%s %s %s%s%s: NCCL result differs from MPI's", gname,
           kn[kind], dt == TKS_BF16 ? "bf16" : "fp32", opk == TKS_COMM_MAX ? " max" : "",
           inplace ? " in place" : "");
-    gpu->free(gpu, din);
-    gpu->free(gpu, dout);
+    gpu->ops->free(gpu, din);
+    gpu->ops->free(gpu, dout);
     free(hin), free(hout), free(bin), free(bout), free(got);
 }
 
@@ -93,9 +93,9 @@ static void async_and_grouped(tks_comm *nc, const char *gname, int wr) {
         want[i] = 0;
         for (int m = 0; m < nc->size; m++) want[i] += val(3, nc->members[m], i);
     }
-    float *a = gpu->alloc(gpu, n * 4), *b = gpu->alloc(gpu, n * 4);
-    gpu->upload(gpu, a, h, n * 4);
-    gpu->upload(gpu, b, h, n * 4);
+    float *a = gpu->ops->alloc(gpu, n * 4), *b = gpu->ops->alloc(gpu, n * 4);
+    gpu->ops->upload(gpu, a, h, n * 4);
+    gpu->ops->upload(gpu, b, h, n * 4);
     tks_coll oa = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_F32, .out = a, .n = n};
     tks_coll ob = oa;
     ob.out = b;
@@ -105,22 +105,22 @@ static void async_and_grouped(tks_comm *nc, const char *gname, int wr) {
     if (!rc) rc = nc->wait(nc, qb);
     if (!rc) rc = nc->wait(nc, qa);
     CHECK(rc == 0, "%s: async handles: %s", gname, tks_last_error()->message);
-    gpu->download(gpu, got, a, n * 4);
+    gpu->ops->download(gpu, got, a, n * 4);
     CHECK(!memcmp(got, want, n * 4), "%s: first handle's result wrong", gname);
-    gpu->download(gpu, got, b, n * 4);
+    gpu->ops->download(gpu, got, b, n * 4);
     CHECK(!memcmp(got, want, n * 4), "%s: second handle's result wrong", gname);
-    gpu->upload(gpu, a, h, n * 4);
-    gpu->upload(gpu, b, h, n * 4);
+    gpu->ops->upload(gpu, a, h, n * 4);
+    gpu->ops->upload(gpu, b, h, n * 4);
     float *bufs[2] = {a, b};
     size_t ns[2] = {n, n / 2};
     rc = tks_nccl_allreduce_many(nc, bufs, ns, 2);
     CHECK(rc == 0, "%s: grouped all-reduce: %s", gname, tks_last_error()->message);
-    gpu->download(gpu, got, b, n * 4);
+    gpu->ops->download(gpu, got, b, n * 4);
     CHECK(!memcmp(got, want, n / 2 * 4) && !memcmp(got + n / 2, h + n / 2, n / 2 * 4),
           "%s: grouped all-reduce: second buffer wrong (or touched past its count)", gname);
     CHECK(nc->barrier(nc) == 0, "%s: barrier: %s", gname, tks_last_error()->message);
-    gpu->free(gpu, a);
-    gpu->free(gpu, b);
+    gpu->ops->free(gpu, a);
+    gpu->ops->free(gpu, b);
     free(h), free(want), free(got);
 }
 
@@ -185,7 +185,7 @@ int main(int argc, char **argv) {
     rc = tks_cuda_backend_check(gpu);
     CHECK(rc == 0, "rank %d: backend: %s", rank, tks_last_error()->message);
     tks_nccl_world_free(w);
-    gpu->destroy(gpu);
+    gpu->ops->destroy(gpu);
     tks_mesh_free(mesh);
     tks_mesh_finalize();
     if (rank == 0 || failures) return check_exit("test_cuda_comm");

@@ -50,8 +50,8 @@ static void check(const char *what, tks_dtype dt, int S, int B, int T) {
     tks_adamw_opts o = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .total = 1};
     size_t ns = m ? tks_model_n_flat(m) / (size_t)S : 0;
     if (!rc) rc = tks_optim_create(m, &o, 0, ns, &opt);
-    if (!rc && S > 1 && !(gslice = be->alloc(be, ns * sizeof *gslice))) rc = TKS_ERR_NOMEM;
-    if (!rc && !(dred = be->alloc(be, 4 * sizeof *dred))) rc = TKS_ERR_NOMEM;
+    if (!rc && S > 1 && !(gslice = be->ops->alloc(be, ns * sizeof *gslice))) rc = TKS_ERR_NOMEM;
+    if (!rc && !(dred = be->ops->alloc(be, 4 * sizeof *dred))) rc = TKS_ERR_NOMEM;
     if (rc) {
         printf("FAIL %s: %s (%s)\n", what, tks_strerror(rc), tks_last_error()->message);
         failures++;
@@ -68,11 +68,11 @@ static void check(const char *what, tks_dtype dt, int S, int B, int T) {
                ok ? "ok" : "FAIL", line);
         failures += !ok;
     }
-    if (gslice) be->free(be, gslice);
-    if (dred) be->free(be, dred);
+    if (gslice) be->ops->free(be, gslice);
+    if (dred) be->ops->free(be, dred);
     tks_optim_free(opt);
     tks_model_free(m);
-    if (be) be->destroy(be);
+    if (be) be->ops->destroy(be);
 }
 
 /* a micro-batch far beyond any GPU: the message names the activations and the flags */
@@ -93,12 +93,12 @@ static void out_of_memory(void) {
     tks_model_free(m);
     if (be) {
         /* the backend stays usable after a failed allocation */
-        void *x = be->alloc(be, 1 << 20);
-        int usable = x != NULL && be->sync(be) == 0;
+        void *x = be->ops->alloc(be, 1 << 20);
+        int usable = x != NULL && be->ops->sync(be) == 0;
         printf("%-40s %s\n", "the backend is usable after it", usable ? "ok" : "FAIL");
         failures += !usable;
-        be->free(be, x);
-        be->destroy(be);
+        be->ops->free(be, x);
+        be->ops->destroy(be);
     }
 }
 

@@ -88,7 +88,7 @@ static int run(tks_backend *be, tks_dtype dt, const char *from, const char *save
     int rc = tks_model_create_dt(&c, be, NULL, B, T, 1, dt, &m);
     if (!rc) tks_model_init(m, 7);
     if (!rc) rc = tks_optim_create(m, &o, 0, tks_model_n_flat(m), &opt);
-    if (!rc && !(dred = be->alloc(be, 4 * sizeof *dred)))
+    if (!rc && !(dred = be->ops->alloc(be, 4 * sizeof *dred)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of device memory");
     uint64_t first = 0;
     if (!rc && from) {
@@ -105,13 +105,13 @@ static int run(tks_backend *be, tks_dtype dt, const char *from, const char *save
         batch((int)s, ids, tg);
         tks_model_zero_grad(m);
         float red[2];
-        rc = be->memzero(be, dred, 4 * sizeof *dred);
+        rc = be->ops->memzero(be, dred, 4 * sizeof *dred);
         if (!rc) rc = tks_model_forward_train(m, ids, tg, scale, dred + 1);
         if (!rc) rc = tks_model_backward(m, scale);
         if (!rc) rc = tks_optim_grad_sumsq(opt, dred, 1);
         if (!rc) rc = tks_optim_step_dev(opt, (int64_t)s + 1, tks_lr_at(&o, s), dred);
-        if (!rc) rc = be->download(be, red, dred, sizeof red);
-        if (!rc) rc = be->sync(be);
+        if (!rc) rc = be->ops->download(be, red, dred, sizeof red);
+        if (!rc) rc = be->ops->sync(be);
         if (rc) break;
         losses[s] = red[1] / (B * T);
         if (save && s + 1 == SAVE_AT) {
@@ -126,11 +126,11 @@ static int run(tks_backend *be, tks_dtype dt, const char *from, const char *save
         size_t nl = tks_model_n_local(m);
         *nw = nl;
         *weights = malloc(nl * sizeof **weights);
-        rc = be->download(be, *weights, tks_model_weights(m), nl * sizeof **weights);
+        rc = be->ops->download(be, *weights, tks_model_weights(m), nl * sizeof **weights);
     }
     if (rc) printf("FAIL run on %s (%s): %s (%s)\n", be->name, tks_dtype_name(dt), tks_strerror(rc),
                    tks_last_error()->message);
-    if (dred) be->free(be, dred);
+    if (dred) be->ops->free(be, dred);
     tks_optim_free(opt);
     tks_model_free(m);
     return rc;
@@ -199,8 +199,8 @@ int main(int argc, char **argv) {
     compare("GPU checkpoint at step 10 resumed on the CPU vs GPU run", lgc, lg, SAVE_AT, 1e-5);
     compare("CPU checkpoint at step 10 resumed on the GPU vs CPU run", lcg, lc, SAVE_AT, 1e-5);
     free(w1), free(w2), free(v1), free(v2);
-    gpu->destroy(gpu);
-    cpu->destroy(cpu);
+    gpu->ops->destroy(gpu);
+    cpu->ops->destroy(cpu);
     printf("test_cuda_model: %s\n", failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }

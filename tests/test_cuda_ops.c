@@ -73,27 +73,27 @@ static void *to_dt(const float *h, size_t n, tks_dtype dt) {
 }
 static pair put(const float *h, size_t n, tks_dtype dt) {
     size_t bytes = n * tks_dtype_size(dt);
-    pair p = {cpu->alloc(cpu, bytes + 64), gpu->alloc(gpu, bytes + 64), n, dt};
+    pair p = {cpu->ops->alloc(cpu, bytes + 64), gpu->ops->alloc(gpu, bytes + 64), n, dt};
     void *b = to_dt(h, n, dt);
-    cpu->upload(cpu, p.c, b, bytes);
-    gpu->upload(gpu, p.g, b, bytes);
+    cpu->ops->upload(cpu, p.c, b, bytes);
+    gpu->ops->upload(gpu, p.g, b, bytes);
     free(b);
     return p;
 }
 static pair zeros(size_t n, tks_dtype dt) {
     size_t bytes = n * tks_dtype_size(dt);
-    pair p = {cpu->alloc(cpu, bytes + 64), gpu->alloc(gpu, bytes + 64), n, dt};
+    pair p = {cpu->ops->alloc(cpu, bytes + 64), gpu->ops->alloc(gpu, bytes + 64), n, dt};
     return p;
 }
 static void drop(pair p) {
-    cpu->free(cpu, p.c);
-    gpu->free(gpu, p.g);
+    cpu->ops->free(cpu, p.c);
+    gpu->ops->free(gpu, p.g);
 }
 /* host fp32 copy of n elements of dtype dt at device pointer d */
 static float *host_of(tks_backend *be, const void *d, size_t n, tks_dtype dt) {
     size_t bytes = n * tks_dtype_size(dt);
     void *b = malloc(bytes + 4);
-    be->download(be, b, d, bytes);
+    be->ops->download(be, b, d, bytes);
     float *h = malloc((n ? n : 1) * sizeof *h);
     for (size_t i = 0; i < n; i++)
         h[i] = dt == TKS_BF16 ? tks_bf16_to_f32(((uint16_t *)b)[i]) : ((float *)b)[i];
@@ -104,8 +104,8 @@ static float *host_of(tks_backend *be, const void *d, size_t n, tks_dtype dt) {
 static void sync_to_cpu(pair p) {
     size_t bytes = p.n * tks_dtype_size(p.dt);
     void *b = malloc(bytes + 4);
-    cpu->download(cpu, b, p.c, bytes);
-    gpu->upload(gpu, p.g, b, bytes);
+    cpu->ops->download(cpu, b, p.c, bytes);
+    gpu->ops->upload(gpu, p.g, b, bytes);
     free(b);
 }
 
@@ -124,7 +124,7 @@ static void cmp(const char *op, const char *what, pair p, double tol_abs, double
         if (t > 0 && !(d / t <= worst / worst_tol)) worst = d, worst_tol = t;
     }
     checks++;
-    int ok = bad == 0 && gpu->sync(gpu) == 0;
+    int ok = bad == 0 && gpu->ops->sync(gpu) == 0;
     printf("%-15s %-4s %-44s max err %.2e (tol %.2e)  %s\n", op, tks_dtype_name(p.dt), what, worst,
            worst_tol, ok ? "ok" : "FAIL");
     if (!ok) {
@@ -161,9 +161,9 @@ static void t_gemm(void) {
                     tks_gemm_args g = {ta, tb, M, N, K, 0.5f, NULL, in, lda, NULL, in, ldb,
                                        NULL, out, ldc, TKS_F32, acc};
                     g.A = A.c, g.B = Bm.c, g.C = Cm.c;
-                    cpu->gemm(cpu, &g);
+                    cpu->ops->gemm(cpu, &g);
                     g.A = A.g, g.B = Bm.g, g.C = Cm.g;
-                    int rc = gpu->gemm(gpu, &g);
+                    int rc = gpu->ops->gemm(gpu, &g);
                     /* S = 0.5 |A||B| + acc |C| <= 0.5 K + 1 for entries in [-1, 1] */
                     char what[80];
                     snprintf(what, sizeof what, "%c%c M%d N%d K%d in %s acc %d rc %d", ta ? 'T' : 'N',
@@ -178,16 +178,16 @@ static void t_elementwise(tks_dtype dt) {
     size_t n = 100003;
     float *ha = rnd(n, -3, 3), *hb = rnd(n, -3, 3);
     pair a = put(ha, n, dt), b = put(hb, n, dt), o = zeros(n, dt);
-    cpu->add(cpu, o.c, a.c, b.c, n, dt);
-    gpu->add(gpu, o.g, a.g, b.g, n, dt);
+    cpu->ops->add(cpu, o.c, a.c, b.c, n, dt);
+    gpu->ops->add(gpu, o.g, a.g, b.g, n, dt);
     cmp("add", "n 100003", o, 0, 0); /* one correctly rounded fp32 add */
     /* convert both ways: exact to fp32, round to nearest even to bf16 */
     pair f = zeros(n, TKS_F32), h16 = zeros(n, TKS_BF16);
-    cpu->convert(cpu, f.c, TKS_F32, a.c, dt, n);
-    gpu->convert(gpu, f.g, TKS_F32, a.g, dt, n);
+    cpu->ops->convert(cpu, f.c, TKS_F32, a.c, dt, n);
+    gpu->ops->convert(gpu, f.g, TKS_F32, a.g, dt, n);
     cmp("convert", "to fp32", f, 0, 0);
-    cpu->convert(cpu, h16.c, TKS_BF16, f.c, TKS_F32, n);
-    gpu->convert(gpu, h16.g, TKS_BF16, f.g, TKS_F32, n);
+    cpu->ops->convert(cpu, h16.c, TKS_BF16, f.c, TKS_F32, n);
+    gpu->ops->convert(gpu, h16.g, TKS_BF16, f.g, TKS_F32, n);
     float *x = host_of(cpu, h16.c, n, TKS_BF16), *y = host_of(gpu, h16.g, n, TKS_BF16);
     expect(!memcmp(x, y, n * 4), "convert", "fp32 -> bf16 bitwise equal");
     free(x), free(y);
@@ -200,25 +200,25 @@ static void t_reductions(void) {
     size_t n = 300007;
     float *hx = rnd(n, -1, 1);
     pair x = put(hx, n, TKS_F32), s1 = zeros(1, TKS_F32);
-    cpu->scale(cpu, x.c, n, 0.37f);
-    gpu->scale(gpu, x.g, n, 0.37f);
+    cpu->ops->scale(cpu, x.c, n, 0.37f);
+    gpu->ops->scale(gpu, x.g, n, 0.37f);
     cmp("scale", "n 300007", x, 0, 0);
     tks_span sp[3] = {{0, 1000, 0}, {5000, 77777, 0}, {n - 3, 3, 0}};
-    cpu->sumsq(cpu, s1.c, x.c, sp, 3, 0);
-    gpu->sumsq(gpu, s1.g, x.g, sp, 3, 0);
+    cpu->ops->sumsq(cpu, s1.c, x.c, sp, 3, 0);
+    gpu->ops->sumsq(gpu, s1.g, x.g, sp, 3, 0);
     /* both sum in fp64 and round once to fp32 */
     cmp("sumsq", "3 spans into a device scalar", s1, 0, 2 * U);
-    cpu->sumsq(cpu, s1.c, x.c, sp, 1, 1);
-    gpu->sumsq(gpu, s1.g, x.g, sp, 1, 1);
+    cpu->ops->sumsq(cpu, s1.c, x.c, sp, 1, 1);
+    gpu->ops->sumsq(gpu, s1.g, x.g, sp, 1, 1);
     cmp("sumsq", "accumulate", s1, 0, 4 * U);
     float a1[1], a2[1];
-    gpu->sumsq(gpu, s1.g, x.g, sp, 3, 0);
-    gpu->download(gpu, a1, s1.g, 4);
-    gpu->sumsq(gpu, s1.g, x.g, sp, 3, 0);
-    gpu->download(gpu, a2, s1.g, 4);
+    gpu->ops->sumsq(gpu, s1.g, x.g, sp, 3, 0);
+    gpu->ops->download(gpu, a1, s1.g, 4);
+    gpu->ops->sumsq(gpu, s1.g, x.g, sp, 3, 0);
+    gpu->ops->download(gpu, a2, s1.g, 4);
     expect(!memcmp(a1, a2, 4), "sumsq", "two runs: same bits");
-    cpu->sum(cpu, s1.c, x.c, n, 0);
-    gpu->sum(gpu, s1.g, x.g, n, 0);
+    cpu->ops->sum(cpu, s1.c, x.c, n, 0);
+    gpu->ops->sum(gpu, s1.g, x.g, n, 0);
     /* fp64 sums of terms <= 0.37: the difference is far below one fp32 ulp of the
      * terms' magnitude (0.37 n u), not of the (cancelling) result */
     cmp("sum", "n 300007", s1, 0.37 * n * U, 2 * U);
@@ -231,21 +231,21 @@ static void t_embedding(tks_dtype dt) {
     const int64_t v0 = 20;
     int32_t ids[300];
     for (int i = 0; i < N; i++) ids[i] = (int32_t)(urand() * 90); /* some outside [v0, v0+V) */
-    int32_t *idc = cpu->alloc(cpu, sizeof ids), *idg = gpu->alloc(gpu, sizeof ids);
-    cpu->upload(cpu, idc, ids, sizeof ids);
-    gpu->upload(gpu, idg, ids, sizeof ids);
+    int32_t *idc = cpu->ops->alloc(cpu, sizeof ids), *idg = gpu->ops->alloc(gpu, sizeof ids);
+    cpu->ops->upload(cpu, idc, ids, sizeof ids);
+    gpu->ops->upload(gpu, idg, ids, sizeof ids);
     float *hw = rnd((size_t)V * C, -1, 1), *hd = rnd((size_t)N * C, -1, 1);
     pair w = put(hw, (size_t)V * C, dt), o = zeros((size_t)N * C, dt), d = put(hd, (size_t)N * C, dt);
     pair dw = put(hw, (size_t)V * C, TKS_F32);
-    cpu->embedding_fwd(cpu, o.c, idc, w.c, N, C, v0, V, dt);
-    gpu->embedding_fwd(gpu, o.g, idg, w.g, N, C, v0, V, dt);
+    cpu->ops->embedding_fwd(cpu, o.c, idc, w.c, N, C, v0, V, dt);
+    gpu->ops->embedding_fwd(gpu, o.g, idg, w.g, N, C, v0, V, dt);
     cmp("embedding_fwd", "N 300 C 96 shard [20, 70)", o, 0, 0);
-    cpu->embedding_bwd(cpu, dw.c, d.c, idc, N, C, v0, V, dt);
-    gpu->embedding_bwd(gpu, dw.g, d.g, idg, N, C, v0, V, dt);
+    cpu->ops->embedding_bwd(cpu, dw.c, d.c, idc, N, C, v0, V, dt);
+    gpu->ops->embedding_bwd(gpu, dw.g, d.g, idg, N, C, v0, V, dt);
     /* same summation order as the CPU (ids in order): bitwise equal */
     cmp("embedding_bwd", "fp32 dw, id order: bitwise", dw, 0, 0);
-    cpu->free(cpu, idc);
-    gpu->free(gpu, idg);
+    cpu->ops->free(cpu, idc);
+    gpu->ops->free(gpu, idg);
     drop(w), drop(o), drop(d), drop(dw);
     free(hw), free(hd);
 }
@@ -256,21 +256,21 @@ static void t_rmsnorm(tks_dtype dt, int ws) {
     const int N = 70, C = 1000;
     void *gws = NULL;
     if (ws) {
-        gws = gpu->alloc(gpu, 64 * (size_t)C * sizeof(float));
-        gpu->set_workspace(gpu, gws, 64 * (size_t)C * sizeof(float));
+        gws = gpu->ops->alloc(gpu, 64 * (size_t)C * sizeof(float));
+        gpu->ops->set_workspace(gpu, gws, 64 * (size_t)C * sizeof(float));
     }
     size_t n = (size_t)N * C;
     float *hx = rnd(n, -2, 2), *hw = rnd(C, 0.5f, 1.5f), *hd = rnd(n, -1, 1), *hr = rnd(n, -1, 1);
     pair x = put(hx, n, dt), w = put(hw, C, dt), o = zeros(n, dt), r = zeros(N, TKS_F32);
     pair d = put(hd, n, dt), dx = put(hr, n, dt), dw = put(hw, C, TKS_F32);
-    cpu->rmsnorm_fwd(cpu, o.c, r.c, x.c, w.c, N, C, 1e-5f, dt);
-    gpu->rmsnorm_fwd(gpu, o.g, r.g, x.g, w.g, N, C, 1e-5f, dt);
+    cpu->ops->rmsnorm_fwd(cpu, o.c, r.c, x.c, w.c, N, C, 1e-5f, dt);
+    gpu->ops->rmsnorm_fwd(gpu, o.g, r.g, x.g, w.g, N, C, 1e-5f, dt);
     /* rstd from a sum of C positive squares: relative gamma_C (halved by the sqrt) */
     cmp("rmsnorm_fwd", "rstd", r, 0, gamma_k(C) + 4 * U);
     cmp("rmsnorm_fwd", "out", o, 0, gamma_k(C) + 8 * U);
     sync_to_cpu(r);
-    cpu->rmsnorm_bwd(cpu, dx.c, dw.c, d.c, x.c, w.c, r.c, N, C, dt);
-    gpu->rmsnorm_bwd(gpu, dx.g, dw.g, d.g, x.g, w.g, r.g, N, C, dt);
+    cpu->ops->rmsnorm_bwd(cpu, dx.c, dw.c, d.c, x.c, w.c, r.c, N, C, dt);
+    gpu->ops->rmsnorm_bwd(gpu, dx.g, dw.g, d.g, x.g, w.g, r.g, N, C, dt);
     /* dx = dx0 + g w r - k x, k = r^3/C sum_C g w x: |g w x| <= 3 per term, r <= 2
      * (rms of U(-2,2) rows ~1.15), so |k x| error <= 2 gamma_C 3 r^3 |x| <= 96 gamma_C;
      * the three-term update adds 4 u (1 + 3 + 2 * 8) */
@@ -279,8 +279,8 @@ static void t_rmsnorm(tks_dtype dt, int ws) {
     cmp("rmsnorm_bwd", ws ? "dw (accumulated, chunked)" : "dw (accumulated)", dw,
         2 * gamma_k(N + 1) * (4.0 * N + 1.5), 0);
     if (ws) {
-        gpu->set_workspace(gpu, NULL, 0);
-        gpu->free(gpu, gws);
+        gpu->ops->set_workspace(gpu, NULL, 0);
+        gpu->ops->free(gpu, gws);
     }
     drop(x), drop(w), drop(o), drop(r), drop(d), drop(dx), drop(dw);
     free(hx), free(hw), free(hd), free(hr);
@@ -293,8 +293,8 @@ static void t_rope(tks_dtype dt) {
     float *hx = rnd(n, -1, 1);
     for (int inv = 0; inv < 2; inv++) {
         pair x = put(hx, n, dt);
-        cpu->rope(cpu, x.c, ld, B, T, H, HD, 1000, 10000.0f, inv, dt);
-        gpu->rope(gpu, x.g, ld, B, T, H, HD, 1000, 10000.0f, inv, dt);
+        cpu->ops->rope(cpu, x.c, ld, B, T, H, HD, 1000, 10000.0f, inv, dt);
+        gpu->ops->rope(gpu, x.g, ld, B, T, H, HD, 1000, 10000.0f, inv, dt);
         /* angle p * inv_freq with p <= 1037: powf (4 ulp), the division and the
          * product give a relative error <= 6 u, an absolute one <= 6 u 1037; cos
          * and sin add 2 ulp each; out = x1 c - x2 s with |x| <= 1 */
@@ -323,13 +323,13 @@ static void t_attention(tks_dtype dt, int cudnn) {
     pair dqkv = zeros(n, dt);
     size_t koff = (size_t)NH * HD * tks_dtype_size(dt), voff = (size_t)(NH + NKV) * HD * tks_dtype_size(dt);
     tks_ws_shape ws = {B, T, NH * HD, NH, NKV, HD, 64, 64, T, dt};
-    size_t wb = gpu->workspace_bytes(gpu, &ws), wc = cpu->workspace_bytes(cpu, &ws);
-    void *wgpu = gpu->alloc(gpu, wb), *wcpu = cpu->alloc(cpu, wc);
-    gpu->set_workspace(gpu, wgpu, wb);
-    cpu->set_workspace(cpu, wcpu, wc);
+    size_t wb = gpu->ops->workspace_bytes(gpu, &ws), wc = cpu->ops->workspace_bytes(cpu, &ws);
+    void *wgpu = gpu->ops->alloc(gpu, wb), *wcpu = cpu->ops->alloc(cpu, wc);
+    gpu->ops->set_workspace(gpu, wgpu, wb);
+    cpu->ops->set_workspace(cpu, wcpu, wc);
 #define AT(p, off) ((char *)(p) + (off))
-    cpu->attention_fwd(cpu, o.c, ldo, lse.c, qkv.c, ld, AT(qkv.c, koff), AT(qkv.c, voff), ld, B, T, NH, NKV, HD, dt);
-    gpu->attention_fwd(gpu, o.g, ldo, lse.g, qkv.g, ld, AT(qkv.g, koff), AT(qkv.g, voff), ld, B, T, NH, NKV, HD, dt);
+    cpu->ops->attention_fwd(cpu, o.c, ldo, lse.c, qkv.c, ld, AT(qkv.c, koff), AT(qkv.c, voff), ld, B, T, NH, NKV, HD, dt);
+    gpu->ops->attention_fwd(gpu, o.g, ldo, lse.g, qkv.g, ld, AT(qkv.g, koff), AT(qkv.g, voff), ld, B, T, NH, NKV, HD, dt);
     /* scores: HD-term dots of size <= HD / sqrt(HD) = 4; lse = max + log(sum of
      * T exps): its absolute error is the scores' plus gamma_T; P = exp(s - lse)
      * has a relative error of both; out sums T terms P |v| <= 1 */
@@ -343,9 +343,9 @@ static void t_attention(tks_dtype dt, int cudnn) {
     sync_to_cpu(o);
     sync_to_cpu(lse);
     char *dq = dqkv.c, *dg = dqkv.g;
-    cpu->attention_bwd(cpu, dq, AT(dq, koff), AT(dq, voff), d.c, o.c, ldo, lse.c, qkv.c, ld, AT(qkv.c, koff),
+    cpu->ops->attention_bwd(cpu, dq, AT(dq, koff), AT(dq, voff), d.c, o.c, ldo, lse.c, qkv.c, ld, AT(qkv.c, koff),
                        AT(qkv.c, voff), ld, B, T, NH, NKV, HD, dt);
-    gpu->attention_bwd(gpu, dg, AT(dg, koff), AT(dg, voff), d.g, o.g, ldo, lse.g, qkv.g, ld, AT(qkv.g, koff),
+    gpu->ops->attention_bwd(gpu, dg, AT(dg, koff), AT(dg, voff), d.g, o.g, ldo, lse.g, qkv.g, ld, AT(qkv.g, koff),
                        AT(qkv.g, voff), ld, B, T, NH, NKV, HD, dt);
     /* dP dots of HD terms (<= 16), D = dO.O (<= 16), dS = P (dP - D) / 4 with
      * P's relative error eP: |dS error| <= (2 gamma_HD 32 + eP 32) / 4; dq, dk
@@ -358,16 +358,16 @@ static void t_attention(tks_dtype dt, int cudnn) {
     size_t nc = (size_t)T * NKV * HD;
     float *hk = rnd(nc, -1, 1), *hv = rnd(nc, -1, 1), *hq = rnd((size_t)NH * HD, -1, 1);
     pair kc = put(hk, nc, dt), vc = put(hv, nc, dt), q1 = put(hq, (size_t)NH * HD, dt), os = zeros((size_t)NH * HD, dt);
-    cpu->attention_step(cpu, os.c, q1.c, kc.c, vc.c, T - 1, NH, NKV, HD, dt);
-    gpu->attention_step(gpu, os.g, q1.g, kc.g, vc.g, T - 1, NH, NKV, HD, dt);
+    cpu->ops->attention_step(cpu, os.c, q1.c, kc.c, vc.c, T - 1, NH, NKV, HD, dt);
+    gpu->ops->attention_step(gpu, os.g, q1.g, kc.g, vc.g, T - 1, NH, NKV, HD, dt);
     cmp("attention_step", "t 32", os, 2 * (eP + gamma_k(T)), 0);
 #undef AT
     if (cudnn) printf("    cuDNN status: %s\n", *tks_cuda_flash_status(gpu) ? tks_cuda_flash_status(gpu) : "ran");
     tks_cuda_set_flash(gpu, 1);
-    gpu->set_workspace(gpu, NULL, 0);
-    cpu->set_workspace(cpu, NULL, 0);
-    gpu->free(gpu, wgpu);
-    cpu->free(cpu, wcpu);
+    gpu->ops->set_workspace(gpu, NULL, 0);
+    cpu->ops->set_workspace(cpu, NULL, 0);
+    gpu->ops->free(gpu, wgpu);
+    cpu->ops->free(cpu, wcpu);
     drop(qkv), drop(o), drop(lse), drop(d), drop(dqkv), drop(kc), drop(vc), drop(q1), drop(os);
     free(hqkv), free(hd), free(hk), free(hv), free(hq);
 }
@@ -377,12 +377,12 @@ static void t_swiglu(tks_dtype dt) {
     size_t n = (size_t)M * F;
     float *hgu = rnd(2 * n, -3, 3), *hd = rnd(n, -1, 1);
     pair gu = put(hgu, 2 * n, dt), o = zeros(n, dt), d = put(hd, n, dt), dgu = zeros(2 * n, dt);
-    cpu->swiglu_fwd(cpu, o.c, gu.c, M, F, dt);
-    gpu->swiglu_fwd(gpu, o.g, gu.g, M, F, dt);
+    cpu->ops->swiglu_fwd(cpu, o.c, gu.c, M, F, dt);
+    gpu->ops->swiglu_fwd(gpu, o.g, gu.g, M, F, dt);
     /* out = g sigma(g) u: one expf (2 ulp) and four roundings */
     cmp("swiglu_fwd", "M 301 F 333 (fused gate|up)", o, 0, 16 * U);
-    cpu->swiglu_bwd(cpu, dgu.c, d.c, gu.c, M, F, dt);
-    gpu->swiglu_bwd(gpu, dgu.g, d.g, gu.g, M, F, dt);
+    cpu->ops->swiglu_bwd(cpu, dgu.c, d.c, gu.c, M, F, dt);
+    gpu->ops->swiglu_bwd(gpu, dgu.g, d.g, gu.g, M, F, dt);
     /* dgate = d u s (1 + g (1 - s)): the sum 1 + g(1-s) cancels, so bound by its
      * terms (|g| <= 3): 16 u |d u| (1 + 3) <= 16 u 3 4 */
     cmp("swiglu_bwd", "dgate | dup", dgu, 16 * U * 3 * 4, 16 * U);
@@ -396,38 +396,38 @@ static void t_xent(tks_dtype dt) {
     float *hl = rnd(n, -4, 4);
     int32_t tg[40];
     for (int i = 0; i < N; i++) tg[i] = (int32_t)(urand() * VR);
-    int32_t *tc = cpu->alloc(cpu, sizeof tg), *tgp = gpu->alloc(gpu, sizeof tg);
-    cpu->upload(cpu, tc, tg, sizeof tg);
-    gpu->upload(gpu, tgp, tg, sizeof tg);
+    int32_t *tc = cpu->ops->alloc(cpu, sizeof tg), *tgp = gpu->ops->alloc(gpu, sizeof tg);
+    cpu->ops->upload(cpu, tc, tg, sizeof tg);
+    gpu->ops->upload(gpu, tgp, tg, sizeof tg);
     pair l = put(hl, n, dt), mx = zeros(N, TKS_F32), sm = zeros(N, TKS_F32), t = zeros(N, TKS_F32);
     pair loss = zeros(N, TKS_F32), dl = zeros(n, dt);
-    cpu->xent_max(cpu, mx.c, l.c, N, V, VR, dt);
-    gpu->xent_max(gpu, mx.g, l.g, N, V, VR, dt);
+    cpu->ops->xent_max(cpu, mx.c, l.c, N, V, VR, dt);
+    gpu->ops->xent_max(gpu, mx.g, l.g, N, V, VR, dt);
     cmp("xent_max", "N 40 V 1088 VR 1000", mx, 0, 0);
-    cpu->xent_sumexp(cpu, sm.c, l.c, mx.c, N, V, VR, dt);
-    gpu->xent_sumexp(gpu, sm.g, l.g, mx.g, N, V, VR, dt);
+    cpu->ops->xent_sumexp(cpu, sm.c, l.c, mx.c, N, V, VR, dt);
+    gpu->ops->xent_sumexp(gpu, sm.g, l.g, mx.g, N, V, VR, dt);
     cmp("xent_sumexp", "", sm, 0, 2 * gamma_k(VR) + 8 * U);
     sync_to_cpu(sm);
-    cpu->xent_target(cpu, t.c, l.c, tc, N, V, 0, VR, dt);
-    gpu->xent_target(gpu, t.g, l.g, tgp, N, V, 0, VR, dt);
+    cpu->ops->xent_target(cpu, t.c, l.c, tc, N, V, 0, VR, dt);
+    gpu->ops->xent_target(gpu, t.g, l.g, tgp, N, V, 0, VR, dt);
     cmp("xent_target", "", t, 0, 0);
-    cpu->xent_loss(cpu, loss.c, mx.c, sm.c, t.c, N);
-    gpu->xent_loss(gpu, loss.g, mx.g, sm.g, t.g, N);
+    cpu->ops->xent_loss(cpu, loss.c, mx.c, sm.c, t.c, N);
+    gpu->ops->xent_loss(gpu, loss.g, mx.g, sm.g, t.g, N);
     /* log (2 ulp) and two roundings of terms <= |log 1000| + 8 */
     double el = 8 * U * 16;
     cmp("xent_loss", "", loss, el, 0);
-    cpu->xent_bwd(cpu, dl.c, l.c, mx.c, sm.c, tc, N, V, 0, VR, 0.25f, dt);
-    gpu->xent_bwd(gpu, dl.g, l.g, mx.g, sm.g, tgp, N, V, 0, VR, 0.25f, dt);
+    cpu->ops->xent_bwd(cpu, dl.c, l.c, mx.c, sm.c, tc, N, V, 0, VR, 0.25f, dt);
+    gpu->ops->xent_bwd(gpu, dl.g, l.g, mx.g, sm.g, tgp, N, V, 0, VR, 0.25f, dt);
     cmp("xent_bwd", "scale 0.25", dl, 0.25 * 16 * U, 16 * U);
     /* fused: loss and dlogits in place; the sum is computed here, so its
      * rounding (gamma_VR) enters the loss and every probability */
     pair lf = put(hl, n, dt), lossf = zeros(N, TKS_F32);
-    cpu->xent_fused(cpu, lossf.c, lf.c, tc, N, V, VR, 0.25f, dt);
-    gpu->xent_fused(gpu, lossf.g, lf.g, tgp, N, V, VR, 0.25f, dt);
+    cpu->ops->xent_fused(cpu, lossf.c, lf.c, tc, N, V, VR, 0.25f, dt);
+    gpu->ops->xent_fused(gpu, lossf.g, lf.g, tgp, N, V, VR, 0.25f, dt);
     cmp("xent_fused", "loss", lossf, el + 2 * gamma_k(VR), 0);
     cmp("xent_fused", "dlogits in place", lf, 0.25 * (2 * gamma_k(VR) + 16 * U), 2 * gamma_k(VR) + 16 * U);
-    cpu->free(cpu, tc);
-    gpu->free(gpu, tgp);
+    cpu->ops->free(cpu, tc);
+    gpu->ops->free(gpu, tgp);
     drop(l), drop(mx), drop(sm), drop(t), drop(loss), drop(dl), drop(lf), drop(lossf);
     free(hl);
 }
@@ -438,12 +438,12 @@ static void t_adamw(tks_dtype pcdt) {
     pair p = put(hp, n, TKS_F32), g = put(hg, n, TKS_F32), m = put(hm, n - base, TKS_F32);
     pair v = put(hv, n - base, TKS_F32), pc = zeros(n, pcdt), nsq = zeros(1, TKS_F32);
     float gn = 400.0f; /* norm 20 > clip 1: clip factor 1/20 */
-    cpu->upload(cpu, nsq.c, &gn, 4);
-    gpu->upload(gpu, nsq.g, &gn, 4);
+    cpu->ops->upload(cpu, nsq.c, &gn, 4);
+    gpu->ops->upload(gpu, nsq.g, &gn, 4);
     tks_span sp[2] = {{base, 30000, 0.1f}, {base + 30000, n - base - 30000, 0.0f}};
     tks_adamw_hp hp_ = {1e-3f, 0.9f, 0.95f, 1e-8f, 7, 1.0f};
-    cpu->adamw(cpu, p.c, g.c, m.c, v.c, base, sp, 2, &hp_, 0.5f, nsq.c, pc.c, pcdt);
-    gpu->adamw(gpu, p.g, g.g, m.g, v.g, base, sp, 2, &hp_, 0.5f, nsq.g, pc.g, pcdt);
+    cpu->ops->adamw(cpu, p.c, g.c, m.c, v.c, base, sp, 2, &hp_, 0.5f, nsq.c, pc.c, pcdt);
+    gpu->ops->adamw(gpu, p.g, g.g, m.g, v.g, base, sp, 2, &hp_, 0.5f, nsq.g, pc.g, pcdt);
     /* m = b1 m + (1-b1) g can cancel: bound by its terms (|m| <= 0.1, |g| <= 0.5);
      * v has positive terms; p = p decay - step m / denom with |p| <= 1 and the
      * step term <= lr / (1 - b1^7) */
@@ -453,8 +453,8 @@ static void t_adamw(tks_dtype pcdt) {
     cmp("adamw", "compute copy", pc, 4 * U + 16 * U * 1e-3 / (1 - 0.478), 0);
     /* a non-finite norm leaves everything unchanged */
     float inf = INFINITY, *before = host_of(gpu, p.g, n, TKS_F32);
-    gpu->upload(gpu, nsq.g, &inf, 4);
-    gpu->adamw(gpu, p.g, g.g, m.g, v.g, base, sp, 2, &hp_, 0.5f, nsq.g, pc.g, pcdt);
+    gpu->ops->upload(gpu, nsq.g, &inf, 4);
+    gpu->ops->adamw(gpu, p.g, g.g, m.g, v.g, base, sp, 2, &hp_, 0.5f, nsq.g, pc.g, pcdt);
     float *after = host_of(gpu, p.g, n, TKS_F32);
     expect(!memcmp(before, after, n * 4), "adamw", "non-finite norm: weights unchanged");
     free(before), free(after);
@@ -470,22 +470,22 @@ static void t_streams_and_errors(void) {
     pair a = put(h, n, TKS_F32), b = zeros(n, TKS_F32);
     tks_stream *s2 = NULL;
     tks_event *ev = NULL;
-    int rc = gpu->stream_create(gpu, &s2);
-    if (!rc) rc = gpu->event_create(gpu, &ev);
-    if (!rc) rc = gpu->scale(gpu, a.g, n, 2.0f); /* default stream */
-    if (!rc) rc = gpu->event_record(gpu, ev);
-    if (!rc) rc = gpu->set_stream(gpu, s2);
-    if (!rc) rc = gpu->stream_wait(gpu, ev);
-    if (!rc) rc = gpu->copy(gpu, b.g, a.g, n * 4); /* on s2, after the scale */
-    if (!rc) rc = gpu->set_stream(gpu, NULL);
-    if (!rc) rc = gpu->sync(gpu);
+    int rc = gpu->ops->stream_create(gpu, &s2);
+    if (!rc) rc = gpu->ops->event_create(gpu, &ev);
+    if (!rc) rc = gpu->ops->scale(gpu, a.g, n, 2.0f); /* default stream */
+    if (!rc) rc = gpu->ops->event_record(gpu, ev);
+    if (!rc) rc = gpu->ops->set_stream(gpu, s2);
+    if (!rc) rc = gpu->ops->stream_wait(gpu, ev);
+    if (!rc) rc = gpu->ops->copy(gpu, b.g, a.g, n * 4); /* on s2, after the scale */
+    if (!rc) rc = gpu->ops->set_stream(gpu, NULL);
+    if (!rc) rc = gpu->ops->sync(gpu);
     float *got = host_of(gpu, b.g, n, TKS_F32);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += got[i] != 2.0f * h[i];
     expect(rc == 0 && bad == 0, "streams", "copy on stream 2 waits for stream 1 (event)");
     free(got);
-    gpu->event_destroy(gpu, ev);
-    gpu->stream_destroy(gpu, s2);
+    gpu->ops->event_destroy(gpu, ev);
+    gpu->ops->stream_destroy(gpu, s2);
     drop(a), drop(b);
     free(h);
 
@@ -495,13 +495,13 @@ static void t_streams_and_errors(void) {
         expect(0, "sticky", tks_last_error()->message);
         return;
     }
-    float *x = e->alloc(e, 64);
-    int r1 = e->add(e, x, x, x, 4, (tks_dtype)7);
-    int r2 = e->scale(e, x, 4, 1.0f);
-    int r3 = e->sync(e);
+    float *x = e->ops->alloc(e, 64);
+    int r1 = e->ops->add(e, x, x, x, 4, (tks_dtype)7);
+    int r2 = e->ops->scale(e, x, 4, 1.0f);
+    int r3 = e->ops->sync(e);
     expect(r1 == TKS_ERR_ARG && r2 == r1 && r3 == r1 && strstr(tks_last_error()->message, "add"),
            "sticky", "bad dtype: later ops and sync return it, naming the op");
-    e->destroy(e);
+    e->ops->destroy(e);
 }
 
 int main(void) {
@@ -535,12 +535,12 @@ int main(void) {
         t_adamw(dt);
     }
     t_streams_and_errors();
-    if (gpu->sync(gpu)) {
+    if (gpu->ops->sync(gpu)) {
         printf("backend error: %s\n", tks_last_error()->message);
         failures++;
     }
-    gpu->destroy(gpu);
-    cpu->destroy(cpu);
+    gpu->ops->destroy(gpu);
+    cpu->ops->destroy(cpu);
     printf("test_cuda_ops: %d of %d checks failed\n", failures, checks);
     return failures ? 1 : 0;
 }

@@ -29,14 +29,15 @@ ip=$(grep -nE '#include "(\.\./)?trainer/' interop/*.c interop/*.h)
 [[ -z $ip ]] && ok "interop/ includes nothing of the trainer (no MPI, no OpenBLAS)" || fail "interop/ includes: $ip"
 up=$(grep -nE '#include "(\.\./)?(tokenize|trainer|dataset|interop|tools)/' tokenizer/*.c tokenizer/*.h tokenizer/*.cc)
 [[ -z $up ]] && ok "tokenizer/ depends on common/ only" || fail "tokenizer/ includes: $up"
-# every library folder: code outside it (tests and bench/ excepted: they
-# test the insides) includes only its one public header, and no library
+# every library folder: code outside it (tests excepted: they test the
+# insides; the benchmarks' C programs are held to the rule) includes only
+# its one public header, and no library
 # includes a folder above its own (common < dataset, tokenizer < tokenize,
 # trainer < interop < tools)
 declare -A pub=([dataset]=dataset.h [tokenizer]=tokenizer.h [tokenize]=tokenize.h [trainer]=trainer.h [interop]=interop.h)
 for d in "${!pub[@]}"; do
   out=$(grep -rnE "#include \"(\.\./)?$d/[A-Za-z0-9_/]+\.h\"" --include=*.c --include=*.h --include=*.cc --include=*.cu \
-    common dataset tokenizer tokenize trainer interop tools | grep -v "^$d/" | grep -vE "\"(\.\./)?$d/${pub[$d]}\"")
+    common dataset tokenizer tokenize trainer interop tools bench | grep -v "^$d/" | grep -vE "\"(\.\./)?$d/${pub[$d]}\"")
   [[ -z $out ]] && ok "$d/ is used through ${pub[$d]} only" || fail "private headers of $d/ included: $out"
 done
 declare -A level=([common]=0 [dataset]=1 [tokenizer]=1 [tokenize]=2 [trainer]=2 [interop]=3 [tools]=4)
@@ -56,6 +57,19 @@ for b in tokshard-train tokshard-generate; do
   if grep -q libarchive <<<"$libs"; then fail "$b links libarchive (the build pipeline)"; else
     ok "$b does not link libarchive"; fi
 done
+# the CUDA backend is its own library: the data tool (tokshard-full, for
+# sample-plan --run and export-hf) links the trainer without it, so it never
+# loads CUDA's libraries (tokshard-train registers it: trainer.h)
+if libs=$(ldd "$BIN/tokshard-full"); then
+  cu=$(grep -oE "lib(cudart|cublas|cublasLt|nccl|cudnn)[^ ]*" <<<"$libs" | sort -u | tr '\n' ' ')
+  [[ -z $cu ]] && ok "tokshard-full links no CUDA library" || fail "tokshard-full links: $cu"
+else
+  fail "ldd $BIN/tokshard-full failed"
+fi
+nm -A "$BIN"/../libtks_trainer.a >"$W/nm" || fail "nm $BIN/../libtks_trainer.a failed"
+grep -E " U tks_(cuda|nccl)_" "$W/nm" >"$W/cu_refs"
+grep -q " U tks_fail" "$W/nm" && [[ ! -s $W/cu_refs ]] && ok "the trainer library refers to nothing of the CUDA library (it is compiled once)" ||
+  fail "libtks_trainer.a refers to: $(head -3 "$W/cu_refs")"
 # tokshard, the front end, audits a dataset linking only what an audit needs
 # (tools/tokshard_lean.c); every other command runs in tokshard-full
 # (libstdc++ counts only without a sanitizer: libasan and libubsan need it)

@@ -92,7 +92,7 @@ int main(void) {
     CHECK(strstr(msg, "largest: AdamW moments") || strstr(msg, "largest: fp32 master weights"),
           "parameters first");
     CHECK(strstr(msg, "raise --tp 1") != NULL, "tp named for the parameters");
-    be->destroy(be);
+    be->ops->destroy(be);
     printf("test_memplan: %s\n", failures ? "FAILED" : "all checks passed");
     return failures ? 1 : 0;
 }

@@ -114,11 +114,11 @@ static tks_model *make(const tks_model_config *c, int B, int T, uint64_t seed) {
 static float *get_flat(tks_model *m, const float *dev) {
     size_t n = tks_model_n_local(m);
     float *h = malloc(n * sizeof *h);
-    be->download(be, h, dev, n * sizeof *h);
+    be->ops->download(be, h, dev, n * sizeof *h);
     return h;
 }
 static void put_weights(tks_model *m, const float *h) {
-    be->upload(be, tks_model_weights(m), h, tks_model_n_local(m) * sizeof *h);
+    be->ops->upload(be, tks_model_weights(m), h, tks_model_n_local(m) * sizeof *h);
 }
 
 static double fwd(tks_model *m, const int32_t *ids, const int32_t *tg) {
@@ -433,7 +433,7 @@ static void check_decode(int tie) {
     uint32_t VP = tks_model_padded_vocab(&c, 1);
     fwd(m, ids, tgts);
     float *full = malloc((size_t)SEQ * VP * sizeof *full), logits[VOCAB];
-    be->download(be, full, tks_model_logits(m), (size_t)SEQ * VP * sizeof *full);
+    be->ops->download(be, full, tks_model_logits(m), (size_t)SEQ * VP * sizeof *full);
     int rc = tks_model_kv_reset(m);
     if (rc) FAILF("tks_model_kv_reset: %s", tks_last_error()->message);
     double e = 0;
@@ -476,7 +476,7 @@ static void check_training(int tie) {
     tks_model *m = make(&c, BATCH, SEQ, 3);
     size_t np, n = tks_model_n_local(m);
     const tks_param *ps = tks_model_params(m, &np);
-    float *mo = be->alloc(be, n * sizeof(float)), *vo = be->alloc(be, n * sizeof(float));
+    float *mo = be->ops->alloc(be, n * sizeof(float)), *vo = be->ops->alloc(be, n * sizeof(float));
     double first = 0, last = 0;
     size_t padbad = 0;
     for (int t = 1; t <= steps; t++) {
@@ -490,7 +490,7 @@ static void check_training(int tie) {
         for (size_t i = 0; i < np && i < 64; i++)
             sp[i] = (tks_span){ps[i].offset, ps[i].lrows * ps[i].lcols, ps[i].decay ? 0.1f : 0.0f};
         tks_adamw_hp hp = {.lr = 1e-2f, .b1 = 0.9f, .b2 = 0.95f, .eps = 1e-8f, .t = t};
-        be->adamw(be, tks_model_weights(m), tks_model_grads(m), mo, vo, 0, sp, np < 64 ? np : 64,
+        be->ops->adamw(be, tks_model_weights(m), tks_model_grads(m), mo, vo, 0, sp, np < 64 ? np : 64,
                   &hp, 1.0f, NULL, NULL, TKS_F32);
         /* padded rows: gradient and weight stay exactly 0 */
         float *w = get_flat(m, tks_model_weights(m)), *g = get_flat(m, tks_model_grads(m));
@@ -509,8 +509,8 @@ static void check_training(int tie) {
     note("adamw", what, last / first, 0.5);
     snprintf(what, sizeof what, "tie=%d: padded rows stay 0 through the steps (count)", tie);
     note("adamw", what, (double)padbad, 0.5);
-    be->free(be, mo);
-    be->free(be, vo);
+    be->ops->free(be, mo);
+    be->ops->free(be, vo);
     tks_model_free(m);
 }
 
@@ -575,7 +575,7 @@ static void check_bf16(void) {
     const tks_param *ps = tks_model_params(m16, &np);
     float *w = get_flat(m16, tks_model_weights(m16));
     uint16_t *wc = malloc(n * sizeof *wc);
-    be->download(be, wc, tks_model_compute_weights(m16), n * sizeof *wc);
+    be->ops->download(be, wc, tks_model_compute_weights(m16), n * sizeof *wc);
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += wc[i] != tks_bf16_from_f32(w[i]);
     note("bf16", "compute copy == RNE(master) after init (count)", (double)bad, 0.5);
@@ -605,19 +605,19 @@ static void check_bf16(void) {
     tks_span sp[64];
     for (size_t i = 0; i < np && i < 64; i++)
         sp[i] = (tks_span){ps[i].offset, ps[i].lrows * ps[i].lcols, ps[i].decay ? 0.1f : 0.0f};
-    float *mo = be->alloc(be, n * sizeof(float)), *vo = be->alloc(be, n * sizeof(float));
+    float *mo = be->ops->alloc(be, n * sizeof(float)), *vo = be->ops->alloc(be, n * sizeof(float));
     tks_adamw_hp hp = {.lr = 1e-2f, .b1 = 0.9f, .b2 = 0.95f, .eps = 1e-8f, .t = 1};
-    rc = be->adamw(be, tks_model_weights(m16), tks_model_grads(m16), mo, vo, 0, sp, np < 64 ? np : 64,
+    rc = be->ops->adamw(be, tks_model_weights(m16), tks_model_grads(m16), mo, vo, 0, sp, np < 64 ? np : 64,
                    &hp, 1.0f, NULL, tks_model_compute_weights(m16), TKS_BF16);
     if (rc) FAILF("adamw: %s", tks_last_error()->message);
     free(w);
     w = get_flat(m16, tks_model_weights(m16));
-    be->download(be, wc, tks_model_compute_weights(m16), n * sizeof *wc);
+    be->ops->download(be, wc, tks_model_compute_weights(m16), n * sizeof *wc);
     bad = 0;
     for (size_t i = 0; i < n; i++) bad += wc[i] != tks_bf16_from_f32(w[i]);
     note("bf16", "compute copy == RNE(master) after an AdamW step (count)", (double)bad, 0.5);
-    be->free(be, mo);
-    be->free(be, vo);
+    be->ops->free(be, mo);
+    be->ops->free(be, vo);
     free(w);
     free(wc);
     free(g32);
@@ -647,7 +647,7 @@ int main(void) {
     check_activation_memory(TKS_F32);
     check_activation_memory(TKS_BF16);
     check_bf16();
-    be->destroy(be);
+    be->ops->destroy(be);
     if (failures) {
         printf("%d check(s) FAILED\n", failures);
         return 1;

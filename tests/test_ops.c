@@ -97,7 +97,7 @@ typedef struct {
 } tens;
 
 static tens tnew(size_t n) {
-    tens t = {calloc(n ? n : 1, sizeof(float)), be->alloc(be, (n ? n : 1) * sizeof(float)), n};
+    tens t = {calloc(n ? n : 1, sizeof(float)), be->ops->alloc(be, (n ? n : 1) * sizeof(float)), n};
     if (!t.h || !t.d) {
         fprintf(stderr, "out of memory\n");
         exit(2);
@@ -106,11 +106,11 @@ static tens tnew(size_t n) {
 }
 static void tfree(tens *t) {
     free(t->h);
-    be->free(be, t->d);
+    be->ops->free(be, t->d);
     t->h = t->d = NULL;
 }
-static void tup(tens *t) { be->upload(be, t->d, t->h, t->n * sizeof(float)); }
-static void tdown(tens *t) { be->download(be, t->h, t->d, t->n * sizeof(float)); }
+static void tup(tens *t) { be->ops->upload(be, t->d, t->h, t->n * sizeof(float)); }
+static void tdown(tens *t) { be->ops->download(be, t->h, t->d, t->n * sizeof(float)); }
 static tens trand(size_t n, double lo, double hi) {
     tens t = tnew(n);
     for (size_t i = 0; i < n; i++) t.h[i] = uni(lo, hi);
@@ -122,8 +122,8 @@ static void tfill(tens *t, float v) {
     tup(t);
 }
 static int32_t *ids_dev(const int32_t *ids, size_t n) {
-    int32_t *d = be->alloc(be, n * sizeof *d);
-    be->upload(be, d, ids, n * sizeof *d);
+    int32_t *d = be->ops->alloc(be, n * sizeof *d);
+    be->ops->upload(be, d, ids, n * sizeof *d);
     return d;
 }
 
@@ -233,7 +233,7 @@ static void test_gemm(void) {
                                     .B = Bm.d, .b_type = TKS_F32, .ldb = (size_t)ldb, .C = Cm.d,
                                     .c_type = TKS_F32, .ldc = (size_t)ldc, .compute = TKS_F32,
                                     .accumulate = beta};
-                be->gemm(be, &ga);
+                be->ops->gemm(be, &ga);
                 tdown(&Cm);
                 double e = 0;
                 size_t gap = 0;
@@ -276,19 +276,19 @@ static void test_elementwise(void) {
     tens a = trand(n, -2, 2), b = trand(n, -2, 2), o = trand(n, -9, 9);
     float *ref = malloc(n * sizeof *ref);
     for (size_t i = 0; i < n; i++) ref[i] = a.h[i] + b.h[i];
-    be->add(be, o.d, a.d, b.d, n, TKS_F32);
+    be->ops->add(be, o.d, a.d, b.d, n, TKS_F32);
     tdown(&o);
     note_exact("add", "out = a + b (elements that differ)", ndiff_bits(o.h, ref, n));
-    be->add(be, a.d, a.d, b.d, n, TKS_F32); /* out aliases a */
+    be->ops->add(be, a.d, a.d, b.d, n, TKS_F32); /* out aliases a */
     tdown(&a);
     note_exact("add", "out aliasing a", ndiff_bits(a.h, ref, n));
     for (size_t i = 0; i < n; i++) ref[i] = a.h[i] + b.h[i];
-    be->add(be, b.d, a.d, b.d, n, TKS_F32); /* out aliases b */
+    be->ops->add(be, b.d, a.d, b.d, n, TKS_F32); /* out aliases b */
     tdown(&b);
     note_exact("add", "out aliasing b", ndiff_bits(b.h, ref, n));
 
     for (size_t i = 0; i < n; i++) ref[i] = o.h[i] * -0.37f;
-    be->scale(be, o.d, n, -0.37f);
+    be->ops->scale(be, o.d, n, -0.37f);
     tdown(&o);
     note_exact("scale", "x *= s (elements that differ)", ndiff_bits(o.h, ref, n));
     free(ref);
@@ -305,10 +305,10 @@ static void test_elementwise(void) {
         for (size_t i = 0; i < x.n; i++) r += (double)x.h[i] * x.h[i];
         /* the spans cover x in three pieces (sizes permitting) */
         tks_span sp[3] = {{0, x.n / 3, 0}, {x.n / 3, x.n / 2 - x.n / 3, 0}, {x.n / 2, x.n - x.n / 2, 0}};
-        float *dsc = be->alloc(be, sizeof(float)), got1;
-        be->sumsq(be, dsc, x.d, sp, 3, 0);
-        be->download(be, &got1, dsc, sizeof got1);
-        be->free(be, dsc);
+        float *dsc = be->ops->alloc(be, sizeof(float)), got1;
+        be->ops->sumsq(be, dsc, x.d, sp, 3, 0);
+        be->ops->download(be, &got1, dsc, sizeof got1);
+        be->ops->free(be, dsc);
         double got = got1;
         double d = fabs(got - r) / fmax(1e-300, r);
         if (sizes[s] == 0) d = got == 0 ? 0 : 1;
@@ -332,7 +332,7 @@ typedef struct {
 
 static double emb_loss(void *p) {
     emb_ctx *c = p;
-    be->embedding_fwd(be, c->out.d, c->ids, c->w.d, c->N, c->C, c->v0, c->V, TKS_F32);
+    be->ops->embedding_fwd(be, c->out.d, c->ids, c->w.d, c->N, c->C, c->v0, c->V, TKS_F32);
     return dot_r(&c->out, &c->R);
 }
 
@@ -349,7 +349,7 @@ static void test_embedding(int64_t v0) {
                  trand((size_t)N * C, -1, 1)};
     char what[96];
 
-    be->embedding_fwd(be, c.out.d, c.ids, c.w.d, N, C, v0, V, TKS_F32);
+    be->ops->embedding_fwd(be, c.out.d, c.ids, c.w.d, N, C, v0, V, TKS_F32);
     tdown(&c.out);
     float *ref = calloc((size_t)N * C, sizeof *ref);
     for (int i = 0; i < N; i++) {
@@ -372,7 +372,7 @@ static void test_embedding(int64_t v0) {
     }
     float *dw0 = malloc(dw.n * sizeof *dw0);
     memcpy(dw0, dw.h, dw.n * sizeof *dw0);
-    be->embedding_bwd(be, dw.d, c.R.d, c.ids, N, C, v0, V, TKS_F32);
+    be->ops->embedding_bwd(be, dw.d, c.R.d, c.ids, N, C, v0, V, TKS_F32);
     tdown(&dw);
     snprintf(what, sizeof what, "bwd v0=%lld: dw += scatter, repeated ids sum", (long long)v0);
     note("embedding_bwd", what, max_rel(dw.h, dref, dw.n), 1e-6);
@@ -380,8 +380,8 @@ static void test_embedding(int64_t v0) {
     note_exact("embedding_bwd", what, ndiff_bits(dw.h + 4 * C, dw0 + 4 * C, (size_t)C));
 
     /* gradient from zero vs finite differences of the forward */
-    be->memzero(be, dw.d, dw.n * sizeof(float));
-    be->embedding_bwd(be, dw.d, c.R.d, c.ids, N, C, v0, V, TKS_F32);
+    be->ops->memzero(be, dw.d, dw.n * sizeof(float));
+    be->ops->embedding_bwd(be, dw.d, c.R.d, c.ids, N, C, v0, V, TKS_F32);
     tdown(&dw);
     snprintf(what, sizeof what, "w (v0=%lld)", (long long)v0);
     gradcheck("embedding_bwd", what, &c.w, dw.h, emb_loss, &c);
@@ -391,7 +391,7 @@ static void test_embedding(int64_t v0) {
     tfree(&c.w);
     tfree(&c.out);
     tfree(&c.R);
-    be->free(be, c.ids);
+    be->ops->free(be, c.ids);
 }
 
 /* ---- RMSNorm ------------------------------------------------------------------------ */
@@ -404,7 +404,7 @@ typedef struct {
 
 static double rms_loss(void *p) {
     rms_ctx *c = p;
-    be->rmsnorm_fwd(be, c->out.d, c->rstd.d, c->x.d, c->w.d, c->N, c->C, c->eps, TKS_F32);
+    be->ops->rmsnorm_fwd(be, c->out.d, c->rstd.d, c->x.d, c->w.d, c->N, c->C, c->eps, TKS_F32);
     return dot_r(&c->out, &c->R);
 }
 
@@ -432,14 +432,14 @@ static void test_rmsnorm(void) {
 
     /* analytic gradients from zero, then the += contract from random values */
     tens dx = tnew((size_t)N * C), dw = tnew((size_t)C);
-    be->rmsnorm_bwd(be, dx.d, dw.d, c.R.d, c.x.d, c.w.d, c.rstd.d, N, C, TKS_F32);
+    be->ops->rmsnorm_bwd(be, dx.d, dw.d, c.R.d, c.x.d, c.w.d, c.rstd.d, N, C, TKS_F32);
     tdown(&dx);
     tdown(&dw);
     tens ax = trand(dx.n, -1, 1), aw = trand(dw.n, -1, 1);
     double *sx = malloc(dx.n * sizeof *sx), *sw = malloc(dw.n * sizeof *sw);
     for (size_t i = 0; i < dx.n; i++) sx[i] = (double)ax.h[i] + dx.h[i];
     for (size_t i = 0; i < dw.n; i++) sw[i] = (double)aw.h[i] + dw.h[i];
-    be->rmsnorm_bwd(be, ax.d, aw.d, c.R.d, c.x.d, c.w.d, c.rstd.d, N, C, TKS_F32);
+    be->ops->rmsnorm_bwd(be, ax.d, aw.d, c.R.d, c.x.d, c.w.d, c.rstd.d, N, C, TKS_F32);
     tdown(&ax);
     tdown(&aw);
     note("rmsnorm_bwd", "dx accumulates (+=)", max_rel(ax.h, sx, dx.n), 1e-6);
@@ -470,8 +470,8 @@ typedef struct {
 
 static double rope_loss(void *p) {
     rope_ctx *c = p;
-    be->copy(be, c->work.d, c->x.d, c->x.n * sizeof(float));
-    be->rope(be, c->work.d, (size_t)(c->H) * (c->HD), c->B, c->T, c->H, c->HD, c->p0, c->theta, 0, TKS_F32);
+    be->ops->copy(be, c->work.d, c->x.d, c->x.n * sizeof(float));
+    be->ops->rope(be, c->work.d, (size_t)(c->H) * (c->HD), c->B, c->T, c->H, c->HD, c->p0, c->theta, 0, TKS_F32);
     return dot_r(&c->work, &c->R);
 }
 
@@ -504,15 +504,15 @@ static void test_rope(void) {
         free(ref);
 
         /* inverse(forward(x)) == x */
-        be->rope(be, c.work.d, (size_t)(H) * (HD), B, T, H, HD, c.p0, c.theta, 1, TKS_F32);
+        be->ops->rope(be, c.work.d, (size_t)(H) * (HD), B, T, H, HD, c.p0, c.theta, 1, TKS_F32);
         tdown(&c.work);
         snprintf(what, sizeof what, "p0=%lld: inverse(forward(x)) == x", (long long)c.p0);
         note("rope", what, max_relf(c.work.h, c.x.h, n), 1e-6);
 
         /* Jacobian transpose: <R x, y> == <x, R^T y> with R^T the inverse rotation */
         tens y = trand(n, -1, 1), ry = tnew(n);
-        be->copy(be, ry.d, y.d, n * sizeof(float));
-        be->rope(be, ry.d, (size_t)(H) * (HD), B, T, H, HD, c.p0, c.theta, 1, TKS_F32);
+        be->ops->copy(be, ry.d, y.d, n * sizeof(float));
+        be->ops->rope(be, ry.d, (size_t)(H) * (HD), B, T, H, HD, c.p0, c.theta, 1, TKS_F32);
         tdown(&ry);
         rope_loss(&c); /* c.work = R x */
         double d1 = 0, d2 = 0, sc = 0, sy = 0;
@@ -526,8 +526,8 @@ static void test_rope(void) {
         note("rope", what, fabs(d1 - d2) / sqrt(sc * sy), 1e-6);
 
         /* the backward (inverse rotation of R) vs finite differences */
-        be->copy(be, ry.d, c.R.d, n * sizeof(float));
-        be->rope(be, ry.d, (size_t)(H) * (HD), B, T, H, HD, c.p0, c.theta, 1, TKS_F32);
+        be->ops->copy(be, ry.d, c.R.d, n * sizeof(float));
+        be->ops->rope(be, ry.d, (size_t)(H) * (HD), B, T, H, HD, c.p0, c.theta, 1, TKS_F32);
         tdown(&ry);
         snprintf(what, sizeof what, "x (p0=%lld)", (long long)c.p0);
         gradcheck("rope", what, &c.x, ry.h, rope_loss, &c);
@@ -552,7 +552,7 @@ typedef struct {
 static double att_loss(void *p) {
     att_ctx *c = p;
     size_t ldq = (size_t)c->NH * c->HD, ldkv = (size_t)c->NKV * c->HD;
-    be->attention_fwd(be, c->out.d, ldq, c->lse.d, c->q.d, ldq, c->k.d, c->v.d, ldkv, c->B, c->T,
+    be->ops->attention_fwd(be, c->out.d, ldq, c->lse.d, c->q.d, ldq, c->k.d, c->v.d, ldkv, c->B, c->T,
                       c->NH, c->NKV, c->HD, TKS_F32);
     return dot_r(&c->out, &c->R);
 }
@@ -641,7 +641,7 @@ static void test_attention(int NH, int NKV) {
     tfill(&dk, -777.0f);
     tfill(&dv, 777.0f);
     size_t ldq = (size_t)NH * HD, ldkv = (size_t)NKV * HD;
-    be->attention_bwd(be, dq.d, dk.d, dv.d, c.R.d, c.out.d, ldq, c.lse.d, c.q.d, ldq, c.k.d, c.v.d,
+    be->ops->attention_bwd(be, dq.d, dk.d, dv.d, c.R.d, c.out.d, ldq, c.lse.d, c.q.d, ldq, c.k.d, c.v.d,
                       ldkv, B, T, NH, NKV, HD, TKS_F32);
     tdown(&dq);
     tdown(&dk);
@@ -661,7 +661,7 @@ static void test_attention(int NH, int NKV) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             tfill(&o1, 55.0f);
-            be->attention_step(be, o1.d, c.q.d + (size_t)(b * T + t) * NH * HD,
+            be->ops->attention_step(be, o1.d, c.q.d + (size_t)(b * T + t) * NH * HD,
                                c.k.d + (size_t)b * T * NKV * HD, c.v.d + (size_t)b * T * NKV * HD,
                                t, NH, NKV, HD, TKS_F32);
             tdown(&o1);
@@ -746,7 +746,7 @@ static void test_flash_vs_exact(int NH, int NKV) {
         memcpy(qkv.h + r * QKV + QD + KD, c.v.h + r * KD, (size_t)KD * sizeof(float));
     }
     tup(&qkv);
-    be->attention_fwd(be, c.out.d, (size_t)QD, c.lse.d, qkv.d, (size_t)QKV, qkv.d + QD,
+    be->ops->attention_fwd(be, c.out.d, (size_t)QD, c.lse.d, qkv.d, (size_t)QKV, qkv.d + QD,
                       qkv.d + QD + KD, (size_t)QKV, B, T, NH, NKV, HD, TKS_F32);
     tdown(&c.out);
     tdown(&c.lse);
@@ -774,7 +774,7 @@ static void test_flash_vs_exact(int NH, int NKV) {
     /* backward into the fused layout; the garbage between views must stay */
     tens dqkv = tnew(nrow * QKV);
     tfill(&dqkv, 777.0f);
-    be->attention_bwd(be, dqkv.d, dqkv.d + QD, dqkv.d + QD + KD, c.R.d, c.out.d, (size_t)QD, c.lse.d,
+    be->ops->attention_bwd(be, dqkv.d, dqkv.d + QD, dqkv.d + QD + KD, c.R.d, c.out.d, (size_t)QD, c.lse.d,
                       qkv.d, (size_t)QKV, qkv.d + QD, qkv.d + QD + KD, (size_t)QKV, B, T, NH, NKV, HD,
                       TKS_F32);
     tdown(&dqkv);
@@ -821,7 +821,7 @@ typedef struct {
 
 static double swi_loss(void *p) {
     swi_ctx *c = p;
-    be->swiglu_fwd(be, c->out.d, c->gu.d, c->M, c->F, TKS_F32);
+    be->ops->swiglu_fwd(be, c->out.d, c->gu.d, c->M, c->F, TKS_F32);
     return dot_r(&c->out, &c->R);
 }
 
@@ -843,7 +843,7 @@ static void test_swiglu(void) {
     free(ref);
     tens dgu = tnew(2 * n);
     tfill(&dgu, 777.0f); /* overwritten, not accumulated */
-    be->swiglu_bwd(be, dgu.d, c.R.d, c.gu.d, M, F, TKS_F32);
+    be->ops->swiglu_bwd(be, dgu.d, c.R.d, c.gu.d, M, F, TKS_F32);
     tdown(&dgu);
     gradcheck("swiglu_bwd", "gate|up", &c.gu, dgu.h, swi_loss, &c);
     tfree(&dgu);
@@ -875,17 +875,17 @@ static void xs_free(xshard *s) {
     tfree(&s->tgt);
     tfree(&s->loss);
     tfree(&s->dl);
-    be->free(be, s->targets);
+    be->ops->free(be, s->targets);
 }
 
 /* Unsplit: the four stages on one shard; returns sum_i loss_i * scale. */
 static float xent_scale = 0.37f;
 static double xent_loss_all(void *p) {
     xshard *s = p;
-    be->xent_max(be, s->mx.d, s->logits.d, s->N, s->V, s->VR, TKS_F32);
-    be->xent_sumexp(be, s->sum.d, s->logits.d, s->mx.d, s->N, s->V, s->VR, TKS_F32);
-    be->xent_target(be, s->tgt.d, s->logits.d, s->targets, s->N, s->V, s->v0, s->VR, TKS_F32);
-    be->xent_loss(be, s->loss.d, s->mx.d, s->sum.d, s->tgt.d, s->N);
+    be->ops->xent_max(be, s->mx.d, s->logits.d, s->N, s->V, s->VR, TKS_F32);
+    be->ops->xent_sumexp(be, s->sum.d, s->logits.d, s->mx.d, s->N, s->V, s->VR, TKS_F32);
+    be->ops->xent_target(be, s->tgt.d, s->logits.d, s->targets, s->N, s->V, s->v0, s->VR, TKS_F32);
+    be->ops->xent_loss(be, s->loss.d, s->mx.d, s->sum.d, s->tgt.d, s->N);
     tdown(&s->loss);
     double L = 0;
     for (int i = 0; i < s->N; i++) L += s->loss.h[i];
@@ -916,7 +916,7 @@ static void xent_split(const xshard *full, int nsh, const int *widths, int VRful
     }
     /* stage 1: max, all-reduced by max */
     for (int k = 0; k < nsh; k++) {
-        be->xent_max(be, sh[k].mx.d, sh[k].logits.d, N, sh[k].V, sh[k].VR, TKS_F32);
+        be->ops->xent_max(be, sh[k].mx.d, sh[k].logits.d, N, sh[k].V, sh[k].VR, TKS_F32);
         tdown(&sh[k].mx);
         for (int i = 0; i < N; i++) mx[i] = fmaxf(mx[i], sh[k].mx.h[i]);
     }
@@ -924,8 +924,8 @@ static void xent_split(const xshard *full, int nsh, const int *widths, int VRful
     for (int k = 0; k < nsh; k++) {
         memcpy(sh[k].mx.h, mx, (size_t)N * sizeof(float));
         tup(&sh[k].mx);
-        be->xent_sumexp(be, sh[k].sum.d, sh[k].logits.d, sh[k].mx.d, N, sh[k].V, sh[k].VR, TKS_F32);
-        be->xent_target(be, sh[k].tgt.d, sh[k].logits.d, sh[k].targets, N, sh[k].V, sh[k].v0,
+        be->ops->xent_sumexp(be, sh[k].sum.d, sh[k].logits.d, sh[k].mx.d, N, sh[k].V, sh[k].VR, TKS_F32);
+        be->ops->xent_target(be, sh[k].tgt.d, sh[k].logits.d, sh[k].targets, N, sh[k].V, sh[k].v0,
                         sh[k].VR, TKS_F32);
         tdown(&sh[k].sum);
         tdown(&sh[k].tgt);
@@ -938,11 +938,11 @@ static void xent_split(const xshard *full, int nsh, const int *widths, int VRful
         memcpy(sh[k].tgt.h, tgt, (size_t)N * sizeof(float));
         tup(&sh[k].sum);
         tup(&sh[k].tgt);
-        be->xent_loss(be, sh[k].loss.d, sh[k].mx.d, sh[k].sum.d, sh[k].tgt.d, N);
+        be->ops->xent_loss(be, sh[k].loss.d, sh[k].mx.d, sh[k].sum.d, sh[k].tgt.d, N);
         tdown(&sh[k].loss);
         eloss = worse(eloss, max_relf(sh[k].loss.h, full->loss.h, (size_t)N));
         tfill(&sh[k].dl, 777.0f);
-        be->xent_bwd(be, sh[k].dl.d, sh[k].logits.d, sh[k].mx.d, sh[k].sum.d, sh[k].targets, N,
+        be->ops->xent_bwd(be, sh[k].dl.d, sh[k].logits.d, sh[k].mx.d, sh[k].sum.d, sh[k].targets, N,
                      sh[k].V, sh[k].v0, sh[k].VR, xent_scale, TKS_F32);
         tdown(&sh[k].dl);
         for (int i = 0; i < N; i++) {
@@ -996,7 +996,7 @@ static void test_xent(void) {
 
     tfill(&s.dl, 777.0f);
     xent_loss_all(&s);
-    be->xent_bwd(be, s.dl.d, s.logits.d, s.mx.d, s.sum.d, s.targets, N, V, 0, VR, xent_scale, TKS_F32);
+    be->ops->xent_bwd(be, s.dl.d, s.logits.d, s.mx.d, s.sum.d, s.targets, N, V, 0, VR, xent_scale, TKS_F32);
     tdown(&s.dl);
     float *dl0 = malloc(s.dl.n * sizeof *dl0);
     memcpy(dl0, s.dl.h, s.dl.n * sizeof *dl0);
@@ -1018,7 +1018,7 @@ static void test_xent(void) {
         tup(&s.logits);
         xent_loss_all(&s);
         nd += ndiff_bits(s.loss.h, loss0, (size_t)N);
-        be->xent_bwd(be, s.dl.d, s.logits.d, s.mx.d, s.sum.d, s.targets, N, V, 0, VR, xent_scale, TKS_F32);
+        be->ops->xent_bwd(be, s.dl.d, s.logits.d, s.mx.d, s.sum.d, s.targets, N, V, 0, VR, xent_scale, TKS_F32);
         tdown(&s.dl);
         ndl += ndiff_bits(s.dl.h, dl0, s.dl.n);
     }
@@ -1029,10 +1029,10 @@ static void test_xent(void) {
      * the same operations per row as the staged path: bit-identical */
     fill_xent(&s, VR, 40.0f);
     xent_loss_all(&s);
-    be->xent_bwd(be, s.dl.d, s.logits.d, s.mx.d, s.sum.d, s.targets, N, V, 0, VR, xent_scale, TKS_F32);
+    be->ops->xent_bwd(be, s.dl.d, s.logits.d, s.mx.d, s.sum.d, s.targets, N, V, 0, VR, xent_scale, TKS_F32);
     tdown(&s.dl);
     tens fl = tnew((size_t)N);
-    be->xent_fused(be, fl.d, s.logits.d, s.targets, N, V, VR, xent_scale, TKS_F32);
+    be->ops->xent_fused(be, fl.d, s.logits.d, s.targets, N, V, VR, xent_scale, TKS_F32);
     tdown(&fl);
     tdown(&s.logits);
     note_exact("xent_fused", "loss == staged (elements that differ)", ndiff_bits(fl.h, s.loss.h, (size_t)N));
@@ -1061,7 +1061,7 @@ static void test_xent(void) {
         xshard f = xs_new(N, lay[li].Vt, lay[li].VRt, 0, tg);
         fill_xent(&f, lay[li].VRt, 0.0f);
         xent_loss_all(&f);
-        be->xent_bwd(be, f.dl.d, f.logits.d, f.mx.d, f.sum.d, f.targets, N, f.V, 0, f.VR,
+        be->ops->xent_bwd(be, f.dl.d, f.logits.d, f.mx.d, f.sum.d, f.targets, N, f.V, 0, f.VR,
                      xent_scale, TKS_F32);
         tdown(&f.dl);
         xent_split(&f, lay[li].nsh, lay[li].w, lay[li].VRt, tg);
@@ -1110,7 +1110,7 @@ static void test_adamw(void) {
              * tensors of the flat buffer */
             tks_span sp[2] = {{0, 1, wd}, {1, n - 1, wd}};
             tks_adamw_hp hp = {.lr = lr, .b1 = b1, .b2 = b2, .eps = eps, .t = t, .clip = 0};
-            be->adamw(be, p.d, g.d, m.d, v.d, 0, sp, 2, &hp, gs, NULL, NULL, TKS_F32);
+            be->ops->adamw(be, p.d, g.d, m.d, v.d, 0, sp, 2, &hp, gs, NULL, NULL, TKS_F32);
             adamw_ref(rp, rg, rm, rv, n, lr, b1, b2, eps, wd, t);
             tdown(&p);
             tdown(&m);
@@ -1149,9 +1149,9 @@ static void test_adamw(void) {
 
 /* Device buffer of n bf16 values made from host floats (RNE). */
 static uint16_t *bf_dev(const float *h, size_t n) {
-    uint16_t *t = malloc(n * sizeof *t), *d = be->alloc(be, n * sizeof *d);
+    uint16_t *t = malloc(n * sizeof *t), *d = be->ops->alloc(be, n * sizeof *d);
     for (size_t i = 0; i < n; i++) t[i] = tks_bf16_from_f32(h[i]);
-    be->upload(be, d, t, n * sizeof *t);
+    be->ops->upload(be, d, t, n * sizeof *t);
     free(t);
     return d;
 }
@@ -1164,7 +1164,7 @@ static void round_bf16(tens *t) {
 /* Elements of a bf16 device result that are not RNE(fp32 result). */
 static size_t ndiff_rne(const uint16_t *dev, const float *ref, size_t n) {
     uint16_t *h = malloc(n * sizeof *h);
-    be->download(be, h, dev, n * sizeof *h);
+    be->ops->download(be, h, dev, n * sizeof *h);
     size_t d = 0;
     for (size_t i = 0; i < n; i++) d += h[i] != tks_bf16_from_f32(ref[i]);
     free(h);
@@ -1185,18 +1185,18 @@ static void test_bf16(void) {
     const float probe[] = {1.0f, 1.0f + 0x1p-8f, 1.0f + 0x1p-7f + 0x1p-8f, -3.14159f, 1e-40f, 65504.0f,
                            INFINITY, -0.0f};
     const size_t np = sizeof probe / sizeof probe[0];
-    float *pd = be->alloc(be, np * sizeof *pd);
-    uint16_t *bd = be->alloc(be, np * sizeof *bd), hb[8];
-    be->upload(be, pd, probe, sizeof probe);
-    be->convert(be, bd, TKS_BF16, pd, TKS_F32, np);
-    be->download(be, hb, bd, sizeof hb);
+    float *pd = be->ops->alloc(be, np * sizeof *pd);
+    uint16_t *bd = be->ops->alloc(be, np * sizeof *bd), hb[8];
+    be->ops->upload(be, pd, probe, sizeof probe);
+    be->ops->convert(be, bd, TKS_BF16, pd, TKS_F32, np);
+    be->ops->download(be, hb, bd, sizeof hb);
     size_t nd = 0;
     for (size_t i = 0; i < np; i++) nd += hb[i] != tks_bf16_from_f32(probe[i]);
     nd += hb[1] != 0x3f80; /* 1 + 2^-8 is a tie: to even (down) */
     nd += hb[2] != 0x3f82; /* 1 + 3 2^-8 is a tie: to even (up) */
     note_exact("bf16 convert", "fp32 -> bf16 RNE, ties to even (elements that differ)", nd);
-    be->free(be, pd);
-    be->free(be, bd);
+    be->ops->free(be, pd);
+    be->ops->free(be, bd);
 
     /* gemm: every transpose, bf16 A and B, C fp32 (the weight-gradient form,
      * accumulate) or bf16 */
@@ -1219,15 +1219,15 @@ static void test_bf16(void) {
                                         .C = cb ? (void *)Cb : (void *)C0.d,
                                         .c_type = cb ? TKS_BF16 : TKS_F32, .ldc = (size_t)N,
                                         .compute = TKS_F32, .accumulate = acc};
-                    be->gemm(be, &ga);
+                    be->ops->gemm(be, &ga);
                     float *got = malloc((size_t)M * N * sizeof *got);
                     if (cb) {
                         uint16_t *h = malloc((size_t)M * N * sizeof *h);
-                        be->download(be, h, Cb, (size_t)M * N * sizeof *h);
+                        be->ops->download(be, h, Cb, (size_t)M * N * sizeof *h);
                         for (size_t i = 0; i < (size_t)M * N; i++) got[i] = tks_bf16_to_f32(h[i]);
                         free(h);
                     } else {
-                        be->download(be, got, C0.d, (size_t)M * N * sizeof *got);
+                        be->ops->download(be, got, C0.d, (size_t)M * N * sizeof *got);
                     }
                     for (int i = 0; i < M; i++)
                         for (int j = 0; j < N; j++) {
@@ -1246,9 +1246,9 @@ static void test_bf16(void) {
                             eg = worse(eg, fabs(got[(size_t)i * N + j] - ref) / fmax(tol, 1e-30));
                         }
                     free(got);
-                    be->free(be, Ab);
-                    be->free(be, Bb);
-                    be->free(be, Cb);
+                    be->ops->free(be, Ab);
+                    be->ops->free(be, Bb);
+                    be->ops->free(be, Cb);
                     tfree(&A);
                     tfree(&Bm);
                     tfree(&C0);
@@ -1263,28 +1263,28 @@ static void test_bf16(void) {
              rstd = tnew((size_t)Nr);
         round_bf16(&x);
         round_bf16(&w);
-        be->rmsnorm_fwd(be, out.d, rstd.d, x.d, w.d, Nr, C, 1e-5f, TKS_F32);
+        be->ops->rmsnorm_fwd(be, out.d, rstd.d, x.d, w.d, Nr, C, 1e-5f, TKS_F32);
         tdown(&out);
         uint16_t *xb = bf_dev(x.h, x.n), *wb = bf_dev(w.h, w.n), *ob = bf_dev(out.h, out.n);
-        be->rmsnorm_fwd(be, ob, rstd.d, xb, wb, Nr, C, 1e-5f, TKS_BF16);
+        be->ops->rmsnorm_fwd(be, ob, rstd.d, xb, wb, Nr, C, 1e-5f, TKS_BF16);
         note_exact("bf16 rmsnorm", "out == RNE(fp32 out) (elements that differ)", ndiff_rne(ob, out.h, out.n));
         /* SwiGLU on gu[Nr, 2 (C/2)] */
-        be->swiglu_fwd(be, out.d, x.d, Nr, C / 2, TKS_F32);
+        be->ops->swiglu_fwd(be, out.d, x.d, Nr, C / 2, TKS_F32);
         tdown(&out);
-        be->swiglu_fwd(be, ob, xb, Nr, C / 2, TKS_BF16);
+        be->ops->swiglu_fwd(be, ob, xb, Nr, C / 2, TKS_BF16);
         note_exact("bf16 swiglu", "out == RNE(fp32 out)", ndiff_rne(ob, out.h, (size_t)Nr * (C / 2)));
         /* RoPE in place on x viewed as [1, Nr, 3, 8] */
         tens xr = tnew(x.n);
         memcpy(xr.h, x.h, x.n * sizeof *x.h);
         tup(&xr);
-        be->rope(be, xr.d, (size_t)C, 1, Nr, 3, 8, 5, 10000.0f, 0, TKS_F32);
+        be->ops->rope(be, xr.d, (size_t)C, 1, Nr, 3, 8, 5, 10000.0f, 0, TKS_F32);
         tdown(&xr);
-        be->rope(be, xb, (size_t)C, 1, Nr, 3, 8, 5, 10000.0f, 0, TKS_BF16);
+        be->ops->rope(be, xb, (size_t)C, 1, Nr, 3, 8, 5, 10000.0f, 0, TKS_BF16);
         note_exact("bf16 rope", "x == RNE(fp32 x)", ndiff_rne(xb, xr.h, xr.n));
         tfree(&xr);
-        be->free(be, xb);
-        be->free(be, wb);
-        be->free(be, ob);
+        be->ops->free(be, xb);
+        be->ops->free(be, wb);
+        be->ops->free(be, ob);
         tfree(&x);
         tfree(&w);
         tfree(&out);
@@ -1296,18 +1296,18 @@ static void test_bf16(void) {
         tens qkv = trand((size_t)B * T * QKV, -1.5, 1.5), out = tnew((size_t)B * T * QD),
              lse = tnew((size_t)B * NH * T), lse2 = tnew((size_t)B * NH * T);
         round_bf16(&qkv);
-        be->attention_fwd(be, out.d, (size_t)QD, lse.d, qkv.d, (size_t)QKV, qkv.d + QD,
+        be->ops->attention_fwd(be, out.d, (size_t)QD, lse.d, qkv.d, (size_t)QKV, qkv.d + QD,
                           qkv.d + QD + NKV * HD, (size_t)QKV, B, T, NH, NKV, HD, TKS_F32);
         tdown(&out);
         tdown(&lse);
-        uint16_t *qb = bf_dev(qkv.h, qkv.n), *ob = be->alloc(be, out.n * sizeof *ob);
-        be->attention_fwd(be, ob, (size_t)QD, lse2.d, qb, (size_t)QKV, qb + QD, qb + QD + NKV * HD,
+        uint16_t *qb = bf_dev(qkv.h, qkv.n), *ob = be->ops->alloc(be, out.n * sizeof *ob);
+        be->ops->attention_fwd(be, ob, (size_t)QD, lse2.d, qb, (size_t)QKV, qb + QD, qb + QD + NKV * HD,
                           (size_t)QKV, B, T, NH, NKV, HD, TKS_BF16);
         tdown(&lse2);
         note_exact("bf16 attention", "out == RNE(fp32 out), T=150 fused strides", ndiff_rne(ob, out.h, out.n));
         note_exact("bf16 attention", "lse (fp32) == fp32 run's lse", ndiff_bits(lse2.h, lse.h, lse.n));
-        be->free(be, qb);
-        be->free(be, ob);
+        be->ops->free(be, qb);
+        be->ops->free(be, ob);
         tfree(&qkv);
         tfree(&out);
         tfree(&lse);
@@ -1323,19 +1323,19 @@ static void test_bf16(void) {
         tens lg = trand((size_t)N * V, -3, 3), loss = tnew((size_t)N), loss2 = tnew((size_t)N);
         round_bf16(&lg);
         uint16_t *lb = bf_dev(lg.h, lg.n), *hb2 = malloc(lg.n * sizeof *hb2);
-        be->xent_fused(be, loss.d, lg.d, td, N, V, VR, 0.37f, TKS_F32);
-        be->xent_fused(be, loss2.d, lb, td, N, V, VR, 0.37f, TKS_BF16);
+        be->ops->xent_fused(be, loss.d, lg.d, td, N, V, VR, 0.37f, TKS_F32);
+        be->ops->xent_fused(be, loss2.d, lb, td, N, V, VR, 0.37f, TKS_BF16);
         tdown(&lg);
         tdown(&loss);
         tdown(&loss2);
-        be->download(be, hb2, lb, lg.n * sizeof *hb2);
+        be->ops->download(be, hb2, lb, lg.n * sizeof *hb2);
         double e = 0;
         for (size_t i = 0; i < lg.n; i++)
             e = worse(e, fabs(tks_bf16_to_f32(hb2[i]) - lg.h[i]) / fmax(fabs(lg.h[i]), 1e-30));
         note_exact("bf16 xent_fused", "loss == fp32 run's loss", ndiff_bits(loss2.h, loss.h, loss.n));
         note("bf16 xent_fused", "dlogits vs fp32 (relative; two roundings 2^-8)", e, 2 * 0x1p-8);
-        be->free(be, td);
-        be->free(be, lb);
+        be->ops->free(be, td);
+        be->ops->free(be, lb);
         free(hb2);
         tfree(&lg);
         tfree(&loss);
@@ -1348,21 +1348,21 @@ static void test_bf16(void) {
  * is permanent for the backend). */
 static void test_sticky(void) {
     tks_backend *b2 = tks_cpu_backend_create(1);
-    float *x = b2->alloc(b2, 16 * sizeof(float)), one = 1.0f, got = 0.0f;
-    b2->upload(b2, x, &one, sizeof one);
+    float *x = b2->ops->alloc(b2, 16 * sizeof(float)), one = 1.0f, got = 0.0f;
+    b2->ops->upload(b2, x, &one, sizeof one);
     tks_gemm_args g = {.M = 1, .N = 1, .K = 1, .alpha = 1, .A = x, .lda = 1, .B = x, .ldb = 1,
                        .C = x, .ldc = 1, .compute = TKS_BF16};
-    int rc1 = b2->gemm(b2, &g); /* compute bf16 is not in contract 2: fails */
-    int rc2 = b2->scale(b2, x, 1, 5.0f);
-    int rc3 = b2->sync(b2);
+    int rc1 = b2->ops->gemm(b2, &g); /* compute bf16 is not in contract 2: fails */
+    int rc2 = b2->ops->scale(b2, x, 1, 5.0f);
+    int rc3 = b2->ops->sync(b2);
     const tks_error *e = tks_last_error();
-    b2->free(b2, x); /* alloc/free stay usable to release memory */
+    b2->ops->free(b2, x); /* alloc/free stay usable to release memory */
     (void)got;
     note_exact("sticky", "failing op returns an error", rc1 == 0);
     note_exact("sticky", "a later op returns the same error without running", rc2 != rc1);
     note_exact("sticky", "sync returns the first error", rc3 != rc1);
     note_exact("sticky", "the message names the op (gemm)", !strstr(e->message, "gemm"));
-    b2->destroy(b2);
+    b2->ops->destroy(b2);
 }
 
 int main(void) {
@@ -1375,9 +1375,9 @@ int main(void) {
     /* the workspace for the largest shapes below (flash test: B 2, T 150) */
     tks_ws_shape ws = {.B = 2, .T = 150, .C = 64, .NH = 4, .NKV = 1, .HD = 16, .F = 64, .V = 64,
                        .Tcache = 150, .dt = TKS_BF16}; /* bf16: with the GEMM panels */
-    size_t wsb = be->workspace_bytes(be, &ws);
-    void *wsp = be->alloc(be, wsb);
-    if (!wsp || be->set_workspace(be, wsp, wsb)) {
+    size_t wsb = be->ops->workspace_bytes(be, &ws);
+    void *wsp = be->ops->alloc(be, wsb);
+    if (!wsp || be->ops->set_workspace(be, wsp, wsb)) {
         fprintf(stderr, "cannot allocate the workspace\n");
         return 2;
     }
@@ -1401,10 +1401,10 @@ int main(void) {
     for (int i = 0; i < nstats; i++)
         printf("%-15s %6d %10.2e %8.0e  %s\n", stats[i].op, stats[i].checks, stats[i].err,
                stats[i].tol, stats[i].failed ? "FAIL" : "ok");
-    note_exact("sync", "no op failed during the checks (sticky error clear)", be->sync(be) != 0);
-    be->set_workspace(be, NULL, 0);
-    be->free(be, wsp);
-    be->destroy(be);
+    note_exact("sync", "no op failed during the checks (sticky error clear)", be->ops->sync(be) != 0);
+    be->ops->set_workspace(be, NULL, 0);
+    be->ops->free(be, wsp);
+    be->ops->destroy(be);
     test_sticky();
     if (failures) {
         printf("%d check(s) FAILED\n", failures);

@@ -32,6 +32,7 @@ static void help(void) {
 
 int main(int argc, char **argv) {
     cli_prog = "tokshard-generate";
+    tks_backend_register(tks_cuda_backend_kind()); /* NULL in a build without CUDA */
     tks_generate_stats gs;
     tks_generate_opts o = {.max_tokens = 100, .temperature = 0.8f, .top_p = 0.9f, .seed = 1,
                            .prompt = "", .on_text = print_text, .stats = &gs};

@@ -305,6 +305,7 @@ static int plot(const char *run) {
 static int run(int argc, char **argv);
 
 int main(int argc, char **argv) {
+    tks_backend_register(tks_cuda_backend_kind()); /* NULL in a build without CUDA */
     int rc = run(argc, argv);
     tks_train_finalize();
     return rc;

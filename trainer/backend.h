@@ -61,6 +61,9 @@ uint16_t tks_bf16_from_f32(float f);
 float tks_bf16_to_f32(uint16_t h);
 
 typedef struct tks_backend tks_backend;
+typedef struct tks_backend_ops tks_backend_ops;
+typedef struct tks_backend_kind tks_backend_kind;
+typedef struct tks_comm tks_comm;
 typedef struct tks_stream tks_stream; /* backend-defined; NULL = default stream */
 typedef struct tks_event tks_event;
 
@@ -110,9 +113,11 @@ typedef struct tks_adamw_hp {
     float clip; /* global-norm clip threshold, <= 0: no clipping */
 } tks_adamw_hp;
 
-struct tks_backend {
-    const char *name; /* "cpu", "cuda" */
-    void *ctx;
+/*
+ * The operations of a backend: one `static const` table per backend
+ * (cpu_backend.c, cuda_backend.cu), reached from an instance as be->ops.
+ */
+struct tks_backend_ops {
 
     /* ---- memory ---------------------------------------------------------- */
     /* Zero-filled device allocation of `bytes`, aligned to 64 bytes; NULL when
@@ -263,16 +268,70 @@ struct tks_backend {
                  const tks_span *spans, size_t nspans, const tks_adamw_hp *hp, float grad_scale,
                  const float *gnorm_sq, void *pc, tks_dtype pc_dt);
 
+    /* Frees the backend and everything it allocated (after a sync). */
     void (*destroy)(tks_backend *be);
+};
+
+/* One backend: its kind (name, operations table) and its state. */
+struct tks_backend {
+    const char *name;             /* kind->name: "cpu", "cuda" */
+    const tks_backend_ops *ops;   /* kind->ops */
+    const tks_backend_kind *kind;
+    void *ctx;                    /* the backend's own state */
+};
+
+/*
+ * A kind of backend as the registry holds it (trainer.h declares the
+ * registry; backend_registry.c keeps it). The CPU reference is always
+ * registered; another kind registers itself through tks_backend_register
+ * before the first run, so that a program that does not link it (the data
+ * tool) never loads its libraries. Members a kind does not have are NULL.
+ */
+struct tks_backend_kind {
+    const char *name;             /* --device NAME */
+    const tks_backend_ops *ops;
+    /* Devices usable now (0: none; the CPU reports 1). */
+    int (*device_count)(void);
+    /* A new backend: threads is the CPU's (0 = OpenMP's default), other
+     * kinds pick their device themselves (cuda.h). 0 or TKS_ERR_*, with the
+     * error context set. */
+    int (*create)(int threads, tks_backend **out);
+    /* Device bytes held outside ops->alloc (workspaces fixed at creation),
+     * for the memory plan; NULL: none. */
+    size_t (*reserved)(tks_backend *be);
+    /* Bytes held through ops->alloc now and at most so far; NULL: not counted. */
+    void (*memory)(tks_backend *be, size_t *now, size_t *peak);
+    /* One line: device, driver and library versions; NULL: none. */
+    void (*describe)(tks_backend *be, char *out, size_t cap);
+    /* Which attention kernel runs for dtype dt ("cuDNN", "tokshard kernel
+     * (cuDNN not used)"); NULL: tokshard's own. */
+    void (*attention_name)(tks_backend *be, tks_dtype dt, char *out, size_t cap);
+    /* Collectives that move this backend's device memory between processes
+     * (NCCL for cuda), used by the mesh for its groups (mesh.c); NULL when
+     * the kind has none (the groups then are MPI's, staged through host
+     * memory for a device backend). comm_name names it for --comm and logs.
+     * world_create is collective over MPI_COMM_WORLD; group_create over the
+     * world, once per group kind in the same order on every rank, ctrl being
+     * the MPI comm of the same group (borrowed, outlives the result). */
+    const char *comm_name;
+    int (*comm_world_create)(tks_backend *be, void **world);
+    void (*comm_world_free)(void *world);
+    int (*comm_group_create)(void *world, tks_comm *ctrl, tks_comm **out);
+    void (*comm_group_free)(tks_comm *c);
 };
 
 /* The CPU reference backend (OpenBLAS sgemm, OpenMP elsewhere). `threads`
  * 0 = OpenMP default. Returns NULL when out of memory. */
 tks_backend *tks_cpu_backend_create(int threads);
+extern const tks_backend_kind tks_cpu_backend_kind;
 
-/* The one factory: `device` "cpu", "cuda" or "auto" (cuda when built and a
- * GPU is present, else cpu). Errors: TKS_ERR_ARG (unknown name, or cuda not
- * built in / no GPU: the message says which and what to do), TKS_ERR_NOMEM. */
+/* A registered kind by name, or NULL (backend_registry.c). */
+const tks_backend_kind *tks_backend_find(const char *name);
+
+/* The one factory: `device` a registered kind's name ("cpu", "cuda") or
+ * "auto" (the first registered kind other than cpu with a device, else cpu).
+ * Errors: TKS_ERR_ARG (unknown name, a kind this program was not built with,
+ * no device: the message says which and what to do), TKS_ERR_NOMEM. */
 int tks_backend_create(const char *device, int threads, tks_backend **out);
 
 #endif /* TKS_BACKEND_H */

@@ -114,7 +114,7 @@ static int gather_tensor(gctx *g, tks_model *m, tks_optim *opt, const tks_param 
     rc = tks_comm_agree(g->world, rc);
     if (!rc && in_rep0 && my_block) {
         if (!which) {
-            be->download(be, block, tks_model_weights(m) + p->offset, blk * sizeof *block);
+            be->ops->download(be, block, tks_model_weights(m) + p->offset, blk * sizeof *block);
         } else {
             /* dp_shard member d holds [d*ns, (d+1)*ns) of the flat buffer */
             size_t counts[1024], ns = g->se - g->sb;
@@ -124,7 +124,7 @@ static int gather_tensor(gctx *g, tks_model *m, tks_optim *opt, const tks_param 
                 counts[d] = x < y ? (y - x) * sizeof(float) : 0;
             }
             const float *src = which == 1 ? tks_optim_m(opt) : tks_optim_v(opt);
-            if (!rc && mine) be->download(be, piece, src + (lo - g->sb), mine * sizeof *piece);
+            if (!rc && mine) be->ops->download(be, piece, src + (lo - g->sb), mine * sizeof *piece);
             if (!rc) rc = g->shard->gatherv_host(g->shard, g->shard_rank == 0 ? block : NULL, counts, piece, 0);
         }
     }
@@ -208,6 +208,166 @@ static void parent_of(const char *dir, char *out, size_t cap) {
     if (!out[0]) snprintf(out, cap, "/");
 }
 
+/* A checkpoint being saved: what the writer holds until it publishes. */
+typedef struct save_ctx {
+    const char *dir;
+    char tmp[PATH_MAX], parent[PATH_MAX], lock_path[PATH_MAX];
+    int lock_fd, made_tmp;
+    tks_st_tensor *t;      /* the tensors of each file (2 * np entries) */
+    char (*names)[96];
+    tks_st_stream *out[2]; /* model.safetensors, optimizer.safetensors */
+} save_ctx;
+
+/* The writer's checks before anything is written: the save lock, no
+ * directory of this step yet, a fresh DIR.tmp. */
+static int save_begin(save_ctx *s, const tks_train_state *st) {
+    const char *dir = s->dir;
+    parent_of(dir, s->parent, sizeof s->parent);
+    int rc = 0;
+    if (snprintf(s->tmp, sizeof s->tmp, "%s.tmp", dir) >= (int)sizeof s->tmp)
+        rc = tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE, "checkpoint path too long: %s", dir);
+    if (!rc) rc = tks_path_join(s->lock_path, sizeof s->lock_path, s->parent, "save.lock");
+    if (!rc) rc = tks_lock(s->lock_path, "tokshard-train checkpoint save", &s->lock_fd);
+    struct stat sb;
+    if (!rc && stat(dir, &sb) == 0)
+        rc = tks_fail(TKS_ERR_EXISTS, dir, TKS_NONE, TKS_NONE,
+                      "checkpoint %s already exists: this run directory already went past step "
+                      "%llu; resume from its newest checkpoint (--resume latest) or use another "
+                      "--out", dir, (unsigned long long)st->step);
+    if (!rc) rm_rf(s->tmp); /* a leftover of a crash during an earlier save */
+    if (!rc && mkdir(s->tmp, 0755) != 0)
+        rc = tks_fail(tks_write_errno_code(errno), s->tmp, TKS_NONE, TKS_NONE,
+                      "cannot create %s: %s; check that %s is writable and has space", s->tmp,
+                      strerror(errno), s->parent);
+    s->made_tmp = !rc;
+    return rc;
+}
+
+/* Opens the safetensors stream of each file: the model's parameters, then
+ * (with an optimizer) both AdamW moments of each parameter. */
+static int save_open_streams(save_ctx *s, const tks_param *P, size_t np, int n_files) {
+    char path[PATH_MAX];
+    s->t = calloc(2 * np, sizeof *s->t);
+    s->names = calloc(2 * np, sizeof *s->names);
+    if (!s->t || !s->names) return tks_fail(TKS_ERR_NOMEM, s->dir, TKS_NONE, TKS_NONE, "out of memory");
+    tks_st_kv meta[] = {{"format", "pt"}, {"producer", "tokshard " TKS_VERSION_STRING}};
+    int rc = 0;
+    for (int f = 0; f < n_files && !rc; f++) {
+        size_t nt = f ? 2 * np : np;
+        for (size_t j = 0; j < nt; j++) {
+            const tks_param *p = &P[f ? j / 2 : j];
+            if (f) snprintf(s->names[j], sizeof s->names[j], "%s.%s", p->name, j % 2 ? "exp_avg_sq" : "exp_avg");
+            else snprintf(s->names[j], sizeof s->names[j], "%s", p->name);
+            s->t[j] = (tks_st_tensor){.name = s->names[j], .dtype = TKS_ST_F32, .ndim = (size_t)p->ndim,
+                                      .shape = {p->rows_real, p->ndim == 2 ? p->cols : 0},
+                                      .nbytes = (size_t)(p->rows_real * p->cols) * sizeof(float)};
+        }
+        rc = tks_path_join(path, sizeof path, s->tmp, f ? "optimizer.safetensors" : "model.safetensors");
+        if (!rc) rc = tks_st_stream_open(path, s->t, nt, meta, 2, &s->out[f]);
+    }
+    return rc;
+}
+
+/* The tensors, one at a time: gathered to the writer, written, freed.
+ * Collective over the world. */
+static int save_tensors(gctx *g, save_ctx *s, tks_model *m, tks_optim *opt, int n_files) {
+    size_t np;
+    const tks_param *P = tks_model_params(m, &np);
+    int rc = 0;
+    for (int f = 0; f < n_files && !rc; f++) {
+        size_t nt = f ? 2 * np : np;
+        for (size_t j = 0; j < nt && !rc; j++) {
+            float *full = NULL;
+            rc = gather_tensor(g, m, opt, &P[f ? j / 2 : j], f ? 1 + (int)(j % 2) : 0, &full);
+            if (!rc && g->writer) rc = tks_st_stream_put(s->out[f], j, full);
+            free(full);
+            rc = tks_comm_agree(g->world, rc);
+        }
+        if (!rc && g->writer) {
+            rc = tks_st_stream_commit(s->out[f]);
+            s->out[f] = NULL;
+            if (!rc) stop_point(f ? "optimizer" : "model");
+        }
+        rc = tks_comm_agree(g->world, rc);
+    }
+    return rc;
+}
+
+/* tokenizer.model (or the note tokenizer.none of a dataset imported without
+ * a tokenizer, kept under that name: it is not a model), then tokenizer.json
+ * and tokenizer_config.json so that transformers loads the checkpoint as
+ * model and tokenizer; a tokenizer without a fast equivalent (word/char
+ * models) leaves the slow tokenizer.model only. */
+static int save_tokenizer(const char *tmp, const char *tokenizer_path) {
+    if (!tokenizer_path) return 0;
+    char path[PATH_MAX];
+    const char *tb = strrchr(tokenizer_path, '/');
+    int no_tok = !strcmp(tb ? tb + 1 : tokenizer_path, TKS_NO_TOKENIZER_NAME);
+    int rc = tks_path_join(path, sizeof path, tmp, no_tok ? TKS_NO_TOKENIZER_NAME : "tokenizer.model");
+    if (!rc) rc = tks_copy_file_atomic(tokenizer_path, path);
+    if (!rc && !no_tok && (rc = tks_hf_tokenizer_write(tokenizer_path, tmp)) == TKS_ERR_TOKENIZER) {
+        tks_clear_error();
+        rc = 0;
+    }
+    return rc;
+}
+
+/* trainer_state.json, written last, with the checksum of every other file. */
+static int save_state(const char *dir, const char *tmp, const tks_train_state *st) {
+    char path[PATH_MAX];
+    int rc = 0;
+    json_t *files = json_object();
+    for (size_t i = 0; i < N_FILES && !rc; i++) {
+        uint8_t h[16];
+        char hx[33];
+        tks_path_join(path, sizeof path, tmp, FILES[i]);
+        if (access(path, F_OK) != 0) continue;
+        if ((rc = tks_file_xxh3_128(path, h, NULL))) break;
+        tks_hex(h, 16, hx);
+        json_object_set_new(files, FILES[i], json_string(hx));
+    }
+    if (rc) {
+        json_decref(files);
+        return rc;
+    }
+    char mx[17], fp[33];
+    snprintf(mx, sizeof mx, "%016llx", (unsigned long long)st->manifest_xxh3);
+    tks_hex(st->tokenizer_fp, 16, fp);
+    json_error_t e;
+    json_t *opts = json_loads(st->options_json[0] ? st->options_json : "{}", 0, &e);
+    json_t *j = json_pack(
+        "{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o, s:o, s:s}", "format", STATE_FORMAT,
+        "version", 1, "step", (json_int_t)st->step, "cursor", (json_int_t)st->cursor, "seed",
+        (json_int_t)st->seed, "seq_len", (json_int_t)st->seq_len, "global_batch",
+        (json_int_t)st->global_batch, "val_tokens", (json_int_t)st->val_tokens,
+        "dataset_manifest_xxh3", mx, "tokenizer_fingerprint", fp, "options",
+        opts ? opts : json_object(), "files", files,
+        "rng", "counter-based (splitmix64 keyed by seed): no state beyond the seed and cursor");
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    if (!text) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc && (rc = tks_path_join(path, sizeof path, tmp, "trainer_state.json")) == 0)
+        rc = tks_write_file_atomic(path, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+/* DIR.tmp renamed to DIR (and the parent synced), or removed on error:
+ * nothing half-written stays behind (a crash leaves NAME.tmp, never NAME). */
+static int save_publish(save_ctx *s, int rc) {
+    if (!rc && rename(s->tmp, s->dir) != 0)
+        rc = tks_fail(TKS_ERR_IO, s->dir, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s", s->tmp, s->dir,
+                      strerror(errno));
+    if (!rc) {
+        stop_point("renamed");
+        rc = tks_fsync_dir(s->parent);
+    } else if (s->made_tmp) {
+        rm_rf(s->tmp);
+    }
+    tks_unlock(s->lock_fd, s->lock_path[0] ? s->lock_path : NULL);
+    return rc;
+}
+
 int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks_train_state *st,
                         const char *tokenizer_path, tks_mesh *mesh) {
     gctx g = {.mesh = mesh, .tp = tks_comm_self(), .shard = tks_comm_self(), .world = tks_comm_self(), .writer = 1};
@@ -220,145 +380,34 @@ int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks
         g.tp_rank = mesh->tp_rank;
         g.writer = mesh->rank == 0;
     }
-    size_t n_flat = tks_model_n_flat(m);
     g.sb = opt ? tks_optim_begin(opt) : 0;
-    g.se = opt ? tks_optim_end(opt) : n_flat;
-    int writer = g.writer, rc = 0;
-    char tmp[PATH_MAX], path[PATH_MAX], parent[PATH_MAX], lock_path[PATH_MAX] = "";
-    int lock_fd = -1, made_tmp = 0;
+    g.se = opt ? tks_optim_end(opt) : tks_model_n_flat(m);
+    save_ctx s = {.dir = dir, .lock_fd = -1};
+    int n_files = opt ? 2 : 1, rc = 0;
     size_t np;
     const tks_param *P = tks_model_params(m, &np);
-    tks_st_tensor *t = NULL;
-    char (*names)[96] = NULL;
-    tks_st_stream *out[2] = {NULL, NULL};
-    int n_files = opt ? 2 : 1;
     /* the writer's checks and files come first; every rank learns their
      * outcome before any gather (an existing step directory, an unwritable
      * parent or a held lock fails the whole job with the writer's message) */
-    if (writer) {
-        parent_of(dir, parent, sizeof parent);
-        if (snprintf(tmp, sizeof tmp, "%s.tmp", dir) >= (int)sizeof tmp)
-            rc = tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE, "checkpoint path too long: %s", dir);
-        if (!rc) rc = tks_path_join(lock_path, sizeof lock_path, parent, "save.lock");
-        if (!rc) rc = tks_lock(lock_path, "tokshard-train checkpoint save", &lock_fd);
-        struct stat sb;
-        if (!rc && stat(dir, &sb) == 0)
-            rc = tks_fail(TKS_ERR_EXISTS, dir, TKS_NONE, TKS_NONE,
-                          "checkpoint %s already exists: this run directory already went past step "
-                          "%llu; resume from its newest checkpoint (--resume latest) or use another "
-                          "--out", dir, (unsigned long long)st->step);
-        if (!rc) rm_rf(tmp); /* a leftover of a crash during an earlier save */
-        if (!rc && mkdir(tmp, 0755) != 0)
-            rc = tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE,
-                          "cannot create %s: %s; check that %s is writable and has space", tmp,
-                          strerror(errno), parent);
-        made_tmp = !rc;
-        t = calloc(2 * np, sizeof *t);
-        names = calloc(2 * np, sizeof *names);
-        if (!rc && (!t || !names)) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
-        tks_st_kv meta[] = {{"format", "pt"}, {"producer", "tokshard " TKS_VERSION_STRING}};
-        for (int f = 0; f < n_files && !rc; f++) {
-            size_t nt = f ? 2 * np : np;
-            for (size_t j = 0; j < nt; j++) {
-                const tks_param *p = &P[f ? j / 2 : j];
-                if (f) snprintf(names[j], sizeof names[j], "%s.%s", p->name, j % 2 ? "exp_avg_sq" : "exp_avg");
-                else snprintf(names[j], sizeof names[j], "%s", p->name);
-                t[j] = (tks_st_tensor){.name = names[j], .dtype = TKS_ST_F32, .ndim = (size_t)p->ndim,
-                                       .shape = {p->rows_real, p->ndim == 2 ? p->cols : 0},
-                                       .nbytes = (size_t)(p->rows_real * p->cols) * sizeof(float)};
-            }
-            rc = tks_path_join(path, sizeof path, tmp, f ? "optimizer.safetensors" : "model.safetensors");
-            if (!rc) rc = tks_st_stream_open(path, t, nt, meta, 2, &out[f]);
-        }
+    if (g.writer) {
+        rc = save_begin(&s, st);
+        if (!rc) rc = save_open_streams(&s, P, np, n_files);
     }
     rc = tks_comm_agree(g.world, rc);
-    /* tensors, one at a time: gathered to the writer, written, freed */
-    for (int f = 0; f < n_files && !rc; f++) {
-        size_t nt = f ? 2 * np : np;
-        for (size_t j = 0; j < nt && !rc; j++) {
-            float *full = NULL;
-            rc = gather_tensor(&g, m, opt, &P[f ? j / 2 : j], f ? 1 + (int)(j % 2) : 0, &full);
-            if (!rc && writer) rc = tks_st_stream_put(out[f], j, full);
-            free(full);
-            rc = tks_comm_agree(g.world, rc);
-        }
-        if (!rc && writer) {
-            rc = tks_st_stream_commit(out[f]);
-            out[f] = NULL;
-            if (!rc) stop_point(f ? "optimizer" : "model");
-        }
-        rc = tks_comm_agree(g.world, rc);
-    }
-    for (int f = 0; f < 2; f++) tks_st_stream_abort(out[f]);
-    free(t);
-    free(names);
-    if (!writer) return rc;
-    if (!rc && (rc = tks_path_join(path, sizeof path, tmp, "config.json")) == 0)
+    if (!rc) rc = save_tensors(&g, &s, m, opt, n_files);
+    for (int f = 0; f < 2; f++) tks_st_stream_abort(s.out[f]);
+    free(s.t);
+    free(s.names);
+    if (!g.writer) return rc;
+    char path[PATH_MAX];
+    if (!rc && (rc = tks_path_join(path, sizeof path, s.tmp, "config.json")) == 0)
         rc = write_config(path, tks_model_config_of(m), st);
     if (!rc) stop_point("config");
-    /* a dataset imported without a tokenizer has the note tokenizer.none: it
-     * is kept under that name (never as tokenizer.model, which it is not) */
-    const char *tb = tokenizer_path ? strrchr(tokenizer_path, '/') : NULL;
-    int no_tok = tokenizer_path && !strcmp(tb ? tb + 1 : tokenizer_path, TKS_NO_TOKENIZER_NAME);
-    if (!rc && tokenizer_path &&
-        (rc = tks_path_join(path, sizeof path, tmp, no_tok ? TKS_NO_TOKENIZER_NAME : "tokenizer.model")) == 0)
-        rc = tks_copy_file_atomic(tokenizer_path, path);
-    /* tokenizer.json, tokenizer_config.json and the special ids in config.json,
-     * so that transformers loads the checkpoint as model and tokenizer; a
-     * tokenizer that has no fast equivalent (word/char models) leaves the
-     * slow tokenizer.model only */
-    if (!rc && tokenizer_path && !no_tok &&
-        (rc = tks_hf_tokenizer_write(tokenizer_path, tmp)) == TKS_ERR_TOKENIZER) {
-        tks_clear_error();
-        rc = 0;
-    }
+    if (!rc) rc = save_tokenizer(s.tmp, tokenizer_path);
     if (!rc) stop_point("tokenizer");
-    /* trainer_state.json last, with the checksum of every other file */
-    json_t *files = json_object();
-    for (size_t i = 0; i < N_FILES && !rc; i++) {
-        uint8_t h[16];
-        char hx[33];
-        tks_path_join(path, sizeof path, tmp, FILES[i]);
-        if (access(path, F_OK) != 0) continue;
-        if ((rc = tks_file_xxh3_128(path, h, NULL))) break;
-        tks_hex(h, 16, hx);
-        json_object_set_new(files, FILES[i], json_string(hx));
-    }
-    if (!rc) {
-        char mx[17], fp[33];
-        snprintf(mx, sizeof mx, "%016llx", (unsigned long long)st->manifest_xxh3);
-        tks_hex(st->tokenizer_fp, 16, fp);
-        json_error_t e;
-        json_t *opts = json_loads(st->options_json[0] ? st->options_json : "{}", 0, &e);
-        json_t *j = json_pack(
-            "{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:o, s:o, s:s}", "format", STATE_FORMAT,
-            "version", 1, "step", (json_int_t)st->step, "cursor", (json_int_t)st->cursor, "seed",
-            (json_int_t)st->seed, "seq_len", (json_int_t)st->seq_len, "global_batch",
-            (json_int_t)st->global_batch, "val_tokens", (json_int_t)st->val_tokens,
-            "dataset_manifest_xxh3", mx, "tokenizer_fingerprint", fp, "options",
-            opts ? opts : json_object(), "files", files,
-            "rng", "counter-based (splitmix64 keyed by seed): no state beyond the seed and cursor");
-        files = NULL;
-        char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
-        json_decref(j);
-        if (!text) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
-        if (!rc && (rc = tks_path_join(path, sizeof path, tmp, "trainer_state.json")) == 0)
-            rc = tks_write_file_atomic(path, text, strlen(text));
-        free(text);
-    }
-    json_decref(files);
+    if (!rc) rc = save_state(dir, s.tmp, st);
     if (!rc) stop_point("state");
-    if (!rc && rename(tmp, dir) != 0)
-        rc = tks_fail(TKS_ERR_IO, dir, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s", tmp, dir,
-                      strerror(errno));
-    if (!rc) {
-        stop_point("renamed");
-        rc = tks_fsync_dir(parent);
-    } else if (made_tmp) {
-        rm_rf(tmp); /* nothing half-written stays behind (a crash leaves NAME.tmp, never NAME) */
-    }
-    tks_unlock(lock_fd, lock_path[0] ? lock_path : NULL);
-    return rc;
+    return save_publish(&s, rc);
 }
 
 /* ---- reading ------------------------------------------------------------------ */
@@ -494,7 +543,7 @@ int tks_checkpoint_load(const char *dir, tks_model *m, tks_optim *opt) {
     if (!rc) rc = tks_st_open(path, &f);
     for (size_t i = 0; i < np && !rc; i++) {
         rc = read_block(f, P[i].name, &P[i], blk, path);
-        if (!rc) be->upload(be, P[i].w, blk, blk_of(&P[i]) * sizeof *blk);
+        if (!rc) be->ops->upload(be, P[i].w, blk, blk_of(&P[i]) * sizeof *blk);
     }
     tks_st_close(f);
     f = NULL;
@@ -513,7 +562,7 @@ int tks_checkpoint_load(const char *dir, tks_model *m, tks_optim *opt) {
                 snprintf(nm, sizeof nm, "%s.%s", P[i].name, k ? "exp_avg_sq" : "exp_avg");
                 rc = read_block(f, nm, &P[i], blk, path);
                 if (!rc)
-                    be->upload(be, (k ? tks_optim_v(opt) : tks_optim_m(opt)) + (lo - b0), blk + (lo - a),
+                    be->ops->upload(be, (k ? tks_optim_v(opt) : tks_optim_m(opt)) + (lo - b0), blk + (lo - a),
                                (hi - lo) * sizeof *blk);
             }
         tks_st_close(f);

@@ -105,6 +105,15 @@ int tks_comm_run(tks_comm *c, const tks_coll *op);
  * calls and the control members, then calls this. */
 void tks_comm_set_blocking(tks_comm *c);
 
+/* The MPI transport (comm_mpi.c): MPI_COMM_WORLD when color < 0, else the
+ * group of this rank's color in MPI_Comm_split(MPI_COMM_WORLD, color, key).
+ * Collective over the world (MPI initialized). members[] are world ranks,
+ * gathered over the new communicator. Errors: TKS_ERR_IO (MPI, with its
+ * message), TKS_ERR_NOMEM. Freed by tks_comm_mpi_free (frees the split
+ * communicator; NULL is a no-op). */
+int tks_comm_mpi_split(int color, int key, tks_comm **out);
+void tks_comm_mpi_free(tks_comm *c);
+
 /* The staged transport (comm_staged.c): the group of `ctrl` (an MPI group,
  * host memory; borrowed, outlives the result) moving device buffers of `be`
  * through host memory: start downloads, runs the collective on ctrl to

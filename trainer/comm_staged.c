@@ -64,23 +64,23 @@ static int s_start(tks_comm *c, const tks_coll *op, tks_comm_req **req) {
     tks_coll h = *op;
     switch (kind) {
     case TKS_COLL_REDUCE_SCATTER:
-        rc = be->download(be, s->host, op->in, main);
+        rc = be->ops->download(be, s->host, op->in, main);
         h.in = s->host;
         h.out = s->host + main;
         break;
     case TKS_COLL_ALLGATHER:
-        rc = be->download(be, s->host + R * n * es, op->in, n * es);
+        rc = be->ops->download(be, s->host + R * n * es, op->in, n * es);
         h.out = s->host;
         h.in = s->host + R * n * es;
         break;
     default:
-        rc = be->download(be, s->host, op->out, main);
+        rc = be->ops->download(be, s->host, op->out, main);
         h.out = s->host;
     }
     tks_comm_req *q = NULL;
     if (!rc) rc = s->ctrl->start(s->ctrl, &h, &q);
     if (!rc) rc = s->ctrl->wait(s->ctrl, q);
-    if (!rc) rc = be->upload(be, op->out, h.out, kind == TKS_COLL_REDUCE_SCATTER ? n * es : main);
+    if (!rc) rc = be->ops->upload(be, op->out, h.out, kind == TKS_COLL_REDUCE_SCATTER ? n * es : main);
     if (!rc) *req = &g_done;
     return rc;
 }
@@ -99,7 +99,7 @@ static int s_bcast_bytes(tks_comm *c, void *buf, size_t n, int root) {
     return SG(c)->ctrl->broadcast_bytes(SG(c)->ctrl, buf, n, root);
 }
 static int s_barrier(tks_comm *c) {
-    int rc = SG(c)->be->sync(SG(c)->be);
+    int rc = SG(c)->be->ops->sync(SG(c)->be);
     int rc2 = SG(c)->ctrl->barrier(SG(c)->ctrl);
     return rc ? rc : rc2;
 }

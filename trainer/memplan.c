@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "../common/tks.h"
-#include "cuda/cuda.h"
 
 const char *tks_mem_part_name(int part) {
     static const char *n[] = {"fp32 master weights", "bf16 compute copy", "gradients",
@@ -36,7 +35,7 @@ int tks_mem_plan_make(const tks_model_config *cfg, const tks_mesh_shape *s, int 
      * step's four device scalars */
     out->bytes[TKS_MEM_GRAD_SLICE] = (S > 1 ? 4.0 * ns : 0.0) + 16.0;
     out->bytes[TKS_MEM_ACTIVATIONS] = (double)tks_model_activation_bytes(cfg, s->tp, B, T, dt, be);
-    out->bytes[TKS_MEM_BACKEND] = be && !strcmp(be->name, "cuda") ? (double)tks_cuda_backend_reserved(be) : 0.0;
+    out->bytes[TKS_MEM_BACKEND] = be && be->kind && be->kind->reserved ? (double)be->kind->reserved(be) : 0.0;
     for (int k = 0; k < TKS_MEM_N; k++) out->total += out->bytes[k];
     return 0;
 }

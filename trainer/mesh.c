@@ -1,11 +1,12 @@
-/* mesh.c - layout planning, MPI communicators behind comm.h, the check that
- * the groups built are the groups planned, and the switch of the groups to
- * the backend's transport (NCCL, staged). The bucketed gradient sync is
- * grad_sync.c. */
+/* mesh.c - layout planning, the MPI world, the groups of a layout and the
+ * check that the groups built are the groups planned, agreement, and the
+ * switch of the groups to the backend's transport. The transports are
+ * beside it: comm_mpi.c (MPI), comm_staged.c (MPI through host memory),
+ * comm_self.c (one process), cuda/nccl_comm.c (NCCL); the bucketed gradient
+ * sync is grad_sync.c. */
 #define _GNU_SOURCE
 #include "mesh.h"
 
-#include <limits.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,7 +15,6 @@
 
 #include "../common/tks.h"
 #include "../common/tks_mpi.h"
-#include "cuda/cuda.h"
 #include "trainer.h"
 
 const char *tks_group_name(tks_group_kind k) {
@@ -166,216 +166,6 @@ void tks_mesh_finalize(void) {
     if (g_mpi_inited_here && MPI_Finalized(&fin) == MPI_SUCCESS && !fin) MPI_Finalize();
 }
 
-typedef struct mpi_comm {
-    tks_comm c;
-    MPI_Comm comm;
-    int *members;
-} mpi_comm;
-
-#define MC(c) ((mpi_comm *)(c))
-
-static int mpi_err(int e, const char *what) {
-    if (e == MPI_SUCCESS) return 0;
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(e, msg, &len);
-    return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "MPI %s failed: %s", what, msg);
-}
-
-/* bf16 reductions: fp32 arithmetic, rounded to nearest even (comm.h) */
-static void bf16_reduce(void *in, void *inout, int *len, MPI_Datatype *dt, int is_max) {
-    (void)dt;
-    const uint16_t *a = in;
-    uint16_t *b = inout;
-    for (int i = 0; i < *len; i++) {
-        float x = tks_bf16_to_f32(a[i]), y = tks_bf16_to_f32(b[i]);
-        b[i] = tks_bf16_from_f32(is_max ? (x > y ? x : y) : x + y);
-    }
-}
-static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) { bf16_reduce(in, inout, len, dt, 0); }
-static void bf16_max(void *in, void *inout, int *len, MPI_Datatype *dt) { bf16_reduce(in, inout, len, dt, 1); }
-static MPI_Op g_bf16_op[2] = {MPI_OP_NULL, MPI_OP_NULL};
-
-static MPI_Datatype mpi_type(tks_dtype d) { return d == TKS_BF16 ? MPI_UINT16_T : MPI_FLOAT; }
-static MPI_Op mpi_op(tks_dtype d, tks_comm_op op) {
-    if (d == TKS_F32) return op == TKS_COMM_MAX ? MPI_MAX : MPI_SUM;
-    int k = op == TKS_COMM_MAX;
-    if (g_bf16_op[k] == MPI_OP_NULL) MPI_Op_create(k ? bf16_max : bf16_sum, 1, &g_bf16_op[k]);
-    return g_bf16_op[k];
-}
-
-/* A started collective: one MPI request per piece (comm.h: counts are cut
- * into pieces of at most tks_comm_chunk_max() elements, never truncated). */
-struct tks_comm_req {
-    size_t n;
-    MPI_Request r[];
-};
-
-static int m_start(tks_comm *c, const tks_coll *op, tks_comm_req **req) {
-    *req = NULL;
-    mpi_comm *mc = MC(c);
-    size_t es = tks_dtype_size(op->dtype), n = op->n, max = tks_comm_chunk_max(), f, k;
-    size_t S = (size_t)c->size, R = (size_t)c->rank, pieces = tks_comm_chunks(n, max, 0, &f, &k);
-    int kind = op->kind;
-    if (kind < 0 || kind > TKS_COLL_BROADCAST)
-        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "comm: unknown collective %d", kind);
-    c->calls[kind]++;
-    c->bytes[kind] += n * es * (kind == TKS_COLL_REDUCE_SCATTER || kind == TKS_COLL_ALLGATHER ? S : 1);
-    /* small calls use MPI's own collective (one piece); large ones per-root pieces */
-    int whole = pieces <= 1;
-    size_t nreq = (kind == TKS_COLL_REDUCE_SCATTER || kind == TKS_COLL_ALLGATHER) && !whole ? S * pieces
-                                                                                          : (pieces ? pieces : 1);
-    tks_comm_req *q = calloc(1, sizeof *q + nreq * sizeof(MPI_Request));
-    if (!q) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory starting a collective");
-    for (size_t i = 0; i < nreq; i++) q->r[i] = MPI_REQUEST_NULL;
-    MPI_Datatype T = mpi_type(op->dtype);
-    char *out = op->out;
-    const char *in = op->in;
-    int e = MPI_SUCCESS;
-    if (c->size == 1) {
-        if ((kind == TKS_COLL_REDUCE_SCATTER || kind == TKS_COLL_ALLGATHER) && out != in && n)
-            memmove(out, in, n * es); /* host memory (CPU backend) */
-    } else if (kind == TKS_COLL_ALLREDUCE) {
-        for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
-            tks_comm_chunks(n, max, p, &f, &k);
-            e = MPI_Iallreduce(MPI_IN_PLACE, out + f * es, (int)k, T, mpi_op(op->dtype, op->op), mc->comm, &q->r[p]);
-        }
-    } else if (kind == TKS_COLL_BROADCAST) {
-        for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
-            tks_comm_chunks(n, max, p, &f, &k);
-            e = MPI_Ibcast(out + f * es, (int)k, T, op->root, mc->comm, &q->r[p]);
-        }
-    } else if (kind == TKS_COLL_REDUCE_SCATTER && whole) {
-        e = MPI_Ireduce_scatter_block(in, out, (int)n, T, mpi_op(op->dtype, TKS_COMM_SUM), mc->comm, &q->r[0]);
-    } else if (kind == TKS_COLL_REDUCE_SCATTER) {
-        /* member r's share, piece by piece, reduced to r */
-        for (size_t r = 0; r < S && e == MPI_SUCCESS; r++)
-            for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
-                tks_comm_chunks(n, max, p, &f, &k);
-                e = MPI_Ireduce(in + (r * n + f) * es, r == R ? out + f * es : NULL, (int)k, T,
-                                mpi_op(op->dtype, TKS_COMM_SUM), (int)r, mc->comm, &q->r[r * pieces + p]);
-            }
-    } else { /* allgather */
-        int in_place = in == out + R * n * es;
-        if (whole)
-            e = in_place ? MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, (int)n, T, mc->comm, &q->r[0])
-                         : MPI_Iallgather(in, (int)n, T, out, (int)n, T, mc->comm, &q->r[0]);
-        else {
-            if (!in_place && n) memmove(out + R * n * es, in, n * es);
-            for (size_t r = 0; r < S && e == MPI_SUCCESS; r++)
-                for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
-                    tks_comm_chunks(n, max, p, &f, &k);
-                    e = MPI_Ibcast(out + (r * n + f) * es, (int)k, T, (int)r, mc->comm, &q->r[r * pieces + p]);
-                }
-        }
-    }
-    q->n = nreq;
-    if (e != MPI_SUCCESS) {
-        MPI_Waitall((int)nreq, q->r, MPI_STATUSES_IGNORE);
-        free(q);
-        return mpi_err(e, "collective start");
-    }
-    *req = q;
-    return 0;
-}
-
-static int m_wait(tks_comm *c, tks_comm_req *q) {
-    (void)c;
-    if (!q) return 0;
-    int e = MPI_SUCCESS;
-    for (size_t i = 0; i < q->n && e == MPI_SUCCESS; i += (size_t)INT_MAX)
-        e = MPI_Waitall((int)(q->n - i < (size_t)INT_MAX ? q->n - i : (size_t)INT_MAX), q->r + i,
-                        MPI_STATUSES_IGNORE);
-    free(q);
-    return mpi_err(e, "collective");
-}
-
-
-/* Host bytes to root, in rank order, point to point in pieces (size_t
- * offsets: no int displacement can overflow). */
-static int m_gatherv(tks_comm *c, void *out, const size_t *counts, const void *in, int root) {
-    size_t max = tks_comm_chunk_max(), f, k, at = 0;
-    int e = MPI_SUCCESS;
-    if (c->size == 1) return out && out != in && counts[0] ? (memmove(out, in, counts[0]), 0) : 0;
-    if (c->rank != root) {
-        size_t pieces = tks_comm_chunks(counts[c->rank], max, 0, &f, &k);
-        for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
-            tks_comm_chunks(counts[c->rank], max, p, &f, &k);
-            e = MPI_Send((const char *)in + f, (int)k, MPI_BYTE, root, 7, MC(c)->comm);
-        }
-        return mpi_err(e, "gather (send)");
-    }
-    for (int r = 0; r < c->size; r++) {
-        size_t pieces = tks_comm_chunks(counts[r], max, 0, &f, &k);
-        if (r == root) {
-            if (counts[r] && (char *)out + at != in) memmove((char *)out + at, in, counts[r]);
-        } else
-            for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
-                tks_comm_chunks(counts[r], max, p, &f, &k);
-                e = MPI_Recv((char *)out + at + f, (int)k, MPI_BYTE, r, 7, MC(c)->comm, MPI_STATUS_IGNORE);
-            }
-        at += counts[r];
-    }
-    return mpi_err(e, "gather (receive)");
-}
-
-static int m_bcast_bytes(tks_comm *c, void *buf, size_t n, int root) {
-    if (c->size == 1) return 0;
-    size_t max = tks_comm_chunk_max(), f, k, pieces = tks_comm_chunks(n, max, 0, &f, &k);
-    int e = MPI_SUCCESS;
-    for (size_t p = 0; p < pieces && e == MPI_SUCCESS; p++) {
-        tks_comm_chunks(n, max, p, &f, &k);
-        e = MPI_Bcast((char *)buf + f, (int)k, MPI_BYTE, root, MC(c)->comm);
-    }
-    return mpi_err(e, "broadcast");
-}
-
-static int m_barrier(tks_comm *c) {
-    return c->size == 1 ? 0 : mpi_err(MPI_Barrier(MC(c)->comm), "barrier");
-}
-
-/* lowest failing member's error, to every member (host control data) */
-static int m_agree(tks_comm *c, int rc) {
-    if (c->size == 1) return rc;
-    int mine = rc ? c->rank : c->size, first = c->size;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MC(c)->comm);
-    if (first == c->size) return 0;
-    tks_error e = *tks_last_error();
-    MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, MC(c)->comm);
-    tks_error_restore(&e);
-    return e.code ? e.code : TKS_ERR_ARG;
-}
-
-static tks_comm *mpi_comm_new(MPI_Comm comm) {
-    mpi_comm *m = calloc(1, sizeof *m);
-    if (!m) return NULL;
-    m->comm = comm;
-    MPI_Comm_size(comm, &m->c.size);
-    MPI_Comm_rank(comm, &m->c.rank);
-    m->members = calloc((size_t)m->c.size, sizeof *m->members);
-    int me;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    if (m->members) MPI_Allgather(&me, 1, MPI_INT, m->members, 1, MPI_INT, comm);
-    m->c.members = m->members;
-    m->c.ctx = m;
-    m->c.start = m_start;
-    m->c.wait = m_wait;
-    m->c.gatherv_host = m_gatherv;
-    m->c.agree = m_agree;
-    tks_comm_set_blocking(&m->c);
-    m->c.broadcast_bytes = m_bcast_bytes;
-    m->c.barrier = m_barrier;
-    return &m->c;
-}
-
-static void mpi_comm_free(tks_comm *c) {
-    if (!c) return;
-    mpi_comm *m = MC(c);
-    if (m->comm != MPI_COMM_WORLD && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
-    free(m->members);
-    free(m);
-}
-
 /* Split colour and key of this rank for each group kind. The test hook
  * TOKSHARD_TEST_MESH_FAULT=merge-dp builds dp_shard groups that ignore the
  * replica coordinate (the torchtitan failure of docs/MOTIVATION.md) so that the
@@ -421,14 +211,13 @@ int tks_mesh_create(const tks_mesh_shape *s, tks_mesh **out) {
     }
     m->mpi = 1;
     for (int k = 0; k < TKS_N_GROUPS && !rc; k++) {
-        MPI_Comm c = MPI_COMM_WORLD;
         if (k != TKS_GROUP_WORLD) {
             int color, key;
             split_of(m, (tks_group_kind)k, &color, &key);
-            rc = mpi_err(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c), "comm_split");
+            rc = tks_comm_mpi_split(color, key, &m->group[k]);
+        } else {
+            rc = tks_comm_mpi_split(-1, 0, &m->group[k]);
         }
-        if (!rc && !(m->group[k] = mpi_comm_new(c)))
-            rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     }
     /* the groups that exist must be the groups planned, member for member */
     int *plan = malloc((size_t)world * sizeof *plan);
@@ -471,7 +260,7 @@ void tks_mesh_free(tks_mesh *m) {
     if (!m) return;
     tks_mesh_device_free(m);
     if (m->mpi)
-        for (int k = 0; k < TKS_N_GROUPS; k++) mpi_comm_free(m->group[k]);
+        for (int k = 0; k < TKS_N_GROUPS; k++) tks_comm_mpi_free(m->group[k]);
     free(m);
 }
 
@@ -574,42 +363,51 @@ int tks_train_check_mesh(int tp, int dp_shard, int dp_replicate, char **report) 
 
 /* ---- the groups on the backend in use (--comm) ----------------------------------
  * The MPI groups built and checked above serve the CPU backend as they are;
- * under the CUDA backend they become NCCL communicators (tks_nccl_comm_create:
- * one per group, split from one world communicator and checked member by
- * member against the MPI group), or, with --comm mpi, the staged transport
- * (comm_staged.c). The MPI groups stay underneath for launch and control
- * (agree, gatherv_host, broadcast_bytes). docs/GPU.md, "Several processes".
+ * under a device backend with collectives of its own (cuda: NCCL) they become
+ * that kind's communicators (one per group, split from one world communicator
+ * and checked member by member against the MPI group), or, with --comm mpi,
+ * the staged transport (comm_staged.c). The MPI groups stay underneath for
+ * launch and control (agree, gatherv_host, broadcast_bytes). docs/GPU.md,
+ * "Several processes".
  * ---- the switch ---------------------------------------------------------------- */
 
-const char *tks_mesh_comm_name(const tks_mesh *m) {
-    switch (m->dev_kind) {
-    case TKS_MESH_DEV_NCCL: return "nccl";
+static const char *comm_kind_name(int kind, const tks_backend_kind *bk, int mpi) {
+    switch (kind) {
+    case TKS_MESH_DEV_BACKEND: return bk && bk->comm_name ? bk->comm_name : "backend";
     case TKS_MESH_DEV_STAGED: return "mpi (staged through host memory)";
-    default: return m->mpi ? "mpi" : "none (one process)";
+    default: return mpi ? "mpi" : "none (one process)";
     }
 }
 
-int tks_mesh_comm_resolve(const char *comm, const char *backend, int world, int *kind) {
+const char *tks_mesh_comm_name(const tks_mesh *m) { return comm_kind_name(m->dev_kind, m->dev_comm, m->mpi); }
+
+const char *tks_mesh_comm_kind_name(int kind, const tks_backend_kind *backend, int world) {
+    return comm_kind_name(kind, backend, world > 1);
+}
+
+int tks_mesh_comm_resolve(const char *comm, const tks_backend_kind *backend, int world, int *kind) {
     *kind = TKS_MESH_DEV_NONE;
     if (!comm) comm = "auto";
     int is_auto = !strcmp(comm, "auto"), is_mpi = !strcmp(comm, "mpi"), is_nccl = !strcmp(comm, "nccl");
     if (!is_auto && !is_mpi && !is_nccl)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "--comm %s: use auto (NCCL under --device cuda, else MPI), mpi or nccl", comm);
-    int cuda = backend && !strcmp(backend, "cuda");
-    if (is_nccl && !cuda)
+    /* a device backend: its memory is not the host's */
+    int device = backend && backend != &tks_cpu_backend_kind;
+    int native = device && backend->comm_world_create && backend->comm_name;
+    if (is_nccl && !(native && !strcmp(backend->comm_name, "nccl")))
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "--comm nccl needs the CUDA backend (NCCL moves GPU memory) but this run "
                         "uses the %s backend%s: use --device cuda on a GPU machine, or --comm mpi",
-                        backend ? backend : "cpu",
-                        tks_cuda_built() ? "" : " (and this tokshard was built without CUDA and "
-                                                "NCCL: rebuild with cmake -DTKS_CUDA=ON)");
+                        backend ? backend->name : "cpu",
+                        tks_backend_find("cuda") ? "" : " (and this tokshard was built without CUDA and "
+                                                        "NCCL: rebuild with cmake -DTKS_CUDA=ON)");
     if (world <= 1) return 0; /* one process: no collective moves data */
-    if (cuda) *kind = is_mpi ? TKS_MESH_DEV_STAGED : TKS_MESH_DEV_NCCL;
+    if (device) *kind = is_mpi || !native ? TKS_MESH_DEV_STAGED : TKS_MESH_DEV_BACKEND;
 #ifdef TKS_TEST_HOOKS
     /* the staged path on the CPU backend, so CPU-only tests cover it */
     const char *t = getenv("TOKSHARD_TEST_STAGED_COMM");
-    if (!cuda && t && !strcmp(t, "1")) *kind = TKS_MESH_DEV_STAGED;
+    if (!device && t && !strcmp(t, "1")) *kind = TKS_MESH_DEV_STAGED;
 #endif
     return 0;
 }
@@ -619,39 +417,46 @@ void tks_mesh_device_free(tks_mesh *m) {
     for (int k = 0; k < TKS_N_GROUPS; k++) {
         if (!m->ctrl[k]) continue;
         if (m->group[k] != m->ctrl[k]) {
-            if (m->dev_kind == TKS_MESH_DEV_NCCL) tks_nccl_comm_free(m->group[k]);
+            if (m->dev_kind == TKS_MESH_DEV_BACKEND) m->dev_comm->comm_group_free(m->group[k]);
             else tks_comm_staged_free(m->group[k]);
         }
         m->group[k] = m->ctrl[k];
         m->ctrl[k] = NULL;
     }
-    tks_nccl_world_free((tks_nccl_world *)m->nccl);
-    m->nccl = NULL;
+    if (m->dev_world) m->dev_comm->comm_world_free(m->dev_world);
+    m->dev_world = NULL;
+    m->dev_comm = NULL;
     m->dev_kind = TKS_MESH_DEV_NONE;
+}
+
+/* The backend kind's own communicators for every group (NCCL under cuda). */
+static int use_backend_comms(tks_mesh *m, tks_backend *be) {
+    const tks_backend_kind *bk = be->kind;
+    /* collective over the world; a failure on any rank is every rank's */
+    int rc = tks_comm_agree(m->ctrl[TKS_GROUP_WORLD], bk->comm_world_create(be, &m->dev_world));
+    /* every rank splits every group, in the same order (ncclCommSplit is
+     * collective over the world communicator): after each group the world
+     * agrees, so no rank goes on to the next split while another stopped */
+    for (int k = 0; k < TKS_N_GROUPS && !rc; k++) {
+        tks_comm *g = NULL;
+        rc = bk->comm_group_create(m->dev_world, m->ctrl[k], &g);
+        if (!rc) m->group[k] = g;
+        rc = tks_comm_agree(m->ctrl[TKS_GROUP_WORLD], rc);
+    }
+    return rc;
 }
 
 int tks_mesh_use_backend(tks_mesh *m, tks_backend *be, const char *comm, int rc) {
     /* the world agrees on what came before: every rank switches, or none */
     rc = tks_mesh_agree(m, rc);
     int kind = TKS_MESH_DEV_NONE;
-    if (!rc) rc = tks_mesh_comm_resolve(comm, be->name, m->world, &kind);
+    if (!rc) rc = tks_mesh_comm_resolve(comm, be->kind, m->world, &kind);
     if (rc || !m->mpi || kind == TKS_MESH_DEV_NONE) return rc;
     m->dev_kind = kind;
+    m->dev_comm = be->kind;
     for (int k = 0; k < TKS_N_GROUPS; k++) m->ctrl[k] = m->group[k];
-    if (kind == TKS_MESH_DEV_NCCL) {
-        tks_nccl_world *w = NULL;
-        /* collective over the world; a failure on any rank is every rank's */
-        rc = tks_comm_agree(m->ctrl[TKS_GROUP_WORLD], tks_nccl_world_create(be, &w));
-        m->nccl = w;
-        /* every rank splits every group, in the same order (ncclCommSplit is
-         * collective over the world communicator): after each group the world
-         * agrees, so no rank goes on to the next split while another stopped */
-        for (int k = 0; k < TKS_N_GROUPS && !rc; k++) {
-            tks_comm *g = NULL;
-            rc = tks_nccl_comm_create(w, m->ctrl[k], &g);
-            if (!rc) m->group[k] = g;
-            rc = tks_comm_agree(m->ctrl[TKS_GROUP_WORLD], rc);
-        }
+    if (kind == TKS_MESH_DEV_BACKEND) {
+        rc = use_backend_comms(m, be);
     } else {
         for (int k = 0; k < TKS_N_GROUPS && !rc; k++) {
             tks_comm *g = tks_comm_staged_new(m->ctrl[k], be);
@@ -659,7 +464,7 @@ int tks_mesh_use_backend(tks_mesh *m, tks_backend *be, const char *comm, int rc)
             else m->group[k] = g;
         }
     }
-    /* agreed over the MPI world (the NCCL comms may be the failure) */
+    /* agreed over the MPI world (the device comms may be the failure) */
     rc = tks_comm_agree(m->ctrl[TKS_GROUP_WORLD], rc);
     if (rc) tks_mesh_device_free(m);
     return rc;

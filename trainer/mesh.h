@@ -64,10 +64,14 @@ typedef struct tks_mesh {
      * the MPI groups underneath it (control collectives; NULL before) */
     int dev_kind;            /* TKS_MESH_DEV_* */
     tks_comm *ctrl[TKS_N_GROUPS];
-    void *nccl;              /* the NCCL world (tks_nccl_world) */
+    const tks_backend_kind *dev_comm; /* whose collectives group[] holds (DEV_BACKEND) */
+    void *dev_world;         /* that kind's world communicator */
 } tks_mesh;
 
-enum { TKS_MESH_DEV_NONE = 0, TKS_MESH_DEV_NCCL = 1, TKS_MESH_DEV_STAGED = 2 };
+/* What a mesh's groups are on its backend: the MPI groups themselves, the
+ * backend kind's own collectives (NCCL for cuda), or MPI staged through host
+ * memory. */
+enum { TKS_MESH_DEV_NONE = 0, TKS_MESH_DEV_BACKEND = 1, TKS_MESH_DEV_STAGED = 2 };
 
 /*
  * Creates the mesh for this process: with MPI when the process was started by
@@ -84,8 +88,8 @@ void tks_mesh_free(tks_mesh *m);
  * (--comm: "auto" or NULL, "mpi", "nccl"):
  *   - CPU backend: the MPI groups as they are (auto, mpi); nccl is refused.
  *   - CUDA backend under mpirun: auto and nccl make every group an NCCL
- *     communicator (tks_nccl_world_create, then tks_nccl_comm_create per group,
- *     each checked member by member against the MPI group, itself checked
+ *     communicator (the kind's comm_world_create, then comm_group_create per
+ *     group, each checked member by member against the MPI group, itself checked
  *     against the plan); mpi keeps MPI and moves device buffers through host
  *     memory (blocking, no overlap; for machines where NCCL cannot run).
  *   - One process: nothing changes (no collective moves data).
@@ -99,9 +103,12 @@ void tks_mesh_free(tks_mesh *m);
 int tks_mesh_use_backend(tks_mesh *m, tks_backend *be, const char *comm, int rc);
 
 /* The rule of tks_mesh_use_backend without building anything (--dry-run):
- * *kind = TKS_MESH_DEV_* for `world` processes on backend `backend` ("cpu",
- * "cuda"). Errors as above (TKS_ERR_ARG). */
-int tks_mesh_comm_resolve(const char *comm, const char *backend, int world, int *kind);
+ * *kind = TKS_MESH_DEV_* for `world` processes on a backend of kind
+ * `backend` (NULL: cpu). Errors as above (TKS_ERR_ARG). */
+int tks_mesh_comm_resolve(const char *comm, const tks_backend_kind *backend, int world, int *kind);
+
+/* tks_mesh_comm_name for a resolved kind, before any mesh exists. */
+const char *tks_mesh_comm_kind_name(int kind, const tks_backend_kind *backend, int world);
 
 /* "nccl", "mpi (staged through host memory)", "mpi" or "none (one process)". */
 const char *tks_mesh_comm_name(const tks_mesh *m);

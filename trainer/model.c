@@ -260,13 +260,13 @@ size_t tks_model_activation_bytes(const tks_model_config *cfg, int tp, int B, in
     size_t ws = 0;
     if (be) {
         tks_ws_shape s = ws_shape(&c, tp, B, T, dt);
-        ws = be->workspace_bytes(be, &s);
+        ws = be->ops->workspace_bytes(be, &s);
     }
     return layer_bytes(&p) * (size_t)p.n_layers + top_bytes(&p) + al64(ws);
 }
 
 static void *dalloc(tks_model *m, size_t bytes, int *fail) {
-    void *p = m->be->alloc(m->be, bytes);
+    void *p = m->be->ops->alloc(m->be, bytes);
     if (!p) *fail = 1;
     m->act_bytes += al64(bytes);
     return p;
@@ -328,10 +328,10 @@ int tks_model_create_dt(const tks_model_config *cfg, tks_backend *be, tks_comm *
     size_t N = ap.N, C = ap.C, e = ap.es, F = ap.F;
     size_t fm = flat_multiple ? flat_multiple : 1;
     m->n_flat = (m->n_local + fm - 1) / fm * fm;
-    m->w = be->alloc(be, m->n_flat * sizeof(float));
-    m->g = be->alloc(be, m->n_flat * sizeof(float));
+    m->w = be->ops->alloc(be, m->n_flat * sizeof(float));
+    m->g = be->ops->alloc(be, m->n_flat * sizeof(float));
     if (!m->w || !m->g) fail = 1;
-    if (dt != TKS_F32 && !fail && !(m->wc = be->alloc(be, m->n_flat * e))) fail = 1;
+    if (dt != TKS_F32 && !fail && !(m->wc = be->ops->alloc(be, m->n_flat * e))) fail = 1;
     for (size_t i = 0; i < m->n_params && !fail; i++) {
         m->params[i].w = m->w + m->params[i].offset;
         m->params[i].g = m->g + m->params[i].offset;
@@ -383,9 +383,9 @@ int tks_model_create_dt(const tks_model_config *cfg, tks_backend *be, tks_comm *
     m->dact = dalloc(m, N * F * e, &fail);
     /* the workspace for the training shape and for decoding up to max_seq_len */
     tks_ws_shape s1 = ws_shape(&c, tps, B, T, dt);
-    m->ws_bytes = be->workspace_bytes(be, &s1);
+    m->ws_bytes = be->ops->workspace_bytes(be, &s1);
     if (!fail) m->ws = dalloc(m, m->ws_bytes, &fail);
-    if (!fail && be->set_workspace(be, m->ws, m->ws_bytes)) fail = 1;
+    if (!fail && be->ops->set_workspace(be, m->ws, m->ws_bytes)) fail = 1;
     m->host_loss = malloc(N * sizeof(float));
     if (fail || !m->host_loss) {
         tks_model_free(m);
@@ -401,7 +401,7 @@ int tks_model_create_dt(const tks_model_config *cfg, tks_backend *be, tks_comm *
 void tks_model_free(tks_model *m) {
     if (!m) return;
     tks_backend *be = m->be;
-#define F(p) do { if (p) be->free(be, (void *)(p)); } while (0)
+#define F(p) do { if (p) be->ops->free(be, (void *)(p)); } while (0)
     for (uint32_t l = 0; m->layers && l < m->cfg.n_layers; l++) {
         layer *L = &m->layers[l];
         F(L->x); F(L->h1); F(L->rstd1); F(L->qkv); F(L->lse); F(L->att); F(L->xm); F(L->h2);
@@ -411,7 +411,7 @@ void tks_model_free(tks_model *m) {
     F(m->sum); F(m->tgt); F(m->loss); F(m->ids); F(m->targets); F(m->dres); F(m->dh);
     F(m->dqkv); F(m->datt); F(m->dgu); F(m->dact);
     if (m->ws) {
-        be->set_workspace(be, NULL, 0);
+        be->ops->set_workspace(be, NULL, 0);
         F(m->ws);
     }
 #undef F
@@ -454,8 +454,8 @@ size_t tks_model_act_bytes(const tks_model *m) { return m->act_bytes; }
 
 int tks_model_refresh_compute(tks_model *m) {
     if (m->dt == TKS_F32) return 0;
-    int rc = m->be->convert(m->be, m->wc, m->dt, m->w, TKS_F32, m->n_flat);
-    return rc ? rc : m->be->sync(m->be);
+    int rc = m->be->ops->convert(m->be, m->wc, m->dt, m->w, TKS_F32, m->n_flat);
+    return rc ? rc : m->be->ops->sync(m->be);
 }
 
 /* ---- initialization ------------------------------------------------------------ */
@@ -490,7 +490,7 @@ void tks_model_init(tks_model *m, uint64_t seed) {
                 else v = m->cfg.init_std * gauss(key, gr * p->cols + gc);
                 h[r * p->lcols + c] = v;
             }
-        m->be->upload(m->be, p->w, h, n * sizeof *h);
+        m->be->ops->upload(m->be, p->w, h, n * sizeof *h);
         free(h);
     }
     tks_model_refresh_compute(m); /* a failure is sticky: the next sync reports it */
@@ -515,7 +515,7 @@ static int linear(tks_model *m, void *y, const void *x, const void *W, int M, in
                        .B = W, .b_type = m->dt, .ldb = (size_t)in,
                        .C = y, .c_type = m->dt, .ldc = (size_t)out,
                        .compute = TKS_F32, .accumulate = acc};
-    return m->be->gemm(m->be, &g);
+    return m->be->ops->gemm(m->be, &g);
 }
 /* dW[out,in] (fp32) += dy[M,out]^T @ x[M,in] (dt): the weight gradient
  * accumulates in fp32 (beta = 1) */
@@ -525,7 +525,7 @@ static int linear_dw(tks_model *m, float *dW, const void *dy, const void *x, int
                        .B = x, .b_type = m->dt, .ldb = (size_t)in,
                        .C = dW, .c_type = TKS_F32, .ldc = (size_t)in,
                        .compute = TKS_F32, .accumulate = 1};
-    return m->be->gemm(m->be, &g);
+    return m->be->ops->gemm(m->be, &g);
 }
 /* dx[M,in] (= or +=) dy[M,out] @ W[out,in]; all dt */
 static int linear_dx(tks_model *m, void *dx, const void *dy, const void *W, int M, int out, int in,
@@ -535,7 +535,7 @@ static int linear_dx(tks_model *m, void *dx, const void *dy, const void *W, int 
                        .B = W, .b_type = m->dt, .ldb = (size_t)in,
                        .C = dx, .c_type = m->dt, .ldc = (size_t)in,
                        .compute = TKS_F32, .accumulate = acc};
-    return m->be->gemm(m->be, &g);
+    return m->be->ops->gemm(m->be, &g);
 }
 
 /* Tensor-parallel all-reduce of an activation or activation gradient in the
@@ -568,30 +568,30 @@ static int layer_forward(tks_model *m, layer *L, void *x_out, int B, int T, int 
     int M = B * T, C = m->C, HD = m->HD, QD = m->NH_l * HD, KD = m->NKV_l * HD, F = m->F_l;
     int QKV = m->QKV, rc;
     void *q = L->qkv, *k = off(m, L->qkv, (size_t)QD), *v = off(m, L->qkv, (size_t)(QD + KD));
-    TRY(be->rmsnorm_fwd(be, L->h1, L->rstd1, L->x, cw(m, L->attn_norm), M, C, c->norm_eps, dt));
+    TRY(be->ops->rmsnorm_fwd(be, L->h1, L->rstd1, L->x, cw(m, L->attn_norm), M, C, c->norm_eps, dt));
     /* q|k|v = h1 @ [Wq; Wk; Wv]^T: one GEMM over the three adjacent tensors */
     TRY(linear(m, L->qkv, L->h1, cw(m, L->wq), M, QKV, C, 0));
-    TRY(be->rope(be, q, (size_t)QKV, B, T, m->NH_l, HD, decode ? pos : 0, c->rope_theta, 0, dt));
-    TRY(be->rope(be, k, (size_t)QKV, B, T, m->NKV_l, HD, decode ? pos : 0, c->rope_theta, 0, dt));
+    TRY(be->ops->rope(be, q, (size_t)QKV, B, T, m->NH_l, HD, decode ? pos : 0, c->rope_theta, 0, dt));
+    TRY(be->ops->rope(be, k, (size_t)QKV, B, T, m->NKV_l, HD, decode ? pos : 0, c->rope_theta, 0, dt));
     if (decode) {
         size_t es = tks_dtype_size(dt);
-        TRY(be->copy(be, off(m, L->kc, (size_t)pos * KD), k, (size_t)KD * es));
-        TRY(be->copy(be, off(m, L->vc, (size_t)pos * KD), v, (size_t)KD * es));
-        TRY(be->attention_step(be, L->att, q, L->kc, L->vc, pos, m->NH_l, m->NKV_l, HD, dt));
+        TRY(be->ops->copy(be, off(m, L->kc, (size_t)pos * KD), k, (size_t)KD * es));
+        TRY(be->ops->copy(be, off(m, L->vc, (size_t)pos * KD), v, (size_t)KD * es));
+        TRY(be->ops->attention_step(be, L->att, q, L->kc, L->vc, pos, m->NH_l, m->NKV_l, HD, dt));
     } else {
-        TRY(be->attention_fwd(be, L->att, (size_t)QD, L->lse, q, (size_t)QKV, k, v, (size_t)QKV, B,
+        TRY(be->ops->attention_fwd(be, L->att, (size_t)QD, L->lse, q, (size_t)QKV, k, v, (size_t)QKV, B,
                               T, m->NH_l, m->NKV_l, HD, dt));
     }
     TRY(linear(m, L->xm, L->att, cw(m, L->wo), M, C, QD, 0));
     TRY(tp_sum(m, L->xm, (size_t)M * C));
-    TRY(be->add(be, L->xm, L->xm, L->x, (size_t)M * C, dt));
-    TRY(be->rmsnorm_fwd(be, L->h2, L->rstd2, L->xm, cw(m, L->mlp_norm), M, C, c->norm_eps, dt));
+    TRY(be->ops->add(be, L->xm, L->xm, L->x, (size_t)M * C, dt));
+    TRY(be->ops->rmsnorm_fwd(be, L->h2, L->rstd2, L->xm, cw(m, L->mlp_norm), M, C, c->norm_eps, dt));
     /* gate|up = h2 @ [Wgate; Wup]^T: one GEMM */
     TRY(linear(m, L->gu, L->h2, cw(m, L->wgate), M, 2 * F, C, 0));
-    TRY(be->swiglu_fwd(be, L->act, L->gu, M, F, dt));
+    TRY(be->ops->swiglu_fwd(be, L->act, L->gu, M, F, dt));
     TRY(linear(m, x_out, L->act, cw(m, L->wdown), M, C, F, 0));
     TRY(tp_sum(m, x_out, (size_t)M * C));
-    TRY(be->add(be, x_out, x_out, L->xm, (size_t)M * C, dt));
+    TRY(be->ops->add(be, x_out, x_out, L->xm, (size_t)M * C, dt));
     return 0;
 }
 
@@ -599,13 +599,13 @@ static int trunk_forward(tks_model *m, int B, int T, int decode, int pos) {
     tks_backend *be = m->be;
     int M = B * T, C = m->C, rc;
     void *x0 = m->layers[0].x;
-    TRY(be->embedding_fwd(be, x0, m->ids, cw(m, m->embed), M, C, m->v0, (int)m->VP_l, m->dt));
+    TRY(be->ops->embedding_fwd(be, x0, m->ids, cw(m, m->embed), M, C, m->v0, (int)m->VP_l, m->dt));
     TRY(tp_sum(m, x0, (size_t)M * C));
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
         void *next = l + 1 < m->cfg.n_layers ? m->layers[l + 1].x : m->xL;
         TRY(layer_forward(m, &m->layers[l], next, B, T, decode, pos));
     }
-    TRY(be->rmsnorm_fwd(be, m->hf, m->rstdf, m->xL, cw(m, m->final_norm), M, C, m->cfg.norm_eps,
+    TRY(be->ops->rmsnorm_fwd(be, m->hf, m->rstdf, m->xL, cw(m, m->final_norm), M, C, m->cfg.norm_eps,
                         m->dt));
     TRY(linear(m, m->logits, m->hf, cw(m, m->lm_head), M, (int)m->VP_l, C, 0));
     return 0;
@@ -616,19 +616,19 @@ static int trunk_forward(tks_model *m, int B, int T, int decode, int pos) {
 static int xent_staged(tks_model *m) {
     tks_backend *be = m->be;
     int N = m->N, V = (int)m->VP_l, VR = (int)m->VR_l, rc;
-    TRY(be->xent_max(be, m->mx, m->logits, N, V, VR, m->dt));
+    TRY(be->ops->xent_max(be, m->mx, m->logits, N, V, VR, m->dt));
     TRY(tp_max(m, m->mx, (size_t)N));
-    TRY(be->xent_sumexp(be, m->sum, m->logits, m->mx, N, V, VR, m->dt));
+    TRY(be->ops->xent_sumexp(be, m->sum, m->logits, m->mx, N, V, VR, m->dt));
     TRY(tp_sum_f32(m, m->sum, (size_t)N));
-    TRY(be->xent_target(be, m->tgt, m->logits, m->targets, N, V, m->v0, VR, m->dt));
+    TRY(be->ops->xent_target(be, m->tgt, m->logits, m->targets, N, V, m->v0, VR, m->dt));
     TRY(tp_sum_f32(m, m->tgt, (size_t)N));
-    return be->xent_loss(be, m->loss, m->mx, m->sum, m->tgt, N);
+    return be->ops->xent_loss(be, m->loss, m->mx, m->sum, m->tgt, N);
 }
 
 static int upload_batch(tks_model *m, const int32_t *ids, const int32_t *targets) {
     int rc;
-    TRY(m->be->upload(m->be, m->ids, ids, (size_t)m->N * sizeof(int32_t)));
-    return m->be->upload(m->be, m->targets, targets, (size_t)m->N * sizeof(int32_t));
+    TRY(m->be->ops->upload(m->be, m->ids, ids, (size_t)m->N * sizeof(int32_t)));
+    return m->be->ops->upload(m->be, m->targets, targets, (size_t)m->N * sizeof(int32_t));
 }
 
 int tks_model_forward(tks_model *m, const int32_t *ids, const int32_t *targets, double *loss_sum) {
@@ -638,8 +638,8 @@ int tks_model_forward(tks_model *m, const int32_t *ids, const int32_t *targets, 
     TRY(upload_batch(m, ids, targets));
     TRY(trunk_forward(m, m->B, m->T, 0, 0));
     TRY(xent_staged(m));
-    TRY(be->download(be, m->host_loss, m->loss, (size_t)N * sizeof(float)));
-    TRY(be->sync(be));
+    TRY(be->ops->download(be, m->host_loss, m->loss, (size_t)N * sizeof(float)));
+    TRY(be->ops->sync(be));
     double s = 0;
     for (int i = 0; i < N; i++) s += m->host_loss[i];
     *loss_sum = s;
@@ -655,16 +655,16 @@ int tks_model_forward_train(tks_model *m, const int32_t *ids, const int32_t *tar
     TRY(trunk_forward(m, m->B, m->T, 0, 0));
     if (m->tp_size == 1) {
         /* fused: loss and dlogits (in place of the logits) in one pass */
-        TRY(be->xent_fused(be, m->loss, m->logits, m->targets, N, (int)m->VP_l, (int)m->VR_l,
+        TRY(be->ops->xent_fused(be, m->loss, m->logits, m->targets, N, (int)m->VP_l, (int)m->VR_l,
                            loss_scale, m->dt));
     } else {
         /* vocab-parallel: staged with tp all-reduces, then dlogits in place */
         TRY(xent_staged(m));
-        TRY(be->xent_bwd(be, m->logits, m->logits, m->mx, m->sum, m->targets, N, (int)m->VP_l,
+        TRY(be->ops->xent_bwd(be, m->logits, m->logits, m->mx, m->sum, m->targets, N, (int)m->VP_l,
                          m->v0, (int)m->VR_l, loss_scale, m->dt));
     }
     m->dlogits_ready = 1;
-    return be->sum(be, loss_acc, m->loss, (size_t)N, 1);
+    return be->ops->sum(be, loss_acc, m->loss, (size_t)N, 1);
 }
 
 /* ---- backward ------------------------------------------------------------------------ */
@@ -685,15 +685,15 @@ int tks_model_backward(tks_model *m, float loss_scale) {
     int N = m->N, C = m->C, HD = m->HD, QD = m->NH_l * HD, KD = m->NKV_l * HD, F = m->F_l;
     int V = (int)m->VP_l, QKV = m->QKV, rc;
     if (!m->dlogits_ready) /* after tks_model_forward: dlogits in place of the logits */
-        TRY(be->xent_bwd(be, m->logits, m->logits, m->mx, m->sum, m->targets, N, V, m->v0,
+        TRY(be->ops->xent_bwd(be, m->logits, m->logits, m->mx, m->sum, m->targets, N, V, m->v0,
                          (int)m->VR_l, loss_scale, dt));
     m->dlogits_ready = 0;
     void *dl = m->logits;
     TRY(linear_dw(m, m->lm_head->g, dl, m->hf, N, V, C));
     TRY(linear_dx(m, m->dh, dl, cw(m, m->lm_head), N, V, C, 0));
     TRY(tp_sum(m, m->dh, (size_t)N * C));
-    TRY(be->memzero(be, m->dres, (size_t)N * C * tks_dtype_size(dt)));
-    TRY(be->rmsnorm_bwd(be, m->dres, m->final_norm->g, m->dh, m->xL, cw(m, m->final_norm),
+    TRY(be->ops->memzero(be, m->dres, (size_t)N * C * tks_dtype_size(dt)));
+    TRY(be->ops->rmsnorm_bwd(be, m->dres, m->final_norm->g, m->dh, m->xL, cw(m, m->final_norm),
                         m->rstdf, N, C, dt));
     /* final norm and lm_head (with tied embeddings the embedding, below the
      * layers, is reported last) up to the end of the padded flat buffer */
@@ -705,35 +705,35 @@ int tks_model_backward(tks_model *m, float loss_scale) {
         /* MLP: x_out = xm + down(silu(gate(h2)) * up(h2)); dres = d x_out */
         TRY(linear_dw(m, L->wdown->g, m->dres, L->act, N, C, F));
         TRY(linear_dx(m, m->dact, m->dres, cw(m, L->wdown), N, C, F, 0));
-        TRY(be->swiglu_bwd(be, m->dgu, m->dact, L->gu, N, F, dt));
+        TRY(be->ops->swiglu_bwd(be, m->dgu, m->dact, L->gu, N, F, dt));
         /* gate and up grads are adjacent in the flat buffer: one GEMM each way */
         TRY(linear_dw(m, L->wgate->g, m->dgu, L->h2, N, 2 * F, C));
         TRY(linear_dx(m, m->dh, m->dgu, cw(m, L->wgate), N, 2 * F, C, 0));
         TRY(tp_sum(m, m->dh, (size_t)N * C));
-        TRY(be->rmsnorm_bwd(be, m->dres, L->mlp_norm->g, m->dh, L->xm, cw(m, L->mlp_norm), L->rstd2,
+        TRY(be->ops->rmsnorm_bwd(be, m->dres, L->mlp_norm->g, m->dh, L->xm, cw(m, L->mlp_norm), L->rstd2,
                             N, C, dt));
         /* attention: xm = x + o(attn(rope(q(h1)), rope(k(h1)), v(h1))); dres = d xm */
         TRY(linear_dw(m, L->wo->g, m->dres, L->att, N, C, QD));
         TRY(linear_dx(m, m->datt, m->dres, cw(m, L->wo), N, C, QD, 0));
-        TRY(be->attention_bwd(be, dq, dk, dv, m->datt, L->att, (size_t)QD, L->lse, q, (size_t)QKV,
+        TRY(be->ops->attention_bwd(be, dq, dk, dv, m->datt, L->att, (size_t)QD, L->lse, q, (size_t)QKV,
                               k, v, (size_t)QKV, m->B, m->T, m->NH_l, m->NKV_l, HD, dt));
-        TRY(be->rope(be, dq, (size_t)QKV, m->B, m->T, m->NH_l, HD, 0, m->cfg.rope_theta, 1, dt));
-        TRY(be->rope(be, dk, (size_t)QKV, m->B, m->T, m->NKV_l, HD, 0, m->cfg.rope_theta, 1, dt));
+        TRY(be->ops->rope(be, dq, (size_t)QKV, m->B, m->T, m->NH_l, HD, 0, m->cfg.rope_theta, 1, dt));
+        TRY(be->ops->rope(be, dk, (size_t)QKV, m->B, m->T, m->NKV_l, HD, 0, m->cfg.rope_theta, 1, dt));
         TRY(linear_dw(m, L->wq->g, m->dqkv, L->h1, N, QKV, C));
         TRY(linear_dx(m, m->dh, m->dqkv, cw(m, L->wq), N, QKV, C, 0));
         TRY(tp_sum(m, m->dh, (size_t)N * C));
-        TRY(be->rmsnorm_bwd(be, m->dres, L->attn_norm->g, m->dh, L->x, cw(m, L->attn_norm),
+        TRY(be->ops->rmsnorm_bwd(be, m->dres, L->attn_norm->g, m->dh, L->x, cw(m, L->attn_norm),
                             L->rstd1, N, C, dt));
         /* layer l's tensors are complete: [its first tensor, the next layer's) */
         size_t end = l + 1 < (int)m->cfg.n_layers ? m->layers[l + 1].attn_norm->offset
                                                   : m->final_norm->offset;
         TRY(grads_ready(m, L->attn_norm->offset, end));
     }
-    TRY(be->embedding_bwd(be, m->embed->g, m->dres, m->ids, N, C, m->v0, (int)m->VP_l, dt));
+    TRY(be->ops->embedding_bwd(be, m->embed->g, m->dres, m->ids, N, C, m->v0, (int)m->VP_l, dt));
     return grads_ready(m, 0, m->layers[0].attn_norm->offset);
 }
 
-void tks_model_zero_grad(tks_model *m) { m->be->memzero(m->be, m->g, m->n_flat * sizeof(float)); }
+void tks_model_zero_grad(tks_model *m) { m->be->ops->memzero(m->be, m->g, m->n_flat * sizeof(float)); }
 
 /* ---- decoding with a KV cache ---------------------------------------------------------- */
 
@@ -743,17 +743,17 @@ int tks_model_kv_reset(tks_model *m) {
     size_t n = (size_t)m->cfg.max_seq_len * m->NKV_l * m->HD * tks_dtype_size(m->dt);
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
         layer *L = &m->layers[l];
-        if (!L->kc) L->kc = m->be->alloc(m->be, n);
-        if (!L->vc) L->vc = m->be->alloc(m->be, n);
+        if (!L->kc) L->kc = m->be->ops->alloc(m->be, n);
+        if (!L->vc) L->vc = m->be->ops->alloc(m->be, n);
         if (!L->kc || !L->vc)
             return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
                             "out of memory allocating the KV cache (%u positions): lower "
                             "max_seq_len", m->cfg.max_seq_len);
-        m->be->memzero(m->be, L->kc, n);
-        m->be->memzero(m->be, L->vc, n);
+        m->be->ops->memzero(m->be, L->kc, n);
+        m->be->ops->memzero(m->be, L->vc, n);
     }
     m->kv_ready = 1;
-    return m->be->sync(m->be);
+    return m->be->ops->sync(m->be);
 }
 
 int tks_model_decode_step(tks_model *m, int32_t token, int pos, float *logits) {
@@ -767,15 +767,15 @@ int tks_model_decode_step(tks_model *m, int32_t token, int pos, float *logits) {
                         "token id %d at position %d is not below the vocabulary size %u", token, pos,
                         m->cfg.vocab_size);
     int rc;
-    TRY(m->be->upload(m->be, m->ids, &token, sizeof token));
+    TRY(m->be->ops->upload(m->be, m->ids, &token, sizeof token));
     TRY(trunk_forward(m, 1, 1, 1, pos));
     size_t V = m->cfg.vocab_size;
     if (m->dt == TKS_F32) {
-        TRY(m->be->download(m->be, logits, m->logits, V * sizeof(float)));
+        TRY(m->be->ops->download(m->be, logits, m->logits, V * sizeof(float)));
     } else { /* the row is in dt: read it into the first half of the host buffer and widen */
-        TRY(m->be->download(m->be, logits, m->logits, V * tks_dtype_size(m->dt)));
+        TRY(m->be->ops->download(m->be, logits, m->logits, V * tks_dtype_size(m->dt)));
         const uint16_t *h = (const uint16_t *)logits;
         for (size_t i = V; i-- > 0;) logits[i] = tks_bf16_to_f32(h[i]);
     }
-    return m->be->sync(m->be);
+    return m->be->ops->sync(m->be);
 }

@@ -48,8 +48,8 @@ int tks_optim_create(tks_model *m, const tks_adamw_opts *o, size_t begin, size_t
     }
     tks_backend *be = tks_model_backend(m);
     size_t n = end - begin ? end - begin : 1;
-    op->mom1 = be->alloc(be, n * sizeof(float));
-    op->mom2 = be->alloc(be, n * sizeof(float));
+    op->mom1 = be->ops->alloc(be, n * sizeof(float));
+    op->mom2 = be->ops->alloc(be, n * sizeof(float));
     if (!op->mom1 || !op->mom2) {
         tks_optim_free(op);
         return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (AdamW moments)");
@@ -61,8 +61,8 @@ int tks_optim_create(tks_model *m, const tks_adamw_opts *o, size_t begin, size_t
 void tks_optim_free(tks_optim *op) {
     if (!op) return;
     tks_backend *be = tks_model_backend(op->m);
-    if (op->mom1) be->free(be, op->mom1);
-    if (op->mom2) be->free(be, op->mom2);
+    if (op->mom1) be->ops->free(be, op->mom1);
+    if (op->mom2) be->ops->free(be, op->mom2);
     free(op->spans);
     free(op->norm_spans);
     free(op);
@@ -85,7 +85,7 @@ static int step(tks_optim *op, int64_t t, float lr, float grad_scale, const floa
     tks_backend *be = tks_model_backend(m);
     tks_adamw_hp hp = {.lr = lr, .b1 = op->o.beta1, .b2 = op->o.beta2, .eps = op->o.eps, .t = t,
                        .clip = op->o.grad_clip};
-    return be->adamw(be, tks_model_weights(m), tks_model_grads(m), op->mom1, op->mom2, op->begin,
+    return be->ops->adamw(be, tks_model_weights(m), tks_model_grads(m), op->mom1, op->mom2, op->begin,
                      op->spans, op->n_spans, &hp, grad_scale, gnorm_sq,
                      tks_model_compute_weights(m), tks_model_dtype(m));
 }
@@ -101,8 +101,8 @@ int tks_optim_step_dev(tks_optim *op, int64_t t, float lr, const float *gnorm_sq
 int tks_optim_grad_sumsq(tks_optim *op, float *out, int count_replicated) {
     tks_backend *be = tks_model_backend(op->m);
     return count_replicated
-               ? be->sumsq(be, out, tks_model_grads(op->m), op->spans, op->n_spans, 0)
-               : be->sumsq(be, out, tks_model_grads(op->m), op->norm_spans, op->n_norm_spans, 0);
+               ? be->ops->sumsq(be, out, tks_model_grads(op->m), op->spans, op->n_spans, 0)
+               : be->ops->sumsq(be, out, tks_model_grads(op->m), op->norm_spans, op->n_norm_spans, 0);
 }
 
 float *tks_optim_m(tks_optim *op) { return op->mom1; }

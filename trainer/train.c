@@ -1,5 +1,6 @@
-/* train.c - the training loop (single process; the mesh arrives with the
- * multi-process trainer), dry-run planning, and generation. */
+/* train.c - a training run: resolving and checking it, dry-run planning,
+ * the batch loader, the training loop, evaluation and checkpoints along the
+ * way. Generation is generate.c. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <jansson.h>
@@ -21,7 +22,6 @@
 #include "memplan.h"
 #include "optim.h"
 #include "trainer.h"
-#include "../common/tks_bits.h"
 
 void tks_train_opts_default(tks_train_opts *o) {
     memset(o, 0, sizeof *o);
@@ -255,10 +255,11 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
     rc = tks_mem_plan_make(c, &r.shape, (int)r.micro, (int)T, r.dtype, pbe, &mp);
     if (!rc) tks_mem_plan_format(&mp, mem_line, sizeof mem_line);
     if (!rc)
-        rc = tks_mesh_comm_resolve(r.o.comm, pbe->name,
+        rc = tks_mesh_comm_resolve(r.o.comm, pbe->kind,
                                    r.shape.dp_replicate * r.shape.dp_shard * r.shape.tp, &comm_kind);
     const char *be_name = pbe->name;
-    pbe->destroy(pbe);
+    const tks_backend_kind *be_kind = pbe->kind;
+    pbe->ops->destroy(pbe);
     if (rc) {
         run_free(&r);
         return rc;
@@ -298,10 +299,8 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
     char *mesh = tks_mesh_describe(&r.shape);
     if (mesh) say(&b, "%s", mesh);
     free(mesh);
-    say(&b, "  comm: %s\n", comm_kind == TKS_MESH_DEV_NCCL     ? "nccl"
-                           : comm_kind == TKS_MESH_DEV_STAGED ? "mpi (staged through host memory)"
-                           : r.shape.dp_replicate * r.shape.dp_shard * r.shape.tp > 1 ? "mpi"
-                                                                                      : "none (one process)");
+    say(&b, "  comm: %s\n",
+        tks_mesh_comm_kind_name(comm_kind, be_kind, r.shape.dp_replicate * r.shape.dp_shard * r.shape.tp));
     say(&b, "  device memory per rank (%s backend): %s\n", be_name, mem_line);
     say(&b, "  per rank: vocab rows %llu (padded vocab %llu / tp %d), %u heads, %u kv heads, ffn %u; "
         "optimizer state %.1f MiB\n", (unsigned long long)(tks_model_padded_vocab(c, r.shape.tp) / (uint64_t)r.shape.tp),
@@ -522,7 +521,7 @@ static double evaluate(run *r, tks_model *m, tks_mesh *mesh, uint32_t *tok, int3
  * sticky: the step's sync reports it). */
 static void be_copy(void *ctx, void *dst, const void *src, size_t bytes) {
     tks_backend *be = ctx;
-    (void)be->copy(be, dst, src, bytes);
+    (void)be->ops->copy(be, dst, src, bytes);
 }
 
 /* Elements per gradient bucket: an eighth of this rank's slice, at least 4096
@@ -676,277 +675,358 @@ static int same_run(const run *r) {
     return rc;
 }
 
-int tks_train(const tks_train_opts *in) {
+/* ---- one run of tks_train: open, step, record, save, close ------------------------ */
+
+/* Everything a run holds between its steps. */
+typedef struct trainer {
     run r;
-    /* every rank learns whether every rank could resolve the run before any
-     * collective (a corrupt checkpoint or dataset on one rank only), then
-     * that they all resolved the same run */
-    int rc = tks_mesh_world_agree(resolve(in, &r));
-    if (!rc) rc = same_run(&r);
-    tks_mesh *mesh = NULL;
-    tks_backend *be = NULL;
-    tks_model *m = NULL;
-    tks_optim *opt = NULL;
-    FILE *metrics = NULL;
-    uint32_t *tok = NULL;
-    int32_t *ids = NULL, *tg = NULL;
-    float *gstage = NULL, *dred = NULL;
-    tks_grad_sync *gsync = NULL;
-    char ckdir[PATH_MAX] = "", path[PATH_MAX];
-    tks_train_opts *o = &r.o;
-    if (!rc) rc = tks_mesh_create(&r.shape, &mesh);
-    if (rc) {
-        run_free(&r);
-        return rc;
-    }
-    int lead = mesh->rank == 0;
-    tks_comm *tpc = mesh->group[TKS_GROUP_TP], *shc = mesh->group[TKS_GROUP_DP_SHARD],
-             *world = mesh->group[TKS_GROUP_WORLD];
+    tks_train_opts *o; /* &r.o */
+    tks_mesh *mesh;
+    tks_backend *be;
+    tks_model *m;
+    tks_optim *opt;
+    tks_adamw_opts ao;
+    tks_grad_sync *gsync;
+    float *gstage, *dred; /* device: gradient staging; the step's scalars [4] */
+    int lead, overlap, run_lock;
+    double host_wait;     /* seconds the host spent blocked on the backend (sync, reads) */
+    size_t n_slice, sb;   /* this rank's ZeRO slice of the tp-local flat buffer: [sb, sb + n_slice) */
+    uint64_t step, cursor;
+    FILE *metrics;
+    uint32_t *tok;        /* evaluation buffers */
+    int32_t *ids, *tg;
+    prefetch pf;
+    int pf_slot;
+    tks_train_state st;
+    char ckdir[PATH_MAX], lock_path[PATH_MAX];
+} trainer;
+
+/* The run directory, before any device work: the checkpoint folder, the run
+ * lock, no checkpoint past the start, metrics.jsonl cut back to the start. */
+static int open_run_dir(trainer *t) {
+    tks_train_opts *o = t->o;
+    char path[PATH_MAX];
+    int rc = 0;
     if (!o->out_dir) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--out RUN_DIR is required");
-    if (!rc) rc = tks_path_join(ckdir, sizeof ckdir, o->out_dir, "checkpoints");
-    if (!rc && lead) rc = mkdir_p(ckdir);
+    if (!rc) rc = tks_path_join(t->ckdir, sizeof t->ckdir, o->out_dir, "checkpoints");
+    if (!rc && t->lead) rc = mkdir_p(t->ckdir);
     /* one trainer per run directory: RUN/run.lock, held until the end */
-    char lock_path[PATH_MAX] = "";
-    int run_lock = -1;
-    if (!rc && lead && (rc = tks_path_join(lock_path, sizeof lock_path, o->out_dir, "run.lock")) == 0)
-        rc = tks_lock(lock_path, "tokshard-train", &run_lock);
+    if (!rc && t->lead && (rc = tks_path_join(t->lock_path, sizeof t->lock_path, o->out_dir, "run.lock")) == 0)
+        rc = tks_lock(t->lock_path, "tokshard-train", &t->run_lock);
     /* a later checkpoint would stop the run when it gets there, its compute
      * lost: refused now (the ranks agree in tks_mesh_use_backend) */
-    uint64_t start = o->resume ? r.resumed.step : 0;
-    if (!rc && lead) rc = no_later_checkpoint(ckdir, start, o->resume);
+    uint64_t start = o->resume ? t->r.resumed.step : 0;
+    if (!rc && t->lead) rc = no_later_checkpoint(t->ckdir, start, o->resume);
     /* metrics.jsonl keeps each step once: lines after the starting step (a run
      * that went on past its last checkpoint, or was killed in a save) go */
-    if (!rc && lead && (rc = tks_path_join(path, sizeof path, o->out_dir, "metrics.jsonl")) == 0)
+    if (!rc && t->lead && (rc = tks_path_join(path, sizeof path, o->out_dir, "metrics.jsonl")) == 0)
         rc = trim_metrics(path, start);
-    if (!rc) rc = tks_backend_create(o->device, o->threads, &be);
+    return rc;
+}
+
+/* The backend, the mesh's groups on it, the model, the optimizer and the
+ * gradient sync; on a shortage of memory, which buffers to shrink. */
+static int open_compute(trainer *t, int rc) {
+    tks_train_opts *o = t->o;
+    run *r = &t->r;
+    if (!rc) rc = tks_backend_create(o->device, o->threads, &t->be);
     /* the groups on the backend: NCCL communicators under --device cuda (--comm) */
-    rc = tks_mesh_use_backend(mesh, be, o->comm, rc);
-    tpc = mesh->group[TKS_GROUP_TP], shc = mesh->group[TKS_GROUP_DP_SHARD],
-    world = mesh->group[TKS_GROUP_WORLD];
+    rc = tks_mesh_use_backend(t->mesh, t->be, o->comm, rc);
+    tks_mesh *mesh = t->mesh;
+    tks_backend *be = t->be;
     if (!rc)
-        rc = tks_model_create_dt(&r.cfg, be, tpc, (int)r.micro, (int)o->seq_len,
-                                 (size_t)mesh->shape.dp_shard, r.dtype, &m);
-    tks_adamw_opts ao = {.lr = o->lr, .min_lr = o->min_lr, .warmup = o->warmup_steps,
-                         .total = o->steps, .beta1 = o->beta1, .beta2 = o->beta2,
-                         .eps = o->adam_eps, .weight_decay = o->weight_decay,
-                         .grad_clip = o->grad_clip};
-    /* this rank's ZeRO slice of the tp-local flat buffer */
-    size_t n_flat = m ? tks_model_n_flat(m) : 0, n_slice = n_flat / (size_t)mesh->shape.dp_shard;
-    size_t sb = (size_t)mesh->shard * n_slice, se = sb + n_slice;
-    if (!rc) rc = tks_optim_create(m, &ao, sb, se, &opt);
+        rc = tks_model_create_dt(&r->cfg, be, mesh->group[TKS_GROUP_TP], (int)r->micro, (int)o->seq_len,
+                                 (size_t)mesh->shape.dp_shard, r->dtype, &t->m);
+    t->ao = (tks_adamw_opts){.lr = o->lr, .min_lr = o->min_lr, .warmup = o->warmup_steps,
+                             .total = o->steps, .beta1 = o->beta1, .beta2 = o->beta2,
+                             .eps = o->adam_eps, .weight_decay = o->weight_decay,
+                             .grad_clip = o->grad_clip};
+    size_t n_flat = t->m ? tks_model_n_flat(t->m) : 0;
+    t->n_slice = n_flat / (size_t)mesh->shape.dp_shard;
+    t->sb = (size_t)mesh->shard * t->n_slice;
+    if (!rc) rc = tks_optim_create(t->m, &t->ao, t->sb, t->sb + t->n_slice, &t->opt);
     /* gradient sync over dp_shard and dp_replicate in buckets that the
      * backward starts as their gradients complete (mesh.h) */
-    if (!rc && mesh->dp > 1 && shc->size > 1 && !(gstage = be->alloc(be, n_flat * sizeof *gstage)))
+    if (!rc && mesh->dp > 1 && mesh->group[TKS_GROUP_DP_SHARD]->size > 1 &&
+        !(t->gstage = be->ops->alloc(be, n_flat * sizeof *t->gstage)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
                       "out of memory for the gradient staging buffer (%zu floats)", n_flat);
     if (!rc && mesh->dp > 1)
-        rc = tks_grad_sync_create(mesh, tks_model_grads(m), n_flat, grad_bucket_elems(n_slice), gstage,
-                                  be_copy, be, &gsync);
-    int overlap = grad_overlap();
+        rc = tks_grad_sync_create(mesh, tks_model_grads(t->m), n_flat, grad_bucket_elems(t->n_slice),
+                                  t->gstage, be_copy, be, &t->gsync);
+    t->overlap = grad_overlap();
     /* the step's device scalars: [0] gradient sum of squares, [1] loss sum, [2] stop flag */
-    if (!rc && !(dred = be->alloc(be, 4 * sizeof *dred)))
+    if (!rc && !(t->dred = be->ops->alloc(be, 4 * sizeof *t->dred)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     /* which buffers to shrink, and how */
     if (rc == TKS_ERR_NOMEM && be)
-        rc = tks_mem_explain_nomem(&r.cfg, &r.shape, (int)r.micro, (int)o->seq_len, r.dtype, be);
-    uint64_t step = 0, cursor = 0;
-    if (!rc && o->resume) {
-        rc = tks_checkpoint_load(o->resume, m, opt);
-        if (!rc) rc = tks_model_refresh_compute(m);
-        step = r.resumed.step;
-        cursor = r.resumed.cursor;
-    } else if (!rc) {
-        tks_model_init(m, o->seed);
-    }
-    size_t N = (size_t)(r.micro * o->seq_len);
-    tok = malloc((o->seq_len + 1) * sizeof *tok);
-    ids = malloc(N * sizeof *ids);
-    tg = malloc(N * sizeof *tg);
-    if (!rc && (!tok || !ids || !tg)) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    if (!rc && lead && (rc = tks_path_join(path, sizeof path, o->out_dir, "metrics.jsonl")) == 0 &&
-        !(metrics = fopen(path, "a")))
-        rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s: %s", path, strerror(errno));
-    rc = tks_mesh_agree(mesh, rc);
-    tks_train_state st = {.seed = o->seed, .seq_len = o->seq_len, .global_batch = o->global_batch,
-                          .val_tokens = o->val_tokens, .manifest_xxh3 = r.ds ? tks_dataset_manifest_xxh3(r.ds) : 0};
-    if (r.ds) memcpy(st.tokenizer_fp, tks_dataset_tokenizer(r.ds)->fingerprint, 16);
-    options_json(&r, st.options_json, sizeof st.options_json);
+        rc = tks_mem_explain_nomem(&r->cfg, &r->shape, (int)r->micro, (int)o->seq_len, r->dtype, be);
+    return rc;
+}
 
-    double t_start = omp_get_wtime(), tokens_step = (double)(o->global_batch * o->seq_len);
-    uint64_t first_step = step, saved_step = UINT64_MAX, comm0[4];
-    double host_wait = 0; /* seconds the host spent blocked on the backend (sync, reads) */
-    prefetch pf;
-    int pf_slot = 0;
-    memset(&pf, 0, sizeof pf);
-    if (!rc && step < o->steps) {
-        rc = prefetch_init(&pf, r.train, N, o->seq_len);
-        pf.global_batch = o->global_batch;
-        pf.micro = r.micro;
-        pf.dp = (uint32_t)mesh->dp;
-        pf.dp_rank = (uint32_t)mesh->dp_rank;
-        pf.vocab = r.cfg.vocab_size;
-        if (!rc) prefetch_start(&pf, cursor, 0, pf_slot);
-        rc = tks_mesh_agree(mesh, rc);
+/* Resolves the run, builds the mesh, the run directory, the model and its
+ * state (fresh or resumed), the batch loader and metrics.jsonl. Collective
+ * over the world; on error the caller still calls close_run. */
+static int open_run(const tks_train_opts *in, trainer *t) {
+    memset(t, 0, sizeof *t);
+    t->run_lock = -1;
+    t->o = &t->r.o;
+    /* every rank learns whether every rank could resolve the run before any
+     * collective (a corrupt checkpoint or dataset on one rank only), then
+     * that they all resolved the same run */
+    int rc = tks_mesh_world_agree(resolve(in, &t->r));
+    if (!rc) rc = same_run(&t->r);
+    if (!rc) rc = tks_mesh_create(&t->r.shape, &t->mesh);
+    if (rc) return rc;
+    run *r = &t->r;
+    tks_train_opts *o = t->o;
+    t->lead = t->mesh->rank == 0;
+    rc = open_compute(t, open_run_dir(t));
+    if (!rc && o->resume) {
+        rc = tks_checkpoint_load(o->resume, t->m, t->opt);
+        if (!rc) rc = tks_model_refresh_compute(t->m);
+        t->step = r->resumed.step;
+        t->cursor = r->resumed.cursor;
+    } else if (!rc) {
+        tks_model_init(t->m, o->seed);
     }
-    while (!rc && step < o->steps) {
+    size_t N = (size_t)(r->micro * o->seq_len);
+    t->tok = malloc((o->seq_len + 1) * sizeof *t->tok);
+    t->ids = malloc(N * sizeof *t->ids);
+    t->tg = malloc(N * sizeof *t->tg);
+    if (!rc && (!t->tok || !t->ids || !t->tg))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    char path[PATH_MAX];
+    if (!rc && t->lead && (rc = tks_path_join(path, sizeof path, o->out_dir, "metrics.jsonl")) == 0 &&
+        !(t->metrics = fopen(path, "a")))
+        rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s: %s", path, strerror(errno));
+    rc = tks_mesh_agree(t->mesh, rc);
+    t->st = (tks_train_state){.seed = o->seed, .seq_len = o->seq_len, .global_batch = o->global_batch,
+                              .val_tokens = o->val_tokens,
+                              .manifest_xxh3 = r->ds ? tks_dataset_manifest_xxh3(r->ds) : 0};
+    if (r->ds) memcpy(t->st.tokenizer_fp, tks_dataset_tokenizer(r->ds)->fingerprint, 16);
+    options_json(r, t->st.options_json, sizeof t->st.options_json);
+    if (!rc && t->step < o->steps) {
+        prefetch *pf = &t->pf;
+        rc = prefetch_init(pf, r->train, N, o->seq_len);
+        pf->global_batch = o->global_batch;
+        pf->micro = r->micro;
+        pf->dp = (uint32_t)t->mesh->dp;
+        pf->dp_rank = (uint32_t)t->mesh->dp_rank;
+        pf->vocab = r->cfg.vocab_size;
+        if (!rc) prefetch_start(pf, t->cursor, 0, t->pf_slot);
+        rc = tks_mesh_agree(t->mesh, rc);
+    }
+    return rc;
+}
+
+static void close_run(trainer *t) {
+    tks_backend *be = t->be;
+    prefetch_free(&t->pf);
+    if (t->metrics) fclose(t->metrics);
+    tks_unlock(t->run_lock, t->lock_path);
+    free(t->tok);
+    free(t->ids);
+    free(t->tg);
+    tks_grad_sync_free(t->gsync);
+    if (t->gstage) be->ops->free(be, t->gstage);
+    if (t->dred) be->ops->free(be, t->dred);
+    tks_optim_free(t->opt);
+    tks_model_free(t->m);
+    tks_mesh_free(t->mesh); /* its device groups before the backend they run on */
+    if (be) be->ops->destroy(be);
+    run_free(&t->r);
+}
+
+/* Forward and backward of every micro-batch of the step, with the gradient
+ * buckets of the last backward started as their layers complete. */
+static int step_micro_batches(trainer *t, float scale) {
+    run *r = &t->r;
+    prefetch *pf = &t->pf;
+    int rc = 0;
+    for (uint64_t k = 0; k < r->n_micro && !rc; k++) {
+        rc = prefetch_wait(pf); /* micro-batch k of this step, loaded and range-checked */
+        int cur = t->pf_slot;
+        /* stage the next one while this one computes */
+        if (k + 1 < r->n_micro) prefetch_start(pf, t->cursor, k + 1, t->pf_slot = 1 - cur);
+        else if (t->step + 1 < t->o->steps)
+            prefetch_start(pf, t->cursor + t->o->global_batch, 0, t->pf_slot = 1 - cur);
+        /* a bad batch on any rank stops every rank, before any compute on it */
+        rc = tks_mesh_agree(t->mesh, rc);
+        /* the loss is summed on the device; read once, after the step */
+        if (!rc) rc = tks_model_forward_train(t->m, pf->ids[cur], pf->tg[cur], scale, t->dred + 1);
+        /* the last micro-batch's backward starts the gradient buckets
+         * as each layer completes (overlap) */
+        tks_model_set_grads_ready(t->m, t->gsync && t->overlap && k + 1 == r->n_micro ? tks_grad_sync_hook : NULL,
+                                  t->gsync);
+        if (!rc) rc = tks_model_backward(t->m, scale);
+    }
+    tks_model_set_grads_ready(t->m, NULL, NULL);
+    return rc;
+}
+
+/* A non-finite gradient norm: the optimizer skipped the update; the error
+ * says where to resume from. */
+static int diverged(const trainer *t, double gnorm, float loss) {
+    char last[PATH_MAX];
+    unsigned long long s = (unsigned long long)t->step + 1;
+    if (tks_checkpoint_latest(t->ckdir, last, sizeof last) == 0)
+        return tks_fail(TKS_ERR_NONFINITE, t->ckdir, TKS_NONE, TKS_NONE,
+                        "step %llu: the gradient norm is %g (loss %g): training diverged; "
+                        "resume from %s with a lower --lr and --change-schedule (or a lower "
+                        "--grad-clip or a longer --warmup)",
+                        s, gnorm, (double)loss, last);
+    return tks_fail(TKS_ERR_NONFINITE, t->ckdir, TKS_NONE, TKS_NONE,
+                    "step %llu: the gradient norm is %g (loss %g): training diverged "
+                    "before any checkpoint was saved; start again with a lower --lr (or "
+                    "a lower --grad-clip, a longer --warmup, or --save-every to keep "
+                    "checkpoints along the way)",
+                    s, gnorm, (double)loss);
+}
+
+/* One optimizer step: micro-batches, gradient sync, the step's scalars in
+ * one world all-reduce, AdamW, the weights gathered back. Fills red[0..2]
+ * (gradient sum of squares, mean loss, stop count) and *lr. Agreed over the
+ * world. */
+static int train_step(trainer *t, float red[3], float *lr) {
+    tks_mesh *mesh = t->mesh;
+    tks_backend *be = t->be;
+    tks_comm *world = mesh->group[TKS_GROUP_WORLD], *shc = mesh->group[TKS_GROUP_DP_SHARD];
+    double tokens_step = (double)(t->o->global_batch * t->o->seq_len);
+    tks_model_zero_grad(t->m);
+    int rc = be->ops->memzero(be, t->dred, 4 * sizeof *t->dred);
+    if (t->gsync) tks_grad_sync_begin(t->gsync);
+    if (!rc) rc = step_micro_batches(t, (float)(1.0 / tokens_step));
+    /* gradients: reduce-scatter in dp_shard, all-reduce in dp_replicate
+     * (HSDP), in place: what the backward did not start starts here. Every
+     * rank gets here whatever rc, so every rank enters every bucket. */
+    if (t->gsync) {
+        int r2 = tks_grad_sync_end(t->gsync);
+        if (!rc) rc = r2;
+    }
+    /* The step's scalars in ONE world all-reduce of dred[0..2] =
+     * [gradient sum of squares, loss sum, stop count]: each rank adds only
+     * what it owns, so the world sum counts everything once.
+     *  - sumsq: this rank's dp_shard slice of its tp shard, on replica 0
+     *    only (the replicas hold the same synchronised slices); tensors
+     *    replicated over tp (RMSNorm weights) on tp rank 0 only;
+     *  - loss: tp rank 0 only (every tp rank of a group computed the same
+     *    per-token losses); each dp rank its own samples;
+     *  - stop: 1 where this rank was asked to stop (a count).
+     * The gradient norm stays on the device: the optimizer reads it there
+     * to clip; the host reads it with the loss after the step. */
+    float *dred = t->dred;
+    if (!rc && mesh->rep == 0) rc = tks_optim_grad_sumsq(t->opt, dred, mesh->tp_rank == 0);
+    if (!rc && mesh->tp_rank != 0) rc = be->ops->memzero(be, dred + 1, sizeof *dred);
+    float stop = t->o->stop && *t->o->stop ? 1.0f : 0.0f;
+    if (!rc) rc = be->ops->upload(be, dred + 2, &stop, sizeof stop);
+    if (!rc && world->size > 1) rc = world->allreduce_sum(world, dred, 3);
+    *lr = tks_lr_at(&t->ao, t->step);
+    if (!rc) rc = tks_optim_step_dev(t->opt, (int64_t)t->step + 1, *lr, dred);
+    if (!rc) {
+        double w0 = omp_get_wtime();
+        rc = be->ops->download(be, red, dred, 3 * sizeof *red);
+        if (!rc) rc = be->ops->sync(be);
+        t->host_wait += omp_get_wtime() - w0;
+    }
+    if ((rc = tks_mesh_agree(mesh, rc))) return rc;
+    red[1] = (float)((double)red[1] / tokens_step);
+    double gnorm = sqrt((double)red[0]);
+    if (!isfinite(gnorm)) return diverged(t, gnorm, red[1]);
+    float *w = tks_model_weights(t->m);
+    if (shc->size > 1) rc = shc->allgather(shc, w, w + t->sb, t->n_slice);
+    if (!rc && shc->size > 1) rc = tks_model_refresh_compute(t->m);
+    return tks_mesh_agree(mesh, rc);
+}
+
+/* The step's line of metrics.jsonl (rank 0). */
+static void write_metrics(trainer *t, const tks_step_info *info) {
+    FILE *f = t->metrics;
+    if (!f) return;
+    fprintf(f, "{\"step\": %llu, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
+            "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f, \"host_wait_s\": %.6f",
+            (unsigned long long)info->step, info->loss, info->lr, info->grad_norm, info->tokens_per_s,
+            info->elapsed_s, info->host_wait_s);
+    if (t->mesh->world > 1) /* rank 0's payload bytes per collective kind this step */
+        fprintf(f, ", \"comm_bytes\": {\"allreduce\": %llu, \"reduce_scatter\": %llu, "
+                "\"allgather\": %llu}", (unsigned long long)info->comm_bytes[TKS_COLL_ALLREDUCE],
+                (unsigned long long)info->comm_bytes[TKS_COLL_REDUCE_SCATTER],
+                (unsigned long long)info->comm_bytes[TKS_COLL_ALLGATHER]);
+    if (t->gsync) /* gradient buckets this rank started during the backward (overlap) */
+        fprintf(f, ", \"grad_buckets_early\": %zu", tks_grad_sync_started_early(t->gsync));
+    fputs("}\n", f);
+}
+
+/* Saves RUN/checkpoints/step-%08llu of the current step into ck (PATH_MAX).
+ * if_absent: keep one that exists already (a run resumed at its last step).
+ * Agreed over the world. */
+static int save_checkpoint(trainer *t, char *ck, int if_absent, int prune) {
+    char name[32];
+    snprintf(name, sizeof name, "step-%08llu", (unsigned long long)t->step);
+    t->st.step = t->step;
+    t->st.cursor = t->cursor;
+    int rc = tks_path_join(ck, PATH_MAX, t->ckdir, name);
+    if (!rc && if_absent) {
+        tks_comm *world = t->mesh->group[TKS_GROUP_WORLD];
+        struct stat sbuf;
+        float exists = (float)(t->lead && stat(ck, &sbuf) == 0);
+        if (world->size > 1) rc = world->broadcast_bytes(world, &exists, sizeof exists, 0); /* host data */
+        if (!rc && exists != 0) return tks_mesh_agree(t->mesh, rc);
+    }
+    if (!rc) rc = tks_checkpoint_save(ck, t->m, t->opt, &t->st, tks_dataset_tokenizer_path(t->r.ds), t->mesh);
+    if (!rc && prune && t->lead) rc = tks_checkpoint_prune(t->ckdir, t->o->keep_checkpoints);
+    return tks_mesh_agree(t->mesh, rc);
+}
+
+int tks_train(const tks_train_opts *in) {
+    trainer t;
+    int rc = open_run(in, &t);
+    tks_train_opts *o = t.o;
+    double t_start = omp_get_wtime(), tokens_step = (double)(o->global_batch * o->seq_len);
+    uint64_t first_step = t.step, saved_step = UINT64_MAX, comm0[4];
+    while (!rc && t.step < o->steps) {
         double t0 = omp_get_wtime();
-        comm_totals(mesh, comm0);
-        tks_model_zero_grad(m);
-        rc = be->memzero(be, dred, 4 * sizeof *dred);
-        if (gsync) tks_grad_sync_begin(gsync);
-        for (uint64_t k = 0; k < r.n_micro && !rc; k++) {
-            rc = prefetch_wait(&pf); /* micro-batch k of this step, loaded and range-checked */
-            int cur = pf_slot;
-            /* stage the next one while this one computes */
-            if (k + 1 < r.n_micro) prefetch_start(&pf, cursor, k + 1, pf_slot = 1 - cur);
-            else if (step + 1 < o->steps)
-                prefetch_start(&pf, cursor + o->global_batch, 0, pf_slot = 1 - cur);
-            /* a bad batch on any rank stops every rank, before any compute on it */
-            rc = tks_mesh_agree(mesh, rc);
-            /* the loss is summed on the device; read once, after the step */
-            if (!rc)
-                rc = tks_model_forward_train(m, pf.ids[cur], pf.tg[cur], (float)(1.0 / tokens_step),
-                                             dred + 1);
-            /* the last micro-batch's backward starts the gradient buckets
-             * as each layer completes (overlap) */
-            tks_model_set_grads_ready(m, gsync && overlap && k + 1 == r.n_micro ? tks_grad_sync_hook : NULL,
-                                      gsync);
-            if (!rc) rc = tks_model_backward(m, (float)(1.0 / tokens_step));
-        }
-        tks_model_set_grads_ready(m, NULL, NULL);
-        /* gradients: reduce-scatter in dp_shard, all-reduce in dp_replicate
-         * (HSDP), in place: what the backward did not start starts here. Every
-         * rank gets here whatever rc, so every rank enters every bucket. */
-        if (gsync) {
-            int r2 = tks_grad_sync_end(gsync);
-            if (!rc) rc = r2;
-        }
-        /* The step's scalars in ONE world all-reduce of dred[0..2] =
-         * [gradient sum of squares, loss sum, stop count]: each rank adds only
-         * what it owns, so the world sum counts everything once.
-         *  - sumsq: this rank's dp_shard slice of its tp shard, on replica 0
-         *    only (the replicas hold the same synchronised slices); tensors
-         *    replicated over tp (RMSNorm weights) on tp rank 0 only;
-         *  - loss: tp rank 0 only (every tp rank of a group computed the same
-         *    per-token losses); each dp rank its own samples;
-         *  - stop: 1 where this rank was asked to stop (a count).
-         * The gradient norm stays on the device: the optimizer reads it there
-         * to clip; the host reads it with the loss after the step. */
-        if (!rc && mesh->rep == 0) rc = tks_optim_grad_sumsq(opt, dred, mesh->tp_rank == 0);
-        if (!rc && mesh->tp_rank != 0) rc = be->memzero(be, dred + 1, sizeof *dred);
-        float stop = o->stop && *o->stop ? 1.0f : 0.0f, red[3];
-        if (!rc) rc = be->upload(be, dred + 2, &stop, sizeof stop);
-        if (!rc && world->size > 1) rc = world->allreduce_sum(world, dred, 3);
-        float lr = tks_lr_at(&ao, step);
-        if (!rc) rc = tks_optim_step_dev(opt, (int64_t)step + 1, lr, dred);
-        if (!rc) {
-            double w0 = omp_get_wtime();
-            rc = be->download(be, red, dred, sizeof red);
-            if (!rc) rc = be->sync(be);
-            host_wait += omp_get_wtime() - w0;
-        }
-        rc = tks_mesh_agree(mesh, rc);
-        if (rc) break;
-        double gnorm = sqrt((double)red[0]);
-        red[1] = (float)((double)red[1] / tokens_step);
-        if (!isfinite(gnorm)) { /* the optimizer skipped the update */
-            char last[PATH_MAX];
-            if (tks_checkpoint_latest(ckdir, last, sizeof last) == 0)
-                rc = tks_fail(TKS_ERR_NONFINITE, ckdir, TKS_NONE, TKS_NONE,
-                              "step %llu: the gradient norm is %g (loss %g): training diverged; "
-                              "resume from %s with a lower --lr and --change-schedule (or a lower "
-                              "--grad-clip or a longer --warmup)",
-                              (unsigned long long)step + 1, gnorm, (double)red[1], last);
-            else
-                rc = tks_fail(TKS_ERR_NONFINITE, ckdir, TKS_NONE, TKS_NONE,
-                              "step %llu: the gradient norm is %g (loss %g): training diverged "
-                              "before any checkpoint was saved; start again with a lower --lr (or "
-                              "a lower --grad-clip, a longer --warmup, or --save-every to keep "
-                              "checkpoints along the way)",
-                              (unsigned long long)step + 1, gnorm, (double)red[1]);
-            break;
-        }
-        if (shc->size > 1) rc = shc->allgather(shc, tks_model_weights(m), tks_model_weights(m) + sb, n_slice);
-        if (!rc && shc->size > 1) rc = tks_model_refresh_compute(m);
-        if ((rc = tks_mesh_agree(mesh, rc))) break;
-        step++;
-        cursor += o->global_batch;
+        float red[3], lr;
+        comm_totals(t.mesh, comm0);
+        if ((rc = train_step(&t, red, &lr))) break;
+        t.step++;
+        t.cursor += o->global_batch;
         double now = omp_get_wtime();
-        tks_step_info info = {.step = step, .steps = o->steps, .loss = red[1],
-                              .lr = lr, .grad_norm = gnorm, .tokens_per_s = tokens_step / (now - t0),
-                              .elapsed_s = now - t_start, .host_wait_s = host_wait};
-        comm_totals(mesh, info.comm_bytes);
+        tks_step_info info = {.step = t.step, .steps = o->steps, .loss = red[1],
+                              .lr = lr, .grad_norm = sqrt((double)red[0]),
+                              .tokens_per_s = tokens_step / (now - t0),
+                              .elapsed_s = now - t_start, .host_wait_s = t.host_wait};
+        comm_totals(t.mesh, info.comm_bytes);
         for (int j = 0; j < 4; j++) info.comm_bytes[j] -= comm0[j];
-        info.eta_s = info.elapsed_s / (double)(step - first_step) * (double)(o->steps - step);
-        if (metrics) {
-            fprintf(metrics, "{\"step\": %llu, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
-                    "\"tokens_per_s\": %.1f, \"elapsed_s\": %.3f, \"host_wait_s\": %.6f",
-                    (unsigned long long)step, info.loss, info.lr, gnorm, info.tokens_per_s,
-                    info.elapsed_s, host_wait);
-            if (mesh->world > 1) /* rank 0's payload bytes per collective kind this step */
-                fprintf(metrics, ", \"comm_bytes\": {\"allreduce\": %llu, \"reduce_scatter\": %llu, "
-                        "\"allgather\": %llu}", (unsigned long long)info.comm_bytes[TKS_COLL_ALLREDUCE],
-                        (unsigned long long)info.comm_bytes[TKS_COLL_REDUCE_SCATTER],
-                        (unsigned long long)info.comm_bytes[TKS_COLL_ALLGATHER]);
-            if (gsync) /* gradient buckets this rank started during the backward (overlap) */
-                fprintf(metrics, ", \"grad_buckets_early\": %zu", tks_grad_sync_started_early(gsync));
-            fputs("}\n", metrics);
-        }
-        int last = step == o->steps, stopping = red[2] > 0 || (o->stop_at && step >= o->stop_at);
-        if (r.val && o->eval_every && (step % o->eval_every == 0 || last)) {
+        info.eta_s = info.elapsed_s / (double)(t.step - first_step) * (double)(o->steps - t.step);
+        write_metrics(&t, &info);
+        int last = t.step == o->steps, stopping = red[2] > 0 || (o->stop_at && t.step >= o->stop_at);
+        if (t.r.val && o->eval_every && (t.step % o->eval_every == 0 || last)) {
             info.is_eval = 1;
             /* the loader reads the same dataset: let its batch land first (kept) */
-            if (pf.started) (void)prefetch_wait(&pf);
-            info.val_loss = evaluate(&r, m, mesh, tok, ids, tg, &rc);
+            if (t.pf.started) (void)prefetch_wait(&t.pf);
+            info.val_loss = evaluate(&t.r, t.m, t.mesh, t.tok, t.ids, t.tg, &rc);
             if (rc) break;
-            if (metrics) fprintf(metrics, "{\"step\": %llu, \"val_loss\": %.6f}\n", (unsigned long long)step,
-                                 info.val_loss);
+            if (t.metrics)
+                fprintf(t.metrics, "{\"step\": %llu, \"val_loss\": %.6f}\n", (unsigned long long)t.step,
+                        info.val_loss);
         }
-        if (metrics) fflush(metrics);
+        if (t.metrics) fflush(t.metrics);
         char ck[PATH_MAX] = "";
-        if (last || stopping || (o->save_every && step % o->save_every == 0)) {
-            char name[32];
-            snprintf(name, sizeof name, "step-%08llu", (unsigned long long)step);
-            st.step = step;
-            st.cursor = cursor;
-            rc = tks_path_join(ck, sizeof ck, ckdir, name);
-            if (!rc) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), mesh);
-            if (!rc && lead) rc = tks_checkpoint_prune(ckdir, o->keep_checkpoints);
-            if ((rc = tks_mesh_agree(mesh, rc))) break;
+        if (last || stopping || (o->save_every && t.step % o->save_every == 0)) {
+            if ((rc = save_checkpoint(&t, ck, 0, 1))) break;
             info.checkpoint = ck;
-            saved_step = step;
+            saved_step = t.step;
         }
-        if (o->on_step && lead) o->on_step(&info, o->ctx);
+        if (o->on_step && t.lead) o->on_step(&info, o->ctx);
         if (stopping) break;
     }
     /* a run that ends (or resumes) at its last step always leaves that state in --out */
-    if (!rc && step == o->steps && saved_step != step) {
-        char name[32], ck[PATH_MAX];
-        snprintf(name, sizeof name, "step-%08llu", (unsigned long long)step);
-        st.step = step;
-        st.cursor = cursor;
-        rc = tks_path_join(ck, sizeof ck, ckdir, name);
-        struct stat sbuf;
-        int exists = lead && stat(ck, &sbuf) == 0;
-        float ex = (float)exists;
-        if (!rc && world->size > 1) rc = world->broadcast_bytes(world, &ex, sizeof ex, 0); /* host data */
-        if (!rc && ex == 0) rc = tks_checkpoint_save(ck, m, opt, &st, tks_dataset_tokenizer_path(r.ds), mesh);
-        rc = tks_mesh_agree(mesh, rc);
+    if (!rc && t.step == o->steps && saved_step != t.step) {
+        char ck[PATH_MAX];
+        rc = save_checkpoint(&t, ck, 1, 0);
     }
-    prefetch_free(&pf);
-    if (metrics) fclose(metrics);
-    tks_unlock(run_lock, lock_path);
-    free(tok);
-    free(ids);
-    free(tg);
-    tks_grad_sync_free(gsync);
-    if (gstage) be->free(be, gstage);
-    if (dred) be->free(be, dred);
-    tks_optim_free(opt);
-    tks_model_free(m);
-    tks_mesh_free(mesh); /* its NCCL groups before the backend they run on */
-    if (be) be->destroy(be);
-    run_free(&r);
+    close_run(&t);
     return rc;
 }
 
@@ -954,136 +1034,4 @@ int tks_train_latest_checkpoint(const char *run_dir, char *out, size_t cap) {
     char ck[PATH_MAX];
     int rc = tks_path_join(ck, sizeof ck, run_dir, "checkpoints");
     return rc ? rc : tks_checkpoint_latest(ck, out, cap);
-}
-
-/* ---- generation ------------------------------------------------------------------ */
-
-typedef struct prob_id {
-    float p;
-    uint32_t id;
-} prob_id;
-static int by_prob_desc(const void *a, const void *b) {
-    float x = ((const prob_id *)a)->p, y = ((const prob_id *)b)->p;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-
-/* Samples from logits with temperature and nucleus (top-p) filtering. */
-static uint32_t sample(float *logits, uint32_t V, float temp, float top_p, uint64_t *rng,
-                       prob_id *scratch) {
-    uint32_t best = 0;
-    for (uint32_t i = 1; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
-    if (temp <= 0) return best;
-    double sum = 0;
-    for (uint32_t i = 0; i < V; i++) {
-        scratch[i].p = expf((logits[i] - logits[best]) / temp);
-        scratch[i].id = i;
-        sum += scratch[i].p;
-    }
-    qsort(scratch, V, sizeof *scratch, by_prob_desc);
-    double keep = 0;
-    uint32_t n = 0;
-    while (n < V && (n == 0 || keep < top_p * sum)) keep += scratch[n++].p;
-    double u = (double)(tks_splitmix64(rng) >> 11) / 9007199254740992.0 * keep, acc = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if ((acc += scratch[i].p) >= u) return scratch[i].id;
-    return scratch[n - 1].id;
-}
-
-int tks_generate(const tks_generate_opts *o) {
-    tks_model_config cfg;
-    tks_train_state st;
-    int rc = tks_checkpoint_peek(o->checkpoint, &cfg, &st);
-    if (rc) return rc;
-    char tp[PATH_MAX];
-    tks_spm *spm = NULL;
-    tks_backend *be = NULL;
-    tks_model *m = NULL;
-    tks_ids enc = {0};
-    float *logits = NULL;
-    prob_id *scratch = NULL;
-    rc = tks_path_join(tp, sizeof tp, o->checkpoint, "tokenizer.model");
-    char none[PATH_MAX];
-    if (!rc && tks_path_join(none, sizeof none, o->checkpoint, TKS_NO_TOKENIZER_NAME) == 0 &&
-        access(none, F_OK) == 0)
-        rc = tks_fail(TKS_ERR_TOKENIZER, o->checkpoint, TKS_NONE, TKS_NONE,
-                      "%s was trained on a dataset imported without a tokenizer: there is no "
-                      "tokenizer to turn a prompt into ids or ids into text", o->checkpoint);
-    if (!rc) rc = tks_spm_load(tp, &spm);
-    if (!rc && memcmp(tks_spm_fingerprint(spm), st.tokenizer_fp, 16) != 0)
-        rc = tks_fail(TKS_ERR_TOKENIZER, tp, TKS_NONE, TKS_NONE,
-                      "%s is not the tokenizer the model was trained with", tp);
-    if (!rc) rc = tks_backend_create("cpu", o->threads, &be);
-    if (!rc) rc = tks_model_create(&cfg, be, NULL, 1, 1, &m);
-    if (!rc) rc = tks_checkpoint_load(o->checkpoint, m, NULL);
-    if (!rc) rc = tks_model_kv_reset(m);
-    if (!rc) rc = tks_spm_encode(spm, o->prompt ? o->prompt : "", o->prompt ? strlen(o->prompt) : 0, &enc);
-    logits = malloc(cfg.vocab_size * sizeof *logits);
-    scratch = malloc(cfg.vocab_size * sizeof *scratch);
-    if (!rc && (!logits || !scratch)) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    /* the context starts with BOS when the tokenizer has one */
-    uint32_t bos = spm ? tks_spm_bos_id(spm) : TKS_NO_ID, eos = spm ? tks_spm_eos_id(spm) : TKS_NO_ID;
-    const size_t L = cfg.max_seq_len;
-    uint32_t *ctx = malloc((L + 1) * sizeof *ctx);
-    size_t n = 0;
-    tks_generate_stats stl = {0}, *gs = o->stats ? o->stats : &stl;
-    memset(gs, 0, sizeof *gs);
-    gs->context = cfg.max_seq_len;
-    gs->prompt_tokens = enc.n;
-    if (!ctx && !rc) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    if (!rc && bos != TKS_NO_ID) ctx[n++] = bos;
-    /* the prompt's most recent tokens, leaving room for the first generated one */
-    size_t room = L > n + 1 ? L - n - 1 : (L > n ? L - n : 0);
-    size_t from = enc.n > room ? enc.n - room : 0;
-    gs->prompt_dropped = rc ? 0 : from;
-    for (size_t i = from; !rc && i < enc.n; i++) ctx[n++] = enc.ids[i];
-    /* Without BOS an empty prompt leaves no token to predict from: start after
-     * an EOS (what ends the previous document in a dataset built with
-     * --append-eos), or refuse when the tokenizer has neither. */
-    if (!rc && n == 0 && eos != TKS_NO_ID) ctx[n++] = eos;
-    if (!rc && n == 0)
-        rc = tks_fail(TKS_ERR_ARG, tp, TKS_NONE, TKS_NONE,
-                      "the prompt is empty and %s has neither a BOS nor an EOS token to start "
-                      "from: give a prompt (--prompt TEXT)", tp);
-    uint64_t rng = o->seed ^ 0x5DEECE66Dull;
-    int pos = 0;
-    for (size_t i = 0; !rc && i < n; i++) rc = tks_model_decode_step(m, (int32_t)ctx[i], pos++, logits);
-    for (uint32_t k = 0; !rc && k < o->max_tokens; k++) {
-        uint32_t next = sample(logits, cfg.vocab_size, o->temperature, o->top_p > 0 ? o->top_p : 1.0f,
-                               &rng, scratch);
-        if (next == eos) break;
-        char *text = NULL;
-        size_t len = 0;
-        /* decode with the previous token so sentencepiece places spaces right */
-        uint32_t pair[2] = {ctx[n - 1], next};
-        char *prev = NULL;
-        size_t plen = 0;
-        rc = tks_spm_decode(spm, pair, 2, &text, &len);
-        if (!rc) rc = tks_spm_decode(spm, pair, 1, &prev, &plen);
-        if (!rc && o->on_text && len >= plen) o->on_text(text + plen, len - plen, o->ctx);
-        free(text);
-        free(prev);
-        ctx[n++] = next; /* n == pos + 1 <= max_seq_len + 1 slots */
-        gs->generated++;
-        if (rc || (size_t)pos < L) {
-            if (!rc) rc = tks_model_decode_step(m, (int32_t)next, pos++, logits);
-            continue;
-        }
-        /* the context is full: restart from its newest half (BOS kept) */
-        size_t head = bos != TKS_NO_ID ? 1 : 0, keep = L / 2 > head ? L / 2 - head : 1;
-        memmove(ctx + head, ctx + n - keep, keep * sizeof *ctx);
-        n = head + keep;
-        gs->slides++;
-        rc = tks_model_kv_reset(m);
-        for (pos = 0; !rc && (size_t)pos < n; pos++) rc = tks_model_decode_step(m, (int32_t)ctx[pos], pos, logits);
-    }
-    free(ctx);
-    free(logits);
-    free(scratch);
-    tks_ids_free(&enc);
-    tks_model_free(m);
-    if (be) be->destroy(be);
-    tks_spm_free(spm);
-    return rc;
 }

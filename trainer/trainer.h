@@ -215,4 +215,54 @@ int tks_generate(const tks_generate_opts *o);
  */
 int tks_export_hf(const char *checkpoint, const char *out_dir, int *tokenizer_missing);
 
+/*
+ * The trainer's device-side step (forward, backward, global-norm clip and
+ * AdamW, with the loss and the norm kept on the device) on one process,
+ * timed over `steps` steps after `warmup` untimed ones, on uniform random
+ * ids (a fixed generator, so every run sees the same batches). For the
+ * benchmarks (bench/gpu): what it measures is the step the trainer runs,
+ * without data loading or collectives.
+ */
+typedef struct tks_step_bench_opts {
+    const char *device;      /* a registered backend: "cpu", "cuda", "auto" */
+    int threads;             /* CPU threads (0: OpenMP's default) */
+    tks_model_config model;  /* zero fields take the trainer's defaults (ffn_dim, rope_theta, ...) */
+    int B, T;                /* micro-batch: B sequences of T tokens, 2 <= T <= max_seq_len */
+    int steps, warmup;       /* steps >= 1, warmup >= 0 */
+    int bf16;                /* 1: bf16 activations and compute weights, else fp32 */
+} tks_step_bench_opts;
+
+typedef struct tks_step_bench_result {
+    double step_s;           /* seconds per timed step (wall clock, mean) */
+    double loss;             /* mean cross-entropy of the last step, nats */
+    uint64_t params;         /* parameters of the model (tks_model_n_params) */
+    size_t peak_bytes;       /* most device bytes held through the backend's alloc (0: not counted) */
+    size_t reserved_bytes;   /* device bytes the backend holds outside alloc */
+    double plan_bytes;       /* the memory plan of this run (--dry-run's), bytes */
+    char backend[16];        /* "cpu", "cuda" */
+    char device[512];        /* the device and library versions ("" when the backend says none) */
+    char attention[128];     /* which attention kernel ran */
+} tks_step_bench_result;
+
+/* Errors: TKS_ERR_ARG (a shape or count out of range, an unknown device),
+ * TKS_ERR_NOMEM, and the backend's (TKS_ERR_IO for a device failure). */
+int tks_step_bench(const tks_step_bench_opts *o, tks_step_bench_result *out);
+
+/*
+ * Backends beyond the CPU reference. A backend library (trainer/cuda:
+ * tks_cuda_backend_kind below) gives its kind; a program
+ * registers it before its first run (tks_train, tks_generate), and --device
+ * NAME then finds it. A program that registers none runs on the CPU only and
+ * does not link the other backends' libraries. NULL is accepted and does
+ * nothing (the kind of a build without that backend). Not thread-safe: call
+ * it from main. The kind is borrowed for the life of the program.
+ * Errors: TKS_ERR_ARG (another kind of the same name, or more than 8 kinds).
+ */
+typedef struct tks_backend_kind tks_backend_kind;
+int tks_backend_register(const tks_backend_kind *kind);
+
+/* The CUDA backend's kind (defined by the tks_cuda library, trainer/cuda;
+ * NULL in a build without CUDA). */
+const tks_backend_kind *tks_cuda_backend_kind(void);
+
 #endif /* TKS_TRAINER_H */

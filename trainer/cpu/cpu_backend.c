@@ -15,7 +15,6 @@
 
 #include "../../common/tks.h"
 #include "../backend.h"
-#include "../cuda/cuda.h"
 
 /* OpenBLAS extension (declared in Debian's openblas cblas.h as well). */
 void openblas_set_num_threads(int num_threads);
@@ -877,6 +876,50 @@ static void cpu_destroy(tks_backend *be) {
     free(be);
 }
 
+static const tks_backend_ops cpu_ops = {
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .memzero = cpu_memzero,
+    .copy = cpu_copy,
+    .sync = cpu_sync,
+    .workspace_bytes = cpu_workspace_bytes,
+    .set_workspace = cpu_set_workspace,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .set_stream = cpu_set_stream,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_record,
+    .stream_wait = cpu_stream_wait,
+    .event_sync = cpu_event_sync,
+    .gemm = cpu_gemm,
+    .convert = cpu_convert,
+    .add = cpu_add,
+    .scale = cpu_scale,
+    .sumsq = cpu_sumsq,
+    .sum = cpu_sum,
+    .embedding_fwd = cpu_embedding_fwd,
+    .embedding_bwd = cpu_embedding_bwd,
+    .rmsnorm_fwd = cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .rope = cpu_rope,
+    .attention_fwd = cpu_attention_fwd,
+    .attention_bwd = cpu_attention_bwd,
+    .attention_step = cpu_attention_step,
+    .swiglu_fwd = cpu_swiglu_fwd,
+    .swiglu_bwd = cpu_swiglu_bwd,
+    .xent_fused = cpu_xent_fused,
+    .xent_max = cpu_xent_max,
+    .xent_sumexp = cpu_xent_sumexp,
+    .xent_target = cpu_xent_target,
+    .xent_loss = cpu_xent_loss,
+    .xent_bwd = cpu_xent_bwd,
+    .adamw = cpu_adamw,
+    .destroy = cpu_destroy,
+};
+
 tks_backend *tks_cpu_backend_create(int threads) {
     tks_backend *be = calloc(1, sizeof *be);
     cpu_ctx *c = calloc(1, sizeof *c);
@@ -887,69 +930,24 @@ tks_backend *tks_cpu_backend_create(int threads) {
     }
     c->threads = threads > 0 ? threads : omp_get_max_threads();
     openblas_set_num_threads(c->threads);
-    be->name = "cpu";
+    be->name = tks_cpu_backend_kind.name;
+    be->ops = &cpu_ops;
+    be->kind = &tks_cpu_backend_kind;
     be->ctx = c;
-    be->alloc = cpu_alloc;
-    be->free = cpu_free;
-    be->upload = cpu_upload;
-    be->download = cpu_download;
-    be->memzero = cpu_memzero;
-    be->copy = cpu_copy;
-    be->sync = cpu_sync;
-    be->workspace_bytes = cpu_workspace_bytes;
-    be->set_workspace = cpu_set_workspace;
-    be->stream_create = cpu_stream_create;
-    be->stream_destroy = cpu_stream_destroy;
-    be->set_stream = cpu_set_stream;
-    be->event_create = cpu_event_create;
-    be->event_destroy = cpu_event_destroy;
-    be->event_record = cpu_event_record;
-    be->stream_wait = cpu_stream_wait;
-    be->event_sync = cpu_event_sync;
-    be->gemm = cpu_gemm;
-    be->convert = cpu_convert;
-    be->add = cpu_add;
-    be->scale = cpu_scale;
-    be->sumsq = cpu_sumsq;
-    be->sum = cpu_sum;
-    be->embedding_fwd = cpu_embedding_fwd;
-    be->embedding_bwd = cpu_embedding_bwd;
-    be->rmsnorm_fwd = cpu_rmsnorm_fwd;
-    be->rmsnorm_bwd = cpu_rmsnorm_bwd;
-    be->rope = cpu_rope;
-    be->attention_fwd = cpu_attention_fwd;
-    be->attention_bwd = cpu_attention_bwd;
-    be->attention_step = cpu_attention_step;
-    be->swiglu_fwd = cpu_swiglu_fwd;
-    be->swiglu_bwd = cpu_swiglu_bwd;
-    be->xent_fused = cpu_xent_fused;
-    be->xent_max = cpu_xent_max;
-    be->xent_sumexp = cpu_xent_sumexp;
-    be->xent_target = cpu_xent_target;
-    be->xent_loss = cpu_xent_loss;
-    be->xent_bwd = cpu_xent_bwd;
-    be->adamw = cpu_adamw;
-    be->destroy = cpu_destroy;
     return be;
 }
 
-int tks_backend_create(const char *device, int threads, tks_backend **out) {
-    *out = NULL;
-    if (!device) device = "auto";
-    /* cuda when asked, or for auto when built with it and a GPU is present */
-    if (!strcmp(device, "cuda") || (!strcmp(device, "auto") && tks_cuda_device_count() > 0)) {
-        if (!tks_cuda_built())
-            return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                            "--device cuda: this build has no CUDA backend (trainer/cuda is not "
-                            "compiled in); use --device cpu, or rebuild with the CUDA toolkit "
-                            "installed (cmake -DTKS_CUDA=ON)");
-        return tks_cuda_backend_create(-1, out);
-    }
-    int cpu = !strcmp(device, "cpu") || !strcmp(device, "auto");
-    if (!cpu)
-        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                        "--device %s: unknown device; use cpu, cuda or auto", device);
+static int cpu_device_count(void) { return 1; }
+
+static int cpu_create(int threads, tks_backend **out) {
     if (!(*out = tks_cpu_backend_create(threads)))
         return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory creating the cpu backend");
     return 0;
 }
+
+const tks_backend_kind tks_cpu_backend_kind = {
+    .name = "cpu",
+    .ops = &cpu_ops,
+    .device_count = cpu_device_count,
+    .create = cpu_create,
+};

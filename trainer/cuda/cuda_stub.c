@@ -2,12 +2,14 @@
  * every constructor refuses with how to get a CUDA build. */
 #include "common/tks.h"
 #include "cuda.h"
+#include "../trainer.h"
 
 #define NOT_BUILT                                                                              \
     tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,                                            \
              "this tokshard was built without CUDA: rebuild with the CUDA toolkit installed "    \
              "(cmake -DTKS_CUDA=ON, nvcc on PATH or CUDACXX set) or use --device cpu")
 
+const tks_backend_kind *tks_cuda_backend_kind(void) { return NULL; }
 int tks_cuda_built(void) { return 0; }
 int tks_cuda_device_count(void) { return 0; }
 int tks_cuda_backend_create(int device, tks_backend **out) {

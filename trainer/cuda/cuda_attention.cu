@@ -1,0 +1,325 @@
+/* cuda_attention.cu - the CUDA backend's RoPE and attention (tokshard's own kernels) kernels (backend.h gives each
+ * op's contract; the CPU reference, trainer/cpu/cpu_backend.c, is what they
+ * are tested against). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/tks.h"
+#include "cuda_kernels.cuh"
+
+/* ---- RoPE (rotate_half; angles in fp32 as Hugging Face computes them) -------- */
+
+template <typename T>
+__global__ void k_rope(T *x, size_t ld, int T_, int H, int HD, int64_t p0, float theta, int inverse,
+                       size_t pairs) {
+    int half = HD / 2;
+    GRID_STRIDE(idx, pairs) {
+        int j = (int)(idx % half);
+        size_t rh = idx / half; /* (b, t, h) */
+        int h = (int)(rh % H);
+        size_t row = rh / H; /* b * T + t */
+        int t = (int)(row % T_);
+        float inv_freq = 1.0f / powf(theta, (float)(2 * j) / (float)HD);
+        float a = (float)(p0 + t) * inv_freq;
+        float co = cosf(a), si = inverse ? -sinf(a) : sinf(a);
+        size_t o = row * ld + (size_t)h * HD;
+        float x1 = ldv(x, o + j), x2 = ldv(x, o + j + half);
+        stv(x, o + j, x1 * co - x2 * si);
+        stv(x, o + j + half, x2 * co + x1 * si);
+    }
+}
+int tks_cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0,
+                   float theta, int inverse, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "rope", dt);
+    size_t pairs = (size_t)B * T * H * (HD / 2);
+    if (!pairs) return 0;
+    if (dt == TKS_BF16)
+        k_rope<bf16><<<grid_for(pairs, 256), 256, 0, c->cur>>>((bf16 *)x, ld, T, H, HD, p0, theta, inverse, pairs);
+    else
+        k_rope<float><<<grid_for(pairs, 256), 256, 0, c->cur>>>((float *)x, ld, T, H, HD, p0, theta, inverse, pairs);
+    return LAUNCHED(c, "rope");
+}
+
+/* ---- attention: tokshard's own kernels (fallback, and the fp32 reference) -----
+ * Flash-style in memory (Dao et al. 2022): nothing of size T x T is stored;
+ * the forward keeps lse[B,NH,T], the backward recomputes the probabilities.
+ * One block per query row (b, h, t) with the row's scores in shared memory
+ * (T floats); warps split the keys, lanes the head dimension. Quadratic work
+ * like any exact attention, without the tiling that makes cuDNN's fast. */
+
+enum { ATT_THREADS = 128 };
+
+/* s[u] = scale * q . k_u for u <= t; k rows `ks` elements apart */
+template <typename T>
+__device__ void att_scores(float *s, const T *q, const T *k, size_t ks, int t, int HD, float scale) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int u = w; u <= t; u += nw) {
+        float d = 0;
+        for (int e = lane; e < HD; e += 32) d += ldv(q, e) * ldv(k, (size_t)u * ks + e);
+        d = warp_sum(d);
+        if (lane == 0) s[u] = d * scale;
+    }
+    __syncthreads();
+}
+
+template <typename T>
+__global__ void k_attention_fwd(T *out, size_t ldo, float *lse, const T *q, size_t ldq, const T *k,
+                                const T *v, size_t ldkv, int T_, int NH, int NKV, int HD) {
+    extern __shared__ float s[];
+    __shared__ float red[32];
+    int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
+    const T *Q = q + ((size_t)b * T_ + t) * ldq + (size_t)h * HD;
+    const T *K = k + (size_t)b * T_ * ldkv + (size_t)g * HD;
+    const T *Vv = v + (size_t)b * T_ * ldkv + (size_t)g * HD;
+    att_scores(s, Q, K, ldkv, t, HD, 1.0f / sqrtf((float)HD));
+    float mx = -INFINITY;
+    for (int u = threadIdx.x; u <= t; u += blockDim.x) mx = fmaxf(mx, s[u]);
+    mx = block_max(mx, red);
+    __syncthreads();
+    float sum = 0;
+    for (int u = threadIdx.x; u <= t; u += blockDim.x) sum += (s[u] = expf(s[u] - mx));
+    sum = block_sum(sum, red);
+    float inv = 1.0f / sum;
+    if (threadIdx.x == 0) lse[((size_t)b * NH + h) * T_ + t] = mx + logf(sum);
+    __syncthreads();
+    T *O = out + ((size_t)b * T_ + t) * ldo + (size_t)h * HD;
+    for (int e = threadIdx.x; e < HD; e += blockDim.x) {
+        float o = 0;
+        for (int u = 0; u <= t; u++) o += s[u] * ldv(Vv, (size_t)u * ldkv + e);
+        stv(O, e, o * inv);
+    }
+}
+
+/* Backward, stage 1 per query row: p = exp(scale q.k - lse), dP = dO V^T,
+ * D = dO . O (= rowsum(P o dP)), dS = p (dP - D) scale, dQ = dS K; D saved in
+ * the workspace for stage 2. */
+template <typename T>
+__global__ void k_attention_bwd_q(T *dq, float *Dsave, const T *dout, const T *out, size_t ldo,
+                                  const float *lse, const T *q, size_t ldq, const T *k, const T *v,
+                                  size_t ldkv, int T_, int NH, int NKV, int HD) {
+    extern __shared__ float s[]; /* [2][T]: scores, then dP */
+    __shared__ float red[32];
+    int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
+    const T *Q = q + ((size_t)b * T_ + t) * ldq + (size_t)h * HD;
+    const T *dO = dout + ((size_t)b * T_ + t) * ldo + (size_t)h * HD;
+    const T *O = out + ((size_t)b * T_ + t) * ldo + (size_t)h * HD;
+    const T *K = k + (size_t)b * T_ * ldkv + (size_t)g * HD;
+    const T *Vv = v + (size_t)b * T_ * ldkv + (size_t)g * HD;
+    float scale = 1.0f / sqrtf((float)HD);
+    float *sc = s, *dp = s + T_;
+    att_scores(sc, Q, K, ldkv, t, HD, scale);
+    att_scores(dp, dO, Vv, ldkv, t, HD, 1.0f);
+    float D = 0;
+    for (int e = threadIdx.x; e < HD; e += blockDim.x) D += ldv(dO, e) * ldv(O, e);
+    D = block_sum(D, red);
+    float L = lse[((size_t)b * NH + h) * T_ + t];
+    for (int u = threadIdx.x; u <= t; u += blockDim.x) {
+        float p = expf(sc[u] - L);
+        sc[u] = p * (dp[u] - D) * scale;
+    }
+    if (threadIdx.x == 0) Dsave[((size_t)b * NH + h) * T_ + t] = D;
+    __syncthreads();
+    T *dQ = dq + ((size_t)b * T_ + t) * ldq + (size_t)h * HD;
+    for (int e = threadIdx.x; e < HD; e += blockDim.x) {
+        float a = 0;
+        for (int u = 0; u <= t; u++) a += sc[u] * ldv(K, (size_t)u * ldkv + e);
+        stv(dQ, e, a);
+    }
+}
+
+/* Backward, stage 2 per key row (b, g, u): over the group's query heads and
+ * t >= u, with p = exp(scale q_t.k_u - lse_t) and dS = p (dO_t.V_u - D_t) scale:
+ * dV[u] = sum p dO_t, dK[u] = sum dS q_t. Warp w takes t = u + w (mod nw),
+ * lanes the head dims; per-warp partials in shared memory are added in warp
+ * order at the end (deterministic). Shared: 2 * nw * HD floats. */
+template <typename T>
+__global__ void k_attention_bwd_kv(T *dk, T *dv, const T *dout, size_t ldo, const float *lse,
+                                   const float *Dsave, const T *q, size_t ldq, const T *k,
+                                   const T *v, size_t ldkv, int T_, int NH, int NKV, int HD) {
+    extern __shared__ float acc[]; /* [nw][HD] dK, then [nw][HD] dV */
+    int u = blockIdx.x, g = blockIdx.y, b = blockIdx.z, group = NH / NKV;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float *aK = acc + (size_t)w * HD, *aV = acc + (size_t)(nw + w) * HD;
+    for (int e = lane; e < HD; e += 32) aK[e] = aV[e] = 0;
+    const T *Ku = k + ((size_t)b * T_ + u) * ldkv + (size_t)g * HD;
+    const T *Vu = v + ((size_t)b * T_ + u) * ldkv + (size_t)g * HD;
+    float scale = 1.0f / sqrtf((float)HD);
+    for (int h = g * group; h < (g + 1) * group; h++) {
+        const float *Lh = lse + ((size_t)b * NH + h) * T_, *Dh = Dsave + ((size_t)b * NH + h) * T_;
+        for (int t = u + w; t < T_; t += nw) {
+            const T *dO = dout + ((size_t)b * T_ + t) * ldo + (size_t)h * HD;
+            const T *Q = q + ((size_t)b * T_ + t) * ldq + (size_t)h * HD;
+            float qk = 0, dp = 0;
+            for (int e = lane; e < HD; e += 32) {
+                qk += ldv(Q, e) * ldv(Ku, e);
+                dp += ldv(dO, e) * ldv(Vu, e);
+            }
+            qk = warp_sum(qk);
+            dp = warp_sum(dp);
+            float p = expf(qk * scale - Lh[t]);
+            float ds = p * (dp - Dh[t]) * scale;
+            for (int e = lane; e < HD; e += 32) {
+                aV[e] += p * ldv(dO, e);
+                aK[e] += ds * ldv(Q, e);
+            }
+        }
+    }
+    __syncthreads();
+    T *dK = dk + ((size_t)b * T_ + u) * ldkv + (size_t)g * HD;
+    T *dV = dv + ((size_t)b * T_ + u) * ldkv + (size_t)g * HD;
+    for (int e = threadIdx.x; e < HD; e += blockDim.x) {
+        float sk = 0, sv = 0;
+        for (int i = 0; i < nw; i++) {
+            sk += acc[(size_t)i * HD + e];
+            sv += acc[(size_t)(nw + i) * HD + e];
+        }
+        stv(dK, e, sk);
+        stv(dV, e, sv);
+    }
+}
+
+/* decode: one block per head, scores over the cache rows 0..t */
+template <typename T>
+__global__ void k_attention_step(T *out, const T *q, const T *kc, const T *vc, int t, int NH,
+                                 int NKV, int HD) {
+    extern __shared__ float s[];
+    __shared__ float red[32];
+    int h = blockIdx.x, g = h / (NH / NKV);
+    size_t ks = (size_t)NKV * HD;
+    att_scores(s, q + (size_t)h * HD, kc + (size_t)g * HD, ks, t, HD, 1.0f / sqrtf((float)HD));
+    float mx = -INFINITY;
+    for (int u = threadIdx.x; u <= t; u += blockDim.x) mx = fmaxf(mx, s[u]);
+    mx = block_max(mx, red);
+    __syncthreads();
+    float sum = 0;
+    for (int u = threadIdx.x; u <= t; u += blockDim.x) sum += (s[u] = expf(s[u] - mx));
+    sum = block_sum(sum, red);
+    __syncthreads();
+    for (int e = threadIdx.x; e < HD; e += blockDim.x) {
+        float o = 0;
+        for (int u = 0; u <= t; u++) o += s[u] * ldv(vc, (size_t)u * ks + (size_t)g * HD + e);
+        stv(out, (size_t)h * HD + e, o / sum);
+    }
+}
+
+/* Raises a kernel's dynamic shared memory limit when a row needs more than
+ * the default 48 KiB (T above 12288 in fp32 scores). */
+static int att_smem(tks_cuda_ctx *c, const void *fn, size_t bytes, const char *op) {
+    if (bytes <= 48 * 1024) return 0;
+    if (bytes > (size_t)c->prop.sharedMemPerBlockOptin) {
+        char why[200];
+        snprintf(why, sizeof why,
+                 "sequence too long for tokshard's attention kernel (%zu bytes of shared memory "
+                 "per row, the device allows %zu): use a shorter --seq-len",
+                 bytes, (size_t)c->prop.sharedMemPerBlockOptin);
+        return arg_fail(c, op, why);
+    }
+    return tks_cuda_check_rt(c, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)bytes), op);
+}
+
+int tks_cu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, const void *q,
+                            size_t ldq, const void *k, const void *v, size_t ldkv, int B, int T,
+                            int NH, int NKV, int HD, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "attention_fwd", dt);
+    if (B <= 0 || T <= 0) return 0;
+    if (dt == TKS_BF16 && c->flash) {
+        if (!tks_cudnn_attention_fwd(be, c->cur, c->ws, c->ws_bytes, out, ldo, lse, q, ldq, k, v,
+                                     ldkv, B, T, NH, NKV, HD)) {
+            c->flash_why[0] = 0;
+            return 0;
+        }
+        snprintf(c->flash_why, sizeof c->flash_why, "%s", tks_last_error()->message);
+        tks_clear_error();
+    }
+    size_t sm = (size_t)T * sizeof(float);
+    dim3 grid(T, NH, B);
+    if (dt == TKS_BF16) {
+        if (att_smem(c, (const void *)k_attention_fwd<bf16>, sm, "attention_fwd")) return c->err;
+        k_attention_fwd<bf16><<<grid, ATT_THREADS, sm, c->cur>>>((bf16 *)out, ldo, lse, (const bf16 *)q,
+                                                                 ldq, (const bf16 *)k, (const bf16 *)v,
+                                                                 ldkv, T, NH, NKV, HD);
+    } else {
+        if (att_smem(c, (const void *)k_attention_fwd<float>, sm, "attention_fwd")) return c->err;
+        k_attention_fwd<float><<<grid, ATT_THREADS, sm, c->cur>>>((float *)out, ldo, lse, (const float *)q,
+                                                                  ldq, (const float *)k, (const float *)v,
+                                                                  ldkv, T, NH, NKV, HD);
+    }
+    return LAUNCHED(c, "attention_fwd");
+}
+
+int tks_cu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const void *dout,
+                            const void *out, size_t ldo, const float *lse, const void *q, size_t ldq,
+                            const void *k, const void *v, size_t ldkv, int B, int T, int NH, int NKV,
+                            int HD, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "attention_bwd", dt);
+    if (B <= 0 || T <= 0) return 0;
+    if (dt == TKS_BF16 && c->flash) {
+        if (!tks_cudnn_attention_bwd(be, c->cur, c->ws, c->ws_bytes, dq, dk, dv, dout, out, ldo, lse,
+                                     q, ldq, k, v, ldkv, B, T, NH, NKV, HD)) {
+            c->flash_why[0] = 0;
+            return 0;
+        }
+        snprintf(c->flash_why, sizeof c->flash_why, "%s", tks_last_error()->message);
+        tks_clear_error();
+    }
+    size_t need = (size_t)B * NH * T * sizeof(float);
+    if (!c->ws || c->ws_bytes < need) {
+        char why[160];
+        snprintf(why, sizeof why, "needs %zu bytes of workspace, %zu were set (size it with "
+                 "workspace_bytes at these shapes)", need, c->ws_bytes);
+        return arg_fail(c, "attention_bwd", why);
+    }
+    float *D = (float *)c->ws;
+    size_t sm = 2 * (size_t)T * sizeof(float), sm2 = 2 * (ATT_THREADS / 32) * (size_t)HD * sizeof(float);
+    dim3 gq(T, NH, B), gkv(T, NKV, B);
+    if (dt == TKS_BF16) {
+        if (att_smem(c, (const void *)k_attention_bwd_q<bf16>, sm, "attention_bwd") ||
+            att_smem(c, (const void *)k_attention_bwd_kv<bf16>, sm2, "attention_bwd"))
+            return c->err;
+        k_attention_bwd_q<bf16><<<gq, ATT_THREADS, sm, c->cur>>>(
+            (bf16 *)dq, D, (const bf16 *)dout, (const bf16 *)out, ldo, lse, (const bf16 *)q, ldq,
+            (const bf16 *)k, (const bf16 *)v, ldkv, T, NH, NKV, HD);
+        if (LAUNCHED(c, "attention_bwd (dq)")) return c->err;
+        k_attention_bwd_kv<bf16><<<gkv, ATT_THREADS, sm2, c->cur>>>(
+            (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, ldo, lse, D, (const bf16 *)q, ldq,
+            (const bf16 *)k, (const bf16 *)v, ldkv, T, NH, NKV, HD);
+    } else {
+        if (att_smem(c, (const void *)k_attention_bwd_q<float>, sm, "attention_bwd") ||
+            att_smem(c, (const void *)k_attention_bwd_kv<float>, sm2, "attention_bwd"))
+            return c->err;
+        k_attention_bwd_q<float><<<gq, ATT_THREADS, sm, c->cur>>>(
+            (float *)dq, D, (const float *)dout, (const float *)out, ldo, lse, (const float *)q, ldq,
+            (const float *)k, (const float *)v, ldkv, T, NH, NKV, HD);
+        if (LAUNCHED(c, "attention_bwd (dq)")) return c->err;
+        k_attention_bwd_kv<float><<<gkv, ATT_THREADS, sm2, c->cur>>>(
+            (float *)dk, (float *)dv, (const float *)dout, ldo, lse, D, (const float *)q, ldq,
+            (const float *)k, (const float *)v, ldkv, T, NH, NKV, HD);
+    }
+    return LAUNCHED(c, "attention_bwd (dk, dv)");
+}
+
+int tks_cu_attention_step(tks_backend *be, void *out, const void *q, const void *kc,
+                             const void *vc, int t, int NH, int NKV, int HD, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "attention_step", dt);
+    size_t sm = (size_t)(t + 1) * sizeof(float);
+    if (dt == TKS_BF16) {
+        if (att_smem(c, (const void *)k_attention_step<bf16>, sm, "attention_step")) return c->err;
+        k_attention_step<bf16><<<NH, ATT_THREADS, sm, c->cur>>>((bf16 *)out, (const bf16 *)q,
+                                                                (const bf16 *)kc, (const bf16 *)vc, t, NH, NKV, HD);
+    } else {
+        if (att_smem(c, (const void *)k_attention_step<float>, sm, "attention_step")) return c->err;
+        k_attention_step<float><<<NH, ATT_THREADS, sm, c->cur>>>((float *)out, (const float *)q,
+                                                                 (const float *)kc, (const float *)vc, t, NH, NKV, HD);
+    }
+    return LAUNCHED(c, "attention_step");
+}

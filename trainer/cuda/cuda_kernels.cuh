@@ -1,0 +1,150 @@
+/* cuda_kernels.cuh - what the CUDA backend's kernel files share: the
+ * sticky-error helpers of an op, launch geometry, fp32/bf16 loads and stores,
+ * fixed-tree block reductions, and the ops each kernel family defines for
+ * the operations table in cuda_backend.cu. Private to trainer/cuda; CUDA C++
+ * only (included by the .cu files).
+ *
+ * Legend (backend.h): B batch, T sequence, N = B*T rows, C dim, NH query
+ * heads, NKV kv heads, HD head dim, F SwiGLU hidden dim, V vocab columns of a
+ * shard, VR its real ones.
+ */
+#ifndef TKS_CUDA_KERNELS_CUH
+#define TKS_CUDA_KERNELS_CUH
+
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "cuda_internal.h"
+
+/* A caller error (bad dtype, workspace too small): sticky like the rest. */
+static inline int arg_fail(tks_cuda_ctx *c, const char *op, const char *why) {
+    if (!c->err) {
+        c->err = TKS_ERR_ARG;
+        snprintf(c->err_msg, sizeof c->err_msg, "CUDA backend: %s: %s", op, why);
+    }
+    return c->err;
+}
+
+#define CTX(be) tks_cuda_ctx *c = tks_cuda_ctx_of(be)
+#define STICKY(c) \
+    if ((c)->err) return (c)->err
+#define LAUNCHED(c, op) (tks_cuda_check_rt((c), cudaGetLastError(), (op)), (c)->err)
+#define CHECK_DT(c, op, dt)                                                          \
+    if ((dt) != TKS_F32 && (dt) != TKS_BF16) return arg_fail((c), (op), "dtype is neither fp32 nor bf16")
+
+/* row chunks of the RMSNorm weight gradient (cuda_norm.cu; the workspace
+ * holds their partial sums): fixed, so the summation order depends only on
+ * the shape */
+enum { RMS_DW_CHUNKS = 64 };
+
+static inline unsigned grid_for(size_t n, unsigned block) {
+    size_t g = (n + block - 1) / block;
+    return (unsigned)(g > 65535u * 16 ? 65535u * 16 : (g ? g : 1));
+}
+
+#define GRID_STRIDE(i, n)                                                      \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);   \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* ---- storage types: load as fp32, store with round to nearest even --------- */
+
+typedef __nv_bfloat16 bf16;
+__device__ __forceinline__ float ldv(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float ldv(const bf16 *p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void stv(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void stv(bf16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+/* ---- block reductions (fixed tree: warp shuffles, then warp 0) -------------- */
+
+template <typename R> __device__ R warp_sum(R v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* every thread of the block gets the sum; `sh` holds 32 values */
+template <typename R> __device__ R block_sum(R v, R *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    R r = lane < nw ? sh[lane] : (R)0;
+    return warp_sum(r);
+}
+static __device__ __forceinline__ float block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : -INFINITY;
+    return warp_max(r);
+}
+
+/* ---- the ops of each kernel family (backend.h gives their contracts) ------- */
+
+/* cuda_backend.cu: a device-to-device copy on the current stream */
+int tks_cu_copy(tks_backend *be, void *dst, const void *src, size_t bytes);
+
+/* cuda_elementwise.cu: element-wise (convert, add, scale), deterministic reductions (sum, sum of squares), SwiGLU */
+int tks_cu_convert(tks_backend *be, void *dst, tks_dtype ddt, const void *src, tks_dtype sdt,
+    size_t n);
+int tks_cu_add(tks_backend *be, void *out, const void *a, const void *b, size_t n,
+    tks_dtype dt);
+int tks_cu_scale(tks_backend *be, float *x, size_t n, float s);
+int tks_cu_sumsq(tks_backend *be, float *out, const float *x, const tks_span *spans,
+    size_t nspans, int accumulate);
+int tks_cu_sum(tks_backend *be, float *out, const float *x, size_t n, int accumulate);
+int tks_cu_swiglu_fwd(tks_backend *be, void *out, const void *gu, int M, int F, tks_dtype dt);
+int tks_cu_swiglu_bwd(tks_backend *be, void *dgu, const void *dout, const void *gu, int M, int F,
+    tks_dtype dt);
+
+/* cuda_embedding.cu: token embedding */
+int tks_cu_embedding_fwd(tks_backend *be, void *out, const int32_t *ids, const void *w, int N,
+    int C, int64_t v0, int V, tks_dtype dt);
+int tks_cu_embedding_bwd(tks_backend *be, float *dw, const void *dout, const int32_t *ids, int N,
+    int C, int64_t v0, int V, tks_dtype dt);
+
+/* cuda_norm.cu: RMSNorm */
+int tks_cu_rmsnorm_fwd(tks_backend *be, void *out, float *rstd, const void *x, const void *w,
+    int N, int C, float eps, tks_dtype dt);
+int tks_cu_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout, const void *x,
+    const void *w, const float *rstd, int N, int C, tks_dtype dt);
+
+/* cuda_attention.cu: RoPE and attention (tokshard's own kernels) */
+int tks_cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0,
+    float theta, int inverse, tks_dtype dt);
+int tks_cu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, const void *q,
+    size_t ldq, const void *k, const void *v, size_t ldkv, int B, int T, int NH, int NKV, int HD,
+    tks_dtype dt);
+int tks_cu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const void *dout,
+    const void *out, size_t ldo, const float *lse, const void *q, size_t ldq, const void *k,
+    const void *v, size_t ldkv, int B, int T, int NH, int NKV, int HD, tks_dtype dt);
+int tks_cu_attention_step(tks_backend *be, void *out, const void *q, const void *kc,
+    const void *vc, int t, int NH, int NKV, int HD, tks_dtype dt);
+
+/* cuda_xent.cu: cross-entropy */
+int tks_cu_xent_fused(tks_backend *be, float *loss, void *logits, const int32_t *targets, int N,
+    int V, int VR, float scale, tks_dtype dt);
+int tks_cu_xent_max(tks_backend *be, float *mx, const void *logits, int N, int V, int VR,
+    tks_dtype dt);
+int tks_cu_xent_sumexp(tks_backend *be, float *sum, const void *logits, const float *mx, int N,
+    int V, int VR, tks_dtype dt);
+int tks_cu_xent_target(tks_backend *be, float *tgt, const void *logits, const int32_t *targets,
+    int N, int V, int64_t v0, int VR, tks_dtype dt);
+int tks_cu_xent_loss(tks_backend *be, float *loss, const float *mx, const float *sum,
+    const float *tgt, int N);
+int tks_cu_xent_bwd(tks_backend *be, void *dlogits, const void *logits, const float *mx,
+    const float *sum, const int32_t *targets, int N, int V, int64_t v0, int VR, float scale,
+    tks_dtype dt);
+
+/* cuda_adamw.cu: AdamW */
+int tks_cu_adamw(tks_backend *be, float *p, const float *grad, float *m, float *v, size_t base,
+    const tks_span *spans, size_t nspans, const tks_adamw_hp *hp, float grad_scale,
+    const float *gnorm_sq, void *pc, tks_dtype pc_dt);
+
+#endif /* TKS_CUDA_KERNELS_CUH */

@@ -1,0 +1,117 @@
+/* cuda_norm.cu - the CUDA backend's RMSNorm kernels (backend.h gives each
+ * op's contract; the CPU reference, trainer/cpu/cpu_backend.c, is what they
+ * are tested against). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/tks.h"
+#include "cuda_kernels.cuh"
+
+/* ---- RMSNorm -------------------------------------------------------------------- */
+
+template <typename T>
+__global__ void k_rmsnorm_fwd(T *out, float *rstd, const T *x, const T *w, int C, float eps) {
+    __shared__ float sh[32];
+    size_t o = (size_t)blockIdx.x * C;
+    float ss = 0;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) {
+        float v = ldv(x, o + j);
+        ss += v * v;
+    }
+    ss = block_sum(ss, sh);
+    float r = 1.0f / sqrtf(ss / (float)C + eps);
+    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) stv(out, o + j, ldv(x, o + j) * r * ldv(w, j));
+}
+template <typename T>
+__global__ void k_rmsnorm_bwd_dx(T *dx, const T *dout, const T *x, const T *w, const float *rstd,
+                                 int C) {
+    __shared__ float sh[32];
+    size_t o = (size_t)blockIdx.x * C;
+    float r = rstd[blockIdx.x], dot = 0;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) dot += ldv(dout, o + j) * ldv(w, j) * ldv(x, o + j);
+    dot = block_sum(dot, sh);
+    float k = dot * r * r * r / (float)C;
+    for (int j = threadIdx.x; j < C; j += blockDim.x)
+        stv(dx, o + j, ldv(dx, o + j) + ldv(dout, o + j) * ldv(w, j) * r - k * ldv(x, o + j));
+}
+/* dw: one thread per column, rows in order into a local sum added once (the
+ * fallback when no workspace is set) */
+template <typename T>
+__global__ void k_rmsnorm_bwd_dw(float *dw, const T *dout, const T *x, const float *rstd, int N, int C) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= C) return;
+    float s = 0;
+    for (int i = 0; i < N; i++) s += ldv(dout, (size_t)i * C + col) * ldv(x, (size_t)i * C + col) * rstd[i];
+    dw[col] += s;
+}
+/* dw in two stages over a partition that depends only on N (deterministic on
+ * any GPU, no atomics): stage 1, block (column tile, chunk k) sums rows
+ * [k*rows, min(N, (k+1)*rows)) of its columns in row order into
+ * part[k][col]; stage 2 adds the chunks in chunk order to dw. One thread per
+ * column walking all N rows left most of the GPU idle (C / 128 blocks, one
+ * dependent load chain of N rows each). part: RMS_DW_CHUNKS x C floats of
+ * the workspace (cu_workspace_bytes counts them). */
+template <typename T>
+__global__ void k_rmsnorm_bwd_dw_part(float *__restrict__ part, const T *__restrict__ dout,
+                                      const T *__restrict__ x, const float *__restrict__ rstd,
+                                      int N, int C, int rows) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= C) return;
+    int r0 = (int)blockIdx.y * rows, r1 = r0 + rows < N ? r0 + rows : N;
+    float s = 0;
+#pragma unroll 4
+    for (int i = r0; i < r1; i++) s += ldv(dout, (size_t)i * C + col) * ldv(x, (size_t)i * C + col) * rstd[i];
+    part[(size_t)blockIdx.y * C + col] = s;
+}
+__global__ void k_rmsnorm_bwd_dw_sum(float *dw, const float *part, int chunks, int C) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= C) return;
+    float s = 0;
+    for (int k = 0; k < chunks; k++) s += part[(size_t)k * C + col];
+    dw[col] += s;
+}
+template <typename T>
+static void rmsnorm_dw(tks_cuda_ctx *c, float *dw, const T *dout, const T *x, const float *rstd,
+                       int N, int C) {
+    int rows = (N + RMS_DW_CHUNKS - 1) / RMS_DW_CHUNKS, chunks = (N + rows - 1) / rows;
+    size_t need = (size_t)chunks * (size_t)C * sizeof(float);
+    unsigned tiles = (unsigned)((C + 127) / 128);
+    if (!c->ws || c->ws_bytes < need) {
+        k_rmsnorm_bwd_dw<T><<<tiles, 128, 0, c->cur>>>(dw, dout, x, rstd, N, C);
+        return;
+    }
+    float *part = (float *)c->ws;
+    k_rmsnorm_bwd_dw_part<T><<<dim3(tiles, (unsigned)chunks), 128, 0, c->cur>>>(part, dout, x, rstd, N, C, rows);
+    k_rmsnorm_bwd_dw_sum<<<tiles, 128, 0, c->cur>>>(dw, part, chunks, C);
+}
+int tks_cu_rmsnorm_fwd(tks_backend *be, void *out, float *rstd, const void *x, const void *w,
+                          int N, int C, float eps, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "rmsnorm_fwd", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16)
+        k_rmsnorm_fwd<bf16><<<N, 256, 0, c->cur>>>((bf16 *)out, rstd, (const bf16 *)x, (const bf16 *)w, C, eps);
+    else
+        k_rmsnorm_fwd<float><<<N, 256, 0, c->cur>>>((float *)out, rstd, (const float *)x, (const float *)w, C, eps);
+    return LAUNCHED(c, "rmsnorm_fwd");
+}
+int tks_cu_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout, const void *x,
+                          const void *w, const float *rstd, int N, int C, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "rmsnorm_bwd", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16) {
+        k_rmsnorm_bwd_dx<bf16><<<N, 256, 0, c->cur>>>((bf16 *)dx, (const bf16 *)dout, (const bf16 *)x,
+                                                      (const bf16 *)w, rstd, C);
+        rmsnorm_dw<bf16>(c, dw, (const bf16 *)dout, (const bf16 *)x, rstd, N, C);
+    } else {
+        k_rmsnorm_bwd_dx<float><<<N, 256, 0, c->cur>>>((float *)dx, (const float *)dout, (const float *)x,
+                                                       (const float *)w, rstd, C);
+        rmsnorm_dw<float>(c, dw, (const float *)dout, (const float *)x, rstd, N, C);
+    }
+    return LAUNCHED(c, "rmsnorm_bwd");
+}

@@ -1,0 +1,149 @@
+/* cuda_xent.cu - the CUDA backend's cross-entropy kernels (backend.h gives each
+ * op's contract; the CPU reference, trainer/cpu/cpu_backend.c, is what they
+ * are tested against). */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/tks.h"
+#include "cuda_kernels.cuh"
+
+/* ---- cross-entropy ------------------------------------------------------------------ */
+
+/* Fused (tp = 1): one block per row. Pass 1: online softmax (Milakov &
+ * Gimelshein 2018, "Online normalizer calculation for softmax") per thread,
+ * merged over the block; pass 2 overwrites the row with the gradient. */
+template <typename T>
+__global__ void k_xent_fused(float *loss, T *logits, const int32_t *targets, int V, int VR, float scale) {
+    __shared__ float red[32];
+    size_t o = (size_t)blockIdx.x * V;
+    float m = -INFINITY, s = 0;
+    for (int j = threadIdx.x; j < VR; j += blockDim.x) {
+        float x = ldv(logits, o + j);
+        if (x > m) {
+            s = s * expf(m - x) + 1.0f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    float M = block_max(m, red);
+    __syncthreads();
+    float S = block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), red);
+    int tg = targets[blockIdx.x];
+    float lt = ldv(logits, o + tg);
+    __syncthreads(); /* every thread has read the target logit before it is overwritten */
+    if (threadIdx.x == 0) loss[blockIdx.x] = logf(S) + M - lt;
+    float inv = 1.0f / S;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float g = j < VR ? expf(ldv(logits, o + j) - M) * inv * scale : 0.0f;
+        if (j == tg) g -= scale;
+        stv(logits, o + j, g);
+    }
+}
+int tks_cu_xent_fused(tks_backend *be, float *loss, void *logits, const int32_t *targets, int N,
+                         int V, int VR, float scale, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "xent_fused", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16)
+        k_xent_fused<bf16><<<N, 512, 0, c->cur>>>(loss, (bf16 *)logits, targets, V, VR, scale);
+    else
+        k_xent_fused<float><<<N, 512, 0, c->cur>>>(loss, (float *)logits, targets, V, VR, scale);
+    return LAUNCHED(c, "xent_fused");
+}
+
+template <typename T> __global__ void k_xent_max(float *mx, const T *logits, int V, int VR) {
+    __shared__ float red[32];
+    size_t o = (size_t)blockIdx.x * V;
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < VR; j += blockDim.x) m = fmaxf(m, ldv(logits, o + j));
+    m = block_max(m, red);
+    if (threadIdx.x == 0) mx[blockIdx.x] = m;
+}
+template <typename T>
+__global__ void k_xent_sumexp(float *sum, const T *logits, const float *mx, int V, int VR) {
+    __shared__ float red[32];
+    size_t o = (size_t)blockIdx.x * V;
+    float m = mx[blockIdx.x], s = 0;
+    for (int j = threadIdx.x; j < VR; j += blockDim.x) s += expf(ldv(logits, o + j) - m);
+    s = block_sum(s, red);
+    if (threadIdx.x == 0) sum[blockIdx.x] = s;
+}
+template <typename T>
+__global__ void k_xent_target(float *tgt, const T *logits, const int32_t *targets, int N, int V,
+                              int64_t v0, int VR) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    int64_t r = (int64_t)targets[i] - v0;
+    tgt[i] = (r >= 0 && r < VR) ? ldv(logits, (size_t)i * V + r) : 0.0f;
+}
+__global__ void k_xent_loss(float *loss, const float *mx, const float *sum, const float *tgt, int N) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) loss[i] = logf(sum[i]) + mx[i] - tgt[i];
+}
+template <typename T>
+__global__ void k_xent_bwd(T *dlogits, const T *logits, const float *mx, const float *sum,
+                           const int32_t *targets, int V, int64_t v0, int VR, float scale) {
+    int i = blockIdx.x;
+    size_t o = (size_t)i * V;
+    float m = mx[i], inv = 1.0f / sum[i];
+    int64_t r = (int64_t)targets[i] - v0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float g = j < VR ? expf(ldv(logits, o + j) - m) * inv * scale : 0.0f;
+        if (j == r && r < VR) g -= scale;
+        stv(dlogits, o + j, g);
+    }
+}
+int tks_cu_xent_max(tks_backend *be, float *mx, const void *logits, int N, int V, int VR, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "xent_max", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16) k_xent_max<bf16><<<N, 256, 0, c->cur>>>(mx, (const bf16 *)logits, V, VR);
+    else k_xent_max<float><<<N, 256, 0, c->cur>>>(mx, (const float *)logits, V, VR);
+    return LAUNCHED(c, "xent_max");
+}
+int tks_cu_xent_sumexp(tks_backend *be, float *sum, const void *logits, const float *mx, int N,
+                          int V, int VR, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "xent_sumexp", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16) k_xent_sumexp<bf16><<<N, 256, 0, c->cur>>>(sum, (const bf16 *)logits, mx, V, VR);
+    else k_xent_sumexp<float><<<N, 256, 0, c->cur>>>(sum, (const float *)logits, mx, V, VR);
+    return LAUNCHED(c, "xent_sumexp");
+}
+int tks_cu_xent_target(tks_backend *be, float *tgt, const void *logits, const int32_t *targets,
+                          int N, int V, int64_t v0, int VR, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "xent_target", dt);
+    if (N <= 0) return 0;
+    unsigned g = (unsigned)((N + 255) / 256);
+    if (dt == TKS_BF16) k_xent_target<bf16><<<g, 256, 0, c->cur>>>(tgt, (const bf16 *)logits, targets, N, V, v0, VR);
+    else k_xent_target<float><<<g, 256, 0, c->cur>>>(tgt, (const float *)logits, targets, N, V, v0, VR);
+    return LAUNCHED(c, "xent_target");
+}
+int tks_cu_xent_loss(tks_backend *be, float *loss, const float *mx, const float *sum,
+                        const float *tgt, int N) {
+    CTX(be);
+    STICKY(c);
+    if (N <= 0) return 0;
+    k_xent_loss<<<(N + 255) / 256, 256, 0, c->cur>>>(loss, mx, sum, tgt, N);
+    return LAUNCHED(c, "xent_loss");
+}
+int tks_cu_xent_bwd(tks_backend *be, void *dlogits, const void *logits, const float *mx,
+                       const float *sum, const int32_t *targets, int N, int V, int64_t v0, int VR,
+                       float scale, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "xent_bwd", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16)
+        k_xent_bwd<bf16><<<N, 256, 0, c->cur>>>((bf16 *)dlogits, (const bf16 *)logits, mx, sum, targets, V, v0, VR, scale);
+    else
+        k_xent_bwd<float><<<N, 256, 0, c->cur>>>((float *)dlogits, (const float *)logits, mx, sum, targets, V, v0, VR, scale);
+    return LAUNCHED(c, "xent_bwd");
+}

@@ -1,0 +1,106 @@
+/* step_bench.c - the trainer's device-side step (forward, backward,
+ * global-norm clip, AdamW) timed on random ids, one process, for the
+ * benchmarks (tks_step_bench, trainer.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/tks.h"
+#include "backend.h"
+#include "memplan.h"
+#include "model.h"
+#include "optim.h"
+#include "trainer.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* warm + steps steps; uniform random ids and targets from a fixed LCG (the
+ * PyTorch anchor of bench/gpu draws the same way); the loss and the norm
+ * stay on the device and are read once, after the last step */
+static int run_steps(tks_backend *be, tks_model *m, tks_optim *opt, const tks_adamw_opts *o,
+                     const tks_step_bench_opts *in, float *dred, tks_step_bench_result *out) {
+    size_t n = (size_t)in->B * (size_t)in->T;
+    int32_t *ids = malloc(n * sizeof *ids), *tg = malloc(n * sizeof *tg);
+    int rc = ids && tg ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    uint32_t V = tks_model_config_of(m)->vocab_size;
+    uint64_t s = 42;
+    double t0 = now();
+    for (int it = 0; it < in->warmup + in->steps && !rc; it++) {
+        for (size_t i = 0; i < n; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            ids[i] = (int32_t)((s >> 33) % V);
+            tg[i] = (int32_t)((s >> 13) % V);
+        }
+        if (it == in->warmup) {
+            rc = be->ops->sync(be);
+            t0 = now();
+        }
+        tks_model_zero_grad(m);
+        if (!rc) rc = be->ops->memzero(be, dred, 4 * sizeof *dred);
+        if (!rc) rc = tks_model_forward_train(m, ids, tg, 1.0f / (float)n, dred + 1);
+        if (!rc) rc = tks_model_backward(m, 1.0f / (float)n);
+        if (!rc) rc = tks_optim_grad_sumsq(opt, dred, 1);
+        if (!rc) rc = tks_optim_step_dev(opt, it + 1, tks_lr_at(o, (uint64_t)it), dred);
+    }
+    float red[2] = {0, 0};
+    if (!rc) rc = be->ops->download(be, red, dred, sizeof red);
+    if (!rc) rc = be->ops->sync(be);
+    out->step_s = (now() - t0) / in->steps;
+    out->loss = red[1] / (double)n;
+    free(ids);
+    free(tg);
+    return rc;
+}
+
+int tks_step_bench(const tks_step_bench_opts *in, tks_step_bench_result *out) {
+    memset(out, 0, sizeof *out);
+    tks_model_config cfg = in->model;
+    tks_model_config_defaults(&cfg);
+    const tks_model_config *c = &cfg;
+    if (in->B < 1 || in->T < 2 || (uint32_t)in->T > c->max_seq_len || in->steps < 1 || in->warmup < 0)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "need B >= 1, 2 <= T <= %u, STEPS >= 1, WARMUP >= 0", c->max_seq_len);
+    tks_dtype dt = in->bf16 ? TKS_BF16 : TKS_F32;
+    tks_backend *be = NULL;
+    tks_model *m = NULL;
+    tks_optim *opt = NULL;
+    float *dred = NULL;
+    tks_adamw_opts o = {.lr = 3e-4f, .min_lr = 3e-5f, .warmup = 10, .total = 1000, .beta1 = 0.9f,
+                        .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f};
+    int rc = tks_backend_create(in->device, in->threads, &be);
+    if (!rc) rc = tks_model_create_dt(c, be, NULL, in->B, in->T, 1, dt, &m);
+    if (!rc) rc = tks_optim_create(m, &o, 0, tks_model_n_flat(m), &opt);
+    if (!rc && !(dred = be->ops->alloc(be, 4 * sizeof *dred)))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of device memory");
+    if (!rc) {
+        tks_model_init(m, 1);
+        rc = run_steps(be, m, opt, &o, in, dred, out);
+    }
+    if (!rc) {
+        const tks_backend_kind *k = be->kind;
+        out->params = tks_model_n_params(c);
+        snprintf(out->backend, sizeof out->backend, "%s", be->name);
+        if (k->describe) k->describe(be, out->device, sizeof out->device);
+        if (k->attention_name) k->attention_name(be, dt, out->attention, sizeof out->attention);
+        else snprintf(out->attention, sizeof out->attention, "tokshard kernel");
+        size_t now_b = 0;
+        if (k->memory) k->memory(be, &now_b, &out->peak_bytes);
+        out->reserved_bytes = k->reserved ? k->reserved(be) : 0;
+        /* the --dry-run plan of this run (one process) */
+        tks_mem_plan plan;
+        tks_mesh_shape one = {1, 1, 1};
+        out->plan_bytes = tks_mem_plan_make(c, &one, in->B, in->T, dt, be, &plan) ? 0.0 : plan.total;
+    }
+    if (dred) be->ops->free(be, dred);
+    tks_optim_free(opt);
+    tks_model_free(m);
+    if (be) be->ops->destroy(be);
+    return rc;
+}
