@@ -1,8 +1,10 @@
 /* fastenc_internal.h - private to the fast encoder: the loaded model, shared
  * by the loader (fastenc_load.c: protobuf, tables, charsmap, cut analysis)
  * and the encoder (fastenc.c: per-thread cache, BPE, unigram,
- * normalization). Not an API. The helpers here are on the encoder's hot
- * path, hence static inline. */
+ * normalization). Not an API. The helpers below are on the encoder's hot
+ * path and are static, not static inline, so that the compiler inlines them
+ * by its own measure (fnv and tab_find stay out of line, which keeps the
+ * encoding loops small); both files call every one of them. */
 #ifndef TKS_TOKENIZER_FASTENC_INTERNAL_H
 #define TKS_TOKENIZER_FASTENC_INTERNAL_H
 
@@ -88,7 +90,7 @@ void tks__fast_caches_free(tks_fast *f);
 
 /* A hash of short strings, 8 bytes at a time (multipliers from splitmix64,
  * Steele et al., "Fast splittable pseudorandom number generators", 2014). */
-static inline uint64_t fnv(const char *s, size_t n) {
+static uint64_t fnv(const char *s, size_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
     while (n >= 8) {
         uint64_t w;
@@ -109,12 +111,12 @@ static inline uint64_t fnv(const char *s, size_t n) {
 }
 
 /* Slots of the unigram trie's edge table and of the BPE pair table. */
-static inline size_t edge_slot(uint64_t key, size_t mask) {
+static size_t edge_slot(uint64_t key, size_t mask) {
     return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
 }
-static inline uint64_t pair_hash(uint64_t key) { return key * 0x9E3779B97F4A7C15ull >> 17; }
+static uint64_t pair_hash(uint64_t key) { return key * 0x9E3779B97F4A7C15ull >> 17; }
 
-static inline hent *tab_find(const tks_fast *f, const char *s, size_t n, uint64_t h) {
+static hent *tab_find(const tks_fast *f, const char *s, size_t n, uint64_t h) {
     size_t mask = f->n_tab - 1;
     for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
         hent *e = &f->tab[i];
@@ -123,26 +125,26 @@ static inline hent *tab_find(const tks_fast *f, const char *s, size_t n, uint64_
     }
 }
 
-static inline int32_t norm_id_of(const tks_fast *f, const char *s, size_t n) {
+static int32_t norm_id_of(const tks_fast *f, const char *s, size_t n) {
     hent *e = tab_find(f, s, n, fnv(s, n));
     return e ? e->norm_id : -1;
 }
 
 /* string_util::OneCharLen */
-static inline size_t one_char_len(uint8_t b) { return (size_t)"\1\1\1\1\1\1\1\1\1\1\1\1\2\2\3\4"[b >> 4]; }
+static size_t one_char_len(uint8_t b) { return (size_t)"\1\1\1\1\1\1\1\1\1\1\1\1\2\2\3\4"[b >> 4]; }
 
-static inline int is_ws_sym(const char *s, size_t n) {
+static int is_ws_sym(const char *s, size_t n) {
     return n >= 3 && (uint8_t)s[0] == 0xE2 && (uint8_t)s[1] == 0x96 && (uint8_t)s[2] == 0x81;
 }
 
 /* darts-clone unit accessors (darts.h DoubleArrayUnit) */
-static inline uint32_t du_has_leaf(uint32_t u) { return (u >> 8) & 1; }
-static inline uint32_t du_value(uint32_t u) { return u & 0x7fffffffu; }
-static inline uint32_t du_label(uint32_t u) { return u & 0x800000ffu; }
-static inline uint32_t du_offset(uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6); }
+static uint32_t du_has_leaf(uint32_t u) { return (u >> 8) & 1; }
+static uint32_t du_value(uint32_t u) { return u & 0x7fffffffu; }
+static uint32_t du_label(uint32_t u) { return u & 0x800000ffu; }
+static uint32_t du_offset(uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6); }
 
 /* The charsmap's replacement string at `value` (an offset in f->norm). */
-static inline const char *norm_string(const tks_fast *f, uint32_t value, size_t *len) {
+static const char *norm_string(const tks_fast *f, uint32_t value, size_t *len) {
     if (value >= f->norm_len) {
         *len = 0;
         return "";
