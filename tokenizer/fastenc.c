@@ -16,9 +16,8 @@
  *   - sentencepiece_processor.cc PopulateSentencePieceText: an unknown piece
  *     becomes its <0xNN> byte pieces under byte_fallback, and consecutive
  *     unknown pieces are merged into one otherwise.
- * The model proto is read with a bounds-checked protobuf wire-format walker
- * (https://protobuf.dev/programming-guides/encoding/), proto2 semantics: the
- * last value of a field wins and enum values outside the enum are ignored.
+ * The model is read, and its tables built, by fastenc_load.c; this file
+ * encodes with them.
  *
  * Word split. When no piece contains U+2581 after another character (checked
  * at load), no BPE merge and no unigram lattice node can span a point just
@@ -54,23 +53,12 @@
  * word is recomputed along the cached path exactly as the Viterbi computes
  * it, so the value carried on is sentencepiece's, bit for bit.
  */
-#include "fastenc.h"
-#include "pb.h"
+#include "fastenc_internal.h"
 
-#include <float.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* sentencepiece_model.proto, ModelProto.SentencePiece.Type */
-enum { PT_NORMAL = 1, PT_UNKNOWN = 2, PT_CONTROL = 3, PT_USER = 4, PT_UNUSED = 5, PT_BYTE = 6 };
-enum { KIND_UNIGRAM = 1, KIND_BPE = 2 };
-
-/* unigram_model.cc: kUnkPenalty */
-#define UNK_PENALTY 10.0f
 
 /* Words up to this many normalized bytes are cached. */
 #define CACHE_MAX_WORD 64
@@ -79,96 +67,9 @@ enum { KIND_UNIGRAM = 1, KIND_BPE = 2 };
 #define CACHE_SLOTS (1u << 18)
 #define CACHE_ARENA (12u << 20)
 
-/* Protobuf wire format: pb.h */
-
 /* ---------------------------------------------------------------------------
- * The model
+ * Lookups in the model's tables
  * ------------------------------------------------------------------------- */
-
-/* One string of the piece table: a piece, or a byte prefix of a piece. */
-typedef struct hent {
-    uint64_t hash;
-    uint32_t off, len;  /* bytes in f->strs */
-    int32_t norm_id;    /* id in sentencepiece's pieces_ (NORMAL, USER_DEFINED, UNUSED), or -1 */
-    int32_t res_id;     /* id in reserved_id_map_ (UNKNOWN, CONTROL, BYTE), or -1 */
-} hent;
-
-typedef struct tls_cache tls_cache;
-
-struct tks_fast {
-    int kind;
-    uint32_t n_pieces;
-    float *score;        /* (V) */
-    uint8_t *type;       /* (V) */
-    uint32_t *plen;      /* (V) byte length of each piece */
-    char *strs;          /* piece bytes, concatenated */
-    size_t strs_len;
-    hent *tab;           /* open addressing, n_tab slots (power of two), empty: len == UINT32_MAX */
-    size_t n_tab;
-    int32_t unk_id;
-    int32_t byte_id[256];
-    int byte_fallback;
-    int no_cache;        /* benchmarks: encode every word (the miss path) */
-    int seg_only;        /* user-defined symbols: only tks_fast_next_cut may be used */
-    int cut_ok;          /* tks_fast_next_cut may cut this model's input */
-    float min_score;     /* over NORMAL pieces (unigram) */
-    double uni_smax;     /* largest |score| of a lattice node (unigram cache bound) */
-    /* normalizer */
-    int add_dummy_prefix, remove_extra_ws, escape_ws;
-    uint32_t *units;     /* darts-clone double array, NULL = no charsmap */
-    size_t n_units;
-    char *norm;          /* NUL-separated replacement strings */
-    size_t norm_len;
-    uint8_t asc_fixed[128];     /* 1: byte b alone decides its normalization */
-    const char *asc_out[128];   /* its replacement (NUL-terminated) */
-    uint8_t asc_out_len[128];
-    uint8_t asc_run[128];       /* 1: byte b, followed by an ASCII byte or the end, stays b */
-    uint8_t asc_cut[128][128];  /* 1: words may also be cut between ASCII a and b */
-    /* BPE: merges as (left id, right id) -> merged id, when every character
-     * of every piece is itself a piece (else pairs are looked up as strings) */
-    int use_pairs;
-    uint64_t *pair_key;  /* ((uint64_t)l << 32 | r) + 1; 0 = empty */
-    int32_t *pair_val;
-    size_t pair_mask;
-    int32_t *final_id;   /* (V) ModelInterface::PieceToId of piece i's string */
-    int32_t ascii_id[128]; /* pieces_ id of each ASCII character, or -1 */
-    /* unigram: a byte trie over the pieces, edges in a hash table */
-    uint64_t *edge_key;  /* (parent << 8 | byte) + 1; 0 = empty slot */
-    uint32_t *edge_child;
-    size_t edge_mask;
-    int32_t *node_id;    /* piece id ending at each node, or -1 */
-    size_t n_nodes;
-    /* per-thread caches */
-    pthread_key_t key;
-    pthread_mutex_t mu;
-    tls_cache *caches;   /* every cache ever made for this handle, freed with it */
-};
-
-/* A hash of short strings, 8 bytes at a time (multipliers from splitmix64,
- * Steele et al., "Fast splittable pseudorandom number generators", 2014). */
-static uint64_t fnv(const char *s, size_t n) {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, s, 8);
-        h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
-        h ^= h >> 31;
-        s += 8;
-        n -= 8;
-    }
-    if (n) {
-        uint64_t w = 0;
-        for (size_t i = 0; i < n; i++) w |= (uint64_t)(uint8_t)s[i] << (8 * i);
-        h = (h ^ w) * 0x94d049bb133111ebull;
-    }
-    h ^= h >> 32;
-    h *= 0xd6e8feb86659fd93ull;
-    return h ^ (h >> 29);
-}
-
-static size_t edge_slot(uint64_t key, size_t mask) {
-    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
-}
 
 /* The child of `node` by byte b, or 0 (the root is never a child). */
 static uint32_t trie_child(const tks_fast *f, uint32_t node, uint8_t b) {
@@ -179,59 +80,13 @@ static uint32_t trie_child(const tks_fast *f, uint32_t node, uint8_t b) {
     }
 }
 
-/* Adds piece `id` (bytes s[0..n)) to the trie. */
-static void trie_add(tks_fast *f, const uint8_t *s, size_t n, int32_t id) {
-    uint32_t node = 0;
-    for (size_t k = 0; k < n; k++) {
-        uint64_t key = (((uint64_t)node << 8) | s[k]) + 1;
-        size_t i = edge_slot(key, f->edge_mask);
-        while (f->edge_key[i] && f->edge_key[i] != key) i = (i + 1) & f->edge_mask;
-        if (!f->edge_key[i]) {
-            f->edge_key[i] = key;
-            f->edge_child[i] = (uint32_t)f->n_nodes;
-            f->node_id[f->n_nodes++] = -1;
-        }
-        node = f->edge_child[i];
+/* The merged piece of pieces l and r, or -1. */
+static int32_t pair_get(const tks_fast *f, int32_t l, int32_t r) {
+    uint64_t key = (((uint64_t)(uint32_t)l << 32) | (uint32_t)r) + 1;
+    for (size_t i = pair_hash(key) & f->pair_mask;; i = (i + 1) & f->pair_mask) {
+        if (f->pair_key[i] == key) return f->pair_val[i];
+        if (!f->pair_key[i]) return -1;
     }
-    if (f->node_id[node] < 0) f->node_id[node] = id;
-}
-
-static hent *tab_find(const tks_fast *f, const char *s, size_t n, uint64_t h) {
-    size_t mask = f->n_tab - 1;
-    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
-        hent *e = &f->tab[i];
-        if (e->len == UINT32_MAX) return NULL;
-        if (e->hash == h && e->len == n && !memcmp(f->strs + e->off, s, n)) return e;
-    }
-}
-
-/* Finds or inserts; the table never fills (sized at twice the strings). */
-static hent *tab_get(tks_fast *f, uint32_t off, uint32_t n) {
-    const char *s = f->strs + off;
-    uint64_t h = fnv(s, n);
-    size_t mask = f->n_tab - 1;
-    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
-        hent *e = &f->tab[i];
-        if (e->len == UINT32_MAX) {
-            e->hash = h;
-            e->off = off;
-            e->len = n;
-            e->norm_id = e->res_id = -1;
-            return e;
-        }
-        if (e->hash == h && e->len == n && !memcmp(f->strs + e->off, s, n)) return e;
-    }
-}
-
-static int isalnum_ascii(int c) {
-    return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
-}
-
-/* string_util::OneCharLen */
-static size_t one_char_len(uint8_t b) { return (size_t)"\1\1\1\1\1\1\1\1\1\1\1\1\2\2\3\4"[b >> 4]; }
-
-static int is_ws_sym(const char *s, size_t n) {
-    return n >= 3 && (uint8_t)s[0] == 0xE2 && (uint8_t)s[1] == 0x96 && (uint8_t)s[2] == 0x81;
 }
 
 /* util.cc DecodeUTF8 + IsValidDecodeUTF8: the length of a valid character at
@@ -257,11 +112,6 @@ static size_t valid_utf8_len(const uint8_t *s, size_t n) {
     return 0;
 }
 
-/* darts-clone unit accessors (darts.h DoubleArrayUnit) */
-static uint32_t du_has_leaf(uint32_t u) { return (u >> 8) & 1; }
-static uint32_t du_value(uint32_t u) { return u & 0x7fffffffu; }
-static uint32_t du_label(uint32_t u) { return u & 0x800000ffu; }
-static uint32_t du_offset(uint32_t u) { return (u >> 10) << ((u & (1u << 9)) >> 6); }
 
 /*
  * darts-clone commonPrefixSearch, keeping the last (longest) match: sets
@@ -284,17 +134,6 @@ static size_t charsmap_longest(const tks_fast *f, const uint8_t *s, size_t n, ui
         }
     }
     return best;
-}
-
-static const char *norm_string(const tks_fast *f, uint32_t value, size_t *len) {
-    if (value >= f->norm_len) {
-        *len = 0;
-        return "";
-    }
-    const char *s = f->norm + value;
-    const char *z = memchr(s, 0, f->norm_len - value);
-    *len = z ? (size_t)(z - s) : f->norm_len - value;
-    return s;
 }
 
 /* Normalizer::NormalizePrefix: the replacement of the longest rule matching
@@ -331,513 +170,6 @@ static size_t normalize_prefix(const tks_fast *f, const uint8_t *s, size_t n, co
     *out_len = m;
     return m;
 }
-
-/*
- * Whether some charsmap key has a space after its first byte: a depth-first
- * walk of the double array (each node's children probed over all 255
- * labels). darts-clone shares common suffixes between keys (its builder
- * makes a DAWG), so nodes are marked when visited; a node position outside
- * the array (a corrupt one) answers yes.
- */
-static int charsmap_space_inside(const tks_fast *f) {
-    size_t cap = 1024, n = 0;
-    size_t *stack = malloc(cap * sizeof *stack);
-    uint8_t *seen = calloc(f->n_units, 1);
-    int found = !stack || !seen;
-    size_t root = du_offset(f->units[0]);
-    for (int c = 1; c < 256 && !found; c++) { /* first bytes: any label */
-        size_t id = root ^ (size_t)c;
-        if (id < f->n_units && du_label(f->units[id]) == (uint32_t)c) stack[n++] = id ^ du_offset(f->units[id]);
-    }
-    while (n && !found) {
-        size_t node = stack[--n];
-        if (node >= f->n_units) {
-            found = 1;
-            break;
-        }
-        if (seen[node]) continue;
-        seen[node] = 1;
-        for (int c = 1; c < 256; c++) {
-            size_t id = node ^ (size_t)c;
-            if (id >= f->n_units || du_label(f->units[id]) != (uint32_t)c) continue;
-            if (c == ' ') {
-                found = 1;
-                break;
-            }
-            if (n == cap) {
-                size_t *q = realloc(stack, 2 * cap * sizeof *stack);
-                if (!q) {
-                    found = 1;
-                    break;
-                }
-                stack = q;
-                cap *= 2;
-            }
-            stack[n++] = id ^ du_offset(f->units[id]);
-        }
-    }
-    free(stack);
-    free(seen);
-    return found;
-}
-
-static int set_why(char *why, size_t why_len, const char *fmt, ...) {
-    if (why && why_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, why_len, fmt, ap);
-        va_end(ap);
-    }
-    return 1;
-}
-
-static void *xcalloc(size_t n, size_t sz) { return n ? calloc(n, sz) : calloc(1, 1); }
-
-static int32_t norm_id_of(const tks_fast *f, const char *s, size_t n) {
-    hent *e = tab_find(f, s, n, fnv(s, n));
-    return e ? e->norm_id : -1;
-}
-
-static uint64_t pair_hash(uint64_t key) { return key * 0x9E3779B97F4A7C15ull >> 17; }
-
-/* The merged piece of pieces l and r, or -1. */
-static int32_t pair_get(const tks_fast *f, int32_t l, int32_t r) {
-    uint64_t key = (((uint64_t)(uint32_t)l << 32) | (uint32_t)r) + 1;
-    for (size_t i = pair_hash(key) & f->pair_mask;; i = (i + 1) & f->pair_mask) {
-        if (f->pair_key[i] == key) return f->pair_val[i];
-        if (!f->pair_key[i]) return -1;
-    }
-}
-
-/*
- * The BPE merge table: for every piece m and every split of it at a
- * character boundary into two pieces l and r, (l, r) -> m. Used only when
- * every character of every piece is itself a piece: then a character that is
- * not a piece never merges (no piece contains it) and every merge joins two
- * pieces, so the table answers exactly what "is the concatenation a piece"
- * answers. Returns 0, or TKS_ERR_NOMEM.
- */
-static int build_pairs(tks_fast *f) {
-    f->final_id = malloc(f->n_pieces * sizeof *f->final_id);
-    if (!f->final_id) return TKS_ERR_NOMEM;
-    size_t off = 0, splits = 0;
-    int all_chars = 1;
-    for (uint32_t i = 0; i < f->n_pieces; off += f->plen[i], i++) {
-        const char *s = f->strs + off;
-        hent *e = tab_find(f, s, f->plen[i], fnv(s, f->plen[i]));
-        f->final_id[i] = e && e->res_id >= 0 ? e->res_id : (int32_t)i;
-        uint8_t ty = f->type[i];
-        if (ty != PT_NORMAL && ty != PT_USER && ty != PT_UNUSED) continue;
-        for (size_t k = 0; k < f->plen[i];) {
-            size_t m = one_char_len((uint8_t)s[k]);
-            if (m > f->plen[i] - k) m = f->plen[i] - k;
-            if (norm_id_of(f, s + k, m) < 0) all_chars = 0;
-            k += m;
-            splits++;
-        }
-    }
-    for (int b = 0; b < 128; b++) {
-        char ch = (char)b;
-        f->ascii_id[b] = norm_id_of(f, &ch, 1);
-    }
-    if (!all_chars) return 0;
-    size_t cap = 16;
-    while (cap < 2 * splits + 16) cap *= 2;
-    f->pair_key = calloc(cap, sizeof *f->pair_key);
-    f->pair_val = malloc(cap * sizeof *f->pair_val);
-    if (!f->pair_key || !f->pair_val) return TKS_ERR_NOMEM;
-    f->pair_mask = cap - 1;
-    off = 0;
-    for (uint32_t i = 0; i < f->n_pieces; off += f->plen[i], i++) {
-        uint8_t ty = f->type[i];
-        if (ty != PT_NORMAL && ty != PT_USER && ty != PT_UNUSED) continue;
-        const char *s = f->strs + off;
-        hent *self = tab_find(f, s, f->plen[i], fnv(s, f->plen[i]));
-        if (!self || self->norm_id != (int32_t)i) continue; /* a duplicate string */
-        size_t k = one_char_len((uint8_t)s[0]);
-        while (k < f->plen[i]) {
-            int32_t l = norm_id_of(f, s, k), r = norm_id_of(f, s + k, f->plen[i] - k);
-            if (l >= 0 && r >= 0) {
-                uint64_t key = (((uint64_t)(uint32_t)l << 32) | (uint32_t)r) + 1;
-                size_t j = pair_hash(key) & f->pair_mask;
-                while (f->pair_key[j] && f->pair_key[j] != key) j = (j + 1) & f->pair_mask;
-                f->pair_key[j] = key;
-                f->pair_val[j] = (int32_t)i;
-            }
-            size_t m = one_char_len((uint8_t)s[k]);
-            k += m;
-        }
-    }
-    f->use_pairs = 1;
-    return 0;
-}
-
-/* Reads one SentencePiece message into piece i. */
-static int parse_piece(const uint8_t *p, const uint8_t *end, const uint8_t **str, size_t *slen,
-                       float *score, uint8_t *type) {
-    pb_field fl;
-    int r;
-    *str = (const uint8_t *)"";
-    *slen = 0;
-    *score = 0.0f;
-    *type = PT_NORMAL;
-    while ((r = pb_next(&p, end, &fl)) > 0) {
-        if (fl.num == 1 && fl.wt == 2) {
-            *str = fl.data;
-            *slen = fl.len;
-        } else if (fl.num == 2 && fl.wt == 5) {
-            memcpy(score, fl.data, 4); /* little-endian hosts only (sentencepiece too) */
-        } else if (fl.num == 3 && fl.wt == 0 && fl.v >= 1 && fl.v <= 6) {
-            *type = (uint8_t)fl.v;
-        }
-    }
-    return r;
-}
-
-static void cache_free_all(tks_fast *f);
-
-void tks_fast_free(tks_fast *f) {
-    if (!f) return;
-    cache_free_all(f);
-    pthread_key_delete(f->key);
-    pthread_mutex_destroy(&f->mu);
-    free(f->score);
-    free(f->type);
-    free(f->plen);
-    free(f->strs);
-    free(f->tab);
-    free(f->units);
-    free(f->norm);
-    free(f->pair_key);
-    free(f->pair_val);
-    free(f->final_id);
-    free(f->edge_key);
-    free(f->edge_child);
-    free(f->node_id);
-    free(f);
-}
-
-static void cache_release(void *p);
-
-int tks_fast_load(const uint8_t *buf, size_t n, tks_fast **out, char *why, size_t why_len) {
-    *out = NULL;
-    if (why && why_len) why[0] = 0;
-    const uint8_t *p = buf, *end = buf + n;
-    pb_field fl;
-    int r;
-    /* pass 1: count pieces and their bytes; read the specs */
-    size_t n_pieces = 0, str_bytes = 0;
-    int model_type = KIND_UNIGRAM, byte_fallback = 0, ws_suffix = 0;
-    int dummy = 1, rews = 1, esc = 1;
-    const uint8_t *cmap = NULL;
-    size_t cmap_len = 0;
-    while ((r = pb_next(&p, end, &fl)) > 0) {
-        if (fl.wt != 2) continue;
-        const uint8_t *q = fl.data, *qe = fl.data + fl.len;
-        pb_field g;
-        int r2;
-        if (fl.num == 1) {
-            const uint8_t *s;
-            size_t sl;
-            float sc;
-            uint8_t ty;
-            if (parse_piece(q, qe, &s, &sl, &sc, &ty) < 0) r = -1;
-            n_pieces++;
-            str_bytes += sl;
-        } else if (fl.num == 2) {
-            while ((r2 = pb_next(&q, qe, &g)) > 0) {
-                if (g.wt != 0) continue;
-                if (g.num == 3 && g.v >= 1 && g.v <= 4) model_type = (int)g.v;
-                else if (g.num == 24) ws_suffix = g.v != 0;
-                else if (g.num == 35) byte_fallback = g.v != 0;
-            }
-            if (r2 < 0) r = -1;
-        } else if (fl.num == 3) {
-            while ((r2 = pb_next(&q, qe, &g)) > 0) {
-                if (g.num == 2 && g.wt == 2) {
-                    cmap = g.data;
-                    cmap_len = g.len;
-                } else if (g.wt == 0 && g.num == 3) dummy = g.v != 0;
-                else if (g.wt == 0 && g.num == 4) rews = g.v != 0;
-                else if (g.wt == 0 && g.num == 5) esc = g.v != 0;
-            }
-            if (r2 < 0) r = -1;
-        }
-        if (r < 0) break;
-    }
-    if (r < 0) return set_why(why, why_len, "the model proto does not parse");
-    if (model_type != KIND_BPE && model_type != KIND_UNIGRAM)
-        return set_why(why, why_len, "model type %s is not bpe or unigram",
-                       model_type == 3 ? "word" : "char");
-    if (ws_suffix) return set_why(why, why_len, "treat_whitespace_as_suffix is on");
-    if (n_pieces == 0 || n_pieces > INT32_MAX || str_bytes > UINT32_MAX / 2)
-        return set_why(why, why_len, "unsupported piece count or size");
-
-    tks_fast *f = calloc(1, sizeof *f);
-    if (!f) return TKS_ERR_NOMEM;
-    pthread_mutex_init(&f->mu, NULL);
-    if (pthread_key_create(&f->key, cache_release)) {
-        pthread_mutex_destroy(&f->mu);
-        free(f);
-        return TKS_ERR_NOMEM;
-    }
-    f->kind = model_type;
-    f->byte_fallback = byte_fallback;
-    f->add_dummy_prefix = dummy;
-    f->remove_extra_ws = rews;
-    f->escape_ws = esc;
-    f->n_pieces = (uint32_t)n_pieces;
-    f->score = xcalloc(n_pieces, sizeof *f->score);
-    f->type = xcalloc(n_pieces, 1);
-    f->plen = xcalloc(n_pieces, sizeof *f->plen);
-    f->strs = xcalloc(str_bytes + 1, 1);
-    /* every piece and every byte prefix of it: at most str_bytes + n entries */
-    size_t want = 2 * (str_bytes + n_pieces) + 16, nt = 16;
-    while (nt < want) nt *= 2;
-    f->n_tab = nt;
-    f->tab = malloc(nt * sizeof *f->tab);
-    if (model_type == KIND_UNIGRAM) {
-        size_t ne = 16;
-        while (ne < 2 * (str_bytes + 1)) ne *= 2;
-        f->edge_mask = ne - 1;
-        f->edge_key = calloc(ne, sizeof *f->edge_key);
-        f->edge_child = calloc(ne, sizeof *f->edge_child);
-        f->node_id = malloc((str_bytes + 1) * sizeof *f->node_id);
-        if (f->node_id) f->node_id[f->n_nodes++] = -1; /* the root */
-    }
-    if (!f->score || !f->type || !f->plen || !f->strs || !f->tab ||
-        (model_type == KIND_UNIGRAM && (!f->edge_key || !f->edge_child || !f->node_id))) {
-        tks_fast_free(f);
-        return TKS_ERR_NOMEM;
-    }
-    for (size_t i = 0; i < nt; i++) f->tab[i].len = UINT32_MAX;
-    for (int b = 0; b < 256; b++) f->byte_id[b] = -1;
-    f->unk_id = -1;
-    f->min_score = FLT_MAX;
-
-    /* pass 2: the pieces */
-    p = buf;
-    size_t i = 0, off = 0;
-    int bad = 0, user_seen = 0, user_space = 0;
-    char user_why[160] = "";
-    while (!bad && pb_next(&p, end, &fl) > 0) {
-        if (fl.num != 1 || fl.wt != 2) continue;
-        const uint8_t *s;
-        size_t sl;
-        float sc;
-        uint8_t ty;
-        parse_piece(fl.data, fl.data + fl.len, &s, &sl, &sc, &ty);
-        memcpy(f->strs + off, s, sl);
-        f->score[i] = sc;
-        f->type[i] = ty;
-        f->plen[i] = (uint32_t)sl;
-        if (sl == 0) bad = set_why(why, why_len, "piece %zu is empty", i);
-        if (ty == PT_UNUSED)
-            bad = set_why(why, why_len, "piece %zu (\"%.*s\") is unused", i, (int)sl,
-                          (const char *)s);
-        if (ty == PT_USER && !user_seen++)
-            snprintf(user_why, sizeof user_why, "piece %zu (\"%.*s\") is user-defined", i, (int)sl,
-                     (const char *)s);
-        if (ty == PT_USER && memchr(s, ' ', sl)) user_space = 1;
-        if (ty == PT_NORMAL && sc < f->min_score) f->min_score = sc;
-        if (ty == PT_UNKNOWN && f->unk_id < 0) f->unk_id = (int32_t)i;
-        int normal = ty == PT_NORMAL || ty == PT_USER || ty == PT_UNUSED;
-        hent *e = tab_get(f, (uint32_t)off, (uint32_t)sl);
-        if (normal) {
-            if (e->norm_id < 0) e->norm_id = (int32_t)i;
-            /* U+2581 after another character would let a piece span a cut */
-            int prev_other = 0;
-            for (size_t k = 0; k < sl;) {
-                size_t m = one_char_len(s[k]);
-                if (m > sl - k) m = sl - k;
-                int ws = is_ws_sym((const char *)s + k, m);
-                if (ws && prev_other && !bad)
-                    bad = set_why(why, why_len,
-                                  "piece %zu (\"%.*s\") has U+2581 after another character, so "
-                                  "words cannot be encoded one by one",
-                                  i, (int)sl, (const char *)s);
-                prev_other = !ws;
-                k += m;
-            }
-            /* unigram walks byte prefixes (as darts-clone's traverse does) */
-            if (model_type == KIND_UNIGRAM) trie_add(f, s, sl, (int32_t)i);
-        } else if (e->res_id < 0) {
-            e->res_id = (int32_t)i;
-        }
-        off += sl;
-        i++;
-    }
-    if (model_type == KIND_UNIGRAM) { /* the cache bound's s (see the top) */
-        f->uni_smax = fabs((double)(f->min_score - UNK_PENALTY));
-        for (size_t k = 0; k < i; k++)
-            if ((f->type[k] == PT_NORMAL || f->type[k] == PT_USER) && fabs((double)f->score[k]) > f->uni_smax)
-                f->uni_smax = fabs((double)f->score[k]);
-    }
-    f->strs_len = off;
-    if (bad) {
-        tks_fast_free(f);
-        return 1;
-    }
-    if (f->unk_id < 0) {
-        tks_fast_free(f);
-        return set_why(why, why_len, "the model has no unknown piece");
-    }
-    /* Extra cuts between an ASCII letter or digit and ASCII punctuation (either
-     * order): exact when no piece contains the two characters side by side,
-     * since then no BPE merge and no unigram node spans the point. */
-    for (int a = 0x21; a < 0x7f; a++)
-        for (int b = 0x21; b < 0x7f; b++) {
-            int an = isalnum_ascii(a), bn = isalnum_ascii(b);
-            f->asc_cut[a][b] = an != bn;
-        }
-    for (size_t k = 0, o = 0; k < f->n_pieces; o += f->plen[k], k++) {
-        uint8_t ty = f->type[k];
-        if (ty != PT_NORMAL && ty != PT_USER && ty != PT_UNUSED) continue;
-        const uint8_t *ps = (const uint8_t *)f->strs + o;
-        for (size_t j = 1; j < f->plen[k]; j++)
-            if (ps[j - 1] < 0x80 && ps[j] < 0x80) f->asc_cut[ps[j - 1]][ps[j]] = 0;
-    }
-    if (model_type == KIND_BPE && build_pairs(f) < 0) {
-        tks_fast_free(f);
-        return TKS_ERR_NOMEM;
-    }
-    if (byte_fallback) {
-        for (int b = 0; b < 256; b++) {
-            char name[8];
-            snprintf(name, sizeof name, "<0x%02X>", b);
-            hent *e = tab_find(f, name, 6, fnv(name, 6));
-            /* ModelInterface::PieceToId: reserved map first, then pieces_ */
-            f->byte_id[b] = e ? (e->res_id >= 0 ? e->res_id : e->norm_id) : f->unk_id;
-        }
-    }
-
-    /* the precompiled charsmap: <u32 trie bytes><double array><strings> */
-    if (cmap_len) {
-        uint32_t tb = 0;
-        if (cmap_len > 4) memcpy(&tb, cmap, 4);
-        if (cmap_len <= 4 || tb >= cmap_len - 4 || tb < 4 || tb % 4) {
-            tks_fast_free(f);
-            return set_why(why, why_len, "the precompiled charsmap is malformed");
-        }
-        f->n_units = tb / 4;
-        f->units = malloc(tb);
-        f->norm_len = cmap_len - 4 - tb;
-        f->norm = malloc(f->norm_len + 1);
-        if (!f->units || !f->norm) {
-            tks_fast_free(f);
-            return TKS_ERR_NOMEM;
-        }
-        memcpy(f->units, cmap + 4, tb);
-        memcpy(f->norm, cmap + 4 + tb, f->norm_len);
-        f->norm[f->norm_len] = 0;
-    }
-    /* ASCII bytes whose normalization does not depend on what follows */
-    for (int b = 0; b < 128; b++) {
-        uint8_t s = (uint8_t)b;
-        if (!f->units) {
-            f->asc_fixed[b] = 1;
-            continue;
-        }
-        size_t pos = du_offset(f->units[0]) ^ s;
-        if (pos >= f->n_units || du_label(f->units[pos]) != s) {
-            f->asc_fixed[b] = 1; /* no rule starts with b: b itself */
-            continue;
-        }
-        uint32_t u = f->units[pos];
-        size_t node = pos ^ du_offset(u);
-        int children = 0;
-        for (int c = 1; c < 256 && !children; c++)
-            if ((node ^ (size_t)c) < f->n_units && du_label(f->units[node ^ (size_t)c]) == (uint32_t)c)
-                children = 1;
-        if (children) continue;
-        f->asc_fixed[b] = 2;
-        if (du_has_leaf(u) && node < f->n_units) {
-            size_t len;
-            f->asc_out[b] = norm_string(f, du_value(f->units[node]), &len);
-            f->asc_out_len[b] = (uint8_t)(len > 255 ? 0 : len);
-            if (len > 255) f->asc_fixed[b] = 0;
-        } else {
-            f->asc_fixed[b] = 1;
-        }
-    }
-    for (int b = 0; b < 128; b++) {
-        uint8_t s = (uint8_t)b;
-        f->asc_run[b] = b != ' ';
-        if (!f->units || b == ' ') continue;
-        size_t pos = du_offset(f->units[0]) ^ s;
-        if (pos >= f->n_units || du_label(f->units[pos]) != s) continue;
-        uint32_t u = f->units[pos];
-        size_t node = pos ^ du_offset(u);
-        for (int c = 1; c < 128; c++)
-            if ((node ^ (size_t)c) < f->n_units && du_label(f->units[node ^ (size_t)c]) == (uint32_t)c)
-                f->asc_run[b] = 0; /* a rule continues with an ASCII byte */
-        if (du_has_leaf(u)) {
-            size_t len = 0;
-            const char *r = node < f->n_units ? norm_string(f, du_value(f->units[node]), &len) : "";
-            if (!(len == 1 && r[0] == (char)b)) f->asc_run[b] = 0;
-        }
-    }
-    /* Cuts sentencepiece's input may take (see tks_fast_next_cut): BPE, the
-     * default whitespace handling, U+2581 a normal piece, no user-defined
-     * symbol with a space, a space that normalizes to itself whatever follows */
-    hent *ws = tab_find(f, "\xe2\x96\x81", 3, fnv("\xe2\x96\x81", 3));
-    f->cut_ok = model_type == KIND_BPE && dummy && rews && esc && !user_space && ws &&
-                ws->norm_id >= 0 && f->type[ws->norm_id] == PT_NORMAL;
-    if (f->cut_ok && f->units) {
-        size_t pos = du_offset(f->units[0]) ^ (size_t)' ';
-        if (pos < f->n_units && du_label(f->units[pos]) == ' ') {
-            uint32_t u = f->units[pos];
-            size_t node = pos ^ du_offset(u);
-            for (int c = 1; c < 256; c++)
-                if ((node ^ (size_t)c) < f->n_units && du_label(f->units[node ^ (size_t)c]) == (uint32_t)c)
-                    f->cut_ok = 0;
-            if (du_has_leaf(u)) {
-                size_t len = 0;
-                const char *r = node < f->n_units ? norm_string(f, du_value(f->units[node]), &len) : "";
-                if (!(len == 1 && r[0] == ' ')) f->cut_ok = 0;
-            }
-        }
-    }
-    /* and no rule with a space after its first byte (a rule spanning the cut) */
-    if (f->cut_ok && f->units && charsmap_space_inside(f)) f->cut_ok = 0;
-    static char ascii_self[128][2];
-    for (int b = 0; b < 128; b++) {
-        ascii_self[b][0] = (char)b;
-        if (f->asc_fixed[b] == 1) {
-            f->asc_out[b] = ascii_self[b];
-            f->asc_out_len[b] = 1;
-        }
-    }
-    *out = f;
-    if (user_seen) {
-        /* not exact (the normalizer matches user-defined symbols first), but
-         * its cut analysis serves sentencepiece */
-        f->seg_only = 1;
-        set_why(why, why_len, "%s", user_why);
-        return 2;
-    }
-    return 0;
-}
-
-int tks_fast_seg_only(const tks_fast *f) { return f->seg_only; }
-
-size_t tks_fast_next_cut(const tks_fast *f, const char *t, size_t len, size_t from) {
-    if (!f->cut_ok) return 0;
-    if (from == 0) from = 1;
-    for (size_t p = from; p < len; p++) {
-        const char *q = memchr(t + p, ' ', len - p);
-        if (!q) return 0;
-        p = (size_t)(q - t);
-        uint8_t b = (uint8_t)t[p - 1];
-        int alnum = (b >= '0' && b <= '9') || (b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z');
-        if (alnum && f->asc_run[b]) return p;
-    }
-    return 0;
-}
-
-uint32_t tks_fast_n_pieces(const tks_fast *f) { return f->n_pieces; }
-void tks_fast_set_cache(tks_fast *f, int on) { f->no_cache = !on; }
-const char *tks_fast_kind(const tks_fast *f) { return f->kind == KIND_BPE ? "bpe" : "unigram"; }
 
 /* ---------------------------------------------------------------------------
  * Per-thread state: the word cache and scratch buffers
@@ -903,7 +235,16 @@ static void cache_destroy(tls_cache *c) {
     free(c);
 }
 
-static void cache_free_all(tks_fast *f) {
+int tks__fast_caches_init(tks_fast *f) {
+    pthread_mutex_init(&f->mu, NULL);
+    if (pthread_key_create(&f->key, cache_release)) {
+        pthread_mutex_destroy(&f->mu);
+        return TKS_ERR_NOMEM;
+    }
+    return 0;
+}
+
+void tks__fast_caches_free(tks_fast *f) {
     tls_cache *c = f->caches;
     while (c) {
         tls_cache *n = c->next_all;
@@ -911,6 +252,8 @@ static void cache_free_all(tks_fast *f) {
         c = n;
     }
     f->caches = NULL;
+    pthread_key_delete(f->key);
+    pthread_mutex_destroy(&f->mu);
 }
 
 static tls_cache *get_cache(tks_fast *f) {
@@ -1338,13 +681,6 @@ static int wappend(enc *e, nstream *ns, const char *s, size_t n) {
     return 0;
 }
 
-/*
- * Encodes every word completed by the bytes appended so far. The normalized
- * text is valid UTF-8, so E2 is always a lead byte: a U+2581 is found by
- * searching for E2 96 81, and the character before it is U+2581 exactly when
- * the three bytes before it are. Position 0 of the buffer is the start of
- * the text or an already-processed cut, never a new cut.
- */
 /* Encodes the words found by wscan, in order. Their cache slots, then the
  * entries those point to, are prefetched first for all of them at once, so
  * that the memory latency of the lookups overlaps instead of adding up (on
@@ -1374,6 +710,13 @@ static int encode_words(enc *e, const size_t *start, const size_t *len, size_t k
     return 0;
 }
 
+/*
+ * Encodes every word completed by the bytes appended so far. The normalized
+ * text is valid UTF-8, so E2 is always a lead byte: a U+2581 is found by
+ * searching for E2 96 81, and the character before it is U+2581 exactly when
+ * the three bytes before it are. Position 0 of the buffer is the start of
+ * the text or an already-processed cut, never a new cut.
+ */
 static int wscan(enc *e, nstream *ns) {
     tls_cache *c = e->c;
     const tks_fast *f = e->f;

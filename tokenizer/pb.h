@@ -1,8 +1,9 @@
 /* pb.h - the protobuf wire format, as far as a sentencepiece .model
- * (ModelProto) needs it: one reader for the fast encoder (fastenc.c) and the
- * tokenizer.json writer (hf_tokenizer.c). Private to tokenizer/. Source:
- * https://protobuf.dev/programming-guides/encoding/ (varints; wire types
- * 0 varint, 1 64-bit, 2 length-delimited, 5 32-bit; field number 0 invalid). */
+ * (ModelProto) needs it: one reader for the fast encoder's loader
+ * (fastenc_load.c) and the tokenizer.json writer (hf_tokenizer.c). Private
+ * to tokenizer/. Source: https://protobuf.dev/programming-guides/encoding/
+ * (varints; wire types 0 varint, 1 64-bit, 2 length-delimited, 5 32-bit;
+ * field number 0 invalid). */
 #ifndef TKS_TOKENIZER_PB_H
 #define TKS_TOKENIZER_PB_H
 #include <stddef.h>
