@@ -87,21 +87,10 @@ static void problem(sink *pk, int code, uint64_t shard, uint64_t chunk,
 
 static void problem(sink *pk, int code, uint64_t shard, uint64_t chunk,
                     uint64_t tok, uint64_t byte, uint64_t doc, const char *file, const char *fmt, ...) {
-    tks_audit_report *r = pk->r;
-    r->n_problems_total++;
-    if (r->n_problems >= pk->cap) return;
-    tks_audit_problem *p = &r->problems[r->n_problems];
-    p->order = pk->base | r->n_problems++;
-    p->code = code;
-    p->shard = shard;
-    p->chunk = chunk;
-    p->token_offset = tok;
-    p->byte_offset = byte;
-    p->doc = doc;
-    snprintf(p->file, sizeof p->file, "%s", file ? file : "");
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->message, sizeof p->message, fmt, ap);
+    tks_audit_report_vadd(pk->r, pk->cap, pk->base | pk->r->n_problems, code, file, shard, chunk,
+                          tok, byte, doc, fmt, ap);
     va_end(ap);
 }
 
@@ -827,6 +816,36 @@ int tks_audit_merge(tks_audit_report *const *parts, size_t n, size_t max_problem
     if (r->n_problems > cap) r->n_problems = cap;
     *out = r;
     return 0;
+}
+
+int tks_audit_report_vadd(tks_audit_report *r, size_t cap, uint64_t order, int code,
+                          const char *file, uint64_t shard, uint64_t chunk, uint64_t token_offset,
+                          uint64_t byte_offset, uint64_t doc, const char *fmt, va_list ap) {
+    r->n_problems_total++;
+    if (r->n_problems >= cap) return 0;
+    tks_audit_problem *p = &r->problems[r->n_problems++];
+    memset(p, 0, sizeof *p);
+    p->order = order;
+    p->code = code;
+    p->shard = shard;
+    p->chunk = chunk;
+    p->token_offset = token_offset;
+    p->byte_offset = byte_offset;
+    p->doc = doc;
+    snprintf(p->file, sizeof p->file, "%s", file ? file : "");
+    vsnprintf(p->message, sizeof p->message, fmt, ap);
+    return 1;
+}
+
+int tks_audit_report_add(tks_audit_report *r, size_t cap, uint64_t order, int code,
+                         const char *file, uint64_t shard, uint64_t chunk, uint64_t token_offset,
+                         uint64_t byte_offset, uint64_t doc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = tks_audit_report_vadd(r, cap, order, code, file, shard, chunk, token_offset,
+                                   byte_offset, doc, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 void tks_audit_report_free(tks_audit_report *r) {

@@ -459,6 +459,22 @@ static void test_header_fuzz_small(void) {
     free(b);
 }
 
+/* tks_audit_report_add records up to cap problems and counts every one. */
+static void test_report_add(void) {
+    tks_audit_problem ps[2];
+    tks_audit_report r = {.problems = ps};
+    for (int i = 0; i < 3; i++)
+        CHECK(tks_audit_report_add(&r, 2, 7, TKS_ERR_INDEX, i ? "f" : NULL, 1, TKS_NONE, 3, 4, 5,
+                                   "problem %d", i) == (i < 2), "add %d", i);
+    CHECK(r.n_problems == 2 && r.n_problems_total == 3, "counts %zu %zu", r.n_problems,
+          r.n_problems_total);
+    CHECK(ps[0].code == TKS_ERR_INDEX && ps[0].order == 7 && ps[0].shard == 1 &&
+              ps[0].chunk == TKS_NONE && ps[0].token_offset == 3 && ps[0].byte_offset == 4 &&
+              ps[0].doc == 5 && !strcmp(ps[0].file, "") && !strcmp(ps[1].file, "f") &&
+              !strcmp(ps[1].message, "problem 1"),
+          "recorded fields");
+}
+
 int main(int argc, char **argv) {
     snprintf(work, sizeof work, "%s", argc > 1 ? argv[1] : "/tmp/tks-test-dataset");
     mkdirs(work);
@@ -468,6 +484,7 @@ int main(int argc, char **argv) {
     test_writer_refuses();
     test_corruption();
     test_header_fuzz_small();
+    test_report_add();
     if (failures) {
         fprintf(stderr, "test_dataset: %d check(s) failed\n", failures);
         return 1;

@@ -521,18 +521,11 @@ static int cmd_audit(int argc, char **argv) {
     /* a tokenizer given on the command line must also agree on the vocabulary */
     if (ao.tokenizer_path && r->vocab_size) {
         tks_spm *spm = NULL;
-        if (tks_spm_load(ao.tokenizer_path, &spm) == 0 && tks_spm_vocab_size(spm) != r->vocab_size) {
-            r->n_problems_total++;
-            if (r->n_problems < (ao.max_problems ? ao.max_problems : 1000)) {
-                tks_audit_problem *p = &r->problems[r->n_problems++];
-                memset(p, 0, sizeof *p);
-                p->code = TKS_ERR_TOKENIZER;
-                p->shard = p->chunk = p->token_offset = p->byte_offset = p->doc = TKS_NONE;
-                snprintf(p->file, sizeof p->file, "%s", ao.tokenizer_path);
-                snprintf(p->message, sizeof p->message, "tokenizer vocab %u, dataset vocab %u",
-                         tks_spm_vocab_size(spm), r->vocab_size);
-            }
-        }
+        if (tks_spm_load(ao.tokenizer_path, &spm) == 0 && tks_spm_vocab_size(spm) != r->vocab_size)
+            tks_audit_report_add(r, ao.max_problems ? ao.max_problems : 1000, 0, TKS_ERR_TOKENIZER,
+                                 ao.tokenizer_path, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                                 "tokenizer vocab %u, dataset vocab %u", tks_spm_vocab_size(spm),
+                                 r->vocab_size);
         tks_spm_free(spm);
     }
     int rc = cli_audit_print(path, r, as_json, fo.format ? tks_foreign_format_name(fo.format) : NULL);
