@@ -104,6 +104,49 @@ static void write_dataset(const char *dir, const docs *D, uint32_t vocab, uint64
     tks_writer_free(w);
 }
 
+/* tks_stats_compute against counts made here from the documents written. */
+static void check_stats(const tks_dataset *ds, const docs *D, uint32_t vocab) {
+    size_t ns = tks_dataset_n_shards(ds);
+    const tks_shard **sh = malloc(ns * sizeof *sh);
+    for (size_t i = 0; i < ns; i++) sh[i] = tks_dataset_shard(ds, i);
+    tks_stats *st = NULL;
+    int rc = tks_stats_compute(sh, ns, 5, &st);
+    free(sh);
+    CHECK(rc == 0, "stats: %s", tks_last_error()->message);
+    if (rc) return;
+    uint64_t *counts = calloc(vocab, sizeof *counts), hist[65] = {0}, toks = 0, lo = UINT64_MAX, hi = 0;
+    for (size_t d = 0; d < D->n; d++) {
+        uint64_t len = D->len[d];
+        int b = 0;
+        while ((UINT64_C(2) << b) <= len) b++;
+        hist[b]++;
+        lo = len < lo ? len : lo;
+        hi = len > hi ? len : hi;
+        toks += len;
+        for (size_t j = 0; j < len; j++) counts[D->d[d][j]]++;
+    }
+    CHECK(st->n_docs == D->n && st->n_tokens == toks && st->vocab_size == vocab, "stats totals");
+    CHECK(st->min_doc_tokens == lo && st->max_doc_tokens == hi, "stats lengths [%llu, %llu]",
+          (unsigned long long)st->min_doc_tokens, (unsigned long long)st->max_doc_tokens);
+    CHECK(memcmp(st->doc_hist, hist, sizeof hist) == 0, "stats histogram");
+    CHECK(memcmp(st->counts, counts, vocab * sizeof *counts) == 0, "stats id counts");
+    CHECK(st->n_top == 5, "n_top %zu", st->n_top);
+    for (size_t k = 0; k < st->n_top; k++) {
+        uint32_t id = st->top[k];
+        /* every id ranked below holds fewer, or as many with a larger id */
+        for (uint32_t x = 0; x < vocab; x++) {
+            int ranked = 0;
+            for (size_t j = 0; j <= k; j++) ranked |= st->top[j] == x;
+            CHECK(ranked || counts[x] < counts[id] || (counts[x] == counts[id] && x > id),
+                  "top %zu: id %u (%llu) outranks %u (%llu)", k, x,
+                  (unsigned long long)counts[x], id, (unsigned long long)counts[id]);
+            if (!(ranked || counts[x] < counts[id] || (counts[x] == counts[id] && x > id))) break;
+        }
+    }
+    free(counts);
+    tks_stats_free(st);
+}
+
 static void test_round_trip(uint32_t vocab, uint64_t shard_tokens, uint32_t chunk) {
     char dir[1536];
     snprintf(dir, sizeof dir, "%s/rt-%u", work, vocab);
@@ -157,6 +200,7 @@ static void test_round_trip(uint32_t vocab, uint64_t shard_tokens, uint32_t chun
               r->problems[0].doc == 0 && r->problems[0].shard == 0,
           "audit --model-vocab should flag shard 0 token 0");
     tks_audit_report_free(r);
+    check_stats(ds, &D, vocab);
     tks_dataset_close(ds);
 
     /* determinism: the same documents give byte-identical shards */

@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -87,4 +88,11 @@ const char *cli_value(cli_args *a) {
     if (a->val) return a->val;
     if (a->i < a->argc) return a->val = a->argv[a->i++];
     return NULL;
+}
+
+void cli_json_print(json_t *j) {
+    char *s = json_dumps(j, JSON_INDENT(2));
+    puts(s);
+    free(s);
+    json_decref(j);
 }

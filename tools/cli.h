@@ -35,6 +35,11 @@ int cli_next(cli_args *a, const char **positional);
 /* The current option's value (=value or the next argument), NULL if none. */
 const char *cli_value(cli_args *a);
 
+/* Prints j (a jansson json_t) to stdout, indented by 2, and a newline;
+ * takes the reference to j. */
+struct json_t;
+void cli_json_print(struct json_t *j);
+
 /* Prints an audit report of path to stdout, as text or (as_json) JSON;
  * foreign: the format's name for another project's dataset, else NULL.
  * Returns the exit code: EXIT_PROBLEMS if the report has problems, else 0.

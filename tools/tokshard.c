@@ -585,6 +585,87 @@ static const tks_shard *view_shard(const view *v, size_t i) {
     return v->ds ? tks_dataset_shard(v->ds, i) : v->one;
 }
 
+static void inspect_json(const char *path, const view *v, const tks_stats *st, const char *fp) {
+    const tks_shard_header *h0 = tks_shard_hdr(view_shard(v, 0));
+    const tks_tokenizer_info *ti = v->ds ? tks_dataset_tokenizer(v->ds) : NULL;
+    json_t *shards = json_array();
+    for (size_t s = 0; s < view_n(v); s++) {
+        const tks_shard_header *h = tks_shard_hdr(view_shard(v, s));
+        json_array_append_new(shards, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "file",
+                                                tks_shard_path(view_shard(v, s)), "index",
+                                                (json_int_t)h->shard_index, "bytes", (json_int_t)h->file_size,
+                                                "n_docs", (json_int_t)h->n_docs, "n_tokens",
+                                                (json_int_t)h->n_tokens, "min_token_id",
+                                                (json_int_t)h->min_token_id, "max_token_id",
+                                                (json_int_t)h->max_token_id, "chunks", (json_int_t)h->n_chunks));
+    }
+    json_t *hj = json_array();
+    for (int b = 0; b < 64; b++)
+        if (st->doc_hist[b])
+            json_array_append_new(hj, json_pack("{s:I, s:I, s:I}", "min_len", (json_int_t)(UINT64_C(1) << b),
+                                                "max_len", (json_int_t)((UINT64_C(2) << b) - 1), "docs",
+                                                (json_int_t)st->doc_hist[b]));
+    json_t *tj = json_array();
+    for (size_t k = 0; k < st->n_top; k++)
+        json_array_append_new(tj, json_pack("{s:I, s:I, s:s?}", "id", (json_int_t)st->top[k], "count",
+                                            (json_int_t)st->counts[st->top[k]], "piece",
+                                            v->spm ? tks_spm_piece(v->spm, st->top[k]) : NULL));
+    json_t *j = json_pack("{s:s, s:i, s:I, s:i, s:s, s:s?, s:I, s:I, s:I, s:o, s:o, s:o}", "path", path,
+                          "format_version", (int)h0->version, "vocab_size", (json_int_t)st->vocab_size,
+                          "token_bytes", (int)h0->token_bytes, "tokenizer_fingerprint", fp,
+                          "model_type", ti ? ti->model_type : NULL, "n_shards", (json_int_t)view_n(v),
+                          "n_docs", (json_int_t)st->n_docs, "n_tokens", (json_int_t)st->n_tokens,
+                          "shards", shards, "doc_length_histogram", hj, "top_tokens", tj);
+    cli_json_print(j);
+}
+
+static void inspect_text(const char *path, const view *v, const tks_stats *st, const char *fp) {
+    const tks_shard_header *h0 = tks_shard_hdr(view_shard(v, 0));
+    const tks_tokenizer_info *ti = v->ds ? tks_dataset_tokenizer(v->ds) : NULL;
+    printf("%s: tokshard format v%u, %zu shard(s)\n", path, h0->version, view_n(v));
+    printf("  tokenizer     %s%s%s, fingerprint %s\n", ti ? ti->file : "(shard only)",
+           ti ? ", " : "", ti ? ti->model_type : "", fp);
+    char sp[3][16];
+    const uint32_t ids3[3] = {h0->bos_id, h0->eos_id, h0->pad_id};
+    for (int k = 0; k < 3; k++)
+        if (ids3[k] == TKS_NO_ID) snprintf(sp[k], sizeof sp[k], "none");
+        else snprintf(sp[k], sizeof sp[k], "%u", ids3[k]);
+    printf("  vocab_size    %u (uint%u ids), bos %s, eos %s, pad %s\n", st->vocab_size,
+           8 * h0->token_bytes, sp[0], sp[1], sp[2]);
+    printf("  documents     %llu\n  tokens        %llu (%.1f per document, min %llu, max %llu)\n",
+           (unsigned long long)st->n_docs, (unsigned long long)st->n_tokens,
+           st->n_docs ? (double)st->n_tokens / (double)st->n_docs : 0.0,
+           (unsigned long long)st->min_doc_tokens, (unsigned long long)st->max_doc_tokens);
+    printf("  chunk bytes   %u\n", h0->chunk_bytes);
+    printf("  shards:\n");
+    for (size_t s = 0; s < view_n(v); s++) {
+        const tks_shard_header *h = tks_shard_hdr(view_shard(v, s));
+        printf("    %-28s %10llu docs %12llu tokens  ids [%u, %u]  %llu bytes\n",
+               tks_shard_path(view_shard(v, s)), (unsigned long long)h->n_docs,
+               (unsigned long long)h->n_tokens, h->min_token_id, h->max_token_id,
+               (unsigned long long)h->file_size);
+    }
+    printf("  document length (tokens):\n");
+    uint64_t hmax = 1;
+    for (int b = 0; b < 64; b++) if (st->doc_hist[b] > hmax) hmax = st->doc_hist[b];
+    for (int b = 0; b < 64; b++)
+        if (st->doc_hist[b]) {
+            char range[48];
+            snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)(UINT64_C(1) << b),
+                     (unsigned long long)((UINT64_C(2) << b) - 1));
+            int bar = (int)(40.0 * (double)st->doc_hist[b] / (double)hmax + 0.5);
+            printf("    %-16s %10llu  %.*s\n", range, (unsigned long long)st->doc_hist[b], bar,
+                   "########################################");
+        }
+    printf("  most frequent tokens:\n");
+    for (size_t k = 0; k < st->n_top; k++) {
+        uint64_t c = st->counts[st->top[k]];
+        printf("    %8u %12llu  %5.2f%%  %s\n", st->top[k], (unsigned long long)c,
+               st->n_tokens ? 100.0 * (double)c / (double)st->n_tokens : 0.0,
+               v->spm ? tks_spm_piece(v->spm, st->top[k]) : "");
+    }
+}
+
 static int cmd_inspect(int argc, char **argv) {
     int as_json = 0;
     uint64_t top = 20;
@@ -603,132 +684,21 @@ static int cmd_inspect(int argc, char **argv) {
     view v;
     int rc = open_view(path, &v, 2);
     if (rc) return rc;
-    const tks_shard_header *h0 = tks_shard_hdr(view_shard(&v, 0));
-    uint32_t vocab = h0->vocab_size;
-    /* token frequencies (parallel over shards and ranges) and document lengths */
-    uint64_t *counts = calloc(vocab, sizeof *counts);
-    uint64_t hist[65] = {0}, n_docs = 0, n_tok = 0, min_len = UINT64_MAX, max_len = 0;
-    for (size_t s = 0; s < view_n(&v); s++) {
-        const tks_shard *sh = view_shard(&v, s);
-        const tks_shard_header *h = tks_shard_hdr(sh);
-        const void *t = tks_shard_tokens(sh);
-        const uint64_t *ix = tks_shard_doc_index(sh);
-        for (uint64_t d = 0; d < h->n_docs; d++) {
-            uint64_t len = ix[d + 1] - ix[d];
-            int b = 0;
-            while ((UINT64_C(2) << b) <= len) b++;
-            hist[b]++;
-            if (len < min_len) min_len = len;
-            if (len > max_len) max_len = len;
-        }
-        n_docs += h->n_docs;
-        n_tok += h->n_tokens;
-#pragma omp parallel
-        {
-            uint64_t *loc = calloc(vocab, sizeof *loc);
-#pragma omp for schedule(static)
-            for (uint64_t i = 0; i < h->n_tokens; i++) {
-                uint32_t id = tks_shard_token_at(t, h->token_bytes, i);
-                if (id < vocab) loc[id]++;
-            }
-#pragma omp critical(tks_inspect)
-            for (uint32_t k = 0; k < vocab; k++) counts[k] += loc[k];
-            free(loc);
-        }
+    const tks_shard **shards = malloc(view_n(&v) * sizeof *shards);
+    tks_stats *st = NULL;
+    for (size_t s = 0; shards && s < view_n(&v); s++) shards[s] = view_shard(&v, s);
+    if (!shards) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    else rc = tks_stats_compute(shards, view_n(&v), top > SIZE_MAX ? SIZE_MAX : (size_t)top, &st);
+    free(shards);
+    if (rc) {
+        close_view(&v);
+        return cli_lib_error();
     }
-    if (top > vocab) top = vocab;
-    uint32_t *best = calloc(top ? top : 1, sizeof *best);
-    for (uint64_t k = 0; k < top; k++) {
-        uint32_t arg = 0;
-        uint64_t bc = 0;
-        int found = 0;
-        for (uint32_t id = 0; id < vocab; id++) {
-            int taken = 0;
-            for (uint64_t j = 0; j < k; j++) taken |= best[j] == id;
-            if (!taken && (!found || counts[id] > bc)) arg = id, bc = counts[id], found = 1;
-        }
-        best[k] = arg;
-    }
-    const tks_tokenizer_info *ti = v.ds ? tks_dataset_tokenizer(v.ds) : NULL;
     char fp[33];
-    tks_hex(h0->tokenizer_fp, 16, fp);
-    if (as_json) {
-        json_t *shards = json_array();
-        for (size_t s = 0; s < view_n(&v); s++) {
-            const tks_shard_header *h = tks_shard_hdr(view_shard(&v, s));
-            json_array_append_new(shards, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "file",
-                                                    tks_shard_path(view_shard(&v, s)), "index",
-                                                    (json_int_t)h->shard_index, "bytes", (json_int_t)h->file_size,
-                                                    "n_docs", (json_int_t)h->n_docs, "n_tokens",
-                                                    (json_int_t)h->n_tokens, "min_token_id",
-                                                    (json_int_t)h->min_token_id, "max_token_id",
-                                                    (json_int_t)h->max_token_id, "chunks", (json_int_t)h->n_chunks));
-        }
-        json_t *hj = json_array();
-        for (int b = 0; b < 64; b++)
-            if (hist[b])
-                json_array_append_new(hj, json_pack("{s:I, s:I, s:I}", "min_len", (json_int_t)(UINT64_C(1) << b),
-                                                    "max_len", (json_int_t)((UINT64_C(2) << b) - 1), "docs",
-                                                    (json_int_t)hist[b]));
-        json_t *tj = json_array();
-        for (uint64_t k = 0; k < top; k++)
-            json_array_append_new(tj, json_pack("{s:I, s:I, s:s?}", "id", (json_int_t)best[k], "count",
-                                                (json_int_t)counts[best[k]], "piece",
-                                                v.spm ? tks_spm_piece(v.spm, best[k]) : NULL));
-        json_t *j = json_pack("{s:s, s:i, s:I, s:i, s:s, s:s?, s:I, s:I, s:I, s:o, s:o, s:o}", "path", path,
-                              "format_version", (int)h0->version, "vocab_size", (json_int_t)vocab,
-                              "token_bytes", (int)h0->token_bytes, "tokenizer_fingerprint", fp,
-                              "model_type", ti ? ti->model_type : NULL, "n_shards", (json_int_t)view_n(&v),
-                              "n_docs", (json_int_t)n_docs, "n_tokens", (json_int_t)n_tok, "shards", shards,
-                              "doc_length_histogram", hj, "top_tokens", tj);
-        char *s = json_dumps(j, JSON_INDENT(2));
-        puts(s);
-        free(s);
-        json_decref(j);
-    } else {
-        printf("%s: tokshard format v%u, %zu shard(s)\n", path, h0->version, view_n(&v));
-        printf("  tokenizer     %s%s%s, fingerprint %s\n", ti ? ti->file : "(shard only)",
-               ti ? ", " : "", ti ? ti->model_type : "", fp);
-        char sp[3][16];
-        const uint32_t ids3[3] = {h0->bos_id, h0->eos_id, h0->pad_id};
-        for (int k = 0; k < 3; k++)
-            if (ids3[k] == TKS_NO_ID) snprintf(sp[k], sizeof sp[k], "none");
-            else snprintf(sp[k], sizeof sp[k], "%u", ids3[k]);
-        printf("  vocab_size    %u (uint%u ids), bos %s, eos %s, pad %s\n", vocab, 8 * h0->token_bytes,
-               sp[0], sp[1], sp[2]);
-        printf("  documents     %llu\n  tokens        %llu (%.1f per document, min %llu, max %llu)\n",
-               (unsigned long long)n_docs, (unsigned long long)n_tok,
-               n_docs ? (double)n_tok / (double)n_docs : 0.0, (unsigned long long)min_len,
-               (unsigned long long)max_len);
-        printf("  chunk bytes   %u\n", h0->chunk_bytes);
-        printf("  shards:\n");
-        for (size_t s = 0; s < view_n(&v); s++) {
-            const tks_shard_header *h = tks_shard_hdr(view_shard(&v, s));
-            printf("    %-28s %10llu docs %12llu tokens  ids [%u, %u]  %llu bytes\n",
-                   tks_shard_path(view_shard(&v, s)), (unsigned long long)h->n_docs,
-                   (unsigned long long)h->n_tokens, h->min_token_id, h->max_token_id,
-                   (unsigned long long)h->file_size);
-        }
-        printf("  document length (tokens):\n");
-        uint64_t hmax = 1;
-        for (int b = 0; b < 64; b++) if (hist[b] > hmax) hmax = hist[b];
-        for (int b = 0; b < 64; b++)
-            if (hist[b]) {
-                char range[48];
-                snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)(UINT64_C(1) << b),
-                         (unsigned long long)((UINT64_C(2) << b) - 1));
-                int bar = (int)(40.0 * (double)hist[b] / (double)hmax + 0.5);
-                printf("    %-16s %10llu  %.*s\n", range, (unsigned long long)hist[b], bar,
-                       "########################################");
-            }
-        printf("  most frequent tokens:\n");
-        for (uint64_t k = 0; k < top; k++)
-            printf("    %8u %12llu  %5.2f%%  %s\n", best[k], (unsigned long long)counts[best[k]],
-                   n_tok ? 100.0 * (double)counts[best[k]] / (double)n_tok : 0.0,
-                   v.spm ? tks_spm_piece(v.spm, best[k]) : "");
-    }
-    free(best);
-    free(counts);
+    tks_hex(tks_shard_hdr(view_shard(&v, 0))->tokenizer_fp, 16, fp);
+    if (as_json) inspect_json(path, &v, st, fp);
+    else inspect_text(path, &v, st, fp);
+    tks_stats_free(st);
     close_view(&v);
     return 0;
 }
