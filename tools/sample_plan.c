@@ -14,8 +14,6 @@
 #include "cli.h"
 #include "trainer/trainer.h"
 
-int cli_sample_plan(int argc, char **argv);
-
 typedef unsigned long long ull;
 
 static const char plan_usage[] =
@@ -90,63 +88,94 @@ static json_t *json_sample(uint64_t micro, uint64_t g, uint64_t epoch, const tks
     return o;
 }
 
+/* What the flags and arguments of sample-plan say. */
+typedef struct plan_args {
+    const char *dir, *run_path;
+    uint64_t seq_len, global_batch, dp, tp, seed, micro, val_tokens;
+    uint64_t s0, s1;
+    int json, have_seq, have_batch, have_steps;
+    const char *data_flag; /* a flag that --run replaces */
+} plan_args;
+
+static void plan_help(void) { fputs(plan_usage, stdout); }
+
+/* --seq-len, --global-batch, --dp, --tp, --micro-batch, --val-tokens
+ * (f->ctx: the plan_args). */
+static int set_count(const cli_flag *f, const char *name, const char *v) {
+    plan_args *p = f->ctx;
+    if (f->ptr == &p->seq_len) p->have_seq = 1;
+    if (f->ptr == &p->global_batch) p->have_batch = 1;
+    if (f->ptr != &p->dp && f->ptr != &p->tp) p->data_flag = f->name;
+    if (!v) return cli_usage_error("%s needs a value", name);
+    if (cli_parse_size(v, f->ptr))
+        return cli_usage_error("%s %s: expected a non-negative integer such as 48, 64K or 1M", name, v);
+    return 0;
+}
+
+static int set_seed(const cli_flag *f, const char *name, const char *v) {
+    plan_args *p = f->ctx;
+    p->data_flag = f->name;
+    if (!v) return cli_usage_error("%s needs a value", name);
+    if (parse_u64(v, f->ptr))
+        return cli_usage_error("--seed %s: expected an integer in 0..%lld", v, (long long)INT64_MAX);
+    return 0;
+}
+
+static int set_steps(const cli_flag *f, const char *name, const char *v) {
+    plan_args *p = f->ctx;
+    if (!v) return cli_usage_error("%s needs a value", name);
+    p->have_steps = 1;
+    if (parse_steps(v, &p->s0, &p->s1))
+        return cli_usage_error("--steps %s: expected S0:S1 with 1 <= S0 <= S1 (steps S0 to S1; steps "
+                               "count from 1, as tokshard-train's do), or a single step S", v);
+    return 0;
+}
+
+static int set_json(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    if (v) return cli_usage_error("--json takes no value");
+    *(int *)f->ptr = 1;
+    return 0;
+}
+
+/* Parses the command line into *p (defaults first). Returns CLI_PARSED or
+ * the exit code. */
+static int parse_plan_args(int argc, char **argv, plan_args *p) {
+    *p = (plan_args){.dp = 1, .tp = 1, .seed = TKS_DEFAULT_SEED,
+                     .val_tokens = TKS_DEFAULT_VAL_TOKENS, .s0 = 1, .s1 = 1};
+    const cli_flag flags[] = {
+        {.name = "--json", .ptr = &p->json, .type = CLI_BOOL, .set = set_json},
+        {.name = "--seq-len", .ptr = &p->seq_len, .set = set_count, .ctx = p},
+        {.name = "--global-batch", .ptr = &p->global_batch, .set = set_count, .ctx = p},
+        {.name = "--dp", .ptr = &p->dp, .set = set_count, .ctx = p},
+        {.name = "--tp", .ptr = &p->tp, .set = set_count, .ctx = p},
+        {.name = "--micro-batch", .ptr = &p->micro, .set = set_count, .ctx = p},
+        {.name = "--val-tokens", .ptr = &p->val_tokens, .set = set_count, .ctx = p},
+        {.name = "--seed", .ptr = &p->seed, .set = set_seed, .ctx = p},
+        {.name = "--steps", .set = set_steps, .ctx = p},
+        {.name = "--run", .type = CLI_STR, .ptr = &p->run_path},
+        {0},
+    };
+    const cli_flag *const tables[] = {flags, NULL};
+    cli_one dir = {NULL, "one dataset DIR only (got %s and %s)"};
+    cli_command cmd = {.tables = tables,
+                       .unknown = "unknown option %s (options: --seq-len --global-batch --dp --tp "
+                                  "--steps --seed --micro-batch --val-tokens --run --json)",
+                       .positional = cli_take_one, .help = plan_help, .ctx = &dir};
+    int rc = cli_parse(&cmd, argc, argv);
+    p->dir = dir.value;
+    return rc;
+}
+
 int cli_sample_plan(int argc, char **argv) {
-    const char *dir = NULL, *run_path = NULL;
-    uint64_t seq_len = 0, global_batch = 0, dp = 1, tp = 1, seed = TKS_DEFAULT_SEED, micro = 0,
-             val_tokens = TKS_DEFAULT_VAL_TOKENS;
-    uint64_t s0 = 1, s1 = 1;
-    int json = 0, have_seq = 0, have_batch = 0, have_steps = 0;
-    const char *data_flag = NULL; /* a flag that --run replaces */
     cli_prog = "tokshard sample-plan";
-    cli_args a = {.argc = argc, .argv = argv};
-    const char *pos, *v;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            if (dir) return cli_usage_error("one dataset DIR only (got %s and %s)", dir, pos);
-            dir = pos;
-            continue;
-        }
-        if (!strcmp(a.name, "-h") || !strcmp(a.name, "--help")) {
-            fputs(plan_usage, stdout);
-            return 0;
-        }
-        if (!strcmp(a.name, "--json")) {
-            if (a.val) return cli_usage_error("--json takes no value");
-            json = 1;
-            continue;
-        }
-        uint64_t *dst = NULL;
-        if (!strcmp(a.name, "--seq-len")) dst = &seq_len, have_seq = 1;
-        else if (!strcmp(a.name, "--global-batch")) dst = &global_batch, have_batch = 1;
-        else if (!strcmp(a.name, "--dp")) dst = &dp;
-        else if (!strcmp(a.name, "--tp")) dst = &tp;
-        else if (!strcmp(a.name, "--micro-batch")) dst = &micro;
-        else if (!strcmp(a.name, "--val-tokens")) dst = &val_tokens;
-        else if (strcmp(a.name, "--seed") && strcmp(a.name, "--steps") && strcmp(a.name, "--run"))
-            return cli_usage_error("unknown option %s (options: --seq-len --global-batch --dp "
-                                       "--tp --steps --seed --micro-batch --val-tokens --run "
-                                       "--json)", a.name);
-        if (dst == &seq_len || dst == &global_batch || dst == &micro || dst == &val_tokens ||
-            !strcmp(a.name, "--seed"))
-            data_flag = a.name;
-        if (!(v = cli_value(&a))) return cli_usage_error("%s needs a value", a.name);
-        if (!strcmp(a.name, "--run")) {
-            run_path = v;
-        } else if (!strcmp(a.name, "--steps")) {
-            have_steps = 1;
-            if (parse_steps(v, &s0, &s1))
-                return cli_usage_error("--steps %s: expected S0:S1 with 1 <= S0 <= S1 (steps "
-                                           "S0 to S1; steps count from 1, as tokshard-train's "
-                                           "do), or a single step S", v);
-        } else if (!strcmp(a.name, "--seed")) {
-            if (parse_u64(v, &seed))
-                return cli_usage_error("--seed %s: expected an integer in 0..%lld", v,
-                                           (long long)INT64_MAX);
-        } else if (cli_parse_size(v, dst)) {
-            return cli_usage_error("%s %s: expected a non-negative integer such as 48, 64K "
-                                       "or 1M", a.name, v);
-        }
-    }
+    plan_args p;
+    int prc = parse_plan_args(argc, argv, &p);
+    if (prc != CLI_PARSED) return prc;
+    const char *dir = p.dir, *run_path = p.run_path, *data_flag = p.data_flag;
+    uint64_t seq_len = p.seq_len, global_batch = p.global_batch, dp = p.dp, tp = p.tp,
+             seed = p.seed, micro = p.micro, val_tokens = p.val_tokens, s0 = p.s0, s1 = p.s1;
+    int json = p.json, have_seq = p.have_seq, have_batch = p.have_batch, have_steps = p.have_steps;
     uint64_t run_step = 0, run_cursor = 0; /* the checkpoint's, with --run */
     tks_run_sampling run;
     if (run_path) {

@@ -20,26 +20,14 @@
 #include "cli.h"
 #include "dist.h"
 
-int cli_sample_plan(int argc, char **argv); /* tools/sample_plan.c */
-/* tools/interop_cli.c */
-int cli_import(int argc, char **argv);
-int cli_export(int argc, char **argv);
-int cli_export_hf(int argc, char **argv);
-int cli_foreign_flag(cli_args *a, tks_foreign_opts *fo, int *consumed);
+/* A size flag's value into *x; 0 or an exit code after the error. */
+static int size_value(const char *name, const char *v, uint64_t *x) {
+    cli_flag t = {.type = CLI_SIZE, .ptr = x};
+    return cli_set_by_type(&t, name, v);
+}
 
-#define OPT(s) (strcmp(a.name, s) == 0)
-#define VAL(dst)                                                               \
-    do {                                                                       \
-        if (!((dst) = cli_value(&a))) return cli_usage_error("%s needs a value", a.name); \
-    } while (0)
-#define SIZE(dst)                                                                         \
-    do {                                                                                  \
-        const char *v_;                                                                   \
-        VAL(v_);                                                                          \
-        if (cli_parse_size(v_, &(dst)))                                                       \
-            return cli_usage_error("%s %s: expected a number such as 1000000, 64K, 16M or 2G", \
-                               a.name, v_);                                               \
-    } while (0)
+/* Unknown-option errors name the command: "build: unknown option --x". */
+#define UNKNOWN(cmd) cmd ": unknown option %s"
 
 static int parse_policy(const char *flag, const char *v, tks_policy *p, int allow_replace) {
     if (allow_replace && strcmp(v, "replace") == 0) *p = TKS_POLICY_REPLACE;
@@ -50,47 +38,65 @@ static int parse_policy(const char *flag, const char *v, tks_policy *p, int allo
     return 0;
 }
 
-/* Input flags shared by build and train-tokenizer. Returns 1 if consumed, 0 if not, or an exit code + 2. */
-static int input_flag(cli_args *ap, tks_input_opts *io) {
-    cli_args a = *ap;
-    int r = 1;
-    const char *v = NULL;
-    if (OPT("--doc-split")) {
-        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--doc-split needs file, line or blank-line");
-        if (!strcmp(v, "file")) io->split = TKS_SPLIT_FILE;
-        else if (!strcmp(v, "line")) io->split = TKS_SPLIT_LINE;
-        else if (!strcmp(v, "blank-line")) io->split = TKS_SPLIT_BLANK;
-        else return 2 + cli_usage_error("--doc-split %s: expected file, line or blank-line", v);
-    } else if (OPT("--format")) {
-        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--format needs auto, text or jsonl");
-        if (!strcmp(v, "auto")) io->format = TKS_FMT_AUTO;
-        else if (!strcmp(v, "text")) io->format = TKS_FMT_TEXT;
-        else if (!strcmp(v, "jsonl")) io->format = TKS_FMT_JSONL;
-        else return 2 + cli_usage_error("--format %s: expected auto, text or jsonl", v);
-    } else if (OPT("--jsonl-key")) {
-        if (!(v = cli_value(&a)) || !*v) return 2 + cli_usage_error("--jsonl-key needs a key name");
-        io->jsonl_key = v;
-    } else if (OPT("--invalid-utf8")) {
-        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--invalid-utf8 needs replace, skip or fail");
-        if (parse_policy("--invalid-utf8", v, &io->invalid_utf8, 1)) return 2 + EXIT_USAGE;
-    } else if (OPT("--max-doc-bytes")) {
-        if (!(v = cli_value(&a)) || cli_parse_size(v, &io->max_doc_bytes) || io->max_doc_bytes == 0)
-            return 2 + cli_usage_error("--max-doc-bytes %s: expected a size such as 1M", v ? v : "");
-    } else if (OPT("--on-long-doc")) {
-        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--on-long-doc needs skip or fail");
-        if (parse_policy("--on-long-doc", v, &io->long_doc, 0)) return 2 + EXIT_USAGE;
-    } else if (OPT("--on-bad-input")) {
-        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--on-bad-input needs fail or skip");
-        if (parse_policy("--on-bad-input", v, &io->bad_input, 0)) return 2 + EXIT_USAGE;
-    } else if (OPT("--on-bad-record")) {
-        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--on-bad-record needs fail or skip");
-        if (parse_policy("--on-bad-record", v, &io->bad_record, 0)) return 2 + EXIT_USAGE;
-    } else {
-        r = 0;
-    }
-    *ap = a;
-    return r;
+/* --invalid-utf8 and the --on-* policies: f->meta lists the values as the
+ * missing-value error says them ("replace, skip or fail", "fail or skip"). */
+static int set_policy(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    if (!v) return cli_usage_error("%s needs %s", f->name, f->meta);
+    return parse_policy(f->name, v, f->ptr, strstr(f->meta, "replace") != NULL);
 }
+
+/* --doc-split, --format: f->ctx lists the values (NULL-ended), stored as
+ * their position in the list; f->meta says them ("file, line or blank-line"). */
+static int set_choice(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    if (!v) return cli_usage_error("%s needs %s", f->name, f->meta);
+    const char *const *names = f->ctx;
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(v, names[i])) {
+            *(int *)f->ptr = i;
+            return 0;
+        }
+    return cli_usage_error("%s %s: expected %s", f->name, v, f->meta);
+}
+static const char *const SPLIT_NAMES[] = {"file", "line", "blank-line", NULL}; /* tks_doc_split */
+static const char *const FORMAT_NAMES[] = {"auto", "text", "jsonl", NULL};    /* tks_input_format */
+
+static int set_jsonl_key(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    if (!v || !*v) return cli_usage_error("--jsonl-key needs a key name");
+    *(const char **)f->ptr = v;
+    return 0;
+}
+
+static int set_max_doc_bytes(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    uint64_t *x = f->ptr;
+    if (!v || cli_parse_size(v, x) || *x == 0)
+        return cli_usage_error("--max-doc-bytes %s: expected a size such as 1M", v ? v : "");
+    return 0;
+}
+
+/* Input flags shared by build, train-tokenizer and verify-tokenizer: a table
+ * over *io. */
+#define INPUT_FLAGS(io)                                                                     \
+    {                                                                                       \
+        {.name = "--doc-split", .ptr = &(io)->split, .set = set_choice,                     \
+         .meta = "file, line or blank-line", .ctx = (void *)SPLIT_NAMES},                   \
+        {.name = "--format", .ptr = &(io)->format, .set = set_choice,                       \
+         .meta = "auto, text or jsonl", .ctx = (void *)FORMAT_NAMES},                       \
+        {.name = "--jsonl-key", .ptr = &(io)->jsonl_key, .set = set_jsonl_key},             \
+        {.name = "--invalid-utf8", .ptr = &(io)->invalid_utf8, .set = set_policy,           \
+         .meta = "replace, skip or fail"},                                                  \
+        {.name = "--max-doc-bytes", .ptr = &(io)->max_doc_bytes, .set = set_max_doc_bytes}, \
+        {.name = "--on-long-doc", .ptr = &(io)->long_doc, .set = set_policy,                \
+         .meta = "skip or fail"},                                                           \
+        {.name = "--on-bad-input", .ptr = &(io)->bad_input, .set = set_policy,              \
+         .meta = "fail or skip"},                                                           \
+        {.name = "--on-bad-record", .ptr = &(io)->bad_record, .set = set_policy,            \
+         .meta = "fail or skip"},                                                           \
+        {0},                                                                                \
+    }
 
 static const char *INPUT_HELP =
     "  --doc-split file|line|blank-line  one document per file, per line, or per paragraph [file]\n"
@@ -176,61 +182,71 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
            s->seconds > 0 ? s->tokens_written / s->seconds : 0.0);
 }
 
+static int set_build_threads(const cli_flag *f, const char *name, const char *v) {
+    uint64_t x;
+    int rc = size_value(name, v, &x);
+    if (rc) return rc;
+    if (x == 0 || x > 1024) return cli_usage_error("--threads %llu: expected 1..1024", (unsigned long long)x);
+    *(int *)f->ptr = (int)x;
+    return 0;
+}
+
+/* --shard-tokens, --unit-bytes: at least 1. */
+static int set_nonzero(const cli_flag *f, const char *name, const char *v) {
+    int rc = size_value(name, v, f->ptr);
+    if (!rc && !*(uint64_t *)f->ptr) rc = cli_usage_error("%s must be at least 1", f->name);
+    return rc;
+}
+
+static int set_chunk_bytes(const cli_flag *f, const char *name, const char *v) {
+    uint64_t x;
+    int rc = size_value(name, v, &x);
+    if (rc) return rc;
+    if (x < TKS_MIN_CHUNK_BYTES || x > TKS_MAX_CHUNK_BYTES || x % 4)
+        return cli_usage_error("--chunk-bytes %llu: expected a multiple of 4 in [64, 1G]", (unsigned long long)x);
+    *(uint32_t *)f->ptr = (uint32_t)x;
+    return 0;
+}
+
+static int set_encoder(const cli_flag *f, const char *name, const char *v) {
+    if (!v) return cli_usage_error("%s needs a value", name);
+    if (!strcmp(v, "auto")) *(int *)f->ptr = 0;
+    else if (!strcmp(v, "sentencepiece")) *(int *)f->ptr = 1;
+    else return cli_usage_error("--encoder %s: expected auto or sentencepiece", v);
+    return 0;
+}
+
 static int cmd_build(int argc, char **argv) {
     tks_build_opts o;
     tks_build_opts_default(&o);
-    /* positional arguments are collected in place at the front of argv: slot
-     * n_in is always one already consumed by the parser, so nothing is lost */
-    const char **inputs = (const char **)argv;
-    size_t n_in = 0;
     int quiet = 0;
-    uint64_t v64;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            inputs[n_in++] = pos;
-            continue;
-        }
-        int r = input_flag(&a, &o.input);
-        if (r >= 2) return r - 2;
-        if (r) continue;
-        if (OPT("--tokenizer")) VAL(o.tokenizer_path);
-        else if (OPT("--output") || OPT("-o")) VAL(o.out_dir);
-        else if (OPT("--threads")) {
-            SIZE(v64);
-            if (v64 == 0 || v64 > 1024) return cli_usage_error("--threads %llu: expected 1..1024", (unsigned long long)v64);
-            o.threads = (int)v64;
-        } else if (OPT("--shard-tokens")) {
-            SIZE(o.shard_tokens);
-            if (!o.shard_tokens) return cli_usage_error("--shard-tokens must be at least 1");
-        } else if (OPT("--chunk-bytes")) {
-            SIZE(v64);
-            if (v64 < TKS_MIN_CHUNK_BYTES || v64 > TKS_MAX_CHUNK_BYTES || v64 % 4)
-                return cli_usage_error("--chunk-bytes %llu: expected a multiple of 4 in [64, 1G]", (unsigned long long)v64);
-            o.chunk_bytes = (uint32_t)v64;
-        } else if (OPT("--batch-bytes")) SIZE(o.batch_bytes);
-        else if (OPT("--unit-bytes")) {
-            SIZE(o.unit_bytes);
-            if (!o.unit_bytes) return cli_usage_error("--unit-bytes must be at least 1");
-        }
-        else if (OPT("--append-eos")) o.append_eos = 1;
-        else if (OPT("--prepend-bos")) o.prepend_bos = 1;
-        else if (OPT("--resume")) o.resume = 1;
-        else if (OPT("--encoder")) {
-            const char *v;
-            VAL(v);
-            if (!strcmp(v, "auto")) o.encoder_sentencepiece = 0;
-            else if (!strcmp(v, "sentencepiece")) o.encoder_sentencepiece = 1;
-            else return cli_usage_error("--encoder %s: expected auto or sentencepiece", v);
-        } else if (OPT("--quiet") || OPT("-q")) quiet = 1;
-        else return cli_usage_error("build: unknown option %s", a.name);
-    }
+    const cli_flag input[] = INPUT_FLAGS(&o.input);
+    const cli_flag flags[] = {
+        {.name = "--tokenizer", .type = CLI_STR, .ptr = &o.tokenizer_path},
+        {.name = "--output", .alias = "-o", .type = CLI_STR, .ptr = &o.out_dir},
+        {.name = "--threads", .ptr = &o.threads, .set = set_build_threads},
+        {.name = "--shard-tokens", .ptr = &o.shard_tokens, .set = set_nonzero},
+        {.name = "--chunk-bytes", .ptr = &o.chunk_bytes, .set = set_chunk_bytes},
+        {.name = "--batch-bytes", .type = CLI_SIZE, .ptr = &o.batch_bytes},
+        {.name = "--unit-bytes", .ptr = &o.unit_bytes, .set = set_nonzero},
+        {.name = "--append-eos", .type = CLI_BOOL, .ptr = &o.append_eos},
+        {.name = "--prepend-bos", .type = CLI_BOOL, .ptr = &o.prepend_bos},
+        {.name = "--resume", .type = CLI_BOOL, .ptr = &o.resume},
+        {.name = "--encoder", .ptr = &o.encoder_sentencepiece, .set = set_encoder},
+        {.name = "--quiet", .alias = "-q", .type = CLI_BOOL, .ptr = &quiet},
+        {0},
+    };
+    const cli_flag *const tables[] = {input, flags, NULL};
+    /* INPUT arguments are collected in place at the front of argv */
+    cli_list in = {(const char **)argv, 0};
+    cli_command cmd = {.tables = tables, .unknown = UNKNOWN("build"), .positional = cli_take_all, .ctx = &in};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc != CLI_PARSED) return prc;
     if (!o.tokenizer_path) return cli_usage_error("build: --tokenizer MODEL is required");
     if (!o.out_dir) return cli_usage_error("build: --output DIR is required");
-    if (!n_in) return cli_usage_error("build: give at least one INPUT file or directory");
-    o.inputs = inputs;
-    o.n_inputs = n_in;
+    if (!in.n) return cli_usage_error("build: give at least one INPUT file or directory");
+    o.inputs = in.items;
+    o.n_inputs = in.n;
     if (!quiet && isatty(STDERR_FILENO)) o.progress = progress_line;
     o.stop = &g_stop;
     struct sigaction sa = {0};
@@ -286,55 +302,70 @@ static int next_sentence(void *ctx, const char **text, size_t *len) {
     }
 }
 
+static int set_model_type(const cli_flag *f, const char *name, const char *v) {
+    if (!v) return cli_usage_error("%s needs a value", name);
+    if (strcmp(v, "bpe") && strcmp(v, "unigram") && strcmp(v, "word") && strcmp(v, "char"))
+        return cli_usage_error("--model-type %s: expected bpe, unigram, word or char", v);
+    *(const char **)f->ptr = v;
+    return 0;
+}
+
+static int set_spm_vocab(const cli_flag *f, const char *name, const char *v) {
+    uint64_t x;
+    int rc = size_value(name, v, &x);
+    if (rc) return rc;
+    if (x < 8 || x > 1000000) return cli_usage_error("--vocab-size %llu: expected 8..1000000", (unsigned long long)x);
+    *(uint32_t *)f->ptr = (uint32_t)x;
+    return 0;
+}
+
+static int set_coverage(const cli_flag *f, const char *name, const char *v) {
+    if (!v) return cli_usage_error("%s needs a value", name);
+    double *c = f->ptr;
+    char *e;
+    *c = strtod(v, &e);
+    if (*e || *c <= 0 || *c > 1)
+        return cli_usage_error("--character-coverage %s: expected a number in (0, 1]", v);
+    return 0;
+}
+
+/* --threads of train-tokenizer and audit: any size, as an int. */
+static int set_int(const cli_flag *f, const char *name, const char *v) {
+    uint64_t x;
+    int rc = size_value(name, v, &x);
+    if (!rc) *(int *)f->ptr = (int)x;
+    return rc;
+}
+
 static int cmd_train_tokenizer(int argc, char **argv) {
     tks_spm_train_opts t = {.model_type = "bpe", .vocab_size = 8000, .input_sentence_size = 2000000,
                             .seed = 1234};
     tks_input_opts io;
     tks_input_opts_default(&io);
     io.split = TKS_SPLIT_FILE;
-    /* positional arguments are collected in place at the front of argv: slot
-     * n_in is always one already consumed by the parser, so nothing is lost */
-    const char **inputs = (const char **)argv;
-    size_t n_in = 0;
-    uint64_t v64;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos, *v;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            inputs[n_in++] = pos;
-            continue;
-        }
-        int r = input_flag(&a, &io);
-        if (r >= 2) return r - 2;
-        if (r) continue;
-        if (OPT("--output") || OPT("-o")) VAL(t.model_prefix);
-        else if (OPT("--model-type")) {
-            VAL(v);
-            if (strcmp(v, "bpe") && strcmp(v, "unigram") && strcmp(v, "word") && strcmp(v, "char"))
-                return cli_usage_error("--model-type %s: expected bpe, unigram, word or char", v);
-            t.model_type = v;
-        } else if (OPT("--vocab-size")) {
-            SIZE(v64);
-            if (v64 < 8 || v64 > 1000000) return cli_usage_error("--vocab-size %llu: expected 8..1000000", (unsigned long long)v64);
-            t.vocab_size = (uint32_t)v64;
-        } else if (OPT("--byte-fallback")) t.byte_fallback = 1;
-        else if (OPT("--character-coverage")) {
-            VAL(v);
-            char *e;
-            t.character_coverage = strtod(v, &e);
-            if (*e || t.character_coverage <= 0 || t.character_coverage > 1)
-                return cli_usage_error("--character-coverage %s: expected a number in (0, 1]", v);
-        } else if (OPT("--input-sentence-size")) SIZE(t.input_sentence_size);
-        else if (OPT("--threads")) {
-            SIZE(v64);
-            t.threads = (int)v64;
-        } else return cli_usage_error("train-tokenizer: unknown option %s", a.name);
-    }
+    const cli_flag input[] = INPUT_FLAGS(&io);
+    const cli_flag flags[] = {
+        {.name = "--output", .alias = "-o", .type = CLI_STR, .ptr = &t.model_prefix},
+        {.name = "--model-type", .ptr = &t.model_type, .set = set_model_type},
+        {.name = "--vocab-size", .ptr = &t.vocab_size, .set = set_spm_vocab},
+        {.name = "--byte-fallback", .type = CLI_BOOL, .ptr = &t.byte_fallback},
+        {.name = "--character-coverage", .ptr = &t.character_coverage, .set = set_coverage},
+        {.name = "--input-sentence-size", .type = CLI_SIZE, .ptr = &t.input_sentence_size},
+        {.name = "--threads", .ptr = &t.threads, .set = set_int},
+        {0},
+    };
+    const cli_flag *const tables[] = {input, flags, NULL};
+    /* INPUT arguments are collected in place at the front of argv */
+    cli_list in = {(const char **)argv, 0};
+    cli_command cmd = {.tables = tables, .unknown = UNKNOWN("train-tokenizer"),
+                       .positional = cli_take_all, .ctx = &in};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc != CLI_PARSED) return prc;
     if (!t.model_prefix) return cli_usage_error("train-tokenizer: --output PREFIX is required (writes PREFIX.model)");
-    if (!n_in) return cli_usage_error("train-tokenizer: give at least one INPUT");
+    if (!in.n) return cli_usage_error("train-tokenizer: give at least one INPUT");
     if (!t.threads) t.threads = 1; /* the model depends on (and records) it: same default everywhere */
     sentence_src src = {0};
-    int rc = tks_input_open(inputs, n_in, &io, &src.in);
+    int rc = tks_input_open(in.items, in.n, &io, &src.in);
     double t0 = omp_get_wtime();
     if (!rc) rc = tks_spm_train(&t, next_sentence, &src);
     if (rc == TKS_ERR_INPUT && src.lines == 0) { /* what was read, and what was left out */
@@ -371,24 +402,18 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
     tks_input_opts io;
     tks_input_opts_default(&io);
     io.split = TKS_SPLIT_LINE;
-    const char **inputs = (const char **)argv;
-    size_t n_in = 0;
     int no_cache = 0;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            inputs[n_in++] = pos;
-            continue;
-        }
-        int r = input_flag(&a, &io);
-        if (r >= 2) return r - 2;
-        if (r) continue;
-        if (OPT("--no-cache")) no_cache = 1;
-        else return cli_usage_error("verify-tokenizer: unknown option %s", a.name);
-    }
-    if (n_in < 2) return cli_usage_error("verify-tokenizer: give MODEL and at least one TEXT input");
-    const char *model = inputs[0];
+    const cli_flag input[] = INPUT_FLAGS(&io);
+    const cli_flag flags[] = {{.name = "--no-cache", .type = CLI_BOOL, .ptr = &no_cache}, {0}};
+    const cli_flag *const tables[] = {input, flags, NULL};
+    /* MODEL and TEXT arguments are collected in place at the front of argv */
+    cli_list in = {(const char **)argv, 0};
+    cli_command cmd = {.tables = tables, .unknown = UNKNOWN("verify-tokenizer"),
+                       .positional = cli_take_all, .ctx = &in};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc != CLI_PARSED) return prc;
+    if (in.n < 2) return cli_usage_error("verify-tokenizer: give MODEL and at least one TEXT input");
+    const char *model = in.items[0];
     tks_spm *spm = NULL;
     if (tks_spm_load(model, &spm)) return cli_lib_error();
     const char *why = tks_spm_fast_unavailable(spm);
@@ -400,15 +425,15 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
         return 0;
     }
     if (no_cache) tks_spm_set_word_cache(spm, 0);
-    tks_input *in = NULL;
-    int rc = tks_input_open(inputs + 1, n_in - 1, &io, &in);
+    tks_input *input_docs = NULL;
+    int rc = tks_input_open(in.items + 1, in.n - 1, &io, &input_docs);
     tks_ids ref = {0}, fast = {0};
     uint64_t docs = 0, bytes = 0;
     double t_ref = 0, t_fast = 0;
     int differ = 0;
     tks_doc doc;
     while (!rc && !differ) {
-        int got = tks_input_next(in, &doc);
+        int got = tks_input_next(input_docs, &doc);
         if (got < 0) rc = got;
         if (got <= 0) break;
         double t0 = omp_get_wtime();
@@ -436,7 +461,7 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
         printf("tokshard build would be wrong on this model: please report it with the model and "
                "this line; meanwhile build with --encoder sentencepiece\n");
     }
-    tks_input_free(in);
+    tks_input_free(input_docs);
     tks_ids_free(&ref);
     tks_ids_free(&fast);
     if (rc) {
@@ -468,38 +493,42 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
 /* audit                                                                     */
 
 
+static int set_model_vocab(const cli_flag *f, const char *name, const char *v) {
+    uint64_t x;
+    int rc = size_value(name, v, &x);
+    if (rc) return rc;
+    if (x == 0 || x > UINT32_MAX) return cli_usage_error("--model-vocab must be in 1..2^32-1");
+    *(uint32_t *)f->ptr = (uint32_t)x;
+    return 0;
+}
+
+static int set_max_problems(const cli_flag *f, const char *name, const char *v) {
+    if (!v) return cli_usage_error("%s needs a value", name);
+    *(size_t *)f->ptr = strtoull(v, NULL, 10);
+    return 0;
+}
+
 static int cmd_audit(int argc, char **argv) {
     tks_audit_opts ao = {0};
     tks_foreign_opts fo;
     tks_foreign_opts_default(&fo);
     int as_json = 0;
-    const char *path = NULL, *v;
-    uint64_t v64;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            if (path) return cli_usage_error("audit: one DIR or SHARD only (got %s and %s)", path, pos);
-            path = pos;
-            continue;
-        }
-        int used, fr = cli_foreign_flag(&a, &fo, &used);
-        if (fr) return fr;
-        if (used) continue;
-        if (OPT("--json")) as_json = 1;
-        else if (OPT("--model-vocab")) {
-            SIZE(v64);
-            if (v64 == 0 || v64 > UINT32_MAX) return cli_usage_error("--model-vocab must be in 1..2^32-1");
-            ao.model_vocab = (uint32_t)v64;
-        } else if (OPT("--tokenizer")) VAL(ao.tokenizer_path);
-        else if (OPT("--threads")) {
-            SIZE(v64);
-            ao.threads = (int)v64;
-        } else if (OPT("--max-problems")) {
-            VAL(v);
-            ao.max_problems = strtoull(v, NULL, 10);
-        } else return cli_usage_error("audit: unknown option %s", a.name);
-    }
+    cli_flag foreign[CLI_FOREIGN_FLAGS];
+    cli_foreign_table(&fo, foreign);
+    const cli_flag flags[] = {
+        {.name = "--json", .type = CLI_BOOL, .ptr = &as_json},
+        {.name = "--model-vocab", .ptr = &ao.model_vocab, .set = set_model_vocab},
+        {.name = "--tokenizer", .type = CLI_STR, .ptr = &ao.tokenizer_path},
+        {.name = "--threads", .ptr = &ao.threads, .set = set_int},
+        {.name = "--max-problems", .ptr = &ao.max_problems, .set = set_max_problems},
+        {0},
+    };
+    const cli_flag *const tables[] = {foreign, flags, NULL};
+    cli_one arg = {NULL, "audit: one DIR or SHARD only (got %s and %s)"};
+    cli_command cmd = {.tables = tables, .unknown = UNKNOWN("audit"), .positional = cli_take_one, .ctx = &arg};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc != CLI_PARSED) return prc;
+    const char *path = arg.value;
     if (!path) return cli_usage_error("audit: give a dataset DIR or a SHARD file");
     if (fo.format && !ao.model_vocab)
         return cli_usage_error("audit --format %s: --model-vocab N is required (the embedding "
@@ -669,20 +698,20 @@ static void inspect_text(const char *path, const view *v, const tks_stats *st, c
 static int cmd_inspect(int argc, char **argv) {
     int as_json = 0;
     uint64_t top = 20;
-    const char *path = NULL;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            if (path) return cli_usage_error("inspect: one DIR or SHARD only");
-            path = pos;
-        } else if (OPT("--json")) as_json = 1;
-        else if (OPT("--top")) SIZE(top);
-        else return cli_usage_error("inspect: unknown option %s", a.name);
-    }
+    const cli_flag flags[] = {
+        {.name = "--json", .type = CLI_BOOL, .ptr = &as_json},
+        {.name = "--top", .type = CLI_SIZE, .ptr = &top},
+        {0},
+    };
+    const cli_flag *const tables[] = {flags, NULL};
+    cli_one arg = {NULL, "inspect: one DIR or SHARD only"};
+    cli_command cmd = {.tables = tables, .unknown = UNKNOWN("inspect"), .positional = cli_take_one, .ctx = &arg};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    const char *path = arg.value;
     if (!path) return cli_usage_error("inspect: give a dataset DIR or a SHARD file");
     view v;
-    int rc = open_view(path, &v, 2);
+    rc = open_view(path, &v, 2);
     if (rc) return rc;
     const tks_shard **shards = malloc(view_n(&v) * sizeof *shards);
     tks_stats *st = NULL;
@@ -703,23 +732,30 @@ static int cmd_inspect(int argc, char **argv) {
     return 0;
 }
 
+/* --text: decode (the default; undoes --ids). */
+static int set_text(const cli_flag *f, const char *name, const char *v) {
+    (void)name, (void)v;
+    *(int *)f->ptr = 0;
+    return 0;
+}
+
 static int cmd_cat(int argc, char **argv) {
     int mode_ids = 0, raw = 0;
     uint64_t only = TKS_NONE, limit = TKS_NONE;
-    const char *path = NULL;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            if (path) return cli_usage_error("cat: one DIR or SHARD only");
-            path = pos;
-        } else if (OPT("--ids")) mode_ids = 1;
-        else if (OPT("--text")) mode_ids = 0;
-        else if (OPT("--raw")) raw = 1;
-        else if (OPT("--doc")) SIZE(only);
-        else if (OPT("--limit")) SIZE(limit);
-        else return cli_usage_error("cat: unknown option %s", a.name);
-    }
+    const cli_flag flags[] = {
+        {.name = "--ids", .type = CLI_BOOL, .ptr = &mode_ids},
+        {.name = "--text", .type = CLI_BOOL, .ptr = &mode_ids, .set = set_text},
+        {.name = "--raw", .type = CLI_BOOL, .ptr = &raw},
+        {.name = "--doc", .type = CLI_SIZE, .ptr = &only},
+        {.name = "--limit", .type = CLI_SIZE, .ptr = &limit},
+        {0},
+    };
+    const cli_flag *const tables[] = {flags, NULL};
+    cli_one arg = {NULL, "cat: one DIR or SHARD only"};
+    cli_command cmd = {.tables = tables, .unknown = UNKNOWN("cat"), .positional = cli_take_one, .ctx = &arg};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc != CLI_PARSED) return prc;
+    const char *path = arg.value;
     if (!path) return cli_usage_error("cat: give a dataset DIR or a SHARD file");
     view v;
     int rc = open_view(path, &v, !mode_ids);
