@@ -398,6 +398,56 @@ static void print_ids(const tks_spm *spm, const tks_ids *v, size_t lo, size_t hi
     printf("\n");
 }
 
+/* The documents of the TEXT inputs, for tks_spm_compare_docs; `doc` is the
+ * last one read. */
+typedef struct doc_src {
+    tks_input *in;
+    tks_doc doc;
+} doc_src;
+
+static int next_doc(void *ctx, const char **text, size_t *len) {
+    doc_src *d = ctx;
+    int got = tks_input_next(d->in, &d->doc);
+    if (got > 0) {
+        *text = d->doc.text;
+        *len = d->doc.len;
+    }
+    return got;
+}
+
+static void print_difference(const tks_spm *spm, const tks_spm_compare *c, const tks_doc *doc) {
+    size_t i = c->first_diff, lo = i > 5 ? i - 5 : 0;
+    printf("DIFFERENT ids for %s line %llu (document %llu, %zu bytes): first difference at "
+           "id %zu of %zu (sentencepiece) / %zu (fast)\n",
+           doc->source, (unsigned long long)doc->line, (unsigned long long)doc->ordinal, doc->len, i,
+           c->ref.n, c->fast.n);
+    printf("  sentencepiece:");
+    print_ids(spm, &c->ref, lo, i + 6);
+    printf("  fast:         ");
+    print_ids(spm, &c->fast, lo, i + 6);
+    printf("tokshard build would be wrong on this model: please report it with the model and "
+           "this line; meanwhile build with --encoder sentencepiece\n");
+}
+
+static void print_agreement(const char *model, const tks_spm *spm, const tks_spm_compare *c) {
+    tks_encoder_stats es;
+    tks_spm_encoder_stats(spm, &es);
+    double mb = c->bytes / 1e6;
+    printf("%s (%s): identical ids from the fast encoder and sentencepiece on %llu documents "
+           "(%.1f MB)\n",
+           model, tks_spm_model_type(spm), (unsigned long long)c->docs, mb);
+    printf("  sentencepiece %.2f MB/s, fast %.2f MB/s (1 thread); word cache hits %.1f%% of "
+           "words, %.1f%% of bytes",
+           c->seconds_ref > 0 ? mb / c->seconds_ref : 0.0, c->seconds_fast > 0 ? mb / c->seconds_fast : 0.0,
+           es.words ? 100.0 * es.word_hits / es.words : 0.0,
+           es.bytes ? 100.0 * es.hit_bytes / es.bytes : 0.0);
+    if (!strcmp(tks_spm_model_type(spm), "unigram"))
+        printf(" (%.2f%% of words found but decoded again: float rounding at the running "
+               "score could change their path)",
+               es.words ? 100.0 * es.bound_misses / es.words : 0.0);
+    printf("\n");
+}
+
 static int cmd_verify_tokenizer(int argc, char **argv) {
     tks_input_opts io;
     tks_input_opts_default(&io);
@@ -425,68 +475,17 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
         return 0;
     }
     if (no_cache) tks_spm_set_word_cache(spm, 0);
-    tks_input *input_docs = NULL;
-    int rc = tks_input_open(in.items + 1, in.n - 1, &io, &input_docs);
-    tks_ids ref = {0}, fast = {0};
-    uint64_t docs = 0, bytes = 0;
-    double t_ref = 0, t_fast = 0;
-    int differ = 0;
-    tks_doc doc;
-    while (!rc && !differ) {
-        int got = tks_input_next(input_docs, &doc);
-        if (got < 0) rc = got;
-        if (got <= 0) break;
-        double t0 = omp_get_wtime();
-        rc = tks_spm_encode_ref(spm, doc.text, doc.len, &ref);
-        double t1 = omp_get_wtime();
-        if (!rc) rc = tks_spm_encode_fast(spm, doc.text, doc.len, &fast);
-        t_ref += t1 - t0;
-        t_fast += omp_get_wtime() - t1;
-        if (rc) break;
-        docs++;
-        bytes += doc.len;
-        size_t i = 0;
-        while (i < ref.n && i < fast.n && ref.ids[i] == fast.ids[i]) i++;
-        if (i == ref.n && i == fast.n) continue;
-        differ = 1;
-        size_t lo = i > 5 ? i - 5 : 0;
-        printf("DIFFERENT ids for %s line %llu (document %llu, %zu bytes): first difference at "
-               "id %zu of %zu (sentencepiece) / %zu (fast)\n",
-               doc.source, (unsigned long long)doc.line, (unsigned long long)doc.ordinal, doc.len, i,
-               ref.n, fast.n);
-        printf("  sentencepiece:");
-        print_ids(spm, &ref, lo, i + 6);
-        printf("  fast:         ");
-        print_ids(spm, &fast, lo, i + 6);
-        printf("tokshard build would be wrong on this model: please report it with the model and "
-               "this line; meanwhile build with --encoder sentencepiece\n");
-    }
-    tks_input_free(input_docs);
-    tks_ids_free(&ref);
-    tks_ids_free(&fast);
-    if (rc) {
-        tks_spm_free(spm);
-        return cli_lib_error();
-    }
-    if (!differ) {
-        tks_encoder_stats es;
-        tks_spm_encoder_stats(spm, &es);
-        printf("%s (%s): identical ids from the fast encoder and sentencepiece on %llu documents "
-               "(%.1f MB)\n",
-               model, tks_spm_model_type(spm), (unsigned long long)docs, bytes / 1e6);
-        printf("  sentencepiece %.2f MB/s, fast %.2f MB/s (1 thread); word cache hits %.1f%% of "
-               "words, %.1f%% of bytes",
-               t_ref > 0 ? bytes / 1e6 / t_ref : 0.0, t_fast > 0 ? bytes / 1e6 / t_fast : 0.0,
-               es.words ? 100.0 * es.word_hits / es.words : 0.0,
-               es.bytes ? 100.0 * es.hit_bytes / es.bytes : 0.0);
-        if (!strcmp(tks_spm_model_type(spm), "unigram"))
-            printf(" (%.2f%% of words found but decoded again: float rounding at the running "
-                   "score could change their path)",
-                   es.words ? 100.0 * es.bound_misses / es.words : 0.0);
-        printf("\n");
-    }
+    doc_src src = {0};
+    tks_spm_compare cmp = {0};
+    int rc = tks_input_open(in.items + 1, in.n - 1, &io, &src.in);
+    if (!rc) rc = tks_spm_compare_docs(spm, next_doc, &src, &cmp);
+    if (!rc && cmp.differ) print_difference(spm, &cmp, &src.doc);
+    else if (!rc) print_agreement(model, spm, &cmp);
+    tks_input_free(src.in);
+    tks_spm_compare_free(&cmp);
     tks_spm_free(spm);
-    return differ ? EXIT_PROBLEMS : 0;
+    if (rc) return cli_lib_error();
+    return cmp.differ ? EXIT_PROBLEMS : 0;
 }
 
 /* ------------------------------------------------------------------------- */
