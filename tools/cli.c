@@ -189,11 +189,15 @@ int cli_take_all(const char *arg, void *ctx) {
     return 0;
 }
 
-static const cli_flag *find_flag(const cli_command *c, const char *name) {
-    for (const cli_flag *const *t = c->tables; t && *t; t++)
-        for (const cli_flag *f = *t; f->name; f++)
-            if (!strcmp(name, f->name) || (f->alias && !strcmp(name, f->alias))) return f;
+static const cli_flag *find_in(const cli_flag *t, const char *name) {
+    for (const cli_flag *f = t; f && f->name; f++)
+        if (!strcmp(name, f->name) || (f->alias && !strcmp(name, f->alias))) return f;
     return NULL;
+}
+
+static const cli_flag *find_flag(const cli_command *c, const char *name) {
+    const cli_flag *f = find_in(c->shared, name);
+    return f ? f : find_in(c->flags, name);
 }
 
 int cli_parse(const cli_command *c, int argc, char **argv) {

@@ -71,10 +71,10 @@ struct cli_flag {
 /* A range's upper bound meaning "no limit worth showing" (--help says ">= lo"). */
 #define CLI_BIG 1e12
 
-/* A command: its tables, and what to do with what no table names. */
+/* A command: its flag tables, and what to do with what they do not name. */
 typedef struct cli_command {
-    /* NULL-terminated list of tables; the first table naming a flag wins */
-    const cli_flag *const *tables;
+    const cli_flag *flags;  /* the command's own flags */
+    const cli_flag *shared; /* flags shared with other commands (searched first), or NULL */
     /* the unknown-option error: a format with one %s (the option) */
     const char *unknown;
     /* replaces `unknown` when set: returns an exit code (a: the scanner at the option) */

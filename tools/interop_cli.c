@@ -91,9 +91,8 @@ int cli_import(int argc, char **argv) {
         {.name = "--quiet", .alias = "-q", .type = CLI_BOOL, .ptr = &quiet},
         {0},
     };
-    const cli_flag *const tables[] = {foreign, flags, NULL};
     cli_one src = {NULL, "import: one SOURCE only (got %s and %s)"};
-    cli_command cmd = {.tables = tables, .unknown = "import: unknown option %s",
+    cli_command cmd = {.shared = foreign, .flags = flags, .unknown = "import: unknown option %s",
                        .positional = cli_take_one, .ctx = &src};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_PARSED) return rc;
@@ -158,8 +157,7 @@ int cli_export(int argc, char **argv) {
         {.name = "--eot", .ptr = &o.eot_id, .set = set_id},
         {0},
     };
-    const cli_flag *const tables[] = {flags, NULL};
-    cli_command cmd = {.tables = tables, .unknown = "export: unknown option %s",
+    cli_command cmd = {.flags = flags, .unknown = "export: unknown option %s",
                        .positional = take_two, .ctx = &args};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_PARSED) return rc;
@@ -192,8 +190,7 @@ int cli_export_hf(int argc, char **argv) {
          .ctx = "--tokenizer needs a .model file"},
         {0},
     };
-    const cli_flag *const tables[] = {flags, NULL};
-    cli_command cmd = {.tables = tables, .unknown = "export-hf: unknown option %s",
+    cli_command cmd = {.flags = flags, .unknown = "export-hf: unknown option %s",
                        .positional = take_two, .ctx = &args};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_PARSED) return rc;

@@ -156,9 +156,8 @@ static int parse_plan_args(int argc, char **argv, plan_args *p) {
         {.name = "--run", .type = CLI_STR, .ptr = &p->run_path},
         {0},
     };
-    const cli_flag *const tables[] = {flags, NULL};
     cli_one dir = {NULL, "one dataset DIR only (got %s and %s)"};
-    cli_command cmd = {.tables = tables,
+    cli_command cmd = {.flags = flags,
                        .unknown = "unknown option %s (options: --seq-len --global-batch --dp --tp "
                                   "--steps --seed --micro-batch --val-tokens --run --json)",
                        .positional = cli_take_one, .help = plan_help, .ctx = &dir};

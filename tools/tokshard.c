@@ -236,10 +236,9 @@ static int cmd_build(int argc, char **argv) {
         {.name = "--quiet", .alias = "-q", .type = CLI_BOOL, .ptr = &quiet},
         {0},
     };
-    const cli_flag *const tables[] = {input, flags, NULL};
     /* INPUT arguments are collected in place at the front of argv */
     cli_list in = {(const char **)argv, 0};
-    cli_command cmd = {.tables = tables, .unknown = UNKNOWN("build"), .positional = cli_take_all, .ctx = &in};
+    cli_command cmd = {.shared = input, .flags = flags, .unknown = UNKNOWN("build"), .positional = cli_take_all, .ctx = &in};
     int prc = cli_parse(&cmd, argc, argv);
     if (prc != CLI_PARSED) return prc;
     if (!o.tokenizer_path) return cli_usage_error("build: --tokenizer MODEL is required");
@@ -354,10 +353,9 @@ static int cmd_train_tokenizer(int argc, char **argv) {
         {.name = "--threads", .ptr = &t.threads, .set = set_int},
         {0},
     };
-    const cli_flag *const tables[] = {input, flags, NULL};
     /* INPUT arguments are collected in place at the front of argv */
     cli_list in = {(const char **)argv, 0};
-    cli_command cmd = {.tables = tables, .unknown = UNKNOWN("train-tokenizer"),
+    cli_command cmd = {.shared = input, .flags = flags, .unknown = UNKNOWN("train-tokenizer"),
                        .positional = cli_take_all, .ctx = &in};
     int prc = cli_parse(&cmd, argc, argv);
     if (prc != CLI_PARSED) return prc;
@@ -455,10 +453,9 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
     int no_cache = 0;
     const cli_flag input[] = INPUT_FLAGS(&io);
     const cli_flag flags[] = {{.name = "--no-cache", .type = CLI_BOOL, .ptr = &no_cache}, {0}};
-    const cli_flag *const tables[] = {input, flags, NULL};
     /* MODEL and TEXT arguments are collected in place at the front of argv */
     cli_list in = {(const char **)argv, 0};
-    cli_command cmd = {.tables = tables, .unknown = UNKNOWN("verify-tokenizer"),
+    cli_command cmd = {.shared = input, .flags = flags, .unknown = UNKNOWN("verify-tokenizer"),
                        .positional = cli_take_all, .ctx = &in};
     int prc = cli_parse(&cmd, argc, argv);
     if (prc != CLI_PARSED) return prc;
@@ -522,9 +519,8 @@ static int cmd_audit(int argc, char **argv) {
         {.name = "--max-problems", .ptr = &ao.max_problems, .set = set_max_problems},
         {0},
     };
-    const cli_flag *const tables[] = {foreign, flags, NULL};
     cli_one arg = {NULL, "audit: one DIR or SHARD only (got %s and %s)"};
-    cli_command cmd = {.tables = tables, .unknown = UNKNOWN("audit"), .positional = cli_take_one, .ctx = &arg};
+    cli_command cmd = {.shared = foreign, .flags = flags, .unknown = UNKNOWN("audit"), .positional = cli_take_one, .ctx = &arg};
     int prc = cli_parse(&cmd, argc, argv);
     if (prc != CLI_PARSED) return prc;
     const char *path = arg.value;
@@ -600,6 +596,21 @@ static int open_view(const char *path, view *v, int want_tokenizer) {
     tks_dataset_advise(v->ds, TKS_ACCESS_SEQUENTIAL);
     tks_shard_advise(v->one, TKS_ACCESS_SEQUENTIAL);
     return 0;
+}
+
+/* The arguments of inspect and cat: flags, and one DIR or SHARD (*path).
+ * Returns CLI_PARSED or the exit code. */
+static int parse_view_args(const char *name, const cli_flag *flags, int argc, char **argv,
+                           const char **path) {
+    char unknown[64], again[64];
+    snprintf(unknown, sizeof unknown, "%s: unknown option %%s", name);
+    snprintf(again, sizeof again, "%s: one DIR or SHARD only", name);
+    cli_one arg = {NULL, again};
+    cli_command cmd = {.flags = flags, .unknown = unknown, .positional = cli_take_one, .ctx = &arg};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    if (!(*path = arg.value)) return cli_usage_error("%s: give a dataset DIR or a SHARD file", name);
+    return CLI_PARSED;
 }
 
 static void close_view(view *v) {
@@ -702,13 +713,9 @@ static int cmd_inspect(int argc, char **argv) {
         {.name = "--top", .type = CLI_SIZE, .ptr = &top},
         {0},
     };
-    const cli_flag *const tables[] = {flags, NULL};
-    cli_one arg = {NULL, "inspect: one DIR or SHARD only"};
-    cli_command cmd = {.tables = tables, .unknown = UNKNOWN("inspect"), .positional = cli_take_one, .ctx = &arg};
-    int rc = cli_parse(&cmd, argc, argv);
+    const char *path;
+    int rc = parse_view_args("inspect", flags, argc, argv, &path);
     if (rc != CLI_PARSED) return rc;
-    const char *path = arg.value;
-    if (!path) return cli_usage_error("inspect: give a dataset DIR or a SHARD file");
     view v;
     rc = open_view(path, &v, 2);
     if (rc) return rc;
@@ -749,15 +756,11 @@ static int cmd_cat(int argc, char **argv) {
         {.name = "--limit", .type = CLI_SIZE, .ptr = &limit},
         {0},
     };
-    const cli_flag *const tables[] = {flags, NULL};
-    cli_one arg = {NULL, "cat: one DIR or SHARD only"};
-    cli_command cmd = {.tables = tables, .unknown = UNKNOWN("cat"), .positional = cli_take_one, .ctx = &arg};
-    int prc = cli_parse(&cmd, argc, argv);
-    if (prc != CLI_PARSED) return prc;
-    const char *path = arg.value;
-    if (!path) return cli_usage_error("cat: give a dataset DIR or a SHARD file");
+    const char *path;
+    int rc = parse_view_args("cat", flags, argc, argv, &path);
+    if (rc != CLI_PARSED) return rc;
     view v;
-    int rc = open_view(path, &v, !mode_ids);
+    rc = open_view(path, &v, !mode_ids);
     if (rc) return rc;
     if (!mode_ids && !v.spm) {
         close_view(&v);

@@ -63,8 +63,7 @@ int main(int argc, char **argv) {
         {.name = "--threads", .type = CLI_U32, .ptr = &threads, .set = set_number, .hi = 1023},
         {0},
     };
-    const cli_flag *const tables[] = {flags, NULL};
-    cli_command cmd = {.tables = tables, .on_unknown = unknown_flag, .help = help};
+    cli_command cmd = {.flags = flags, .on_unknown = unknown_flag, .help = help};
     int rc = cli_parse(&cmd, argc - 1, argv + 1);
     if (rc != CLI_PARSED) return rc;
     o.threads = (int)threads;

@@ -108,8 +108,7 @@ static int lean_audit_args(int argc, char **argv, tks_audit_opts *ao, const char
         {.name = "--max-problems", .ptr = &ao->max_problems, .set = lean_max_problems},
         {0},
     };
-    const cli_flag *const tables[] = {flags, NULL};
-    cli_command cmd = {.tables = tables, .on_unknown = lean_unknown, .positional = lean_path, .ctx = path};
+    cli_command cmd = {.flags = flags, .on_unknown = lean_unknown, .positional = lean_path, .ctx = path};
     return cli_parse(&cmd, argc, argv) == CLI_PARSED && *path != NULL;
 }
 

@@ -265,8 +265,7 @@ static int mesh_check(void) {
 static int run(int argc, char **argv) {
     cli_prog = "tokshard-train";
     tks_train_opts_default(&O);
-    const cli_flag *const tables[] = {FLAGS, NULL};
-    cli_command cmd = {.tables = tables, .unknown = "unknown option %s", .help = help};
+    cli_command cmd = {.flags = FLAGS, .unknown = "unknown option %s", .help = help};
     int prc = cli_parse(&cmd, argc - 1, argv + 1);
     if (prc != CLI_PARSED) return prc;
     if (plot_only) return plot(plot_only);
