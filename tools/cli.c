@@ -97,7 +97,8 @@ void cli_json_print(json_t *j) {
     json_decref(j);
 }
 
-void cli_range_text(const cli_flag *f, char *out, size_t n) {
+/* " (0 < F <= 10)": a range-checked flag's range, as --help and errors say it. */
+static void range_text(const cli_flag *f, char *out, size_t n) {
     char lo[32], hi[32];
     snprintf(lo, sizeof lo, "%.15g", f->lo);
     snprintf(hi, sizeof hi, "%.15g", f->hi);
@@ -125,7 +126,7 @@ void cli_flags_help(const cli_flag *t) {
         fmt_default(f, d, sizeof d);
         snprintf(nm, sizeof nm, "%s%s%s", f->name, f->meta ? " " : "", f->meta ? f->meta : "");
         if (f->type == CLI_U32 || f->type == CLI_U64 || f->type == CLI_FLOAT)
-            cli_range_text(f, r, sizeof r);
+            range_text(f, r, sizeof r);
         printf("  %-26s %s%s [%s]\n", nm, f->help, r, d);
     }
 }
@@ -165,7 +166,7 @@ int cli_set_by_type(const cli_flag *f, const char *name, const char *v) {
     if (f->type == CLI_SIZE)
         return cli_usage_error("%s %s: expected a number such as 1000000, 64K, 16M or 2G", name, v);
     char r[96];
-    cli_range_text(f, r, sizeof r);
+    range_text(f, r, sizeof r);
     return cli_usage_error("%s %s: expected a %s in range%s", name, v,
                            f->type == CLI_FLOAT ? "number" : "whole number", r);
 }

@@ -60,13 +60,13 @@ struct cli_flag {
     const char *name;  /* "--output"; NULL ends a table */
     const char *alias; /* "-o", or NULL */
     cli_type type;
-    void *ptr;         /* the destination, of the type's C type */
+    void *ptr;         /* the destination: of the type's C type, or what `set` writes */
     cli_set_fn set;    /* NULL: parsed by type */
     const char *help;  /* cli_flags_help: what it does */
     const char *meta;  /* cli_flags_help: the value's name (DIR, N, F) */
     double lo, hi;     /* CLI_U32, CLI_U64, CLI_FLOAT: the allowed range */
     int open;          /* bit 0: lo excluded, bit 1: hi excluded */
-    void *ctx;         /* for set: a second destination */
+    void *ctx;         /* for set: what else it needs (a message, the values, a context) */
 };
 /* A range's upper bound meaning "no limit worth showing" (--help says ">= lo"). */
 #define CLI_BIG 1e12
@@ -119,9 +119,6 @@ typedef struct cli_list {
     size_t n;
 } cli_list;
 int cli_take_all(const char *arg, void *ctx);
-
-/* " (0 < F <= 10)": a range-checked flag's range, as --help and errors say it. */
-void cli_range_text(const cli_flag *f, char *out, size_t n);
 
 /* Prints one line per flag of table t: "  --name META  help (range) [default]",
  * the default being the destination's current value. */
