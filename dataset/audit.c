@@ -87,21 +87,10 @@ static void problem(sink *pk, int code, uint64_t shard, uint64_t chunk,
 
 static void problem(sink *pk, int code, uint64_t shard, uint64_t chunk,
                     uint64_t tok, uint64_t byte, uint64_t doc, const char *file, const char *fmt, ...) {
-    tks_audit_report *r = pk->r;
-    r->n_problems_total++;
-    if (r->n_problems >= pk->cap) return;
-    tks_audit_problem *p = &r->problems[r->n_problems];
-    p->order = pk->base | r->n_problems++;
-    p->code = code;
-    p->shard = shard;
-    p->chunk = chunk;
-    p->token_offset = tok;
-    p->byte_offset = byte;
-    p->doc = doc;
-    snprintf(p->file, sizeof p->file, "%s", file ? file : "");
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->message, sizeof p->message, fmt, ap);
+    tks_audit_report_vadd(pk->r, pk->cap, pk->base | pk->r->n_problems, code, file, shard, chunk,
+                          tok, byte, doc, fmt, ap);
     va_end(ap);
 }
 
@@ -256,25 +245,21 @@ static void scan_index(ashard *s, uint8_t *buf) {
     s->index_bad_value = bad != TKS_NONE ? s->index[bad] : 0;
 }
 
-TKS_CLONES static void minmax16(const uint16_t *q, size_t n, uint32_t *lo, uint32_t *hi) {
-    uint16_t l = UINT16_MAX, h = 0;
-    for (size_t i = 0; i < n; i++) {
-        l = q[i] < l ? q[i] : l;
-        h = q[i] > h ? q[i] : h;
+/* minmax16, minmax32: the smallest and largest of n ids of one width, folded
+ * into *lo and *hi. One body for both widths, so that each compiles to a loop
+ * of that width's min/max instructions. */
+#define TKS_MINMAX(name, T, T_MAX)                                                   \
+    TKS_CLONES static void name(const T *q, size_t n, uint32_t *lo, uint32_t *hi) { \
+        T l = T_MAX, h = 0;                                                          \
+        for (size_t i = 0; i < n; i++) {                                             \
+            l = q[i] < l ? q[i] : l;                                                 \
+            h = q[i] > h ? q[i] : h;                                                 \
+        }                                                                            \
+        if (l < *lo) *lo = l;                                                        \
+        if (h > *hi) *hi = h;                                                        \
     }
-    if (l < *lo) *lo = l;
-    if (h > *hi) *hi = h;
-}
-
-TKS_CLONES static void minmax32(const uint32_t *q, size_t n, uint32_t *lo, uint32_t *hi) {
-    uint32_t l = UINT32_MAX, h = 0;
-    for (size_t i = 0; i < n; i++) {
-        l = q[i] < l ? q[i] : l;
-        h = q[i] > h ? q[i] : h;
-    }
-    if (l < *lo) *lo = l;
-    if (h > *hi) *hi = h;
-}
+TKS_MINMAX(minmax16, uint16_t, UINT16_MAX)
+TKS_MINMAX(minmax32, uint32_t, UINT32_MAX)
 
 static void scan_chunk(const ashard *s, uint64_t c, uint32_t model_vocab, uint8_t *buf, task_result *t) {
     const tks_shard_header *h = &s->h;
@@ -344,160 +329,196 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* One audit: its options, its report and the shards it reads, through the
+ * phases of tks_audit. */
+typedef struct audit {
+    const char *path;
+    tks_audit_opts opts;
+    struct stat st;            /* of path: a directory or a lone shard */
+    tks_audit_report *r;
+    sink sk;
+    ashard *sh;                /* every shard of the dataset, in order */
+    size_t n_sh;
+    size_t mine0, mine1;       /* this process's shards [mine0, mine1) */
+    tks_shard_info *minfo;     /* the manifest's shard records (have_manifest) */
+    size_t n_minfo;
+    tks_tokenizer_info tok;    /* the manifest's tokenizer (have_manifest) */
+    uint32_t m_token_bytes, m_chunk_bytes;
+    int have_manifest;
+    uint8_t user_fp[16];       /* --tokenizer's fingerprint (have_user_fp) */
+    int have_user_fp;
+    /* the parallel tasks: index tasks [0, n_idx), then chunk tasks; task j
+     * reads shard t_shard[j], chunk t_chunk[j] (TKS_NONE: the index) */
+    size_t n_idx, n_tasks;
+    uint32_t *t_shard;
+    uint64_t *t_chunk;
+    task_result *res;
+} audit;
 
-int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report **out) {
-    *out = NULL;
-    tks_audit_opts opts = {0};
-    if (opts_in) opts = *opts_in;
-    size_t cap = opts.max_problems ? opts.max_problems : 1000;
-    if (cap > MAX_CAP) cap = MAX_CAP;
-    double t0 = omp_get_wtime();
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot audit %s: %s", path,
-                        strerror(errno));
-    tks_audit_report *r = calloc(1, sizeof *r);
-    if (r) r->problems = calloc(cap, sizeof *r->problems);
-    if (!r || !r->problems) {
-        tks_audit_report_free(r);
-        return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+static int audit_nomem(const audit *a) {
+    return tks_fail(TKS_ERR_NOMEM, a->path, TKS_NONE, TKS_NONE, "out of memory");
+}
+
+static void audit_free(audit *a) {
+    for (size_t i = 0; i < a->n_sh; i++) {
+        tks_unmap(a->sh[i].base, a->sh[i].size);
+        if (a->sh[i].fd >= 0) close(a->sh[i].fd);
     }
-    r->min_token_id = UINT32_MAX;
-    sink sk = {r, cap, KEY(0, 0)}, *pk = &sk;
+    free(a->t_shard);
+    free(a->t_chunk);
+    free(a->res);
+    free(a->sh);
+    free(a->minfo);
+}
 
-    ashard *sh = NULL;
-    size_t n_sh = 0;
-    tks_shard_info *minfo = NULL;
-    size_t n_minfo = 0;
-    tks_tokenizer_info tok;
-    uint32_t m_token_bytes = 0, m_chunk_bytes = 0;
-    int have_manifest = 0;
-    char buf[PATH_MAX];
-
-    if (S_ISDIR(st.st_mode)) {
-        char *text = NULL;
-        size_t len = 0;
-        tks_path_join(buf, sizeof buf, path, TKS_MANIFEST_NAME);
-        if (tks__read_small_file(buf, &text, &len) != 0) {
-            char partial[PATH_MAX + 16];
-            struct stat ps;
-            snprintf(partial, sizeof partial, "%s.partial", path);
-            if (stat(partial, &ps) == 0)
-                problem(pk, TKS_ERR_MANIFEST, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, buf,
-                        "no readable manifest.json: the dataset is unfinished (its build works in "
-                        "%s; finish it with `tokshard build --resume`)", partial);
-            else
-                problem(pk, TKS_ERR_MANIFEST, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, buf,
-                        "no readable manifest.json (%s): not a finished tokshard dataset; rebuild "
-                        "it, or restore manifest.json", tks_last_error()->message);
-        } else if (tks__manifest_parse(text, len, buf, &tok, &minfo, &n_minfo, &m_token_bytes,
-                                       &m_chunk_bytes) != 0) {
-            problem(pk, tks_last_error()->code, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
-                    TKS_NONE, buf, "%s", tks_last_error()->message);
-        } else {
-            have_manifest = 1;
-            r->manifest_checked = 1;
-        }
-        free(text);
-        /* shard files present on disk */
-        DIR *d = opendir(path);
-        char **names = NULL;
-        size_t n_names = 0, cap_names = 0;
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            if (!is_shard_name(e->d_name)) continue;
-            if (n_names == cap_names) {
-                cap_names = cap_names ? 2 * cap_names : 64;
-                char **nn = realloc(names, cap_names * sizeof *nn);
-                if (!nn) break;
-                names = nn;
-            }
-            names[n_names++] = strdup(e->d_name);
-        }
-        if (d) closedir(d);
-        qsort(names, n_names, sizeof *names, cmp_str);
-        size_t n_want = have_manifest ? n_minfo : n_names;
-        sh = calloc(n_want ? n_want : 1, sizeof *sh);
-        for (size_t i = 0; i < n_want && sh; i++) {
-            const char *nm = have_manifest ? minfo[i].file : names[i];
-            tks_path_join(sh[n_sh].path, sizeof sh[n_sh].path, path, nm);
-            sh[n_sh].shard_no = have_manifest ? i : (uint64_t)atoll(nm + 6);
-            n_sh++;
-        }
-        if (have_manifest)
-            for (size_t i = 0; i < n_names; i++) {
-                unsigned k = (unsigned)atoi(names[i] + 6);
-                if (k >= n_minfo)
-                    problem(pk, TKS_ERR_MANIFEST, k, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
-                            names[i], "%s is not listed in the manifest (a stray shard)", names[i]);
-            }
-        for (size_t i = 0; i < n_names; i++) free(names[i]);
-        free(names);
-        /* tokenizer copy */
-        if (have_manifest) {
-            uint8_t fp[16];
-            tks_path_join(buf, sizeof buf, path, tok.file);
-            if (tks_file_xxh3_128(buf, fp, NULL) != 0)
-                problem(pk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
-                        buf, "tokenizer copy is missing or unreadable: %s", tks_last_error()->message);
-            else if (memcmp(fp, tok.fingerprint, 16) != 0)
-                problem(pk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
-                        buf, "tokenizer copy does not match the manifest's fingerprint");
-            r->vocab_size = tok.vocab_size;
-        }
-    } else {
-        sh = calloc(1, sizeof *sh);
-        if (sh) {
-            snprintf(sh[0].path, sizeof sh[0].path, "%s", path);
-            n_sh = 1;
-        }
-    }
-    if (!sh) {
-        free(minfo);
-        tks_audit_report_free(r);
-        return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
-    }
-
-    /* --tokenizer: compare its fingerprint with the manifest, or with the shards' headers */
-    uint8_t user_fp[16];
-    int have_user_fp = 0;
-    if (opts.tokenizer_path) {
-        if (tks_file_xxh3_128(opts.tokenizer_path, user_fp, NULL) != 0)
-            problem(pk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
-                    opts.tokenizer_path, "%s", tks_last_error()->message);
+/* Parses dir/manifest.json into a->minfo and a->tok; a missing or unreadable
+ * manifest is a problem of the report, and says whether the build is unfinished. */
+static void read_manifest(audit *a) {
+    sink *pk = &a->sk;
+    char buf[PATH_MAX], *text = NULL;
+    size_t len = 0;
+    tks_path_join(buf, sizeof buf, a->path, TKS_MANIFEST_NAME);
+    if (tks__read_small_file(buf, &text, &len) != 0) {
+        char partial[PATH_MAX + 16];
+        struct stat ps;
+        snprintf(partial, sizeof partial, "%s.partial", a->path);
+        if (stat(partial, &ps) == 0)
+            problem(pk, TKS_ERR_MANIFEST, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, buf,
+                    "no readable manifest.json: the dataset is unfinished (its build works in "
+                    "%s; finish it with `tokshard build --resume`)", partial);
         else
-            have_user_fp = 1;
-        r->tokenizer_checked = 1;
-        if (have_user_fp && have_manifest && memcmp(user_fp, tok.fingerprint, 16) != 0)
-            problem(pk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
-                    opts.tokenizer_path,
-                    "%s is not the tokenizer this dataset was built with (fingerprints differ)",
-                    opts.tokenizer_path);
+            problem(pk, TKS_ERR_MANIFEST, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, buf,
+                    "no readable manifest.json (%s): not a finished tokshard dataset; rebuild "
+                    "it, or restore manifest.json", tks_last_error()->message);
+    } else if (tks__manifest_parse(text, len, buf, &a->tok, &a->minfo, &a->n_minfo,
+                                   &a->m_token_bytes, &a->m_chunk_bytes) != 0) {
+        problem(pk, tks_last_error()->code, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                TKS_NONE, buf, "%s", tks_last_error()->message);
+    } else {
+        a->have_manifest = 1;
+        a->r->manifest_checked = 1;
     }
+    free(text);
+}
 
-    /* this process's shards: all, or its share of a distributed audit, whose
-     * rank 0 alone reports the dataset-level problems found above */
-    for (size_t i = 0; i < n_sh; i++) sh[i].fd = -1;
-    size_t mine0 = 0, mine1 = n_sh;
-    if (opts.n_ranks > 1) {
-        uint64_t *sizes = calloc(n_sh ? n_sh : 1, sizeof *sizes);
-        if (!sizes) {
-            free(sh);
-            free(minfo);
-            tks_audit_report_free(r);
-            return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+/* The shard-NNNNN.tks names in dir, sorted (malloc'd, as is each name). */
+static char **shard_names(const char *dir, size_t *n) {
+    DIR *d = opendir(dir);
+    char **names = NULL;
+    size_t n_names = 0, cap_names = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (!is_shard_name(e->d_name)) continue;
+        if (n_names == cap_names) {
+            cap_names = cap_names ? 2 * cap_names : 64;
+            char **nn = realloc(names, cap_names * sizeof *nn);
+            if (!nn) break;
+            names = nn;
         }
-        struct stat ss;
-        for (size_t i = 0; i < n_sh; i++) sizes[i] = stat(sh[i].path, &ss) == 0 ? (uint64_t)ss.st_size : 0;
-        tks_audit_share(sizes, n_sh, opts.rank, opts.n_ranks, &mine0, &mine1);
-        free(sizes);
-        if (opts.rank != 0) r->n_problems = r->n_problems_total = 0;
+        names[n_names++] = strdup(e->d_name);
     }
+    if (d) closedir(d);
+    qsort(names, n_names, sizeof *names, cmp_str);
+    *n = n_names;
+    return names;
+}
 
-    /* structure */
-    for (size_t i = mine0; i < mine1; i++) {
-        ashard *s = &sh[i];
-        sk.base = KEY(1, i);
+/* The dataset's shards: the manifest's, or without one the shard files
+ * present; files the manifest does not list are problems (stray shards). */
+static void list_shards(audit *a) {
+    size_t n_names = 0;
+    char **names = shard_names(a->path, &n_names);
+    size_t n_want = a->have_manifest ? a->n_minfo : n_names;
+    a->sh = calloc(n_want ? n_want : 1, sizeof *a->sh);
+    for (size_t i = 0; i < n_want && a->sh; i++) {
+        ashard *s = &a->sh[a->n_sh++];
+        const char *nm = a->have_manifest ? a->minfo[i].file : names[i];
+        tks_path_join(s->path, sizeof s->path, a->path, nm);
+        s->shard_no = a->have_manifest ? i : (uint64_t)atoll(nm + 6);
+        s->fd = -1;
+    }
+    if (a->have_manifest)
+        for (size_t i = 0; i < n_names; i++) {
+            unsigned k = (unsigned)atoi(names[i] + 6);
+            if (k >= a->n_minfo)
+                problem(&a->sk, TKS_ERR_MANIFEST, k, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                        names[i], "%s is not listed in the manifest (a stray shard)", names[i]);
+        }
+    for (size_t i = 0; i < n_names; i++) free(names[i]);
+    free(names);
+}
+
+/* The dataset's copy of its tokenizer against the manifest's fingerprint. */
+static void check_tokenizer_copy(audit *a) {
+    uint8_t fp[16];
+    char buf[PATH_MAX];
+    tks_path_join(buf, sizeof buf, a->path, a->tok.file);
+    if (tks_file_xxh3_128(buf, fp, NULL) != 0)
+        problem(&a->sk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                buf, "tokenizer copy is missing or unreadable: %s", tks_last_error()->message);
+    else if (memcmp(fp, a->tok.fingerprint, 16) != 0)
+        problem(&a->sk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                buf, "tokenizer copy does not match the manifest's fingerprint");
+    a->r->vocab_size = a->tok.vocab_size;
+}
+
+/* Phase 0, the dataset-level checks: manifest, stray shards, tokenizer copy,
+ * and --tokenizer against the manifest. Errors: TKS_ERR_NOMEM. */
+static int check_dataset(audit *a) {
+    if (S_ISDIR(a->st.st_mode)) {
+        read_manifest(a);
+        list_shards(a);
+        if (a->have_manifest) check_tokenizer_copy(a);
+    } else {
+        a->sh = calloc(1, sizeof *a->sh);
+        if (a->sh) {
+            snprintf(a->sh[0].path, sizeof a->sh[0].path, "%s", a->path);
+            a->sh[0].fd = -1;
+            a->n_sh = 1;
+        }
+    }
+    if (!a->sh) return audit_nomem(a);
+    /* --tokenizer: compare its fingerprint with the manifest, or with the shards' headers */
+    const char *tp = a->opts.tokenizer_path;
+    if (tp) {
+        if (tks_file_xxh3_128(tp, a->user_fp, NULL) != 0)
+            problem(&a->sk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                    tp, "%s", tks_last_error()->message);
+        else
+            a->have_user_fp = 1;
+        a->r->tokenizer_checked = 1;
+        if (a->have_user_fp && a->have_manifest && memcmp(a->user_fp, a->tok.fingerprint, 16) != 0)
+            problem(&a->sk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, tp,
+                    "%s is not the tokenizer this dataset was built with (fingerprints differ)", tp);
+    }
+    return 0;
+}
+
+/* This process's shards: all, or its share of a distributed audit, whose
+ * rank 0 alone reports the dataset-level problems. Errors: TKS_ERR_NOMEM. */
+static int take_share(audit *a) {
+    a->mine0 = 0;
+    a->mine1 = a->n_sh;
+    if (a->opts.n_ranks <= 1) return 0;
+    uint64_t *sizes = calloc(a->n_sh ? a->n_sh : 1, sizeof *sizes);
+    if (!sizes) return audit_nomem(a);
+    struct stat ss;
+    for (size_t i = 0; i < a->n_sh; i++)
+        sizes[i] = stat(a->sh[i].path, &ss) == 0 ? (uint64_t)ss.st_size : 0;
+    tks_audit_share(sizes, a->n_sh, a->opts.rank, a->opts.n_ranks, &a->mine0, &a->mine1);
+    free(sizes);
+    if (a->opts.rank != 0) a->r->n_problems = a->r->n_problems_total = 0;
+    return 0;
+}
+
+/* Phase 1: maps each of this process's shards and checks its structure, its
+ * manifest record and its tokenizer; adds its header's counts to the report. */
+static void check_shards(audit *a) {
+    sink *pk = &a->sk;
+    tks_audit_report *r = a->r;
+    for (size_t i = a->mine0; i < a->mine1; i++) {
+        ashard *s = &a->sh[i];
+        pk->base = KEY(1, i);
         if (tks_map_file(s->path, "shard", &s->base, &s->size) != 0) {
             problem(pk, TKS_ERR_IO, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     s->path, "%s", tks_last_error()->message);
@@ -509,95 +530,97 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
         r->n_docs += s->h.n_docs;
         r->n_tokens += s->h.n_tokens;
         if (!r->vocab_size) r->vocab_size = s->h.vocab_size;
-        if (have_manifest) {
+        if (a->have_manifest) {
             tks_shard fake = {.base = s->base, .size = s->size, .h = s->h};
             snprintf(fake.path, sizeof fake.path, "%s", s->path);
-            if (tks__shard_matches(&fake, &minfo[i], &tok, m_token_bytes, m_chunk_bytes) != 0)
+            if (tks__shard_matches(&fake, &a->minfo[i], &a->tok, a->m_token_bytes, a->m_chunk_bytes) != 0)
                 problem(pk, tks_last_error()->code, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE,
                         TKS_NONE, s->path, "%s", tks_last_error()->message);
-        } else if (s->h.shard_index != s->shard_no && S_ISDIR(st.st_mode)) {
+        } else if (s->h.shard_index != s->shard_no && S_ISDIR(a->st.st_mode)) {
             problem(pk, TKS_ERR_HEADER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     s->path, "header says shard %u", s->h.shard_index);
         }
-        if (have_user_fp && memcmp(user_fp, s->h.tokenizer_fp, 16) != 0)
+        if (a->have_user_fp && memcmp(a->user_fp, s->h.tokenizer_fp, 16) != 0)
             problem(pk, TKS_ERR_TOKENIZER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
-                    s->path, "built with another tokenizer than %s", opts.tokenizer_path);
+                    s->path, "built with another tokenizer than %s", a->opts.tokenizer_path);
     }
+}
 
-    /* index and chunk tasks, in parallel: the indexes first (one task each, the
-     * longest tasks), then every chunk; t_chunk is TKS_NONE for an index task */
-    size_t n_idx = 0, n_tasks = 0;
-    for (size_t i = 0; i < n_sh; i++) {
-        if (sh[i].size_ok) n_idx++;
-        if (sh[i].body_ok) n_tasks += sh[i].h.n_chunks;
+/* Lists the parallel tasks: the indexes first (one task each, the longest
+ * tasks), then every chunk. Errors: TKS_ERR_NOMEM. */
+static int plan_tasks(audit *a) {
+    ashard *sh = a->sh;
+    for (size_t i = 0; i < a->n_sh; i++) {
+        if (sh[i].size_ok) a->n_idx++;
+        if (sh[i].body_ok) a->n_tasks += sh[i].h.n_chunks;
     }
-    n_tasks += n_idx;
-    uint32_t *t_shard = malloc((n_tasks ? n_tasks : 1) * sizeof *t_shard);
-    uint64_t *t_chunk = malloc((n_tasks ? n_tasks : 1) * sizeof *t_chunk);
-    task_result *res = calloc(n_tasks ? n_tasks : 1, sizeof *res);
-    if (!t_shard || !t_chunk || !res) {
-        free(t_shard);
-        free(t_chunk);
-        free(res);
-        for (size_t i = 0; i < n_sh; i++) {
-            tks_unmap(sh[i].base, sh[i].size);
-            if (sh[i].fd >= 0) close(sh[i].fd);
-        }
-        free(sh);
-        free(minfo);
-        tks_audit_report_free(r);
-        return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
-    }
+    a->n_tasks += a->n_idx;
+    size_t n = a->n_tasks ? a->n_tasks : 1;
+    a->t_shard = malloc(n * sizeof *a->t_shard);
+    a->t_chunk = malloc(n * sizeof *a->t_chunk);
+    a->res = calloc(n, sizeof *a->res);
+    if (!a->t_shard || !a->t_chunk || !a->res) return audit_nomem(a);
     size_t k = 0;
-    for (size_t i = 0; i < n_sh; i++)
+    for (size_t i = 0; i < a->n_sh; i++)
         if (sh[i].size_ok) {
-            t_shard[k] = (uint32_t)i;
-            t_chunk[k++] = TKS_NONE;
+            a->t_shard[k] = (uint32_t)i;
+            a->t_chunk[k++] = TKS_NONE;
         }
-    for (size_t i = 0; i < n_sh; i++) {
+    for (size_t i = 0; i < a->n_sh; i++) {
         size_t left = sh[i].size_ok ? 1 : 0;
         sh[i].first_task = k;
         if (sh[i].body_ok)
             for (uint64_t c = 0; c < sh[i].h.n_chunks; c++, k++, left++) {
-                t_shard[k] = (uint32_t)i;
-                t_chunk[k] = c;
+                a->t_shard[k] = (uint32_t)i;
+                a->t_chunk[k] = c;
             }
         atomic_init(&sh[i].tasks_left, left);
     }
+    return 0;
+}
+
+/* Runs the index and chunk tasks, in parallel, each thread reading through
+ * its own buffer. */
+static void run_tasks(audit *a) {
     /* read buffer: READ_BYTES, or less when no task reads that much at a time */
     size_t buf_bytes = 4096;
-    for (size_t i = 0; i < n_sh; i++)
-        if (sh[i].size_ok) {
-            uint64_t most = sh[i].h.index_bytes > sh[i].h.chunk_bytes ? sh[i].h.index_bytes : sh[i].h.chunk_bytes;
+    for (size_t i = 0; i < a->n_sh; i++)
+        if (a->sh[i].size_ok) {
+            const tks_shard_header *h = &a->sh[i].h;
+            uint64_t most = h->index_bytes > h->chunk_bytes ? h->index_bytes : h->chunk_bytes;
             if (most > buf_bytes) buf_bytes = most < READ_BYTES ? (size_t)most : READ_BYTES;
         }
     buf_bytes = (buf_bytes + 4095) & ~(size_t)4095;
-    int threads = opts.threads > 0 ? opts.threads : omp_get_max_threads();
+    size_t n_tasks = a->n_tasks;
+    int threads = a->opts.threads > 0 ? a->opts.threads : omp_get_max_threads();
     if ((size_t)threads > n_tasks) threads = n_tasks ? (int)n_tasks : 1;
 #pragma omp parallel num_threads(threads)
     {
     uint8_t *buf = aligned_alloc(4096, buf_bytes); /* NULL: this thread reads the mappings */
 #pragma omp for schedule(dynamic, 1)
     for (size_t j = 0; j < n_tasks; j++) {
-        ashard *s = &sh[t_shard[j]];
-        if (t_chunk[j] == TKS_NONE)
+        ashard *s = &a->sh[a->t_shard[j]];
+        if (a->t_chunk[j] == TKS_NONE)
             scan_index(s, buf);
         else
-            scan_chunk(s, t_chunk[j], opts.model_vocab, buf, &res[j]);
+            scan_chunk(s, a->t_chunk[j], a->opts.model_vocab, buf, &a->res[j]);
         /* The shard's last task unmaps it when no chunk problem needs the index
          * for the report: munmap then overlaps with other shards' work instead
          * of running serially at the end. */
         if (atomic_fetch_sub_explicit(&s->tasks_left, 1, memory_order_acq_rel) == 1)
-            release_if_clean(s, res);
+            release_if_clean(s, a->res);
     }
     free(buf);
     }
+}
 
-    /* index problems of every shard, then chunk problems, in shard order */
-    for (size_t i = 0; i < n_sh; i++) {
-        ashard *s = &sh[i];
+/* Phase 2: the index problems of every shard, in shard order; sets index_ok. */
+static void report_indexes(audit *a) {
+    sink *pk = &a->sk;
+    for (size_t i = 0; i < a->n_sh; i++) {
+        ashard *s = &a->sh[i];
         if (!s->size_ok) continue;
-        sk.base = KEY(2, i);
+        pk->base = KEY(2, i);
         if (s->index_read_errno) {
             problem(pk, TKS_ERR_IO, s->shard_no, TKS_NONE, TKS_NONE, s->h.index_offset, TKS_NONE,
                     s->path, "cannot read the document index at offset %llu: %s (check the disk "
@@ -618,67 +641,105 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
         else
             s->index_ok = 1;
     }
-    k = n_idx;
-    for (size_t i = 0; i < n_sh; i++) {
-        ashard *s = &sh[i];
+}
+
+/* The problems of chunk c of shard s, whose task found t. */
+static void report_chunk(sink *pk, const ashard *s, uint64_t c, const task_result *t,
+                         uint32_t model_vocab) {
+    const tks_shard_header *h = &s->h;
+    uint64_t off = c * h->chunk_bytes, at = h->tokens_offset + off;
+    uint64_t tok0 = off / h->token_bytes;
+    if (t->read_errno)
+        problem(pk, TKS_ERR_IO, s->shard_no, c, tok0, at, doc_of(s, tok0), s->path,
+                "cannot read chunk %llu (bytes %llu..): %s (check the disk and the file system, "
+                "then audit again)", (unsigned long long)c, (unsigned long long)at,
+                t->read_errno > 0 ? strerror(t->read_errno) : "the file shrank");
+    else if (t->hash_bad)
+        problem(pk, TKS_ERR_CHECKSUM, s->shard_no, c, tok0, at, doc_of(s, tok0), s->path,
+                "chunk %llu (bytes %llu.., tokens %llu..) checksum mismatch: token data corrupt",
+                (unsigned long long)c, (unsigned long long)at, (unsigned long long)tok0);
+    if (t->n_bad)
+        problem(pk, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_bad,
+                h->tokens_offset + t->first_bad * h->token_bytes, doc_of(s, t->first_bad),
+                s->path, "%llu token id(s) >= vocab_size %u in chunk %llu; first: id %u at "
+                "token offset %llu", (unsigned long long)t->n_bad, h->vocab_size,
+                (unsigned long long)c, t->bad_id, (unsigned long long)t->first_bad);
+    if (t->n_bad_model)
+        problem(pk, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_bad_model,
+                h->tokens_offset + t->first_bad_model * h->token_bytes,
+                doc_of(s, t->first_bad_model), s->path,
+                "%llu token id(s) >= --model-vocab %u in chunk %llu; first: id %u at token "
+                "offset %llu: a model with this embedding size cannot train on it",
+                (unsigned long long)t->n_bad_model, model_vocab, (unsigned long long)c,
+                t->bad_model_id, (unsigned long long)t->first_bad_model);
+}
+
+/* Phase 3: the chunk problems of every shard, in shard order, and the ids
+ * present against each header; adds the chunk counts and id range to the report. */
+static void report_chunks(audit *a) {
+    tks_audit_report *r = a->r;
+    size_t k = a->n_idx;
+    for (size_t i = 0; i < a->n_sh; i++) {
+        ashard *s = &a->sh[i];
         if (!s->body_ok) continue;
-        sk.base = KEY(3, i);
+        a->sk.base = KEY(3, i);
         uint32_t lo = UINT32_MAX, hi = 0;
         for (uint64_t c = 0; c < s->h.n_chunks; c++, k++) {
-            task_result *t = &res[k];
+            const task_result *t = &a->res[k];
             uint64_t off = c * s->h.chunk_bytes;
-            uint64_t tok0 = off / s->h.token_bytes;
             r->n_chunks++;
             r->bytes_hashed += s->h.tokens_bytes - off < s->h.chunk_bytes ? s->h.tokens_bytes - off
                                                                           : s->h.chunk_bytes;
-            if (t->read_errno)
-                problem(pk, TKS_ERR_IO, s->shard_no, c, tok0, s->h.tokens_offset + off, doc_of(s, tok0),
-                        s->path, "cannot read chunk %llu (bytes %llu..): %s (check the disk and the "
-                        "file system, then audit again)", (unsigned long long)c,
-                        (unsigned long long)(s->h.tokens_offset + off),
-                        t->read_errno > 0 ? strerror(t->read_errno) : "the file shrank");
-            else if (t->hash_bad)
-                problem(pk, TKS_ERR_CHECKSUM, s->shard_no, c, tok0, s->h.tokens_offset + off,
-                        doc_of(s, tok0), s->path,
-                        "chunk %llu (bytes %llu.., tokens %llu..) checksum mismatch: token data "
-                        "corrupt", (unsigned long long)c,
-                        (unsigned long long)(s->h.tokens_offset + off), (unsigned long long)tok0);
-            if (t->n_bad)
-                problem(pk, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_bad,
-                        s->h.tokens_offset + t->first_bad * s->h.token_bytes, doc_of(s, t->first_bad),
-                        s->path, "%llu token id(s) >= vocab_size %u in chunk %llu; first: id %u at "
-                        "token offset %llu", (unsigned long long)t->n_bad, s->h.vocab_size,
-                        (unsigned long long)c, t->bad_id, (unsigned long long)t->first_bad);
-            if (t->n_bad_model)
-                problem(pk, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_bad_model,
-                        s->h.tokens_offset + t->first_bad_model * s->h.token_bytes,
-                        doc_of(s, t->first_bad_model), s->path,
-                        "%llu token id(s) >= --model-vocab %u in chunk %llu; first: id %u at token "
-                        "offset %llu: a model with this embedding size cannot train on it",
-                        (unsigned long long)t->n_bad_model, opts.model_vocab,
-                        (unsigned long long)c, t->bad_model_id,
-                        (unsigned long long)t->first_bad_model);
+            report_chunk(&a->sk, s, c, t, a->opts.model_vocab);
             lo = t->min_id < lo ? t->min_id : lo;
             hi = t->max_id > hi ? t->max_id : hi;
         }
         if (s->h.n_chunks && (lo != s->h.min_token_id || hi != s->h.max_token_id))
-            problem(pk, TKS_ERR_HEADER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+            problem(&a->sk, TKS_ERR_HEADER, s->shard_no, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     s->path, "ids present span [%u, %u] but the header says [%u, %u]", lo, hi,
                     s->h.min_token_id, s->h.max_token_id);
         r->min_token_id = lo < r->min_token_id ? lo : r->min_token_id;
         r->max_token_id = hi > r->max_token_id ? hi : r->max_token_id;
     }
     if (r->min_token_id == UINT32_MAX) r->min_token_id = 0;
-    r->n_shards = n_sh;
-    for (size_t i = 0; i < n_sh; i++) {
-        tks_unmap(sh[i].base, sh[i].size);
-        if (sh[i].fd >= 0) close(sh[i].fd);
+    r->n_shards = a->n_sh;
+}
+
+int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report **out) {
+    *out = NULL;
+    audit a = {.path = path};
+    if (opts_in) a.opts = *opts_in;
+    size_t cap = a.opts.max_problems ? a.opts.max_problems : 1000;
+    if (cap > MAX_CAP) cap = MAX_CAP;
+    double t0 = omp_get_wtime();
+    if (stat(path, &a.st) != 0)
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot audit %s: %s", path,
+                        strerror(errno));
+    tks_audit_report *r = calloc(1, sizeof *r);
+    if (r) r->problems = calloc(cap, sizeof *r->problems);
+    if (!r || !r->problems) {
+        tks_audit_report_free(r);
+        return audit_nomem(&a);
     }
-    free(t_shard);
-    free(t_chunk);
-    free(res);
-    free(sh);
-    free(minfo);
+    r->min_token_id = UINT32_MAX;
+    a.r = r;
+    a.sk = (sink){r, cap, KEY(0, 0)};
+    int rc = check_dataset(&a);
+    if (!rc) rc = take_share(&a);
+    if (!rc) {
+        check_shards(&a);
+        rc = plan_tasks(&a);
+    }
+    if (!rc) {
+        run_tasks(&a);
+        report_indexes(&a);
+        report_chunks(&a);
+    }
+    audit_free(&a);
+    if (rc) {
+        tks_audit_report_free(r);
+        return rc;
+    }
     r->seconds = omp_get_wtime() - t0;
     *out = r;
     return 0;
@@ -755,6 +816,36 @@ int tks_audit_merge(tks_audit_report *const *parts, size_t n, size_t max_problem
     if (r->n_problems > cap) r->n_problems = cap;
     *out = r;
     return 0;
+}
+
+int tks_audit_report_vadd(tks_audit_report *r, size_t cap, uint64_t order, int code,
+                          const char *file, uint64_t shard, uint64_t chunk, uint64_t token_offset,
+                          uint64_t byte_offset, uint64_t doc, const char *fmt, va_list ap) {
+    r->n_problems_total++;
+    if (r->n_problems >= cap) return 0;
+    tks_audit_problem *p = &r->problems[r->n_problems++];
+    memset(p, 0, sizeof *p);
+    p->order = order;
+    p->code = code;
+    p->shard = shard;
+    p->chunk = chunk;
+    p->token_offset = token_offset;
+    p->byte_offset = byte_offset;
+    p->doc = doc;
+    snprintf(p->file, sizeof p->file, "%s", file ? file : "");
+    vsnprintf(p->message, sizeof p->message, fmt, ap);
+    return 1;
+}
+
+int tks_audit_report_add(tks_audit_report *r, size_t cap, uint64_t order, int code,
+                         const char *file, uint64_t shard, uint64_t chunk, uint64_t token_offset,
+                         uint64_t byte_offset, uint64_t doc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = tks_audit_report_vadd(r, cap, order, code, file, shard, chunk, token_offset,
+                                   byte_offset, doc, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 void tks_audit_report_free(tks_audit_report *r) {

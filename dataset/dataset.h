@@ -12,6 +12,7 @@
 #ifndef TKS_DATASET_H
 #define TKS_DATASET_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -298,6 +299,55 @@ void tks_audit_share(const uint64_t *sizes, size_t n_shards, unsigned rank, unsi
  * range. The parts are not changed. Errors: TKS_ERR_NOMEM. */
 int tks_audit_merge(tks_audit_report *const *parts, size_t n, size_t max_problems,
                     tks_audit_report **out);
+
+/* ---------------------------------------------------------------------------
+ * Audit reports written by other checks, and dataset statistics
+ * ------------------------------------------------------------------------- */
+
+/*
+ * Records one problem in r, the way every check of a tokshard audit does:
+ * counts it in r->n_problems_total and, while fewer than `cap` problems are
+ * recorded (r->problems must hold at least cap entries), appends it.
+ * order: the problem's tks_audit_problem.order, stored as given.
+ * file: the file the problem is in (NULL: ""); shard, chunk, token_offset
+ * (tokens), byte_offset (bytes in file) and doc: TKS_NONE where they do not
+ * apply. The message is printf-formatted from fmt and cut to the record's
+ * 383 bytes. Returns 1 when recorded, 0 when only counted; never fails.
+ */
+int tks_audit_report_add(tks_audit_report *r, size_t cap, uint64_t order, int code,
+                         const char *file, uint64_t shard, uint64_t chunk, uint64_t token_offset,
+                         uint64_t byte_offset, uint64_t doc, const char *fmt, ...)
+    __attribute__((format(printf, 11, 12)));
+/* tks_audit_report_add with the message's arguments as a va_list. */
+int tks_audit_report_vadd(tks_audit_report *r, size_t cap, uint64_t order, int code,
+                          const char *file, uint64_t shard, uint64_t chunk, uint64_t token_offset,
+                          uint64_t byte_offset, uint64_t doc, const char *fmt, va_list ap)
+    __attribute__((format(printf, 11, 0)));
+
+/* What shards hold (tokshard inspect): documents, tokens, document lengths
+ * and how often each id occurs. */
+typedef struct tks_stats {
+    uint64_t n_docs, n_tokens;
+    uint64_t min_doc_tokens;     /* shortest document, tokens; UINT64_MAX when none */
+    uint64_t max_doc_tokens;     /* longest document, tokens; 0 when none */
+    uint64_t doc_hist[65];       /* [b]: documents of [2^b, 2^(b+1) - 1] tokens */
+    uint32_t vocab_size;         /* the first shard's */
+    uint64_t *counts;            /* vocab_size entries: occurrences of each id */
+    uint32_t *top;               /* n_top ids, most frequent first (ties: smaller id first) */
+    size_t n_top;                /* min(top, vocab_size) */
+} tks_stats;
+
+/*
+ * Counts the documents, tokens, document lengths and id occurrences of
+ * shards[0..n_shards) (a dataset's shards in order, or one shard), and picks
+ * the `top` most frequent ids. Reads every token once, in parallel (OpenMP);
+ * ids >= the first shard's vocab_size are not counted. The shards are
+ * borrowed. *out is owned by the caller: tks_stats_free (accepts NULL).
+ * Errors: TKS_ERR_ARG (n_shards == 0), TKS_ERR_NOMEM.
+ */
+int tks_stats_compute(const tks_shard *const *shards, size_t n_shards, size_t top,
+                      tks_stats **out);
+void tks_stats_free(tks_stats *st);
 
 #ifdef __cplusplus
 }

@@ -52,21 +52,8 @@ int tks__problem(tks__plist *pl, int code, const char *file, uint64_t token_off,
         tks_error_set_doc(doc, 0);
         return code;
     }
-    tks_audit_report *r = pl->r;
-    r->n_problems_total++;
-    if (r->n_problems < pl->max) {
-        tks_audit_problem *p = &r->problems[r->n_problems++];
-        memset(p, 0, sizeof *p);
-        p->code = code;
-        p->shard = TKS_NONE;
-        p->chunk = TKS_NONE;
-        p->token_offset = token_off;
-        p->byte_offset = byte_off;
-        p->doc = doc;
-        snprintf(p->file, sizeof p->file, "%s", file ? file : "");
-        memcpy(p->message, msg, sizeof p->message - 1); /* may cut a long message */
-        p->message[sizeof p->message - 1] = 0;
-    }
+    tks_audit_report_add(pl->r, pl->max, 0, code, file, TKS_NONE, TKS_NONE, token_off, byte_off,
+                         doc, "%s", msg);
     return 0;
 }
 

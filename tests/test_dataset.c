@@ -104,6 +104,49 @@ static void write_dataset(const char *dir, const docs *D, uint32_t vocab, uint64
     tks_writer_free(w);
 }
 
+/* tks_stats_compute against counts made here from the documents written. */
+static void check_stats(const tks_dataset *ds, const docs *D, uint32_t vocab) {
+    size_t ns = tks_dataset_n_shards(ds);
+    const tks_shard **sh = malloc(ns * sizeof *sh);
+    for (size_t i = 0; i < ns; i++) sh[i] = tks_dataset_shard(ds, i);
+    tks_stats *st = NULL;
+    int rc = tks_stats_compute(sh, ns, 5, &st);
+    free(sh);
+    CHECK(rc == 0, "stats: %s", tks_last_error()->message);
+    if (rc) return;
+    uint64_t *counts = calloc(vocab, sizeof *counts), hist[65] = {0}, toks = 0, lo = UINT64_MAX, hi = 0;
+    for (size_t d = 0; d < D->n; d++) {
+        uint64_t len = D->len[d];
+        int b = 0;
+        while ((UINT64_C(2) << b) <= len) b++;
+        hist[b]++;
+        lo = len < lo ? len : lo;
+        hi = len > hi ? len : hi;
+        toks += len;
+        for (size_t j = 0; j < len; j++) counts[D->d[d][j]]++;
+    }
+    CHECK(st->n_docs == D->n && st->n_tokens == toks && st->vocab_size == vocab, "stats totals");
+    CHECK(st->min_doc_tokens == lo && st->max_doc_tokens == hi, "stats lengths [%llu, %llu]",
+          (unsigned long long)st->min_doc_tokens, (unsigned long long)st->max_doc_tokens);
+    CHECK(memcmp(st->doc_hist, hist, sizeof hist) == 0, "stats histogram");
+    CHECK(memcmp(st->counts, counts, vocab * sizeof *counts) == 0, "stats id counts");
+    CHECK(st->n_top == 5, "n_top %zu", st->n_top);
+    for (size_t k = 0; k < st->n_top; k++) {
+        uint32_t id = st->top[k];
+        /* every id ranked below holds fewer, or as many with a larger id */
+        for (uint32_t x = 0; x < vocab; x++) {
+            int ranked = 0;
+            for (size_t j = 0; j <= k; j++) ranked |= st->top[j] == x;
+            CHECK(ranked || counts[x] < counts[id] || (counts[x] == counts[id] && x > id),
+                  "top %zu: id %u (%llu) outranks %u (%llu)", k, x,
+                  (unsigned long long)counts[x], id, (unsigned long long)counts[id]);
+            if (!(ranked || counts[x] < counts[id] || (counts[x] == counts[id] && x > id))) break;
+        }
+    }
+    free(counts);
+    tks_stats_free(st);
+}
+
 static void test_round_trip(uint32_t vocab, uint64_t shard_tokens, uint32_t chunk) {
     char dir[1536];
     snprintf(dir, sizeof dir, "%s/rt-%u", work, vocab);
@@ -157,6 +200,7 @@ static void test_round_trip(uint32_t vocab, uint64_t shard_tokens, uint32_t chun
               r->problems[0].doc == 0 && r->problems[0].shard == 0,
           "audit --model-vocab should flag shard 0 token 0");
     tks_audit_report_free(r);
+    check_stats(ds, &D, vocab);
     tks_dataset_close(ds);
 
     /* determinism: the same documents give byte-identical shards */
@@ -459,6 +503,22 @@ static void test_header_fuzz_small(void) {
     free(b);
 }
 
+/* tks_audit_report_add records up to cap problems and counts every one. */
+static void test_report_add(void) {
+    tks_audit_problem ps[2];
+    tks_audit_report r = {.problems = ps};
+    for (int i = 0; i < 3; i++)
+        CHECK(tks_audit_report_add(&r, 2, 7, TKS_ERR_INDEX, i ? "f" : NULL, 1, TKS_NONE, 3, 4, 5,
+                                   "problem %d", i) == (i < 2), "add %d", i);
+    CHECK(r.n_problems == 2 && r.n_problems_total == 3, "counts %zu %zu", r.n_problems,
+          r.n_problems_total);
+    CHECK(ps[0].code == TKS_ERR_INDEX && ps[0].order == 7 && ps[0].shard == 1 &&
+              ps[0].chunk == TKS_NONE && ps[0].token_offset == 3 && ps[0].byte_offset == 4 &&
+              ps[0].doc == 5 && !strcmp(ps[0].file, "") && !strcmp(ps[1].file, "f") &&
+              !strcmp(ps[1].message, "problem 1"),
+          "recorded fields");
+}
+
 int main(int argc, char **argv) {
     snprintf(work, sizeof work, "%s", argc > 1 ? argv[1] : "/tmp/tks-test-dataset");
     mkdirs(work);
@@ -468,6 +528,7 @@ int main(int argc, char **argv) {
     test_writer_refuses();
     test_corruption();
     test_header_fuzz_small();
+    test_report_add();
     if (failures) {
         fprintf(stderr, "test_dataset: %d check(s) failed\n", failures);
         return 1;

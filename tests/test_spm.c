@@ -168,6 +168,23 @@ static int ids_equal(const tks_ids *a, const tks_ids *b) {
 }
 
 /* Checks one trained model: metadata, spm tools, round trips, threads. */
+/* tks_spm_compare_docs: the two encoders agree on every line, and an error
+ * of the document source comes back as it was. */
+static void check_compare(const tks_spm *s, const lines *check) {
+    if (tks_spm_fast_unavailable(s)) return;
+    feed fd = {check, 0, check->n, 0};
+    tks_spm_compare c;
+    int rc = tks_spm_compare_docs(s, feed_next, &fd, &c);
+    CHECK(rc == 0 && !c.differ && c.docs == check->n, "compare: rc %d, differ %d at id %zu, %llu docs",
+          rc, c.differ, c.first_diff, (unsigned long long)c.docs);
+    tks_spm_compare_free(&c);
+    feed bad = {check, 0, check->n, 3};
+    rc = tks_spm_compare_docs(s, feed_next, &bad, &c);
+    CHECK(rc == TKS_ERR_INPUT && c.docs == 3, "compare with a failing source: rc %d, %llu docs", rc,
+          (unsigned long long)c.docs);
+    tks_spm_compare_free(&c);
+}
+
 static void check_model(const char *dir, const char *name, const char *type, int byte_fallback,
                         const lines *check) {
     char model[4096], vocab[4096], cmd[8192], path[4096];
@@ -179,6 +196,7 @@ static void check_model(const char *dir, const char *name, const char *type, int
     int rc = tks_spm_load(model, &s);
     CHECK(rc == 0 && s, "load %s: %d %s", model, rc, tks_last_error()->message);
     if (!s) return;
+    check_compare(s, check);
     CHECK(tks_spm_vocab_size(s) == VOCAB, "vocab size %u, asked %u", tks_spm_vocab_size(s), VOCAB);
     CHECK(strcmp(tks_spm_model_type(s), type) == 0, "model type \"%s\", want \"%s\"",
           tks_spm_model_type(s), type);

@@ -136,6 +136,32 @@ typedef int (*tks_sentence_fn)(void *ctx, const char **text, size_t *len);
  * or the code the callback returned. */
 int tks_spm_train(const tks_spm_train_opts *opts, tks_sentence_fn next, void *ctx);
 
+/* The fast encoder checked against sentencepiece (tokshard verify-tokenizer). */
+typedef struct tks_spm_compare {
+    uint64_t docs, bytes;       /* documents encoded by both, and their bytes (the
+                                 * differing one included) */
+    double seconds_ref;         /* wall time in sentencepiece, seconds (one thread) */
+    double seconds_fast;        /* wall time in the fast encoder, seconds */
+    int differ;                 /* 1: the last document encoded gave different ids */
+    size_t first_diff;          /* with differ: the index of the first differing id */
+    tks_ids ref, fast;          /* the last document's ids from each encoder */
+} tks_spm_compare;
+
+/*
+ * Encodes each document `next` yields (as tks_sentence_fn: 1 with a text, 0
+ * at the end, or a negative code) with both encoders of s and compares the
+ * ids, until the first document whose ids differ (out->differ = 1; it is the
+ * last document `next` yielded) or the end. *out is overwritten; its id
+ * buffers are owned by the caller: tks_spm_compare_free, also after an
+ * error. Nothing is printed. Returns 0 whether or not the ids differ.
+ * Errors: TKS_ERR_ARG (no fast encoder for this model:
+ * tks_spm_fast_unavailable says why), TKS_ERR_TOKENIZER, TKS_ERR_NOMEM, or
+ * the code `next` returned.
+ */
+int tks_spm_compare_docs(const tks_spm *s, tks_sentence_fn next, void *ctx, tks_spm_compare *out);
+/* Frees the id buffers of c (not c itself). Accepts NULL. */
+void tks_spm_compare_free(tks_spm_compare *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,10 +32,7 @@ int cli_audit_print(const char *path, const tks_audit_report *r, int as_json, co
                               (json_int_t)r->max_token_id, "manifest_checked", r->manifest_checked,
                               "tokenizer_checked", r->tokenizer_checked, "seconds", r->seconds,
                               "gb_per_s", gbs, "problems", probs);
-        char *s = json_dumps(j, JSON_INDENT(2));
-        puts(s);
-        free(s);
-        json_decref(j);
+        cli_json_print(j);
     } else {
         for (size_t i = 0; i < r->n_problems; i++) {
             const tks_audit_problem *p = &r->problems[i];

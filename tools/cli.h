@@ -3,6 +3,7 @@
 #ifndef TKS_CLI_H
 #define TKS_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define EXIT_PROBLEMS 1
@@ -34,6 +35,112 @@ typedef struct cli_args {
 int cli_next(cli_args *a, const char **positional);
 /* The current option's value (=value or the next argument), NULL if none. */
 const char *cli_value(cli_args *a);
+
+/* ---------------------------------------------------------------------------
+ * Flag tables: every executable describes its flags in tables of cli_flag
+ * and parses them with cli_parse; tokshard-train also prints its --help from
+ * its table (cli_flags_help), with the real defaults and ranges. */
+typedef enum {
+    CLI_STR,   /* const char **: the value as given */
+    CLI_BOOL,  /* int *: set to 1; takes no value */
+    CLI_SIZE,  /* uint64_t *: cli_parse_size */
+    CLI_U32,   /* uint32_t *: cli_parse_size, within [lo, hi] */
+    CLI_U64,   /* uint64_t *: cli_parse_size, within [lo, hi] */
+    CLI_FLOAT, /* float *: cli_parse_float, within [lo, hi] */
+} cli_type;
+
+typedef struct cli_flag cli_flag;
+/* A flag's own parser. name: the flag as typed (the name or the alias); v:
+ * for a CLI_BOOL its =value (NULL when none), else the =value or the next
+ * argument (NULL when there is none). Returns 0, or an exit code after
+ * printing the error. */
+typedef int (*cli_set_fn)(const cli_flag *f, const char *name, const char *v);
+
+struct cli_flag {
+    const char *name;  /* "--output"; NULL ends a table */
+    const char *alias; /* "-o", or NULL */
+    cli_type type;
+    void *ptr;         /* the destination: of the type's C type, or what `set` writes */
+    cli_set_fn set;    /* NULL: parsed by type */
+    const char *help;  /* cli_flags_help: what it does */
+    const char *meta;  /* cli_flags_help: the value's name (DIR, N, F) */
+    double lo, hi;     /* CLI_U32, CLI_U64, CLI_FLOAT: the allowed range */
+    int open;          /* bit 0: lo excluded, bit 1: hi excluded */
+    void *ctx;         /* for set: what else it needs (a message, the values, a context) */
+};
+/* A range's upper bound meaning "no limit worth showing" (--help says ">= lo"). */
+#define CLI_BIG 1e12
+
+/* A command: its flag tables, and what to do with what they do not name. */
+typedef struct cli_command {
+    const cli_flag *flags;  /* the command's own flags */
+    const cli_flag *shared; /* flags shared with other commands (searched first), or NULL */
+    /* the unknown-option error: a format with one %s (the option) */
+    const char *unknown;
+    /* replaces `unknown` when set: returns an exit code (a: the scanner at the option) */
+    int (*on_unknown)(cli_args *a, void *ctx);
+    /* a positional argument: returns 0 or an exit code; NULL: "unexpected argument" */
+    int (*positional)(const char *arg, void *ctx);
+    /* --help and -h print this and stop with 0; NULL: they are unknown options */
+    void (*help)(void);
+    void *ctx;
+} cli_command;
+
+/* cli_parse's result when every argument was taken and the command goes on. */
+#define CLI_PARSED (-1)
+/* Parses argv[0..argc) with c's tables. Returns CLI_PARSED, or the exit code
+ * to stop with (0 after --help; EXIT_USAGE after printing a usage error). */
+int cli_parse(const cli_command *c, int argc, char **argv);
+
+/* Sets flag f from v (not NULL, unless a CLI_BOOL) by its type, printing
+ * nothing. Returns 0, or -1 when v is not a value of the type or out of range. */
+int cli_parse_typed(const cli_flag *f, const char *v);
+/* Sets flag f from v by its type (the built-in parsers). Returns 0 or an exit
+ * code after printing the error. */
+int cli_set_by_type(const cli_flag *f, const char *name, const char *v);
+
+/* A setter for flags with one message for every failure: parses v by f's
+ * type and, when v is missing or bad, prints f->ctx (a const char *, the
+ * whole message). */
+int cli_set_or_say(const cli_flag *f, const char *name, const char *v);
+
+/* Positional arguments. cli_take_one: a command's one positional argument;
+ * ctx is a cli_one, whose `again` (a format given the first and the second
+ * argument) is the error for a second one. cli_take_all: every positional,
+ * in order; ctx is a cli_list. */
+typedef struct cli_one {
+    const char *value;
+    const char *again;
+} cli_one;
+int cli_take_one(const char *arg, void *ctx);
+typedef struct cli_list {
+    const char **items; /* room for every argument (the command's argv may serve: an
+                         * argument is stored in a slot the scanner has already read) */
+    size_t n;
+} cli_list;
+int cli_take_all(const char *arg, void *ctx);
+
+/* Prints one line per flag of table t: "  --name META  help (range) [default]",
+ * the default being the destination's current value. */
+void cli_flags_help(const cli_flag *t);
+
+/* The commands of `tokshard` written in files of their own (the rest are in
+ * tools/tokshard.c): each takes the arguments after the command's name and
+ * returns the exit code. */
+int cli_sample_plan(int argc, char **argv);  /* tools/sample_plan.c */
+int cli_import(int argc, char **argv);       /* tools/interop_cli.c, as the next three */
+int cli_export(int argc, char **argv);
+int cli_export_hf(int argc, char **argv);
+/* --format, --dtype, --eot and --eod of another project's dataset (audit
+ * --format, import): fills t with a table over *fo, ended by an empty entry. */
+#define CLI_FOREIGN_FLAGS 5
+struct tks_foreign_opts;
+void cli_foreign_table(struct tks_foreign_opts *fo, cli_flag t[CLI_FOREIGN_FLAGS]);
+
+/* Prints j (a jansson json_t) to stdout, indented by 2, and a newline;
+ * takes the reference to j. */
+struct json_t;
+void cli_json_print(struct json_t *j);
 
 /* Prints an audit report of path to stdout, as text or (as_json) JSON;
  * foreign: the format's name for another project's dataset, else NULL.

@@ -14,11 +14,6 @@
 #include "trainer/trainer.h"
 #include "cli.h"
 
-int cli_import(int argc, char **argv);
-int cli_export(int argc, char **argv);
-int cli_export_hf(int argc, char **argv);
-int cli_foreign_flag(cli_args *a, tks_foreign_opts *fo, int *consumed);
-
 static int parse_id(const char *flag, const char *v, uint32_t *out) {
     char *e;
     if (!v || *v < '0' || *v > '9') return cli_usage_error("%s needs a token id", flag);
@@ -28,27 +23,36 @@ static int parse_id(const char *flag, const char *v, uint32_t *out) {
     return 0;
 }
 
-/* --format, --dtype, --eot, --eod. Sets *consumed; returns 0 or an exit code. */
-int cli_foreign_flag(cli_args *a, tks_foreign_opts *fo, int *consumed) {
-    *consumed = 1;
-    const char *v;
-    if (!strcmp(a->name, "--format")) {
-        v = cli_value(a);
-        if (!v || tks_foreign_format_parse(v, &fo->format))
-            return cli_usage_error("--format %s: expected megatron, llmc, raw or datatrove", v ? v : "");
-    } else if (!strcmp(a->name, "--dtype")) {
-        v = cli_value(a);
-        if (v && !strcmp(v, "u16")) fo->token_bytes = 2;
-        else if (v && !strcmp(v, "u32")) fo->token_bytes = 4;
-        else return cli_usage_error("--dtype %s: expected u16 or u32", v ? v : "");
-    } else if (!strcmp(a->name, "--eot")) {
-        return parse_id("--eot", cli_value(a), &fo->eot_id);
-    } else if (!strcmp(a->name, "--eod")) {
-        return parse_id("--eod", cli_value(a), &fo->eod_id);
-    } else {
-        *consumed = 0;
-    }
+/* --eot, --eod */
+static int set_id(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    return parse_id(f->name, v, f->ptr);
+}
+
+static int set_format(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    if (!v || tks_foreign_format_parse(v, f->ptr))
+        return cli_usage_error("--format %s: expected megatron, llmc, raw or datatrove", v ? v : "");
     return 0;
+}
+
+static int set_dtype(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    if (v && !strcmp(v, "u16")) *(uint32_t *)f->ptr = 2;
+    else if (v && !strcmp(v, "u32")) *(uint32_t *)f->ptr = 4;
+    else return cli_usage_error("--dtype %s: expected u16 or u32", v ? v : "");
+    return 0;
+}
+
+void cli_foreign_table(struct tks_foreign_opts *fo, cli_flag t[CLI_FOREIGN_FLAGS]) {
+    const cli_flag flags[CLI_FOREIGN_FLAGS] = {
+        {.name = "--format", .ptr = &fo->format, .set = set_format},
+        {.name = "--dtype", .ptr = &fo->token_bytes, .set = set_dtype},
+        {.name = "--eot", .ptr = &fo->eot_id, .set = set_id},
+        {.name = "--eod", .ptr = &fo->eod_id, .set = set_id},
+        {0},
+    };
+    memcpy(t, flags, sizeof flags);
 }
 
 static volatile sig_atomic_t g_stop = 0;
@@ -58,46 +62,41 @@ static void on_signal(int sig) {
     g_stop = 1;
 }
 
+static int set_import_chunk(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    uint64_t x;
+    if (!v || cli_parse_size(v, &x) || x < TKS_MIN_CHUNK_BYTES || x > TKS_MAX_CHUNK_BYTES || x % 4)
+        return cli_usage_error("--chunk-bytes: expected a multiple of 4 in [64, 1G]");
+    *(uint32_t *)f->ptr = (uint32_t)x;
+    return 0;
+}
+
 int cli_import(int argc, char **argv) {
     tks_import_opts o = {0};
     tks_foreign_opts_default(&o.foreign);
-    uint64_t v64;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos, *v;
     int quiet = 0;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            if (o.src) return cli_usage_error("import: one SOURCE only (got %s and %s)", o.src, pos);
-            o.src = pos;
-            continue;
-        }
-        int used, r = cli_foreign_flag(&a, &o.foreign, &used);
-        if (r) return r;
-        if (used) continue;
-        if (!strcmp(a.name, "--output") || !strcmp(a.name, "-o")) {
-            if (!(o.out_dir = cli_value(&a))) return cli_usage_error("--output needs a directory");
-        } else if (!strcmp(a.name, "--tokenizer")) {
-            if (!(o.tokenizer_path = cli_value(&a))) return cli_usage_error("--tokenizer needs a .model file");
-        } else if (!strcmp(a.name, "--vocab-size")) {
-            if (!(v = cli_value(&a)) || cli_parse_size(v, &v64) || v64 == 0 || v64 >= TKS_NO_ID)
-                return cli_usage_error("--vocab-size needs a number in 1..2^32-2");
-            o.vocab_size = (uint32_t)v64;
-        } else if (!strcmp(a.name, "--shard-tokens")) {
-            if (!(v = cli_value(&a)) || cli_parse_size(v, &o.shard_tokens) || !o.shard_tokens)
-                return cli_usage_error("--shard-tokens needs a number such as 16M");
-        } else if (!strcmp(a.name, "--chunk-bytes")) {
-            if (!(v = cli_value(&a)) || cli_parse_size(v, &v64) || v64 < TKS_MIN_CHUNK_BYTES ||
-                v64 > TKS_MAX_CHUNK_BYTES || v64 % 4)
-                return cli_usage_error("--chunk-bytes: expected a multiple of 4 in [64, 1G]");
-            o.chunk_bytes = (uint32_t)v64;
-        } else if (!strcmp(a.name, "--resume")) {
-            o.resume = 1;
-        } else if (!strcmp(a.name, "--quiet") || !strcmp(a.name, "-q")) {
-            quiet = 1;
-        } else {
-            return cli_usage_error("import: unknown option %s", a.name);
-        }
-    }
+    cli_flag foreign[CLI_FOREIGN_FLAGS];
+    cli_foreign_table(&o.foreign, foreign);
+    const cli_flag flags[] = {
+        {.name = "--output", .alias = "-o", .type = CLI_STR, .ptr = &o.out_dir, .set = cli_set_or_say,
+         .ctx = "--output needs a directory"},
+        {.name = "--tokenizer", .type = CLI_STR, .ptr = &o.tokenizer_path, .set = cli_set_or_say,
+         .ctx = "--tokenizer needs a .model file"},
+        {.name = "--vocab-size", .type = CLI_U32, .ptr = &o.vocab_size, .set = cli_set_or_say,
+         .lo = 1, .hi = TKS_NO_ID - 1, .ctx = "--vocab-size needs a number in 1..2^32-2"},
+        {.name = "--shard-tokens", .type = CLI_U64, .ptr = &o.shard_tokens, .set = cli_set_or_say,
+         .lo = 1, .hi = 18446744073709551615.0, .ctx = "--shard-tokens needs a number such as 16M"},
+        {.name = "--chunk-bytes", .ptr = &o.chunk_bytes, .set = set_import_chunk},
+        {.name = "--resume", .type = CLI_BOOL, .ptr = &o.resume},
+        {.name = "--quiet", .alias = "-q", .type = CLI_BOOL, .ptr = &quiet},
+        {0},
+    };
+    cli_one src = {NULL, "import: one SOURCE only (got %s and %s)"};
+    cli_command cmd = {.shared = foreign, .flags = flags, .unknown = "import: unknown option %s",
+                       .positional = cli_take_one, .ctx = &src};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    o.src = src.value;
     if (!o.foreign.format) return cli_usage_error("import: --format megatron|llmc|raw|datatrove is required");
     if (!o.src) return cli_usage_error("import: give the SOURCE (Megatron PREFIX, llm.c/raw file or datatrove .ds)");
     if (!o.out_dir) return cli_usage_error("import: --output DIR is required");
@@ -125,30 +124,44 @@ int cli_import(int argc, char **argv) {
     return 0;
 }
 
+static int set_export_format(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    tks_foreign_format *fm = f->ptr;
+    if (!v || tks_foreign_format_parse(v, fm) || (*fm != TKS_FOREIGN_MEGATRON && *fm != TKS_FOREIGN_LLMC))
+        return cli_usage_error("--format %s: export writes megatron or llmc", v ? v : "");
+    return 0;
+}
+
+/* DIR PREFIX of export, CHECKPOINT DIR of export-hf: two positional
+ * arguments; `third` is the error for a third (a format given it). */
+typedef struct two_args {
+    const char *v[2];
+    const char *third;
+} two_args;
+
+static int take_two(const char *arg, void *ctx) {
+    two_args *t = ctx;
+    if (!t->v[0]) t->v[0] = arg;
+    else if (!t->v[1]) t->v[1] = arg;
+    else return cli_usage_error(t->third, arg);
+    return 0;
+}
+
 int cli_export(int argc, char **argv) {
     tks_export_opts o = {0};
     o.eot_id = TKS_NO_ID;
-    const char *dir = NULL, *prefix = NULL, *pos, *v;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            if (!dir) dir = pos;
-            else if (!prefix) prefix = pos;
-            else return cli_usage_error("export: expected DIR PREFIX (got a third argument %s)", pos);
-        } else if (!strcmp(a.name, "--format")) {
-            v = cli_value(&a);
-            if (!v || tks_foreign_format_parse(v, &o.format) ||
-                (o.format != TKS_FOREIGN_MEGATRON && o.format != TKS_FOREIGN_LLMC))
-                return cli_usage_error("--format %s: export writes megatron or llmc", v ? v : "");
-        } else if (!strcmp(a.name, "--copy")) {
-            o.copy = 1;
-        } else if (!strcmp(a.name, "--eot")) {
-            int r = parse_id("--eot", cli_value(&a), &o.eot_id);
-            if (r) return r;
-        } else {
-            return cli_usage_error("export: unknown option %s", a.name);
-        }
-    }
+    two_args args = {{NULL, NULL}, "export: expected DIR PREFIX (got a third argument %s)"};
+    const cli_flag flags[] = {
+        {.name = "--format", .ptr = &o.format, .set = set_export_format},
+        {.name = "--copy", .type = CLI_BOOL, .ptr = &o.copy},
+        {.name = "--eot", .ptr = &o.eot_id, .set = set_id},
+        {0},
+    };
+    cli_command cmd = {.flags = flags, .unknown = "export: unknown option %s",
+                       .positional = take_two, .ctx = &args};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    const char *dir = args.v[0], *prefix = args.v[1];
     if (!o.format) return cli_usage_error("export: --format megatron|llmc is required");
     if (!dir || !prefix) return cli_usage_error("export: give the dataset DIR and the output PREFIX");
     if (o.eot_id != TKS_NO_ID && o.format != TKS_FOREIGN_LLMC)
@@ -170,18 +183,18 @@ int cli_export(int argc, char **argv) {
 }
 
 int cli_export_hf(int argc, char **argv) {
-    const char *ckpt = NULL, *dir = NULL, *pos, *model = NULL;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    while (cli_next(&a, &pos)) {
-        if (!pos && !strcmp(a.name, "--tokenizer")) {
-            if (!(model = cli_value(&a))) return cli_usage_error("--tokenizer needs a .model file");
-            continue;
-        }
-        if (!pos) return cli_usage_error("export-hf: unknown option %s", a.name);
-        if (!ckpt) ckpt = pos;
-        else if (!dir) dir = pos;
-        else return cli_usage_error("export-hf: expected CHECKPOINT DIR (got a third argument %s)", pos);
-    }
+    two_args args = {{NULL, NULL}, "export-hf: expected CHECKPOINT DIR (got a third argument %s)"};
+    const char *model = NULL;
+    const cli_flag flags[] = {
+        {.name = "--tokenizer", .type = CLI_STR, .ptr = &model, .set = cli_set_or_say,
+         .ctx = "--tokenizer needs a .model file"},
+        {0},
+    };
+    cli_command cmd = {.flags = flags, .unknown = "export-hf: unknown option %s",
+                       .positional = take_two, .ctx = &args};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    const char *ckpt = args.v[0], *dir = args.v[1];
     if (model) { /* the tokenizer alone: tokenizer.json and tokenizer_config.json into DIR */
         if (!ckpt || dir) return cli_usage_error("export-hf --tokenizer MODEL DIR: one DIR");
         dir = ckpt;

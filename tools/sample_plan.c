@@ -14,8 +14,6 @@
 #include "cli.h"
 #include "trainer/trainer.h"
 
-int cli_sample_plan(int argc, char **argv);
-
 typedef unsigned long long ull;
 
 static const char plan_usage[] =
@@ -90,229 +88,297 @@ static json_t *json_sample(uint64_t micro, uint64_t g, uint64_t epoch, const tks
     return o;
 }
 
-int cli_sample_plan(int argc, char **argv) {
-    const char *dir = NULL, *run_path = NULL;
-    uint64_t seq_len = 0, global_batch = 0, dp = 1, tp = 1, seed = TKS_DEFAULT_SEED, micro = 0,
-             val_tokens = TKS_DEFAULT_VAL_TOKENS;
-    uint64_t s0 = 1, s1 = 1;
-    int json = 0, have_seq = 0, have_batch = 0, have_steps = 0;
-    const char *data_flag = NULL; /* a flag that --run replaces */
-    cli_prog = "tokshard sample-plan";
-    cli_args a = {.argc = argc, .argv = argv};
-    const char *pos, *v;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            if (dir) return cli_usage_error("one dataset DIR only (got %s and %s)", dir, pos);
-            dir = pos;
-            continue;
-        }
-        if (!strcmp(a.name, "-h") || !strcmp(a.name, "--help")) {
-            fputs(plan_usage, stdout);
-            return 0;
-        }
-        if (!strcmp(a.name, "--json")) {
-            if (a.val) return cli_usage_error("--json takes no value");
-            json = 1;
-            continue;
-        }
-        uint64_t *dst = NULL;
-        if (!strcmp(a.name, "--seq-len")) dst = &seq_len, have_seq = 1;
-        else if (!strcmp(a.name, "--global-batch")) dst = &global_batch, have_batch = 1;
-        else if (!strcmp(a.name, "--dp")) dst = &dp;
-        else if (!strcmp(a.name, "--tp")) dst = &tp;
-        else if (!strcmp(a.name, "--micro-batch")) dst = &micro;
-        else if (!strcmp(a.name, "--val-tokens")) dst = &val_tokens;
-        else if (strcmp(a.name, "--seed") && strcmp(a.name, "--steps") && strcmp(a.name, "--run"))
-            return cli_usage_error("unknown option %s (options: --seq-len --global-batch --dp "
-                                       "--tp --steps --seed --micro-batch --val-tokens --run "
-                                       "--json)", a.name);
-        if (dst == &seq_len || dst == &global_batch || dst == &micro || dst == &val_tokens ||
-            !strcmp(a.name, "--seed"))
-            data_flag = a.name;
-        if (!(v = cli_value(&a))) return cli_usage_error("%s needs a value", a.name);
-        if (!strcmp(a.name, "--run")) {
-            run_path = v;
-        } else if (!strcmp(a.name, "--steps")) {
-            have_steps = 1;
-            if (parse_steps(v, &s0, &s1))
-                return cli_usage_error("--steps %s: expected S0:S1 with 1 <= S0 <= S1 (steps "
-                                           "S0 to S1; steps count from 1, as tokshard-train's "
-                                           "do), or a single step S", v);
-        } else if (!strcmp(a.name, "--seed")) {
-            if (parse_u64(v, &seed))
-                return cli_usage_error("--seed %s: expected an integer in 0..%lld", v,
-                                           (long long)INT64_MAX);
-        } else if (cli_parse_size(v, dst)) {
-            return cli_usage_error("%s %s: expected a non-negative integer such as 48, 64K "
-                                       "or 1M", a.name, v);
-        }
-    }
-    uint64_t run_step = 0, run_cursor = 0; /* the checkpoint's, with --run */
-    tks_run_sampling run;
-    if (run_path) {
-        if (data_flag)
-            return cli_usage_error("%s cannot be combined with --run: the run's checkpoint "
-                                       "records it", data_flag);
-        if (tks_train_read_sampling(run_path, &run)) return cli_lib_error();
-        if (!dir) dir = run.dataset;
-        seq_len = run.seq_len, have_seq = 1;
-        global_batch = run.global_batch, have_batch = 1;
-        micro = run.micro_batch;
-        seed = run.seed;
-        val_tokens = run.val_dataset ? 0 : run.val_tokens;
-        run_step = run.step, run_cursor = run.cursor;
-        if (!have_steps) s0 = s1 = run_step + 1;
-    }
-    if (!dir) return cli_usage_error("give a dataset DIR (or --run RUN_DIR)");
-    if (!have_seq)
+/* What the flags and arguments of sample-plan say. */
+typedef struct plan_args {
+    const char *dir, *run_path;
+    uint64_t seq_len, global_batch, dp, tp, seed, micro, val_tokens;
+    uint64_t s0, s1;
+    int json, have_seq, have_batch, have_steps;
+    const char *data_flag; /* a flag that --run replaces */
+} plan_args;
+
+static void plan_help(void) { fputs(plan_usage, stdout); }
+
+/* --seq-len, --global-batch, --dp, --tp, --micro-batch, --val-tokens
+ * (f->ctx: the plan_args). */
+static int set_count(const cli_flag *f, const char *name, const char *v) {
+    plan_args *p = f->ctx;
+    if (f->ptr == &p->seq_len) p->have_seq = 1;
+    if (f->ptr == &p->global_batch) p->have_batch = 1;
+    if (f->ptr != &p->dp && f->ptr != &p->tp) p->data_flag = f->name;
+    if (!v) return cli_usage_error("%s needs a value", name);
+    if (cli_parse_size(v, f->ptr))
+        return cli_usage_error("%s %s: expected a non-negative integer such as 48, 64K or 1M", name, v);
+    return 0;
+}
+
+static int set_seed(const cli_flag *f, const char *name, const char *v) {
+    plan_args *p = f->ctx;
+    p->data_flag = f->name;
+    if (!v) return cli_usage_error("%s needs a value", name);
+    if (parse_u64(v, f->ptr))
+        return cli_usage_error("--seed %s: expected an integer in 0..%lld", v, (long long)INT64_MAX);
+    return 0;
+}
+
+static int set_steps(const cli_flag *f, const char *name, const char *v) {
+    plan_args *p = f->ctx;
+    if (!v) return cli_usage_error("%s needs a value", name);
+    p->have_steps = 1;
+    if (parse_steps(v, &p->s0, &p->s1))
+        return cli_usage_error("--steps %s: expected S0:S1 with 1 <= S0 <= S1 (steps S0 to S1; steps "
+                               "count from 1, as tokshard-train's do), or a single step S", v);
+    return 0;
+}
+
+static int set_json(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    if (v) return cli_usage_error("--json takes no value");
+    *(int *)f->ptr = 1;
+    return 0;
+}
+
+/* Parses the command line into *p (defaults first). Returns CLI_PARSED or
+ * the exit code. */
+static int parse_plan_args(int argc, char **argv, plan_args *p) {
+    *p = (plan_args){.dp = 1, .tp = 1, .seed = TKS_DEFAULT_SEED,
+                     .val_tokens = TKS_DEFAULT_VAL_TOKENS, .s0 = 1, .s1 = 1};
+    const cli_flag flags[] = {
+        {.name = "--json", .ptr = &p->json, .type = CLI_BOOL, .set = set_json},
+        {.name = "--seq-len", .ptr = &p->seq_len, .set = set_count, .ctx = p},
+        {.name = "--global-batch", .ptr = &p->global_batch, .set = set_count, .ctx = p},
+        {.name = "--dp", .ptr = &p->dp, .set = set_count, .ctx = p},
+        {.name = "--tp", .ptr = &p->tp, .set = set_count, .ctx = p},
+        {.name = "--micro-batch", .ptr = &p->micro, .set = set_count, .ctx = p},
+        {.name = "--val-tokens", .ptr = &p->val_tokens, .set = set_count, .ctx = p},
+        {.name = "--seed", .ptr = &p->seed, .set = set_seed, .ctx = p},
+        {.name = "--steps", .set = set_steps, .ctx = p},
+        {.name = "--run", .type = CLI_STR, .ptr = &p->run_path},
+        {0},
+    };
+    cli_one dir = {NULL, "one dataset DIR only (got %s and %s)"};
+    cli_command cmd = {.flags = flags,
+                       .unknown = "unknown option %s (options: --seq-len --global-batch --dp --tp "
+                                  "--steps --seed --micro-batch --val-tokens --run --json)",
+                       .positional = cli_take_one, .help = plan_help, .ctx = &dir};
+    int rc = cli_parse(&cmd, argc, argv);
+    p->dir = dir.value;
+    return rc;
+}
+
+/* A plan: the settings (after --run), the batch layout and the sampler. */
+typedef struct plan {
+    plan_args a;
+    tks_run_sampling run;          /* with --run */
+    uint64_t run_step, run_cursor; /* the checkpoint's step and samples consumed, with --run */
+    uint64_t per_rank, n_micro, mb; /* samples per dp rank per step, micro-batches, their size */
+    tks_dataset *ds;
+    tks_sampler *sm;
+    uint64_t n_tok, nw, n_val;     /* dataset tokens, train windows, validation windows */
+    tks_token_range train, val;
+} plan;
+
+/* --run: the settings of the run's checkpoint. Returns CLI_PARSED or the exit code. */
+static int take_run(plan *pl) {
+    plan_args *p = &pl->a;
+    if (p->data_flag)
+        return cli_usage_error("%s cannot be combined with --run: the run's checkpoint "
+                               "records it", p->data_flag);
+    tks_run_sampling *run = &pl->run;
+    if (tks_train_read_sampling(p->run_path, run)) return cli_lib_error();
+    if (!p->dir) p->dir = run->dataset;
+    p->seq_len = run->seq_len, p->have_seq = 1;
+    p->global_batch = run->global_batch, p->have_batch = 1;
+    p->micro = run->micro_batch;
+    p->seed = run->seed;
+    p->val_tokens = run->val_dataset ? 0 : run->val_tokens;
+    pl->run_step = run->step, pl->run_cursor = run->cursor;
+    if (!p->have_steps) p->s0 = p->s1 = pl->run_step + 1;
+    return CLI_PARSED;
+}
+
+/* The settings' ranges and the batch layout. Returns CLI_PARSED or the exit code. */
+static int check_settings(plan *pl) {
+    const plan_args *p = &pl->a;
+    if (!p->dir) return cli_usage_error("give a dataset DIR (or --run RUN_DIR)");
+    if (!p->have_seq)
         return cli_usage_error("--seq-len L is required (tokens per training sequence)");
-    if (!have_batch)
+    if (!p->have_batch)
         return cli_usage_error("--global-batch B is required (samples per step, all ranks)");
-    if (seq_len == 0 || seq_len > UINT32_MAX)
-        return cli_usage_error("--seq-len %llu: expected 1..%u", (ull)seq_len, UINT32_MAX);
-    if (global_batch == 0)
+    if (p->seq_len == 0 || p->seq_len > UINT32_MAX)
+        return cli_usage_error("--seq-len %llu: expected 1..%u", (ull)p->seq_len, UINT32_MAX);
+    if (p->global_batch == 0)
         return cli_usage_error("--global-batch 0: expected at least 1 sample per step");
-    if (dp == 0 || dp > 65536) return cli_usage_error("--dp %llu: expected 1..65536", (ull)dp);
-    if (tp == 0 || tp > 65536) return cli_usage_error("--tp %llu: expected 1..65536", (ull)tp);
-    if (seed > INT64_MAX) /* JSON integers are signed 64-bit */
-        return cli_usage_error("--seed %llu: expected 0..%lld", (ull)seed, (long long)INT64_MAX);
-    if (s1 > INT64_MAX / global_batch - run_cursor / global_batch - 1)
+    if (p->dp == 0 || p->dp > 65536) return cli_usage_error("--dp %llu: expected 1..65536", (ull)p->dp);
+    if (p->tp == 0 || p->tp > 65536) return cli_usage_error("--tp %llu: expected 1..65536", (ull)p->tp);
+    if (p->seed > INT64_MAX) /* JSON integers are signed 64-bit */
+        return cli_usage_error("--seed %llu: expected 0..%lld", (ull)p->seed, (long long)INT64_MAX);
+    if (p->s1 > INT64_MAX / p->global_batch - pl->run_cursor / p->global_batch - 1)
         return cli_usage_error("--steps %llu:%llu with --global-batch %llu: sample indices "
-                                   "beyond 2^63; plan earlier steps", (ull)s0, (ull)s1,
-                                   (ull)global_batch);
+                               "beyond 2^63; plan earlier steps", (ull)p->s0, (ull)p->s1,
+                               (ull)p->global_batch);
+    if (tks_batch_check(p->global_batch, (uint32_t)p->dp, p->micro, &pl->per_rank, &pl->n_micro)) {
+        char mflag[48] = "";
+        if (p->micro) snprintf(mflag, sizeof mflag, ", --micro-batch %llu", (ull)p->micro);
+        return cli_usage_error("--global-batch %llu, --dp %llu%s: %s", (ull)p->global_batch,
+                               (ull)p->dp, mflag, tks_last_error()->message);
+    }
+    pl->mb = pl->per_rank / pl->n_micro;
+    return CLI_PARSED;
+}
+
+/* Opens the dataset, splits off the validation tokens and builds the
+ * sampler. Returns CLI_PARSED or the exit code (pl->ds closed). */
+static int open_plan(plan *pl) {
+    const plan_args *p = &pl->a;
+    if (tks_dataset_open(p->dir, &pl->ds)) return cli_lib_error();
+    pl->n_tok = tks_dataset_n_tokens(pl->ds);
+    int rc = CLI_PARSED;
+    if (tks_split_tokens(pl->n_tok, p->val_tokens, (uint32_t)p->seq_len, &pl->train, &pl->val))
+        rc = cli_usage_error("--seq-len %llu, --val-tokens %llu: %s", (ull)p->seq_len,
+                             (ull)p->val_tokens, tks_last_error()->message);
+    else if (tks_sampler_create(pl->ds, pl->train.begin, pl->train.end, (uint32_t)p->seq_len,
+                                p->seed, &pl->sm))
+        rc = cli_usage_error("--seq-len %llu: %s", (ull)p->seq_len, tks_last_error()->message);
+    if (rc != CLI_PARSED) {
+        tks_dataset_close(pl->ds);
+        return rc;
+    }
+    pl->nw = tks_sampler_n_windows(pl->sm);
+    pl->n_val = pl->val.end > pl->val.begin ? (pl->val.end - pl->val.begin - 1) / p->seq_len : 0;
+    return CLI_PARSED;
+}
+
+/* The plan's head: its JSON object up to "steps":[, or the text's # lines.
+ * Returns 0 or the exit code. */
+static int print_head(const plan *pl) {
+    const plan_args *p = &pl->a;
+    if (!p->json) {
+        printf("# dataset %s: %llu tokens in %zu shards\n", p->dir, (ull)pl->n_tok,
+               tks_dataset_n_shards(pl->ds));
+        printf("# train tokens [%llu, %llu): %llu windows of seq_len %llu + 1; validation tokens "
+               "[%llu, %llu): %llu windows\n", (ull)pl->train.begin, (ull)pl->train.end, (ull)pl->nw,
+               (ull)p->seq_len, (ull)pl->val.begin, (ull)pl->val.end, (ull)pl->n_val);
+        printf("# global batch %llu = dp %llu x %llu samples, %llu micro-batches of %llu; tp %llu "
+               "(tp ranks read the same samples); seed %llu\n", (ull)p->global_batch, (ull)p->dp,
+               (ull)pl->per_rank, (ull)pl->n_micro, (ull)pl->mb, (ull)p->tp, (ull)p->seed);
+        if (p->run_path)
+            printf("# from checkpoint %s: step %llu, %llu samples consumed\n", pl->run.checkpoint,
+                   (ull)pl->run_step, (ull)pl->run_cursor);
+        return 0;
+    }
+    json_t *head = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:[I, I], s:[I, I], "
+                             "s:I, s:I}", "dataset", p->dir, "n_tokens", (json_int_t)pl->n_tok,
+                             "n_shards", (json_int_t)tks_dataset_n_shards(pl->ds), "seq_len",
+                             (json_int_t)p->seq_len, "global_batch", (json_int_t)p->global_batch,
+                             "dp", (json_int_t)p->dp, "tp", (json_int_t)p->tp, "micro_batch",
+                             (json_int_t)pl->mb, "seed", (json_int_t)p->seed, "range",
+                             (json_int_t)pl->train.begin, (json_int_t)pl->train.end, "val_range",
+                             (json_int_t)pl->val.begin, (json_int_t)pl->val.end, "n_windows",
+                             (json_int_t)pl->nw, "n_val_windows", (json_int_t)pl->n_val);
+    if (head && p->run_path)
+        json_object_set_new(head, "checkpoint", json_pack("{s:s, s:I, s:I}", "path",
+                                                          pl->run.checkpoint, "step",
+                                                          (json_int_t)pl->run_step, "cursor",
+                                                          (json_int_t)pl->run_cursor));
+    char *h = head ? json_dumps(head, JSON_COMPACT) : NULL;
+    json_decref(head);
+    if (!h) {
+        fprintf(stderr, "%s: out of memory\n", cli_prog);
+        return EXIT_USAGE;
+    }
+    /* stream the steps: the head object without its closing brace, then
+     * one step object at a time, so memory does not grow with --steps */
+    h[strlen(h) - 1] = 0;
+    printf("%s,\"steps\":[", h);
+    free(h);
+    return 0;
+}
+
+/* The samples of dp rank d, tp rank t at step `step`, whose share of the
+ * step's samples is [first, first + count): printed as text lines, or
+ * appended to `samples` (JSON). Returns 0 or the exit code. */
+static int rank_samples(const plan *pl, uint64_t step, uint64_t d, uint64_t t, uint64_t first,
+                        uint64_t count, json_t *samples) {
+    const uint64_t rank = d * pl->a.tp + t;
+    for (uint64_t m = 0; m < pl->n_micro; m++) {
+        uint64_t mf, mc;
+        if (tks_sampler_micro_slice(first, count, pl->mb, m, &mf, &mc))
+            return cli_usage_error("%s", tks_last_error()->message);
+        for (uint64_t g = mf; g < mf + mc; g++) {
+            tks_sample_loc loc;
+            uint64_t w = tks_sampler_window(pl->sm, g);
+            if (tks_sampler_locate(pl->sm, w, &loc)) return cli_usage_error("%s", tks_last_error()->message);
+            if (samples) {
+                json_array_append_new(samples, json_sample(m, g, g / pl->nw, &loc));
+                continue;
+            }
+            printf("step %llu rank %llu dp %llu tp %llu micro %llu sample %llu epoch %llu window "
+                   "%llu tokens [%llu, %llu) ", (ull)step, (ull)rank, (ull)d, (ull)t, (ull)m,
+                   (ull)g, (ull)(g / pl->nw), (ull)w, (ull)loc.token_begin,
+                   (ull)(loc.token_begin + loc.n_tokens));
+            print_pieces(&loc);
+            putchar('\n');
+        }
+    }
+    return 0;
+}
+
+/* Every rank's samples at one step. Returns 0 or the exit code. */
+static int print_step(const plan *pl, uint64_t step) {
+    const plan_args *p = &pl->a;
+    int rc = 0;
+    json_t *ranks = p->json ? json_array() : NULL;
     /* global samples consumed before step s: (s - 1) B, or after a checkpoint
      * counted from its cursor (the trainer resumes from the cursor) */
-    uint64_t per_rank, n_micro;
-    if (tks_batch_check(global_batch, (uint32_t)dp, micro, &per_rank, &n_micro)) {
-        char mflag[48] = "";
-        if (micro) snprintf(mflag, sizeof mflag, ", --micro-batch %llu", (ull)micro);
-        return cli_usage_error("--global-batch %llu, --dp %llu%s: %s", (ull)global_batch,
-                                   (ull)dp, mflag, tks_last_error()->message);
+    const uint64_t cursor = step > pl->run_step
+                                ? pl->run_cursor + (step - pl->run_step - 1) * p->global_batch
+                                : (step - 1) * p->global_batch;
+    for (uint64_t d = 0; d < p->dp && !rc; d++) {
+        uint64_t first, count;
+        if (tks_sampler_rank_slice_at(cursor, p->global_batch, (uint32_t)p->dp, (uint32_t)d,
+                                      &first, &count)) {
+            rc = cli_usage_error("%s", tks_last_error()->message);
+            break;
+        }
+        for (uint64_t t = 0; t < p->tp && !rc; t++) {
+            json_t *samples = p->json ? json_array() : NULL;
+            rc = rank_samples(pl, step, d, t, first, count, samples);
+            if (p->json)
+                json_array_append_new(ranks, json_pack("{s:I, s:I, s:I, s:o}", "rank",
+                                                       (json_int_t)(d * p->tp + t), "dp_rank",
+                                                       (json_int_t)d, "tp_rank", (json_int_t)t,
+                                                       "samples", samples));
+        }
     }
-    const uint64_t mb = per_rank / n_micro;
+    if (p->json) {
+        json_t *st = json_pack("{s:I, s:o}", "step", (json_int_t)step, "ranks", ranks);
+        char *txt = rc ? NULL : json_dumps(st, JSON_COMPACT);
+        if (txt) printf("%s%s", step > p->s0 ? "," : "", txt);
+        else if (!rc) rc = cli_usage_error("out of memory writing JSON");
+        free(txt);
+        json_decref(st);
+    }
+    return rc;
+}
 
-    tks_dataset *ds = NULL;
-    if (tks_dataset_open(dir, &ds)) return cli_lib_error();
-    const uint64_t n_tok = tks_dataset_n_tokens(ds);
-    tks_token_range train, val;
-    if (tks_split_tokens(n_tok, val_tokens, (uint32_t)seq_len, &train, &val)) {
-        int rc = cli_usage_error("--seq-len %llu, --val-tokens %llu: %s", (ull)seq_len,
-                                     (ull)val_tokens, tks_last_error()->message);
-        tks_dataset_close(ds);
-        return rc;
-    }
-    tks_sampler *sm = NULL;
-    if (tks_sampler_create(ds, train.begin, train.end, (uint32_t)seq_len, seed, &sm)) {
-        int rc = cli_usage_error("--seq-len %llu: %s", (ull)seq_len, tks_last_error()->message);
-        tks_dataset_close(ds);
-        return rc;
-    }
-    const uint64_t nw = tks_sampler_n_windows(sm);
-    const uint64_t n_val = val.end > val.begin ? (val.end - val.begin - 1) / seq_len : 0;
-
-    if (json) {
-        json_t *head = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:[I, I], s:[I, I], "
-                                 "s:I, s:I}", "dataset", dir, "n_tokens", (json_int_t)n_tok, "n_shards",
-                                 (json_int_t)tks_dataset_n_shards(ds), "seq_len", (json_int_t)seq_len,
-                                 "global_batch", (json_int_t)global_batch, "dp", (json_int_t)dp, "tp",
-                                 (json_int_t)tp, "micro_batch", (json_int_t)mb, "seed",
-                                 (json_int_t)seed, "range", (json_int_t)train.begin,
-                                 (json_int_t)train.end, "val_range", (json_int_t)val.begin,
-                                 (json_int_t)val.end, "n_windows", (json_int_t)nw, "n_val_windows",
-                                 (json_int_t)n_val);
-        if (head && run_path)
-            json_object_set_new(head, "checkpoint", json_pack("{s:s, s:I, s:I}", "path",
-                                                              run.checkpoint, "step",
-                                                              (json_int_t)run_step, "cursor",
-                                                              (json_int_t)run_cursor));
-        char *h = head ? json_dumps(head, JSON_COMPACT) : NULL;
-        json_decref(head);
-        if (!h) {
-            tks_sampler_free(sm);
-            tks_dataset_close(ds);
-            fprintf(stderr, "%s: out of memory\n", cli_prog);
-            return EXIT_USAGE;
-        }
-        /* stream the steps: the head object without its closing brace, then
-         * one step object at a time, so memory does not grow with --steps */
-        h[strlen(h) - 1] = 0;
-        printf("%s,\"steps\":[", h);
-        free(h);
-    } else {
-        printf("# dataset %s: %llu tokens in %zu shards\n", dir, (ull)n_tok, tks_dataset_n_shards(ds));
-        printf("# train tokens [%llu, %llu): %llu windows of seq_len %llu + 1; validation tokens "
-               "[%llu, %llu): %llu windows\n", (ull)train.begin, (ull)train.end, (ull)nw,
-               (ull)seq_len, (ull)val.begin, (ull)val.end, (ull)n_val);
-        printf("# global batch %llu = dp %llu x %llu samples, %llu micro-batches of %llu; tp %llu "
-               "(tp ranks read the same samples); seed %llu\n", (ull)global_batch, (ull)dp,
-               (ull)per_rank, (ull)n_micro, (ull)mb, (ull)tp, (ull)seed);
-        if (run_path)
-            printf("# from checkpoint %s: step %llu, %llu samples consumed\n", run.checkpoint,
-                   (ull)run_step, (ull)run_cursor);
-    }
-    int rc = 0;
-    for (uint64_t step = s0; step <= s1 && !rc; step++) {
-        json_t *ranks = json ? json_array() : NULL;
-        const uint64_t cursor = step > run_step ? run_cursor + (step - run_step - 1) * global_batch
-                                                : (step - 1) * global_batch;
-        for (uint64_t d = 0; d < dp && !rc; d++) {
-            uint64_t first, count;
-            if (tks_sampler_rank_slice_at(cursor, global_batch, (uint32_t)dp, (uint32_t)d, &first,
-                                          &count)) {
-                rc = cli_usage_error("%s", tks_last_error()->message);
-                break;
-            }
-            for (uint64_t t = 0; t < tp && !rc; t++) {
-                const uint64_t rank = d * tp + t;
-                json_t *samples = json ? json_array() : NULL;
-                for (uint64_t m = 0; m < n_micro && !rc; m++) {
-                    uint64_t mf, mc;
-                    if (tks_sampler_micro_slice(first, count, mb, m, &mf, &mc)) {
-                        rc = cli_usage_error("%s", tks_last_error()->message);
-                        break;
-                    }
-                    for (uint64_t g = mf; g < mf + mc; g++) {
-                        tks_sample_loc loc;
-                        uint64_t w = tks_sampler_window(sm, g);
-                        if (tks_sampler_locate(sm, w, &loc)) {
-                            rc = cli_usage_error("%s", tks_last_error()->message);
-                            break;
-                        }
-                        if (json) {
-                            json_array_append_new(samples, json_sample(m, g, g / nw, &loc));
-                        } else {
-                            printf("step %llu rank %llu dp %llu tp %llu micro %llu sample %llu epoch "
-                                   "%llu window %llu tokens [%llu, %llu) ", (ull)step, (ull)rank,
-                                   (ull)d, (ull)t, (ull)m, (ull)g, (ull)(g / nw), (ull)w,
-                                   (ull)loc.token_begin, (ull)(loc.token_begin + loc.n_tokens));
-                            print_pieces(&loc);
-                            putchar('\n');
-                        }
-                    }
-                }
-                if (json)
-                    json_array_append_new(ranks, json_pack("{s:I, s:I, s:I, s:o}", "rank",
-                                                           (json_int_t)rank, "dp_rank", (json_int_t)d,
-                                                           "tp_rank", (json_int_t)t, "samples",
-                                                           samples));
-            }
-        }
-        if (json) {
-            json_t *st = json_pack("{s:I, s:o}", "step", (json_int_t)step, "ranks", ranks);
-            char *txt = rc ? NULL : json_dumps(st, JSON_COMPACT);
-            if (txt) printf("%s%s", step > s0 ? "," : "", txt);
-            else if (!rc) rc = cli_usage_error("out of memory writing JSON");
-            free(txt);
-            json_decref(st);
-        }
-    }
-    if (json && !rc) printf("]}\n");
+int cli_sample_plan(int argc, char **argv) {
+    cli_prog = "tokshard sample-plan";
+    plan pl = {0};
+    int rc = parse_plan_args(argc, argv, &pl.a);
+    if (rc == CLI_PARSED && pl.a.run_path) rc = take_run(&pl);
+    if (rc == CLI_PARSED) rc = check_settings(&pl);
+    if (rc == CLI_PARSED) rc = open_plan(&pl);
+    if (rc != CLI_PARSED) return rc;
+    rc = print_head(&pl);
+    for (uint64_t step = pl.a.s0; step <= pl.a.s1 && !rc; step++) rc = print_step(&pl, step);
+    if (pl.a.json && !rc) printf("]}\n");
     if (fflush(stdout) || ferror(stdout)) {
         fprintf(stderr, "%s: error writing the plan: %s\n", cli_prog, strerror(errno));
         rc = EXIT_USAGE;
     }
-    tks_sampler_free(sm);
-    tks_dataset_close(ds);
+    tks_sampler_free(pl.sm);
+    tks_dataset_close(pl.ds);
     return rc;
 }
 

@@ -20,26 +20,14 @@
 #include "cli.h"
 #include "dist.h"
 
-int cli_sample_plan(int argc, char **argv); /* tools/sample_plan.c */
-/* tools/interop_cli.c */
-int cli_import(int argc, char **argv);
-int cli_export(int argc, char **argv);
-int cli_export_hf(int argc, char **argv);
-int cli_foreign_flag(cli_args *a, tks_foreign_opts *fo, int *consumed);
+/* A size flag's value into *x; 0 or an exit code after the error. */
+static int size_value(const char *name, const char *v, uint64_t *x) {
+    cli_flag t = {.type = CLI_SIZE, .ptr = x};
+    return cli_set_by_type(&t, name, v);
+}
 
-#define OPT(s) (strcmp(a.name, s) == 0)
-#define VAL(dst)                                                               \
-    do {                                                                       \
-        if (!((dst) = cli_value(&a))) return cli_usage_error("%s needs a value", a.name); \
-    } while (0)
-#define SIZE(dst)                                                                         \
-    do {                                                                                  \
-        const char *v_;                                                                   \
-        VAL(v_);                                                                          \
-        if (cli_parse_size(v_, &(dst)))                                                       \
-            return cli_usage_error("%s %s: expected a number such as 1000000, 64K, 16M or 2G", \
-                               a.name, v_);                                               \
-    } while (0)
+/* Unknown-option errors name the command: "build: unknown option --x". */
+#define UNKNOWN(cmd) cmd ": unknown option %s"
 
 static int parse_policy(const char *flag, const char *v, tks_policy *p, int allow_replace) {
     if (allow_replace && strcmp(v, "replace") == 0) *p = TKS_POLICY_REPLACE;
@@ -50,47 +38,65 @@ static int parse_policy(const char *flag, const char *v, tks_policy *p, int allo
     return 0;
 }
 
-/* Input flags shared by build and train-tokenizer. Returns 1 if consumed, 0 if not, or an exit code + 2. */
-static int input_flag(cli_args *ap, tks_input_opts *io) {
-    cli_args a = *ap;
-    int r = 1;
-    const char *v = NULL;
-    if (OPT("--doc-split")) {
-        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--doc-split needs file, line or blank-line");
-        if (!strcmp(v, "file")) io->split = TKS_SPLIT_FILE;
-        else if (!strcmp(v, "line")) io->split = TKS_SPLIT_LINE;
-        else if (!strcmp(v, "blank-line")) io->split = TKS_SPLIT_BLANK;
-        else return 2 + cli_usage_error("--doc-split %s: expected file, line or blank-line", v);
-    } else if (OPT("--format")) {
-        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--format needs auto, text or jsonl");
-        if (!strcmp(v, "auto")) io->format = TKS_FMT_AUTO;
-        else if (!strcmp(v, "text")) io->format = TKS_FMT_TEXT;
-        else if (!strcmp(v, "jsonl")) io->format = TKS_FMT_JSONL;
-        else return 2 + cli_usage_error("--format %s: expected auto, text or jsonl", v);
-    } else if (OPT("--jsonl-key")) {
-        if (!(v = cli_value(&a)) || !*v) return 2 + cli_usage_error("--jsonl-key needs a key name");
-        io->jsonl_key = v;
-    } else if (OPT("--invalid-utf8")) {
-        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--invalid-utf8 needs replace, skip or fail");
-        if (parse_policy("--invalid-utf8", v, &io->invalid_utf8, 1)) return 2 + EXIT_USAGE;
-    } else if (OPT("--max-doc-bytes")) {
-        if (!(v = cli_value(&a)) || cli_parse_size(v, &io->max_doc_bytes) || io->max_doc_bytes == 0)
-            return 2 + cli_usage_error("--max-doc-bytes %s: expected a size such as 1M", v ? v : "");
-    } else if (OPT("--on-long-doc")) {
-        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--on-long-doc needs skip or fail");
-        if (parse_policy("--on-long-doc", v, &io->long_doc, 0)) return 2 + EXIT_USAGE;
-    } else if (OPT("--on-bad-input")) {
-        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--on-bad-input needs fail or skip");
-        if (parse_policy("--on-bad-input", v, &io->bad_input, 0)) return 2 + EXIT_USAGE;
-    } else if (OPT("--on-bad-record")) {
-        if (!(v = cli_value(&a))) return 2 + cli_usage_error("--on-bad-record needs fail or skip");
-        if (parse_policy("--on-bad-record", v, &io->bad_record, 0)) return 2 + EXIT_USAGE;
-    } else {
-        r = 0;
-    }
-    *ap = a;
-    return r;
+/* --invalid-utf8 and the --on-* policies: f->meta lists the values as the
+ * missing-value error says them ("replace, skip or fail", "fail or skip"). */
+static int set_policy(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    if (!v) return cli_usage_error("%s needs %s", f->name, f->meta);
+    return parse_policy(f->name, v, f->ptr, strstr(f->meta, "replace") != NULL);
 }
+
+/* --doc-split, --format: f->ctx lists the values (NULL-ended), stored as
+ * their position in the list; f->meta says them ("file, line or blank-line"). */
+static int set_choice(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    if (!v) return cli_usage_error("%s needs %s", f->name, f->meta);
+    const char *const *names = f->ctx;
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(v, names[i])) {
+            *(int *)f->ptr = i;
+            return 0;
+        }
+    return cli_usage_error("%s %s: expected %s", f->name, v, f->meta);
+}
+static const char *const SPLIT_NAMES[] = {"file", "line", "blank-line", NULL}; /* tks_doc_split */
+static const char *const FORMAT_NAMES[] = {"auto", "text", "jsonl", NULL};    /* tks_input_format */
+
+static int set_jsonl_key(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    if (!v || !*v) return cli_usage_error("--jsonl-key needs a key name");
+    *(const char **)f->ptr = v;
+    return 0;
+}
+
+static int set_max_doc_bytes(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    uint64_t *x = f->ptr;
+    if (!v || cli_parse_size(v, x) || *x == 0)
+        return cli_usage_error("--max-doc-bytes %s: expected a size such as 1M", v ? v : "");
+    return 0;
+}
+
+/* Input flags shared by build, train-tokenizer and verify-tokenizer: a table
+ * over *io. */
+#define INPUT_FLAGS(io)                                                                     \
+    {                                                                                       \
+        {.name = "--doc-split", .ptr = &(io)->split, .set = set_choice,                     \
+         .meta = "file, line or blank-line", .ctx = (void *)SPLIT_NAMES},                   \
+        {.name = "--format", .ptr = &(io)->format, .set = set_choice,                       \
+         .meta = "auto, text or jsonl", .ctx = (void *)FORMAT_NAMES},                       \
+        {.name = "--jsonl-key", .ptr = &(io)->jsonl_key, .set = set_jsonl_key},             \
+        {.name = "--invalid-utf8", .ptr = &(io)->invalid_utf8, .set = set_policy,           \
+         .meta = "replace, skip or fail"},                                                  \
+        {.name = "--max-doc-bytes", .ptr = &(io)->max_doc_bytes, .set = set_max_doc_bytes}, \
+        {.name = "--on-long-doc", .ptr = &(io)->long_doc, .set = set_policy,                \
+         .meta = "skip or fail"},                                                           \
+        {.name = "--on-bad-input", .ptr = &(io)->bad_input, .set = set_policy,              \
+         .meta = "fail or skip"},                                                           \
+        {.name = "--on-bad-record", .ptr = &(io)->bad_record, .set = set_policy,            \
+         .meta = "fail or skip"},                                                           \
+        {0},                                                                                \
+    }
 
 static const char *INPUT_HELP =
     "  --doc-split file|line|blank-line  one document per file, per line, or per paragraph [file]\n"
@@ -176,61 +182,70 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
            s->seconds > 0 ? s->tokens_written / s->seconds : 0.0);
 }
 
+static int set_build_threads(const cli_flag *f, const char *name, const char *v) {
+    uint64_t x;
+    int rc = size_value(name, v, &x);
+    if (rc) return rc;
+    if (x == 0 || x > 1024) return cli_usage_error("--threads %llu: expected 1..1024", (unsigned long long)x);
+    *(int *)f->ptr = (int)x;
+    return 0;
+}
+
+/* --shard-tokens, --unit-bytes: at least 1. */
+static int set_nonzero(const cli_flag *f, const char *name, const char *v) {
+    int rc = size_value(name, v, f->ptr);
+    if (!rc && !*(uint64_t *)f->ptr) rc = cli_usage_error("%s must be at least 1", f->name);
+    return rc;
+}
+
+static int set_chunk_bytes(const cli_flag *f, const char *name, const char *v) {
+    uint64_t x;
+    int rc = size_value(name, v, &x);
+    if (rc) return rc;
+    if (x < TKS_MIN_CHUNK_BYTES || x > TKS_MAX_CHUNK_BYTES || x % 4)
+        return cli_usage_error("--chunk-bytes %llu: expected a multiple of 4 in [64, 1G]", (unsigned long long)x);
+    *(uint32_t *)f->ptr = (uint32_t)x;
+    return 0;
+}
+
+static int set_encoder(const cli_flag *f, const char *name, const char *v) {
+    if (!v) return cli_usage_error("%s needs a value", name);
+    if (!strcmp(v, "auto")) *(int *)f->ptr = 0;
+    else if (!strcmp(v, "sentencepiece")) *(int *)f->ptr = 1;
+    else return cli_usage_error("--encoder %s: expected auto or sentencepiece", v);
+    return 0;
+}
+
 static int cmd_build(int argc, char **argv) {
     tks_build_opts o;
     tks_build_opts_default(&o);
-    /* positional arguments are collected in place at the front of argv: slot
-     * n_in is always one already consumed by the parser, so nothing is lost */
-    const char **inputs = (const char **)argv;
-    size_t n_in = 0;
     int quiet = 0;
-    uint64_t v64;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            inputs[n_in++] = pos;
-            continue;
-        }
-        int r = input_flag(&a, &o.input);
-        if (r >= 2) return r - 2;
-        if (r) continue;
-        if (OPT("--tokenizer")) VAL(o.tokenizer_path);
-        else if (OPT("--output") || OPT("-o")) VAL(o.out_dir);
-        else if (OPT("--threads")) {
-            SIZE(v64);
-            if (v64 == 0 || v64 > 1024) return cli_usage_error("--threads %llu: expected 1..1024", (unsigned long long)v64);
-            o.threads = (int)v64;
-        } else if (OPT("--shard-tokens")) {
-            SIZE(o.shard_tokens);
-            if (!o.shard_tokens) return cli_usage_error("--shard-tokens must be at least 1");
-        } else if (OPT("--chunk-bytes")) {
-            SIZE(v64);
-            if (v64 < TKS_MIN_CHUNK_BYTES || v64 > TKS_MAX_CHUNK_BYTES || v64 % 4)
-                return cli_usage_error("--chunk-bytes %llu: expected a multiple of 4 in [64, 1G]", (unsigned long long)v64);
-            o.chunk_bytes = (uint32_t)v64;
-        } else if (OPT("--batch-bytes")) SIZE(o.batch_bytes);
-        else if (OPT("--unit-bytes")) {
-            SIZE(o.unit_bytes);
-            if (!o.unit_bytes) return cli_usage_error("--unit-bytes must be at least 1");
-        }
-        else if (OPT("--append-eos")) o.append_eos = 1;
-        else if (OPT("--prepend-bos")) o.prepend_bos = 1;
-        else if (OPT("--resume")) o.resume = 1;
-        else if (OPT("--encoder")) {
-            const char *v;
-            VAL(v);
-            if (!strcmp(v, "auto")) o.encoder_sentencepiece = 0;
-            else if (!strcmp(v, "sentencepiece")) o.encoder_sentencepiece = 1;
-            else return cli_usage_error("--encoder %s: expected auto or sentencepiece", v);
-        } else if (OPT("--quiet") || OPT("-q")) quiet = 1;
-        else return cli_usage_error("build: unknown option %s", a.name);
-    }
+    const cli_flag input[] = INPUT_FLAGS(&o.input);
+    const cli_flag flags[] = {
+        {.name = "--tokenizer", .type = CLI_STR, .ptr = &o.tokenizer_path},
+        {.name = "--output", .alias = "-o", .type = CLI_STR, .ptr = &o.out_dir},
+        {.name = "--threads", .ptr = &o.threads, .set = set_build_threads},
+        {.name = "--shard-tokens", .ptr = &o.shard_tokens, .set = set_nonzero},
+        {.name = "--chunk-bytes", .ptr = &o.chunk_bytes, .set = set_chunk_bytes},
+        {.name = "--batch-bytes", .type = CLI_SIZE, .ptr = &o.batch_bytes},
+        {.name = "--unit-bytes", .ptr = &o.unit_bytes, .set = set_nonzero},
+        {.name = "--append-eos", .type = CLI_BOOL, .ptr = &o.append_eos},
+        {.name = "--prepend-bos", .type = CLI_BOOL, .ptr = &o.prepend_bos},
+        {.name = "--resume", .type = CLI_BOOL, .ptr = &o.resume},
+        {.name = "--encoder", .ptr = &o.encoder_sentencepiece, .set = set_encoder},
+        {.name = "--quiet", .alias = "-q", .type = CLI_BOOL, .ptr = &quiet},
+        {0},
+    };
+    /* INPUT arguments are collected in place at the front of argv */
+    cli_list in = {(const char **)argv, 0};
+    cli_command cmd = {.shared = input, .flags = flags, .unknown = UNKNOWN("build"), .positional = cli_take_all, .ctx = &in};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc != CLI_PARSED) return prc;
     if (!o.tokenizer_path) return cli_usage_error("build: --tokenizer MODEL is required");
     if (!o.out_dir) return cli_usage_error("build: --output DIR is required");
-    if (!n_in) return cli_usage_error("build: give at least one INPUT file or directory");
-    o.inputs = inputs;
-    o.n_inputs = n_in;
+    if (!in.n) return cli_usage_error("build: give at least one INPUT file or directory");
+    o.inputs = in.items;
+    o.n_inputs = in.n;
     if (!quiet && isatty(STDERR_FILENO)) o.progress = progress_line;
     o.stop = &g_stop;
     struct sigaction sa = {0};
@@ -286,55 +301,69 @@ static int next_sentence(void *ctx, const char **text, size_t *len) {
     }
 }
 
+static int set_model_type(const cli_flag *f, const char *name, const char *v) {
+    if (!v) return cli_usage_error("%s needs a value", name);
+    if (strcmp(v, "bpe") && strcmp(v, "unigram") && strcmp(v, "word") && strcmp(v, "char"))
+        return cli_usage_error("--model-type %s: expected bpe, unigram, word or char", v);
+    *(const char **)f->ptr = v;
+    return 0;
+}
+
+static int set_spm_vocab(const cli_flag *f, const char *name, const char *v) {
+    uint64_t x;
+    int rc = size_value(name, v, &x);
+    if (rc) return rc;
+    if (x < 8 || x > 1000000) return cli_usage_error("--vocab-size %llu: expected 8..1000000", (unsigned long long)x);
+    *(uint32_t *)f->ptr = (uint32_t)x;
+    return 0;
+}
+
+static int set_coverage(const cli_flag *f, const char *name, const char *v) {
+    if (!v) return cli_usage_error("%s needs a value", name);
+    double *c = f->ptr;
+    char *e;
+    *c = strtod(v, &e);
+    if (*e || *c <= 0 || *c > 1)
+        return cli_usage_error("--character-coverage %s: expected a number in (0, 1]", v);
+    return 0;
+}
+
+/* --threads of train-tokenizer and audit: any size, as an int. */
+static int set_int(const cli_flag *f, const char *name, const char *v) {
+    uint64_t x;
+    int rc = size_value(name, v, &x);
+    if (!rc) *(int *)f->ptr = (int)x;
+    return rc;
+}
+
 static int cmd_train_tokenizer(int argc, char **argv) {
     tks_spm_train_opts t = {.model_type = "bpe", .vocab_size = 8000, .input_sentence_size = 2000000,
                             .seed = 1234};
     tks_input_opts io;
     tks_input_opts_default(&io);
     io.split = TKS_SPLIT_FILE;
-    /* positional arguments are collected in place at the front of argv: slot
-     * n_in is always one already consumed by the parser, so nothing is lost */
-    const char **inputs = (const char **)argv;
-    size_t n_in = 0;
-    uint64_t v64;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos, *v;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            inputs[n_in++] = pos;
-            continue;
-        }
-        int r = input_flag(&a, &io);
-        if (r >= 2) return r - 2;
-        if (r) continue;
-        if (OPT("--output") || OPT("-o")) VAL(t.model_prefix);
-        else if (OPT("--model-type")) {
-            VAL(v);
-            if (strcmp(v, "bpe") && strcmp(v, "unigram") && strcmp(v, "word") && strcmp(v, "char"))
-                return cli_usage_error("--model-type %s: expected bpe, unigram, word or char", v);
-            t.model_type = v;
-        } else if (OPT("--vocab-size")) {
-            SIZE(v64);
-            if (v64 < 8 || v64 > 1000000) return cli_usage_error("--vocab-size %llu: expected 8..1000000", (unsigned long long)v64);
-            t.vocab_size = (uint32_t)v64;
-        } else if (OPT("--byte-fallback")) t.byte_fallback = 1;
-        else if (OPT("--character-coverage")) {
-            VAL(v);
-            char *e;
-            t.character_coverage = strtod(v, &e);
-            if (*e || t.character_coverage <= 0 || t.character_coverage > 1)
-                return cli_usage_error("--character-coverage %s: expected a number in (0, 1]", v);
-        } else if (OPT("--input-sentence-size")) SIZE(t.input_sentence_size);
-        else if (OPT("--threads")) {
-            SIZE(v64);
-            t.threads = (int)v64;
-        } else return cli_usage_error("train-tokenizer: unknown option %s", a.name);
-    }
+    const cli_flag input[] = INPUT_FLAGS(&io);
+    const cli_flag flags[] = {
+        {.name = "--output", .alias = "-o", .type = CLI_STR, .ptr = &t.model_prefix},
+        {.name = "--model-type", .ptr = &t.model_type, .set = set_model_type},
+        {.name = "--vocab-size", .ptr = &t.vocab_size, .set = set_spm_vocab},
+        {.name = "--byte-fallback", .type = CLI_BOOL, .ptr = &t.byte_fallback},
+        {.name = "--character-coverage", .ptr = &t.character_coverage, .set = set_coverage},
+        {.name = "--input-sentence-size", .type = CLI_SIZE, .ptr = &t.input_sentence_size},
+        {.name = "--threads", .ptr = &t.threads, .set = set_int},
+        {0},
+    };
+    /* INPUT arguments are collected in place at the front of argv */
+    cli_list in = {(const char **)argv, 0};
+    cli_command cmd = {.shared = input, .flags = flags, .unknown = UNKNOWN("train-tokenizer"),
+                       .positional = cli_take_all, .ctx = &in};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc != CLI_PARSED) return prc;
     if (!t.model_prefix) return cli_usage_error("train-tokenizer: --output PREFIX is required (writes PREFIX.model)");
-    if (!n_in) return cli_usage_error("train-tokenizer: give at least one INPUT");
+    if (!in.n) return cli_usage_error("train-tokenizer: give at least one INPUT");
     if (!t.threads) t.threads = 1; /* the model depends on (and records) it: same default everywhere */
     sentence_src src = {0};
-    int rc = tks_input_open(inputs, n_in, &io, &src.in);
+    int rc = tks_input_open(in.items, in.n, &io, &src.in);
     double t0 = omp_get_wtime();
     if (!rc) rc = tks_spm_train(&t, next_sentence, &src);
     if (rc == TKS_ERR_INPUT && src.lines == 0) { /* what was read, and what was left out */
@@ -367,28 +396,71 @@ static void print_ids(const tks_spm *spm, const tks_ids *v, size_t lo, size_t hi
     printf("\n");
 }
 
+/* The documents of the TEXT inputs, for tks_spm_compare_docs; `doc` is the
+ * last one read. */
+typedef struct doc_src {
+    tks_input *in;
+    tks_doc doc;
+} doc_src;
+
+static int next_doc(void *ctx, const char **text, size_t *len) {
+    doc_src *d = ctx;
+    int got = tks_input_next(d->in, &d->doc);
+    if (got > 0) {
+        *text = d->doc.text;
+        *len = d->doc.len;
+    }
+    return got;
+}
+
+static void print_difference(const tks_spm *spm, const tks_spm_compare *c, const tks_doc *doc) {
+    size_t i = c->first_diff, lo = i > 5 ? i - 5 : 0;
+    printf("DIFFERENT ids for %s line %llu (document %llu, %zu bytes): first difference at "
+           "id %zu of %zu (sentencepiece) / %zu (fast)\n",
+           doc->source, (unsigned long long)doc->line, (unsigned long long)doc->ordinal, doc->len, i,
+           c->ref.n, c->fast.n);
+    printf("  sentencepiece:");
+    print_ids(spm, &c->ref, lo, i + 6);
+    printf("  fast:         ");
+    print_ids(spm, &c->fast, lo, i + 6);
+    printf("tokshard build would be wrong on this model: please report it with the model and "
+           "this line; meanwhile build with --encoder sentencepiece\n");
+}
+
+static void print_agreement(const char *model, const tks_spm *spm, const tks_spm_compare *c) {
+    tks_encoder_stats es;
+    tks_spm_encoder_stats(spm, &es);
+    double mb = c->bytes / 1e6;
+    printf("%s (%s): identical ids from the fast encoder and sentencepiece on %llu documents "
+           "(%.1f MB)\n",
+           model, tks_spm_model_type(spm), (unsigned long long)c->docs, mb);
+    printf("  sentencepiece %.2f MB/s, fast %.2f MB/s (1 thread); word cache hits %.1f%% of "
+           "words, %.1f%% of bytes",
+           c->seconds_ref > 0 ? mb / c->seconds_ref : 0.0, c->seconds_fast > 0 ? mb / c->seconds_fast : 0.0,
+           es.words ? 100.0 * es.word_hits / es.words : 0.0,
+           es.bytes ? 100.0 * es.hit_bytes / es.bytes : 0.0);
+    if (!strcmp(tks_spm_model_type(spm), "unigram"))
+        printf(" (%.2f%% of words found but decoded again: float rounding at the running "
+               "score could change their path)",
+               es.words ? 100.0 * es.bound_misses / es.words : 0.0);
+    printf("\n");
+}
+
 static int cmd_verify_tokenizer(int argc, char **argv) {
     tks_input_opts io;
     tks_input_opts_default(&io);
     io.split = TKS_SPLIT_LINE;
-    const char **inputs = (const char **)argv;
-    size_t n_in = 0;
     int no_cache = 0;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            inputs[n_in++] = pos;
-            continue;
-        }
-        int r = input_flag(&a, &io);
-        if (r >= 2) return r - 2;
-        if (r) continue;
-        if (OPT("--no-cache")) no_cache = 1;
-        else return cli_usage_error("verify-tokenizer: unknown option %s", a.name);
-    }
-    if (n_in < 2) return cli_usage_error("verify-tokenizer: give MODEL and at least one TEXT input");
-    const char *model = inputs[0];
+    const cli_flag input[] = INPUT_FLAGS(&io);
+    const cli_flag flags[] = {{.name = "--no-cache", .type = CLI_BOOL, .ptr = &no_cache}, {0}};
+    /* MODEL and TEXT arguments are collected in place at the front of argv */
+    cli_list in = {(const char **)argv, 0};
+    cli_command cmd = {.shared = input, .flags = flags, .unknown = UNKNOWN("verify-tokenizer"),
+                       .positional = cli_take_all, .ctx = &in};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc != CLI_PARSED) return prc;
+    if (in.n < 2) return cli_usage_error("verify-tokenizer: give MODEL and at least one TEXT input");
+    const char *model = in.items[0];
     tks_spm *spm = NULL;
     if (tks_spm_load(model, &spm)) return cli_lib_error();
     const char *why = tks_spm_fast_unavailable(spm);
@@ -400,106 +472,58 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
         return 0;
     }
     if (no_cache) tks_spm_set_word_cache(spm, 0);
-    tks_input *in = NULL;
-    int rc = tks_input_open(inputs + 1, n_in - 1, &io, &in);
-    tks_ids ref = {0}, fast = {0};
-    uint64_t docs = 0, bytes = 0;
-    double t_ref = 0, t_fast = 0;
-    int differ = 0;
-    tks_doc doc;
-    while (!rc && !differ) {
-        int got = tks_input_next(in, &doc);
-        if (got < 0) rc = got;
-        if (got <= 0) break;
-        double t0 = omp_get_wtime();
-        rc = tks_spm_encode_ref(spm, doc.text, doc.len, &ref);
-        double t1 = omp_get_wtime();
-        if (!rc) rc = tks_spm_encode_fast(spm, doc.text, doc.len, &fast);
-        t_ref += t1 - t0;
-        t_fast += omp_get_wtime() - t1;
-        if (rc) break;
-        docs++;
-        bytes += doc.len;
-        size_t i = 0;
-        while (i < ref.n && i < fast.n && ref.ids[i] == fast.ids[i]) i++;
-        if (i == ref.n && i == fast.n) continue;
-        differ = 1;
-        size_t lo = i > 5 ? i - 5 : 0;
-        printf("DIFFERENT ids for %s line %llu (document %llu, %zu bytes): first difference at "
-               "id %zu of %zu (sentencepiece) / %zu (fast)\n",
-               doc.source, (unsigned long long)doc.line, (unsigned long long)doc.ordinal, doc.len, i,
-               ref.n, fast.n);
-        printf("  sentencepiece:");
-        print_ids(spm, &ref, lo, i + 6);
-        printf("  fast:         ");
-        print_ids(spm, &fast, lo, i + 6);
-        printf("tokshard build would be wrong on this model: please report it with the model and "
-               "this line; meanwhile build with --encoder sentencepiece\n");
-    }
-    tks_input_free(in);
-    tks_ids_free(&ref);
-    tks_ids_free(&fast);
-    if (rc) {
-        tks_spm_free(spm);
-        return cli_lib_error();
-    }
-    if (!differ) {
-        tks_encoder_stats es;
-        tks_spm_encoder_stats(spm, &es);
-        printf("%s (%s): identical ids from the fast encoder and sentencepiece on %llu documents "
-               "(%.1f MB)\n",
-               model, tks_spm_model_type(spm), (unsigned long long)docs, bytes / 1e6);
-        printf("  sentencepiece %.2f MB/s, fast %.2f MB/s (1 thread); word cache hits %.1f%% of "
-               "words, %.1f%% of bytes",
-               t_ref > 0 ? bytes / 1e6 / t_ref : 0.0, t_fast > 0 ? bytes / 1e6 / t_fast : 0.0,
-               es.words ? 100.0 * es.word_hits / es.words : 0.0,
-               es.bytes ? 100.0 * es.hit_bytes / es.bytes : 0.0);
-        if (!strcmp(tks_spm_model_type(spm), "unigram"))
-            printf(" (%.2f%% of words found but decoded again: float rounding at the running "
-                   "score could change their path)",
-                   es.words ? 100.0 * es.bound_misses / es.words : 0.0);
-        printf("\n");
-    }
+    doc_src src = {0};
+    tks_spm_compare cmp = {0};
+    int rc = tks_input_open(in.items + 1, in.n - 1, &io, &src.in);
+    if (!rc) rc = tks_spm_compare_docs(spm, next_doc, &src, &cmp);
+    if (!rc && cmp.differ) print_difference(spm, &cmp, &src.doc);
+    else if (!rc) print_agreement(model, spm, &cmp);
+    tks_input_free(src.in);
+    tks_spm_compare_free(&cmp);
     tks_spm_free(spm);
-    return differ ? EXIT_PROBLEMS : 0;
+    if (rc) return cli_lib_error();
+    return cmp.differ ? EXIT_PROBLEMS : 0;
 }
 
 /* ------------------------------------------------------------------------- */
 /* audit                                                                     */
 
 
+static int set_model_vocab(const cli_flag *f, const char *name, const char *v) {
+    uint64_t x;
+    int rc = size_value(name, v, &x);
+    if (rc) return rc;
+    if (x == 0 || x > UINT32_MAX) return cli_usage_error("--model-vocab must be in 1..2^32-1");
+    *(uint32_t *)f->ptr = (uint32_t)x;
+    return 0;
+}
+
+static int set_max_problems(const cli_flag *f, const char *name, const char *v) {
+    if (!v) return cli_usage_error("%s needs a value", name);
+    *(size_t *)f->ptr = strtoull(v, NULL, 10);
+    return 0;
+}
+
 static int cmd_audit(int argc, char **argv) {
     tks_audit_opts ao = {0};
     tks_foreign_opts fo;
     tks_foreign_opts_default(&fo);
     int as_json = 0;
-    const char *path = NULL, *v;
-    uint64_t v64;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            if (path) return cli_usage_error("audit: one DIR or SHARD only (got %s and %s)", path, pos);
-            path = pos;
-            continue;
-        }
-        int used, fr = cli_foreign_flag(&a, &fo, &used);
-        if (fr) return fr;
-        if (used) continue;
-        if (OPT("--json")) as_json = 1;
-        else if (OPT("--model-vocab")) {
-            SIZE(v64);
-            if (v64 == 0 || v64 > UINT32_MAX) return cli_usage_error("--model-vocab must be in 1..2^32-1");
-            ao.model_vocab = (uint32_t)v64;
-        } else if (OPT("--tokenizer")) VAL(ao.tokenizer_path);
-        else if (OPT("--threads")) {
-            SIZE(v64);
-            ao.threads = (int)v64;
-        } else if (OPT("--max-problems")) {
-            VAL(v);
-            ao.max_problems = strtoull(v, NULL, 10);
-        } else return cli_usage_error("audit: unknown option %s", a.name);
-    }
+    cli_flag foreign[CLI_FOREIGN_FLAGS];
+    cli_foreign_table(&fo, foreign);
+    const cli_flag flags[] = {
+        {.name = "--json", .type = CLI_BOOL, .ptr = &as_json},
+        {.name = "--model-vocab", .ptr = &ao.model_vocab, .set = set_model_vocab},
+        {.name = "--tokenizer", .type = CLI_STR, .ptr = &ao.tokenizer_path},
+        {.name = "--threads", .ptr = &ao.threads, .set = set_int},
+        {.name = "--max-problems", .ptr = &ao.max_problems, .set = set_max_problems},
+        {0},
+    };
+    cli_one arg = {NULL, "audit: one DIR or SHARD only (got %s and %s)"};
+    cli_command cmd = {.shared = foreign, .flags = flags, .unknown = UNKNOWN("audit"), .positional = cli_take_one, .ctx = &arg};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc != CLI_PARSED) return prc;
+    const char *path = arg.value;
     if (!path) return cli_usage_error("audit: give a dataset DIR or a SHARD file");
     if (fo.format && !ao.model_vocab)
         return cli_usage_error("audit --format %s: --model-vocab N is required (the embedding "
@@ -521,18 +545,11 @@ static int cmd_audit(int argc, char **argv) {
     /* a tokenizer given on the command line must also agree on the vocabulary */
     if (ao.tokenizer_path && r->vocab_size) {
         tks_spm *spm = NULL;
-        if (tks_spm_load(ao.tokenizer_path, &spm) == 0 && tks_spm_vocab_size(spm) != r->vocab_size) {
-            r->n_problems_total++;
-            if (r->n_problems < (ao.max_problems ? ao.max_problems : 1000)) {
-                tks_audit_problem *p = &r->problems[r->n_problems++];
-                memset(p, 0, sizeof *p);
-                p->code = TKS_ERR_TOKENIZER;
-                p->shard = p->chunk = p->token_offset = p->byte_offset = p->doc = TKS_NONE;
-                snprintf(p->file, sizeof p->file, "%s", ao.tokenizer_path);
-                snprintf(p->message, sizeof p->message, "tokenizer vocab %u, dataset vocab %u",
-                         tks_spm_vocab_size(spm), r->vocab_size);
-            }
-        }
+        if (tks_spm_load(ao.tokenizer_path, &spm) == 0 && tks_spm_vocab_size(spm) != r->vocab_size)
+            tks_audit_report_add(r, ao.max_problems ? ao.max_problems : 1000, 0, TKS_ERR_TOKENIZER,
+                                 ao.tokenizer_path, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                                 "tokenizer vocab %u, dataset vocab %u", tks_spm_vocab_size(spm),
+                                 r->vocab_size);
         tks_spm_free(spm);
     }
     int rc = cli_audit_print(path, r, as_json, fo.format ? tks_foreign_format_name(fo.format) : NULL);
@@ -581,6 +598,21 @@ static int open_view(const char *path, view *v, int want_tokenizer) {
     return 0;
 }
 
+/* The arguments of inspect and cat: flags, and one DIR or SHARD (*path).
+ * Returns CLI_PARSED or the exit code. */
+static int parse_view_args(const char *name, const cli_flag *flags, int argc, char **argv,
+                           const char **path) {
+    char unknown[64], again[64];
+    snprintf(unknown, sizeof unknown, "%s: unknown option %%s", name);
+    snprintf(again, sizeof again, "%s: one DIR or SHARD only", name);
+    cli_one arg = {NULL, again};
+    cli_command cmd = {.flags = flags, .unknown = unknown, .positional = cli_take_one, .ctx = &arg};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    if (!(*path = arg.value)) return cli_usage_error("%s: give a dataset DIR or a SHARD file", name);
+    return CLI_PARSED;
+}
+
 static void close_view(view *v) {
     tks_dataset_close(v->ds);
     tks_shard_close(v->one);
@@ -592,174 +624,143 @@ static const tks_shard *view_shard(const view *v, size_t i) {
     return v->ds ? tks_dataset_shard(v->ds, i) : v->one;
 }
 
+static void inspect_json(const char *path, const view *v, const tks_stats *st, const char *fp) {
+    const tks_shard_header *h0 = tks_shard_hdr(view_shard(v, 0));
+    const tks_tokenizer_info *ti = v->ds ? tks_dataset_tokenizer(v->ds) : NULL;
+    json_t *shards = json_array();
+    for (size_t s = 0; s < view_n(v); s++) {
+        const tks_shard_header *h = tks_shard_hdr(view_shard(v, s));
+        json_array_append_new(shards, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "file",
+                                                tks_shard_path(view_shard(v, s)), "index",
+                                                (json_int_t)h->shard_index, "bytes", (json_int_t)h->file_size,
+                                                "n_docs", (json_int_t)h->n_docs, "n_tokens",
+                                                (json_int_t)h->n_tokens, "min_token_id",
+                                                (json_int_t)h->min_token_id, "max_token_id",
+                                                (json_int_t)h->max_token_id, "chunks", (json_int_t)h->n_chunks));
+    }
+    json_t *hj = json_array();
+    for (int b = 0; b < 64; b++)
+        if (st->doc_hist[b])
+            json_array_append_new(hj, json_pack("{s:I, s:I, s:I}", "min_len", (json_int_t)(UINT64_C(1) << b),
+                                                "max_len", (json_int_t)((UINT64_C(2) << b) - 1), "docs",
+                                                (json_int_t)st->doc_hist[b]));
+    json_t *tj = json_array();
+    for (size_t k = 0; k < st->n_top; k++)
+        json_array_append_new(tj, json_pack("{s:I, s:I, s:s?}", "id", (json_int_t)st->top[k], "count",
+                                            (json_int_t)st->counts[st->top[k]], "piece",
+                                            v->spm ? tks_spm_piece(v->spm, st->top[k]) : NULL));
+    json_t *j = json_pack("{s:s, s:i, s:I, s:i, s:s, s:s?, s:I, s:I, s:I, s:o, s:o, s:o}", "path", path,
+                          "format_version", (int)h0->version, "vocab_size", (json_int_t)st->vocab_size,
+                          "token_bytes", (int)h0->token_bytes, "tokenizer_fingerprint", fp,
+                          "model_type", ti ? ti->model_type : NULL, "n_shards", (json_int_t)view_n(v),
+                          "n_docs", (json_int_t)st->n_docs, "n_tokens", (json_int_t)st->n_tokens,
+                          "shards", shards, "doc_length_histogram", hj, "top_tokens", tj);
+    cli_json_print(j);
+}
+
+static void inspect_text(const char *path, const view *v, const tks_stats *st, const char *fp) {
+    const tks_shard_header *h0 = tks_shard_hdr(view_shard(v, 0));
+    const tks_tokenizer_info *ti = v->ds ? tks_dataset_tokenizer(v->ds) : NULL;
+    printf("%s: tokshard format v%u, %zu shard(s)\n", path, h0->version, view_n(v));
+    printf("  tokenizer     %s%s%s, fingerprint %s\n", ti ? ti->file : "(shard only)",
+           ti ? ", " : "", ti ? ti->model_type : "", fp);
+    char sp[3][16];
+    const uint32_t ids3[3] = {h0->bos_id, h0->eos_id, h0->pad_id};
+    for (int k = 0; k < 3; k++)
+        if (ids3[k] == TKS_NO_ID) snprintf(sp[k], sizeof sp[k], "none");
+        else snprintf(sp[k], sizeof sp[k], "%u", ids3[k]);
+    printf("  vocab_size    %u (uint%u ids), bos %s, eos %s, pad %s\n", st->vocab_size,
+           8 * h0->token_bytes, sp[0], sp[1], sp[2]);
+    printf("  documents     %llu\n  tokens        %llu (%.1f per document, min %llu, max %llu)\n",
+           (unsigned long long)st->n_docs, (unsigned long long)st->n_tokens,
+           st->n_docs ? (double)st->n_tokens / (double)st->n_docs : 0.0,
+           (unsigned long long)st->min_doc_tokens, (unsigned long long)st->max_doc_tokens);
+    printf("  chunk bytes   %u\n", h0->chunk_bytes);
+    printf("  shards:\n");
+    for (size_t s = 0; s < view_n(v); s++) {
+        const tks_shard_header *h = tks_shard_hdr(view_shard(v, s));
+        printf("    %-28s %10llu docs %12llu tokens  ids [%u, %u]  %llu bytes\n",
+               tks_shard_path(view_shard(v, s)), (unsigned long long)h->n_docs,
+               (unsigned long long)h->n_tokens, h->min_token_id, h->max_token_id,
+               (unsigned long long)h->file_size);
+    }
+    printf("  document length (tokens):\n");
+    uint64_t hmax = 1;
+    for (int b = 0; b < 64; b++) if (st->doc_hist[b] > hmax) hmax = st->doc_hist[b];
+    for (int b = 0; b < 64; b++)
+        if (st->doc_hist[b]) {
+            char range[48];
+            snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)(UINT64_C(1) << b),
+                     (unsigned long long)((UINT64_C(2) << b) - 1));
+            int bar = (int)(40.0 * (double)st->doc_hist[b] / (double)hmax + 0.5);
+            printf("    %-16s %10llu  %.*s\n", range, (unsigned long long)st->doc_hist[b], bar,
+                   "########################################");
+        }
+    printf("  most frequent tokens:\n");
+    for (size_t k = 0; k < st->n_top; k++) {
+        uint64_t c = st->counts[st->top[k]];
+        printf("    %8u %12llu  %5.2f%%  %s\n", st->top[k], (unsigned long long)c,
+               st->n_tokens ? 100.0 * (double)c / (double)st->n_tokens : 0.0,
+               v->spm ? tks_spm_piece(v->spm, st->top[k]) : "");
+    }
+}
+
 static int cmd_inspect(int argc, char **argv) {
     int as_json = 0;
     uint64_t top = 20;
-    const char *path = NULL;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            if (path) return cli_usage_error("inspect: one DIR or SHARD only");
-            path = pos;
-        } else if (OPT("--json")) as_json = 1;
-        else if (OPT("--top")) SIZE(top);
-        else return cli_usage_error("inspect: unknown option %s", a.name);
-    }
-    if (!path) return cli_usage_error("inspect: give a dataset DIR or a SHARD file");
+    const cli_flag flags[] = {
+        {.name = "--json", .type = CLI_BOOL, .ptr = &as_json},
+        {.name = "--top", .type = CLI_SIZE, .ptr = &top},
+        {0},
+    };
+    const char *path;
+    int rc = parse_view_args("inspect", flags, argc, argv, &path);
+    if (rc != CLI_PARSED) return rc;
     view v;
-    int rc = open_view(path, &v, 2);
+    rc = open_view(path, &v, 2);
     if (rc) return rc;
-    const tks_shard_header *h0 = tks_shard_hdr(view_shard(&v, 0));
-    uint32_t vocab = h0->vocab_size;
-    /* token frequencies (parallel over shards and ranges) and document lengths */
-    uint64_t *counts = calloc(vocab, sizeof *counts);
-    uint64_t hist[65] = {0}, n_docs = 0, n_tok = 0, min_len = UINT64_MAX, max_len = 0;
-    for (size_t s = 0; s < view_n(&v); s++) {
-        const tks_shard *sh = view_shard(&v, s);
-        const tks_shard_header *h = tks_shard_hdr(sh);
-        const void *t = tks_shard_tokens(sh);
-        const uint64_t *ix = tks_shard_doc_index(sh);
-        for (uint64_t d = 0; d < h->n_docs; d++) {
-            uint64_t len = ix[d + 1] - ix[d];
-            int b = 0;
-            while ((UINT64_C(2) << b) <= len) b++;
-            hist[b]++;
-            if (len < min_len) min_len = len;
-            if (len > max_len) max_len = len;
-        }
-        n_docs += h->n_docs;
-        n_tok += h->n_tokens;
-#pragma omp parallel
-        {
-            uint64_t *loc = calloc(vocab, sizeof *loc);
-#pragma omp for schedule(static)
-            for (uint64_t i = 0; i < h->n_tokens; i++) {
-                uint32_t id = tks_shard_token_at(t, h->token_bytes, i);
-                if (id < vocab) loc[id]++;
-            }
-#pragma omp critical(tks_inspect)
-            for (uint32_t k = 0; k < vocab; k++) counts[k] += loc[k];
-            free(loc);
-        }
+    const tks_shard **shards = malloc(view_n(&v) * sizeof *shards);
+    tks_stats *st = NULL;
+    for (size_t s = 0; shards && s < view_n(&v); s++) shards[s] = view_shard(&v, s);
+    if (!shards) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    else rc = tks_stats_compute(shards, view_n(&v), top > SIZE_MAX ? SIZE_MAX : (size_t)top, &st);
+    free(shards);
+    if (rc) {
+        close_view(&v);
+        return cli_lib_error();
     }
-    if (top > vocab) top = vocab;
-    uint32_t *best = calloc(top ? top : 1, sizeof *best);
-    for (uint64_t k = 0; k < top; k++) {
-        uint32_t arg = 0;
-        uint64_t bc = 0;
-        int found = 0;
-        for (uint32_t id = 0; id < vocab; id++) {
-            int taken = 0;
-            for (uint64_t j = 0; j < k; j++) taken |= best[j] == id;
-            if (!taken && (!found || counts[id] > bc)) arg = id, bc = counts[id], found = 1;
-        }
-        best[k] = arg;
-    }
-    const tks_tokenizer_info *ti = v.ds ? tks_dataset_tokenizer(v.ds) : NULL;
     char fp[33];
-    tks_hex(h0->tokenizer_fp, 16, fp);
-    if (as_json) {
-        json_t *shards = json_array();
-        for (size_t s = 0; s < view_n(&v); s++) {
-            const tks_shard_header *h = tks_shard_hdr(view_shard(&v, s));
-            json_array_append_new(shards, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "file",
-                                                    tks_shard_path(view_shard(&v, s)), "index",
-                                                    (json_int_t)h->shard_index, "bytes", (json_int_t)h->file_size,
-                                                    "n_docs", (json_int_t)h->n_docs, "n_tokens",
-                                                    (json_int_t)h->n_tokens, "min_token_id",
-                                                    (json_int_t)h->min_token_id, "max_token_id",
-                                                    (json_int_t)h->max_token_id, "chunks", (json_int_t)h->n_chunks));
-        }
-        json_t *hj = json_array();
-        for (int b = 0; b < 64; b++)
-            if (hist[b])
-                json_array_append_new(hj, json_pack("{s:I, s:I, s:I}", "min_len", (json_int_t)(UINT64_C(1) << b),
-                                                    "max_len", (json_int_t)((UINT64_C(2) << b) - 1), "docs",
-                                                    (json_int_t)hist[b]));
-        json_t *tj = json_array();
-        for (uint64_t k = 0; k < top; k++)
-            json_array_append_new(tj, json_pack("{s:I, s:I, s:s?}", "id", (json_int_t)best[k], "count",
-                                                (json_int_t)counts[best[k]], "piece",
-                                                v.spm ? tks_spm_piece(v.spm, best[k]) : NULL));
-        json_t *j = json_pack("{s:s, s:i, s:I, s:i, s:s, s:s?, s:I, s:I, s:I, s:o, s:o, s:o}", "path", path,
-                              "format_version", (int)h0->version, "vocab_size", (json_int_t)vocab,
-                              "token_bytes", (int)h0->token_bytes, "tokenizer_fingerprint", fp,
-                              "model_type", ti ? ti->model_type : NULL, "n_shards", (json_int_t)view_n(&v),
-                              "n_docs", (json_int_t)n_docs, "n_tokens", (json_int_t)n_tok, "shards", shards,
-                              "doc_length_histogram", hj, "top_tokens", tj);
-        char *s = json_dumps(j, JSON_INDENT(2));
-        puts(s);
-        free(s);
-        json_decref(j);
-    } else {
-        printf("%s: tokshard format v%u, %zu shard(s)\n", path, h0->version, view_n(&v));
-        printf("  tokenizer     %s%s%s, fingerprint %s\n", ti ? ti->file : "(shard only)",
-               ti ? ", " : "", ti ? ti->model_type : "", fp);
-        char sp[3][16];
-        const uint32_t ids3[3] = {h0->bos_id, h0->eos_id, h0->pad_id};
-        for (int k = 0; k < 3; k++)
-            if (ids3[k] == TKS_NO_ID) snprintf(sp[k], sizeof sp[k], "none");
-            else snprintf(sp[k], sizeof sp[k], "%u", ids3[k]);
-        printf("  vocab_size    %u (uint%u ids), bos %s, eos %s, pad %s\n", vocab, 8 * h0->token_bytes,
-               sp[0], sp[1], sp[2]);
-        printf("  documents     %llu\n  tokens        %llu (%.1f per document, min %llu, max %llu)\n",
-               (unsigned long long)n_docs, (unsigned long long)n_tok,
-               n_docs ? (double)n_tok / (double)n_docs : 0.0, (unsigned long long)min_len,
-               (unsigned long long)max_len);
-        printf("  chunk bytes   %u\n", h0->chunk_bytes);
-        printf("  shards:\n");
-        for (size_t s = 0; s < view_n(&v); s++) {
-            const tks_shard_header *h = tks_shard_hdr(view_shard(&v, s));
-            printf("    %-28s %10llu docs %12llu tokens  ids [%u, %u]  %llu bytes\n",
-                   tks_shard_path(view_shard(&v, s)), (unsigned long long)h->n_docs,
-                   (unsigned long long)h->n_tokens, h->min_token_id, h->max_token_id,
-                   (unsigned long long)h->file_size);
-        }
-        printf("  document length (tokens):\n");
-        uint64_t hmax = 1;
-        for (int b = 0; b < 64; b++) if (hist[b] > hmax) hmax = hist[b];
-        for (int b = 0; b < 64; b++)
-            if (hist[b]) {
-                char range[48];
-                snprintf(range, sizeof range, "%llu-%llu", (unsigned long long)(UINT64_C(1) << b),
-                         (unsigned long long)((UINT64_C(2) << b) - 1));
-                int bar = (int)(40.0 * (double)hist[b] / (double)hmax + 0.5);
-                printf("    %-16s %10llu  %.*s\n", range, (unsigned long long)hist[b], bar,
-                       "########################################");
-            }
-        printf("  most frequent tokens:\n");
-        for (uint64_t k = 0; k < top; k++)
-            printf("    %8u %12llu  %5.2f%%  %s\n", best[k], (unsigned long long)counts[best[k]],
-                   n_tok ? 100.0 * (double)counts[best[k]] / (double)n_tok : 0.0,
-                   v.spm ? tks_spm_piece(v.spm, best[k]) : "");
-    }
-    free(best);
-    free(counts);
+    tks_hex(tks_shard_hdr(view_shard(&v, 0))->tokenizer_fp, 16, fp);
+    if (as_json) inspect_json(path, &v, st, fp);
+    else inspect_text(path, &v, st, fp);
+    tks_stats_free(st);
     close_view(&v);
+    return 0;
+}
+
+/* --text: decode (the default; undoes --ids). */
+static int set_text(const cli_flag *f, const char *name, const char *v) {
+    (void)name, (void)v;
+    *(int *)f->ptr = 0;
     return 0;
 }
 
 static int cmd_cat(int argc, char **argv) {
     int mode_ids = 0, raw = 0;
     uint64_t only = TKS_NONE, limit = TKS_NONE;
-    const char *path = NULL;
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            if (path) return cli_usage_error("cat: one DIR or SHARD only");
-            path = pos;
-        } else if (OPT("--ids")) mode_ids = 1;
-        else if (OPT("--text")) mode_ids = 0;
-        else if (OPT("--raw")) raw = 1;
-        else if (OPT("--doc")) SIZE(only);
-        else if (OPT("--limit")) SIZE(limit);
-        else return cli_usage_error("cat: unknown option %s", a.name);
-    }
-    if (!path) return cli_usage_error("cat: give a dataset DIR or a SHARD file");
+    const cli_flag flags[] = {
+        {.name = "--ids", .type = CLI_BOOL, .ptr = &mode_ids},
+        {.name = "--text", .type = CLI_BOOL, .ptr = &mode_ids, .set = set_text},
+        {.name = "--raw", .type = CLI_BOOL, .ptr = &raw},
+        {.name = "--doc", .type = CLI_SIZE, .ptr = &only},
+        {.name = "--limit", .type = CLI_SIZE, .ptr = &limit},
+        {0},
+    };
+    const char *path;
+    int rc = parse_view_args("cat", flags, argc, argv, &path);
+    if (rc != CLI_PARSED) return rc;
     view v;
-    int rc = open_view(path, &v, !mode_ids);
+    rc = open_view(path, &v, !mode_ids);
     if (rc) return rc;
     if (!mode_ids && !v.spm) {
         close_view(&v);

@@ -1,4 +1,5 @@
 /* tokshard-generate - sample text from a trained checkpoint (KV cache, CPU). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,36 +31,48 @@ static void help(void) {
            "\nexit codes: 0 ok, 2 usage error or unreadable checkpoint\n");
 }
 
+/* A bad value gets the message of an unknown option. */
+static int bad_flag(const char *name, const char *v) {
+    if (!v) return cli_usage_error("%s needs a value", name);
+    return cli_usage_error("%s %s: unknown option or invalid value", name, v);
+}
+
+static int set_number(const cli_flag *f, const char *name, const char *v) {
+    return v && !cli_parse_typed(f, v) ? 0 : bad_flag(name, v);
+}
+
+/* Options take a value, even the unknown ones. */
+static int unknown_flag(cli_args *a, void *ctx) {
+    (void)ctx;
+    return bad_flag(a->name, cli_value(a));
+}
+
 int main(int argc, char **argv) {
     cli_prog = "tokshard-generate";
     tks_backend_register(tks_cuda_backend_kind()); /* NULL in a build without CUDA */
     tks_generate_stats gs;
     tks_generate_opts o = {.max_tokens = 100, .temperature = 0.8f, .top_p = 0.9f, .seed = 1,
                            .prompt = "", .on_text = print_text, .stats = &gs};
-    cli_args a = {argc - 1, 0, argv + 1, NULL, {0}};
-    const char *pos, *v;
-    uint64_t x;
-    while (cli_next(&a, &pos)) {
-        if (pos) return cli_usage_error("unexpected argument '%s'", pos);
-        if (!strcmp(a.name, "--help") || !strcmp(a.name, "-h")) {
-            help();
-            return 0;
-        }
-        if (!(v = cli_value(&a))) return cli_usage_error("%s needs a value", a.name);
-        if (!strcmp(a.name, "--checkpoint")) o.checkpoint = v;
-        else if (!strcmp(a.name, "--prompt")) o.prompt = v;
-        else if (!strcmp(a.name, "--max-tokens") && !cli_parse_size(v, &x) && x <= 1000000) o.max_tokens = (uint32_t)x;
-        else if (!strcmp(a.name, "--temperature") && !cli_parse_float(v, &o.temperature) && o.temperature >= 0) {}
-        else if (!strcmp(a.name, "--top-p") && !cli_parse_float(v, &o.top_p) && o.top_p > 0 && o.top_p <= 1) {}
-        else if (!strcmp(a.name, "--seed") && !cli_parse_size(v, &o.seed)) {}
-        else if (!strcmp(a.name, "--threads") && !cli_parse_size(v, &x) && x < 1024) o.threads = (int)x;
-        else return cli_usage_error("%s %s: unknown option or invalid value", a.name, v);
-    }
+    uint32_t threads = 0;
+    const cli_flag flags[] = {
+        {.name = "--checkpoint", .type = CLI_STR, .ptr = &o.checkpoint},
+        {.name = "--prompt", .type = CLI_STR, .ptr = &o.prompt},
+        {.name = "--max-tokens", .type = CLI_U32, .ptr = &o.max_tokens, .set = set_number, .hi = 1000000},
+        {.name = "--temperature", .type = CLI_FLOAT, .ptr = &o.temperature, .set = set_number, .hi = HUGE_VAL},
+        {.name = "--top-p", .type = CLI_FLOAT, .ptr = &o.top_p, .set = set_number, .hi = 1, .open = 1},
+        {.name = "--seed", .type = CLI_SIZE, .ptr = &o.seed, .set = set_number},
+        {.name = "--threads", .type = CLI_U32, .ptr = &threads, .set = set_number, .hi = 1023},
+        {0},
+    };
+    cli_command cmd = {.flags = flags, .on_unknown = unknown_flag, .help = help};
+    int rc = cli_parse(&cmd, argc - 1, argv + 1);
+    if (rc != CLI_PARSED) return rc;
+    o.threads = (int)threads;
     if (!o.checkpoint) return cli_usage_error("--checkpoint DIR is required");
     char latest[4096];
     if (tks_train_latest_checkpoint(o.checkpoint, latest, sizeof latest) == 0) o.checkpoint = latest;
     o.ctx = (void *)o.prompt;
-    int rc = tks_generate(&o);
+    rc = tks_generate(&o);
     if (rc) return cli_lib_error();
     if (!prompt_shown) fputs(o.prompt, stdout); /* EOS came first */
     putchar('\n');

@@ -58,41 +58,58 @@ static int exec_full(char **argv) {
     return EXIT_USAGE;
 }
 
+/* What the setters below return when the full tool must run the command
+ * (it prints the message of a malformed flag). */
+#define HAND_OFF 1
+
+/* --json, --model-vocab: by type. */
+static int lean_typed(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    if (f->type == CLI_BOOL ? v != NULL : v == NULL) return HAND_OFF; /* --json=x, or no value */
+    return cli_parse_typed(f, v) ? HAND_OFF : 0;
+}
+
+static int lean_threads(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    uint64_t x;
+    if (!v || cli_parse_size(v, &x)) return HAND_OFF;
+    *(int *)f->ptr = (int)x;
+    return 0;
+}
+
+/* parsed exactly as tools/tokshard.c parses it */
+static int lean_max_problems(const cli_flag *f, const char *name, const char *v) {
+    (void)name;
+    if (!v) return HAND_OFF;
+    *(size_t *)f->ptr = strtoull(v, NULL, 10);
+    return 0;
+}
+
+static int lean_unknown(cli_args *a, void *ctx) {
+    (void)a, (void)ctx;
+    return HAND_OFF;
+}
+
+static int lean_path(const char *arg, void *ctx) {
+    const char **path = ctx;
+    if (*path) return HAND_OFF;
+    *path = arg;
+    return 0;
+}
+
 /* `audit` arguments this front end understands: 1 and the options in *ao,
  * or 0 when the full tool must run the command. */
 static int lean_audit_args(int argc, char **argv, tks_audit_opts *ao, const char **path, int *as_json) {
-    cli_args a = {argc, 0, argv, NULL, {0}};
-    const char *pos;
-    uint64_t v;
-    while (cli_next(&a, &pos)) {
-        if (pos) {
-            if (*path) return 0;
-            *path = pos;
-            continue;
-        }
-        if (!strcmp(a.name, "--json")) {
-            if (a.val) return 0; /* --json=x */
-            *as_json = 1;
-            continue;
-        }
-        int is_vocab = !strcmp(a.name, "--model-vocab"), is_threads = !strcmp(a.name, "--threads");
-        int is_max = !strcmp(a.name, "--max-problems");
-        if (!is_vocab && !is_threads && !is_max) return 0;
-        const char *s = cli_value(&a);
-        if (!s) return 0;
-        if (is_max) { /* parsed exactly as tools/tokshard.c parses it */
-            ao->max_problems = strtoull(s, NULL, 10);
-            continue;
-        }
-        if (cli_parse_size(s, &v)) return 0;
-        if (is_vocab) {
-            if (v == 0 || v > UINT32_MAX) return 0;
-            ao->model_vocab = (uint32_t)v;
-        } else {
-            ao->threads = (int)v;
-        }
-    }
-    return *path != NULL;
+    const cli_flag flags[] = {
+        {.name = "--json", .type = CLI_BOOL, .ptr = as_json, .set = lean_typed},
+        {.name = "--model-vocab", .type = CLI_U32, .ptr = &ao->model_vocab, .set = lean_typed,
+         .lo = 1, .hi = UINT32_MAX},
+        {.name = "--threads", .ptr = &ao->threads, .set = lean_threads},
+        {.name = "--max-problems", .ptr = &ao->max_problems, .set = lean_max_problems},
+        {0},
+    };
+    cli_command cmd = {.flags = flags, .on_unknown = lean_unknown, .positional = lean_path, .ctx = path};
+    return cli_parse(&cmd, argc, argv) == CLI_PARSED && *path != NULL;
 }
 
 int main(int argc, char **argv) {

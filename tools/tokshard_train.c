@@ -17,141 +17,74 @@
 #include "cli.h"
 #include "trainer/trainer.h"
 
-typedef enum { F_STR, F_U32, F_U64, F_FLOAT, F_BOOL } ftype;
-/* One flag: its value's range (numbers: lo..hi, `open` bit 0 excludes lo,
- * bit 1 excludes hi) is checked when it is parsed and shown by --help. */
-typedef struct flag {
-    const char *name;
-    ftype type;
-    void *ptr;
-    const char *help;
-    const char *meta; /* the metavariable --help shows: DIR, NAME, N, F */
-    double lo, hi;
-    int open;
-} flag;
-#define BIG 1e12
+/* A flag of the table: its value's range (numbers: lo..hi, `open` bit 0
+ * excludes lo, bit 1 excludes hi) is checked when it is parsed and shown by --help. */
+#define FLAG(name, type, ptr, help, meta, lo, hi, open) {name, NULL, type, ptr, NULL, help, meta, lo, hi, open, NULL}
+#define BIG CLI_BIG
 #define UINT64_MAX_D 18446744073709551615.0
 
 static tks_train_opts O;
 static int dry_run, quiet, no_plot, check_mesh;
 static const char *plot_only;
 
-static const flag FLAGS[] = {
-    {"--dataset", F_STR, &O.dataset_dir, "tokshard dataset directory (required)", "DIR", 0, 0, 0},
-    {"--out", F_STR, &O.out_dir, "run directory: checkpoints/, metrics.jsonl, loss.svg (required)", "DIR", 0, 0, 0},
-    {"--resume", F_STR, &O.resume, "checkpoint directory to continue from, or 'latest' (in --out)", "DIR", 0, 0, 0},
-    {"--steps", F_U64, &O.steps, "optimizer steps in total", "N", 1, BIG, 0},
-    {"--stop-at", F_U64, &O.stop_at, "save a checkpoint and exit after this step (0 = run all --steps)", "N", 0, BIG, 0},
-    {"--change-schedule", F_BOOL, &O.change_schedule, "on --resume, accept --steps/--lr/--min-lr/--warmup other than the checkpoint's run", NULL, 0, 0, 0},
-    {"--seq-len", F_U32, &O.seq_len, "tokens per sample", "N", 1, 1048576, 0},
-    {"--global-batch", F_U64, &O.global_batch, "samples per optimizer step", "N", 1, 1073741824, 0},
-    {"--micro-batch", F_U64, &O.micro_batch, "samples per forward/backward (0 = whole batch)", "N", 0, 1073741824, 0},
-    {"--seed", F_U64, &O.seed, "data order and initialization seed", "N", 0, UINT64_MAX_D, 0},
-    {"--vocab-size", F_U32, &O.model.vocab_size, "model vocabulary (0 = the dataset's)", "N", 0, 2147483648, 0},
-    {"--vocab-divisible-by", F_U32, &O.model.vocab_divisible_by, "pad the vocabulary to a multiple of this (inside the process only; 0 = 64)", "N", 0, 1048576, 0},
-    {"--dim", F_U32, &O.model.dim, "model dimension", "N", 1, 131072, 0},
-    {"--n-layers", F_U32, &O.model.n_layers, "transformer layers", "N", 1, 4096, 0},
-    {"--n-heads", F_U32, &O.model.n_heads, "attention heads", "N", 1, 4096, 0},
-    {"--n-kv-heads", F_U32, &O.model.n_kv_heads, "key/value heads (GQA; 0 = n-heads)", "N", 0, 4096, 0},
-    {"--ffn-dim", F_U32, &O.model.ffn_dim, "SwiGLU hidden dimension (0 = round_up(8/3 dim, 32))", "N", 0, 1048576, 0},
-    {"--max-seq-len", F_U32, &O.model.max_seq_len, "longest context (0 = --seq-len)", "N", 0, 1048576, 0},
-    {"--rope-theta", F_FLOAT, &O.model.rope_theta, "RoPE base (0 = 10000)", "F", 0, 1000000000.0, 0},
-    {"--norm-eps", F_FLOAT, &O.model.norm_eps, "RMSNorm epsilon (0 = 1e-5)", "F", 0, 1, 0},
-    {"--init-std", F_FLOAT, &O.model.init_std, "initialization std (0 = 0.02)", "F", 0, 10, 0},
-    {"--tie-embeddings", F_BOOL, &O.model.tie_embeddings, "lm_head shares the embedding", NULL, 0, 0, 0},
-    {"--lr", F_FLOAT, &O.lr, "peak learning rate", "F", 0, 1e30, 1},
-    {"--min-lr", F_FLOAT, &O.min_lr, "learning rate at the end of the cosine decay", "F", 0, 10, 0},
-    {"--warmup", F_U64, &O.warmup_steps, "linear warmup steps", "N", 0, BIG, 0},
-    {"--beta1", F_FLOAT, &O.beta1, "AdamW beta1", "F", 0, 1, 2},
-    {"--beta2", F_FLOAT, &O.beta2, "AdamW beta2", "F", 0, 1, 2},
-    {"--adam-eps", F_FLOAT, &O.adam_eps, "AdamW epsilon", "F", 0, 1, 0},
-    {"--weight-decay", F_FLOAT, &O.weight_decay, "AdamW decoupled weight decay (matrices only)", "F", 0, 10, 0},
-    {"--grad-clip", F_FLOAT, &O.grad_clip, "max global gradient norm (0 = off)", "F", 0, 1000000000.0, 0},
-    {"--val-tokens", F_U64, &O.val_tokens, "tokens held out from the end of the dataset for validation", "N", 0, BIG, 0},
-    {"--val-dataset", F_STR, &O.val_dataset_dir, "separate validation dataset (instead of --val-tokens)", "DIR", 0, 0, 0},
-    {"--eval-every", F_U64, &O.eval_every, "steps between validation runs (0 = never)", "N", 0, BIG, 0},
-    {"--eval-batches", F_U64, &O.eval_batches, "global batches per validation run", "N", 1, 1048576, 0},
-    {"--save-every", F_U64, &O.save_every, "steps between checkpoints (0 = only at the end)", "N", 0, BIG, 0},
-    {"--keep", F_U32, &O.keep_checkpoints, "checkpoints kept (0 = all)", "N", 0, 1048576, 0},
-    {"--threads", F_U32, &O.threads, "CPU threads per process (0 = all cores)", "N", 0, 1024, 0},
-    {"--device", F_STR, &O.device, "compute backend: cpu, cuda or auto (cuda when built in, else cpu; default auto)", "NAME", 0, 0, 0},
-    {"--comm", F_STR, &O.comm, "collectives between processes: auto (NCCL under --device cuda, else MPI), mpi (under cuda: through host memory) or nccl; default auto", "NAME", 0, 0, 0},
-    {"--dtype", F_STR, &O.dtype, "fp32 (the reference) or bf16 (bf16 weights and activations, fp32 master weights, gradients and AdamW moments); default fp32", "NAME", 0, 0, 0},
-    {"--tp", F_U32, &O.tp, "tensor-parallel degree (0 = 1)", "N", 0, 65536, 0},
-    {"--dp-shard", F_U32, &O.dp_shard, "data-parallel degree sharding gradients and AdamW state (0 = the rest of the world)", "N", 0, 1048576, 0},
-    {"--dp-replicate", F_U32, &O.dp_replicate, "data-parallel replicas of the shards (0 = 1)", "N", 0, 1048576, 0},
-    {"--world", F_U32, &O.world, "plan for this many processes (with --dry-run, without mpirun)", "N", 0, 4194304, 0},
-    {"--dry-run", F_BOOL, &dry_run, "print the resolved run, model size, memory and first samples; train nothing", NULL, 0, 0, 0},
-    {"--check-mesh", F_BOOL, &check_mesh, "build the communicators, verify them against the plan, print the groups that exist, and exit", NULL, 0, 0, 0},
-    {"--no-plot", F_BOOL, &no_plot, "do not write loss.svg at the end", NULL, 0, 0, 0},
-    {"--plot", F_STR, &plot_only, "only (re)draw RUN_DIR/loss.svg from RUN_DIR/metrics.jsonl", "DIR", 0, 0, 0},
-    {"--quiet", F_BOOL, &quiet, "no per-step progress lines", NULL, 0, 0, 0},
+static const cli_flag FLAGS[] = {
+    FLAG("--dataset", CLI_STR, &O.dataset_dir, "tokshard dataset directory (required)", "DIR", 0, 0, 0),
+    FLAG("--out", CLI_STR, &O.out_dir, "run directory: checkpoints/, metrics.jsonl, loss.svg (required)", "DIR", 0, 0, 0),
+    FLAG("--resume", CLI_STR, &O.resume, "checkpoint directory to continue from, or 'latest' (in --out)", "DIR", 0, 0, 0),
+    FLAG("--steps", CLI_U64, &O.steps, "optimizer steps in total", "N", 1, BIG, 0),
+    FLAG("--stop-at", CLI_U64, &O.stop_at, "save a checkpoint and exit after this step (0 = run all --steps)", "N", 0, BIG, 0),
+    FLAG("--change-schedule", CLI_BOOL, &O.change_schedule, "on --resume, accept --steps/--lr/--min-lr/--warmup other than the checkpoint's run", NULL, 0, 0, 0),
+    FLAG("--seq-len", CLI_U32, &O.seq_len, "tokens per sample", "N", 1, 1048576, 0),
+    FLAG("--global-batch", CLI_U64, &O.global_batch, "samples per optimizer step", "N", 1, 1073741824, 0),
+    FLAG("--micro-batch", CLI_U64, &O.micro_batch, "samples per forward/backward (0 = whole batch)", "N", 0, 1073741824, 0),
+    FLAG("--seed", CLI_U64, &O.seed, "data order and initialization seed", "N", 0, UINT64_MAX_D, 0),
+    FLAG("--vocab-size", CLI_U32, &O.model.vocab_size, "model vocabulary (0 = the dataset's)", "N", 0, 2147483648, 0),
+    FLAG("--vocab-divisible-by", CLI_U32, &O.model.vocab_divisible_by, "pad the vocabulary to a multiple of this (inside the process only; 0 = 64)", "N", 0, 1048576, 0),
+    FLAG("--dim", CLI_U32, &O.model.dim, "model dimension", "N", 1, 131072, 0),
+    FLAG("--n-layers", CLI_U32, &O.model.n_layers, "transformer layers", "N", 1, 4096, 0),
+    FLAG("--n-heads", CLI_U32, &O.model.n_heads, "attention heads", "N", 1, 4096, 0),
+    FLAG("--n-kv-heads", CLI_U32, &O.model.n_kv_heads, "key/value heads (GQA; 0 = n-heads)", "N", 0, 4096, 0),
+    FLAG("--ffn-dim", CLI_U32, &O.model.ffn_dim, "SwiGLU hidden dimension (0 = round_up(8/3 dim, 32))", "N", 0, 1048576, 0),
+    FLAG("--max-seq-len", CLI_U32, &O.model.max_seq_len, "longest context (0 = --seq-len)", "N", 0, 1048576, 0),
+    FLAG("--rope-theta", CLI_FLOAT, &O.model.rope_theta, "RoPE base (0 = 10000)", "F", 0, 1000000000.0, 0),
+    FLAG("--norm-eps", CLI_FLOAT, &O.model.norm_eps, "RMSNorm epsilon (0 = 1e-5)", "F", 0, 1, 0),
+    FLAG("--init-std", CLI_FLOAT, &O.model.init_std, "initialization std (0 = 0.02)", "F", 0, 10, 0),
+    FLAG("--tie-embeddings", CLI_BOOL, &O.model.tie_embeddings, "lm_head shares the embedding", NULL, 0, 0, 0),
+    FLAG("--lr", CLI_FLOAT, &O.lr, "peak learning rate", "F", 0, 1e30, 1),
+    FLAG("--min-lr", CLI_FLOAT, &O.min_lr, "learning rate at the end of the cosine decay", "F", 0, 10, 0),
+    FLAG("--warmup", CLI_U64, &O.warmup_steps, "linear warmup steps", "N", 0, BIG, 0),
+    FLAG("--beta1", CLI_FLOAT, &O.beta1, "AdamW beta1", "F", 0, 1, 2),
+    FLAG("--beta2", CLI_FLOAT, &O.beta2, "AdamW beta2", "F", 0, 1, 2),
+    FLAG("--adam-eps", CLI_FLOAT, &O.adam_eps, "AdamW epsilon", "F", 0, 1, 0),
+    FLAG("--weight-decay", CLI_FLOAT, &O.weight_decay, "AdamW decoupled weight decay (matrices only)", "F", 0, 10, 0),
+    FLAG("--grad-clip", CLI_FLOAT, &O.grad_clip, "max global gradient norm (0 = off)", "F", 0, 1000000000.0, 0),
+    FLAG("--val-tokens", CLI_U64, &O.val_tokens, "tokens held out from the end of the dataset for validation", "N", 0, BIG, 0),
+    FLAG("--val-dataset", CLI_STR, &O.val_dataset_dir, "separate validation dataset (instead of --val-tokens)", "DIR", 0, 0, 0),
+    FLAG("--eval-every", CLI_U64, &O.eval_every, "steps between validation runs (0 = never)", "N", 0, BIG, 0),
+    FLAG("--eval-batches", CLI_U64, &O.eval_batches, "global batches per validation run", "N", 1, 1048576, 0),
+    FLAG("--save-every", CLI_U64, &O.save_every, "steps between checkpoints (0 = only at the end)", "N", 0, BIG, 0),
+    FLAG("--keep", CLI_U32, &O.keep_checkpoints, "checkpoints kept (0 = all)", "N", 0, 1048576, 0),
+    FLAG("--threads", CLI_U32, &O.threads, "CPU threads per process (0 = all cores)", "N", 0, 1024, 0),
+    FLAG("--device", CLI_STR, &O.device, "compute backend: cpu, cuda or auto (cuda when built in, else cpu; default auto)", "NAME", 0, 0, 0),
+    FLAG("--comm", CLI_STR, &O.comm, "collectives between processes: auto (NCCL under --device cuda, else MPI), mpi (under cuda: through host memory) or nccl; default auto", "NAME", 0, 0, 0),
+    FLAG("--dtype", CLI_STR, &O.dtype, "fp32 (the reference) or bf16 (bf16 weights and activations, fp32 master weights, gradients and AdamW moments); default fp32", "NAME", 0, 0, 0),
+    FLAG("--tp", CLI_U32, &O.tp, "tensor-parallel degree (0 = 1)", "N", 0, 65536, 0),
+    FLAG("--dp-shard", CLI_U32, &O.dp_shard, "data-parallel degree sharding gradients and AdamW state (0 = the rest of the world)", "N", 0, 1048576, 0),
+    FLAG("--dp-replicate", CLI_U32, &O.dp_replicate, "data-parallel replicas of the shards (0 = 1)", "N", 0, 1048576, 0),
+    FLAG("--world", CLI_U32, &O.world, "plan for this many processes (with --dry-run, without mpirun)", "N", 0, 4194304, 0),
+    FLAG("--dry-run", CLI_BOOL, &dry_run, "print the resolved run, model size, memory and first samples; train nothing", NULL, 0, 0, 0),
+    FLAG("--check-mesh", CLI_BOOL, &check_mesh, "build the communicators, verify them against the plan, print the groups that exist, and exit", NULL, 0, 0, 0),
+    FLAG("--no-plot", CLI_BOOL, &no_plot, "do not write loss.svg at the end", NULL, 0, 0, 0),
+    FLAG("--plot", CLI_STR, &plot_only, "only (re)draw RUN_DIR/loss.svg from RUN_DIR/metrics.jsonl", "DIR", 0, 0, 0),
+    FLAG("--quiet", CLI_BOOL, &quiet, "no per-step progress lines", NULL, 0, 0, 0),
+    {0},
 };
-#define N_FLAGS (sizeof FLAGS / sizeof FLAGS[0])
-
-static void range_text(const flag *f, char *out, size_t n);
-
-static void fmt_default(const flag *f, char *out, size_t n) {
-    switch (f->type) {
-    case F_STR: snprintf(out, n, "%s", *(const char **)f->ptr ? *(const char **)f->ptr : "-"); break;
-    case F_U32: snprintf(out, n, "%u", *(uint32_t *)f->ptr); break;
-    case F_U64: snprintf(out, n, "%llu", (unsigned long long)*(uint64_t *)f->ptr); break;
-    case F_FLOAT: snprintf(out, n, "%g", *(float *)f->ptr); break;
-    case F_BOOL: snprintf(out, n, "%s", *(int *)f->ptr ? "on" : "off"); break;
-    }
-}
-
 static void help(void) {
     printf("tokshard-train - train a LLaMA-style model on a tokshard dataset (CPU reference backend)\n\n"
            "usage: tokshard-train --dataset DIR --out RUN_DIR [options]\n\n");
-    for (size_t i = 0; i < N_FLAGS; i++) {
-        const flag *f = &FLAGS[i];
-        char d[64], nm[48], r[96] = "";
-        fmt_default(f, d, sizeof d);
-        snprintf(nm, sizeof nm, "%s%s%s", f->name, f->meta ? " " : "", f->meta ? f->meta : "");
-        if (f->type != F_STR && f->type != F_BOOL) range_text(f, r, sizeof r);
-        printf("  %-26s %s%s [%s]\n", nm, f->help, r, d);
-    }
+    cli_flags_help(FLAGS);
     printf("\nCtrl-C saves a checkpoint and exits; continue with --resume latest.\n"
            "exit codes: 0 ok, 2 usage or data error, 130 interrupted (checkpoint saved)\n");
-}
-
-/* " (0 < F <= 10)": a number flag's allowed range, as --help and errors say it. */
-static void range_text(const flag *f, char *out, size_t n) {
-    char lo[32], hi[32];
-    snprintf(lo, sizeof lo, "%.15g", f->lo);
-    snprintf(hi, sizeof hi, "%.15g", f->hi);
-    if (f->hi >= BIG && f->type != F_FLOAT)
-        snprintf(out, n, " (%s %s %s)", f->meta, f->open & 1 ? ">" : ">=", lo);
-    else
-        snprintf(out, n, " (%s %s %s %s %s)", lo, f->open & 1 ? "<" : "<=", f->meta,
-                 f->open & 2 ? "<" : "<=", hi);
-}
-
-/* 0, or -1 when v is not a value of f's type or lies outside its range. */
-static int set_flag(const flag *f, const char *v) {
-    uint64_t x;
-    float y;
-    switch (f->type) {
-    case F_STR: *(const char **)f->ptr = v; return 0;
-    case F_U32:
-    case F_U64:
-        if (cli_parse_size(v, &x) || (double)x < f->lo || (double)x > f->hi ||
-            (f->open & 1 && (double)x == f->lo) || (f->open & 2 && (double)x == f->hi))
-            return -1;
-        if (f->type == F_U32) *(uint32_t *)f->ptr = (uint32_t)x;
-        else *(uint64_t *)f->ptr = x;
-        return 0;
-    case F_FLOAT:
-        /* the bounds as floats, as the value is: --lr 1e30 is (float)1e30 */
-        if (cli_parse_float(v, &y) || !(y >= (float)f->lo && y <= (float)f->hi) ||
-            (f->open & 1 && y == (float)f->lo) || (f->open & 2 && y == (float)f->hi))
-            return -1;
-        *(float *)f->ptr = y;
-        return 0;
-    case F_BOOL: *(int *)f->ptr = 1; return 0;
-    }
-    return -1;
 }
 
 static volatile sig_atomic_t g_stop;
@@ -333,27 +266,9 @@ static int mesh_check(void) {
 static int run(int argc, char **argv) {
     cli_prog = "tokshard-train";
     tks_train_opts_default(&O);
-    cli_args a = {argc - 1, 0, argv + 1, NULL, {0}};
-    const char *pos;
-    while (cli_next(&a, &pos)) {
-        if (pos) return cli_usage_error("unexpected argument '%s'", pos);
-        if (!strcmp(a.name, "--help") || !strcmp(a.name, "-h")) {
-            help();
-            return 0;
-        }
-        const flag *f = NULL;
-        for (size_t i = 0; i < N_FLAGS; i++)
-            if (!strcmp(a.name, FLAGS[i].name)) f = &FLAGS[i];
-        if (!f) return cli_usage_error("unknown option %s", a.name);
-        const char *v = f->type == F_BOOL ? "1" : cli_value(&a);
-        if (!v) return cli_usage_error("%s needs a value", a.name);
-        if (set_flag(f, v)) {
-            char r[96];
-            range_text(f, r, sizeof r);
-            return cli_usage_error("%s %s: expected a %s in range%s", a.name, v,
-                                       f->type == F_FLOAT ? "number" : "whole number", r);
-        }
-    }
+    cli_command cmd = {.flags = FLAGS, .unknown = "unknown option %s", .help = help};
+    int prc = cli_parse(&cmd, argc - 1, argv + 1);
+    if (prc != CLI_PARSED) return prc;
     if (plot_only) return plot(plot_only);
     if (check_mesh) {
         g_rank = tks_train_rank();
