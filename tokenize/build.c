@@ -32,7 +32,6 @@
 #include "../dataset/dataset.h"
 #include "tokenize.h"
 
-#define STATE_NAME "build-state.json"
 #define TOKENIZER_NAME "tokenizer.model"
 #define PLAIN_NAME "plain-state.json" /* a plain state being resumed by work units */
 
@@ -74,25 +73,12 @@ typedef struct batch {
 static int batch_push(batch *b, const tks_doc *d, int unit_end) {
     if (b->n == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 4096;
-        size_t *off = realloc(b->off, cap * sizeof *off);
-        if (off) b->off = off;
-        size_t *len = realloc(b->len, cap * sizeof *len);
-        if (len) b->len = len;
-        uint64_t *ord = realloc(b->ordinal, cap * sizeof *ord);
-        if (ord) b->ordinal = ord;
-        size_t *order = realloc(b->order, cap * sizeof *order);
-        if (order) b->order = order;
-        int *err = realloc(b->err, cap * sizeof *err);
-        if (err) b->err = err;
-        unsigned char *uend = realloc(b->uend, cap * sizeof *uend);
-        if (uend) b->uend = uend;
-        tks_ids *ids = realloc(b->ids, cap * sizeof *ids);
-        if (ids) {
-            memset(ids + b->cap, 0, (cap - b->cap) * sizeof *ids);
-            b->ids = ids;
-        }
-        if (!off || !len || !ord || !order || !err || !uend || !ids)
+        if (tks_resize(&b->off, cap, sizeof *b->off) || tks_resize(&b->len, cap, sizeof *b->len) ||
+            tks_resize(&b->ordinal, cap, sizeof *b->ordinal) ||
+            tks_resize(&b->order, cap, sizeof *b->order) || tks_resize(&b->err, cap, sizeof *b->err) ||
+            tks_resize(&b->uend, cap, sizeof *b->uend) || tks_resize(&b->ids, cap, sizeof *b->ids))
             return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch)");
+        memset(b->ids + b->cap, 0, (cap - b->cap) * sizeof *b->ids);
         b->cap = cap;
     }
     if (b->arena_len + d->len > b->arena_cap) {
@@ -323,184 +309,32 @@ static int by_len_desc(const void *a, const void *b) {
     return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
 }
 
-/* What survives a crash: the published shards and where the next one starts. */
+/* The resume state (dataset layer, TKS_PARTIAL_BUILD) and the input whose
+ * finished files' hashes go into it. */
 typedef struct build_state {
-    char build_id[17];
-    tks_shard_info *shards;
-    uint64_t *ends;                 /* per shard: the ordinal after its last document (its
-                                     * state's end_ordinal), TKS_NONE when not recorded */
-    size_t n_shards, cap;
-    uint64_t next_ordinal;          /* first document not in a published shard */
-    uint64_t empty_after_tokenize;  /* counted for documents before next_ordinal */
-    const tks_input *in;            /* its finished files' hashes go into the state */
-    char (*was)[33];                /* resumed: XXH3-128 (hex) of the inputs the interrupted */
-    size_t n_was, n_checked;        /* build had read, and how many of them were compared */
+    tks_partial_state p;
+    const tks_input *in;
+    size_t n_checked;               /* inputs of p.was compared with the ones read again */
 } build_state;
 
-static json_t *shard_json(const tks_shard_info *s) {
-    char hx[17];
-    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)s->header_xxh3);
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", s->file, "bytes",
-                     (json_int_t)s->file_bytes, "n_docs", (json_int_t)s->n_docs, "n_tokens",
-                     (json_int_t)s->n_tokens, "min_token_id", (json_int_t)s->min_token_id,
-                     "max_token_id", (json_int_t)s->max_token_id, "header_xxh3", hx);
-}
-
-/* Shard i of a state or unit record (as shard_json wrote it) into *si:
- * 0, or -1 when the entry lacks its file or header hash. */
-static int shard_from_json(const json_t *s, size_t i, tks_shard_info *si) {
-    const char *f = json_string_value(json_object_get(s, "file"));
-    const char *hx = json_string_value(json_object_get(s, "header_xxh3"));
-    memset(si, 0, sizeof *si);
-    if (!f || !hx || strlen(f) >= sizeof si->file) return -1;
-    snprintf(si->file, sizeof si->file, "%s", f);
-    si->index = (uint32_t)i;
-    si->file_bytes = (uint64_t)json_integer_value(json_object_get(s, "bytes"));
-    si->n_docs = (uint64_t)json_integer_value(json_object_get(s, "n_docs"));
-    si->n_tokens = (uint64_t)json_integer_value(json_object_get(s, "n_tokens"));
-    si->min_token_id = (uint32_t)json_integer_value(json_object_get(s, "min_token_id"));
-    si->max_token_id = (uint32_t)json_integer_value(json_object_get(s, "max_token_id"));
-    si->header_xxh3 = strtoull(hx, NULL, 16);
-    return 0;
-}
-
+/* Saves the state with the inputs finished so far; after a resume, those the
+ * interrupted build had finished count too until they are read again. */
 static int save_state(const char *partial, const build_state *st) {
-    json_t *hashes = json_array();
+    size_t n = st->in ? tks_input_n_files(st->in) : 0;
+    if (n < st->p.n_was) n = st->p.n_was;
+    char (*hashes)[33] = calloc(n ? n : 1, sizeof *hashes);
+    if (!hashes) return tks_fail(TKS_ERR_NOMEM, partial, TKS_NONE, TKS_NONE, "out of memory");
     uint8_t h[16];
-    char hx[33];
-    /* the inputs finished so far; after a resume, those the interrupted build
-     * had finished count too until they are read again */
-    for (size_t i = 0;; i++) {
-        if (st->in && tks_input_file_xxh3(st->in, i, h, NULL) == 0) tks_hex(h, 16, hx);
-        else if (i < st->n_was) snprintf(hx, sizeof hx, "%s", st->was[i]);
+    size_t k = 0;
+    for (; k < n; k++) {
+        if (st->in && tks_input_file_xxh3(st->in, k, h, NULL) == 0) tks_hex(h, 16, hashes[k]);
+        else if (k < st->p.n_was) snprintf(hashes[k], sizeof hashes[k], "%s", st->p.was[k]);
         else break;
-        json_array_append_new(hashes, json_string(hx));
     }
     tks_clear_error(); /* the first unfinished input ends the list: not an error */
-    json_t *arr = json_array();
-    for (size_t i = 0; i < st->n_shards; i++) {
-        /* end_ordinal: where the shard's documents end in the input, empty
-         * ones included, so that a resume under mpirun can tell exactly
-         * which work units the shards hold */
-        json_t *sj = shard_json(&st->shards[i]);
-        if (st->ends[i] != TKS_NONE) json_object_set_new(sj, "end_ordinal", json_integer((json_int_t)st->ends[i]));
-        json_array_append_new(arr, sj);
-    }
-    json_t *j = json_pack("{s:s, s:o, s:I, s:I, s:o}", "build_id", st->build_id, "shards", arr,
-                          "next_ordinal", (json_int_t)st->next_ordinal, "empty_after_tokenize",
-                          (json_int_t)st->empty_after_tokenize, "inputs_xxh3_128", hashes);
-    char *text = json_dumps(j, JSON_INDENT(1));
-    json_decref(j);
-    if (!text) return tks_fail(TKS_ERR_NOMEM, partial, TKS_NONE, TKS_NONE, "out of memory");
-    char path[PATH_MAX];
-    int rc = tks_path_join(path, sizeof path, partial, STATE_NAME);
-    if (!rc) rc = tks_write_file_atomic(path, text, strlen(text));
-    free(text);
+    int rc = tks_partial_state_save(TKS_PARTIAL_BUILD, partial, &st->p, (const char(*)[33])hashes, k);
+    free(hashes);
     return rc;
-}
-
-/* Records a published shard and the ordinal after its last document (end,
- * or TKS_NONE when unknown). */
-static int state_push(build_state *st, const tks_shard_info *s, uint64_t end) {
-    if (st->n_shards == st->cap) {
-        size_t cap = st->cap ? 2 * st->cap : 16;
-        tks_shard_info *p = realloc(st->shards, cap * sizeof *p);
-        if (p) st->shards = p;
-        uint64_t *e = realloc(st->ends, cap * sizeof *e);
-        if (e) st->ends = e;
-        if (!p || !e) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-        st->cap = cap;
-    }
-    st->ends[st->n_shards] = end;
-    st->shards[st->n_shards++] = *s;
-    return 0;
-}
-
-static int load_state(const char *partial, build_state *st, const char *want_id) {
-    char path[PATH_MAX];
-    int rc = tks_path_join(path, sizeof path, partial, STATE_NAME);
-    if (rc) return rc;
-    json_error_t jerr;
-    json_t *j = json_load_file(path, 0, &jerr);
-    if (!j)
-        return tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
-                        "cannot resume: %s is missing or unreadable (%s); remove %s and build again",
-                        path, jerr.text, partial);
-    const char *id = json_string_value(json_object_get(j, "build_id"));
-    json_t *arr = json_object_get(j, "shards");
-    json_t *next = json_object_get(j, "next_ordinal");
-    json_t *empty = json_object_get(j, "empty_after_tokenize");
-    if (!id || !json_is_array(arr) || !json_is_integer(next) || !json_is_integer(empty)) {
-        json_decref(j);
-        return tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
-                        "cannot resume: %s is malformed; remove %s and build again", path, partial);
-    }
-    if (strcmp(id, want_id) != 0) {
-        /* the message quotes `id`, which lives in j: format it before the free */
-        tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
-                 "cannot resume: %s was started with other inputs, tokenizer or options "
-                 "(build id %s, now %s); re-run with the original ones, or remove %s to "
-                 "start over",
-                 partial, id, want_id, partial);
-        json_decref(j);
-        return TKS_ERR_RESUME;
-    }
-    st->next_ordinal = (uint64_t)json_integer_value(next);
-    st->empty_after_tokenize = (uint64_t)json_integer_value(empty);
-    json_t *was = json_object_get(j, "inputs_xxh3_128");
-    size_t nw = json_array_size(was);
-    if (nw && !(st->was = calloc(nw, sizeof *st->was))) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
-    for (size_t i = 0; i < nw && !rc; i++)
-        snprintf(st->was[st->n_was++], sizeof st->was[0], "%s",
-                 json_string_value(json_array_get(was, i)) ? json_string_value(json_array_get(was, i)) : "");
-    for (size_t i = 0; i < json_array_size(arr) && !rc; i++) {
-        tks_shard_info si;
-        if (shard_from_json(json_array_get(arr, i), i, &si) != 0) {
-            rc = tks_fail(TKS_ERR_RESUME, path, i, TKS_NONE, "cannot resume: %s shard %zu malformed",
-                          path, i);
-            break;
-        }
-        /* the shard on disk must be exactly the one recorded */
-        char sp[PATH_MAX];
-        tks_shard *sh = NULL;
-        rc = tks_path_join(sp, sizeof sp, partial, si.file);
-        if (!rc && (tks_shard_open(sp, &sh) != 0 || tks_shard_hdr(sh)->header_xxh3 != si.header_xxh3))
-            rc = tks_fail(TKS_ERR_RESUME, sp, i, TKS_NONE,
-                          "cannot resume: %s is damaged or not the recorded shard; remove %s and "
-                          "build again",
-                          sp, partial);
-        tks_shard_close(sh);
-        json_t *end = json_object_get(json_array_get(arr, i), "end_ordinal");
-        if (!rc) rc = state_push(st, &si, json_is_integer(end) ? (uint64_t)json_integer_value(end) : TKS_NONE);
-    }
-    json_decref(j);
-    return rc;
-}
-
-/* Removes shard files beyond the recorded ones, leftover temporary files and
- * the copy of a plain state that a resume by work units had begun from (a
- * crash before its units state replaced build-state.json). */
-static void clean_partial(const char *partial, size_t keep) {
-    DIR *d = opendir(partial);
-    struct dirent *e;
-    char p[PATH_MAX];
-    while (d && (e = readdir(d))) {
-        const char *n = e->d_name;
-        int stray = strstr(n, ".tmp") != NULL || strcmp(n, PLAIN_NAME) == 0;
-        if (strncmp(n, "shard-", 6) == 0 && strlen(n) == 15 && (size_t)atol(n + 6) >= keep) stray = 1;
-        if (stray && tks_path_join(p, sizeof p, partial, n) == 0) unlink(p);
-    }
-    if (d) closedir(d);
-}
-
-static int has_shards(const char *partial) {
-    DIR *d = opendir(partial);
-    struct dirent *e;
-    int found = 0;
-    while (d && !found && (e = readdir(d)))
-        found = strncmp(e->d_name, "shard-", 6) == 0 && strlen(e->d_name) == 15;
-    if (d) closedir(d);
-    return found;
 }
 
 /* A resumed build reads its inputs again: each input the interrupted build
@@ -509,19 +343,19 @@ static int has_shards(const char *partial) {
 static int verify_inputs(build_state *st, const char *partial) {
     uint8_t h[16];
     char hx[33];
-    for (; st->n_checked < st->n_was; st->n_checked++) {
+    for (; st->n_checked < st->p.n_was; st->n_checked++) {
         size_t i = st->n_checked;
         if (tks_input_file_xxh3(st->in, i, h, NULL) != 0) {
             tks_clear_error();
             return 0; /* not read to its end yet */
         }
         tks_hex(h, 16, hx);
-        if (strcmp(hx, st->was[i]) != 0)
+        if (strcmp(hx, st->p.was[i]) != 0)
             return tks_fail(TKS_ERR_RESUME, tks_input_file(st->in, i), TKS_NONE, TKS_NONE,
                             "cannot resume: %s changed since the interrupted build (XXH3-128 %s, "
                             "was %s), so the shards kept in %s came from other bytes; remove %s "
                             "and build again",
-                            tks_input_file(st->in, i), hx, st->was[i], partial, partial);
+                            tks_input_file(st->in, i), hx, st->p.was[i], partial, partial);
     }
     return 0;
 }
@@ -603,19 +437,16 @@ static int add_input_hashes(json_t *desc, const tks_input *in) {
 static int write_manifest(const tks_build_opts *o, const char *partial, const tks_spm *spm,
                           json_t *desc, const tks_input_stats *input, const tks_shard_info *shards,
                           size_t n_shards, uint64_t empty_after_tokenize, tks_build_stats *stats) {
-    uint32_t vocab = tks_spm_vocab_size(spm);
+    tks_shard_totals t;
+    tks_shard_totals_of(shards, n_shards, &t);
     stats->input = *input;
     stats->shards = n_shards;
-    stats->min_token_id = UINT32_MAX;
-    stats->docs_written = stats->tokens_written = stats->max_token_id = 0;
-    for (size_t i = 0; i < n_shards; i++) {
-        stats->docs_written += shards[i].n_docs;
-        stats->tokens_written += shards[i].n_tokens;
-        if (shards[i].min_token_id < stats->min_token_id) stats->min_token_id = shards[i].min_token_id;
-        if (shards[i].max_token_id > stats->max_token_id) stats->max_token_id = shards[i].max_token_id;
-    }
+    stats->docs_written = t.docs;
+    stats->tokens_written = t.tokens;
+    stats->min_token_id = t.min_token_id;
+    stats->max_token_id = t.max_token_id;
     stats->empty_after_tokenize = empty_after_tokenize;
-    stats->vocab_size = vocab;
+    stats->vocab_size = tks_spm_vocab_size(spm);
     json_t *sk = json_object_get(desc, "skipped_inputs");
     size_t nsk = json_array_size(sk), used = 0;
     stats->skipped_inputs[0] = 0;
@@ -647,9 +478,7 @@ static int write_manifest(const tks_build_opts *o, const char *partial, const tk
     tks_tokenizer_info tok;
     tks_tokenizer_record(spm, &tok);
     int rc = prov ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    if (!rc)
-        rc = tks_manifest_write(partial, &tok, shards, n_shards, vocab <= TKS_U16_MAX_VOCAB ? 2 : 4,
-                                o->chunk_bytes ? o->chunk_bytes : TKS_DEFAULT_CHUNK_BYTES, prov);
+    if (!rc) rc = tks_partial_write_manifest(partial, &tok, shards, n_shards, o->chunk_bytes, prov);
     free(prov);
     return rc;
 }
@@ -740,17 +569,10 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "build needs --tokenizer, --output and at least one input");
     char out[PATH_MAX], partial[PATH_MAX];
-    snprintf(out, sizeof out, "%s", o->out_dir);
-    size_t ol = strlen(out);
-    while (ol > 1 && out[ol - 1] == '/') out[--ol] = 0;
-    if (snprintf(partial, sizeof partial, "%s.partial", out) >= (int)sizeof partial)
-        return tks_fail(TKS_ERR_ARG, out, TKS_NONE, TKS_NONE, "--output path too long");
-    int apart = check_output_apart(out, o);
+    int apart = tks_partial_paths(TKS_PARTIAL_BUILD, o->out_dir, out, partial, sizeof out);
+    if (!apart) apart = check_output_apart(out, o);
+    if (!apart) apart = tks_partial_check_out(out);
     if (apart) return apart;
-    struct stat sb;
-    if (stat(out, &sb) == 0)
-        return tks_fail(TKS_ERR_EXISTS, out, TKS_NONE, TKS_NONE,
-                        "%s already exists: choose another --output or remove it", out);
     char lock_path[PATH_MAX]; /* OUT.lock: one build or resume of OUT at a time */
     int lock_fd = -1, lock_rc = snprintf(lock_path, sizeof lock_path, "%s.lock", out) >= (int)sizeof lock_path
                                     ? tks_fail(TKS_ERR_ARG, out, TKS_NONE, TKS_NONE, "--output path too long")
@@ -766,19 +588,19 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     if (!rc && o->encoder_sentencepiece) rc = tks_spm_set_encoder(spm, 0);
     if (!rc) rc = open_inputs(o, &in);
     if (!rc) desc = describe(o, in, spm, &rc);
-    if (!rc) rc = build_id(desc, in, st.build_id);
+    if (!rc) rc = build_id(desc, in, st.p.id);
     st.in = in;
+    struct stat sb;
     int have_partial = !rc && stat(partial, &sb) == 0;
-    char state_path[PATH_MAX], tok_copy[PATH_MAX];
-    if (!rc) rc = tks_path_join(state_path, sizeof state_path, partial, STATE_NAME);
-    if (!rc) rc = tks_path_join(tok_copy, sizeof tok_copy, partial, TOKENIZER_NAME);
+    char state_path[PATH_MAX];
+    if (!rc) rc = tks_path_join(state_path, sizeof state_path, partial, tks_partial_state_name(TKS_PARTIAL_BUILD));
     if (!rc && o->resume && have_partial && access(state_path, F_OK) == 0) {
-        rc = load_state(partial, &st, st.build_id);
-        if (!rc) clean_partial(partial, st.n_shards);
-        stats->resumed_shards = st.n_shards;
-    } else if (!rc && o->resume && have_partial && !has_shards(partial)) {
+        rc = tks_partial_state_load(TKS_PARTIAL_BUILD, partial, st.p.id, &st.p);
+        if (!rc) tks_partial_clean(partial, st.p.n_shards, PLAIN_NAME);
+        stats->resumed_shards = st.p.n_shards;
+    } else if (!rc && o->resume && have_partial && !tks_partial_has_shards(partial)) {
         /* stopped before its first shard and its state: nothing to keep */
-        clean_partial(partial, 0);
+        tks_partial_clean(partial, 0, PLAIN_NAME);
         rc = save_state(partial, &st);
     } else if (!rc && have_partial) {
         rc = tks_fail(o->resume ? TKS_ERR_RESUME : TKS_ERR_EXISTS, partial, TKS_NONE, TKS_NONE,
@@ -789,21 +611,12 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
                       partial);
     } else if (!rc) {
         /* --resume with nothing to resume starts a fresh build */
-        if (mkdir(partial, 0755) != 0)
-            rc = tks_fail(tks_write_errno_code(errno), partial, TKS_NONE, TKS_NONE,
-                          "cannot create %s: %s", partial, strerror(errno));
+        rc = tks_partial_create(partial);
         if (!rc) rc = save_state(partial, &st);
     }
-    if (!rc && access(tok_copy, F_OK) != 0) rc = tks_copy_file_atomic(o->tokenizer_path, tok_copy);
-    if (!rc) {
-        /* the tokenizer copy must be the tokenizer we are using */
-        uint8_t fp[16];
-        rc = tks_file_xxh3_128(tok_copy, fp, NULL);
-        if (!rc && memcmp(fp, tks_spm_fingerprint(spm), 16) != 0)
-            rc = tks_fail(TKS_ERR_RESUME, tok_copy, TKS_NONE, TKS_NONE,
-                          "cannot resume: %s differs from --tokenizer; remove %s and build again",
-                          tok_copy, partial);
-    }
+    if (!rc)
+        rc = tks_partial_tokenizer(TKS_PARTIAL_BUILD, partial, o->tokenizer_path, TOKENIZER_NAME,
+                                   tks_spm_fingerprint(spm));
     uint32_t vocab = spm ? tks_spm_vocab_size(spm) : 0;
     uint32_t bos = spm ? tks_spm_bos_id(spm) : TKS_NO_ID, eos = spm ? tks_spm_eos_id(spm) : TKS_NO_ID;
     if (!rc && ((o->prepend_bos && bos == TKS_NO_ID) || (o->append_eos && eos == TKS_NO_ID)))
@@ -815,7 +628,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
         tks_writer_opts wo = {.dir = partial, .vocab_size = vocab, .bos_id = bos, .eos_id = eos,
                               .pad_id = tks_spm_pad_id(spm),
                               .shard_tokens = o->shard_tokens ? o->shard_tokens : (16u << 20),
-                              .chunk_bytes = o->chunk_bytes, .first_shard = (uint32_t)st.n_shards};
+                              .chunk_bytes = o->chunk_bytes, .first_shard = (uint32_t)st.p.n_shards};
         memcpy(wo.tokenizer_fp, tks_spm_fingerprint(spm), 16);
         rc = tks_writer_create(&wo, &w);
     }
@@ -827,7 +640,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     reader rd = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
                  .want = UINT64_MAX,
                  .unit_bytes = o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES,
-                 .skip_below = st.next_ordinal, .stop = o->stop};
+                 .skip_below = st.p.next, .stop = o->stop};
     prefetch pf = {.r = &rd};
     if (!rc) prefetch_start(&pf);
     int done = 0;
@@ -846,7 +659,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
             int published = 0;
             if (v->n == 0) {
                 stats->empty_after_tokenize++;
-                st.empty_after_tokenize++;
+                st.p.empty_after_tokenize++;
             } else {
                 rc = add_specials(v, o, bos, eos);
                 if (!rc) rc = tks_writer_add(w, v->ids, v->n, b->ordinal[i], &published);
@@ -863,8 +676,8 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
             if (!rc && published) {
                 size_t ns;
                 const tks_shard_info *si = tks_writer_shards(w, &ns);
-                st.next_ordinal = b->ordinal[i] + 1;
-                rc = state_push(&st, &si[ns - 1], st.next_ordinal);
+                st.p.next = b->ordinal[i] + 1;
+                rc = tks_partial_state_push(&st.p, &si[ns - 1], st.p.next);
                 if (!rc) rc = save_state(partial, &st);
             }
         }
@@ -873,11 +686,11 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
         if (o->progress) {
             tks_build_progress p = {.bytes_in = b->input.bytes_in, .total_bytes_in = total_in,
                                     .bytes_text = b->input.bytes_text, .docs_read = b->docs_seen,
-                                    .shards = st.n_shards, .seconds = omp_get_wtime() - t0,
+                                    .shards = st.p.n_shards, .seconds = omp_get_wtime() - t0,
                                     .docs_written = docs_committed, .tokens_written = tokens_committed};
             for (size_t i = 0; i < stats->resumed_shards; i++) { /* kept from before a resume */
-                p.docs_written += st.shards[i].n_docs;
-                p.tokens_written += st.shards[i].n_tokens;
+                p.docs_written += st.p.shards[i].n_docs;
+                p.tokens_written += st.p.shards[i].n_tokens;
             }
             o->progress(&p, o->progress_ctx);
         }
@@ -885,7 +698,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
             rc = tks_fail(TKS_ERR_INTERRUPTED, partial, TKS_NONE, TKS_NONE,
                           "interrupted: %zu shard(s) are kept in %s; run the same command with "
                           "--resume to finish",
-                          st.n_shards, partial);
+                          st.p.n_shards, partial);
     }
     prefetch_free(&pf); /* a reader still running after an error is joined */
     uint64_t docs_read = rd.docs_read;
@@ -894,30 +707,19 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
         rc = tks_writer_flush(w);
         size_t ns;
         const tks_shard_info *si = tks_writer_shards(w, &ns);
-        if (!rc && ns && (size_t)si[ns - 1].index + 1 > st.n_shards) {
-            st.next_ordinal = docs_read;
-            rc = state_push(&st, &si[ns - 1], st.next_ordinal);
+        if (!rc && ns && (size_t)si[ns - 1].index + 1 > st.p.n_shards) {
+            st.p.next = docs_read;
+            rc = tks_partial_state_push(&st.p, &si[ns - 1], st.p.next);
             if (!rc) rc = save_state(partial, &st);
         }
     }
-    if (!rc && st.n_shards == 0)
+    if (!rc && st.p.n_shards == 0)
         rc = no_text(tks_input_get_stats(in));
     if (!rc) rc = add_input_hashes(desc, in);
     if (!rc)
-        rc = write_manifest(o, partial, spm, desc, tks_input_get_stats(in), st.shards, st.n_shards,
-                            st.empty_after_tokenize, stats);
-    if (!rc) {
-        char sp[PATH_MAX];
-        tks_path_join(sp, sizeof sp, partial, STATE_NAME);
-        unlink(sp);
-        if (rename(partial, out) != 0)
-            rc = tks_fail(TKS_ERR_IO, out, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s", partial,
-                          out, strerror(errno));
-        char parent[PATH_MAX];
-        snprintf(parent, sizeof parent, "%s", out);
-        char *slash = strrchr(parent, '/');
-        if (!rc) rc = tks_fsync_dir(slash ? (slash == parent ? "/" : (*slash = 0, parent)) : ".");
-    }
+        rc = write_manifest(o, partial, spm, desc, tks_input_get_stats(in), st.p.shards, st.p.n_shards,
+                            st.p.empty_after_tokenize, stats);
+    if (!rc) rc = tks_partial_publish(TKS_PARTIAL_BUILD, partial, out);
     stats->seconds = omp_get_wtime() - t0;
     if (spm) {
         const char *why = tks_spm_fast_unavailable(spm);
@@ -929,9 +731,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     if (stats->input.files == 0 && in) stats->input = *tks_input_get_stats(in);
     tks_writer_free(w);
     json_decref(desc);
-    free(st.shards);
-    free(st.ends);
-    free(st.was);
+    tks_partial_state_free(&st.p);
     tks_input_free(in);
     tks_spm_free(spm);
     tks_unlock(lock_fd, lock_path);
@@ -991,13 +791,11 @@ static int job_paths(tks_build_job *j) {
     if (!o->out_dir || !*o->out_dir || !o->tokenizer_path || o->n_inputs == 0)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "build needs --tokenizer, --output and at least one input");
-    snprintf(j->out, sizeof j->out, "%s", o->out_dir);
-    size_t ol = strlen(j->out);
-    while (ol > 1 && j->out[ol - 1] == '/') j->out[--ol] = 0;
-    if (snprintf(j->partial, sizeof j->partial, "%s.partial", j->out) >= (int)sizeof j->partial ||
-        snprintf(j->lock_path, sizeof j->lock_path, "%s.lock", j->out) >= (int)sizeof j->lock_path)
+    int rc = tks_partial_paths(TKS_PARTIAL_BUILD, o->out_dir, j->out, j->partial, sizeof j->out);
+    if (rc) return rc;
+    if (snprintf(j->lock_path, sizeof j->lock_path, "%s.lock", j->out) >= (int)sizeof j->lock_path)
         return tks_fail(TKS_ERR_ARG, j->out, TKS_NONE, TKS_NONE, "--output path too long");
-    int rc = check_output_apart(j->out, o);
+    rc = check_output_apart(j->out, o);
     if (!rc) rc = tks_spm_load(o->tokenizer_path, &j->spm);
     if (!rc && o->encoder_sentencepiece) rc = tks_spm_set_encoder(j->spm, 0);
     if (rc) return rc;
@@ -1048,7 +846,7 @@ static int load_record(const tks_build_job *j, uint64_t k, const char *build_id,
     r->shards = calloc(r->n ? r->n : 1, sizeof *r->shards);
     if (!r->shards) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
     for (size_t i = 0; i < r->n && !rc; i++) {
-        if (shard_from_json(json_array_get(arr, i), i, &r->shards[i]) != 0) {
+        if (tks_shard_record_read(json_array_get(arr, i), i, &r->shards[i]) != 0) {
             rc = tks_fail(TKS_ERR_RESUME, path, i, TKS_NONE,
                           "%s: shard %zu malformed; remove %s and re-run with --resume", path, i, dir);
             break;
@@ -1139,7 +937,7 @@ static int save_units_state(const tks_build_job *j, const char hashes[][33], siz
     char *text = js ? json_dumps(js, JSON_INDENT(1)) : NULL;
     json_decref(js);
     char path[PATH_MAX];
-    int rc = text ? tks_path_join(path, sizeof path, j->partial, STATE_NAME)
+    int rc = text ? tks_path_join(path, sizeof path, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD))
                   : tks_fail(TKS_ERR_NOMEM, j->partial, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc) rc = tks_write_file_atomic(path, text, strlen(text));
     free(text);
@@ -1154,7 +952,7 @@ static int partial_is_units(const char *out_dir) {
     while (ol > 1 && partial[ol - 1] == '/') partial[--ol] = 0;
     if (strlen(partial) + 9 >= sizeof partial) return 0;
     strcat(partial, ".partial");
-    if (tks_path_join(path, sizeof path, partial, STATE_NAME) != 0) return 0;
+    if (tks_path_join(path, sizeof path, partial, tks_partial_state_name(TKS_PARTIAL_BUILD)) != 0) return 0;
     json_t *js = json_load_file(path, 0, NULL);
     const char *mode = json_string_value(json_object_get(js, "mode"));
     int units = mode && !strcmp(mode, "units");
@@ -1182,7 +980,7 @@ static int plain_load(tks_build_job *j, json_t *js, const char *path) {
     j->plain_shards = calloc(n ? n : 1, sizeof *j->plain_shards);
     if (!j->plain_shards) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
     for (size_t i = 0; i < n; i++)
-        if (shard_from_json(json_array_get(arr, i), i, &j->plain_shards[i]) != 0)
+        if (tks_shard_record_read(json_array_get(arr, i), i, &j->plain_shards[i]) != 0)
             return tks_fail(TKS_ERR_RESUME, path, i, TKS_NONE,
                             "cannot resume: %s shard %zu malformed; remove %s and build again",
                             path, i, j->partial);
@@ -1289,7 +1087,7 @@ static int plain_unit(tks_build_job *j, const tks_build_unit *u, size_t *n) {
         }
         snprintf(si.file, sizeof si.file, "%s", name);
         si.index = local;
-        if (!rc) json_array_append_new(arr, shard_json(&si));
+        if (!rc) json_array_append_new(arr, tks_shard_record(&si));
     }
     if (!rc) rc = tks_fsync_dir(j->partial);
     if (!rc) rc = tks_fsync_dir(dir);
@@ -1316,18 +1114,15 @@ const tks_build_plain *tks_build_job_plain(const tks_build_job *j) { return &j->
 
 static int coordinator_open(tks_build_job *j) {
     const tks_build_opts *o = &j->o;
-    struct stat sb;
-    if (stat(j->out, &sb) == 0)
-        return tks_fail(TKS_ERR_EXISTS, j->out, TKS_NONE, TKS_NONE,
-                        "%s already exists: choose another --output or remove it", j->out);
-    int rc = tks_lock(j->lock_path, "tokshard build", &j->lock_fd);
+    int rc = tks_partial_check_out(j->out);
+    if (!rc) rc = tks_lock(j->lock_path, "tokshard build", &j->lock_fd);
     if (rc) return rc;
     rc = open_inputs(o, &j->plan_in);
     if (!rc) j->desc = describe(o, j->plan_in, j->spm, &rc);
     if (!rc) rc = build_id(j->desc, j->plan_in, j->build_id);
-    char state[PATH_MAX], tok_copy[PATH_MAX];
-    if (!rc) rc = tks_path_join(state, sizeof state, j->partial, STATE_NAME);
-    if (!rc) rc = tks_path_join(tok_copy, sizeof tok_copy, j->partial, TOKENIZER_NAME);
+    char state[PATH_MAX];
+    if (!rc) rc = tks_path_join(state, sizeof state, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD));
+    struct stat sb;
     int have = !rc && stat(j->partial, &sb) == 0;
     if (!rc && have && !o->resume)
         rc = tks_fail(TKS_ERR_EXISTS, j->partial, TKS_NONE, TKS_NONE,
@@ -1369,19 +1164,11 @@ static int coordinator_open(tks_build_job *j) {
         json_decref(js);
         j->resuming = 1;
     } else if (!rc) {
-        if (mkdir(j->partial, 0755) != 0)
-            rc = tks_fail(tks_write_errno_code(errno), j->partial, TKS_NONE, TKS_NONE,
-                          "cannot create %s: %s", j->partial, strerror(errno));
+        rc = tks_partial_create(j->partial);
     }
-    if (!rc && access(tok_copy, F_OK) != 0) rc = tks_copy_file_atomic(o->tokenizer_path, tok_copy);
-    if (!rc) {
-        uint8_t fp[16];
-        rc = tks_file_xxh3_128(tok_copy, fp, NULL);
-        if (!rc && memcmp(fp, tks_spm_fingerprint(j->spm), 16) != 0)
-            rc = tks_fail(TKS_ERR_RESUME, tok_copy, TKS_NONE, TKS_NONE,
-                          "cannot resume: %s differs from --tokenizer; remove %s and build again",
-                          tok_copy, j->partial);
-    }
+    if (!rc)
+        rc = tks_partial_tokenizer(TKS_PARTIAL_BUILD, j->partial, o->tokenizer_path, TOKENIZER_NAME,
+                                   tks_spm_fingerprint(j->spm));
     /* the workers read the build id from here; a resumed state keeps the
      * hashes of the interrupted build until the plan has read every input */
     if (!rc) rc = save_units_state(j, (const char(*)[33])j->was, j->n_was);
@@ -1442,11 +1229,8 @@ int tks_build_job_plan(tks_build_job *j, tks_build_unit *out) {
     }
     if (j->n_units == j->cap_units) {
         size_t cap = j->cap_units ? 2 * j->cap_units : 64;
-        tks_build_unit *u = realloc(j->units, cap * sizeof *u);
-        if (u) j->units = u;
-        unsigned char *d = realloc(j->done, cap);
-        if (d) j->done = d;
-        if (!u || !d) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (units)");
+        if (tks_resize(&j->units, cap, sizeof *j->units) || tks_resize(&j->done, cap, sizeof *j->done))
+            return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (units)");
         j->cap_units = cap;
     }
     size_t k = j->n_units++;
@@ -1485,7 +1269,7 @@ int tks_build_job_open(const tks_build_opts *opts, int coordinator, tks_build_jo
     if (!rc && coordinator) rc = coordinator_open(j);
     if (!rc && !coordinator) { /* the coordinator's build id goes into each unit's record */
         char path[PATH_MAX];
-        rc = tks_path_join(path, sizeof path, j->partial, STATE_NAME);
+        rc = tks_path_join(path, sizeof path, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD));
         json_t *js = rc ? NULL : json_load_file(path, 0, NULL);
         const char *id = json_string_value(json_object_get(js, "build_id"));
         if (!rc && (!id || strlen(id) != 16))
@@ -1588,7 +1372,7 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
         size_t ns;
         const tks_shard_info *si = tks_writer_shards(w, &ns);
         json_t *arr = json_array();
-        for (size_t i = 0; i < ns; i++) json_array_append_new(arr, shard_json(&si[i]));
+        for (size_t i = 0; i < ns; i++) json_array_append_new(arr, tks_shard_record(&si[i]));
         json_t *js = json_pack("{s:s, s:I, s:I, s:I, s:o}", "build_id", j->build_id, "unit",
                                (json_int_t)u->index, "n_docs", (json_int_t)u->n_docs,
                                "empty_after_tokenize", (json_int_t)empty, "shards", arr);
@@ -1691,16 +1475,16 @@ int tks_build_job_finish(tks_build_job *j, tks_build_stats *stats) {
             si.index = (uint32_t)g;
             if (!rc && n_all == cap) {
                 size_t c = cap ? 2 * cap : 64;
-                tks_shard_info *p = realloc(all, c * sizeof *p);
-                if (!p) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-                else all = p, cap = c;
+                if (tks_resize(&all, c, sizeof *all))
+                    rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+                else cap = c;
             }
             if (!rc) all[n_all++] = si;
         }
         free(r.shards);
     }
     if (!rc) { /* a plain build's shards not kept, beyond the dataset's, and its state */
-        clean_partial(j->partial, n_all);
+        tks_partial_clean(j->partial, n_all, PLAIN_NAME);
         rc = tks_fsync_dir(j->partial);
     }
     if (!rc && n_all == 0)
@@ -1708,7 +1492,7 @@ int tks_build_job_finish(tks_build_job *j, tks_build_stats *stats) {
     if (!rc)
         rc = write_manifest(&j->o, j->partial, j->spm, j->desc, &j->input, all, n_all, empty, stats);
     if (!rc) {
-        tks_path_join(to, sizeof to, j->partial, STATE_NAME);
+        tks_path_join(to, sizeof to, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD));
         unlink(to);
         tks_path_join(to, sizeof to, j->partial, "in-flight.txt"); /* tokshard's report, if any */
         unlink(to);
@@ -1717,13 +1501,7 @@ int tks_build_job_finish(tks_build_job *j, tks_build_stats *stats) {
             if (tks_path_join(from, sizeof from, dir, UNIT_RECORD) == 0) unlink(from);
             rmdir(dir);
         }
-        if (rename(j->partial, j->out) != 0)
-            rc = tks_fail(TKS_ERR_IO, j->out, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s",
-                          j->partial, j->out, strerror(errno));
-        char parent[PATH_MAX];
-        snprintf(parent, sizeof parent, "%s", j->out);
-        char *slash = strrchr(parent, '/');
-        if (!rc) rc = tks_fsync_dir(slash ? (slash == parent ? "/" : (*slash = 0, parent)) : ".");
+        rc = tks_partial_publish(TKS_PARTIAL_BUILD, j->partial, j->out);
     }
     stats->seconds = omp_get_wtime() - j->t0;
     const char *why = tks_spm_fast_unavailable(j->spm);
