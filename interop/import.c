@@ -151,6 +151,158 @@ static int setup_tokenizer(const tks_import_opts *o, const char *partial, tks_to
     return tks_file_xxh3_128(dst, tok->fingerprint, NULL);
 }
 
+/* One import: what it holds while it runs. */
+typedef struct import_run {
+    const tks_import_opts *o;
+    tks_import_stats *stats;
+    char out[PATH_MAX], partial[PATH_MAX];
+    tks__foreign f;
+    tks_tokenizer_info tok;
+    tks_partial_state st;
+    tks_writer *w;
+} import_run;
+
+/* OUT.partial, fresh or resumed, with its tokenizer file, and the writer. */
+static int import_open(import_run *r) {
+    const tks_import_opts *o = r->o;
+    const char *partial = r->partial;
+    char state_path[PATH_MAX];
+    struct stat sb;
+    int have_partial = stat(partial, &sb) == 0, rc = 0;
+    if (have_partial && !o->resume)
+        rc = tks_fail(TKS_ERR_EXISTS, partial, TKS_NONE, TKS_NONE,
+                      "%s exists (an interrupted import): add --resume to continue it, or remove it",
+                      partial);
+    if (!rc && !have_partial) rc = tks_partial_create(partial);
+    if (!rc) rc = setup_tokenizer(o, partial, &r->tok);
+    if (!rc) rc = import_id(o, &r->f, r->tok.fingerprint, r->tok.vocab_size, r->st.id);
+    if (!rc)
+        rc = tks_path_join(state_path, sizeof state_path, partial,
+                           tks_partial_state_name(TKS_PARTIAL_IMPORT));
+    if (!rc && have_partial && access(state_path, F_OK) == 0) {
+        rc = tks_partial_state_load(TKS_PARTIAL_IMPORT, partial, r->st.id, &r->st);
+        if (!rc) tks_partial_clean(partial, r->st.n_shards, NULL);
+        r->stats->resumed_shards = r->st.n_shards;
+    } else if (!rc) {
+        tks_partial_clean(partial, 0, NULL);
+        rc = tks_partial_state_save(TKS_PARTIAL_IMPORT, partial, &r->st, NULL, 0);
+    }
+    if (rc) return rc;
+    tks_writer_opts wo = {.dir = partial, .vocab_size = r->tok.vocab_size, .bos_id = r->tok.bos_id,
+                          .eos_id = r->tok.eos_id, .pad_id = r->tok.pad_id,
+                          .shard_tokens = o->shard_tokens ? o->shard_tokens : (16u << 20),
+                          .chunk_bytes = o->chunk_bytes, .first_shard = (uint32_t)r->st.n_shards};
+    memcpy(wo.tokenizer_fp, r->tok.fingerprint, 16);
+    return tks_writer_create(&wo, &r->w);
+}
+
+/* Source document d, tokens [a, a + n), into buf as uint32 ids, each checked
+ * against the vocabulary. */
+static int import_doc(const import_run *r, uint64_t d, uint64_t a, uint64_t n, uint32_t *buf) {
+    const tks__foreign *f = &r->f;
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t v = tks__foreign_token(f, a + i);
+        if (v < 0 || (uint64_t)v >= r->tok.vocab_size) {
+            tks_fail(TKS_ERR_TOKEN_RANGE, f->data_path, TKS_NONE,
+                     f->tokens_offset + (a + i) * f->token_bytes,
+                     "%s: token id %lld at token offset %llu (byte %llu, position %llu of "
+                     "document %llu) is outside the vocabulary [0, %u) of %s: the data was "
+                     "tokenized with another tokenizer; nothing was imported past it "
+                     "(`tokshard audit --format %s` lists every such id)",
+                     f->data_path, (long long)v, (unsigned long long)(a + i),
+                     (unsigned long long)(f->tokens_offset + (a + i) * f->token_bytes),
+                     (unsigned long long)i, (unsigned long long)d, r->tok.vocab_size,
+                     r->o->tokenizer_path ? r->o->tokenizer_path : "--vocab-size",
+                     tks_foreign_format_name(r->o->foreign.format));
+            tks_error_set_doc(d, 0);
+            return TKS_ERR_TOKEN_RANGE;
+        }
+        buf[i] = (uint32_t)v;
+    }
+    return 0;
+}
+
+/* Every source document not in a kept shard, in order, into shards; the
+ * state is saved after each shard. */
+static int import_docs(import_run *r) {
+    const tks__foreign *f = &r->f;
+    uint32_t *buf = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    for (uint64_t d = 0; !rc && d < f->n_docs; d++) {
+        uint64_t a = f->doc_start[d], n = f->doc_start[d + 1] - a;
+        if (n == 0) {
+            r->stats->empty_skipped++;
+            continue;
+        }
+        if (d < r->st.next) continue;
+        if (r->o->stop && *r->o->stop) {
+            rc = tks_fail(TKS_ERR_INTERRUPTED, r->partial, TKS_NONE, TKS_NONE,
+                          "interrupted: %s keeps the shards published so far; run the same "
+                          "command with --resume to continue", r->partial);
+            break;
+        }
+        if (n > cap) {
+            free(buf);
+            cap = n;
+            buf = malloc(cap * sizeof *buf);
+            if (!buf) {
+                rc = tks_fail(TKS_ERR_NOMEM, f->data_path, TKS_NONE, TKS_NONE,
+                              "out of memory for document %llu (%llu tokens)", (unsigned long long)d,
+                              (unsigned long long)n);
+                break;
+            }
+        }
+        int published = 0;
+        rc = import_doc(r, d, a, n, buf);
+        if (!rc) rc = tks_writer_add(r->w, buf, n, d, &published);
+        if (!rc && published) { /* this writer's shards follow the kept ones */
+            size_t ns;
+            const tks_shard_info *si = tks_writer_shards(r->w, &ns);
+            r->st.next = d + 1;
+            rc = tks_partial_state_push(&r->st, &si[ns - 1], r->st.next);
+            if (!rc) rc = tks_partial_state_save(TKS_PARTIAL_IMPORT, r->partial, &r->st, NULL, 0);
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+/* The last shard, the manifest (with the source as provenance), the totals
+ * and OUT published. */
+static int import_finish(import_run *r) {
+    const tks_import_opts *o = r->o;
+    const tks__foreign *f = &r->f;
+    int rc = tks_writer_flush(r->w);
+    size_t ns;
+    const tks_shard_info *si = tks_writer_shards(r->w, &ns);
+    if (!rc && ns && (size_t)si[ns - 1].index + 1 > r->st.n_shards) /* the last one, by the flush */
+        rc = tks_partial_state_push(&r->st, &si[ns - 1], f->n_docs);
+    if (!rc && r->st.n_shards == 0)
+        rc = tks_fail(TKS_ERR_ARG, o->src, TKS_NONE, TKS_NONE, "%s holds no tokens: nothing to import",
+                      o->src);
+    if (rc) return rc;
+    json_t *prov = json_pack("{s:s, s:s, s:s, s:s?, s:I, s:I, s:I}", "tool",
+                             "tokshard " TKS_VERSION_STRING, "imported_from",
+                             tks_foreign_format_name(o->foreign.format), "data", f->data_path,
+                             "index", f->index_path[0] ? f->index_path : NULL, "source_docs",
+                             (json_int_t)f->n_docs, "empty_skipped", (json_int_t)f->empty_docs,
+                             "source_tokens", (json_int_t)f->n_tokens);
+    char *pj = json_dumps(prov, JSON_COMPACT);
+    json_decref(prov);
+    rc = tks_partial_write_manifest(r->partial, &r->tok, r->st.shards, r->st.n_shards, o->chunk_bytes, pj);
+    free(pj);
+    tks_shard_totals t;
+    tks_shard_totals_of(r->st.shards, r->st.n_shards, &t);
+    r->stats->vocab_size = r->tok.vocab_size;
+    r->stats->docs_written = t.docs;
+    r->stats->tokens_written = t.tokens;
+    r->stats->min_token_id = t.min_token_id;
+    r->stats->max_token_id = t.max_token_id;
+    r->stats->shards = r->st.n_shards;
+    return rc ? rc : tks_partial_publish(TKS_PARTIAL_IMPORT, r->partial, r->out);
+}
+
 int tks_import(const tks_import_opts *o, tks_import_stats *stats) {
     double t0 = omp_get_wtime();
     tks_import_stats local;
@@ -159,138 +311,27 @@ int tks_import(const tks_import_opts *o, tks_import_stats *stats) {
     if (!o || !o->src || !o->out_dir || !*o->out_dir || (!o->tokenizer_path && !o->vocab_size))
         return tks_fail(TKS_ERR_ARG, o ? o->src : NULL, TKS_NONE, TKS_NONE,
                         "import needs a source, --output DIR and --tokenizer MODEL or --vocab-size N");
-    char out[PATH_MAX], partial[PATH_MAX], state_path[PATH_MAX];
-    int rc = tks_partial_paths(TKS_PARTIAL_IMPORT, o->out_dir, out, partial, sizeof out);
-    if (!rc) rc = tks_partial_check_out(out);
-    if (rc) return rc;
-
+    import_run *r = calloc(1, sizeof *r);
+    if (!r) return tks_fail(TKS_ERR_NOMEM, o->src, TKS_NONE, TKS_NONE, "out of memory");
+    r->o = o;
+    r->stats = stats;
+    int rc = tks_partial_paths(TKS_PARTIAL_IMPORT, o->out_dir, r->out, r->partial, sizeof r->out);
+    if (!rc) rc = tks_partial_check_out(r->out);
+    if (rc) {
+        free(r);
+        return rc;
+    }
     tks__plist pl = {NULL, 0, 1};
-    tks__foreign f;
-    rc = tks__foreign_open(o->src, &o->foreign, &pl, &f);
-    tks_tokenizer_info tok;
-    tks_partial_state st = {0};
-    tks_writer *w = NULL;
-    struct stat sb;
-    int have_partial = stat(partial, &sb) == 0;
-    if (!rc && have_partial && !o->resume)
-        rc = tks_fail(TKS_ERR_EXISTS, partial, TKS_NONE, TKS_NONE,
-                      "%s exists (an interrupted import): add --resume to continue it, or remove it",
-                      partial);
-    if (!rc && !have_partial) rc = tks_partial_create(partial);
-    if (!rc) rc = setup_tokenizer(o, partial, &tok);
-    if (!rc) rc = import_id(o, &f, tok.fingerprint, tok.vocab_size, st.id);
-    if (!rc)
-        rc = tks_path_join(state_path, sizeof state_path, partial,
-                           tks_partial_state_name(TKS_PARTIAL_IMPORT));
-    if (!rc && have_partial && access(state_path, F_OK) == 0) {
-        rc = tks_partial_state_load(TKS_PARTIAL_IMPORT, partial, st.id, &st);
-        if (!rc) tks_partial_clean(partial, st.n_shards, NULL);
-        stats->resumed_shards = st.n_shards;
-    } else if (!rc) {
-        tks_partial_clean(partial, 0, NULL);
-        rc = tks_partial_state_save(TKS_PARTIAL_IMPORT, partial, &st, NULL, 0);
-    }
-    if (!rc) {
-        tks_writer_opts wo = {.dir = partial, .vocab_size = tok.vocab_size, .bos_id = tok.bos_id,
-                              .eos_id = tok.eos_id, .pad_id = tok.pad_id,
-                              .shard_tokens = o->shard_tokens ? o->shard_tokens : (16u << 20),
-                              .chunk_bytes = o->chunk_bytes, .first_shard = (uint32_t)st.n_shards};
-        memcpy(wo.tokenizer_fp, tok.fingerprint, 16);
-        rc = tks_writer_create(&wo, &w);
-    }
-    uint32_t *buf = NULL;
-    size_t cap = 0;
-    stats->docs_read = f.n_docs;
-    stats->continued_first = f.continued_first;
-    for (uint64_t d = 0; !rc && d < f.n_docs; d++) {
-        uint64_t a = f.doc_start[d], b = f.doc_start[d + 1], n = b - a;
-        if (n == 0) {
-            stats->empty_skipped++;
-            continue;
-        }
-        if (d < st.next) continue;
-        if (o->stop && *o->stop) {
-            rc = tks_fail(TKS_ERR_INTERRUPTED, partial, TKS_NONE, TKS_NONE,
-                          "interrupted: %s keeps the shards published so far; run the same "
-                          "command with --resume to continue", partial);
-            break;
-        }
-        if (n > cap) {
-            free(buf);
-            cap = n;
-            buf = malloc(cap * sizeof *buf);
-            if (!buf) {
-                rc = tks_fail(TKS_ERR_NOMEM, f.data_path, TKS_NONE, TKS_NONE,
-                              "out of memory for document %llu (%llu tokens)", (unsigned long long)d,
-                              (unsigned long long)n);
-                break;
-            }
-        }
-        for (uint64_t i = 0; i < n && !rc; i++) {
-            int64_t v = tks__foreign_token(&f, a + i);
-            if (v < 0 || (uint64_t)v >= tok.vocab_size) {
-                rc = tks_fail(TKS_ERR_TOKEN_RANGE, f.data_path, TKS_NONE,
-                              f.tokens_offset + (a + i) * f.token_bytes,
-                              "%s: token id %lld at token offset %llu (byte %llu, position %llu of "
-                              "document %llu) is outside the vocabulary [0, %u) of %s: the data was "
-                              "tokenized with another tokenizer; nothing was imported past it "
-                              "(`tokshard audit --format %s` lists every such id)",
-                              f.data_path, (long long)v, (unsigned long long)(a + i),
-                              (unsigned long long)(f.tokens_offset + (a + i) * f.token_bytes),
-                              (unsigned long long)i, (unsigned long long)d, tok.vocab_size,
-                              o->tokenizer_path ? o->tokenizer_path : "--vocab-size",
-                              tks_foreign_format_name(o->foreign.format));
-                tks_error_set_doc(d, 0);
-            }
-            buf[i] = (uint32_t)v;
-        }
-        int published = 0;
-        if (!rc) rc = tks_writer_add(w, buf, n, d, &published);
-        if (!rc && published) { /* this writer's shards follow the kept ones */
-            size_t ns;
-            const tks_shard_info *si = tks_writer_shards(w, &ns);
-            st.next = d + 1;
-            rc = tks_partial_state_push(&st, &si[ns - 1], st.next);
-            if (!rc) rc = tks_partial_state_save(TKS_PARTIAL_IMPORT, partial, &st, NULL, 0);
-        }
-    }
-    free(buf);
-    if (!rc) rc = tks_writer_flush(w);
-    if (!rc) {
-        size_t ns;
-        const tks_shard_info *si = tks_writer_shards(w, &ns);
-        if (ns && (size_t)si[ns - 1].index + 1 > st.n_shards) /* the last one, by the flush */
-            rc = tks_partial_state_push(&st, &si[ns - 1], f.n_docs);
-        const tks_shard_info *all = st.shards;
-        size_t total = st.n_shards;
-        if (!rc && total == 0)
-            rc = tks_fail(TKS_ERR_ARG, o->src, TKS_NONE, TKS_NONE,
-                          "%s holds no tokens: nothing to import", o->src);
-        if (!rc) {
-            json_t *prov = json_pack("{s:s, s:s, s:s, s:s?, s:I, s:I, s:I}", "tool",
-                                     "tokshard " TKS_VERSION_STRING, "imported_from",
-                                     tks_foreign_format_name(o->foreign.format), "data", f.data_path,
-                                     "index", f.index_path[0] ? f.index_path : NULL, "source_docs",
-                                     (json_int_t)f.n_docs, "empty_skipped",
-                                     (json_int_t)f.empty_docs, "source_tokens", (json_int_t)f.n_tokens);
-            char *pj = json_dumps(prov, JSON_COMPACT);
-            json_decref(prov);
-            rc = tks_partial_write_manifest(partial, &tok, all, total, o->chunk_bytes, pj);
-            free(pj);
-            tks_shard_totals t;
-            tks_shard_totals_of(all, total, &t);
-            stats->vocab_size = tok.vocab_size;
-            stats->docs_written = t.docs;
-            stats->tokens_written = t.tokens;
-            stats->min_token_id = t.min_token_id;
-            stats->max_token_id = t.max_token_id;
-            stats->shards = total;
-        }
-        if (!rc) rc = tks_partial_publish(TKS_PARTIAL_IMPORT, partial, out);
-    }
-    tks_writer_free(w);
-    tks_partial_state_free(&st);
-    tks__foreign_close(&f);
+    rc = tks__foreign_open(o->src, &o->foreign, &pl, &r->f);
+    if (!rc) rc = import_open(r);
+    stats->docs_read = r->f.n_docs;
+    stats->continued_first = r->f.continued_first;
+    if (!rc) rc = import_docs(r);
+    if (!rc) rc = import_finish(r);
+    tks_writer_free(r->w);
+    tks_partial_state_free(&r->st);
+    tks__foreign_close(&r->f);
+    free(r);
     stats->seconds = omp_get_wtime() - t0;
     return rc;
 }

@@ -558,8 +558,220 @@ static int check_output_apart(const char *out, const tks_build_opts *o) {
     return 0;
 }
 
+/* TKS_ERR_ARG when the options ask for a BOS or EOS the tokenizer lacks. */
+static int check_specials(const tks_build_opts *o, uint32_t bos, uint32_t eos) {
+    if ((o->prepend_bos && bos == TKS_NO_ID) || (o->append_eos && eos == TKS_NO_ID))
+        return tks_fail(TKS_ERR_ARG, o->tokenizer_path, TKS_NONE, TKS_NONE,
+                        "%s has no %s id: drop %s or use a tokenizer that defines it",
+                        o->tokenizer_path, o->prepend_bos && bos == TKS_NO_ID ? "BOS" : "EOS",
+                        o->prepend_bos && bos == TKS_NO_ID ? "--prepend-bos" : "--append-eos");
+    return 0;
+}
+
+/* A shard writer into `dir` for the tokenizer spm, numbering shards from
+ * first_shard. */
+static int open_writer(const tks_build_opts *o, const tks_spm *spm, const char *dir,
+                       uint32_t first_shard, tks_writer **w) {
+    tks_writer_opts wo = {.dir = dir, .vocab_size = tks_spm_vocab_size(spm),
+                          .bos_id = tks_spm_bos_id(spm), .eos_id = tks_spm_eos_id(spm),
+                          .pad_id = tks_spm_pad_id(spm),
+                          .shard_tokens = o->shard_tokens ? o->shard_tokens : (16u << 20),
+                          .chunk_bytes = o->chunk_bytes, .first_shard = first_shard};
+    memcpy(wo.tokenizer_fp, tks_spm_fingerprint(spm), 16);
+    return tks_writer_create(&wo, w);
+}
+
+/* The encoder a build took, and why, into *stats. */
+static void encoder_report(const tks_spm *spm, const tks_build_opts *o, tks_build_stats *stats) {
+    const char *why = tks_spm_fast_unavailable(spm);
+    snprintf(stats->encoder, sizeof stats->encoder, "%s", tks_spm_encoder(spm));
+    snprintf(stats->encoder_why, sizeof stats->encoder_why, "%s",
+             why ? why : o->encoder_sentencepiece ? "--encoder sentencepiece" : "");
+    tks_spm_encoder_stats(spm, &stats->encoder_stats);
+}
+
+/* One build in this process (tks_build): what it holds while it runs. */
+typedef struct run {
+    const tks_build_opts *o;
+    tks_build_stats *stats;
+    char out[PATH_MAX], partial[PATH_MAX], lock_path[PATH_MAX];
+    int lock_fd;
+    tks_spm *spm;
+    uint32_t bos, eos;
+    tks_input *in;
+    tks_writer *w;
+    json_t *desc;                    /* provenance, and the build id's source */
+    build_state st;
+    uint64_t docs_committed, tokens_committed; /* by this run (resumed shards aside) */
+    double t0;
+} run;
+
+/* The paths, the output checks and OUT.lock (one build or resume of OUT at a
+ * time). */
+static int run_lock(run *r) {
+    const tks_build_opts *o = r->o;
+    int rc = tks_partial_paths(TKS_PARTIAL_BUILD, o->out_dir, r->out, r->partial, sizeof r->out);
+    if (!rc) rc = check_output_apart(r->out, o);
+    if (!rc) rc = tks_partial_check_out(r->out);
+    if (rc) return rc;
+    if (snprintf(r->lock_path, sizeof r->lock_path, "%s.lock", r->out) >= (int)sizeof r->lock_path)
+        return tks_fail(TKS_ERR_ARG, r->out, TKS_NONE, TKS_NONE, "--output path too long");
+    return tks_lock(r->lock_path, "tokshard build", &r->lock_fd);
+}
+
+/* OUT.partial, fresh or resumed (its state loaded, what it does not record
+ * removed). */
+static int run_partial(run *r) {
+    const char *partial = r->partial;
+    char state_path[PATH_MAX];
+    struct stat sb;
+    int have_partial = stat(partial, &sb) == 0, resume = r->o->resume;
+    int rc = tks_path_join(state_path, sizeof state_path, partial,
+                           tks_partial_state_name(TKS_PARTIAL_BUILD));
+    if (rc) return rc;
+    if (resume && have_partial && access(state_path, F_OK) == 0) {
+        rc = tks_partial_state_load(TKS_PARTIAL_BUILD, partial, r->st.p.id, &r->st.p);
+        if (!rc) tks_partial_clean(partial, r->st.p.n_shards, PLAIN_NAME);
+        r->stats->resumed_shards = r->st.p.n_shards;
+        return rc;
+    }
+    if (resume && have_partial && !tks_partial_has_shards(partial)) {
+        /* stopped before its first shard and its state: nothing to keep */
+        tks_partial_clean(partial, 0, PLAIN_NAME);
+        return save_state(partial, &r->st);
+    }
+    if (have_partial)
+        return tks_fail(resume ? TKS_ERR_RESUME : TKS_ERR_EXISTS, partial, TKS_NONE, TKS_NONE,
+                        resume ? "cannot resume: %s has shards but no build-state.json; remove it "
+                                 "and build again"
+                               : "%s exists from an interrupted or failed build: re-run with "
+                                 "--resume to continue it, or remove it to start over",
+                        partial);
+    /* --resume with nothing to resume starts a fresh build */
+    rc = tks_partial_create(partial);
+    return rc ? rc : save_state(partial, &r->st);
+}
+
+/* The tokenizer, the inputs, the build id, OUT.partial and the writer. */
+static int run_open(run *r) {
+    const tks_build_opts *o = r->o;
+    int rc = tks_spm_load(o->tokenizer_path, &r->spm);
+    if (!rc && o->encoder_sentencepiece) rc = tks_spm_set_encoder(r->spm, 0);
+    if (!rc) rc = open_inputs(o, &r->in);
+    if (!rc) r->desc = describe(o, r->in, r->spm, &rc);
+    if (!rc) rc = build_id(r->desc, r->in, r->st.p.id);
+    r->st.in = r->in;
+    if (!rc) rc = run_partial(r);
+    if (!rc)
+        rc = tks_partial_tokenizer(TKS_PARTIAL_BUILD, r->partial, o->tokenizer_path, TOKENIZER_NAME,
+                                   tks_spm_fingerprint(r->spm));
+    if (rc) return rc;
+    r->bos = tks_spm_bos_id(r->spm);
+    r->eos = tks_spm_eos_id(r->spm);
+    rc = check_specials(o, r->bos, r->eos);
+    return rc ? rc : open_writer(o, r->spm, r->partial, (uint32_t)r->st.p.n_shards, &r->w);
+}
+
+/* Records a shard just published, ending before document `end`, in the state. */
+static int run_published(run *r, uint64_t end) {
+    size_t ns;
+    const tks_shard_info *si = tks_writer_shards(r->w, &ns);
+    r->st.p.next = end;
+    int rc = tks_partial_state_push(&r->st.p, &si[ns - 1], end);
+    return rc ? rc : save_state(r->partial, &r->st);
+}
+
+/* Commits an encoded batch in document order; a work unit's last document
+ * closes its shard. */
+static int run_commit(run *r, batch *b) {
+    int rc = 0;
+    for (size_t i = 0; i < b->n && !rc; i++) {
+        tks_ids *v = &b->ids[i];
+        int published = 0;
+        if (v->n == 0) {
+            r->stats->empty_after_tokenize++;
+            r->st.p.empty_after_tokenize++;
+        } else {
+            rc = add_specials(v, r->o, r->bos, r->eos);
+            if (!rc) rc = tks_writer_add(r->w, v->ids, v->n, b->ordinal[i], &published);
+            r->docs_committed++;
+            r->tokens_committed += v->n;
+        }
+        if (!rc && b->uend[i]) {
+            size_t before, after;
+            tks_writer_shards(r->w, &before);
+            rc = tks_writer_flush(r->w);
+            tks_writer_shards(r->w, &after);
+            published |= after > before;
+        }
+        if (!rc && published) rc = run_published(r, b->ordinal[i] + 1);
+    }
+    return rc;
+}
+
+static void run_progress(run *r, const batch *b) {
+    tks_build_progress p = {.bytes_in = b->input.bytes_in,
+                            .total_bytes_in = tks_input_total_bytes(r->in),
+                            .bytes_text = b->input.bytes_text, .docs_read = b->docs_seen,
+                            .shards = r->st.p.n_shards, .seconds = omp_get_wtime() - r->t0,
+                            .docs_written = r->docs_committed, .tokens_written = r->tokens_committed};
+    for (size_t i = 0; i < r->stats->resumed_shards; i++) { /* kept from before a resume */
+        p.docs_written += r->st.p.shards[i].n_docs;
+        p.tokens_written += r->st.p.shards[i].n_tokens;
+    }
+    r->o->progress(&p, r->o->progress_ctx);
+}
+
+/* Reads (on the reader thread), encodes and commits every batch; *docs_read:
+ * the documents read, skipped ones included. */
+static int run_batches(run *r, uint64_t *docs_read) {
+    const tks_build_opts *o = r->o;
+    int threads = o->threads > 0 ? o->threads : omp_get_max_threads(), rc = 0, done = 0;
+    reader rd = {.in = r->in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
+                 .want = UINT64_MAX,
+                 .unit_bytes = o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES,
+                 .skip_below = r->st.p.next, .stop = o->stop};
+    prefetch pf = {.r = &rd};
+    prefetch_start(&pf);
+    while (!rc && !done) {
+        batch *b = NULL;
+        if ((rc = prefetch_take(&pf, &b))) break;
+        done = b->end;
+        /* no reader runs now: the input may be looked at */
+        if ((rc = verify_inputs(&r->st, r->partial))) break;
+        if (!done) prefetch_start(&pf);
+        /* tokenize in parallel (encode_batch says in which order), commit in order */
+        rc = encode_batch(r->spm, b, threads);
+        if (!rc) rc = run_commit(r, b);
+        batch_trim(b, rd.batch_bytes);
+        if (rc) break;
+        if (o->progress) run_progress(r, b);
+        if (o->stop && *o->stop)
+            rc = tks_fail(TKS_ERR_INTERRUPTED, r->partial, TKS_NONE, TKS_NONE,
+                          "interrupted: %zu shard(s) are kept in %s; run the same command with "
+                          "--resume to finish",
+                          r->st.p.n_shards, r->partial);
+    }
+    prefetch_free(&pf); /* a reader still running after an error is joined */
+    *docs_read = rd.docs_read;
+    return rc;
+}
+
+/* The last shard, the manifest, and OUT published. */
+static int run_finish(run *r, uint64_t docs_read) {
+    int rc = tks_writer_flush(r->w);
+    size_t ns;
+    const tks_shard_info *si = tks_writer_shards(r->w, &ns);
+    if (!rc && ns && (size_t)si[ns - 1].index + 1 > r->st.p.n_shards) rc = run_published(r, docs_read);
+    if (!rc && r->st.p.n_shards == 0) rc = no_text(tks_input_get_stats(r->in));
+    if (!rc) rc = add_input_hashes(r->desc, r->in);
+    if (!rc)
+        rc = write_manifest(r->o, r->partial, r->spm, r->desc, tks_input_get_stats(r->in),
+                            r->st.p.shards, r->st.p.n_shards, r->st.p.empty_after_tokenize, r->stats);
+    return rc ? rc : tks_partial_publish(TKS_PARTIAL_BUILD, r->partial, r->out);
+}
+
 int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
-    double t0 = omp_get_wtime();
     tks_build_stats local;
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
@@ -568,173 +780,31 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     if (!o || !o->out_dir || !*o->out_dir || !o->tokenizer_path || o->n_inputs == 0)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "build needs --tokenizer, --output and at least one input");
-    char out[PATH_MAX], partial[PATH_MAX];
-    int apart = tks_partial_paths(TKS_PARTIAL_BUILD, o->out_dir, out, partial, sizeof out);
-    if (!apart) apart = check_output_apart(out, o);
-    if (!apart) apart = tks_partial_check_out(out);
-    if (apart) return apart;
-    char lock_path[PATH_MAX]; /* OUT.lock: one build or resume of OUT at a time */
-    int lock_fd = -1, lock_rc = snprintf(lock_path, sizeof lock_path, "%s.lock", out) >= (int)sizeof lock_path
-                                    ? tks_fail(TKS_ERR_ARG, out, TKS_NONE, TKS_NONE, "--output path too long")
-                                    : tks_lock(lock_path, "tokshard build", &lock_fd);
-    if (lock_rc) return lock_rc;
-
-    tks_spm *spm = NULL;
-    tks_input *in = NULL;
-    tks_writer *w = NULL;
-    json_t *desc = NULL;
-    build_state st = {0};
-    int rc = tks_spm_load(o->tokenizer_path, &spm);
-    if (!rc && o->encoder_sentencepiece) rc = tks_spm_set_encoder(spm, 0);
-    if (!rc) rc = open_inputs(o, &in);
-    if (!rc) desc = describe(o, in, spm, &rc);
-    if (!rc) rc = build_id(desc, in, st.p.id);
-    st.in = in;
-    struct stat sb;
-    int have_partial = !rc && stat(partial, &sb) == 0;
-    char state_path[PATH_MAX];
-    if (!rc) rc = tks_path_join(state_path, sizeof state_path, partial, tks_partial_state_name(TKS_PARTIAL_BUILD));
-    if (!rc && o->resume && have_partial && access(state_path, F_OK) == 0) {
-        rc = tks_partial_state_load(TKS_PARTIAL_BUILD, partial, st.p.id, &st.p);
-        if (!rc) tks_partial_clean(partial, st.p.n_shards, PLAIN_NAME);
-        stats->resumed_shards = st.p.n_shards;
-    } else if (!rc && o->resume && have_partial && !tks_partial_has_shards(partial)) {
-        /* stopped before its first shard and its state: nothing to keep */
-        tks_partial_clean(partial, 0, PLAIN_NAME);
-        rc = save_state(partial, &st);
-    } else if (!rc && have_partial) {
-        rc = tks_fail(o->resume ? TKS_ERR_RESUME : TKS_ERR_EXISTS, partial, TKS_NONE, TKS_NONE,
-                      o->resume ? "cannot resume: %s has shards but no build-state.json; remove it "
-                                  "and build again"
-                                : "%s exists from an interrupted or failed build: re-run with "
-                                  "--resume to continue it, or remove it to start over",
-                      partial);
-    } else if (!rc) {
-        /* --resume with nothing to resume starts a fresh build */
-        rc = tks_partial_create(partial);
-        if (!rc) rc = save_state(partial, &st);
+    run *r = calloc(1, sizeof *r);
+    if (!r) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    r->o = o;
+    r->stats = stats;
+    r->lock_fd = -1;
+    r->t0 = omp_get_wtime();
+    int rc = run_lock(r);
+    if (rc) {
+        free(r);
+        return rc;
     }
-    if (!rc)
-        rc = tks_partial_tokenizer(TKS_PARTIAL_BUILD, partial, o->tokenizer_path, TOKENIZER_NAME,
-                                   tks_spm_fingerprint(spm));
-    uint32_t vocab = spm ? tks_spm_vocab_size(spm) : 0;
-    uint32_t bos = spm ? tks_spm_bos_id(spm) : TKS_NO_ID, eos = spm ? tks_spm_eos_id(spm) : TKS_NO_ID;
-    if (!rc && ((o->prepend_bos && bos == TKS_NO_ID) || (o->append_eos && eos == TKS_NO_ID)))
-        rc = tks_fail(TKS_ERR_ARG, o->tokenizer_path, TKS_NONE, TKS_NONE,
-                      "%s has no %s id: drop %s or use a tokenizer that defines it",
-                      o->tokenizer_path, o->prepend_bos && bos == TKS_NO_ID ? "BOS" : "EOS",
-                      o->prepend_bos && bos == TKS_NO_ID ? "--prepend-bos" : "--append-eos");
-    if (!rc) {
-        tks_writer_opts wo = {.dir = partial, .vocab_size = vocab, .bos_id = bos, .eos_id = eos,
-                              .pad_id = tks_spm_pad_id(spm),
-                              .shard_tokens = o->shard_tokens ? o->shard_tokens : (16u << 20),
-                              .chunk_bytes = o->chunk_bytes, .first_shard = (uint32_t)st.p.n_shards};
-        memcpy(wo.tokenizer_fp, tks_spm_fingerprint(spm), 16);
-        rc = tks_writer_create(&wo, &w);
-    }
-
-    int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
-    uint64_t docs_committed = 0, tokens_committed = 0;
-    uint64_t total_in = in ? tks_input_total_bytes(in) : 0;
-    /* 1. read batches on the reader thread (prefetch) */
-    reader rd = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
-                 .want = UINT64_MAX,
-                 .unit_bytes = o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES,
-                 .skip_below = st.p.next, .stop = o->stop};
-    prefetch pf = {.r = &rd};
-    if (!rc) prefetch_start(&pf);
-    int done = 0;
-    while (!rc && !done) {
-        batch *b = NULL;
-        if ((rc = prefetch_take(&pf, &b))) break;
-        done = b->end;
-        /* no reader runs now: the input may be looked at */
-        if ((rc = verify_inputs(&st, partial))) break;
-        if (!done) prefetch_start(&pf);
-        /* 2. tokenize in parallel (encode_batch says in which order) */
-        if ((rc = encode_batch(spm, b, threads))) break;
-        /* 3. commit in document order; a work unit's last document closes its shard */
-        for (size_t i = 0; i < b->n && !rc; i++) {
-            tks_ids *v = &b->ids[i];
-            int published = 0;
-            if (v->n == 0) {
-                stats->empty_after_tokenize++;
-                st.p.empty_after_tokenize++;
-            } else {
-                rc = add_specials(v, o, bos, eos);
-                if (!rc) rc = tks_writer_add(w, v->ids, v->n, b->ordinal[i], &published);
-                docs_committed++;
-                tokens_committed += v->n;
-            }
-            if (!rc && b->uend[i]) {
-                size_t before, after;
-                tks_writer_shards(w, &before);
-                rc = tks_writer_flush(w);
-                tks_writer_shards(w, &after);
-                published |= after > before;
-            }
-            if (!rc && published) {
-                size_t ns;
-                const tks_shard_info *si = tks_writer_shards(w, &ns);
-                st.p.next = b->ordinal[i] + 1;
-                rc = tks_partial_state_push(&st.p, &si[ns - 1], st.p.next);
-                if (!rc) rc = save_state(partial, &st);
-            }
-        }
-        batch_trim(b, rd.batch_bytes);
-        if (rc) break;
-        if (o->progress) {
-            tks_build_progress p = {.bytes_in = b->input.bytes_in, .total_bytes_in = total_in,
-                                    .bytes_text = b->input.bytes_text, .docs_read = b->docs_seen,
-                                    .shards = st.p.n_shards, .seconds = omp_get_wtime() - t0,
-                                    .docs_written = docs_committed, .tokens_written = tokens_committed};
-            for (size_t i = 0; i < stats->resumed_shards; i++) { /* kept from before a resume */
-                p.docs_written += st.p.shards[i].n_docs;
-                p.tokens_written += st.p.shards[i].n_tokens;
-            }
-            o->progress(&p, o->progress_ctx);
-        }
-        if (o->stop && *o->stop)
-            rc = tks_fail(TKS_ERR_INTERRUPTED, partial, TKS_NONE, TKS_NONE,
-                          "interrupted: %zu shard(s) are kept in %s; run the same command with "
-                          "--resume to finish",
-                          st.p.n_shards, partial);
-    }
-    prefetch_free(&pf); /* a reader still running after an error is joined */
-    uint64_t docs_read = rd.docs_read;
-    /* 4. last shard, manifest, publish */
-    if (!rc) {
-        rc = tks_writer_flush(w);
-        size_t ns;
-        const tks_shard_info *si = tks_writer_shards(w, &ns);
-        if (!rc && ns && (size_t)si[ns - 1].index + 1 > st.p.n_shards) {
-            st.p.next = docs_read;
-            rc = tks_partial_state_push(&st.p, &si[ns - 1], st.p.next);
-            if (!rc) rc = save_state(partial, &st);
-        }
-    }
-    if (!rc && st.p.n_shards == 0)
-        rc = no_text(tks_input_get_stats(in));
-    if (!rc) rc = add_input_hashes(desc, in);
-    if (!rc)
-        rc = write_manifest(o, partial, spm, desc, tks_input_get_stats(in), st.p.shards, st.p.n_shards,
-                            st.p.empty_after_tokenize, stats);
-    if (!rc) rc = tks_partial_publish(TKS_PARTIAL_BUILD, partial, out);
-    stats->seconds = omp_get_wtime() - t0;
-    if (spm) {
-        const char *why = tks_spm_fast_unavailable(spm);
-        snprintf(stats->encoder, sizeof stats->encoder, "%s", tks_spm_encoder(spm));
-        snprintf(stats->encoder_why, sizeof stats->encoder_why, "%s",
-                 why ? why : o->encoder_sentencepiece ? "--encoder sentencepiece" : "");
-        tks_spm_encoder_stats(spm, &stats->encoder_stats);
-    }
-    if (stats->input.files == 0 && in) stats->input = *tks_input_get_stats(in);
-    tks_writer_free(w);
-    json_decref(desc);
-    tks_partial_state_free(&st.p);
-    tks_input_free(in);
-    tks_spm_free(spm);
-    tks_unlock(lock_fd, lock_path);
+    uint64_t docs_read = 0;
+    rc = run_open(r);
+    if (!rc) rc = run_batches(r, &docs_read);
+    if (!rc) rc = run_finish(r, docs_read);
+    stats->seconds = omp_get_wtime() - r->t0;
+    if (r->spm) encoder_report(r->spm, o, stats);
+    if (stats->input.files == 0 && r->in) stats->input = *tks_input_get_stats(r->in);
+    tks_writer_free(r->w);
+    json_decref(r->desc);
+    tks_partial_state_free(&r->st.p);
+    tks_input_free(r->in);
+    tks_spm_free(r->spm);
+    tks_unlock(r->lock_fd, r->lock_path);
+    free(r);
     return rc;
 }
 
@@ -760,7 +830,7 @@ struct tks_build_job {
     char out[PATH_MAX], partial[PATH_MAX], lock_path[PATH_MAX];
     int lock_fd;
     tks_spm *spm;
-    uint32_t vocab, bos, eos;
+    uint32_t bos, eos;
     /* coordinator */
     json_t *desc;
     char build_id[17];
@@ -799,15 +869,9 @@ static int job_paths(tks_build_job *j) {
     if (!rc) rc = tks_spm_load(o->tokenizer_path, &j->spm);
     if (!rc && o->encoder_sentencepiece) rc = tks_spm_set_encoder(j->spm, 0);
     if (rc) return rc;
-    j->vocab = tks_spm_vocab_size(j->spm);
     j->bos = tks_spm_bos_id(j->spm);
     j->eos = tks_spm_eos_id(j->spm);
-    if ((o->prepend_bos && j->bos == TKS_NO_ID) || (o->append_eos && j->eos == TKS_NO_ID))
-        return tks_fail(TKS_ERR_ARG, o->tokenizer_path, TKS_NONE, TKS_NONE,
-                        "%s has no %s id: drop %s or use a tokenizer that defines it",
-                        o->tokenizer_path, o->prepend_bos && j->bos == TKS_NO_ID ? "BOS" : "EOS",
-                        o->prepend_bos && j->bos == TKS_NO_ID ? "--prepend-bos" : "--append-eos");
-    return 0;
+    return check_specials(o, j->bos, j->eos);
 }
 
 static int unit_dir(const tks_build_job *j, uint64_t k, char *out, size_t cap) {
@@ -1310,14 +1374,7 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
     tks_writer *w = NULL;
     if (!rc) rc = open_inputs(o, &in);
     if (!rc) rc = tks_input_seek(in, &u->start);
-    if (!rc) {
-        tks_writer_opts wo = {.dir = dir, .vocab_size = j->vocab, .bos_id = j->bos, .eos_id = j->eos,
-                              .pad_id = tks_spm_pad_id(j->spm),
-                              .shard_tokens = o->shard_tokens ? o->shard_tokens : (16u << 20),
-                              .chunk_bytes = o->chunk_bytes};
-        memcpy(wo.tokenizer_fp, tks_spm_fingerprint(j->spm), 16);
-        rc = tks_writer_create(&wo, &w);
-    }
+    if (!rc) rc = open_writer(o, j->spm, dir, 0, &w);
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
     uint64_t empty = 0;
     reader rd = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
@@ -1504,11 +1561,7 @@ int tks_build_job_finish(tks_build_job *j, tks_build_stats *stats) {
         rc = tks_partial_publish(TKS_PARTIAL_BUILD, j->partial, j->out);
     }
     stats->seconds = omp_get_wtime() - j->t0;
-    const char *why = tks_spm_fast_unavailable(j->spm);
-    snprintf(stats->encoder, sizeof stats->encoder, "%s", tks_spm_encoder(j->spm));
-    snprintf(stats->encoder_why, sizeof stats->encoder_why, "%s",
-             why ? why : j->o.encoder_sentencepiece ? "--encoder sentencepiece" : "");
-    tks_spm_encoder_stats(j->spm, &stats->encoder_stats);
+    encoder_report(j->spm, &j->o, stats);
     free(all);
     return rc;
 }
