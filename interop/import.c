@@ -13,6 +13,7 @@
 
 #include "internal.h"
 #include "../tokenize/tokenize.h"
+#include "../tokenizer/tokenizer.h"
 
 /* ---------------------------------------------------------------------------
  * Audit
