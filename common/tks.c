@@ -253,6 +253,16 @@ int tks_path_join(char *out, size_t cap, const char *dir, const char *name) {
     return 0;
 }
 
+int tks_resize(void *array, size_t n, size_t size) {
+    void *p; /* read and written through memcpy: the pointer's type is the caller's */
+    memcpy(&p, array, sizeof p);
+    if (size && n > SIZE_MAX / size) return -1;
+    p = realloc(p, n * size > 0 ? n * size : 1);
+    if (!p) return -1;
+    memcpy(array, &p, sizeof p);
+    return 0;
+}
+
 int tks_write_file_atomic(const char *path, const void *data, size_t size) {
     tks_piece one = {data, size};
     return tks_write_file_pieces(path, &one, 1);

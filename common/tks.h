@@ -167,6 +167,22 @@ void tks_float_text(char *out, size_t cap, float x);
 /* Joins dir and name into out (PATH_MAX). Returns 0 or TKS_ERR_ARG when too long. */
 int tks_path_join(char *out, size_t cap, const char *dir, const char *name);
 
+/* The fast encoder's word cache (tokenizer/tokenizer.h, tks_spm_encoder_stats),
+ * also reported by a build (tokenize/tokenize.h, tks_build_stats), which does
+ * not re-export the tokenizer's API. */
+typedef struct tks_encoder_stats {
+    uint64_t words, word_hits;   /* words encoded, found in the cache */
+    uint64_t bytes, hit_bytes;   /* their normalized bytes */
+    uint64_t bound_misses;       /* unigram: found, but decoded again (float rounding, fastenc.c) */
+} tks_encoder_stats;
+
+/* Resizes an array to n elements of `size` bytes, as realloc does. `array`
+ * is the address of the array's pointer (a T ** for any element type T; a
+ * NULL pointer is allocated). Returns 0, or -1 (out of memory, or n * size
+ * overflowing) with the array unchanged; records no error, so that the
+ * caller names what it was growing. */
+int tks_resize(void *array, size_t n, size_t size);
+
 /*
  * One writer at a time: an exclusive flock(2) on the lock file `path`
  * (created if needed), held until tks_unlock or the process's death (the

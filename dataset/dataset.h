@@ -242,6 +242,122 @@ const char *tks_dataset_tokenizer_path(const tks_dataset *ds);
 void tks_dataset_advise(const tks_dataset *ds, tks_access how);
 
 /* ---------------------------------------------------------------------------
+ * OUT.partial: a dataset being written, and the state that resumes it
+ *
+ * `tokshard build` and `tokshard import` write a dataset OUT in OUT.partial/:
+ * each shard is published there (fsync, rename), then a state file records
+ * every published shard and the first document of the next one, so that a
+ * run stopped at any point continues with --resume. OUT.partial becomes OUT
+ * by one rename once manifest.json is written (tks_partial_publish). The two
+ * kinds differ in the state file only:
+ *   build:  build-state.json  {"build_id", "shards": [records, each with its
+ *           "end_ordinal"], "next_ordinal", "empty_after_tokenize",
+ *           "inputs_xxh3_128"}
+ *   import: import-state.json {"import_id", "shards": [{"file",
+ *           "header_xxh3"}], "next_doc"}
+ * Messages name the command to run again ("remove OUT.partial and build
+ * again", "... import again").
+ * ------------------------------------------------------------------------- */
+typedef enum { TKS_PARTIAL_BUILD = 0, TKS_PARTIAL_IMPORT } tks_partial_kind;
+
+/* What survives a crash: the published shards and where the next one starts. */
+typedef struct tks_partial_state {
+    char id[33];                   /* the run's id (hex); a resume must present the same */
+    tks_shard_info *shards;        /* published shards, in order (owned) */
+    uint64_t *ends;                /* per shard: the document ordinal after its last document,
+                                    * empty ones included; TKS_NONE when not recorded */
+    size_t n_shards, cap;
+    uint64_t next;                 /* first document not in a published shard */
+    uint64_t empty_after_tokenize; /* build: documents before `next` that gave no token */
+    char (*was)[33];               /* build, loaded: XXH3-128 (hex) of the inputs the
+                                    * interrupted run had read, in input order (owned) */
+    size_t n_was;
+} tks_partial_state;
+
+/* The state file's name in OUT.partial ("build-state.json", "import-state.json"). */
+const char *tks_partial_state_name(tks_partial_kind kind);
+
+/* out = out_dir without trailing '/', partial = out + ".partial", both in
+ * buffers of cap bytes. Errors: TKS_ERR_ARG (a path does not fit). */
+int tks_partial_paths(tks_partial_kind kind, const char *out_dir, char *out, char *partial,
+                      size_t cap);
+
+/* TKS_ERR_EXISTS when the dataset `out` already exists, else 0. */
+int tks_partial_check_out(const char *out);
+
+/* Creates the directory `partial`. Errors: TKS_ERR_IO, TKS_ERR_NOSPACE. */
+int tks_partial_create(const char *partial);
+
+/* Makes OUT.partial/`name` a copy of the tokenizer file `src` unless it is
+ * there already, and checks that the copy hashes (XXH3-128, as
+ * tks_file_xxh3_128) to `fp`, the fingerprint of the tokenizer in use.
+ * Errors: TKS_ERR_RESUME (a copy of another tokenizer), TKS_ERR_IO,
+ * TKS_ERR_NOSPACE. */
+int tks_partial_tokenizer(tks_partial_kind kind, const char *partial, const char *src,
+                          const char *name, const uint8_t fp[16]);
+
+/* Writes the state atomically. `inputs` (build only; may be NULL when
+ * n_inputs is 0): the XXH3-128 (hex) of the inputs read so far, recorded for
+ * a resume to compare. Errors: TKS_ERR_NOMEM, TKS_ERR_IO, TKS_ERR_NOSPACE. */
+int tks_partial_state_save(tks_partial_kind kind, const char *partial, const tks_partial_state *st,
+                           const char (*inputs)[33], size_t n_inputs);
+
+/* Loads the state of an interrupted run into *st (zeroed by the caller; its
+ * id is not read) and checks each recorded shard on disk: it must open
+ * (tks_shard_open) with the recorded header checksum and its index; its
+ * record is taken from its header. Errors: TKS_ERR_RESUME (the state missing,
+ * malformed, of another run than want_id, or a shard missing or not the
+ * recorded one; the message says what to remove), TKS_ERR_NOMEM. On error *st
+ * holds what was loaded: tks_partial_state_free it. */
+int tks_partial_state_load(tks_partial_kind kind, const char *partial, const char *want_id,
+                           tks_partial_state *st);
+
+/* Appends a published shard and the ordinal after its last document (end,
+ * or TKS_NONE when unknown). Errors: TKS_ERR_NOMEM. */
+int tks_partial_state_push(tks_partial_state *st, const tks_shard_info *s, uint64_t end);
+
+/* Frees what the state owns (not st itself). Accepts a zeroed state. */
+void tks_partial_state_free(tks_partial_state *st);
+
+/* Removes from `partial` the shard files "shard-NNNNN.tks" numbered keep and
+ * above, temporary files ("*.tmp*") and, when `also` is not NULL, the file
+ * named `also`. Best effort: what cannot be removed is left. */
+void tks_partial_clean(const char *partial, size_t keep, const char *also);
+
+/* 1 when `partial` holds a shard file "shard-NNNNN.tks", else 0. */
+int tks_partial_has_shards(const char *partial);
+
+/* The totals of a dataset's shards (n >= 1 for a meaningful id range;
+ * min_token_id is UINT32_MAX and max_token_id 0 when n is 0). */
+typedef struct tks_shard_totals {
+    uint64_t docs, tokens;
+    uint32_t min_token_id, max_token_id;
+} tks_shard_totals;
+void tks_shard_totals_of(const tks_shard_info *shards, size_t n, tks_shard_totals *out);
+
+/* tks_manifest_write into `partial` with the token width the vocabulary
+ * needs (2 bytes up to TKS_U16_MAX_VOCAB ids, else 4); chunk_bytes 0 means
+ * TKS_DEFAULT_CHUNK_BYTES. Errors: those of tks_manifest_write. */
+int tks_partial_write_manifest(const char *partial, const tks_tokenizer_info *tok,
+                               const tks_shard_info *shards, size_t n, uint32_t chunk_bytes,
+                               const char *provenance_json);
+
+/* Publishes the dataset: removes the state file, renames `partial` to `out`
+ * and syncs out's parent directory. Errors: TKS_ERR_IO. */
+int tks_partial_publish(tks_partial_kind kind, const char *partial, const char *out);
+
+/* A shard's record in a state or unit file, as JSON (jansson's json_t, a new
+ * reference the caller owns; NULL when out of memory): {"file", "bytes",
+ * "n_docs", "n_tokens", "min_token_id", "max_token_id", "header_xxh3"}. */
+struct json_t;
+struct json_t *tks_shard_record(const tks_shard_info *s);
+
+/* Reads record `rec` (as tks_shard_record wrote it) of shard i into *si:
+ * 0, or -1 when it lacks its file name (or the name is too long) or its
+ * header hash. Sets no error. */
+int tks_shard_record_read(const struct json_t *rec, size_t i, tks_shard_info *si);
+
+/* ---------------------------------------------------------------------------
  * Audit: verify everything, report every problem
  * ------------------------------------------------------------------------- */
 typedef struct tks_audit_opts {

@@ -1,7 +1,6 @@
 /* import.c - audit a foreign dataset in place, and import it as a tokshard
  * dataset (crash-safe and resumable like tokshard build). */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <omp.h>
@@ -13,10 +12,8 @@
 #include <xxhash.h>
 
 #include "internal.h"
-#include "../common/tks_json.h"
 #include "../tokenize/tokenize.h"
-
-#define STATE_NAME "import-state.json"
+#include "../tokenizer/tokenizer.h"
 
 /* ---------------------------------------------------------------------------
  * Audit
@@ -124,109 +121,6 @@ static int import_id(const tks_import_opts *o, const tks__foreign *f, const uint
     return 0;
 }
 
-typedef struct istate {
-    char id[33];
-    tks_shard_info *shards;
-    size_t n_shards;
-    uint64_t next_doc;        /* first source document not in a published shard */
-} istate;
-
-static int save_state(const char *partial, const istate *st, const tks_shard_info *shards, size_t n) {
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) {
-        char hx[17];
-        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)shards[i].header_xxh3);
-        json_array_append_new(arr, json_pack("{s:s, s:s}", "file", shards[i].file, "header_xxh3", hx));
-    }
-    json_t *j = json_pack("{s:s, s:o, s:I}", "import_id", st->id, "shards", arr, "next_doc",
-                          (json_int_t)st->next_doc);
-    char *text = json_dumps(j, JSON_INDENT(1));
-    json_decref(j);
-    if (!text) return tks_fail(TKS_ERR_NOMEM, partial, TKS_NONE, TKS_NONE, "out of memory");
-    char path[PATH_MAX];
-    int rc = tks_path_join(path, sizeof path, partial, STATE_NAME);
-    if (!rc) rc = tks_write_file_atomic(path, text, strlen(text));
-    free(text);
-    return rc;
-}
-
-/* Loads the state of an interrupted import and re-derives each kept shard's
- * record from the shard itself (after checking it is the recorded one). */
-static int load_state(const char *partial, istate *st, const char *want_id) {
-    char path[PATH_MAX];
-    int rc = tks_path_join(path, sizeof path, partial, STATE_NAME);
-    if (rc) return rc;
-    json_error_t jerr;
-    json_t *j = tks_json_load_regular(path, 0, &jerr);
-    if (!j)
-        return tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
-                        "cannot resume: %s is missing or unreadable (%s); remove %s and import again",
-                        path, jerr.text, partial);
-    const char *id = json_string_value(json_object_get(j, "import_id"));
-    json_t *arr = json_object_get(j, "shards");
-    json_t *next = json_object_get(j, "next_doc");
-    if (!id || !json_is_array(arr) || !json_is_integer(next)) {
-        json_decref(j);
-        return tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
-                        "cannot resume: %s is malformed; remove %s and import again", path, partial);
-    }
-    if (strcmp(id, want_id) != 0) {
-        json_decref(j);
-        return tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
-                        "cannot resume: %s was started from another source, tokenizer or options "
-                        "(or the source changed since); re-run with the original ones, or remove "
-                        "%s to start over", partial, partial);
-    }
-    st->next_doc = (uint64_t)json_integer_value(next);
-    size_t n = json_array_size(arr);
-    st->shards = calloc(n ? n : 1, sizeof *st->shards);
-    if (!st->shards) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
-    for (size_t i = 0; i < n && !rc; i++) {
-        json_t *s = json_array_get(arr, i);
-        const char *file = json_string_value(json_object_get(s, "file"));
-        const char *hx = json_string_value(json_object_get(s, "header_xxh3"));
-        char sp[PATH_MAX];
-        tks_shard *sh = NULL;
-        if (!file || !hx || strlen(file) >= sizeof st->shards[i].file ||
-            tks_path_join(sp, sizeof sp, partial, file) || tks_shard_open(sp, &sh) ||
-            tks_shard_hdr(sh)->header_xxh3 != strtoull(hx, NULL, 16) ||
-            tks_shard_hdr(sh)->shard_index != i) {
-            rc = tks_fail(TKS_ERR_RESUME, partial, i, TKS_NONE,
-                          "cannot resume: shard %zu in %s is damaged or not the recorded one; "
-                          "remove %s and import again", i, partial, partial);
-        } else {
-            const tks_shard_header *h = tks_shard_hdr(sh);
-            tks_shard_info *si = &st->shards[i];
-            snprintf(si->file, sizeof si->file, "%s", file);
-            si->index = (uint32_t)i;
-            si->file_bytes = h->file_size;
-            si->n_docs = h->n_docs;
-            si->n_tokens = h->n_tokens;
-            si->min_token_id = h->min_token_id;
-            si->max_token_id = h->max_token_id;
-            si->header_xxh3 = h->header_xxh3;
-            st->n_shards = i + 1;
-        }
-        tks_shard_close(sh);
-    }
-    json_decref(j);
-    return rc;
-}
-
-/* Removes shard files beyond the kept ones and temporary files. */
-static void clean_partial(const char *partial, size_t keep) {
-    DIR *d = opendir(partial);
-    struct dirent *e;
-    char p[PATH_MAX];
-    while (d && (e = readdir(d))) {
-        const char *n = e->d_name;
-        int stray = strstr(n, ".tmp") != NULL;
-        if (strncmp(n, "shard-", 6) == 0 && (size_t)atol(n + 6) >= keep) stray = 1;
-        if (stray && tks_path_join(p, sizeof p, partial, n) == 0) unlink(p);
-    }
-    if (d) closedir(d);
-}
-
 /* The dataset's tokenizer record and file: a copy of the model, or a note
  * saying there is none. */
 static int setup_tokenizer(const tks_import_opts *o, const char *partial, tks_tokenizer_info *tok) {
@@ -242,15 +136,8 @@ static int setup_tokenizer(const tks_import_opts *o, const char *partial, tks_to
             return tks_fail(TKS_ERR_TOKENIZER, o->tokenizer_path, TKS_NONE, TKS_NONE,
                             "--vocab-size %u disagrees with %s (vocab %u): drop --vocab-size",
                             o->vocab_size, o->tokenizer_path, tok->vocab_size);
-        if ((rc = tks_path_join(dst, sizeof dst, partial, tok->file))) return rc;
-        if (access(dst, F_OK) != 0 && (rc = tks_copy_file_atomic(o->tokenizer_path, dst))) return rc;
-        uint8_t fp[16];
-        if ((rc = tks_file_xxh3_128(dst, fp, NULL))) return rc;
-        if (memcmp(fp, tok->fingerprint, 16) != 0)
-            return tks_fail(TKS_ERR_RESUME, dst, TKS_NONE, TKS_NONE,
-                            "cannot resume: %s differs from --tokenizer; remove %s and import again",
-                            dst, partial);
-        return 0;
+        return tks_partial_tokenizer(TKS_PARTIAL_IMPORT, partial, o->tokenizer_path, tok->file,
+                                     tok->fingerprint);
     }
     char note[256];
     int n = snprintf(note, sizeof note,
@@ -265,6 +152,158 @@ static int setup_tokenizer(const tks_import_opts *o, const char *partial, tks_to
     return tks_file_xxh3_128(dst, tok->fingerprint, NULL);
 }
 
+/* One import: what it holds while it runs. */
+typedef struct import_run {
+    const tks_import_opts *o;
+    tks_import_stats *stats;
+    char out[PATH_MAX], partial[PATH_MAX];
+    tks__foreign f;
+    tks_tokenizer_info tok;
+    tks_partial_state st;
+    tks_writer *w;
+} import_run;
+
+/* OUT.partial, fresh or resumed, with its tokenizer file, and the writer. */
+static int import_open(import_run *r) {
+    const tks_import_opts *o = r->o;
+    const char *partial = r->partial;
+    char state_path[PATH_MAX];
+    struct stat sb;
+    int have_partial = stat(partial, &sb) == 0, rc = 0;
+    if (have_partial && !o->resume)
+        rc = tks_fail(TKS_ERR_EXISTS, partial, TKS_NONE, TKS_NONE,
+                      "%s exists (an interrupted import): add --resume to continue it, or remove it",
+                      partial);
+    if (!rc && !have_partial) rc = tks_partial_create(partial);
+    if (!rc) rc = setup_tokenizer(o, partial, &r->tok);
+    if (!rc) rc = import_id(o, &r->f, r->tok.fingerprint, r->tok.vocab_size, r->st.id);
+    if (!rc)
+        rc = tks_path_join(state_path, sizeof state_path, partial,
+                           tks_partial_state_name(TKS_PARTIAL_IMPORT));
+    if (!rc && have_partial && access(state_path, F_OK) == 0) {
+        rc = tks_partial_state_load(TKS_PARTIAL_IMPORT, partial, r->st.id, &r->st);
+        if (!rc) tks_partial_clean(partial, r->st.n_shards, NULL);
+        r->stats->resumed_shards = r->st.n_shards;
+    } else if (!rc) {
+        tks_partial_clean(partial, 0, NULL);
+        rc = tks_partial_state_save(TKS_PARTIAL_IMPORT, partial, &r->st, NULL, 0);
+    }
+    if (rc) return rc;
+    tks_writer_opts wo = {.dir = partial, .vocab_size = r->tok.vocab_size, .bos_id = r->tok.bos_id,
+                          .eos_id = r->tok.eos_id, .pad_id = r->tok.pad_id,
+                          .shard_tokens = o->shard_tokens ? o->shard_tokens : (16u << 20),
+                          .chunk_bytes = o->chunk_bytes, .first_shard = (uint32_t)r->st.n_shards};
+    memcpy(wo.tokenizer_fp, r->tok.fingerprint, 16);
+    return tks_writer_create(&wo, &r->w);
+}
+
+/* Source document d, tokens [a, a + n), into buf as uint32 ids, each checked
+ * against the vocabulary. */
+static int import_doc(const import_run *r, uint64_t d, uint64_t a, uint64_t n, uint32_t *buf) {
+    const tks__foreign *f = &r->f;
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t v = tks__foreign_token(f, a + i);
+        if (v < 0 || (uint64_t)v >= r->tok.vocab_size) {
+            tks_fail(TKS_ERR_TOKEN_RANGE, f->data_path, TKS_NONE,
+                     f->tokens_offset + (a + i) * f->token_bytes,
+                     "%s: token id %lld at token offset %llu (byte %llu, position %llu of "
+                     "document %llu) is outside the vocabulary [0, %u) of %s: the data was "
+                     "tokenized with another tokenizer; nothing was imported past it "
+                     "(`tokshard audit --format %s` lists every such id)",
+                     f->data_path, (long long)v, (unsigned long long)(a + i),
+                     (unsigned long long)(f->tokens_offset + (a + i) * f->token_bytes),
+                     (unsigned long long)i, (unsigned long long)d, r->tok.vocab_size,
+                     r->o->tokenizer_path ? r->o->tokenizer_path : "--vocab-size",
+                     tks_foreign_format_name(r->o->foreign.format));
+            tks_error_set_doc(d, 0);
+            return TKS_ERR_TOKEN_RANGE;
+        }
+        buf[i] = (uint32_t)v;
+    }
+    return 0;
+}
+
+/* Every source document not in a kept shard, in order, into shards; the
+ * state is saved after each shard. */
+static int import_docs(import_run *r) {
+    const tks__foreign *f = &r->f;
+    uint32_t *buf = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    for (uint64_t d = 0; !rc && d < f->n_docs; d++) {
+        uint64_t a = f->doc_start[d], n = f->doc_start[d + 1] - a;
+        if (n == 0) {
+            r->stats->empty_skipped++;
+            continue;
+        }
+        if (d < r->st.next) continue;
+        if (r->o->stop && *r->o->stop) {
+            rc = tks_fail(TKS_ERR_INTERRUPTED, r->partial, TKS_NONE, TKS_NONE,
+                          "interrupted: %s keeps the shards published so far; run the same "
+                          "command with --resume to continue", r->partial);
+            break;
+        }
+        if (n > cap) {
+            free(buf);
+            cap = n;
+            buf = malloc(cap * sizeof *buf);
+            if (!buf) {
+                rc = tks_fail(TKS_ERR_NOMEM, f->data_path, TKS_NONE, TKS_NONE,
+                              "out of memory for document %llu (%llu tokens)", (unsigned long long)d,
+                              (unsigned long long)n);
+                break;
+            }
+        }
+        int published = 0;
+        rc = import_doc(r, d, a, n, buf);
+        if (!rc) rc = tks_writer_add(r->w, buf, n, d, &published);
+        if (!rc && published) { /* this writer's shards follow the kept ones */
+            size_t ns;
+            const tks_shard_info *si = tks_writer_shards(r->w, &ns);
+            r->st.next = d + 1;
+            rc = tks_partial_state_push(&r->st, &si[ns - 1], r->st.next);
+            if (!rc) rc = tks_partial_state_save(TKS_PARTIAL_IMPORT, r->partial, &r->st, NULL, 0);
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+/* The last shard, the manifest (with the source as provenance), the totals
+ * and OUT published. */
+static int import_finish(import_run *r) {
+    const tks_import_opts *o = r->o;
+    const tks__foreign *f = &r->f;
+    int rc = tks_writer_flush(r->w);
+    size_t ns;
+    const tks_shard_info *si = tks_writer_shards(r->w, &ns);
+    if (!rc && ns && (size_t)si[ns - 1].index + 1 > r->st.n_shards) /* the last one, by the flush */
+        rc = tks_partial_state_push(&r->st, &si[ns - 1], f->n_docs);
+    if (!rc && r->st.n_shards == 0)
+        rc = tks_fail(TKS_ERR_ARG, o->src, TKS_NONE, TKS_NONE, "%s holds no tokens: nothing to import",
+                      o->src);
+    if (rc) return rc;
+    json_t *prov = json_pack("{s:s, s:s, s:s, s:s?, s:I, s:I, s:I}", "tool",
+                             "tokshard " TKS_VERSION_STRING, "imported_from",
+                             tks_foreign_format_name(o->foreign.format), "data", f->data_path,
+                             "index", f->index_path[0] ? f->index_path : NULL, "source_docs",
+                             (json_int_t)f->n_docs, "empty_skipped", (json_int_t)f->empty_docs,
+                             "source_tokens", (json_int_t)f->n_tokens);
+    char *pj = json_dumps(prov, JSON_COMPACT);
+    json_decref(prov);
+    rc = tks_partial_write_manifest(r->partial, &r->tok, r->st.shards, r->st.n_shards, o->chunk_bytes, pj);
+    free(pj);
+    tks_shard_totals t;
+    tks_shard_totals_of(r->st.shards, r->st.n_shards, &t);
+    r->stats->vocab_size = r->tok.vocab_size;
+    r->stats->docs_written = t.docs;
+    r->stats->tokens_written = t.tokens;
+    r->stats->min_token_id = t.min_token_id;
+    r->stats->max_token_id = t.max_token_id;
+    r->stats->shards = r->st.n_shards;
+    return rc ? rc : tks_partial_publish(TKS_PARTIAL_IMPORT, r->partial, r->out);
+}
+
 int tks_import(const tks_import_opts *o, tks_import_stats *stats) {
     double t0 = omp_get_wtime();
     tks_import_stats local;
@@ -273,169 +312,27 @@ int tks_import(const tks_import_opts *o, tks_import_stats *stats) {
     if (!o || !o->src || !o->out_dir || !*o->out_dir || (!o->tokenizer_path && !o->vocab_size))
         return tks_fail(TKS_ERR_ARG, o ? o->src : NULL, TKS_NONE, TKS_NONE,
                         "import needs a source, --output DIR and --tokenizer MODEL or --vocab-size N");
-    char out[PATH_MAX], partial[PATH_MAX], state_path[PATH_MAX];
-    snprintf(out, sizeof out, "%s", o->out_dir);
-    size_t ol = strlen(out);
-    while (ol > 1 && out[ol - 1] == '/') out[--ol] = 0;
-    if (snprintf(partial, sizeof partial, "%s.partial", out) >= (int)sizeof partial)
-        return tks_fail(TKS_ERR_ARG, out, TKS_NONE, TKS_NONE, "path too long: %s", out);
-    struct stat sb;
-    if (stat(out, &sb) == 0)
-        return tks_fail(TKS_ERR_EXISTS, out, TKS_NONE, TKS_NONE,
-                        "%s already exists: choose another --output or remove it", out);
-
+    import_run *r = calloc(1, sizeof *r);
+    if (!r) return tks_fail(TKS_ERR_NOMEM, o->src, TKS_NONE, TKS_NONE, "out of memory");
+    r->o = o;
+    r->stats = stats;
+    int rc = tks_partial_paths(TKS_PARTIAL_IMPORT, o->out_dir, r->out, r->partial, sizeof r->out);
+    if (!rc) rc = tks_partial_check_out(r->out);
+    if (rc) {
+        free(r);
+        return rc;
+    }
     tks__plist pl = {NULL, 0, 1};
-    tks__foreign f;
-    int rc = tks__foreign_open(o->src, &o->foreign, &pl, &f);
-    tks_tokenizer_info tok;
-    istate st = {0};
-    tks_writer *w = NULL;
-    int have_partial = stat(partial, &sb) == 0;
-    if (!rc && have_partial && !o->resume)
-        rc = tks_fail(TKS_ERR_EXISTS, partial, TKS_NONE, TKS_NONE,
-                      "%s exists (an interrupted import): add --resume to continue it, or remove it",
-                      partial);
-    if (!rc && !have_partial && mkdir(partial, 0755) != 0)
-        rc = tks_fail(tks_write_errno_code(errno), partial, TKS_NONE, TKS_NONE, "cannot create %s: %s",
-                      partial, strerror(errno));
-    if (!rc) rc = setup_tokenizer(o, partial, &tok);
-    if (!rc) rc = import_id(o, &f, tok.fingerprint, tok.vocab_size, st.id);
-    if (!rc) rc = tks_path_join(state_path, sizeof state_path, partial, STATE_NAME);
-    if (!rc && have_partial && access(state_path, F_OK) == 0) {
-        rc = load_state(partial, &st, st.id);
-        if (!rc) clean_partial(partial, st.n_shards);
-        stats->resumed_shards = st.n_shards;
-    } else if (!rc) {
-        clean_partial(partial, 0);
-        rc = save_state(partial, &st, NULL, 0);
-    }
-    if (!rc) {
-        tks_writer_opts wo = {.dir = partial, .vocab_size = tok.vocab_size, .bos_id = tok.bos_id,
-                              .eos_id = tok.eos_id, .pad_id = tok.pad_id,
-                              .shard_tokens = o->shard_tokens ? o->shard_tokens : (16u << 20),
-                              .chunk_bytes = o->chunk_bytes, .first_shard = (uint32_t)st.n_shards};
-        memcpy(wo.tokenizer_fp, tok.fingerprint, 16);
-        rc = tks_writer_create(&wo, &w);
-    }
-    uint32_t *buf = NULL;
-    size_t cap = 0;
-    stats->docs_read = f.n_docs;
-    stats->continued_first = f.continued_first;
-    for (uint64_t d = 0; !rc && d < f.n_docs; d++) {
-        uint64_t a = f.doc_start[d], b = f.doc_start[d + 1], n = b - a;
-        if (n == 0) {
-            stats->empty_skipped++;
-            continue;
-        }
-        if (d < st.next_doc) continue;
-        if (o->stop && *o->stop) {
-            rc = tks_fail(TKS_ERR_INTERRUPTED, partial, TKS_NONE, TKS_NONE,
-                          "interrupted: %s keeps the shards published so far; run the same "
-                          "command with --resume to continue", partial);
-            break;
-        }
-        if (n > cap) {
-            free(buf);
-            cap = n;
-            buf = malloc(cap * sizeof *buf);
-            if (!buf) {
-                rc = tks_fail(TKS_ERR_NOMEM, f.data_path, TKS_NONE, TKS_NONE,
-                              "out of memory for document %llu (%llu tokens)", (unsigned long long)d,
-                              (unsigned long long)n);
-                break;
-            }
-        }
-        for (uint64_t i = 0; i < n && !rc; i++) {
-            int64_t v = tks__foreign_token(&f, a + i);
-            if (v < 0 || (uint64_t)v >= tok.vocab_size) {
-                rc = tks_fail(TKS_ERR_TOKEN_RANGE, f.data_path, TKS_NONE,
-                              f.tokens_offset + (a + i) * f.token_bytes,
-                              "%s: token id %lld at token offset %llu (byte %llu, position %llu of "
-                              "document %llu) is outside the vocabulary [0, %u) of %s: the data was "
-                              "tokenized with another tokenizer; nothing was imported past it "
-                              "(`tokshard audit --format %s` lists every such id)",
-                              f.data_path, (long long)v, (unsigned long long)(a + i),
-                              (unsigned long long)(f.tokens_offset + (a + i) * f.token_bytes),
-                              (unsigned long long)i, (unsigned long long)d, tok.vocab_size,
-                              o->tokenizer_path ? o->tokenizer_path : "--vocab-size",
-                              tks_foreign_format_name(o->foreign.format));
-                tks_error_set_doc(d, 0);
-            }
-            buf[i] = (uint32_t)v;
-        }
-        int published = 0;
-        if (!rc) rc = tks_writer_add(w, buf, n, d, &published);
-        if (!rc && published) {
-            size_t ns;
-            const tks_shard_info *si = tks_writer_shards(w, &ns);
-            /* this writer's shards follow the kept ones */
-            tks_shard_info *all = calloc(st.n_shards + ns, sizeof *all);
-            if (!all) {
-                rc = tks_fail(TKS_ERR_NOMEM, partial, TKS_NONE, TKS_NONE, "out of memory");
-                break;
-            }
-            if (st.n_shards) memcpy(all, st.shards, st.n_shards * sizeof *all);
-            memcpy(all + st.n_shards, si, ns * sizeof *all);
-            istate now = st;
-            now.next_doc = d + 1;
-            rc = save_state(partial, &now, all, st.n_shards + ns);
-            free(all);
-        }
-    }
-    free(buf);
-    if (!rc) rc = tks_writer_flush(w);
-    if (!rc) {
-        size_t ns;
-        const tks_shard_info *si = tks_writer_shards(w, &ns);
-        size_t total = st.n_shards + ns;
-        tks_shard_info *all = calloc(total ? total : 1, sizeof *all);
-        if (!all) rc = tks_fail(TKS_ERR_NOMEM, partial, TKS_NONE, TKS_NONE, "out of memory");
-        if (!rc && total == 0)
-            rc = tks_fail(TKS_ERR_ARG, o->src, TKS_NONE, TKS_NONE,
-                          "%s holds no tokens: nothing to import", o->src);
-        if (!rc) {
-            if (st.n_shards) memcpy(all, st.shards, st.n_shards * sizeof *all);
-            if (ns) memcpy(all + st.n_shards, si, ns * sizeof *all);
-            json_t *prov = json_pack("{s:s, s:s, s:s, s:s?, s:I, s:I, s:I}", "tool",
-                                     "tokshard " TKS_VERSION_STRING, "imported_from",
-                                     tks_foreign_format_name(o->foreign.format), "data", f.data_path,
-                                     "index", f.index_path[0] ? f.index_path : NULL, "source_docs",
-                                     (json_int_t)f.n_docs, "empty_skipped",
-                                     (json_int_t)f.empty_docs, "source_tokens", (json_int_t)f.n_tokens);
-            char *pj = json_dumps(prov, JSON_COMPACT);
-            json_decref(prov);
-            rc = tks_manifest_write(partial, &tok, all, total,
-                                    tok.vocab_size <= TKS_U16_MAX_VOCAB ? 2 : 4,
-                                    o->chunk_bytes ? o->chunk_bytes : TKS_DEFAULT_CHUNK_BYTES, pj);
-            free(pj);
-            stats->vocab_size = tok.vocab_size;
-            stats->min_token_id = UINT32_MAX;
-            for (size_t i = 0; i < total; i++) {
-                stats->docs_written += all[i].n_docs;
-                stats->tokens_written += all[i].n_tokens;
-                if (all[i].min_token_id < stats->min_token_id) stats->min_token_id = all[i].min_token_id;
-                if (all[i].max_token_id > stats->max_token_id) stats->max_token_id = all[i].max_token_id;
-            }
-            stats->shards = total;
-        }
-        free(all);
-        if (!rc) {
-            unlink(state_path);
-            if (rename(partial, out) != 0)
-                rc = tks_fail(TKS_ERR_IO, out, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s",
-                              partial, out, strerror(errno));
-            else {
-                char parent[PATH_MAX];
-                snprintf(parent, sizeof parent, "%s", out);
-                char *sl = strrchr(parent, '/');
-                if (sl) *sl = 0;
-                tks_fsync_dir(sl ? (parent[0] ? parent : "/") : ".");
-            }
-        }
-    }
-    tks_writer_free(w);
-    free(st.shards);
-    tks__foreign_close(&f);
+    rc = tks__foreign_open(o->src, &o->foreign, &pl, &r->f);
+    if (!rc) rc = import_open(r);
+    stats->docs_read = r->f.n_docs;
+    stats->continued_first = r->f.continued_first;
+    if (!rc) rc = import_docs(r);
+    if (!rc) rc = import_finish(r);
+    tks_writer_free(r->w);
+    tks_partial_state_free(&r->st);
+    tks__foreign_close(&r->f);
+    free(r);
     stats->seconds = omp_get_wtime() - t0;
     return rc;
 }

@@ -2,8 +2,8 @@
  * tokenize.h - the public API of tokshard's tokenize layer: reading raw text
  * (plain, compressed, archives, through libarchive) into documents, and the
  * OpenMP build pipeline that tokenizes documents into a dataset.
- * The tokenizer models are the tokenizer library's (tokenizer/tokenizer.h),
- * included here for the types this API uses (tks_spm, tks_encoder_stats).
+ * The tokenizer models are the tokenizer library's (tokenizer/tokenizer.h):
+ * this header names its handle, tks_spm, without including it.
  *
  * Errors are TKS_ERR_* codes with context (file, line, document) in
  * tks_last_error(); nothing here prints or exits.
@@ -17,11 +17,13 @@
 
 #include "../common/tks.h"
 #include "../dataset/dataset.h"
-#include "../tokenizer/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* A loaded tokenizer model (tokenizer/tokenizer.h). */
+typedef struct tks_spm tks_spm;
 
 /* ---------------------------------------------------------------------------
  * Input: files, directories, compressed streams and archives -> documents

@@ -78,12 +78,8 @@ void tks_spm_set_word_cache(tks_spm *s, int on);
 /* Always sentencepiece / always the fast encoder (TKS_ERR_ARG when unavailable). */
 int tks_spm_encode_ref(const tks_spm *s, const char *text, size_t len, tks_ids *out);
 int tks_spm_encode_fast(const tks_spm *s, const char *text, size_t len, tks_ids *out);
-/* The fast encoder's word cache, summed over threads (zeros without it). */
-typedef struct tks_encoder_stats {
-    uint64_t words, word_hits;   /* words encoded, found in the cache */
-    uint64_t bytes, hit_bytes;   /* their normalized bytes */
-    uint64_t bound_misses;       /* unigram: found, but decoded again (float rounding, fastenc.c) */
-} tks_encoder_stats;
+/* The fast encoder's word cache, summed over threads (zeros without it);
+ * tks_encoder_stats is declared in common/tks.h. */
 void tks_spm_encoder_stats(const tks_spm *s, tks_encoder_stats *st);
 
 /* Decodes ids to text. *text is malloc'd, NUL-terminated, owned by the caller.

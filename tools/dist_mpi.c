@@ -332,6 +332,150 @@ static void show_in_flight(const tks_build_opts *o) {
     fclose(f);
 }
 
+/* Opens this rank's job: rank 0 first (it plans and prepares OUT.partial,
+ * which the others need), then the workers; every rank learns whether all
+ * could start. */
+static int open_jobs(tks_build_opts *o, int rank, tks_build_job **job) {
+    int rc = rank == 0 ? tks_build_job_open(o, 1, job) : 0;
+    int rc0 = rc;
+    bcast_int(&rc0);
+    if (rc0) {
+        if (rank) rc = tks_fail(rc0, NULL, TKS_NONE, TKS_NONE,
+                                "rank %d stops: rank 0 could not start the build (see its message)", rank);
+        tks_build_job_free(*job);
+        *job = NULL;
+        return rc;
+    }
+    if (rank) rc = tks_build_job_open(o, 0, job);
+    int worst = rc ? 1 : 0, any = 0;
+    MPI_Allreduce(&worst, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (!any) return 0;
+    tks_build_job_free(*job);
+    *job = NULL;
+    if (rc) return rc;
+    return tks_fail(TKS_ERR_IO, o->out_dir, TKS_NONE, TKS_NONE,
+                    "rank %d stops: another rank could not start the build (see its message)", rank);
+}
+
+/* A worker: asks rank 0 for a unit, builds it, reports, until told to stop;
+ * then learns whether rank 0 finished the build. */
+static int worker(const tks_build_opts *o, int rank, tks_build_job *job) {
+    req q = {0};
+    for (;;) {
+        MPI_Send(&q, (int)sizeof q, MPI_BYTE, 0, TAG_REQ, MPI_COMM_WORLD);
+        assign a;
+        MPI_Request rq;
+        MPI_Irecv(&a, (int)sizeof a, MPI_BYTE, 0, TAG_ASSIGN, MPI_COMM_WORLD, &rq);
+        wait_quietly(&rq);
+        if (a.stop) break;
+        g_sigmsg_len = (size_t)snprintf(g_sigmsg, sizeof g_sigmsg,
+                                        "%s: rank %d stopped by the launcher while building unit %llu\n",
+                                        cli_prog, rank, (unsigned long long)a.unit.index);
+        memset(&q, 0, sizeof q);
+        q.unit = a.unit.index;
+        q.has_unit = 1;
+        q.rc = tks_build_job_run(job, &a.unit, &q.us);
+        if (q.rc) snprintf(q.err, sizeof q.err, "%s", tks_last_error()->message);
+        g_sigmsg_len = 0;
+    }
+    tks_build_job_free(job);
+    int rc = 0;
+    bcast_int(&rc);
+    if (rc) return tks_fail(rc, o->out_dir, TKS_NONE, TKS_NONE,
+                            "rank %d: rank 0 could not finish the build (see its message)", rank);
+    return 0;
+}
+
+/* Rank 0 plans unit by unit; the other ranks start on the first units
+ * meanwhile. */
+static void coord_plan(coord *c) {
+    for (;;) {
+        tks_build_unit u;
+        int rc = tks_build_job_plan(c->job, &u);
+        if (rc < 0) {
+            fprintf(stderr, "%s: error: rank 0 could not plan the units: %s\n", cli_prog,
+                    tks_last_error()->message);
+            fflush(stderr);
+            g_sigmsg_len = 0;
+            MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+        }
+        if (rc == 0) c->planning = 0;
+        if (rc == 1) {
+            if (c->n_units == c->cap_units) {
+                c->cap_units = c->cap_units ? 2 * c->cap_units : 64;
+                c->units = realloc(c->units, c->cap_units * sizeof *c->units);
+                if (!c->units) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+            }
+            c->units[c->n_units++] = u;
+            if (tks_build_job_unit_done(c->job, u.index)) {
+                c->n_kept++;
+                c->n_done++;
+            } else {
+                c->total_text += u.text_bytes;
+            }
+        }
+        size_t w = 0; /* ranks waiting for a unit */
+        for (size_t i = 0; i < c->n_waiting; i++)
+            if (!coord_answer(c, c->waiting[i])) c->waiting[w++] = c->waiting[i];
+        c->n_waiting = w;
+        coord_serve(c, 0);
+        coord_print(c, 0);
+        if (!c->planning) break;
+    }
+}
+
+/* What a resume took over from a build started without mpirun (its shards
+ * are taken over as the units are planned). */
+static void coord_plain_report(const coord *c) {
+    const tks_build_plain *pl = tks_build_job_plain(c->job);
+    if (pl->active && !pl->ends_recorded && pl->empty_after_tokenize)
+        fprintf(stderr, "%s: resuming a build started without mpirun: none of its %llu shard(s) "
+                        "kept, since it found %llu document(s) empty after tokenizing and its "
+                        "shards cannot then be matched to work units; %zu of %zu units are built\n",
+                cli_prog, (unsigned long long)pl->shards,
+                (unsigned long long)pl->empty_after_tokenize, c->n_units - c->n_kept, c->n_units);
+    else if (pl->active)
+        fprintf(stderr, "%s: resuming a build started without mpirun: %zu of %zu units kept "
+                        "(%llu of its %llu shard(s) taken over now as %llu units); the others "
+                        "are built\n",
+                cli_prog, c->n_kept, c->n_units, (unsigned long long)pl->shards_kept,
+                (unsigned long long)pl->shards, (unsigned long long)pl->units_kept);
+}
+
+/* Rank 0 builds units too, answering the other ranks between its batches,
+ * until none is left; then waits for every rank to be told to stop. */
+static void coord_build(coord *c, const tks_build_opts *o) {
+    /* the job's options are a copy: the callback is set on the unit runs below */
+    tks_build_opts ro = *o;
+    ro.progress = coord_progress;
+    /* rank 0 answers the other ranks only between its batches: smaller
+     * batches keep a rank that finished its unit from waiting for the next
+     * one (8 MiB took ~0.4 s per core; the bytes written do not depend on it) */
+    if (!ro.batch_bytes) ro.batch_bytes = 1u << 20;
+    tks_build_job *job0 = NULL;
+    if (tks_build_job_open(&ro, 0, &job0)) {
+        fprintf(stderr, "%s: error: rank 0: %s\n", cli_prog, tks_last_error()->message);
+        MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+    }
+    int64_t k;
+    while ((k = coord_take(c, 0)) >= 0) {
+        tks_unit_stats us;
+        if (tks_build_job_run(job0, &c->units[k], &us)) {
+            fprintf(stderr, "%s: error: rank 0 failed on unit %lld: %s\n%s: stopping the job; the "
+                            "complete units are kept in %s: fix the cause and re-run the same "
+                            "command with --resume\n",
+                    cli_prog, (long long)k, tks_last_error()->message, cli_prog, c->partial);
+            fflush(stderr);
+            g_sigmsg_len = 0;
+            MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+        }
+        coord_done(c, 0, (uint64_t)k, &us);
+        coord_serve(c, 0);
+    }
+    while (c->stopped < (size_t)c->size - 1) coord_serve(c, 1);
+    tks_build_job_free(job0);
+}
+
 int dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int *rank) {
     int size = 1;
     *rank = 0;
@@ -348,50 +492,9 @@ int dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int *ran
     o->progress = NULL;
     o->stop = NULL;
     tks_build_job *job = NULL;
-    /* rank 0 first: it plans and prepares OUT.partial, which the others need */
-    if (*rank == 0) rc = tks_build_job_open(o, 1, &job);
-    int rc0 = rc;
-    bcast_int(&rc0);
-    if (rc0) {
-        if (*rank) rc = tks_fail(rc0, NULL, TKS_NONE, TKS_NONE,
-                                 "rank %d stops: rank 0 could not start the build (see its message)", *rank);
-        tks_build_job_free(job);
-        return rc;
-    }
-    if (*rank) rc = tks_build_job_open(o, 0, &job);
-    int worst = rc ? 1 : 0, any = 0;
-    MPI_Allreduce(&worst, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (any) {
-        tks_build_job_free(job);
-        if (rc) return rc;
-        return tks_fail(TKS_ERR_IO, o->out_dir, TKS_NONE, TKS_NONE,
-                        "rank %d stops: another rank could not start the build (see its message)", *rank);
-    }
-    if (*rank) { /* a worker: ask, build, report, until told to stop */
-        req q = {0};
-        for (;;) {
-            MPI_Send(&q, (int)sizeof q, MPI_BYTE, 0, TAG_REQ, MPI_COMM_WORLD);
-            assign a;
-            MPI_Request rq;
-            MPI_Irecv(&a, (int)sizeof a, MPI_BYTE, 0, TAG_ASSIGN, MPI_COMM_WORLD, &rq);
-            wait_quietly(&rq);
-            if (a.stop) break;
-            g_sigmsg_len = (size_t)snprintf(g_sigmsg, sizeof g_sigmsg,
-                                            "%s: rank %d stopped by the launcher while building unit %llu\n",
-                                            cli_prog, *rank, (unsigned long long)a.unit.index);
-            memset(&q, 0, sizeof q);
-            q.unit = a.unit.index;
-            q.has_unit = 1;
-            q.rc = tks_build_job_run(job, &a.unit, &q.us);
-            if (q.rc) snprintf(q.err, sizeof q.err, "%s", tks_last_error()->message);
-            g_sigmsg_len = 0;
-        }
-        tks_build_job_free(job);
-        bcast_int(&rc);
-        if (rc) return tks_fail(rc, o->out_dir, TKS_NONE, TKS_NONE,
-                                "rank %d: rank 0 could not finish the build (see its message)", *rank);
-        return 0;
-    }
+    rc = open_jobs(o, *rank, &job);
+    if (rc) return rc;
+    if (*rank) return worker(o, *rank, job);
     coord c = {0};
     c.size = size;
     c.inflight = malloc((size_t)size * sizeof *c.inflight);
@@ -409,85 +512,9 @@ int dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int *ran
     c.planning = 1;
     g_coord = &c;
     coord_sigmsg(&c);
-    /* plan unit by unit; the other ranks start on the first units meanwhile */
-    for (;;) {
-        tks_build_unit u;
-        rc = tks_build_job_plan(job, &u);
-        if (rc < 0) {
-            fprintf(stderr, "%s: error: rank 0 could not plan the units: %s\n", cli_prog,
-                    tks_last_error()->message);
-            fflush(stderr);
-            g_sigmsg_len = 0;
-            MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
-        }
-        if (rc == 0) c.planning = 0;
-        if (rc == 1) {
-            if (c.n_units == c.cap_units) {
-                c.cap_units = c.cap_units ? 2 * c.cap_units : 64;
-                c.units = realloc(c.units, c.cap_units * sizeof *c.units);
-                if (!c.units) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
-            }
-            c.units[c.n_units++] = u;
-            if (tks_build_job_unit_done(job, u.index)) {
-                c.n_kept++;
-                c.n_done++;
-            } else {
-                c.total_text += u.text_bytes;
-            }
-        }
-        size_t w = 0; /* ranks waiting for a unit */
-        for (size_t i = 0; i < c.n_waiting; i++)
-            if (!coord_answer(&c, c.waiting[i])) c.waiting[w++] = c.waiting[i];
-        c.n_waiting = w;
-        coord_serve(&c, 0);
-        coord_print(&c, 0);
-        if (!c.planning) break;
-    }
-    /* a plain build's shards are taken over as the units are planned */
-    const tks_build_plain *pl = tks_build_job_plain(job);
-    if (pl->active && !pl->ends_recorded && pl->empty_after_tokenize)
-        fprintf(stderr, "%s: resuming a build started without mpirun: none of its %llu shard(s) "
-                        "kept, since it found %llu document(s) empty after tokenizing and its "
-                        "shards cannot then be matched to work units; %zu of %zu units are built\n",
-                cli_prog, (unsigned long long)pl->shards,
-                (unsigned long long)pl->empty_after_tokenize, c.n_units - c.n_kept, c.n_units);
-    else if (pl->active)
-        fprintf(stderr, "%s: resuming a build started without mpirun: %zu of %zu units kept "
-                        "(%llu of its %llu shard(s) taken over now as %llu units); the others "
-                        "are built\n",
-                cli_prog, c.n_kept, c.n_units, (unsigned long long)pl->shards_kept,
-                (unsigned long long)pl->shards, (unsigned long long)pl->units_kept);
-    rc = 0;
-    /* the job's options are a copy: the callback is set on the unit runs below */
-    tks_build_opts ro = *o;
-    ro.progress = coord_progress;
-    /* rank 0 answers the other ranks only between its batches: smaller
-     * batches keep a rank that finished its unit from waiting for the next
-     * one (8 MiB took ~0.4 s per core; the bytes written do not depend on it) */
-    if (!ro.batch_bytes) ro.batch_bytes = 1u << 20;
-    tks_build_job *job0 = NULL;
-    rc = tks_build_job_open(&ro, 0, &job0);
-    if (rc) {
-        fprintf(stderr, "%s: error: rank 0: %s\n", cli_prog, tks_last_error()->message);
-        MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
-    }
-    int64_t k;
-    while ((k = coord_take(&c, 0)) >= 0) {
-        tks_unit_stats us;
-        rc = tks_build_job_run(job0, &c.units[k], &us);
-        if (rc) {
-            fprintf(stderr, "%s: error: rank 0 failed on unit %lld: %s\n%s: stopping the job; the "
-                            "complete units are kept in %s: fix the cause and re-run the same "
-                            "command with --resume\n",
-                    cli_prog, (long long)k, tks_last_error()->message, cli_prog, partial);
-            fflush(stderr);
-            g_sigmsg_len = 0;
-            MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
-        }
-        coord_done(&c, 0, (uint64_t)k, &us);
-        coord_serve(&c, 0);
-    }
-    while (c.stopped < (size_t)size - 1) coord_serve(&c, 1);
+    coord_plan(&c);
+    coord_plain_report(&c);
+    coord_build(&c, o);
     coord_print(&c, 1);
     g_sigmsg_len = 0;
     rc = tks_build_job_finish(job, stats);
@@ -498,7 +525,6 @@ int dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int *ran
     free(c.units);
     free(c.rank_units);
     free(c.rank_text);
-    tks_build_job_free(job0);
     tks_build_job_free(job);
     return rc;
 }

@@ -17,6 +17,7 @@
 #include "dataset/dataset.h"
 #include "interop/interop.h"
 #include "tokenize/tokenize.h"
+#include "tokenizer/tokenizer.h"
 #include "cli.h"
 #include "dist.h"
 

@@ -1,0 +1,219 @@
+/* batch.c - the build's stages between the input and the writer: documents
+ * read into batches on a reader thread (prefetch), encoded in parallel, and
+ * BOS/EOS added; tks_build and the work units drive them (tokenize/internal.h). */
+#define _GNU_SOURCE
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const size_t *g_sort_len;
+static int by_len_desc(const void *a, const void *b);
+
+static int batch_push(batch *b, const tks_doc *d, int unit_end) {
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 4096;
+        if (tks_resize(&b->off, cap, sizeof *b->off) || tks_resize(&b->len, cap, sizeof *b->len) ||
+            tks_resize(&b->ordinal, cap, sizeof *b->ordinal) ||
+            tks_resize(&b->order, cap, sizeof *b->order) || tks_resize(&b->err, cap, sizeof *b->err) ||
+            tks_resize(&b->uend, cap, sizeof *b->uend) || tks_resize(&b->ids, cap, sizeof *b->ids))
+            return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch)");
+        memset(b->ids + b->cap, 0, (cap - b->cap) * sizeof *b->ids);
+        b->cap = cap;
+    }
+    if (b->arena_len + d->len > b->arena_cap) {
+        size_t cap = b->arena_cap ? b->arena_cap : (1u << 20);
+        while (cap < b->arena_len + d->len) cap *= 2;
+        char *a = realloc(b->arena, cap);
+        if (!a) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch)");
+        b->arena = a;
+        b->arena_cap = cap;
+    }
+    memcpy(b->arena + b->arena_len, d->text, d->len);
+    b->off[b->n] = b->arena_len;
+    b->len[b->n] = d->len;
+    b->ordinal[b->n] = d->ordinal;
+    b->uend[b->n] = (unsigned char)unit_end;
+    b->arena_len += d->len;
+    b->n++;
+    return 0;
+}
+
+static void batch_free(batch *b) {
+    for (size_t i = 0; i < b->cap; i++) tks_ids_free(&b->ids[i]);
+    free(b->arena);
+    free(b->off);
+    free(b->len);
+    free(b->ordinal);
+    free(b->order);
+    free(b->ids);
+    free(b->err);
+    free(b->uend);
+}
+
+static int fill_batch(reader *r, batch *b);
+
+static void *prefetch_main(void *arg) {
+    prefetch *p = arg;
+    batch *b = &p->slot[p->next];
+    b->n = 0;
+    b->arena_len = 0;
+    b->end = 0;
+    p->rc = fill_batch(p->r, b);
+    if (p->rc) p->err = *tks_last_error();
+    return NULL;
+}
+
+/* Starts reading the next batch; without a thread (pthread_create failed)
+ * it is read here. */
+void tks__prefetch_start(prefetch *p) {
+    p->rc = 0;
+    if (pthread_create(&p->th, NULL, prefetch_main, p) == 0)
+        p->running = 1;
+    else
+        prefetch_main(p);
+}
+
+/* Waits for the batch prefetch_start began: 0 and *out, or the reader's
+ * error (restored on this thread). *out stays the caller's until the next
+ * prefetch_take. */
+int tks__prefetch_take(prefetch *p, batch **out) {
+    if (p->running) pthread_join(p->th, NULL);
+    p->running = 0;
+    if (p->rc) {
+        tks_error_restore(&p->err);
+        return p->rc;
+    }
+    *out = &p->slot[p->next];
+    p->next ^= 1;
+    return 0;
+}
+
+/* Called by the caller once a batch is committed, before the next
+ * prefetch_take: what the batch grew is freed now, not when the slot is
+ * refilled. A slot keeps, for its next batch, id buffers of up to 64 KiB
+ * each and batch_bytes in all, and an arena of up to twice batch_bytes.
+ * A bound per buffer alone is not enough: each of the thousands of
+ * documents of a batch then keeps the largest buffer its index ever held,
+ * and RSS grows through the whole build (to 513 MiB on the Linux tarball
+ * with two slots; 548 MiB with no bound at all). */
+void tks__batch_trim(batch *b, size_t batch_bytes) {
+    size_t kept = 0;
+    for (size_t i = 0; i < b->cap; i++) {
+        size_t bytes = b->ids[i].cap * sizeof(uint32_t);
+        if (!bytes) continue;
+        if (bytes <= (64u << 10) && kept + bytes <= batch_bytes)
+            kept += bytes;
+        else
+            tks_ids_free(&b->ids[i]);
+    }
+    if (b->arena_cap > 2 * batch_bytes) {
+        free(b->arena);
+        b->arena = NULL;
+        b->arena_cap = 0;
+    }
+    b->n = 0;
+    b->arena_len = 0;
+}
+
+/* Joins a reader still running (after an error or an interrupt) and frees
+ * both batches. */
+void tks__prefetch_free(prefetch *p) {
+    if (p->running) pthread_join(p->th, NULL);
+    p->running = 0;
+    batch_free(&p->slot[0]);
+    batch_free(&p->slot[1]);
+}
+
+static int fill_batch(reader *r, batch *b) {
+    tks_doc doc;
+    int rc = 0;
+    while (!rc && b->arena_len < r->batch_bytes && r->docs_read < r->want && !(r->stop && *r->stop)) {
+        int got = tks_input_next(r->in, &doc);
+        if (got < 0) return got;
+        if (got == 0) {
+            b->end = 1; /* a unit that ends early: the caller names the missing documents */
+            break;
+        }
+        r->docs_read++;
+        r->text += doc.len;
+        int unit_end = 0;
+        if (r->unit_bytes) {
+            r->unit_acc += doc.len;
+            unit_end = r->unit_acc >= r->unit_bytes;
+            if (unit_end) r->unit_acc = 0;
+        }
+        if (doc.ordinal < r->skip_below) continue;
+        rc = batch_push(b, &doc, unit_end);
+    }
+    if (r->docs_read >= r->want) b->end = 1;
+    b->docs_seen = r->docs_read;
+    b->text_seen = r->text;
+    b->input = *tks_input_get_stats(r->in);
+    return rc;
+}
+
+/* Tokenizes the batch in parallel, longest documents first. 0 or the first
+ * error (its context restored). */
+int tks__encode_batch(tks_spm *spm, batch *b, int threads) {
+    /* longest documents first when one could keep a thread busy after the
+     * others finish, else in order and in runs of documents (the sort, the
+     * scattered reads it causes and one hand-off per document cost 5-8% of a
+     * build of short lines) */
+    size_t longest = 0, per = 1;
+    for (size_t i = 0; i < b->n; i++) {
+        b->order[i] = i;
+        longest = b->len[i] > longest ? b->len[i] : longest;
+    }
+    if (longest > (64u << 10)) {
+        g_sort_len = b->len;
+        qsort(b->order, b->n, sizeof *b->order, by_len_desc);
+    } else {
+        per = b->n / ((size_t)threads * 64) + 1;
+    }
+    tks_error first_err = {0};
+    int any_err = 0;
+#pragma omp parallel for schedule(dynamic, per) num_threads(threads)
+    for (size_t k = 0; k < b->n; k++) {
+        size_t i = b->order[k];
+        int e = tks_spm_encode(spm, b->arena + b->off[i], b->len[i], &b->ids[i]);
+        b->err[i] = e;
+        if (e) {
+#pragma omp critical(tks_build_err)
+            if (!any_err) {
+                any_err = 1;
+                first_err = *tks_last_error();
+            }
+        }
+    }
+    if (!any_err) return 0;
+    tks_error_restore(&first_err);
+    return first_err.code ? first_err.code : TKS_ERR_TOKENIZER;
+}
+
+/* Adds BOS/EOS as asked. 0 or TKS_ERR_NOMEM. */
+int tks__add_specials(tks_ids *v, const tks_build_opts *o, uint32_t bos, uint32_t eos) {
+    if (!o->prepend_bos && !o->append_eos) return 0;
+    size_t need = v->n + 2;
+    if (v->cap < need) {
+        uint32_t *p = realloc(v->ids, need * sizeof *p);
+        if (!p) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+        v->ids = p;
+        v->cap = need;
+    }
+    if (o->prepend_bos) {
+        memmove(v->ids + 1, v->ids, v->n * sizeof *v->ids);
+        v->ids[0] = bos;
+        v->n++;
+    }
+    if (o->append_eos) v->ids[v->n++] = eos;
+    return 0;
+}
+
+static int by_len_desc(const void *a, const void *b) {
+    size_t x = g_sort_len[*(const size_t *)a], y = g_sort_len[*(const size_t *)b];
+    if (x != y) return x < y ? 1 : -1;
+    return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
+}

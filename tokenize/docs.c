@@ -1,0 +1,543 @@
+/*
+ * docs.c - documents out of the entries' bytes: UTF-8 validation and
+ * repair, lines, blank-line paragraphs, whole entries and JSONL records,
+ * and positions in the inputs (tks_input_tell, tks_input_seek).
+ *
+ * Lines are found with memchr in the blocks stream.c hands out; a line that
+ * lies inside one block is handed out in place, one that spans blocks is
+ * assembled in `line`. Documents are only buffered whole for --doc-split
+ * file and blank-line paragraphs, and never beyond max_doc_bytes: the rest
+ * of a longer document is read and dropped without being kept.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ------------------------------------------------------------------------- */
+/* UTF-8 (RFC 3629; Unicode Standard ch. 3, Table 3-7 "Well-Formed UTF-8 Byte
+ * Sequences", and "U+FFFD Substitution of Maximal Subparts").                 */
+
+/*
+ * s[0] >= 0x80, n >= 1 bytes available. Returns the length (2..4) of the
+ * well-formed sequence at s, or -k where k >= 1 is the length of the maximal
+ * subpart of an ill-formed sequence (the bytes that one U+FFFD replaces).
+ */
+static int utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0], lo = 0x80, hi = 0xBF;
+    int len;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0) lo = 0xA0;      /* overlong */
+        else if (c == 0xED) hi = 0x9F; /* surrogates D800..DFFF */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0) lo = 0x90;      /* overlong */
+        else if (c == 0xF4) hi = 0x8F; /* > U+10FFFF */
+    } else {
+        return -1; /* continuation byte, C0, C1, F5..FF */
+    }
+    if (n < 2 || s[1] < lo || s[1] > hi) return -1;
+    for (int k = 2; k < len; k++)
+        if ((size_t)k >= n || (s[k] & 0xC0) != 0x80) return -k;
+    return len;
+}
+
+#define HIGH_BITS 0x8080808080808080ull
+
+/* Length of the pure-ASCII run at s (8 bytes per step). */
+static size_t ascii_run(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (n - i >= 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (w & HIGH_BITS) break;
+        i += 8;
+    }
+    while (i < n && s[i] < 0x80) i++;
+    return i;
+}
+
+/* Offset of the first ill-formed byte in [s, s+n), or n when all is valid. */
+static size_t utf8_first_invalid(const char *str, size_t n) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < n) {
+        i += ascii_run(s + i, n - i);
+        if (i == n) break;
+        int k = utf8_seq(s + i, n - i);
+        if (k < 0) return i;
+        i += (size_t)k;
+    }
+    return n;
+}
+
+size_t tks_utf8_sanitize(const char *str, size_t n, char *out, size_t *out_len) {
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0, o = 0, bad = 0;
+    while (i < n) {
+        size_t run = ascii_run(s + i, n - i);
+        if (out && run) memcpy(out + o, s + i, run);
+        i += run;
+        o += run;
+        if (i == n) break;
+        int k = utf8_seq(s + i, n - i);
+        if (k > 0) {
+            if (out) memcpy(out + o, s + i, (size_t)k);
+            i += (size_t)k;
+            o += (size_t)k;
+        } else {
+            if (out) memcpy(out + o, "\xEF\xBF\xBD", 3);
+            i += (size_t)-k;
+            o += 3;
+            bad++;
+        }
+    }
+    if (out_len) *out_len = o;
+    return bad;
+}
+
+static int is_blank(const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (c != ' ' && c != '\t' && c != '\r' && c != '\v' && c != '\f') return 0;
+    }
+    return 1;
+}
+
+/* Case-insensitive: does the first n bytes of s end with suf? */
+
+typedef struct line {
+    const char *p;   /* the line without its "\n" (and the "\r" before it) */
+    size_t len;
+    uint64_t no;     /* 1-based line number in the entry */
+    uint64_t off;    /* offset of its first byte in the decompressed entry */
+    int cr;          /* a "\r" before the "\n" was stripped */
+    int too_long;    /* longer than the cap: p/len unset, the bytes were dropped */
+    int blank;       /* when too_long: the dropped bytes were all whitespace */
+} line;
+
+/*
+ * Reads the next line of the entry, keeping at most `cap` bytes (the line
+ * without "\n"). Longer lines are consumed to their end without being kept,
+ * unless `stop_early`, where it returns as soon as the line is known to be
+ * too long. Returns 1, 0 at the end of the entry, or an error.
+ */
+static int read_line(tks_input *in, size_t cap, int stop_early, line *ln) {
+    buf *lb = &in->line;
+    lb->len = 0;
+    int any = 0, too_long = 0, blank = 1, nl_seen = 0;
+    const char *zp = NULL; /* in-place line */
+    size_t zlen = 0;
+    uint64_t start = in->entry_off;
+    for (;;) {
+        if (in->cur == in->end) {
+            int r = tks__entry_fill(in);
+            if (r < 0) return r;
+            if (r == 0) {
+                if (!any) return 0;
+                break; /* last line without "\n" */
+            }
+        }
+        if (!any) start = in->entry_off - (uint64_t)(in->end - in->cur);
+        any = 1;
+        size_t avail = (size_t)(in->end - in->cur);
+        const char *nl = memchr(in->cur, '\n', avail);
+        size_t take = nl ? (size_t)(nl - in->cur) : avail;
+        if (!too_long) {
+            if (lb->len == 0 && nl && take <= cap) {
+                zp = in->cur;
+                zlen = take;
+                in->cur = nl + 1;
+                nl_seen = 1;
+                break;
+            }
+            if (take > cap - lb->len) {
+                too_long = 1;
+                blank = is_blank(lb->p, lb->len) && is_blank(in->cur, take);
+                lb->len = 0;
+                if (stop_early && !blank) { /* a blank line still ends a paragraph */
+                    in->cur += take;
+                    break;
+                }
+            } else {
+                int rc = tks__buf_append(lb, in->cur, take);
+                if (rc) return rc;
+            }
+        } else if (blank) {
+            blank = is_blank(in->cur, take);
+        }
+        in->cur += take;
+        if (nl) {
+            in->cur++;
+            nl_seen = 1;
+            break;
+        }
+    }
+    memset(ln, 0, sizeof *ln);
+    ln->no = ++in->line_no;
+    ln->off = start;
+    if (too_long) {
+        ln->too_long = 1;
+        ln->blank = blank;
+        return 1;
+    }
+    ln->p = zp ? zp : lb->p;
+    ln->len = zp ? zlen : lb->len;
+    if (!ln->p) ln->p = ""; /* empty last line, never buffered */
+    if (nl_seen && ln->len && ln->p[ln->len - 1] == '\r') {
+        ln->len--;
+        ln->cr = 1;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------- */
+/* documents                                                                  */
+
+static int too_long(tks_input *in, uint64_t line_no) {
+    if (in->opts.long_doc == TKS_POLICY_FAIL) {
+        int rc = tks_fail(TKS_ERR_DOC_TOO_LONG, in->source.p, TKS_NONE, TKS_NONE,
+                          "%s:%llu: document longer than the limit of %llu bytes; raise "
+                          "--max-doc-bytes or use --on-long-doc skip",
+                          in->source.p, (unsigned long long)line_no,
+                          (unsigned long long)in->max_doc);
+        tks_error_set_doc(in->st.docs, line_no);
+        return rc;
+    }
+    in->st.long_skipped++;
+    return 0;
+}
+
+static int bad_record(tks_input *in, uint64_t line_no, const char *why) {
+    if (in->opts.bad_record == TKS_POLICY_FAIL) {
+        int rc = tks_fail(TKS_ERR_JSONL, in->source.p, TKS_NONE, TKS_NONE,
+                          "%s:%llu: %s; fix the record or use --on-bad-record skip", in->source.p,
+                          (unsigned long long)line_no, why);
+        tks_error_set_doc(in->st.docs, line_no);
+        return rc;
+    }
+    in->st.bad_records_skipped++;
+    return 0;
+}
+
+/* Applies the NUL and UTF-8 policies and fills *doc: 1 yielded, 0 skipped, or
+ * an error. `off`: where the text starts in the decompressed entry (TKS_NONE
+ * when it is not a slice of it, as for JSONL). */
+static int emit(tks_input *in, const char *p, size_t len, uint64_t line_no, uint64_t off,
+                tks_doc *doc) {
+    if (memchr(p, 0, len)) {
+        in->st.binary_skipped++;
+        return 0;
+    }
+    size_t bad = utf8_first_invalid(p, len);
+    if (bad < len) {
+        in->st.utf8_invalid_docs++;
+        if (in->opts.invalid_utf8 == TKS_POLICY_FAIL) {
+            int rc = tks_fail(TKS_ERR_UTF8, in->source.p, TKS_NONE,
+                              off == TKS_NONE ? TKS_NONE : off + bad,
+                              "%s:%llu: invalid UTF-8 at byte %zu of the document; fix the input "
+                              "or use --invalid-utf8 replace (or skip)",
+                              in->source.p, (unsigned long long)line_no, bad);
+            tks_error_set_doc(in->st.docs, line_no);
+            return rc;
+        }
+        if (in->opts.invalid_utf8 == TKS_POLICY_SKIP) {
+            in->st.utf8_skipped++;
+            return 0;
+        }
+        size_t out_len = 0;
+        tks_utf8_sanitize(p + bad, len - bad, NULL, &out_len);
+        if (out_len > SIZE_MAX - bad)
+            return tks_fail(TKS_ERR_NOMEM, in->source.p, TKS_NONE, TKS_NONE, "document too large");
+        int rc = tks__buf_reserve(&in->san, bad + out_len);
+        if (rc) return rc;
+        memcpy(in->san.p, p, bad);
+        in->st.utf8_replaced += tks_utf8_sanitize(p + bad, len - bad, in->san.p + bad, &out_len);
+        p = in->san.p;
+        len = bad + out_len;
+    }
+    doc->text = p;
+    doc->len = len;
+    doc->ordinal = in->st.docs++;
+    doc->line = line_no;
+    doc->source = in->source.p;
+    return 1;
+}
+
+static int next_line_doc(tks_input *in, tks_doc *doc) {
+    int stop_early = in->opts.long_doc == TKS_POLICY_FAIL;
+    for (;;) {
+        line ln;
+        int r = read_line(in, in->line_cap, stop_early, &ln);
+        if (r <= 0) return r;
+        if (ln.too_long || ln.len > in->max_doc) {
+            if ((r = too_long(in, ln.no)) < 0) return r;
+            continue;
+        }
+        if (ln.len == 0) {
+            in->st.empty_skipped++;
+            continue;
+        }
+        if ((r = emit(in, ln.p, ln.len, ln.no, ln.off, doc)) != 0) return r;
+    }
+}
+
+/* Paragraphs: runs of lines that are not whitespace-only. Inner line breaks
+ * are kept as they are in the input ("\n" or "\r\n"), the last one dropped. */
+static int next_paragraph(tks_input *in, tks_doc *doc) {
+    int stop_early = in->opts.long_doc == TKS_POLICY_FAIL;
+    buf *pa = &in->para;
+    pa->len = 0;
+    int have = 0, over = 0, prev_cr = 0;
+    uint64_t first = 0, first_off = 0;
+    for (;;) {
+        line ln;
+        int r = read_line(in, in->line_cap, stop_early, &ln);
+        if (r < 0) return r;
+        int blank = r == 0 || (ln.too_long ? ln.blank : is_blank(ln.p, ln.len));
+        if (blank) {
+            if (have) {
+                int e = over ? too_long(in, first) : emit(in, pa->p, pa->len, first, first_off, doc);
+                if (e != 0) return e; /* yielded, or an error */
+                have = over = 0;
+                pa->len = 0;
+            }
+            if (r == 0) return 0;
+            continue;
+        }
+        if (!have) {
+            have = 1;
+            first = ln.no;
+            first_off = ln.off;
+        }
+        if (over) continue;
+        size_t sep = pa->len ? 1 + (size_t)prev_cr : 0;
+        if (ln.too_long || ln.len + sep > in->max_doc - pa->len) {
+            over = 1;
+            if (stop_early) return too_long(in, first);
+            continue;
+        }
+        if (sep) {
+            if (prev_cr && (r = tks__buf_append(pa, "\r", 1))) return r;
+            if ((r = tks__buf_append(pa, "\n", 1))) return r;
+        }
+        if ((r = tks__buf_append(pa, ln.p, ln.len))) return r;
+        prev_cr = ln.cr;
+    }
+}
+
+/* The whole entry is one document. */
+static int next_file_doc(tks_input *in, tks_doc *doc) {
+    buf *pa = &in->para;
+    pa->len = 0;
+    int binary = 0, over = 0;
+    for (;;) {
+        int r = tks__entry_fill(in);
+        if (r < 0) return r;
+        if (r == 0) break;
+        const char *p = in->cur;
+        size_t n = (size_t)(in->end - in->cur);
+        in->cur = in->end;
+        if (binary || over) continue;
+        if (memchr(p, 0, n)) {
+            binary = 1;
+            continue;
+        }
+        if (n > in->max_doc - pa->len) {
+            over = 1;
+            if (in->opts.long_doc == TKS_POLICY_FAIL) return too_long(in, 1);
+            continue;
+        }
+        if ((r = tks__buf_append(pa, p, n))) return r;
+    }
+    if (binary) {
+        in->st.binary_skipped++;
+        return 0;
+    }
+    if (over) return too_long(in, 1);
+    if (pa->len == 0) {
+        in->st.empty_skipped++;
+        return 0;
+    }
+    return emit(in, pa->p, pa->len, 1, 0, doc);
+}
+
+static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
+    int stop_early = in->opts.long_doc == TKS_POLICY_FAIL;
+    for (;;) {
+        line ln;
+        int r = read_line(in, in->jsonl_cap, stop_early, &ln);
+        if (r <= 0) return r;
+        if (ln.too_long) {
+            if (ln.blank) continue;
+            if ((r = too_long(in, ln.no)) < 0) return r;
+            continue;
+        }
+        const char *p = ln.p;
+        size_t len = ln.len;
+        if (ln.no == 1 && len >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) { /* byte order mark */
+            p += 3;
+            len -= 3;
+        }
+        if (is_blank(p, len)) continue;
+
+        char why[400];
+        json_error_t err;
+        json_t *root = json_loadb(p, len, JSON_ALLOW_NUL, &err);
+        json_t *v = NULL;
+        if (!root)
+            snprintf(why, sizeof why, "not valid JSON: %s (column %d)", err.text, err.column);
+        else if (!json_is_object(root))
+            snprintf(why, sizeof why, "not a JSON object");
+        else if (!(v = json_object_get(root, in->jsonl_key)))
+            snprintf(why, sizeof why, "no key \"%.200s\"", in->jsonl_key);
+        else if (!json_is_string(v))
+            snprintf(why, sizeof why, "the value of \"%.200s\" is not a string", in->jsonl_key);
+        else if (memchr(json_string_value(v), 0, json_string_length(v)))
+            snprintf(why, sizeof why, "the value of \"%.200s\" contains a NUL character (\\u0000)",
+                     in->jsonl_key);
+        else
+            why[0] = 0;
+        if (why[0]) {
+            json_decref(root);
+            if ((r = bad_record(in, ln.no, why)) < 0) return r;
+            continue;
+        }
+        const char *text = json_string_value(v);
+        size_t n = json_string_length(v);
+        if (n > in->max_doc) {
+            json_decref(root);
+            if ((r = too_long(in, ln.no)) < 0) return r;
+            continue;
+        }
+        if (n == 0) {
+            json_decref(root);
+            in->st.empty_skipped++;
+            continue;
+        }
+        in->json = root; /* text points into it until the next call */
+        if ((r = emit(in, text, n, ln.no, TKS_NONE, doc)) != 0) return r;
+        json_decref(in->json);
+        in->json = NULL;
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* positions (work units)                                                     */
+
+int tks_input_tell(const tks_input *in, tks_input_pos *pos) {
+    memset(pos, 0, sizeof *pos);
+    pos->ordinal = in->st.docs;
+    if (!in->a) { /* between files */
+        pos->file = in->next_file;
+        return 0;
+    }
+    pos->file = in->next_file - 1;
+    if (!in->in_entry || in->entry_eof) { /* the entry is done: the next one */
+        if (!in->is_archive) {
+            pos->file++;
+        } else {
+            pos->entry = in->entry_no;
+        }
+        return 0;
+    }
+    pos->entry = in->entry_no - 1;
+    pos->offset = in->entry_off - (uint64_t)(in->end - in->cur);
+    pos->line = in->line_no;
+    /* a file read as it is on disk: its decompressed offsets are file offsets */
+    pos->plain = !in->is_archive && in->fs_on && !in->fs.gzip && in->depth == 0 &&
+                 archive_filter_count(in->a) == 1 && archive_filter_code(in->a, 0) == ARCHIVE_FILTER_NONE &&
+                 archive_format(in->a) == ARCHIVE_FORMAT_RAW;
+    return 0;
+}
+
+int tks_input_seek(tks_input *in, const tks_input_pos *pos) {
+    if (in->a || in->next_file || in->st.docs)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "tks_input_seek: the input was already read");
+    if (pos->file > in->n_files || (pos->file == in->n_files && (pos->entry || pos->offset)))
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "tks_input_seek: file %llu of %zu", (unsigned long long)pos->file, in->n_files);
+    in->no_hash = 1;
+    in->next_file = (size_t)pos->file;
+    in->st.docs = pos->ordinal;
+    if (pos->file == in->n_files || (pos->entry == 0 && pos->offset == 0)) return 0;
+    in->plain_seek = pos->plain && pos->entry == 0 && pos->offset > 0;
+    in->seek_off = pos->offset;
+    int plain = in->plain_seek, r = tks__open_file(in);
+    if (r < 0) return in->failed = r;
+    for (uint64_t e = 0; e <= pos->entry; e++) { /* earlier members are read and dropped */
+        if ((r = tks__next_entry(in)) < 0) return in->failed = r;
+        if (r == 0) { /* the position is past the last member: the next file */
+            tks__close_file(in);
+            return 0;
+        }
+    }
+    in->line_no = pos->line;
+    if (plain) { /* opened at the offset */
+        in->entry_off = pos->offset;
+        in->probed = 1;
+        return 0;
+    }
+    uint64_t left = pos->offset;
+    while (left) {
+        if (in->cur == in->end) {
+            if ((r = tks__entry_fill(in)) < 0) return in->failed = r;
+            if (r == 0) break;
+        }
+        size_t take = (size_t)(in->end - in->cur);
+        if (take > left) take = (size_t)left;
+        in->cur += take;
+        left -= take;
+    }
+    return 0;
+}
+
+int tks_input_next(tks_input *in, tks_doc *doc) {
+    if (!in || !doc) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_input_next: NULL argument");
+    if (in->failed) return in->failed;
+    if (in->json) {
+        json_decref(in->json);
+        in->json = NULL;
+    }
+    int r;
+    for (;;) {
+        if (!in->a) {
+            if (in->next_file == in->n_files) return 0;
+            if ((r = tks__open_file(in)) < 0) break;
+        }
+        if (!in->in_entry) {
+            if ((r = tks__next_entry(in)) < 0) break;
+            if (r == 0) {
+                /* a plain file with no entry at all is empty: under
+                 * --doc-split file, one empty document (counted) */
+                if (!in->is_archive && in->entry_no == 0 && in->opts.split == TKS_SPLIT_FILE &&
+                    in->opts.format != TKS_FMT_JSONL &&
+                    !(in->opts.format == TKS_FMT_AUTO && tks__has_ext(in->path, ".jsonl")))
+                    in->st.empty_skipped++;
+                tks__close_file(in);
+                continue;
+            }
+        }
+        if (in->entry_eof) {
+            in->in_entry = 0;
+            continue;
+        }
+        if (in->entry_jsonl) r = next_jsonl_doc(in, doc);
+        else if (in->opts.split == TKS_SPLIT_LINE) r = next_line_doc(in, doc);
+        else if (in->opts.split == TKS_SPLIT_BLANK) r = next_paragraph(in, doc);
+        else r = next_file_doc(in, doc);
+        if (r == 1) return 1;
+        if (r < 0) break;
+        in->in_entry = 0;
+    }
+    in->failed = r;
+    return r;
+}
+
