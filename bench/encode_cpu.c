@@ -3,9 +3,9 @@
  * timed by CPU time (clock()), one document per line of a file: MB of text
  * per CPU-second, with and without the word cache. Used for the hit/miss
  * path figures in docs/BENCHMARKS.md. Build it against a configured build/:
- *   cc -O2 -I. bench/encode_cpu.c -o encode_cpu build/libtks_tokenize.a \
- *      build/libtks_dataset.a build/libtks_common.a -lsentencepiece_train \
- *      -lsentencepiece -lstdc++ -lxxhash -ljansson -larchive -fopenmp -lpthread -lm
+ *   cc -O2 -I. bench/encode_cpu.c -o encode_cpu build/libtks_tokenizer.a \
+ *      build/libtks_common.a -lsentencepiece_train -lsentencepiece -lstdc++ \
+ *      -lxxhash -ljansson -fopenmp -lpthread -lm
  * usage: encode_cpu MODEL TEXT   (TEXT up to 256 MB)
  */
 #include <stdio.h>

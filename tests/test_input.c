@@ -1,5 +1,5 @@
 /*
- * test_input.c - the input reader (tokenize/input.c) on real text: python
+ * test_input.c - the input reader (tokenize/input.c, stream.c, docs.c) on real text: python
  * documentation sources and the GCIDE dictionary, in every container and
  * compression the system tools make, plus synthetic bytes for the UTF-8,
  * JSONL, split and error edge cases.

@@ -529,13 +529,24 @@ static int charsmap_space_inside(const tks_fast *f) {
     return found;
 }
 
+/* every ASCII byte as a NUL-terminated one-byte string (asc_out of a byte
+ * that stays itself); read-only, so loads on several threads share it */
+static const char ascii_self[128][2] = {
+    {0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15},
+    {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31},
+    {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47},
+    {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63},
+    {64}, {65}, {66}, {67}, {68}, {69}, {70}, {71}, {72}, {73}, {74}, {75}, {76}, {77}, {78}, {79},
+    {80}, {81}, {82}, {83}, {84}, {85}, {86}, {87}, {88}, {89}, {90}, {91}, {92}, {93}, {94}, {95},
+    {96}, {97}, {98}, {99}, {100}, {101}, {102}, {103}, {104}, {105}, {106}, {107}, {108}, {109}, {110}, {111},
+    {112}, {113}, {114}, {115}, {116}, {117}, {118}, {119}, {120}, {121}, {122}, {123}, {124}, {125}, {126}, {127},
+};
+
 /* The ASCII fast paths of normalization: asc_fixed and asc_out (a byte whose
  * normalization no following byte changes), asc_run (a byte that stays
  * itself before ASCII). */
 static void ascii_tables(tks_fast *f) {
-    static char ascii_self[128][2];
     for (int b = 0; b < 128; b++) {
-        ascii_self[b][0] = (char)b;
         f->asc_run[b] = b != ' ' && cm_keeps(f, (uint8_t)b, 128);
         size_t e = cm_first(f, (uint8_t)b);
         if (e != CM_NONE && cm_has_child(f, cm_target(f, e), 256))

@@ -100,10 +100,22 @@ struct tks_comm {
 /* One collective, blocking: c->start, then c->wait on its handle. */
 int tks_comm_run(tks_comm *c, const tks_coll *op);
 
-/* Sets c's blocking fp32 members (allreduce_sum ... broadcast) to start +
- * wait on c's own `start` and `wait`: a transport implements only the v2
- * calls and the control members, then calls this. */
-void tks_comm_set_blocking(tks_comm *c);
+/* What a transport implements itself: the v2 calls and the control members
+ * (their contracts are tks_comm's). One static const table per transport. */
+typedef struct tks_comm_transport {
+    int (*start)(tks_comm *c, const tks_coll *op, tks_comm_req **req);
+    int (*wait)(tks_comm *c, tks_comm_req *req);
+    int (*gatherv_host)(tks_comm *c, void *out, const size_t *counts, const void *in, int root);
+    int (*barrier)(tks_comm *c);
+    int (*agree)(tks_comm *c, int rc);
+    int (*broadcast_bytes)(tks_comm *c, void *buf, size_t bytes, int root);
+} tks_comm_transport;
+
+/* Makes c a group of transport t: t's members, `members` (size entries,
+ * borrowed: the transport keeps them alive) and `ctx`, and the blocking fp32
+ * members (allreduce_sum ... broadcast) as start + wait on t's own. The
+ * caller sets size and rank. */
+void tks_comm_init(tks_comm *c, const tks_comm_transport *t, const int *members, void *ctx);
 
 /* The MPI transport (comm_mpi.c): MPI_COMM_WORLD when color < 0, else the
  * group of this rank's color in MPI_Comm_split(MPI_COMM_WORLD, color, key).

@@ -193,6 +193,15 @@ static int m_agree(tks_comm *c, int rc) {
     return e.code ? e.code : TKS_ERR_ARG;
 }
 
+static const tks_comm_transport mpi_transport = {
+    .start = m_start,
+    .wait = m_wait,
+    .gatherv_host = m_gatherv,
+    .barrier = m_barrier,
+    .agree = m_agree,
+    .broadcast_bytes = m_bcast_bytes,
+};
+
 static tks_comm *mpi_comm_new(MPI_Comm comm) {
     mpi_comm *m = calloc(1, sizeof *m);
     if (!m) return NULL;
@@ -203,15 +212,7 @@ static tks_comm *mpi_comm_new(MPI_Comm comm) {
     int me;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     if (m->members) MPI_Allgather(&me, 1, MPI_INT, m->members, 1, MPI_INT, comm);
-    m->c.members = m->members;
-    m->c.ctx = m;
-    m->c.start = m_start;
-    m->c.wait = m_wait;
-    m->c.gatherv_host = m_gatherv;
-    m->c.agree = m_agree;
-    tks_comm_set_blocking(&m->c);
-    m->c.broadcast_bytes = m_bcast_bytes;
-    m->c.barrier = m_barrier;
+    tks_comm_init(&m->c, &mpi_transport, m->members, m);
     return &m->c;
 }
 

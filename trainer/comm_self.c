@@ -160,7 +160,15 @@ static int blk_bcast(tks_comm *c, float *b, size_t n, int root) {
     return blk_run(c, TKS_COLL_BROADCAST, TKS_COMM_SUM, b, NULL, n, root);
 }
 
-void tks_comm_set_blocking(tks_comm *c) {
+void tks_comm_init(tks_comm *c, const tks_comm_transport *t, const int *members, void *ctx) {
+    c->members = members;
+    c->ctx = ctx;
+    c->start = t->start;
+    c->wait = t->wait;
+    c->gatherv_host = t->gatherv_host;
+    c->barrier = t->barrier;
+    c->agree = t->agree;
+    c->broadcast_bytes = t->broadcast_bytes;
     c->allreduce_sum = blk_sum;
     c->allreduce_max = blk_max;
     c->reduce_scatter_sum = blk_rs;

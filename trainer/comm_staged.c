@@ -104,6 +104,15 @@ static int s_barrier(tks_comm *c) {
     return rc ? rc : rc2;
 }
 
+static const tks_comm_transport staged_transport = {
+    .start = s_start,
+    .wait = s_wait,
+    .gatherv_host = s_gatherv,
+    .barrier = s_barrier,
+    .agree = s_agree,
+    .broadcast_bytes = s_bcast_bytes,
+};
+
 tks_comm *tks_comm_staged_new(tks_comm *ctrl, tks_backend *be) {
     staged *s = calloc(1, sizeof *s);
     if (!s) return NULL;
@@ -111,15 +120,7 @@ tks_comm *tks_comm_staged_new(tks_comm *ctrl, tks_backend *be) {
     s->be = be;
     s->c.size = ctrl->size;
     s->c.rank = ctrl->rank;
-    s->c.members = ctrl->members;
-    s->c.ctx = s;
-    s->c.start = s_start;
-    s->c.wait = s_wait;
-    s->c.gatherv_host = s_gatherv;
-    s->c.barrier = s_barrier;
-    s->c.agree = s_agree;
-    s->c.broadcast_bytes = s_bcast_bytes;
-    tks_comm_set_blocking(&s->c);
+    tks_comm_init(&s->c, &staged_transport, s->ctrl->members, s);
     return &s->c;
 }
 

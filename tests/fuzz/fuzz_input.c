@@ -1,5 +1,5 @@
 /*
- * fuzz_input.c - the input reader (tokenize/input.c: libarchive formats and
+ * fuzz_input.c - the input reader (tokenize/input.c, stream.c, docs.c: libarchive formats and
  * filters, line/paragraph/file splitting, JSONL records, UTF-8 policies) and
  * tks_utf8_sanitize on untrusted bytes.
  *

@@ -305,6 +305,15 @@ void tks_nccl_comm_free(tks_comm *c) {
     if (c) group_destroy(NG(c));
 }
 
+static const tks_comm_transport nccl_transport = {
+    .start = g_start,
+    .wait = g_wait,
+    .gatherv_host = n_gatherv,
+    .barrier = n_barrier,
+    .agree = n_agree,
+    .broadcast_bytes = n_bcast_bytes,
+};
+
 int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
     *out = NULL;
     nccl_group *g = calloc(1, sizeof *g);
@@ -378,15 +387,7 @@ int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
         group_destroy(g);
         return rc;
     }
-    g->c.members = g->members;
-    g->c.ctx = g;
-    g->c.start = g_start;
-    g->c.wait = g_wait;
-    g->c.gatherv_host = n_gatherv;
-    g->c.agree = n_agree;
-    tks_comm_set_blocking(&g->c);
-    g->c.broadcast_bytes = n_bcast_bytes;
-    g->c.barrier = n_barrier;
+    tks_comm_init(&g->c, &nccl_transport, g->members, g);
     *out = &g->c;
     return 0;
 }
