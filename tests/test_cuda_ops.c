@@ -396,6 +396,9 @@ static void t_xent(tks_dtype dt) {
     float *hl = rnd(n, -4, 4);
     int32_t tg[40];
     for (int i = 0; i < N; i++) tg[i] = (int32_t)(urand() * VR);
+    /* targets outside the real columns (a padding column, past the row,
+     * negative) read no logit and get no one-hot, on either backend */
+    tg[3] = VR, tg[7] = V + 100, tg[11] = -1, tg[13] = INT32_MAX;
     int32_t *tc = cpu->ops->alloc(cpu, sizeof tg), *tgp = gpu->ops->alloc(gpu, sizeof tg);
     cpu->ops->upload(cpu, tc, tg, sizeof tg);
     gpu->ops->upload(gpu, tgp, tg, sizeof tg);
