@@ -10,8 +10,9 @@
  * For every group of the mesh: every collective in fp32 and bf16 on the NCCL
  * group against the same collective on the MPI group mesh.c built (integer
  * valued data: sums are exact in any order, so the results must be equal),
- * in-place allgather, handles waited out of order, one grouped all-reduce,
- * and an error on one rank agreed by all. Exits 77 on every rank when no CUDA
+ * in-place allgather, handles waited out of order, work on the backend's
+ * stream between a start and its wait, one grouped all-reduce, and an error
+ * on one rank agreed by all. Exits 77 on every rank when no CUDA
  * device is usable. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -109,6 +110,24 @@ static void async_and_grouped(tks_comm *nc, const char *gname, int wr) {
     CHECK(!memcmp(got, want, n * 4), "%s: first handle's result wrong", gname);
     gpu->ops->download(gpu, got, b, n * 4);
     CHECK(!memcmp(got, want, n * 4), "%s: second handle's result wrong", gname);
+    /* overlap: the backend's stream runs other work between start and wait
+     * (the collective is not waited for at start), and stream order holds
+     * on both sides: a halved on the backend's stream before the start, b
+     * scaled meanwhile, a doubled after the wait (integers: exact) */
+    gpu->ops->upload(gpu, a, h, n * 4);
+    gpu->ops->upload(gpu, b, h, n * 4);
+    rc = gpu->ops->scale(gpu, a, n, 0.5f);
+    if (!rc) rc = nc->start(nc, &oa, &qa);
+    if (!rc) rc = gpu->ops->scale(gpu, b, n, 3.0f);
+    if (!rc) rc = nc->wait(nc, qa);
+    if (!rc) rc = gpu->ops->scale(gpu, a, n, 2.0f);
+    CHECK(rc == 0, "%s: overlap: %s", gname, tks_last_error()->message);
+    gpu->ops->download(gpu, got, a, n * 4);
+    CHECK(!memcmp(got, want, n * 4), "%s: overlap: the collective's result out of stream order", gname);
+    gpu->ops->download(gpu, got, b, n * 4);
+    int tripled = 1;
+    for (size_t i = 0; i < n; i++) tripled &= got[i] == 3.0f * h[i];
+    CHECK(tripled, "%s: overlap: the work beside the collective wrong", gname);
     gpu->ops->upload(gpu, a, h, n * 4);
     gpu->ops->upload(gpu, b, h, n * 4);
     float *bufs[2] = {a, b};

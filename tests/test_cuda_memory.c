@@ -1,7 +1,7 @@
 /*
  * test_cuda_memory.c - the --dry-run memory plan (trainer/memplan.h) against
  * what the CUDA backend really allocates for one rank of a run, allocated as
- * tks_train does (model, AdamW slice, gradient slice, step scalars): within 5%
+ * tks_train does (model, AdamW slice, gradient staging buffer, step scalars): within 5%
  * (the GPU issue's bound) in fp32 and bf16, for one process and for rank 0 of
  * dp_shard 2; and the out-of-memory message of a run far too large for the
  * GPU names its largest buffers and what to change. Exits 77 where no CUDA
@@ -42,7 +42,7 @@ static void check(const char *what, tks_dtype dt, int S, int B, int T) {
     tks_backend *be = NULL;
     tks_model *m = NULL;
     tks_optim *opt = NULL;
-    float *gslice = NULL, *dred = NULL;
+    float *gstage = NULL, *dred = NULL;
     int rc = tks_cuda_backend_create(-1, &be);
     tks_mem_plan p;
     if (!rc) rc = tks_mem_plan_make(&c, &sh, B, T, dt, be, &p);
@@ -50,8 +50,9 @@ static void check(const char *what, tks_dtype dt, int S, int B, int T) {
     tks_adamw_opts o = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .total = 1};
     size_t ns = m ? tks_model_n_flat(m) / (size_t)S : 0;
     if (!rc) rc = tks_optim_create(m, &o, 0, ns, &opt);
-    if (!rc && S > 1 && !(gslice = be->ops->alloc(be, ns * sizeof *gslice))) rc = TKS_ERR_NOMEM;
-    if (!rc && !(dred = be->ops->alloc(be, 4 * sizeof *dred))) rc = TKS_ERR_NOMEM;
+    size_t n_stage = m ? tks_mem_grad_stage_elems(&sh, tks_model_n_flat(m)) : 0;
+    if (!rc && n_stage && !(gstage = be->ops->alloc(be, n_stage * sizeof *gstage))) rc = TKS_ERR_NOMEM;
+    if (!rc && !(dred = be->ops->alloc(be, TKS_MEM_STEP_SCALARS * sizeof *dred))) rc = TKS_ERR_NOMEM;
     if (rc) {
         printf("FAIL %s: %s (%s)\n", what, tks_strerror(rc), tks_last_error()->message);
         failures++;
@@ -68,7 +69,7 @@ static void check(const char *what, tks_dtype dt, int S, int B, int T) {
                ok ? "ok" : "FAIL", line);
         failures += !ok;
     }
-    if (gslice) be->ops->free(be, gslice);
+    if (gstage) be->ops->free(be, gstage);
     if (dred) be->ops->free(be, dred);
     tks_optim_free(opt);
     tks_model_free(m);

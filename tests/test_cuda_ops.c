@@ -396,6 +396,9 @@ static void t_xent(tks_dtype dt) {
     float *hl = rnd(n, -4, 4);
     int32_t tg[40];
     for (int i = 0; i < N; i++) tg[i] = (int32_t)(urand() * VR);
+    /* targets outside the real columns (a padding column, past the row,
+     * negative) read no logit and get no one-hot, on either backend */
+    tg[3] = VR, tg[7] = V + 100, tg[11] = -1, tg[13] = INT32_MAX;
     int32_t *tc = cpu->ops->alloc(cpu, sizeof tg), *tgp = gpu->ops->alloc(gpu, sizeof tg);
     cpu->ops->upload(cpu, tc, tg, sizeof tg);
     gpu->ops->upload(gpu, tgp, tg, sizeof tg);
@@ -488,6 +491,32 @@ static void t_streams_and_errors(void) {
     gpu->ops->stream_destroy(gpu, s2);
     drop(a), drop(b);
     free(h);
+
+    /* uploads: the host buffer may be reused as soon as upload returns, also
+     * when more small uploads than the backend has staging slots are queued
+     * behind long work (the scale of 1 Mi floats), and a large one after them */
+    {
+        enum { K = 11, M = 4096 };
+        float *d = gpu->ops->alloc(gpu, (size_t)K * M * 4), *big = gpu->ops->alloc(gpu, n * 4);
+        float *hb = malloc(n * 4), *hk = malloc((size_t)M * 4), *back = malloc((size_t)K * M * 4);
+        for (size_t i = 0; i < n; i++) hb[i] = (float)i;
+        int r = gpu->ops->scale(gpu, big, n, 2.0f);
+        for (int k = 0; k < K && !r; k++) {
+            for (int i = 0; i < M; i++) hk[i] = (float)(k * M + i);
+            r = gpu->ops->upload(gpu, d + (size_t)k * M, hk, (size_t)M * 4);
+            memset(hk, 0xff, (size_t)M * 4); /* reused at once */
+        }
+        if (!r) r = gpu->ops->upload(gpu, big, hb, n * 4);
+        if (!r) r = gpu->ops->download(gpu, back, d, (size_t)K * M * 4);
+        size_t wrong = 0;
+        for (size_t i = 0; i < (size_t)K * M; i++) wrong += back[i] != (float)i;
+        float *hbig = host_of(gpu, big, n, TKS_F32);
+        for (size_t i = 0; i < n; i++) wrong += hbig[i] != (float)i;
+        expect(r == 0 && wrong == 0, "uploads", "small uploads through the staging slots, host buffer reused at once");
+        free(hbig), free(hb), free(hk), free(back);
+        gpu->ops->free(gpu, d);
+        gpu->ops->free(gpu, big);
+    }
 
     /* sticky: a bad dtype fails, every later op returns the same code, sync names the op */
     tks_backend *e = NULL;

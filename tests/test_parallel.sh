@@ -3,7 +3,7 @@
 # losses, samples and checkpoints whatever the dp_replicate x dp_shard x tp
 # layout, the mesh check, invalid layouts, and bad ids refused alike.
 # Usage: test_parallel.sh BIN_DIR WORKDIR CASE   (needs the train_setup dataset)
-#   CASE: layouts | tp3 | mesh | checkpoint | staged | refuse | failures | overlap | bf16
+#   CASE: layouts | tp3 | mesh | checkpoint | staged | refuse | failures | overlap | bf16 | memory
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -346,6 +346,35 @@ EOF2
   done
   }
   ;;
+memory)
+  # the memory plan (--dry-run's figure) against what rank 0 of the trainer
+  # really holds through the backend's alloc (metrics.jsonl: device_bytes, the
+  # CPU backend's count), one process and sharded layouts, fp32 and bf16. The
+  # CPU backend rounds every buffer up to 64 bytes (and an empty one to 64);
+  # the plan rounds the activations and the workspace as the model allocates
+  # them, the other buffers not: the master weights, gradients, bf16 copy,
+  # two AdamW moments, the gradient staging buffer, the step scalars and an
+  # empty workspace, 8 buffers each held at most 63 or 64 bytes beyond it.
+  for L in "1 1 1 fp32" "1 2 1 fp32" "2 1 1 fp32" "1 2 2 fp32" "1 2 1 bf16" "2 2 1 bf16"; do
+    read -r rep sh tp dt <<<"$L"
+    np=$((rep * sh * tp))
+    label="mem-r${rep}s${sh}t${tp}-$dt"
+    run "$label" $np "${M[@]}" --steps 2 --dtype "$dt" --dp-replicate "$rep" --dp-shard "$sh" --tp "$tp" \
+      || continue
+    if out=$(python3 - "run-$label/metrics.jsonl" <<'EOF2'
+import json, sys
+rows = [json.loads(x) for x in open(sys.argv[1]) if '"loss"' in x]
+if not rows or "device_bytes" not in rows[0]:
+    print("no device_bytes in metrics.jsonl"); sys.exit(1)
+held, plan = rows[-1]["device_bytes"], rows[-1]["plan_bytes"]
+if not 0 <= held - plan < 8 * 64:
+    print("held %d bytes, planned %d (%+d)" % (held, plan, held - plan)); sys.exit(1)
+print("held %d bytes, planned %d (rounding %d)" % (held, plan, held - plan))
+EOF2
+    ); then ok "($rep,$sh,$tp) $dt: $out"; else fail "($rep,$sh,$tp) $dt: $out"; fi
+  done
+  ;;
+
 *)
   echo "unknown case $CASE" >&2
   exit 2

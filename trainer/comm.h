@@ -12,10 +12,16 @@
  *    never dereferences a device pointer on the host (tks_comm_self copies
  *    through the `copy` hook it is given, never with memmove).
  *  - Counts are size_t elements of the call's dtype (fp32 or bf16: bf16 is
- *    the upper 16 bits of an fp32; sums of bf16 are taken in fp32 and rounded
- *    to nearest even). A transport whose counts are int (MPI) splits a call
- *    into pieces of at most tks_comm_chunk_max() elements; a count is never
- *    truncated or cast (tks_comm_chunks plans the pieces).
+ *    the upper 16 bits of an fp32). A sum of bf16 adds two members' values
+ *    at a time in fp32 and rounds each partial sum to bf16 (nearest even), in
+ *    an order the transport picks: over p members an element is rounded up
+ *    to p - 1 times (once for p = 2), not once at the end. The MPI transport
+ *    does so in its user reduction op at every step of MPI's reduction; NCCL
+ *    does so at every hop of its ring or tree. fp32 sums likewise round at
+ *    every addition, in the transport's order. A transport whose counts are
+ *    int (MPI) splits a call into pieces of at most tks_comm_chunk_max()
+ *    elements; a count is never truncated or cast (tks_comm_chunks plans the
+ *    pieces).
  *  - In place: allreduce and broadcast work in place on `buf`. allgather is
  *    in place when in == out + rank * n (this member's block already sits in
  *    the output); any other overlap of in and out is not allowed.
@@ -25,8 +31,9 @@
  *    returns; every handle is waited on exactly once (that frees it), in any
  *    order. Every member starts the same collectives in the same order. A
  *    stream-ordered transport (NCCL) may return from start at once and
- *    complete in wait; the MPI one uses MPI's nonblocking collectives, so the
- *    reduction runs while the caller computes (overlap). The MPI
+ *    complete in wait (the backend's later work runs beside it until then);
+ *    the MPI one uses MPI's nonblocking collectives, so the reduction runs
+ *    while the caller computes (overlap). The MPI
  *    implementation serves the CPU backend, whose device memory is host
  *    memory.
  *  - The blocking members (allreduce_sum ... broadcast) are start + wait on

@@ -8,8 +8,12 @@
 
 const char *tks_mem_part_name(int part) {
     static const char *n[] = {"fp32 master weights", "bf16 compute copy", "gradients",
-                              "AdamW moments", "gradient slice", "activations", "backend buffers"};
+                              "AdamW moments", "gradient staging", "activations", "backend buffers"};
     return part >= 0 && part < TKS_MEM_N ? n[part] : "?";
+}
+
+size_t tks_mem_grad_stage_elems(const tks_mesh_shape *s, size_t n_flat) {
+    return s->dp_shard > 1 ? n_flat : 0;
 }
 
 int tks_mem_plan_make(const tks_model_config *cfg, const tks_mesh_shape *s, int B, int T,
@@ -31,9 +35,9 @@ int tks_mem_plan_make(const tks_model_config *cfg, const tks_mesh_shape *s, int 
     out->bytes[TKS_MEM_GRADS] = 4.0 * (double)n;
     /* tks_optim_create: mom1, mom2 over this rank's slice */
     out->bytes[TKS_MEM_MOMENTS] = 8.0 * ns;
-    /* tks_train: the reduce-scatter's output slice (dp_shard > 1) and the
-     * step's four device scalars */
-    out->bytes[TKS_MEM_GRAD_SLICE] = (S > 1 ? 4.0 * ns : 0.0) + 16.0;
+    /* tks_train: the reduce-scatter's staging buffer and the step's scalars */
+    out->bytes[TKS_MEM_GRAD_STAGE] =
+        4.0 * (double)tks_mem_grad_stage_elems(s, n) + 4.0 * TKS_MEM_STEP_SCALARS;
     out->bytes[TKS_MEM_ACTIVATIONS] = (double)tks_model_activation_bytes(cfg, s->tp, B, T, dt, be);
     out->bytes[TKS_MEM_BACKEND] = be && be->kind && be->kind->reserved ? (double)be->kind->reserved(be) : 0.0;
     for (int k = 0; k < TKS_MEM_N; k++) out->total += out->bytes[k];
@@ -73,8 +77,10 @@ int tks_mem_explain_nomem(const tks_model_config *cfg, const tks_mesh_shape *s, 
             snprintf(fix[i], sizeof fix[i], "lower --micro-batch %d or --seq-len %d%s", B, T,
                      dt == TKS_F32 ? ", or --dtype bf16" : "");
             break;
-        case TKS_MEM_MOMENTS:
-        case TKS_MEM_GRAD_SLICE: snprintf(fix[i], sizeof fix[i], "raise --dp-shard %d", s->dp_shard); break;
+        case TKS_MEM_MOMENTS: snprintf(fix[i], sizeof fix[i], "raise --dp-shard %d", s->dp_shard); break;
+        case TKS_MEM_GRAD_STAGE: /* the whole tp-local flat buffer: only tp divides it */
+            snprintf(fix[i], sizeof fix[i], "raise --tp %d, or --dp-shard 1 with --dp-replicate", s->tp);
+            break;
         default: snprintf(fix[i], sizeof fix[i], "raise --tp %d or use a smaller model", s->tp);
         }
     }

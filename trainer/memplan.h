@@ -7,7 +7,8 @@
  * layout (every rank of a layout holds the same sizes), from the same sizing
  * functions the allocations use: tks_model_flat_elems (the flat buffers),
  * tks_model_activation_bytes (activations, backward scratch and the model's
- * workspace), the trainer's gradient slice and step scalars, and the
+ * workspace), tks_mem_grad_stage_elems and TKS_MEM_STEP_SCALARS (the
+ * trainer's gradient staging buffer and step scalars), and the
  * backend's own fixed buffers (the CUDA backend's cuBLASLt workspace and
  * reduction partials: tks_cuda_backend_reserved).
  */
@@ -20,7 +21,7 @@
 #include "mesh.h"
 #include "model.h"
 
-enum { TKS_MEM_WEIGHTS = 0, TKS_MEM_COMPUTE, TKS_MEM_GRADS, TKS_MEM_MOMENTS, TKS_MEM_GRAD_SLICE,
+enum { TKS_MEM_WEIGHTS = 0, TKS_MEM_COMPUTE, TKS_MEM_GRADS, TKS_MEM_MOMENTS, TKS_MEM_GRAD_STAGE,
        TKS_MEM_ACTIVATIONS, TKS_MEM_BACKEND, TKS_MEM_N };
 
 typedef struct tks_mem_plan {
@@ -28,6 +29,17 @@ typedef struct tks_mem_plan {
     double total;
     size_t n_flat, n_slice;   /* flat buffer elements (tp-local), this rank's ZeRO slice */
 } tks_mem_plan;
+
+/* Elements (fp32) of the trainer's gradient staging buffer for a flat
+ * buffer of n_flat elements under layout s: the reduce-scatter's input, every
+ * slice's bucket packed side by side (grad_sync.c), so the whole tp-local
+ * flat buffer when dp_shard > 1, and 0 when dp_shard is 1 (the all-reduce
+ * works in place). The trainer allocates this many; the plan counts them. */
+size_t tks_mem_grad_stage_elems(const tks_mesh_shape *s, size_t n_flat);
+
+/* fp32 scalars the trainer keeps on the device for a step (train.c: gradient
+ * sum of squares, loss sum, stop flag, one spare). */
+#define TKS_MEM_STEP_SCALARS 4
 
 /* "fp32 master weights", "bf16 compute copy", ... (one per TKS_MEM_*) */
 const char *tks_mem_part_name(int part);

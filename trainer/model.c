@@ -481,14 +481,18 @@ void tks_model_init(tks_model *m, uint64_t seed) {
         size_t n = p->lrows * p->lcols;
         float *h = malloc(n * sizeof *h);
         uint64_t key = tks_mix64(seed ^ name_hash(p->name));
-        for (uint64_t r = 0; r < p->lrows; r++)
+        /* every value is hashed from its global index alone, so the rows
+         * split over threads give the same bits as one thread */
+        int64_t rows = (int64_t)p->lrows;
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++)
             for (uint64_t c = 0; c < p->lcols; c++) {
-                uint64_t gr = p->row0 + r, gc = p->col0 + c;
+                uint64_t gr = p->row0 + (uint64_t)r, gc = p->col0 + c;
                 float v;
                 if (p->ndim == 1) v = 1.0f;                      /* RMSNorm weights */
                 else if (gr >= p->rows_real) v = 0.0f;           /* vocab padding */
                 else v = m->cfg.init_std * gauss(key, gr * p->cols + gc);
-                h[r * p->lcols + c] = v;
+                h[(size_t)r * p->lcols + c] = v;
             }
         m->be->ops->upload(m->be, p->w, h, n * sizeof *h);
         free(h);

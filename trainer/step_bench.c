@@ -43,7 +43,7 @@ static int run_steps(tks_backend *be, tks_model *m, tks_optim *opt, const tks_ad
             t0 = now();
         }
         tks_model_zero_grad(m);
-        if (!rc) rc = be->ops->memzero(be, dred, 4 * sizeof *dred);
+        if (!rc) rc = be->ops->memzero(be, dred, TKS_MEM_STEP_SCALARS * sizeof *dred);
         if (!rc) rc = tks_model_forward_train(m, ids, tg, 1.0f / (float)n, dred + 1);
         if (!rc) rc = tks_model_backward(m, 1.0f / (float)n);
         if (!rc) rc = tks_optim_grad_sumsq(opt, dred, 1);
@@ -77,7 +77,7 @@ int tks_step_bench(const tks_step_bench_opts *in, tks_step_bench_result *out) {
     int rc = tks_backend_create(in->device, in->threads, &be);
     if (!rc) rc = tks_model_create_dt(c, be, NULL, in->B, in->T, 1, dt, &m);
     if (!rc) rc = tks_optim_create(m, &o, 0, tks_model_n_flat(m), &opt);
-    if (!rc && !(dred = be->ops->alloc(be, 4 * sizeof *dred)))
+    if (!rc && !(dred = be->ops->alloc(be, TKS_MEM_STEP_SCALARS * sizeof *dred)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of device memory");
     if (!rc) {
         tks_model_init(m, 1);

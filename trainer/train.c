@@ -687,7 +687,8 @@ typedef struct trainer {
     tks_optim *opt;
     tks_adamw_opts ao;
     tks_grad_sync *gsync;
-    float *gstage, *dred; /* device: gradient staging; the step's scalars [4] */
+    float *gstage, *dred; /* device: gradient staging; the step's scalars [TKS_MEM_STEP_SCALARS] */
+    double plan_bytes;    /* the memory plan's total for this rank (--dry-run's figure) */
     int lead, overlap, run_lock;
     double host_wait;     /* seconds the host spent blocked on the backend (sync, reads) */
     size_t n_slice, sb;   /* this rank's ZeRO slice of the tp-local flat buffer: [sb, sb + n_slice) */
@@ -747,17 +748,21 @@ static int open_compute(trainer *t, int rc) {
     if (!rc) rc = tks_optim_create(t->m, &t->ao, t->sb, t->sb + t->n_slice, &t->opt);
     /* gradient sync over dp_shard and dp_replicate in buckets that the
      * backward starts as their gradients complete (mesh.h) */
-    if (!rc && mesh->dp > 1 && mesh->group[TKS_GROUP_DP_SHARD]->size > 1 &&
-        !(t->gstage = be->ops->alloc(be, n_flat * sizeof *t->gstage)))
+    size_t n_stage = tks_mem_grad_stage_elems(&mesh->shape, n_flat);
+    if (!rc && n_stage && !(t->gstage = be->ops->alloc(be, n_stage * sizeof *t->gstage)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
-                      "out of memory for the gradient staging buffer (%zu floats)", n_flat);
+                      "out of memory for the gradient staging buffer (%zu floats)", n_stage);
     if (!rc && mesh->dp > 1)
         rc = tks_grad_sync_create(mesh, tks_model_grads(t->m), n_flat, grad_bucket_elems(t->n_slice),
                                   t->gstage, be_copy, be, &t->gsync);
     t->overlap = grad_overlap();
     /* the step's device scalars: [0] gradient sum of squares, [1] loss sum, [2] stop flag */
-    if (!rc && !(t->dred = be->ops->alloc(be, 4 * sizeof *t->dred)))
+    if (!rc && !(t->dred = be->ops->alloc(be, TKS_MEM_STEP_SCALARS * sizeof *t->dred)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    /* the plan of what was just allocated, for metrics.jsonl beside the real figure */
+    tks_mem_plan plan;
+    if (!rc && !tks_mem_plan_make(&r->cfg, &r->shape, (int)r->micro, (int)o->seq_len, r->dtype, be, &plan))
+        t->plan_bytes = plan.total;
     /* which buffers to shrink, and how */
     if (rc == TKS_ERR_NOMEM && be)
         rc = tks_mem_explain_nomem(&r->cfg, &r->shape, (int)r->micro, (int)o->seq_len, r->dtype, be);
@@ -954,6 +959,13 @@ static void write_metrics(trainer *t, const tks_step_info *info) {
                 (unsigned long long)info->comm_bytes[TKS_COLL_ALLGATHER]);
     if (t->gsync) /* gradient buckets this rank started during the backward (overlap) */
         fprintf(f, ", \"grad_buckets_early\": %zu", tks_grad_sync_started_early(t->gsync));
+    const tks_backend_kind *k = t->be->kind;
+    if (k->memory) { /* rank 0's device bytes at most so far (alloc's peak and the backend's own) and the plan */
+        size_t now = 0, peak = 0;
+        k->memory(t->be, &now, &peak);
+        double held = (double)peak + (k->reserved ? (double)k->reserved(t->be) : 0.0);
+        fprintf(f, ", \"device_bytes\": %.0f, \"plan_bytes\": %.0f", held, t->plan_bytes);
+    }
     fputs("}\n", f);
 }
 

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@ typedef struct cpu_ctx {
     char err_msg[256];
     unsigned char *ws;   /* workspace (set_workspace), ws_bytes long */
     size_t ws_bytes;
+    size_t held, peak;   /* bytes held through cpu_alloc now, and at most so far */
 } cpu_ctx;
 
 struct tks_stream { int unused; };
@@ -119,14 +121,34 @@ static int need_ws(tks_backend *be, const char *op, size_t per_thread) {
 
 /* ---- memory, sync, workspace, streams ------------------------------------- */
 
+/* Every buffer is 64-byte aligned and zeroed, and carries its size in the
+ * 64 bytes before it, so that free can count what is held (kind->memory):
+ * the trainer's allocations are checked against its memory plan on the CPU. */
+#define CPU_HDR 64
 static void *cpu_alloc(tks_backend *be, size_t bytes) {
-    (void)be;
-    size_t n = (bytes + 63) & ~(size_t)63;
-    void *p = aligned_alloc(64, n ? n : 64);
-    if (p) memset(p, 0, n ? n : 64);
-    return p;
+    cpu_ctx *c = CTX(be);
+    if (bytes > SIZE_MAX - CPU_HDR - 64) return NULL;
+    size_t n = bytes ? (bytes + 63) & ~(size_t)63 : 64;
+    unsigned char *p = aligned_alloc(64, CPU_HDR + n);
+    if (!p) return NULL;
+    memset(p + CPU_HDR, 0, n);
+    memcpy(p, &n, sizeof n);
+    c->held += n;
+    if (c->held > c->peak) c->peak = c->held;
+    return p + CPU_HDR;
 }
-static void cpu_free(tks_backend *be, void *p) { (void)be; free(p); }
+static void cpu_free(tks_backend *be, void *ptr) {
+    if (!ptr) return;
+    unsigned char *p = (unsigned char *)ptr - CPU_HDR;
+    size_t n;
+    memcpy(&n, p, sizeof n);
+    CTX(be)->held -= n;
+    free(p);
+}
+static void cpu_memory(tks_backend *be, size_t *now, size_t *peak) {
+    if (now) *now = CTX(be)->held;
+    if (peak) *peak = CTX(be)->peak;
+}
 static int cpu_upload(tks_backend *be, void *dst, const void *src, size_t bytes) {
     STICKY(be);
     memcpy(dst, src, bytes);
@@ -950,4 +972,5 @@ const tks_backend_kind tks_cpu_backend_kind = {
     .ops = &cpu_ops,
     .device_count = cpu_device_count,
     .create = cpu_create,
+    .memory = cpu_memory,
 };

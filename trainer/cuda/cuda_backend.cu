@@ -126,6 +126,16 @@ static void cu_free(tks_backend *be, void *p) {
 static int cu_upload(tks_backend *be, void *dst, const void *src, size_t bytes) {
     CTX(be);
     STICKY(c);
+    if (c->pin && bytes <= TKS_PIN_BYTES) { /* through a pinned slot: the host does not wait */
+        int s = c->pin_next;
+        c->pin_next = (s + 1) % TKS_PIN_SLOTS;
+        unsigned char *slot = c->pin + (size_t)s * TKS_PIN_BYTES;
+        if (tks_cuda_check_rt(c, cudaEventSynchronize(c->pin_done[s]), "upload (staging slot)")) return c->err;
+        memcpy(slot, src, bytes);
+        if (!tks_cuda_check_rt(c, cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, c->cur), "upload"))
+            tks_cuda_check_rt(c, cudaEventRecord(c->pin_done[s], c->cur), "upload (staging slot)");
+        return c->err;
+    }
     /* pageable source: the host buffer may be reused when the call returns */
     tks_cuda_check_rt(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->cur), "upload");
     return c->err;
@@ -260,6 +270,10 @@ static void cu_destroy(tks_backend *be) {
         tks_cuda_flash_release(be);
 #endif
         tks_cuda_gemm_plans_free(c);
+        if (c->pin) {
+            cudaFreeHost(c->pin);
+            for (int s = 0; s < TKS_PIN_SLOTS; s++) cudaEventDestroy(c->pin_done[s]);
+        }
         for (int i = 0; i < c->nallocs; i++) cudaFree(c->allocs[i].p);
         cudaFree(c->workspace);
         cudaFree(c->d_partial);
@@ -391,6 +405,25 @@ static const tks_backend_kind cuda_kind = make_cuda_kind();
 
 extern "C" const tks_backend_kind *tks_cuda_backend_kind(void) { return &cuda_kind; }
 
+/* The pinned upload slots; without them (cudaHostAlloc refused, e.g. a
+ * locked-memory limit) uploads copy from pageable memory, slower, not wrong. */
+static void pin_staging(tks_cuda_ctx *c) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, (size_t)TKS_PIN_SLOTS * TKS_PIN_BYTES, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    int s = 0;
+    while (s < TKS_PIN_SLOTS && cudaEventCreateWithFlags(&c->pin_done[s], cudaEventDisableTiming) == cudaSuccess) s++;
+    if (s < TKS_PIN_SLOTS) {
+        cudaGetLastError();
+        while (s > 0) cudaEventDestroy(c->pin_done[--s]);
+        cudaFreeHost(p);
+        return;
+    }
+    c->pin = (unsigned char *)p;
+}
+
 extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
     *out = NULL;
     if (access("/dev/nvidiactl", F_OK) != 0 && access("/proc/driver/nvidia/version", F_OK) != 0)
@@ -437,6 +470,7 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
         cu_destroy(be);
         return code;
     }
+    pin_staging(c);
     c->cur = c->stream;
     {
         const char *fa = getenv("TKS_CUDNN_ATTENTION");

@@ -23,7 +23,7 @@ typedef struct tks_gemm_plan {
     int have_algo;
 } tks_gemm_plan;
 
-enum { TKS_GEMM_CACHE = 256, TKS_MAX_ALLOCS = 4096 };
+enum { TKS_GEMM_CACHE = 256, TKS_MAX_ALLOCS = 4096, TKS_PIN_SLOTS = 4, TKS_PIN_BYTES = 1 << 20 };
 
 typedef struct tks_cuda_ctx {
     int device;
@@ -51,6 +51,15 @@ typedef struct tks_cuda_ctx {
         size_t bytes;
     } allocs[TKS_MAX_ALLOCS];
     int nallocs;
+    /* pinned host staging for uploads of at most TKS_PIN_BYTES (a batch's
+     * ids and targets): a copy from pageable memory makes the host wait for
+     * the stream's earlier work, one from pinned memory is queued behind it.
+     * TKS_PIN_SLOTS slots used in turn, each reused once its event says its
+     * last copy is done. NULL when cudaHostAlloc failed: uploads then copy
+     * from the caller's memory. */
+    unsigned char *pin;
+    cudaEvent_t pin_done[TKS_PIN_SLOTS];
+    int pin_next;
     struct cudaDeviceProp prop;
 } tks_cuda_ctx;
 

@@ -30,14 +30,17 @@ __global__ void k_xent_fused(float *loss, T *logits, const int32_t *targets, int
     float M = block_max(m, red);
     __syncthreads();
     float S = block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), red);
+    /* a target outside the real columns [0, VR) reads no logit and gets no
+     * one-hot, as in the CPU reference (xent_fused_row) */
     int tg = targets[blockIdx.x];
-    float lt = ldv(logits, o + tg);
+    int local = tg >= 0 && tg < VR;
+    float lt = local ? ldv(logits, o + tg) : 0.0f;
     __syncthreads(); /* every thread has read the target logit before it is overwritten */
     if (threadIdx.x == 0) loss[blockIdx.x] = logf(S) + M - lt;
     float inv = 1.0f / S;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
         float g = j < VR ? expf(ldv(logits, o + j) - M) * inv * scale : 0.0f;
-        if (j == tg) g -= scale;
+        if (local && j == tg) g -= scale;
         stv(logits, o + j, g);
     }
 }

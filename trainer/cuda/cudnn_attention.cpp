@@ -8,7 +8,9 @@
  * cuDNN's logical [B,H,T,HD] with strides (T*ld, HD, ld, 1); the softmax
  * statistics (natural log-sum-exp of the scaled scores, fp32) are lse[B,NH,T],
  * exactly the contract's. Graphs are built once per (direction, shape,
- * strides) and cached; cuDNN's scratch is the model's workspace (the backend
+ * strides) and cached, and so is a refusal (the key, what failed and cuDNN's
+ * reason), so that a shape cuDNN cannot run is validated and planned once,
+ * not at every call before the fallback; cuDNN's scratch is the model's workspace (the backend
  * asks for the graphs' size in workspace_bytes), so no op allocates. The
  * backward asks for cuDNN's deterministic algorithm (no atomics in dQ).
  */
@@ -40,8 +42,9 @@ enum : int64_t { Q_UID = 1, K_UID, V_UID, O_UID, STATS_UID, DO_UID, DQ_UID, DK_U
 using Key = std::tuple<int, int, int, int, int, int, int64_t, int64_t, int64_t>;
 
 struct Plan {
-    std::shared_ptr<fe::graph::Graph> graph;
+    std::shared_ptr<fe::graph::Graph> graph; /* null: cuDNN refused the key */
     int64_t workspace = 0;
+    std::string what, why;                   /* the refusal: the failed step, cuDNN's message */
 };
 struct Flash {
     cudnnHandle_t handle = nullptr;
@@ -72,6 +75,7 @@ std::shared_ptr<fe::graph::Tensor_attributes> bthd(fe::graph::Graph &g, const ch
 int build(Flash &f, const Key &key, Plan **out) {
     auto it = f.graphs.find(key);
     if (it != f.graphs.end()) {
+        if (!it->second.graph) return fail(it->second.what.c_str(), it->second.why);
         *out = &it->second;
         return 0;
     }
@@ -121,11 +125,18 @@ int build(Flash &f, const Key &key, Plan **out) {
     if (st.is_good()) st = g->create_execution_plans({fe::HeurMode_t::A});
     if (st.is_good()) st = g->check_support(f.handle);
     if (st.is_good()) st = g->build_plans(f.handle);
-    if (!st.is_good()) return fail(bwd ? "backward graph" : "forward graph", st.get_message());
+    const char *what = bwd ? "backward graph" : "forward graph";
     int64_t ws = 0;
-    st = g->get_workspace_size(ws);
-    if (!st.is_good()) return fail("workspace size", st.get_message());
+    if (st.is_good()) {
+        st = g->get_workspace_size(ws);
+        if (!st.is_good()) what = "workspace size";
+    }
     Plan &p = f.graphs[key];
+    if (!st.is_good()) { /* kept: the next call with this key fails at once */
+        p.what = what;
+        p.why = st.get_message();
+        return fail(what, p.why);
+    }
     p.graph = g;
     p.workspace = ws;
     *out = &p;

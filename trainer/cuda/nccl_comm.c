@@ -2,8 +2,12 @@
  * one ncclGetUniqueId broadcast over MPI, one communicator per mesh group with
  * ncclCommSplit, checked member by member against the MPI group mesh.c built
  * from the plan; collectives on the group's own stream, ordered against the
- * backend's stream by events; asynchronous errors polled and turned into
- * TKS_ERR_IO. MPI stays for launch and control (the group's MPI comm serves
+ * backend's stream by events: a started collective runs beside the backend's
+ * later work until its wait makes the backend's stream wait for it (the
+ * gradient buckets overlap the backward); asynchronous errors polled and
+ * turned into TKS_ERR_IO; a communicator that failed on any member is
+ * aborted, never destroyed (ncclCommDestroy would wait for peers that are
+ * gone). MPI stays for launch and control (the group's MPI comm serves
  * gatherv_host, agree, broadcast_bytes and the host side of barrier). */
 #define _POSIX_C_SOURCE 200809L
 #include <mpi.h>
@@ -83,8 +87,7 @@ static int poll(nccl_group *g, const char *op) {
     return group_error(g);
 }
 
-/* Orders the collective after the compute stream's work and the compute
- * stream's later work after it. */
+/* Orders the collective after the compute stream's work. */
 static int enter(nccl_group *g, const char *op) {
     if (g->err) return group_error(g);
     cudaError_t e = cudaEventRecord(g->before, g->w->compute);
@@ -92,13 +95,19 @@ static int enter(nccl_group *g, const char *op) {
     if (e != cudaSuccess) return fail_cuda(e, op);
     return 0;
 }
+/* The result of enqueueing a collective: an error is sticky. */
+static int enqueued(nccl_group *g, ncclResult_t r, const char *op) {
+    if (r == ncclSuccess || r == ncclInProgress) return 0;
+    g->err = TKS_ERR_IO;
+    snprintf(g->msg, sizeof g->msg, "NCCL %s failed on group %d (color %d): %s (%s)", op, g->id,
+             g->color, ncclGetErrorString(r), ncclGetLastError(g->comm));
+    return group_error(g);
+}
+/* After a collective whose caller gets no handle (barrier, the grouped
+ * all-reduce): the compute stream's later work waits for it. */
 static int leave(nccl_group *g, ncclResult_t r, const char *op) {
-    if (r != ncclSuccess && r != ncclInProgress) {
-        g->err = TKS_ERR_IO;
-        snprintf(g->msg, sizeof g->msg, "NCCL %s failed on group %d (color %d): %s (%s)", op, g->id,
-                 g->color, ncclGetErrorString(r), ncclGetLastError(g->comm));
-        return group_error(g);
-    }
+    int rc = enqueued(g, r, op);
+    if (rc) return rc;
     cudaError_t e = cudaEventRecord(g->after, g->stream);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(g->w->compute, g->after, 0);
     if (e != cudaSuccess) return fail_cuda(e, op);
@@ -154,7 +163,8 @@ static int g_start(tks_comm *c, const tks_coll *op, tks_comm_req **req) {
         break;
     default: r = ncclBroadcast(op->out, op->out, op->n, T, op->root, g->comm, g->stream); break;
     }
-    rc = leave(g, r, name);
+    /* the compute stream goes on; g_wait orders its later work after q->done */
+    rc = enqueued(g, r, name);
     if (rc) return rc;
     struct tks_comm_req *q = g->free_reqs;
     if (q) g->free_reqs = q->next;
@@ -168,15 +178,17 @@ static int g_start(tks_comm *c, const tks_coll *op, tks_comm_req **req) {
         }
     }
     cudaError_t e = cudaEventRecord(q->done, g->stream);
-    if (e != cudaSuccess) {
+    rc = e != cudaSuccess ? fail_cuda(e, name) : poll(g, name);
+    if (rc) {
         q->next = g->free_reqs, g->free_reqs = q;
-        return fail_cuda(e, name);
+        return rc;
     }
     *req = q;
     return 0;
 }
 
-/* Stream-ordered completion: the backend's later work waits for the event. */
+/* Stream-ordered completion: the backend's later work waits for the event
+ * recorded after the collective (the host does not block). */
 static int g_wait(tks_comm *c, tks_comm_req *q) {
     nccl_group *g = NG(c);
     if (!q) return 0;
@@ -270,7 +282,7 @@ int tks_nccl_world_create(tks_backend *be, tks_nccl_world **out) {
                                 "NCCL ncclCommInitRank failed on another rank (its message is "
                                 "in its log); on one GPU shared by several ranks give each rank "
                                 "its own NCCL_HOSTID (docs/GPU.md)");
-        if (w->comm) ncclCommDestroy(w->comm);
+        if (w->comm) ncclCommAbort(w->comm); /* another rank failed: destroy would wait for it */
         free(w);
         return rc;
     }
@@ -284,8 +296,14 @@ void tks_nccl_world_free(tks_nccl_world *w) {
     free(w);
 }
 
-static void group_destroy(nccl_group *g) {
+/* abort: the group failed on some member; its communicator is aborted first,
+ * which ends its pending work, so that the stream can drain. */
+static void group_destroy(nccl_group *g, int abort) {
     if (!g) return;
+    if (g->comm && (abort || g->err)) {
+        ncclCommAbort(g->comm);
+        g->comm = NULL;
+    }
     if (g->stream) cudaStreamSynchronize(g->stream);
     if (g->comm) ncclCommDestroy(g->comm);
     if (g->before) cudaEventDestroy(g->before);
@@ -302,7 +320,7 @@ static void group_destroy(nccl_group *g) {
 }
 
 void tks_nccl_comm_free(tks_comm *c) {
-    if (c) group_destroy(NG(c));
+    if (c) group_destroy(NG(c), 0);
 }
 
 static const tks_comm_transport nccl_transport = {
@@ -314,6 +332,25 @@ static const tks_comm_transport nccl_transport = {
     .broadcast_bytes = n_bcast_bytes,
 };
 
+/* The group NCCL built (g->members, gathered over it) against the planned
+ * one (ctrl's members): TKS_ERR_ARG naming both lists when they differ. */
+static int check_members(nccl_group *g, const tks_comm *ctrl) {
+    if (g->c.size == ctrl->size && g->c.rank == ctrl->rank &&
+        !memcmp(g->members, ctrl->members, (size_t)ctrl->size * sizeof *g->members))
+        return 0;
+    char why[600];
+    int o = snprintf(why, sizeof why, "rank %d: the NCCL group (color %d) has %d members [",
+                     g->w->rank, g->color, g->c.size);
+    for (int i = 0; i < g->c.size && o < 400; i++)
+        o += snprintf(why + o, sizeof why - (size_t)o, i ? " %d" : "%d", g->members[i]);
+    o += snprintf(why + o, sizeof why - (size_t)o, "] but the planned group has %d [", ctrl->size);
+    for (int i = 0; i < ctrl->size && o < 560; i++)
+        o += snprintf(why + o, sizeof why - (size_t)o, i ? " %d" : "%d", ctrl->members[i]);
+    snprintf(why + o, sizeof why - (size_t)o, "]");
+    return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                    "%s: refusing to train on a group that is not the planned one", why);
+}
+
 int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
     *out = NULL;
     nccl_group *g = calloc(1, sizeof *g);
@@ -323,9 +360,9 @@ int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
      * a local failure (NCCL_SPLIT_NOCOLOR keeps it out of every group) */
     ncclComm_t nc = NULL;
     ncclResult_t r = ncclCommSplit(w->comm, g ? color : NCCL_SPLIT_NOCOLOR, ctrl->rank, &nc, NULL);
-    if (!g) {
-        if (nc) ncclCommDestroy(nc);
-        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    if (!g) { /* the others learn it in the first agreement below */
+        if (nc) ncclCommAbort(nc);
+        return ctrl->agree(ctrl, tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory"));
     }
     g->w = w;
     g->ctrl = ctrl;
@@ -340,51 +377,53 @@ int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&g->after, cudaEventDisableTiming);
         if (e != cudaSuccess) rc = fail_cuda(e, "stream/event creation");
     }
+    int *d = NULL;
     if (!rc) {
         ncclCommCount(g->comm, &g->c.size);
         ncclCommUserRank(g->comm, &g->c.rank);
         g->members = calloc((size_t)g->c.size, sizeof *g->members);
         if (!g->members) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     }
+    if (!rc && (e = cudaMalloc((void **)&d, (size_t)g->c.size * sizeof *d)) != cudaSuccess)
+        rc = fail_cuda(e, "member check");
+    /* every member can take part in the member check before any starts it:
+     * one that cannot would leave the others waiting in the all-gather. The
+     * members agree once more after enqueueing it and once at the end, all
+     * of them on every path (a failure in one agreement skips the next ones
+     * on every member alike). */
+    rc = ctrl->agree(ctrl, rc);
     /* members: every member's world rank, gathered over the NEW communicator,
      * so what is checked is what NCCL built */
     if (!rc) {
-        int *d = NULL;
-        e = cudaMalloc((void **)&d, (size_t)g->c.size * sizeof *d);
+        e = cudaMemcpyAsync(d + g->c.rank, &w->rank, sizeof *d, cudaMemcpyHostToDevice, g->stream);
         if (e == cudaSuccess)
-            e = cudaMemcpyAsync(d + g->c.rank, &w->rank, sizeof *d, cudaMemcpyHostToDevice, g->stream);
-        if (e == cudaSuccess) {
-            r = ncclAllGather(d + g->c.rank, d, 1, ncclInt32, g->comm, g->stream);
-            if (r != ncclSuccess) rc = fail_nccl(r, "allgather of the group's members");
-        }
+            rc = enqueued(g, ncclAllGather(d + g->c.rank, d, 1, ncclInt32, g->comm, g->stream),
+                          "allgather of the group's members");
         if (!rc && e == cudaSuccess)
             e = cudaMemcpyAsync(g->members, d, (size_t)g->c.size * sizeof *d,
                                 cudaMemcpyDeviceToHost, g->stream);
-        if (!rc && e == cudaSuccess) e = cudaStreamSynchronize(g->stream);
+        if (!rc && e == cudaSuccess) e = cudaEventRecord(g->after, g->stream);
         if (!rc && e != cudaSuccess) rc = fail_cuda(e, "member check");
-        cudaFree(d);
-    }
-    if (!rc) {
-        int same = g->c.size == ctrl->size && g->c.rank == ctrl->rank;
-        for (int i = 0; same && i < ctrl->size; i++) same = g->members[i] == ctrl->members[i];
-        if (!same) {
-            char why[600];
-            int o = snprintf(why, sizeof why, "rank %d: the NCCL group (color %d) has %d members [",
-                             w->rank, color, g->c.size);
-            for (int i = 0; i < g->c.size && o < 400; i++)
-                o += snprintf(why + o, sizeof why - (size_t)o, i ? " %d" : "%d", g->members[i]);
-            o += snprintf(why + o, sizeof why - (size_t)o, "] but the planned group has %d [", ctrl->size);
-            for (int i = 0; i < ctrl->size && o < 560; i++)
-                o += snprintf(why + o, sizeof why - (size_t)o, i ? " %d" : "%d", ctrl->members[i]);
-            snprintf(why + o, sizeof why - (size_t)o, "]");
-            rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
-                          "%s: refusing to train on a group that is not the planned one", why);
+        /* every member enqueued the all-gather before any waits for it (a
+         * failure aborts the communicator everywhere, ending the wait) */
+        rc = ctrl->agree(ctrl, rc);
+        if (!rc) {
+            rc = wait_stream(g, "allgather of the group's members");
+            if (!rc) rc = check_members(g, ctrl);
+            /* every member learns whether the group is usable before anyone uses it */
+            rc = ctrl->agree(ctrl, rc);
         }
     }
-    /* every member learns whether the group is usable before anyone uses it */
-    rc = ctrl->agree(ctrl, rc);
+    if (d) {
+        if (rc && g->comm) { /* abort first: the all-gather may still hold d */
+            ncclCommAbort(g->comm);
+            g->comm = NULL;
+            cudaStreamSynchronize(g->stream);
+        }
+        cudaFree(d);
+    }
     if (rc) {
-        group_destroy(g);
+        group_destroy(g, 1);
         return rc;
     }
     tks_comm_init(&g->c, &nccl_transport, g->members, g);
