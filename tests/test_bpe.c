@@ -366,7 +366,7 @@ static int long_word(const char *dir, const char *name) {
     t0 = now();
     rc = tks_bpe_encode(b, t, n, &ids);
     dt = now() - t0;
-    CHECK(rc == 0 && dt < 1.0, "%s: 1 MB of spaces: rc %d, %.3f s", name, rc, dt);
+    CHECK(rc == 0 && dt < 2.0, "%s: 1 MB of spaces: rc %d, %.3f s", name, rc, dt);
     printf("%s: 1 MB of spaces: %zu ids in %.3f s\n", name, ids.n, dt);
     char *back;
     size_t bl;
