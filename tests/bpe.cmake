@@ -18,4 +18,4 @@ endforeach()
 add_test(NAME bpe_long COMMAND bash ${TKS_TEST_DIR}/test_bpe.sh long ${TKS_VENV_PYTHON} $<TARGET_FILE:test_bpe> ${TKS_BPE_WORK} llama3)
 set_tests_properties(bpe_long PROPERTIES FIXTURES_REQUIRED tks_bpe SKIP_RETURN_CODE 77 TIMEOUT 120)
 # the loader's refusals need no peer
-add_test(NAME bpe_refusals COMMAND test_bpe --refusals ${CMAKE_BINARY_DIR}/test-work/bpe-refusals)
+add_test(NAME bpe_refusals COMMAND test_bpe --refusals ${CMAKE_BINARY_DIR}/bpe-refusals-test)

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <omp.h>
@@ -229,6 +230,10 @@ static void refused(const char *dir, const char *name, const char *json, int cod
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
+    if (!f) {
+        CHECK(0, "cannot write %s", path);
+        return;
+    }
     fputs(json, f);
     fclose(f);
     tks_bpe *b = (tks_bpe *)1;
@@ -250,10 +255,15 @@ static void refused(const char *dir, const char *name, const char *json, int cod
     ",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":" merges "}}"
 
 static int refusals(const char *dir) {
+    mkdir(dir, 0755);
     /* the minimal model loads and encodes */
     char path[4096];
     snprintf(path, sizeof path, "%s/ok.json", dir);
     FILE *f = fopen(path, "w");
+    if (!f) {
+        CHECK(0, "cannot write %s", path);
+        return fails;
+    }
     fputs(MODEL("", "[\"a b\"]"), f);
     fclose(f);
     tks_bpe *b = NULL;
