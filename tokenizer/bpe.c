@@ -211,7 +211,7 @@ static int compile_regex(tks_bpe *b, const char *pat, size_t n, int literal, con
         }
     int err;
     PCRE2_SIZE eoff;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, n, opts, &err, &eoff, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
