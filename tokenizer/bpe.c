@@ -29,7 +29,6 @@
  * thread's first encode and owned by the handle.
  */
 #define _POSIX_C_SOURCE 200809L /* strdup, strndup */
-#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -253,14 +252,13 @@ static int load_normalizer(tks_bpe *b, json_t *n) {
     return 0;
 }
 
-static int load_byte_level(tks_bpe *b, json_t *c, const char *where, int in_sequence) {
+static int load_byte_level(tks_bpe *b, json_t *c, const char *where) {
     static const char *const known[] = {"type", "add_prefix_space", "trim_offsets", "use_regex", NULL};
     int rc = only_keys(b, c, where, known), aps = 0, use_regex = 0;
     if (rc) return rc;
     if ((rc = get_bool(b, c, where, "add_prefix_space", 1, &aps))) return rc;
     if ((rc = get_bool(b, c, where, "use_regex", 1, &use_regex))) return rc;
     if (aps) return refuse(b, "%s.add_prefix_space true is not supported", where);
-    (void)in_sequence;
     if (use_regex) return compile_regex(b, GPT2_PATTERN, sizeof GPT2_PATTERN - 1, 0, where);
     return 0;
 }
@@ -293,7 +291,7 @@ static int load_split(tks_bpe *b, json_t *c, const char *where) {
 static int load_pre_tokenizer(tks_bpe *b, json_t *p) {
     const char *t = json_string_value(json_object_get(p, "type"));
     if (!t) return refuse(b, "pre_tokenizer is missing or has no type (a byte-level model needs ByteLevel)");
-    if (!strcmp(t, "ByteLevel")) return load_byte_level(b, p, "pre_tokenizer", 0);
+    if (!strcmp(t, "ByteLevel")) return load_byte_level(b, p, "pre_tokenizer");
     if (strcmp(t, "Sequence"))
         return refuse(b, "pre_tokenizer type \"%s\" is not supported (tokshard reproduces ByteLevel, "
                          "and Sequence of Split then ByteLevel)", t);
@@ -310,7 +308,7 @@ static int load_pre_tokenizer(tks_bpe *b, json_t *p) {
         if (ct && !strcmp(ct, "Split") && i + 1 < n) {
             rc = load_split(b, c, where);
         } else if (ct && !strcmp(ct, "ByteLevel") && i + 1 == n) {
-            rc = load_byte_level(b, c, where, 1);
+            rc = load_byte_level(b, c, where);
         } else {
             rc = refuse(b, "%s type \"%s\" is not supported there (tokshard reproduces Split pre-tokenizers "
                            "followed by one ByteLevel, last)", where, ct ? ct : "?");
@@ -534,8 +532,7 @@ static int load_model(tks_bpe *b, json_t *m, json_t *added) {
         cat[ll + rl] = 0;
         json_t *lid, *rid, *nid;
         const char *lk = l, *rk = r;
-        /* the json strings are NUL-terminated; a pair side is its own string, a
-         * legacy side is cut from the line */
+        /* a pair's sides are their own strings; a line's left side is cut out */
         char *lcopy = NULL;
         if (form == 1) {
             lcopy = strndup(l, ll);
