@@ -38,6 +38,7 @@ static double now(void) {
 }
 
 typedef struct docs {
+    char *buf; /* the file, which p[] points into */
     char **p;
     size_t *len, n;
 } docs;
@@ -64,6 +65,7 @@ static int read_docs(const char *path, docs *d) {
     char *b = slurp(path, &n);
     if (!b) return -1;
     memset(d, 0, sizeof *d);
+    d->buf = b;
     size_t cap = 0;
     for (size_t i = 0; i + 8 <= n;) {
         uint64_t l = 0;
@@ -218,6 +220,7 @@ static int compare_model(const char *dir, const char *name, const docs *d, size_
     for (size_t i = 0; i < d->n; i++) tks_ids_free(&got[i]);
     free(got);
     free(want);
+    free(dec.buf);
     free(dec.p);
     free(dec.len);
     tks_bpe_free(b);
@@ -407,6 +410,9 @@ int main(int argc, char **argv) {
         size_t n_held = c ? strtoul(strchr(c, ' ') + 1, NULL, 10) : 0;
         free(c);
         for (int i = 2; i < argc; i++) compare_model(argv[1], argv[i], &d, n_held);
+        free(d.buf);
+        free(d.p);
+        free(d.len);
     } else {
         fprintf(stderr, "usage: test_bpe PEER_DIR MODEL... | --refusals DIR | --long PEER_DIR MODEL\n");
         return 2;
