@@ -1,8 +1,9 @@
 /*
  * tokenizer.h - the tokenizer library's one public header: sentencepiece
  * models (the C++ library from Debian's libsentencepiece-dev, implemented in
- * spm.cc) with tokshard's exact fast encoder (fastenc.c, private), and the
- * Hugging Face tokenizer.json writer (hf_tokenizer.c). The build pipeline
+ * spm.cc) with tokshard's exact fast encoder (fastenc.c, private), byte-level
+ * BPE tokenizers read from a tokenizer.json (bpe.c), and the Hugging Face
+ * tokenizer.json writer (hf_tokenizer.c). The build pipeline
  * (tokenize/), the trainer and interop use it; it depends on common/ only.
  *
  * Thread safety: a loaded tks_spm is immutable; tks_spm_encode and
@@ -89,6 +90,88 @@ int tks_spm_decode(const tks_spm *s, const uint32_t *ids, size_t n, char **text,
 /* The piece string of one id (e.g. "▁the"); NULL when id >= vocab size.
  * Owned by the handle. */
 const char *tks_spm_piece(const tks_spm *s, uint32_t id);
+
+/*
+ * Byte-level BPE tokenizers read from a Hugging Face tokenizer.json (GPT-2,
+ * Llama 3, Qwen 2 and the like), implemented in bpe.c. tks_bpe_encode gives
+ * the ids of Hugging Face `tokenizers` (0.20) reading the same file and
+ * encoding the same text with add_special_tokens=False and special tokens
+ * not matched in the text (encode_special_tokens=True): text that contains
+ * "<|endoftext|>" is encoded as those characters, never as the special id.
+ *
+ * Supported exactly, and nothing else (anything else is refused at load,
+ * naming the key):
+ *   model: BPE with vocab, merges ("a b" strings or [a, b] pairs),
+ *     ignore_merges; dropout, unk_token, continuing_subword_prefix and
+ *     end_of_word_suffix null (or "" for the last two), byte_fallback false;
+ *   normalizer: null, NFC, or a Sequence of NFC (utf8proc's Unicode data);
+ *   pre_tokenizer: ByteLevel (add_prefix_space false; use_regex true: GPT-2's
+ *     regex, false: none), or a Sequence of Split pre-tokenizers (a Regex or
+ *     String pattern, any behavior, invert) followed by one ByteLevel. The
+ *     regexes run in PCRE2 (UTF and Unicode properties, JIT when available);
+ *     a pattern that can match the empty string, or that uses \h, \H or
+ *     POSIX bracket classes (read otherwise by tokenizers' Oniguruma), is
+ *     refused;
+ *   decoder: ByteLevel; post_processor: null, ByteLevel, TemplateProcessing
+ *     or a Sequence of them (never applied: encode adds no special token);
+ *   truncation and padding null;
+ *   added_tokens: ids in the vocab (same id) or after it; the ids of the
+ *     model and the added tokens must be exactly 0 .. vocab size - 1.
+ *
+ * Thread safety: a loaded tks_bpe is immutable apart from per-thread
+ * scratch it owns; tks_bpe_encode and tks_bpe_decode may be called
+ * concurrently on the same handle. Memory of an encode is O(longest
+ * pre-token), time O(n log n) in a pre-token's length.
+ */
+typedef struct tks_bpe tks_bpe;
+
+/*
+ * Loads a tokenizer.json at `path` into *out (set to NULL on failure). The
+ * handle is owned by the caller: tks_bpe_free.
+ * Errors: TKS_ERR_ARG (NULL argument), TKS_ERR_IO (unreadable, not a regular
+ * file), TKS_ERR_TOKENIZER (not valid JSON: the context's line is set; or a
+ * component or key outside what is supported; or a merge naming a token not
+ * in the vocab, duplicate ids, ids with holes: the message names the file
+ * and the key), TKS_ERR_NOMEM.
+ */
+int tks_bpe_load(const char *path, tks_bpe **out);
+/* Frees the handle and every thread's scratch. Accepts NULL. No encode or
+ * decode may be running on it. */
+void tks_bpe_free(tks_bpe *b);
+
+/* Number of ids (the model's vocab and the added tokens); every id the
+ * tokenizer produces or decodes is < this. */
+uint32_t tks_bpe_vocab_size(const tks_bpe *b);
+/* XXH3-128 (canonical bytes) of the file the handle was loaded from, as
+ * tks_spm_fingerprint. Owned by the handle. */
+const uint8_t *tks_bpe_fingerprint(const tks_bpe *b);
+/* 1 when `id` is an added token marked special, else 0 (also for ids out
+ * of range). */
+int tks_bpe_is_special(const tks_bpe *b, uint32_t id);
+/* The bytes id decodes to (*len of them, not NUL-terminated; len may be
+ * NULL), or NULL when id >= vocab size. Owned by the handle. */
+const char *tks_bpe_token_bytes(const tks_bpe *b, uint32_t id, size_t *len);
+
+/*
+ * Encodes `len` bytes of UTF-8 text (need not be NUL-terminated; text may be
+ * NULL when len is 0) into ids, replacing out->ids[0..n).
+ * Errors: TKS_ERR_ARG (NULL b or out), TKS_ERR_UTF8 (the text is not valid
+ * UTF-8: the context's offset is the first bad byte), TKS_ERR_TOKENIZER (the
+ * regex engine failed), TKS_ERR_NOMEM. On error out->n is 0.
+ */
+int tks_bpe_encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out);
+
+/*
+ * Decodes ids to bytes as tokenizers' ByteLevel decoder does: each token's
+ * characters through GPT-2's byte table, or, for a token with a character
+ * outside it (most special tokens), its UTF-8 text. The result need not be
+ * valid UTF-8 (tokenizers then replaces bad sequences with U+FFFD).
+ * *text is malloc'd, NUL-terminated and owned by the caller; *len (len may
+ * be NULL) is its length without the NUL.
+ * Errors: TKS_ERR_ARG, TKS_ERR_TOKEN_RANGE (an id >= vocab size: the
+ * context's offset is its position), TKS_ERR_NOMEM.
+ */
+int tks_bpe_decode(const tks_bpe *b, const uint32_t *ids, size_t n, char **text, size_t *len);
 
 /*
  * Writes the model at `model_path` as a Hugging Face fast tokenizer into the

@@ -21,6 +21,7 @@ pkgs=(
   libarchive-dev zlib1g-dev
   libxxhash-dev xxhash
   libjansson-dev
+  libpcre2-dev libutf8proc-dev
   libopenblas-openmp-dev
   openmpi-bin libopenmpi-dev
   # real corpus used by the main job and the tests

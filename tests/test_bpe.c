@@ -1,0 +1,422 @@
+/*
+ * The byte-level BPE tokenizer (tokenizer/bpe.c) against Hugging Face
+ * `tokenizers`, id for id.
+ *
+ * Usage: test_bpe PEER_DIR MODEL...   (ids and decodes compared)
+ *        test_bpe --refusals WORKDIR  (the loader's refusals)
+ *        test_bpe --long PEER_DIR MODEL (a 1 MB single word, timed)
+ * PEER_DIR holds what tests/bpe_peer.py wrote: docs.bin, MODEL.json,
+ * MODEL.ids, MODEL.dec, MODEL.special, peer-speed.txt. Exit 0 when every
+ * check passes, 1 otherwise.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <omp.h>
+
+#include "tokenizer/tokenizer.h"
+
+static int fails;
+#define CHECK(cond, ...)                                                                               \
+    do {                                                                                               \
+        if (!(cond)) {                                                                                 \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                       \
+            fprintf(stderr, __VA_ARGS__);                                                              \
+            fputc('\n', stderr);                                                                       \
+            fails++;                                                                                   \
+        }                                                                                              \
+    } while (0)
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct docs {
+    char *buf; /* the file, which p[] points into */
+    char **p;
+    size_t *len, n;
+} docs;
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)sz + 1);
+    if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) b[sz] = 0, *n = (size_t)sz;
+    return b;
+}
+
+/* docs.bin's format: u64 little-endian length, then the bytes */
+static int read_docs(const char *path, docs *d) {
+    size_t n;
+    char *b = slurp(path, &n);
+    if (!b) return -1;
+    memset(d, 0, sizeof *d);
+    d->buf = b;
+    size_t cap = 0;
+    for (size_t i = 0; i + 8 <= n;) {
+        uint64_t l = 0;
+        for (int k = 7; k >= 0; k--) l = l << 8 | (uint8_t)b[i + (size_t)k];
+        i += 8;
+        if (l > n - i) return -1;
+        if (d->n == cap) {
+            cap = cap ? 2 * cap : 1024;
+            d->p = realloc(d->p, cap * sizeof *d->p);
+            d->len = realloc(d->len, cap * sizeof *d->len);
+        }
+        d->p[d->n] = b + i;
+        d->len[d->n++] = (size_t)l;
+        i += (size_t)l;
+    }
+    return 0;
+}
+
+static int valid_utf8(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        uint8_t c = (uint8_t)s[i];
+        size_t k = c < 0x80 ? 0 : c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2 : c >= 0xF0 && c <= 0xF4 ? 3 : 9;
+        if (k == 9 || i + k >= n + (k == 0)) return k == 0;
+        for (size_t j = 1; j <= k; j++)
+            if (((uint8_t)s[i + j] & 0xC0) != 0x80) return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+static int compare_model(const char *dir, const char *name, const docs *d, size_t n_held) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    tks_bpe *b = NULL;
+    int rc = tks_bpe_load(path, &b);
+    if (rc) {
+        fprintf(stderr, "FAIL %s: load: %s: %s\n", name, tks_strerror(rc), tks_last_error()->message);
+        return ++fails;
+    }
+    snprintf(path, sizeof path, "%s/%s.ids", dir, name);
+    size_t n_ids_text;
+    char *want = slurp(path, &n_ids_text);
+    snprintf(path, sizeof path, "%s/%s.dec", dir, name);
+    docs dec;
+    if (!want || read_docs(path, &dec) || dec.n != d->n) {
+        fprintf(stderr, "FAIL %s: cannot read %s.ids/.dec\n", name, name);
+        return ++fails;
+    }
+    /* every document, 2 threads at once on the one handle */
+    tks_ids *got = calloc(d->n, sizeof *got);
+    int bad_rc = 0;
+#pragma omp parallel for schedule(dynamic, 16) num_threads(2)
+    for (size_t i = 0; i < d->n; i++)
+        if (tks_bpe_encode(b, d->p[i], d->len[i], &got[i])) {
+#pragma omp atomic write
+            bad_rc = 1;
+        }
+    CHECK(!bad_rc, "%s: an encode failed", name);
+    size_t same = 0, diff = 0, dec_same = 0, dec_lossy = 0, ids_total = 0;
+    char *line = want;
+    for (size_t i = 0; i < d->n; i++) {
+        char *end = strchr(line, '\n');
+        if (!end) {
+            CHECK(0, "%s: %s.ids has fewer lines than documents", name, name);
+            break;
+        }
+        *end = 0;
+        size_t k = 0;
+        int eq = 1;
+        for (char *p = line; *p;) {
+            char *q;
+            unsigned long v = strtoul(p, &q, 10);
+            if (q == p) break;
+            if (k >= got[i].n || got[i].ids[k] != v) eq = 0;
+            k++;
+            p = q;
+        }
+        if (k != got[i].n) eq = 0;
+        ids_total += k;
+        if (eq) {
+            same++;
+        } else {
+            if (diff++ < 3) {
+                fprintf(stderr, "FAIL %s: document %zu (%zu bytes: \"%.60s\") gives %zu ids, tokenizers %zu\n",
+                        name, i, d->len[i], d->p[i], got[i].n, k);
+                size_t j = 0;
+                char *p = line;
+                for (; j < got[i].n; j++) {
+                    char *q;
+                    unsigned long v = strtoul(p, &q, 10);
+                    if (q == p || v != got[i].ids[j]) {
+                        fprintf(stderr, "  first difference at id %zu: ours %u, theirs %s\n", j, got[i].ids[j],
+                                q == p ? "(end)" : "other");
+                        break;
+                    }
+                    p = q;
+                }
+            }
+        }
+        line = end + 1;
+        /* decode: tokenizers' text, where ours is valid UTF-8 (it replaces bad
+         * sequences with U+FFFD) */
+        char *t;
+        size_t tl;
+        rc = tks_bpe_decode(b, got[i].ids, got[i].n, &t, &tl);
+        CHECK(!rc, "%s: decode of document %zu: %s", name, i, tks_last_error()->message);
+        if (!rc) {
+            if (!valid_utf8(t, tl)) dec_lossy++;
+            else if (tl == dec.len[i] && !memcmp(t, dec.p[i], tl)) dec_same++;
+            else CHECK(0, "%s: decode of document %zu differs from tokenizers' (%zu vs %zu bytes)", name, i, tl,
+                       dec.len[i]);
+            free(t);
+        }
+    }
+    CHECK(diff == 0, "%s: %zu of %zu documents give other ids than tokenizers", name, diff, d->n);
+    printf("%s: %zu of %zu documents identical to tokenizers (%zu ids); decode identical on %zu, %zu not "
+           "UTF-8 (bytes without a token dropped)\n", name, same, d->n, ids_total, dec_same, dec_lossy);
+
+    /* special tokens decode to their content */
+    snprintf(path, sizeof path, "%s/%s.special", dir, name);
+    size_t sn;
+    char *sp = slurp(path, &sn);
+    for (char *l = sp; l && *l;) {
+        char *e = strchr(l, '\n');
+        if (!e) break;
+        *e = 0;
+        uint32_t id = (uint32_t)strtoul(l, NULL, 10);
+        const char *content = strchr(l, ' ') + 1;
+        char *t;
+        size_t tl;
+        CHECK(tks_bpe_is_special(b, id), "%s: id %u not special", name, id);
+        if (!tks_bpe_decode(b, &id, 1, &t, &tl)) {
+            CHECK(tl == strlen(content) && !memcmp(t, content, tl), "%s: special %u decodes to \"%s\"", name, id, t);
+            free(t);
+        }
+        l = e + 1;
+    }
+    free(sp);
+
+    /* one thread, the held-out real documents */
+    size_t bytes = 0;
+    tks_ids one = {0};
+    double t0 = now();
+    for (size_t i = 0; i < n_held; i++) {
+        tks_bpe_encode(b, d->p[i], d->len[i], &one);
+        bytes += d->len[i];
+    }
+    double dt = now() - t0;
+    printf("%s: one thread %.2f MB/s on %zu real documents (%.1f MB)\n", name, bytes / dt / 1e6, n_held,
+           bytes / 1e6);
+    tks_ids_free(&one);
+    for (size_t i = 0; i < d->n; i++) tks_ids_free(&got[i]);
+    free(got);
+    free(want);
+    free(dec.buf);
+    free(dec.p);
+    free(dec.len);
+    tks_bpe_free(b);
+    return 0;
+}
+
+/* Writes `json` to dir/name and loads it: the load must fail with `code` and
+ * a message naming the file and containing `key`. */
+static void refused(const char *dir, const char *name, const char *json, int code, const char *key) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        CHECK(0, "cannot write %s", path);
+        return;
+    }
+    fputs(json, f);
+    fclose(f);
+    tks_bpe *b = (tks_bpe *)1;
+    int rc = tks_bpe_load(path, &b);
+    const tks_error *e = tks_last_error();
+    CHECK(rc == code && !b, "%s: load gave %d, expected %d", name, rc, code);
+    CHECK(strstr(e->message, path) && strcmp(e->file, path) == 0, "%s: the error does not name the file: %s", name,
+          e->message);
+    CHECK(strstr(e->message, key), "%s: the error does not name \"%s\": %s", name, key, e->message);
+    if (rc == code) printf("refused %s: %s\n", name, e->message);
+    tks_bpe_free(b == (tks_bpe *)1 ? NULL : b);
+}
+
+#define MODEL(extra_model, merges)                                                                     \
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[],"                   \
+    "\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"        \
+    "\"trim_offsets\":true,\"use_regex\":true},\"post_processor\":null,"                               \
+    "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\"" extra_model                     \
+    ",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":" merges "}}"
+
+static int refusals(const char *dir) {
+    mkdir(dir, 0755);
+    /* the minimal model loads and encodes */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ok.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        CHECK(0, "cannot write %s", path);
+        return fails;
+    }
+    fputs(MODEL("", "[\"a b\"]"), f);
+    fclose(f);
+    tks_bpe *b = NULL;
+    int rc = tks_bpe_load(path, &b);
+    CHECK(rc == 0, "minimal model: %s", tks_last_error()->message);
+    if (!rc) {
+        tks_ids ids = {0};
+        CHECK(tks_bpe_encode(b, "abab", 4, &ids) == 0 && ids.n == 2 && ids.ids[0] == 2 && ids.ids[1] == 2,
+              "minimal model: abab");
+        CHECK(tks_bpe_encode(b, "a\xff", 2, &ids) == TKS_ERR_UTF8 && tks_last_error()->offset == 1,
+              "invalid UTF-8 is refused at its offset");
+        uint32_t big = 3;
+        char *t = NULL;
+        CHECK(tks_bpe_decode(b, &big, 1, &t, NULL) == TKS_ERR_TOKEN_RANGE, "id 3 of 3 refused");
+        tks_ids_free(&ids);
+        tks_bpe_free(b);
+    }
+    refused(dir, "badjson.json", "{\"model\": [1, 2,", TKS_ERR_TOKENIZER, "not valid JSON");
+    refused(dir, "badmerge.json", MODEL("", "[\"a c\"]"), TKS_ERR_TOKENIZER, "model.merges[0]: \"c\"");
+    refused(dir, "badmerge2.json", MODEL("", "[\"b a\"]"), TKS_ERR_TOKENIZER, "model.merges[0]: \"ba\"");
+    refused(dir, "merge3.json", MODEL("", "[\"a b c\"]"), TKS_ERR_TOKENIZER, "model.merges[0]");
+    refused(dir, "mixed.json", MODEL("", "[\"a b\", [\"a\", \"b\"]]"), TKS_ERR_TOKENIZER, "model.merges[1]");
+    refused(dir, "fallback.json", MODEL(",\"byte_fallback\":true", "[]"), TKS_ERR_TOKENIZER, "model.byte_fallback");
+    refused(dir, "dropout.json", MODEL(",\"dropout\":0.1", "[]"), TKS_ERR_TOKENIZER, "model.dropout");
+    refused(dir, "unk.json", MODEL(",\"unk_token\":\"a\"", "[]"), TKS_ERR_TOKENIZER, "model.unk_token");
+    refused(dir, "prefix.json", MODEL(",\"continuing_subword_prefix\":\"##\"", "[]"), TKS_ERR_TOKENIZER,
+            "model.continuing_subword_prefix");
+    refused(dir, "unknownkey.json", MODEL(",\"frobnicate\":1", "[]"), TKS_ERR_TOKENIZER, "model.frobnicate");
+    refused(dir, "wordpiece.json",
+            "{\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},\"decoder\":{\"type\":\"ByteLevel\"},"
+            "\"model\":{\"type\":\"WordPiece\",\"vocab\":{}}}",
+            TKS_ERR_TOKENIZER, "model type \"WordPiece\"");
+    refused(dir, "metaspace.json",
+            "{\"pre_tokenizer\":{\"type\":\"Metaspace\"},\"decoder\":{\"type\":\"ByteLevel\"},"
+            "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "pre_tokenizer type \"Metaspace\"");
+    refused(dir, "seq.json",
+            "{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\"},"
+            "{\"type\":\"ByteLevel\",\"use_regex\":false}]},\"decoder\":{\"type\":\"ByteLevel\"},"
+            "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "pre_tokenizer.pretokenizers[0] type \"Digits\"");
+    refused(dir, "emptyre.json",
+            "{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":"
+            "{\"Regex\":\"a*\"},\"behavior\":\"Isolated\",\"invert\":false},"
+            "{\"type\":\"ByteLevel\",\"use_regex\":false}]},\"decoder\":{\"type\":\"ByteLevel\"},"
+            "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "pre_tokenizer.pretokenizers[0]: the pattern may match the empty string");
+    refused(dir, "nfkc.json",
+            "{\"normalizer\":{\"type\":\"NFKC\"},\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
+            "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "normalizer type \"NFKC\"");
+    refused(dir, "prefixspace.json",
+            "{\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true},"
+            "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "pre_tokenizer.add_prefix_space");
+    refused(dir, "decoder.json",
+            "{\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},\"decoder\":{\"type\":\"Metaspace\"},"
+            "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "decoder type \"Metaspace\"");
+    refused(dir, "hole.json",
+            "{\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},\"decoder\":{\"type\":\"ByteLevel\"},"
+            "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":2},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "model.vocab[\"b\"]: id 2");
+    refused(dir, "dupid.json",
+            "{\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},\"decoder\":{\"type\":\"ByteLevel\"},"
+            "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "id 0 is also");
+    refused(dir, "addedhole.json",
+            "{\"added_tokens\":[{\"id\":5,\"content\":\"<s>\",\"special\":true}],"
+            "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},\"decoder\":{\"type\":\"ByteLevel\"},"
+            "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "added_tokens[0] \"<s>\": id 5");
+    refused(dir, "addedclash.json",
+            "{\"added_tokens\":[{\"id\":1,\"content\":\"a\",\"special\":true}],"
+            "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},\"decoder\":{\"type\":\"ByteLevel\"},"
+            "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "added_tokens[0] \"a\" has id 1");
+    refused(dir, "truncation.json",
+            "{\"truncation\":{\"max_length\":5},\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
+            "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "truncation");
+    b = (tks_bpe *)1;
+    snprintf(path, sizeof path, "%s/absent.json", dir);
+    CHECK(tks_bpe_load(path, &b) == TKS_ERR_IO && !b, "a missing file is TKS_ERR_IO");
+    tks_bpe_free(NULL);
+    return 0;
+}
+
+/* A 1 MB document that is one pre-token: O(n log n), well under a second. */
+static int long_word(const char *dir, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    tks_bpe *b = NULL;
+    if (tks_bpe_load(path, &b)) return ++fails;
+    size_t n = 1u << 20;
+    char *t = malloc(n);
+    uint64_t x = 42;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        t[i] = "etaoinshrdlucmfwypvbgkqjxz"[(x >> 33) % 26];
+    }
+    tks_ids ids = {0};
+    double t0 = now();
+    int rc = tks_bpe_encode(b, t, n, &ids);
+    double dt = now() - t0;
+    CHECK(rc == 0, "%s: 1 MB word: %s", name, tks_last_error()->message);
+    CHECK(dt < 1.0, "%s: a 1 MB single word took %.3f s", name, dt);
+    printf("%s: a 1 MB single word: %zu ids in %.3f s\n", name, ids.n, dt);
+    memset(t, ' ', n); /* one whitespace run */
+    t0 = now();
+    rc = tks_bpe_encode(b, t, n, &ids);
+    dt = now() - t0;
+    CHECK(rc == 0 && dt < 2.0, "%s: 1 MB of spaces: rc %d, %.3f s", name, rc, dt);
+    printf("%s: 1 MB of spaces: %zu ids in %.3f s\n", name, ids.n, dt);
+    char *back;
+    size_t bl;
+    CHECK(!tks_bpe_decode(b, ids.ids, ids.n, &back, &bl) && bl == n && !memcmp(back, t, n), "round trip");
+    free(back);
+    free(t);
+    tks_ids_free(&ids);
+    tks_bpe_free(b);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 3 && !strcmp(argv[1], "--refusals")) {
+        refusals(argv[2]);
+    } else if (argc == 4 && !strcmp(argv[1], "--long")) {
+        long_word(argv[2], argv[3]);
+    } else if (argc >= 3) {
+        docs d;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/docs.bin", argv[1]);
+        if (read_docs(path, &d)) {
+            fprintf(stderr, "cannot read %s\n", path);
+            return 1;
+        }
+        snprintf(path, sizeof path, "%s/docs.count", argv[1]);
+        size_t cn;
+        char *c = slurp(path, &cn);
+        size_t n_held = c ? strtoul(strchr(c, ' ') + 1, NULL, 10) : 0;
+        free(c);
+        for (int i = 2; i < argc; i++) compare_model(argv[1], argv[i], &d, n_held);
+        free(d.buf);
+        free(d.p);
+        free(d.len);
+    } else {
+        fprintf(stderr, "usage: test_bpe PEER_DIR MODEL... | --refusals DIR | --long PEER_DIR MODEL\n");
+        return 2;
+    }
+    if (fails) fprintf(stderr, "test_bpe: %d check(s) failed\n", fails);
+    return fails ? 1 : 0;
+}
