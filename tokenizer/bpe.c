@@ -356,7 +356,8 @@ static int unmap_token(const char *s, size_t n, const int32_t *char_byte, char *
     return 1;
 }
 
-static int load_model(tks_bpe *b, json_t *m, json_t *added) {
+/* model: a BPE model without the options tokshard does not reproduce */
+static int check_model(tks_bpe *b, json_t *m) {
     static const char *const known[] = {"type", "dropout", "unk_token", "continuing_subword_prefix",
                                         "end_of_word_suffix", "fuse_unk", "byte_fallback", "ignore_merges",
                                         "vocab", "merges", NULL};
@@ -374,14 +375,12 @@ static int load_model(tks_bpe *b, json_t *m, json_t *added) {
     }
     if ((rc = get_bool(b, m, "model", "byte_fallback", 0, &flag))) return rc;
     if (flag) return refuse(b, "model.byte_fallback is true: not supported (byte-level BPE needs no fallback)");
-    if ((rc = get_bool(b, m, "model", "ignore_merges", 0, &b->ignore_merges))) return rc;
+    return get_bool(b, m, "model", "ignore_merges", 0, &b->ignore_merges);
+}
 
-    json_t *vocab = json_object_get(m, "vocab");
-    if (!json_is_object(vocab)) return refuse(b, "model.vocab is missing or not an object");
-    size_t nv = json_object_size(vocab);
-    if (nv == 0 || nv > UINT32_MAX / 2) return refuse(b, "model.vocab has %zu entries", nv);
-    b->n_model = (uint32_t)nv;
-    /* ids: the model's [0, nv), then the added tokens that are not in it */
+/* The ids: the model's [0, nv), then the added tokens that are not in it,
+ * without holes. *n_ids: how many in all. */
+static int count_ids(tks_bpe *b, json_t *vocab, json_t *added, size_t nv, size_t *n_ids_out) {
     size_t na = json_array_size(added), n_ids = nv;
     for (size_t i = 0; i < na; i++) {
         json_t *a = json_array_get(added, i);
@@ -398,34 +397,31 @@ static int load_model(tks_bpe *b, json_t *m, json_t *added) {
         } else {
             if (v < (json_int_t)nv || v >= (json_int_t)(nv + na))
                 return refuse(b, "added_tokens[%zu] \"%s\": id %lld is not after the model's %zu ids without "
-                                 "holes", i, c, (long long)v, nv);
+                              "holes", i, c, (long long)v, nv);
             if ((size_t)v + 1 > n_ids) n_ids = (size_t)v + 1;
         }
     }
-    b->n_ids = (uint32_t)n_ids;
-    const char **str = calloc(n_ids, sizeof *str);
-    size_t *slen = calloc(n_ids, sizeof *slen);
-    b->special = calloc(n_ids, 1);
-    b->alpha = calloc(n_ids, 1);
-    b->off = calloc(n_ids + 1, sizeof *b->off);
-    if (!str || !slen || !b->special || !b->alpha || !b->off) {
-        free(str), free(slen);
-        return nomem(b, "vocab");
-    }
+    *n_ids_out = n_ids;
+    return 0;
+}
+
+/* str[id], slen[id]: every id's string (the vocab's keys, then the added
+ * tokens' contents, borrowed from the JSON), and which ids are special;
+ * *total: the strings' bytes. */
+static int read_vocab(tks_bpe *b, json_t *vocab, json_t *added, size_t nv, size_t n_ids, const char **str,
+                      size_t *slen, size_t *total_out) {
+    size_t na = json_array_size(added);
+    int rc = 0;
     const char *k;
     json_t *v;
     size_t total = 0;
     json_object_foreach(vocab, k, v) {
         json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
-        if (id < 0 || id >= (json_int_t)nv) {
-            rc = refuse(b, "model.vocab[\"%s\"]: id %lld is not in [0, %zu) (ids must have no holes)", k,
-                        (long long)id, nv);
-            goto out;
-        }
-        if (str[id]) {
-            rc = refuse(b, "model.vocab[\"%s\"]: id %lld is also \"%s\"", k, (long long)id, str[id]);
-            goto out;
-        }
+        if (id < 0 || id >= (json_int_t)nv)
+            return refuse(b, "model.vocab[\"%s\"]: id %lld is not in [0, %zu) (ids must have no holes)", k,
+                          (long long)id, nv);
+        if (str[id])
+            return refuse(b, "model.vocab[\"%s\"]: id %lld is also \"%s\"", k, (long long)id, str[id]);
         str[id] = k;
         slen[id] = strlen(k);
         total += slen[id];
@@ -435,12 +431,10 @@ static int load_model(tks_bpe *b, json_t *m, json_t *added) {
         json_int_t id = json_integer_value(json_object_get(a, "id"));
         json_t *c = json_object_get(a, "content");
         int special = 0;
-        if ((rc = get_bool(b, a, "added_tokens[]", "special", 0, &special))) goto out;
+        if ((rc = get_bool(b, a, "added_tokens[]", "special", 0, &special))) return rc;
         if (id >= (json_int_t)nv) {
-            if (str[id]) {
-                rc = refuse(b, "added_tokens[%zu]: id %lld is also \"%s\"", i, (long long)id, str[id]);
-                goto out;
-            }
+            if (str[id])
+                return refuse(b, "added_tokens[%zu]: id %lld is also \"%s\"", i, (long long)id, str[id]);
             str[id] = json_string_value(c);
             slen[id] = json_string_length(c);
             total += slen[id];
@@ -448,20 +442,24 @@ static int load_model(tks_bpe *b, json_t *m, json_t *added) {
         b->special[id] = (uint8_t)special;
     }
     for (size_t i = nv; i < n_ids; i++)
-        if (!str[i]) {
-            rc = refuse(b, "added_tokens: no token has id %zu (ids must have no holes below %zu)", i, n_ids);
-            goto out;
-        }
+        if (!str[i])
+            return refuse(b, "added_tokens: no token has id %zu (ids must have no holes below %zu)", i, n_ids);
+    *total_out = total;
+    return 0;
+}
+
+/* Each id's bytes (the byte-level alphabet mapped back to bytes), the
+ * single-byte ids and the hash of the model's byte strings. */
+static int vocab_tables(tks_bpe *b, const char **str, const size_t *slen, size_t nv, size_t n_ids,
+                        size_t total) {
     int32_t char_byte[324];
     for (int c = 0; c < 324; c++) char_byte[c] = -1;
     for (unsigned x = 0; x < 256; x++) char_byte[byte_char(x)] = (int32_t)x;
     b->bytes = malloc(total ? total : 1);
     b->vmask = pow2_at_least(nv * 2) - 1;
     b->vslot = malloc((b->vmask + 1) * sizeof *b->vslot);
-    if (!b->bytes || !b->vslot) {
-        rc = nomem(b, "vocab");
-        goto out;
-    }
+    if (!b->bytes || !b->vslot)
+        return nomem(b, "vocab");
     memset(b->vslot, 0xff, (b->vmask + 1) * sizeof *b->vslot);
     for (unsigned x = 0; x < 256; x++) b->byte_id[x] = TKS_NO_ID;
     for (size_t id = 0; id < n_ids; id++) {
@@ -477,18 +475,21 @@ static int load_model(tks_bpe *b, json_t *m, json_t *added) {
         }
     }
 
+    return 0;
+}
+
+/* model.merges ("a b" strings or [a, b] pairs, one form): each pair's rank
+ * and result in the merge hash. */
+static int read_merges(tks_bpe *b, json_t *m, json_t *vocab) {
+    int rc = 0;
     json_t *merges = json_object_get(m, "merges");
-    if (!json_is_array(merges)) {
-        rc = refuse(b, "model.merges is missing or not an array");
-        goto out;
-    }
+    if (!json_is_array(merges))
+        return refuse(b, "model.merges is missing or not an array");
     size_t nm = json_array_size(merges);
     b->mmask = pow2_at_least(nm * 2 + 1) - 1;
     b->mslot = calloc(b->mmask + 1, sizeof *b->mslot);
-    if (!b->mslot) {
-        rc = nomem(b, "merges");
-        goto out;
-    }
+    if (!b->mslot)
+        return nomem(b, "merges");
     int form = 0; /* 1: "a b" strings, 2: [a, b] pairs (tokenizers takes one or the other) */
     char *cat = NULL;
     size_t cat_cap = 0;
@@ -559,7 +560,28 @@ static int load_model(tks_bpe *b, json_t *m, json_t *added) {
         b->mslot[h] = (merge_slot){key, (uint32_t)i, (uint32_t)json_integer_value(nid)};
     }
     free(cat);
-out:
+    return rc;
+}
+
+static int load_model(tks_bpe *b, json_t *m, json_t *added) {
+    int rc = check_model(b, m);
+    if (rc) return rc;
+    json_t *vocab = json_object_get(m, "vocab");
+    if (!json_is_object(vocab)) return refuse(b, "model.vocab is missing or not an object");
+    size_t nv = json_object_size(vocab), n_ids = 0, total = 0;
+    if (nv == 0 || nv > UINT32_MAX / 2) return refuse(b, "model.vocab has %zu entries", nv);
+    b->n_model = (uint32_t)nv;
+    if ((rc = count_ids(b, vocab, added, nv, &n_ids))) return rc;
+    b->n_ids = (uint32_t)n_ids;
+    const char **str = calloc(n_ids, sizeof *str);
+    size_t *slen = calloc(n_ids, sizeof *slen);
+    b->special = calloc(n_ids, 1);
+    b->alpha = calloc(n_ids, 1);
+    b->off = calloc(n_ids + 1, sizeof *b->off);
+    if (!str || !slen || !b->special || !b->alpha || !b->off) rc = nomem(b, "vocab");
+    if (!rc) rc = read_vocab(b, vocab, added, nv, n_ids, str, slen, &total);
+    if (!rc) rc = vocab_tables(b, str, slen, nv, n_ids, total);
+    if (!rc) rc = read_merges(b, m, vocab);
     free(str);
     free(slen);
     return rc;
