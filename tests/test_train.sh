@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of tokshard-train / tokshard-generate on real text (dict-gcide).
 # Usage: test_train.sh BIN_DIR WORKDIR CASE
-#   CASE: setup | train | resume | safety | checkpoint | plan | generate | lock | bf16 | faults | cli
+#   CASE: setup | train | resume | safety | checkpoint | plan | generate | lock | bf16 | faults | cli | profile
 # `setup` builds the small dataset the other cases share (a ctest fixture).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -400,6 +400,43 @@ cli)
   expect 2 "not a dataset" -- "$TRAIN" --dataset /tmp --out x --dry-run
   expect_msg "manifest"
   expect 2 "generate without checkpoint" -- "$GEN" --prompt hi
+  ;;
+profile)
+  # --profile N: a table of every backend op over the first N steps; each
+  # step runs the same ops, so 2 profiled steps count exactly twice the
+  # calls of 1, and profiling changes no result (the losses are the same bits)
+  expect 0 "train 3 steps, profile 1" -- "$TRAIN" --dataset "$S/data" --out p1 --steps 3 --profile 1 "${M[@]}"
+  cp "$W/out" p1.txt
+  expect 0 "train 3 steps, profile 2" -- "$TRAIN" --dataset "$S/data" --out p2 --steps 3 --profile 2 "${M[@]}"
+  cp "$W/out" p2.txt
+  expect 0 "train 3 steps unprofiled" -- "$TRAIN" --dataset "$S/data" --out p0 --steps 3 "${M[@]}"
+  python3 - p1.txt p2.txt <<'PY' && ok "the table lists the ops; 2 steps count twice the calls of 1; shares sum to 100%" ||
+import sys
+def table(path):
+    rows, on = {}, False
+    for line in open(path):
+        if line.startswith("backend ops over the profiled steps"): on = True; continue
+        if on and line.startswith("op "): continue
+        if on and line.strip():
+            f = line.split()
+            if f[0] == "all": break
+            rows[f[0]] = (int(f[1]), float(f[2]), float(f[4].rstrip("%")))
+    return rows
+a, b = table(sys.argv[1]), table(sys.argv[2])
+for op in ("gemm", "attention_fwd", "attention_bwd", "rmsnorm_fwd", "xent_fused", "adamw"):
+    assert op in a and op in b, (op, sorted(a))
+assert set(a) == set(b), (sorted(a), sorted(b))
+for op in a:
+    assert b[op][0] == 2 * a[op][0], (op, a[op], b[op])
+for t in (a, b):  # shares are printed to 0.1%: the sum is 100 within half of that per row
+    assert abs(sum(r[2] for r in t.values()) - 100.0) <= 0.05 * len(t) + 1e-9, t
+PY
+    fail "profile tables: $(cat p1.txt p2.txt | tail -c 1500)"
+  if [[ "$(grep -o '"loss": [^,]*' p2/metrics.jsonl)" == "$(grep -o '"loss": [^,]*' p0/metrics.jsonl)" ]]; then
+    ok "the profiled run's losses are the unprofiled run's"
+  else
+    fail "losses differ: $(grep -o '"loss": [^,]*' p2/metrics.jsonl p0/metrics.jsonl | tr '\n' ' ')"
+  fi
   ;;
 *)
   echo "unknown case $CASE" >&2

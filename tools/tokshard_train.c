@@ -64,6 +64,7 @@ static const cli_flag FLAGS[] = {
     FLAG("--eval-batches", CLI_U64, &O.eval_batches, "global batches per validation run", "N", 1, 1048576, 0),
     FLAG("--save-every", CLI_U64, &O.save_every, "steps between checkpoints (0 = only at the end)", "N", 0, BIG, 0),
     FLAG("--keep", CLI_U32, &O.keep_checkpoints, "checkpoints kept (0 = all)", "N", 0, 1048576, 0),
+    FLAG("--profile", CLI_U64, &O.profile_steps, "time every backend op over the first N steps and print a table (profiled steps run serialized)", "N", 0, BIG, 0),
     FLAG("--threads", CLI_U32, &O.threads, "CPU threads per process (0 = all cores)", "N", 0, 1024, 0),
     FLAG("--device", CLI_STR, &O.device, "compute backend: cpu, cuda or auto (cuda when built in, else cpu; default auto)", "NAME", 0, 0, 0),
     FLAG("--comm", CLI_STR, &O.comm, "collectives between processes: auto (NCCL under --device cuda, else MPI), mpi (under cuda: through host memory) or nccl; default auto", "NAME", 0, 0, 0),
@@ -99,6 +100,12 @@ static void fmt_time(double s, char *out, size_t n) {
     else if (s >= 3600) snprintf(out, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
     else if (s >= 60) snprintf(out, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
     else snprintf(out, n, "%.0fs", s);
+}
+
+static void on_profile(const char *table, void *ctx) {
+    (void)ctx;
+    printf("backend ops over the profiled steps:\n%s", table);
+    fflush(stdout);
 }
 
 static void on_step(const tks_step_info *i, void *ctx) {
@@ -290,6 +297,7 @@ static int run(int argc, char **argv) {
     free(summary);
     if (dry_run) return 0;
     O.on_step = on_step;
+    O.on_profile = on_profile;
     O.stop = &g_stop;
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;

@@ -21,6 +21,7 @@
 #include "checkpoint.h"
 #include "memplan.h"
 #include "optim.h"
+#include "profile.h"
 #include "trainer.h"
 
 void tks_train_opts_default(tks_train_opts *o) {
@@ -838,6 +839,7 @@ static void close_run(trainer *t) {
     if (t->dred) be->ops->free(be, t->dred);
     tks_optim_free(t->opt);
     tks_model_free(t->m);
+    tks_profile_detach(be);
     tks_mesh_free(t->mesh); /* its device groups before the backend they run on */
     if (be) be->ops->destroy(be);
     run_free(&t->r);
@@ -990,17 +992,31 @@ static int save_checkpoint(trainer *t, char *ck, int if_absent, int prune) {
     return tks_mesh_agree(t->mesh, rc);
 }
 
+/* --profile: rank 0's table of the steps profiled so far, to on_profile. */
+static void profile_report(trainer *t, uint64_t steps) {
+    tks_profile_count(0);
+    char *table = tks_profile_report(steps);
+    if (t->lead && table && t->o->on_profile) t->o->on_profile(table, t->o->ctx);
+    free(table);
+}
+
 int tks_train(const tks_train_opts *in) {
     trainer t;
     int rc = open_run(in, &t);
     tks_train_opts *o = t.o;
+    if (o->profile_steps && t.be) rc = tks_mesh_agree(t.mesh, rc ? rc : tks_profile_attach(t.be));
     double t_start = omp_get_wtime(), tokens_step = (double)(o->global_batch * o->seq_len);
-    uint64_t first_step = t.step, saved_step = UINT64_MAX, comm0[4];
+    uint64_t first_step = t.step, saved_step = UINT64_MAX, comm0[4], profiled = 0;
     while (!rc && t.step < o->steps) {
         double t0 = omp_get_wtime();
         float red[3], lr;
         comm_totals(t.mesh, comm0);
-        if ((rc = train_step(&t, red, &lr))) break;
+        int profiling = profiled < o->profile_steps;
+        tks_profile_count(profiling);
+        rc = train_step(&t, red, &lr);
+        tks_profile_count(0);
+        if (rc) break;
+        int report = profiling && ++profiled == o->profile_steps;
         t.step++;
         t.cursor += o->global_batch;
         double now = omp_get_wtime();
@@ -1031,8 +1047,10 @@ int tks_train(const tks_train_opts *in) {
             saved_step = t.step;
         }
         if (o->on_step && t.lead) o->on_step(&info, o->ctx);
+        if (report) profile_report(&t, profiled);
         if (stopping) break;
     }
+    if (!rc && profiled && profiled < o->profile_steps) profile_report(&t, profiled);
     /* a run that ends (or resumes) at its last step always leaves that state in --out */
     if (!rc && t.step == o->steps && saved_step != t.step) {
         char ck[PATH_MAX];

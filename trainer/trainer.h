@@ -69,6 +69,14 @@ typedef struct tks_train_opts {
      * dp_shard = the rest of the world) */
     int tp, dp_shard, dp_replicate;
     int world;                    /* plan for this many processes (dry runs); 0 = as launched */
+    /* --profile: time every backend op (host clock; after a sync on an
+     * asynchronous backend, so profiled steps run serialized) over the first
+     * profile_steps steps of this run (0 = off); rank 0's table (op, calls,
+     * ms, ms per step, share, GEMM TFLOP/s; collectives and data loading are
+     * not backend ops) goes to on_profile once they are done, or at the end
+     * of a run that stops sooner */
+    uint64_t profile_steps;
+    void (*on_profile)(const char *table, void *ctx);
     /* progress: called once per step and once per evaluation on the calling thread */
     void (*on_step)(const tks_step_info *info, void *ctx);
     void *ctx;
