@@ -128,7 +128,7 @@ static int run(tks_backend *be, tks_dtype dt, const char *from, const char *save
         *weights = malloc(nl * sizeof **weights);
         rc = be->ops->download(be, *weights, tks_model_weights(m), nl * sizeof **weights);
     }
-    if (rc) printf("FAIL run on %s (%s): %s (%s)\n", be->name, tks_dtype_name(dt), tks_strerror(rc),
+    if (rc) printf("FAIL run on %s (%s): %s (%s)\n", be->kind->name, tks_dtype_name(dt), tks_strerror(rc),
                    tks_last_error()->message);
     if (dred) be->ops->free(be, dred);
     tks_optim_free(opt);

@@ -1371,7 +1371,7 @@ int main(void) {
         fprintf(stderr, "cannot create the cpu backend\n");
         return 2;
     }
-    printf("backend %s\n", be->name);
+    printf("backend %s\n", be->kind->name);
     /* the workspace for the largest shapes below (flash test: B 2, T 150) */
     tks_ws_shape ws = {.B = 2, .T = 150, .C = 64, .NH = 4, .NKV = 1, .HD = 16, .F = 64, .V = 64,
                        .Tcache = 150, .dt = TKS_BF16}; /* bf16: with the GEMM panels */

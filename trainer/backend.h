@@ -272,10 +272,9 @@ struct tks_backend_ops {
     void (*destroy)(tks_backend *be);
 };
 
-/* One backend: its kind (name, operations table) and its state. */
+/* One backend: its kind (kind->name is "cpu", "cuda") and its state. */
 struct tks_backend {
-    const char *name;             /* kind->name: "cpu", "cuda" */
-    const tks_backend_ops *ops;   /* kind->ops */
+    const tks_backend_ops *ops;   /* kind->ops, or the --profile wrappers of them (profile.c) */
     const tks_backend_kind *kind;
     void *ctx;                    /* the backend's own state */
 };

@@ -258,7 +258,7 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
     if (!rc)
         rc = tks_mesh_comm_resolve(r.o.comm, pbe->kind,
                                    r.shape.dp_replicate * r.shape.dp_shard * r.shape.tp, &comm_kind);
-    const char *be_name = pbe->name;
+    const char *be_name = pbe->kind->name;
     const tks_backend_kind *be_kind = pbe->kind;
     pbe->ops->destroy(pbe);
     if (rc) {

@@ -952,7 +952,6 @@ tks_backend *tks_cpu_backend_create(int threads) {
     }
     c->threads = threads > 0 ? threads : omp_get_max_threads();
     openblas_set_num_threads(c->threads);
-    be->name = tks_cpu_backend_kind.name;
     be->ops = &cpu_ops;
     be->kind = &tks_cpu_backend_kind;
     be->ctx = c;

@@ -484,7 +484,6 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
 #endif
             );
     }
-    be->name = "cuda";
     be->ops = &cuda_ops;
     be->kind = &cuda_kind;
     *out = be;

@@ -244,10 +244,10 @@ int tks_nccl_allreduce_many(tks_comm *c, float *const *bufs, const size_t *n, in
 
 int tks_nccl_world_create(tks_backend *be, tks_nccl_world **out) {
     *out = NULL;
-    if (!be || strcmp(be->name, "cuda") != 0)
+    if (!be || strcmp(be->kind->name, "cuda") != 0)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "the NCCL comm needs the CUDA backend (this one is %s)",
-                        be ? be->name : "none");
+                        be ? be->kind->name : "none");
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited)
