@@ -83,13 +83,22 @@ set(TKS_HAVE_CUDA ON)
 message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures "
                "${CMAKE_CUDA_ARCHITECTURES}, NCCL ${TKS_NCCL_LIB})")
 
-add_library(tks_cuda STATIC
+# tks_cuda is one shared library (libtks_cuda.so) that every CUDA-enabled
+# program loads, so the kernels exist once: in a bundle for a GPU machine
+# (bench/gpu/bundle.sh) the executables stay small. It holds the CUDA code
+# only: the tokshard functions it calls (tks_fail, tks_comm_init, ...) are
+# left undefined here and bound at load time to the executable's own copies
+# (the linker exports from an executable what a shared library on its link
+# line needs), so there is one error state and one registry per process,
+# never a second copy inside the library. INTERFACE: a program linking
+# tks_cuda gets the trainer too.
+add_library(tks_cuda SHARED
   trainer/cuda/cuda_backend.cu trainer/cuda/cuda_elementwise.cu trainer/cuda/cuda_embedding.cu
   trainer/cuda/cuda_norm.cu trainer/cuda/cuda_attention.cu trainer/cuda/cuda_xent.cu
   trainer/cuda/cuda_adamw.cu trainer/cuda/cuda_gemm.cu trainer/cuda/nccl_comm.c)
 target_include_directories(tks_cuda PUBLIC ${CMAKE_SOURCE_DIR} ${TKS_NCCL_INCLUDE})
-target_link_libraries(tks_cuda PUBLIC tks_common CUDA::cudart CUDA::cublasLt CUDA::cublas
-  ${TKS_NCCL_LIB} PkgConfig::MPI)
+target_link_libraries(tks_cuda PRIVATE CUDA::cudart CUDA::cublasLt CUDA::cublas ${TKS_NCCL_LIB}
+                      PkgConfig::MPI)
 target_compile_definitions(tks_cuda PUBLIC TKS_HAVE_CUDA=1)
 # Warnings for the host code nvcc hands to gcc; -Werror there too under TKS_WERROR.
 target_compile_options(tks_cuda PRIVATE
@@ -97,12 +106,15 @@ target_compile_options(tks_cuda PRIVATE
 if(TKS_WERROR)
   target_compile_options(tks_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Werror -Werror=all-warnings>)
 endif()
-set_target_properties(tks_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON)
+# RPATH $ORIGIN: beside the executables' $ORIGIN/../lib in a bundle; CMake's
+# build-tree RPATH still finds it in the build directory.
+set_target_properties(tks_cuda PROPERTIES CUDA_SEPARABLE_COMPILATION OFF POSITION_INDEPENDENT_CODE ON
+                      LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)
 if(TKS_HAVE_CUDNN_FE)
   target_sources(tks_cuda PRIVATE trainer/cuda/cudnn_attention.cpp)
   target_include_directories(tks_cuda SYSTEM PRIVATE ${TKS_CUDNN_FE_INCLUDE} ${TKS_CUDNN_INCLUDE}
                              ${CUDAToolkit_INCLUDE_DIRS})
-  target_link_libraries(tks_cuda PUBLIC ${TKS_CUDNN_LIB} CUDA::nvrtc)
+  target_link_libraries(tks_cuda PRIVATE ${TKS_CUDNN_LIB} CUDA::nvrtc)
   target_compile_definitions(tks_cuda PUBLIC TKS_HAVE_CUDNN_FE=1)
 endif()
 

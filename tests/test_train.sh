@@ -24,7 +24,7 @@ case $CASE in
 setup)
   rm -rf "$S" && mkdir -p "$S"
   # TKS_TEST_GCIDE: another copy of the text (the GPU machine has no dict-gcide:
-  # bench/gpu/fetch-debs.sh carries the first 1.5 MB of it)
+  # the GPU bundle carries the first 1.5 MB of it, bench/gpu/bundle.sh)
   zcat "${TKS_TEST_GCIDE:-/usr/share/dictd/gcide.dict.dz}" | head -c 1500000 >"$S/gcide.txt"
   expect 0 "train tokenizer" -- "$TKS" train-tokenizer --output "$S/tok" --vocab-size 1000 \
     --byte-fallback --doc-split blank-line "$S/gcide.txt"

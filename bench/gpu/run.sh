@@ -1,174 +1,118 @@
 #!/usr/bin/env bash
-# run.sh - the one script for a GPU machine without our Debian packages and
-# without network (docs/GPU.md): unpacks the
-# carried Debian packages, builds tokshard with -DTKS_CUDA=ON, runs the GPU
-# tests, then the benchmark (tokshard fp32 against PyTorch eager and
-# torch.compile, bf16 and fp32, on the Llama-3.2-1B shape and a 124M-class
-# config), and writes everything under $OUT (eight files):
-#   run.log      what ran, with times        env.txt    GPU, driver, CUDA, cuDNN, NCCL, torch
-#   build.log    cmake + build               ctest.log  the GPU test subset (label gpu) + CPU ops
-#   bench.jsonl  one JSON object per run     summary.md the table for docs/BENCHMARKS.md
+# run.sh - the GPU runbook, run from an unpacked bundle (bench/gpu/bundle.sh
+# makes it; docs/GPU.md): nothing is compiled or installed on the GPU machine.
 #
-# Prepare first, on a Debian machine with network: bench/gpu/fetch-debs.sh
-# (fills .debs/ and third_party/cudnn-frontend); copy the working tree with
-# those two folders to the GPU machine and run bench/gpu/run.sh PHASES there.
-# Phases, in this order, each skipped when the time left (TKS_GPU_BUDGET_S,
-# default 570 s from the start) is too short:
-#   build           configure and build build-gpu/ (-j TKS_GPU_JOBS, default all cores)
-#   test            the fast GPU tests: cuda_ops, cuda_model, cuda_memory,
-#                   cuda_comm_* (and the CPU ops/model tests they compare with)
-#   test-train      tokshard-train on the GPU: cuda_train, cuda_parallel
-#   bench-tokshard  tokshard-bench-gpu, small configs first
-#   bench-torch     the PyTorch anchors
-# Arguments choose phases (default: all); "quick" runs only the small configs
-# of the benchmark. A phase that needs the binaries builds them first when
-# the machine has no build-gpu/ yet (about 3 minutes). As three commands of
-# at most 10 minutes each:
-#   1. bench/gpu/run.sh build test test-train
-#   2. bench/gpu/run.sh bench-tokshard
-#   3. bench/gpu/run.sh bench-torch
-# (read each summary before the next; where build-gpu/ is kept, 2 and 3 skip
-# the build).
+# Usage: ./run.sh OUTDIR [test] [bench] [quick]
+#   test   every GPU test of the bundle (ctest -L gpu: the CUDA ops and model
+#          against the CPU reference, the memory plan, NCCL in three layouts
+#          under mpirun, tokshard-train on the GPU and its layouts), with the
+#          train fixture they need; OUTDIR/test.log and OUTDIR/test-summary.md
+#   bench  tokshard-bench-gpu (bf16 and fp32, a 124M-class config and the
+#          Llama-3.2-1B shape) against PyTorch eager and torch.compile
+#          (bench/torch_anchor.py, the machine's python3 with torch) on the
+#          same shapes; OUTDIR/bench.log, bench.jsonl and bench-summary.md
+#   quick  the benchmark's small configs only
+# Default: test bench. Each phase stops itself at TKS_GPU_PHASE_S seconds
+# (default 470) so that one phase fits one 8-minute slot; a step cut short is
+# named in the log. OUTDIR/env.txt records the GPU, driver, libraries and
+# torch. The batch of the 1B runs is TKS_GPU_BATCH_1B (default 2).
 set -uo pipefail
-T0=$(date +%s)
-BUDGET=${TKS_GPU_BUDGET_S:-570}
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$REPO"
-phases=${*:-build test test-train bench-tokshard bench-torch}
+P=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
+[[ -x $P/env && -d $P/tests ]] || {
+  echo "run.sh: run it from an unpacked bundle (bench/gpu/bundle.sh makes one); $P has no env or tests/" >&2
+  exit 2
+}
+(($#)) || { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2; }
+OUT=$1
+shift
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+phases=${*:-test bench}
 quick=0
-if [[ " $phases " == *" quick "* ]]; then
-  quick=1
-  phases=${phases//quick/}
-  [[ -z ${phases// /} ]] && phases="build test test-train bench-tokshard bench-torch"
-fi
+[[ " $phases " == *" quick "* ]] && quick=1 && phases=${phases//quick/}
+[[ -z ${phases// /} ]] && phases="test bench"
 for p in $phases; do
-  case $p in build | test | test-train | bench-tokshard | bench-torch) ;;
-  *) echo "run.sh: unknown phase '$p' (build test test-train bench-tokshard bench-torch quick)" >&2; exit 2 ;;
+  case $p in test | bench) ;;
+  *) echo "run.sh: unknown phase '$p' (test bench quick)" >&2; exit 2 ;;
   esac
 done
-
+PHASE_S=${TKS_GPU_PHASE_S:-470}
+E=$P/env
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+T0=$(date +%s)
 log() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$OUT/run.log"; }
-left() { echo $((BUDGET - ($(date +%s) - T0))); }
-want() { [[ " $phases " == *" $1 "* ]]; }
-# runs "$@" with a timeout that keeps the rest of the budget, appending to a log
-timed() {
-  local need=$1 logf=$2
-  shift 2
+
+{
+  echo "date: $(date -u)"
+  echo "bundle: $(head -1 "$P/BUNDLE")"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn",
+torch.backends.cudnn.version(), "nccl", torch.cuda.nccl.version())' 2>&1
+  "$E" bash -c 'ldd "$0" | grep -E "cudart|cublas|cudnn|nccl|nvrtc"' "$P/lib/libtks_cuda.so" 2>&1
+  echo "cpu: $(nproc) cores; load $(cut -d" " -f1-3 /proc/loadavg)"
+} >"$OUT/env.txt"
+log "env: $(sed -n 3,4p "$OUT/env.txt" | tr '\n' ' ')"
+
+# phase_left START: seconds this phase has left
+phase_left() { echo $((PHASE_S - ($(date +%s) - $1))); }
+# step START NEED LOG CMD...: runs CMD with the time the phase has left, unless that is under NEED
+step() {
+  local start=$1 need=$2 logf=$3
+  shift 3
   local l
-  l=$(left)
+  l=$(phase_left "$start")
   if ((l < need)); then
-    log "SKIP (only ${l}s left, need ${need}s): $*"
+    log "SKIP (phase has ${l}s left, needs ${need}s): $*"
     return 99
   fi
   log "run: $*"
-  timeout $((l - 5)) "$@" >>"$logf" 2>&1
+  timeout $((l - 3)) "$@" >>"$logf" 2>&1
   local rc=$?
+  ((rc == 124)) && log "CUT SHORT at the phase's ${PHASE_S}s: $*"
   log "rc=$rc: $*"
   return $rc
 }
 
-# ---- Debian packages, unpacked into a private root (never into /) -----------
-ROOT=/tmp/tksroot
-ARCH=x86_64-linux-gnu
-if [[ ! -d $ROOT/usr ]]; then
-  if ! ls .debs/*.deb >/dev/null 2>&1; then
-    log "no .debs/: run bench/gpu/fetch-debs.sh where apt works and carry .debs"
-    exit 1
-  fi
-  for f in .debs/*.deb; do dpkg -x "$f" "$ROOT"; done
-  log "unpacked $(ls .debs/*.deb | wc -l) packages into $ROOT"
-fi
-# alternatives that dpkg -x does not create
-ln -sf mpirun.openmpi "$ROOT/usr/bin/mpirun"
-ln -sf mpicc.openmpi "$ROOT/usr/bin/mpicc" 2>/dev/null
-[[ -e $ROOT/usr/bin/pkg-config ]] || ln -sf pkgconf "$ROOT/usr/bin/pkg-config"
-ln -sf openblas-openmp/libopenblas.so.0 "$ROOT/usr/lib/$ARCH/libopenblas.so.0" 2>/dev/null
-export PATH=$ROOT/usr/bin:$PATH
-export PKG_CONFIG_SYSROOT_DIR=$ROOT
-export PKG_CONFIG_LIBDIR=$ROOT/usr/lib/$ARCH/pkgconfig:$ROOT/usr/share/pkgconfig:$ROOT/usr/lib/pkgconfig
-export OPAL_PREFIX=$ROOT/usr # relocates Open MPI (its components, help files, orted)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm_rsh_agent=false
-LIBS=$ROOT/usr/lib/$ARCH:$ROOT/usr/lib/$ARCH/openblas-openmp:$ROOT/usr/lib/$ARCH/openmpi/lib
-# NCCL and cuDNN: the Python wheels of the image (nvidia-nccl-cu13, nvidia-cudnn-cu13)
-NV=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null)
-if [[ -n $NV ]]; then
-  export TKS_CUDA_EXTRA_ROOT=$NV
-  for d in "$NV"/*/lib; do LIBS=$LIBS:$d; done
-fi
-export LD_LIBRARY_PATH=$LIBS:${LD_LIBRARY_PATH:-}
-export LIBRARY_PATH=$LIBS:${LIBRARY_PATH:-}
-export PATH=/usr/local/cuda/bin:$PATH
-# the train tests' text (fetch-debs.sh carries it; the image has no dict-gcide)
-[[ -f .debs/gcide-head.gz ]] && export TKS_TEST_GCIDE=$REPO/.debs/gcide-head.gz
-
-{
-  echo "date: $(date -u)"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
-  nvcc --version 2>&1 | tail -2
-  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "nccl", torch.cuda.nccl.version())' 2>&1
-  ls "$NV"/cudnn/lib "$NV"/nccl/lib 2>&1 | tr '\n' ' '
-  echo
-  echo "cpu: $(nproc) cores; uptime: $(uptime)"
-} >"$OUT/env.txt"
-log "env: $(head -3 "$OUT/env.txt" | tail -2 | tr '\n' ' ')"
-
-BUILD=build-gpu
-# every phase after build needs these; a bare machine builds first
-built() { [[ -x $BUILD/bin/tokshard-train && -x $BUILD/bin/test_cuda_ops && -x $BUILD/bin/tokshard-bench-gpu ]]; }
-needs_bins=0
-for p in $phases; do [[ $p != bench-torch ]] && needs_bins=1; done
-if want build || { ! built && ((needs_bins)); }; then
-  gen=""
-  command -v ninja >/dev/null && gen="-G Ninja"
-  timed 60 "$OUT/build.log" cmake -S . -B $BUILD $gen -DCMAKE_BUILD_TYPE=Release -DTKS_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DTKS_WERROR=OFF \
-    -DTKS_OPENBLAS_OMP=$ROOT/usr/lib/$ARCH/openblas-openmp/libopenblas.so \
-    -DTKS_OPENBLAS_OMP_INC=$ROOT/usr/include/$ARCH/openblas-openmp
-  timed 60 "$OUT/build.log" cmake --build $BUILD -j"${TKS_GPU_JOBS:-$(nproc)}" || { log "build failed: see build.log"; tail -30 "$OUT/build.log"; }
+if [[ " $phases " == *" test "* ]]; then
+  s=$(date +%s)
+  # the fixture (train_setup) comes with the tests that need it
+  step "$s" 60 "$OUT/test.log" "$E" ctest --test-dir "$P/tests" -L gpu --output-on-failure --timeout 300
+  python3 - "$OUT/test.log" >"$OUT/test-summary.md" <<'PY'
+import re, sys
+rows = re.findall(r"Test +#\d+: (\S+) \.+\** *(Passed|Failed|Skipped|Not Run|Timeout|\w+)[^\d]*([\d.]+) sec",
+                  open(sys.argv[1]).read())
+print("| test | result | seconds |\n|---|---|---|")
+for name, res, sec in rows:
+    print("| %s | %s | %s |" % (name, res, sec))
+n = {r: sum(1 for x in rows if x[1] == r) for r in ("Passed", "Failed", "Skipped")}
+print("\n%d tests: %d passed, %d failed, %d skipped" % (len(rows), n["Passed"], n["Failed"], n["Skipped"]))
+PY
+  cat "$OUT/test-summary.md" | tee -a "$OUT/run.log"
 fi
 
-if want test && built; then
-  timed 60 "$OUT/ctest.log" ctest --test-dir $BUILD -L gpu -E '^cuda_(train|parallel)$' --output-on-failure --timeout 240
-  timed 30 "$OUT/ctest.log" ctest --test-dir $BUILD -R '^(ops|model|comm_unit)$' --output-on-failure
-fi
-if want test-train && built; then
-  # train_setup (the fixture) runs first: the dataset both tests train on
-  timed 90 "$OUT/ctest.log" ctest --test-dir $BUILD -R '^cuda_(train|parallel)$' --output-on-failure --timeout 400
-fi
-if want test || want test-train; then
-  grep -E "tests passed|Passed|Failed|Skipped|FAIL|^ok|^not ok" "$OUT/ctest.log" | tail -40
-fi
-
-B1=${TKS_GPU_BATCH_1B:-2}
-if want bench-tokshard && [[ -x $BUILD/bin/tokshard-bench-gpu ]]; then
-  G=$BUILD/bin/tokshard-bench-gpu
-  timed 40 "$OUT/bench.jsonl" $G 124m 8 1024 10 2 bf16
-  timed 40 "$OUT/bench.jsonl" $G 124m 8 1024 10 2 fp32
-  if ((!quick)); then
-    timed 90 "$OUT/bench.jsonl" $G 1b "$B1" 2048 6 2 bf16
-    timed 90 "$OUT/bench.jsonl" $G 1b "$B1" 2048 4 1 fp32
-    # tokshard's own attention kernel in bf16, for the cuDNN speed-up
-    TKS_CUDNN_ATTENTION=0 timed 90 "$OUT/bench.jsonl" $G 1b "$B1" 2048 3 1 bf16
-  fi
-fi
-
-if want bench-torch; then
-  A=bench/gpu/torch_anchor.py
+if [[ " $phases " == *" bench "* ]]; then
+  s=$(date +%s)
+  # tokshard's side through the bundle's environment; PyTorch's without it
+  # (its own libraries, none of the bundle's)
+  G=("$E" tokshard-bench-gpu)
+  A=$P/bench/torch_anchor.py
+  B1=${TKS_GPU_BATCH_1B:-2}
+  J=$OUT/bench.jsonl
   export PYTHONUNBUFFERED=1
-  timed 40 "$OUT/bench.jsonl" python3 $A --config 124m --batch 8 --mode eager --dtype bf16
-  timed 40 "$OUT/bench.jsonl" python3 $A --config 124m --batch 8 --mode eager --dtype fp32
+  bench() { step "$s" "$1" "$OUT/bench.log" bash -c 'out=$0; shift; "$@" | tee -a "$out"' "$J" "${@:2}"; }
+  bench 40 "${G[@]}" 124m 8 1024 10 2 bf16
+  bench 40 python3 "$A" --config 124m --batch 8 --mode eager --dtype bf16
+  bench 40 "${G[@]}" 124m 8 1024 10 2 fp32
+  bench 40 python3 "$A" --config 124m --batch 8 --mode eager --dtype fp32
   if ((!quick)); then
-    timed 60 "$OUT/bench.jsonl" python3 $A --config 1b --batch "$B1" --mode eager --dtype bf16
-    timed 150 "$OUT/bench.jsonl" python3 $A --config 1b --batch "$B1" --mode compile --dtype bf16
-    timed 60 "$OUT/bench.jsonl" python3 $A --config 1b --batch "$B1" --mode eager --dtype fp32 --steps 6 --warmup 2
+    bench 60 "${G[@]}" 1b "$B1" 2048 6 2 bf16
+    bench 60 python3 "$A" --config 1b --batch "$B1" --mode eager --dtype bf16
+    bench 150 python3 "$A" --config 1b --batch "$B1" --mode compile --dtype bf16
+    bench 60 "${G[@]}" 1b "$B1" 2048 4 1 fp32
+    # tokshard's own attention kernel in bf16, for the cuDNN speed-up
+    TKS_CUDNN_ATTENTION=0 bench 60 "${G[@]}" 1b "$B1" 2048 3 1 bf16
   fi
-  timed 90 "$OUT/bench.jsonl" python3 $A --config 124m --batch 8 --mode compile --dtype bf16
-fi
-
-# ---- summary table ------------------------------------------------------------
-[[ -f $OUT/bench.jsonl ]] && python3 - "$OUT/bench.jsonl" >"$OUT/summary.md" <<'PY'
+  bench 90 python3 "$A" --config 124m --batch 8 --mode compile --dtype bf16
+  python3 - "$J" >"$OUT/bench-summary.md" <<'PY'
 import json, sys
 rows = []
 for line in open(sys.argv[1]):
@@ -201,5 +145,6 @@ for cfg in ("124m", "1b"):
             if t and o:
                 print("- %s %s: tokshard / %s = %.3f" % (cfg, dt, other, t / o))
 PY
-[[ -f $OUT/summary.md ]] && cat "$OUT/summary.md"
+  cat "$OUT/bench-summary.md" | tee -a "$OUT/run.log"
+fi
 log "done in $(($(date +%s) - T0))s"

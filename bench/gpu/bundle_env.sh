@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# env COMMAND [ARGS...] - runs COMMAND with a tokshard bundle's environment:
+# its bin/ first on the PATH, its lib/ and NVIDIA's libraries on the loader's
+# path, Open MPI and PMIx relocated into it (OPAL_PREFIX, PMIX_PKGLIBDIR).
+#   ./env tokshard-train --device cuda ...      ./env mpirun -np 2 tokshard-train ...
+#   ./env ctest --test-dir tests -L gpu         ./env bash    (a shell inside it)
+# NVIDIA's libraries (CUDA runtime, cuBLAS(Lt), cuDNN, NCCL, NVRTC) are the
+# machine's: every lib/ folder of the Python wheels under the first python3's
+# `nvidia` package (TKS_NVIDIA_ROOT overrides), then /usr/local/cuda/lib64.
+set -uo pipefail
+P=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
+(($#)) || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+export PATH=$P/bin:$PATH
+nv=""
+root=${TKS_NVIDIA_ROOT:-$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)}
+if [[ -n $root && -d $root ]]; then
+  while IFS= read -r d; do nv+=:$d; done < <(find "$root" -maxdepth 3 -name 'lib*.so*' -printf '%h\n' | sort -u)
+fi
+[[ -d /usr/local/cuda/lib64 ]] && nv+=:/usr/local/cuda/lib64
+export LD_LIBRARY_PATH=$P/lib$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export OPAL_PREFIX=$P/openmpi
+# PMIx's plugins and help files (PMIX_PREFIX alone does not move these two)
+[[ -d $P/pmix ]] && export PMIX_PKGLIBDIR=$P/pmix/lib/pmix PMIX_PKGDATADIR=$P/pmix/share/pmix
+exec "$@"

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# test_bundle.sh - the GPU bundle (bench/gpu/bundle.sh) runs where our Debian
+# packages are not: the build is packed (debug info stripped), the tarball is
+# unpacked into an empty prefix, and then, in a private mount namespace where
+# every system copy of a library the bundle carries reads as an empty file and
+# Open MPI's, PMIx's and OpenBLAS's folders are empty, the bundle's own tests
+# run from it: the CPU ones (the train fixture's tokenizer and dataset, the
+# ops and model checks, a 4-process MPI run of every collective, CPU training
+# in one process and in every dp_replicate x dp_shard x tp layout under
+# mpirun) must pass, the GPU ones must pass or report skipped (no GPU here).
+# A library the bundle forgot would be loaded from the hidden system copy and
+# fail ("file too short"), so this cannot pass by finding the machine's.
+# Exits 77 where a mount namespace cannot be made (not root, no unshare).
+# Usage: test_bundle.sh SRC_DIR BUILD_DIR WORKDIR
+set -uo pipefail
+SRC=$1
+BUILD=$2
+W=$3
+CASE=bundle
+source "$SRC/tests/lib.sh"
+rm -rf "$W" && mkdir -p "$W"
+if ! unshare -m true 2>/dev/null; then
+  echo "skipped: cannot make a mount namespace here (unshare -m: needs root or user namespaces)"
+  exit 77
+fi
+
+expect 0 "pack the build" -- bash "$SRC/bench/gpu/bundle.sh" --build "$BUILD" --out "$W/bundle.tar.xz"
+cat "$W/out"
+size=$(stat -c %s "$W/bundle.tar.xz")
+((size < 40 * 1024 * 1024)) && ok "bundle is $((size / 1024)) KiB, under 40 MiB" || fail "bundle is $size bytes (over 40 MiB)"
+mkdir -p "$W/prefix"
+tar -C "$W/prefix" -xJf "$W/bundle.tar.xz" || fail "unpack"
+P=$(echo "$W"/prefix/tokshard-*)
+[[ -x $P/env && -x $P/bin/tokshard-train && -f $P/tests/CTestTestfile.cmake ]] && ok "unpacked into $P" ||
+  fail "unpacked bundle lacks env, bin/tokshard-train or tests/"
+# tar kept the programs' DT_RPATH relative: nothing points back into the build
+if readelf -d "$P/bin/tokshard-train" | grep -q 'RPATH.*\$ORIGIN/\.\./lib'; then ok "programs find ../lib (DT_RPATH)"; else
+  fail "tokshard-train has no \$ORIGIN/../lib RPATH: $(readelf -d "$P/bin/tokshard-train" | grep -i path)"
+fi
+
+# every system copy of what the bundle carries, and the folders it relocates
+hide=$W/hide.list
+sed -n 's/^  [^ ]* \(\/[^ ]*\) .*/\1/p' "$P/BUNDLE" >"$hide"
+[[ -s $hide ]] && ok "$(wc -l <"$hide") carried libraries to hide" || fail "BUNDLE lists no carried library"
+cat >"$W/hidden.sh" <<'EOF'
+set -u
+while read -r f; do mount --bind /dev/null "$f" || exit 3; done <"$1"
+for d in /usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/pmix2 /usr/share/openmpi \
+  /usr/lib/x86_64-linux-gnu/openblas-openmp; do
+  [[ -d $d ]] && { mount -t tmpfs none "$d" || exit 3; }
+done
+for f in /usr/bin/orterun /usr/bin/orted; do [[ -e $f ]] && { mount --bind /dev/null "$f" || exit 3; }; done
+shift
+exec "$@"
+EOF
+hidden() { unshare -m bash "$W/hidden.sh" "$hide" "$@"; }
+
+# the hiding works: the build's own programs no longer start
+hidden "$BUILD/bin/tokshard" --version >"$W/out" 2>"$W/err"
+code=$?
+[[ $code -ne 0 ]] && grep -q "error while loading shared libraries" "$W/err" &&
+  ok "with the system copies hidden, the build's tokshard cannot start (exit $code)" ||
+  fail "hiding failed: the build's tokshard ran (exit $code): $(head -c 300 "$W/err")"
+
+expect 0 "the bundle's tokshard-train starts" -- hidden "$P/env" tokshard-train --help
+# CPU tests from the bundle (parallel_layouts trains in 8 layouts: the longest)
+hidden "$P/env" ctest --test-dir "$P/tests" -LE gpu -V --timeout 600 >"$W/ctest-cpu.log" 2>&1
+code=$?
+grep -E "^ *[0-9]+/[0-9]+ Test|tests passed" "$W/ctest-cpu.log"
+n=$(grep -Ec "^ *[0-9]+/[0-9]+ Test" "$W/ctest-cpu.log")
+[[ $code -eq 0 ]] && grep -q "100% tests passed" "$W/ctest-cpu.log" && ((n >= 7)) &&
+  ok "the bundle's $n CPU tests pass with the system copies hidden" ||
+  fail "the bundle's CPU tests (exit $code): $(grep -E 'Failed|\*\*\*' "$W/ctest-cpu.log" | head -5)"
+# Open MPI and PMIx found their components and help files inside the bundle
+if grep -Eq "supposed to get help|component .* not found|unable to open mca_" "$W/ctest-cpu.log"; then
+  fail "Open MPI or PMIx looked outside the bundle: $(grep -Em2 -A3 'supposed to get help|not found|unable to open' "$W/ctest-cpu.log")"
+else
+  ok "Open MPI and PMIx ran from the bundle without a missing component or help file"
+fi
+# GPU tests: they load libtks_cuda.so and NVIDIA's libraries, then pass or skip
+if ! grep -q 'LABELS "gpu"' "$P/tests/CTestTestfile.cmake"; then
+  ok "a CPU-only build: the bundle has no GPU tests"
+  finish bundle
+fi
+# through the runbook's test phase, which writes the summary table
+hidden "$P/run.sh" "$W/gpu-out" test >"$W/ctest-gpu.log" 2>&1
+code=$?
+cat "$W/gpu-out/test.log" >>"$W/ctest-gpu.log" 2>/dev/null
+tail -14 "$W/ctest-gpu.log"
+if grep -Eq "^[0-9]+ tests: [0-9]+ passed, 0 failed" "$W/gpu-out/test-summary.md" 2>/dev/null; then
+  ok "run.sh test: $(tail -1 "$W/gpu-out/test-summary.md")"
+else
+  fail "run.sh test wrote no summary without failures: $(cat "$W/gpu-out/test-summary.md" 2>&1 | tail -3)"
+fi
+# (the tests' own log: run.sh itself uses the machine's sed and grep, which the
+# hiding breaks here and a real GPU machine has)
+if grep -q "error while loading shared libraries" "$W/gpu-out/test.log"; then
+  fail "a GPU test could not load a library: $(grep -m1 'error while loading' "$W/gpu-out/test.log")"
+elif [[ $code -eq 0 ]] && grep -q "tests passed, 0 tests failed" "$W/ctest-gpu.log"; then
+  ok "GPU tests: $(grep -E 'tests passed' "$W/ctest-gpu.log" | tail -1), $(grep -c '(Skipped)' "$W/ctest-gpu.log") skipped"
+else
+  fail "GPU tests (run.sh exit $code): $(grep -E 'Failed|\*\*\*' "$W/ctest-gpu.log" | head -5)"
+fi
+finish bundle
