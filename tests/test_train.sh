@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of tokshard-train / tokshard-generate on real text (dict-gcide).
 # Usage: test_train.sh BIN_DIR WORKDIR CASE
-#   CASE: setup | train | resume | safety | checkpoint | plan | generate | lock | bf16 | faults | cli | profile
+#   CASE: setup | train | resume | safety | checkpoint | plan | generate | lock | bf16 | faults | cli | profile | stepmodel
 # `setup` builds the small dataset the other cases share (a ctest fixture).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -437,6 +437,53 @@ PY
   else
     fail "losses differ: $(grep -o '"loss": [^,]*' p2/metrics.jsonl p0/metrics.jsonl | tr '\n' ' ')"
   fi
+  ;;
+stepmodel)
+  # --step-model enumerates the ops of one step without running it; priced on
+  # the same roofline, a profiled real step must show the same calls of every
+  # op and the same predicted time (the two share each op's cost function, so
+  # only the printing's 0.001 ms rounding may differ). A slow made-up roofline
+  # (1 GFLOP/s, 1 MB/s) makes every op's time large enough to compare.
+  R=(--roofline 0.001,0.001,0.001,0.001)
+  for dt in fp32 bf16; do
+    expect 0 "$dt: one profiled step priced on the roofline" -- "$TRAIN" --dataset "$S/data" --out sm-$dt \
+      --steps 1 --profile 1 --dtype $dt "${R[@]}" "${M[@]}"
+    cp "$W/out" prof-$dt.txt
+    expect 0 "$dt: --step-model of the same run" -- "$TRAIN" --step-model --dataset "$S/data" --dtype $dt \
+      "${R[@]}" "${M[@]}"
+    cp "$W/out" model-$dt.txt
+    python3 - prof-$dt.txt model-$dt.txt <<'PY' && ok "$dt: the step model's calls and times are the profiled step's, op for op" ||
+import sys
+prof, model, on = {}, {}, False
+for line in open(sys.argv[1]):
+    if line.startswith("backend ops over the profiled steps"): on = True; continue
+    f = line.split()
+    if on and f and f[0] not in ("op", "all", "model:"):
+        prof[f[0]] = (int(f[1]), float(f[-2]))
+for line in open(sys.argv[2]):
+    f = line.split()
+    if len(f) == 7 and f[0] not in ("op", "all") and f[1].isdigit():
+        model[f[0]] = (int(f[1]), float(f[4]))
+assert prof and set(prof) == set(model), (sorted(prof), sorted(model))
+for op in prof:
+    (pc, pt), (mc, mt) = prof[op], model[op]
+    assert pc == mc, (op, "calls", pc, mc)
+    assert abs(pt - mt) <= 0.0011, (op, "model ms", pt, mt)
+assert prof["gemm"][1] > 1000, prof["gemm"]  # the prices are not all zero
+PY
+      fail "$dt: profile and step model differ: $(tail -c 1500 prof-$dt.txt) $(cat model-$dt.txt)"
+  done
+  grep -Eq "^predicted MFU: [0-9.]+% of 0.001 TFLOP/s" model-fp32.txt && ok "the model predicts an MFU" ||
+    fail "no predicted MFU: $(tail -4 model-fp32.txt)"
+  expect 0 "the Llama-3.2-1B shape on the H100 preset" -- "$TRAIN" --step-model --vocab-size 128256 --dim 2048 \
+    --n-layers 16 --n-heads 32 --n-kv-heads 8 --ffn-dim 8192 --seq-len 2048 --global-batch 16 --micro-batch 2 \
+    --dtype bf16
+  grep -q "roofline h100: 989 TFLOP/s bf16" "$W/out" && grep -q "8 micro-batch(es) of 2 x 2048" "$W/out" &&
+    ok "1B: $(grep '^predicted MFU' "$W/out")" || fail "1B step model: $(cat "$W/out")"
+  expect 2 "a bad --roofline is refused" -- "$TRAIN" --step-model --vocab-size 1000 --roofline v100 "${M[@]}"
+  expect_msg "--roofline v100: use h100, h200, a100, or four positive numbers"
+  expect 2 "--step-model without a vocabulary is refused" -- "$TRAIN" --step-model "${M[@]}"
+  expect_msg "--step-model needs --vocab-size N or --dataset DIR"
   ;;
 *)
   echo "unknown case $CASE" >&2

@@ -24,7 +24,7 @@
 #define UINT64_MAX_D 18446744073709551615.0
 
 static tks_train_opts O;
-static int dry_run, quiet, no_plot, check_mesh;
+static int dry_run, quiet, no_plot, check_mesh, step_model;
 static const char *plot_only;
 
 static const cli_flag FLAGS[] = {
@@ -65,6 +65,8 @@ static const cli_flag FLAGS[] = {
     FLAG("--save-every", CLI_U64, &O.save_every, "steps between checkpoints (0 = only at the end)", "N", 0, BIG, 0),
     FLAG("--keep", CLI_U32, &O.keep_checkpoints, "checkpoints kept (0 = all)", "N", 0, 1048576, 0),
     FLAG("--profile", CLI_U64, &O.profile_steps, "time every backend op over the first N steps and print a table (profiled steps run serialized)", "N", 0, BIG, 0),
+    FLAG("--roofline", CLI_STR, &O.roofline, "price each op on this roofline for --profile and --step-model: h100, h200, a100 or BF16_TFLOPS,FP32_TFLOPS,MEMORY_GBS,LINK_GBS (default: the GPU's own preset; --step-model: h100)", "SPEC", 0, 0, 0),
+    FLAG("--step-model", CLI_BOOL, &step_model, "print the model of one training step on --roofline (per op: calls, FLOPs, bytes, time; predicted MFU) and exit; needs the model flags and --vocab-size or --dataset", NULL, 0, 0, 0),
     FLAG("--threads", CLI_U32, &O.threads, "CPU threads per process (0 = all cores)", "N", 0, 1024, 0),
     FLAG("--device", CLI_STR, &O.device, "compute backend: cpu, cuda or auto (cuda when built in, else cpu; default auto)", "NAME", 0, 0, 0),
     FLAG("--comm", CLI_STR, &O.comm, "collectives between processes: auto (NCCL under --device cuda, else MPI), mpi (under cuda: through host memory) or nccl; default auto", "NAME", 0, 0, 0),
@@ -270,6 +272,33 @@ static int mesh_check(void) {
     return 0;
 }
 
+/* --step-model: one step of the configured model on the roofline, without
+ * data (the vocabulary from --vocab-size, else the dataset's manifest) */
+static int print_step_model(void) {
+    tks_roofline hw;
+    if (tks_roofline_parse(O.roofline ? O.roofline : "h100", &hw)) return cli_lib_error();
+    if (!O.model.vocab_size && O.dataset_dir) {
+        tks_dataset *ds = NULL;
+        if (tks_dataset_open(O.dataset_dir, &ds)) return cli_lib_error();
+        O.model.vocab_size = tks_dataset_tokenizer(ds)->vocab_size;
+        tks_dataset_close(ds);
+    }
+    if (!O.model.vocab_size) return cli_usage_error("--step-model needs --vocab-size N or --dataset DIR");
+    uint64_t micro = O.micro_batch ? O.micro_batch : O.global_batch;
+    if (O.global_batch % micro)
+        return cli_usage_error("--global-batch %llu is not divisible by --micro-batch %llu",
+                               (unsigned long long)O.global_batch, (unsigned long long)micro);
+    if (micro > 1048576 || O.global_batch / micro > 1048576)
+        return cli_usage_error("--step-model: --micro-batch and the number of micro-batches must be at most 1048576");
+    char *report = NULL;
+    if (tks_step_model(&O.model, (int)micro, (int)O.seq_len, (int)(O.global_batch / micro),
+                       O.dtype ? O.dtype : "fp32", &hw, &report))
+        return cli_lib_error();
+    fputs(report, stdout);
+    free(report);
+    return 0;
+}
+
 static int run(int argc, char **argv) {
     cli_prog = "tokshard-train";
     tks_train_opts_default(&O);
@@ -281,6 +310,7 @@ static int run(int argc, char **argv) {
         g_rank = tks_train_rank();
         return mesh_check();
     }
+    if (step_model) return print_step_model();
     if (!O.dataset_dir) return cli_usage_error("--dataset DIR is required");
     if (!O.out_dir && !dry_run) return cli_usage_error("--out RUN_DIR is required");
     char latest[PATH_MAX];

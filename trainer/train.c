@@ -1000,11 +1000,26 @@ static void profile_report(trainer *t, uint64_t steps) {
     free(table);
 }
 
+/* --profile: the ops behind timing wrappers, each call priced on the
+ * roofline asked for, or the preset of the GPU's name (none on the CPU) */
+static int profile_attach(trainer *t) {
+    tks_roofline hw, *use = NULL;
+    if (t->o->roofline) {
+        if (tks_roofline_parse(t->o->roofline, &hw)) return -1;
+        use = &hw;
+    } else if (t->be->kind != &tks_cpu_backend_kind && t->be->kind->describe) {
+        char desc[512] = "";
+        t->be->kind->describe(t->be, desc, sizeof desc);
+        if (tks_roofline_for_device(desc, &hw)) use = &hw;
+    }
+    return tks_profile_attach(t->be, use);
+}
+
 int tks_train(const tks_train_opts *in) {
     trainer t;
     int rc = open_run(in, &t);
     tks_train_opts *o = t.o;
-    if (o->profile_steps && t.be) rc = tks_mesh_agree(t.mesh, rc ? rc : tks_profile_attach(t.be));
+    if (o->profile_steps && t.be) rc = tks_mesh_agree(t.mesh, rc ? rc : profile_attach(&t));
     double t_start = omp_get_wtime(), tokens_step = (double)(o->global_batch * o->seq_len);
     uint64_t first_step = t.step, saved_step = UINT64_MAX, comm0[4], profiled = 0;
     while (!rc && t.step < o->steps) {

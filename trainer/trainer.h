@@ -72,11 +72,15 @@ typedef struct tks_train_opts {
     /* --profile: time every backend op (host clock; after a sync on an
      * asynchronous backend, so profiled steps run serialized) over the first
      * profile_steps steps of this run (0 = off); rank 0's table (op, calls,
-     * ms, ms per step, share, GEMM TFLOP/s; collectives and data loading are
+     * ms, ms per step, share, TFLOP/s or GB/s, the roofline's predicted ms;
+     * collectives and data loading are
      * not backend ops) goes to on_profile once they are done, or at the end
      * of a run that stops sooner */
     uint64_t profile_steps;
     void (*on_profile)(const char *table, void *ctx);
+    /* the roofline that prices each profiled call (tks_roofline_parse's
+     * spec; NULL: the preset matching a GPU's name, none on the CPU) */
+    const char *roofline;
     /* progress: called once per step and once per evaluation on the calling thread */
     void (*on_step)(const tks_step_info *info, void *ctx);
     void *ctx;
@@ -144,6 +148,38 @@ void tks_train_finalize(void);
  * the plan and the groups as built; elsewhere it is NULL. Collective.
  */
 int tks_train_check_mesh(int tp, int dp_shard, int dp_replicate, char **report);
+
+/* A device's roofline: the peaks the step model and --profile's predicted
+ * column price each op with (docs/GPU.md, "The step model"). */
+typedef struct tks_roofline {
+    const char *name;             /* "h100", "h200", "a100" or "custom" */
+    double bf16_tflops;           /* dense tensor-core peak, bf16 inputs (TFLOP/s) */
+    double fp32_tflops;           /* fp32 products without TF32 (TFLOP/s) */
+    double mem_gbs;               /* device memory bandwidth (GB/s, 1e9 bytes) */
+    double link_gbs;              /* host <-> device (GB/s) */
+    double flops_eff, mem_eff;    /* achievable fractions of the two peaks (1 for custom) */
+    double launch_us;             /* host cost of one op call, for the launch floor */
+} tks_roofline;
+
+/* spec: a preset ("h100", "h200", "a100": vendor peaks, stepmodel.c cites
+ * them) or four positive numbers "BF16_TFLOPS,FP32_TFLOPS,MEMORY_GBS,LINK_GBS"
+ * (achievable fractions 1). Errors: TKS_ERR_ARG naming the spec and the forms. */
+int tks_roofline_parse(const char *spec, tks_roofline *out);
+/* The preset whose GPU name the description contains (H100, H200, A100):
+ * 1 and *out set, else 0. */
+int tks_roofline_for_device(const char *description, tks_roofline *out);
+
+/* The step model: one optimizer step of cfg (defaults filled in as training
+ * does; vocab_size must be set) with `accum` micro-batches of B x T samples
+ * on one device (tp 1) in dtype "fp32" or "bf16", op for op as the trainer
+ * issues them, each priced on hw's roofline: per op the calls, FLOPs, bytes,
+ * predicted time, share and what bounds it; then the predicted step time,
+ * tokens/s, MFU (torchtitan's FLOPs per token against hw's bf16 peak) and
+ * the launch floor. *report: malloc'd text the caller frees. Collectives
+ * and data loading are not in it. Errors: tks_model_config_check's,
+ * TKS_ERR_ARG (dtype, sizes), TKS_ERR_NOMEM. */
+int tks_step_model(const tks_model_config *cfg, int B, int T, int accum, const char *dtype,
+                   const tks_roofline *hw, char **report);
 
 /* The newest complete checkpoint of a run directory (RUN/checkpoints/step-N)
  * into out (cap bytes). Errors: TKS_ERR_IO when there is none. */

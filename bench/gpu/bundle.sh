@@ -60,10 +60,10 @@ if [[ -z $build ]]; then
       "(without it the bundle's attention would not be cuDNN's)"
   build=$SRC/build-bundle
   cmake -S "$SRC" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTKS_CUDA=ON -DTKS_WERROR=OFF \
-    "-DCMAKE_CUDA_ARCHITECTURES=$archs" >"$build.configure.log" 2>&1 ||
-    die "configure failed: $(tail -5 "$build.configure.log")"
-  cmake --build "$build" -j"$jobs" --target "${TARGETS[@]}" >"$build.build.log" 2>&1 ||
-    die "build failed: $(grep -m3 -i error "$build.build.log")"
+    "-DCMAKE_CUDA_ARCHITECTURES=$archs" >"$SRC/build-bundle.log" 2>&1 ||
+    die "configure failed: $(tail -5 "$SRC/build-bundle.log")"
+  cmake --build "$build" -j"$jobs" --target "${TARGETS[@]}" >>"$SRC/build-bundle.log" 2>&1 ||
+    die "build failed: $(grep -m3 -i error "$SRC/build-bundle.log")"
 fi
 B=$build/bin
 [[ -x $B/tokshard-train && -x $B/tokshard-full ]] || die "$build has no bin/tokshard-train: build it first or leave out --build"
