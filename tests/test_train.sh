@@ -484,6 +484,15 @@ PY
   expect_msg "--roofline v100: use h100, h200, a100, or four positive numbers"
   expect 2 "--step-model without a vocabulary is refused" -- "$TRAIN" --step-model "${M[@]}"
   expect_msg "--step-model needs --vocab-size N or --dataset DIR"
+  # --deterministic: the CPU always is, so the run is the default run's bits,
+  # and the plan names the attention and the flag
+  expect 0 "--deterministic dry run" -- "$TRAIN" --dataset "$S/data" --dry-run --deterministic "${M[@]}"
+  grep -q "attention: tokshard's own; --deterministic" "$W/out" && ok "the plan names the attention and --deterministic" ||
+    fail "plan: $(grep -i attention "$W/out")"
+  expect 0 "3 steps --deterministic" -- "$TRAIN" --dataset "$S/data" --out det1 --steps 3 --deterministic "${M[@]}"
+  expect 0 "3 steps" -- "$TRAIN" --dataset "$S/data" --out det0 --steps 3 "${M[@]}"
+  [[ "$(grep -o '"loss": [^,]*' det1/metrics.jsonl)" == "$(grep -o '"loss": [^,]*' det0/metrics.jsonl)" ]] &&
+    ok "--deterministic on the CPU: the default run's losses" || fail "--deterministic changed the CPU losses"
   ;;
 *)
   echo "unknown case $CASE" >&2

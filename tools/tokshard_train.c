@@ -71,6 +71,7 @@ static const cli_flag FLAGS[] = {
     FLAG("--device", CLI_STR, &O.device, "compute backend: cpu, cuda or auto (cuda when built in, else cpu; default auto)", "NAME", 0, 0, 0),
     FLAG("--comm", CLI_STR, &O.comm, "collectives between processes: auto (NCCL under --device cuda, else MPI), mpi (under cuda: through host memory) or nccl; default auto", "NAME", 0, 0, 0),
     FLAG("--dtype", CLI_STR, &O.dtype, "fp32 (the reference) or bf16 (bf16 weights and activations, fp32 master weights, gradients and AdamW moments); default fp32", "NAME", 0, 0, 0),
+    FLAG("--deterministic", CLI_BOOL, &O.deterministic, "identical bits run to run on every backend: the GPU's deterministic attention backward, slower and with a T x T workspace per head (the CPU always is)", NULL, 0, 0, 0),
     FLAG("--tp", CLI_U32, &O.tp, "tensor-parallel degree (0 = 1)", "N", 0, 65536, 0),
     FLAG("--dp-shard", CLI_U32, &O.dp_shard, "data-parallel degree sharding gradients and AdamW state (0 = the rest of the world)", "N", 0, 1048576, 0),
     FLAG("--dp-replicate", CLI_U32, &O.dp_replicate, "data-parallel replicas of the shards (0 = 1)", "N", 0, 1048576, 0),

@@ -302,6 +302,12 @@ struct tks_backend_kind {
     void (*memory)(tks_backend *be, size_t *now, size_t *peak);
     /* One line: device, driver and library versions; NULL: none. */
     void (*describe)(tks_backend *be, char *out, size_t cap);
+    /* on = 1: run-to-run identical bits where the fast path is not (cuDNN's
+     * attention backward, whose fast algorithm adds dQ with atomics), at the
+     * deterministic algorithm's cost in speed and workspace (a T x T buffer
+     * per head on Hopper); call before the model is created, which sizes the
+     * workspace. NULL: the kind is deterministic always (the CPU). */
+    int (*set_deterministic)(tks_backend *be, int on);
     /* Which attention kernel runs for dtype dt ("cuDNN", "tokshard kernel
      * (cuDNN not used)"); NULL: tokshard's own. */
     void (*attention_name)(tks_backend *be, tks_dtype dt, char *out, size_t cap);

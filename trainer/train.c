@@ -225,6 +225,11 @@ static void say(sbuf *b, const char *fmt, ...) {
     }
 }
 
+/* --deterministic on a backend whose fast paths are not (before its model) */
+static int use_deterministic(const tks_train_opts *o, tks_backend *be) {
+    return o->deterministic && be->kind->set_deterministic ? be->kind->set_deterministic(be, 1) : 0;
+}
+
 static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 int tks_train_plan(const tks_train_opts *in, char **summary) {
@@ -244,6 +249,7 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
      * with the workspace of the backend the run would use */
     tks_backend *pbe = NULL;
     rc = tks_backend_create(r.o.device, r.o.threads, &pbe);
+    if (!rc && (rc = use_deterministic(&r.o, pbe))) pbe->ops->destroy(pbe);
     if (rc) {
         run_free(&r);
         return rc;
@@ -260,6 +266,9 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
                                    r.shape.dp_replicate * r.shape.dp_shard * r.shape.tp, &comm_kind);
     const char *be_name = pbe->kind->name;
     const tks_backend_kind *be_kind = pbe->kind;
+    /* which attention runs, and which backward (--deterministic) */
+    char attention[160] = "tokshard's own";
+    if (!rc && be_kind->attention_name) be_kind->attention_name(pbe, r.dtype, attention, sizeof attention);
     pbe->ops->destroy(pbe);
     if (rc) {
         run_free(&r);
@@ -303,6 +312,8 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
     say(&b, "  comm: %s\n",
         tks_mesh_comm_kind_name(comm_kind, be_kind, r.shape.dp_replicate * r.shape.dp_shard * r.shape.tp));
     say(&b, "  device memory per rank (%s backend): %s\n", be_name, mem_line);
+    say(&b, "  attention: %s%s\n", attention,
+        r.o.deterministic ? "; --deterministic" : "");
     say(&b, "  per rank: vocab rows %llu (padded vocab %llu / tp %d), %u heads, %u kv heads, ffn %u; "
         "optimizer state %.1f MiB\n", (unsigned long long)(tks_model_padded_vocab(c, r.shape.tp) / (uint64_t)r.shape.tp),
         (unsigned long long)tks_model_padded_vocab(c, r.shape.tp), r.shape.tp, c->n_heads / (uint32_t)r.shape.tp,
@@ -732,6 +743,7 @@ static int open_compute(trainer *t, int rc) {
     tks_train_opts *o = t->o;
     run *r = &t->r;
     if (!rc) rc = tks_backend_create(o->device, o->threads, &t->be);
+    if (!rc) rc = use_deterministic(o, t->be);
     /* the groups on the backend: NCCL communicators under --device cuda (--comm) */
     rc = tks_mesh_use_backend(t->mesh, t->be, o->comm, rc);
     tks_mesh *mesh = t->mesh;

@@ -65,6 +65,10 @@ typedef struct tks_train_opts {
     const char *comm;             /* collectives: "auto" (NULL: NCCL under cuda, else MPI),
                                    * "mpi", "nccl" (docs/GPU.md) */
     const char *dtype;            /* "fp32" (NULL) or "bf16": compute dtype (mixed precision) */
+    int deterministic;            /* run-to-run identical bits on every backend: the
+                                   * deterministic algorithms where a backend's fast ones are
+                                   * not (cuDNN's attention backward), at their speed and
+                                   * memory cost (tks_backend_kind.set_deterministic) */
     /* parallel layout (docs/PARALLELISM.md): 0 = default (tp 1, dp_replicate 1,
      * dp_shard = the rest of the world) */
     int tp, dp_shard, dp_replicate;

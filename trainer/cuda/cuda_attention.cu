@@ -263,7 +263,7 @@ int tks_cu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const vo
     if (B <= 0 || T <= 0) return 0;
     if (dt == TKS_BF16 && c->flash) {
         if (!tks_cudnn_attention_bwd(be, c->cur, c->ws, c->ws_bytes, dq, dk, dv, dout, out, ldo, lse,
-                                     q, ldq, k, v, ldkv, B, T, NH, NKV, HD)) {
+                                     q, ldq, k, v, ldkv, B, T, NH, NKV, HD, c->deterministic)) {
             c->flash_why[0] = 0;
             return 0;
         }

@@ -184,7 +184,8 @@ static size_t cu_workspace_bytes(tks_backend *be, const tks_ws_shape *s) {
     if (rms > d) d = rms;
     if (c->flash && s->dt == TKS_BF16 && s->B > 0 && s->T > 0 && s->NH > 0 && s->NKV > 0) {
         size_t ld = (size_t)(s->NH + 2 * s->NKV) * s->HD, ldo = (size_t)s->NH * s->HD, w = 0;
-        if (tks_cudnn_attention_ws(be, s->B, s->T, s->NH, s->NKV, s->HD, ld, ld, ldo, &w) == 0) {
+        if (tks_cudnn_attention_ws(be, s->B, s->T, s->NH, s->NKV, s->HD, ld, ld, ldo, c->deterministic,
+                                   &w) == 0) {
             if (w > d) d = w;
         } else {
             snprintf(c->flash_why, sizeof c->flash_why, "%s", tks_last_error()->message);
@@ -380,7 +381,14 @@ static void cuda_attention_name(tks_backend *be, tks_dtype dt, char *out, size_t
     const char *why = tks_cuda_flash_status(be);
     snprintf(out, cap, "%s", dt != TKS_BF16 ? "tokshard kernel"
                              : *why         ? "tokshard kernel (cuDNN not used)"
-                                            : "cuDNN");
+                             : tks_cuda_ctx_of(be)->deterministic
+                                 ? "cuDNN, deterministic backward (--deterministic)"
+                                 : "cuDNN, fast backward (dQ by atomics: --deterministic for identical bits)");
+}
+
+static int cuda_set_deterministic(tks_backend *be, int on) {
+    tks_cuda_ctx_of(be)->deterministic = on != 0;
+    return 0;
 }
 
 static tks_backend_kind make_cuda_kind(void) {
@@ -394,6 +402,7 @@ static tks_backend_kind make_cuda_kind(void) {
     k.memory = tks_cuda_backend_memory;
     k.describe = tks_cuda_describe;
     k.attention_name = cuda_attention_name;
+    k.set_deterministic = cuda_set_deterministic;
     k.comm_name = "nccl";
     k.comm_world_create = cuda_comm_world_create;
     k.comm_world_free = cuda_comm_world_free;
@@ -539,8 +548,10 @@ extern "C" const char *tks_cuda_flash_status(tks_backend *be) {
 
 #ifndef TKS_HAVE_CUDNN_FE
 extern "C" int tks_cudnn_attention_ws(tks_backend *be, int B, int T, int NH, int NKV, int HD,
-                                      size_t ldq, size_t ldkv, size_t ldo, size_t *bytes) {
-    (void)be, (void)B, (void)T, (void)NH, (void)NKV, (void)HD, (void)ldq, (void)ldkv, (void)ldo;
+                                      size_t ldq, size_t ldkv, size_t ldo, int deterministic,
+                                      size_t *bytes) {
+    (void)be, (void)B, (void)T, (void)NH, (void)NKV, (void)HD, (void)ldq, (void)ldkv, (void)ldo,
+        (void)deterministic;
     *bytes = 0;
     return TKS_ERR_ARG;
 }
@@ -556,10 +567,10 @@ extern "C" int tks_cudnn_attention_bwd(tks_backend *be, void *stream, void *ws, 
                                        void *dq, void *dk, void *dv, const void *dout,
                                        const void *out, size_t ldo, const float *lse, const void *q,
                                        size_t ldq, const void *k, const void *v, size_t ldkv, int B,
-                                       int T, int NH, int NKV, int HD) {
+                                       int T, int NH, int NKV, int HD, int deterministic) {
     (void)be, (void)stream, (void)ws, (void)ws_bytes, (void)dq, (void)dk, (void)dv, (void)dout,
         (void)out, (void)ldo, (void)lse, (void)q, (void)ldq, (void)k, (void)v, (void)ldkv, (void)B,
-        (void)T, (void)NH, (void)NKV, (void)HD;
+        (void)T, (void)NH, (void)NKV, (void)HD, (void)deterministic;
     return TKS_ERR_ARG;
 }
 #endif

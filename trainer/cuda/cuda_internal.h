@@ -44,6 +44,7 @@ typedef struct tks_cuda_ctx {
     /* cuDNN attention: in use, and the last reason it was not */
     int flash;
     char flash_why[512];
+    int deterministic;   /* cuDNN's deterministic attention backward (--deterministic) */
     /* memory accounting */
     size_t bytes_now, bytes_peak;
     struct {
@@ -83,7 +84,8 @@ extern "C" void tks_cuda_flash_release(tks_backend *be);
  * kernel): the graphs' workspace at a shape; the two directions on `stream`
  * with cuDNN's scratch in ws. */
 extern "C" int tks_cudnn_attention_ws(tks_backend *be, int B, int T, int NH, int NKV, int HD,
-                                      size_t ldq, size_t ldkv, size_t ldo, size_t *bytes);
+                                      size_t ldq, size_t ldkv, size_t ldo, int deterministic,
+                                      size_t *bytes);
 extern "C" int tks_cudnn_attention_fwd(tks_backend *be, void *stream, void *ws, size_t ws_bytes,
                                        void *out, size_t ldo, float *lse, const void *q, size_t ldq,
                                        const void *k, const void *v, size_t ldkv, int B, int T,
@@ -92,6 +94,6 @@ extern "C" int tks_cudnn_attention_bwd(tks_backend *be, void *stream, void *ws, 
                                        void *dq, void *dk, void *dv, const void *dout,
                                        const void *out, size_t ldo, const float *lse, const void *q,
                                        size_t ldq, const void *k, const void *v, size_t ldkv, int B,
-                                       int T, int NH, int NKV, int HD);
+                                       int T, int NH, int NKV, int HD, int deterministic);
 
 #endif /* TKS_CUDA_INTERNAL_H */

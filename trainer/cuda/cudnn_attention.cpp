@@ -12,7 +12,9 @@
  * reason), so that a shape cuDNN cannot run is validated and planned once,
  * not at every call before the fallback; cuDNN's scratch is the model's workspace (the backend
  * asks for the graphs' size in workspace_bytes), so no op allocates. The
- * backward asks for cuDNN's deterministic algorithm (no atomics in dQ).
+ * backward is cuDNN's fast one (dQ added with atomics: not bitwise
+ * reproducible), or with --deterministic its deterministic algorithm, which
+ * on Hopper needs a dP workspace of T x T per head and runs slower.
  */
 #include <cudnn_frontend.h>
 
@@ -38,7 +40,7 @@ namespace {
 
 enum : int64_t { Q_UID = 1, K_UID, V_UID, O_UID, STATS_UID, DO_UID, DQ_UID, DK_UID, DV_UID };
 
-/* bwd, B, T, NH, NKV, HD, ldq, ldkv, ldo */
+/* mode (0 forward, 1 fast backward, 2 deterministic backward), B, T, NH, NKV, HD, ldq, ldkv, ldo */
 using Key = std::tuple<int, int, int, int, int, int, int64_t, int64_t, int64_t>;
 
 struct Plan {
@@ -79,7 +81,8 @@ int build(Flash &f, const Key &key, Plan **out) {
         *out = &it->second;
         return 0;
     }
-    auto [bwd, B, T, NH, NKV, HD, ldq, ldkv, ldo] = key;
+    auto [mode, B, T, NH, NKV, HD, ldq, ldkv, ldo] = key;
+    int bwd = mode != 0;
     auto g = std::make_shared<fe::graph::Graph>();
     g->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
@@ -114,7 +117,7 @@ int build(Flash &f, const Key &key, Plan **out) {
                        .set_name("flash_bwd")
                        .set_causal_mask(true)
                        .set_attn_scale(scale)
-                       .set_deterministic_algorithm(true);
+                       .set_deterministic_algorithm(mode == 2);
         auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dO, stats, opt);
         dq->set_output(true).set_uid(DQ_UID).set_dim({B, NH, T, HD}).set_stride({T * ldq, HD, ldq, 1});
         dk->set_output(true).set_uid(DK_UID).set_dim({B, NKV, T, HD}).set_stride({T * ldkv, HD, ldkv, 1});
@@ -163,12 +166,16 @@ int flash_plan(tks_backend *be, const Key &key, Plan **p, Flash **f) {
 
 /* cuda_internal.h: the graphs' workspace (both directions) at a shape, built now */
 extern "C" int tks_cudnn_attention_ws(tks_backend *be, int B, int T, int NH, int NKV, int HD,
-                                      size_t ldq, size_t ldkv, size_t ldo, size_t *bytes) {
+                                      size_t ldq, size_t ldkv, size_t ldo, int deterministic,
+                                      size_t *bytes) {
     std::lock_guard<std::mutex> lock(g_lock);
     Plan *pf = nullptr, *pb = nullptr;
     Flash *f = nullptr;
     int rc = flash_plan(be, Key{0, B, T, NH, NKV, HD, (int64_t)ldq, (int64_t)ldkv, (int64_t)ldo}, &pf, &f);
-    if (!rc) rc = flash_plan(be, Key{1, B, T, NH, NKV, HD, (int64_t)ldq, (int64_t)ldkv, (int64_t)ldo}, &pb, &f);
+    if (!rc)
+        rc = flash_plan(be, Key{1 + (deterministic != 0), B, T, NH, NKV, HD, (int64_t)ldq, (int64_t)ldkv,
+                                (int64_t)ldo},
+                        &pb, &f);
     if (rc) return rc;
     *bytes = (size_t)std::max(pf->workspace, pb->workspace);
     return 0;
@@ -205,13 +212,13 @@ extern "C" int tks_cudnn_attention_bwd(tks_backend *be, void *stream, void *ws, 
                                        void *dq, void *dk, void *dv, const void *dout,
                                        const void *out, size_t ldo, const float *lse, const void *q,
                                        size_t ldq, const void *k, const void *v, size_t ldkv, int B,
-                                       int T, int NH, int NKV, int HD) {
+                                       int T, int NH, int NKV, int HD, int deterministic) {
     std::unordered_map<int64_t, void *> p = {
         {Q_UID, (void *)q},   {K_UID, (void *)k},     {V_UID, (void *)v},
         {O_UID, (void *)out}, {DO_UID, (void *)dout}, {STATS_UID, (void *)lse},
         {DQ_UID, dq},         {DK_UID, dk},           {DV_UID, dv}};
-    return run(be, Key{1, B, T, NH, NKV, HD, (int64_t)ldq, (int64_t)ldkv, (int64_t)ldo}, p, stream,
-               ws, ws_bytes);
+    return run(be, Key{1 + (deterministic != 0), B, T, NH, NKV, HD, (int64_t)ldq, (int64_t)ldkv, (int64_t)ldo},
+               p, stream, ws, ws_bytes);
 }
 
 /* Releases the cuDNN handle and graphs of a backend (its destroy calls this). */
