@@ -128,10 +128,12 @@ static int setup_tokenizer(const tks_import_opts *o, const char *partial, tks_to
     char dst[PATH_MAX];
     int rc;
     if (o->tokenizer_path) {
-        tks_spm *spm = NULL;
-        if ((rc = tks_spm_load(o->tokenizer_path, &spm))) return rc;
-        tks_tokenizer_record(spm, tok);
-        tks_spm_free(spm);
+        tks_tok *tk = NULL;
+        if ((rc = tks_tok_load(o->tokenizer_path, &tk))) return rc;
+        tks_tokenizer_record(tk, tok);
+        rc = tks_tokenizer_copy_config(tk, partial);
+        tks_tok_free(tk);
+        if (rc) return rc;
         if (o->vocab_size && o->vocab_size != tok->vocab_size)
             return tks_fail(TKS_ERR_TOKENIZER, o->tokenizer_path, TKS_NONE, TKS_NONE,
                             "--vocab-size %u disagrees with %s (vocab %u): drop --vocab-size",

@@ -17,5 +17,11 @@ foreach(model gpt2 llama3-im llama3 llama3-legacy nfc noalpha behaviors)
 endforeach()
 add_test(NAME bpe_long COMMAND bash ${TKS_TEST_DIR}/test_bpe.sh long ${TKS_VENV_PYTHON} $<TARGET_FILE:test_bpe> ${TKS_BPE_WORK} llama3)
 set_tests_properties(bpe_long PROPERTIES FIXTURES_REQUIRED tks_bpe SKIP_RETURN_CODE 77 TIMEOUT 120)
+# tokshard build / audit / inspect / cat with a tokenizer.json: the dataset's ids are tokenizers'
+foreach(model llama3 gpt2)
+  add_test(NAME bpe_build_${model} COMMAND bash ${TKS_TEST_DIR}/test_bpe.sh build ${TKS_VENV_PYTHON}
+           $<TARGET_FILE:test_bpe> ${TKS_BPE_WORK} ${model})
+  set_tests_properties(bpe_build_${model} PROPERTIES FIXTURES_REQUIRED tks_bpe SKIP_RETURN_CODE 77 TIMEOUT 300)
+endforeach()
 # the loader's refusals need no peer
 add_test(NAME bpe_refusals COMMAND test_bpe --refusals ${CMAKE_BINARY_DIR}/bpe-refusals-test)

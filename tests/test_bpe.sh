@@ -4,6 +4,7 @@
 #   peer: trains the tokenizers and writes tokenizers' ids (tests/bpe_peer.py)
 #   ids MODEL: test_bpe compares tokshard's ids and decodes with them
 #   long MODEL: a 1 MB single word and 1 MB of spaces, timed
+#   build MODEL: tokshard build, audit, inspect and cat with the tokenizer.json
 # Exit 77 (skipped) when the venv has no `tokenizers`.
 set -uo pipefail
 STEP=$1 PY=$2 BIN=$3 W=$4 MODEL=${5:-}
@@ -29,5 +30,131 @@ ids | long)
     "$BIN" --long "$W" "$MODEL"
   fi
   ;;
-*) echo "usage: $0 peer|ids|long VENV_PYTHON TEST_BPE WORKDIR [MODEL]" >&2; exit 2 ;;
+build)
+  # tokshard build with the tokenizer.json (and a tokenizer_config.json
+  # naming its BOS and EOS): every document's ids in the dataset are
+  # tokenizers' ids with the EOS appended (and the BOS for llama3), the
+  # dataset audits clean, inspect and cat show the byte-level tokenizer and
+  # cat decodes each document back to tokenizers' decode
+  TKS=$(dirname "$BIN")/tokshard
+  D=$W/build-$MODEL
+  rm -rf "$D" && mkdir -p "$D/tok" || exit 2
+  cp "$W/$MODEL.json" "$D/tok/tokenizer.json"
+  fails=0
+  fail() { echo "FAIL [build $MODEL]: $*" >&2; fails=$((fails + 1)); }
+  ok() { echo "ok   [build $MODEL]: $*"; }
+  bos_flag=()
+  [[ $MODEL == llama3 ]] && bos_flag=(--prepend-bos)
+  "$PY" - "$W" "$MODEL" "$D" ${bos_flag[@]+"${bos_flag[@]}"} <<'PY' || exit 1
+import json, os, struct, sys
+W, model, D = sys.argv[1:4]
+bos = len(sys.argv) > 4
+def docs(path):
+    b, o, out = open(path, "rb").read(), 0, []
+    while o < len(b):
+        (n,) = struct.unpack_from("<Q", b, o)
+        out.append(b[o + 8:o + 8 + n])
+        o += 8 + n
+    return out
+texts, decs = docs(os.path.join(W, "docs.bin")), docs(os.path.join(W, model + ".dec"))
+ids = open(os.path.join(W, model + ".ids")).read().split("\n")
+special = dict(l.split(" ", 1)[::-1] for l in open(os.path.join(W, model + ".special")).read().splitlines())
+eos = next(c for c in special if "end" in c)
+# transformers' own form of a special token (an AddedToken dict) for the EOS, a string for the BOS
+cfg = {"eos_token": {"__type": "AddedToken", "content": eos, "lstrip": False, "normalized": False,
+                     "rstrip": False, "single_word": False, "special": True}}
+start = next((c for c in special if "begin" in c), None)
+if start: cfg["bos_token"] = start
+json.dump(cfg, open(os.path.join(D, "tok", "tokenizer_config.json"), "w"))
+with open(os.path.join(D, "docs.jsonl"), "w") as j, open(os.path.join(D, "want.ids"), "w") as w, \
+        open(os.path.join(D, "want.txt"), "wb") as t:
+    for text, dec, line in zip(texts, decs, ids):
+        s = text.decode("utf-8")
+        if not s or "\0" in s:  # the build skips empty documents; JSON Lines refuse NUL
+            continue
+        j.write(json.dumps({"text": s}) + "\n")
+        w.write(" ".join(([special[start]] if bos else []) + line.split() + [special[eos]]) + "\n")
+        t.write(struct.pack("<Q", len(dec) + len(eos.encode())) + dec + eos.encode())
+PY
+  if "$TKS" build --tokenizer "$D/tok/tokenizer.json" --output "$D/data" --append-eos ${bos_flag[@]+"${bos_flag[@]}"} \
+    --threads 2 "$D/docs.jsonl" >"$D/out" 2>"$D/err"; then
+    grep -q "encoder       byte-level BPE" "$D/out" && ok "built: $(grep documents "$D/out" | xargs)" ||
+      fail "summary: $(cat "$D/out")"
+  else
+    fail "build: $(cat "$D/err")"
+  fi
+  "$TKS" cat "$D/data" --ids >"$D/got.ids" 2>"$D/err" || fail "cat --ids: $(cat "$D/err")"
+  if cmp -s "$D/got.ids" "$D/want.ids"; then
+    ok "$(wc -l <"$D/want.ids") documents: ids identical to tokenizers'"
+  else
+    fail "ids differ from tokenizers' (first differing document: $(diff <(cat "$D/got.ids") "$D/want.ids" | head -c 300))"
+  fi
+  "$TKS" audit "$D/data" --tokenizer "$D/tok/tokenizer.json" >"$D/out" 2>&1 &&
+    grep -q "tokenizer checked" "$D/out" && ok "audit: $(cut -c1-80 "$D/out")" || fail "audit: $(cat "$D/out")"
+  "$TKS" inspect "$D/data" >"$D/out" 2>&1 && grep -q "tokenizer.json, byte-level-bpe" "$D/out" &&
+    grep -Eq "eos [0-9]+" "$D/out" && ok "inspect: $(grep -E 'tokenizer |vocab_size' "$D/out" | xargs)" ||
+    fail "inspect: $(head -5 "$D/out")"
+  # cat decodes each document (the BOS and EOS as their text) as tokenizers decodes it
+  "$TKS" cat "$D/data" --raw >"$D/got.txt" 2>"$D/err" || fail "cat: $(cat "$D/err")"
+  "$PY" - "$D" ${bos_flag[@]+"${bos_flag[@]}"} <<'PY' && ok "cat: every document decodes as tokenizers decodes it" || fail "cat's text differs"
+import struct, sys
+D = sys.argv[1]
+b, o, want = open(D + "/want.txt", "rb").read(), 0, []
+while o < len(b):
+    (n,) = struct.unpack_from("<Q", b, o); want.append(b[o + 8:o + 8 + n]); o += 8 + n
+got = open(D + "/got.txt", "rb").read()
+bos = b"<|begin_of_text|>" if len(sys.argv) > 2 else b""
+exp = b"".join(bos + w + b"\n" for w in want)
+if got != exp:
+    i = next(k for k in range(min(len(got), len(exp))) if got[k] != exp[k]) if got[:len(exp)] != exp[:len(got)] else min(len(got), len(exp))
+    print("differs at byte %d: got %r, want %r" % (i, got[i - 40:i + 40], exp[i - 40:i + 40]), file=sys.stderr)
+    sys.exit(1)
+PY
+  # refusals: sentencepiece's encoder, a config naming a token that is not special, no EOS
+  "$TKS" build --tokenizer "$D/tok/tokenizer.json" --output "$D/x" --encoder sentencepiece "$D/docs.jsonl" \
+    >/dev/null 2>"$D/err"
+  [[ $? -eq 2 ]] && grep -q "is a byte-level BPE tokenizer.json" "$D/err" && ok "--encoder sentencepiece refused" ||
+    fail "--encoder sentencepiece: $(cat "$D/err")"
+  mkdir -p "$D/bad" && cp "$D/tok/tokenizer.json" "$D/bad/" && echo '{"eos_token": "the"}' >"$D/bad/tokenizer_config.json"
+  "$TKS" build --tokenizer "$D/bad/tokenizer.json" --output "$D/x" "$D/docs.jsonl" >/dev/null 2>"$D/err"
+  [[ $? -ne 0 ]] && grep -q 'tokenizer_config.json: "eos_token" is "the", which is not a special token' "$D/err" &&
+    ok "a tokenizer_config.json naming a non-special token is refused" || fail "bad config: $(cat "$D/err")"
+  rm "$D/bad/tokenizer_config.json"
+  "$TKS" build --tokenizer "$D/bad/tokenizer.json" --output "$D/x" --append-eos "$D/docs.jsonl" >/dev/null 2>"$D/err"
+  [[ $? -eq 2 ]] && grep -q "has no EOS id.*tokenizer_config.json beside it" "$D/err" &&
+    ok "--append-eos without an EOS is refused, naming tokenizer_config.json" || fail "no EOS: $(cat "$D/err")"
+  [[ ! -e $D/x && ! -e $D/x.partial ]] && ok "nothing written for the refused builds" || fail "refused builds left $(ls -d "$D"/x*)"
+  if [[ $MODEL == llama3 ]]; then
+    # the trainer on the byte-level dataset: its checkpoints carry tokenizer.json and
+    # tokenizer_config.json, export-hf gives a directory AutoTokenizer reads with
+    # tokenizers' ids, generation decodes bytes
+    B=$(dirname "$BIN")
+    "$B/tokshard-train" --dataset "$D/data" --out "$D/run" --steps 2 --dim 32 --n-layers 1 --n-heads 2 --n-kv-heads 1 \
+      --seq-len 32 --global-batch 4 --val-tokens 0 --eval-every 0 --threads 2 --quiet --no-plot \
+      >"$D/out" 2>&1 || fail "train: $(tail -5 "$D/out")"
+    C=$D/run/checkpoints/step-00000002
+    [[ -f $C/tokenizer.json && -f $C/tokenizer_config.json && ! -e $C/tokenizer.model ]] &&
+      ok "the checkpoint carries tokenizer.json and tokenizer_config.json" || fail "checkpoint: $(ls "$C")"
+    "$TKS" export-hf "$D/run" "$D/hf" >"$D/out" 2>&1 || fail "export-hf: $(cat "$D/out")"
+    "$PY" - "$D/hf" "$D/docs.jsonl" "$D/want.ids" <<'PY' && ok "export-hf: AutoTokenizer gives tokenizers' ids; config.json has the EOS" ||
+import json, sys
+from transformers import AutoTokenizer
+hf, docs, want = sys.argv[1:4]
+tok = AutoTokenizer.from_pretrained(hf)
+cfg = json.load(open(hf + "/config.json"))
+ws = [l.split() for l in open(want)]
+assert cfg["eos_token_id"] == int(ws[0][-1]) and cfg["bos_token_id"] == int(ws[0][0]), cfg
+for k, line in enumerate(open(docs)):
+    if k >= 300: break
+    got = tok.encode(json.loads(line)["text"], add_special_tokens=False)
+    assert [str(i) for i in got] == ws[k][1:-1], (k, got[:10], ws[k][1:11])
+PY
+      fail "export-hf's tokenizer"
+    "$B/tokshard-generate" --checkpoint "$D/run" --prompt "The value of" --max-tokens 8 --seed 1 >"$D/out" 2>&1 &&
+      grep -q "The value of" "$D/out" && ok "generate: $(head -c 80 "$D/out" | tr '\n' ' ')" ||
+      fail "generate: $(cat "$D/out")"
+  fi
+  ((fails == 0)) || exit 1
+  ;;
+*) echo "usage: $0 peer|ids|long|build VENV_PYTHON TEST_BPE WORKDIR [MODEL]" >&2; exit 2 ;;
 esac

@@ -157,7 +157,7 @@ static int fill_batch(reader *r, batch *b) {
 
 /* Tokenizes the batch in parallel, longest documents first. 0 or the first
  * error (its context restored). */
-int tks__encode_batch(tks_spm *spm, batch *b, int threads) {
+int tks__encode_batch(tks_tok *tk, batch *b, int threads) {
     /* longest documents first when one could keep a thread busy after the
      * others finish, else in order and in runs of documents (the sort, the
      * scattered reads it causes and one hand-off per document cost 5-8% of a
@@ -178,7 +178,7 @@ int tks__encode_batch(tks_spm *spm, batch *b, int threads) {
 #pragma omp parallel for schedule(dynamic, per) num_threads(threads)
     for (size_t k = 0; k < b->n; k++) {
         size_t i = b->order[k];
-        int e = tks_spm_encode(spm, b->arena + b->off[i], b->len[i], &b->ids[i]);
+        int e = tks_tok_encode(tk, b->arena + b->off[i], b->len[i], &b->ids[i]);
         b->err[i] = e;
         if (e) {
 #pragma omp critical(tks_build_err)

@@ -99,14 +99,14 @@ static int verify_inputs(build_state *st, const char *partial) {
 /* Inputs and every option that changes the output, as JSON (the manifest's
  * provenance). The inputs' XXH3-128 are added when they have been read
  * (add_input_hashes): each input is read once. */
-json_t *tks__describe(const tks_build_opts *o, tks_input *in, const tks_spm *spm, int *rc) {
+json_t *tks__describe(const tks_build_opts *o, tks_input *in, const tks_tok *tk, int *rc) {
     *rc = 0;
     json_t *inputs = json_array();
     for (size_t i = 0; i < tks_input_n_files(in); i++)
         json_array_append_new(inputs, json_pack("{s:s, s:I}", "path", tks_input_file(in, i),
                                                 "bytes", (json_int_t)tks_input_file_size(in, i)));
     char fp[33];
-    tks_hex(tks_spm_fingerprint(spm), 16, fp);
+    tks_hex(tks_tok_fingerprint(tk), 16, fp);
     json_t *opt = json_pack(
         "{s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:b, s:b, s:I, s:I, s:I}", "tokenizer_fingerprint", fp,
         "doc_split", split_name(o->input.split), "format", format_name(o->input.format), "jsonl_key",
@@ -170,7 +170,7 @@ int tks__add_input_hashes(json_t *desc, const tks_input *in) {
 
 /* The dataset's totals into *stats and the manifest (with the description,
  * its inputs' hashes already in, as provenance) into `partial`. */
-int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_spm *spm,
+int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_tok *tk,
                           json_t *desc, const tks_input_stats *input, const tks_shard_info *shards,
                           size_t n_shards, uint64_t empty_after_tokenize, tks_build_stats *stats) {
     tks_shard_totals t;
@@ -182,7 +182,7 @@ int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_
     stats->min_token_id = t.min_token_id;
     stats->max_token_id = t.max_token_id;
     stats->empty_after_tokenize = empty_after_tokenize;
-    stats->vocab_size = tks_spm_vocab_size(spm);
+    stats->vocab_size = tks_tok_vocab_size(tk);
     json_t *sk = json_object_get(desc, "skipped_inputs");
     size_t nsk = json_array_size(sk), used = 0;
     stats->skipped_inputs[0] = 0;
@@ -212,23 +212,31 @@ int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_
                                   (json_int_t)is->binary_skipped));
     char *prov = json_dumps(desc, JSON_COMPACT);
     tks_tokenizer_info tok;
-    tks_tokenizer_record(spm, &tok);
+    tks_tokenizer_record(tk, &tok);
     int rc = prov ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc) rc = tks_partial_write_manifest(partial, &tok, shards, n_shards, o->chunk_bytes, prov);
     free(prov);
     return rc;
 }
 
-void tks_tokenizer_record(const tks_spm *spm, tks_tokenizer_info *out) {
+void tks_tokenizer_record(const tks_tok *tk, tks_tokenizer_info *out) {
     memset(out, 0, sizeof *out);
-    snprintf(out->file, sizeof out->file, "%s", TOKENIZER_NAME);
-    memcpy(out->fingerprint, tks_spm_fingerprint(spm), 16);
-    out->vocab_size = tks_spm_vocab_size(spm);
-    snprintf(out->model_type, sizeof out->model_type, "%s", tks_spm_model_type(spm));
-    out->bos_id = tks_spm_bos_id(spm);
-    out->eos_id = tks_spm_eos_id(spm);
-    out->pad_id = tks_spm_pad_id(spm);
-    out->unk_id = tks_spm_unk_id(spm);
+    snprintf(out->file, sizeof out->file, "%s", tks_tok_file_name(tk));
+    memcpy(out->fingerprint, tks_tok_fingerprint(tk), 16);
+    out->vocab_size = tks_tok_vocab_size(tk);
+    snprintf(out->model_type, sizeof out->model_type, "%s", tks_tok_model_type(tk));
+    out->bos_id = tks_tok_bos_id(tk);
+    out->eos_id = tks_tok_eos_id(tk);
+    out->pad_id = tks_tok_pad_id(tk);
+    out->unk_id = tks_tok_unk_id(tk);
+}
+
+int tks_tokenizer_copy_config(const tks_tok *tk, const char *dir) {
+    const char *cfg = tks_tok_config_path(tk);
+    char dst[PATH_MAX];
+    if (!cfg) return 0;
+    int rc = tks_path_join(dst, sizeof dst, dir, "tokenizer_config.json");
+    return rc ? rc : tks_copy_file_atomic(cfg, dst);
 }
 
 /* The build's inputs, with the build's stop flag for waits on a pipe
@@ -295,32 +303,34 @@ int tks__check_output_apart(const char *out, const tks_build_opts *o) {
 int tks__check_specials(const tks_build_opts *o, uint32_t bos, uint32_t eos) {
     if ((o->prepend_bos && bos == TKS_NO_ID) || (o->append_eos && eos == TKS_NO_ID))
         return tks_fail(TKS_ERR_ARG, o->tokenizer_path, TKS_NONE, TKS_NONE,
-                        "%s has no %s id: drop %s or use a tokenizer that defines it",
+                        "%s has no %s id: drop %s or use a tokenizer that defines it (a "
+                        "tokenizer.json takes it from the tokenizer_config.json beside it: "
+                        "\"bos_token\", \"eos_token\")",
                         o->tokenizer_path, o->prepend_bos && bos == TKS_NO_ID ? "BOS" : "EOS",
                         o->prepend_bos && bos == TKS_NO_ID ? "--prepend-bos" : "--append-eos");
     return 0;
 }
 
-/* A shard writer into `dir` for the tokenizer spm, numbering shards from
+/* A shard writer into `dir` for the tokenizer tk, numbering shards from
  * first_shard. */
-int tks__open_writer(const tks_build_opts *o, const tks_spm *spm, const char *dir,
+int tks__open_writer(const tks_build_opts *o, const tks_tok *tk, const char *dir,
                        uint32_t first_shard, tks_writer **w) {
-    tks_writer_opts wo = {.dir = dir, .vocab_size = tks_spm_vocab_size(spm),
-                          .bos_id = tks_spm_bos_id(spm), .eos_id = tks_spm_eos_id(spm),
-                          .pad_id = tks_spm_pad_id(spm),
+    tks_writer_opts wo = {.dir = dir, .vocab_size = tks_tok_vocab_size(tk),
+                          .bos_id = tks_tok_bos_id(tk), .eos_id = tks_tok_eos_id(tk),
+                          .pad_id = tks_tok_pad_id(tk),
                           .shard_tokens = o->shard_tokens ? o->shard_tokens : (16u << 20),
                           .chunk_bytes = o->chunk_bytes, .first_shard = first_shard};
-    memcpy(wo.tokenizer_fp, tks_spm_fingerprint(spm), 16);
+    memcpy(wo.tokenizer_fp, tks_tok_fingerprint(tk), 16);
     return tks_writer_create(&wo, w);
 }
 
 /* The encoder a build took, and why, into *stats. */
-void tks__encoder_report(const tks_spm *spm, const tks_build_opts *o, tks_build_stats *stats) {
-    const char *why = tks_spm_fast_unavailable(spm);
-    snprintf(stats->encoder, sizeof stats->encoder, "%s", tks_spm_encoder(spm));
+void tks__encoder_report(const tks_tok *tk, const tks_build_opts *o, tks_build_stats *stats) {
+    const char *why = tks_tok_fast_unavailable(tk);
+    snprintf(stats->encoder, sizeof stats->encoder, "%s", tks_tok_encoder(tk));
     snprintf(stats->encoder_why, sizeof stats->encoder_why, "%s",
              why ? why : o->encoder_sentencepiece ? "--encoder sentencepiece" : "");
-    tks_spm_encoder_stats(spm, &stats->encoder_stats);
+    tks_tok_encoder_stats(tk, &stats->encoder_stats);
 }
 
 /* One build in this process (tks_build): what it holds while it runs. */
@@ -329,7 +339,7 @@ typedef struct run {
     tks_build_stats *stats;
     char out[PATH_MAX], partial[PATH_MAX], lock_path[PATH_MAX];
     int lock_fd;
-    tks_spm *spm;
+    tks_tok *tk;
     uint32_t bos, eos;
     tks_input *in;
     tks_writer *w;
@@ -388,21 +398,24 @@ static int run_partial(run *r) {
 /* The tokenizer, the inputs, the build id, OUT.partial and the writer. */
 static int run_open(run *r) {
     const tks_build_opts *o = r->o;
-    int rc = tks_spm_load(o->tokenizer_path, &r->spm);
-    if (!rc && o->encoder_sentencepiece) rc = tks_spm_set_encoder(r->spm, 0);
+    int rc = tks_tok_load(o->tokenizer_path, &r->tk);
+    if (!rc && o->encoder_sentencepiece) rc = tks_tok_set_encoder(r->tk, 0);
+    /* options the tokenizer cannot serve are refused before OUT.partial exists */
+    if (!rc) {
+        r->bos = tks_tok_bos_id(r->tk);
+        r->eos = tks_tok_eos_id(r->tk);
+        rc = tks__check_specials(o, r->bos, r->eos);
+    }
     if (!rc) rc = tks__open_inputs(o, &r->in);
-    if (!rc) r->desc = tks__describe(o, r->in, r->spm, &rc);
+    if (!rc) r->desc = tks__describe(o, r->in, r->tk, &rc);
     if (!rc) rc = tks__build_id(r->desc, r->in, r->st.p.id);
     r->st.in = r->in;
     if (!rc) rc = run_partial(r);
     if (!rc)
-        rc = tks_partial_tokenizer(TKS_PARTIAL_BUILD, r->partial, o->tokenizer_path, TOKENIZER_NAME,
-                                   tks_spm_fingerprint(r->spm));
-    if (rc) return rc;
-    r->bos = tks_spm_bos_id(r->spm);
-    r->eos = tks_spm_eos_id(r->spm);
-    rc = tks__check_specials(o, r->bos, r->eos);
-    return rc ? rc : tks__open_writer(o, r->spm, r->partial, (uint32_t)r->st.p.n_shards, &r->w);
+        rc = tks_partial_tokenizer(TKS_PARTIAL_BUILD, r->partial, o->tokenizer_path, tks_tok_file_name(r->tk),
+                                   tks_tok_fingerprint(r->tk));
+    if (!rc) rc = tks_tokenizer_copy_config(r->tk, r->partial);
+    return rc ? rc : tks__open_writer(o, r->tk, r->partial, (uint32_t)r->st.p.n_shards, &r->w);
 }
 
 /* Records a shard just published, ending before document `end`, in the state. */
@@ -474,7 +487,7 @@ static int run_batches(run *r, uint64_t *docs_read) {
         if ((rc = verify_inputs(&r->st, r->partial))) break;
         if (!done) tks__prefetch_start(&pf);
         /* tokenize in parallel (encode_batch says in which order), commit in order */
-        rc = tks__encode_batch(r->spm, b, threads);
+        rc = tks__encode_batch(r->tk, b, threads);
         if (!rc) rc = run_commit(r, b);
         tks__batch_trim(b, rd.batch_bytes);
         if (rc) break;
@@ -499,7 +512,7 @@ static int run_finish(run *r, uint64_t docs_read) {
     if (!rc && r->st.p.n_shards == 0) rc = tks__no_text(tks_input_get_stats(r->in));
     if (!rc) rc = tks__add_input_hashes(r->desc, r->in);
     if (!rc)
-        rc = tks__write_manifest(r->o, r->partial, r->spm, r->desc, tks_input_get_stats(r->in),
+        rc = tks__write_manifest(r->o, r->partial, r->tk, r->desc, tks_input_get_stats(r->in),
                             r->st.p.shards, r->st.p.n_shards, r->st.p.empty_after_tokenize, r->stats);
     return rc ? rc : tks_partial_publish(TKS_PARTIAL_BUILD, r->partial, r->out);
 }
@@ -529,13 +542,13 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     if (!rc) rc = run_batches(r, &docs_read);
     if (!rc) rc = run_finish(r, docs_read);
     stats->seconds = omp_get_wtime() - r->t0;
-    if (r->spm) tks__encoder_report(r->spm, o, stats);
+    if (r->tk) tks__encoder_report(r->tk, o, stats);
     if (stats->input.files == 0 && r->in) stats->input = *tks_input_get_stats(r->in);
     tks_writer_free(r->w);
     json_decref(r->desc);
     tks_partial_state_free(&r->st.p);
     tks_input_free(r->in);
-    tks_spm_free(r->spm);
+    tks_tok_free(r->tk);
     tks_unlock(r->lock_fd, r->lock_path);
     free(r);
     return rc;

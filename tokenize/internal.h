@@ -18,7 +18,6 @@
 #include "../tokenizer/tokenizer.h"
 #include "tokenize.h"
 
-#define TOKENIZER_NAME "tokenizer.model"  /* the dataset's copy of the tokenizer */
 #define PLAIN_NAME "plain-state.json"     /* a plain state being resumed by work units */
 
 /* ---------------------------------------------------------------------------
@@ -88,7 +87,7 @@ void tks__prefetch_free(prefetch *p);
  * the next batch of batch_bytes needs. */
 void tks__batch_trim(batch *b, size_t batch_bytes);
 /* Tokenizes the batch in parallel on `threads` threads: 0 or the first error. */
-int tks__encode_batch(tks_spm *spm, batch *b, int threads);
+int tks__encode_batch(tks_tok *tk, batch *b, int threads);
 /* Adds BOS/EOS as the options ask. 0 or TKS_ERR_NOMEM. */
 int tks__add_specials(tks_ids *v, const tks_build_opts *o, uint32_t bos, uint32_t eos);
 
@@ -97,13 +96,13 @@ int tks__add_specials(tks_ids *v, const tks_build_opts *o, uint32_t bos, uint32_
  * ------------------------------------------------------------------------- */
 /* The inputs and every option that changes the output, as JSON (the
  * manifest's provenance; a new reference). *rc: 0, or an error. */
-json_t *tks__describe(const tks_build_opts *o, tks_input *in, const tks_spm *spm, int *rc);
+json_t *tks__describe(const tks_build_opts *o, tks_input *in, const tks_tok *tk, int *rc);
 /* The build id (16 hex digits) of a description and the inputs' times. */
 int tks__build_id(json_t *desc, tks_input *in, char out[17]);
 /* Each input's XXH3-128 into the description, once all are read. */
 int tks__add_input_hashes(json_t *desc, const tks_input *in);
 /* The dataset's totals into *stats and its manifest into `partial`. */
-int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_spm *spm,
+int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_tok *tk,
                         json_t *desc, const tks_input_stats *input, const tks_shard_info *shards,
                         size_t n_shards, uint64_t empty_after_tokenize, tks_build_stats *stats);
 /* The build's inputs, opened with the build's stop flag. */
@@ -114,11 +113,11 @@ int tks__no_text(const tks_input_stats *is);
 int tks__check_output_apart(const char *out, const tks_build_opts *o);
 /* TKS_ERR_ARG when the options ask for a BOS or EOS the tokenizer lacks. */
 int tks__check_specials(const tks_build_opts *o, uint32_t bos, uint32_t eos);
-/* A shard writer into `dir` for the tokenizer spm, from shard first_shard. */
-int tks__open_writer(const tks_build_opts *o, const tks_spm *spm, const char *dir,
+/* A shard writer into `dir` for the tokenizer tk, from shard first_shard. */
+int tks__open_writer(const tks_build_opts *o, const tks_tok *tk, const char *dir,
                      uint32_t first_shard, tks_writer **w);
 /* The encoder a build took, and why, into *stats. */
-void tks__encoder_report(const tks_spm *spm, const tks_build_opts *o, tks_build_stats *stats);
+void tks__encoder_report(const tks_tok *tk, const tks_build_opts *o, tks_build_stats *stats);
 
 /* ---------------------------------------------------------------------------
  * units.c: a partial build by work units, resumed by tks_build

@@ -3,7 +3,7 @@
  * (plain, compressed, archives, through libarchive) into documents, and the
  * OpenMP build pipeline that tokenizes documents into a dataset.
  * The tokenizer models are the tokenizer library's (tokenizer/tokenizer.h):
- * this header names its handle, tks_spm, without including it.
+ * this header names its handle, tks_tok, without including it.
  *
  * Errors are TKS_ERR_* codes with context (file, line, document) in
  * tks_last_error(); nothing here prints or exits.
@@ -23,7 +23,7 @@ extern "C" {
 #endif
 
 /* A loaded tokenizer model (tokenizer/tokenizer.h). */
-typedef struct tks_spm tks_spm;
+typedef struct tks_tok tks_tok;
 
 /* ---------------------------------------------------------------------------
  * Input: files, directories, compressed streams and archives -> documents
@@ -211,7 +211,8 @@ typedef struct tks_build_stats {
     uint64_t resumed_shards;       /* shards kept from an earlier interrupted run */
     uint32_t min_token_id, max_token_id, vocab_size;
     double seconds;
-    char encoder[16];              /* the path the build took: "fast" or "sentencepiece" */
+    char encoder[16];              /* the path the build took: "fast" or "sentencepiece", or
+                                    * "byte-level-bpe" (a tokenizer.json) */
     char encoder_why[256];         /* why sentencepiece ("" with the fast encoder) */
     tks_encoder_stats encoder_stats; /* the fast encoder's word cache */
     char skipped_inputs[2048];     /* "PATH: why\n" for each input left out under bad_input
@@ -223,9 +224,16 @@ typedef struct tks_build_stats {
 void tks_build_opts_default(tks_build_opts *o);
 
 /* The manifest's tokenizer record of a dataset built (or imported) with the
- * model spm, whose copy is stored as "tokenizer.model": name, fingerprint,
- * vocabulary, model type and special ids. spm is borrowed; no error. */
-void tks_tokenizer_record(const tks_spm *spm, tks_tokenizer_info *out);
+ * tokenizer tk, whose copy is stored as tks_tok_file_name(tk) ("tokenizer.model"
+ * or "tokenizer.json"): name, fingerprint,
+ * vocabulary, model type and special ids. tk is borrowed; no error. */
+void tks_tokenizer_record(const tks_tok *tk, tks_tokenizer_info *out);
+/* The tokenizer_config.json a tokenizer.json was loaded with (its BOS, EOS,
+ * pad; tks_tok_config_path), copied into dir beside the dataset's copy of
+ * the tokenizer, so that the dataset, and every checkpoint trained on it,
+ * carries them. No-op for a sentencepiece model or a tokenizer.json without
+ * one. Errors: TKS_ERR_IO, TKS_ERR_NOSPACE. */
+int tks_tokenizer_copy_config(const tks_tok *tk, const char *dir);
 
 /*
  * Builds a dataset. Output is byte-identical whatever the thread count, and

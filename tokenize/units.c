@@ -36,7 +36,7 @@ struct tks_build_job {
     int coordinator;
     char out[PATH_MAX], partial[PATH_MAX], lock_path[PATH_MAX];
     int lock_fd;
-    tks_spm *spm;
+    tks_tok *tk;
     uint32_t bos, eos;
     /* coordinator */
     json_t *desc;
@@ -73,11 +73,11 @@ static int job_paths(tks_build_job *j) {
     if (snprintf(j->lock_path, sizeof j->lock_path, "%s.lock", j->out) >= (int)sizeof j->lock_path)
         return tks_fail(TKS_ERR_ARG, j->out, TKS_NONE, TKS_NONE, "--output path too long");
     rc = tks__check_output_apart(j->out, o);
-    if (!rc) rc = tks_spm_load(o->tokenizer_path, &j->spm);
-    if (!rc && o->encoder_sentencepiece) rc = tks_spm_set_encoder(j->spm, 0);
+    if (!rc) rc = tks_tok_load(o->tokenizer_path, &j->tk);
+    if (!rc && o->encoder_sentencepiece) rc = tks_tok_set_encoder(j->tk, 0);
     if (rc) return rc;
-    j->bos = tks_spm_bos_id(j->spm);
-    j->eos = tks_spm_eos_id(j->spm);
+    j->bos = tks_tok_bos_id(j->tk);
+    j->eos = tks_tok_eos_id(j->tk);
     return tks__check_specials(o, j->bos, j->eos);
 }
 
@@ -389,7 +389,7 @@ static int coordinator_open(tks_build_job *j) {
     if (!rc) rc = tks_lock(j->lock_path, "tokshard build", &j->lock_fd);
     if (rc) return rc;
     rc = tks__open_inputs(o, &j->plan_in);
-    if (!rc) j->desc = tks__describe(o, j->plan_in, j->spm, &rc);
+    if (!rc) j->desc = tks__describe(o, j->plan_in, j->tk, &rc);
     if (!rc) rc = tks__build_id(j->desc, j->plan_in, j->build_id);
     char state[PATH_MAX];
     if (!rc) rc = tks_path_join(state, sizeof state, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD));
@@ -438,8 +438,9 @@ static int coordinator_open(tks_build_job *j) {
         rc = tks_partial_create(j->partial);
     }
     if (!rc)
-        rc = tks_partial_tokenizer(TKS_PARTIAL_BUILD, j->partial, o->tokenizer_path, TOKENIZER_NAME,
-                                   tks_spm_fingerprint(j->spm));
+        rc = tks_partial_tokenizer(TKS_PARTIAL_BUILD, j->partial, o->tokenizer_path, tks_tok_file_name(j->tk),
+                                   tks_tok_fingerprint(j->tk));
+    if (!rc) rc = tks_tokenizer_copy_config(j->tk, j->partial);
     /* the workers read the build id from here; a resumed state keeps the
      * hashes of the interrupted build until the plan has read every input */
     if (!rc) rc = save_units_state(j, (const char(*)[33])j->was, j->n_was);
@@ -581,7 +582,7 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
     tks_writer *w = NULL;
     if (!rc) rc = tks__open_inputs(o, &in);
     if (!rc) rc = tks_input_seek(in, &u->start);
-    if (!rc) rc = tks__open_writer(o, j->spm, dir, 0, &w);
+    if (!rc) rc = tks__open_writer(o, j->tk, dir, 0, &w);
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
     uint64_t empty = 0;
     reader rd = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
@@ -594,7 +595,7 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
         if ((rc = tks__prefetch_take(&pf, &b))) break;
         done = b->end;
         if (!done) tks__prefetch_start(&pf);
-        if (b->n) rc = tks__encode_batch(j->spm, b, threads);
+        if (b->n) rc = tks__encode_batch(j->tk, b, threads);
         for (size_t i = 0; i < b->n && !rc; i++) {
             tks_ids *v = &b->ids[i];
             if (v->n == 0) {
@@ -754,7 +755,7 @@ int tks_build_job_finish(tks_build_job *j, tks_build_stats *stats) {
     if (!rc && n_all == 0)
         rc = tks__no_text(&j->input);
     if (!rc)
-        rc = tks__write_manifest(&j->o, j->partial, j->spm, j->desc, &j->input, all, n_all, empty, stats);
+        rc = tks__write_manifest(&j->o, j->partial, j->tk, j->desc, &j->input, all, n_all, empty, stats);
     if (!rc) {
         tks_path_join(to, sizeof to, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD));
         unlink(to);
@@ -768,7 +769,7 @@ int tks_build_job_finish(tks_build_job *j, tks_build_stats *stats) {
         rc = tks_partial_publish(TKS_PARTIAL_BUILD, j->partial, j->out);
     }
     stats->seconds = omp_get_wtime() - j->t0;
-    tks__encoder_report(j->spm, &j->o, stats);
+    tks__encoder_report(j->tk, &j->o, stats);
     free(all);
     return rc;
 }
@@ -782,7 +783,7 @@ void tks_build_job_free(tks_build_job *j) {
     free(j->plain_ends);
     free(j->units);
     free(j->done);
-    tks_spm_free(j->spm);
+    tks_tok_free(j->tk);
     tks_unlock(j->lock_fd, j->lock_path);
     free(j);
 }

@@ -381,8 +381,9 @@ static int write_json(const char *dir, const char *name, json_t *j) {
     return rc;
 }
 
-/* Adds bos/eos/pad ids to DIR/config.json when it exists (a checkpoint). */
-static int patch_config(const char *dir, const spm_proto *m) {
+/* Adds bos/eos/pad ids (ids[k] outside [0, n): null) to DIR/config.json
+ * when it exists (a checkpoint). */
+static int patch_config(const char *dir, const int64_t ids[3], size_t n) {
     char path[4096];
     int rc = tks_path_join(path, sizeof path, dir, "config.json");
     struct stat sb;
@@ -393,10 +394,9 @@ static int patch_config(const char *dir, const spm_proto *m) {
         json_decref(j);
         return tks_fail(TKS_ERR_MANIFEST, path, TKS_NONE, TKS_NONE, "%s is not a JSON object (%s)", path, e.text);
     }
-    const int64_t ids[3] = {m->bos_id, m->eos_id, m->pad_id};
     const char *keys[3] = {"bos_token_id", "eos_token_id", "pad_token_id"};
     for (int k = 0; k < 3; k++)
-        json_object_set_new(j, keys[k], ids[k] >= 0 && (size_t)ids[k] < m->n ? json_integer(ids[k]) : json_null());
+        json_object_set_new(j, keys[k], ids[k] >= 0 && (size_t)ids[k] < n ? json_integer(ids[k]) : json_null());
     char *text = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     json_decref(j);
     if (!text) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
@@ -441,9 +441,47 @@ int tks_hf_tokenizer_write(const char *model_path, const char *dir) {
         rc = write_json(dir, "tokenizer_config.json", cj);
         json_decref(cj);
     }
-    if (!rc) rc = patch_config(dir, &m);
+    if (!rc) {
+        const int64_t ids[3] = {m.bos_id, m.eos_id, m.pad_id};
+        rc = patch_config(dir, ids, m.n);
+    }
     free(t.slot);
     free(m.pieces);
     tks_unmap(buf, n);
     return rc;
 }
+
+/* a copy of src as dir/name, unless it is that file already */
+static int copy_into(const char *src, const char *dir, const char *name) {
+    char dst[4096];
+    int rc = tks_path_join(dst, sizeof dst, dir, name);
+    struct stat a, b;
+    if (!rc && stat(src, &a) == 0 && stat(dst, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return 0;
+    return rc ? rc : tks_copy_file_atomic(src, dst);
+}
+
+int tks_hf_bpe_write(const tks_tok *t, const char *json_path, const char *dir) {
+    int rc = copy_into(json_path, dir, "tokenizer.json");
+    /* the tokenizer's tokenizer_config.json, with the class AutoTokenizer
+     * needs for a byte-level tokenizer.json when it names none (else it would
+     * take the model's, e.g. LlamaTokenizerFast, which is sentencepiece's) */
+    const char *cfg = tks_tok_config_path(t);
+    json_error_t e;
+    json_t *cj = cfg ? tks_json_load_regular(cfg, 0, &e) : json_object();
+    if (!rc && !json_is_object(cj))
+        rc = cfg ? tks_fail(TKS_ERR_TOKENIZER, cfg, TKS_NONE, TKS_NONE, "%s is not a JSON object (%s)", cfg, e.text)
+                 : tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc && !json_object_get(cj, "tokenizer_class"))
+        json_object_set_new(cj, "tokenizer_class", json_string("PreTrainedTokenizerFast"));
+    if (!rc) rc = write_json(dir, "tokenizer_config.json", cj);
+    json_decref(cj);
+    if (!rc) {
+        uint32_t id[3] = {tks_tok_bos_id(t), tks_tok_eos_id(t), tks_tok_pad_id(t)};
+        const int64_t ids[3] = {id[0] == TKS_NO_ID ? -1 : (int64_t)id[0], id[1] == TKS_NO_ID ? -1 : (int64_t)id[1],
+                                id[2] == TKS_NO_ID ? -1 : (int64_t)id[2]};
+        rc = patch_config(dir, ids, tks_tok_vocab_size(t));
+    }
+    return rc;
+}
+

@@ -174,6 +174,54 @@ int tks_bpe_encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out)
 int tks_bpe_decode(const tks_bpe *b, const uint32_t *ids, size_t n, char **text, size_t *len);
 
 /*
+ * One handle over both kinds, for the pipeline (build, audit, cat, inspect,
+ * import): tks_tok_load reads a sentencepiece model or a byte-level BPE
+ * tokenizer.json, told apart by the file's content (a JSON object or not),
+ * never by its name. For a tokenizer.json the BOS, EOS, pad and unk ids come
+ * from the tokenizer_config.json beside it (transformers' "bos_token" etc.),
+ * TKS_NO_ID when it or the key is absent. Thread safety as the kind's.
+ */
+typedef struct tks_tok tks_tok;
+#define TKS_TOK_BYTE_LEVEL_BPE "byte-level-bpe" /* model_type of a tokenizer.json */
+
+/* Loads `path` into *out (NULL on failure; owned by the caller: tks_tok_free).
+ * Errors: tks_spm_load's or tks_bpe_load's; TKS_ERR_TOKENIZER for a
+ * tokenizer_config.json that does not parse or names a token that is not one
+ * of the tokenizer's special tokens (the message names both files). */
+int tks_tok_load(const char *path, tks_tok **out);
+void tks_tok_free(tks_tok *t);
+/* The kind's own handle, or NULL when the tokenizer is of the other kind. */
+tks_spm *tks_tok_spm(const tks_tok *t);
+tks_bpe *tks_tok_bpe(const tks_tok *t);
+uint32_t tks_tok_vocab_size(const tks_tok *t);
+uint32_t tks_tok_bos_id(const tks_tok *t); /* TKS_NO_ID when none */
+uint32_t tks_tok_eos_id(const tks_tok *t);
+uint32_t tks_tok_pad_id(const tks_tok *t);
+uint32_t tks_tok_unk_id(const tks_tok *t);
+/* "bpe", "unigram", "word", "char" (sentencepiece) or TKS_TOK_BYTE_LEVEL_BPE */
+const char *tks_tok_model_type(const tks_tok *t);
+/* XXH3-128 of the file (16 bytes, owned by the handle) */
+const uint8_t *tks_tok_fingerprint(const tks_tok *t);
+/* The name a dataset or checkpoint keeps its copy under: "tokenizer.model"
+ * or "tokenizer.json". */
+const char *tks_tok_file_name(const tks_tok *t);
+/* The tokenizer_config.json that gave a tokenizer.json's special ids, or NULL. */
+const char *tks_tok_config_path(const tks_tok *t);
+/* tks_spm_encode / tks_bpe_encode, tks_spm_decode / tks_bpe_decode */
+int tks_tok_encode(const tks_tok *t, const char *text, size_t len, tks_ids *out);
+int tks_tok_decode(const tks_tok *t, const uint32_t *ids, size_t n, char **text, size_t *len);
+/* The token's text for display into buf (cap bytes, NUL-terminated; a BPE
+ * token's control bytes as \xNN); NULL when id is out of range. */
+const char *tks_tok_piece(const tks_tok *t, uint32_t id, char *buf, size_t cap);
+/* The sentencepiece encoder choice (tks_spm_set_encoder); a tokenizer.json
+ * refuses fast = 0 (TKS_ERR_ARG: it has one exact encoder, tokshard's). */
+int tks_tok_set_encoder(tks_tok *t, int fast);
+/* "fast" or "sentencepiece" (tks_spm_encoder), or TKS_TOK_BYTE_LEVEL_BPE */
+const char *tks_tok_encoder(const tks_tok *t);
+const char *tks_tok_fast_unavailable(const tks_tok *t); /* NULL for a tokenizer.json */
+void tks_tok_encoder_stats(const tks_tok *t, tks_encoder_stats *st); /* zeros for a tokenizer.json */
+
+/*
  * Writes the model at `model_path` as a Hugging Face fast tokenizer into the
  * existing directory `dir`: tokenizer.json (normalizer with the model's
  * precompiled charsmap and sentencepiece's whitespace rules, Metaspace
@@ -192,6 +240,17 @@ int tks_bpe_decode(const tks_bpe *b, const uint32_t *ids, size_t n, char **text,
 int tks_hf_tokenizer_write(const char *model_path, const char *dir);
 
 /* Training a new model. */
+/*
+ * Writes a byte-level BPE tokenizer as a Hugging Face fast tokenizer into the
+ * existing directory `dir`: json_path (t's file) copied as tokenizer.json,
+ * the tokenizer_config.json t was loaded with copied beside it (without one,
+ * a minimal one naming PreTrainedTokenizerFast), and, when dir/config.json
+ * exists (a checkpoint), its bos/eos/pad_token_id set from t. A file that is
+ * already dir's is left as it is. Errors: TKS_ERR_IO, TKS_ERR_NOSPACE,
+ * TKS_ERR_MANIFEST (config.json not a JSON object), TKS_ERR_NOMEM.
+ */
+int tks_hf_bpe_write(const tks_tok *t, const char *json_path, const char *dir);
+
 typedef struct tks_spm_train_opts {
     const char *model_prefix;     /* writes PREFIX.model and PREFIX.vocab */
     const char *model_type;       /* "bpe" or "unigram" (also "word", "char") */

@@ -3,11 +3,13 @@
  * interop/, prints. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "interop/interop.h"
 #include "tokenizer/tokenizer.h"
@@ -81,7 +83,7 @@ int cli_import(int argc, char **argv) {
         {.name = "--output", .alias = "-o", .type = CLI_STR, .ptr = &o.out_dir, .set = cli_set_or_say,
          .ctx = "--output needs a directory"},
         {.name = "--tokenizer", .type = CLI_STR, .ptr = &o.tokenizer_path, .set = cli_set_or_say,
-         .ctx = "--tokenizer needs a .model file"},
+         .ctx = "--tokenizer needs a .model file or a tokenizer.json"},
         {.name = "--vocab-size", .type = CLI_U32, .ptr = &o.vocab_size, .set = cli_set_or_say,
          .lo = 1, .hi = TKS_NO_ID - 1, .ctx = "--vocab-size needs a number in 1..2^32-2"},
         {.name = "--shard-tokens", .type = CLI_U64, .ptr = &o.shard_tokens, .set = cli_set_or_say,
@@ -200,9 +202,14 @@ int cli_export_hf(int argc, char **argv) {
         dir = ckpt;
         if (mkdir(dir, 0755) != 0 && errno != EEXIST)
             return cli_usage_error("export-hf: cannot create %s: %s", dir, strerror(errno));
-        if (tks_hf_tokenizer_write(model, dir)) return cli_lib_error();
-        printf("wrote %s/tokenizer.json and tokenizer_config.json for %s (copy the model as "
-               "%s/tokenizer.model for use_fast=False)\n", dir, model, dir);
+        tks_tok *t = NULL;
+        if (tks_tok_load(model, &t)) return cli_lib_error();
+        int spm = tks_tok_spm(t) != NULL;
+        rc = spm ? tks_hf_tokenizer_write(model, dir) : tks_hf_bpe_write(t, model, dir);
+        tks_tok_free(t);
+        if (rc) return cli_lib_error();
+        printf("wrote %s/tokenizer.json and tokenizer_config.json for %s%s%s%s\n", dir, model,
+               spm ? " (copy the model as " : "", spm ? dir : "", spm ? "/tokenizer.model for use_fast=False)" : "");
         return 0;
     }
     if (!ckpt || !dir) return cli_usage_error("export-hf: give a CHECKPOINT (or run directory) and the output DIR");
@@ -216,7 +223,10 @@ int cli_export_hf(int argc, char **argv) {
                 "(`tokshard export-hf --tokenizer MODEL %s`)\n", cli_prog, dir);
         return 0;
     }
-    printf("exported %s to %s: model.safetensors, config.json, tokenizer.model, tokenizer.json, "
-           "tokenizer_config.json (load with transformers' AutoModelForCausalLM and AutoTokenizer)\n", ckpt, dir);
+    char slow[PATH_MAX];
+    int has_model = snprintf(slow, sizeof slow, "%s/tokenizer.model", dir) < (int)sizeof slow && access(slow, F_OK) == 0;
+    printf("exported %s to %s: model.safetensors, config.json, %stokenizer.json, "
+           "tokenizer_config.json (load with transformers' AutoModelForCausalLM and AutoTokenizer)\n", ckpt, dir,
+           has_model ? "tokenizer.model, " : "");
     return 0;
 }

@@ -172,8 +172,10 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
                "%.1f%% of bytes)\n",
                s->encoder_stats.words ? 100.0 * s->encoder_stats.word_hits / s->encoder_stats.words : 0.0,
                s->encoder_stats.bytes ? 100.0 * s->encoder_stats.hit_bytes / s->encoder_stats.bytes : 0.0);
-    else
+    else if (!strcmp(s->encoder, "sentencepiece"))
         printf("  encoder       sentencepiece (%s)\n", s->encoder_why);
+    else
+        printf("  encoder       byte-level BPE (tokshard's encoder: Hugging Face tokenizers' ids)\n");
     if (i->json_as_text)
         printf("  note          %llu *.json inputs read as text (--format auto); if they are "
                "JSON Lines, build again with --format jsonl\n",
@@ -545,13 +547,13 @@ static int cmd_audit(int argc, char **argv) {
     }
     /* a tokenizer given on the command line must also agree on the vocabulary */
     if (ao.tokenizer_path && r->vocab_size) {
-        tks_spm *spm = NULL;
-        if (tks_spm_load(ao.tokenizer_path, &spm) == 0 && tks_spm_vocab_size(spm) != r->vocab_size)
+        tks_tok *tk = NULL;
+        if (tks_tok_load(ao.tokenizer_path, &tk) == 0 && tks_tok_vocab_size(tk) != r->vocab_size)
             tks_audit_report_add(r, ao.max_problems ? ao.max_problems : 1000, 0, TKS_ERR_TOKENIZER,
                                  ao.tokenizer_path, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
-                                 "tokenizer vocab %u, dataset vocab %u", tks_spm_vocab_size(spm),
+                                 "tokenizer vocab %u, dataset vocab %u", tks_tok_vocab_size(tk),
                                  r->vocab_size);
-        tks_spm_free(spm);
+        tks_tok_free(tk);
     }
     int rc = cli_audit_print(path, r, as_json, fo.format ? tks_foreign_format_name(fo.format) : NULL);
     tks_audit_report_free(r);
@@ -564,7 +566,7 @@ static int cmd_audit(int argc, char **argv) {
 typedef struct view {
     tks_dataset *ds;
     tks_shard *one;
-    tks_spm *spm;
+    tks_tok *tk;
 } view;
 
 /* want_tokenizer: 0 no, 1 yes (an error without one), 2 when the dataset has one */
@@ -585,7 +587,7 @@ static int open_view(const char *path, view *v, int want_tokenizer) {
             tks_dataset_close(v->ds);
             return EXIT_USAGE;
         }
-        if (want_tokenizer && tks_spm_load(tks_dataset_tokenizer_path(v->ds), &v->spm)) {
+        if (want_tokenizer && tks_tok_load(tks_dataset_tokenizer_path(v->ds), &v->tk)) {
             int rc = cli_lib_error();
             tks_dataset_close(v->ds);
             return rc;
@@ -617,7 +619,7 @@ static int parse_view_args(const char *name, const cli_flag *flags, int argc, ch
 static void close_view(view *v) {
     tks_dataset_close(v->ds);
     tks_shard_close(v->one);
-    tks_spm_free(v->spm);
+    tks_tok_free(v->tk);
 }
 
 static size_t view_n(const view *v) { return v->ds ? tks_dataset_n_shards(v->ds) : 1; }
@@ -646,10 +648,12 @@ static void inspect_json(const char *path, const view *v, const tks_stats *st, c
                                                 "max_len", (json_int_t)((UINT64_C(2) << b) - 1), "docs",
                                                 (json_int_t)st->doc_hist[b]));
     json_t *tj = json_array();
+    char piece[256];
     for (size_t k = 0; k < st->n_top; k++)
         json_array_append_new(tj, json_pack("{s:I, s:I, s:s?}", "id", (json_int_t)st->top[k], "count",
                                             (json_int_t)st->counts[st->top[k]], "piece",
-                                            v->spm ? tks_spm_piece(v->spm, st->top[k]) : NULL));
+                                            v->tk ? tks_tok_piece(v->tk, st->top[k], piece, sizeof piece)
+                                                  : NULL));
     json_t *j = json_pack("{s:s, s:i, s:I, s:i, s:s, s:s?, s:I, s:I, s:I, s:o, s:o, s:o}", "path", path,
                           "format_version", (int)h0->version, "vocab_size", (json_int_t)st->vocab_size,
                           "token_bytes", (int)h0->token_bytes, "tokenizer_fingerprint", fp,
@@ -698,11 +702,12 @@ static void inspect_text(const char *path, const view *v, const tks_stats *st, c
                    "########################################");
         }
     printf("  most frequent tokens:\n");
+    char piece[256];
     for (size_t k = 0; k < st->n_top; k++) {
         uint64_t c = st->counts[st->top[k]];
         printf("    %8u %12llu  %5.2f%%  %s\n", st->top[k], (unsigned long long)c,
                st->n_tokens ? 100.0 * (double)c / (double)st->n_tokens : 0.0,
-               v->spm ? tks_spm_piece(v->spm, st->top[k]) : "");
+               v->tk ? tks_tok_piece(v->tk, st->top[k], piece, sizeof piece) : "");
     }
 }
 
@@ -763,7 +768,7 @@ static int cmd_cat(int argc, char **argv) {
     view v;
     rc = open_view(path, &v, !mode_ids);
     if (rc) return rc;
-    if (!mode_ids && !v.spm) {
+    if (!mode_ids && !v.tk) {
         close_view(&v);
         return cli_usage_error("cat: decoding text needs a dataset DIR (with its tokenizer); use --ids for a lone shard");
     }
@@ -799,7 +804,7 @@ static int cmd_cat(int argc, char **argv) {
             } else {
                 char *text;
                 size_t tl;
-                if (tks_spm_decode(v.spm, buf, len, &text, &tl)) {
+                if (tks_tok_decode(v.tk, buf, len, &text, &tl)) {
                     free(buf);
                     close_view(&v);
                     return cli_lib_error();

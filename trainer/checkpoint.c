@@ -297,12 +297,20 @@ static int save_tensors(gctx *g, save_ctx *s, tks_model *m, tks_optim *opt, int 
  * a tokenizer, kept under that name: it is not a model), then tokenizer.json
  * and tokenizer_config.json so that transformers loads the checkpoint as
  * model and tokenizer; a tokenizer without a fast equivalent (word/char
- * models) leaves the slow tokenizer.model only. */
+ * models) leaves the slow tokenizer.model only. A byte-level BPE dataset's
+ * tokenizer.json is copied as it is, with its tokenizer_config.json. */
 static int save_tokenizer(const char *tmp, const char *tokenizer_path) {
     if (!tokenizer_path) return 0;
     char path[PATH_MAX];
     const char *tb = strrchr(tokenizer_path, '/');
     int no_tok = !strcmp(tb ? tb + 1 : tokenizer_path, TKS_NO_TOKENIZER_NAME);
+    if (!no_tok && !strcmp(tb ? tb + 1 : tokenizer_path, "tokenizer.json")) {
+        tks_tok *t = NULL;
+        int rc = tks_tok_load(tokenizer_path, &t);
+        if (!rc) rc = tks_hf_bpe_write(t, tokenizer_path, tmp);
+        tks_tok_free(t);
+        return rc;
+    }
     int rc = tks_path_join(path, sizeof path, tmp, no_tok ? TKS_NO_TOKENIZER_NAME : "tokenizer.model");
     if (!rc) rc = tks_copy_file_atomic(tokenizer_path, path);
     if (!rc && !no_tok && (rc = tks_hf_tokenizer_write(tokenizer_path, tmp)) == TKS_ERR_TOKENIZER) {

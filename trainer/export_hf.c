@@ -43,8 +43,14 @@ int tks_export_hf(const char *checkpoint, const char *out_dir, int *tokenizer_mi
     int no_tok = tks_path_join(none, sizeof none, rs.checkpoint, TKS_NO_TOKENIZER_NAME) == 0 &&
                  access(none, F_OK) == 0;
     if (tokenizer_missing) *tokenizer_missing = no_tok;
+    /* a byte-level BPE checkpoint has tokenizer.json (and its config) in
+     * place of a sentencepiece tokenizer.model */
+    char bpe_json[PATH_MAX];
+    int bpe = !no_tok && tks_path_join(src, sizeof src, rs.checkpoint, "tokenizer.model") == 0 &&
+              access(src, F_OK) != 0 && tks_path_join(bpe_json, sizeof bpe_json, rs.checkpoint, "tokenizer.json") == 0 &&
+              access(bpe_json, F_OK) == 0;
     static const char *const files[] = {"model.safetensors", "config.json", "tokenizer.model"};
-    for (size_t i = 0; i < (no_tok ? 2u : 3u) && !rc; i++) {
+    for (size_t i = 0; i < (no_tok || bpe ? 2u : 3u) && !rc; i++) {
         rc = tks_path_join(src, sizeof src, rs.checkpoint, files[i]);
         if (!rc) rc = tks_path_join(dst, sizeof dst, tmp, files[i]);
         if (!rc && access(src, F_OK) != 0)
@@ -52,8 +58,16 @@ int tks_export_hf(const char *checkpoint, const char *out_dir, int *tokenizer_mi
                           "%s is missing: the checkpoint has no %s to export", src, files[i]);
         if (!rc) rc = tks_copy_file_atomic(src, dst);
     }
-    if (!rc && !no_tok) rc = tks_path_join(dst, sizeof dst, tmp, "tokenizer.model");
-    if (!rc && !no_tok) rc = tks_hf_tokenizer_write(dst, tmp);
+    if (!rc && bpe) {
+        /* its tokenizer_config.json is read beside it and copied with it */
+        tks_tok *t = NULL;
+        rc = tks_tok_load(bpe_json, &t);
+        if (!rc) rc = tks_hf_bpe_write(t, bpe_json, tmp);
+        tks_tok_free(t);
+    } else if (!rc && !no_tok) {
+        rc = tks_path_join(dst, sizeof dst, tmp, "tokenizer.model");
+        if (!rc) rc = tks_hf_tokenizer_write(dst, tmp);
+    }
     if (!rc && rename(tmp, out_dir) != 0)
         rc = tks_fail(TKS_ERR_IO, out_dir, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s", tmp, out_dir,
                       strerror(errno));

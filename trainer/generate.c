@@ -55,33 +55,39 @@ int tks_generate(const tks_generate_opts *o) {
     int rc = tks_checkpoint_peek(o->checkpoint, &cfg, &st);
     if (rc) return rc;
     char tp[PATH_MAX];
-    tks_spm *spm = NULL;
+    tks_tok *tk = NULL;
     tks_backend *be = NULL;
     tks_model *m = NULL;
     tks_ids enc = {0};
     float *logits = NULL;
     prob_id *scratch = NULL;
+    /* a sentencepiece model, else a byte-level BPE tokenizer.json */
     rc = tks_path_join(tp, sizeof tp, o->checkpoint, "tokenizer.model");
+    if (!rc && access(tp, F_OK) != 0) {
+        char js[PATH_MAX];
+        if (tks_path_join(js, sizeof js, o->checkpoint, "tokenizer.json") == 0 && access(js, F_OK) == 0)
+            snprintf(tp, sizeof tp, "%s", js);
+    }
     char none[PATH_MAX];
     if (!rc && tks_path_join(none, sizeof none, o->checkpoint, TKS_NO_TOKENIZER_NAME) == 0 &&
         access(none, F_OK) == 0)
         rc = tks_fail(TKS_ERR_TOKENIZER, o->checkpoint, TKS_NONE, TKS_NONE,
                       "%s was trained on a dataset imported without a tokenizer: there is no "
                       "tokenizer to turn a prompt into ids or ids into text", o->checkpoint);
-    if (!rc) rc = tks_spm_load(tp, &spm);
-    if (!rc && memcmp(tks_spm_fingerprint(spm), st.tokenizer_fp, 16) != 0)
+    if (!rc) rc = tks_tok_load(tp, &tk);
+    if (!rc && memcmp(tks_tok_fingerprint(tk), st.tokenizer_fp, 16) != 0)
         rc = tks_fail(TKS_ERR_TOKENIZER, tp, TKS_NONE, TKS_NONE,
                       "%s is not the tokenizer the model was trained with", tp);
     if (!rc) rc = tks_backend_create("cpu", o->threads, &be);
     if (!rc) rc = tks_model_create(&cfg, be, NULL, 1, 1, &m);
     if (!rc) rc = tks_checkpoint_load(o->checkpoint, m, NULL);
     if (!rc) rc = tks_model_kv_reset(m);
-    if (!rc) rc = tks_spm_encode(spm, o->prompt ? o->prompt : "", o->prompt ? strlen(o->prompt) : 0, &enc);
+    if (!rc) rc = tks_tok_encode(tk, o->prompt ? o->prompt : "", o->prompt ? strlen(o->prompt) : 0, &enc);
     logits = malloc(cfg.vocab_size * sizeof *logits);
     scratch = malloc(cfg.vocab_size * sizeof *scratch);
     if (!rc && (!logits || !scratch)) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     /* the context starts with BOS when the tokenizer has one */
-    uint32_t bos = spm ? tks_spm_bos_id(spm) : TKS_NO_ID, eos = spm ? tks_spm_eos_id(spm) : TKS_NO_ID;
+    uint32_t bos = tk ? tks_tok_bos_id(tk) : TKS_NO_ID, eos = tk ? tks_tok_eos_id(tk) : TKS_NO_ID;
     const size_t L = cfg.max_seq_len;
     uint32_t *ctx = malloc((L + 1) * sizeof *ctx);
     size_t n = 0;
@@ -117,8 +123,8 @@ int tks_generate(const tks_generate_opts *o) {
         uint32_t pair[2] = {ctx[n - 1], next};
         char *prev = NULL;
         size_t plen = 0;
-        rc = tks_spm_decode(spm, pair, 2, &text, &len);
-        if (!rc) rc = tks_spm_decode(spm, pair, 1, &prev, &plen);
+        rc = tks_tok_decode(tk, pair, 2, &text, &len);
+        if (!rc) rc = tks_tok_decode(tk, pair, 1, &prev, &plen);
         if (!rc && o->on_text && len >= plen) o->on_text(text + plen, len - plen, o->ctx);
         free(text);
         free(prev);
@@ -142,6 +148,6 @@ int tks_generate(const tks_generate_opts *o) {
     tks_ids_free(&enc);
     tks_model_free(m);
     if (be) be->ops->destroy(be);
-    tks_spm_free(spm);
+    tks_tok_free(tk);
     return rc;
 }

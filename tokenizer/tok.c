@@ -1,0 +1,184 @@
+/* tok.c - one handle over the tokenizer kinds the pipeline builds with:
+ * a sentencepiece model (spm.cc, with the fast encoder) or a byte-level BPE
+ * tokenizer.json (bpe.c). The kind is read from the file's first byte, not
+ * its name: a tokenizer.json is a JSON object, a sentencepiece model a
+ * protobuf (whose first byte is a field tag, never '{'). */
+#define _POSIX_C_SOURCE 200809L
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer.h"
+
+struct tks_tok {
+    tks_spm *spm;
+    tks_bpe *bpe;
+    uint32_t bos, eos, pad, unk; /* byte-level BPE: from tokenizer_config.json */
+    char config[PATH_MAX];       /* the tokenizer_config.json read, "" when none */
+};
+
+/* *is_json = 1: the file at path starts (after whitespace) with '{'. A
+ * file that cannot be read is left to the sentencepiece loader, whose
+ * message names it. */
+static int looks_like_json(const char *path, int *is_json) {
+    FILE *f = fopen(path, "rb");
+    *is_json = 0;
+    if (!f) return 0;
+    int c;
+    do c = fgetc(f);
+    while (c == ' ' || c == '\t' || c == '\n' || c == '\r');
+    fclose(f);
+    *is_json = c == '{';
+    return 0;
+}
+
+/* The id of the special token whose text is `content` (added tokens only). */
+static uint32_t special_id(const tks_bpe *b, const char *content) {
+    size_t want = strlen(content);
+    for (uint32_t id = 0, n = tks_bpe_vocab_size(b); id < n; id++) {
+        size_t len = 0;
+        const char *s = tks_bpe_is_special(b, id) ? tks_bpe_token_bytes(b, id, &len) : NULL;
+        if (s && len == want && !memcmp(s, content, len)) return id;
+    }
+    return TKS_NO_ID;
+}
+
+/* BOS, EOS, pad and unk of a tokenizer.json from the tokenizer_config.json
+ * beside it (transformers' file: "bos_token" etc. as a string or an object
+ * with "content"); absent file or key: TKS_NO_ID. A token the config names
+ * that is not one of the tokenizer's special tokens is refused. */
+static int read_config(tks_tok *t, const char *path) {
+    t->bos = t->eos = t->pad = t->unk = TKS_NO_ID;
+    const char *slash = strrchr(path, '/');
+    int dl = slash ? (int)(slash - path) : 1;
+    if (snprintf(t->config, sizeof t->config, "%.*s/tokenizer_config.json", dl, slash ? path : ".") >=
+        (int)sizeof t->config)
+        return tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE, "%s: path too long", path);
+    FILE *f = fopen(t->config, "rb");
+    if (!f) {
+        t->config[0] = 0;
+        return 0;
+    }
+    json_error_t err;
+    json_t *j = json_loadf(f, 0, &err);
+    fclose(f);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return tks_fail(TKS_ERR_TOKENIZER, t->config, TKS_NONE, TKS_NONE,
+                        "%s: not a JSON object (line %d: %s): fix or remove it (it gives the tokenizer's "
+                        "BOS and EOS)", t->config, err.line, err.text);
+    }
+    static const char *const keys[] = {"bos_token", "eos_token", "pad_token", "unk_token"};
+    uint32_t *ids[] = {&t->bos, &t->eos, &t->pad, &t->unk};
+    int rc = 0;
+    for (int k = 0; k < 4 && !rc; k++) {
+        json_t *v = json_object_get(j, keys[k]);
+        if (json_is_object(v)) v = json_object_get(v, "content");
+        if (!json_is_string(v)) continue;
+        *ids[k] = special_id(t->bpe, json_string_value(v));
+        if (*ids[k] == TKS_NO_ID)
+            rc = tks_fail(TKS_ERR_TOKENIZER, t->config, TKS_NONE, TKS_NONE,
+                          "%s: \"%s\" is \"%s\", which is not a special token of %s: the two files do "
+                          "not belong together", t->config, keys[k], json_string_value(v), path);
+    }
+    json_decref(j);
+    return rc;
+}
+
+int tks_tok_load(const char *path, tks_tok **out) {
+    *out = NULL;
+    if (!path) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "no tokenizer path");
+    int is_json = 0, rc = looks_like_json(path, &is_json);
+    tks_tok *t = rc ? NULL : calloc(1, sizeof *t);
+    if (!rc && !t) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc && is_json) {
+        rc = tks_bpe_load(path, &t->bpe);
+        if (!rc) rc = read_config(t, path);
+    } else if (!rc) {
+        rc = tks_spm_load(path, &t->spm);
+    }
+    if (rc) {
+        tks_tok_free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+void tks_tok_free(tks_tok *t) {
+    if (!t) return;
+    tks_spm_free(t->spm);
+    tks_bpe_free(t->bpe);
+    free(t);
+}
+
+tks_spm *tks_tok_spm(const tks_tok *t) { return t->spm; }
+tks_bpe *tks_tok_bpe(const tks_tok *t) { return t->bpe; }
+
+uint32_t tks_tok_vocab_size(const tks_tok *t) {
+    return t->spm ? tks_spm_vocab_size(t->spm) : tks_bpe_vocab_size(t->bpe);
+}
+uint32_t tks_tok_bos_id(const tks_tok *t) { return t->spm ? tks_spm_bos_id(t->spm) : t->bos; }
+uint32_t tks_tok_eos_id(const tks_tok *t) { return t->spm ? tks_spm_eos_id(t->spm) : t->eos; }
+uint32_t tks_tok_pad_id(const tks_tok *t) { return t->spm ? tks_spm_pad_id(t->spm) : t->pad; }
+uint32_t tks_tok_unk_id(const tks_tok *t) { return t->spm ? tks_spm_unk_id(t->spm) : t->unk; }
+const char *tks_tok_model_type(const tks_tok *t) {
+    return t->spm ? tks_spm_model_type(t->spm) : TKS_TOK_BYTE_LEVEL_BPE;
+}
+const uint8_t *tks_tok_fingerprint(const tks_tok *t) {
+    return t->spm ? tks_spm_fingerprint(t->spm) : tks_bpe_fingerprint(t->bpe);
+}
+const char *tks_tok_file_name(const tks_tok *t) { return t->spm ? "tokenizer.model" : "tokenizer.json"; }
+const char *tks_tok_config_path(const tks_tok *t) { return t->spm || !t->config[0] ? NULL : t->config; }
+
+int tks_tok_encode(const tks_tok *t, const char *text, size_t len, tks_ids *out) {
+    return t->spm ? tks_spm_encode(t->spm, text, len, out) : tks_bpe_encode(t->bpe, text, len, out);
+}
+
+int tks_tok_decode(const tks_tok *t, const uint32_t *ids, size_t n, char **text, size_t *len) {
+    return t->spm ? tks_spm_decode(t->spm, ids, n, text, len) : tks_bpe_decode(t->bpe, ids, n, text, len);
+}
+
+const char *tks_tok_piece(const tks_tok *t, uint32_t id, char *buf, size_t cap) {
+    if (!cap) return NULL;
+    if (t->spm) {
+        const char *p = tks_spm_piece(t->spm, id);
+        if (!p) return NULL;
+        snprintf(buf, cap, "%s", p);
+        return buf;
+    }
+    size_t len = 0;
+    const char *s = tks_bpe_token_bytes(t->bpe, id, &len);
+    if (!s) return NULL;
+    /* bytes as text; a control byte or a byte of an incomplete UTF-8
+     * sequence stays visible as \xNN */
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 5 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        else buf[o++] = (char)c;
+    }
+    buf[o] = 0;
+    return buf;
+}
+
+int tks_tok_set_encoder(tks_tok *t, int fast) {
+    if (t->spm) return tks_spm_set_encoder(t->spm, fast);
+    if (!fast)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "--encoder sentencepiece: the tokenizer is a byte-level BPE tokenizer.json, "
+                        "which tokshard encodes itself (exact Hugging Face tokenizers ids); leave the "
+                        "flag out");
+    return 0;
+}
+
+const char *tks_tok_encoder(const tks_tok *t) {
+    return t->spm ? tks_spm_encoder(t->spm) : TKS_TOK_BYTE_LEVEL_BPE;
+}
+const char *tks_tok_fast_unavailable(const tks_tok *t) { return t->spm ? tks_spm_fast_unavailable(t->spm) : NULL; }
+void tks_tok_encoder_stats(const tks_tok *t, tks_encoder_stats *st) {
+    if (t->spm) tks_spm_encoder_stats(t->spm, st);
+    else memset(st, 0, sizeof *st);
+}
