@@ -58,6 +58,8 @@ def docs(path):
     return out
 texts, decs = docs(os.path.join(W, "docs.bin")), docs(os.path.join(W, model + ".dec"))
 ids = open(os.path.join(W, model + ".ids")).read().split("\n")
+other = open(os.path.join(W, ("gpt2" if model != "gpt2" else "llama3") + ".ids")).read().split("\n")
+kept = differ = 0
 special = dict(l.split(" ", 1)[::-1] for l in open(os.path.join(W, model + ".special")).read().splitlines())
 eos = next(c for c in special if "end" in c)
 # transformers' own form of a special token (an AddedToken dict) for the EOS, a string for the BOS
@@ -68,13 +70,16 @@ if start: cfg["bos_token"] = start
 json.dump(cfg, open(os.path.join(D, "tok", "tokenizer_config.json"), "w"))
 with open(os.path.join(D, "docs.jsonl"), "w") as j, open(os.path.join(D, "want.ids"), "w") as w, \
         open(os.path.join(D, "want.txt"), "wb") as t:
-    for text, dec, line in zip(texts, decs, ids):
+    for text, dec, line, oline in zip(texts, decs, ids, other):
         s = text.decode("utf-8")
         if not s or "\0" in s:  # the build skips empty documents; JSON Lines refuse NUL
             continue
+        kept += 1
+        differ += line != oline
         j.write(json.dumps({"text": s}) + "\n")
         w.write(" ".join(([special[start]] if bos else []) + line.split() + [special[eos]]) + "\n")
         t.write(struct.pack("<Q", len(dec) + len(eos.encode())) + dec + eos.encode())
+open(os.path.join(D, "differ"), "w").write("%d %d\n" % (differ, kept))
 PY
   if "$TKS" build --tokenizer "$D/tok/tokenizer.json" --output "$D/data" --append-eos ${bos_flag[@]+"${bos_flag[@]}"} \
     --threads 2 "$D/docs.jsonl" >"$D/out" 2>"$D/err"; then
@@ -124,6 +129,18 @@ PY
   [[ $? -eq 2 ]] && grep -q "has no EOS id.*tokenizer_config.json beside it" "$D/err" &&
     ok "--append-eos without an EOS is refused, naming tokenizer_config.json" || fail "no EOS: $(cat "$D/err")"
   [[ ! -e $D/x && ! -e $D/x.partial ]] && ok "nothing written for the refused builds" || fail "refused builds left $(ls -d "$D"/x*)"
+  # verify-tokenizer A B: the documents on which two tokenizers disagree, as
+  # many as tokenizers' own ids of the two disagree on; none for A A
+  O=$([[ $MODEL == gpt2 ]] && echo llama3 || echo gpt2)
+  read -r nd nk <"$D/differ"
+  "$TKS" verify-tokenizer "$D/tok/tokenizer.json" "$W/$O.json" --format jsonl "$D/docs.jsonl" >"$D/out" 2>&1
+  code=$?
+  [[ $code -eq 1 ]] && grep -q "DIFFERENT ids on $nd of $nk documents" "$D/out" &&
+    ok "verify-tokenizer against $O: $nd of $nk documents differ, as tokenizers' ids say" ||
+    fail "verify-tokenizer A B (exit $code, want 1 and $nd of $nk): $(tail -2 "$D/out")"
+  "$TKS" verify-tokenizer "$D/tok/tokenizer.json" "$D/tok/tokenizer.json" --format jsonl "$D/docs.jsonl" >"$D/out" 2>&1 &&
+    grep -q "identical ids on all $nk documents" "$D/out" && ok "verify-tokenizer A A: identical on all $nk" ||
+    fail "verify-tokenizer A A: $(tail -2 "$D/out")"
   if [[ $MODEL == llama3 ]]; then
     # the trainer on the byte-level dataset: its checkpoints carry tokenizer.json and
     # tokenizer_config.json, export-hf gives a directory AutoTokenizer reads with

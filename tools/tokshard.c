@@ -449,6 +449,61 @@ static void print_agreement(const char *model, const tks_spm *spm, const tks_spm
     printf("\n");
 }
 
+/* Prints ids[lo..hi) of tokenizer t as "id(piece) ..." */
+static void print_tok_ids(const tks_tok *t, const tks_ids *v, size_t lo, size_t hi) {
+    char piece[128];
+    for (size_t i = lo; i < hi && i < v->n; i++) {
+        const char *p = tks_tok_piece(t, v->ids[i], piece, sizeof piece);
+        printf(" %u(%s)", v->ids[i], p ? p : "?");
+    }
+    if (hi < v->n) printf(" ...");
+    printf("\n");
+}
+
+/* verify-tokenizer A B TEXT...: the documents on which two tokenizers give
+ * other ids (a sentencepiece model, a tokenizer.json, or one of each) */
+static int compare_two(const char *na, tks_tok *a, const char *nb, tks_tok *b, const char **inputs, size_t n_in,
+                       const tks_input_opts *io) {
+    doc_src src = {0};
+    tks_ids ia = {0}, ib = {0};
+    uint64_t docs = 0, differ = 0, bytes = 0;
+    int rc = tks_input_open(inputs, n_in, io, &src.in), shown = 0;
+    const char *t;
+    size_t len;
+    while (!rc && (rc = next_doc(&src, &t, &len)) > 0) {
+        rc = tks_tok_encode(a, t, len, &ia);
+        if (!rc) rc = tks_tok_encode(b, t, len, &ib);
+        if (rc) break;
+        docs++, bytes += len;
+        if (ia.n == ib.n && !memcmp(ia.ids, ib.ids, ia.n * sizeof *ia.ids)) continue;
+        differ++;
+        if (shown++ >= 5) continue;
+        size_t i = 0;
+        while (i < ia.n && i < ib.n && ia.ids[i] == ib.ids[i]) i++;
+        size_t lo = i > 3 ? i - 3 : 0;
+        printf("%s line %llu (document %llu, %zu bytes): first difference at id %zu\n", src.doc.source,
+               (unsigned long long)src.doc.line, (unsigned long long)src.doc.ordinal, len, i);
+        printf("  A:");
+        print_tok_ids(a, &ia, lo, i + 4);
+        printf("  B:");
+        print_tok_ids(b, &ib, lo, i + 4);
+    }
+    tks_input_free(src.in);
+    tks_ids_free(&ia);
+    tks_ids_free(&ib);
+    if (rc < 0) return cli_lib_error();
+    if (!differ)
+        printf("A %s (%s) and B %s (%s): identical ids on all %llu documents (%.1f MB)\n", na,
+               tks_tok_model_type(a), nb, tks_tok_model_type(b), (unsigned long long)docs, bytes / 1e6);
+    else
+        printf("A %s (%s) and B %s (%s): DIFFERENT ids on %llu of %llu documents (%.4f%%)%s: datasets "
+               "built with the two do not mean the same by an id; do not mix them\n",
+               na, tks_tok_model_type(a), nb, tks_tok_model_type(b), (unsigned long long)differ,
+               (unsigned long long)docs, docs ? 100.0 * (double)differ / (double)docs : 0.0,
+               differ > 5 ? "; the first 5 above" : "");
+    return differ ? EXIT_PROBLEMS : 0;
+}
+
 static int cmd_verify_tokenizer(int argc, char **argv) {
     tks_input_opts io;
     tks_input_opts_default(&io);
@@ -464,6 +519,25 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
     if (prc != CLI_PARSED) return prc;
     if (in.n < 2) return cli_usage_error("verify-tokenizer: give MODEL and at least one TEXT input");
     const char *model = in.items[0];
+    tks_tok *ta = NULL, *tb = NULL;
+    if (tks_tok_load(model, &ta)) return cli_lib_error();
+    /* A B TEXT...: B is a second tokenizer when it loads as one; else it is text */
+    if (in.n >= 3 && tks_tok_load(in.items[1], &tb) == 0) {
+        int rc = compare_two(model, ta, in.items[1], tb, in.items + 2, in.n - 2, &io);
+        tks_tok_free(ta);
+        tks_tok_free(tb);
+        return rc;
+    }
+    tks_clear_error();
+    if (!tks_tok_spm(ta)) {
+        printf("%s (%s): tokshard has one encoder for a byte-level tokenizer.json, so there is no "
+               "second to compare with; give a second tokenizer (verify-tokenizer A B TEXT...) to "
+               "see where two disagree (tests/test_bpe.sh checks it against Hugging Face tokenizers)\n",
+               model, tks_tok_model_type(ta));
+        tks_tok_free(ta);
+        return 0;
+    }
+    tks_tok_free(ta);
     tks_spm *spm = NULL;
     if (tks_spm_load(model, &spm)) return cli_lib_error();
     const char *why = tks_spm_fast_unavailable(spm);
@@ -844,7 +918,7 @@ static void help(FILE *f) {
             "      --model-type bpe|unigram|word|char [bpe]   --vocab-size N [8000]   --byte-fallback\n"
             "      --character-coverage F [0.9995]  --input-sentence-size N [2000000]\n"
             "      --threads N [1: models depend on the thread count, so the default is fixed]\n"
-            "  tokshard build --tokenizer MODEL --output DIR [options] INPUT...\n"
+            "  tokshard build --tokenizer MODEL|tokenizer.json --output DIR [options] INPUT...\n"
             "      --threads N [all cores]    --shard-tokens N [16M]   --chunk-bytes N [1M]\n"
             "      --append-eos   --prepend-bos   --resume   --quiet\n"
             "      --unit-bytes N [1G: work units of N bytes of text; part of the output, never of\n"
@@ -854,6 +928,8 @@ static void help(FILE *f) {
             "  tokshard verify-tokenizer MODEL TEXT... [input options; --doc-split line by default]\n"
             "      compares tokshard's fast encoder with sentencepiece document by document\n"
             "      --no-cache: without the word cache (times the encoder's miss path)\n"
+            "  tokshard verify-tokenizer A B TEXT...   the documents on which two tokenizers\n"
+            "      (sentencepiece models or tokenizer.json files) give other ids\n"
             "  tokshard audit DIR|SHARD [--json] [--model-vocab N] [--tokenizer MODEL] [--threads N]\n"
             "  tokshard audit --format megatron|llmc|raw|datatrove SOURCE --model-vocab N\n"
             "      [--eod ID] [--eot ID] [--dtype u16|u32] [--json]   another project's dataset, in place\n"
