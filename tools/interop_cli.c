@@ -208,8 +208,9 @@ int cli_export_hf(int argc, char **argv) {
         rc = spm ? tks_hf_tokenizer_write(model, dir) : tks_hf_bpe_write(t, model, dir);
         tks_tok_free(t);
         if (rc) return cli_lib_error();
-        printf("wrote %s/tokenizer.json and tokenizer_config.json for %s%s%s%s\n", dir, model,
-               spm ? " (copy the model as " : "", spm ? dir : "", spm ? "/tokenizer.model for use_fast=False)" : "");
+        printf("wrote %s/tokenizer.json and tokenizer_config.json for %s", dir, model);
+        if (spm) printf(" (copy the model as %s/tokenizer.model for use_fast=False)", dir);
+        printf("\n");
         return 0;
     }
     if (!ckpt || !dir) return cli_usage_error("export-hf: give a CHECKPOINT (or run directory) and the output DIR");

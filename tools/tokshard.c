@@ -389,10 +389,11 @@ static int cmd_train_tokenizer(int argc, char **argv) {
 /* ------------------------------------------------------------------------- */
 /* verify-tokenizer                                                          */
 
-/* Prints ids[lo..hi) as "id(piece) ..." */
-static void print_ids(const tks_spm *spm, const tks_ids *v, size_t lo, size_t hi) {
+/* Prints ids[lo..hi) of tokenizer t as "id(piece) ..." */
+static void print_ids(const tks_tok *t, const tks_ids *v, size_t lo, size_t hi) {
+    char piece[128];
     for (size_t i = lo; i < hi && i < v->n; i++) {
-        const char *p = tks_spm_piece(spm, v->ids[i]);
+        const char *p = tks_tok_piece(t, v->ids[i], piece, sizeof piece);
         printf(" %u(%s)", v->ids[i], p ? p : "?");
     }
     if (hi < v->n) printf(" ...");
@@ -416,16 +417,16 @@ static int next_doc(void *ctx, const char **text, size_t *len) {
     return got;
 }
 
-static void print_difference(const tks_spm *spm, const tks_spm_compare *c, const tks_doc *doc) {
+static void print_difference(const tks_tok *t, const tks_spm_compare *c, const tks_doc *doc) {
     size_t i = c->first_diff, lo = i > 5 ? i - 5 : 0;
     printf("DIFFERENT ids for %s line %llu (document %llu, %zu bytes): first difference at "
            "id %zu of %zu (sentencepiece) / %zu (fast)\n",
            doc->source, (unsigned long long)doc->line, (unsigned long long)doc->ordinal, doc->len, i,
            c->ref.n, c->fast.n);
     printf("  sentencepiece:");
-    print_ids(spm, &c->ref, lo, i + 6);
+    print_ids(t, &c->ref, lo, i + 6);
     printf("  fast:         ");
-    print_ids(spm, &c->fast, lo, i + 6);
+    print_ids(t, &c->fast, lo, i + 6);
     printf("tokshard build would be wrong on this model: please report it with the model and "
            "this line; meanwhile build with --encoder sentencepiece\n");
 }
@@ -446,17 +447,6 @@ static void print_agreement(const char *model, const tks_spm *spm, const tks_spm
         printf(" (%.2f%% of words found but decoded again: float rounding at the running "
                "score could change their path)",
                es.words ? 100.0 * es.bound_misses / es.words : 0.0);
-    printf("\n");
-}
-
-/* Prints ids[lo..hi) of tokenizer t as "id(piece) ..." */
-static void print_tok_ids(const tks_tok *t, const tks_ids *v, size_t lo, size_t hi) {
-    char piece[128];
-    for (size_t i = lo; i < hi && i < v->n; i++) {
-        const char *p = tks_tok_piece(t, v->ids[i], piece, sizeof piece);
-        printf(" %u(%s)", v->ids[i], p ? p : "?");
-    }
-    if (hi < v->n) printf(" ...");
     printf("\n");
 }
 
@@ -484,9 +474,9 @@ static int compare_two(const char *na, tks_tok *a, const char *nb, tks_tok *b, c
         printf("%s line %llu (document %llu, %zu bytes): first difference at id %zu\n", src.doc.source,
                (unsigned long long)src.doc.line, (unsigned long long)src.doc.ordinal, len, i);
         printf("  A:");
-        print_tok_ids(a, &ia, lo, i + 4);
+        print_ids(a, &ia, lo, i + 4);
         printf("  B:");
-        print_tok_ids(b, &ib, lo, i + 4);
+        print_ids(b, &ib, lo, i + 4);
     }
     tks_input_free(src.in);
     tks_ids_free(&ia);
@@ -521,31 +511,29 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
     const char *model = in.items[0];
     tks_tok *ta = NULL, *tb = NULL;
     if (tks_tok_load(model, &ta)) return cli_lib_error();
-    /* A B TEXT...: B is a second tokenizer when it loads as one; else it is text */
-    if (in.n >= 3 && tks_tok_load(in.items[1], &tb) == 0) {
-        int rc = compare_two(model, ta, in.items[1], tb, in.items + 2, in.n - 2, &io);
+    /* A B TEXT...: B is a second tokenizer when it is named as one (*.model,
+     * *.json) and loads as one; else it is text (never read whole as a model) */
+    const char *b = in.n >= 3 ? in.items[1] : NULL, *ext = b ? strrchr(b, '.') : NULL;
+    if (ext && (!strcmp(ext, ".model") || !strcmp(ext, ".json")) && tks_tok_load(b, &tb) == 0) {
+        int rc = compare_two(model, ta, b, tb, in.items + 2, in.n - 2, &io);
         tks_tok_free(ta);
         tks_tok_free(tb);
         return rc;
     }
     tks_clear_error();
-    if (!tks_tok_spm(ta)) {
+    tks_spm *spm = tks_tok_spm(ta);
+    const char *why = spm ? tks_spm_fast_unavailable(spm) : NULL;
+    if (!spm)
         printf("%s (%s): tokshard has one encoder for a byte-level tokenizer.json, so there is no "
                "second to compare with; give a second tokenizer (verify-tokenizer A B TEXT...) to "
                "see where two disagree (tests/test_bpe.sh checks it against Hugging Face tokenizers)\n",
                model, tks_tok_model_type(ta));
-        tks_tok_free(ta);
-        return 0;
-    }
-    tks_tok_free(ta);
-    tks_spm *spm = NULL;
-    if (tks_spm_load(model, &spm)) return cli_lib_error();
-    const char *why = tks_spm_fast_unavailable(spm);
-    if (why) {
+    else if (why)
         printf("%s (%s): no fast encoder (%s); tokshard build encodes it with sentencepiece, so "
                "there is nothing to verify\n",
                model, tks_spm_model_type(spm), why);
-        tks_spm_free(spm);
+    if (!spm || why) {
+        tks_tok_free(ta);
         return 0;
     }
     if (no_cache) tks_spm_set_word_cache(spm, 0);
@@ -553,11 +541,11 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
     tks_spm_compare cmp = {0};
     int rc = tks_input_open(in.items + 1, in.n - 1, &io, &src.in);
     if (!rc) rc = tks_spm_compare_docs(spm, next_doc, &src, &cmp);
-    if (!rc && cmp.differ) print_difference(spm, &cmp, &src.doc);
+    if (!rc && cmp.differ) print_difference(ta, &cmp, &src.doc);
     else if (!rc) print_agreement(model, spm, &cmp);
     tks_input_free(src.in);
     tks_spm_compare_free(&cmp);
-    tks_spm_free(spm);
+    tks_tok_free(ta);
     if (rc) return cli_lib_error();
     return cmp.differ ? EXIT_PROBLEMS : 0;
 }

@@ -2,8 +2,10 @@
  * every compute and transfer op of backend.h goes through a wrapper that
  * times it with the host clock, between two syncs on a device backend (each
  * op's time is then its own, and the profiled steps run serialized: slower
- * than unprofiled ones; the CPU backend runs each op before returning). GEMMs also count their FLOPs
- * (2 M N K). One profiled backend per process at a time. */
+ * than unprofiled ones; the CPU backend runs each op before returning). Each
+ * call is also priced by its op's cost function (stepmodel.c: FLOPs, bytes,
+ * and with a roofline its predicted time). One profiled backend per process
+ * at a time. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
