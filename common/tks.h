@@ -167,13 +167,17 @@ void tks_float_text(char *out, size_t cap, float x);
 /* Joins dir and name into out (PATH_MAX). Returns 0 or TKS_ERR_ARG when too long. */
 int tks_path_join(char *out, size_t cap, const char *dir, const char *name);
 
-/* The fast encoder's word cache (tokenizer/tokenizer.h, tks_spm_encoder_stats),
+/* The encoders' word caches and special-token counts (tokenizer/tokenizer.h,
+ * tks_tok_encoder_stats),
  * also reported by a build (tokenize/tokenize.h, tks_build_stats), which does
  * not re-export the tokenizer's API. */
 typedef struct tks_encoder_stats {
     uint64_t words, word_hits;   /* words encoded, found in the cache */
     uint64_t bytes, hit_bytes;   /* their normalized bytes */
     uint64_t bound_misses;       /* unigram: found, but decoded again (float rounding, fastenc.c) */
+    uint64_t special_in_text;    /* byte-level BPE: special tokens' text found in documents and
+                                  * encoded as text */
+    uint64_t special_matched;    /* ... and encoded as the special id (allowed in text) */
 } tks_encoder_stats;
 
 /* Resizes an array to n elements of `size` bytes, as realloc does. `array`

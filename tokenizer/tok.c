@@ -1,11 +1,15 @@
 /* tok.c - one handle over the tokenizer kinds the pipeline builds with:
  * a sentencepiece model (spm.cc, with the fast encoder) or a byte-level BPE
- * tokenizer.json (bpe.c). The kind is read from the file's first byte, not
- * its name: a tokenizer.json is a JSON object, a sentencepiece model a
- * protobuf (whose first byte is a field tag, never '{'). */
+ * tokenizer (bpe*.c) from a tokenizer.json, a tiktoken ranks file or
+ * tokshard's tiktoken descriptor. The kind is read from the file's content,
+ * not its name: a tokenizer.json or a descriptor is a JSON object, a ranks
+ * file starts with a "BASE64 RANK" line, a sentencepiece model is a
+ * protobuf (whose first byte is a field tag, never '{' nor a base64
+ * character followed by a space and digits). */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <limits.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,17 +91,44 @@ static int read_config(tks_tok *t, const char *path) {
     return rc;
 }
 
-int tks_tok_load(const char *path, tks_tok **out) {
+int tks_tok_load(const char *path, tks_tok **out) { return tks_tok_load_opts(path, NULL, out); }
+
+/* A tiktoken tokenizer with no tokenizer_config.json: <|endoftext|> ends
+ * documents when it is one of its special tokens (OpenAI's encodings). */
+static void tiktoken_defaults(tks_tok *t) {
+    if (t->config[0] || !tks_bpe_tiktoken_ranks(t->bpe)) return;
+    t->eos = special_id(t->bpe, "<|endoftext|>");
+}
+
+int tks_tok_load_opts(const char *path, const tks_tok_opts *o, tks_tok **out) {
     *out = NULL;
     if (!path) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "no tokenizer path");
     int is_json = 0, rc = looks_like_json(path, &is_json);
+    int tiktoken = !rc && !is_json && tks_tiktoken_sniff(path);
+    int tt_opts = o && ((o->pattern && *o->pattern) || o->special_tokens);
     tks_tok *t = rc ? NULL : calloc(1, sizeof *t);
     if (!rc && !t) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
-    if (!rc && is_json) {
+    if (!rc && tt_opts && !tiktoken)
+        rc = tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE,
+                      "--pattern and --special-tokens go with a tiktoken ranks file, and %s is not one (its "
+                      "own file says how it splits text): leave them out", path);
+    if (!rc && tiktoken) {
+        tks_tiktoken_opts to = {o ? o->pattern : NULL, o ? o->special_tokens : NULL};
+        rc = tks_bpe_load_tiktoken(path, &to, &t->bpe);
+    } else if (!rc && is_json) {
         rc = tks_bpe_load(path, &t->bpe);
-        if (!rc) rc = read_config(t, path);
     } else if (!rc) {
         rc = tks_spm_load(path, &t->spm);
+    }
+    if (!rc && t->bpe) rc = read_config(t, path);
+    if (!rc && t->bpe) tiktoken_defaults(t);
+    if (!rc && o && o->allow_special) {
+        if (t->spm)
+            rc = tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE,
+                          "--allow-special-in-text: %s is a sentencepiece model, whose control tokens never "
+                          "come from text; leave the flag out", path);
+        else
+            rc = tks_bpe_set_allow_special(t->bpe, 1);
     }
     if (rc) {
         tks_tok_free(t);
@@ -130,7 +161,9 @@ const char *tks_tok_model_type(const tks_tok *t) {
 const uint8_t *tks_tok_fingerprint(const tks_tok *t) {
     return t->spm ? tks_spm_fingerprint(t->spm) : tks_bpe_fingerprint(t->bpe);
 }
-const char *tks_tok_file_name(const tks_tok *t) { return t->spm ? "tokenizer.model" : "tokenizer.json"; }
+const char *tks_tok_file_name(const tks_tok *t) {
+    return t->spm ? "tokenizer.model" : tks_bpe_tiktoken_ranks(t->bpe) ? "tiktoken.json" : "tokenizer.json";
+}
 const char *tks_tok_config_path(const tks_tok *t) { return t->spm || !t->config[0] ? NULL : t->config; }
 
 int tks_tok_encode(const tks_tok *t, const char *text, size_t len, tks_ids *out) {
@@ -180,5 +213,59 @@ const char *tks_tok_encoder(const tks_tok *t) {
 const char *tks_tok_fast_unavailable(const tks_tok *t) { return t->spm ? tks_spm_fast_unavailable(t->spm) : NULL; }
 void tks_tok_encoder_stats(const tks_tok *t, tks_encoder_stats *st) {
     if (t->spm) tks_spm_encoder_stats(t->spm, st);
-    else memset(st, 0, sizeof *st);
+    else tks_bpe_encoder_stats(t->bpe, st);
+}
+
+int tks_tok_is_token(const tks_tok *t, uint32_t id) {
+    return t->spm ? id < tks_spm_vocab_size(t->spm) : tks_bpe_is_token(t->bpe, id);
+}
+
+int tks_tok_is_special(const tks_tok *t, uint32_t id) {
+    if (t->bpe) return tks_bpe_is_special(t->bpe, id);
+    return id != TKS_NO_ID && (id == tks_spm_bos_id(t->spm) || id == tks_spm_eos_id(t->spm) ||
+                               id == tks_spm_pad_id(t->spm));
+}
+
+/* Writes the bytes [0..n) as dir/name unless that file exists. */
+static int save_bytes(const char *dir, const char *name, const char *bytes, size_t n) {
+    char dst[PATH_MAX];
+    int rc = tks_path_join(dst, sizeof dst, dir, name);
+    if (rc || access(dst, F_OK) == 0) return rc;
+    return tks_write_file_atomic(dst, bytes, n);
+}
+
+static int save_copy(const char *dir, const char *name, const char *src) {
+    char dst[PATH_MAX];
+    int rc = tks_path_join(dst, sizeof dst, dir, name);
+    if (rc || access(dst, F_OK) == 0) return rc;
+    return tks_copy_file_atomic(src, dst);
+}
+
+int tks_tok_save(const tks_tok *t, const char *src, const char *dir) {
+    int rc;
+    if (t->spm) return save_copy(dir, "tokenizer.model", src);
+    const char *ranks = tks_bpe_tiktoken_ranks(t->bpe);
+    if (ranks) {
+        char *d = NULL;
+        size_t n = 0;
+        rc = tks_bpe_tiktoken_json(t->bpe, &d, &n);
+        if (!rc) rc = save_copy(dir, "tokenizer.tiktoken", ranks);
+        if (!rc) rc = save_bytes(dir, "tiktoken.json", d, n);
+        free(d);
+    } else {
+        rc = save_copy(dir, "tokenizer.json", src);
+    }
+    if (!rc && t->config[0]) rc = save_copy(dir, "tokenizer_config.json", t->config);
+    return rc;
+}
+
+int tks_tok_find(const char *dir, char *path, size_t cap) {
+    static const char *const names[] = {"tokenizer.model", "tokenizer.json", "tiktoken.json"};
+    for (int i = 0; i < 3; i++) {
+        int rc = tks_path_join(path, cap, dir, names[i]);
+        if (rc) return rc;
+        if (access(path, F_OK) == 0) return 0;
+    }
+    return tks_fail(TKS_ERR_TOKENIZER, dir, TKS_NONE, TKS_NONE,
+                    "%s keeps no tokenizer (tokenizer.model, tokenizer.json or tiktoken.json)", dir);
 }

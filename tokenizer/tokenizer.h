@@ -93,11 +93,16 @@ const char *tks_spm_piece(const tks_spm *s, uint32_t id);
 
 /*
  * Byte-level BPE tokenizers read from a Hugging Face tokenizer.json (GPT-2,
- * Llama 3, Qwen 2 and the like), implemented in bpe.c. tks_bpe_encode gives
- * the ids of Hugging Face `tokenizers` (0.20) reading the same file and
- * encoding the same text with add_special_tokens=False and special tokens
- * not matched in the text (encode_special_tokens=True): text that contains
- * "<|endoftext|>" is encoded as those characters, never as the special id.
+ * Llama 3, Qwen 2 and the like: bpe_load.c) or from a tiktoken ranks file
+ * with its pattern (bpe_tiktoken.c), encoded by bpe.c. For a tokenizer.json
+ * tks_bpe_encode gives the ids of Hugging Face `tokenizers` (0.20) reading
+ * the same file and encoding the same text with add_special_tokens=False
+ * and special tokens not matched in the text (encode_special_tokens=True):
+ * text that contains "<|endoftext|>" is encoded as those characters, never
+ * as the special id (tks_bpe_set_allow_special gives tokenizers' default
+ * instead). Added tokens that are not special are matched in the text, as
+ * tokenizers does. For a tiktoken file the ids are tiktoken's
+ * encode_ordinary (0.14) with the same ranks, pattern and special tokens.
  *
  * Supported exactly, and nothing else (anything else is refused at load,
  * naming the key):
@@ -116,7 +121,10 @@ const char *tks_spm_piece(const tks_spm *s, uint32_t id);
  *     or a Sequence of them (never applied: encode adds no special token);
  *   truncation and padding null;
  *   added_tokens: ids in the vocab (same id) or after it; the ids of the
- *     model and the added tokens must be exactly 0 .. vocab size - 1.
+ *     model and the added tokens must be exactly 0 .. vocab size - 1; no
+ *     two with the same text; lstrip, rstrip and single_word false (a
+ *     special token with one of them is refused only when special tokens
+ *     are allowed in the text).
  *
  * Thread safety: a loaded tks_bpe is immutable apart from per-thread
  * scratch it owns; tks_bpe_encode and tks_bpe_decode may be called
@@ -139,6 +147,77 @@ int tks_bpe_load(const char *path, tks_bpe **out);
  * decode may be running on it. */
 void tks_bpe_free(tks_bpe *b);
 
+/*
+ * tiktoken files. A ranks file (tiktoken's format: one "BASE64 RANK" line
+ * per token, ranks 0 .. n-1) holds no pattern and no special tokens, so
+ * they come with it:
+ *   pattern: a name (gpt2 = r50k, cl100k, o200k: tiktoken's encodings;
+ *     llama3: Meta's; qwen2: Qwen 2's), a tokenizer.json whose
+ *     pre_tokenizer is one Split regex then ByteLevel (or ByteLevel with its
+ *     regex: GPT-2's), or any other text, taken as the regex. The regex runs
+ *     in PCRE2 as the ones of a tokenizer.json, with $ at the end of the
+ *     text only (Rust's reading);
+ *   special_tokens: "TEXT=ID[,TEXT=ID...]"; NULL: the named encoding's
+ *     (tiktoken's: gpt2 <|endoftext|>=50256; cl100k its five; o200k its
+ *     two; none for llama3 and qwen2), or the added tokens of the
+ *     tokenizer.json given as the pattern. Special ids come after the
+ *     ranks; ids between the ranks and them, or between them, are gaps: no
+ *     token (tks_bpe_is_token), refused by decode.
+ */
+typedef struct tks_tiktoken_opts {
+    const char *pattern;
+    const char *special_tokens;
+} tks_tiktoken_opts;
+
+/* The regex of a named pattern (above), or NULL. Static storage. */
+const char *tks_tiktoken_pattern(const char *name);
+/* 1 when the file's first line is "BASE64 RANK", as a tiktoken ranks
+ * file's is; 0 otherwise or when it cannot be read. */
+int tks_tiktoken_sniff(const char *path);
+
+/*
+ * Loads the ranks file at `path` with o's pattern and special tokens into
+ * *out (NULL on failure; the caller frees it with tks_bpe_free).
+ * Errors: TKS_ERR_ARG (no pattern; a --special-tokens item that is not
+ * TEXT=ID, an id that is a rank or repeated), TKS_ERR_IO, TKS_ERR_TOKENIZER
+ * (a line that is not "BASE64 RANK" or whose token is not base64, a rank
+ * repeated or leaving a gap, a byte with no rank of its own, a pattern
+ * PCRE2 refuses or that can match the empty string: the message names the
+ * file and the line), TKS_ERR_NOMEM.
+ * tks_bpe_load also loads a tiktoken tokenizer from its descriptor (below).
+ */
+int tks_bpe_load_tiktoken(const char *path, const tks_tiktoken_opts *o, tks_bpe **out);
+
+/*
+ * The descriptor of a tiktoken tokenizer: a JSON object {"type":
+ * "tiktoken", "ranks_file": "tokenizer.tiktoken", "ranks_xxh3": its
+ * XXH3-128, "pattern_name", "pattern", "special_tokens": [[TEXT, ID], ...]}
+ * in its canonical bytes, which the tokenizer's fingerprint is the XXH3-128
+ * of. Saved as tiktoken.json beside a copy of the ranks file named
+ * tokenizer.tiktoken, it loads back (tks_bpe_load, tks_tok_load) as the
+ * same tokenizer. *text is malloc'd and NUL-terminated (*len bytes without
+ * the NUL; len may be NULL), owned by the caller.
+ * Errors: TKS_ERR_ARG (not a tiktoken tokenizer), TKS_ERR_NOMEM.
+ */
+int tks_bpe_tiktoken_json(const tks_bpe *b, char **text, size_t *len);
+/* The ranks file a tiktoken tokenizer was loaded from, else NULL. Owned by b. */
+const char *tks_bpe_tiktoken_ranks(const tks_bpe *b);
+
+/*
+ * Special tokens in the text: off (0, the default), their text is encoded
+ * as text; on, each is encoded as its id (Hugging Face tokenizers' default,
+ * encode_special_tokens=False). Not thread-safe: call before encoding.
+ * Errors: TKS_ERR_TOKENIZER when a special token sets lstrip, rstrip or
+ * single_word (not reproduced): the message names it.
+ */
+int tks_bpe_set_allow_special(tks_bpe *b, int on);
+/* Turns the word cache off (on = 0) or on, to time the miss path; same ids.
+ * Not thread-safe: call before encoding. */
+void tks_bpe_set_word_cache(tks_bpe *b, int on);
+/* Pieces encoded and found in the word caches, and special tokens found in
+ * the text, summed over the threads that encoded with b. */
+void tks_bpe_encoder_stats(const tks_bpe *b, tks_encoder_stats *st);
+
 /* Number of ids (the model's vocab and the added tokens); every id the
  * tokenizer produces or decodes is < this. */
 uint32_t tks_bpe_vocab_size(const tks_bpe *b);
@@ -148,8 +227,11 @@ const uint8_t *tks_bpe_fingerprint(const tks_bpe *b);
 /* 1 when `id` is an added token marked special, else 0 (also for ids out
  * of range). */
 int tks_bpe_is_special(const tks_bpe *b, uint32_t id);
+/* 1 when `id` is a token: below the vocabulary size and not one of the
+ * gaps a tiktoken tokenizer can have between its ranks and its specials. */
+int tks_bpe_is_token(const tks_bpe *b, uint32_t id);
 /* The bytes id decodes to (*len of them, not NUL-terminated; len may be
- * NULL), or NULL when id >= vocab size. Owned by the handle. */
+ * NULL), or NULL when id is no token (tks_bpe_is_token). Owned by the handle. */
 const char *tks_bpe_token_bytes(const tks_bpe *b, uint32_t id, size_t *len);
 
 /*
@@ -168,27 +250,60 @@ int tks_bpe_encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out)
  * valid UTF-8 (tokenizers then replaces bad sequences with U+FFFD).
  * *text is malloc'd, NUL-terminated and owned by the caller; *len (len may
  * be NULL) is its length without the NUL.
- * Errors: TKS_ERR_ARG, TKS_ERR_TOKEN_RANGE (an id >= vocab size: the
- * context's offset is its position), TKS_ERR_NOMEM.
+ * Errors: TKS_ERR_ARG, TKS_ERR_TOKEN_RANGE (an id >= vocab size, or a gap:
+ * the context's offset is its position), TKS_ERR_NOMEM.
  */
 int tks_bpe_decode(const tks_bpe *b, const uint32_t *ids, size_t n, char **text, size_t *len);
 
 /*
- * One handle over both kinds, for the pipeline (build, audit, cat, inspect,
- * import): tks_tok_load reads a sentencepiece model or a byte-level BPE
- * tokenizer.json, told apart by the file's content (a JSON object or not),
- * never by its name. For a tokenizer.json the BOS, EOS, pad and unk ids come
- * from the tokenizer_config.json beside it (transformers' "bos_token" etc.),
- * TKS_NO_ID when it or the key is absent. Thread safety as the kind's.
+ * One handle over every kind, for the pipeline (build, audit, cat, inspect,
+ * import, the trainer): tks_tok_load reads a sentencepiece model, a
+ * byte-level BPE tokenizer.json, a tiktoken ranks file (with a pattern) or
+ * tokshard's tiktoken descriptor, told apart by the file's content, never
+ * by its name. For the byte-level kinds the BOS, EOS, pad and unk ids come
+ * from the tokenizer_config.json beside the file (transformers' "bos_token"
+ * etc.), TKS_NO_ID when it or the key is absent; a tiktoken tokenizer
+ * without one has <|endoftext|> as its EOS when that is one of its special
+ * tokens. Thread safety as the kind's.
  */
 typedef struct tks_tok tks_tok;
-#define TKS_TOK_BYTE_LEVEL_BPE "byte-level-bpe" /* model_type of a tokenizer.json */
+#define TKS_TOK_BYTE_LEVEL_BPE "byte-level-bpe" /* model_type of the byte-level kinds */
+
+/* How a tokenizer is loaded: a tiktoken ranks file's pattern and special
+ * tokens (tks_tiktoken_opts; refused for the other kinds), and whether
+ * special tokens' text becomes their ids (tks_bpe_set_allow_special;
+ * refused for sentencepiece models). NULL or zeroed: the defaults. */
+typedef struct tks_tok_opts {
+    const char *pattern;
+    const char *special_tokens;
+    int allow_special;
+} tks_tok_opts;
 
 /* Loads `path` into *out (NULL on failure; owned by the caller: tks_tok_free).
- * Errors: tks_spm_load's or tks_bpe_load's; TKS_ERR_TOKENIZER for a
+ * Errors: tks_spm_load's, tks_bpe_load's or tks_bpe_load_tiktoken's;
+ * TKS_ERR_ARG for options the kind does not take; TKS_ERR_TOKENIZER for a
  * tokenizer_config.json that does not parse or names a token that is not one
  * of the tokenizer's special tokens (the message names both files). */
 int tks_tok_load(const char *path, tks_tok **out);
+int tks_tok_load_opts(const char *path, const tks_tok_opts *o, tks_tok **out);
+/* The tokenizer a dataset or checkpoint directory keeps: dir/tokenizer.model,
+ * dir/tokenizer.json or dir/tiktoken.json, the first that exists, into
+ * path[cap]. Errors: TKS_ERR_TOKENIZER (none), TKS_ERR_ARG (too long). */
+int tks_tok_find(const char *dir, char *path, size_t cap);
+/* Writes the tokenizer's files into the directory `dir`, each crash-safely
+ * and only where dir has no file of that name yet: the file it was loaded
+ * from (`src`) as tks_tok_file_name, or for a tiktoken tokenizer its
+ * descriptor and its ranks as tokenizer.tiktoken; and the
+ * tokenizer_config.json it was loaded with. tks_tok_load of
+ * dir/tks_tok_file_name then gives the same tokenizer (same fingerprint).
+ * Errors: TKS_ERR_IO, TKS_ERR_NOSPACE, TKS_ERR_NOMEM. */
+int tks_tok_save(const tks_tok *t, const char *src, const char *dir);
+/* 1 when id is one of the tokenizer's tokens (below its vocabulary size and
+ * not a tiktoken gap). */
+int tks_tok_is_token(const tks_tok *t, uint32_t id);
+/* 1 when id is a special token: an added token marked special (byte-level),
+ * or the BOS, EOS or pad of a sentencepiece model. */
+int tks_tok_is_special(const tks_tok *t, uint32_t id);
 void tks_tok_free(tks_tok *t);
 /* The kind's own handle, or NULL when the tokenizer is of the other kind. */
 tks_spm *tks_tok_spm(const tks_tok *t);
@@ -202,8 +317,8 @@ uint32_t tks_tok_unk_id(const tks_tok *t);
 const char *tks_tok_model_type(const tks_tok *t);
 /* XXH3-128 of the file (16 bytes, owned by the handle) */
 const uint8_t *tks_tok_fingerprint(const tks_tok *t);
-/* The name a dataset or checkpoint keeps its copy under: "tokenizer.model"
- * or "tokenizer.json". */
+/* The name a dataset or checkpoint keeps its copy under: "tokenizer.model",
+ * "tokenizer.json" or (tiktoken) "tiktoken.json". */
 const char *tks_tok_file_name(const tks_tok *t);
 /* The tokenizer_config.json that gave a tokenizer.json's special ids, or NULL. */
 const char *tks_tok_config_path(const tks_tok *t);
@@ -219,7 +334,8 @@ int tks_tok_set_encoder(tks_tok *t, int fast);
 /* "fast" or "sentencepiece" (tks_spm_encoder), or TKS_TOK_BYTE_LEVEL_BPE */
 const char *tks_tok_encoder(const tks_tok *t);
 const char *tks_tok_fast_unavailable(const tks_tok *t); /* NULL for a tokenizer.json */
-void tks_tok_encoder_stats(const tks_tok *t, tks_encoder_stats *st); /* zeros for a tokenizer.json */
+/* The word caches' hits and the special tokens found in the text. */
+void tks_tok_encoder_stats(const tks_tok *t, tks_encoder_stats *st);
 
 /*
  * Writes the model at `model_path` as a Hugging Face fast tokenizer into the

@@ -1,0 +1,137 @@
+/*
+ * bpe_internal.h - private to the byte-level BPE tokenizer: the loaded
+ * handle shared by its two loaders (bpe_load.c: a Hugging Face
+ * tokenizer.json; bpe_tiktoken.c: a tiktoken ranks file with a pattern) and
+ * the encoder (bpe.c). Nothing outside tokenizer/bpe*.c includes it.
+ */
+#ifndef TKS_BPE_INTERNAL_H
+#define TKS_BPE_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "tokenizer.h"
+
+enum { TKS__BPE_MAX_SPLITS = 8 };
+
+/* tokenizers' SplitDelimiterBehavior */
+typedef enum { B_REMOVED, B_ISOLATED, B_MERGED_PREV, B_MERGED_NEXT, B_CONTIGUOUS } tks__bpe_behavior;
+
+typedef struct tks__bpe_splitter {
+    pcre2_code *re;
+    tks__bpe_behavior how;
+    int invert;
+} tks__bpe_splitter;
+
+typedef struct tks__bpe_merge {
+    uint64_t key; /* (left id << 32 | right id) + 1; 0: empty */
+    uint32_t rank, new_id;
+} tks__bpe_merge;
+
+/* How two adjacent symbols merge. */
+typedef enum {
+    TKS__BPE_MERGES, /* tokenizer.json: a listed merge (left, right) -> new id, by its rank */
+    TKS__BPE_RANKS   /* tiktoken: whenever the concatenated bytes are a token, by that token's
+                      * rank (its id); a piece that is a token is that token */
+} tks__bpe_mode;
+
+/* An added token as the text matcher sees it. */
+typedef struct tks__bpe_added {
+    uint64_t off;     /* its bytes in tks_bpe.added_text (normalized when matched normalized) */
+    uint32_t len, id;
+    uint8_t special;  /* matched only with tks_bpe_set_allow_special */
+    uint8_t unsupported; /* lstrip, rstrip or single_word: matching it is refused */
+} tks__bpe_added;
+
+/* Added tokens matched in the text, leftmost-longest (tokenizers'
+ * AddedVocabulary: a daachorse automaton with MatchKind::LeftmostLongest). */
+typedef struct tks__bpe_added_set {
+    tks__bpe_added *tok; /* (n): by first byte, longest first */
+    size_t n;
+    uint32_t first[257]; /* tok[first[c] .. first[c + 1]) start with byte c */
+    int one_first;       /* the first byte every token shares, or -1 */
+} tks__bpe_added_set;
+
+typedef struct tks__bpe_scratch tks__bpe_scratch;
+
+struct tks_bpe {
+    char *path;
+    uint8_t fingerprint[16];
+    tks__bpe_mode mode;
+    uint32_t n_ids;       /* every id is < n_ids */
+    uint32_t n_model;     /* ids of the BPE model's vocab (tokenizer.json) */
+    /* per id: the bytes it decodes to, in `bytes` */
+    uint64_t *off;        /* (n_ids + 1) */
+    char *bytes;
+    uint8_t *special;     /* (n_ids): 1 for an added token marked special */
+    uint8_t *hole;        /* (n_ids) or NULL: 1 for an id that is no token (tiktoken's gaps
+                           * between the ranks and the special tokens) */
+    uint32_t byte_id[256];/* the one-byte token of each byte, or TKS_NO_ID */
+    uint32_t *vslot;      /* hash of the mergeable tokens' bytes: id or TKS_NO_ID */
+    size_t vmask;
+    tks__bpe_merge *mslot;/* TKS__BPE_MERGES: the merges */
+    size_t mmask;
+    int ignore_merges;    /* a piece that is a token is that token (always for tiktoken) */
+    int nfc;
+    tks__bpe_splitter split[TKS__BPE_MAX_SPLITS];
+    int n_split;
+    /* added tokens: matched on the raw text, then on the normalized pieces */
+    tks__bpe_added_set added_raw, added_norm;
+    char *added_text;
+    int allow_special;    /* tks_bpe_set_allow_special */
+    /* tiktoken: what the descriptor records (bpe_tiktoken.c) */
+    char *tt_pattern;     /* the regex */
+    char *tt_pattern_name;/* a named pattern, or NULL */
+    char *tt_ranks;       /* the ranks file's path */
+    uint8_t tt_ranks_xxh3[16];
+    char *tt_bos, *tt_eos, *tt_pad; /* special tokens' contents, or NULL */
+    int word_cache;       /* tks_bpe_set_word_cache (on by default) */
+    pthread_key_t key;
+    int have_key;         /* key and mu are initialized */
+    pthread_mutex_t mu;
+    tks__bpe_scratch *all;/* every thread's scratch */
+};
+
+/* tokenizers' ByteLevel regex (pre_tokenizers/byte_level.rs), GPT-2's. */
+extern const char tks__bpe_gpt2_pattern[];
+
+/* The code point GPT-2's byte-to-unicode table gives byte b (openai/gpt-2
+ * encoder.py, bytes_to_unicode). */
+uint32_t tks__bpe_byte_char(unsigned b);
+size_t tks__bpe_pow2(size_t n); /* the least power of two >= n, at least 16 */
+uint64_t tks__bpe_mix64(uint64_t x);
+/* The mergeable token with bytes s[0..n), or TKS_NO_ID. */
+uint32_t tks__bpe_vocab_find(const tks_bpe *b, const char *s, size_t n);
+
+/* TKS_ERR_TOKENIZER naming b->path and the formatted reason. */
+int tks__bpe_refuse(const tks_bpe *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int tks__bpe_nomem(const tks_bpe *b, const char *what);
+
+/* A new handle for `path` (its fingerprint unset), or NULL (out of memory). */
+tks_bpe *tks__bpe_new(const char *path);
+/* Compiles a pre-tokenizer regex (literal: a plain string) as the next
+ * splitter, isolated; `extra` adds PCRE2 options (PCRE2_DOLLAR_ENDONLY for
+ * tiktoken's Rust regexes). Refuses patterns that may match the empty
+ * string and escapes Oniguruma reads otherwise. */
+int tks__bpe_compile(tks_bpe *b, const char *pat, size_t n, int literal, uint32_t extra, const char *where);
+/* Adds an added token (content[0..len), id) to the matcher of raw or
+ * normalized text; the sets are sorted by tks__bpe_finish. */
+int tks__bpe_add_token(tks_bpe *b, const char *content, size_t len, uint32_t id, int special, int normalized,
+                       int unsupported);
+/* The hash of the mergeable tokens (ids [0, n) with usable[id], or all when
+ * usable is NULL), the added-token matchers and the per-thread scratch:
+ * the last step of either loader. */
+int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable);
+
+/* The per-thread scratch's key (bpe.c), made by tks__bpe_finish. */
+int tks__bpe_scratch_init(tks_bpe *b);
+/* Loads tokshard's descriptor of a tiktoken tokenizer (bpe_tiktoken.c),
+ * `d` its parsed JSON (borrowed), `path` its file. */
+struct json_t;
+int tks__bpe_load_descriptor(const char *path, struct json_t *d, tks_bpe **out);
+
+#endif

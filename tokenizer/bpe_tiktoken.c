@@ -1,0 +1,531 @@
+/*
+ * bpe_tiktoken.c - byte-level BPE tokenizers from tiktoken files: a ranks
+ * file (each line a token's bytes in base64, a space, its rank, as
+ * tiktoken's load_tiktoken_bpe reads it), a pre-tokenizer pattern and the
+ * special tokens, with tiktoken's encode_ordinary as the reference (tiktoken
+ * 0.14, src/lib.rs: a piece that is a token is that token; otherwise
+ * byte_pair_merge, the adjacent pair whose bytes make the lowest-ranked
+ * token first, the leftmost among equals).
+ *
+ * The pattern and the special tokens are not in a ranks file, yet they
+ * change the ids, so a tiktoken tokenizer is kept as two files: the ranks
+ * file as it is ("tokenizer.tiktoken") and a descriptor ("tiktoken.json",
+ * written by tks_bpe_tiktoken_json) naming the ranks file's XXH3-128, the
+ * pattern and the special tokens. The tokenizer's fingerprint is the
+ * XXH3-128 of the descriptor's canonical bytes, whichever way it was
+ * loaded.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <xxhash.h>
+
+#include "bpe_internal.h"
+
+#define RANKS_NAME "tokenizer.tiktoken"
+
+/* Named patterns, as their sources write them (raw strings). */
+static const struct {
+    const char *name, *pattern;
+    const char *specials; /* the encoding's special tokens, "TEXT=ID,..." */
+} NAMED[] = {
+    /* tiktoken_ext/openai_public.py: r50k_pat_str (gpt2, r50k_base, p50k_base) */
+    {"gpt2", "'(?:[sdmt]|ll|ve|re)| ?\\p{L}++| ?\\p{N}++| ?[^\\s\\p{L}\\p{N}]++|\\s++$|\\s+(?!\\S)|\\s",
+     "<|endoftext|>=50256"},
+    {"r50k", "'(?:[sdmt]|ll|ve|re)| ?\\p{L}++| ?\\p{N}++| ?[^\\s\\p{L}\\p{N}]++|\\s++$|\\s+(?!\\S)|\\s",
+     "<|endoftext|>=50256"},
+    /* tiktoken_ext/openai_public.py: cl100k_base */
+    {"cl100k",
+     "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}++|\\p{N}{1,3}+| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*+|\\s++$|"
+     "\\s*[\\r\\n]|\\s+(?!\\S)|\\s",
+     "<|endoftext|>=100257,<|fim_prefix|>=100258,<|fim_middle|>=100259,<|fim_suffix|>=100260,"
+     "<|endofprompt|>=100276"},
+    /* tiktoken_ext/openai_public.py: o200k_base */
+    {"o200k",
+     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+     "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+     "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     "<|endoftext|>=199999,<|endofprompt|>=200018"},
+    /* Meta's llama3 repository, llama/tokenizer.py: pat_str */
+    {"llama3",
+     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     NULL},
+    /* transformers, models/qwen2/tokenization_qwen2.py: PRETOKENIZE_REGEX */
+    {"qwen2",
+     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     NULL},
+};
+
+const char *tks_tiktoken_pattern(const char *name) {
+    for (size_t i = 0; name && i < sizeof NAMED / sizeof *NAMED; i++)
+        if (!strcmp(NAMED[i].name, name)) return NAMED[i].pattern;
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------
+ * The ranks file
+ * ------------------------------------------------------------------------- */
+static int b64_value(unsigned char c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+}
+
+/* Decodes standard base64 (RFC 4648 section 4, padded) s[0..n) into out
+ * (at least n * 3 / 4 bytes); -1 when it is not that. */
+static long b64_decode(const char *s, size_t n, unsigned char *out) {
+    if (!n || n % 4) return -1;
+    size_t pad = s[n - 1] == '=' ? (s[n - 2] == '=' ? 2 : 1) : 0;
+    long m = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        int v[4];
+        for (int k = 0; k < 4; k++) {
+            v[k] = i + k >= n - pad ? 0 : b64_value((unsigned char)s[i + k]);
+            if (v[k] < 0) return -1;
+        }
+        uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+        out[m++] = (unsigned char)(w >> 16);
+        if (i + 4 < n || pad < 2) out[m++] = (unsigned char)(w >> 8);
+        if (i + 4 < n || pad < 1) out[m++] = (unsigned char)w;
+    }
+    return m;
+}
+
+/* 1 when the first line of the file looks like a ranks file ("BASE64 RANK"). */
+int tks_tiktoken_sniff(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    char line[512];
+    int ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    if (!ok) return 0;
+    size_t i = 0;
+    while (b64_value((unsigned char)line[i]) >= 0) i++;
+    while (line[i] == '=') i++;
+    if (!i || line[i] != ' ') return 0;
+    size_t j = ++i;
+    while (line[i] >= '0' && line[i] <= '9') i++;
+    return i > j && (line[i] == '\n' || line[i] == '\r' || !line[i]);
+}
+
+typedef struct rank_line {
+    uint32_t rank;
+    uint32_t len;
+    uint64_t off; /* the decoded bytes in the tokens buffer */
+    size_t line;
+} rank_line;
+
+/* Reads every "BASE64 RANK" line (empty lines skipped, as tiktoken does)
+ * into *lines and the decoded bytes into *bytes. */
+static int read_ranks(tks_bpe *b, const char *text, size_t size, rank_line **lines, size_t *n_lines,
+                      unsigned char **bytes) {
+    size_t cap = 0, n = 0, used = 0;
+    *lines = NULL;
+    *bytes = malloc(size ? size : 1);
+    if (!*bytes) return tks__bpe_nomem(b, "ranks");
+    size_t line = 0;
+    for (size_t i = 0; i < size;) {
+        size_t e = i;
+        while (e < size && text[e] != '\n') e++;
+        line++;
+        size_t end = e > i && text[e - 1] == '\r' ? e - 1 : e;
+        if (end > i) {
+            const char *sp = memchr(text + i, ' ', end - i);
+            char num[16];
+            size_t nl = sp ? (size_t)(text + end - sp - 1) : 0;
+            if (!sp || !nl || nl >= sizeof num)
+                return tks__bpe_refuse(b, "line %zu is not \"BASE64 RANK\" (a tiktoken ranks file)", line);
+            memcpy(num, sp + 1, nl);
+            num[nl] = 0;
+            char *stop;
+            errno = 0;
+            unsigned long long r = strtoull(num, &stop, 10);
+            if (*stop || errno || num[0] < '0' || num[0] > '9' || r >= UINT32_MAX / 2)
+                return tks__bpe_refuse(b, "line %zu: rank \"%s\" is not a number below %u", line, num,
+                                       UINT32_MAX / 2);
+            long k = b64_decode(text + i, (size_t)(sp - text - i), *bytes + used);
+            if (k <= 0) return tks__bpe_refuse(b, "line %zu: the token is not base64", line);
+            if (n == cap) {
+                cap = cap ? 2 * cap : 1 << 16;
+                if (tks_resize(lines, cap, sizeof **lines)) return tks__bpe_nomem(b, "ranks");
+            }
+            (*lines)[n++] = (rank_line){(uint32_t)r, (uint32_t)k, used, line};
+            used += (size_t)k;
+        }
+        i = e + 1;
+    }
+    if (!n) return tks__bpe_refuse(b, "no ranks: not a tiktoken ranks file");
+    *n_lines = n;
+    return 0;
+}
+
+/* The mergeable tokens: ranks 0 .. n-1 without a gap or a repeat, every
+ * single byte among them, no token twice. */
+static int rank_tables(tks_bpe *b, const rank_line *lines, size_t n, const unsigned char *bytes,
+                       uint32_t n_ids, size_t special_bytes) {
+    const rank_line **by_rank = calloc(n, sizeof *by_rank);
+    b->off = calloc((size_t)n_ids + 1, sizeof *b->off);
+    b->special = calloc(n_ids, 1);
+    b->hole = calloc(n_ids, 1);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += lines[i].len;
+    b->bytes = malloc(total + special_bytes + 1);
+    if (!by_rank || !b->off || !b->special || !b->hole || !b->bytes) {
+        free(by_rank);
+        return tks__bpe_nomem(b, "ranks");
+    }
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (lines[i].rank >= n)
+            rc = tks__bpe_refuse(b, "line %zu: rank %u leaves a gap (the file has %zu ranks: 0 .. %zu expected)",
+                                 lines[i].line, lines[i].rank, n, n - 1);
+        else if (by_rank[lines[i].rank])
+            rc = tks__bpe_refuse(b, "line %zu repeats rank %u of line %zu", lines[i].line, lines[i].rank,
+                                 by_rank[lines[i].rank]->line);
+        else
+            by_rank[lines[i].rank] = &lines[i];
+    }
+    for (unsigned x = 0; x < 256; x++) b->byte_id[x] = TKS_NO_ID;
+    for (size_t r = 0; r < n && !rc; r++) {
+        memcpy(b->bytes + b->off[r], bytes + by_rank[r]->off, by_rank[r]->len);
+        b->off[r + 1] = b->off[r] + by_rank[r]->len;
+        if (by_rank[r]->len == 1) b->byte_id[(unsigned char)b->bytes[b->off[r]]] = (uint32_t)r;
+    }
+    for (unsigned x = 0; x < 256 && !rc; x++)
+        if (b->byte_id[x] == TKS_NO_ID)
+            rc = tks__bpe_refuse(b, "byte 0x%02x has no rank of its own: tiktoken could not encode it", x);
+    free(by_rank);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * Special tokens and the pattern
+ * ------------------------------------------------------------------------- */
+typedef struct special {
+    char *text;
+    uint32_t id;
+} special;
+
+static int special_cmp(const void *a, const void *b) {
+    const special *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* "TEXT=ID,TEXT=ID" into a list (the last '=' of an item separates). */
+static int parse_specials(tks_bpe *b, const char *spec, special **out, size_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    if (!spec || !*spec) return 0;
+    size_t n = 0;
+    const char *p = spec;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        const char *eq = NULL;
+        for (const char *q = p; q < p + len; q++)
+            if (*q == '=') eq = q;
+        char num[16];
+        size_t nl = eq ? (size_t)(p + len - eq - 1) : 0;
+        if (!eq || eq == p || !nl || nl >= sizeof num)
+            return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE,
+                            "--special-tokens: \"%.*s\" is not TEXT=ID (a list like <|endoftext|>=100257,...)",
+                            (int)len, p);
+        memcpy(num, eq + 1, nl);
+        num[nl] = 0;
+        char *stop;
+        unsigned long long id = strtoull(num, &stop, 10);
+        if (*stop || num[0] < '0' || num[0] > '9' || id >= UINT32_MAX / 2)
+            return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE, "--special-tokens: \"%s\" is not an id", num);
+        if (tks_resize(out, n + 1, sizeof **out) || !((*out)[n].text = strndup(p, (size_t)(eq - p)))) {
+            *n_out = n;
+            return tks__bpe_nomem(b, "special tokens");
+        }
+        (*out)[n++].id = (uint32_t)id;
+        *n_out = n;
+        p = e ? e + 1 : p + len;
+    }
+    return 0;
+}
+
+static void specials_free(special *s, size_t n) {
+    for (size_t i = 0; s && i < n; i++) free(s[i].text);
+    free(s);
+}
+
+/* The pattern and special tokens of a tokenizer.json: its Split regex (or
+ * GPT-2's when its ByteLevel splits), its added tokens. */
+static int from_tokenizer_json(tks_bpe *b, const char *json_path, char **pattern, special **sp, size_t *n_sp) {
+    json_error_t je;
+    json_t *root = json_load_file(json_path, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return tks_fail(TKS_ERR_TOKENIZER, json_path, TKS_NONE, TKS_NONE,
+                        "--pattern %s: not valid JSON (line %d: %s)", json_path, je.line, je.text);
+    json_t *pre = json_object_get(root, "pre_tokenizer");
+    const char *type = json_string_value(json_object_get(pre, "type"));
+    const char *pat = NULL;
+    if (type && !strcmp(type, "ByteLevel") && json_is_true(json_object_get(pre, "use_regex")))
+        pat = tks__bpe_gpt2_pattern;
+    if (type && !strcmp(type, "Sequence")) {
+        json_t *items = json_object_get(pre, "pretokenizers");
+        json_t *first = json_array_get(items, 0);
+        const char *ft = json_string_value(json_object_get(first, "type"));
+        if (json_array_size(items) == 2 && ft && !strcmp(ft, "Split"))
+            pat = json_string_value(json_object_get(json_object_get(first, "pattern"), "Regex"));
+    }
+    int rc = 0;
+    if (!pat)
+        rc = tks_fail(TKS_ERR_TOKENIZER, json_path, TKS_NONE, TKS_NONE,
+                      "--pattern %s: its pre_tokenizer is not one Split regex then ByteLevel, nor a ByteLevel "
+                      "with its regex: name the pattern instead", json_path);
+    if (!rc && !(*pattern = strdup(pat))) rc = tks__bpe_nomem(b, "pattern");
+    json_t *added = json_object_get(root, "added_tokens");
+    for (size_t i = 0; !rc && sp && i < json_array_size(added); i++) {
+        json_t *a = json_array_get(added, i);
+        const char *c = json_string_value(json_object_get(a, "content"));
+        json_t *id = json_object_get(a, "id");
+        if (!c || !json_is_integer(id)) continue;
+        if (tks_resize(sp, *n_sp + 1, sizeof **sp) || !((*sp)[*n_sp].text = strdup(c))) {
+            rc = tks__bpe_nomem(b, "special tokens");
+            break;
+        }
+        (*sp)[(*n_sp)++].id = (uint32_t)json_integer_value(id);
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* The regex for `pattern` (a name, a tokenizer.json, or a regex) into
+ * b->tt_pattern / tt_pattern_name, and the special tokens the pattern's
+ * source gives when `spec` is NULL. */
+static int resolve_pattern(tks_bpe *b, const tks_tiktoken_opts *o, special **sp, size_t *n_sp) {
+    const char *pat = o ? o->pattern : NULL;
+    if (!pat || !*pat)
+        return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE,
+                        "%s is a tiktoken ranks file, which holds no pattern: give one with --pattern "
+                        "gpt2|cl100k|o200k|llama3|qwen2, a regex, or a tokenizer.json", b->path);
+    const char *named = tks_tiktoken_pattern(pat);
+    size_t len = strlen(pat);
+    int rc = 0;
+    if (named) {
+        b->tt_pattern_name = strdup(pat);
+        b->tt_pattern = strdup(named);
+        if (!b->tt_pattern_name || !b->tt_pattern) return tks__bpe_nomem(b, "pattern");
+        for (size_t i = 0; i < sizeof NAMED / sizeof *NAMED; i++)
+            if (!strcmp(NAMED[i].name, pat) && !o->special_tokens) rc = parse_specials(b, NAMED[i].specials, sp, n_sp);
+    } else if (len > 5 && !strcmp(pat + len - 5, ".json")) {
+        rc = from_tokenizer_json(b, pat, &b->tt_pattern, o->special_tokens ? NULL : sp, n_sp);
+    } else if (!(b->tt_pattern = strdup(pat))) {
+        rc = tks__bpe_nomem(b, "pattern");
+    }
+    if (!rc && o->special_tokens) rc = parse_specials(b, o->special_tokens, sp, n_sp);
+    return rc;
+}
+
+/* Special ids: above the ranks, each once; the ids between are gaps. */
+static int place_specials(tks_bpe *b, special *sp, size_t n_sp, uint32_t n_ranks, uint32_t *n_ids) {
+    qsort(sp, n_sp, sizeof *sp, special_cmp);
+    *n_ids = n_ranks;
+    for (size_t i = 0; i < n_sp; i++) {
+        if (sp[i].id < n_ranks)
+            return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE,
+                            "special token \"%s\" has id %u, a rank of %s (special ids come after its %u ranks)",
+                            sp[i].text, sp[i].id, b->path, n_ranks);
+        if (i && sp[i].id == sp[i - 1].id)
+            return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE, "special tokens \"%s\" and \"%s\" share id %u",
+                            sp[i - 1].text, sp[i].text, sp[i].id);
+        if (!*sp[i].text)
+            return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE, "special token %u has no text", sp[i].id);
+        *n_ids = sp[i].id + 1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * The descriptor
+ * ------------------------------------------------------------------------- */
+static void hex16(const uint8_t d[16], char out[33]) {
+    for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+int tks_bpe_tiktoken_json(const tks_bpe *b, char **text, size_t *len) {
+    *text = NULL;
+    if (!b || b->mode != TKS__BPE_RANKS)
+        return tks_fail(TKS_ERR_ARG, b ? b->path : NULL, TKS_NONE, TKS_NONE, "not a tiktoken tokenizer");
+    char hx[33];
+    hex16(b->tt_ranks_xxh3, hx);
+    json_t *sp = json_array();
+    for (uint32_t id = 0; sp && id < b->n_ids; id++)
+        if (b->special[id])
+            json_array_append_new(sp, json_pack("[s%,I]", b->bytes + b->off[id], (size_t)(b->off[id + 1] - b->off[id]),
+                                                (json_int_t)id));
+    json_t *d = json_pack("{s:s, s:s, s:s, s:s?, s:s, s:o}", "type", "tiktoken", "ranks_file", RANKS_NAME,
+                          "ranks_xxh3", hx, "pattern_name", b->tt_pattern_name, "pattern", b->tt_pattern,
+                          "special_tokens", sp);
+    char *s = d ? json_dumps(d, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(d);
+    if (!s) return tks_fail(TKS_ERR_NOMEM, b->path, TKS_NONE, TKS_NONE, "out of memory writing the descriptor");
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (!t) {
+        free(s);
+        return tks_fail(TKS_ERR_NOMEM, b->path, TKS_NONE, TKS_NONE, "out of memory writing the descriptor");
+    }
+    t[n] = '\n';
+    t[n + 1] = 0;
+    *text = t;
+    if (len) *len = n + 1;
+    return 0;
+}
+
+const char *tks_bpe_tiktoken_ranks(const tks_bpe *b) { return b && b->mode == TKS__BPE_RANKS ? b->tt_ranks : NULL; }
+
+/* ---------------------------------------------------------------------------
+ * Loading
+ * ------------------------------------------------------------------------- */
+static int build(tks_bpe *b, const char *text, size_t size, special *sp, size_t n_sp) {
+    rank_line *lines = NULL;
+    unsigned char *bytes = NULL;
+    size_t n = 0, sbytes = 0;
+    uint32_t n_ids = 0;
+    int rc = read_ranks(b, text, size, &lines, &n, &bytes);
+    if (!rc && n >= UINT32_MAX / 2) rc = tks__bpe_refuse(b, "%zu ranks", n);
+    if (!rc) rc = place_specials(b, sp, n_sp, (uint32_t)n, &n_ids);
+    for (size_t i = 0; i < n_sp; i++) sbytes += strlen(sp[i].text);
+    if (!rc) rc = rank_tables(b, lines, n, bytes, n_ids, sbytes);
+    free(lines);
+    free(bytes);
+    if (rc) return rc;
+    b->n_ids = n_ids;
+    b->n_model = (uint32_t)n;
+    size_t k = 0;
+    for (uint32_t id = (uint32_t)n; id < n_ids; id++) {
+        size_t len = 0;
+        if (k < n_sp && sp[k].id == id) {
+            len = strlen(sp[k].text);
+            memcpy(b->bytes + b->off[id], sp[k].text, len);
+            b->special[id] = 1;
+            if ((rc = tks__bpe_add_token(b, sp[k].text, len, id, 1, 0, 0))) return rc;
+            k++;
+        } else {
+            b->hole[id] = 1;
+        }
+        b->off[id + 1] = b->off[id] + len;
+    }
+    b->mode = TKS__BPE_RANKS;
+    b->ignore_merges = 1;
+    /* tiktoken keeps what the pattern matches and drops the text between */
+    rc = tks__bpe_compile(b, b->tt_pattern, strlen(b->tt_pattern), 0, PCRE2_DOLLAR_ENDONLY, "pattern");
+    if (rc) return rc;
+    b->split[0].how = B_REMOVED;
+    b->split[0].invert = 1;
+    return tks__bpe_finish(b, (uint32_t)n, NULL);
+}
+
+/* Loads the ranks at `path` with the pattern and specials already in b. */
+static int load_ranks(tks_bpe *b, const char *path, special *sp, size_t n_sp, const uint8_t *want_xxh3) {
+    const uint8_t *base;
+    size_t size;
+    int rc = tks_map_file(path, "tiktoken ranks", &base, &size);
+    if (rc) return rc;
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(base, size));
+    memcpy(b->tt_ranks_xxh3, c.digest, 16);
+    if (want_xxh3 && memcmp(want_xxh3, c.digest, 16))
+        rc = tks__bpe_refuse(b, "%s is not the ranks file the descriptor names (its XXH3-128 differs)", path);
+    if (!rc && !(b->tt_ranks = strdup(path))) rc = tks__bpe_nomem(b, "path");
+    if (!rc) rc = build(b, (const char *)base, size, sp, n_sp);
+    tks_unmap(base, size);
+    if (rc) return rc;
+    char *d;
+    size_t dl;
+    if ((rc = tks_bpe_tiktoken_json(b, &d, &dl))) return rc;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(d, dl));
+    memcpy(b->fingerprint, c.digest, 16);
+    free(d);
+    return 0;
+}
+
+int tks_bpe_load_tiktoken(const char *path, const tks_tiktoken_opts *o, tks_bpe **out) {
+    if (!out) return tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE, "tks_bpe_load_tiktoken: out is NULL");
+    *out = NULL;
+    if (!path) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_bpe_load_tiktoken: path is NULL");
+    tks_bpe *b = tks__bpe_new(path);
+    if (!b) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory loading %s", path);
+    special *sp = NULL;
+    size_t n_sp = 0;
+    int rc = resolve_pattern(b, o, &sp, &n_sp);
+    if (!rc) rc = load_ranks(b, path, sp, n_sp, NULL);
+    specials_free(sp, n_sp);
+    if (rc) {
+        tks_bpe_free(b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
+
+/* A descriptor (tks_bpe_tiktoken_json's format) at `path`, parsed: its
+ * ranks file beside it, checked against the recorded XXH3-128. */
+int tks__bpe_load_descriptor(const char *path, json_t *d, tks_bpe **out) {
+    *out = NULL;
+    tks_bpe *b = tks__bpe_new(path);
+    if (!b) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory loading %s", path);
+    const char *rf = json_string_value(json_object_get(d, "ranks_file"));
+    const char *hx = json_string_value(json_object_get(d, "ranks_xxh3"));
+    const char *pat = json_string_value(json_object_get(d, "pattern"));
+    const char *name = json_string_value(json_object_get(d, "pattern_name"));
+    json_t *spj = json_object_get(d, "special_tokens");
+    int rc = 0;
+    uint8_t want[16];
+    if (!rf || strchr(rf, '/') || !hx || strlen(hx) != 32 || !pat || !json_is_array(spj))
+        rc = tks__bpe_refuse(b, "not a tiktoken descriptor (ranks_file, ranks_xxh3, pattern and special_tokens "
+                                "expected)");
+    for (int i = 0; !rc && i < 16; i++) {
+        unsigned v;
+        if (sscanf(hx + 2 * i, "%2x", &v) != 1) rc = tks__bpe_refuse(b, "ranks_xxh3 is not 32 hex digits");
+        want[i] = (uint8_t)v;
+    }
+    if (!rc && name && (!tks_tiktoken_pattern(name) || strcmp(tks_tiktoken_pattern(name), pat)))
+        rc = tks__bpe_refuse(b, "pattern_name \"%s\" does not name the pattern given", name);
+    if (!rc && (!(b->tt_pattern = strdup(pat)) || (name && !(b->tt_pattern_name = strdup(name)))))
+        rc = tks__bpe_nomem(b, "pattern");
+    special *sp = NULL;
+    size_t n_sp = json_array_size(spj);
+    if (!rc && n_sp && !(sp = calloc(n_sp, sizeof *sp))) rc = tks__bpe_nomem(b, "special tokens");
+    for (size_t i = 0; !rc && i < n_sp; i++) {
+        json_t *e = json_array_get(spj, i);
+        const char *t = json_string_value(json_array_get(e, 0));
+        json_t *id = json_array_get(e, 1);
+        if (!t || !json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= UINT32_MAX / 2)
+            rc = tks__bpe_refuse(b, "special_tokens[%zu] is not [TEXT, ID]", i);
+        else if (!(sp[i].text = strdup(t)))
+            rc = tks__bpe_nomem(b, "special tokens");
+        else
+            sp[i].id = (uint32_t)json_integer_value(id);
+    }
+    char ranks[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!rc && snprintf(ranks, sizeof ranks, "%.*s%s", slash ? (int)(slash - path + 1) : 0, path, rf) >=
+                   (int)sizeof ranks)
+        rc = tks__bpe_refuse(b, "path too long");
+    if (!rc) rc = load_ranks(b, ranks, sp, n_sp, want);
+    specials_free(sp, n_sp);
+    if (rc) {
+        tks_bpe_free(b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
