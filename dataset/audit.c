@@ -79,7 +79,23 @@ typedef struct task_result {
     uint32_t bad_id;
     uint64_t n_bad_model, first_bad_model;
     uint32_t bad_model_id;
+    uint64_t n_inside, first_inside; /* ids no text produces, inside documents */
+    uint32_t inside_id;
 } task_result;
+
+/* The ids no text produces (the manifest's reserved ranges), for the check
+ * that none is inside a document: at a document's first token only the BOS,
+ * at its last only the EOS, elsewhere none. */
+typedef struct reserved_set {
+    uint32_t lo, hi;        /* every reserved id is in [lo, hi] */
+    int contiguous;         /* and every id of [lo, hi] is reserved */
+    uint64_t *bits;         /* bit (id - lo): reserved */
+    uint32_t bos, eos;
+} reserved_set;
+
+static int is_reserved(const reserved_set *rs, uint32_t id) {
+    return id >= rs->lo && id <= rs->hi && (rs->bits[(id - rs->lo) >> 6] >> ((id - rs->lo) & 63) & 1);
+}
 
 static void problem(sink *pk, int code, uint64_t shard, uint64_t chunk,
                     uint64_t tok, uint64_t byte, uint64_t doc, const char *file, const char *fmt, ...)
@@ -261,12 +277,63 @@ static void scan_index(ashard *s, uint8_t *buf) {
 TKS_MINMAX(minmax16, uint16_t, UINT16_MAX)
 TKS_MINMAX(minmax32, uint32_t, UINT32_MAX)
 
-static void scan_chunk(const ashard *s, uint64_t c, uint32_t model_vocab, uint8_t *buf, task_result *t) {
+/* in_span16, in_span32: how many of n ids lie in [lo, lo + span]. */
+#define TKS_IN_SPAN(name, T)                                                          \
+    TKS_CLONES static uint64_t name(const T *q, size_t n, uint32_t lo, uint32_t span) { \
+        uint64_t c = 0;                                                               \
+        for (size_t i = 0; i < n; i++) c += (uint32_t)q[i] - lo <= span;              \
+        return c;                                                                     \
+    }
+TKS_IN_SPAN(in_span16, uint16_t)
+TKS_IN_SPAN(in_span32, uint32_t)
+
+/* A chunk's reserved ids against the documents' bounds: tokens [first,
+ * first + n) of shard s, of which n_res are reserved (rs). Read from the
+ * mapping through the document index, which is checked by another task:
+ * the result counts only when that task finds the index good. Counts the
+ * BOS at documents' starts and the EOS at their ends; when those are not
+ * all n_res, scans the chunk for the first reserved id elsewhere. */
+static void inside_docs(const ashard *s, uint64_t first, uint64_t n, uint64_t n_res, const reserved_set *rs,
+                        task_result *t) {
+    const tks_shard_header *h = &s->h;
+    const uint8_t *tok = s->base + h->tokens_offset;
+    const uint64_t *ix = (const uint64_t *)(s->base + h->index_offset);
+    uint64_t lo = 0, hi = h->n_docs, end = first + n, legit = 0;
+    while (hi - lo > 1) { /* the document holding token `first` */
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (ix[mid] <= first) lo = mid; else hi = mid;
+    }
+    for (uint64_t d = lo; d < h->n_docs && ix[d] < end; d++) {
+        uint64_t a = ix[d], b = ix[d + 1];
+        if (b <= a || b > h->n_tokens) return; /* a broken index: reported by its task */
+        int bos_ok = a >= first && tks_shard_token_at(tok, h->token_bytes, a) == rs->bos;
+        legit += (uint64_t)bos_ok;
+        legit += b - 1 >= first && b - 1 < end && (b - 1 != a || !bos_ok) &&
+                 tks_shard_token_at(tok, h->token_bytes, b - 1) == rs->eos;
+    }
+    if (legit == n_res) return;
+    /* the first reserved id that is no BOS at a start nor EOS at an end */
+    uint64_t d = lo;
+    for (uint64_t p = first; p < end; p++) {
+        uint32_t id = tks_shard_token_at(tok, h->token_bytes, p);
+        if (!is_reserved(rs, id)) continue;
+        while (d + 1 < h->n_docs && ix[d + 1] <= p) d++;
+        if ((p == ix[d] && id == rs->bos) || (p + 1 == ix[d + 1] && id == rs->eos)) continue;
+        if (!t->n_inside++) {
+            t->first_inside = p;
+            t->inside_id = id;
+        }
+    }
+}
+
+static void scan_chunk(const ashard *s, uint64_t c, uint32_t model_vocab, const reserved_set *rs, uint8_t *buf,
+                       task_result *t) {
     const tks_shard_header *h = &s->h;
     uint64_t off = c * h->chunk_bytes;
     uint64_t len = h->tokens_bytes - off < h->chunk_bytes ? h->tokens_bytes - off : h->chunk_bytes;
     uint64_t n = len / h->token_bytes, first = off / h->token_bytes;
     uint32_t lo = UINT32_MAX, hi = 0;
+    uint64_t n_res = 0; /* ids in [rs->lo, rs->hi] */
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
     for (uint64_t r = 0; r < len; r += READ_BYTES) {
@@ -284,8 +351,17 @@ static void scan_chunk(const ashard *s, uint64_t c, uint32_t model_vocab, uint8_
                 minmax16((const uint16_t *)(q + b), m / 2, &lo, &hi);
             else
                 minmax32((const uint32_t *)(q + b), m / 4, &lo, &hi);
+            if (rs)
+                n_res += h->token_bytes == 2 ? in_span16((const uint16_t *)(q + b), m / 2, rs->lo, rs->hi - rs->lo)
+                                             : in_span32((const uint32_t *)(q + b), m / 4, rs->lo, rs->hi - rs->lo);
         }
     }
+    if (n_res && !rs->contiguous) { /* only some of the span is reserved: count exactly */
+        const uint8_t *p = s->base + h->tokens_offset + off;
+        n_res = 0;
+        for (uint64_t i = 0; i < n; i++) n_res += (uint64_t)is_reserved(rs, tks_shard_token_at(p, h->token_bytes, i));
+    }
+    if (n_res) inside_docs(s, first, n, n_res, rs, t);
     t->hash_bad = XXH3_64bits_digest(&st) != s->table[c];
     t->min_id = lo;
     t->max_id = hi;
@@ -310,7 +386,7 @@ static void release_if_clean(ashard *s, const task_result *res) {
     if (s->body_ok)
         for (uint64_t c = 0; c < s->h.n_chunks; c++) {
             const task_result *t = &res[s->first_task + c];
-            if (t->hash_bad || t->read_errno || t->n_bad || t->n_bad_model) return;
+            if (t->hash_bad || t->read_errno || t->n_bad || t->n_bad_model || t->n_inside) return;
         }
     tks_unmap(s->base, s->size);
     s->base = NULL;
@@ -347,6 +423,7 @@ typedef struct audit {
     int have_manifest;
     uint8_t user_fp[16];       /* --tokenizer's fingerprint (have_user_fp) */
     int have_user_fp;
+    reserved_set rs;           /* the manifest's reserved ids (bits NULL: no check) */
     /* the parallel tasks: index tasks [0, n_idx), then chunk tasks; task j
      * reads shard t_shard[j], chunk t_chunk[j] (TKS_NONE: the index) */
     size_t n_idx, n_tasks;
@@ -364,6 +441,7 @@ static void audit_free(audit *a) {
         tks_unmap(a->sh[i].base, a->sh[i].size);
         if (a->sh[i].fd >= 0) close(a->sh[i].fd);
     }
+    free(a->rs.bits);
     free(a->t_shard);
     free(a->t_chunk);
     free(a->res);
@@ -462,6 +540,25 @@ static void check_tokenizer_copy(audit *a) {
     a->r->vocab_size = a->tok.vocab_size;
 }
 
+/* The manifest's reserved ids as a set for the chunk tasks; none when the
+ * manifest records none or says special tokens came from the text. */
+static int reserved_setup(audit *a) {
+    const tks_tokenizer_info *t = &a->tok;
+    if (!a->have_manifest || !t->n_reserved || t->special_from_text) return 0;
+    reserved_set *rs = &a->rs;
+    rs->lo = t->reserved[0][0];
+    rs->hi = t->reserved[t->n_reserved - 1][1];
+    rs->contiguous = t->n_reserved == 1;
+    rs->bos = t->bos_id;
+    rs->eos = t->eos_id;
+    rs->bits = calloc(((size_t)(rs->hi - rs->lo) >> 6) + 1, sizeof *rs->bits);
+    if (!rs->bits) return audit_nomem(a);
+    for (uint32_t i = 0; i < t->n_reserved; i++)
+        for (uint32_t id = t->reserved[i][0]; id <= t->reserved[i][1]; id++)
+            rs->bits[(id - rs->lo) >> 6] |= 1ull << ((id - rs->lo) & 63);
+    return 0;
+}
+
 /* Phase 0, the dataset-level checks: manifest, stray shards, tokenizer copy,
  * and --tokenizer against the manifest. Errors: TKS_ERR_NOMEM. */
 static int check_dataset(audit *a) {
@@ -480,7 +577,14 @@ static int check_dataset(audit *a) {
     if (!a->sh) return audit_nomem(a);
     /* --tokenizer: compare its fingerprint with the manifest, or with the shards' headers */
     const char *tp = a->opts.tokenizer_path;
-    if (tp) {
+    if (tp && a->opts.tokenizer_fp) {
+        memcpy(a->user_fp, a->opts.tokenizer_fp, 16);
+        a->have_user_fp = 1;
+        a->r->tokenizer_checked = 1;
+        if (a->have_manifest && memcmp(a->user_fp, a->tok.fingerprint, 16) != 0)
+            problem(&a->sk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, tp,
+                    "%s is not the tokenizer this dataset was built with (fingerprints differ)", tp);
+    } else if (tp) {
         if (tks_file_xxh3_128(tp, a->user_fp, NULL) != 0)
             problem(&a->sk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                     tp, "%s", tks_last_error()->message);
@@ -603,7 +707,7 @@ static void run_tasks(audit *a) {
         if (a->t_chunk[j] == TKS_NONE)
             scan_index(s, buf);
         else
-            scan_chunk(s, a->t_chunk[j], a->opts.model_vocab, buf, &a->res[j]);
+            scan_chunk(s, a->t_chunk[j], a->opts.model_vocab, a->rs.bits ? &a->rs : NULL, buf, &a->res[j]);
         /* The shard's last task unmaps it when no chunk problem needs the index
          * for the report: munmap then overlaps with other shards' work instead
          * of running serially at the end. */
@@ -664,6 +768,18 @@ static void report_chunk(sink *pk, const ashard *s, uint64_t c, const task_resul
                 s->path, "%llu token id(s) >= vocab_size %u in chunk %llu; first: id %u at "
                 "token offset %llu", (unsigned long long)t->n_bad, h->vocab_size,
                 (unsigned long long)c, t->bad_id, (unsigned long long)t->first_bad);
+    if (t->n_inside && s->index_ok) {
+        uint64_t d = doc_of(s, t->first_inside);
+        problem(pk, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_inside,
+                h->tokens_offset + t->first_inside * h->token_bytes, d, s->path,
+                "%llu id(s) that no text produces inside documents in chunk %llu; first: id %u at token "
+                "offset %llu, token %llu of document %llu. A special token (or an id that is no token) "
+                "there did not come from tokenizing text without special tokens: the data was "
+                "tokenized elsewhere, or with their text allowed (build --allow-special-in-text)",
+                (unsigned long long)t->n_inside, (unsigned long long)c, t->inside_id,
+                (unsigned long long)t->first_inside, (unsigned long long)(t->first_inside - s->index[d]),
+                (unsigned long long)d);
+    }
     if (t->n_bad_model)
         problem(pk, TKS_ERR_TOKEN_RANGE, s->shard_no, c, t->first_bad_model,
                 h->tokens_offset + t->first_bad_model * h->token_bytes,
@@ -725,6 +841,7 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     a.r = r;
     a.sk = (sink){r, cap, KEY(0, 0)};
     int rc = check_dataset(&a);
+    if (!rc) rc = reserved_setup(&a);
     if (!rc) rc = take_share(&a);
     if (!rc) {
         check_shards(&a);

@@ -198,12 +198,27 @@ typedef struct tks_dataset tks_dataset;
 #define TKS_NO_TOKENIZER_NAME "tokenizer.none"
 
 /* Manifest tokenizer record. */
+#define TKS_MAX_RESERVED 64
+
 typedef struct tks_tokenizer_info {
     char file[256];           /* tokenizer file name inside the dataset dir */
     uint8_t fingerprint[16];  /* XXH3-128 of the tokenizer file */
     uint32_t vocab_size;
     char model_type[16];      /* "bpe", "unigram", "word", "char"; "none" (TKS_NO_TOKENIZER_NAME) */
     uint32_t bos_id, eos_id, pad_id, unk_id; /* TKS_NO_ID when absent */
+    /* The ids no text produces: the special tokens (BOS, EOS and pad among
+     * them) and the ids that are no token (a tiktoken file's gaps), as
+     * sorted, disjoint, inclusive ranges [lo, hi] below vocab_size. 0 ranges:
+     * not recorded (an older manifest, or a tokenizer with more than
+     * TKS_MAX_RESERVED ranges). The audit reports such an id inside a
+     * document; a BOS at a document's start and an EOS at its end are what
+     * --prepend-bos and --append-eos write. */
+    uint32_t reserved[TKS_MAX_RESERVED][2];
+    uint32_t n_reserved;
+    /* 1: documents were encoded with special tokens' text turned into their
+     * ids (build --allow-special-in-text): special ids inside documents are
+     * expected, and the audit does not look for them. */
+    int special_from_text;
 } tks_tokenizer_info;
 
 /*
@@ -363,6 +378,9 @@ int tks_shard_record_read(const struct json_t *rec, size_t i, tks_shard_info *si
 typedef struct tks_audit_opts {
     uint32_t model_vocab;        /* 0 = not given; else ids must also be < this */
     const char *tokenizer_path;  /* NULL = not given; else its fingerprint must match */
+    const uint8_t *tokenizer_fp; /* tokenizer_path's fingerprint (16 bytes) as its loader computes
+                                  * it (a tiktoken file's covers its pattern); NULL: the XXH3-128
+                                  * of the file, which is the fingerprint of the other kinds */
     int threads;                 /* 0 = OpenMP default */
     size_t max_problems;         /* stop recording after this many (0 = 1000) */
     /* Distributed audit (mpirun): with n_ranks > 1 this process audits only

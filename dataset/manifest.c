@@ -58,6 +58,14 @@ int tks_manifest_write(const char *dir, const tks_tokenizer_info *tok, const tks
                           "model_type", tok->model_type, "bos_id", id_or_null(tok->bos_id),
                           "eos_id", id_or_null(tok->eos_id), "pad_id", id_or_null(tok->pad_id),
                           "unk_id", id_or_null(tok->unk_id));
+    if (t && tok->n_reserved) {
+        json_t *res = json_array();
+        for (uint32_t i = 0; i < tok->n_reserved && i < TKS_MAX_RESERVED; i++)
+            json_array_append_new(res, json_pack("[I,I]", (json_int_t)tok->reserved[i][0],
+                                                 (json_int_t)tok->reserved[i][1]));
+        json_object_set_new(t, "reserved_ids", res);
+    }
+    if (t && tok->special_from_text) json_object_set_new(t, "special_from_text", json_true());
     json_t *arr = json_array();
     uint64_t docs = 0, toks = 0;
     uint32_t lo = UINT32_MAX, hi = 0;
@@ -149,6 +157,28 @@ static int get_id(json_t *o, const char *key, uint32_t *v) {
 }
 
 
+/* The tokenizer record's reserved_ids (absent: none recorded). -1 when
+ * they are not sorted, disjoint ranges below vocab, or too many. */
+static int get_reserved(json_t *t, uint32_t vocab, tks_tokenizer_info *tok) {
+    json_t *res = json_object_get(t, "reserved_ids");
+    tok->n_reserved = 0;
+    if (!res) return 0;
+    if (!json_is_array(res) || json_array_size(res) > TKS_MAX_RESERVED) return -1;
+    for (size_t i = 0; i < json_array_size(res); i++) {
+        json_t *r = json_array_get(res, i);
+        json_t *a = json_array_get(r, 0), *b = json_array_get(r, 1);
+        if (json_array_size(r) != 2 || !json_is_integer(a) || !json_is_integer(b)) return -1;
+        json_int_t lo = json_integer_value(a), hi = json_integer_value(b);
+        if (lo < 0 || hi < lo || hi >= (json_int_t)vocab ||
+            (i && lo <= (json_int_t)tok->reserved[i - 1][1]))
+            return -1;
+        tok->reserved[i][0] = (uint32_t)lo;
+        tok->reserved[i][1] = (uint32_t)hi;
+        tok->n_reserved = (uint32_t)i + 1;
+    }
+    return 0;
+}
+
 int tks__manifest_parse(const char *text, size_t len, const char *path, tks_tokenizer_info *tok,
                         tks_shard_info **shards_out, size_t *n_out, uint32_t *token_bytes,
                         uint32_t *chunk_bytes) {
@@ -187,10 +217,14 @@ int tks__manifest_parse(const char *text, size_t len, const char *path, tks_toke
             get_id(t, "bos_id", &tok->bos_id) || get_id(t, "eos_id", &tok->eos_id) ||
             get_id(t, "pad_id", &tok->pad_id) || get_id(t, "unk_id", &tok->unk_id)) {
             rc = mbad(path, "%s: %s", "invalid tokenizer record");
+        } else if (get_reserved(t, (uint32_t)vocab, tok)) {
+            rc = mbad(path, "%s: %s", "invalid tokenizer record: reserved_ids are not sorted, disjoint "
+                                      "[lo, hi] ranges below vocab_size");
         } else {
             snprintf(tok->file, sizeof tok->file, "%s", file);
             snprintf(tok->model_type, sizeof tok->model_type, "%s", mt);
             tok->vocab_size = (uint32_t)vocab;
+            tok->special_from_text = json_is_true(json_object_get(t, "special_from_text"));
             *token_bytes = (uint32_t)tb;
             *chunk_bytes = (uint32_t)cb;
         }

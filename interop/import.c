@@ -18,8 +18,15 @@
 /* ---------------------------------------------------------------------------
  * Audit
  * ------------------------------------------------------------------------- */
+/* 1 when id is in one of tok's reserved ranges. */
+static int reserved(const tks_tokenizer_info *tok, uint32_t id) {
+    for (uint32_t k = 0; tok && k < tok->n_reserved; k++)
+        if (id >= tok->reserved[k][0] && id <= tok->reserved[k][1]) return 1;
+    return 0;
+}
+
 int tks_foreign_audit(const char *path, const tks_foreign_opts *opts, uint32_t model_vocab,
-                      size_t max_problems, tks_audit_report **out) {
+                      const tks_tokenizer_info *tok, size_t max_problems, tks_audit_report **out) {
     *out = NULL;
     if (!path || !opts || model_vocab == 0)
         return tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE,
@@ -60,8 +67,18 @@ int tks_foreign_audit(const char *path, const tks_foreign_opts *opts, uint32_t m
                              (unsigned long long)d);
                 continue;
             }
+            int inside = 0; /* an id no text produces was reported for this document */
             for (uint64_t i = a; i < b; i++) {
                 int64_t v = tks__foreign_token(&f, i);
+                if (v >= 0 && v <= UINT32_MAX && !inside && reserved(tok, (uint32_t)v) &&
+                    !(i == a && (uint32_t)v == tok->bos_id) && !(i == b - 1 && (uint32_t)v == tok->eos_id)) {
+                    inside = 1;
+                    tks__problem(&pl, TKS_ERR_TOKEN_RANGE, dp, i, f.tokens_offset + i * f.token_bytes, d,
+                                 "id %lld at position %llu of document %llu is a special token (or no "
+                                 "token) of %s, which no text produces there: the ids were not made by "
+                                 "tokenizing text with special tokens left as text",
+                                 (long long)v, (unsigned long long)(i - a), (unsigned long long)d, tok->file);
+                }
                 if (v < 0 || (uint64_t)v >= model_vocab) {
                     tks__problem(&pl, TKS_ERR_TOKEN_RANGE, dp, i, f.tokens_offset + i * f.token_bytes, d,
                                  "token id %lld at position %llu of document %llu is outside the "
@@ -129,17 +146,16 @@ static int setup_tokenizer(const tks_import_opts *o, const char *partial, tks_to
     int rc;
     if (o->tokenizer_path) {
         tks_tok *tk = NULL;
-        if ((rc = tks_tok_load(o->tokenizer_path, &tk))) return rc;
+        tks_tok_opts to = {o->pattern, o->special_tokens, 0};
+        if ((rc = tks_tok_load_opts(o->tokenizer_path, &to, &tk))) return rc;
         tks_tokenizer_record(tk, tok);
-        rc = tks_tokenizer_copy_config(tk, partial);
-        tks_tok_free(tk);
-        if (rc) return rc;
         if (o->vocab_size && o->vocab_size != tok->vocab_size)
-            return tks_fail(TKS_ERR_TOKENIZER, o->tokenizer_path, TKS_NONE, TKS_NONE,
-                            "--vocab-size %u disagrees with %s (vocab %u): drop --vocab-size",
-                            o->vocab_size, o->tokenizer_path, tok->vocab_size);
-        return tks_partial_tokenizer(TKS_PARTIAL_IMPORT, partial, o->tokenizer_path, tok->file,
-                                     tok->fingerprint);
+            rc = tks_fail(TKS_ERR_TOKENIZER, o->tokenizer_path, TKS_NONE, TKS_NONE,
+                          "--vocab-size %u disagrees with %s (vocab %u): drop --vocab-size",
+                          o->vocab_size, o->tokenizer_path, tok->vocab_size);
+        if (!rc) rc = tks_tokenizer_keep(TKS_PARTIAL_IMPORT, tk, o->tokenizer_path, partial);
+        tks_tok_free(tk);
+        return rc;
     }
     char note[256];
     int n = snprintf(note, sizeof note,

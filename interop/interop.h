@@ -82,9 +82,14 @@ void tks_foreign_opts_default(tks_foreign_opts *o);
  * caller (tks_audit_report_free). Returns 0 when the audit ran, whatever it
  * found; TKS_ERR_IO when a file cannot be opened, TKS_ERR_ARG for bad
  * options, TKS_ERR_NOMEM.
+ * With `tok` (the tokenizer the ids are said to come from, tks_tokenizer_record;
+ * may be NULL) the ids no text produces (its reserved ranges) are looked for
+ * inside documents as tks_audit does: a BOS at a document's start and an EOS
+ * at its end are expected, any other one is reported, the first of each
+ * document.
  */
 int tks_foreign_audit(const char *path, const tks_foreign_opts *opts, uint32_t model_vocab,
-                      size_t max_problems, tks_audit_report **out);
+                      const tks_tokenizer_info *tok, size_t max_problems, tks_audit_report **out);
 
 /* Import: a foreign dataset to a tokshard dataset. */
 typedef struct tks_import_opts {
@@ -97,6 +102,8 @@ typedef struct tks_import_opts {
      * "tokenizer.none" stands in; `cat --ids`, audit, sample-plan and training
      * work, decoding does not). */
     const char *tokenizer_path;
+    const char *pattern;        /* a tiktoken ranks file's pattern and special tokens */
+    const char *special_tokens; /* (tks_tok_opts) */
     uint32_t vocab_size;
     uint64_t shard_tokens;      /* 0: 16M */
     uint32_t chunk_bytes;       /* 0: TKS_DEFAULT_CHUNK_BYTES */

@@ -1,16 +1,18 @@
 # Byte-level BPE tokenizers (tokenizer/bpe.c) against Hugging Face
-# `tokenizers` in the project venv (TKS_VENV_PYTHON, tests/interop.cmake's
-# cache entry): bpe_peer trains small tokenizers on real text (python3.11-doc,
-# dict-gcide) and writes tokenizers' ids (a fixture); each bpe_ids_* test
-# compares tokshard's ids and decodes with them. Without the venv's
-# `tokenizers` the peer and the comparisons report skipped (77).
+# `tokenizers` and tiktoken in the project venv (TKS_VENV_PYTHON,
+# tests/interop.cmake's cache entry): bpe_peer trains small tokenizers on real
+# text (python3.11-doc, dict-gcide), takes OpenAI's cl100k_base and o200k_base
+# ranks from the bpe-openai wheel, and writes the peers' ids (a fixture); each
+# bpe_ids_* test compares tokshard's ids and decodes with them. Without the
+# venv's `tokenizers` (or tiktoken, for the tiktoken files) the peer and the
+# comparisons report skipped (77).
 set(TKS_VENV_PYTHON ${CMAKE_SOURCE_DIR}/.venv/bin/python CACHE FILEPATH "python3 of the project venv (peers of the interop tests)")
 set(TKS_BPE_WORK ${CMAKE_BINARY_DIR}/test-work/bpe)
 add_executable(test_bpe ${TKS_TEST_DIR}/test_bpe.c)
 target_link_libraries(test_bpe PRIVATE tks_tokenizer OpenMP::OpenMP_C)
 add_test(NAME bpe_peer COMMAND bash ${TKS_TEST_DIR}/test_bpe.sh peer ${TKS_VENV_PYTHON} $<TARGET_FILE:test_bpe> ${TKS_BPE_WORK})
 set_tests_properties(bpe_peer PROPERTIES FIXTURES_SETUP tks_bpe SKIP_RETURN_CODE 77 TIMEOUT 600)
-foreach(model gpt2 llama3-im llama3 llama3-legacy nfc noalpha behaviors)
+foreach(model gpt2 llama3-im llama3 llama3-legacy nfc noalpha behaviors added cl100k o200k llama3-tt)
   add_test(NAME bpe_ids_${model} COMMAND bash ${TKS_TEST_DIR}/test_bpe.sh ids ${TKS_VENV_PYTHON}
            $<TARGET_FILE:test_bpe> ${TKS_BPE_WORK} ${model})
   set_tests_properties(bpe_ids_${model} PROPERTIES FIXTURES_REQUIRED tks_bpe SKIP_RETURN_CODE 77 TIMEOUT 300)

@@ -10,12 +10,30 @@ Trains small byte-level BPE tokenizers on real text from Debian packages
   NAME.dec            tokenizers' decode of those ids, in docs.bin's format
   NAME.special        "id content" of each special token
   peer-speed.txt      NAME MB/s of one thread of tokenizers on the real documents
+  NAME.ids-allow      where the tokenizer has special tokens: the ids with them
+                      matched in the text (tokenizers' default; tiktoken's
+                      encode with allowed_special="all")
 Special tokens are not matched in the text (encode_special_tokens = True),
-and none is added (add_special_tokens=False).
+and none is added (add_special_tokens=False); added tokens that are not
+special are matched, as tokenizers always does.
+tiktoken files (tiktoken 0.14 is their reference; tiktoken_ext's own
+definitions of cl100k_base and o200k_base give the pattern and the special
+tokens):
+  cl100k.tiktoken, o200k.tiktoken   OpenAI's ranks files, as the bpe-openai
+                      wheel carries them (checked against the SHA-256 that
+                      tiktoken_ext expects)
+  llama3-tt.tiktoken  the llama3-im tokenizer's vocab as a ranks file, with
+                      Llama 3's pattern
+  NAME.pattern, NAME.specials   what tokshard is given (--pattern,
+                      --special-tokens)
+  NAME.skip           why NAME could not be made (tiktoken or bpe-openai
+                      absent): its tests report skipped
 Exit 77 when the interpreter has no `tokenizers` (the test is then skipped).
 """
+import base64
 import glob
 import gzip
+import hashlib
 import json
 import os
 import struct
@@ -23,7 +41,7 @@ import sys
 import time
 
 try:
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 except ImportError as e:
     print(f"skip: {sys.executable} cannot import tokenizers ({e}): run tools/install-deps.sh", file=sys.stderr)
     sys.exit(77)
@@ -51,6 +69,19 @@ def real_text():
     paras = [p for p in g.split("\n\n") if p.strip()]
     for i, p in enumerate(paras):
         (held if i % 6 == 0 else train).append(p)
+    # held out only: manual pages in Japanese, Chinese, German, Russian and
+    # Spanish (manpages-ja, -zh, -de, -ru, -es), and Python's own sources
+    for lang in ("ja", "zh_CN", "de", "ru", "es"):
+        pages = sorted(glob.glob(f"/usr/share/man/{lang}/man1/*.gz"))
+        if len(pages) < 20:
+            print(f"too few manual pages in /usr/share/man/{lang}: run tools/install-deps.sh", file=sys.stderr)
+            sys.exit(1)
+        for f in pages[:30]:
+            with gzip.open(f, "rb") as fh:
+                held.append(fh.read().decode("utf-8", errors="replace"))
+    for f in sorted(glob.glob("/usr/lib/python3.11/*.py"))[:40]:
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            held.append(fh.read())
     return train, held
 
 
@@ -82,6 +113,8 @@ def edge_cases():
     d.append("👩‍👩‍👧‍👦 👨🏽‍💻 🏳️‍🌈 ❤️ 🇫🇷🇩🇪 👍🏿 a👍b 1👍2")
     d.append("שלום עולם! مرحبا بالعالم ١٢٣ \u200fRTL\u200e mixed עברית and English")
     d.append("<|endoftext|> a<|endoftext|>b <|begin_of_text|><|end_of_text|> <s></s>")
+    d.append("Day day DAY Days <custom><custom>x e\u0301te\u0301 \u00e9t\u00e9 <|endoftext|>endoftext end<|fim|>oftext "
+             "tab\ttab\t\t <|fim|>[SEP] x<|fim|>y <|endofprompt|><|fim_prefix|> <|begin_of_text|>Day")
     d.append("Привет, мир! Grüße aus Köln. ¿Qué tal? 日本語のテキスト。中文文本，标点。")
     d.append("\x00\x01\x7f tab\tand\x1b[0m ctrl ￿ \U0010ffff \ue000")
     # code points in the contexts where the regexes' classes decide (\s,
@@ -103,7 +136,7 @@ def edge_cases():
 def write_docs(path, docs):
     with open(path, "wb") as f:
         for t in docs:
-            b = t.encode("utf-8")
+            b = t if isinstance(t, bytes) else t.encode("utf-8")
             f.write(struct.pack("<Q", len(b)))
             f.write(b)
 
@@ -118,6 +151,80 @@ def bytelevel_tokenizer(pre, ignore_merges=False, nfc=False, alphabet=True, spec
                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet() if alphabet else [],
                              show_progress=False)
     return tok, tr, added_after
+
+
+def write_ids(path, ids):
+    with open(path, "w") as f:
+        for e in ids:
+            f.write(" ".join(map(str, e)) + "\n")
+
+
+def byte_decoder():
+    """GPT-2's byte-to-unicode table, reversed (openai/gpt-2 encoder.py)."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def tiktoken_models(docs):
+    """tiktoken's ids of every document with OpenAI's cl100k_base and
+    o200k_base and with llama3-im's vocab as ranks (see the top)."""
+    names = ("cl100k", "o200k", "llama3-tt")
+    try:
+        import importlib.resources
+        import tiktoken
+        import tiktoken.load
+        import tiktoken_ext.openai_public as op
+        importlib.resources.files("bpe_openai.data")
+    except ImportError as e:
+        for n in names:
+            with open(os.path.join(W, n + ".skip"), "w") as f:
+                f.write(f"{sys.executable} cannot import tiktoken or bpe_openai ({e}): run tools/install-venv.sh\n")
+        return
+
+    def local_ranks(url, expected_hash=None):
+        name = url.rsplit("/", 1)[1]  # cl100k_base.tiktoken
+        data = gzip.open(importlib.resources.files("bpe_openai.data") / (name + ".gz")).read()
+        if hashlib.sha256(data).hexdigest() != expected_hash:
+            sys.exit(f"bpe-openai's {name} is not the file tiktoken_ext expects (SHA-256 differs)")
+        path = os.path.join(W, name.split("_")[0] + ".tiktoken")
+        with open(path, "wb") as f:
+            f.write(data)
+        return tiktoken.load.load_tiktoken_bpe(path, expected_hash)
+
+    op.load_tiktoken_bpe = local_ranks  # tiktoken_ext would download the same file
+    encs = {"cl100k": tiktoken.Encoding(**op.cl100k_base()), "o200k": tiktoken.Encoding(**op.o200k_base())}
+    for n in ("cl100k", "o200k"):
+        with open(os.path.join(W, n + ".pattern"), "w") as f:
+            f.write(n + "\n")
+    # llama3-im: ids 0 .. n-1 are its merges' tokens (as bytes), its specials after them
+    j = json.load(open(os.path.join(W, "llama3-im.json"), encoding="utf-8"))
+    dec = byte_decoder()
+    ranks = {bytes(dec[c] for c in tok): i for tok, i in j["model"]["vocab"].items()}
+    specials = {a["content"]: a["id"] for a in j["added_tokens"] if a["id"] >= len(ranks)}
+    with open(os.path.join(W, "llama3-tt.tiktoken"), "w") as f:
+        for tok, i in sorted(ranks.items(), key=lambda x: x[1]):
+            f.write(base64.b64encode(tok).decode() + " " + str(i) + "\n")
+    with open(os.path.join(W, "llama3-tt.pattern"), "w") as f:
+        f.write("llama3\n")
+    with open(os.path.join(W, "llama3-tt.specials"), "w") as f:
+        f.write(",".join(f"{c}={i}" for c, i in specials.items()) + "\n")
+    encs["llama3-tt"] = tiktoken.Encoding("llama3-tt", pat_str=LLAMA3, mergeable_ranks=ranks,
+                                          special_tokens=specials)
+    for n, enc in encs.items():
+        ids = [enc.encode_ordinary(t) for t in docs]
+        write_ids(os.path.join(W, n + ".ids"), ids)
+        write_ids(os.path.join(W, n + ".ids-allow"), [enc.encode(t, allowed_special="all") for t in docs])
+        write_docs(os.path.join(W, n + ".dec"), [enc.decode_bytes(e) for e in ids])
+        with open(os.path.join(W, n + ".special"), "w") as f:
+            for c, i in sorted(enc._special_tokens.items(), key=lambda x: x[1]):
+                f.write(f"{i} {c}\n")
+        print(f"{n}: tiktoken {tiktoken.__version__}, {enc.n_vocab} ids, {len(docs)} documents encoded")
 
 
 def main():
@@ -145,6 +252,10 @@ def main():
         # no byte alphabet: bytes never seen in training have no token and are dropped
         "noalpha": bytelevel_tokenizer(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
                                        alphabet=False),
+        # added tokens: not special (matched in the raw text, or in the NFC text
+        # when normalized), special (matched only when allowed), one inside another
+        "added": bytelevel_tokenizer(pre_tokenizers.Sequence([split_l3, bl_noregex]), ignore_merges=True, nfc=True,
+                                     specials=["<|endoftext|>"]),
         # every Split behavior, invert, a String pattern, then ByteLevel's own regex
         "behaviors": bytelevel_tokenizer(pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(r"\s+"), behavior="merged_with_next", invert=False),
@@ -159,6 +270,11 @@ def main():
         tok.train_from_iterator(train, trainer=tr)
         if added_after:
             tok.add_special_tokens(list(added_after))
+        if name == "added":
+            tok.add_tokens([AddedToken("<custom>", normalized=False), AddedToken("Day", normalized=True),
+                            AddedToken("e\u0301t\u00e9", normalized=True), AddedToken("endoftext", normalized=False),
+                            AddedToken("tab\t", normalized=False)])
+            tok.add_special_tokens([AddedToken("<|fim|>", normalized=False), AddedToken("[SEP]", normalized=True)])
         path = os.path.join(W, name + ".json")
         tok.save(path)
         tok = Tokenizer.from_file(path)  # what tokshard reads
@@ -168,10 +284,12 @@ def main():
             e = tok.encode(t, add_special_tokens=False).ids
             ids.append(e)
             dec.append(tok.decode(e, skip_special_tokens=False))
-        with open(os.path.join(W, name + ".ids"), "w") as f:
-            for e in ids:
-                f.write(" ".join(map(str, e)) + "\n")
+        write_ids(os.path.join(W, name + ".ids"), ids)
         write_docs(os.path.join(W, name + ".dec"), dec)
+        if any(a.special for a in tok.get_added_tokens_decoder().values()):
+            tok.encode_special_tokens = False
+            write_ids(os.path.join(W, name + ".ids-allow"), [tok.encode(t, add_special_tokens=False).ids for t in docs])
+            tok.encode_special_tokens = True
         with open(os.path.join(W, name + ".special"), "w") as f:
             for a in tok.get_added_tokens_decoder().items():
                 if a[1].special:
@@ -198,11 +316,12 @@ def main():
     for t, w in zip(docs, want):
         if " ".join(map(str, legacy.encode(t, add_special_tokens=False).ids)) != w:
             sys.exit("tokenizers gives other ids for the \"a b\" merges of llama3.json")
-    for ext in ("ids", "dec", "special"):
+    for ext in ("ids", "ids-allow", "dec", "special"):
         with open(os.path.join(W, "llama3." + ext), "rb") as a, open(os.path.join(W, "llama3-legacy." + ext), "wb") as b:
             b.write(a.read())
     with open(os.path.join(W, "peer-speed.txt"), "w") as f:
         f.writelines(speed)
+    tiktoken_models(docs)
 
 
 main()

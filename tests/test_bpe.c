@@ -1,13 +1,14 @@
 /*
- * The byte-level BPE tokenizer (tokenizer/bpe.c) against Hugging Face
- * `tokenizers`, id for id.
+ * The byte-level BPE tokenizer (tokenizer/bpe*.c) against Hugging Face
+ * `tokenizers` (tokenizer.json) and tiktoken (tiktoken files), id for id.
  *
  * Usage: test_bpe PEER_DIR MODEL...   (ids and decodes compared)
  *        test_bpe --refusals WORKDIR  (the loader's refusals)
  *        test_bpe --long PEER_DIR MODEL (a 1 MB single word, timed)
- * PEER_DIR holds what tests/bpe_peer.py wrote: docs.bin, MODEL.json,
- * MODEL.ids, MODEL.dec, MODEL.special, peer-speed.txt. Exit 0 when every
- * check passes, 1 otherwise.
+ * PEER_DIR holds what tests/bpe_peer.py wrote: docs.bin, MODEL.json (or
+ * MODEL.tiktoken, MODEL.pattern, MODEL.specials), MODEL.ids, MODEL.ids-allow,
+ * MODEL.dec, MODEL.special, peer-speed.txt. Exit 0 when every check passes,
+ * 1 otherwise.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -96,26 +97,39 @@ static int valid_utf8(const char *s, size_t n) {
     return 1;
 }
 
-static int compare_model(const char *dir, const char *name, const docs *d, size_t n_held) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+/* MODEL.json, or MODEL.tiktoken with MODEL.pattern (and MODEL.specials). */
+static tks_bpe *load_model(const char *dir, const char *name) {
+    char path[4096], pat[4096], sp[8192];
     tks_bpe *b = NULL;
-    int rc = tks_bpe_load(path, &b);
+    int rc;
+    snprintf(path, sizeof path, "%s/%s.tiktoken", dir, name);
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        size_t n;
+        snprintf(pat, sizeof pat, "%s/%s.pattern", dir, name);
+        char *p = slurp(pat, &n);
+        snprintf(sp, sizeof sp, "%s/%s.specials", dir, name);
+        char *s = slurp(sp, &n);
+        if (p) p[strcspn(p, "\n")] = 0;
+        if (s) s[strcspn(s, "\n")] = 0;
+        tks_tiktoken_opts o = {p, s};
+        rc = tks_bpe_load_tiktoken(path, &o, &b);
+        free(p);
+        free(s);
+    } else {
+        snprintf(path, sizeof path, "%s/%s.json", dir, name);
+        rc = tks_bpe_load(path, &b);
+    }
     if (rc) {
         fprintf(stderr, "FAIL %s: load: %s: %s\n", name, tks_strerror(rc), tks_last_error()->message);
-        return ++fails;
+        fails++;
+        return NULL;
     }
-    snprintf(path, sizeof path, "%s/%s.ids", dir, name);
-    size_t n_ids_text;
-    char *want = slurp(path, &n_ids_text);
-    snprintf(path, sizeof path, "%s/%s.dec", dir, name);
-    docs dec;
-    if (!want || read_docs(path, &dec) || dec.n != d->n) {
-        fprintf(stderr, "FAIL %s: cannot read %s.ids/.dec\n", name, name);
-        return ++fails;
-    }
-    /* every document, 2 threads at once on the one handle */
-    tks_ids *got = calloc(d->n, sizeof *got);
+    return b;
+}
+
+/* Every document, 2 threads at once on the one handle, into got[]. */
+static void encode_all(const char *name, tks_bpe *b, const docs *d, tks_ids *got) {
     int bad_rc = 0;
 #pragma omp parallel for schedule(dynamic, 16) num_threads(2)
     for (size_t i = 0; i < d->n; i++)
@@ -124,65 +138,113 @@ static int compare_model(const char *dir, const char *name, const docs *d, size_
             bad_rc = 1;
         }
     CHECK(!bad_rc, "%s: an encode failed", name);
-    size_t same = 0, diff = 0, dec_same = 0, dec_lossy = 0, ids_total = 0;
+}
+
+/* got[] against the peer's ids in `want_path` (one line a document): the
+ * number of documents that differ (the first three are shown). */
+static size_t compare_ids(const char *name, const char *want_path, const tks_ids *got, const docs *d,
+                          size_t *ids_total) {
+    size_t n_text, diff = 0;
+    char *want = slurp(want_path, &n_text);
+    if (!want) {
+        CHECK(0, "%s: cannot read %s", name, want_path);
+        return d->n;
+    }
     char *line = want;
+    *ids_total = 0;
     for (size_t i = 0; i < d->n; i++) {
         char *end = strchr(line, '\n');
         if (!end) {
-            CHECK(0, "%s: %s.ids has fewer lines than documents", name, name);
+            CHECK(0, "%s: %s has fewer lines than documents", name, want_path);
+            diff += d->n - i;
             break;
         }
         *end = 0;
-        size_t k = 0;
-        int eq = 1;
+        size_t k = 0, first = SIZE_MAX;
         for (char *p = line; *p;) {
             char *q;
             unsigned long v = strtoul(p, &q, 10);
             if (q == p) break;
-            if (k >= got[i].n || got[i].ids[k] != v) eq = 0;
+            if (first == SIZE_MAX && (k >= got[i].n || got[i].ids[k] != v)) first = k;
             k++;
             p = q;
         }
-        if (k != got[i].n) eq = 0;
-        ids_total += k;
-        if (eq) {
-            same++;
-        } else {
-            if (diff++ < 3) {
-                fprintf(stderr, "FAIL %s: document %zu (%zu bytes: \"%.60s\") gives %zu ids, tokenizers %zu\n",
-                        name, i, d->len[i], d->p[i], got[i].n, k);
-                size_t j = 0;
-                char *p = line;
-                for (; j < got[i].n; j++) {
-                    char *q;
-                    unsigned long v = strtoul(p, &q, 10);
-                    if (q == p || v != got[i].ids[j]) {
-                        fprintf(stderr, "  first difference at id %zu: ours %u, theirs %s\n", j, got[i].ids[j],
-                                q == p ? "(end)" : "other");
-                        break;
-                    }
-                    p = q;
-                }
-            }
-        }
+        if (first == SIZE_MAX && k != got[i].n) first = k;
+        *ids_total += k;
+        if (first != SIZE_MAX && diff++ < 3)
+            fprintf(stderr, "FAIL %s: document %zu (%zu bytes: \"%.60s\") gives %zu ids, the peer %zu (%s); first "
+                    "difference at id %zu (ours %d)\n", name, i, d->len[i], d->p[i], got[i].n, k, want_path, first,
+                    first < got[i].n ? (int)got[i].ids[first] : -1);
         line = end + 1;
-        /* decode: tokenizers' text, where ours is valid UTF-8 (it replaces bad
-         * sequences with U+FFFD) */
+    }
+    free(want);
+    return diff;
+}
+
+static int compare_model(const char *dir, const char *name, const docs *d, size_t n_held) {
+    char path[4096];
+    tks_bpe *b = load_model(dir, name);
+    if (!b) return fails;
+    snprintf(path, sizeof path, "%s/%s.dec", dir, name);
+    docs dec;
+    if (read_docs(path, &dec) || dec.n != d->n) {
+        fprintf(stderr, "FAIL %s: cannot read %s\n", name, path);
+        return ++fails;
+    }
+    tks_ids *got = calloc(d->n, sizeof *got), *again = calloc(d->n, sizeof *again);
+    encode_all(name, b, d, got);
+    size_t ids_total = 0, dec_same = 0, dec_lossy = 0;
+    snprintf(path, sizeof path, "%s/%s.ids", dir, name);
+    size_t diff = compare_ids(name, path, got, d, &ids_total);
+    CHECK(diff == 0, "%s: %zu of %zu documents give other ids than the peer", name, diff, d->n);
+    for (size_t i = 0; i < d->n; i++) {
+        /* decode: the peer's text, where ours is valid UTF-8 (tokenizers
+         * replaces bad sequences with U+FFFD) */
         char *t;
         size_t tl;
-        rc = tks_bpe_decode(b, got[i].ids, got[i].n, &t, &tl);
+        int rc = tks_bpe_decode(b, got[i].ids, got[i].n, &t, &tl);
         CHECK(!rc, "%s: decode of document %zu: %s", name, i, tks_last_error()->message);
         if (!rc) {
             if (!valid_utf8(t, tl)) dec_lossy++;
             else if (tl == dec.len[i] && !memcmp(t, dec.p[i], tl)) dec_same++;
-            else CHECK(0, "%s: decode of document %zu differs from tokenizers' (%zu vs %zu bytes)", name, i, tl,
+            else CHECK(0, "%s: decode of document %zu differs from the peer's (%zu vs %zu bytes)", name, i, tl,
                        dec.len[i]);
             free(t);
         }
     }
-    CHECK(diff == 0, "%s: %zu of %zu documents give other ids than tokenizers", name, diff, d->n);
-    printf("%s: %zu of %zu documents identical to tokenizers (%zu ids); decode identical on %zu, %zu not "
-           "UTF-8 (bytes without a token dropped)\n", name, same, d->n, ids_total, dec_same, dec_lossy);
+    printf("%s: %zu of %zu documents identical to the peer's ids (%zu ids); decode identical on %zu, %zu not "
+           "UTF-8 (bytes without a token dropped, or a token that ends inside a character)\n", name, d->n - diff,
+           d->n, ids_total, dec_same, dec_lossy);
+    tks_encoder_stats st;
+    tks_bpe_encoder_stats(b, &st);
+    CHECK(st.words > 0 && st.word_hits > 0, "%s: the word cache was not used", name);
+    printf("%s: word cache hits %.1f%% of %llu pieces; %llu special tokens' text encoded as text\n", name,
+           st.words ? 100.0 * (double)st.word_hits / (double)st.words : 0.0, (unsigned long long)st.words,
+           (unsigned long long)st.special_in_text);
+
+    /* the same ids without the word cache */
+    tks_bpe_set_word_cache(b, 0);
+    encode_all(name, b, d, again);
+    size_t same = 0;
+    for (size_t i = 0; i < d->n; i++)
+        same += again[i].n == got[i].n && !memcmp(again[i].ids, got[i].ids, got[i].n * sizeof *got[i].ids);
+    CHECK(same == d->n, "%s: %zu of %zu documents give other ids without the word cache", name, d->n - same, d->n);
+    tks_bpe_set_word_cache(b, 1);
+
+    /* special tokens matched in the text, where the peer gave those ids */
+    snprintf(path, sizeof path, "%s/%s.ids-allow", dir, name);
+    struct stat sst;
+    if (stat(path, &sst) == 0) {
+        CHECK(tks_bpe_set_allow_special(b, 1) == 0, "%s: allow special: %s", name, tks_last_error()->message);
+        encode_all(name, b, d, again);
+        size_t n_allow = 0;
+        diff = compare_ids(name, path, again, d, &n_allow);
+        CHECK(diff == 0, "%s: with special tokens allowed in the text, %zu of %zu documents give other ids", name,
+              diff, d->n);
+        printf("%s: special tokens allowed in the text: %zu of %zu documents identical (%zu ids)\n", name,
+               d->n - diff, d->n, n_allow);
+        tks_bpe_set_allow_special(b, 0);
+    }
 
     /* special tokens decode to their content */
     snprintf(path, sizeof path, "%s/%s.special", dir, name);
@@ -204,6 +266,13 @@ static int compare_model(const char *dir, const char *name, const docs *d, size_
         l = e + 1;
     }
     free(sp);
+    /* a gap between a tiktoken file's ranks and its specials is no token */
+    for (uint32_t id = 0; id < tks_bpe_vocab_size(b); id++)
+        if (!tks_bpe_is_token(b, id)) {
+            char *t = NULL;
+            CHECK(tks_bpe_decode(b, &id, 1, &t, NULL) == TKS_ERR_TOKEN_RANGE, "%s: gap %u decodes", name, id);
+            free(t);
+        }
 
     /* one thread, the held-out real documents */
     size_t bytes = 0;
@@ -217,9 +286,12 @@ static int compare_model(const char *dir, const char *name, const docs *d, size_
     printf("%s: one thread %.2f MB/s on %zu real documents (%.1f MB)\n", name, bytes / dt / 1e6, n_held,
            bytes / 1e6);
     tks_ids_free(&one);
-    for (size_t i = 0; i < d->n; i++) tks_ids_free(&got[i]);
+    for (size_t i = 0; i < d->n; i++) {
+        tks_ids_free(&got[i]);
+        tks_ids_free(&again[i]);
+    }
     free(got);
-    free(want);
+    free(again);
     free(dec.buf);
     free(dec.p);
     free(dec.len);
@@ -357,10 +429,8 @@ static int refusals(const char *dir) {
 
 /* A 1 MB document that is one pre-token: O(n log n), well under a second. */
 static int long_word(const char *dir, const char *name) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s.json", dir, name);
-    tks_bpe *b = NULL;
-    if (tks_bpe_load(path, &b)) return ++fails;
+    tks_bpe *b = load_model(dir, name);
+    if (!b) return fails;
     size_t n = 1u << 20;
     char *t = malloc(n);
     uint64_t x = 42;

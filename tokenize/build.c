@@ -120,6 +120,8 @@ json_t *tks__describe(const tks_build_opts *o, tks_input *in, const tks_tok *tk,
         (json_int_t)(o->chunk_bytes ? o->chunk_bytes : TKS_DEFAULT_CHUNK_BYTES));
     json_t *d = json_pack("{s:s, s:o, s:o}", "tool", "tokshard " TKS_VERSION_STRING, "inputs", inputs,
                           "options", opt);
+    if (d && o->allow_special_in_text) /* absent by default, as on_bad_input */
+        json_object_set_new(opt, "allow_special_in_text", json_true());
     if (d && o->input.bad_input == TKS_POLICY_SKIP) { /* absent by default: ids of earlier builds kept */
         json_object_set_new(opt, "on_bad_input", json_string("skip"));
         json_t *sk = json_array();
@@ -213,6 +215,7 @@ int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_
     char *prov = json_dumps(desc, JSON_COMPACT);
     tks_tokenizer_info tok;
     tks_tokenizer_record(tk, &tok);
+    tok.special_from_text = o->allow_special_in_text;
     int rc = prov ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc) rc = tks_partial_write_manifest(partial, &tok, shards, n_shards, o->chunk_bytes, prov);
     free(prov);
@@ -229,14 +232,34 @@ void tks_tokenizer_record(const tks_tok *tk, tks_tokenizer_info *out) {
     out->eos_id = tks_tok_eos_id(tk);
     out->pad_id = tks_tok_pad_id(tk);
     out->unk_id = tks_tok_unk_id(tk);
+    /* the ids no text produces, as ranges; too many ranges: none recorded */
+    uint32_t n = 0;
+    for (uint32_t id = 0, v = out->vocab_size; id < v && n <= TKS_MAX_RESERVED; id++) {
+        if (!tks_tok_is_special(tk, id) && tks_tok_is_token(tk, id)) continue;
+        if (n && out->reserved[n - 1][1] + 1 == id) {
+            out->reserved[n - 1][1] = id;
+        } else if (n < TKS_MAX_RESERVED) {
+            out->reserved[n][0] = out->reserved[n][1] = id;
+            n++;
+        } else {
+            n = TKS_MAX_RESERVED + 1;
+        }
+    }
+    out->n_reserved = n <= TKS_MAX_RESERVED ? n : 0;
 }
 
-int tks_tokenizer_copy_config(const tks_tok *tk, const char *dir) {
-    const char *cfg = tks_tok_config_path(tk);
-    char dst[PATH_MAX];
-    if (!cfg) return 0;
-    int rc = tks_path_join(dst, sizeof dst, dir, "tokenizer_config.json");
-    return rc ? rc : tks_copy_file_atomic(cfg, dst);
+int tks_tokenizer_keep(tks_partial_kind kind, const tks_tok *tk, const char *src, const char *partial) {
+    char copy[PATH_MAX];
+    int rc = tks_tok_save(tk, src, partial);
+    if (!rc) rc = tks_path_join(copy, sizeof copy, partial, tks_tok_file_name(tk));
+    return rc ? rc : tks_partial_tokenizer(kind, partial, copy, tks_tok_file_name(tk), tks_tok_fingerprint(tk));
+}
+
+int tks_tokenizer_open(const tks_build_opts *o, tks_tok **tk) {
+    tks_tok_opts to = {o->pattern, o->special_tokens, o->allow_special_in_text};
+    int rc = tks_tok_load_opts(o->tokenizer_path, &to, tk);
+    if (!rc && o->encoder_sentencepiece) rc = tks_tok_set_encoder(*tk, 0);
+    return rc;
 }
 
 /* The build's inputs, with the build's stop flag for waits on a pipe
@@ -398,8 +421,7 @@ static int run_partial(run *r) {
 /* The tokenizer, the inputs, the build id, OUT.partial and the writer. */
 static int run_open(run *r) {
     const tks_build_opts *o = r->o;
-    int rc = tks_tok_load(o->tokenizer_path, &r->tk);
-    if (!rc && o->encoder_sentencepiece) rc = tks_tok_set_encoder(r->tk, 0);
+    int rc = tks_tokenizer_open(o, &r->tk);
     /* options the tokenizer cannot serve are refused before OUT.partial exists */
     if (!rc) {
         r->bos = tks_tok_bos_id(r->tk);
@@ -411,10 +433,7 @@ static int run_open(run *r) {
     if (!rc) rc = tks__build_id(r->desc, r->in, r->st.p.id);
     r->st.in = r->in;
     if (!rc) rc = run_partial(r);
-    if (!rc)
-        rc = tks_partial_tokenizer(TKS_PARTIAL_BUILD, r->partial, o->tokenizer_path, tks_tok_file_name(r->tk),
-                                   tks_tok_fingerprint(r->tk));
-    if (!rc) rc = tks_tokenizer_copy_config(r->tk, r->partial);
+    if (!rc) rc = tks_tokenizer_keep(TKS_PARTIAL_BUILD, r->tk, o->tokenizer_path, r->partial);
     return rc ? rc : tks__open_writer(o, r->tk, r->partial, (uint32_t)r->st.p.n_shards, &r->w);
 }
 

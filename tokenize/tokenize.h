@@ -196,6 +196,9 @@ typedef struct tks_build_opts {
     int resume;                 /* continue OUT.partial from its last published shard */
     int encoder_sentencepiece;  /* 1: encode with sentencepiece even when the fast encoder
                                  * (same ids) could (see tks_spm_encode) */
+    const char *pattern;        /* a tiktoken ranks file's pattern and special tokens */
+    const char *special_tokens; /* (tks_tok_opts); NULL for the other kinds */
+    int allow_special_in_text;  /* 1: special tokens' text becomes their ids (byte-level BPE) */
     /* Called on the calling thread after each batch (may be NULL). */
     void (*progress)(const tks_build_progress *p, void *ctx);
     void *progress_ctx;
@@ -224,16 +227,22 @@ typedef struct tks_build_stats {
 void tks_build_opts_default(tks_build_opts *o);
 
 /* The manifest's tokenizer record of a dataset built (or imported) with the
- * tokenizer tk, whose copy is stored as tks_tok_file_name(tk) ("tokenizer.model"
- * or "tokenizer.json"): name, fingerprint,
+ * tokenizer tk, whose copy is stored as tks_tok_file_name(tk) ("tokenizer.model",
+ * "tokenizer.json" or "tiktoken.json"): name, fingerprint,
  * vocabulary, model type and special ids. tk is borrowed; no error. */
 void tks_tokenizer_record(const tks_tok *tk, tks_tokenizer_info *out);
-/* The tokenizer_config.json a tokenizer.json was loaded with (its BOS, EOS,
- * pad; tks_tok_config_path), copied into dir beside the dataset's copy of
- * the tokenizer, so that the dataset, and every checkpoint trained on it,
- * carries them. No-op for a sentencepiece model or a tokenizer.json without
- * one. Errors: TKS_ERR_IO, TKS_ERR_NOSPACE. */
-int tks_tokenizer_copy_config(const tks_tok *tk, const char *dir);
+/* The tokenizer's files (tks_tok_save: the model or tokenizer.json, or a
+ * tiktoken tokenizer's descriptor and ranks, and the tokenizer_config.json
+ * it was loaded with) written into OUT.partial, so that the dataset, and
+ * every checkpoint trained on it, carries them; then the copy is checked
+ * against tk's fingerprint (tks_partial_tokenizer: a resume with another
+ * tokenizer is refused). `src` is the file tk was loaded from.
+ * Errors: TKS_ERR_IO, TKS_ERR_NOSPACE, TKS_ERR_RESUME, TKS_ERR_NOMEM. */
+int tks_tokenizer_keep(tks_partial_kind kind, const tks_tok *tk, const char *src, const char *partial);
+/* Loads o->tokenizer_path with the tokenizer options of o (pattern,
+ * special tokens, special tokens in the text, encoder) into *tk (the
+ * caller frees it: tks_tok_free). Errors: tks_tok_load_opts's. */
+int tks_tokenizer_open(const tks_build_opts *o, tks_tok **tk);
 
 /*
  * Builds a dataset. Output is byte-identical whatever the thread count, and

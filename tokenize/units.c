@@ -73,8 +73,7 @@ static int job_paths(tks_build_job *j) {
     if (snprintf(j->lock_path, sizeof j->lock_path, "%s.lock", j->out) >= (int)sizeof j->lock_path)
         return tks_fail(TKS_ERR_ARG, j->out, TKS_NONE, TKS_NONE, "--output path too long");
     rc = tks__check_output_apart(j->out, o);
-    if (!rc) rc = tks_tok_load(o->tokenizer_path, &j->tk);
-    if (!rc && o->encoder_sentencepiece) rc = tks_tok_set_encoder(j->tk, 0);
+    if (!rc) rc = tks_tokenizer_open(o, &j->tk);
     if (rc) return rc;
     j->bos = tks_tok_bos_id(j->tk);
     j->eos = tks_tok_eos_id(j->tk);
@@ -437,10 +436,7 @@ static int coordinator_open(tks_build_job *j) {
     } else if (!rc) {
         rc = tks_partial_create(j->partial);
     }
-    if (!rc)
-        rc = tks_partial_tokenizer(TKS_PARTIAL_BUILD, j->partial, o->tokenizer_path, tks_tok_file_name(j->tk),
-                                   tks_tok_fingerprint(j->tk));
-    if (!rc) rc = tks_tokenizer_copy_config(j->tk, j->partial);
+    if (!rc) rc = tks_tokenizer_keep(TKS_PARTIAL_BUILD, j->tk, o->tokenizer_path, j->partial);
     /* the workers read the build id from here; a resumed state keeps the
      * hashes of the interrupted build until the plan has read every input */
     if (!rc) rc = save_units_state(j, (const char(*)[33])j->was, j->n_was);

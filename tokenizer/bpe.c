@@ -210,6 +210,7 @@ typedef struct enc {
     const tks_bpe *b;
     scratch *s;
     tks_ids *out;
+    int ref;    /* the reference path: no cache, the plain merge loop */
 } enc;
 
 static int out_reserve(enc *e, size_t k) {
@@ -341,10 +342,67 @@ static int bpe_merge(enc *e, const char *t, size_t n) {
     return rc;
 }
 
+/* Pieces up to this many bytes go through the reference's plain loop;
+ * longer ones (O(n^2) would take minutes) through bpe_merge. */
+#define REF_MAX_PIECE 65536
+
+/* The reference BPE of the piece t[0..n): after each merge every adjacent
+ * pair is looked up again and the lowest rank, leftmost first, is merged
+ * (tiktoken's byte_pair_merge; for merges, the rule tokenizers' heap
+ * implements). O(n^2) in the piece, no heap, no cache: the plain statement
+ * of the rule that bpe_merge and the cache must agree with. */
+static int ref_merge(enc *e, const char *t, size_t n) {
+    const tks_bpe *b = e->b;
+    scratch *s = e->s;
+    int rc = grow_symbols(s, n);
+    if (rc) return rc;
+    uint32_t *sym = s->sym;
+    int32_t *start = s->prev; /* rank mode: the byte each symbol starts at */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t id = b->byte_id[(uint8_t)t[i]];
+        if (id == TKS_NO_ID) continue;
+        sym[m] = id;
+        start[m++] = (int32_t)i;
+    }
+    for (;;) {
+        uint32_t best = UINT32_MAX, best_id = 0;
+        size_t at = 0;
+        for (size_t i = 0; i + 1 < m; i++) {
+            uint32_t rank = UINT32_MAX, id = 0;
+            if (b->mode == TKS__BPE_RANKS) {
+                size_t end = i + 2 < m ? (size_t)start[i + 2] : n;
+                id = rank = tks__bpe_vocab_find(b, t + start[i], end - (size_t)start[i]);
+            } else {
+                uint64_t key = ((uint64_t)sym[i] << 32 | sym[i + 1]) + 1;
+                for (size_t k = tks__bpe_mix64(key) & b->mmask; b->mslot[k].key; k = (k + 1) & b->mmask)
+                    if (b->mslot[k].key == key) {
+                        rank = b->mslot[k].rank;
+                        id = b->mslot[k].new_id;
+                        break;
+                    }
+            }
+            if (rank < best) best = rank, best_id = id, at = i;
+        }
+        if (best == UINT32_MAX) break;
+        sym[at] = best_id;
+        memmove(sym + at + 1, sym + at + 2, (m - at - 2) * sizeof *sym);
+        memmove(start + at + 1, start + at + 2, (m - at - 2) * sizeof *start);
+        m--;
+    }
+    rc = out_reserve(e, m);
+    if (!rc) memcpy(e->out->ids + e->out->n, sym, m * sizeof *sym), e->out->n += m;
+    return rc;
+}
+
 /* One pre-token (raw bytes) through the cache and the BPE model. */
 static int bpe_piece(enc *e, const char *t, size_t n) {
     const tks_bpe *b = e->b;
     scratch *s = e->s;
+    if (e->ref) {
+        uint32_t id = b->ignore_merges ? tks__bpe_vocab_find(b, t, n) : TKS_NO_ID;
+        return id != TKS_NO_ID ? push_id(e, id) : n <= REF_MAX_PIECE ? ref_merge(e, t, n) : bpe_merge(e, t, n);
+    }
     int cache = b->word_cache && n <= CACHE_MAX_PIECE;
     uint64_t h = 0;
     s->st.words++;
@@ -562,7 +620,7 @@ static size_t utf8_invalid_at(const uint8_t *s, size_t len) {
     return len;
 }
 
-int tks_bpe_encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out) {
+static int encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out, int ref) {
     if (!b || !out || (!text && len))
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_bpe_encode: NULL argument");
     out->n = 0;
@@ -570,11 +628,19 @@ int tks_bpe_encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out)
     if (bad < len)
         return tks_fail(TKS_ERR_UTF8, NULL, TKS_NONE, (uint64_t)bad,
                         "the text is not valid UTF-8 at byte %zu (clean it first: --invalid-utf8)", bad);
-    enc e = {b, get_scratch((tks_bpe *)b), out};
+    enc e = {b, get_scratch((tks_bpe *)b), out, ref};
     if (!e.s) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for the encoder's scratch");
     int rc = len ? added_pass(&e, 0, text, len) : 0;
     if (rc) out->n = 0;
     return rc;
+}
+
+int tks_bpe_encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out) {
+    return encode(b, text, len, out, 0);
+}
+
+int tks_bpe_encode_ref(const tks_bpe *b, const char *text, size_t len, tks_ids *out) {
+    return encode(b, text, len, out, 1);
 }
 
 /* ---------------------------------------------------------------------------

@@ -242,6 +242,13 @@ const char *tks_bpe_token_bytes(const tks_bpe *b, uint32_t id, size_t *len);
  * regex engine failed), TKS_ERR_NOMEM. On error out->n is 0.
  */
 int tks_bpe_encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out);
+/* The reference encoder: the same pre-tokenizer (PCRE2), then each piece
+ * through the plain rule (after every merge all pairs looked up again, the
+ * lowest rank and leftmost merged: O(n^2) in a piece up to 64 KiB; longer
+ * pieces through the heap of tks_bpe_encode), without the word cache. Same
+ * ids as tks_bpe_encode, which verify-tokenizer and the fuzzer check; much
+ * slower. Errors as tks_bpe_encode. */
+int tks_bpe_encode_ref(const tks_bpe *b, const char *text, size_t len, tks_ids *out);
 
 /*
  * Decodes ids to bytes as tokenizers' ByteLevel decoder does: each token's
@@ -390,7 +397,8 @@ typedef int (*tks_sentence_fn)(void *ctx, const char **text, size_t *len);
  * or the code the callback returned. */
 int tks_spm_train(const tks_spm_train_opts *opts, tks_sentence_fn next, void *ctx);
 
-/* The fast encoder checked against sentencepiece (tokshard verify-tokenizer). */
+/* The fast encoder checked against its reference (tokshard verify-tokenizer):
+ * sentencepiece for a model, tks_bpe_encode_ref for a byte-level tokenizer. */
 typedef struct tks_spm_compare {
     uint64_t docs, bytes;       /* documents encoded by both, and their bytes (the
                                  * differing one included) */
@@ -413,6 +421,10 @@ typedef struct tks_spm_compare {
  * the code `next` returned.
  */
 int tks_spm_compare_docs(const tks_spm *s, tks_sentence_fn next, void *ctx, tks_spm_compare *out);
+/* As tks_spm_compare_docs for either kind: a sentencepiece model's fast
+ * encoder against sentencepiece, a byte-level tokenizer's encoder against
+ * its reference (tks_bpe_encode_ref). Errors: tks_spm_compare_docs's. */
+int tks_tok_compare_docs(const tks_tok *t, tks_sentence_fn next, void *ctx, tks_spm_compare *out);
 /* Frees the id buffers of c (not c itself). Accepts NULL. */
 void tks_spm_compare_free(tks_spm_compare *c);
 

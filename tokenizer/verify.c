@@ -1,5 +1,7 @@
-/* verify.c - the fast encoder against sentencepiece, document by document
- * (tokshard verify-tokenizer): the ids must be identical. */
+/* verify.c - an encoder against its reference, document by document
+ * (tokshard verify-tokenizer): the fast encoder against sentencepiece, the
+ * byte-level BPE encoder against its plain reference; the ids must be
+ * identical. */
 #define _POSIX_C_SOURCE 200809L
 #include <string.h>
 #include <time.h>
@@ -18,7 +20,20 @@ void tks_spm_compare_free(tks_spm_compare *c) {
     tks_ids_free(&c->fast);
 }
 
-int tks_spm_compare_docs(const tks_spm *s, tks_sentence_fn next, void *ctx, tks_spm_compare *out) {
+typedef struct pair {
+    const tks_spm *spm;
+    const tks_bpe *bpe;
+} pair;
+
+static int encode_ref(const pair *p, const char *text, size_t len, tks_ids *out) {
+    return p->spm ? tks_spm_encode_ref(p->spm, text, len, out) : tks_bpe_encode_ref(p->bpe, text, len, out);
+}
+
+static int encode_fast(const pair *p, const char *text, size_t len, tks_ids *out) {
+    return p->spm ? tks_spm_encode_fast(p->spm, text, len, out) : tks_bpe_encode(p->bpe, text, len, out);
+}
+
+static int compare(const pair *p, tks_sentence_fn next, void *ctx, tks_spm_compare *out) {
     memset(out, 0, sizeof *out);
     for (;;) {
         const char *text;
@@ -26,9 +41,9 @@ int tks_spm_compare_docs(const tks_spm *s, tks_sentence_fn next, void *ctx, tks_
         int got = next(ctx, &text, &len);
         if (got <= 0) return got;
         double t0 = now_s();
-        int rc = tks_spm_encode_ref(s, text, len, &out->ref);
+        int rc = encode_ref(p, text, len, &out->ref);
         double t1 = now_s();
-        if (!rc) rc = tks_spm_encode_fast(s, text, len, &out->fast);
+        if (!rc) rc = encode_fast(p, text, len, &out->fast);
         out->seconds_ref += t1 - t0;
         out->seconds_fast += now_s() - t1;
         if (rc) return rc;
@@ -43,4 +58,14 @@ int tks_spm_compare_docs(const tks_spm *s, tks_sentence_fn next, void *ctx, tks_
             return 0;
         }
     }
+}
+
+int tks_spm_compare_docs(const tks_spm *s, tks_sentence_fn next, void *ctx, tks_spm_compare *out) {
+    pair p = {s, NULL};
+    return compare(&p, next, ctx, out);
+}
+
+int tks_tok_compare_docs(const tks_tok *t, tks_sentence_fn next, void *ctx, tks_spm_compare *out) {
+    pair p = {tks_tok_spm(t), tks_tok_bpe(t)};
+    return compare(&p, next, ctx, out);
 }

@@ -27,7 +27,7 @@ pkgs=(
   # real corpus used by the main job and the tests
   dict-gcide python3.11-doc
   # multilingual real text for the encoder tests (CJK, Cyrillic, accented Latin)
-  manpages-ja manpages-zh manpages-de manpages-ru
+  manpages-ja manpages-zh manpages-de manpages-ru manpages-es
   # tools the tests use to make archives and compressed streams
   gzip xz-utils zstd bzip2 zip dictzip tar
   # plots of the training loss

@@ -4,8 +4,10 @@
 # numpy (--system-site-packages):
 #   megatron-core 0.8.0 (--no-deps: newer versions need PyTorch 2; its indexed
 #   dataset code needs only torch and numpy), transformers 4.45.2 (with its
-#   dependencies: tokenizers, huggingface_hub, safetensors, ...), and
-#   tokshard's own Python package from python/.
+#   dependencies: tokenizers, huggingface_hub, safetensors, ...), tiktoken
+#   0.14.0 (the reference of tiktoken files), bpe-openai 0.1.4 (for the real
+#   cl100k_base and o200k_base ranks files its wheel carries), and tokshard's
+#   own Python package from python/.
 # Idempotent: packages already at the pinned versions are left alone.
 # Usage: tools/install-venv.sh   (needs python3-venv and network access to PyPI)
 set -euo pipefail
@@ -19,9 +21,11 @@ have() { "$py" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1')
 pip=("$py" -m pip install -q --disable-pip-version-check)
 have megatron-core 0.8.0 || "${pip[@]}" --no-deps megatron-core==0.8.0
 have transformers 4.45.2 || "${pip[@]}" transformers==4.45.2
+have tiktoken 0.14.0 || "${pip[@]}" tiktoken==0.14.0
+have bpe-openai 0.1.4 || "${pip[@]}" --no-deps bpe-openai==0.1.4
 if [[ -f python/pyproject.toml ]]; then
   "${pip[@]}" --no-deps --no-build-isolation ./python
 fi
-"$py" -c "import torch, numpy, transformers, megatron.core.datasets.indexed_dataset" ||
+"$py" -c "import torch, numpy, transformers, tiktoken, bpe_openai, megatron.core.datasets.indexed_dataset" ||
   { echo "install-venv: $venv cannot import its peers" >&2; exit 1; }
-echo "install-venv: $venv ready (torch $("$py" -c 'import torch; print(torch.__version__)'), transformers 4.45.2, megatron-core 0.8.0)"
+echo "install-venv: $venv ready (torch $("$py" -c 'import torch; print(torch.__version__)'), transformers 4.45.2, tiktoken 0.14.0, megatron-core 0.8.0)"

@@ -175,7 +175,17 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
     else if (!strcmp(s->encoder, "sentencepiece"))
         printf("  encoder       sentencepiece (%s)\n", s->encoder_why);
     else
-        printf("  encoder       byte-level BPE (tokshard's encoder: Hugging Face tokenizers' ids)\n");
+        printf("  encoder       byte-level BPE (tokshard's encoder: the reference's ids; word cache hits "
+               "%.1f%% of pieces, %.1f%% of bytes)\n",
+               s->encoder_stats.words ? 100.0 * s->encoder_stats.word_hits / s->encoder_stats.words : 0.0,
+               s->encoder_stats.bytes ? 100.0 * s->encoder_stats.hit_bytes / s->encoder_stats.bytes : 0.0);
+    if (s->encoder_stats.special_in_text)
+        printf("  special text  %llu special tokens' text (say <|endoftext|>) found in documents and encoded "
+               "as text (--allow-special-in-text turns them into the special ids)\n",
+               (unsigned long long)s->encoder_stats.special_in_text);
+    if (s->encoder_stats.special_matched)
+        printf("  special text  %llu special tokens' text in documents encoded as the special ids "
+               "(--allow-special-in-text)\n", (unsigned long long)s->encoder_stats.special_matched);
     if (i->json_as_text)
         printf("  note          %llu *.json inputs read as text (--format auto); if they are "
                "JSON Lines, build again with --format jsonl\n",
@@ -236,6 +246,9 @@ static int cmd_build(int argc, char **argv) {
         {.name = "--prepend-bos", .type = CLI_BOOL, .ptr = &o.prepend_bos},
         {.name = "--resume", .type = CLI_BOOL, .ptr = &o.resume},
         {.name = "--encoder", .ptr = &o.encoder_sentencepiece, .set = set_encoder},
+        {.name = "--pattern", .type = CLI_STR, .ptr = &o.pattern},
+        {.name = "--special-tokens", .type = CLI_STR, .ptr = &o.special_tokens},
+        {.name = "--allow-special-in-text", .type = CLI_BOOL, .ptr = &o.allow_special_in_text},
         {.name = "--quiet", .alias = "-q", .type = CLI_BOOL, .ptr = &quiet},
         {0},
     };
@@ -419,31 +432,37 @@ static int next_doc(void *ctx, const char **text, size_t *len) {
 
 static void print_difference(const tks_tok *t, const tks_spm_compare *c, const tks_doc *doc) {
     size_t i = c->first_diff, lo = i > 5 ? i - 5 : 0;
+    const char *ref = tks_tok_spm(t) ? "sentencepiece" : "reference";
     printf("DIFFERENT ids for %s line %llu (document %llu, %zu bytes): first difference at "
-           "id %zu of %zu (sentencepiece) / %zu (fast)\n",
+           "id %zu of %zu (%s) / %zu (fast)\n",
            doc->source, (unsigned long long)doc->line, (unsigned long long)doc->ordinal, doc->len, i,
-           c->ref.n, c->fast.n);
-    printf("  sentencepiece:");
+           c->ref.n, ref, c->fast.n);
+    printf("  %-14s", ref);
     print_ids(t, &c->ref, lo, i + 6);
     printf("  fast:         ");
     print_ids(t, &c->fast, lo, i + 6);
-    printf("tokshard build would be wrong on this model: please report it with the model and "
-           "this line; meanwhile build with --encoder sentencepiece\n");
+    if (tks_tok_spm(t))
+        printf("tokshard build would be wrong on this model: please report it with the model and "
+               "this line; meanwhile build with --encoder sentencepiece\n");
+    else
+        printf("tokshard build would be wrong on this tokenizer: please report it with the tokenizer "
+               "and this line\n");
 }
 
-static void print_agreement(const char *model, const tks_spm *spm, const tks_spm_compare *c) {
+static void print_agreement(const char *model, const tks_tok *t, const tks_spm_compare *c) {
     tks_encoder_stats es;
-    tks_spm_encoder_stats(spm, &es);
+    tks_tok_encoder_stats(t, &es);
+    const tks_spm *spm = tks_tok_spm(t);
+    const char *ref = spm ? "sentencepiece" : "the reference BPE (PCRE2 pieces, plain merge loop)";
     double mb = c->bytes / 1e6;
-    printf("%s (%s): identical ids from the fast encoder and sentencepiece on %llu documents "
-           "(%.1f MB)\n",
-           model, tks_spm_model_type(spm), (unsigned long long)c->docs, mb);
-    printf("  sentencepiece %.2f MB/s, fast %.2f MB/s (1 thread); word cache hits %.1f%% of "
-           "words, %.1f%% of bytes",
+    printf("%s (%s): identical ids from the fast encoder and %s on %llu documents (%.1f MB)\n", model,
+           tks_tok_model_type(t), ref, (unsigned long long)c->docs, mb);
+    printf("  %s %.2f MB/s, fast %.2f MB/s (1 thread); word cache hits %.1f%% of "
+           "words, %.1f%% of bytes", spm ? "sentencepiece" : "reference",
            c->seconds_ref > 0 ? mb / c->seconds_ref : 0.0, c->seconds_fast > 0 ? mb / c->seconds_fast : 0.0,
            es.words ? 100.0 * es.word_hits / es.words : 0.0,
            es.bytes ? 100.0 * es.hit_bytes / es.bytes : 0.0);
-    if (!strcmp(tks_spm_model_type(spm), "unigram"))
+    if (spm && !strcmp(tks_spm_model_type(spm), "unigram"))
         printf(" (%.2f%% of words found but decoded again: float rounding at the running "
                "score could change their path)",
                es.words ? 100.0 * es.bound_misses / es.words : 0.0);
@@ -494,13 +513,24 @@ static int compare_two(const char *na, tks_tok *a, const char *nb, tks_tok *b, c
     return differ ? EXIT_PROBLEMS : 0;
 }
 
+/* A tokenizer of verify-tokenizer: --pattern and --special-tokens go to a
+ * tiktoken ranks file only. */
+static int load_for_verify(const char *path, const tks_tok_opts *to, tks_tok **t) {
+    tks_tok_opts none = {0};
+    return tks_tok_load_opts(path, tks_tiktoken_sniff(path) ? to : &none, t);
+}
+
 static int cmd_verify_tokenizer(int argc, char **argv) {
     tks_input_opts io;
     tks_input_opts_default(&io);
     io.split = TKS_SPLIT_LINE;
     int no_cache = 0;
+    tks_tok_opts to = {0};
     const cli_flag input[] = INPUT_FLAGS(&io);
-    const cli_flag flags[] = {{.name = "--no-cache", .type = CLI_BOOL, .ptr = &no_cache}, {0}};
+    const cli_flag flags[] = {{.name = "--no-cache", .type = CLI_BOOL, .ptr = &no_cache},
+                              {.name = "--pattern", .type = CLI_STR, .ptr = &to.pattern},
+                              {.name = "--special-tokens", .type = CLI_STR, .ptr = &to.special_tokens},
+                              {0}};
     /* MODEL and TEXT arguments are collected in place at the front of argv */
     cli_list in = {(const char **)argv, 0};
     cli_command cmd = {.shared = input, .flags = flags, .unknown = UNKNOWN("verify-tokenizer"),
@@ -510,11 +540,13 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
     if (in.n < 2) return cli_usage_error("verify-tokenizer: give MODEL and at least one TEXT input");
     const char *model = in.items[0];
     tks_tok *ta = NULL, *tb = NULL;
-    if (tks_tok_load(model, &ta)) return cli_lib_error();
+    if (load_for_verify(model, &to, &ta)) return cli_lib_error();
     /* A B TEXT...: B is a second tokenizer when it is named as one (*.model,
-     * *.json) and loads as one; else it is text (never read whole as a model) */
+     * *.json, *.tiktoken) and loads as one; else it is text (never read whole
+     * as a model) */
     const char *b = in.n >= 3 ? in.items[1] : NULL, *ext = b ? strrchr(b, '.') : NULL;
-    if (ext && (!strcmp(ext, ".model") || !strcmp(ext, ".json")) && tks_tok_load(b, &tb) == 0) {
+    if (ext && (!strcmp(ext, ".model") || !strcmp(ext, ".json") || !strcmp(ext, ".tiktoken")) &&
+        load_for_verify(b, &to, &tb) == 0) {
         int rc = compare_two(model, ta, b, tb, in.items + 2, in.n - 2, &io);
         tks_tok_free(ta);
         tks_tok_free(tb);
@@ -523,26 +555,21 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
     tks_clear_error();
     tks_spm *spm = tks_tok_spm(ta);
     const char *why = spm ? tks_spm_fast_unavailable(spm) : NULL;
-    if (!spm)
-        printf("%s (%s): tokshard has one encoder for a byte-level tokenizer.json, so there is no "
-               "second to compare with; give a second tokenizer (verify-tokenizer A B TEXT...) to "
-               "see where two disagree (tests/test_bpe.sh checks it against Hugging Face tokenizers)\n",
-               model, tks_tok_model_type(ta));
-    else if (why)
+    if (why) {
         printf("%s (%s): no fast encoder (%s); tokshard build encodes it with sentencepiece, so "
                "there is nothing to verify\n",
                model, tks_spm_model_type(spm), why);
-    if (!spm || why) {
         tks_tok_free(ta);
         return 0;
     }
-    if (no_cache) tks_spm_set_word_cache(spm, 0);
+    if (no_cache && spm) tks_spm_set_word_cache(spm, 0);
+    if (no_cache && !spm) tks_bpe_set_word_cache(tks_tok_bpe(ta), 0);
     doc_src src = {0};
     tks_spm_compare cmp = {0};
     int rc = tks_input_open(in.items + 1, in.n - 1, &io, &src.in);
-    if (!rc) rc = tks_spm_compare_docs(spm, next_doc, &src, &cmp);
+    if (!rc) rc = tks_tok_compare_docs(ta, next_doc, &src, &cmp);
     if (!rc && cmp.differ) print_difference(ta, &cmp, &src.doc);
-    else if (!rc) print_agreement(model, spm, &cmp);
+    else if (!rc) print_agreement(model, ta, &cmp);
     tks_input_free(src.in);
     tks_spm_compare_free(&cmp);
     tks_tok_free(ta);
@@ -573,6 +600,7 @@ static int cmd_audit(int argc, char **argv) {
     tks_audit_opts ao = {0};
     tks_foreign_opts fo;
     tks_foreign_opts_default(&fo);
+    tks_tok_opts to = {0};
     int as_json = 0;
     cli_flag foreign[CLI_FOREIGN_FLAGS];
     cli_foreign_table(&fo, foreign);
@@ -580,6 +608,8 @@ static int cmd_audit(int argc, char **argv) {
         {.name = "--json", .type = CLI_BOOL, .ptr = &as_json},
         {.name = "--model-vocab", .ptr = &ao.model_vocab, .set = set_model_vocab},
         {.name = "--tokenizer", .type = CLI_STR, .ptr = &ao.tokenizer_path},
+        {.name = "--pattern", .type = CLI_STR, .ptr = &to.pattern},
+        {.name = "--special-tokens", .type = CLI_STR, .ptr = &to.special_tokens},
         {.name = "--threads", .ptr = &ao.threads, .set = set_int},
         {.name = "--max-problems", .ptr = &ao.max_problems, .set = set_max_problems},
         {0},
@@ -590,33 +620,44 @@ static int cmd_audit(int argc, char **argv) {
     if (prc != CLI_PARSED) return prc;
     const char *path = arg.value;
     if (!path) return cli_usage_error("audit: give a dataset DIR or a SHARD file");
-    if (fo.format && !ao.model_vocab)
-        return cli_usage_error("audit --format %s: --model-vocab N is required (the embedding "
-                                   "size every id must fit)", tks_foreign_format_name(fo.format));
-    if (fo.format && ao.tokenizer_path)
-        return cli_usage_error("audit --format %s: give --model-vocab instead of --tokenizer", tks_foreign_format_name(fo.format));
     if (!fo.format && (fo.token_bytes || fo.eot_id != TKS_NO_ID || fo.eod_id != TKS_NO_ID))
         return cli_usage_error("audit: --dtype, --eot and --eod need --format megatron|llmc|raw|datatrove");
+    if ((to.pattern || to.special_tokens) && !ao.tokenizer_path)
+        return cli_usage_error("audit: --pattern and --special-tokens go with --tokenizer FILE.tiktoken");
+    /* --tokenizer: its fingerprint (a tiktoken file's covers its pattern) and
+     * vocabulary; a file that does not load as a tokenizer is compared by
+     * its bytes and reported by the audit */
+    tks_tok *tk = NULL;
+    if (ao.tokenizer_path && tks_tok_load_opts(ao.tokenizer_path, &to, &tk) == 0)
+        ao.tokenizer_fp = tks_tok_fingerprint(tk);
+    else if (ao.tokenizer_path && (to.pattern || to.special_tokens || fo.format))
+        return cli_lib_error();
+    tks_clear_error();
+    tks_tokenizer_info ti;
+    if (tk) tks_tokenizer_record(tk, &ti);
+    if (fo.format && !ao.model_vocab && tk) ao.model_vocab = ti.vocab_size;
+    if (fo.format && !ao.model_vocab) {
+        tks_tok_free(tk);
+        return cli_usage_error("audit --format %s: --model-vocab N (or --tokenizer) is required (the "
+                               "embedding size every id must fit)", tks_foreign_format_name(fo.format));
+    }
     tks_audit_report *r;
     int rank = 0; /* under mpirun: ranks audit a share each, rank 0 reports */
-    if (fo.format) { /* a foreign dataset: one process audits it, the other ranks wait */
-        if (dist_rank() != 0) return dist_finish(0);
-        if (tks_foreign_audit(path, &fo, ao.model_vocab, ao.max_problems, &r))
-            return dist_finish(cli_lib_error());
-    } else {
-        if (dist_audit(path, &ao, &r, &rank) != 0) return dist_finish(cli_lib_error());
-        if (rank != 0) return dist_finish(0);
+    int arc;
+    if (fo.format) /* a foreign dataset: one process audits it, the other ranks wait */
+        arc = dist_rank() != 0 ? 1 : tks_foreign_audit(path, &fo, ao.model_vocab, tk ? &ti : NULL, ao.max_problems, &r);
+    else
+        arc = dist_audit(path, &ao, &r, &rank) != 0 ? -1 : rank != 0;
+    if (arc) {
+        tks_tok_free(tk);
+        return dist_finish(arc > 0 ? 0 : cli_lib_error());
     }
     /* a tokenizer given on the command line must also agree on the vocabulary */
-    if (ao.tokenizer_path && r->vocab_size) {
-        tks_tok *tk = NULL;
-        if (tks_tok_load(ao.tokenizer_path, &tk) == 0 && tks_tok_vocab_size(tk) != r->vocab_size)
-            tks_audit_report_add(r, ao.max_problems ? ao.max_problems : 1000, 0, TKS_ERR_TOKENIZER,
-                                 ao.tokenizer_path, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
-                                 "tokenizer vocab %u, dataset vocab %u", tks_tok_vocab_size(tk),
-                                 r->vocab_size);
-        tks_tok_free(tk);
-    }
+    if (tk && r->vocab_size && ti.vocab_size != r->vocab_size)
+        tks_audit_report_add(r, ao.max_problems ? ao.max_problems : 1000, 0, TKS_ERR_TOKENIZER,
+                             ao.tokenizer_path, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                             "tokenizer vocab %u, dataset vocab %u", ti.vocab_size, r->vocab_size);
+    tks_tok_free(tk);
     int rc = cli_audit_print(path, r, as_json, fo.format ? tks_foreign_format_name(fo.format) : NULL);
     tks_audit_report_free(r);
     return dist_finish(rc);
@@ -906,19 +947,25 @@ static void help(FILE *f) {
             "      --model-type bpe|unigram|word|char [bpe]   --vocab-size N [8000]   --byte-fallback\n"
             "      --character-coverage F [0.9995]  --input-sentence-size N [2000000]\n"
             "      --threads N [1: models depend on the thread count, so the default is fixed]\n"
-            "  tokshard build --tokenizer MODEL|tokenizer.json --output DIR [options] INPUT...\n"
+            "  tokshard build --tokenizer TOKENIZER --output DIR [options] INPUT...\n"
             "      --threads N [all cores]    --shard-tokens N [16M]   --chunk-bytes N [1M]\n"
             "      --append-eos   --prepend-bos   --resume   --quiet\n"
             "      --unit-bytes N [1G: work units of N bytes of text; part of the output, never of\n"
             "        the launch: mpirun -np R tokshard build ... spreads units over R ranks]\n"
             "      --encoder auto|sentencepiece [auto: tokshard's fast encoder when it gives exactly\n"
             "        sentencepiece's ids for the model, else sentencepiece; the summary says which]\n"
+            "      --allow-special-in-text   special tokens' text (<|endoftext|>) becomes their ids, as\n"
+            "        Hugging Face tokenizers does by default [off: encoded as text, and counted]\n"
+            "  TOKENIZER: a sentencepiece MODEL, a byte-level BPE tokenizer.json, a tiktoken ranks\n"
+            "      file with --pattern gpt2|cl100k|o200k|llama3|qwen2|REGEX|tokenizer.json and\n"
+            "      --special-tokens TEXT=ID,... [the named encoding's], or a dataset's tiktoken.json\n"
             "  tokshard verify-tokenizer MODEL TEXT... [input options; --doc-split line by default]\n"
             "      compares tokshard's fast encoder with sentencepiece document by document\n"
             "      --no-cache: without the word cache (times the encoder's miss path)\n"
             "  tokshard verify-tokenizer A B TEXT...   the documents on which two tokenizers\n"
-            "      (sentencepiece models or tokenizer.json files) give other ids\n"
-            "  tokshard audit DIR|SHARD [--json] [--model-vocab N] [--tokenizer MODEL] [--threads N]\n"
+            "      (any two TOKENIZERs; --pattern and --special-tokens go to the tiktoken files) give\n"
+            "      other ids\n"
+            "  tokshard audit DIR|SHARD [--json] [--model-vocab N] [--tokenizer TOKENIZER] [--threads N]\n"
             "  tokshard audit --format megatron|llmc|raw|datatrove SOURCE --model-vocab N\n"
             "      [--eod ID] [--eot ID] [--dtype u16|u32] [--json]   another project's dataset, in place\n"
             "  tokshard import --format megatron|llmc|raw|datatrove SOURCE --output DIR\n"

@@ -84,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     uint32_t vocab = 1 + (uint32_t)(opt >> 4) * 4099;
     tks_audit_report *r = NULL;
-    int rc = tks_foreign_audit(src, &o, vocab, 8, &r);
+    int rc = tks_foreign_audit(src, &o, vocab, NULL, 8, &r);
     if (rc) {
         FUZZ_CHECK(r == NULL && rc < 0 && tks_last_error()->code == rc);
         return 0;
