@@ -26,6 +26,8 @@ tokens):
                       Llama 3's pattern
   NAME.pattern, NAME.specials   what tokshard is given (--pattern,
                       --special-tokens)
+  docs.newer          the documents (indices) made of code points the Unicode
+                      version of Python's unicodedata does not assign
   NAME.skip           why NAME could not be made (tiktoken or bpe-openai
                       absent): its tests report skipped
 Exit 77 when the interpreter has no `tokenizers` (the test is then skipped).
@@ -39,6 +41,7 @@ import os
 import struct
 import sys
 import time
+import unicodedata
 
 try:
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -47,6 +50,7 @@ except ImportError as e:
     sys.exit(77)
 
 W = sys.argv[1]
+NEWER = []  # indices of the documents of code points that Unicode 14 does not assign
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -119,12 +123,20 @@ def edge_cases():
     d.append("\x00\x01\x7f tab\tand\x1b[0m ctrl ￿ \U0010ffff \ue000")
     # code points in the contexts where the regexes' classes decide (\s,
     # \p{L}, \p{N}, case-insensitive contractions): every one of planes 0
-    # and 1 and of the tags and variation selectors, and every 101st of the
-    # rest (CJK extensions, unassigned, private use), in documents of 4096
+    # and 1 and of the tags and variation selectors, and every 101st
+    # of the rest (CJK extensions, unassigned, private use), in documents of
+    # 4096; the code points Unicode 14 leaves unassigned (Python 3.11's
+    # unicodedata, and PCRE2 10.42's tables) in documents of their own, whose
+    # indices go to docs.newer: a peer on a later Unicode may classify them
+    # otherwise (tiktoken's Rust regex reads Unicode 16)
     cps = [c for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF and
            (c < 0x20000 or 0xE0000 <= c < 0xE0200 or c % 101 == 0)]
-    for i in range(0, len(cps), 4096):
-        d.append("".join(f"a{chr(c)}b {chr(c)}{chr(c)} '{chr(c)} 1{chr(c)}2\n" for c in cps[i:i + 4096]))
+    for unassigned in (False, True):
+        group = [c for c in cps if (unicodedata.category(chr(c)) == "Cn") == unassigned]
+        for i in range(0, len(group), 4096):
+            if unassigned:
+                NEWER.append(len(d))
+            d.append("".join(f"a{chr(c)}b {chr(c)}{chr(c)} '{chr(c)} 1{chr(c)}2\n" for c in group[i:i + 4096]))
     d.append("")
     d.append("a")
     d.append("ab" * 50_000)
@@ -235,6 +247,8 @@ def main():
     write_docs(os.path.join(W, "docs.bin"), docs)
     with open(os.path.join(W, "docs.count"), "w") as f:
         f.write(f"{len(docs)} {len(held)}\n")
+    with open(os.path.join(W, "docs.newer"), "w") as f:
+        f.write(f"Unicode {unicodedata.unidata_version}: " + " ".join(str(len(held) + i) for i in NEWER) + "\n")
     split_l3 = pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated", invert=False)
     bl_noregex = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     configs = {

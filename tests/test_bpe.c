@@ -140,10 +140,38 @@ static void encode_all(const char *name, tks_bpe *b, const docs *d, tks_ids *got
     CHECK(!bad_rc, "%s: an encode failed", name);
 }
 
+/* Documents made of code points Unicode 14 leaves unassigned (docs.newer:
+ * bpe_peer.py), which PCRE2 10.42's Unicode 14 tables and tiktoken's Rust
+ * regex (Unicode 16) classify differently: a tiktoken peer's ids may differ
+ * there, and only there. */
+static unsigned char *newer;
+static char newer_unicode[32];
+static size_t n_exempt; /* differing documents among them, in the last compare_ids */
+
+static void read_newer(const char *dir, size_t n_docs) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/docs.newer", dir);
+    size_t n;
+    char *t = slurp(path, &n);
+    newer = calloc(n_docs, 1);
+    if (!t || !newer) return;
+    char *p = strchr(t, ':');
+    snprintf(newer_unicode, sizeof newer_unicode, "%.*s", p ? (int)(p - t) : 0, t);
+    for (p = p ? p + 1 : t; *p;) {
+        char *q;
+        unsigned long i = strtoul(p, &q, 10);
+        if (q == p) break;
+        if (i < n_docs) newer[i] = 1;
+        p = q;
+    }
+    free(t);
+}
+
 /* got[] against the peer's ids in `want_path` (one line a document): the
- * number of documents that differ (the first three are shown). */
+ * number of documents that differ (the first three are shown), leaving out
+ * the docs.newer documents when `exempt` (their count: n_exempt). */
 static size_t compare_ids(const char *name, const char *want_path, const tks_ids *got, const docs *d,
-                          size_t *ids_total) {
+                          size_t *ids_total, int exempt) {
     size_t n_text, diff = 0;
     char *want = slurp(want_path, &n_text);
     if (!want) {
@@ -152,6 +180,7 @@ static size_t compare_ids(const char *name, const char *want_path, const tks_ids
     }
     char *line = want;
     *ids_total = 0;
+    n_exempt = 0;
     for (size_t i = 0; i < d->n; i++) {
         char *end = strchr(line, '\n');
         if (!end) {
@@ -171,6 +200,10 @@ static size_t compare_ids(const char *name, const char *want_path, const tks_ids
         }
         if (first == SIZE_MAX && k != got[i].n) first = k;
         *ids_total += k;
+        if (first != SIZE_MAX && exempt && newer && newer[i]) {
+            n_exempt++;
+            first = SIZE_MAX;
+        }
         if (first != SIZE_MAX && diff++ < 3)
             fprintf(stderr, "FAIL %s: document %zu (%zu bytes: \"%.60s\") gives %zu ids, the peer %zu (%s); first "
                     "difference at id %zu (ours %d)\n", name, i, d->len[i], d->p[i], got[i].n, k, want_path, first,
@@ -195,8 +228,16 @@ static int compare_model(const char *dir, const char *name, const docs *d, size_
     encode_all(name, b, d, got);
     size_t ids_total = 0, dec_same = 0, dec_lossy = 0;
     snprintf(path, sizeof path, "%s/%s.ids", dir, name);
-    size_t diff = compare_ids(name, path, got, d, &ids_total);
+    struct stat tst;
+    char tt[4096];
+    snprintf(tt, sizeof tt, "%s/%s.tiktoken", dir, name);
+    int tiktoken = stat(tt, &tst) == 0;
+    size_t diff = compare_ids(name, path, got, d, &ids_total, tiktoken);
     CHECK(diff == 0, "%s: %zu of %zu documents give other ids than the peer", name, diff, d->n);
+    if (n_exempt)
+        printf("%s: %zu documents of code points %s does not assign give other ids than tiktoken, whose "
+               "regex reads a later Unicode (PCRE2's tables here are %s's)\n", name, n_exempt, newer_unicode,
+               newer_unicode);
     for (size_t i = 0; i < d->n; i++) {
         /* decode: the peer's text, where ours is valid UTF-8 (tokenizers
          * replaces bad sequences with U+FFFD) */
@@ -238,7 +279,7 @@ static int compare_model(const char *dir, const char *name, const docs *d, size_
         CHECK(tks_bpe_set_allow_special(b, 1) == 0, "%s: allow special: %s", name, tks_last_error()->message);
         encode_all(name, b, d, again);
         size_t n_allow = 0;
-        diff = compare_ids(name, path, again, d, &n_allow);
+        diff = compare_ids(name, path, again, d, &n_allow, tiktoken);
         CHECK(diff == 0, "%s: with special tokens allowed in the text, %zu of %zu documents give other ids", name,
               diff, d->n);
         printf("%s: special tokens allowed in the text: %zu of %zu documents identical (%zu ids)\n", name,
@@ -479,7 +520,9 @@ int main(int argc, char **argv) {
         char *c = slurp(path, &cn);
         size_t n_held = c ? strtoul(strchr(c, ' ') + 1, NULL, 10) : 0;
         free(c);
+        read_newer(argv[1], d.n);
         for (int i = 2; i < argc; i++) compare_model(argv[1], argv[i], &d, n_held);
+        free(newer);
         free(d.buf);
         free(d.p);
         free(d.len);

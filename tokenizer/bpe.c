@@ -37,7 +37,7 @@
  *      of candidates, stale ones skipped when popped (tokenizers'
  *      Word::merge_all): O(n log n) in the piece's length.
  * A piece's ids depend on its bytes alone, so each thread keeps a word cache
- * (pieces of up to 64 bytes and their ids): same ids, BPE run once a word.
+ * (pieces of up to 24 bytes and their ids): same ids, BPE run once a word.
  *
  * Thread safety: a loaded handle is immutable apart from per-thread scratch
  * (PCRE2 match data, JIT stack, symbol and heap arrays, the word cache)
@@ -53,12 +53,13 @@
 
 #include "bpe_internal.h"
 
-/* Pieces up to this many bytes are cached. */
-#define CACHE_MAX_PIECE 64
-/* Per-thread cache: slots (a power of two) and arena bytes; a full cache is
- * emptied and refilled. About 5 MiB per thread. */
-#define CACHE_SLOTS (1u << 17)
-#define CACHE_ARENA (4u << 20)
+/* The word cache: per thread, 2-way set associative, one 64-byte line a
+ * piece of up to 24 bytes with up to 9 ids, the piece's bytes in the line
+ * (a hit reads one cache line: with the bytes elsewhere, the second load
+ * missed as often as the first). CACHE_SETS x 2 lines: 512 KiB a thread. */
+#define CACHE_KEY 24
+#define CACHE_IDS 9
+#define CACHE_SETS (1u << 15)
 
 /* ---------------------------------------------------------------------------
  * Per-thread scratch
@@ -71,15 +72,12 @@ typedef struct hent {
     uint32_t new_id;
 } hent;
 
-/* A cached piece in the arena (8-aligned): this header, its bytes, its ids. */
-typedef struct centry {
-    uint32_t len, n_ids;
-} centry;
-
-typedef struct cslot {
-    uint32_t tag; /* 0: empty; else the hash's high 32 bits with bit 0 set */
-    uint32_t off; /* the centry's offset in the arena */
-} cslot;
+typedef struct cline {
+    uint64_t key[CACHE_KEY / 8]; /* the piece's bytes, zero after its end */
+    uint32_t ids[CACHE_IDS];
+    uint8_t len, n_ids;          /* len 0: empty */
+    uint8_t pad[2];
+} cline;
 
 struct tks__bpe_scratch {
     tks__bpe_scratch *next_all; /* the handle's list */
@@ -91,9 +89,7 @@ struct tks__bpe_scratch {
     int32_t *prev, *next;       /* their neighbours, -1 at the ends */
     size_t sym_cap;             /* elements */
     hent *heap;
-    cslot *slots;               /* CACHE_SLOTS, or NULL before the first use */
-    char *arena;                /* CACHE_ARENA */
-    size_t arena_len, n_used;
+    cline *cache;               /* CACHE_SETS x 2, or NULL before the first use */
     tks_encoder_stats st;
 };
 
@@ -107,8 +103,7 @@ static void scratch_destroy(scratch *s) {
     free(s->prev);
     free(s->next);
     free(s->heap);
-    free(s->slots);
-    free(s->arena);
+    free(s->cache);
     free(s);
 }
 
@@ -166,41 +161,32 @@ static scratch *get_scratch(tks_bpe *b) {
 /* ---------------------------------------------------------------------------
  * The word cache
  * ------------------------------------------------------------------------- */
-static const char *ce_key(const centry *e) { return (const char *)(e + 1); }
-static const uint32_t *ce_ids(const centry *e) {
-    return (const uint32_t *)(ce_key(e) + ((e->len + 3u) & ~3u));
+/* The piece t[0..n) (n <= CACHE_KEY) zero-padded into key, and its set. */
+static size_t cache_key(const char *t, size_t n, uint64_t key[CACHE_KEY / 8]) {
+    memset(key, 0, CACHE_KEY);
+    memcpy(key, t, n);
+    uint64_t h = (key[0] * 0x9e3779b97f4a7c15ull) ^ (key[1] * 0xc2b2ae3d27d4eb4full) ^
+                 (key[2] * 0x165667b19e3779f9ull) ^ n;
+    return (size_t)(tks__bpe_mix64(h) & (CACHE_SETS - 1));
 }
 
-static const centry *cache_get(const scratch *s, uint64_t h, const char *t, size_t n) {
-    uint32_t tag = (uint32_t)(h >> 32) | 1u;
-    for (size_t i = (size_t)h & (CACHE_SLOTS - 1); s->slots[i].tag; i = (i + 1) & (CACHE_SLOTS - 1)) {
-        if (s->slots[i].tag != tag) continue;
-        const centry *e = (const centry *)(s->arena + s->slots[i].off);
-        if (e->len == n && !memcmp(ce_key(e), t, n)) return e;
-    }
+static const cline *cache_get(const scratch *s, size_t set, const uint64_t key[CACHE_KEY / 8], size_t n) {
+    const cline *l = &s->cache[2 * set];
+    for (int w = 0; w < 2; w++, l++)
+        if (l->len == n && l->key[0] == key[0] && l->key[1] == key[1] && l->key[2] == key[2]) return l;
     return NULL;
 }
 
-/* Caches the piece t[0..n) with ids[0..k); a full cache is emptied first. */
-static void cache_put(scratch *s, uint64_t h, const char *t, size_t n, const uint32_t *ids, size_t k) {
-    size_t bytes = sizeof(centry) + ((n + 3) & ~(size_t)3) + k * sizeof *ids;
-    size_t off = (s->arena_len + 7) & ~(size_t)7;
-    if (s->n_used >= CACHE_SLOTS / 2 || off + bytes > CACHE_ARENA) {
-        memset(s->slots, 0, CACHE_SLOTS * sizeof *s->slots);
-        s->arena_len = s->n_used = 0;
-        off = 0;
-    }
-    size_t i = (size_t)h & (CACHE_SLOTS - 1);
-    while (s->slots[i].tag) i = (i + 1) & (CACHE_SLOTS - 1);
-    centry *e = (centry *)(s->arena + off);
-    e->len = (uint32_t)n;
-    e->n_ids = (uint32_t)k;
-    memcpy((char *)ce_key(e), t, n);
-    memcpy((uint32_t *)ce_ids(e), ids, k * sizeof *ids);
-    s->slots[i].tag = (uint32_t)(h >> 32) | 1u;
-    s->slots[i].off = (uint32_t)off;
-    s->arena_len = off + bytes;
-    s->n_used++;
+/* Caches the piece with ids[0..k) (k <= CACHE_IDS) as the set's first line,
+ * the first moving to the second (the older of the two goes). */
+static void cache_put(scratch *s, size_t set, const uint64_t key[CACHE_KEY / 8], size_t n, const uint32_t *ids,
+                      size_t k) {
+    cline *l = &s->cache[2 * set];
+    l[1] = l[0];
+    memcpy(l->key, key, CACHE_KEY);
+    memcpy(l->ids, ids, k * sizeof *ids);
+    l->len = (uint8_t)n;
+    l->n_ids = (uint8_t)k;
 }
 
 /* ---------------------------------------------------------------------------
@@ -395,46 +381,68 @@ static int ref_merge(enc *e, const char *t, size_t n) {
     return rc;
 }
 
+/* A piece's place in the word cache, computed ahead so that its line can
+ * be fetched while the piece before it is encoded. */
+typedef struct ckey {
+    uint64_t key[CACHE_KEY / 8];
+    size_t set;
+    int on; /* the piece is cached (short enough, cache on) */
+} ckey;
+
+static int cache_on(enc *e) {
+    scratch *s = e->s;
+    if (!e->b->word_cache || e->ref) return 0;
+    if (!s->cache && !(s->cache = calloc(2 * CACHE_SETS, sizeof *s->cache)))
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for the word cache");
+    return 1;
+}
+
+static void cache_lookup_key(enc *e, const char *t, size_t n, ckey *k) {
+    k->on = n <= CACHE_KEY;
+    if (!k->on) return;
+    k->set = cache_key(t, n, k->key);
+    __builtin_prefetch(&e->s->cache[2 * k->set]);
+}
+
+static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k);
+
 /* One pre-token (raw bytes) through the cache and the BPE model. */
 static int bpe_piece(enc *e, const char *t, size_t n) {
+    ckey k = {{0}, 0, 0};
+    int rc = e->ref ? 0 : cache_on(e);
+    if (rc < 0) return rc;
+    if (rc) cache_lookup_key(e, t, n, &k);
+    return bpe_piece_k(e, t, n, &k);
+}
+
+static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k) {
     const tks_bpe *b = e->b;
     scratch *s = e->s;
     if (e->ref) {
         uint32_t id = b->ignore_merges ? tks__bpe_vocab_find(b, t, n) : TKS_NO_ID;
         return id != TKS_NO_ID ? push_id(e, id) : n <= REF_MAX_PIECE ? ref_merge(e, t, n) : bpe_merge(e, t, n);
     }
-    int cache = b->word_cache && n <= CACHE_MAX_PIECE;
-    uint64_t h = 0;
+    int cache = k->on;
+    const uint64_t *key = k->key;
+    size_t set = k->set;
     s->st.words++;
     s->st.bytes += n;
     if (cache) {
-        if (!s->slots) {
-            s->slots = calloc(CACHE_SLOTS, sizeof *s->slots);
-            s->arena = malloc(CACHE_ARENA);
-            if (!s->slots || !s->arena) {
-                free(s->slots);
-                free(s->arena);
-                s->slots = NULL;
-                s->arena = NULL;
-                return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for the word cache");
-            }
-        }
-        h = XXH3_64bits(t, n);
-        const centry *ce = cache_get(s, h, t, n);
-        if (ce) {
+        const cline *l = cache_get(s, set, key, n);
+        if (l) {
             s->st.word_hits++;
             s->st.hit_bytes += n;
-            int rc = out_reserve(e, ce->n_ids);
+            int rc = out_reserve(e, l->n_ids);
             if (rc) return rc;
-            memcpy(e->out->ids + e->out->n, ce_ids(ce), ce->n_ids * sizeof(uint32_t));
-            e->out->n += ce->n_ids;
+            memcpy(e->out->ids + e->out->n, l->ids, l->n_ids * sizeof(uint32_t));
+            e->out->n += l->n_ids;
             return 0;
         }
     }
     size_t first = e->out->n;
     uint32_t id = b->ignore_merges ? tks__bpe_vocab_find(b, t, n) : TKS_NO_ID;
     int rc = id != TKS_NO_ID ? push_id(e, id) : bpe_merge(e, t, n);
-    if (!rc && cache) cache_put(s, h, t, n, e->out->ids + first, e->out->n - first);
+    if (!rc && cache && e->out->n - first <= CACHE_IDS) cache_put(s, set, key, n, e->out->ids + first, e->out->n - first);
     return rc;
 }
 
@@ -488,6 +496,25 @@ static int split_level(enc *e, int lv, const char *t, size_t n) {
     if (!n) return 0;
     const tks_bpe *b = e->b;
     if (lv == b->n_split) return bpe_piece(e, t, n);
+    if (b->fast && !e->ref && tks__bpe_fast_bmp(t, n)) {
+        /* the hand matcher: pieces tile the text, each is kept; each piece's
+         * cache line is fetched while the one before it is encoded */
+        int on = cache_on(e);
+        if (on < 0) return on;
+        ckey k[2] = {{{0}, 0, 0}, {{0}, 0, 0}};
+        size_t i = 0, j = tks__bpe_fast_next(b->fast, t, n, 0);
+        if (on) cache_lookup_key(e, t, j, &k[0]);
+        int rc = 0, c = 0;
+        while (!rc && i < n) {
+            size_t m = j < n ? tks__bpe_fast_next(b->fast, t, n, j) : n;
+            if (on && m > j) cache_lookup_key(e, t + j, m - j, &k[c ^ 1]);
+            rc = bpe_piece_k(e, t + i, j - i, &k[c]);
+            c ^= 1;
+            i = j;
+            j = m;
+        }
+        return rc;
+    }
     const tks__bpe_splitter *sp = &b->split[lv];
     regroup g = {0, 0, 0, 0};
     size_t pos = 0;

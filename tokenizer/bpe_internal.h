@@ -25,7 +25,11 @@ typedef struct tks__bpe_splitter {
     pcre2_code *re;
     tks__bpe_behavior how;
     int invert;
+    int fast;  /* the hand matcher of this pattern (bpe_pretok.c), or TKS__FAST_NONE */
 } tks__bpe_splitter;
+
+/* The patterns bpe_pretok.c matches by hand. */
+enum { TKS__FAST_NONE, TKS__FAST_GPT2, TKS__FAST_LLAMA3, TKS__FAST_QWEN2, TKS__FAST_CL100K, TKS__FAST_O200K };
 
 typedef struct tks__bpe_merge {
     uint64_t key; /* (left id << 32 | right id) + 1; 0: empty */
@@ -90,6 +94,8 @@ struct tks_bpe {
     uint8_t tt_ranks_xxh3[16];
     char *tt_bos, *tt_eos, *tt_pad; /* special tokens' contents, or NULL */
     int word_cache;       /* tks_bpe_set_word_cache (on by default) */
+    int fast;             /* the one splitter's hand matcher, used for text within the BMP; or
+                           * TKS__FAST_NONE: PCRE2 for everything */
     pthread_key_t key;
     int have_key;         /* key and mu are initialized */
     pthread_mutex_t mu;
@@ -126,6 +132,18 @@ int tks__bpe_add_token(tks_bpe *b, const char *content, size_t len, uint32_t id,
  * usable is NULL), the added-token matchers and the per-thread scratch:
  * the last step of either loader. */
 int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable);
+
+/* bpe_pretok.c: the hand matchers. tks__bpe_fast_program: the matcher of a
+ * pattern text (TKS__FAST_NONE for any other); tks__bpe_fast_init: builds
+ * the class tables from PCRE2 once per process (0, or TKS_ERR_NOMEM /
+ * TKS_ERR_TOKENIZER: then PCRE2 is used); tks__bpe_fast_bmp: 1 when the
+ * UTF-8 text has no code point above U+FFFF (the tables' range);
+ * tks__bpe_fast_next: where the piece that starts at byte i of t[0..n)
+ * ends (> i), as PCRE2 would match the pattern there. */
+int tks__bpe_fast_program(const char *pattern);
+int tks__bpe_fast_init(void);
+size_t tks__bpe_fast_bmp(const char *t, size_t n);
+size_t tks__bpe_fast_next(int prog, const char *t, size_t n, size_t i);
 
 /* The per-thread scratch's key (bpe.c), made by tks__bpe_finish. */
 int tks__bpe_scratch_init(tks_bpe *b);

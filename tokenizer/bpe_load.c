@@ -116,7 +116,10 @@ int tks__bpe_compile(tks_bpe *b, const char *pat, size_t n, int literal, uint32_
         return tks__bpe_refuse(b, "%s: the pattern may match the empty string (not reproduced exactly)", where);
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT, the interpreter gives the same matches */
-    b->split[b->n_split++] = (tks__bpe_splitter){re, B_ISOLATED, 0};
+    char *text = literal ? NULL : strndup(pat, n);
+    int fast = text ? tks__bpe_fast_program(text) : TKS__FAST_NONE;
+    free(text);
+    b->split[b->n_split++] = (tks__bpe_splitter){re, B_ISOLATED, 0, fast};
     return 0;
 }
 
@@ -200,6 +203,13 @@ int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable) {
     int rc = added_index(b, &b->added_raw);
     if (!rc) rc = added_index(b, &b->added_norm);
     if (!rc) rc = tks__bpe_scratch_init(b);
+    /* one splitter whose pieces tile the text (isolated matches, or only the
+     * matches kept): its hand matcher, when it has one and the tables build */
+    const tks__bpe_splitter *sp = &b->split[0];
+    if (!rc && b->n_split == 1 && sp->fast &&
+        ((sp->how == B_ISOLATED && !sp->invert) || (sp->how == B_REMOVED && sp->invert)) &&
+        tks__bpe_fast_init() == 0)
+        b->fast = sp->fast;
     return rc;
 }
 
