@@ -1,63 +1,124 @@
 #!/usr/bin/env python3
-"""bench_bpe.py - tokshard build with a byte-level BPE tokenizer.json against
-Hugging Face tokenizers (the reference), in the same run on the same text.
+"""bench_bpe.py - tokshard build with byte-level BPE tokenizers against the
+peers, in the same run on the same text: Hugging Face tokenizers, tiktoken,
+fastokens and bpe-openai (whichever are installed; bench/bench_bpe.sh makes
+.venv-bench with the pinned versions).
 
-Usage: .venv/bin/python bench/bench_bpe.py --bin build-release/bin [--mb 40] [--vocab 32000] [--work DIR]
+Usage: .venv-bench/bin/python bench/bench_bpe.py --bin build-release/bin
+           [--mb 40] [--multi-mb 10] [--vocab 32000] [--work DIR] [--memory]
 
-The text: paragraphs of GCIDE (dict-gcide) and the Python docs' reST sources
-(python3.11-doc), written once as JSON Lines (one document a paragraph). Two
-tokenizers are trained on it with `tokenizers` (no download): a GPT-2-style
-one (ByteLevel with GPT-2's regex) and a Llama-3-style one (Split with Llama
-3's regex, then ByteLevel, ignore_merges), each with --vocab ids. For each:
-tokenizers' encode_batch on one thread (RAYON_NUM_THREADS=1) and `tokshard
-build` with --threads 1 and 2 (reading, encoding and writing shards: the
-whole build), MB of text per second; and whether every document's ids are
-the same. tiktoken and the other peers the issue names are measured where
-they are installed in the venv, else reported as absent.
+Texts (real, from Debian packages), each written once as JSON Lines:
+  english  paragraphs of GCIDE (dict-gcide) and the Python docs' reST sources
+           (python3.11-doc), --mb MB
+  multi    manual pages in 12 languages (manpages-*), one document a page,
+           and Python's own sources, --multi-mb MB
+Tokenizers:
+  gpt2-style, llama3-style  tokenizer.json files trained here with
+           tokenizers on the English text (--vocab ids; GPT-2's ByteLevel
+           regex; Llama 3's Split regex then ByteLevel, ignore_merges)
+  cl100k, o200k  OpenAI's ranks files as the bpe-openai wheel carries them,
+           with tiktoken's patterns
+For each: `tokshard build` (the whole build: reading, encoding, checksummed
+shards) with --threads 1 and 2, MB of text per second of wall time; each peer
+on one thread (RAYON_NUM_THREADS=1), MB/s of its encode call over all
+documents (documents already in memory); and whether each peer's ids equal
+tokshard's on every document. tokenizer.json peers: tokenizers
+(encode_batch, special tokens as text) and fastokens (encode_batch_flat,
+split_special_tokens); ranks peers: tiktoken (encode_ordinary per document),
+fastokens (from_tiktoken) and bpe-openai (its own cl100k_base/o200k_base).
+--memory: also a 40 MB document of base64 and a 40 MB single word through
+tokshard build (peak RSS, time) and through tiktoken and tokenizers on 1, 2
+and 4 MB of the single word (their growth).
+Prints a markdown table and writes WORK/bench-bpe.json.
 """
-import argparse, gzip, json, os, re, subprocess, sys, time
+import argparse, base64, glob, gzip, json, os, random, re, resource, subprocess, sys, time
 
 p = argparse.ArgumentParser()
 p.add_argument("--bin", required=True)
 p.add_argument("--mb", type=float, default=40)
+p.add_argument("--multi-mb", type=float, default=10)
 p.add_argument("--vocab", type=int, default=32000)
 p.add_argument("--work", default="/tmp/tks-bench-bpe")
+p.add_argument("--memory", action="store_true")
 a = p.parse_args()
 os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
-
 os.makedirs(a.work, exist_ok=True)
-jl = os.path.join(a.work, "docs.jsonl")
-docs = []
-limit = int(a.mb * 1e6)
-size = 0
-src = [("gcide", lambda: gzip.open("/usr/share/dictd/gcide.dict.dz", "rt", errors="replace").read())]
-for root, _, files in sorted(os.walk("/usr/share/doc/python3.11/html/_sources")):
-    for f in sorted(files):
-        if f.endswith(".txt"):
-            src.append((f, lambda r=root, f=f: open(os.path.join(r, f), errors="replace").read()))
-for _, read in src:
-    for para in re.split(r"\n\s*\n", read()):
-        if para.strip() and "\0" not in para:
-            docs.append(para)
-            size += len(para.encode())
-            if size >= limit:
-                break
-    if size >= limit:
-        break
-with open(jl, "w") as f:
-    for d in docs:
-        f.write(json.dumps({"text": d}) + "\n")
-mb = size / 1e6
-print("text: %d documents, %.1f MB (GCIDE, then the Python docs' sources)" % (len(docs), mb))
+TKS = os.path.join(a.bin, "tokshard")
+
+
+def peer(name):
+    try:
+        return __import__(name)
+    except ImportError:
+        return None
+
+
+tokenizers, tiktoken, fastokens, bpe_openai = (peer(n) for n in ("tokenizers", "tiktoken", "fastokens", "bpe_openai"))
+versions = {}
+for n in ("tokenizers", "tiktoken", "fastokens", "bpe-openai"):
+    try:
+        import importlib.metadata as md
+        versions[n] = md.version(n)
+    except Exception:
+        versions[n] = None
+print("peers:", ", ".join(f"{k} {v or 'absent'}" for k, v in versions.items()))
+
+
+def write_jsonl(name, docs):
+    path = os.path.join(a.work, name + ".jsonl")
+    with open(path, "w") as f:
+        for d in docs:
+            f.write(json.dumps({"text": d}) + "\n")
+    return path
+
+
+def english(limit):
+    docs, size = [], 0
+    src = [gzip.open("/usr/share/dictd/gcide.dict.dz", "rt", errors="replace").read()]
+    for root, _, files in sorted(os.walk("/usr/share/doc/python3.11/html/_sources")):
+        src += [open(os.path.join(root, f), errors="replace").read() for f in sorted(files) if f.endswith(".txt")]
+    for t in src:
+        for para in re.split(r"\n\s*\n", t):
+            if para.strip() and "\0" not in para:
+                docs.append(para)
+                size += len(para.encode())
+                if size >= limit:
+                    return docs
+    return docs
+
+
+def multilingual(limit):
+    langs = ("ja", "zh_CN", "ko", "ru", "de", "fr", "es", "it", "pl", "pt_BR", "cs", "tr")
+    pages = {l: sorted(glob.glob(f"/usr/share/man/{l}/man*/*.gz")) for l in langs}
+    pages["py"] = sorted(glob.glob("/usr/lib/python3.11/**/*.py", recursive=True))
+    docs, size, i = [], 0, 0
+    while size < limit and any(i < len(v) for v in pages.values()):
+        for l, v in pages.items():
+            if i < len(v):
+                op = gzip.open if v[i].endswith(".gz") else open
+                with op(v[i], "rb") as f:
+                    t = f.read().decode("utf-8", errors="replace")
+                if t.strip() and "\0" not in t:
+                    docs.append(t)
+                    size += len(t.encode())
+        i += 1
+    return docs
+
+
+texts = {"english": english(a.mb * 1e6), "multi": multilingual(a.multi_mb * 1e6)}
+paths = {k: write_jsonl(k, v) for k, v in texts.items()}
+mbs = {k: sum(len(d.encode()) for d in v) / 1e6 for k, v in texts.items()}
+for k in texts:
+    print(f"text {k}: {len(texts[k])} documents, {mbs[k]:.1f} MB")
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def train(kind):
-    if kind == "gpt2":
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    if kind == "gpt2-style":
         t = Tokenizer(models.BPE())
         t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
@@ -68,48 +129,148 @@ def train(kind):
     t.decoder = decoders.ByteLevel()
     tr = trainers.BpeTrainer(vocab_size=a.vocab, special_tokens=["<|endoftext|>"],
                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    t.train_from_iterator(docs[:20000], tr)
+    t.train_from_iterator(texts["english"][:20000], tr)
     d = os.path.join(a.work, kind)
     os.makedirs(d, exist_ok=True)
     t.save(os.path.join(d, "tokenizer.json"))
-    json.dump({"eos_token": "<|endoftext|>", "tokenizer_class": "PreTrainedTokenizerFast"},
-              open(os.path.join(d, "tokenizer_config.json"), "w"))
-    return t, d
+    return os.path.join(d, "tokenizer.json")
 
 
-def tokshard_build(d, threads):
-    out = os.path.join(a.work, "data-%s-%d" % (os.path.basename(d), threads))
+def ranks_file(stem):
+    import importlib.resources
+    data = gzip.open(importlib.resources.files("bpe_openai.data") / (stem + "_base.tiktoken.gz")).read()
+    path = os.path.join(a.work, stem + ".tiktoken")
+    open(path, "wb").write(data)
+    return path
+
+
+def tokshard_build(tok_args, text, threads):
+    out = os.path.join(a.work, "data")
     subprocess.run(["rm", "-rf", out], check=True)
     t0 = time.perf_counter()
-    r = subprocess.run([os.path.join(a.bin, "tokshard"), "build", "--tokenizer", os.path.join(d, "tokenizer.json"),
-                        "--output", out, "--format", "jsonl", "--threads", str(threads), "--quiet", jl],
-                       capture_output=True, text=True)
+    r = subprocess.run([TKS, "build", *tok_args, "--output", out, "--format", "jsonl", "--threads", str(threads),
+                        "--quiet", paths[text]], capture_output=True, text=True)
     dt = time.perf_counter() - t0
     if r.returncode:
         sys.exit("tokshard build failed: " + r.stderr)
-    return out, dt
+    ids = subprocess.run([TKS, "cat", out, "--ids"], capture_output=True, text=True, check=True).stdout.splitlines()
+    return dt, ids
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, [" ".join(map(str, e)) for e in out]
+
+
+def flat(ids_offsets):
+    import numpy as np
+    ids, off = ids_offsets
+    ids, off = np.frombuffer(ids, np.uint32), np.frombuffer(off, np.uint64)
+    return [ids[off[i]:off[i + 1]].tolist() for i in range(len(off) - 1)]
+
+
+def peers_json(path, docs):
+    out = {}
+    if tokenizers:
+        t = tokenizers.Tokenizer.from_file(path)
+        t.encode_special_tokens = True
+        out["tokenizers"] = timed(lambda: [e.ids for e in t.encode_batch(docs, add_special_tokens=False)])
+    if fastokens:
+        f = fastokens.Tokenizer.from_file(path)
+        t0 = time.perf_counter()
+        r = f.encode_batch_flat(docs, add_special_tokens=False, split_special_tokens=True)
+        dt = time.perf_counter() - t0
+        out["fastokens"] = (dt, [" ".join(map(str, e)) for e in flat(r)])
+    return out
+
+
+def peers_ranks(stem, path, docs):
+    out = {}
+    name = stem + "_base"
+    if tiktoken:
+        import tiktoken.load, tiktoken_ext.openai_public as op
+        op.load_tiktoken_bpe = lambda url, expected_hash=None: tiktoken.load.load_tiktoken_bpe(path, expected_hash)
+        enc = tiktoken.Encoding(**getattr(op, name)())
+        out["tiktoken"] = timed(lambda: [enc.encode_ordinary(d) for d in docs])
+    if fastokens:
+        f = fastokens.Tokenizer.from_tiktoken(path, encoding=name)
+        t0 = time.perf_counter()
+        r = f.encode_batch_flat(docs, add_special_tokens=False, split_special_tokens=True)
+        dt = time.perf_counter() - t0
+        out["fastokens"] = (dt, [" ".join(map(str, e)) for e in flat(r)])
+    if bpe_openai:
+        enc = bpe_openai.get_encoding(name)
+        out["bpe-openai"] = timed(lambda: [enc.encode_ordinary(d) for d in docs])
+    return out
 
 
 rows = []
-for kind in ("gpt2", "llama3"):
-    tok, d = train(kind)
-    tok.encode_special_tokens = True
-    t0 = time.perf_counter()
-    enc = tok.encode_batch(docs, add_special_tokens=False)
-    hf = time.perf_counter() - t0
-    want = [e.ids for e in enc]
-    out1, t1 = tokshard_build(d, 1)
-    out2, t2 = tokshard_build(d, 2)
-    got = subprocess.run([os.path.join(a.bin, "tokshard"), "cat", out2, "--ids"], capture_output=True,
-                         text=True, check=True).stdout.splitlines()
-    same = len(got) == len(want) and all(g == " ".join(map(str, w)) for g, w in zip(got, want))
-    rows.append((kind, mb / hf, mb / t1, mb / t2, same))
-    print("%-7s tokenizers 1 thread %6.2f MB/s | tokshard build 1 thread %6.2f MB/s (%.2fx), 2 threads "
-          "%6.2f MB/s (%.2fx) | ids identical on every document: %s"
-          % (kind, mb / hf, mb / t1, hf / t1, mb / t2, hf / t2, same))
-for peer in ("tiktoken", "fastokens", "bpe_openai"):
-    try:
-        __import__(peer)
-        print("%s: installed but not measured by this script" % peer)
-    except ImportError:
-        print("%s: not installed in this venv (not measured)" % peer)
+tokenizers_ = []
+if tokenizers:
+    tokenizers_ += [(k, ["--tokenizer", train(k)], "json") for k in ("gpt2-style", "llama3-style")]
+if bpe_openai:
+    tokenizers_ += [(s, ["--tokenizer", ranks_file(s), "--pattern", s], "ranks") for s in ("cl100k", "o200k")]
+for name, targs, kind in tokenizers_:
+    for text in ("english", "multi"):
+        docs, mb = texts[text], mbs[text]
+        t1, ids = tokshard_build(targs, text, 1)
+        t2, _ = tokshard_build(targs, text, 2)
+        ps = peers_json(targs[1], docs) if kind == "json" else peers_ranks(name, targs[1], docs)
+        row = {"tokenizer": name, "text": text, "mb": round(mb, 2), "tokshard_1t": round(mb / t1, 2),
+               "tokshard_2t": round(mb / t2, 2), "peers": {}}
+        for pn, (dt, pids) in ps.items():
+            row["peers"][pn] = {"mb_s": round(mb / dt, 2), "identical": pids == ids,
+                                "differing_docs": sum(x != y for x, y in zip(pids, ids)) + abs(len(pids) - len(ids))}
+        rows.append(row)
+        print(json.dumps(row))
+
+print("\n| tokenizer | text | MB | tokshard build 1 thread | tokshard build 2 threads | peers, 1 thread (ids identical?) |")
+print("|---|---|---:|---:|---:|---|")
+for r in rows:
+    ps = "; ".join(f"{k} {v['mb_s']:.2f} MB/s ({'yes' if v['identical'] else 'no: %d docs differ' % v['differing_docs']})"
+                   for k, v in r["peers"].items())
+    best = max([v["mb_s"] for v in r["peers"].values() if v["identical"]] or [0])
+    ratio = f" = {r['tokshard_2t'] / best:.2f}x the fastest exact peer" if best else ""
+    print(f"| {r['tokenizer']} | {r['text']} | {r['mb']} | {r['tokshard_1t']:.2f} MB/s | "
+          f"{r['tokshard_2t']:.2f} MB/s{ratio} | {ps} |")
+
+
+def memory():
+    """tokshard build on 40 MB without whitespace; peers on a growing single word."""
+    random.seed(1)
+    res = {}
+    docs = {"base64": base64.b64encode(random.randbytes(30_000_000)).decode(),
+            "word": "".join(random.choice("etaoinshrdlucmfwypvbgkqjxz") for _ in range(40_000_000))}
+    tok = [t for t in tokenizers_ if t[0] == "llama3-style"] or tokenizers_[:1]
+    for k, d in docs.items():
+        path = write_jsonl("mem-" + k, [d])
+        out = os.path.join(a.work, "mem-data")
+        subprocess.run(["rm", "-rf", out], check=True)
+        r = subprocess.run(["/usr/bin/time", "-f", "%e %M", TKS, "build", *tok[0][1], "--output", out, "--threads", "1",
+                            "--quiet", "--max-doc-bytes", "64M", path], capture_output=True, text=True)
+        wall, rss = r.stderr.strip().split("\n")[-1].split()
+        res["tokshard_" + k] = {"mb": len(d) / 1e6, "seconds": float(wall), "max_rss_mb": int(rss) / 1024}
+        print(f"tokshard build, 40 MB {k} ({tok[0][0]}): {float(wall):.1f} s, peak RSS {int(rss) / 1024:.0f} MB "
+              f"({int(rss) * 1024 / len(d):.1f}x the document)")
+    for n in (1, 2, 4):
+        w = docs["word"][:n * 1_000_000]
+        if tiktoken and any(t[0] == "cl100k" for t in tokenizers_):
+            import tiktoken.load, tiktoken_ext.openai_public as op
+            enc = tiktoken.Encoding(**op.cl100k_base())
+            t0 = time.perf_counter()
+            enc.encode_ordinary(w)
+            res[f"tiktoken_{n}mb"] = time.perf_counter() - t0
+            print(f"tiktoken cl100k, a {n} MB single word: {res[f'tiktoken_{n}mb']:.2f} s")
+        if tokenizers:
+            t = tokenizers.Tokenizer.from_file(tok[0][1][1])
+            t0 = time.perf_counter()
+            t.encode(w, add_special_tokens=False)
+            res[f"tokenizers_{n}mb"] = time.perf_counter() - t0
+            print(f"tokenizers {tok[0][0]}, a {n} MB single word: {res[f'tokenizers_{n}mb']:.2f} s")
+    return res
+
+
+mem = memory() if a.memory else None
+json.dump({"versions": versions, "texts": {k: {"docs": len(v), "mb": mbs[k]} for k, v in texts.items()},
+           "rows": rows, "memory": mem}, open(os.path.join(a.work, "bench-bpe.json"), "w"), indent=1)

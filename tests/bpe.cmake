@@ -25,5 +25,9 @@ foreach(model llama3 gpt2)
            $<TARGET_FILE:test_bpe> ${TKS_BPE_WORK} ${model})
   set_tests_properties(bpe_build_${model} PROPERTIES FIXTURES_REQUIRED tks_bpe SKIP_RETURN_CODE 77 TIMEOUT 300)
 endforeach()
+# the same with OpenAI's cl100k_base ranks file and tiktoken's ids
+add_test(NAME bpe_tiktoken_cl100k COMMAND bash ${TKS_TEST_DIR}/test_bpe.sh tiktoken ${TKS_VENV_PYTHON}
+         $<TARGET_FILE:test_bpe> ${TKS_BPE_WORK} cl100k)
+set_tests_properties(bpe_tiktoken_cl100k PROPERTIES FIXTURES_REQUIRED tks_bpe SKIP_RETURN_CODE 77 TIMEOUT 300)
 # the loader's refusals need no peer
 add_test(NAME bpe_refusals COMMAND test_bpe --refusals ${CMAKE_BINARY_DIR}/bpe-refusals-test)

@@ -5,6 +5,7 @@
 #   ids MODEL: test_bpe compares tokshard's ids and decodes with them
 #   long MODEL: a 1 MB single word and 1 MB of spaces, timed
 #   build MODEL: tokshard build, audit, inspect and cat with the tokenizer.json
+#   tiktoken MODEL: the same and more with a tiktoken ranks file
 # Exit 77 (skipped) when the venv has no `tokenizers`.
 set -uo pipefail
 STEP=$1 PY=$2 BIN=$3 W=$4 MODEL=${5:-}
@@ -177,5 +178,124 @@ PY
   fi
   ((fails == 0)) || exit 1
   ;;
-*) echo "usage: $0 peer|ids|long|build VENV_PYTHON TEST_BPE WORKDIR [MODEL]" >&2; exit 2 ;;
+tiktoken)
+  # tokshard with a tiktoken ranks file (MODEL: cl100k, OpenAI's real one):
+  # build with --pattern, ids identical to tiktoken's with the EOS appended;
+  # the dataset keeps tiktoken.json + tokenizer.tiktoken and audits clean; a
+  # wrong --pattern is another tokenizer; verify-tokenizer; special tokens'
+  # text counted, or encoded as the ids with --allow-special-in-text; the
+  # audit reports special ids inside documents (in a Megatron export of that
+  # dataset and in its import, not in the plain one); the trainer, export-hf
+  # (AutoTokenizer with tiktoken's ids) and generate
+  if [[ -f $W/$MODEL.skip ]]; then
+    echo "skip: $(cat "$W/$MODEL.skip")" >&2
+    exit 77
+  fi
+  TKS=$(dirname "$BIN")/tokshard B=$(dirname "$BIN")
+  D=$W/tt-$MODEL
+  P=$(cat "$W/$MODEL.pattern")
+  rm -rf "$D" && mkdir -p "$D" || exit 2
+  fails=0
+  fail() { echo "FAIL [tiktoken $MODEL]: $*" >&2; fails=$((fails + 1)); }
+  ok() { echo "ok   [tiktoken $MODEL]: $*"; }
+  "$PY" - "$W" "$MODEL" "$D" <<'PY' || exit 1
+import json, os, struct, sys
+W, model, D = sys.argv[1:4]
+b, o, texts = open(os.path.join(W, "docs.bin"), "rb").read(), 0, []
+while o < len(b):
+    (n,) = struct.unpack_from("<Q", b, o); texts.append(b[o + 8:o + 8 + n]); o += 8 + n
+ids = open(os.path.join(W, model + ".ids")).read().split("\n")
+allow = open(os.path.join(W, model + ".ids-allow")).read().split("\n")
+eos = [l.split(" ", 1) for l in open(os.path.join(W, model + ".special")) if l.split(" ", 1)[1].strip() == "<|endoftext|>"][0][0]
+# the documents of code points Unicode 14 does not assign are left out: tiktoken
+# reads a later Unicode there (test_bpe compares them apart)
+newer = set(int(x) for x in open(os.path.join(W, "docs.newer")).read().split(":", 1)[1].split())
+with open(D + "/docs.jsonl", "w") as j, open(D + "/want.ids", "w") as w, open(D + "/want-allow.ids", "w") as wa, \
+        open(D + "/want.txt", "wb") as t:
+    for k, (text, line, aline) in enumerate(zip(texts, ids, allow)):
+        s = text.decode("utf-8")
+        if not s or "\0" in s or k in newer:
+            continue
+        j.write(json.dumps({"text": s}) + "\n")
+        w.write(" ".join(line.split() + [eos]) + "\n")
+        wa.write(" ".join(aline.split() + [eos]) + "\n")
+        t.write(text + b"<|endoftext|>\n")
+PY
+  T=(--tokenizer "$W/$MODEL.tiktoken" --pattern "$P")
+  if "$TKS" build "${T[@]}" --output "$D/data" --append-eos --threads 2 "$D/docs.jsonl" >"$D/out" 2>"$D/err"; then
+    grep -q "special tokens' text" "$D/out" && ok "built; $(grep -E "special text" "$D/out" | cut -c1-90)" ||
+      fail "the summary counts no special tokens' text: $(cat "$D/out")"
+  else
+    fail "build: $(cat "$D/err")"
+  fi
+  [[ -f $D/data/tiktoken.json && -f $D/data/tokenizer.tiktoken ]] && cmp -s "$D/data/tokenizer.tiktoken" "$W/$MODEL.tiktoken" &&
+    ok "the dataset keeps tiktoken.json and the ranks file" || fail "dataset files: $(ls "$D/data")"
+  "$TKS" cat "$D/data" --ids >"$D/got.ids" 2>"$D/err" || fail "cat --ids: $(cat "$D/err")"
+  cmp -s "$D/got.ids" "$D/want.ids" && ok "$(wc -l <"$D/want.ids") documents: ids identical to tiktoken's" ||
+    fail "ids differ from tiktoken's: $(diff "$D/got.ids" "$D/want.ids" | head -c 300)"
+  "$TKS" cat "$D/data" --raw >"$D/got.txt" 2>"$D/err" && cmp -s "$D/got.txt" "$D/want.txt" &&
+    ok "cat decodes every document to its text" || fail "cat --raw: $(cat "$D/err") $(cmp "$D/got.txt" "$D/want.txt")"
+  "$TKS" audit "$D/data" >"$D/out" 2>&1 && ok "audit: $(cut -c1-70 "$D/out")" || fail "audit: $(cat "$D/out")"
+  "$TKS" audit "$D/data" "${T[@]}" >"$D/out" 2>&1 && grep -q "tokenizer checked" "$D/out" &&
+    ok "audit --tokenizer RANKS --pattern $P: the same tokenizer" || fail "audit --tokenizer: $(cat "$D/out")"
+  "$TKS" audit "$D/data" --tokenizer "$W/$MODEL.tiktoken" --pattern gpt2 >"$D/out" 2>&1
+  [[ $? -eq 1 ]] && grep -q "not the tokenizer this dataset was built with" "$D/out" &&
+    ok "the same ranks with another pattern are another tokenizer" || fail "audit --pattern gpt2: $(cat "$D/out")"
+  "$TKS" inspect "$D/data" >"$D/out" 2>&1 && grep -q "tiktoken.json, byte-level-bpe" "$D/out" &&
+    ok "inspect: $(grep -E 'tokenizer ' "$D/out" | xargs | cut -c1-80)" || fail "inspect: $(head -5 "$D/out")"
+  "$TKS" verify-tokenizer "${T[@]}" --format jsonl "$D/docs.jsonl" >"$D/out" 2>&1 &&
+    grep -q "identical ids from the fast encoder and the reference" "$D/out" &&
+    ok "verify-tokenizer: $(head -1 "$D/out" | cut -c1-100)" || fail "verify-tokenizer: $(cat "$D/out")"
+  "$TKS" build --tokenizer "$W/$MODEL.tiktoken" --output "$D/x" "$D/docs.jsonl" >/dev/null 2>"$D/err"
+  [[ $? -eq 2 ]] && grep -q "give one with --pattern" "$D/err" && [[ ! -e $D/x.partial ]] &&
+    ok "a ranks file without --pattern is refused" || fail "no --pattern: $(cat "$D/err")"
+  # special tokens' text as the special ids
+  "$TKS" build "${T[@]}" --output "$D/allow" --append-eos --allow-special-in-text "$D/docs.jsonl" >"$D/out" 2>&1 ||
+    fail "build --allow-special-in-text: $(cat "$D/out")"
+  "$TKS" cat "$D/allow" --ids >"$D/got.ids" 2>&1
+  cmp -s "$D/got.ids" "$D/want-allow.ids" && grep -q '"special_from_text": true' "$D/allow/manifest.json" &&
+    ok "--allow-special-in-text: tiktoken's ids with allowed_special=\"all\", recorded in the manifest" ||
+    fail "--allow-special-in-text: $(diff "$D/got.ids" "$D/want-allow.ids" | head -c 300)"
+  "$TKS" audit "$D/allow" >"$D/out" 2>&1 && ok "its audit expects the special ids" || fail "audit allow: $(cat "$D/out")"
+  # special ids inside documents: a Megatron export of each, audited with the tokenizer
+  "$TKS" export --format megatron --copy "$D/data" "$D/mg" >/dev/null 2>&1 &&
+    "$TKS" export --format megatron --copy "$D/allow" "$D/mga" >/dev/null 2>&1 || fail "export megatron"
+  "$TKS" audit --format megatron "$D/mg_00000" --tokenizer "$D/data/tiktoken.json" >"$D/out" 2>&1 &&
+    ok "Megatron export of the plain dataset: no special id inside a document" || fail "audit mg: $(tail -3 "$D/out")"
+  "$TKS" audit --format megatron "$D/mga_00000" --tokenizer "$D/data/tiktoken.json" >"$D/out" 2>&1
+  [[ $? -eq 1 ]] && grep -q "which no text produces there" "$D/out" &&
+    ok "Megatron export with special ids inside documents: $(grep -c 'no text produces' "$D/out") reported" ||
+    fail "audit mga: $(tail -3 "$D/out")"
+  "$TKS" import --format megatron "$D/mga_00000" --tokenizer "$D/data/tiktoken.json" --output "$D/imp" -q >/dev/null 2>&1 ||
+    fail "import"
+  "$TKS" audit "$D/imp" >"$D/out" 2>&1
+  [[ $? -eq 1 ]] && grep -q "no text produces inside documents" "$D/out" &&
+    ok "its import audits with the special ids reported" || fail "audit imp: $(tail -3 "$D/out")"
+  # the trainer: the checkpoint carries the tokenizer; export-hf; generate
+  "$B/tokshard-train" --dataset "$D/data" --out "$D/run" --steps 2 --dim 32 --n-layers 1 --n-heads 2 --n-kv-heads 1 \
+    --seq-len 32 --global-batch 4 --val-tokens 0 --eval-every 0 --threads 2 --quiet --no-plot \
+    >"$D/out" 2>&1 || fail "train: $(tail -5 "$D/out")"
+  C=$D/run/checkpoints/step-00000002
+  [[ -f $C/tiktoken.json && -f $C/tokenizer.tiktoken ]] && ok "the checkpoint carries tiktoken.json and the ranks" ||
+    fail "checkpoint: $(ls "$C")"
+  "$TKS" export-hf "$D/run" "$D/hf" >"$D/out" 2>&1 || fail "export-hf: $(cat "$D/out")"
+  "$PY" - "$D/hf" "$D/docs.jsonl" "$D/want.ids" <<'PY' && ok "export-hf: AutoTokenizer gives tiktoken's ids on 300 documents" ||
+import json, sys
+from transformers import AutoTokenizer
+hf, docs, want = sys.argv[1:4]
+tok = AutoTokenizer.from_pretrained(hf)
+ws = [l.split() for l in open(want)]
+assert json.load(open(hf + "/config.json"))["eos_token_id"] == int(ws[0][-1])
+for k, line in enumerate(open(docs)):
+    if k >= 300: break
+    got = tok.encode(json.loads(line)["text"], add_special_tokens=False)
+    assert [str(i) for i in got] == ws[k][:-1], (k, got[:10], ws[k][:10])
+PY
+    fail "export-hf's tokenizer"
+  "$B/tokshard-generate" --checkpoint "$D/run" --prompt "The value of" --max-tokens 8 --seed 1 >"$D/out" 2>&1 &&
+    grep -q "The value of" "$D/out" && ok "generate: $(head -c 80 "$D/out" | tr '\n' ' ')" ||
+    fail "generate: $(cat "$D/out")"
+  ((fails == 0)) || exit 1
+  ;;
+*) echo "usage: $0 peer|ids|long|build|tiktoken VENV_PYTHON TEST_BPE WORKDIR [MODEL]" >&2; exit 2 ;;
 esac

@@ -392,6 +392,119 @@ int tks_bpe_tiktoken_json(const tks_bpe *b, char **text, size_t *len) {
 const char *tks_bpe_tiktoken_ranks(const tks_bpe *b) { return b && b->mode == TKS__BPE_RANKS ? b->tt_ranks : NULL; }
 
 /* ---------------------------------------------------------------------------
+ * As a Hugging Face tokenizer.json
+ * ------------------------------------------------------------------------- */
+/* A token's bytes as tokenizers' ByteLevel characters (GPT-2's table). */
+static uint16_t g_bl[256]; /* GPT-2's table, filled by tks_bpe_tiktoken_hf_json */
+
+static json_t *byte_level(const char *s, size_t n) {
+    char *u = malloc(2 * n + 1);
+    if (!u) return NULL;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t c = g_bl[(unsigned char)s[i]];
+        if (c < 0x80) u[m++] = (char)c;
+        else u[m++] = (char)(0xC0 | c >> 6), u[m++] = (char)(0x80 | (c & 0x3F));
+    }
+    json_t *j = json_stringn(u, m);
+    free(u);
+    return j;
+}
+
+static void fill_bl(void) {
+    for (unsigned x = 0; x < 256; x++) g_bl[x] = (uint16_t)tks__bpe_byte_char(x);
+}
+
+typedef struct split_pair {
+    uint32_t l, r;
+} split_pair;
+
+static int pair_cmp(const void *a, const void *b) {
+    const split_pair *x = a, *y = b;
+    if (x->l != y->l) return x->l < y->l ? -1 : 1;
+    return x->r < y->r ? -1 : x->r > y->r;
+}
+
+/* The merges transformers' TikTokenConverter derives from ranks: every
+ * split of every token into two tokens, by the token's rank, then by the
+ * two halves' ranks. */
+static int hf_merges(const tks_bpe *b, json_t *merges) {
+    split_pair *local = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    for (uint32_t id = 0; !rc && id < b->n_model; id++) {
+        const char *s = b->bytes + b->off[id];
+        size_t n = b->off[id + 1] - b->off[id], k = 0;
+        if (n + 1 > cap && tks_resize(&local, cap = n + 1, sizeof *local)) rc = tks__bpe_nomem(b, "merges");
+        for (size_t i = 1; !rc && i < n; i++) {
+            uint32_t l = tks__bpe_vocab_find(b, s, i), r = tks__bpe_vocab_find(b, s + i, n - i);
+            if (l != TKS_NO_ID && r != TKS_NO_ID) local[k++] = (split_pair){l, r};
+        }
+        qsort(local, k, sizeof *local, pair_cmp);
+        for (size_t i = 0; !rc && i < k; i++) {
+            json_t *l = byte_level(b->bytes + b->off[local[i].l], b->off[local[i].l + 1] - b->off[local[i].l]);
+            json_t *r = byte_level(b->bytes + b->off[local[i].r], b->off[local[i].r + 1] - b->off[local[i].r]);
+            json_t *p = l && r ? json_pack("[o,o]", l, r) : NULL;
+            if (!p || json_array_append_new(merges, p)) rc = tks__bpe_nomem(b, "merges");
+        }
+    }
+    free(local);
+    return rc;
+}
+
+int tks_bpe_tiktoken_hf_json(const tks_bpe *b, char **text) {
+    *text = NULL;
+    if (!b || b->mode != TKS__BPE_RANKS)
+        return tks_fail(TKS_ERR_ARG, b ? b->path : NULL, TKS_NONE, TKS_NONE, "not a tiktoken tokenizer");
+    json_t *vocab = json_object(), *merges = json_array(), *added = json_array();
+    int rc = vocab && merges && added ? 0 : tks__bpe_nomem(b, "tokenizer.json");
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, fill_bl);
+    for (uint32_t id = 0; !rc && id < b->n_ids; id++) {
+        const char *s = b->bytes + b->off[id];
+        size_t n = b->off[id + 1] - b->off[id];
+        if (b->hole[id]) continue;
+        if (b->special[id]) {
+            json_t *a = json_pack("{s:I, s:s%, s:b, s:b, s:b, s:b, s:b}", "id", (json_int_t)id, "content", s, n,
+                                  "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1);
+            if (!a || json_array_append_new(added, a)) rc = tks__bpe_nomem(b, "tokenizer.json");
+            continue;
+        }
+        json_t *k = byte_level(s, n);
+        if (!k || json_object_set_new(vocab, json_string_value(k), json_integer(id))) rc = tks__bpe_nomem(b, "vocab");
+        json_decref(k);
+    }
+    if (!rc) rc = hf_merges(b, merges);
+    json_t *bl = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 1,
+                           "use_regex", 0);
+    json_t *pre = json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, o]}", "type", "Sequence", "pretokenizers", "type",
+                            "Split", "pattern", "Regex", b->tt_pattern, "behavior", "Isolated", "invert", 0, bl);
+    json_t *model = json_pack("{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout",
+                              "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 0,
+                              "byte_fallback", 0, "ignore_merges", 1, "vocab", vocab, "merges", merges);
+    vocab = merges = NULL;
+    json_t *root = pre && model ? json_pack("{s:s, s:n, s:n, s:o, s:n, s:o, s:{s:s, s:b, s:b, s:b}, "
+                                           "s:{s:s, s:b, s:b, s:b}, s:o}",
+                                           "version", "1.0", "truncation", "padding", "added_tokens", added,
+                                           "normalizer", "pre_tokenizer", pre, "post_processor", "type",
+                                           "ByteLevel", "add_prefix_space", 1, "trim_offsets", 0, "use_regex", 1,
+                                           "decoder", "type", "ByteLevel", "add_prefix_space", 1, "trim_offsets", 1,
+                                           "use_regex", 1, "model", model)
+                                : NULL;
+    if (!root) {
+        json_decref(pre);
+        json_decref(model);
+        json_decref(added);
+    }
+    json_decref(vocab);
+    json_decref(merges);
+    if (!rc && !root) rc = tks__bpe_nomem(b, "tokenizer.json");
+    if (!rc && !(*text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER))) rc = tks__bpe_nomem(b, "tokenizer.json");
+    json_decref(root);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------
  * Loading
  * ------------------------------------------------------------------------- */
 static int build(tks_bpe *b, const char *text, size_t size, special *sp, size_t n_sp) {

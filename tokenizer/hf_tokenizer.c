@@ -461,8 +461,19 @@ static int copy_into(const char *src, const char *dir, const char *name) {
     return rc ? rc : tks_copy_file_atomic(src, dst);
 }
 
+/* A tiktoken tokenizer: its files, and a tokenizer.json made from them. */
+static int tiktoken_files(const tks_tok *t, const char *src, const char *dir) {
+    char *text = NULL, path[4096];
+    int rc = tks_bpe_tiktoken_hf_json(tks_tok_bpe(t), &text);
+    if (!rc) rc = tks_path_join(path, sizeof path, dir, "tokenizer.json");
+    if (!rc) rc = tks_write_file_atomic(path, text, strlen(text));
+    free(text);
+    return rc ? rc : tks_tok_save(t, src, dir);
+}
+
 int tks_hf_bpe_write(const tks_tok *t, const char *json_path, const char *dir) {
-    int rc = copy_into(json_path, dir, "tokenizer.json");
+    int tiktoken = tks_bpe_tiktoken_ranks(tks_tok_bpe(t)) != NULL;
+    int rc = tiktoken ? tiktoken_files(t, json_path, dir) : copy_into(json_path, dir, "tokenizer.json");
     /* the tokenizer's tokenizer_config.json, with the class AutoTokenizer
      * needs for a byte-level tokenizer.json when it names none (else it would
      * take the model's, e.g. LlamaTokenizerFast, which is sentencepiece's) */
@@ -474,6 +485,14 @@ int tks_hf_bpe_write(const tks_tok *t, const char *json_path, const char *dir) {
                  : tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc && !json_object_get(cj, "tokenizer_class"))
         json_object_set_new(cj, "tokenizer_class", json_string("PreTrainedTokenizerFast"));
+    /* a tiktoken tokenizer without a config: its BOS and EOS by their text */
+    static const char *const keys[] = {"bos_token", "eos_token", "pad_token"};
+    uint32_t sid[3] = {tks_tok_bos_id(t), tks_tok_eos_id(t), tks_tok_pad_id(t)};
+    for (int k = 0; !rc && tiktoken && k < 3; k++) {
+        size_t len = 0;
+        const char *s = sid[k] == TKS_NO_ID ? NULL : tks_bpe_token_bytes(tks_tok_bpe(t), sid[k], &len);
+        if (s && !json_object_get(cj, keys[k])) json_object_set_new(cj, keys[k], json_stringn(s, len));
+    }
     if (!rc) rc = write_json(dir, "tokenizer_config.json", cj);
     json_decref(cj);
     if (!rc) {

@@ -202,6 +202,19 @@ int tks_bpe_load_tiktoken(const char *path, const tks_tiktoken_opts *o, tks_bpe 
 int tks_bpe_tiktoken_json(const tks_bpe *b, char **text, size_t *len);
 /* The ranks file a tiktoken tokenizer was loaded from, else NULL. Owned by b. */
 const char *tks_bpe_tiktoken_ranks(const tks_bpe *b);
+/*
+ * A tiktoken tokenizer as a Hugging Face tokenizer.json, built as
+ * transformers' TikTokenConverter builds one: the ranks as the vocab (bytes
+ * in ByteLevel's characters), every split of a token into two tokens as a
+ * merge (ordered by the token's rank, then the halves' ranks),
+ * ignore_merges, the pattern as a Split regex, the special tokens as added
+ * tokens. tokenizers then gives tiktoken's ids except where two merges make
+ * the same token from overlapping pairs of one piece (tiktoken merges the
+ * leftmost; tokenizers the one listed first), which real tokenizers'
+ * ranks make rare. *text is malloc'd, owned by the caller.
+ * Errors: TKS_ERR_ARG (not a tiktoken tokenizer), TKS_ERR_NOMEM.
+ */
+int tks_bpe_tiktoken_hf_json(const tks_bpe *b, char **text);
 
 /*
  * Special tokens in the text: off (0, the default), their text is encoded

@@ -83,7 +83,9 @@ int cli_import(int argc, char **argv) {
         {.name = "--output", .alias = "-o", .type = CLI_STR, .ptr = &o.out_dir, .set = cli_set_or_say,
          .ctx = "--output needs a directory"},
         {.name = "--tokenizer", .type = CLI_STR, .ptr = &o.tokenizer_path, .set = cli_set_or_say,
-         .ctx = "--tokenizer needs a .model file or a tokenizer.json"},
+         .ctx = "--tokenizer needs a .model file, a tokenizer.json or a tiktoken file"},
+        {.name = "--pattern", .type = CLI_STR, .ptr = &o.pattern},
+        {.name = "--special-tokens", .type = CLI_STR, .ptr = &o.special_tokens},
         {.name = "--vocab-size", .type = CLI_U32, .ptr = &o.vocab_size, .set = cli_set_or_say,
          .lo = 1, .hi = TKS_NO_ID - 1, .ctx = "--vocab-size needs a number in 1..2^32-2"},
         {.name = "--shard-tokens", .type = CLI_U64, .ptr = &o.shard_tokens, .set = cli_set_or_say,
@@ -187,9 +189,12 @@ int cli_export(int argc, char **argv) {
 int cli_export_hf(int argc, char **argv) {
     two_args args = {{NULL, NULL}, "export-hf: expected CHECKPOINT DIR (got a third argument %s)"};
     const char *model = NULL;
+    tks_tok_opts to = {0};
     const cli_flag flags[] = {
         {.name = "--tokenizer", .type = CLI_STR, .ptr = &model, .set = cli_set_or_say,
-         .ctx = "--tokenizer needs a .model file"},
+         .ctx = "--tokenizer needs a .model file, a tokenizer.json or a tiktoken file"},
+        {.name = "--pattern", .type = CLI_STR, .ptr = &to.pattern},
+        {.name = "--special-tokens", .type = CLI_STR, .ptr = &to.special_tokens},
         {0},
     };
     cli_command cmd = {.flags = flags, .unknown = "export-hf: unknown option %s",
@@ -203,7 +208,7 @@ int cli_export_hf(int argc, char **argv) {
         if (mkdir(dir, 0755) != 0 && errno != EEXIST)
             return cli_usage_error("export-hf: cannot create %s: %s", dir, strerror(errno));
         tks_tok *t = NULL;
-        if (tks_tok_load(model, &t)) return cli_lib_error();
+        if (tks_tok_load_opts(model, &to, &t)) return cli_lib_error();
         int spm = tks_tok_spm(t) != NULL;
         rc = spm ? tks_hf_tokenizer_write(model, dir) : tks_hf_bpe_write(t, model, dir);
         tks_tok_free(t);

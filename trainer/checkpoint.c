@@ -22,7 +22,7 @@
 #define STATE_FORMAT "tokshard-checkpoint"
 static const char *const FILES[] = {"model.safetensors", "optimizer.safetensors", "config.json",
                                     "tokenizer.model", "tokenizer.json", "tokenizer_config.json",
-                                    TKS_NO_TOKENIZER_NAME};
+                                    TKS_NO_TOKENIZER_NAME, "tiktoken.json", "tokenizer.tiktoken"};
 #define N_FILES (sizeof FILES / sizeof FILES[0])
 
 /* Shortest decimal that reads back as the same float, as a double. */
@@ -298,16 +298,20 @@ static int save_tensors(gctx *g, save_ctx *s, tks_model *m, tks_optim *opt, int 
  * and tokenizer_config.json so that transformers loads the checkpoint as
  * model and tokenizer; a tokenizer without a fast equivalent (word/char
  * models) leaves the slow tokenizer.model only. A byte-level BPE dataset's
- * tokenizer.json is copied as it is, with its tokenizer_config.json. */
+ * tokenizer.json is copied as it is, with its tokenizer_config.json; a
+ * tiktoken tokenizer's descriptor and ranks (tiktoken.json and
+ * tokenizer.tiktoken) likewise. */
 static int save_tokenizer(const char *tmp, const char *tokenizer_path) {
     if (!tokenizer_path) return 0;
     char path[PATH_MAX];
     const char *tb = strrchr(tokenizer_path, '/');
-    int no_tok = !strcmp(tb ? tb + 1 : tokenizer_path, TKS_NO_TOKENIZER_NAME);
-    if (!no_tok && !strcmp(tb ? tb + 1 : tokenizer_path, "tokenizer.json")) {
+    const char *name = tb ? tb + 1 : tokenizer_path;
+    int no_tok = !strcmp(name, TKS_NO_TOKENIZER_NAME);
+    if (!no_tok && (!strcmp(name, "tokenizer.json") || !strcmp(name, "tiktoken.json"))) {
         tks_tok *t = NULL;
         int rc = tks_tok_load(tokenizer_path, &t);
-        if (!rc) rc = tks_hf_bpe_write(t, tokenizer_path, tmp);
+        if (!rc && !strcmp(name, "tokenizer.json")) rc = tks_hf_bpe_write(t, tokenizer_path, tmp);
+        else if (!rc) rc = tks_tok_save(t, tokenizer_path, tmp);
         tks_tok_free(t);
         return rc;
     }

@@ -43,13 +43,15 @@ int tks_export_hf(const char *checkpoint, const char *out_dir, int *tokenizer_mi
     int no_tok = tks_path_join(none, sizeof none, rs.checkpoint, TKS_NO_TOKENIZER_NAME) == 0 &&
                  access(none, F_OK) == 0;
     if (tokenizer_missing) *tokenizer_missing = no_tok;
-    /* a byte-level BPE checkpoint has tokenizer.json (and its config) in
-     * place of a sentencepiece tokenizer.model */
+    /* a byte-level BPE checkpoint has tokenizer.json (and its config), or a
+     * tiktoken tokenizer's tiktoken.json and ranks, in place of a
+     * sentencepiece tokenizer.model */
     char spm_model[PATH_MAX], bpe_json[PATH_MAX];
     int bpe = 0;
     if (!no_tok && tks_path_join(spm_model, sizeof spm_model, rs.checkpoint, "tokenizer.model") == 0 &&
-        tks_path_join(bpe_json, sizeof bpe_json, rs.checkpoint, "tokenizer.json") == 0)
-        bpe = access(spm_model, F_OK) != 0 && access(bpe_json, F_OK) == 0;
+        access(spm_model, F_OK) != 0 && tks_tok_find(rs.checkpoint, bpe_json, sizeof bpe_json) == 0)
+        bpe = 1;
+    tks_clear_error();
     static const char *const files[] = {"model.safetensors", "config.json", "tokenizer.model"};
     for (size_t i = 0; i < (no_tok || bpe ? 2u : 3u) && !rc; i++) {
         rc = tks_path_join(src, sizeof src, rs.checkpoint, files[i]);

@@ -61,19 +61,14 @@ int tks_generate(const tks_generate_opts *o) {
     tks_ids enc = {0};
     float *logits = NULL;
     prob_id *scratch = NULL;
-    /* a sentencepiece model, else a byte-level BPE tokenizer.json */
-    rc = tks_path_join(tp, sizeof tp, o->checkpoint, "tokenizer.model");
-    if (!rc && access(tp, F_OK) != 0) {
-        char js[PATH_MAX];
-        if (tks_path_join(js, sizeof js, o->checkpoint, "tokenizer.json") == 0 && access(js, F_OK) == 0)
-            snprintf(tp, sizeof tp, "%s", js);
-    }
+    /* a sentencepiece model, a byte-level BPE tokenizer.json or a tiktoken descriptor */
     char none[PATH_MAX];
     if (!rc && tks_path_join(none, sizeof none, o->checkpoint, TKS_NO_TOKENIZER_NAME) == 0 &&
         access(none, F_OK) == 0)
         rc = tks_fail(TKS_ERR_TOKENIZER, o->checkpoint, TKS_NONE, TKS_NONE,
                       "%s was trained on a dataset imported without a tokenizer: there is no "
                       "tokenizer to turn a prompt into ids or ids into text", o->checkpoint);
+    if (!rc) rc = tks_tok_find(o->checkpoint, tp, sizeof tp);
     if (!rc) rc = tks_tok_load(tp, &tk);
     if (!rc && memcmp(tks_tok_fingerprint(tk), st.tokenizer_fp, 16) != 0)
         rc = tks_fail(TKS_ERR_TOKENIZER, tp, TKS_NONE, TKS_NONE,
