@@ -363,6 +363,62 @@ static void refused(const char *dir, const char *name, const char *json, int cod
     tks_bpe_free(b == (tks_bpe *)1 ? NULL : b);
 }
 
+/* A tiktoken ranks file: every byte as rank 0..255 (base64 of each), then
+ * `extra` lines; loaded with `pattern` and `specials`, refused with `code`,
+ * the message naming the file and `key`; code 0: it must load. */
+static void tiktoken_case(const char *dir, const char *name, const char *extra, const char *pattern,
+                          const char *specials, int code, const char *key, int skip_byte) {
+    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        CHECK(0, "cannot write %s", path);
+        return;
+    }
+    for (unsigned x = 0, r = 0; x < 256; x++) {
+        if ((int)x == skip_byte) continue;
+        fprintf(f, "%c%c== %u\n", A[x >> 2], A[(x & 3) << 4], r++);
+    }
+    fputs(extra, f);
+    fclose(f);
+    tks_bpe *b = (tks_bpe *)1;
+    tks_tiktoken_opts o = {pattern, specials};
+    int rc = tks_bpe_load_tiktoken(path, &o, &b);
+    const tks_error *e = tks_last_error();
+    if (!code) {
+        CHECK(rc == 0 && b, "%s: a valid ranks file is refused: %s", name, e->message);
+        if (!rc) {
+            tks_ids ids = {0};
+            CHECK(tks_bpe_encode(b, "aab", 3, &ids) == 0 && ids.n == 2 && ids.ids[0] == 256 && ids.ids[1] == 'b',
+                  "%s: \"aa\" (rank 256) then \"b\"", name);
+            tks_ids_free(&ids);
+            tks_bpe_free(b);
+        }
+        return;
+    }
+    CHECK(rc == code && !b, "%s: load gave %d, expected %d", name, rc, code);
+    CHECK(strstr(e->message, path) != NULL, "%s: the error does not name the file: %s", name, e->message);
+    CHECK(strstr(e->message, key), "%s: the error does not name \"%s\": %s", name, key, e->message);
+    if (rc == code) printf("refused %s: %s\n", name, e->message);
+    tks_bpe_free(b == (tks_bpe *)1 ? NULL : b);
+}
+
+static void tiktoken_refusals(const char *dir) {
+    tiktoken_case(dir, "ok.tiktoken", "YWE= 256\n", "gpt2", NULL, 0, "", -1);
+    tiktoken_case(dir, "b64.tiktoken", "YW!= 256\n", "gpt2", NULL, TKS_ERR_TOKENIZER, "line 257: the token is not base64", -1);
+    tiktoken_case(dir, "norank.tiktoken", "YWE=\n", "gpt2", NULL, TKS_ERR_TOKENIZER, "line 257 is not \"BASE64 RANK\"", -1);
+    tiktoken_case(dir, "repeat.tiktoken", "YWE= 255\n", "gpt2", NULL, TKS_ERR_TOKENIZER, "line 257 repeats rank 255 of line 256", -1);
+    tiktoken_case(dir, "gap.tiktoken", "YWE= 300\n", "gpt2", NULL, TKS_ERR_TOKENIZER, "line 257: rank 300 leaves a gap", -1);
+    tiktoken_case(dir, "nobyte.tiktoken", "", "gpt2", NULL, TKS_ERR_TOKENIZER, "byte 0x41 has no rank", 'A');
+    tiktoken_case(dir, "nopattern.tiktoken", "", NULL, NULL, TKS_ERR_ARG, "give one with --pattern", -1);
+    tiktoken_case(dir, "badregex.tiktoken", "", "a(b", NULL, TKS_ERR_TOKENIZER, "PCRE2 cannot compile", -1);
+    tiktoken_case(dir, "emptyregex.tiktoken", "", "a*", NULL, TKS_ERR_TOKENIZER, "may match the empty string", -1);
+    tiktoken_case(dir, "specialrank.tiktoken", "", "gpt2", "<|x|>=10", TKS_ERR_ARG, "a rank of", -1);
+    tiktoken_case(dir, "specialtwice.tiktoken", "", "gpt2", "<|x|>=300,<|y|>=300", TKS_ERR_ARG, "share id 300", -1);
+    tiktoken_case(dir, "specialform.tiktoken", "", "gpt2", "<|x|>", TKS_ERR_ARG, "is not TEXT=ID", -1);
+}
+
 #define MODEL(extra_model, merges)                                                                     \
     "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[],"                   \
     "\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"        \
@@ -461,6 +517,17 @@ static int refusals(const char *dir) {
             "{\"truncation\":{\"max_length\":5},\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
             "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
             TKS_ERR_TOKENIZER, "truncation");
+    refused(dir, "dupadded.json",
+            "{\"added_tokens\":[{\"id\":2,\"content\":\"<s>\",\"special\":true},{\"id\":3,\"content\":\"<s>\","
+            "\"special\":true}],\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
+            "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "have the same text");
+    refused(dir, "lstrip.json",
+            "{\"added_tokens\":[{\"id\":2,\"content\":\"<x>\",\"special\":false,\"lstrip\":true}],"
+            "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
+            "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "sets lstrip, rstrip or single_word");
+    tiktoken_refusals(dir);
     b = (tks_bpe *)1;
     snprintf(path, sizeof path, "%s/absent.json", dir);
     CHECK(tks_bpe_load(path, &b) == TKS_ERR_IO && !b, "a missing file is TKS_ERR_IO");

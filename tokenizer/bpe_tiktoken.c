@@ -240,14 +240,15 @@ static int parse_specials(tks_bpe *b, const char *spec, special **out, size_t *n
         size_t nl = eq ? (size_t)(p + len - eq - 1) : 0;
         if (!eq || eq == p || !nl || nl >= sizeof num)
             return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE,
-                            "--special-tokens: \"%.*s\" is not TEXT=ID (a list like <|endoftext|>=100257,...)",
-                            (int)len, p);
+                            "%s: --special-tokens: \"%.*s\" is not TEXT=ID (a list like <|endoftext|>=100257,...)",
+                            b->path, (int)len, p);
         memcpy(num, eq + 1, nl);
         num[nl] = 0;
         char *stop;
         unsigned long long id = strtoull(num, &stop, 10);
         if (*stop || num[0] < '0' || num[0] > '9' || id >= UINT32_MAX / 2)
-            return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE, "--special-tokens: \"%s\" is not an id", num);
+            return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE, "%s: --special-tokens: \"%s\" is not an id",
+                            b->path, num);
         if (tks_resize(out, n + 1, sizeof **out) || !((*out)[n].text = strndup(p, (size_t)(eq - p)))) {
             *n_out = n;
             return tks__bpe_nomem(b, "special tokens");
@@ -343,10 +344,11 @@ static int place_specials(tks_bpe *b, special *sp, size_t n_sp, uint32_t n_ranks
                             "special token \"%s\" has id %u, a rank of %s (special ids come after its %u ranks)",
                             sp[i].text, sp[i].id, b->path, n_ranks);
         if (i && sp[i].id == sp[i - 1].id)
-            return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE, "special tokens \"%s\" and \"%s\" share id %u",
-                            sp[i - 1].text, sp[i].text, sp[i].id);
+            return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE, "%s: special tokens \"%s\" and \"%s\" share id %u",
+                            b->path, sp[i - 1].text, sp[i].text, sp[i].id);
         if (!*sp[i].text)
-            return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE, "special token %u has no text", sp[i].id);
+            return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE, "%s: special token %u has no text", b->path,
+                            sp[i].id);
         *n_ids = sp[i].id + 1;
     }
     return 0;

@@ -1,12 +1,15 @@
 /*
- * fuzz_bpe.c - the tokenizer.json loader of byte-level BPE (tks_bpe_load) on
- * arbitrary bytes, and, for a file it accepts, the encoder and decoder.
- * A load either succeeds or fails with TKS_ERR_TOKENIZER (TKS_ERR_NOMEM
- * tolerated); an accepted model encodes a fixed text and the input's own
- * bytes (refusing invalid UTF-8 with TKS_ERR_UTF8) into ids below its
- * vocabulary size, which decode without error.
+ * fuzz_bpe.c - the loaders of byte-level BPE on arbitrary bytes: as a
+ * tokenizer.json or tiktoken descriptor (tks_bpe_load) and as a tiktoken
+ * ranks file with GPT-2's pattern (tks_bpe_load_tiktoken); for a file one
+ * accepts, the encoder and decoder. A load either succeeds or fails with
+ * TKS_ERR_TOKENIZER (TKS_ERR_NOMEM tolerated; TKS_ERR_ARG for a ranks file
+ * whose ranks reach the pattern's special id, or a descriptor's ranks file
+ * that is absent: TKS_ERR_IO); an accepted model encodes a fixed text and
+ * the input's own bytes (refusing invalid UTF-8 with TKS_ERR_UTF8) into ids
+ * below its vocabulary size, which decode without error.
  *
- * Input: the bytes of a tokenizer.json.
+ * Input: the bytes of a tokenizer.json, a descriptor or a ranks file.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -18,25 +21,14 @@
 
 static char g_dir[64];
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (!g_dir[0]) {
-        snprintf(g_dir, sizeof g_dir, "/tmp/tks-fuzz-bpe-XXXXXX");
-        FUZZ_SETUP(mkdtemp(g_dir) != NULL);
-    }
-    char path[128];
-    snprintf(path, sizeof path, "%s/tokenizer.json", g_dir);
-    fuzz_write_file(path, data, size);
-    tks_bpe *b = NULL;
-    int rc = tks_bpe_load(path, &b);
-    FUZZ_CHECK(rc == 0 || rc == TKS_ERR_TOKENIZER || rc == TKS_ERR_NOMEM);
-    FUZZ_CHECK((rc == 0) == (b != NULL));
-    if (!b) return 0;
+/* An accepted tokenizer encodes a fixed text and the input's own bytes. */
+static void exercise(const tks_bpe *b, const uint8_t *data, size_t size) {
     static const char text[] = "Hello, world! It's 2024: \xc3\xa9t\xc3\xa9  \n\n\t x12345 <|endoftext|>";
     tks_ids ids = {0};
     const char *in[2] = {text, (const char *)data};
     size_t len[2] = {sizeof text - 1, size};
     for (int k = 0; k < 2; k++) {
-        rc = tks_bpe_encode(b, in[k], len[k], &ids);
+        int rc = tks_bpe_encode(b, in[k], len[k], &ids);
         FUZZ_CHECK(rc == 0 || rc == TKS_ERR_UTF8 || rc == TKS_ERR_NOMEM);
         if (rc) continue;
         for (size_t i = 0; i < ids.n; i++) FUZZ_CHECK(ids.ids[i] < tks_bpe_vocab_size(b));
@@ -46,6 +38,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(t);
     }
     tks_ids_free(&ids);
-    tks_bpe_free(b);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (!g_dir[0]) {
+        snprintf(g_dir, sizeof g_dir, "/tmp/tks-fuzz-bpe-XXXXXX");
+        FUZZ_SETUP(mkdtemp(g_dir) != NULL);
+    }
+    char path[128];
+    snprintf(path, sizeof path, "%s/tokenizer.json", g_dir);
+    fuzz_write_file(path, data, size);
+    for (int kind = 0; kind < 2; kind++) {
+        tks_bpe *b = NULL;
+        tks_tiktoken_opts o = {"gpt2", NULL};
+        int rc = kind ? tks_bpe_load_tiktoken(path, &o, &b) : tks_bpe_load(path, &b);
+        FUZZ_CHECK(rc == 0 || rc == TKS_ERR_TOKENIZER || rc == TKS_ERR_NOMEM || rc == (kind ? TKS_ERR_ARG : TKS_ERR_IO));
+        FUZZ_CHECK((rc == 0) == (b != NULL));
+        if (b) exercise(b, data, size);
+        tks_bpe_free(b);
+    }
     return 0;
 }
