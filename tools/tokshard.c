@@ -638,8 +638,9 @@ static int cmd_audit(int argc, char **argv) {
     if (fo.format && !ao.model_vocab && tk) ao.model_vocab = ti.vocab_size;
     if (fo.format && !ao.model_vocab) {
         tks_tok_free(tk);
-        return cli_usage_error("audit --format %s: --model-vocab N (or --tokenizer) is required (the "
-                               "embedding size every id must fit)", tks_foreign_format_name(fo.format));
+        return cli_usage_error("audit --format %s: --model-vocab N is required (the embedding size every id "
+                               "must fit), or --tokenizer TOKENIZER, whose vocabulary it then is",
+                               tks_foreign_format_name(fo.format));
     }
     tks_audit_report *r;
     int rank = 0; /* under mpirun: ranks audit a share each, rank 0 reports */
