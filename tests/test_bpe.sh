@@ -238,12 +238,12 @@ PY
   "$TKS" audit "$D/data" >"$D/out" 2>&1 && ok "audit: $(cut -c1-70 "$D/out")" || fail "audit: $(cat "$D/out")"
   "$TKS" audit "$D/data" "${T[@]}" >"$D/out" 2>&1 && grep -q "tokenizer checked" "$D/out" &&
     ok "audit --tokenizer RANKS --pattern $P: the same tokenizer" || fail "audit --tokenizer: $(cat "$D/out")"
-  "$TKS" audit "$D/data" --tokenizer "$W/$MODEL.tiktoken" --pattern gpt2 >"$D/out" 2>&1
+  "$TKS" audit "$D/data" --tokenizer "$W/$MODEL.tiktoken" --pattern llama3 >"$D/out" 2>&1
   [[ $? -eq 1 ]] && grep -q "not the tokenizer this dataset was built with" "$D/out" &&
-    ok "the same ranks with another pattern are another tokenizer" || fail "audit --pattern gpt2: $(cat "$D/out")"
+    ok "the same ranks with another pattern are another tokenizer" || fail "audit --pattern llama3: $(cat "$D/out")"
   "$TKS" inspect "$D/data" >"$D/out" 2>&1 && grep -q "tiktoken.json, byte-level-bpe" "$D/out" &&
     ok "inspect: $(grep -E 'tokenizer ' "$D/out" | xargs | cut -c1-80)" || fail "inspect: $(head -5 "$D/out")"
-  "$TKS" verify-tokenizer "${T[@]}" --format jsonl "$D/docs.jsonl" >"$D/out" 2>&1 &&
+  "$TKS" verify-tokenizer "$W/$MODEL.tiktoken" --pattern "$P" --format jsonl "$D/docs.jsonl" >"$D/out" 2>&1 &&
     grep -q "identical ids from the fast encoder and the reference" "$D/out" &&
     ok "verify-tokenizer: $(head -1 "$D/out" | cut -c1-100)" || fail "verify-tokenizer: $(cat "$D/out")"
   "$TKS" build --tokenizer "$W/$MODEL.tiktoken" --output "$D/x" "$D/docs.jsonl" >/dev/null 2>"$D/err"

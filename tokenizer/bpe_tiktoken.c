@@ -477,10 +477,29 @@ int tks_bpe_tiktoken_hf_json(const tks_bpe *b, char **text) {
         json_decref(k);
     }
     if (!rc) rc = hf_merges(b, merges);
+    /* tokenizers' Oniguruma reads {n,m}+ as a repetition of {n,m}, not as
+     * PCRE2's and Rust's possessive {n,m}: cl100k's \p{N}{1,3}+ would take
+     * every digit. A named pattern's possessive {n,m} gives nothing back
+     * that what follows could take, so it is written plain; another
+     * pattern with one is refused. */
+    char *pat = strdup(b->tt_pattern ? b->tt_pattern : "");
+    if (!rc && !pat) rc = tks__bpe_nomem(b, "pattern");
+    for (char *q = pat; !rc && q && (q = strstr(q, "}+")); q++) {
+        char *o = q; /* a quantifier {n}, {n,} or {n,m}, not a property \p{L} */
+        while (o > pat && ((o[-1] >= '0' && o[-1] <= '9') || o[-1] == ',')) o--;
+        if (o == q || o == pat || o[-1] != '{') continue;
+        if (!b->tt_pattern_name)
+            rc = tks_fail(TKS_ERR_TOKENIZER, b->path, TKS_NONE, TKS_NONE,
+                          "%s: the pattern has a possessive {n,m}+, which Hugging Face tokenizers' regex engine "
+                          "reads otherwise: no tokenizer.json gives the same ids", b->path);
+        else
+            memmove(q + 1, q + 2, strlen(q + 2) + 1);
+    }
     json_t *bl = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 1,
                            "use_regex", 0);
     json_t *pre = json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, o]}", "type", "Sequence", "pretokenizers", "type",
-                            "Split", "pattern", "Regex", b->tt_pattern, "behavior", "Isolated", "invert", 0, bl);
+                            "Split", "pattern", "Regex", pat ? pat : "", "behavior", "Isolated", "invert", 0, bl);
+    free(pat);
     json_t *model = json_pack("{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:b, s:o, s:o}", "type", "BPE", "dropout",
                               "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", 0,
                               "byte_fallback", 0, "ignore_merges", 1, "vocab", vocab, "merges", merges);
