@@ -484,6 +484,12 @@ static int refusals(const char *dir) {
             "{\"type\":\"ByteLevel\",\"use_regex\":false}]},\"decoder\":{\"type\":\"ByteLevel\"},"
             "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
             TKS_ERR_TOKENIZER, "pre_tokenizer.pretokenizers[0]: the pattern may match the empty string");
+    refused(dir, "possessive.json",
+            "{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":"
+            "{\"Regex\":\"\\\\p{N}{1,3}+|\\\\p{L}++|.\"},\"behavior\":\"Isolated\",\"invert\":false},"
+            "{\"type\":\"ByteLevel\",\"use_regex\":false}]},\"decoder\":{\"type\":\"ByteLevel\"},"
+            "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "{n,m}+ repeats {n,m} in Oniguruma");
     refused(dir, "nfkc.json",
             "{\"normalizer\":{\"type\":\"NFKC\"},\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
             "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",

@@ -82,9 +82,12 @@ tks_bpe *tks__bpe_new(const char *path) {
     return b;
 }
 
-/* Oniguruma (the engine of tokenizers) reads a few escapes otherwise than
+/* Oniguruma (the engine of tokenizers) reads a few things otherwise than
  * PCRE2: \h is a hexadecimal digit there, horizontal space here; POSIX
- * brackets follow other Unicode rules. A pattern using them is refused. */
+ * brackets follow other Unicode rules; {n,m}+ repeats {n,m} there, where
+ * PCRE2 (and Rust) read a possessive {n,m}. A tokenizer.json pattern using
+ * them is refused (extra 0); a tiktoken pattern (extra PCRE2_DOLLAR_ENDONLY)
+ * is Rust's, which PCRE2 reads alike. */
 int tks__bpe_compile(tks_bpe *b, const char *pat, size_t n, int literal, uint32_t extra, const char *where) {
     if (b->n_split == TKS__BPE_MAX_SPLITS)
         return tks__bpe_refuse(b, "%s: more than %d regex splits", where, TKS__BPE_MAX_SPLITS);
@@ -97,6 +100,12 @@ int tks__bpe_compile(tks_bpe *b, const char *pat, size_t n, int literal, uint32_
                 i++;
             } else if (pat[i] == '[' && pat[i + 1] == ':') {
                 return tks__bpe_refuse(b, "%s: POSIX bracket classes differ between Oniguruma and PCRE2", where);
+            } else if (!extra && pat[i] == '}' && pat[i + 1] == '+') {
+                size_t o = i;
+                while (o > 0 && ((pat[o - 1] >= '0' && pat[o - 1] <= '9') || pat[o - 1] == ',')) o--;
+                if (o < i && o > 0 && pat[o - 1] == '{')
+                    return tks__bpe_refuse(b, "%s: {n,m}+ repeats {n,m} in Oniguruma but is possessive in PCRE2",
+                                           where);
             }
         }
     int err;
