@@ -185,13 +185,19 @@ def peers_json(path, docs):
     return out
 
 
+def tt_encoding(stem, path):
+    """tiktoken's own definition of cl100k_base/o200k_base over the local ranks file."""
+    import tiktoken.load as tload
+    import tiktoken_ext.openai_public as op
+    op.load_tiktoken_bpe = lambda url, expected_hash=None: tload.load_tiktoken_bpe(path, expected_hash)
+    return tiktoken.Encoding(**getattr(op, stem + "_base")())
+
+
 def peers_ranks(stem, path, docs):
     out = {}
     name = stem + "_base"
     if tiktoken:
-        import tiktoken.load, tiktoken_ext.openai_public as op
-        op.load_tiktoken_bpe = lambda url, expected_hash=None: tiktoken.load.load_tiktoken_bpe(path, expected_hash)
-        enc = tiktoken.Encoding(**getattr(op, name)())
+        enc = tt_encoding(stem, path)
         out["tiktoken"] = timed(lambda: [enc.encode_ordinary(d) for d in docs])
     if fastokens:
         f = fastokens.Tokenizer.from_tiktoken(path, encoding=name)
@@ -255,9 +261,9 @@ def memory():
               f"({int(rss) * 1024 / len(d):.1f}x the document)")
     for n in (1, 2, 4):
         w = docs["word"][:n * 1_000_000]
-        if tiktoken and any(t[0] == "cl100k" for t in tokenizers_):
-            import tiktoken.load, tiktoken_ext.openai_public as op
-            enc = tiktoken.Encoding(**op.cl100k_base())
+        cl = [t for t in tokenizers_ if t[0] == "cl100k"]
+        if tiktoken and cl:
+            enc = tt_encoding("cl100k", cl[0][1][1])
             t0 = time.perf_counter()
             enc.encode_ordinary(w)
             res[f"tiktoken_{n}mb"] = time.perf_counter() - t0
