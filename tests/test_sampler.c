@@ -194,7 +194,14 @@ static void test_perm_statistics(void) {
 typedef struct stream {
     uint32_t *tok;  /* all tokens, concatenated in stream order */
     uint64_t n;
+    uint64_t *starts; /* each document's first token in the stream, in order */
+    size_t n_docs;
 } stream;
+
+static void stream_free(stream *S) {
+    free(S->tok);
+    free(S->starts);
+}
 
 /* Writes a dataset of random documents (lengths 1..maxlen, ids < vocab) and
  * returns the naive concatenation of all its tokens. With rare_high, ids are
@@ -222,9 +229,10 @@ static stream write_dataset_ex(const char *dir, size_t n_docs, size_t maxlen, ui
         fprintf(stderr, "writer: %s\n", tks_last_error()->message);
         exit(2);
     }
-    stream S = {malloc(n_docs * maxlen * sizeof(uint32_t)), 0};
+    stream S = {malloc(n_docs * maxlen * sizeof(uint32_t)), 0, malloc(n_docs * sizeof(uint64_t)), 0};
     for (size_t d = 0; d < n_docs; d++) {
         size_t len = 1 + next_rand() % maxlen;
+        S.starts[S.n_docs++] = S.n;
         uint32_t *doc = S.tok + S.n;
         for (size_t j = 0; j < len; j++) {
             uint64_t r = next_rand();
@@ -272,9 +280,22 @@ static void check_windows(const tks_dataset *ds, const stream *S, uint64_t b, ui
     uint64_t *cum = calloc(nsh + 1, sizeof *cum);
     for (size_t i = 0; i < nsh; i++) cum[i + 1] = cum[i] + tks_shard_hdr(tks_dataset_shard(ds, i))->n_tokens;
     uint32_t *buf = malloc(((size_t)L + 1) * sizeof *buf);
-    uint64_t bad_read = 0, bad_loc = 0, spans = 0, cut = 0;
+    int32_t *doc = malloc((size_t)L * sizeof *doc);
+    uint64_t bad_read = 0, bad_loc = 0, spans = 0, cut = 0, bad_doc = 0, multi = 0;
+    size_t di = 0; /* the stream's document holding the window's first token */
     for (uint64_t w = 0; w < n; w++) {
         uint64_t t0 = b + w * L;
+        /* document starts against the stream's own list: the start of the
+         * document of t0 + j (0 when before the window) */
+        while (di + 1 < S->n_docs && S->starts[di + 1] <= t0) di++;
+        if (tks_sampler_doc_starts(s, w, doc)) bad_doc++;
+        else
+            for (uint32_t j = 0, d = (uint32_t)di; j < L; j++) {
+                while (d + 1 < S->n_docs && S->starts[d + 1] <= t0 + j) d++;
+                int32_t want = S->starts[d] > t0 ? (int32_t)(S->starts[d] - t0) : 0;
+                if (doc[j] != want) bad_doc++;
+                if (j == L - 1 && doc[j] > 0) multi++;
+            }
         memset(buf, 0xFF, ((size_t)L + 1) * sizeof *buf);
         if (tks_sampler_read(s, w, 0, buf) || memcmp(buf, S->tok + t0, ((size_t)L + 1) * 4)) bad_read++;
         CHECK(t0 + L + 1 <= e, "%s: window %llu ends past the range", what, (ull)w);
@@ -300,10 +321,15 @@ static void check_windows(const tks_dataset *ds, const stream *S, uint64_t b, ui
         if (loc.n_pieces_total > 1) spans++;
     }
     CHECK(bad_read == 0, "%s: %llu windows read wrong tokens", what, (ull)bad_read);
+    CHECK(bad_doc == 0, "%s: %llu document starts wrong", what, (ull)bad_doc);
+    CHECK(multi > 0 || L == 1, "%s: no window holds two documents (test data too coarse)", what);
+    CHECK(tks_sampler_doc_starts(s, n, doc) == TKS_ERR_ARG, "%s: doc_starts(n)", what);
+    free(doc);
     CHECK(bad_loc == 0, "%s: %llu windows located wrongly", what, (ull)bad_loc);
     CHECK(spans > 0, "%s: no window spans a shard boundary (test data too coarse)", what);
-    printf("%s: %llu windows of %u+1 tokens read correctly, %llu span shards, %llu over %d shards\n",
-           what, (ull)n, L, (ull)spans, (ull)cut, TKS_SAMPLE_MAX_PIECES);
+    printf("%s: %llu windows of %u+1 tokens read correctly, %llu span shards, %llu over %d shards, "
+           "%llu end in another document than they start\n",
+           what, (ull)n, L, (ull)spans, (ull)cut, TKS_SAMPLE_MAX_PIECES, (ull)multi);
     /* out of range window */
     tks_sample_loc loc;
     CHECK(tks_sampler_locate(s, n, &loc) == TKS_ERR_ARG, "%s: locate(n)", what);
@@ -345,7 +371,7 @@ static void test_windows(void) {
     CHECK(tks_sampler_create(NULL, 0, S.n, 8, 0, &s) == TKS_ERR_ARG, "NULL dataset");
     tks_sampler_free(NULL);
     tks_dataset_close(ds);
-    free(S.tok);
+    stream_free(&S);
 
     /* one document per shard, documents of 1..3 tokens: a window of 65
      * tokens spans more than TKS_SAMPLE_MAX_PIECES shards */
@@ -355,7 +381,7 @@ static void test_windows(void) {
     CHECK(tks_dataset_n_shards(ds) == 300, "tiny shards: %zu", tks_dataset_n_shards(ds));
     check_windows(ds, &S, 0, S.n, 64, "one-document shards L=64");
     tks_dataset_close(ds);
-    free(S.tok);
+    stream_free(&S);
 }
 
 /* Each window once per epoch; epochs in different orders; the sampler's
@@ -397,7 +423,7 @@ static void test_epochs(void) {
     free(ord);
     free(seen);
     tks_dataset_close(ds);
-    free(S.tok);
+    stream_free(&S);
 }
 
 /* ---------------------------------------------------------------------------
@@ -522,7 +548,7 @@ static void test_layouts(void) {
     free(run);
     tks_sampler_free(s);
     tks_dataset_close(ds);
-    free(S.tok);
+    stream_free(&S);
 }
 
 /* ---------------------------------------------------------------------------
@@ -585,7 +611,7 @@ static void test_split(void) {
     }
     printf("split: train and validation windows never share a token\n");
     tks_dataset_close(ds);
-    free(S.tok);
+    stream_free(&S);
 }
 
 /* ---------------------------------------------------------------------------
@@ -636,7 +662,7 @@ static void test_token_range(void) {
     tks_sampler_free(s);
     free(cum);
     tks_dataset_close(ds);
-    free(S.tok);
+    stream_free(&S);
 }
 
 /* ---------------------------------------------------------------------------
@@ -666,7 +692,7 @@ static void test_advice(void) {
     char dir[1536];
     snprintf(dir, sizeof dir, "%s/advice", work);
     stream S = write_dataset(dir, 400, 40, 1000, 700);
-    free(S.tok);
+    stream_free(&S);
     tks_dataset *ds = open_ds(dir);
     int seq, rnd, n = advice_of(dir, &seq, &rnd);
     CHECK(n == (int)tks_dataset_n_shards(ds) && seq == 0 && rnd == 0,

@@ -158,6 +158,18 @@ int tks_sampler_locate(const tks_sampler *s, uint64_t window, tks_sample_loc *lo
 int tks_sampler_read(const tks_sampler *s, uint64_t window, uint32_t model_vocab,
                      uint32_t *tokens);
 
+/*
+ * The documents of window `window` as the model's attention mask takes them
+ * (docs/SAMPLING.md §3, "Documents in a window"): for each input position
+ * t < seq_len, doc[t] = the position in the window where token t's document
+ * starts, or 0 when it started before the window. Boundaries come from the
+ * shards' document indexes (a shard boundary is one too), never from token
+ * ids. doc: caller-owned, seq_len elements; doc[0] = 0 and each doc[t] is
+ * doc[t-1] or t. O(log docs per shard + seq_len).
+ * Errors: TKS_ERR_ARG (window >= n_windows, doc NULL).
+ */
+int tks_sampler_doc_starts(const tks_sampler *s, uint64_t window, int32_t *doc);
+
 /* ---------------------------------------------------------------------------
  * Steps, data-parallel ranks, micro-batches (docs/SAMPLING.md §5, §6)
  * ------------------------------------------------------------------------- */
