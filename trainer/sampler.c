@@ -25,6 +25,12 @@ uint64_t tks_epoch_key(uint64_t seed, uint64_t epoch) {
     return tks_mix64(tks_mix64(seed) + TKS_GOLDEN64 * (epoch + 1));
 }
 
+uint64_t tks_source_seed(uint64_t seed, const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, 64 bits */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+    return seed ^ h;
+}
+
 uint64_t tks_perm_index(uint64_t i, uint64_t n, uint64_t key) {
     if (i >= n) return UINT64_MAX;
     if (n == 1) return 0;

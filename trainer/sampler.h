@@ -79,6 +79,13 @@ uint64_t tks_perm_index(uint64_t i, uint64_t n, uint64_t key);
  * distinct keys. */
 uint64_t tks_epoch_key(uint64_t seed, uint64_t epoch);
 
+/* The seed of a mixture's source named `name` (docs/SAMPLING.md §9): the
+ * run's seed XOR the 64-bit FNV-1a hash of the name's bytes (offset basis
+ * 0xcbf29ce484222325, prime 0x100000001b3; G. Fowler, L. C. Noll, K.-P. Vo),
+ * so that each source has its own permutations, whatever its place in the
+ * list. A plain single dataset uses the run's seed itself. */
+uint64_t tks_source_seed(uint64_t seed, const char *name);
+
 /* ---------------------------------------------------------------------------
  * Train / validation split (docs/SAMPLING.md §2)
  * ------------------------------------------------------------------------- */
