@@ -318,6 +318,8 @@ typedef struct tks_generate_opts {
     const char *prompt;           /* UTF-8 text; may be empty: the context then starts with
                                    * BOS, else EOS; a tokenizer with neither refuses it */
     uint32_t max_tokens;
+    uint32_t min_tokens;          /* EOS is not drawn before this many tokens (its logit
+                                   * masked, as Hugging Face's min_new_tokens); 0 = off */
     float temperature;            /* 0 = greedy */
     float top_p;                  /* nucleus sampling (Holtzman et al. 2020); 1 = off */
     uint64_t seed;
@@ -340,7 +342,8 @@ typedef struct tks_generate_stats {
 } tks_generate_stats;
 
 /*
- * Continues o->prompt for up to o->max_tokens tokens (an EOS ends it). The
+ * Continues o->prompt for up to o->max_tokens tokens (an EOS ends it, from
+ * token o->min_tokens on). The
  * context is the model's max_seq_len tokens: a longer prompt keeps its most
  * recent tokens (after BOS), and when generation fills the context it
  * restarts from the newest half (BOS kept), recomputing the KV cache; both
