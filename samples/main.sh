@@ -61,8 +61,10 @@ echo "== 6/6 generate from the last checkpoint: one prompt per source (at least 
 for prompt in 'Garden \Gar"den\, n.' 'Abandon \A*ban"don\, v. t.' \
   'The :func:`open` function' 'Return a new list'; do
   echo "--- prompt: $prompt"
+  # the tokenizer keeps no newlines (sentencepiece normalizes them to spaces):
+  # the continuation is folded to lines of 100 characters for reading
   "$root/build/bin/tokshard-generate" --checkpoint "$out/train" --prompt "$prompt" \
-    --min-tokens 48 --max-tokens 80 --temperature 0.7 --seed 1
+    --min-tokens 48 --max-tokens 80 --temperature 0.7 --seed 1 | fold -s -w 100
 done
 echo
 echo "main job done: datasets in $out/{gcide,python,dataset}, model in $out/train" \
