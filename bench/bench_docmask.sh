@@ -16,6 +16,8 @@
 # A benchmark, not a test: nothing about time is asserted. Prints its figures;
 # give them to docs/BENCHMARKS.md with the machine's conditions and the commit.
 #
+# The pair count needs numpy: the project venv's python, or $PYTHON.
+#
 # usage: bench/bench_docmask.sh [--build DIR] [--main DIR] [--rounds N] [--steps N] [--full]
 #   --build DIR   a build with bin/tokshard-train [build]
 #   --main DIR    samples/main.sh's output [runs/main]
@@ -76,7 +78,9 @@ EOF
 rm -f "$work/rounds.txt"
 
 # the pairs the mask keeps over the profiled steps' windows
-PYTHONPATH=$root/python python3 - "$main" "$steps" <<'EOF'
+PY=${PYTHON:-$root/.venv/bin/python}
+[[ -x $PY ]] || PY=python3
+PYTHONPATH=$root/python "$PY" - "$main" "$steps" <<'EOF'
 import sys, numpy, tokshard
 main, steps = sys.argv[1], int(sys.argv[2])
 L, B = 128, 16

@@ -549,10 +549,12 @@ static void load_tile(float *dst, const void *src, size_t ld, int r0, int n, int
  * key blocks the block can see. S = scale Q K^T; m running max, l running
  * sum of exp(S - m), O running sum of exp(S - m) V; at the end O / l and
  * lse = m + log l. doc (NULL: causal) is this batch row's document starts:
- * row r sees keys doc[q0 + r] .. q0 + r, so the key blocks before the
- * block's first document start (doc[q0], the smallest: doc never
- * decreases) are skipped, and a row with no visible key in a block leaves
- * its running values as they are. */
+ * row r sees keys doc[q0 + r] .. q0 + r. doc never decreases, so of each key
+ * block only a sub-block is computed: the rows whose document starts before
+ * the block's end (a prefix, r_end of them) and the keys from the first
+ * row's document start on (u0 ..): key blocks before doc[q0] are skipped
+ * whole, and a row without a visible key in a block leaves its running
+ * values as they are. */
 static void attn_fwd_block(float *ws, void *out, size_t ldo, float *lse, const void *q, size_t ldq,
                            const void *k, const void *v, size_t ldkv, const int32_t *doc, int HD,
                            int q0, int nq, float scale, tks_dtype dt) {
@@ -562,23 +564,29 @@ static void attn_fwd_block(float *ws, void *out, size_t ldo, float *lse, const v
     memset(O, 0, (size_t)nq * HD * sizeof *O);
     for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
     for (int k0 = doc ? doc[q0] / BK * BK : 0; k0 < q0 + nq; k0 += BK) {
-        int nk = q0 + nq - k0 < BK ? q0 + nq - k0 : BK;
-        load_tile(K, k, ldkv, k0, nk, HD, dt);
-        load_tile(V, v, ldkv, k0, nk, HD, dt);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HD, scale, Q, HD, K, HD, 0.0f,
-                    S, BK);
-        for (int r = 0; r < nq; r++) {
+        int nk = q0 + nq - k0 < BK ? q0 + nq - k0 : BK, r_end = nq, u0 = 0;
+        if (doc) {
+            u0 = doc[q0] > k0 ? doc[q0] - k0 : 0;
+            while (r_end > 0 && doc[q0 + r_end - 1] >= k0 + nk) r_end--;
+        }
+        if (r_end == 0 || u0 >= nk) continue;
+        load_tile(K, k, ldkv, k0 + u0, nk - u0, HD, dt);
+        load_tile(V, v, ldkv, k0 + u0, nk - u0, HD, dt);
+        /* S[r, u] for u in [u0, nk) at column u (the first u0 columns unused) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r_end, nk - u0, HD, scale, Q, HD, K, HD,
+                    0.0f, S + u0, BK);
+        for (int r = 0; r < r_end; r++) {
             float *s = S + (size_t)r * BK, mx = m[r];
             int lim = q0 + r - k0 + 1; /* causal: keys k0 + u <= q0 + r */
             int first = doc && doc[q0 + r] > k0 ? doc[q0 + r] - k0 : 0; /* keys of its document */
             if (lim > nk) lim = nk;
             if (first >= lim) { /* no key of this block is visible to the row */
-                for (int u = 0; u < nk; u++) s[u] = 0;
+                for (int u = u0; u < nk; u++) s[u] = 0;
                 continue;
             }
             for (int u = first; u < lim; u++) mx = s[u] > mx ? s[u] : mx;
             float corr = expf(m[r] - mx), sum = 0; /* exp(-inf) = 0 on the first block */
-            for (int u = 0; u < first; u++) s[u] = 0;
+            for (int u = u0; u < first; u++) s[u] = 0;
             for (int u = first; u < lim; u++) sum += (s[u] = expf(s[u] - mx));
             for (int u = lim; u < nk; u++) s[u] = 0;
             l[r] = l[r] * corr + sum;
@@ -586,8 +594,8 @@ static void attn_fwd_block(float *ws, void *out, size_t ldo, float *lse, const v
             float *o = O + (size_t)r * HD;
             for (int d = 0; d < HD; d++) o[d] *= corr;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HD, nk, 1.0f, S, BK, V, HD, 1.0f,
-                    O, HD);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r_end, HD, nk - u0, 1.0f, S + u0, BK, V,
+                    HD, 1.0f, O, HD);
     }
     for (int r = 0; r < nq; r++) {
         float inv = 1.0f / l[r], *o = O + (size_t)r * HD;
@@ -633,9 +641,12 @@ static int cpu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse,
  *   dK_j += scale dS^T Q_i, dQ_i += scale dS K_j.
  * dQ is accumulated in fp32 in the workspace and stored at the end. With
  * doc (this batch row's document starts; NULL: causal) query t sees keys
- * doc[t] .. t: the other P and dS entries are 0, and since doc never
- * decreases, once a query block starts past the key block's last key every
- * later query block is masked too and the loop over them stops. */
+ * doc[t] .. t: the other P and dS entries are 0. doc never decreases, so
+ * of each (key block, query block) only the sub-block of the query rows
+ * whose documents start before the key block's end and of the keys from
+ * the first row's document start on is computed, and once a query block
+ * starts past the key block's last key every later query block is masked
+ * too and the loop over them stops. */
 static void attn_bwd_task(float *ws, void *dq, void *dk, void *dv, const void *dout,
                           const void *out, size_t ldo, const float *lse, const void *q, size_t ldq,
                           const void *k, const void *v, size_t ldkv, const int32_t *doc, int T,
@@ -669,13 +680,21 @@ static void attn_bwd_task(float *ws, void *dq, void *dk, void *dv, const void *d
             for (int q0 = k0 / BQ * BQ; q0 < T; q0 += BQ) {
                 int nq = T - q0 < BQ ? T - q0 : BQ;
                 if (doc && doc[q0] >= k0 + nk) break; /* this and later query blocks see none */
-                load_tile(Q, at(q, (size_t)h * HD, dt), ldq, q0, nq, HD, dt);
-                load_tile(dO, at(dout, (size_t)h * HD, dt), ldo, q0, nq, HD, dt);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HD, scale, Q, HD, K,
-                            HD, 0.0f, P, BK);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HD, 1.0f, dO, HD, V,
-                            HD, 0.0f, dP, BK);
-                for (int r = 0; r < nq; r++) {
+                /* the sub-block that sees keys of this block: the first r_end rows (their
+                 * documents start before the block's end), keys u0 .. nk */
+                int r_end = nq, u0 = 0, w;
+                if (doc) {
+                    u0 = doc[q0] > k0 ? doc[q0] - k0 : 0;
+                    while (r_end > 0 && doc[q0 + r_end - 1] >= k0 + nk) r_end--;
+                }
+                w = nk - u0;
+                load_tile(Q, at(q, (size_t)h * HD, dt), ldq, q0, r_end, HD, dt);
+                load_tile(dO, at(dout, (size_t)h * HD, dt), ldo, q0, r_end, HD, dt);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r_end, w, HD, scale, Q, HD,
+                            K + (size_t)u0 * HD, HD, 0.0f, P + u0, BK);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r_end, w, HD, 1.0f, dO, HD,
+                            V + (size_t)u0 * HD, HD, 0.0f, dP + u0, BK);
+                for (int r = 0; r < r_end; r++) {
                     float *p = P + (size_t)r * BK, *d = dP + (size_t)r * BK;
                     int lim = q0 + r - k0 + 1;
                     int first = doc && doc[q0 + r] > k0 ? doc[q0 + r] - k0 : 0;
@@ -683,19 +702,19 @@ static void attn_bwd_task(float *ws, void *dq, void *dk, void *dv, const void *d
                     if (lim < 0) lim = 0;
                     if (first > lim) first = lim;
                     float lr = L[q0 + r], dl = Dl[(size_t)j * T + q0 + r];
-                    for (int u = 0; u < first; u++) p[u] = 0, d[u] = 0;
+                    for (int u = u0; u < first; u++) p[u] = 0, d[u] = 0;
                     for (int u = first; u < lim; u++) {
                         p[u] = expf(p[u] - lr);
                         d[u] = p[u] * (d[u] - dl);
                     }
                     for (int u = lim; u < nk; u++) p[u] = 0, d[u] = 0;
                 }
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HD, nq, 1.0f, P, BK, dO,
-                            HD, 1.0f, dV, HD);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HD, nq, scale, dP, BK, Q,
-                            HD, 1.0f, dK, HD);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HD, nk, scale, dP, BK, K,
-                            HD, 1.0f, dQ + ((size_t)j * T + q0) * HD, HD);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w, HD, r_end, 1.0f, P + u0, BK,
+                            dO, HD, 1.0f, dV + (size_t)u0 * HD, HD);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w, HD, r_end, scale, dP + u0, BK,
+                            Q, HD, 1.0f, dK + (size_t)u0 * HD, HD);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r_end, HD, w, scale, dP + u0,
+                            BK, K + (size_t)u0 * HD, HD, 1.0f, dQ + ((size_t)j * T + q0) * HD, HD);
             }
         }
         for (int r = 0; r < nk; r++) {
