@@ -401,6 +401,23 @@ typedef struct tks_step_bench_result {
  * TKS_ERR_NOMEM, and the backend's (TKS_ERR_IO for a device failure). */
 int tks_step_bench(const tks_step_bench_opts *o, tks_step_bench_result *out);
 
+/* The CPU backend's attention, forward and backward in fp32, on n_windows
+ * windows of T tokens in batches of B (heads NH, kv heads NKV, head dim HD,
+ * random q, k, v), with the causal mask and with the block-causal mask of
+ * doc (host int32[n_windows, T], document starts as tks_sampler_doc_starts
+ * gives them), alternating, reps times each: the fastest of each, in
+ * seconds for all windows. For the benchmarks (bench/attn_docs.c). */
+typedef struct tks_attention_bench_opts {
+    int threads, B, T, NH, NKV, HD, reps, n_windows;
+    const int32_t *doc;
+} tks_attention_bench_opts;
+typedef struct tks_attention_bench_result {
+    double causal_s, doc_mask_s;
+    double pairs_kept;       /* (query, key) pairs the block-causal mask keeps, of the causal's */
+} tks_attention_bench_result;
+/* Errors: TKS_ERR_ARG (sizes, fewer than B windows, doc NULL), TKS_ERR_NOMEM. */
+int tks_attention_bench(const tks_attention_bench_opts *o, tks_attention_bench_result *out);
+
 /*
  * Backends beyond the CPU reference. A backend library (trainer/cuda:
  * tks_cuda_backend_kind below) gives its kind; a program
