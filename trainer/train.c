@@ -958,13 +958,18 @@ static size_t run_fields(const run *r, run_field *f) {
 #define RU(name, v) RF(name, "%llu", (unsigned long long)(v))
 #define RD(name, v) (f[n].flag = (name), tks_float_text(f[n].value, sizeof f[n].value, (v)), n++)
 #define RS(name, v) RF(name, "%s", (v) ? (v) : "(default)")
-    /* the data: every source's manifest and the blend (its phases and weights) */
-    uint64_t h = XXH3_64bits(&r->blend, sizeof r->blend);
-    for (uint32_t k = 0; k < r->n_src; k++) {
-        uint64_t mk = tks_dataset_manifest_xxh3(r->src[k].ds);
-        h = XXH3_64bits_withSeed(&mk, sizeof mk, h);
+    /* the data: the dataset's manifest, or a mixture's every source's and
+     * the blend (its phases and weights) */
+    uint64_t h = tks_dataset_manifest_xxh3(r->ds);
+    if (r->mixed) {
+        h = XXH3_64bits(&r->blend, sizeof r->blend);
+        for (uint32_t k = 0; k < r->n_src; k++) {
+            uint64_t mk = tks_dataset_manifest_xxh3(r->src[k].ds);
+            h = XXH3_64bits_withSeed(&mk, sizeof mk, h);
+        }
     }
-    RF("--dataset (manifests and blend, XXH3)", "%016llx", (unsigned long long)h);
+    RF(r->mixed ? "--dataset (manifests and blend, XXH3)" : "--dataset (manifest XXH3)", "%016llx",
+       (unsigned long long)h);
     RF("--val-dataset (manifest XXH3)", "%016llx",
        r->val_ds ? (unsigned long long)tks_dataset_manifest_xxh3(r->val_ds) : 0ull);
     RU("--resume (checkpoint step)", o->resume ? r->resumed.step : 0);
