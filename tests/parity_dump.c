@@ -4,13 +4,16 @@
  * an independent implementation must reproduce from the same checkpoint and
  * batch.
  *
- * Usage: parity_dump OUT_DIR [CONFIG...]   (CONFIG: gqa, tied, odd; default all)
+ * Usage: parity_dump OUT_DIR [CONFIG...]   (CONFIG: gqa, tied, odd, docs, docpos; default all)
  * Exit 0 when every file was written, 1 on any library error (message on stderr),
  * 2 on a usage error.
  *
  * Per config, under OUT_DIR/CONFIG/:
  *   ckpt/                 tks_checkpoint_save of the initial weights (opt NULL)
- *   batch.safetensors     "ids", "targets": I32 [B, T]
+ *   batch.safetensors     "ids", "targets": I32 [B, T]; for docs and docpos also "doc"
+ *                         I32 [B, T] (each token's document start in its row,
+ *                         tks_model_set_documents) and metadata "doc_mask" and
+ *                         "reset_positions" ("0" or "1")
  *   step0.safetensors     "loss" F32 scalar (mean token loss), "logits" F32 [N, V]
  *                         (real vocabulary columns only), "grad.<HF name>" F32 in
  *                         the checkpoint's unpadded shape (loss scale 1/N), and
@@ -23,7 +26,7 @@
  *                         unclipped gradient of step s, unpadded), "pad.after3.<name>"
  *                         F32 [VP - V, C] (padding rows after 3 steps: must be 0);
  *                         metadata: the AdamW options as decimal strings
- *   step0_bf16.safetensors  the same as step0 (without padding) from a --dtype bf16
+ *   step0_bf16.safetensors  (not for docs, docpos) the same as step0 (without padding) from a --dtype bf16
  *                         model loaded from ckpt/: "loss", "logits" (bf16, widened),
  *                         "grad.<HF name>" (fp32 gradients); test_torch_bf16.py
  *   after3/               tks_checkpoint_save after the 3 steps, with the optimizer
@@ -55,7 +58,14 @@ typedef struct variant {
     tks_model_config cfg;
     tks_adamw_opts opt;
     uint64_t seed;
+    const int32_t *doc;  /* packed documents of the batch ([B, T] starts) or NULL */
+    int mask, reset;     /* --doc-mask, --reset-positions */
 } variant;
+
+/* The documents of docs and docpos: row 0 holds documents of 5, 1, 7 and 3
+ * tokens (one of a single token), row 1 of 9 and 7. */
+static const int32_t DOCS[B * T] = {0, 0, 0, 0, 0, 5, 6, 6, 6, 6, 6, 6, 6, 13, 13, 13,
+                                    0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9};
 
 /*
  * gqa:  V 100 -> VP 128 (28 padded rows), NH 4 / NKV 2, untied; warmup 2 of 3
@@ -76,6 +86,11 @@ typedef struct variant {
  * init_std 0.3 keeps attention far from uniform. The gradient norms (printed
  * by this program) fall from ~6 to ~3 over the three steps, so grad_clip 1
  * clips every step of gqa, 5 only the first step of tied, 3 the first two of odd.
+ * docs:   gqa's model on packed documents (DOCS) with the block-causal mask
+ *         and positions restarting per document (--doc-mask --reset-positions).
+ * docpos: gqa's model with positions restarting per document and no mask
+ *         (--reset-positions alone: with the mask, RoPE's relative positions
+ *         make the restart invisible, so only here can a reference tell).
  */
 static const variant VARIANTS[] = {
     {"gqa",
@@ -84,21 +99,35 @@ static const variant VARIANTS[] = {
       .norm_eps = 1e-5f, .init_std = 0.3f, .tie_embeddings = 0},
      {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 3, .beta1 = 0.9f, .beta2 = 0.95f,
       .eps = 1e-6f, .weight_decay = 0.1f, .grad_clip = 1.0f},
-     1234},
+     1234, NULL, 0, 0},
     {"tied",
      {.vocab_size = 100, .vocab_divisible_by = 64, .dim = 32, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 4, .ffn_dim = 96, .max_seq_len = 16, .rope_theta = 10000.0f,
       .norm_eps = 1e-5f, .init_std = 0.3f, .tie_embeddings = 1},
      {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 3, .beta1 = 0.9f, .beta2 = 0.95f,
       .eps = 1e-6f, .weight_decay = 0.1f, .grad_clip = 5.0f},
-     99},
+     99, NULL, 0, 0},
     {"odd",
      {.vocab_size = 97, .vocab_divisible_by = 8, .dim = 32, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 1, .ffn_dim = 64, .max_seq_len = 32, .rope_theta = 500000.0f,
       .norm_eps = 1e-6f, .init_std = 0.3f, .tie_embeddings = 0},
      {.lr = 2e-2f, .min_lr = 1e-3f, .warmup = 0, .total = 2, .beta1 = 0.9f, .beta2 = 0.95f,
       .eps = 1e-6f, .weight_decay = 0.1f, .grad_clip = 3.0f},
-     7},
+     7, NULL, 0, 0},
+    {"docs",
+     {.vocab_size = 100, .vocab_divisible_by = 64, .dim = 32, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .ffn_dim = 96, .max_seq_len = 16, .rope_theta = 10000.0f,
+      .norm_eps = 1e-5f, .init_std = 0.3f, .tie_embeddings = 0},
+     {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 3, .beta1 = 0.9f, .beta2 = 0.95f,
+      .eps = 1e-6f, .weight_decay = 0.1f, .grad_clip = 1.0f},
+     1234, DOCS, 1, 1},
+    {"docpos",
+     {.vocab_size = 100, .vocab_divisible_by = 64, .dim = 32, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .ffn_dim = 96, .max_seq_len = 16, .rope_theta = 10000.0f,
+      .norm_eps = 1e-5f, .init_std = 0.3f, .tie_embeddings = 0},
+     {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 3, .beta1 = 0.9f, .beta2 = 0.95f,
+      .eps = 1e-6f, .weight_decay = 0.1f, .grad_clip = 1.0f},
+     1234, DOCS, 0, 1},
 };
 #define N_VARIANTS (sizeof VARIANTS / sizeof VARIANTS[0])
 
@@ -257,6 +286,8 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
     tlist l = {0}, tr = {0}; /* step0.safetensors, steps.safetensors */
     rc = tks_model_create(&vr->cfg, be, NULL, B, T, &m);
     if (rc) return die("tks_model_create", rc);
+    if (vr->doc && (rc = tks_model_set_documents(m, vr->doc, vr->mask, vr->reset)))
+        return die("tks_model_set_documents", rc);
     const tks_model_config *c = tks_model_config_of(m);
     uint32_t V = c->vocab_size, VP = tks_model_padded_vocab(c, 1);
     size_t np;
@@ -269,13 +300,15 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
     int32_t ids[N], targets[N];
     make_batch(V, ids, targets);
     tks_path_join(path, sizeof path, dir, "batch.safetensors"); /* fits: main limits OUT_DIR */
+    tks_st_kv dmeta[] = {{"doc_mask", vr->mask ? "1" : "0"}, {"reset_positions", vr->reset ? "1" : "0"}};
     if ((rc = tl_add(&l, "ids", TKS_ST_I32, 2, B, T, ids, sizeof ids)) ||
         (rc = tl_add(&l, "targets", TKS_ST_I32, 2, B, T, targets, sizeof targets)) ||
-        (rc = tks_st_write(path, l.t, l.n, NULL, 0)))
+        (vr->doc && (rc = tl_add(&l, "doc", TKS_ST_I32, 2, B, T, vr->doc, sizeof DOCS))) ||
+        (rc = tks_st_write(path, l.t, l.n, vr->doc ? dmeta : NULL, vr->doc ? 2 : 0)))
         return die(path, rc);
     tl_free(&l);
 
-    if (dump_bf16(dir, vr, ids, targets)) return 1;
+    if (!vr->doc && dump_bf16(dir, vr, ids, targets)) return 1;
 
     /* STEPS AdamW steps on the same batch, as the trainer runs them (gradient
      * norm over the whole flat buffer, clip factor, schedule); step 0 also
@@ -366,7 +399,7 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: parity_dump OUT_DIR [gqa|tied|odd ...]\n");
+        fprintf(stderr, "usage: parity_dump OUT_DIR [gqa|tied|odd|docs|docpos ...]\n");
         return 2;
     }
     if (strlen(argv[1]) > 1024) {
@@ -377,7 +410,7 @@ int main(int argc, char **argv) {
         int known = 0;
         for (size_t i = 0; i < N_VARIANTS; i++) known |= strcmp(argv[a], VARIANTS[i].name) == 0;
         if (!known) {
-            fprintf(stderr, "parity_dump: unknown config %s (gqa, tied, odd)\n", argv[a]);
+            fprintf(stderr, "parity_dump: unknown config %s (gqa, tied, odd, docs, docpos)\n", argv[a]);
             return 2;
         }
     }

@@ -1,5 +1,5 @@
 /*
- * test_cuda_ops.c - every op of the CUDA backend (backend.h, contract 2)
+ * test_cuda_ops.c - every op of the CUDA backend (backend.h, contract 3)
  * against the CPU reference backend on the same random inputs, in fp32 and
  * in bf16 storage; determinism (two runs, same bits); streams and events; the
  * sticky error. Exits 77 (ctest SKIP_RETURN_CODE: "skipped: no CUDA device")
@@ -293,8 +293,8 @@ static void t_rope(tks_dtype dt) {
     float *hx = rnd(n, -1, 1);
     for (int inv = 0; inv < 2; inv++) {
         pair x = put(hx, n, dt);
-        cpu->ops->rope(cpu, x.c, ld, B, T, H, HD, 1000, 10000.0f, inv, dt);
-        gpu->ops->rope(gpu, x.g, ld, B, T, H, HD, 1000, 10000.0f, inv, dt);
+        cpu->ops->rope(cpu, x.c, ld, B, T, H, HD, 1000, NULL, 10000.0f, inv, dt);
+        gpu->ops->rope(gpu, x.g, ld, B, T, H, HD, 1000, NULL, 10000.0f, inv, dt);
         /* angle p * inv_freq with p <= 1037: powf (4 ulp), the division and the
          * product give a relative error <= 6 u, an absolute one <= 6 u 1037; cos
          * and sin add 2 ulp each; out = x1 c - x2 s with |x| <= 1 */
@@ -302,6 +302,23 @@ static void t_rope(tks_dtype dt) {
             2 * (6 * U * 1037 + 8 * U), 0);
         drop(x);
     }
+    /* positions per token (restarting at packed documents: t - doc); each < T */
+    int32_t *hp = malloc((size_t)B * T * sizeof *hp);
+    for (int i = 0; i < B * T; i++) hp[i] = (i % T) % 11;
+    int32_t *pc = cpu->ops->alloc(cpu, (size_t)B * T * 4), *pg = gpu->ops->alloc(gpu, (size_t)B * T * 4);
+    cpu->ops->upload(cpu, pc, hp, (size_t)B * T * 4);
+    gpu->ops->upload(gpu, pg, hp, (size_t)B * T * 4);
+    for (int inv = 0; inv < 2; inv++) {
+        pair x = put(hx, n, dt);
+        cpu->ops->rope(cpu, x.c, ld, B, T, H, HD, 0, pc, 10000.0f, inv, dt);
+        gpu->ops->rope(gpu, x.g, ld, B, T, H, HD, 0, pg, 10000.0f, inv, dt);
+        /* positions below T = 37: the bound above with 37 for 1037 */
+        cmp("rope", inv ? "inverse, pos per token" : "pos per token", x, 2 * (6 * U * 37 + 8 * U), 0);
+        drop(x);
+    }
+    cpu->ops->free(cpu, pc);
+    gpu->ops->free(gpu, pg);
+    free(hp);
     free(hx);
 }
 
@@ -310,11 +327,26 @@ static void t_rope(tks_dtype dt) {
  * their products: a relative 2^-9 on each term, so 2^-9 times the sum of
  * |terms| more: out sums P |v| <= 1; dq sums |dS| |k| with sum_u |dS| <= 8
  * (|dP|, |D| <= 16, scale 1/4, sum P = 1); dk, dv sum over T G rows. Its
- * exp2/log2 approximations add a few 1e-7 to lse. */
-static void t_attention(tks_dtype dt, int cudnn) {
+ * exp2/log2 approximations add a few 1e-7 to lse.
+ * docs = 1: packed documents (contract 3's doc: row 0 holds documents of 1,
+ * 15, 16 and 1 tokens, row 1 of 20 and 13), block-causal on both backends;
+ * cuDNN's graphs do not express it, so with cudnn = 1 tokshard's kernel
+ * must run (and tks_cuda_flash_status say so): the bounds are the kernel's.
+ * Each output sums fewer terms than the causal row's, so the causal bounds
+ * hold. */
+static void t_attention(tks_dtype dt, int cudnn, int docs) {
     const int B = 2, T = 33, NH = 4, NKV = 2, HD = 16;
     if (tks_cuda_set_flash(gpu, cudnn) != cudnn) return;
-    const double P9 = cudnn ? 0.001953125 : 0; /* 2^-9 */
+    const double P9 = cudnn && !docs ? 0.001953125 : 0; /* 2^-9 */
+    int32_t hdoc[2 * 33], *dc = NULL, *dgp = NULL;
+    static const int len[] = {1, 15, 16, 1, 20, 13};
+    for (int i = 0, t = 0; i < 6; i++)
+        for (int j = 0, s0 = t % T; j < len[i]; j++, t++) hdoc[t] = s0;
+    if (docs) {
+        dc = cpu->ops->alloc(cpu, sizeof hdoc), dgp = gpu->ops->alloc(gpu, sizeof hdoc);
+        cpu->ops->upload(cpu, dc, hdoc, sizeof hdoc);
+        gpu->ops->upload(gpu, dgp, hdoc, sizeof hdoc);
+    }
     /* q, k, v as views into one fused row [q | k | v] as the model lays them out */
     size_t ld = (size_t)(NH + 2 * NKV) * HD, n = (size_t)B * T * ld, ldo = (size_t)NH * HD;
     size_t no = (size_t)B * T * ldo, nl = (size_t)B * NH * T;
@@ -328,13 +360,14 @@ static void t_attention(tks_dtype dt, int cudnn) {
     gpu->ops->set_workspace(gpu, wgpu, wb);
     cpu->ops->set_workspace(cpu, wcpu, wc);
 #define AT(p, off) ((char *)(p) + (off))
-    cpu->ops->attention_fwd(cpu, o.c, ldo, lse.c, qkv.c, ld, AT(qkv.c, koff), AT(qkv.c, voff), ld, B, T, NH, NKV, HD, dt);
-    gpu->ops->attention_fwd(gpu, o.g, ldo, lse.g, qkv.g, ld, AT(qkv.g, koff), AT(qkv.g, voff), ld, B, T, NH, NKV, HD, dt);
+    cpu->ops->attention_fwd(cpu, o.c, ldo, lse.c, qkv.c, ld, AT(qkv.c, koff), AT(qkv.c, voff), ld, dc, B, T, NH, NKV, HD, dt);
+    gpu->ops->attention_fwd(gpu, o.g, ldo, lse.g, qkv.g, ld, AT(qkv.g, koff), AT(qkv.g, voff), ld, dgp, B, T, NH, NKV, HD, dt);
     /* scores: HD-term dots of size <= HD / sqrt(HD) = 4; lse = max + log(sum of
      * T exps): its absolute error is the scores' plus gamma_T; P = exp(s - lse)
      * has a relative error of both; out sums T terms P |v| <= 1 */
     double es = 2 * gamma_k(HD) * 4 + 4 * U * 4, eP = 2 * es + gamma_k(T) + 8 * U;
-    const char *who = cudnn ? "cuDNN" : "tokshard kernel";
+    const char *who = docs ? (cudnn ? "docs, cuDNN asked (falls back)" : "docs, tokshard kernel")
+                           : cudnn ? "cuDNN" : "tokshard kernel";
     char what[96];
     snprintf(what, sizeof what, "%s: lse B2 T33 NH4 NKV2 HD16 (fused qkv)", who);
     cmp("attention_fwd", what, lse, 2 * es + gamma_k(T) + 8 * U + (cudnn ? 4e-6 : 0), 0);
@@ -344,9 +377,9 @@ static void t_attention(tks_dtype dt, int cudnn) {
     sync_to_cpu(lse);
     char *dq = dqkv.c, *dg = dqkv.g;
     cpu->ops->attention_bwd(cpu, dq, AT(dq, koff), AT(dq, voff), d.c, o.c, ldo, lse.c, qkv.c, ld, AT(qkv.c, koff),
-                       AT(qkv.c, voff), ld, B, T, NH, NKV, HD, dt);
+                       AT(qkv.c, voff), ld, dc, B, T, NH, NKV, HD, dt);
     gpu->ops->attention_bwd(gpu, dg, AT(dg, koff), AT(dg, voff), d.g, o.g, ldo, lse.g, qkv.g, ld, AT(qkv.g, koff),
-                       AT(qkv.g, voff), ld, B, T, NH, NKV, HD, dt);
+                       AT(qkv.g, voff), ld, dgp, B, T, NH, NKV, HD, dt);
     /* dP dots of HD terms (<= 16), D = dO.O (<= 16), dS = P (dP - D) / 4 with
      * P's relative error eP: |dS error| <= (2 gamma_HD 32 + eP 32) / 4; dq, dk
      * sum T (times the group for dk) terms dS k, dv terms P dO (each <= 1) */
@@ -363,6 +396,15 @@ static void t_attention(tks_dtype dt, int cudnn) {
     cmp("attention_step", "t 32", os, 2 * (eP + gamma_k(T)), 0);
 #undef AT
     if (cudnn) printf("    cuDNN status: %s\n", *tks_cuda_flash_status(gpu) ? tks_cuda_flash_status(gpu) : "ran");
+    if (cudnn && docs) {
+        checks++;
+        if (!strstr(tks_cuda_flash_status(gpu), "document masking")) {
+            failures++;
+            printf("FAIL attention: with docs, tks_cuda_flash_status does not name the fallback: '%s'\n",
+                   tks_cuda_flash_status(gpu));
+        }
+    }
+    if (docs) cpu->ops->free(cpu, dc), gpu->ops->free(gpu, dgp);
     tks_cuda_set_flash(gpu, 1);
     gpu->ops->set_workspace(gpu, NULL, 0);
     cpu->ops->set_workspace(cpu, NULL, 0);
@@ -557,8 +599,9 @@ int main(void) {
         t_rmsnorm(dt, 0);
         t_rmsnorm(dt, 1);
         t_rope(dt);
-        t_attention(dt, 0);
-        if (dt == TKS_BF16) t_attention(dt, 1);
+        t_attention(dt, 0, 0);
+        t_attention(dt, 0, 1);
+        if (dt == TKS_BF16) t_attention(dt, 1, 0), t_attention(dt, 1, 1);
         t_swiglu(dt);
         t_xent(dt);
         t_adamw(dt);

@@ -471,7 +471,7 @@ typedef struct {
 static double rope_loss(void *p) {
     rope_ctx *c = p;
     be->ops->copy(be, c->work.d, c->x.d, c->x.n * sizeof(float));
-    be->ops->rope(be, c->work.d, (size_t)(c->H) * (c->HD), c->B, c->T, c->H, c->HD, c->p0, c->theta, 0, TKS_F32);
+    be->ops->rope(be, c->work.d, (size_t)(c->H) * (c->HD), c->B, c->T, c->H, c->HD, c->p0, NULL, c->theta, 0, TKS_F32);
     return dot_r(&c->work, &c->R);
 }
 
@@ -504,7 +504,7 @@ static void test_rope(void) {
         free(ref);
 
         /* inverse(forward(x)) == x */
-        be->ops->rope(be, c.work.d, (size_t)(H) * (HD), B, T, H, HD, c.p0, c.theta, 1, TKS_F32);
+        be->ops->rope(be, c.work.d, (size_t)(H) * (HD), B, T, H, HD, c.p0, NULL, c.theta, 1, TKS_F32);
         tdown(&c.work);
         snprintf(what, sizeof what, "p0=%lld: inverse(forward(x)) == x", (long long)c.p0);
         note("rope", what, max_relf(c.work.h, c.x.h, n), 1e-6);
@@ -512,7 +512,7 @@ static void test_rope(void) {
         /* Jacobian transpose: <R x, y> == <x, R^T y> with R^T the inverse rotation */
         tens y = trand(n, -1, 1), ry = tnew(n);
         be->ops->copy(be, ry.d, y.d, n * sizeof(float));
-        be->ops->rope(be, ry.d, (size_t)(H) * (HD), B, T, H, HD, c.p0, c.theta, 1, TKS_F32);
+        be->ops->rope(be, ry.d, (size_t)(H) * (HD), B, T, H, HD, c.p0, NULL, c.theta, 1, TKS_F32);
         tdown(&ry);
         rope_loss(&c); /* c.work = R x */
         double d1 = 0, d2 = 0, sc = 0, sy = 0;
@@ -527,7 +527,7 @@ static void test_rope(void) {
 
         /* the backward (inverse rotation of R) vs finite differences */
         be->ops->copy(be, ry.d, c.R.d, n * sizeof(float));
-        be->ops->rope(be, ry.d, (size_t)(H) * (HD), B, T, H, HD, c.p0, c.theta, 1, TKS_F32);
+        be->ops->rope(be, ry.d, (size_t)(H) * (HD), B, T, H, HD, c.p0, NULL, c.theta, 1, TKS_F32);
         tdown(&ry);
         snprintf(what, sizeof what, "x (p0=%lld)", (long long)c.p0);
         gradcheck("rope", what, &c.x, ry.h, rope_loss, &c);
@@ -539,6 +539,41 @@ static void test_rope(void) {
     }
 }
 
+/* Positions per token (contract 3's pos, what --reset-positions passes): row
+ * (b, t) must be rotated exactly as rope with p0 = pos[b, t] rotates a lone
+ * row (the same float32 angle), and the inverse must undo it. The positions
+ * restart at document starts as the model computes them (t - doc). */
+static void test_rope_positions(void) {
+    const int B = 2, T = 9, H = 2, HD = 8, ld = H * HD;
+    const int32_t doc[2 * 9] = {0, 0, 0, 3, 3, 5, 6, 6, 6, /* documents of 3, 2, 1, 3 tokens */
+                                0, 0, 0, 0, 0, 0, 0, 0, 0};
+    int32_t pos[2 * 9];
+    for (int i = 0; i < B * T; i++) pos[i] = i % T - doc[i];
+    const size_t n = (size_t)B * T * ld;
+    tens x = trand(n, -1.5, 1.5), y = tnew(n), one = tnew((size_t)ld);
+    int32_t *pd = be->ops->alloc(be, sizeof pos);
+    be->ops->upload(be, pd, pos, sizeof pos);
+    be->ops->copy(be, y.d, x.d, n * sizeof(float));
+    be->ops->rope(be, y.d, (size_t)ld, B, T, H, HD, 1234, pd, 10000.0f, 0, TKS_F32); /* p0 unused */
+    tdown(&y);
+    size_t ndiff = 0;
+    for (int r = 0; r < B * T; r++) {
+        memcpy(one.h, x.h + (size_t)r * ld, (size_t)ld * sizeof(float));
+        tup(&one);
+        be->ops->rope(be, one.d, (size_t)ld, 1, 1, H, HD, pos[r], NULL, 10000.0f, 0, TKS_F32);
+        tdown(&one);
+        ndiff += memcmp(one.h, y.h + (size_t)r * ld, (size_t)ld * sizeof(float)) != 0;
+    }
+    note_exact("rope", "pos: row (b,t) == rope at p0 = pos[b,t], bit for bit", ndiff);
+    be->ops->rope(be, y.d, (size_t)ld, B, T, H, HD, 0, pd, 10000.0f, 1, TKS_F32);
+    tdown(&y);
+    note("rope", "pos: inverse(forward(x)) == x", max_relf(y.h, x.h, n), 1e-6);
+    be->ops->free(be, pd);
+    tfree(&x);
+    tfree(&y);
+    tfree(&one);
+}
+
 /* ---- attention ------------------------------------------------------------------------------ */
 
 /* Contract 2: flash attention. The forward saves only lse[B,NH,T]; the
@@ -547,19 +582,22 @@ static void test_rope(void) {
 typedef struct {
     int B, T, NH, NKV, HD;
     tens q, k, v, out, lse, R;
+    const int32_t *doc;  /* host [B, T] document starts (contract 3), NULL: causal */
+    int32_t *docd;       /* its device copy */
 } att_ctx;
 
 static double att_loss(void *p) {
     att_ctx *c = p;
     size_t ldq = (size_t)c->NH * c->HD, ldkv = (size_t)c->NKV * c->HD;
-    be->ops->attention_fwd(be, c->out.d, ldq, c->lse.d, c->q.d, ldq, c->k.d, c->v.d, ldkv, c->B, c->T,
+    be->ops->attention_fwd(be, c->out.d, ldq, c->lse.d, c->q.d, ldq, c->k.d, c->v.d, ldkv, c->docd, c->B, c->T,
                       c->NH, c->NKV, c->HD, TKS_F32);
     return dot_r(&c->out, &c->R);
 }
 
 /* Double-precision attention: out[B,T,NH,HD], lse[B,NH,T], and with R given
  * (dout) the gradients dq, dk, dv. Also the per-element magnitude scale of
- * out, sum_u p_u |v_u|, and of the gradients, for relative errors. */
+ * out, sum_u p_u |v_u|, and of the gradients, for relative errors. With
+ * c->doc, the explicit block-causal mask: query t sees keys doc[b,t]..t. */
 static void att_ref(const att_ctx *c, double *out, double *oscale, double *lse, double *dq,
                     double *dk, double *dv) {
     int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, HD = c->HD, group = NH / NKV;
@@ -568,23 +606,23 @@ static void att_ref(const att_ctx *c, double *out, double *oscale, double *lse, 
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                int g = h / group;
+                int g = h / group, lo = c->doc ? c->doc[(size_t)b * T + t] : 0;
                 double mx = -INFINITY, sum = 0;
                 const float *qr = c->q.h + ((size_t)(b * T + t) * NH + h) * HD;
-                for (int u = 0; u <= t; u++) {
+                for (int u = lo; u <= t; u++) {
                     const float *kr = c->k.h + ((size_t)(b * T + u) * NKV + g) * HD;
                     s[u] = 0;
                     for (int d = 0; d < HD; d++) s[u] += (double)qr[d] * kr[d];
                     s[u] *= isq;
                     mx = fmax(mx, s[u]);
                 }
-                for (int u = 0; u <= t; u++) sum += (s[u] = exp(s[u] - mx));
-                for (int u = 0; u <= t; u++) s[u] /= sum; /* now P */
+                for (int u = lo; u <= t; u++) sum += (s[u] = exp(s[u] - mx));
+                for (int u = lo; u <= t; u++) s[u] /= sum; /* now P */
                 lse[((size_t)b * NH + h) * T + t] = mx + log(sum);
                 size_t o = ((size_t)(b * T + t) * NH + h) * HD;
                 for (int d = 0; d < HD; d++) {
                     double acc = 0, sc = 0;
-                    for (int u = 0; u <= t; u++) {
+                    for (int u = lo; u <= t; u++) {
                         double vv = c->v.h[((size_t)(b * T + u) * NKV + g) * HD + d];
                         acc += s[u] * vv;
                         sc += s[u] * fabs(vv);
@@ -596,13 +634,13 @@ static void att_ref(const att_ctx *c, double *out, double *oscale, double *lse, 
                 /* dP = dO V^T, dS = P (dP - sum P dP), dq = dS K / sqrt(HD), ... */
                 const float *dO = c->R.h + o;
                 double dot = 0;
-                for (int u = 0; u <= t; u++) {
+                for (int u = lo; u <= t; u++) {
                     dp[u] = 0;
                     for (int d = 0; d < HD; d++)
                         dp[u] += (double)dO[d] * c->v.h[((size_t)(b * T + u) * NKV + g) * HD + d];
                     dot += s[u] * dp[u];
                 }
-                for (int u = 0; u <= t; u++) {
+                for (int u = lo; u <= t; u++) {
                     double ds = s[u] * (dp[u] - dot) * isq;
                     size_t ko = ((size_t)(b * T + u) * NKV + g) * HD;
                     for (int d = 0; d < HD; d++) {
@@ -616,11 +654,20 @@ static void att_ref(const att_ctx *c, double *out, double *oscale, double *lse, 
     free(dp);
 }
 
-static void test_attention(int NH, int NKV) {
+/* doc: NULL (causal) or host [2, 5] document starts: the forward against the
+ * double reference with the explicit mask, the backward by finite
+ * differences of that forward. */
+static void test_attention(int NH, int NKV, const int32_t *doc) {
     const int B = 2, T = 5, HD = 4;
     const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD;
     att_ctx c = {B, T, NH, NKV, HD, trand(nq, -1.5, 1.5), trand(nk, -1.5, 1.5),
-                 trand(nk, -1.5, 1.5), tnew(nq), tnew((size_t)B * NH * T), trand(nq, -1, 1)};
+                 trand(nk, -1.5, 1.5), tnew(nq), tnew((size_t)B * NH * T), trand(nq, -1, 1),
+                 doc, NULL};
+    if (doc) {
+        c.docd = be->ops->alloc(be, (size_t)B * T * sizeof(int32_t));
+        be->ops->upload(be, c.docd, doc, (size_t)B * T * sizeof(int32_t));
+    }
+    const char *dm = doc ? " docs" : "";
     char what[96];
     att_loss(&c);
     tdown(&c.lse);
@@ -628,9 +675,9 @@ static void test_attention(int NH, int NKV) {
     /* forward vs double reference; query head h reads kv head h / (NH/NKV) */
     double *ref = calloc(nq, sizeof *ref), *lref = calloc(c.lse.n, sizeof *lref);
     att_ref(&c, ref, NULL, lref, NULL, NULL, NULL);
-    snprintf(what, sizeof what, "NH=%d NKV=%d: out vs double reference", NH, NKV);
+    snprintf(what, sizeof what, "NH=%d NKV=%d%s: out vs double reference", NH, NKV, dm);
     note("attention_fwd", what, max_rel(c.out.h, ref, nq), 1e-5);
-    snprintf(what, sizeof what, "NH=%d NKV=%d: lse vs double reference", NH, NKV);
+    snprintf(what, sizeof what, "NH=%d NKV=%d%s: lse vs double reference", NH, NKV, dm);
     note("attention_fwd", what, max_rel(c.lse.h, lref, c.lse.n), 1e-5);
     free(ref);
     free(lref);
@@ -642,23 +689,24 @@ static void test_attention(int NH, int NKV) {
     tfill(&dv, 777.0f);
     size_t ldq = (size_t)NH * HD, ldkv = (size_t)NKV * HD;
     be->ops->attention_bwd(be, dq.d, dk.d, dv.d, c.R.d, c.out.d, ldq, c.lse.d, c.q.d, ldq, c.k.d, c.v.d,
-                      ldkv, B, T, NH, NKV, HD, TKS_F32);
+                      ldkv, c.docd, B, T, NH, NKV, HD, TKS_F32);
     tdown(&dq);
     tdown(&dk);
     tdown(&dv);
-    snprintf(what, sizeof what, "q (NH=%d NKV=%d)", NH, NKV);
+    snprintf(what, sizeof what, "q (NH=%d NKV=%d%s)", NH, NKV, dm);
     gradcheck("attention_bwd", what, &c.q, dq.h, att_loss, &c);
-    snprintf(what, sizeof what, "k (NH=%d NKV=%d)", NH, NKV);
+    snprintf(what, sizeof what, "k (NH=%d NKV=%d%s)", NH, NKV, dm);
     gradcheck("attention_bwd", what, &c.k, dk.h, att_loss, &c);
-    snprintf(what, sizeof what, "v (NH=%d NKV=%d)", NH, NKV);
+    snprintf(what, sizeof what, "v (NH=%d NKV=%d%s)", NH, NKV, dm);
     gradcheck("attention_bwd", what, &c.v, dv.h, att_loss, &c);
 
     /* attention_step: query t of batch b against caches [Tmax=T, NKV, HD] that
-     * also hold the future positions t+1.. (which must be ignored) */
-    att_loss(&c);
+     * also hold the future positions t+1.. (which must be ignored); decoding
+     * is one document, so only without doc */
+    if (!doc) att_loss(&c);
     tens o1 = tnew((size_t)NH * HD);
     double e = 0;
-    for (int b = 0; b < B; b++)
+    for (int b = 0; b < B && !doc; b++)
         for (int t = 0; t < T; t++) {
             tfill(&o1, 55.0f);
             be->ops->attention_step(be, o1.d, c.q.d + (size_t)(b * T + t) * NH * HD,
@@ -668,7 +716,8 @@ static void test_attention(int NH, int NKV) {
             e = worse(e, max_relf(o1.h, c.out.h + (size_t)(b * T + t) * NH * HD, o1.n));
         }
     snprintf(what, sizeof what, "NH=%d NKV=%d: == row t of attention_fwd, all b, t", NH, NKV);
-    note("attention_step", what, e, 1e-5);
+    if (!doc) note("attention_step", what, e, 1e-5);
+    if (c.docd) be->ops->free(be, c.docd);
     tfree(&o1);
     tfree(&dq);
     tfree(&dk);
@@ -692,7 +741,8 @@ static void exact_attention_fwd(const att_ctx *c, float *out) {
             int g = h / group;
             for (int t = 0; t < T; t++) {
                 float *p = P + (size_t)t * T, mx = -INFINITY, sum = 0;
-                for (int u = 0; u <= t; u++) {
+                int lo = c->doc ? c->doc[(size_t)b * T + t] : 0;
+                for (int u = lo; u <= t; u++) {
                     float s = 0;
                     for (int d = 0; d < HD; d++)
                         s += c->q.h[((size_t)(b * T + t) * NH + h) * HD + d] *
@@ -700,11 +750,11 @@ static void exact_attention_fwd(const att_ctx *c, float *out) {
                     p[u] = s * scale;
                     mx = p[u] > mx ? p[u] : mx;
                 }
-                for (int u = 0; u <= t; u++) sum += (p[u] = expf(p[u] - mx));
-                for (int u = 0; u <= t; u++) p[u] /= sum;
+                for (int u = lo; u <= t; u++) sum += (p[u] = expf(p[u] - mx));
+                for (int u = lo; u <= t; u++) p[u] /= sum;
                 for (int d = 0; d < HD; d++) {
                     float o = 0;
-                    for (int u = 0; u <= t; u++) o += p[u] * c->v.h[((size_t)(b * T + u) * NKV + g) * HD + d];
+                    for (int u = lo; u <= t; u++) o += p[u] * c->v.h[((size_t)(b * T + u) * NKV + g) * HD + d];
                     out[((size_t)(b * T + t) * NH + h) * HD + d] = o;
                 }
             }
@@ -732,12 +782,18 @@ static void exact_attention_fwd(const att_ctx *c, float *out) {
  * 2.0e-5). A wrong tile boundary, a lost rescale or a mask off by one moves
  * an element by O(1e-2) or more.
  */
-static void test_flash_vs_exact(int NH, int NKV) {
+static void test_flash_vs_exact(int NH, int NKV, const int32_t *doc) {
     const int B = 2, T = 150, HD = 16;
     const int QD = NH * HD, KD = NKV * HD, QKV = QD + 2 * KD;
     const size_t nq = (size_t)B * T * QD, nk = (size_t)B * T * KD, nrow = (size_t)B * T;
     att_ctx c = {B, T, NH, NKV, HD, trand(nq, -1.5, 1.5), trand(nk, -1.5, 1.5),
-                 trand(nk, -1.5, 1.5), tnew(nq), tnew((size_t)B * NH * T), trand(nq, -1, 1)};
+                 trand(nk, -1.5, 1.5), tnew(nq), tnew((size_t)B * NH * T), trand(nq, -1, 1),
+                 doc, NULL};
+    if (doc) {
+        c.docd = be->ops->alloc(be, nrow * sizeof(int32_t));
+        be->ops->upload(be, c.docd, doc, nrow * sizeof(int32_t));
+    }
+    const char *dm = doc ? " docs" : "";
     /* the fused layout: row r = q_r | k_r | v_r */
     tens qkv = tnew(nrow * QKV);
     for (size_t r = 0; r < nrow; r++) {
@@ -747,7 +803,7 @@ static void test_flash_vs_exact(int NH, int NKV) {
     }
     tup(&qkv);
     be->ops->attention_fwd(be, c.out.d, (size_t)QD, c.lse.d, qkv.d, (size_t)QKV, qkv.d + QD,
-                      qkv.d + QD + KD, (size_t)QKV, B, T, NH, NKV, HD, TKS_F32);
+                      qkv.d + QD + KD, (size_t)QKV, c.docd, B, T, NH, NKV, HD, TKS_F32);
     tdown(&c.out);
     tdown(&c.lse);
     double *ref = calloc(nq, sizeof *ref), *osc = calloc(nq, sizeof *osc),
@@ -763,19 +819,19 @@ static void test_flash_vs_exact(int NH, int NKV) {
     }
     for (size_t i = 0; i < c.lse.n; i++) e_l = worse(e_l, fabs(c.lse.h[i] - lref[i]) / fmax(1, fabs(lref[i])));
     char what[128];
-    snprintf(what, sizeof what, "T=%d NH=%d NKV=%d fused strides: out vs double", T, NH, NKV);
+    snprintf(what, sizeof what, "T=%d NH=%d NKV=%d%s fused strides: out vs double", T, NH, NKV, dm);
     const double tol_o = gamma_f32(T + HD + T / 64 + 4);
     note("flash_fwd", what, e_ref, tol_o);
-    snprintf(what, sizeof what, "T=%d NH=%d NKV=%d: out vs exact fp32 attention", T, NH, NKV);
+    snprintf(what, sizeof what, "T=%d NH=%d NKV=%d%s: out vs exact fp32 attention", T, NH, NKV, dm);
     note("flash_fwd", what, e_ex, 2 * tol_o);
-    snprintf(what, sizeof what, "T=%d NH=%d NKV=%d: lse vs double", T, NH, NKV);
+    snprintf(what, sizeof what, "T=%d NH=%d NKV=%d%s: lse vs double", T, NH, NKV, dm);
     note("flash_fwd", what, e_l, gamma_f32(T + HD + 4));
 
     /* backward into the fused layout; the garbage between views must stay */
     tens dqkv = tnew(nrow * QKV);
     tfill(&dqkv, 777.0f);
     be->ops->attention_bwd(be, dqkv.d, dqkv.d + QD, dqkv.d + QD + KD, c.R.d, c.out.d, (size_t)QD, c.lse.d,
-                      qkv.d, (size_t)QKV, qkv.d + QD, qkv.d + QD + KD, (size_t)QKV, B, T, NH, NKV, HD,
+                      qkv.d, (size_t)QKV, qkv.d + QD, qkv.d + QD + KD, (size_t)QKV, c.docd, B, T, NH, NKV, HD,
                       TKS_F32);
     tdown(&dqkv);
     double mq = 0, mk = 0, mv = 0, eq = 0, ek = 0, ev = 0;
@@ -788,11 +844,11 @@ static void test_flash_vs_exact(int NH, int NKV) {
             ev = worse(ev, fabs(dqkv.h[r * QKV + QD + KD + d] - dvr[r * KD + d]) / mv);
         }
     }
-    snprintf(what, sizeof what, "T=%d NH=%d NKV=%d: dq vs double (/max|dq|)", T, NH, NKV);
+    snprintf(what, sizeof what, "T=%d NH=%d NKV=%d%s: dq vs double (/max|dq|)", T, NH, NKV, dm);
     note("flash_bwd", what, eq, gamma_f32(2 * (T + HD) + 8));
-    snprintf(what, sizeof what, "T=%d NH=%d NKV=%d: dk vs double (/max|dk|)", T, NH, NKV);
+    snprintf(what, sizeof what, "T=%d NH=%d NKV=%d%s: dk vs double (/max|dk|)", T, NH, NKV, dm);
     note("flash_bwd", what, ek, gamma_f32(2 * (T + HD) + 8));
-    snprintf(what, sizeof what, "T=%d NH=%d NKV=%d: dv vs double (/max|dv|)", T, NH, NKV);
+    snprintf(what, sizeof what, "T=%d NH=%d NKV=%d%s: dv vs double (/max|dv|)", T, NH, NKV, dm);
     note("flash_bwd", what, ev, gamma_f32(2 * (T + HD) + 8));
     free(ref);
     free(osc);
@@ -809,6 +865,112 @@ static void test_flash_vs_exact(int NH, int NKV) {
     tfree(&c.out);
     tfree(&c.lse);
     tfree(&c.R);
+    if (c.docd) be->ops->free(be, c.docd);
+}
+
+/* Document starts of two rows of T = 150 (contract 3's doc): row 0 holds
+ * documents of 1, 62, 1, 1, 64 and 21 tokens, so that documents start on
+ * and next to the 64-row tile boundaries and a query tile starts after a
+ * whole key tile it cannot see; row 1 holds 70 + 80 tokens. */
+static void make_docs150(int32_t *doc) {
+    static const int len0[] = {1, 62, 1, 1, 64, 21}, len1[] = {70, 80};
+    int t = 0;
+    for (size_t i = 0; i < 6; i++)
+        for (int j = 0, s = t; j < len0[i]; j++) doc[t++] = s;
+    for (size_t i = 0; i < 2; i++)
+        for (int j = 0, s = t - 150; j < len1[i]; j++, t++) doc[t] = s;
+}
+
+/* The mask reduces to the causal one when a row is one document (doc all 0:
+ * the same bits as doc NULL, forward and backward), and it matters: every
+ * query of a later document gets another output without it (the negative
+ * control: the unmasked result differs by far more than the rounding). */
+static void test_flash_docs(int NH, int NKV) {
+    const int B = 2, T = 150, HD = 16;
+    const size_t nq = (size_t)B * T * NH * HD, nk = (size_t)B * T * NKV * HD, nrow = (size_t)B * T;
+    int32_t doc[2 * 150], zero[2 * 150] = {0};
+    make_docs150(doc);
+    int32_t *dd = be->ops->alloc(be, sizeof doc), *dz = be->ops->alloc(be, sizeof zero);
+    be->ops->upload(be, dd, doc, sizeof doc);
+    be->ops->upload(be, dz, zero, sizeof zero);
+    tens q = trand(nq, -1.5, 1.5), k = trand(nk, -1.5, 1.5), v = trand(nk, -1.5, 1.5), R = trand(nq, -1, 1);
+    tens o[3], l[3], g[3][3]; /* [NULL, zeros, docs] */
+    int32_t *docs[3] = {NULL, dz, dd};
+    size_t ldq = (size_t)NH * HD, ldkv = (size_t)NKV * HD;
+    for (int i = 0; i < 3; i++) {
+        o[i] = tnew(nq), l[i] = tnew((size_t)B * NH * T);
+        g[i][0] = tnew(nq), g[i][1] = tnew(nk), g[i][2] = tnew(nk);
+        be->ops->attention_fwd(be, o[i].d, ldq, l[i].d, q.d, ldq, k.d, v.d, ldkv, docs[i], B, T, NH, NKV,
+                               HD, TKS_F32);
+        be->ops->attention_bwd(be, g[i][0].d, g[i][1].d, g[i][2].d, R.d, o[i].d, ldq, l[i].d, q.d, ldq,
+                               k.d, v.d, ldkv, docs[i], B, T, NH, NKV, HD, TKS_F32);
+        tdown(&o[i]), tdown(&l[i]);
+        for (int j = 0; j < 3; j++) tdown(&g[i][j]);
+    }
+    char what[128];
+    size_t nd = 0;
+    nd += memcmp(o[0].h, o[1].h, nq * sizeof(float)) != 0;
+    nd += memcmp(l[0].h, l[1].h, l[0].n * sizeof(float)) != 0;
+    for (int j = 0; j < 3; j++) nd += memcmp(g[0][j].h, g[1][j].h, g[0][j].n * sizeof(float)) != 0;
+    snprintf(what, sizeof what, "NH=%d NKV=%d: one document per row == causal, bit for bit", NH, NKV);
+    note_exact("flash_docs", what, nd);
+    /* negative control: each query row of a second or later document, with
+     * and without the mask, differs by more than 100 times the forward's
+     * bound gamma(T + HD + T/64 + 4) relative to the row's largest |out| */
+    const double bound = gamma_f32(T + HD + T / 64 + 4);
+    size_t same = 0, rows = 0;
+    for (size_t r = 0; r < nrow; r++) {
+        if (doc[r] == 0) continue;
+        for (int h = 0; h < NH; h++, rows++) {
+            double d = 0, mx = 0;
+            for (int e = 0; e < HD; e++) {
+                size_t i = (r * NH + h) * HD + e;
+                d = fmax(d, fabs((double)o[2].h[i] - o[0].h[i]));
+                mx = fmax(mx, fabs((double)o[0].h[i]));
+            }
+            same += !(d > 100 * bound * fmax(mx, 1e-3));
+        }
+    }
+    snprintf(what, sizeof what, "NH=%d NKV=%d: unmasked differs on all %zu later-document rows", NH,
+             NKV, rows);
+    note_exact("flash_docs", what, same);
+    be->ops->free(be, dd);
+    be->ops->free(be, dz);
+    tfree(&q), tfree(&k), tfree(&v), tfree(&R);
+    for (int i = 0; i < 3; i++) {
+        tfree(&o[i]), tfree(&l[i]);
+        for (int j = 0; j < 3; j++) tfree(&g[i][j]);
+    }
+}
+
+/* Contract 3's rules on doc and pos, checked by the CPU reference: a doc that
+ * is not whole documents back to back, or a position outside [0, T), fails
+ * the op with TKS_ERR_ARG naming it (a fresh backend each: the error is
+ * sticky). */
+static void test_doc_contract(void) {
+    const int T = 4, H = 1, HD = 4;
+    const int32_t bad_doc[4] = {0, 0, 1, 3}, bad_pos[4] = {0, 1, 4, 3};
+    for (int which = 0; which < 2; which++) {
+        tks_backend *b2 = tks_cpu_backend_create(1);
+        tks_ws_shape ws = {.B = 1, .T = T, .C = H * HD, .NH = H, .NKV = H, .HD = HD, .F = 4, .V = 4,
+                           .Tcache = T, .dt = TKS_F32};
+        size_t wb = b2->ops->workspace_bytes(b2, &ws);
+        void *w = b2->ops->alloc(b2, wb);
+        float *x = b2->ops->alloc(b2, (size_t)T * H * HD * 3 * sizeof(float)), *lse = x + 2 * T * HD;
+        int32_t *a = b2->ops->alloc(b2, sizeof bad_doc);
+        b2->ops->set_workspace(b2, w, wb);
+        b2->ops->upload(b2, a, which ? bad_pos : bad_doc, sizeof bad_doc);
+        int rc = which ? b2->ops->rope(b2, x, (size_t)HD, 1, T, H, HD, 0, a, 10000.0f, 0, TKS_F32)
+                       : b2->ops->attention_fwd(b2, x + T * HD, (size_t)HD, lse, x, (size_t)HD, x, x,
+                                                (size_t)HD, a, 1, T, H, H, HD, TKS_F32);
+        const char *msg = tks_last_error()->message;
+        int named = strstr(msg, which ? "pos[0, 2] = 4" : "doc[0, 2] = 1") != NULL;
+        note_exact(which ? "rope" : "flash_docs",
+                   which ? "pos 4 with T 4: TKS_ERR_ARG naming it" : "doc 0,0,1,3: TKS_ERR_ARG naming it",
+                   !(rc == TKS_ERR_ARG && named));
+        tks_clear_error();
+        b2->ops->destroy(b2);
+    }
 }
 
 /* ---- SwiGLU ------------------------------------------------------------------------------------ */
@@ -1277,9 +1439,9 @@ static void test_bf16(void) {
         tens xr = tnew(x.n);
         memcpy(xr.h, x.h, x.n * sizeof *x.h);
         tup(&xr);
-        be->ops->rope(be, xr.d, (size_t)C, 1, Nr, 3, 8, 5, 10000.0f, 0, TKS_F32);
+        be->ops->rope(be, xr.d, (size_t)C, 1, Nr, 3, 8, 5, NULL, 10000.0f, 0, TKS_F32);
         tdown(&xr);
-        be->ops->rope(be, xb, (size_t)C, 1, Nr, 3, 8, 5, 10000.0f, 0, TKS_BF16);
+        be->ops->rope(be, xb, (size_t)C, 1, Nr, 3, 8, 5, NULL, 10000.0f, 0, TKS_BF16);
         note_exact("bf16 rope", "x == RNE(fp32 x)", ndiff_rne(xb, xr.h, xr.n));
         tfree(&xr);
         be->ops->free(be, xb);
@@ -1297,12 +1459,12 @@ static void test_bf16(void) {
              lse = tnew((size_t)B * NH * T), lse2 = tnew((size_t)B * NH * T);
         round_bf16(&qkv);
         be->ops->attention_fwd(be, out.d, (size_t)QD, lse.d, qkv.d, (size_t)QKV, qkv.d + QD,
-                          qkv.d + QD + NKV * HD, (size_t)QKV, B, T, NH, NKV, HD, TKS_F32);
+                          qkv.d + QD + NKV * HD, (size_t)QKV, NULL, B, T, NH, NKV, HD, TKS_F32);
         tdown(&out);
         tdown(&lse);
         uint16_t *qb = bf_dev(qkv.h, qkv.n), *ob = be->ops->alloc(be, out.n * sizeof *ob);
         be->ops->attention_fwd(be, ob, (size_t)QD, lse2.d, qb, (size_t)QKV, qb + QD, qb + QD + NKV * HD,
-                          (size_t)QKV, B, T, NH, NKV, HD, TKS_BF16);
+                          (size_t)QKV, NULL, B, T, NH, NKV, HD, TKS_BF16);
         tdown(&lse2);
         note_exact("bf16 attention", "out == RNE(fp32 out), T=150 fused strides", ndiff_rne(ob, out.h, out.n));
         note_exact("bf16 attention", "lse (fp32) == fp32 run's lse", ndiff_bits(lse2.h, lse.h, lse.n));
@@ -1387,12 +1549,22 @@ int main(void) {
     test_embedding(10);
     test_rmsnorm();
     test_rope();
-    test_attention(4, 2);
-    test_attention(4, 1);
-    test_attention(4, 4);
-    test_flash_vs_exact(4, 2);
-    test_flash_vs_exact(4, 1);
-    test_flash_vs_exact(2, 2);
+    test_rope_positions();
+    /* documents of 2, 1 and 2 tokens; of 1 and 4 */
+    static const int32_t doc5[10] = {0, 0, 2, 3, 3, 0, 1, 1, 1, 1};
+    test_attention(4, 2, NULL);
+    test_attention(4, 1, NULL);
+    test_attention(4, 4, NULL);
+    test_attention(4, 2, doc5);
+    test_attention(4, 1, doc5);
+    test_flash_vs_exact(4, 2, NULL);
+    test_flash_vs_exact(4, 1, NULL);
+    test_flash_vs_exact(2, 2, NULL);
+    int32_t doc150[2 * 150];
+    make_docs150(doc150);
+    test_flash_vs_exact(4, 2, doc150);
+    test_flash_vs_exact(4, 1, doc150);
+    test_flash_docs(4, 2);
     test_swiglu();
     test_xent();
     test_adamw();
@@ -1406,6 +1578,7 @@ int main(void) {
     be->ops->free(be, wsp);
     be->ops->destroy(be);
     test_sticky();
+    test_doc_contract();
     if (failures) {
         printf("%d check(s) FAILED\n", failures);
         return 1;

@@ -3,7 +3,7 @@
 # losses, samples and checkpoints whatever the dp_replicate x dp_shard x tp
 # layout, the mesh check, invalid layouts, and bad ids refused alike.
 # Usage: test_parallel.sh BIN_DIR WORKDIR CASE   (needs the train_setup dataset)
-#   CASE: layouts | tp3 | mesh | checkpoint | staged | refuse | failures | overlap | bf16 | memory
+#   CASE: layouts | mix | tp3 | mesh | checkpoint | staged | refuse | failures | overlap | bf16 | memory
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -31,13 +31,14 @@ MPI=(mpirun --oversubscribe)
 M=(--dim 32 --n-layers 2 --n-heads 8 --n-kv-heads 4 --seq-len 32 --global-batch 8 --micro-batch 2
   --lr 1e-2 --warmup 3 --val-tokens 4096 --eval-every 10 --threads 1 --quiet --no-plot --device cpu)
 # run LABEL NP [flags...]: trains into run-LABEL; NP 0 = without mpirun
+DATA=(--dataset "$D") # what run() trains on
 run() {
   local label=$1 np=$2
   shift 2
   if [[ $np -eq 0 ]]; then
-    "$TRAIN" --dataset "$D" --out "run-$label" "$@" >"log-$label" 2>&1
+    "$TRAIN" "${DATA[@]}" --out "run-$label" "$@" >"log-$label" 2>&1
   else
-    "${MPI[@]}" -np "$np" "$TRAIN" --dataset "$D" --out "run-$label" "$@" >"log-$label" 2>&1
+    "${MPI[@]}" -np "$np" "$TRAIN" "${DATA[@]}" --out "run-$label" "$@" >"log-$label" 2>&1
   fi
   local rc=$?
   [[ $rc -eq 0 ]] || fail "$label: exit $rc: $(grep -v '^ ' "log-$label" | tail -3)"
@@ -80,6 +81,48 @@ a, b = steps(sys.argv[1]), steps(sys.argv[2])
 assert a == b and len(a) == 20, "differ"
 EOF
   done
+  ;;
+
+mix)
+  # a mixture with a schedule and --doc-mask: every layout the layouts case
+  # runs (and a micro-batch of 1) trains the same samples and the same losses,
+  # and a checkpoint of one layout resumes under another to the same curve
+  cp -r "$D" src-b
+  X=(--dataset a="$D":0.6 --dataset b=src-b:0.4 --mix-at 7:a=0.2,b=0.8 --doc-mask)
+  DATA=()
+  run ref 0 "${X[@]}" "${M[@]}" --steps 12 || exit 1
+  for L in "1 1 2" "1 1 4" "1 2 1" "2 1 1" "1 2 2" "2 2 1" "2 2 2" "1 4 1"; do
+    read -r rep sh tp <<<"$L"
+    np=$((rep * sh * tp))
+    label="r${rep}s${sh}t${tp}"
+    extra=()
+    [[ $L == "1 4 1" ]] && extra=(--micro-batch 1)
+    run "$label" $np "${X[@]}" "${M[@]}" "${extra[@]}" --steps 12 --dp-replicate "$rep" --dp-shard "$sh" --tp "$tp" || continue
+    if out=$(same_losses ref "$label" 1 12); then ok "mixture, --doc-mask, ($rep,$sh,$tp)${extra[*]:+ ${extra[*]}}: $out"; else
+      fail "mixture ($rep,$sh,$tp): $out"; fi
+    "$TKS" sample-plan "${X[@]:0:6}" --seq-len 32 --global-batch 8 --dp $((rep * sh)) --tp "$tp" --steps 1:12 \
+      --val-tokens 4096 --json >"plan-$label.json"
+    [[ -f plan-ref.json ]] || "$TKS" sample-plan "${X[@]:0:6}" --seq-len 32 --global-batch 8 --steps 1:12 \
+      --val-tokens 4096 --json >plan-ref.json
+    python3 - plan-ref.json "plan-$label.json" <<'EOF' && ok "($rep,$sh,$tp): per-step (source, window) sets equal" || fail "($rep,$sh,$tp): sample sets differ"
+import json, sys, collections
+def steps(p):
+    d = json.load(open(p))
+    out = collections.defaultdict(set)
+    for st in d["steps"]:
+        for rk in st["ranks"]:
+            for smp in rk["samples"]:
+                out[st["step"]].add((smp["source"], smp["window"]))
+    return out
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+assert a == b and len(a) == 12 and any(s == "b" for v in a.values() for s, _ in v), "differ"
+EOF
+  done
+  # saved at step 6 (before the change) under (1,2,2), resumed under (2,1,1) and (1,1,1)
+  run part 4 "${X[@]}" "${M[@]}" --steps 12 --stop-at 6 --dp-shard 2 --tp 2 || exit 1
+  run part 2 "${X[@]}" "${M[@]}" --steps 12 --dp-replicate 2 --resume latest || exit 1
+  if out=$(same_losses ref part 7 12); then ok "(1,2,2) -> (2,1,1) across the change at step 7: $out"; else
+    fail "resume across layouts: $out"; fi
   ;;
 
 tp3)

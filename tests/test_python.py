@@ -3,7 +3,9 @@
 every document equals `tokshard cat --ids`; for several layouts and steps
 the sampler's windows equal `tokshard sample-plan --json`, rank by rank;
 checksum verification catches a flipped byte; the IterableDataset yields the
-planned windows, also through DataLoader workers; a corrupt tokenizer copy or
+planned windows, also through DataLoader workers; a Mixture's every
+sample (source, index, epoch, window) equals sample-plan --json's, with a
+schedule; a corrupt tokenizer copy or
 manifest is a FormatError naming the file. Usage: test_python.py TOKSHARD DATASET WORKDIR
 (runs in the project venv; python/ is put first on sys.path so the source
 tree is what is tested)."""
@@ -85,6 +87,50 @@ for L, B, D, T, seed, val, steps in layouts:
                                 f"{n_samples} samples (epochs {sorted(epochs)}) equal sample-plan --json")
 
 check(all_epochs >= {0, 1}, f"the layouts reach a second epoch (epochs {sorted(all_epochs)})")
+
+# 2b. a mixture against sample-plan --json: three named sources (the same
+# dataset under three names: each name its own permutations), a schedule
+# that drops one source and reweights the others, dp 2; once with --dataset
+# flags, once from a --mix file; every sample's source, index in it, epoch,
+# window and tokens
+import json  # noqa: E402
+mix_file = os.path.join(WORK, "mix.json")
+os.makedirs(WORK, exist_ok=True)
+srcs = [("web", 0.5), ("code", 0.3), ("books", 0.2)]
+sched = [(4, {"web": 0.25, "books": 0.75}), (7, {"code": 2.0, "web": 1.0, "books": 1.0})]
+with open(mix_file, "w") as f:
+    json.dump({"sources": [{"name": n, "path": os.path.abspath(DATA), "weight": w} for n, w in srcs],
+               "schedule": [{"step": s, "weights": ws} for s, ws in sched]}, f)
+L, B, D = 32, 12, 2
+flags = [x for n, w in srcs for x in ("--dataset", f"{n}={DATA}:{w}")] + \
+    [x for s, ws in sched for x in ("--mix-at", f"{s}:" + ",".join(f"{k}={v}" for k, v in ws.items()))]
+for how, data in (("--dataset flags", flags), ("--mix file", ["--mix", mix_file])):
+    cmd = [TKS, "sample-plan", *data, "--seq-len", str(L), "--global-batch", str(B), "--dp", str(D),
+           "--steps", "1:9", "--val-tokens", "4096", "--seed", "11", "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        check(False, f"sample-plan of a mixture ({how}): {r.stderr}")
+        continue
+    plan = json.loads(r.stdout)
+    m = tokshard.Mixture([(n, ds, w) for n, w in srcs], L, B, seed=11, val_tokens=4096, schedule=sched)
+    ok = [x["name"] for x in plan["sources"]] == m.names and \
+        [x["n_windows"] for x in plan["sources"]] == [s.n_windows for s in m.samplers] and \
+        [(x["step"], x["sample"]) for x in plan["schedule"]] == [(s, (s - 1) * B) for s, _ in sched]
+    seen, per_phase = 0, {}
+    for st in plan["steps"]:
+        for rk in st["ranks"]:
+            for x in rk["samples"]:
+                name, idx, e, w = m.sample(x["sample"])
+                s = m.samplers[m.names.index(name)]
+                ok &= (name, idx, e, w) == (x["source"], x["source_sample"], x["epoch"], x["window"])
+                ok &= list(s.window_tokens(w)) == x["tokens"]
+                phase = 0 if st["step"] < 4 else 1 if st["step"] < 7 else 2
+                per_phase.setdefault(phase, set()).add(name)
+                seen += 1
+    check(ok and seen == 9 * B, f"mixture ({how}): {seen} samples' source, index, epoch and window equal "
+                                f"sample-plan --json")
+    check(per_phase == {0: {"web", "code", "books"}, 1: {"web", "books"}, 2: {"web", "code", "books"}},
+          f"mixture ({how}): the schedule drops code in steps 4..6 only ({per_phase})")
 
 # 3. the IterableDataset yields the planned windows; the union over dp ranks
 # of a step does not depend on dp

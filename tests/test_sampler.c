@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "check.h"
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,7 +195,14 @@ static void test_perm_statistics(void) {
 typedef struct stream {
     uint32_t *tok;  /* all tokens, concatenated in stream order */
     uint64_t n;
+    uint64_t *starts; /* each document's first token in the stream, in order */
+    size_t n_docs;
 } stream;
+
+static void stream_free(stream *S) {
+    free(S->tok);
+    free(S->starts);
+}
 
 /* Writes a dataset of random documents (lengths 1..maxlen, ids < vocab) and
  * returns the naive concatenation of all its tokens. With rare_high, ids are
@@ -222,9 +230,10 @@ static stream write_dataset_ex(const char *dir, size_t n_docs, size_t maxlen, ui
         fprintf(stderr, "writer: %s\n", tks_last_error()->message);
         exit(2);
     }
-    stream S = {malloc(n_docs * maxlen * sizeof(uint32_t)), 0};
+    stream S = {malloc(n_docs * maxlen * sizeof(uint32_t)), 0, malloc(n_docs * sizeof(uint64_t)), 0};
     for (size_t d = 0; d < n_docs; d++) {
         size_t len = 1 + next_rand() % maxlen;
+        S.starts[S.n_docs++] = S.n;
         uint32_t *doc = S.tok + S.n;
         for (size_t j = 0; j < len; j++) {
             uint64_t r = next_rand();
@@ -272,9 +281,22 @@ static void check_windows(const tks_dataset *ds, const stream *S, uint64_t b, ui
     uint64_t *cum = calloc(nsh + 1, sizeof *cum);
     for (size_t i = 0; i < nsh; i++) cum[i + 1] = cum[i] + tks_shard_hdr(tks_dataset_shard(ds, i))->n_tokens;
     uint32_t *buf = malloc(((size_t)L + 1) * sizeof *buf);
-    uint64_t bad_read = 0, bad_loc = 0, spans = 0, cut = 0;
+    int32_t *doc = malloc((size_t)L * sizeof *doc);
+    uint64_t bad_read = 0, bad_loc = 0, spans = 0, cut = 0, bad_doc = 0, multi = 0;
+    size_t di = 0; /* the stream's document holding the window's first token */
     for (uint64_t w = 0; w < n; w++) {
         uint64_t t0 = b + w * L;
+        /* document starts against the stream's own list: the start of the
+         * document of t0 + j (0 when before the window) */
+        while (di + 1 < S->n_docs && S->starts[di + 1] <= t0) di++;
+        if (tks_sampler_doc_starts(s, w, doc)) bad_doc++;
+        else
+            for (uint32_t j = 0, d = (uint32_t)di; j < L; j++) {
+                while (d + 1 < S->n_docs && S->starts[d + 1] <= t0 + j) d++;
+                int32_t want = S->starts[d] > t0 ? (int32_t)(S->starts[d] - t0) : 0;
+                if (doc[j] != want) bad_doc++;
+                if (j == L - 1 && doc[j] > 0) multi++;
+            }
         memset(buf, 0xFF, ((size_t)L + 1) * sizeof *buf);
         if (tks_sampler_read(s, w, 0, buf) || memcmp(buf, S->tok + t0, ((size_t)L + 1) * 4)) bad_read++;
         CHECK(t0 + L + 1 <= e, "%s: window %llu ends past the range", what, (ull)w);
@@ -300,10 +322,15 @@ static void check_windows(const tks_dataset *ds, const stream *S, uint64_t b, ui
         if (loc.n_pieces_total > 1) spans++;
     }
     CHECK(bad_read == 0, "%s: %llu windows read wrong tokens", what, (ull)bad_read);
+    CHECK(bad_doc == 0, "%s: %llu document starts wrong", what, (ull)bad_doc);
+    CHECK(multi > 0 || L == 1, "%s: no window holds two documents (test data too coarse)", what);
+    CHECK(tks_sampler_doc_starts(s, n, doc) == TKS_ERR_ARG, "%s: doc_starts(n)", what);
+    free(doc);
     CHECK(bad_loc == 0, "%s: %llu windows located wrongly", what, (ull)bad_loc);
     CHECK(spans > 0, "%s: no window spans a shard boundary (test data too coarse)", what);
-    printf("%s: %llu windows of %u+1 tokens read correctly, %llu span shards, %llu over %d shards\n",
-           what, (ull)n, L, (ull)spans, (ull)cut, TKS_SAMPLE_MAX_PIECES);
+    printf("%s: %llu windows of %u+1 tokens read correctly, %llu span shards, %llu over %d shards, "
+           "%llu end in another document than they start\n",
+           what, (ull)n, L, (ull)spans, (ull)cut, TKS_SAMPLE_MAX_PIECES, (ull)multi);
     /* out of range window */
     tks_sample_loc loc;
     CHECK(tks_sampler_locate(s, n, &loc) == TKS_ERR_ARG, "%s: locate(n)", what);
@@ -345,7 +372,7 @@ static void test_windows(void) {
     CHECK(tks_sampler_create(NULL, 0, S.n, 8, 0, &s) == TKS_ERR_ARG, "NULL dataset");
     tks_sampler_free(NULL);
     tks_dataset_close(ds);
-    free(S.tok);
+    stream_free(&S);
 
     /* one document per shard, documents of 1..3 tokens: a window of 65
      * tokens spans more than TKS_SAMPLE_MAX_PIECES shards */
@@ -355,7 +382,7 @@ static void test_windows(void) {
     CHECK(tks_dataset_n_shards(ds) == 300, "tiny shards: %zu", tks_dataset_n_shards(ds));
     check_windows(ds, &S, 0, S.n, 64, "one-document shards L=64");
     tks_dataset_close(ds);
-    free(S.tok);
+    stream_free(&S);
 }
 
 /* Each window once per epoch; epochs in different orders; the sampler's
@@ -397,7 +424,7 @@ static void test_epochs(void) {
     free(ord);
     free(seen);
     tks_dataset_close(ds);
-    free(S.tok);
+    stream_free(&S);
 }
 
 /* ---------------------------------------------------------------------------
@@ -522,7 +549,7 @@ static void test_layouts(void) {
     free(run);
     tks_sampler_free(s);
     tks_dataset_close(ds);
-    free(S.tok);
+    stream_free(&S);
 }
 
 /* ---------------------------------------------------------------------------
@@ -585,7 +612,7 @@ static void test_split(void) {
     }
     printf("split: train and validation windows never share a token\n");
     tks_dataset_close(ds);
-    free(S.tok);
+    stream_free(&S);
 }
 
 /* ---------------------------------------------------------------------------
@@ -636,7 +663,7 @@ static void test_token_range(void) {
     tks_sampler_free(s);
     free(cum);
     tks_dataset_close(ds);
-    free(S.tok);
+    stream_free(&S);
 }
 
 /* ---------------------------------------------------------------------------
@@ -666,7 +693,7 @@ static void test_advice(void) {
     char dir[1536];
     snprintf(dir, sizeof dir, "%s/advice", work);
     stream S = write_dataset(dir, 400, 40, 1000, 700);
-    free(S.tok);
+    stream_free(&S);
     tks_dataset *ds = open_ds(dir);
     int seq, rnd, n = advice_of(dir, &seq, &rnd);
     CHECK(n == (int)tks_dataset_n_shards(ds) && seq == 0 && rnd == 0,
@@ -701,6 +728,172 @@ static void test_speed(void) {
     (void)sink;
 }
 
+/* ---------------------------------------------------------------------------
+ * Blend (docs/SAMPLING.md §9)
+ * ------------------------------------------------------------------------- */
+
+/* The spec's assignment written separately: per sample the phase by a
+ * linear scan, the deficits W (j + 1) - S c as 128-bit integers, ties to
+ * the first source. */
+static void ref_blend(const tks_blend *b, uint64_t n, uint32_t *src, uint64_t *idx) {
+    uint64_t total[TKS_BLEND_MAX_SOURCES] = {0}, inphase[TKS_BLEND_MAX_SOURCES] = {0};
+    uint32_t p = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        while (p + 1 < b->n_phases && b->start[p + 1] <= i) {
+            p++;
+            memset(inphase, 0, sizeof inphase);
+        }
+        __int128 best = 0;
+        int k_best = -1;
+        for (uint32_t k = 0; k < b->n_sources; k++) {
+            if (b->W[p][k] == 0) continue;
+            __int128 d = (__int128)b->W[p][k] * (__int128)(i - b->start[p] + 1) -
+                         (__int128)b->S[p] * (__int128)inphase[k];
+            if (k_best < 0 || d > best) best = d, k_best = (int)k;
+        }
+        src[i] = (uint32_t)k_best;
+        idx[i] = total[k_best]++;
+        inphase[k_best]++;
+    }
+}
+
+/* Over every prefix of a phase: a source never holds a whole sample more
+ * than its share (c S - W n <= (1 - 1/K) S, proved in §9), nor falls behind
+ * by more than the others' excess, (K - 1)^2 / K samples; returns the worst
+ * lag in samples. */
+static double check_prefixes(const tks_blend *b, uint32_t p, const uint32_t *src, uint64_t n,
+                             const char *what) {
+    uint64_t c[TKS_BLEND_MAX_SOURCES] = {0};
+    uint32_t K = 0;
+    for (uint32_t k = 0; k < b->n_sources; k++) K += b->W[p][k] > 0;
+    const __int128 S = (__int128)b->S[p];
+    double worst = 0;
+    uint64_t bad = 0;
+    for (uint64_t i = b->start[p]; i < n; i++) {
+        c[src[i]]++;
+        uint64_t m = i + 1 - b->start[p];
+        for (uint32_t k = 0; k < b->n_sources; k++) {
+            __int128 e = (__int128)c[k] * S - (__int128)b->W[p][k] * m; /* excess, in 1/S samples */
+            if ((__int128)K * e > (__int128)(K - 1) * S) bad++;
+            if (-(__int128)K * e > (__int128)(K - 1) * (K - 1) * S) bad++;
+            if (-(double)e / (double)S > worst) worst = -(double)e / (double)S;
+        }
+    }
+    CHECK(bad == 0, "%s: %llu prefix counts outside the bounds", what, (ull)bad);
+    return worst;
+}
+
+static void test_blend(void) {
+    /* integer weights by hand: 1 : 3 is exactly 2^30 : 3 * 2^30 */
+    tks_blend b;
+    uint64_t st0[3] = {0, 0, 0};
+    double w13[2] = {1, 3};
+    CHECK(tks_blend_init(&b, 2, 1, st0, w13, NULL) == 0, "init 1:3: %s", tks_last_error()->message);
+    CHECK(b.W[0][0] == 1ull << 30 && b.W[0][1] == 3ull << 30 && b.S[0] == 1ull << 32, "W of 1:3");
+    /* 1:3 repeats every 4 samples: within each four, one of source 0 */
+    uint32_t src[20000];
+    uint64_t idx[20000];
+    tks_blend_state s = {0};
+    int per4 = 1;
+    for (int i = 0; i < 400; i++) {
+        tks_blend_pick pk = tks_blend_next(&b, &s);
+        src[i] = pk.source;
+        if (i % 4 == 3) {
+            int zeros = (src[i] == 0) + (src[i - 1] == 0) + (src[i - 2] == 0) + (src[i - 3] == 0);
+            per4 &= zeros == 1;
+        }
+    }
+    CHECK(per4, "1:3: not one sample of source 0 in every 4");
+    /* ties go to the first listed: 1:1 alternates 0, 1, 0, 1 ... */
+    double w11[2] = {1, 1};
+    CHECK(tks_blend_init(&b, 2, 1, st0, w11, NULL) == 0, "init 1:1");
+    memset(&s, 0, sizeof s);
+    int alt = 1;
+    for (int i = 0; i < 100; i++) alt &= tks_blend_next(&b, &s).source == (uint32_t)(i % 2);
+    CHECK(alt, "1:1: not 0, 1, 0, 1, ... (ties to the first)");
+    /* one source: the pick of sample g is (0, g), the order of a plain run */
+    double one = 2.5;
+    CHECK(tks_blend_init(&b, 1, 1, st0, &one, NULL) == 0, "init one source");
+    memset(&s, 0, sizeof s);
+    int plain = 1;
+    for (uint64_t g = 0; g < 1000; g++) {
+        tks_blend_pick pk = tks_blend_next(&b, &s);
+        plain &= pk.source == 0 && pk.index == g;
+    }
+    CHECK(plain, "one source: pick g is (0, g)");
+
+    /* random weights, 2..8 sources, two schedules: the reference's picks,
+     * the prefix bounds, every restart point */
+    double worst_lag[9] = {0};
+    for (int trial = 0; trial < 60; trial++) {
+        uint32_t K = 2 + (uint32_t)(trial % 7), P = 1 + (uint32_t)(trial % 3);
+        uint64_t start[3] = {0, 3000 + next_rand() % 5000, 12000 + next_rand() % 5000};
+        double w[3 * 8];
+        for (uint32_t i = 0; i < P * K; i++) {
+            double u = (double)(next_rand() >> 11) / 9007199254740992.0;
+            w[i] = u * u * u * 10;
+            if (i >= K && next_rand() % 4 == 0) w[i] = 0; /* a source left out of a later phase */
+        }
+        for (uint32_t p = 0; p < P; p++) w[p * K + p % K] += 0.01; /* at least one positive */
+        int rc = tks_blend_init(&b, K, P, start, w, NULL);
+        CHECK(rc == 0, "trial %d: init: %s", trial, tks_last_error()->message);
+        if (rc) continue;
+        const uint64_t n = 20000;
+        uint32_t rs[20000];
+        uint64_t ri[20000];
+        ref_blend(&b, n, rs, ri);
+        memset(&s, 0, sizeof s);
+        uint64_t diff = 0;
+        for (uint64_t i = 0; i < n; i++) {
+            tks_blend_pick pk = tks_blend_next(&b, &s);
+            src[i] = pk.source, idx[i] = pk.index;
+            diff += pk.source != rs[i] || pk.index != ri[i];
+        }
+        CHECK(diff == 0, "trial %d (K %u, %u phases): %llu picks differ from the reference", trial, K, P,
+              (ull)diff);
+        char what[64];
+        for (uint32_t p = 0; p < P; p++) {
+            uint64_t end = p + 1 < P ? start[p + 1] : n;
+            snprintf(what, sizeof what, "trial %d phase %u", trial, p);
+            double lag = check_prefixes(&b, p, src, end, what);
+            if (lag > worst_lag[K]) worst_lag[K] = lag;
+        }
+        /* picks from any earlier state equal the sequential ones (what every
+         * rank does at every step, and a resumed run from its cursor) */
+        for (int r = 0; r < 20; r++) {
+            uint64_t at = next_rand() % n, first = at + next_rand() % (n - at), cnt = (n - first) % 97;
+            tks_blend_state from = {0};
+            tks_blend_seek(&b, &from, at);
+            tks_blend_pick out[97];
+            CHECK(tks_blend_picks(&b, &from, first, cnt, out) == 0, "picks");
+            for (uint64_t i = 0; i < cnt; i++)
+                diff += out[i].source != src[first + i] || out[i].index != idx[first + i];
+            CHECK(from.sample == at, "picks changed the state");
+        }
+        CHECK(diff == 0, "trial %d: picks from restart points differ", trial);
+    }
+    for (int K = 2; K <= 8; K++) printf("blend: %d sources: worst lag behind the share %.3f samples\n", K, worst_lag[K]);
+    CHECK(worst_lag[2] <= 0.5, "two sources: lag %.3f > 1/2 sample", worst_lag[2]);
+    tks_blend_state later = {0}, early = {0};
+    tks_blend_seek(&b, &later, 10);
+    CHECK(tks_blend_picks(&b, &later, 5, 1, (tks_blend_pick[1]){{0, 0}}) == TKS_ERR_ARG, "picks before the state");
+    (void)early;
+
+    /* refusals, each naming the source */
+    const char *names[2] = {"web", "code"};
+    double bad[][2] = {{1, -1}, {1, NAN}, {INFINITY, 1}, {0, 0}, {1, 1e-12}};
+    const char *why[] = {"code: weight -1", "code: weight nan", "web: weight inf", "draws from no source",
+                         "code: weight 1e-12 is below 2^-32"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK(tks_blend_init(&b, 2, 1, st0, bad[i], names) == TKS_ERR_ARG, "bad weights %zu accepted", i);
+        CHECK(strstr(tks_last_error()->message, why[i]) != NULL, "message '%s' lacks '%s'",
+              tks_last_error()->message, why[i]);
+    }
+    uint64_t badstart[2] = {0, 0};
+    double ww[4] = {1, 1, 1, 1};
+    CHECK(tks_blend_init(&b, 2, 2, badstart, ww, names) == TKS_ERR_ARG, "phases not increasing");
+}
+
 int main(int argc, char **argv) {
     snprintf(work, sizeof work, "%s", argc > 1 ? argv[1] : "/tmp/tks-test-sampler");
     mkdirs(work);
@@ -712,6 +905,7 @@ int main(int argc, char **argv) {
     test_split();
     test_token_range();
     test_advice();
+    test_blend();
     test_speed();
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);

@@ -37,10 +37,18 @@ gradient). The optimizer is therefore also checked alone: torch AdamW fed the
 C trainer's own gradients of each step must agree within 1e-5 (measured
 ~3e-7).
 
+Packed documents (configs docs and docpos, whose batch.safetensors holds
+"doc", each token's document start): the reference builds the explicit
+[B, T, T] mask "key u visible to query t iff doc[b,t] <= u <= t" and, with
+reset_positions, RoPE positions t - doc[b,t].
+
 Negative controls: the same comparisons against deliberately wrong references
 (interleaved RoPE pairs, GQA heads tiled instead of grouped, the padding
-columns left in the softmax, weight decay on the RMSNorm weights) must FAIL,
-which shows the comparisons can see those mistakes.
+columns left in the softmax, weight decay on the RMSNorm weights, the
+document mask left out, the positions not restarted) must FAIL, which shows
+the comparisons can see those mistakes. Without the mask every query of a
+row's second and later documents attends across documents, so the outputs
+must differ there.
 """
 import json
 import math
@@ -129,7 +137,7 @@ def read_safetensors(path):
 class Llama:
     """LlamaForCausalLM from a config.json dict and HF-named float64 tensors."""
 
-    def __init__(self, cfg, weights, mutation=None):
+    def __init__(self, cfg, weights, mutation=None, doc=None, doc_mask=False, reset_positions=False):
         self.V = cfg["vocab_size"]
         self.C = cfg["hidden_size"]
         self.L = cfg["num_hidden_layers"]
@@ -140,6 +148,10 @@ class Llama:
         self.theta = float(cfg["rope_theta"])
         self.tie = bool(cfg.get("tie_word_embeddings", False))
         self.mutation = mutation
+        # packed documents: doc (B, T) LongTensor of each token's document start
+        self.doc = doc
+        self.doc_mask = doc_mask and mutation != "no_doc_mask"
+        self.reset_positions = reset_positions and mutation != "no_reset_positions"
         self.p = {}
         for name in expected_names(cfg):
             t = torch.tensor(weights[name], dtype=torch.float64)
@@ -152,7 +164,10 @@ class Llama:
     def rope(self, x):  # x (B, H, T, HD)
         T, HD = x.shape[2], x.shape[3]
         inv_freq = 1.0 / (self.theta ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD))
-        freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)  # (T, HD/2)
+        pos = torch.arange(T, dtype=torch.float64).expand(x.shape[0], T)  # (B, T)
+        if self.reset_positions:  # positions restart at each document
+            pos = pos - self.doc.to(torch.float64)
+        freqs = (pos[:, :, None] * inv_freq)[:, None]  # (B, 1, T, HD/2)
         if self.mutation == "rope_interleaved":  # GPT-J / Meta-checkpoint pairs (2j, 2j+1)
             x1, x2 = x[..., 0::2], x[..., 1::2]
             c, s = freqs.cos(), freqs.sin()
@@ -167,7 +182,10 @@ class Llama:
         B, T = ids.shape
         P, NH, NKV, HD = self.p, self.NH, self.NKV, self.HD
         x = P["model.embed_tokens.weight"][ids]
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)[None, None]  # (1, 1, T, T)
+        if self.doc_mask:  # the explicit block-causal mask: key u < doc[b, t] is hidden too
+            u = torch.arange(T)
+            mask = mask | (u[None, None, :] < self.doc[:, :, None])[:, None]  # (B, 1, T, T)
         for l in range(self.L):
             pre = "model.layers.%d." % l
             h = self.rmsnorm(x, P[pre + "input_layernorm.weight"])
@@ -311,6 +329,7 @@ class Report:
 
 
 def run_config(d, rep, name, mutation=None):
+    """Compares config directory d (parity_dump's) with the reference, rows into rep."""
     cfg = json.load(open(os.path.join(d, "ckpt", "config.json")))
     assert cfg.get("model_type") == "llama" and cfg.get("hidden_act") == "silu", cfg
     assert not cfg.get("attention_bias") and not cfg.get("mlp_bias"), cfg
@@ -325,7 +344,11 @@ def run_config(d, rep, name, mutation=None):
     rep.add_flag(name, "checkpoint names/shapes (HF, unpadded)", not bad,
                  "%d tensors, tie=%s" % (len(names), cfg.get("tie_word_embeddings")) if not bad
                  else "wrong: %s" % bad)
-    batch, _ = read_safetensors(os.path.join(d, "batch.safetensors"))
+    batch, bmeta = read_safetensors(os.path.join(d, "batch.safetensors"))
+    docs = {}
+    if "doc" in batch:
+        docs = {"doc": torch.tensor(batch["doc"].astype(np.int64)),
+                "doc_mask": bmeta.get("doc_mask") == "1", "reset_positions": bmeta.get("reset_positions") == "1"}
     ids = torch.tensor(batch["ids"].astype(np.int64))
     targets = torch.tensor(batch["targets"].astype(np.int64))
     step0, _ = read_safetensors(os.path.join(d, "step0.safetensors"))
@@ -340,7 +363,7 @@ def run_config(d, rep, name, mutation=None):
 
     # forward + backward at the checkpoint's weights
     tol0 = chain_tol(cfg, T, B * T, VP)
-    m = Llama(cfg, w0, mutation)
+    m = Llama(cfg, w0, mutation, **docs)
     logits = m.forward(ids)
     loss = m.loss(logits, targets, VP)
     loss.backward()
@@ -351,6 +374,18 @@ def run_config(d, rep, name, mutation=None):
     rep.add(name, "gradients (%d tensors)" % len(names),
             [(n, step0["grad." + n], m.p[n].grad.numpy()) for n in names], tol0)
     rep.add_exact(name, "padding rows' gradient == 0", pads)
+    if docs.get("doc_mask") and mutation is None:
+        # the mask matters exactly where a window spans documents: without it
+        # every position of a row's second and later documents gets other
+        # logits (by far more than the tolerance), the first document's the same
+        plain = Llama(cfg, w0, "no_doc_mask", **docs).forward(ids).detach()
+        diff = (plain - logits.detach()).abs().amax(-1) / logits.detach().abs().amax()
+        later = docs["doc"] > 0
+        ok = bool((diff[later] > 100 * tol0).all()) and bool((diff[~later] <= tol0).all())
+        rep.add_flag(name, "unmasked reference differs on later documents", ok,
+                     "%d of %d later-document positions differ (min %.1e), first documents max %.1e" % (
+                         int((diff[later] > 100 * tol0).sum()), int(later.sum()), float(diff[later].min()),
+                         float(diff[~later].max())))
 
     # 3 AdamW steps on the same batch, end to end: the reference computes its own
     # gradients along its own trajectory. Each step adds at most one step's
@@ -359,7 +394,7 @@ def run_config(d, rep, name, mutation=None):
     # step s is within (s + 1) tol0
     n_steps = len(steps["loss"])
     tol_traj = (n_steps + 1) * tol0
-    m = Llama(cfg, w0, mutation)
+    m = Llama(cfg, w0, mutation, **docs)
     losses, raw = [], []
 
     def own_grads(s):
@@ -410,7 +445,7 @@ def run_config(d, rep, name, mutation=None):
     # the optimizer alone: torch AdamW fed the C trainer's own gradients of each
     # step, so the comparison does not inherit Adam's amplification of the
     # float32 gradient rounding where |g| ~ eps
-    mt = Llama(cfg, w0, mutation)
+    mt = Llama(cfg, w0, mutation, **docs)
 
     def c_grads(s):
         for n in names:
@@ -458,11 +493,21 @@ def main():
     # negative controls on the first config that exercises GQA (NKV < NH < ... )
     controls_ok = True
     print("negative controls (each wrong reference must FAIL the comparison):")
-    for mutation in ("rope_interleaved", "gqa_tiled", "padding_in_softmax", "decay_on_norms"):
+    for mutation in ("rope_interleaved", "gqa_tiled", "padding_in_softmax", "decay_on_norms",
+                     "no_doc_mask", "no_reset_positions"):
         target = None
         for c in configs:
             cfg = json.load(open(os.path.join(top, c, "ckpt", "config.json")))
-            if mutation != "gqa_tiled" or 1 < cfg["num_key_value_heads"] < cfg["num_attention_heads"]:
+            _, meta = read_safetensors(os.path.join(top, c, "batch.safetensors"))
+            mask, reset = meta.get("doc_mask") == "1", meta.get("reset_positions") == "1"
+            if mutation == "no_doc_mask":
+                fits = mask
+            elif mutation == "no_reset_positions":  # with the mask RoPE cannot tell (relative positions)
+                fits = reset and not mask
+            else:
+                fits = not mask and not reset and (
+                    mutation != "gqa_tiled" or 1 < cfg["num_key_value_heads"] < cfg["num_attention_heads"])
+            if fits:
                 target = c
                 break
         if target is None:

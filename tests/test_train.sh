@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of tokshard-train / tokshard-generate on real text (dict-gcide).
 # Usage: test_train.sh BIN_DIR WORKDIR CASE
-#   CASE: setup | train | resume | safety | checkpoint | plan | generate | lock | bf16 | faults | cli | profile | stepmodel
+#   CASE: setup | train | resume | safety | checkpoint | plan | generate | lock | bf16 | faults | cli | profile | stepmodel | mix
 # `setup` builds the small dataset the other cases share (a ctest fixture).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -493,6 +493,140 @@ PY
   expect 0 "3 steps" -- "$TRAIN" --dataset "$S/data" --out det0 --steps 3 "${M[@]}"
   [[ "$(grep -o '"loss": [^,]*' det1/metrics.jsonl)" == "$(grep -o '"loss": [^,]*' det0/metrics.jsonl)" ]] &&
     ok "--deterministic on the CPU: the default run's losses" || fail "--deterministic changed the CPU losses"
+  ;;
+mix)
+  # mixtures (docs/SAMPLING.md §9): three copies of the dataset as sources
+  # (copies: a forged id must land in one source only), a schedule, and
+  # --doc-mask; a tiny fourth source for epochs
+  for s in a b c; do cp -r "$S/data" "src-$s"; done
+  head -c 1500 "$S/gcide.txt" >tiny.txt
+  expect 0 "tiny dataset with the same tokenizer" -- "$TKS" build -q --tokenizer "$S/tok.model" --output tiny \
+    --doc-split blank-line --append-eos tiny.txt
+  X=(--dataset a=src-a:0.5 --dataset b=src-b:0.3 --dataset c=src-c:0.2 --mix-at 6:a=1,c=3)
+  P=(--seq-len 32 --global-batch 8 --val-tokens 4096)
+  Mp=() Mv=() # M with the plot; M with the progress lines
+  for f in "${M[@]}"; do [[ $f == --no-plot ]] || Mp+=("$f"); [[ $f == --quiet ]] || Mv+=("$f"); done
+  # refusals before step 1, each naming the sources; nothing is written
+  refuse() { # MESSAGE-REGEX flags...
+    local msg=$1
+    shift
+    expect 2 "refused: $*" -- "$TRAIN" --out refused --steps 10 "${M[@]}" "$@"
+    expect_msg "$msg"
+    [[ ! -e refused ]] && ok "nothing written for: $*" || { fail "refused run wrote refused/"; rm -rf refused; }
+  }
+  refuse "sources a \\(src-a\\) and z \\(.*data2\\) were built with different tokenizers" \
+    --dataset a=src-a:1 --dataset z="$S/data2":1
+  refuse "source b \\(src-b\\): weight nan is not a finite number > 0" --dataset a=src-a:1 --dataset b=src-b:nan
+  refuse "source b \\(src-b\\): weight inf is not a finite number > 0" --dataset a=src-a:1 --dataset b=src-b:inf
+  refuse "source b \\(src-b\\): weight 0 is not a finite number > 0" --dataset a=src-a:1 --dataset b=src-b:0
+  refuse "source b \\(src-b\\): weight -2 is not a finite number > 0" --dataset a=src-a:1 --dataset b=src-b:-2
+  refuse "the source name a is used twice \\(src-a and src-b\\)" --dataset a=src-a:1 --dataset a=src-b:1
+  refuse "--mix-at 11:a=1: step 11 is beyond --steps 10" --dataset a=src-a:1 --dataset b=src-b:1 --mix-at 11:a=1
+  refuse "--mix-at 5: weights for an unknown source 'q' \\(the sources are a, b\\)" --dataset a=src-a:1 \
+    --dataset b=src-b:1 --mix-at 5:q=1
+  refuse "--mix-at 5: source b: weight '-1' is not a finite number > 0" --dataset a=src-a:1 --dataset b=src-b:1 \
+    --mix-at 5:a=1,b=-1
+  refuse "--mix-at 1: a change takes effect from step 2 on" --dataset a=src-a:1 --dataset b=src-b:1 --mix-at 1:a=1
+  refuse "source b: dataset src-b was built for vocab_size 1000.*model has vocab_size 500" --dataset b=src-b:1 \
+    --dataset a=src-a:1 --vocab-size 500
+  refuse "--val-dataset .*a mixture holds out --val-tokens of each source" --dataset a=src-a:1 \
+    --dataset b=src-b:1 --val-dataset src-c
+  refuse "several datasets make a mixture, and each needs a name and a weight" --dataset src-a --dataset src-b
+  # the trainer reads what sample-plan says, source by source: an id forged
+  # where the plan puts step 1's sample 1 stops step 1, naming that source's shard
+  read -r src sh off < <("$TKS" sample-plan "${X[@]}" "${P[@]}" --steps 1 | \
+    awk '/ sample 1 / {print $14, $(NF-3), $(NF-1)}')
+  [[ -n ${off:-} ]] || fail "no sample 1 in the mixture's plan"
+  cp -r "src-$src" "bad-$src"
+  expect 0 "forge id 1000 in source $src, shard $sh token $((off + 3))" -- "$FORGE" "bad-$src" "$sh" $((off + 3)) 1000
+  Xb=("${X[@]/$src=src-$src/$src=bad-$src}")
+  expect 2 "the mixture meets it at step 1" -- "$TRAIN" "${Xb[@]}" --out forged --steps 8 "${M[@]}" --eval-every 0
+  expect_msg "bad-$src/shard-0000$sh.tks.*token offset $((off + 3)) "
+  # per-source validation: each source's loss and the weighted mean, in
+  # metrics.jsonl, on the progress line and in loss.svg
+  expect 0 "train the mixture 8 steps with --doc-mask" -- "$TRAIN" "${X[@]}" --out run --steps 8 "${Mp[@]}" \
+    --doc-mask --eval-every 4
+  python3 - run/metrics.jsonl <<'EOF' && ok "val_loss is the mean of the sources' losses under the weights in force" ||
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if "val_loss" in l]
+assert [e["step"] for e in ev] == [4, 8], ev
+for e in ev:
+    by = e["val_loss_by_source"]
+    assert sorted(by) == ["a", "b", "c"], by
+    w = {"a": 0.5, "b": 0.3, "c": 0.2} if e["step"] < 6 else {"a": 0.25, "b": 0.0, "c": 0.75}
+    mean = sum(w[k] * by[k] for k in by) / sum(w.values())
+    assert abs(mean - e["val_loss"]) <= 2e-6, (mean, e)  # printed to 6 decimals
+EOF
+    fail "per-source validation: $(grep val_loss run/metrics.jsonl)"
+  grep -q "validation: a" run/loss.svg && grep -q "validation: c" run/loss.svg &&
+    ok "loss.svg has a curve per source" || fail "loss.svg lacks the per-source curves"
+  "$TRAIN" "${X[@]:0:6}" --out run2 --steps 4 "${Mv[@]}" --doc-mask --eval-every 4 >prog 2>&1
+  grep -Eq "step +4: validation loss [0-9.]+ \(weighted mean; a [0-9.]+, b [0-9.]+, c [0-9.]+\)" prog &&
+    ok "the progress line shows each source's validation loss" || fail "progress: $(grep valid prog)"
+  # epochs: the tiny source runs out and starts again, logged; past --warn-repeats a warning
+  "$TRAIN" --dataset a=src-a:1 --dataset t=tiny:1 --out ep --steps 14 "${Mv[@]}" --val-tokens 0 \
+    --eval-every 0 --warn-repeats 1 >ep.out 2>ep.err
+  grep -Eq "^source t starts epoch 2 at step [0-9]+ " ep.out && grep -Eq "^source t starts epoch 3 " ep.out &&
+    ok "the log says when the tiny source starts epochs 2 and 3" || fail "epochs: $(head -c 600 ep.out)"
+  grep -q "warning: t is now repeated 2 times, more than --warn-repeats 1" ep.err &&
+    ! grep -q "warning: t is now repeated 1 times" ep.err && ok "a warning once it is repeated more than 1 time" ||
+    fail "warning: $(cat ep.err)"
+  # kill -9 before, at and after the schedule change (step 6), and inside the
+  # save of step 6: resuming from the newest whole checkpoint gives the
+  # uninterrupted run's losses bit for bit
+  F=(--steps 10 --save-every 1 --keep 0 --eval-every 0 --doc-mask)
+  expect 0 "uninterrupted mixture, 10 steps" -- "$TRAIN" "${X[@]}" --out ref "${M[@]}" "${F[@]}"
+  points=(renamed:4 renamed:5 renamed:7 model:6)
+  if grep -qx 'CMAKE_BUILD_TYPE:STRING=Release' "$BIN/../CMakeCache.txt" 2>/dev/null; then
+    echo "skip [mix]: kill -9 points (a Release build has no test hooks)"
+    points=()
+  fi
+  for point in "${points[@]}"; do
+    d=k-${point/:/-}
+    TOKSHARD_TEST_CKPT_STOP=$point "$TRAIN" "${X[@]}" --out "$d" "${M[@]}" "${F[@]}" >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do [[ $(ps -o stat= -p $pid) == T* ]] && break; sleep 0.05; done
+    [[ $(ps -o stat= -p $pid) == T* ]] || { fail "$point: never stopped"; kill -9 $pid; wait $pid; continue; }
+    kill -9 $pid
+    wait $pid 2>/dev/null
+    expect 0 "killed -9 at $point: resume latest ($(ls "$d/checkpoints" | grep -E '^step-[0-9]+$' | tail -1))" -- \
+      "$TRAIN" "${X[@]}" --out "$d" "${M[@]}" "${F[@]}" --resume latest
+    if [[ "$(grep -o '"step": [0-9]*, "loss": [^,]*' ref/metrics.jsonl)" == \
+          "$(grep -o '"step": [0-9]*, "loss": [^,]*' "$d/metrics.jsonl")" ]]; then
+      ok "killed at $point: the 10 losses are the uninterrupted run's"
+    else
+      fail "killed at $point: losses differ"
+    fi
+    cmp -s ref/checkpoints/step-00000010/model.safetensors "$d/checkpoints/step-00000010/model.safetensors" &&
+      ok "killed at $point: final weights byte-identical" || fail "killed at $point: final weights differ"
+  done
+  python3 - ref/checkpoints/step-00000005/trainer_state.json <<'EOF' && ok "trainer_state.json holds the cursor per source and the blend position" ||
+import json, sys
+m = json.load(open(sys.argv[1]))["mix"]
+c = m["cursor"]
+assert c["sample"] == 40 and sum(c["count"]) == 40 and c["count"] == c["phase_count"], c
+assert [s["name"] for s in m["sources"]] == ["a", "b", "c"] and m["schedule"][0]["step"] == 6, m
+EOF
+    fail "trainer_state.json: $(grep -A12 '"mix"' ref/checkpoints/step-00000005/trainer_state.json)"
+  # a resume that changes the mixture: sources refused; the schedule only with
+  # --change-schedule, and only for steps not yet trained
+  expect 2 "resume with another source list" -- "$TRAIN" --dataset a=src-a:0.5 --dataset b=src-b:0.5 \
+    --out ref --steps 10 "${M[@]}" --doc-mask --resume ref/checkpoints/step-00000005
+  expect_msg "trained on the sources a, b, c"
+  expect 2 "resume with another schedule" -- "$TRAIN" "${X[@]:0:6}" --mix-at 7:a=1,c=3 --out ref --steps 10 \
+    "${M[@]}" --doc-mask --resume ref/checkpoints/step-00000005
+  expect_msg "schedule differ from the checkpoint .*--change-schedule"
+  expect 2 "resume changing a step already trained" -- "$TRAIN" "${X[@]:0:6}" --mix-at 3:a=1 --out ref --steps 10 \
+    "${M[@]}" --doc-mask --change-schedule --resume ref/checkpoints/step-00000005
+  expect_msg "steps already trained cannot change their mixture"
+  expect 2 "resume without --doc-mask" -- "$TRAIN" "${X[@]}" --out ref --steps 10 "${M[@]}" \
+    --resume ref/checkpoints/step-00000005
+  expect_msg "was trained with --doc-mask: resume with it"
+  mkdir -p moved && expect 0 "a future change with --change-schedule" -- "$TRAIN" "${X[@]}" --mix-at 8:b=1 \
+    --out moved --steps 10 "${M[@]}" --doc-mask --change-schedule --resume ref/checkpoints/step-00000005
+  expect 0 "sample-plan --run follows the new schedule" -- "$TKS" sample-plan --run moved --steps 7:9
+  [[ $(grep -c "^step 9 .* source b " "$W/out") -eq 8 && $(grep -c "^step 7 .* source b " "$W/out") -eq 0 ]] &&
+    ok "step 7 reads no b, step 9 only b, as the changed schedule says" || fail "plan: $(grep '^step [79] ' "$W/out" | head -4)"
   ;;
 *)
   echo "unknown case $CASE" >&2

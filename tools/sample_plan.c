@@ -19,6 +19,8 @@ typedef unsigned long long ull;
 static const char plan_usage[] =
     "usage: tokshard sample-plan DIR --seq-len L --global-batch B [--dp D] [--tp T]\n"
     "           [--steps S0:S1] [--seed S] [--micro-batch M] [--val-tokens N] [--json]\n"
+    "       tokshard sample-plan --dataset NAME=DIR:W --dataset ... [--mix-at STEP:NAME=W,...]\n"
+    "           --seq-len L --global-batch B [same options]   (a mixture; or --mix FILE.json)\n"
     "       tokshard sample-plan --run RUN_OR_CHECKPOINT [DIR] [--dp D] [--tp T]\n"
     "           [--steps S0:S1] [--json]\n"
     "  Prints the samples each rank (rank = dp_rank * T + tp_rank) reads at steps\n"
@@ -32,7 +34,9 @@ static const char plan_usage[] =
     "  --steps are plain integers.\n"
     "  --run takes seq-len, global batch, micro-batch, seed, validation split and\n"
     "  dataset (DIR overrides it if the data moved) from a run's newest checkpoint\n"
-    "  (or the checkpoint given) and plans from the step after it by default.\n";
+    "  (or the checkpoint given) and plans from the step after it by default; a\n"
+    "  mixture's sources, weights, schedule and cursor come from it too.\n"
+    "  A mixture prints each sample's source and its index in that source.\n";
 
 /* An exact decimal integer (seeds and steps need all 64 bits, which
  * cli_parse_size's double does not keep). Returns 0 or -1. */
@@ -90,7 +94,8 @@ static json_t *json_sample(uint64_t micro, uint64_t g, uint64_t epoch, const tks
 
 /* What the flags and arguments of sample-plan say. */
 typedef struct plan_args {
-    const char *dir, *run_path;
+    const char *dir, *run_path, *mix_file;
+    tks_mix_spec *mix;     /* --dataset, --mix-at (static) */
     uint64_t seq_len, global_batch, dp, tp, seed, micro, val_tokens;
     uint64_t s0, s1;
     int json, have_seq, have_batch, have_steps;
@@ -131,6 +136,15 @@ static int set_steps(const cli_flag *f, const char *name, const char *v) {
     return 0;
 }
 
+/* --dataset NAME=DIR:W (or DIR), --mix-at STEP:NAME=W,... (f->ctx: the plan_args) */
+static int set_source(const cli_flag *f, const char *name, const char *v) {
+    plan_args *p = f->ctx;
+    p->data_flag = f->name;
+    if (!v) return cli_usage_error("%s needs a value", name);
+    int rc = !strcmp(f->name, "--dataset") ? tks_mix_add_dataset(p->mix, v) : tks_mix_add_change(p->mix, v);
+    return rc ? cli_usage_error("%s", tks_last_error()->message) : 0;
+}
+
 static int set_json(const cli_flag *f, const char *name, const char *v) {
     (void)name;
     if (v) return cli_usage_error("--json takes no value");
@@ -141,7 +155,9 @@ static int set_json(const cli_flag *f, const char *name, const char *v) {
 /* Parses the command line into *p (defaults first). Returns CLI_PARSED or
  * the exit code. */
 static int parse_plan_args(int argc, char **argv, plan_args *p) {
-    *p = (plan_args){.dp = 1, .tp = 1, .seed = TKS_DEFAULT_SEED,
+    static tks_mix_spec mix;
+    memset(&mix, 0, sizeof mix);
+    *p = (plan_args){.dp = 1, .tp = 1, .seed = TKS_DEFAULT_SEED, .mix = &mix,
                      .val_tokens = TKS_DEFAULT_VAL_TOKENS, .s0 = 1, .s1 = 1};
     const cli_flag flags[] = {
         {.name = "--json", .ptr = &p->json, .type = CLI_BOOL, .set = set_json},
@@ -154,28 +170,65 @@ static int parse_plan_args(int argc, char **argv, plan_args *p) {
         {.name = "--seed", .ptr = &p->seed, .set = set_seed, .ctx = p},
         {.name = "--steps", .set = set_steps, .ctx = p},
         {.name = "--run", .type = CLI_STR, .ptr = &p->run_path},
+        {.name = "--dataset", .set = set_source, .ctx = p},
+        {.name = "--mix-at", .set = set_source, .ctx = p},
+        {.name = "--mix", .type = CLI_STR, .ptr = &p->mix_file},
         {0},
     };
     cli_one dir = {NULL, "one dataset DIR only (got %s and %s)"};
     cli_command cmd = {.flags = flags,
                        .unknown = "unknown option %s (options: --seq-len --global-batch --dp --tp "
-                                  "--steps --seed --micro-batch --val-tokens --run --json)",
+                                  "--steps --seed --micro-batch --val-tokens --run --dataset --mix "
+                                  "--mix-at --json)",
                        .positional = cli_take_one, .help = plan_help, .ctx = &dir};
     int rc = cli_parse(&cmd, argc, argv);
     p->dir = dir.value;
+    if (rc == CLI_PARSED && p->mix_file) {
+        if (mix.n_sources || p->dir)
+            return cli_usage_error("--mix %s and --dataset or DIR both name the data: give one", p->mix_file);
+        uint32_t nc = mix.n_changes;
+        tks_mix_change keep[TKS_MIX_MAX_CHANGES];
+        memcpy(keep, mix.changes, nc * sizeof keep[0]);
+        if (tks_mix_load(&mix, p->mix_file)) return cli_usage_error("%s", tks_last_error()->message);
+        for (uint32_t i = 0; i < nc && mix.n_changes < TKS_MIX_MAX_CHANGES; i++) mix.changes[mix.n_changes++] = keep[i];
+        p->data_flag = "--mix";
+    }
+    if (rc == CLI_PARSED && mix.n_sources && !mix.named) { /* --dataset DIR: the positional's form */
+        if (p->dir) return cli_usage_error("one dataset DIR only (got %s and %s)", p->dir, mix.sources[0].dir);
+        p->dir = mix.sources[0].dir;
+        mix.n_sources = 0;
+    }
+    if (rc == CLI_PARSED && mix.named && p->dir)
+        return cli_usage_error("a dataset DIR and named --dataset sources: give every source as NAME=DIR:WEIGHT");
+    if (rc == CLI_PARSED && !mix.named && mix.n_changes)
+        return cli_usage_error("--mix-at needs named sources: --dataset NAME=DIR:WEIGHT");
     return rc;
 }
 
-/* A plan: the settings (after --run), the batch layout and the sampler. */
+/* One source of a plan: a plain dataset or a mixture's named source. */
+typedef struct psrc {
+    const char *name, *dir;
+    double weight;
+    uint64_t seed;                 /* its permutations' seed */
+    tks_dataset *ds;
+    tks_sampler *sm;
+    uint64_t n_tok, nw, n_val;     /* dataset tokens, train windows, validation windows */
+    tks_token_range train, val;
+} psrc;
+
+/* A plan: the settings (after --run), the batch layout, the sources and the blend. */
 typedef struct plan {
     plan_args a;
     tks_run_sampling run;          /* with --run */
     uint64_t run_step, run_cursor; /* the checkpoint's step and samples consumed, with --run */
     uint64_t per_rank, n_micro, mb; /* samples per dp rank per step, micro-batches, their size */
-    tks_dataset *ds;
-    tks_sampler *sm;
-    uint64_t n_tok, nw, n_val;     /* dataset tokens, train windows, validation windows */
-    tks_token_range train, val;
+    int mixed;                     /* named sources (docs/SAMPLING.md §9) */
+    uint32_t n_src;
+    psrc src[TKS_MIX_MAX_SOURCES];
+    tks_blend blend;
+    tks_blend_state run_state;     /* the blend at the checkpoint's cursor (--run of a mixture) */
+    tks_blend_state cur;           /* the blend at the step being planned */
+    tks_blend_pick *picks;         /* a rank's picks at one step (per_rank) */
 } plan;
 
 /* --run: the settings of the run's checkpoint. Returns CLI_PARSED or the exit code. */
@@ -186,7 +239,14 @@ static int take_run(plan *pl) {
                                "records it", p->data_flag);
     tks_run_sampling *run = &pl->run;
     if (tks_train_read_sampling(p->run_path, run)) return cli_lib_error();
-    if (!p->dir) p->dir = run->dataset;
+    if (run->mix_json[0]) {
+        if (p->dir)
+            return cli_usage_error("%s: the run trained on a mixture, whose sources its checkpoint "
+                                   "records; a DIR cannot replace them", p->dir);
+        if (tks_mix_from_json(run->mix_json, p->mix, &pl->run_state, NULL)) return cli_lib_error();
+    } else if (!p->dir) {
+        p->dir = run->dataset;
+    }
     p->seq_len = run->seq_len, p->have_seq = 1;
     p->global_batch = run->global_batch, p->have_batch = 1;
     p->micro = run->micro_batch;
@@ -200,7 +260,7 @@ static int take_run(plan *pl) {
 /* The settings' ranges and the batch layout. Returns CLI_PARSED or the exit code. */
 static int check_settings(plan *pl) {
     const plan_args *p = &pl->a;
-    if (!p->dir) return cli_usage_error("give a dataset DIR (or --run RUN_DIR)");
+    if (!p->dir && !p->mix->named) return cli_usage_error("give a dataset DIR (or --run RUN_DIR)");
     if (!p->have_seq)
         return cli_usage_error("--seq-len L is required (tokens per training sequence)");
     if (!p->have_batch)
@@ -227,38 +287,125 @@ static int check_settings(plan *pl) {
     return CLI_PARSED;
 }
 
-/* Opens the dataset, splits off the validation tokens and builds the
- * sampler. Returns CLI_PARSED or the exit code (pl->ds closed). */
+static void close_plan(plan *pl) {
+    for (uint32_t k = 0; k < pl->n_src; k++) {
+        tks_sampler_free(pl->src[k].sm);
+        tks_dataset_close(pl->src[k].ds);
+    }
+    free(pl->picks);
+}
+
+/* Opens each source's dataset, splits off its validation tokens and builds
+ * its sampler; then the blend. Returns CLI_PARSED or the exit code
+ * (everything closed on error). */
 static int open_plan(plan *pl) {
     const plan_args *p = &pl->a;
-    if (tks_dataset_open(p->dir, &pl->ds)) return cli_lib_error();
-    pl->n_tok = tks_dataset_n_tokens(pl->ds);
+    const tks_mix_spec *m = p->mix;
+    pl->mixed = m->named;
+    pl->n_src = pl->mixed ? m->n_sources : 1;
     int rc = CLI_PARSED;
-    if (tks_split_tokens(pl->n_tok, p->val_tokens, (uint32_t)p->seq_len, &pl->train, &pl->val))
-        rc = cli_usage_error("--seq-len %llu, --val-tokens %llu: %s", (ull)p->seq_len,
-                             (ull)p->val_tokens, tks_last_error()->message);
-    else if (tks_sampler_create(pl->ds, pl->train.begin, pl->train.end, (uint32_t)p->seq_len,
-                                p->seed, &pl->sm))
-        rc = cli_usage_error("--seq-len %llu: %s", (ull)p->seq_len, tks_last_error()->message);
-    if (rc != CLI_PARSED) {
-        tks_dataset_close(pl->ds);
-        return rc;
+    if (pl->mixed && tks_mix_blend(m, p->global_batch, &pl->blend)) return cli_usage_error("%s", tks_last_error()->message);
+    if (!pl->mixed) {
+        const uint64_t zero = 0;
+        const double one = 1;
+        tks_blend_init(&pl->blend, 1, 1, &zero, &one, NULL);
+        pl->run_state = (tks_blend_state){.sample = pl->run_cursor, .count = {pl->run_cursor},
+                                          .phase_count = {pl->run_cursor}};
     }
-    pl->nw = tks_sampler_n_windows(pl->sm);
-    pl->n_val = pl->val.end > pl->val.begin ? (pl->val.end - pl->val.begin - 1) / p->seq_len : 0;
-    return CLI_PARSED;
+    pl->picks = malloc(pl->per_rank * sizeof *pl->picks);
+    if (!pl->picks) return cli_usage_error("out of memory");
+    for (uint32_t k = 0; k < pl->n_src && rc == CLI_PARSED; k++) {
+        psrc *s = &pl->src[k];
+        s->name = pl->mixed ? m->sources[k].name : p->dir;
+        s->dir = pl->mixed ? m->sources[k].dir : p->dir;
+        s->weight = pl->mixed ? m->sources[k].weight : 1.0;
+        s->seed = pl->mixed ? tks_source_seed(p->seed, s->name) : p->seed;
+        if (tks_dataset_open(s->dir, &s->ds)) {
+            rc = cli_lib_error();
+            break;
+        }
+        s->n_tok = tks_dataset_n_tokens(s->ds);
+        if (tks_split_tokens(s->n_tok, p->val_tokens, (uint32_t)p->seq_len, &s->train, &s->val))
+            rc = cli_usage_error("%s%s--seq-len %llu, --val-tokens %llu: %s", pl->mixed ? s->name : "",
+                                 pl->mixed ? ": " : "", (ull)p->seq_len, (ull)p->val_tokens,
+                                 tks_last_error()->message);
+        else if (tks_sampler_create(s->ds, s->train.begin, s->train.end, (uint32_t)p->seq_len, s->seed,
+                                    &s->sm))
+            rc = cli_usage_error("--seq-len %llu: %s", (ull)p->seq_len, tks_last_error()->message);
+        if (rc != CLI_PARSED) break;
+        s->nw = tks_sampler_n_windows(s->sm);
+        s->n_val = s->val.end > s->val.begin ? (s->val.end - s->val.begin - 1) / p->seq_len : 0;
+    }
+    if (rc != CLI_PARSED) close_plan(pl);
+    return rc;
+}
+
+/* A mixture's sources and schedule as JSON (the plan's head). */
+static void json_mixture(const plan *pl, json_t *head) {
+    json_t *src = json_array(), *sch = json_array();
+    const tks_blend *b = &pl->blend;
+    for (uint32_t k = 0; k < pl->n_src; k++) {
+        const psrc *s = &pl->src[k];
+        char seed[17];
+        snprintf(seed, sizeof seed, "%016llx", (ull)s->seed);
+        json_array_append_new(src, json_pack("{s:s, s:s, s:f, s:s, s:I, s:I, s:[I, I], s:[I, I], s:I, s:I}",
+                                             "name", s->name, "dataset", s->dir, "weight", s->weight,
+                                             "seed_hex", seed, "n_tokens",
+                                             (json_int_t)s->n_tok, "n_shards",
+                                             (json_int_t)tks_dataset_n_shards(s->ds), "range",
+                                             (json_int_t)s->train.begin, (json_int_t)s->train.end,
+                                             "val_range", (json_int_t)s->val.begin, (json_int_t)s->val.end,
+                                             "n_windows", (json_int_t)s->nw, "n_val_windows",
+                                             (json_int_t)s->n_val));
+    }
+    /* the phases as the blend holds them: from sample start, weights as given */
+    const tks_mix_spec *m = pl->a.mix;
+    for (uint32_t p = 1; p < b->n_phases; p++) {
+        uint64_t step = b->start[p] / pl->a.global_batch + 1;
+        json_t *ws = json_object();
+        for (uint32_t i = 0; i < m->n_changes; i++) {
+            if (m->changes[i].step != step) continue;
+            /* the change's own numbers, exactly as typed */
+            char text[1024];
+            snprintf(text, sizeof text, "%s", m->changes[i].text);
+            for (char *save = NULL, *e = strtok_r(text, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+                char *eq = strchr(e, '=');
+                if (eq) *eq = 0, json_object_set_new(ws, e, json_real(strtod(eq + 1, NULL)));
+            }
+        }
+        json_array_append_new(sch, json_pack("{s:I, s:I, s:o}", "step", (json_int_t)step, "sample",
+                                             (json_int_t)b->start[p], "weights", ws));
+    }
+    json_object_set_new(head, "sources", src);
+    json_object_set_new(head, "schedule", sch);
 }
 
 /* The plan's head: its JSON object up to "steps":[, or the text's # lines.
  * Returns 0 or the exit code. */
 static int print_head(const plan *pl) {
     const plan_args *p = &pl->a;
+    const psrc *s0 = &pl->src[0];
     if (!p->json) {
-        printf("# dataset %s: %llu tokens in %zu shards\n", p->dir, (ull)pl->n_tok,
-               tks_dataset_n_shards(pl->ds));
-        printf("# train tokens [%llu, %llu): %llu windows of seq_len %llu + 1; validation tokens "
-               "[%llu, %llu): %llu windows\n", (ull)pl->train.begin, (ull)pl->train.end, (ull)pl->nw,
-               (ull)p->seq_len, (ull)pl->val.begin, (ull)pl->val.end, (ull)pl->n_val);
+        for (uint32_t k = 0; k < pl->n_src; k++) {
+            const psrc *s = &pl->src[k];
+            if (pl->mixed)
+                printf("# source %s: dataset %s, weight %g: %llu tokens in %zu shards\n", s->name, s->dir,
+                       s->weight, (ull)s->n_tok, tks_dataset_n_shards(s->ds));
+            else
+                printf("# dataset %s: %llu tokens in %zu shards\n", p->dir, (ull)s->n_tok,
+                       tks_dataset_n_shards(s->ds));
+            printf("# %s%strain tokens [%llu, %llu): %llu windows of seq_len %llu + 1; validation "
+                   "tokens [%llu, %llu): %llu windows\n", pl->mixed ? s->name : "", pl->mixed ? ": " : "",
+                   (ull)s->train.begin, (ull)s->train.end, (ull)s->nw, (ull)p->seq_len,
+                   (ull)s->val.begin, (ull)s->val.end, (ull)s->n_val);
+        }
+        for (uint32_t ph = 1; ph < pl->blend.n_phases; ph++) {
+            printf("# from step %llu (sample %llu):", (ull)(pl->blend.start[ph] / p->global_batch + 1),
+                   (ull)pl->blend.start[ph]);
+            for (uint32_t k = 0; k < pl->n_src; k++)
+                printf(" %s %.4f", pl->src[k].name, (double)pl->blend.W[ph][k] / (double)pl->blend.S[ph]);
+            putchar('\n');
+        }
         printf("# global batch %llu = dp %llu x %llu samples, %llu micro-batches of %llu; tp %llu "
                "(tp ranks read the same samples); seed %llu\n", (ull)p->global_batch, (ull)p->dp,
                (ull)pl->per_rank, (ull)pl->n_micro, (ull)pl->mb, (ull)p->tp, (ull)p->seed);
@@ -267,15 +414,19 @@ static int print_head(const plan *pl) {
                    (ull)pl->run_step, (ull)pl->run_cursor);
         return 0;
     }
-    json_t *head = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:[I, I], s:[I, I], "
-                             "s:I, s:I}", "dataset", p->dir, "n_tokens", (json_int_t)pl->n_tok,
-                             "n_shards", (json_int_t)tks_dataset_n_shards(pl->ds), "seq_len",
-                             (json_int_t)p->seq_len, "global_batch", (json_int_t)p->global_batch,
-                             "dp", (json_int_t)p->dp, "tp", (json_int_t)p->tp, "micro_batch",
-                             (json_int_t)pl->mb, "seed", (json_int_t)p->seed, "range",
-                             (json_int_t)pl->train.begin, (json_int_t)pl->train.end, "val_range",
-                             (json_int_t)pl->val.begin, (json_int_t)pl->val.end, "n_windows",
-                             (json_int_t)pl->nw, "n_val_windows", (json_int_t)pl->n_val);
+    json_t *head = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "seq_len", (json_int_t)p->seq_len,
+                             "global_batch", (json_int_t)p->global_batch, "dp", (json_int_t)p->dp,
+                             "tp", (json_int_t)p->tp, "micro_batch", (json_int_t)pl->mb, "seed",
+                             (json_int_t)p->seed);
+    if (head && pl->mixed) json_mixture(pl, head);
+    else if (head) /* a plain dataset: its numbers at the top, as always */
+        json_object_update_new(head, json_pack("{s:s, s:I, s:I, s:[I, I], s:[I, I], s:I, s:I}", "dataset",
+                                               p->dir, "n_tokens", (json_int_t)s0->n_tok, "n_shards",
+                                               (json_int_t)tks_dataset_n_shards(s0->ds), "range",
+                                               (json_int_t)s0->train.begin, (json_int_t)s0->train.end,
+                                               "val_range", (json_int_t)s0->val.begin,
+                                               (json_int_t)s0->val.end, "n_windows", (json_int_t)s0->nw,
+                                               "n_val_windows", (json_int_t)s0->n_val));
     if (head && p->run_path)
         json_object_set_new(head, "checkpoint", json_pack("{s:s, s:I, s:I}", "path",
                                                           pl->run.checkpoint, "step",
@@ -296,27 +447,38 @@ static int print_head(const plan *pl) {
 }
 
 /* The samples of dp rank d, tp rank t at step `step`, whose share of the
- * step's samples is [first, first + count): printed as text lines, or
- * appended to `samples` (JSON). Returns 0 or the exit code. */
-static int rank_samples(const plan *pl, uint64_t step, uint64_t d, uint64_t t, uint64_t first,
+ * step's samples is [first, first + count), picked from the blend at the
+ * step's start (pl->cur): printed as text lines, or appended to `samples`
+ * (JSON). Returns 0 or the exit code. */
+static int rank_samples(plan *pl, uint64_t step, uint64_t d, uint64_t t, uint64_t first,
                         uint64_t count, json_t *samples) {
     const uint64_t rank = d * pl->a.tp + t;
+    if (tks_blend_picks(&pl->blend, &pl->cur, first, count, pl->picks))
+        return cli_usage_error("%s", tks_last_error()->message);
     for (uint64_t m = 0; m < pl->n_micro; m++) {
         uint64_t mf, mc;
         if (tks_sampler_micro_slice(first, count, pl->mb, m, &mf, &mc))
             return cli_usage_error("%s", tks_last_error()->message);
         for (uint64_t g = mf; g < mf + mc; g++) {
+            const tks_blend_pick *pk = &pl->picks[g - first];
+            const psrc *s = &pl->src[pk->source];
             tks_sample_loc loc;
-            uint64_t w = tks_sampler_window(pl->sm, g);
-            if (tks_sampler_locate(pl->sm, w, &loc)) return cli_usage_error("%s", tks_last_error()->message);
+            uint64_t w = tks_sampler_window(s->sm, pk->index), epoch = pk->index / s->nw;
+            if (tks_sampler_locate(s->sm, w, &loc)) return cli_usage_error("%s", tks_last_error()->message);
             if (samples) {
-                json_array_append_new(samples, json_sample(m, g, g / pl->nw, &loc));
+                json_t *o = json_sample(m, g, epoch, &loc);
+                if (pl->mixed) {
+                    json_object_set_new(o, "source", json_string(s->name));
+                    json_object_set_new(o, "source_sample", json_integer((json_int_t)pk->index));
+                }
+                json_array_append_new(samples, o);
                 continue;
             }
-            printf("step %llu rank %llu dp %llu tp %llu micro %llu sample %llu epoch %llu window "
-                   "%llu tokens [%llu, %llu) ", (ull)step, (ull)rank, (ull)d, (ull)t, (ull)m,
-                   (ull)g, (ull)(g / pl->nw), (ull)w, (ull)loc.token_begin,
-                   (ull)(loc.token_begin + loc.n_tokens));
+            printf("step %llu rank %llu dp %llu tp %llu micro %llu sample %llu ", (ull)step, (ull)rank,
+                   (ull)d, (ull)t, (ull)m, (ull)g);
+            if (pl->mixed) printf("source %s source_sample %llu ", s->name, (ull)pk->index);
+            printf("epoch %llu window %llu tokens [%llu, %llu) ", (ull)epoch, (ull)w,
+                   (ull)loc.token_begin, (ull)(loc.token_begin + loc.n_tokens));
             print_pieces(&loc);
             putchar('\n');
         }
@@ -325,7 +487,7 @@ static int rank_samples(const plan *pl, uint64_t step, uint64_t d, uint64_t t, u
 }
 
 /* Every rank's samples at one step. Returns 0 or the exit code. */
-static int print_step(const plan *pl, uint64_t step) {
+static int print_step(plan *pl, uint64_t step) {
     const plan_args *p = &pl->a;
     int rc = 0;
     json_t *ranks = p->json ? json_array() : NULL;
@@ -334,6 +496,10 @@ static int print_step(const plan *pl, uint64_t step) {
     const uint64_t cursor = step > pl->run_step
                                 ? pl->run_cursor + (step - pl->run_step - 1) * p->global_batch
                                 : (step - 1) * p->global_batch;
+    /* the blend there: from the checkpoint's state when at or after it, else from 0 */
+    const tks_blend_state zero = {0}, *base = cursor >= pl->run_state.sample ? &pl->run_state : &zero;
+    if (pl->cur.sample > cursor || pl->cur.sample < base->sample) pl->cur = *base;
+    tks_blend_seek(&pl->blend, &pl->cur, cursor);
     for (uint64_t d = 0; d < p->dp && !rc; d++) {
         uint64_t first, count;
         if (tks_sampler_rank_slice_at(cursor, p->global_batch, (uint32_t)p->dp, (uint32_t)d,
@@ -364,7 +530,8 @@ static int print_step(const plan *pl, uint64_t step) {
 
 int cli_sample_plan(int argc, char **argv) {
     cli_prog = "tokshard sample-plan";
-    plan pl = {0};
+    static plan pl;
+    memset(&pl, 0, sizeof pl);
     int rc = parse_plan_args(argc, argv, &pl.a);
     if (rc == CLI_PARSED && pl.a.run_path) rc = take_run(&pl);
     if (rc == CLI_PARSED) rc = check_settings(&pl);
@@ -377,8 +544,7 @@ int cli_sample_plan(int argc, char **argv) {
         fprintf(stderr, "%s: error writing the plan: %s\n", cli_prog, strerror(errno));
         rc = EXIT_USAGE;
     }
-    tks_sampler_free(pl.sm);
-    tks_dataset_close(pl.ds);
+    close_plan(&pl);
     return rc;
 }
 

@@ -22,6 +22,7 @@ static void help(void) {
            "  --checkpoint DIR   a checkpoint (RUN/checkpoints/step-N), or a run dir (its newest)\n"
            "  --prompt TEXT      text to continue [\"\"]\n"
            "  --max-tokens N     tokens to generate [100]\n"
+           "  --min-tokens N     no end of text (EOS) before N tokens [0]\n"
            "  --temperature F    0 = greedy [0.8]\n"
            "  --top-p F          nucleus sampling mass, 1 = off [0.9]\n"
            "  --seed N           sampling seed [1]\n"
@@ -58,6 +59,7 @@ int main(int argc, char **argv) {
         {.name = "--checkpoint", .type = CLI_STR, .ptr = &o.checkpoint},
         {.name = "--prompt", .type = CLI_STR, .ptr = &o.prompt},
         {.name = "--max-tokens", .type = CLI_U32, .ptr = &o.max_tokens, .set = set_number, .hi = 1000000},
+        {.name = "--min-tokens", .type = CLI_U32, .ptr = &o.min_tokens, .set = set_number, .hi = 1000000},
         {.name = "--temperature", .type = CLI_FLOAT, .ptr = &o.temperature, .set = set_number, .hi = HUGE_VAL},
         {.name = "--top-p", .type = CLI_FLOAT, .ptr = &o.top_p, .set = set_number, .hi = 1, .open = 1},
         {.name = "--seed", .type = CLI_SIZE, .ptr = &o.seed, .set = set_number},

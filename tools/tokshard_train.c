@@ -25,10 +25,30 @@
 
 static tks_train_opts O;
 static int dry_run, quiet, no_plot, check_mesh, step_model;
-static const char *plot_only;
+static const char *plot_only, *mix_file, *mix_at_shown; /* mix_at_shown: --help's default */
+static tks_mix_spec MIX; /* --dataset (each one), --mix-at */
+
+/* --dataset DIR or NAME=DIR[:WEIGHT], once per source */
+static int set_dataset(const cli_flag *f, const char *name, const char *v) {
+    (void)f;
+    if (!v) return cli_usage_error("%s needs a value: DIR, or NAME=DIR:WEIGHT per source", name);
+    return tks_mix_add_dataset(&MIX, v) ? cli_usage_error("%s", tks_last_error()->message) : 0;
+}
+
+/* --mix-at STEP:NAME=W,... (several allowed) */
+static int set_mix_at(const cli_flag *f, const char *name, const char *v) {
+    (void)f;
+    if (!v) return cli_usage_error("%s needs a value: STEP:NAME=WEIGHT[,NAME=WEIGHT...]", name);
+    return tks_mix_add_change(&MIX, v) ? cli_usage_error("%s", tks_last_error()->message) : 0;
+}
 
 static const cli_flag FLAGS[] = {
-    FLAG("--dataset", CLI_STR, &O.dataset_dir, "tokshard dataset directory (required)", "DIR", 0, 0, 0),
+    {"--dataset", NULL, CLI_STR, &O.dataset_dir, set_dataset, "tokshard dataset directory (required); several as NAME=DIR:WEIGHT make a mixture (weights relative to each other)", "DIR", 0, 0, 0, NULL},
+    FLAG("--mix", CLI_STR, &mix_file, "a mixture's sources and schedule from a JSON file (instead of --dataset)", "FILE", 0, 0, 0),
+    {"--mix-at", NULL, CLI_STR, &mix_at_shown, set_mix_at, "from step STEP on, draw the named sources with these weights (others: none); repeatable", "STEP:NAME=W,...", 0, 0, 0, NULL},
+    FLAG("--warn-repeats", CLI_U64, &O.warn_repeats, "warn when a source is read for more than this many repeats (epochs after its first)", "N", 0, BIG, 0),
+    FLAG("--doc-mask", CLI_BOOL, &O.doc_mask, "attention stays inside each document of a packed window (block-causal, from the shards' document index)", NULL, 0, 0, 0),
+    FLAG("--reset-positions", CLI_BOOL, &O.reset_positions, "RoPE positions restart at each document of a packed window", NULL, 0, 0, 0),
     FLAG("--out", CLI_STR, &O.out_dir, "run directory: checkpoints/, metrics.jsonl, loss.svg (required)", "DIR", 0, 0, 0),
     FLAG("--resume", CLI_STR, &O.resume, "checkpoint directory to continue from, or 'latest' (in --out)", "DIR", 0, 0, 0),
     FLAG("--steps", CLI_U64, &O.steps, "optimizer steps in total", "N", 1, BIG, 0),
@@ -113,14 +133,24 @@ static void on_profile(const char *table, void *ctx) {
 
 static void on_step(const tks_step_info *i, void *ctx) {
     (void)ctx;
-    if (quiet && !i->checkpoint) return;
+    if (quiet && !i->checkpoint && !(i->note && i->note_is_warning)) return;
     char eta[16];
     fmt_time(i->eta_s, eta, sizeof eta);
     if (!quiet)
         printf("step %5llu/%llu | loss %.4f | lr %.2e | grad norm %.3f | %6.0f tok/s | ETA %s\n",
                (unsigned long long)i->step, (unsigned long long)i->steps, i->loss, i->lr,
                i->grad_norm, i->tokens_per_s, eta);
-    if (i->is_eval) printf("step %5llu: validation loss %.4f\n", (unsigned long long)i->step, i->val_loss);
+    if (i->note && !quiet) fputs(i->note, stdout);
+    if (i->note && i->note_is_warning) { /* warnings also in quiet runs, on stderr */
+        fflush(stdout);
+        fprintf(stderr, "%s", i->note);
+    }
+    if (i->is_eval) {
+        printf("step %5llu: validation loss %.4f", (unsigned long long)i->step, i->val_loss);
+        for (uint32_t k = 0; k < i->n_sources; k++)
+            printf("%s%s %.4f", k ? ", " : " (weighted mean; ", i->source_names[k], i->val_by_source[k]);
+        printf(i->n_sources ? ")\n" : "\n");
+    }
     if (i->checkpoint) printf("checkpoint %s\n", i->checkpoint);
     fflush(stdout);
 }
@@ -174,7 +204,9 @@ static int plot(const char *run) {
         fprintf(stderr, "%s: cannot draw the loss curve: %s: %s\n", cli_prog, path, strerror(errno));
         return EXIT_USAGE;
     }
-    series train = {0}, val = {0};
+    series train = {0}, val = {0}, by[TKS_MIX_MAX_SOURCES] = {{0}};
+    char names[TKS_MIX_MAX_SOURCES][TKS_MIX_NAME_MAX];
+    size_t n_by = 0;
     char *line = NULL;
     size_t cap = 0, lineno = 0;
     int rc = 0;
@@ -187,6 +219,19 @@ static int plot(const char *run) {
             unsigned long long s = (unsigned long long)json_integer_value(st);
             if (json_is_number(l)) rc = series_add(&train, s, json_number_value(l), lineno);
             if (!rc && json_is_number(vl)) rc = series_add(&val, s, json_number_value(vl), lineno);
+            /* a mixture's validation loss per source: one curve each */
+            const char *key;
+            json_t *v;
+            json_object_foreach(json_object_get(j, "val_loss_by_source"), key, v) {
+                size_t k = 0;
+                while (k < n_by && strcmp(names[k], key)) k++;
+                if (strspn(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+                    strlen(key))
+                    continue; /* not a source name: never into gnuplot's quotes */
+                if (k == n_by && n_by < TKS_MIX_MAX_SOURCES && strlen(key) < TKS_MIX_NAME_MAX)
+                    snprintf(names[n_by++], TKS_MIX_NAME_MAX, "%s", key);
+                if (!rc && k < n_by && json_is_number(v)) rc = series_add(&by[k], s, json_number_value(v), lineno);
+            }
         }
         json_decref(j); /* a line cut by a kill during a write is not a point */
     }
@@ -196,6 +241,7 @@ static int plot(const char *run) {
         fprintf(stderr, "%s: cannot draw the loss curve: %s\n", cli_prog,
                 rc ? "out of memory" : "no training step in metrics.jsonl");
         free(train.p), free(val.p);
+        for (size_t k = 0; k < n_by; k++) free(by[k].p);
         return EXIT_USAGE;
     }
     int in[2] = {-1, -1}, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -222,10 +268,20 @@ static int plot(const char *run) {
         if (g) {
             series_write(g, "train", &train);
             if (val.n) series_write(g, "val", &val);
+            for (size_t k = 0; k < n_by; k++) {
+                char nm[32];
+                snprintf(nm, sizeof nm, "src%zu", k);
+                series_write(g, nm, &by[k]);
+            }
             fputs("set terminal svg size 800,480\nset output\n"
                   "set xlabel 'step'\nset ylabel 'loss (nats/token)'\nset grid\nset key top right\n", g);
-            fprintf(g, "plot $train using 1:2 with lines title 'train'%s\n",
-                    val.n ? ", $val using 1:2 with linespoints title 'validation'" : "");
+            fprintf(g, "plot $train using 1:2 with lines title 'train'%s",
+                    val.n ? (n_by ? ", $val using 1:2 with linespoints title 'validation (weighted mean)'"
+                                  : ", $val using 1:2 with linespoints title 'validation'") : "");
+            /* source names are [A-Za-z0-9_.-]: safe inside gnuplot's quotes */
+            for (size_t k = 0; k < n_by; k++)
+                fprintf(g, ", $src%zu using 1:2 with linespoints dashtype 2 title 'validation: %s'", k, names[k]);
+            fputs("\n", g);
             fclose(g);
         } else close(in[1]);
         int status = 0;
@@ -235,6 +291,7 @@ static int plot(const char *run) {
         err = 0;
     } else if (in[1] >= 0) close(in[1]);
     free(train.p), free(val.p);
+    for (size_t k = 0; k < n_by; k++) free(by[k].p);
     if (spawned != 0 || rename(tmp, out) != 0) {
         if (fd >= 0) unlink(tmp);
         fprintf(stderr, "%s: could not draw %s (%s; tools/install-deps.sh installs gnuplot-nox)\n",
@@ -278,9 +335,10 @@ static int mesh_check(void) {
 static int print_step_model(void) {
     tks_roofline hw;
     if (tks_roofline_parse(O.roofline ? O.roofline : "h100", &hw)) return cli_lib_error();
-    if (!O.model.vocab_size && O.dataset_dir) {
+    const char *dir = O.mix ? O.mix->sources[0].dir : O.dataset_dir;
+    if (!O.model.vocab_size && dir) {
         tks_dataset *ds = NULL;
-        if (tks_dataset_open(O.dataset_dir, &ds)) return cli_lib_error();
+        if (tks_dataset_open(dir, &ds)) return cli_lib_error();
         O.model.vocab_size = tks_dataset_tokenizer(ds)->vocab_size;
         tks_dataset_close(ds);
     }
@@ -311,8 +369,25 @@ static int run(int argc, char **argv) {
         g_rank = tks_train_rank();
         return mesh_check();
     }
+    if (mix_file && MIX.n_sources)
+        return cli_usage_error("--mix %s and --dataset both name the data: give the sources in one of them", mix_file);
+    if (mix_file) {
+        uint32_t nc = MIX.n_changes;
+        tks_mix_change keep[TKS_MIX_MAX_CHANGES];
+        memcpy(keep, MIX.changes, nc * sizeof keep[0]); /* --mix-at adds to the file's schedule */
+        if (tks_mix_load(&MIX, mix_file)) return cli_usage_error("%s", tks_last_error()->message);
+        for (uint32_t i = 0; i < nc; i++) {
+            if (MIX.n_changes >= TKS_MIX_MAX_CHANGES)
+                return cli_usage_error("--mix-at: more than %d schedule changes", TKS_MIX_MAX_CHANGES);
+            MIX.changes[MIX.n_changes++] = keep[i];
+        }
+    }
+    if (MIX.named) O.mix = &MIX, O.dataset_dir = NULL;
+    else if (MIX.n_sources) O.dataset_dir = MIX.sources[0].dir;
+    if (!MIX.named && MIX.n_changes)
+        return cli_usage_error("--mix-at needs named sources: --dataset NAME=DIR:WEIGHT");
     if (step_model) return print_step_model();
-    if (!O.dataset_dir) return cli_usage_error("--dataset DIR is required");
+    if (!O.dataset_dir && !O.mix) return cli_usage_error("--dataset DIR is required");
     if (!O.out_dir && !dry_run) return cli_usage_error("--out RUN_DIR is required");
     char latest[PATH_MAX];
     if (O.resume && !strcmp(O.resume, "latest")) {

@@ -1,6 +1,6 @@
 /*
  * backend.h - the compute interface between the model code and a backend
- * (trainer/cpu, the reference, and trainer/cuda), contract version 2. Private to
+ * (trainer/cpu, the reference, and trainer/cuda), contract version 3. Private to
  * trainer/ and its tests. docs/BACKENDS.md explains it for someone writing a
  * backend; this header is the reference.
  *
@@ -38,13 +38,17 @@
  *   V vocab rows held by this process (the tensor-parallel shard of the padded
  *   vocabulary), v0 the global id of local row 0, VR the local rows that are
  *   real (not padding).
+ *
+ * Contract 3 over 2: attention_fwd and attention_bwd take `doc` (block-causal
+ * attention within packed documents) and rope takes `pos` (positions per
+ * token); NULL gives contract 2's behaviour bit for bit.
  */
 #ifndef TKS_BACKEND_H
 #define TKS_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
-#define TKS_BACKEND_CONTRACT 2
+#define TKS_BACKEND_CONTRACT 3
 
 typedef enum tks_dtype {
     TKS_F32 = 0, /* IEEE binary32 */
@@ -78,7 +82,7 @@ typedef struct tks_ws_shape {
 /* C[M,N] = alpha * op(A) @ op(B)  (+ C when accumulate), op(X) = X or X^T.
  * lda/ldb/ldc are row strides in elements. A is [M,K] (trans_a: [K,M]), B is
  * [K,N] (trans_b: [N,K]). Products and sums in `compute` (fp32 is the only
- * compute type in contract 2); C is read (accumulate) and written in c_type.
+ * compute type in contracts 2 and 3); C is read (accumulate) and written in c_type.
  * The weight-gradient GEMMs of mixed precision are a_type = b_type = bf16,
  * c_type = fp32, accumulate = 1. */
 typedef struct tks_gemm_args {
@@ -187,28 +191,40 @@ struct tks_backend_ops {
 
     /* ---- RoPE (Su et al. 2021, "RoFormer"), Hugging Face LLaMA layout: the
      * pairs rotated together are (j, j + HD/2) ("rotate_half"). -------------- */
-    /* Rotates x[B,T,H,HD] (dt) in place by position p0 + t, angle
+    /* Rotates x[B,T,H,HD] (dt) in place by position p, angle
      * p * theta^(-2j/HD); inverse != 0 rotates by -angle (the backward).
+     * p = p0 + t when pos is NULL; else p = pos[b*T + t], pos a device
+     * int32[B,T] with every value in [0, T) (positions that restart at each
+     * packed document: t - doc[b,t], see attention_fwd); an out-of-range
+     * value fails the op (TKS_ERR_ARG) where the backend can check it.
      * Rows of x are `ld` elements apart (ld >= H*HD: a view into a fused
      * q|k|v row). */
     int (*rope)(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0,
-                float theta, int inverse, tks_dtype dt);
+                const int32_t *pos, float theta, int inverse, tks_dtype dt);
 
     /* ---- causal self-attention with GQA, flash style (Dao et al. 2022) ----
      * q[B,T,NH,HD] rows ldq apart, k,v[B,T,NKV,HD] rows ldkv apart (views into
      * a fused qkv row are allowed), out[B,T,NH,HD] rows ldo apart, all dt.
-     * out = softmax(q k^T / sqrt(HD), causal) v; query head h uses kv head
+     * out = softmax(q k^T / sqrt(HD), mask) v; query head h uses kv head
      * h / (NH/NKV). Saves only lse[B,NH,T] (fp32, natural log of the row's
-     * sum of exp of the scaled scores). No T x T buffer. */
+     * sum of exp of the scaled scores). No T x T buffer.
+     * Mask: doc NULL: causal, query t sees keys u <= t. Otherwise doc is a
+     * device int32[B,T] of packed documents: doc[b,t] is the position in row
+     * b where token t's document starts, and query t sees keys
+     * doc[b,t] <= u <= t only (block-causal: a document never sees another).
+     * A row is whole documents back to back: doc[b,0] = 0 and doc[b,t] is
+     * doc[b,t-1] or t. Key blocks that a query block cannot see are skipped,
+     * so short documents cost less than the causal mask. */
     int (*attention_fwd)(tks_backend *be, void *out, size_t ldo, float *lse, const void *q,
-                         size_t ldq, const void *k, const void *v, size_t ldkv, int B, int T,
-                         int NH, int NKV, int HD, tks_dtype dt);
-    /* Recomputes the probabilities from q, k and lse. dq (ldq), dk, dv (ldkv)
-     * are overwritten (not accumulated); dout, out rows ldo apart. */
+                         size_t ldq, const void *k, const void *v, size_t ldkv,
+                         const int32_t *doc, int B, int T, int NH, int NKV, int HD, tks_dtype dt);
+    /* Recomputes the probabilities from q, k and lse under the same mask
+     * (doc as in the forward). dq (ldq), dk, dv (ldkv) are overwritten (not
+     * accumulated); dout, out rows ldo apart. */
     int (*attention_bwd)(tks_backend *be, void *dq, void *dk, void *dv, const void *dout,
                          const void *out, size_t ldo, const float *lse, const void *q, size_t ldq,
-                         const void *k, const void *v, size_t ldkv, int B, int T, int NH, int NKV,
-                         int HD, tks_dtype dt);
+                         const void *k, const void *v, size_t ldkv, const int32_t *doc, int B,
+                         int T, int NH, int NKV, int HD, tks_dtype dt);
     /* One query position t (decoding with a KV cache): q[NH,HD] attends to
      * kc, vc[0..t] (caches laid out [Tmax, NKV, HD]) -> out[NH,HD]; all dt. */
     int (*attention_step)(tks_backend *be, void *out, const void *q, const void *kc,

@@ -355,9 +355,14 @@ static int save_state(const char *dir, const char *tmp, const tks_train_state *s
         "dataset_manifest_xxh3", mx, "tokenizer_fingerprint", fp, "options",
         opts ? opts : json_object(), "files", files,
         "rng", "counter-based (splitmix64 keyed by seed): no state beyond the seed and cursor");
-    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    if (j && st->mix_json[0]) {
+        json_t *mix = json_loads(st->mix_json, 0, &e);
+        if (!mix) rc = tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE, "the mixture's record is not JSON");
+        else json_object_set_new(j, "mix", mix);
+    }
+    char *text = j && !rc ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(j);
-    if (!text) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+    if (!text && !rc) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc && (rc = tks_path_join(path, sizeof path, tmp, "trainer_state.json")) == 0)
         rc = tks_write_file_atomic(path, text, strlen(text));
     free(text);
@@ -469,6 +474,15 @@ int tks_checkpoint_peek(const char *dir, tks_model_config *cfg, tks_train_state 
     char *ot = opts ? json_dumps(opts, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     snprintf(st->options_json, sizeof st->options_json, "%s", ot ? ot : "{}");
     free(ot);
+    json_t *mix = json_object_get(s, "mix");
+    char *mt = mix ? json_dumps(mix, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
+    if (mt && strlen(mt) >= sizeof st->mix_json) {
+        free(mt);
+        json_decref(s);
+        return bad_ckpt(dir, "trainer_state.json's mixture record is too long");
+    }
+    snprintf(st->mix_json, sizeof st->mix_json, "%s", mt ? mt : "");
+    free(mt);
     /* every file's checksum; model.safetensors and config.json must be there */
     for (size_t i = 0; i < N_FILES && !rc; i++) {
         const char *want = json_string_value(json_object_get(files, FILES[i]));

@@ -34,6 +34,8 @@ typedef struct tks_train_state {
     uint64_t manifest_xxh3;      /* dataset identity */
     uint8_t tokenizer_fp[16];    /* XXH3-128 of the tokenizer */
     char options_json[4096];     /* the run's options, for the record (compact JSON object) */
+    char mix_json[TKS_MIX_JSON_MAX]; /* a mixture's record with its cursor (tks_mix_record),
+                                  * "" for a plain run; trainer_state.json's "mix" */
 } tks_train_state;
 
 /*

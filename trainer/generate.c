@@ -109,6 +109,7 @@ int tks_generate(const tks_generate_opts *o) {
     int pos = 0;
     for (size_t i = 0; !rc && i < n; i++) rc = tks_model_decode_step(m, (int32_t)ctx[i], pos++, logits);
     for (uint32_t k = 0; !rc && k < o->max_tokens; k++) {
+        if (k < o->min_tokens && eos < cfg.vocab_size) logits[eos] = -INFINITY; /* not yet */
         uint32_t next = sample(logits, cfg.vocab_size, o->temperature, o->top_p > 0 ? o->top_p : 1.0f,
                                &rng, scratch);
         if (next == eos) break;

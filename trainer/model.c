@@ -58,6 +58,9 @@ struct tks_model {
     void *logits;            /* (N, VP_l); overwritten in place by dlogits */
     float *mx, *sum, *tgt, *loss; /* (N) */
     int32_t *ids, *targets;  /* (N) */
+    int32_t *doc, *pos;      /* (N) document starts and positions of the packed documents
+                              * (tks_model_set_documents); used when docs_on / pos_on */
+    int docs_on, pos_on;
     /* backward scratch */
     void *dres, *dh;         /* (N, C) */
     void *dqkv, *datt;       /* like qkv, att */
@@ -236,10 +239,11 @@ static size_t layer_bytes(const act_plan *p) {
            al64(N * 2 * p->F * e) + al64(N * p->F * e) + al64(N * 4) * 2 + al64(N * p->NH_l * 4);
 }
 /* model-level: xL, hf, dres, dh (dt, N C); logits (dt, N VP_l); rstdf, mx,
- * sum, tgt, loss (fp32, N); ids, targets (int32, N); dqkv, datt, dgu, dact (dt) */
+ * sum, tgt, loss (fp32, N); ids, targets, doc, pos (int32, N); dqkv, datt,
+ * dgu, dact (dt) */
 static size_t top_bytes(const act_plan *p) {
     size_t N = p->N, e = p->es;
-    return al64(N * p->C * e) * 4 + al64(N * p->VP_l * e) + al64(N * 4) * 5 + al64(N * 4) * 2 +
+    return al64(N * p->C * e) * 4 + al64(N * p->VP_l * e) + al64(N * 4) * 5 + al64(N * 4) * 4 +
            al64(N * p->QKV * e) + al64(N * p->QD * e) + al64(N * 2 * p->F * e) + al64(N * p->F * e);
 }
 
@@ -377,6 +381,8 @@ int tks_model_create_dt(const tks_model_config *cfg, tks_backend *be, tks_comm *
     m->loss = dalloc(m, N * 4, &fail);
     m->ids = dalloc(m, N * 4, &fail);
     m->targets = dalloc(m, N * 4, &fail);
+    m->doc = dalloc(m, N * 4, &fail);
+    m->pos = dalloc(m, N * 4, &fail);
     m->dqkv = dalloc(m, N * ap.QKV * e, &fail);
     m->datt = dalloc(m, N * ap.QD * e, &fail);
     m->dgu = dalloc(m, N * 2 * F * e, &fail);
@@ -408,7 +414,7 @@ void tks_model_free(tks_model *m) {
         F(L->rstd2); F(L->gu); F(L->act); F(L->kc); F(L->vc);
     }
     F(m->w); F(m->g); F(m->wc); F(m->xL); F(m->hf); F(m->rstdf); F(m->logits); F(m->mx);
-    F(m->sum); F(m->tgt); F(m->loss); F(m->ids); F(m->targets); F(m->dres); F(m->dh);
+    F(m->sum); F(m->tgt); F(m->loss); F(m->ids); F(m->targets); F(m->doc); F(m->pos); F(m->dres); F(m->dh);
     F(m->dqkv); F(m->datt); F(m->dgu); F(m->dact);
     if (m->ws) {
         be->ops->set_workspace(be, NULL, 0);
@@ -575,16 +581,17 @@ static int layer_forward(tks_model *m, layer *L, void *x_out, int B, int T, int 
     TRY(be->ops->rmsnorm_fwd(be, L->h1, L->rstd1, L->x, cw(m, L->attn_norm), M, C, c->norm_eps, dt));
     /* q|k|v = h1 @ [Wq; Wk; Wv]^T: one GEMM over the three adjacent tensors */
     TRY(linear(m, L->qkv, L->h1, cw(m, L->wq), M, QKV, C, 0));
-    TRY(be->ops->rope(be, q, (size_t)QKV, B, T, m->NH_l, HD, decode ? pos : 0, c->rope_theta, 0, dt));
-    TRY(be->ops->rope(be, k, (size_t)QKV, B, T, m->NKV_l, HD, decode ? pos : 0, c->rope_theta, 0, dt));
+    const int32_t *P = !decode && m->pos_on ? m->pos : NULL, *D = m->docs_on ? m->doc : NULL;
+    TRY(be->ops->rope(be, q, (size_t)QKV, B, T, m->NH_l, HD, decode ? pos : 0, P, c->rope_theta, 0, dt));
+    TRY(be->ops->rope(be, k, (size_t)QKV, B, T, m->NKV_l, HD, decode ? pos : 0, P, c->rope_theta, 0, dt));
     if (decode) {
         size_t es = tks_dtype_size(dt);
         TRY(be->ops->copy(be, off(m, L->kc, (size_t)pos * KD), k, (size_t)KD * es));
         TRY(be->ops->copy(be, off(m, L->vc, (size_t)pos * KD), v, (size_t)KD * es));
         TRY(be->ops->attention_step(be, L->att, q, L->kc, L->vc, pos, m->NH_l, m->NKV_l, HD, dt));
     } else {
-        TRY(be->ops->attention_fwd(be, L->att, (size_t)QD, L->lse, q, (size_t)QKV, k, v, (size_t)QKV, B,
-                              T, m->NH_l, m->NKV_l, HD, dt));
+        TRY(be->ops->attention_fwd(be, L->att, (size_t)QD, L->lse, q, (size_t)QKV, k, v, (size_t)QKV, D,
+                                   B, T, m->NH_l, m->NKV_l, HD, dt));
     }
     TRY(linear(m, L->xm, L->att, cw(m, L->wo), M, C, QD, 0));
     TRY(tp_sum(m, L->xm, (size_t)M * C));
@@ -633,6 +640,32 @@ static int upload_batch(tks_model *m, const int32_t *ids, const int32_t *targets
     int rc;
     TRY(m->be->ops->upload(m->be, m->ids, ids, (size_t)m->N * sizeof(int32_t)));
     return m->be->ops->upload(m->be, m->targets, targets, (size_t)m->N * sizeof(int32_t));
+}
+
+int tks_model_set_documents(tks_model *m, const int32_t *doc, int mask, int reset_positions) {
+    int rc;
+    m->docs_on = m->pos_on = 0;
+    if (!doc || (!mask && !reset_positions)) return 0;
+    for (int b = 0; b < m->B; b++)
+        for (int t = 0; t < m->T; t++) {
+            int32_t d = doc[(size_t)b * m->T + t];
+            if (t == 0 ? d != 0 : d != doc[(size_t)b * m->T + t - 1] && d != t)
+                return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                                "document starts of row %d: position %d gives %d, neither the "
+                                "previous start nor %d (a caller bug)", b, t, (int)d, t);
+        }
+    TRY(m->be->ops->upload(m->be, m->doc, doc, (size_t)m->N * sizeof(int32_t)));
+    if (reset_positions) {
+        /* the row's positions restart at each document: t - doc[t] (host
+         * scratch: the loss buffer's bytes, free until the forward) */
+        int32_t *p = (int32_t *)m->host_loss;
+        for (int i = 0; i < m->N; i++) p[i] = i % m->T - doc[i];
+        TRY(m->be->ops->upload(m->be, m->pos, p, (size_t)m->N * sizeof(int32_t)));
+        /* the upload is done when it returns (backend.h): the scratch is free again */
+    }
+    m->docs_on = mask != 0;
+    m->pos_on = reset_positions != 0;
+    return 0;
 }
 
 int tks_model_forward(tks_model *m, const int32_t *ids, const int32_t *targets, double *loss_sum) {
@@ -720,9 +753,11 @@ int tks_model_backward(tks_model *m, float loss_scale) {
         TRY(linear_dw(m, L->wo->g, m->dres, L->att, N, C, QD));
         TRY(linear_dx(m, m->datt, m->dres, cw(m, L->wo), N, C, QD, 0));
         TRY(be->ops->attention_bwd(be, dq, dk, dv, m->datt, L->att, (size_t)QD, L->lse, q, (size_t)QKV,
-                              k, v, (size_t)QKV, m->B, m->T, m->NH_l, m->NKV_l, HD, dt));
-        TRY(be->ops->rope(be, dq, (size_t)QKV, m->B, m->T, m->NH_l, HD, 0, m->cfg.rope_theta, 1, dt));
-        TRY(be->ops->rope(be, dk, (size_t)QKV, m->B, m->T, m->NKV_l, HD, 0, m->cfg.rope_theta, 1, dt));
+                                   k, v, (size_t)QKV, m->docs_on ? m->doc : NULL, m->B, m->T,
+                                   m->NH_l, m->NKV_l, HD, dt));
+        const int32_t *P = m->pos_on ? m->pos : NULL;
+        TRY(be->ops->rope(be, dq, (size_t)QKV, m->B, m->T, m->NH_l, HD, 0, P, m->cfg.rope_theta, 1, dt));
+        TRY(be->ops->rope(be, dk, (size_t)QKV, m->B, m->T, m->NKV_l, HD, 0, P, m->cfg.rope_theta, 1, dt));
         TRY(linear_dw(m, L->wq->g, m->dqkv, L->h1, N, QKV, C));
         TRY(linear_dx(m, m->dh, m->dqkv, cw(m, L->wq), N, QKV, C, 0));
         TRY(tp_sum(m, m->dh, (size_t)N * C));

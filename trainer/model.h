@@ -127,6 +127,20 @@ uint64_t tks_model_n_params(const tks_model_config *c);
 void tks_model_init(tks_model *m, uint64_t seed);
 
 /*
+ * Packed documents of the next micro-batches (until the next call): doc is
+ * host int32[B*T], doc[b*T + t] the position in row b where token t's
+ * document starts (doc[b*T] = 0; each value the previous one or t:
+ * tks_sampler_doc_starts gives it). mask != 0: attention is block-causal,
+ * a token sees only the earlier tokens of its own document (backend.h,
+ * attention_fwd). reset_positions != 0: RoPE positions restart at 0 at each
+ * document (t - doc). doc NULL, or both flags 0: plain causal attention over
+ * positions 0..T-1 (the default). Decoding (tks_model_decode_step) ignores
+ * both. Errors: TKS_ERR_ARG (doc breaks the rule above, naming the row and
+ * position), the backend's upload errors.
+ */
+int tks_model_set_documents(tks_model *m, const int32_t *doc, int mask, int reset_positions);
+
+/*
  * Forward pass of one micro-batch. ids and targets: host int32[B*T], every id
  * < vocab_size (the caller range-checks; see tks_sampler_read). Keeps every
  * activation for backward. Returns the SUM of per-token losses in *loss_sum.

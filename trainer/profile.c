@@ -121,19 +121,19 @@ static int p_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout,
     return toc(be, TKS_OP_RMSNORM_BWD, t0, ROWS(TKS_OP_RMSNORM_BWD, N, C, ES(dt)), prof.ops->rmsnorm_bwd(be, dx, dw, dout, x, w, rstd, N, C, dt));
 }
 
-static int p_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0, float theta, int inverse, tks_dtype dt) {
+static int p_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0, const int32_t *pos, float theta, int inverse, tks_dtype dt) {
     double t0 = tic(be);
-    return toc(be, TKS_OP_ROPE, t0, ROWS(TKS_OP_ROPE, (size_t)B * T, (size_t)H * HD, ES(dt)), prof.ops->rope(be, x, ld, B, T, H, HD, p0, theta, inverse, dt));
+    return toc(be, TKS_OP_ROPE, t0, ROWS(TKS_OP_ROPE, (size_t)B * T, (size_t)H * HD, ES(dt)), prof.ops->rope(be, x, ld, B, T, H, HD, p0, pos, theta, inverse, dt));
 }
 
-static int p_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, const void *q, size_t ldq, const void *k, const void *v, size_t ldkv, int B, int T, int NH, int NKV, int HD, tks_dtype dt) {
+static int p_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, const void *q, size_t ldq, const void *k, const void *v, size_t ldkv, const int32_t *doc, int B, int T, int NH, int NKV, int HD, tks_dtype dt) {
     double t0 = tic(be);
-    return toc(be, TKS_OP_ATTENTION_FWD, t0, tks_cost_attention(B, T, NH, NKV, HD, ES(dt), 0), prof.ops->attention_fwd(be, out, ldo, lse, q, ldq, k, v, ldkv, B, T, NH, NKV, HD, dt));
+    return toc(be, TKS_OP_ATTENTION_FWD, t0, tks_cost_attention(B, T, NH, NKV, HD, ES(dt), 0), prof.ops->attention_fwd(be, out, ldo, lse, q, ldq, k, v, ldkv, doc, B, T, NH, NKV, HD, dt));
 }
 
-static int p_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const void *dout, const void *out, size_t ldo, const float *lse, const void *q, size_t ldq, const void *k, const void *v, size_t ldkv, int B, int T, int NH, int NKV, int HD, tks_dtype dt) {
+static int p_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const void *dout, const void *out, size_t ldo, const float *lse, const void *q, size_t ldq, const void *k, const void *v, size_t ldkv, const int32_t *doc, int B, int T, int NH, int NKV, int HD, tks_dtype dt) {
     double t0 = tic(be);
-    return toc(be, TKS_OP_ATTENTION_BWD, t0, tks_cost_attention(B, T, NH, NKV, HD, ES(dt), 1), prof.ops->attention_bwd(be, dq, dk, dv, dout, out, ldo, lse, q, ldq, k, v, ldkv, B, T, NH, NKV, HD, dt));
+    return toc(be, TKS_OP_ATTENTION_BWD, t0, tks_cost_attention(B, T, NH, NKV, HD, ES(dt), 1), prof.ops->attention_bwd(be, dq, dk, dv, dout, out, ldo, lse, q, ldq, k, v, ldkv, doc, B, T, NH, NKV, HD, dt));
 }
 
 static int p_attention_step(tks_backend *be, void *out, const void *q, const void *kc, const void *vc, int t, int NH, int NKV, int HD, tks_dtype dt) {

@@ -34,6 +34,8 @@ int tks_train_read_sampling(const char *path, tks_run_sampling *out) {
     json_t *o = json_loads(st.options_json, 0, NULL);
     const char *ds = json_string_value(json_object_get(o, "dataset"));
     json_t *mb = json_object_get(o, "micro_batch");
+    snprintf(out->mix_json, sizeof out->mix_json, "%s", st.mix_json);
+    if (st.mix_json[0] && !ds) ds = ""; /* a mixture: its sources are in mix_json */
     if (!ds || !json_is_integer(mb) || json_integer_value(mb) < 0) {
         json_decref(o);
         return tks_fail(TKS_ERR_MANIFEST, out->checkpoint, TKS_NONE, TKS_NONE,
@@ -44,7 +46,7 @@ int tks_train_read_sampling(const char *path, tks_run_sampling *out) {
     snprintf(out->dataset, sizeof out->dataset, "%s", ds);
     /* a relative path (a checkpoint written before paths were absolute) is
      * tried from here, then from the run directory (checkpoint/../..) */
-    if (ds[0] != '/' && stat(ds, &sb) != 0) {
+    if (ds[0] && ds[0] != '/' && stat(ds, &sb) != 0) {
         char run[PATH_MAX], p[PATH_MAX];
         if (snprintf(run, sizeof run, "%s/../..", out->checkpoint) < (int)sizeof run &&
             tks_path_join(p, sizeof p, run, ds) == 0 && stat(p, &sb) == 0)

@@ -25,6 +25,12 @@ uint64_t tks_epoch_key(uint64_t seed, uint64_t epoch) {
     return tks_mix64(tks_mix64(seed) + TKS_GOLDEN64 * (epoch + 1));
 }
 
+uint64_t tks_source_seed(uint64_t seed, const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, 64 bits */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+    return seed ^ h;
+}
+
 uint64_t tks_perm_index(uint64_t i, uint64_t n, uint64_t key) {
     if (i >= n) return UINT64_MAX;
     if (n == 1) return 0;
@@ -222,6 +228,31 @@ int tks_sampler_read(const tks_sampler *s, uint64_t window, uint32_t model_vocab
         }
         out += take;
         t += take;
+        left -= take;
+    }
+    return 0;
+}
+
+int tks_sampler_doc_starts(const tks_sampler *s, uint64_t window, int32_t *doc) {
+    if (window >= s->n_windows) return bad_window(s, window);
+    if (!doc) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "sampler doc starts: NULL doc");
+    const uint64_t first = s->begin + window * s->seq_len;
+    uint64_t t = first, left = s->seq_len; /* the inputs: the last token is a target only */
+    for (size_t i = shard_of(s, t); left > 0; i++) {
+        uint64_t take = s->cum[i + 1] - t < left ? s->cum[i + 1] - t : left;
+        if (take == 0) continue;
+        const tks_shard *sh = tks_dataset_shard(s->ds, i);
+        const uint64_t *idx = tks_shard_doc_index(sh), nd = tks_shard_hdr(sh)->n_docs;
+        uint64_t o = t - s->cum[i], lo = 0, hi = nd; /* the document holding o: idx[lo] <= o < idx[lo + 1] */
+        while (hi - lo > 1) {
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (idx[mid] <= o) lo = mid; else hi = mid;
+        }
+        for (uint64_t e = o + take; o < e; o++, t++) {
+            while (lo + 1 < nd && idx[lo + 1] <= o) lo++;
+            uint64_t start = s->cum[i] + idx[lo]; /* global offset of the document's first token */
+            doc[t - first] = start > first ? (int32_t)(start - first) : 0;
+        }
         left -= take;
     }
     return 0;

@@ -79,6 +79,13 @@ uint64_t tks_perm_index(uint64_t i, uint64_t n, uint64_t key);
  * distinct keys. */
 uint64_t tks_epoch_key(uint64_t seed, uint64_t epoch);
 
+/* The seed of a mixture's source named `name` (docs/SAMPLING.md §9): the
+ * run's seed XOR the 64-bit FNV-1a hash of the name's bytes (offset basis
+ * 0xcbf29ce484222325, prime 0x100000001b3; G. Fowler, L. C. Noll, K.-P. Vo),
+ * so that each source has its own permutations, whatever its place in the
+ * list. A plain single dataset uses the run's seed itself. */
+uint64_t tks_source_seed(uint64_t seed, const char *name);
+
 /* ---------------------------------------------------------------------------
  * Train / validation split (docs/SAMPLING.md §2)
  * ------------------------------------------------------------------------- */
@@ -158,6 +165,18 @@ int tks_sampler_locate(const tks_sampler *s, uint64_t window, tks_sample_loc *lo
 int tks_sampler_read(const tks_sampler *s, uint64_t window, uint32_t model_vocab,
                      uint32_t *tokens);
 
+/*
+ * The documents of window `window` as the model's attention mask takes them
+ * (docs/SAMPLING.md §3, "Documents in a window"): for each input position
+ * t < seq_len, doc[t] = the position in the window where token t's document
+ * starts, or 0 when it started before the window. Boundaries come from the
+ * shards' document indexes (a shard boundary is one too), never from token
+ * ids. doc: caller-owned, seq_len elements; doc[0] = 0 and each doc[t] is
+ * doc[t-1] or t. O(log docs per shard + seq_len).
+ * Errors: TKS_ERR_ARG (window >= n_windows, doc NULL).
+ */
+int tks_sampler_doc_starts(const tks_sampler *s, uint64_t window, int32_t *doc);
+
 /* ---------------------------------------------------------------------------
  * Steps, data-parallel ranks, micro-batches (docs/SAMPLING.md §5, §6)
  * ------------------------------------------------------------------------- */
@@ -197,6 +216,86 @@ int tks_sampler_rank_slice(uint64_t step, uint64_t global_batch, uint32_t dp, ui
  */
 int tks_sampler_micro_slice(uint64_t rank_first, uint64_t rank_count, uint64_t micro_batch,
                             uint64_t micro, uint64_t *first_global_sample, uint64_t *count);
+
+/* ---------------------------------------------------------------------------
+ * Blending sources (docs/SAMPLING.md §9): which source each global sample
+ * comes from, and its index in that source's own sample sequence
+ * ------------------------------------------------------------------------- */
+
+#define TKS_BLEND_MAX_SOURCES 32
+#define TKS_BLEND_MAX_PHASES 64
+
+/*
+ * A blend: phases of constant weights over the global sample sequence.
+ * Phase p covers global samples [start[p], start[p+1]) (the last one: to the
+ * end), start[0] = 0, strictly increasing. W[p][k] is source k's weight in
+ * phase p as an integer fraction of 2^32 (0: not drawn in that phase),
+ * S[p] = sum_k W[p][k] > 0. A plain struct, filled by tks_blend_init.
+ */
+typedef struct tks_blend {
+    uint32_t n_sources, n_phases;
+    uint64_t start[TKS_BLEND_MAX_PHASES];
+    uint64_t W[TKS_BLEND_MAX_PHASES][TKS_BLEND_MAX_SOURCES];
+    uint64_t S[TKS_BLEND_MAX_PHASES];
+} tks_blend;
+
+/*
+ * Where a blend stands after `sample` global samples: count[k] samples of
+ * source k over the run (source k's next sample is its own sample
+ * count[k]), phase_count[k] of them since the start of the phase holding
+ * sample - 1. All zero at the start of a run. This is the cursor a
+ * checkpoint keeps.
+ */
+typedef struct tks_blend_state {
+    uint64_t sample;
+    uint64_t count[TKS_BLEND_MAX_SOURCES];
+    uint64_t phase_count[TKS_BLEND_MAX_SOURCES];
+} tks_blend_state;
+
+/* One blended sample: its source and the index in that source's samples. */
+typedef struct tks_blend_pick {
+    uint32_t source;
+    uint64_t index;
+} tks_blend_pick;
+
+/*
+ * Fills b from real weights: weights[p * n_sources + k] >= 0 is source k's
+ * weight in phase p (0: not drawn), each phase with at least one positive
+ * weight; start[p] as above. Integer weights (docs/SAMPLING.md §9):
+ * total_p = the sum of phase p's weights in source order (double),
+ * W[p][k] = floor(ldexp(w / total_p, 32)); exactly reproducible in any
+ * language with IEEE doubles. names (may be NULL) name the sources in
+ * messages. Errors: TKS_ERR_ARG (a count out of range, a weight not finite
+ * or negative, a phase without a positive weight, a positive weight below
+ * 2^-32 of its phase's total, phases not increasing from 0: the message
+ * names the source and the phase).
+ */
+int tks_blend_init(tks_blend *b, uint32_t n_sources, uint32_t n_phases, const uint64_t *start,
+                   const double *weights, const char *const *names);
+
+/*
+ * Assigns global sample st->sample and advances st: with p its phase and
+ * j = st->sample - start[p] (phase counts restart at start[p]), the source
+ * is the k with W[p][k] > 0 that maximizes the deficit
+ * W[p][k] * (j + 1) - S[p] * phase_count[k] (exact integers, 128-bit),
+ * ties to the smallest k: Megatron-LM's blending index (BlendedDataset,
+ * helpers.cpp build_blending_indices) in exact arithmetic. Returns the
+ * pick (source, count[source] before the increment). O(n_sources).
+ */
+tks_blend_pick tks_blend_next(const tks_blend *b, tks_blend_state *st);
+
+/* Advances st to `sample` global samples (sample >= st->sample) by
+ * assigning each one in turn: O((sample - st->sample) n_sources). */
+void tks_blend_seek(const tks_blend *b, tks_blend_state *st, uint64_t sample);
+
+/*
+ * The picks of global samples [first, first + n) into out[n], starting
+ * from `from` (a state at or before first; not changed): every rank of
+ * every layout computes the same picks from the state at the step's start.
+ * Errors: TKS_ERR_ARG (first before from->sample).
+ */
+int tks_blend_picks(const tks_blend *b, const tks_blend_state *from, uint64_t first, uint64_t n,
+                    tks_blend_pick *out);
 
 #ifdef __cplusplus
 }

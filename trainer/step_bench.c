@@ -98,3 +98,76 @@ int tks_step_bench(const tks_step_bench_opts *in, tks_step_bench_result *out) {
     if (be) be->ops->destroy(be);
     return rc;
 }
+
+/* fwd + bwd over every window, in batches of B, in seconds. t: q k v out dq
+ * dk dv dout on the backend. */
+static double attention_once(tks_backend *be, void *const *t, float *lse, const int32_t *doc,
+                             const tks_attention_bench_opts *o) {
+    size_t lq = (size_t)o->NH * o->HD, lk = (size_t)o->NKV * o->HD;
+    double t0 = omp_get_wtime();
+    for (int w = 0; w + o->B <= o->n_windows; w += o->B) {
+        const int32_t *d = doc ? doc + (size_t)w * o->T : NULL;
+        be->ops->attention_fwd(be, t[3], lq, lse, t[0], lq, t[1], t[2], lk, d, o->B, o->T, o->NH, o->NKV,
+                               o->HD, TKS_F32);
+        be->ops->attention_bwd(be, t[4], t[5], t[6], t[7], t[3], lq, lse, t[0], lq, t[1], t[2], lk, d,
+                               o->B, o->T, o->NH, o->NKV, o->HD, TKS_F32);
+    }
+    be->ops->sync(be);
+    return omp_get_wtime() - t0;
+}
+
+int tks_attention_bench(const tks_attention_bench_opts *o, tks_attention_bench_result *out) {
+    memset(out, 0, sizeof *out);
+    if (o->B < 1 || o->T < 2 || o->NH < 1 || o->NKV < 1 || o->NH % o->NKV || o->HD < 2 || o->reps < 1 ||
+        o->n_windows < o->B || !o->doc)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "attention bench: B %d, T %d, NH %d, NKV %d, HD %d, reps %d, %d windows: give "
+                        "positive sizes, NKV dividing NH, at least B windows and their documents",
+                        o->B, o->T, o->NH, o->NKV, o->HD, o->reps, o->n_windows);
+    tks_backend *be = NULL;
+    int rc = tks_backend_create("cpu", o->threads, &be);
+    if (rc) return rc;
+    tks_ws_shape ws = {.B = o->B, .T = o->T, .C = o->NH * o->HD, .NH = o->NH, .NKV = o->NKV, .HD = o->HD,
+                       .F = 64, .V = 64, .Tcache = o->T, .dt = TKS_F32};
+    size_t wsb = be->ops->workspace_bytes(be, &ws), nq = (size_t)o->B * o->T * o->NH * o->HD,
+           nk = (size_t)o->B * o->T * o->NKV * o->HD, ndoc = (size_t)o->n_windows * o->T;
+    size_t n[8] = {nq, nk, nk, nq, nq, nk, nk, nq}; /* q k v out dq dk dv dout */
+    void *t[8] = {0}, *wsp = be->ops->alloc(be, wsb);
+    float *lse = be->ops->alloc(be, (size_t)o->B * o->NH * o->T * sizeof(float));
+    int32_t *doc = be->ops->alloc(be, ndoc * sizeof *doc);
+    float *h = malloc(nq * sizeof *h);
+    uint64_t z = 12345;
+    rc = wsp && lse && doc && h ? be->ops->set_workspace(be, wsp, wsb)
+                                : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) rc = be->ops->upload(be, doc, o->doc, ndoc * sizeof *doc);
+    for (int i = 0; i < 8 && !rc; i++) { /* values in [-0.5, 0.5): the time does not depend on them */
+        for (size_t j = 0; j < n[i]; j++) {
+            z = z * 6364136223846793005ull + 1442695040888963407ull;
+            h[j] = (float)((double)(z >> 11) / 9007199254740992.0 - 0.5);
+        }
+        if (!(t[i] = be->ops->alloc(be, n[i] * sizeof(float))))
+            rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+        else rc = be->ops->upload(be, t[i], h, n[i] * sizeof(float));
+    }
+    out->causal_s = out->doc_mask_s = INFINITY;
+    if (!rc) attention_once(be, t, lse, NULL, o); /* warm up */
+    for (int r = 0; r < o->reps && !rc; r++) { /* alternating: both see the same machine */
+        double a = attention_once(be, t, lse, NULL, o), b = attention_once(be, t, lse, doc, o);
+        if (a < out->causal_s) out->causal_s = a;
+        if (b < out->doc_mask_s) out->doc_mask_s = b;
+    }
+    if (!rc) rc = be->ops->sync(be);
+    int64_t kept = 0, all = 0;
+    for (size_t i = 0; i < ndoc; i++) {
+        int tt = (int)(i % (size_t)o->T);
+        kept += tt - o->doc[i] + 1, all += tt + 1;
+    }
+    out->pairs_kept = all ? (double)kept / (double)all : 0;
+    for (int i = 0; i < 8; i++) if (t[i]) be->ops->free(be, t[i]);
+    if (lse) be->ops->free(be, lse);
+    if (doc) be->ops->free(be, doc);
+    if (wsp) be->ops->set_workspace(be, NULL, 0), be->ops->free(be, wsp);
+    be->ops->destroy(be);
+    free(h);
+    return rc;
+}

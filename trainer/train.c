@@ -47,14 +47,29 @@ void tks_train_opts_default(tks_train_opts *o) {
     o->eval_every = 50;
     o->eval_batches = 4;
     o->keep_checkpoints = 3;
+    o->warn_repeats = 4;
 }
 
 /* ---- the resolved run ------------------------------------------------------- */
 
+/* One source of the run: a dataset and its train and validation samplers
+ * (a plain run has one, named after its directory). */
+typedef struct source {
+    char name[TKS_MIX_NAME_MAX];
+    const char *dir;
+    tks_dataset *ds;
+    tks_sampler *train, *val;
+} source;
+
 typedef struct run {
     tks_train_opts o;             /* after resume overrides */
-    tks_dataset *ds, *val_ds;
-    tks_sampler *train, *val;
+    uint32_t n_src;
+    int mixed;                    /* named sources (a mixture, docs/SAMPLING.md §9) */
+    source src[TKS_MIX_MAX_SOURCES];
+    tks_blend blend;              /* which source each global sample comes from */
+    tks_blend_state start;        /* the blend at the run's first cursor (a resume: the checkpoint's) */
+    tks_dataset *ds, *val_ds;     /* ds: source 0's dataset */
+    tks_sampler *train, *val;     /* source 0's samplers */
     tks_model_config cfg;
     tks_train_state resumed;      /* valid when o.resume */
     tks_mesh_shape shape;
@@ -63,9 +78,11 @@ typedef struct run {
 } run;
 
 static void run_free(run *r) {
-    tks_sampler_free(r->train);
-    tks_sampler_free(r->val);
-    tks_dataset_close(r->ds);
+    for (uint32_t k = 0; k < r->n_src; k++) {
+        tks_sampler_free(r->src[k].train);
+        tks_sampler_free(r->src[k].val);
+        tks_dataset_close(r->src[k].ds);
+    }
     tks_dataset_close(r->val_ds);
 }
 
@@ -113,45 +130,238 @@ static int same_schedule(const tks_train_opts *o, const tks_train_state *st) {
                     lr_at(s, lr, min_lr, warm, steps));
 }
 
+/* --doc-mask and --reset-positions change what the model computes from the
+ * same samples: a resumed run keeps the checkpoint's (absent: off). */
+static int same_documents(const tks_train_opts *o, const tks_train_state *st) {
+    json_t *j = json_loads(st->options_json, 0, NULL);
+    int dm = json_is_true(json_object_get(j, "doc_mask")), rp = json_is_true(json_object_get(j, "reset_positions"));
+    json_decref(j);
+    if (dm == (o->doc_mask != 0) && rp == (o->reset_positions != 0)) return 0;
+    const char *flag = dm != (o->doc_mask != 0) ? "--doc-mask" : "--reset-positions";
+    int was = dm != (o->doc_mask != 0) ? dm : rp;
+    return tks_fail(TKS_ERR_ARG, o->resume, TKS_NONE, TKS_NONE,
+                    "the checkpoint %s was trained %s %s: resume %s it (the model learned %s)",
+                    o->resume, was ? "with" : "without", flag, was ? "with" : "without",
+                    was ? "with it" : "without it");
+}
+
+/* The sources of the run, each dataset opened: a mixture's named sources
+ * (checked first: names, weights, schedule) or the plain --dataset. Every
+ * source must share source 0's tokenizer. */
+static int open_sources(run *r) {
+    const tks_train_opts *o = &r->o;
+    const tks_mix_spec *m = o->mix;
+    int rc = 0;
+    r->mixed = m && m->named;
+    if (r->mixed) {
+        if ((rc = tks_mix_check(m, o->steps))) return rc;
+        if (o->val_dataset_dir)
+            return tks_fail(TKS_ERR_ARG, o->val_dataset_dir, TKS_NONE, TKS_NONE,
+                            "--val-dataset %s: a mixture holds out --val-tokens of each source "
+                            "instead (a validation loss per source); drop --val-dataset",
+                            o->val_dataset_dir);
+        r->n_src = m->n_sources;
+    } else {
+        const char *dir = m ? m->sources[0].dir : o->dataset_dir;
+        if (!dir) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--dataset DIR is required");
+        r->n_src = 1;
+        r->src[0].dir = dir;
+        const char *base = strrchr(dir, '/');
+        snprintf(r->src[0].name, sizeof r->src[0].name, "%.63s", base && base[1] ? base + 1 : dir);
+    }
+    for (uint32_t k = 0; k < r->n_src && !rc; k++) {
+        source *s = &r->src[k];
+        if (r->mixed) {
+            s->dir = m->sources[k].dir;
+            snprintf(s->name, sizeof s->name, "%s", m->sources[k].name);
+        }
+        if ((rc = tks_dataset_open(s->dir, &s->ds))) break;
+        const uint8_t *fp = tks_dataset_tokenizer(s->ds)->fingerprint,
+                      *fp0 = tks_dataset_tokenizer(r->src[0].ds)->fingerprint;
+        if (memcmp(fp, fp0, 16) != 0) {
+            char a[33], b[33];
+            tks_hex(fp0, 16, a);
+            tks_hex(fp, 16, b);
+            rc = tks_fail(TKS_ERR_TOKENIZER, s->dir, TKS_NONE, TKS_NONE,
+                          "sources %s (%s) and %s (%s) were built with different tokenizers "
+                          "(fingerprints %s and %s): the same id means different text in each; "
+                          "rebuild %s with %s's tokenizer",
+                          r->src[0].name, r->src[0].dir, s->name, s->dir, a, b, s->name,
+                          r->src[0].name);
+        }
+    }
+    r->ds = r->src[0].ds;
+    return rc;
+}
+
+/* 1 when blends a and b assign every global sample below n (all of them
+ * when n is UINT64_MAX) alike: the same phases, weights and starts. */
+static int blend_same_before(const tks_blend *a, const tks_blend *b, uint64_t n) {
+    if (a->n_sources != b->n_sources) return 0;
+    uint32_t pa = 0, pb = 0;
+    for (;;) {
+        int ia = pa < a->n_phases && a->start[pa] < n, ib = pb < b->n_phases && b->start[pb] < n;
+        if (ia != ib) return 0;
+        if (!ia) return 1;
+        if (a->start[pa] != b->start[pb] || a->S[pa] != b->S[pb] ||
+            memcmp(a->W[pa], b->W[pb], a->n_sources * sizeof a->W[0][0]))
+            return 0;
+        pa++, pb++;
+    }
+}
+
+/* A resumed mixture: the checkpoint's sources (names, order, datasets)
+ * must be this run's, and its blend this run's up to the cursor (all of it
+ * without --change-schedule); r->start is the checkpoint's cursor. */
+static int resume_mixture(run *r) {
+    const tks_train_opts *o = &r->o;
+    const tks_train_state *st = &r->resumed;
+    if (!st->mix_json[0] || !r->mixed)
+        return tks_fail(TKS_ERR_RESUME, o->resume, TKS_NONE, TKS_NONE,
+                        "the checkpoint %s was trained on %s, this run asks for %s: resume with "
+                        "the checkpoint's --dataset flags",
+                        o->resume, st->mix_json[0] ? "a mixture of named sources" : "one plain dataset",
+                        r->mixed ? "a mixture" : "one plain dataset");
+    tks_mix_spec *ck = malloc(sizeof *ck);
+    tks_blend *cb = malloc(sizeof *cb);
+    uint64_t mx[TKS_MIX_MAX_SOURCES];
+    int rc = ck && cb ? tks_mix_from_json(st->mix_json, ck, &r->start, mx)
+                      : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    for (uint32_t k = 0; !rc && k < r->n_src; k++) {
+        if (ck->n_sources != r->n_src || strcmp(ck->sources[k].name, r->src[k].name)) {
+            char names[1024] = "";
+            for (uint32_t j = 0, n = 0; j < ck->n_sources && n < sizeof names; j++)
+                n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", j ? ", " : "", ck->sources[j].name);
+            rc = tks_fail(TKS_ERR_RESUME, o->resume, TKS_NONE, TKS_NONE,
+                          "the checkpoint %s was trained on the sources %s (in this order); give "
+                          "the same --dataset NAME=DIR:WEIGHT sources to resume it",
+                          o->resume, names);
+        } else if (mx[k] != tks_dataset_manifest_xxh3(r->src[k].ds)) {
+            rc = tks_fail(TKS_ERR_RESUME, r->src[k].dir, TKS_NONE, TKS_NONE,
+                          "source %s: %s is another dataset than the checkpoint %s was trained on "
+                          "(manifest XXH3 %016llx, this one %016llx; it was at %s): its cursor "
+                          "means nothing here; give the original dataset",
+                          r->src[k].name, r->src[k].dir, o->resume, (unsigned long long)mx[k],
+                          (unsigned long long)tks_dataset_manifest_xxh3(r->src[k].ds),
+                          ck->sources[k].dir);
+        }
+    }
+    if (!rc) rc = tks_mix_blend(ck, st->global_batch, cb);
+    if (!rc && r->start.sample != st->cursor)
+        rc = tks_fail(TKS_ERR_MANIFEST, o->resume, TKS_NONE, TKS_NONE,
+                      "%s: the mixture's cursor (%llu samples) is not the checkpoint's (%llu)",
+                      o->resume, (unsigned long long)r->start.sample, (unsigned long long)st->cursor);
+    if (!rc && !blend_same_before(cb, &r->blend, o->change_schedule ? st->cursor : UINT64_MAX))
+        rc = tks_fail(TKS_ERR_ARG, o->resume, TKS_NONE, TKS_NONE,
+                      "the weights or --mix-at schedule differ from the checkpoint %s's%s: %s",
+                      o->resume, o->change_schedule ? " before its step" : "",
+                      o->change_schedule
+                          ? "steps already trained cannot change their mixture; give the "
+                            "checkpoint's weights and schedule up to its step"
+                          : "resume with the same weights and schedule, or pass --change-schedule "
+                            "to change the mixture of the steps still to come");
+    free(ck);
+    free(cb);
+    return rc;
+}
+
+/* The resume checks of the checkpoint (tokenizer, dataset, schedule) and
+ * its settings taken over: seq_len, seed, global batch, validation split. */
+static int resume_checks(run *r) {
+    tks_train_opts *o = &r->o;
+    const tks_tokenizer_info *ti = tks_dataset_tokenizer(r->ds);
+    tks_model_config ck;
+    int rc = tks_checkpoint_peek(o->resume, &ck, &r->resumed);
+    if (rc) return rc;
+    if (memcmp(r->resumed.tokenizer_fp, ti->fingerprint, 16) != 0) {
+        char a[33], b[33];
+        tks_hex(r->resumed.tokenizer_fp, 16, a);
+        tks_hex(ti->fingerprint, 16, b);
+        return tks_fail(TKS_ERR_TOKENIZER, r->src[0].dir, TKS_NONE, TKS_NONE,
+                        "the checkpoint %s was trained with tokenizer %s but dataset %s was "
+                        "built with tokenizer %s: the token ids mean different things; resume "
+                        "on the original dataset or rebuild this one with the checkpoint's "
+                        "tokenizer.model",
+                        o->resume, a, r->src[0].dir, b);
+    }
+    if (!r->mixed && !r->resumed.mix_json[0] &&
+        r->resumed.manifest_xxh3 != tks_dataset_manifest_xxh3(r->ds))
+        return tks_fail(TKS_ERR_RESUME, r->src[0].dir, TKS_NONE, TKS_NONE,
+                        "the checkpoint %s was trained on another dataset (manifest XXH3 "
+                        "%016llx, this one %016llx): its data cursor means nothing here; "
+                        "resume with the original --dataset",
+                        o->resume, (unsigned long long)r->resumed.manifest_xxh3,
+                        (unsigned long long)tks_dataset_manifest_xxh3(r->ds));
+    if ((rc = same_schedule(o, &r->resumed))) return rc;
+    if ((rc = same_documents(o, &r->resumed))) return rc;
+    r->cfg = ck;                 /* the model is the checkpoint's */
+    o->seq_len = r->resumed.seq_len;
+    o->seed = r->resumed.seed;
+    o->global_batch = r->resumed.global_batch;
+    o->val_tokens = r->resumed.val_tokens;
+    return 0;
+}
+
+/* Each source's train and validation samplers (its last --val-tokens
+ * tokens, or the --val-dataset of a plain run) and the blend. */
+static int make_samplers(run *r) {
+    const tks_train_opts *o = &r->o;
+    int rc = 0;
+    for (uint32_t k = 0; k < r->n_src && !rc; k++) {
+        source *s = &r->src[k];
+        tks_token_range tr, va;
+        if (o->val_dataset_dir) {
+            if ((rc = tks_dataset_open(o->val_dataset_dir, &r->val_ds))) return rc;
+            if (memcmp(tks_dataset_tokenizer(r->val_ds)->fingerprint,
+                       tks_dataset_tokenizer(s->ds)->fingerprint, 16) != 0)
+                return tks_fail(TKS_ERR_TOKENIZER, o->val_dataset_dir, TKS_NONE, TKS_NONE,
+                                "validation dataset %s was built with another tokenizer than %s",
+                                o->val_dataset_dir, s->dir);
+            tr = (tks_token_range){0, tks_dataset_n_tokens(s->ds)};
+            va = (tks_token_range){0, tks_dataset_n_tokens(r->val_ds)};
+        } else if ((rc = tks_split_tokens(tks_dataset_n_tokens(s->ds), o->val_tokens, o->seq_len, &tr,
+                                          &va))) {
+            if (r->mixed) {
+                tks_error e = *tks_last_error();
+                rc = tks_fail(e.code, s->dir, TKS_NONE, TKS_NONE, "source %s (%s): %s", s->name, s->dir,
+                              e.message);
+            }
+            return rc;
+        }
+        uint64_t seed = r->mixed ? tks_source_seed(o->seed, s->name) : o->seed; /* its own order */
+        if ((rc = tks_sampler_create(s->ds, tr.begin, tr.end, o->seq_len, seed, &s->train))) return rc;
+        if (va.end > va.begin)
+            rc = tks_sampler_create(r->val_ds ? r->val_ds : s->ds, va.begin, va.end, o->seq_len, o->seed,
+                                    &s->val);
+    }
+    r->train = r->src[0].train;
+    r->val = r->src[0].val;
+    return rc;
+}
+
+/* This run's blend: the mixture's (its phases start at (step - 1) x the
+ * global batch), or one source with weight 1 (sample g is the source's g). */
+static int make_blend(run *r) {
+    if (r->mixed) return tks_mix_blend(r->o.mix, r->o.global_batch, &r->blend);
+    const uint64_t zero = 0;
+    const double one = 1.0;
+    return tks_blend_init(&r->blend, 1, 1, &zero, &one, NULL);
+}
+
 static int resolve(const tks_train_opts *in, run *r) {
     memset(r, 0, sizeof *r);
     r->o = *in;
     tks_train_opts *o = &r->o;
-    if (!o->dataset_dir)
-        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--dataset DIR is required");
-    int rc = tks_dataset_open(o->dataset_dir, &r->ds);
+    int rc = open_sources(r);
     if (rc) return rc;
     const tks_tokenizer_info *ti = tks_dataset_tokenizer(r->ds);
     r->cfg = o->model;
-    if (o->resume) {
-        tks_model_config ck;
-        rc = tks_checkpoint_peek(o->resume, &ck, &r->resumed);
-        if (rc) return rc;
-        if (memcmp(r->resumed.tokenizer_fp, ti->fingerprint, 16) != 0) {
-            char a[33], b[33];
-            tks_hex(r->resumed.tokenizer_fp, 16, a);
-            tks_hex(ti->fingerprint, 16, b);
-            return tks_fail(TKS_ERR_TOKENIZER, o->dataset_dir, TKS_NONE, TKS_NONE,
-                            "the checkpoint %s was trained with tokenizer %s but dataset %s was "
-                            "built with tokenizer %s: the token ids mean different things; resume "
-                            "on the original dataset or rebuild this one with the checkpoint's "
-                            "tokenizer.model",
-                            o->resume, a, o->dataset_dir, b);
-        }
-        if (r->resumed.manifest_xxh3 != tks_dataset_manifest_xxh3(r->ds))
-            return tks_fail(TKS_ERR_RESUME, o->dataset_dir, TKS_NONE, TKS_NONE,
-                            "the checkpoint %s was trained on another dataset (manifest XXH3 "
-                            "%016llx, this one %016llx): its data cursor means nothing here; "
-                            "resume with the original --dataset",
-                            o->resume, (unsigned long long)r->resumed.manifest_xxh3,
-                            (unsigned long long)tks_dataset_manifest_xxh3(r->ds));
-        if ((rc = same_schedule(o, &r->resumed))) return rc;
-        r->cfg = ck;                 /* the model is the checkpoint's */
-        o->seq_len = r->resumed.seq_len;
-        o->seed = r->resumed.seed;
-        o->global_batch = r->resumed.global_batch;
-        o->val_tokens = r->resumed.val_tokens;
-    }
+    if (o->resume && (rc = resume_checks(r))) return rc;
+    if ((rc = make_blend(r))) return rc;
+    if (o->resume && (r->mixed || r->resumed.mix_json[0]) && (rc = resume_mixture(r))) return rc;
+    if (o->resume && !r->mixed) r->start = (tks_blend_state){.sample = r->resumed.cursor,
+                                                            .count = {r->resumed.cursor},
+                                                            .phase_count = {r->resumed.cursor}};
     if (!o->dtype || !strcmp(o->dtype, "fp32")) r->dtype = TKS_F32;
     else if (!strcmp(o->dtype, "bf16")) r->dtype = TKS_BF16;
     else
@@ -160,14 +370,20 @@ static int resolve(const tks_train_opts *in, run *r) {
     if (!r->cfg.vocab_size) r->cfg.vocab_size = ti->vocab_size;
     if (!r->cfg.max_seq_len || r->cfg.max_seq_len < o->seq_len) r->cfg.max_seq_len = o->seq_len;
     tks_model_config_defaults(&r->cfg);
-    /* vocabulary safety, before anything is allocated (docs/MOTIVATION.md, failure 1) */
-    if (ti->vocab_size > r->cfg.vocab_size)
-        return tks_fail(TKS_ERR_TOKEN_RANGE, o->dataset_dir, TKS_NONE, TKS_NONE,
-                        "dataset %s was built for vocab_size %u (max token id %u) but the model "
-                        "has vocab_size %u: ids above %u would index past the embedding; use "
-                        "--vocab-size %u (or more), or a dataset built with the model's tokenizer",
-                        o->dataset_dir, ti->vocab_size, tks_dataset_max_token_id(r->ds),
-                        r->cfg.vocab_size, r->cfg.vocab_size - 1, ti->vocab_size);
+    /* vocabulary safety of every source, before anything is allocated
+     * (docs/MOTIVATION.md, failure 1) */
+    for (uint32_t k = 0; k < r->n_src; k++) {
+        const source *s = &r->src[k];
+        uint32_t v = tks_dataset_tokenizer(s->ds)->vocab_size;
+        if (v > r->cfg.vocab_size)
+            return tks_fail(TKS_ERR_TOKEN_RANGE, s->dir, TKS_NONE, TKS_NONE,
+                            "%s%s%sdataset %s was built for vocab_size %u (max token id %u) but the "
+                            "model has vocab_size %u: ids above %u would index past the embedding; "
+                            "use --vocab-size %u (or more), or a dataset built with the model's "
+                            "tokenizer", r->mixed ? "source " : "", r->mixed ? s->name : "",
+                            r->mixed ? ": " : "", s->dir, v, tks_dataset_max_token_id(s->ds),
+                            r->cfg.vocab_size, r->cfg.vocab_size - 1, v);
+    }
     int world = o->world, rank = 0;
     if (!world && (rc = tks_mesh_world(&world, &rank))) return rc;
     if ((rc = tks_mesh_resolve(world, o->tp, o->dp_shard, o->dp_replicate, &r->shape))) return rc;
@@ -179,23 +395,7 @@ static int resolve(const tks_train_opts *in, run *r) {
                               o->micro_batch, &r->per_rank, &r->n_micro)))
         return rc;
     r->micro = r->per_rank / r->n_micro;
-    tks_token_range tr, va;
-    if (o->val_dataset_dir) {
-        if ((rc = tks_dataset_open(o->val_dataset_dir, &r->val_ds))) return rc;
-        if (memcmp(tks_dataset_tokenizer(r->val_ds)->fingerprint, ti->fingerprint, 16) != 0)
-            return tks_fail(TKS_ERR_TOKENIZER, o->val_dataset_dir, TKS_NONE, TKS_NONE,
-                            "validation dataset %s was built with another tokenizer than %s",
-                            o->val_dataset_dir, o->dataset_dir);
-        tr = (tks_token_range){0, tks_dataset_n_tokens(r->ds)};
-        va = (tks_token_range){0, tks_dataset_n_tokens(r->val_ds)};
-    } else if ((rc = tks_split_tokens(tks_dataset_n_tokens(r->ds), o->val_tokens, o->seq_len, &tr, &va))) {
-        return rc;
-    }
-    if ((rc = tks_sampler_create(r->ds, tr.begin, tr.end, o->seq_len, o->seed, &r->train))) return rc;
-    if (va.end > va.begin)
-        rc = tks_sampler_create(r->val_ds ? r->val_ds : r->ds, va.begin, va.end, o->seq_len, o->seed,
-                                &r->val);
-    return rc;
+    return make_samplers(r);
 }
 
 /* ---- dry run ---------------------------------------------------------------- */
@@ -231,6 +431,71 @@ static int use_deterministic(const tks_train_opts *o, tks_backend *be) {
 }
 
 static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+/* The data lines of the plan: each source, the schedule, the windows. */
+static void plan_data(sbuf *b, const run *r) {
+    const uint64_t B = r->o.global_batch;
+    for (uint32_t k = 0; k < r->n_src; k++) {
+        const source *s = &r->src[k];
+        uint64_t nw = tks_sampler_n_windows(s->train);
+        if (!r->mixed)
+            say(b, "  dataset        %s (%llu tokens in %zu shards, vocab %u)\n", s->dir,
+                (unsigned long long)tks_dataset_n_tokens(s->ds), tks_dataset_n_shards(s->ds),
+                tks_dataset_tokenizer(s->ds)->vocab_size);
+        else
+            say(b, "  source %-7s %s (%llu tokens in %zu shards, vocab %u), weight %g: %llu train "
+                "windows, %llu validation\n", s->name, s->dir,
+                (unsigned long long)tks_dataset_n_tokens(s->ds), tks_dataset_n_shards(s->ds),
+                tks_dataset_tokenizer(s->ds)->vocab_size, r->o.mix->sources[k].weight,
+                (unsigned long long)nw, (unsigned long long)(s->val ? tks_sampler_n_windows(s->val) : 0));
+    }
+    for (uint32_t p = 1; p < r->blend.n_phases; p++) {
+        say(b, "  from step %llu (sample %llu):", (unsigned long long)(r->blend.start[p] / B + 1),
+            (unsigned long long)r->blend.start[p]);
+        for (uint32_t k = 0; k < r->n_src; k++)
+            say(b, " %s %.4f", r->src[k].name, (double)r->blend.W[p][k] / (double)r->blend.S[p]);
+        say(b, "\n");
+    }
+    if (!r->mixed)
+        say(b, "  train windows  %llu (epoch = %.2f steps), validation windows %llu\n",
+            (unsigned long long)tks_sampler_n_windows(r->train),
+            (double)tks_sampler_n_windows(r->train) / (double)B,
+            (unsigned long long)(r->val ? tks_sampler_n_windows(r->val) : 0));
+    if (r->o.doc_mask || r->o.reset_positions)
+        say(b, "  documents      %s%s%s (from the shards' document index)\n",
+            r->o.doc_mask ? "attention inside each document (--doc-mask)" : "",
+            r->o.doc_mask && r->o.reset_positions ? ", " : "",
+            r->o.reset_positions ? "RoPE positions restart per document (--reset-positions)" : "");
+}
+
+/* The first steps' samples of the plan, per dp rank (the first four). */
+static void plan_samples(sbuf *b, const run *r) {
+    say(b, "first steps' samples (global sample -> %swindow: shard:offset)\n", r->mixed ? "source/" : "");
+    uint32_t dp = (uint32_t)(r->shape.dp_replicate * r->shape.dp_shard);
+    const uint64_t B = r->o.global_batch;
+    tks_blend_pick pk[6];
+    for (uint64_t s = 0; s < 2 && s < r->o.steps; s++) {
+        say(b, "  step %llu:\n", (unsigned long long)((r->o.resume ? r->resumed.step : 0) + s + 1));
+        for (uint32_t d = 0; d < dp && d < 4; d++) {
+            uint64_t first, cnt;
+            tks_sampler_rank_slice_at(r->start.sample + s * B, B, dp, d, &first, &cnt);
+            uint64_t n = cnt < 6 ? cnt : 6;
+            tks_blend_picks(&r->blend, &r->start, first, n, pk);
+            say(b, "    dp rank %u (tp ranks read the same):", d);
+            for (uint64_t i = 0; i < n; i++) {
+                tks_sample_loc loc;
+                const source *src = &r->src[pk[i].source];
+                uint64_t w = tks_sampler_window(src->train, pk[i].index);
+                tks_sampler_locate(src->train, w, &loc);
+                say(b, " %llu->%s%s%llu:%u:%llu", (unsigned long long)(first + i), r->mixed ? src->name : "",
+                    r->mixed ? "/" : "", (unsigned long long)w, loc.pieces[0].shard,
+                    (unsigned long long)loc.pieces[0].offset);
+            }
+            say(b, cnt > 6 ? " ...\n" : "\n");
+        }
+        if (dp > 4) say(b, "    ... %u more dp ranks (tokshard sample-plan shows them all)\n", dp - 4);
+    }
+}
 
 int tks_train_plan(const tks_train_opts *in, char **summary) {
     run r;
@@ -276,9 +541,8 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
     }
     (void)N;
     double cw = r.dtype == TKS_F32 ? 0.0 : (double)tks_dtype_size(r.dtype) * (double)Pp;
-    say(&b, "run\n  dataset        %s (%llu tokens in %zu shards, vocab %u)\n", r.o.dataset_dir,
-        (unsigned long long)tks_dataset_n_tokens(r.ds), tks_dataset_n_shards(r.ds),
-        tks_dataset_tokenizer(r.ds)->vocab_size);
+    say(&b, "run\n");
+    plan_data(&b, &r);
     if (r.o.resume)
         say(&b, "  resume         %s (step %llu, cursor %llu samples)\n", r.o.resume,
             (unsigned long long)r.resumed.step, (unsigned long long)r.resumed.cursor);
@@ -288,10 +552,6 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
         (unsigned long long)(r.o.global_batch * r.o.seq_len));
     say(&b, "  micro-batches  %llu of %llu samples per step (gradient accumulation)\n",
         (unsigned long long)r.n_micro, (unsigned long long)r.micro);
-    say(&b, "  train windows  %llu (epoch = %.2f steps), validation windows %llu\n",
-        (unsigned long long)tks_sampler_n_windows(r.train),
-        (double)tks_sampler_n_windows(r.train) / (double)r.o.global_batch,
-        (unsigned long long)(r.val ? tks_sampler_n_windows(r.val) : 0));
     say(&b, "  optimizer      AdamW lr %g -> %g (warmup %llu, cosine), betas (%g, %g), eps %g, "
         "weight decay %g, clip %g\n", r.o.lr, r.o.min_lr, (unsigned long long)r.o.warmup_steps,
         r.o.beta1, r.o.beta2, r.o.adam_eps, r.o.weight_decay, r.o.grad_clip);
@@ -312,33 +572,14 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
     say(&b, "  comm: %s\n",
         tks_mesh_comm_kind_name(comm_kind, be_kind, r.shape.dp_replicate * r.shape.dp_shard * r.shape.tp));
     say(&b, "  device memory per rank (%s backend): %s\n", be_name, mem_line);
-    say(&b, "  attention: %s%s\n", attention,
+    say(&b, "  attention: %s%s%s\n", attention, r.o.doc_mask ? "; block-causal per document" : "",
         r.o.deterministic ? "; --deterministic" : "");
     say(&b, "  per rank: vocab rows %llu (padded vocab %llu / tp %d), %u heads, %u kv heads, ffn %u; "
         "optimizer state %.1f MiB\n", (unsigned long long)(tks_model_padded_vocab(c, r.shape.tp) / (uint64_t)r.shape.tp),
         (unsigned long long)tks_model_padded_vocab(c, r.shape.tp), r.shape.tp, c->n_heads / (uint32_t)r.shape.tp,
         c->n_kv_heads / (uint32_t)r.shape.tp, c->ffn_dim / (uint32_t)r.shape.tp,
         mib(8.0 * Pp / r.shape.tp / r.shape.dp_shard));
-    say(&b, "first steps' samples (global sample -> window: shard:offset)\n");
-    uint32_t dp = (uint32_t)(r.shape.dp_replicate * r.shape.dp_shard);
-    for (uint64_t s = 0; s < 2 && s < r.o.steps; s++) {
-        say(&b, "  step %llu:\n", (unsigned long long)((r.o.resume ? r.resumed.step : 0) + s + 1));
-        for (uint32_t d = 0; d < dp && d < 4; d++) {
-            uint64_t first, cnt;
-            tks_sampler_rank_slice_at((r.o.resume ? r.resumed.cursor : 0) + s * r.o.global_batch,
-                                      r.o.global_batch, dp, d, &first, &cnt);
-            say(&b, "    dp rank %u (tp ranks read the same):", d);
-            for (uint64_t g = first; g < first + cnt && g < first + 6; g++) {
-                tks_sample_loc loc;
-                uint64_t w = tks_sampler_window(r.train, g);
-                tks_sampler_locate(r.train, w, &loc);
-                say(&b, " %llu->%llu:%u:%llu", (unsigned long long)g, (unsigned long long)w,
-                    loc.pieces[0].shard, (unsigned long long)loc.pieces[0].offset);
-            }
-            say(&b, cnt > 6 ? " ...\n" : "\n");
-        }
-        if (dp > 4) say(&b, "    ... %u more dp ranks (tokshard sample-plan shows them all)\n", dp - 4);
-    }
+    plan_samples(&b, &r);
     *summary = b.s;
     run_free(&r);
     return 0;
@@ -346,19 +587,36 @@ int tks_train_plan(const tks_train_opts *in, char **summary) {
 
 /* ---- training ----------------------------------------------------------------- */
 
-/* Reads samples [first, first + n) of a sampler into ids/targets (B x T). */
-static int load_batch(tks_sampler *s, uint64_t first, uint64_t n, uint32_t vocab, uint32_t *tok,
-                      int32_t *ids, int32_t *targets) {
+/* Reads window w of sampler s into row i of ids and targets ([B, T]) and,
+ * when doc is not NULL, its document starts into row i of doc. tok: the
+ * window's seq_len + 1 ids (scratch). */
+static int load_row(tks_sampler *s, uint64_t w, uint32_t vocab, uint32_t *tok, int32_t *ids,
+                    int32_t *targets, int32_t *doc, uint64_t i) {
     uint32_t T = tks_sampler_seq_len(s);
-    for (uint64_t i = 0; i < n; i++) {
-        int rc = tks_sampler_read(s, tks_sampler_window(s, first + i), vocab, tok);
-        if (rc) return rc;
-        for (uint32_t t = 0; t < T; t++) {
-            ids[i * T + t] = (int32_t)tok[t];
-            targets[i * T + t] = (int32_t)tok[t + 1];
-        }
+    int rc = tks_sampler_read(s, w, vocab, tok);
+    if (!rc && doc) rc = tks_sampler_doc_starts(s, w, doc + i * T);
+    if (rc) return rc;
+    for (uint32_t t = 0; t < T; t++) {
+        ids[i * T + t] = (int32_t)tok[t];
+        targets[i * T + t] = (int32_t)tok[t + 1];
     }
     return 0;
+}
+
+/* Reads global training samples [first, first + n) of the run into
+ * ids/targets (and doc starts when doc is not NULL): each sample's source
+ * and index in that source from the blend, starting from `at` (a blend
+ * state at or before first), then the source's window. picks: n entries. */
+static int load_batch(const run *r, const tks_blend_state *at, uint64_t first, uint64_t n,
+                      uint32_t *tok, tks_blend_pick *picks, int32_t *ids, int32_t *targets,
+                      int32_t *doc) {
+    int rc = tks_blend_picks(&r->blend, at, first, n, picks);
+    for (uint64_t i = 0; i < n && !rc; i++) {
+        tks_sampler *s = r->src[picks[i].source].train;
+        rc = load_row(s, tks_sampler_window(s, picks[i].index), r->cfg.vocab_size, tok, ids, targets,
+                      doc, i);
+    }
+    return rc;
 }
 
 /* ---- batch prefetch ----------------------------------------------------------
@@ -372,13 +630,17 @@ typedef struct prefetch {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int started, job, busy, quit;
-    /* the job: micro-batch k of the step whose data cursor is `cursor` */
-    tks_sampler *s;
+    /* the job: micro-batch k of the step whose data cursor is `cursor`, the
+     * blend at that cursor being `at` */
+    const run *r;
+    tks_blend_state at;
     uint64_t cursor, k, global_batch, micro;
-    uint32_t dp, dp_rank, vocab;
+    uint32_t dp, dp_rank;
     int slot;                       /* the stage the job fills */
     uint32_t *tok;                  /* the thread's window scratch (seq_len + 1) */
+    tks_blend_pick *picks;          /* the thread's picks scratch (micro) */
     int32_t *ids[2], *tg[2];        /* two stages of [micro, seq_len] */
+    int32_t *doc[2];                /* their document starts (NULL without documents) */
     int rc;                         /* the last job's result */
     tks_error err;                  /* its error context when rc != 0 */
 } prefetch;
@@ -395,7 +657,9 @@ static void *prefetch_main(void *arg) {
         uint64_t first, cnt, mf, mc;
         int rc = tks_sampler_rank_slice_at(p->cursor, p->global_batch, p->dp, p->dp_rank, &first, &cnt);
         if (!rc) rc = tks_sampler_micro_slice(first, cnt, p->micro, p->k, &mf, &mc);
-        if (!rc) rc = load_batch(p->s, mf, mc, p->vocab, p->tok, p->ids[p->slot], p->tg[p->slot]);
+        if (!rc)
+            rc = load_batch(p->r, &p->at, mf, mc, p->tok, p->picks, p->ids[p->slot], p->tg[p->slot],
+                            p->doc[p->slot]);
         pthread_mutex_lock(&p->mu);
         p->rc = rc;
         if (rc) p->err = *tks_last_error();
@@ -406,16 +670,19 @@ static void *prefetch_main(void *arg) {
     return NULL;
 }
 
-static int prefetch_init(prefetch *p, tks_sampler *s, size_t N, uint32_t seq_len) {
+static int prefetch_init(prefetch *p, const run *r, size_t N, uint32_t seq_len) {
     memset(p, 0, sizeof *p);
-    p->s = s;
+    p->r = r;
     p->tok = malloc((seq_len + 1) * sizeof *p->tok);
+    p->picks = malloc(r->micro * sizeof *p->picks);
+    int docs = r->o.doc_mask || r->o.reset_positions, fail = !p->tok || !p->picks;
     for (int i = 0; i < 2; i++) {
         p->ids[i] = malloc(N * sizeof *p->ids[i]);
         p->tg[i] = malloc(N * sizeof *p->tg[i]);
+        if (docs) p->doc[i] = malloc(N * sizeof *p->doc[i]);
+        fail |= !p->ids[i] || !p->tg[i] || (docs && !p->doc[i]);
     }
-    if (!p->tok || !p->ids[0] || !p->ids[1] || !p->tg[0] || !p->tg[1])
-        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch staging)");
+    if (fail) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch staging)");
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     int e = pthread_create(&p->th, NULL, prefetch_main, p);
@@ -429,10 +696,13 @@ static int prefetch_init(prefetch *p, tks_sampler *s, size_t N, uint32_t seq_len
     return 0;
 }
 
-/* Starts loading micro-batch k of the step at `cursor` into `slot`. */
-static void prefetch_start(prefetch *p, uint64_t cursor, uint64_t k, int slot) {
+/* Starts loading micro-batch k of the step at `cursor` into `slot`; `at`
+ * is the blend at that cursor (copied). */
+static void prefetch_start(prefetch *p, uint64_t cursor, const tks_blend_state *at, uint64_t k,
+                           int slot) {
     pthread_mutex_lock(&p->mu);
     p->cursor = cursor;
+    p->at = *at;
     p->k = k;
     p->slot = slot;
     p->job = 1;
@@ -462,9 +732,11 @@ static void prefetch_free(prefetch *p) {
         pthread_cond_destroy(&p->cv);
     }
     free(p->tok);
+    free(p->picks);
     for (int i = 0; i < 2; i++) {
         free(p->ids[i]);
         free(p->tg[i]);
+        free(p->doc[i]);
     }
 }
 
@@ -483,15 +755,17 @@ static int mkdir_p(const char *d) {
 }
 
 /* The datasets are recorded by absolute path, so that `sample-plan --run`
- * finds them from any directory (as given when realpath fails). */
+ * finds them from any directory (as given when realpath fails). A
+ * mixture's sources are in the checkpoint's "mix" record instead of
+ * "dataset". */
 static void options_json(const run *r, char *out, size_t cap) {
     const tks_train_opts *o = &r->o;
     char ds[PATH_MAX], vds[PATH_MAX];
-    if (!realpath(o->dataset_dir, ds)) snprintf(ds, sizeof ds, "%s", o->dataset_dir);
+    if (!realpath(r->src[0].dir, ds)) snprintf(ds, sizeof ds, "%s", r->src[0].dir);
     if (o->val_dataset_dir && !realpath(o->val_dataset_dir, vds))
         snprintf(vds, sizeof vds, "%s", o->val_dataset_dir);
-    json_t *j = json_pack("{s:s, s:I, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}",
-                          "dataset", ds, "steps", (json_int_t)o->steps, "seq_len",
+    json_t *j = json_pack("{s:I, s:i, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}",
+                          "steps", (json_int_t)o->steps, "seq_len",
                           (int)o->seq_len, "global_batch", (json_int_t)o->global_batch,
                           "micro_batch", (json_int_t)r->micro, "seed", (json_int_t)o->seed, "lr",
                           (double)o->lr, "min_lr", (double)o->min_lr, "beta1", (double)o->beta1,
@@ -499,34 +773,81 @@ static void options_json(const run *r, char *out, size_t cap) {
                           "weight_decay", (double)o->weight_decay, "grad_clip",
                           (double)o->grad_clip, "warmup_steps", (json_int_t)o->warmup_steps,
                           "val_tokens", (json_int_t)o->val_tokens);
+    if (j && !r->mixed) json_object_set_new(j, "dataset", json_string(ds));
     if (j && o->val_dataset_dir) json_object_set_new(j, "val_dataset", json_string(vds));
+    if (j && o->doc_mask) json_object_set_new(j, "doc_mask", json_true());
+    if (j && o->reset_positions) json_object_set_new(j, "reset_positions", json_true());
     char *t = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) : NULL;
     snprintf(out, cap, "%s", t ? t : "{}");
     free(t);
     json_decref(j);
 }
 
-/* Mean validation loss: the first eval_batches global batches of the
- * validation sampler (the same samples at every evaluation), split over the
- * data-parallel ranks like training batches. Collective. */
-static double evaluate(run *r, tks_model *m, tks_mesh *mesh, uint32_t *tok, int32_t *ids,
-                       int32_t *tg, int *rc) {
-    uint64_t nw = tks_sampler_n_windows(r->val), per = r->micro * (uint64_t)mesh->dp;
-    uint64_t total = r->o.eval_batches * r->o.global_batch;
-    if (total > nw) total = nw;
-    total -= total % per; /* whole rounds of every dp rank's micro-batch */
-    float acc[2] = {0, 0};  /* loss sum, tokens */
-    for (uint64_t g = 0; g < total && !*rc; g += per) {
-        double ls = 0;
-        *rc = load_batch(r->val, g + (uint64_t)mesh->dp_rank * r->micro, r->micro, r->cfg.vocab_size,
-                         tok, ids, tg);
-        *rc = tks_mesh_agree(mesh, *rc);
-        if (!*rc) *rc = tks_model_forward(m, ids, tg, &ls);
-        acc[0] += (float)ls;
-        acc[1] += (float)(r->micro * r->o.seq_len);
+/* A checkpoint's record of a mixture at blend state `at` (st->mix_json). */
+static int mix_record(const run *r, const tks_blend_state *at, tks_train_state *st) {
+    if (!r->mixed) return 0;
+    char (*abs)[PATH_MAX] = malloc(r->n_src * sizeof *abs);
+    const char *dirs[TKS_MIX_MAX_SOURCES];
+    uint64_t mx[TKS_MIX_MAX_SOURCES];
+    if (!abs) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    for (uint32_t k = 0; k < r->n_src; k++) {
+        if (!realpath(r->src[k].dir, abs[k])) snprintf(abs[k], sizeof abs[k], "%s", r->src[k].dir);
+        dirs[k] = abs[k];
+        mx[k] = tks_dataset_manifest_xxh3(r->src[k].ds);
     }
-    if (!*rc && mesh->dp > 1) *rc = tks_comm_host_sum(mesh->group[TKS_GROUP_DP], acc, 2); /* host data */
-    return acc[1] > 0 ? acc[0] / acc[1] : NAN;
+    int rc = tks_mix_record(r->o.mix, dirs, mx, at, st->mix_json, sizeof st->mix_json);
+    free(abs);
+    return rc;
+}
+
+/* The phase weights in force after `cursor` samples (the phase of the last
+ * sample trained; the first phase before any), as fractions. */
+static void weights_at(const run *r, uint64_t cursor, double *w) {
+    uint32_t p = 0;
+    while (p + 1 < r->blend.n_phases && r->blend.start[p + 1] < (cursor ? cursor : 1)) p++;
+    for (uint32_t k = 0; k < r->n_src; k++) w[k] = (double)r->blend.W[p][k] / (double)r->blend.S[p];
+}
+
+/*
+ * Validation loss: per source, the first eval_batches global batches of its
+ * validation sampler (the same windows at every evaluation), split over the
+ * data-parallel ranks like training batches; by_source[k] its mean token
+ * loss (NAN without a validation window). Returns a plain run's loss, or a
+ * mixture's mean of the sources' losses weighted by the weights in force
+ * after `cursor` samples. doc: document starts scratch ([micro, seq_len]) or
+ * NULL without documents. Collective.
+ */
+static double evaluate(run *r, tks_model *m, tks_mesh *mesh, uint64_t cursor, uint32_t *tok,
+                       int32_t *ids, int32_t *tg, int32_t *doc, double *by_source, int *rc) {
+    float acc[2 * TKS_MIX_MAX_SOURCES] = {0}; /* per source: loss sum, tokens */
+    const uint64_t per = r->micro * (uint64_t)mesh->dp, T = r->o.seq_len;
+    for (uint32_t k = 0; k < r->n_src && !*rc; k++) {
+        tks_sampler *val = r->src[k].val;
+        uint64_t nw = val ? tks_sampler_n_windows(val) : 0, total = r->o.eval_batches * r->o.global_batch;
+        if (total > nw) total = nw;
+        total -= total % per; /* whole rounds of every dp rank's micro-batch */
+        for (uint64_t g = 0; g < total && !*rc; g += per) {
+            double ls = 0;
+            uint64_t first = g + (uint64_t)mesh->dp_rank * r->micro;
+            for (uint64_t i = 0; i < r->micro && !*rc; i++)
+                *rc = load_row(val, first + i, r->cfg.vocab_size, tok, ids, tg, doc, i);
+            *rc = tks_mesh_agree(mesh, *rc);
+            if (!*rc && doc) *rc = tks_model_set_documents(m, doc, r->o.doc_mask, r->o.reset_positions);
+            if (!*rc) *rc = tks_model_forward(m, ids, tg, &ls);
+            acc[2 * k] += (float)ls;
+            acc[2 * k + 1] += (float)(r->micro * T);
+        }
+    }
+    if (!*rc && mesh->dp > 1) /* host data */
+        *rc = tks_comm_host_sum(mesh->group[TKS_GROUP_DP], acc, 2 * (size_t)r->n_src);
+    double w[TKS_MIX_MAX_SOURCES], num = 0, den = 0;
+    weights_at(r, cursor, w);
+    for (uint32_t k = 0; k < r->n_src; k++) {
+        by_source[k] = acc[2 * k + 1] > 0 ? acc[2 * k] / acc[2 * k + 1] : NAN;
+        if (isfinite(by_source[k]) && w[k] > 0) num += w[k] * by_source[k], den += w[k];
+    }
+    if (!r->mixed) return by_source[0];
+    return den > 0 ? num / den : NAN;
 }
 
 /* The backend's device copy as the grad sync's copy hook (a failure is
@@ -637,7 +958,18 @@ static size_t run_fields(const run *r, run_field *f) {
 #define RU(name, v) RF(name, "%llu", (unsigned long long)(v))
 #define RD(name, v) (f[n].flag = (name), tks_float_text(f[n].value, sizeof f[n].value, (v)), n++)
 #define RS(name, v) RF(name, "%s", (v) ? (v) : "(default)")
-    RF("--dataset (manifest XXH3)", "%016llx", (unsigned long long)tks_dataset_manifest_xxh3(r->ds));
+    /* the data: the dataset's manifest, or a mixture's every source's and
+     * the blend (its phases and weights) */
+    uint64_t h = tks_dataset_manifest_xxh3(r->ds);
+    if (r->mixed) {
+        h = XXH3_64bits(&r->blend, sizeof r->blend);
+        for (uint32_t k = 0; k < r->n_src; k++) {
+            uint64_t mk = tks_dataset_manifest_xxh3(r->src[k].ds);
+            h = XXH3_64bits_withSeed(&mk, sizeof mk, h);
+        }
+    }
+    RF(r->mixed ? "--dataset (manifests and blend, XXH3)" : "--dataset (manifest XXH3)", "%016llx",
+       (unsigned long long)h);
     RF("--val-dataset (manifest XXH3)", "%016llx",
        r->val_ds ? (unsigned long long)tks_dataset_manifest_xxh3(r->val_ds) : 0ull);
     RU("--resume (checkpoint step)", o->resume ? r->resumed.step : 0);
@@ -656,6 +988,8 @@ static size_t run_fields(const run *r, run_field *f) {
     RU("--keep-checkpoints", o->keep_checkpoints), RS("--device", o->device);
     RS("--comm", o->comm), RS("--dtype", o->dtype), RU("--tp", o->tp), RU("--dp-shard", o->dp_shard);
     RU("--dp-replicate", o->dp_replicate);
+    RU("--doc-mask", o->doc_mask), RU("--reset-positions", o->reset_positions);
+    RU("--warn-repeats", o->warn_repeats);
 #undef RF
 #undef RU
 #undef RD
@@ -705,9 +1039,12 @@ typedef struct trainer {
     double host_wait;     /* seconds the host spent blocked on the backend (sync, reads) */
     size_t n_slice, sb;   /* this rank's ZeRO slice of the tp-local flat buffer: [sb, sb + n_slice) */
     uint64_t step, cursor;
+    tks_blend_state mix;  /* the blend after `cursor` samples: each source's count (the cursor of
+                           * a mixture, saved with its checkpoints) */
     FILE *metrics;
     uint32_t *tok;        /* evaluation buffers */
-    int32_t *ids, *tg;
+    int32_t *ids, *tg, *doc; /* doc: document starts, NULL without --doc-mask/--reset-positions */
+    char note[4096];      /* this step's log lines (sources starting an epoch) */
     prefetch pf;
     int pf_slot;
     tks_train_state st;
@@ -800,6 +1137,7 @@ static int open_run(const tks_train_opts *in, trainer *t) {
     tks_train_opts *o = t->o;
     t->lead = t->mesh->rank == 0;
     rc = open_compute(t, open_run_dir(t));
+    t->mix = r->start;
     if (!rc && o->resume) {
         rc = tks_checkpoint_load(o->resume, t->m, t->opt);
         if (!rc) rc = tks_model_refresh_compute(t->m);
@@ -812,7 +1150,9 @@ static int open_run(const tks_train_opts *in, trainer *t) {
     t->tok = malloc((o->seq_len + 1) * sizeof *t->tok);
     t->ids = malloc(N * sizeof *t->ids);
     t->tg = malloc(N * sizeof *t->tg);
-    if (!rc && (!t->tok || !t->ids || !t->tg))
+    int docs = o->doc_mask || o->reset_positions;
+    if (docs) t->doc = malloc(N * sizeof *t->doc);
+    if (!rc && (!t->tok || !t->ids || !t->tg || (docs && !t->doc)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     char path[PATH_MAX];
     if (!rc && t->lead && (rc = tks_path_join(path, sizeof path, o->out_dir, "metrics.jsonl")) == 0 &&
@@ -826,13 +1166,12 @@ static int open_run(const tks_train_opts *in, trainer *t) {
     options_json(r, t->st.options_json, sizeof t->st.options_json);
     if (!rc && t->step < o->steps) {
         prefetch *pf = &t->pf;
-        rc = prefetch_init(pf, r->train, N, o->seq_len);
+        rc = prefetch_init(pf, r, N, o->seq_len);
         pf->global_batch = o->global_batch;
         pf->micro = r->micro;
         pf->dp = (uint32_t)t->mesh->dp;
         pf->dp_rank = (uint32_t)t->mesh->dp_rank;
-        pf->vocab = r->cfg.vocab_size;
-        if (!rc) prefetch_start(pf, t->cursor, 0, t->pf_slot);
+        if (!rc) prefetch_start(pf, t->cursor, &t->mix, 0, t->pf_slot);
         rc = tks_mesh_agree(t->mesh, rc);
     }
     return rc;
@@ -846,6 +1185,7 @@ static void close_run(trainer *t) {
     free(t->tok);
     free(t->ids);
     free(t->tg);
+    free(t->doc);
     tks_grad_sync_free(t->gsync);
     if (t->gstage) be->ops->free(be, t->gstage);
     if (t->dred) be->ops->free(be, t->dred);
@@ -867,11 +1207,17 @@ static int step_micro_batches(trainer *t, float scale) {
         rc = prefetch_wait(pf); /* micro-batch k of this step, loaded and range-checked */
         int cur = t->pf_slot;
         /* stage the next one while this one computes */
-        if (k + 1 < r->n_micro) prefetch_start(pf, t->cursor, k + 1, t->pf_slot = 1 - cur);
-        else if (t->step + 1 < t->o->steps)
-            prefetch_start(pf, t->cursor + t->o->global_batch, 0, t->pf_slot = 1 - cur);
+        if (k + 1 < r->n_micro) {
+            prefetch_start(pf, t->cursor, &t->mix, k + 1, t->pf_slot = 1 - cur);
+        } else if (t->step + 1 < t->o->steps) { /* the next step's, from the blend after this one */
+            tks_blend_state next = t->mix;
+            tks_blend_seek(&r->blend, &next, t->cursor + t->o->global_batch);
+            prefetch_start(pf, t->cursor + t->o->global_batch, &next, 0, t->pf_slot = 1 - cur);
+        }
         /* a bad batch on any rank stops every rank, before any compute on it */
         rc = tks_mesh_agree(t->mesh, rc);
+        if (!rc && pf->doc[cur])
+            rc = tks_model_set_documents(t->m, pf->doc[cur], t->o->doc_mask, t->o->reset_positions);
         /* the loss is summed on the device; read once, after the step */
         if (!rc) rc = tks_model_forward_train(t->m, pf->ids[cur], pf->tg[cur], scale, t->dred + 1);
         /* the last micro-batch's backward starts the gradient buckets
@@ -991,7 +1337,8 @@ static int save_checkpoint(trainer *t, char *ck, int if_absent, int prune) {
     snprintf(name, sizeof name, "step-%08llu", (unsigned long long)t->step);
     t->st.step = t->step;
     t->st.cursor = t->cursor;
-    int rc = tks_path_join(ck, PATH_MAX, t->ckdir, name);
+    int rc = mix_record(&t->r, &t->mix, &t->st);
+    if (!rc) rc = tks_path_join(ck, PATH_MAX, t->ckdir, name);
     if (!rc && if_absent) {
         tks_comm *world = t->mesh->group[TKS_GROUP_WORLD];
         struct stat sbuf;
@@ -1002,6 +1349,62 @@ static int save_checkpoint(trainer *t, char *ck, int if_absent, int prune) {
     if (!rc) rc = tks_checkpoint_save(ck, t->m, t->opt, &t->st, tks_dataset_tokenizer_path(t->r.ds), t->mesh);
     if (!rc && prune && t->lead) rc = tks_checkpoint_prune(t->ckdir, t->o->keep_checkpoints);
     return tks_mesh_agree(t->mesh, rc);
+}
+
+/* The blend advanced over the step just done (t->mix to t->cursor), and
+ * t->note: a line for each source that started a new epoch in it (its own
+ * epochs: count / windows), a warning where one is now repeated more than
+ * --warn-repeats times. */
+static void epoch_notes(trainer *t) {
+    const run *r = &t->r;
+    tks_blend_state before = t->mix;
+    tks_blend_seek(&r->blend, &t->mix, t->cursor);
+    size_t n = 0;
+    t->note[0] = 0;
+    for (uint32_t k = 0; k < r->n_src && n < sizeof t->note; k++) {
+        uint64_t nw = tks_sampler_n_windows(r->src[k].train), a = t->mix.count[k], b = before.count[k];
+        if (a == b || a == 0) continue;
+        uint64_t e = (a - 1) / nw; /* the 0-based epoch of the last sample read */
+        if (b > 0 && (b - 1) / nw == e) continue;
+        if (e == 0) continue;      /* the first epoch starts with the run */
+        n += (size_t)snprintf(t->note + n, sizeof t->note - n,
+                              "%s%s starts epoch %llu at step %llu (its %llu windows read %llu "
+                              "time%s so far)\n", r->mixed ? "source " : "dataset ", r->src[k].name,
+                              (unsigned long long)e + 1, (unsigned long long)t->step,
+                              (unsigned long long)nw, (unsigned long long)e, e == 1 ? "" : "s");
+        if (e > t->o->warn_repeats && n < sizeof t->note)
+            n += (size_t)snprintf(t->note + n, sizeof t->note - n,
+                                  "warning: %s is now repeated %llu times, more than --warn-repeats %llu "
+                                  "(returns of repeated data fall off after about 4 epochs: "
+                                  "Muennighoff et al. 2023); add data, lower its weight, or raise "
+                                  "--warn-repeats\n", r->src[k].name, (unsigned long long)e,
+                                  (unsigned long long)t->o->warn_repeats);
+    }
+}
+
+/* 1 when some source holds validation windows. */
+static int has_validation(const run *r) {
+    for (uint32_t k = 0; k < r->n_src; k++)
+        if (r->src[k].val) return 1;
+    return 0;
+}
+
+/* The evaluation's line of metrics.jsonl (rank 0): the loss, and a
+ * mixture's loss per source (null where a source has no validation window). */
+static void write_val_metrics(trainer *t, const tks_step_info *info) {
+    FILE *f = t->metrics;
+    if (!f) return;
+    fprintf(f, "{\"step\": %llu, \"val_loss\": %.6f", (unsigned long long)info->step, info->val_loss);
+    if (info->n_sources) {
+        fputs(", \"val_loss_by_source\": {", f);
+        for (uint32_t k = 0; k < info->n_sources; k++) {
+            fprintf(f, "%s\"%s\": ", k ? ", " : "", info->source_names[k]);
+            if (isfinite(info->val_by_source[k])) fprintf(f, "%.6f", info->val_by_source[k]);
+            else fputs("null", f);
+        }
+        fputs("}", f);
+    }
+    fputs("}\n", f);
 }
 
 /* --profile: rank 0's table of the steps profiled so far, to on_profile. */
@@ -1046,6 +1449,7 @@ int tks_train(const tks_train_opts *in) {
         int report = profiling && ++profiled == o->profile_steps;
         t.step++;
         t.cursor += o->global_batch;
+        epoch_notes(&t);
         double now = omp_get_wtime();
         tks_step_info info = {.step = t.step, .steps = o->steps, .loss = red[1],
                               .lr = lr, .grad_norm = sqrt((double)red[0]),
@@ -1053,18 +1457,23 @@ int tks_train(const tks_train_opts *in) {
                               .elapsed_s = now - t_start, .host_wait_s = t.host_wait};
         comm_totals(t.mesh, info.comm_bytes);
         for (int j = 0; j < 4; j++) info.comm_bytes[j] -= comm0[j];
+        if (t.note[0]) info.note = t.note, info.note_is_warning = strstr(t.note, "warning") != NULL;
         info.eta_s = info.elapsed_s / (double)(t.step - first_step) * (double)(o->steps - t.step);
         write_metrics(&t, &info);
         int last = t.step == o->steps, stopping = red[2] > 0 || (o->stop_at && t.step >= o->stop_at);
-        if (t.r.val && o->eval_every && (t.step % o->eval_every == 0 || last)) {
+        double by_source[TKS_MIX_MAX_SOURCES];
+        const char *names[TKS_MIX_MAX_SOURCES];
+        if (has_validation(&t.r) && o->eval_every && (t.step % o->eval_every == 0 || last)) {
             info.is_eval = 1;
             /* the loader reads the same dataset: let its batch land first (kept) */
             if (t.pf.started) (void)prefetch_wait(&t.pf);
-            info.val_loss = evaluate(&t.r, t.m, t.mesh, t.tok, t.ids, t.tg, &rc);
+            info.val_loss = evaluate(&t.r, t.m, t.mesh, t.cursor, t.tok, t.ids, t.tg, t.doc, by_source, &rc);
             if (rc) break;
-            if (t.metrics)
-                fprintf(t.metrics, "{\"step\": %llu, \"val_loss\": %.6f}\n", (unsigned long long)t.step,
-                        info.val_loss);
+            if (t.r.mixed) {
+                for (uint32_t k = 0; k < t.r.n_src; k++) names[k] = t.r.src[k].name;
+                info.n_sources = t.r.n_src, info.source_names = names, info.val_by_source = by_source;
+            }
+            write_val_metrics(&t, &info);
         }
         if (t.metrics) fflush(t.metrics);
         char ck[PATH_MAX] = "";

@@ -37,8 +37,100 @@ typedef struct tks_model_config {
 
 typedef struct tks_step_info tks_step_info;
 
+/* ---- mixtures of datasets (docs/SAMPLING.md §9) -------------------------- */
+
+#define TKS_MIX_MAX_SOURCES TKS_BLEND_MAX_SOURCES
+#define TKS_MIX_MAX_CHANGES (TKS_BLEND_MAX_PHASES - 1)
+#define TKS_MIX_NAME_MAX 64       /* bytes of a source name, with its NUL */
+#define TKS_MIX_JSON_MAX 32768    /* bytes of a mixture's record in a checkpoint */
+
+/* One source of a mixture: a name (letters, digits, '_', '-', '.'), a
+ * dataset directory and its weight in the first phase. */
+typedef struct tks_mix_source {
+    char name[TKS_MIX_NAME_MAX];
+    char dir[4096];
+    double weight;
+} tks_mix_source;
+
+/* A schedule change: from 1-based step `step` on the weights are the ones
+ * in `text` ("NAME=W,NAME=W"; a source not named has weight 0 from then
+ * on), kept as given and read by tks_mix_check. */
+typedef struct tks_mix_change {
+    uint64_t step;
+    char text[1024];
+} tks_mix_change;
+
+/* What the user asked for: sources in order (source k of the blend is
+ * sources[k]) and the schedule in the order given. named = 0: one plain
+ * dataset (`--dataset DIR`, weight 1), the trainer's order of a single
+ * dataset; a named source, even alone, is a mixture. */
+typedef struct tks_mix_spec {
+    uint32_t n_sources;
+    int named;
+    tks_mix_source sources[TKS_MIX_MAX_SOURCES];
+    uint32_t n_changes;
+    tks_mix_change changes[TKS_MIX_MAX_CHANGES];
+} tks_mix_spec;
+
+/* Adds one --dataset value: "DIR" (a plain dataset, weight 1) or
+ * "NAME=DIR[:WEIGHT]" (weight 1 when left out; the weight is the text after
+ * the last ':' when that parses as a number). Errors: TKS_ERR_ARG naming the
+ * value (a bad name, plain and named sources mixed, too many sources, an
+ * empty directory). */
+int tks_mix_add_dataset(tks_mix_spec *m, const char *arg);
+
+/* Adds one --mix-at value "STEP:NAME=W[,NAME=W...]" (read fully by
+ * tks_mix_check). Errors: TKS_ERR_ARG (no STEP: prefix, too many changes). */
+int tks_mix_add_change(tks_mix_spec *m, const char *arg);
+
+/* Reads a mixture file (--mix FILE.json):
+ *   {"sources": [{"name": "web", "path": "DIR", "weight": 0.7}, ...],
+ *    "schedule": [{"step": 9000, "weights": {"web": 0.5, "books": 0.5}}]}
+ * "schedule" is optional; a relative path is taken from the file's
+ * directory. Errors: TKS_ERR_IO (unreadable), TKS_ERR_ARG (not this shape,
+ * naming the file and the entry). */
+int tks_mix_load(tks_mix_spec *m, const char *path);
+
+/*
+ * Everything about a mixture that can be checked without its data, each
+ * refusal naming the sources: a name used twice, a weight that is not
+ * finite and positive, a schedule step below 2 or beyond `steps` (0: not
+ * checked), two changes at one step, a change naming an unknown source or
+ * none, a plain dataset with a schedule. Errors: TKS_ERR_ARG.
+ */
+int tks_mix_check(const tks_mix_spec *m, uint64_t steps);
+
+/* The blend of a checked mixture for a global batch of `global_batch`
+ * samples: phase 0 the sources' weights from sample 0, each change (in step
+ * order) a phase from sample (step - 1) * global_batch. Errors: those of
+ * tks_mix_check and tks_blend_init. */
+int tks_mix_blend(const tks_mix_spec *m, uint64_t global_batch, tks_blend *out);
+
+/* The mixture of a checkpoint's record (its "mix" object, as
+ * tks_run_sampling.mix_json holds it) into m and, when not NULL, the blend
+ * position saved with it (cursor) and each source's dataset identity
+ * (manifest_xxh3[n_sources]). Errors: TKS_ERR_MANIFEST (a record that is
+ * not a mixture's, or a cursor whose counts do not add up, naming what). */
+int tks_mix_from_json(const char *json, tks_mix_spec *m, tks_blend_state *cursor,
+                      uint64_t *manifest_xxh3);
+
+/* A checkpoint's record of a mixture (JSON, into out[cap]): the sources with
+ * their absolute directories (abs_dirs[k]) and manifest XXH3s, the
+ * schedule, and the blend position `cursor`; tks_mix_from_json reads it.
+ * Errors: TKS_ERR_ARG (a schedule tks_mix_check refuses, or longer than cap). */
+int tks_mix_record(const tks_mix_spec *m, const char *const *abs_dirs, const uint64_t *manifest_xxh3,
+                   const tks_blend_state *cursor, char *out, size_t cap);
+
 typedef struct tks_train_opts {
-    const char *dataset_dir;      /* tokshard dataset (manifest.json + shards) */
+    const char *dataset_dir;      /* tokshard dataset (manifest.json + shards); NULL with mix */
+    const tks_mix_spec *mix;      /* a mixture of named sources (borrowed), or NULL: dataset_dir
+                                   * alone, the plain single-dataset run */
+    uint64_t warn_repeats;        /* warn (on_step's note) when a source is repeated more than
+                                   * this many times: when it starts its epoch warn_repeats + 2
+                                   * (1-based); 0 warns at the first repeat; default 4 */
+    int doc_mask;                 /* attention inside each packed document only (block-causal
+                                   * from the shards' document index) */
+    int reset_positions;          /* RoPE positions restart at each document */
     const char *val_dataset_dir;  /* optional separate validation dataset (else --val-tokens) */
     const char *out_dir;          /* run directory: checkpoints/, metrics.jsonl, loss.svg */
     const char *resume;           /* checkpoint dir to resume from, or NULL */
@@ -105,6 +197,14 @@ struct tks_step_info {
     double elapsed_s, eta_s;
     double host_wait_s;           /* seconds so far the host waited on the backend (sync, reads) */
     const char *checkpoint;       /* non-NULL when a checkpoint was just written */
+    /* a mixture's evaluation: val_loss is the mean of the sources' losses
+     * weighted by the weights of the phase in force, each source's loss in
+     * val_by_source[k] (NAN where a source has no validation window) */
+    uint32_t n_sources;           /* 0 for a plain run */
+    const char *const *source_names;
+    const double *val_by_source;
+    const char *note;             /* lines to log (a source starting an epoch), or NULL */
+    int note_is_warning;          /* the note holds a warning (--warn-repeats) */
 };
 
 /* Sets the defaults: LLaMA-ish small model (dim 256, 4 layers, 8 heads, 4 kv
@@ -194,8 +294,10 @@ int tks_train_latest_checkpoint(const char *run_dir, char *out, size_t cap);
  * what that run read and will read. */
 typedef struct tks_run_sampling {
     char checkpoint[4096];        /* the checkpoint directory read */
+    char mix_json[TKS_MIX_JSON_MAX]; /* a mixture's record (tks_mix_from_json), "" for a plain run */
     char dataset[4096];           /* the training dataset (absolute; a relative path of an older
-                                   * checkpoint is resolved from here or the run directory) */
+                                   * checkpoint is resolved from here or the run directory);
+                                   * "" for a mixture (its sources are in mix_json) */
     int val_dataset;              /* 1: validation used a separate dataset (no split) */
     uint32_t seq_len;
     uint64_t global_batch, micro_batch, seed, val_tokens;
@@ -216,6 +318,8 @@ typedef struct tks_generate_opts {
     const char *prompt;           /* UTF-8 text; may be empty: the context then starts with
                                    * BOS, else EOS; a tokenizer with neither refuses it */
     uint32_t max_tokens;
+    uint32_t min_tokens;          /* EOS is not drawn before this many tokens (its logit
+                                   * masked, as Hugging Face's min_new_tokens); 0 = off */
     float temperature;            /* 0 = greedy */
     float top_p;                  /* nucleus sampling (Holtzman et al. 2020); 1 = off */
     uint64_t seed;
@@ -238,7 +342,8 @@ typedef struct tks_generate_stats {
 } tks_generate_stats;
 
 /*
- * Continues o->prompt for up to o->max_tokens tokens (an EOS ends it). The
+ * Continues o->prompt for up to o->max_tokens tokens (an EOS ends it, from
+ * token o->min_tokens on). The
  * context is the model's max_seq_len tokens: a longer prompt keeps its most
  * recent tokens (after BOS), and when generation fills the context it
  * restarts from the newest half (BOS kept), recomputing the KV cache; both
@@ -295,6 +400,23 @@ typedef struct tks_step_bench_result {
 /* Errors: TKS_ERR_ARG (a shape or count out of range, an unknown device),
  * TKS_ERR_NOMEM, and the backend's (TKS_ERR_IO for a device failure). */
 int tks_step_bench(const tks_step_bench_opts *o, tks_step_bench_result *out);
+
+/* The CPU backend's attention, forward and backward in fp32, on n_windows
+ * windows of T tokens in batches of B (heads NH, kv heads NKV, head dim HD,
+ * random q, k, v), with the causal mask and with the block-causal mask of
+ * doc (host int32[n_windows, T], document starts as tks_sampler_doc_starts
+ * gives them), alternating, reps times each: the fastest of each, in
+ * seconds for all windows. For the benchmarks (bench/attn_docs.c). */
+typedef struct tks_attention_bench_opts {
+    int threads, B, T, NH, NKV, HD, reps, n_windows;
+    const int32_t *doc;
+} tks_attention_bench_opts;
+typedef struct tks_attention_bench_result {
+    double causal_s, doc_mask_s;
+    double pairs_kept;       /* (query, key) pairs the block-causal mask keeps, of the causal's */
+} tks_attention_bench_result;
+/* Errors: TKS_ERR_ARG (sizes, fewer than B windows, doc NULL), TKS_ERR_NOMEM. */
+int tks_attention_bench(const tks_attention_bench_opts *o, tks_attention_bench_result *out);
 
 /*
  * Backends beyond the CPU reference. A backend library (trainer/cuda:

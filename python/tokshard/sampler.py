@@ -115,3 +115,106 @@ class Sampler:
 
     def rank_samples(self, step, global_batch, dp_rank, dp):
         return range(*self.rank_slice(step, global_batch, dp_rank, dp))
+
+
+# ---- mixtures of datasets (docs/SAMPLING.md §9) --------------------------------
+
+FNV_OFFSET, FNV_PRIME = 0xcbf29ce484222325, 0x100000001b3
+
+
+def source_seed(seed, name):
+    """The seed of a mixture's source: the run's seed XOR the 64-bit FNV-1a
+    hash of the name's UTF-8 bytes (Fowler, Noll, Vo)."""
+    h = FNV_OFFSET
+    for b in name.encode("utf-8"):
+        h = ((h ^ b) * FNV_PRIME) & M64
+    return (seed ^ h) & M64
+
+
+def integer_weights(weights):
+    """A phase's integer weights: W_k = floor(2^32 * w_k / total), total the sum
+    of the weights in source order (IEEE doubles, as the C code adds them);
+    0 for a source not drawn. Returns (W, S = sum W)."""
+    import math
+    total = 0.0
+    for w in weights:
+        total += w
+    W = [math.floor(math.ldexp(w / total, 32)) if w > 0 else 0 for w in weights]
+    return W, sum(W)
+
+
+class Blend:
+    """Which source each global sample comes from: phases (start sample,
+    weights per source) of the largest-deficit rule W_k (j + 1) - S c_k, ties
+    to the first source, counts restarting at each phase (Megatron-LM's
+    blending index in exact integers). State: (sample, counts, phase counts)."""
+
+    def __init__(self, phases):
+        self.phases = [(start, *integer_weights(ws)) for start, ws in phases]
+        self.K = len(phases[0][1])
+        self.reset()
+
+    def reset(self, sample=0, counts=None, phase_counts=None):
+        self.sample = sample
+        self.counts = list(counts) if counts else [0] * self.K
+        self.phase_counts = list(phase_counts) if phase_counts else [0] * self.K
+
+    def next(self):
+        """(source, its sample index) of global sample self.sample; advances."""
+        n = self.sample
+        p = max(i for i, ph in enumerate(self.phases) if ph[0] <= n)
+        start, W, S = self.phases[p]
+        if n == start:
+            self.phase_counts = [0] * self.K
+        best, best_d = None, None
+        for k in range(self.K):
+            if W[k] == 0:
+                continue
+            d = W[k] * (n - start + 1) - S * self.phase_counts[k]
+            if best is None or d > best_d:
+                best, best_d = k, d
+        idx = self.counts[best]
+        self.counts[best] += 1
+        self.phase_counts[best] += 1
+        self.sample += 1
+        return best, idx
+
+    def pick(self, g):
+        """(source, index) of global sample g, replaying from the start when g
+        is behind the state (sequential use is O(K) per sample)."""
+        if g < self.sample:
+            self.reset()
+        while self.sample < g:
+            self.next()
+        return self.next()
+
+
+class Mixture:
+    """A mixture of datasets served as tokshard-train serves it: sources
+    [(name, Dataset, weight)], each with its own Sampler (its own split and
+    seed), blended by weights that a schedule [(step, {name: weight})] changes
+    from a step on (a source not named there has weight 0)."""
+
+    def __init__(self, sources, seq_len, global_batch, seed=1337, val_tokens=65536, schedule=()):
+        self.names = [n for n, _, _ in sources]
+        self.samplers = [Sampler(ds, seq_len, seed=source_seed(seed, n), val_tokens=val_tokens)
+                         for n, ds, _ in sources]
+        phases = [(0, [float(w) for _, _, w in sources])]
+        for step, ws in sorted(schedule):
+            unknown = set(ws) - set(self.names)
+            if unknown:
+                raise ValueError(f"schedule step {step}: unknown sources {sorted(unknown)}")
+            phases.append(((step - 1) * global_batch, [float(ws.get(n, 0.0)) for n in self.names]))
+        self.blend = Blend(phases)
+
+    def sample(self, g):
+        """(name, index in the source, epoch, window) of global sample g."""
+        k, idx = self.blend.pick(g)
+        s = self.samplers[k]
+        epoch, w = idx // s.n_windows, perm_index(idx % s.n_windows, s.n_windows, epoch_key(s.seed, idx // s.n_windows))
+        return self.names[k], idx, epoch, w
+
+    def read(self, g, vocab=None):
+        """The seq_len + 1 ids of global sample g."""
+        name, _, _, w = self.sample(g)
+        return self.samplers[self.names.index(name)].read(w, vocab)

@@ -1,4 +1,4 @@
-/* cpu_backend.c - the CPU reference backend of contract 2 (backend.h):
+/* cpu_backend.c - the CPU reference backend of contract 3 (backend.h):
  * OpenBLAS sgemm, OpenMP elsewhere, fp32 arithmetic with fp32 or bf16
  * storage. Every reduction has a fixed order for a given thread count, so a
  * run is bit-reproducible on the same machine (resume relies on it). Ops run
@@ -489,12 +489,32 @@ INL void rope_row(void *x, size_t o, const float *cs, int half, tks_dtype dt) {
         st(x, o + j + half, x2 * co + x1 * si, dt);
     }
 }
+/* A device int32 array of positions or document starts (host memory here)
+ * against its contract: every value in [0, T), and for documents doc[0] = 0
+ * and doc[t] either doc[t-1] or t per row. Returns 0 or the op's failure. */
+static int check_rows(tks_backend *be, const char *op, const int32_t *a, int B, int T, int docs) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            int32_t x = a[(size_t)b * T + t];
+            int ok = docs ? (t == 0 ? x == 0 : x == a[(size_t)b * T + t - 1] || x == t)
+                          : x >= 0 && x < T;
+            if (!ok)
+                return op_fail(be, op, TKS_ERR_ARG,
+                               "%s[%d, %d] = %d breaks the contract (%s): a caller bug", docs ? "doc" : "pos",
+                               b, t, (int)x, docs ? "doc[b,0] = 0, doc[b,t] = doc[b,t-1] or t"
+                                                  : "0 <= pos < T");
+        }
+    return 0;
+}
+
 static int cpu_rope(tks_backend *be, void *x, size_t ldx, int B, int T, int H, int HD, int64_t p0,
-                    float theta, int inverse, tks_dtype dt) {
+                    const int32_t *pos, float theta, int inverse, tks_dtype dt) {
     STICKY(be);
-    if (check_dt(be, "rope", dt) || need_ws(be, "rope", (size_t)T * HD * sizeof(float)))
+    if (check_dt(be, "rope", dt) || need_ws(be, "rope", (size_t)T * HD * sizeof(float)) ||
+        (pos && check_rows(be, "rope", pos, B, T, 0)))
         return CTX(be)->err;
     int half = HD / 2;
+    if (pos) p0 = 0; /* the table holds positions 0 .. T-1, indexed by pos */
     /* the angle table lives in thread 0's slice; built before the loop */
     float *cs = (float *)CTX(be)->ws;
     /* angles as Hugging Face computes them: float32 inv_freq, float32 products */
@@ -507,10 +527,12 @@ static int cpu_rope(tks_backend *be, void *x, size_t ldx, int B, int T, int H, i
         }
 #pragma omp parallel for collapse(2) schedule(static) num_threads(NT(be))
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
+        for (int t = 0; t < T; t++) {
+            int p = pos ? pos[(size_t)b * T + t] : t;
             for (int h = 0; h < H; h++)
                 DT_CALL(dt, rope_row, x, ((size_t)b * T + t) * ldx + (size_t)h * HD,
-                        cs + (size_t)t * half * 2, half);
+                        cs + (size_t)p * half * 2, half);
+        }
     return 0;
 }
 
@@ -524,39 +546,56 @@ static void load_tile(float *dst, const void *src, size_t ld, int r0, int n, int
 }
 
 /* Forward for one (batch, head, query block): the online softmax over the
- * key blocks up to the diagonal. S = scale Q K^T; m running max, l running
+ * key blocks the block can see. S = scale Q K^T; m running max, l running
  * sum of exp(S - m), O running sum of exp(S - m) V; at the end O / l and
- * lse = m + log l. */
+ * lse = m + log l. doc (NULL: causal) is this batch row's document starts:
+ * row r sees keys doc[q0 + r] .. q0 + r. doc never decreases, so of each key
+ * block only a sub-block is computed: the rows whose document starts before
+ * the block's end (a prefix, r_end of them) and the keys from the first
+ * row's document start on (u0 ..): key blocks before doc[q0] are skipped
+ * whole, and a row without a visible key in a block leaves its running
+ * values as they are. */
 static void attn_fwd_block(float *ws, void *out, size_t ldo, float *lse, const void *q, size_t ldq,
-                           const void *k, const void *v, size_t ldkv, int T, int HD, int q0, int nq,
-                           float scale, tks_dtype dt) {
+                           const void *k, const void *v, size_t ldkv, const int32_t *doc, int HD,
+                           int q0, int nq, float scale, tks_dtype dt) {
     float *S = ws, *Q = S + BQ * BK, *O = Q + BQ * HD, *K = O + BQ * HD, *V = K + BK * HD,
           *m = V + BK * HD, *l = m + BQ;
-    (void)T;
     load_tile(Q, q, ldq, q0, nq, HD, dt);
     memset(O, 0, (size_t)nq * HD * sizeof *O);
     for (int r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
-    for (int k0 = 0; k0 < q0 + nq; k0 += BK) {
-        int nk = q0 + nq - k0 < BK ? q0 + nq - k0 : BK;
-        load_tile(K, k, ldkv, k0, nk, HD, dt);
-        load_tile(V, v, ldkv, k0, nk, HD, dt);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HD, scale, Q, HD, K, HD, 0.0f,
-                    S, BK);
-        for (int r = 0; r < nq; r++) {
+    for (int k0 = doc ? doc[q0] / BK * BK : 0; k0 < q0 + nq; k0 += BK) {
+        int nk = q0 + nq - k0 < BK ? q0 + nq - k0 : BK, r_end = nq, u0 = 0;
+        if (doc) {
+            u0 = doc[q0] > k0 ? doc[q0] - k0 : 0;
+            while (r_end > 0 && doc[q0 + r_end - 1] >= k0 + nk) r_end--;
+        }
+        if (r_end == 0 || u0 >= nk) continue;
+        load_tile(K, k, ldkv, k0 + u0, nk - u0, HD, dt);
+        load_tile(V, v, ldkv, k0 + u0, nk - u0, HD, dt);
+        /* S[r, u] for u in [u0, nk) at column u (the first u0 columns unused) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r_end, nk - u0, HD, scale, Q, HD, K, HD,
+                    0.0f, S + u0, BK);
+        for (int r = 0; r < r_end; r++) {
             float *s = S + (size_t)r * BK, mx = m[r];
             int lim = q0 + r - k0 + 1; /* causal: keys k0 + u <= q0 + r */
+            int first = doc && doc[q0 + r] > k0 ? doc[q0 + r] - k0 : 0; /* keys of its document */
             if (lim > nk) lim = nk;
-            for (int u = 0; u < lim; u++) mx = s[u] > mx ? s[u] : mx;
+            if (first >= lim) { /* no key of this block is visible to the row */
+                for (int u = u0; u < nk; u++) s[u] = 0;
+                continue;
+            }
+            for (int u = first; u < lim; u++) mx = s[u] > mx ? s[u] : mx;
             float corr = expf(m[r] - mx), sum = 0; /* exp(-inf) = 0 on the first block */
-            for (int u = 0; u < lim; u++) sum += (s[u] = expf(s[u] - mx));
+            for (int u = u0; u < first; u++) s[u] = 0;
+            for (int u = first; u < lim; u++) sum += (s[u] = expf(s[u] - mx));
             for (int u = lim; u < nk; u++) s[u] = 0;
             l[r] = l[r] * corr + sum;
             m[r] = mx;
             float *o = O + (size_t)r * HD;
             for (int d = 0; d < HD; d++) o[d] *= corr;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HD, nk, 1.0f, S, BK, V, HD, 1.0f,
-                    O, HD);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r_end, HD, nk - u0, 1.0f, S + u0, BK, V,
+                    HD, 1.0f, O, HD);
     }
     for (int r = 0; r < nq; r++) {
         float inv = 1.0f / l[r], *o = O + (size_t)r * HD;
@@ -567,10 +606,12 @@ static void attn_fwd_block(float *ws, void *out, size_t ldo, float *lse, const v
 }
 
 static int cpu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, const void *q,
-                             size_t ldq, const void *k, const void *v, size_t ldkv, int B, int T,
-                             int NH, int NKV, int HD, tks_dtype dt) {
+                             size_t ldq, const void *k, const void *v, size_t ldkv,
+                             const int32_t *doc, int B, int T, int NH, int NKV, int HD,
+                             tks_dtype dt) {
     STICKY(be);
-    if (check_dt(be, "attention_fwd", dt) || need_ws(be, "attention_fwd", attn_fwd_ws(HD)))
+    if (check_dt(be, "attention_fwd", dt) || need_ws(be, "attention_fwd", attn_fwd_ws(HD)) ||
+        (doc && check_rows(be, "attention_fwd", doc, B, T, 1)))
         return CTX(be)->err;
     int group = NH / NKV, nqb = (T + BQ - 1) / BQ;
     float scale = 1.0f / sqrtf((float)HD);
@@ -586,7 +627,8 @@ static int cpu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse,
                                ldo, lse + ((size_t)b * NH + h) * T,
                                at(q, row * ldq + (size_t)h * HD, dt), ldq,
                                at(k, row * ldkv + (size_t)g * HD, dt),
-                               at(v, row * ldkv + (size_t)g * HD, dt), ldkv, T, HD, q0, nq, scale, dt);
+                               at(v, row * ldkv + (size_t)g * HD, dt), ldkv, doc ? doc + row : NULL,
+                               HD, q0, nq, scale, dt);
             }
     return 0;
 }
@@ -597,11 +639,18 @@ static int cpu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse,
  *   P = exp(scale Q_i K_j^T - lse_i) (causal), dV_j += P^T dO_i,
  *   dP = dO_i V_j^T, dS = P o (dP - Dl_i), Dl = rowsum(dO o O),
  *   dK_j += scale dS^T Q_i, dQ_i += scale dS K_j.
- * dQ is accumulated in fp32 in the workspace and stored at the end. */
+ * dQ is accumulated in fp32 in the workspace and stored at the end. With
+ * doc (this batch row's document starts; NULL: causal) query t sees keys
+ * doc[t] .. t: the other P and dS entries are 0. doc never decreases, so
+ * of each (key block, query block) only the sub-block of the query rows
+ * whose documents start before the key block's end and of the keys from
+ * the first row's document start on is computed, and once a query block
+ * starts past the key block's last key every later query block is masked
+ * too and the loop over them stops. */
 static void attn_bwd_task(float *ws, void *dq, void *dk, void *dv, const void *dout,
                           const void *out, size_t ldo, const float *lse, const void *q, size_t ldq,
-                          const void *k, const void *v, size_t ldkv, int T, int HD, int group,
-                          int h0, float scale, tks_dtype dt) {
+                          const void *k, const void *v, size_t ldkv, const int32_t *doc, int T,
+                          int HD, int group, int h0, float scale, tks_dtype dt) {
     float *dQ = ws, *Dl = dQ + (size_t)group * T * HD, *P = Dl + (size_t)group * T,
           *dP = P + BQ * BK, *Q = dP + BQ * BK, *dO = Q + BQ * HD, *K = dO + BQ * HD,
           *V = K + BK * HD, *dK = V + BK * HD, *dV = dK + BK * HD, *Ot = dV + BK * HD;
@@ -630,30 +679,42 @@ static void attn_bwd_task(float *ws, void *dq, void *dk, void *dv, const void *d
             const float *L = lse + (size_t)h * T;
             for (int q0 = k0 / BQ * BQ; q0 < T; q0 += BQ) {
                 int nq = T - q0 < BQ ? T - q0 : BQ;
-                load_tile(Q, at(q, (size_t)h * HD, dt), ldq, q0, nq, HD, dt);
-                load_tile(dO, at(dout, (size_t)h * HD, dt), ldo, q0, nq, HD, dt);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HD, scale, Q, HD, K,
-                            HD, 0.0f, P, BK);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HD, 1.0f, dO, HD, V,
-                            HD, 0.0f, dP, BK);
-                for (int r = 0; r < nq; r++) {
+                if (doc && doc[q0] >= k0 + nk) break; /* this and later query blocks see none */
+                /* the sub-block that sees keys of this block: the first r_end rows (their
+                 * documents start before the block's end), keys u0 .. nk */
+                int r_end = nq, u0 = 0, w;
+                if (doc) {
+                    u0 = doc[q0] > k0 ? doc[q0] - k0 : 0;
+                    while (r_end > 0 && doc[q0 + r_end - 1] >= k0 + nk) r_end--;
+                }
+                w = nk - u0;
+                load_tile(Q, at(q, (size_t)h * HD, dt), ldq, q0, r_end, HD, dt);
+                load_tile(dO, at(dout, (size_t)h * HD, dt), ldo, q0, r_end, HD, dt);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r_end, w, HD, scale, Q, HD,
+                            K + (size_t)u0 * HD, HD, 0.0f, P + u0, BK);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r_end, w, HD, 1.0f, dO, HD,
+                            V + (size_t)u0 * HD, HD, 0.0f, dP + u0, BK);
+                for (int r = 0; r < r_end; r++) {
                     float *p = P + (size_t)r * BK, *d = dP + (size_t)r * BK;
                     int lim = q0 + r - k0 + 1;
+                    int first = doc && doc[q0 + r] > k0 ? doc[q0 + r] - k0 : 0;
                     if (lim > nk) lim = nk;
                     if (lim < 0) lim = 0;
+                    if (first > lim) first = lim;
                     float lr = L[q0 + r], dl = Dl[(size_t)j * T + q0 + r];
-                    for (int u = 0; u < lim; u++) {
+                    for (int u = u0; u < first; u++) p[u] = 0, d[u] = 0;
+                    for (int u = first; u < lim; u++) {
                         p[u] = expf(p[u] - lr);
                         d[u] = p[u] * (d[u] - dl);
                     }
                     for (int u = lim; u < nk; u++) p[u] = 0, d[u] = 0;
                 }
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HD, nq, 1.0f, P, BK, dO,
-                            HD, 1.0f, dV, HD);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HD, nq, scale, dP, BK, Q,
-                            HD, 1.0f, dK, HD);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HD, nk, scale, dP, BK, K,
-                            HD, 1.0f, dQ + ((size_t)j * T + q0) * HD, HD);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w, HD, r_end, 1.0f, P + u0, BK,
+                            dO, HD, 1.0f, dV + (size_t)u0 * HD, HD);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w, HD, r_end, scale, dP + u0, BK,
+                            Q, HD, 1.0f, dK + (size_t)u0 * HD, HD);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r_end, HD, w, scale, dP + u0,
+                            BK, K + (size_t)u0 * HD, HD, 1.0f, dQ + ((size_t)j * T + q0) * HD, HD);
             }
         }
         for (int r = 0; r < nk; r++) {
@@ -669,12 +730,14 @@ static void attn_bwd_task(float *ws, void *dq, void *dk, void *dv, const void *d
 
 static int cpu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const void *dout,
                              const void *out, size_t ldo, const float *lse, const void *q,
-                             size_t ldq, const void *k, const void *v, size_t ldkv, int B, int T,
-                             int NH, int NKV, int HD, tks_dtype dt) {
+                             size_t ldq, const void *k, const void *v, size_t ldkv,
+                             const int32_t *doc, int B, int T, int NH, int NKV, int HD,
+                             tks_dtype dt) {
     STICKY(be);
     int group = NH / NKV;
     if (check_dt(be, "attention_bwd", dt) ||
-        need_ws(be, "attention_bwd", attn_bwd_ws(T, HD, group)))
+        need_ws(be, "attention_bwd", attn_bwd_ws(T, HD, group)) ||
+        (doc && check_rows(be, "attention_bwd", doc, B, T, 1)))
         return CTX(be)->err;
     float scale = 1.0f / sqrtf((float)HD);
 #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(NT(be))
@@ -685,8 +748,8 @@ static int cpu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, cons
             attn_bwd_task(scratch(be, attn_bwd_ws(T, HD, group)), atw(dq, row * ldq, dt),
                           atw(dk, ko, dt), atw(dv, ko, dt), at(dout, row * ldo, dt),
                           at(out, row * ldo, dt), ldo, lse + (size_t)b * NH * T,
-                          at(q, row * ldq, dt), ldq, at(k, ko, dt), at(v, ko, dt), ldkv, T, HD,
-                          group, g * group, scale, dt);
+                          at(q, row * ldq, dt), ldq, at(k, ko, dt), at(v, ko, dt), ldkv,
+                          doc ? doc + row : NULL, T, HD, group, g * group, scale, dt);
         }
     return 0;
 }

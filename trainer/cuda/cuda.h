@@ -7,7 +7,7 @@
  * message saying how to build with CUDA. Every function returns 0 or a
  * negative TKS_ERR_* code with the error context set (common/tks.h).
  *
- * The backend implements contract 2 of backend.h (docs/BACKENDS.md): fp32
+ * The backend implements contract 3 of backend.h (docs/BACKENDS.md): fp32
  * and bf16 storage with fp32 arithmetic, cuBLASLt GEMMs, flash-style
  * attention that saves only lse, streams and events mapped to CUDA's, and a
  * sticky error: the first failing CUDA/cuBLAS call (op name, CUDA's message,
@@ -69,8 +69,10 @@ void tks_cuda_describe(tks_backend *be, char *out, size_t cap);
 /* cuDNN's fused flash attention for the bf16 attention ops (when built with
  * the cuDNN frontend): on by default, off with TKS_CUDNN_ATTENTION=0 or
  * on = 0 here. Returns 1 when it is in use after the call. A shape or stride
- * cuDNN does not support falls back to tokshard's own kernel;
- * tks_cuda_flash_status says which runs and why ("" when cuDNN ran). */
+ * cuDNN does not support, and packed documents (the block-causal mask of
+ * --doc-mask, which these graphs do not express), fall back to tokshard's
+ * own kernel; tks_cuda_flash_status says which runs and why ("" when cuDNN
+ * ran). */
 int tks_cuda_set_flash(tks_backend *be, int on);
 const char *tks_cuda_flash_status(tks_backend *be);
 

@@ -11,8 +11,8 @@
 /* ---- RoPE (rotate_half; angles in fp32 as Hugging Face computes them) -------- */
 
 template <typename T>
-__global__ void k_rope(T *x, size_t ld, int T_, int H, int HD, int64_t p0, float theta, int inverse,
-                       size_t pairs) {
+__global__ void k_rope(T *x, size_t ld, int T_, int H, int HD, int64_t p0, const int32_t *pos,
+                       float theta, int inverse, size_t pairs) {
     int half = HD / 2;
     GRID_STRIDE(idx, pairs) {
         int j = (int)(idx % half);
@@ -21,7 +21,8 @@ __global__ void k_rope(T *x, size_t ld, int T_, int H, int HD, int64_t p0, float
         size_t row = rh / H; /* b * T + t */
         int t = (int)(row % T_);
         float inv_freq = 1.0f / powf(theta, (float)(2 * j) / (float)HD);
-        float a = (float)(p0 + t) * inv_freq;
+        /* positions restarted per document (pos) or p0 + t, as the CPU's table */
+        float a = (float)(pos ? (int64_t)pos[row] : p0 + t) * inv_freq;
         float co = cosf(a), si = inverse ? -sinf(a) : sinf(a);
         size_t o = row * ld + (size_t)h * HD;
         float x1 = ldv(x, o + j), x2 = ldv(x, o + j + half);
@@ -30,16 +31,16 @@ __global__ void k_rope(T *x, size_t ld, int T_, int H, int HD, int64_t p0, float
     }
 }
 int tks_cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0,
-                   float theta, int inverse, tks_dtype dt) {
+                const int32_t *pos, float theta, int inverse, tks_dtype dt) {
     CTX(be);
     STICKY(c);
     CHECK_DT(c, "rope", dt);
     size_t pairs = (size_t)B * T * H * (HD / 2);
     if (!pairs) return 0;
     if (dt == TKS_BF16)
-        k_rope<bf16><<<grid_for(pairs, 256), 256, 0, c->cur>>>((bf16 *)x, ld, T, H, HD, p0, theta, inverse, pairs);
+        k_rope<bf16><<<grid_for(pairs, 256), 256, 0, c->cur>>>((bf16 *)x, ld, T, H, HD, p0, pos, theta, inverse, pairs);
     else
-        k_rope<float><<<grid_for(pairs, 256), 256, 0, c->cur>>>((float *)x, ld, T, H, HD, p0, theta, inverse, pairs);
+        k_rope<float><<<grid_for(pairs, 256), 256, 0, c->cur>>>((float *)x, ld, T, H, HD, p0, pos, theta, inverse, pairs);
     return LAUNCHED(c, "rope");
 }
 
@@ -48,15 +49,19 @@ int tks_cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD
  * the forward keeps lse[B,NH,T], the backward recomputes the probabilities.
  * One block per query row (b, h, t) with the row's scores in shared memory
  * (T floats); warps split the keys, lanes the head dimension. Quadratic work
- * like any exact attention, without the tiling that makes cuDNN's fast. */
+ * like any exact attention, without the tiling that makes cuDNN's fast.
+ * With packed documents (doc, backend.h) row t reads only the keys
+ * lo = doc[b,t] .. t: the masked keys are never computed, so the work is the
+ * rows' own documents', as in the CPU's block skipping. */
 
 enum { ATT_THREADS = 128 };
 
-/* s[u] = scale * q . k_u for u <= t; k rows `ks` elements apart */
+/* s[u] = scale * q . k_u for lo <= u <= t; k rows `ks` elements apart */
 template <typename T>
-__device__ void att_scores(float *s, const T *q, const T *k, size_t ks, int t, int HD, float scale) {
+__device__ void att_scores(float *s, const T *q, const T *k, size_t ks, int lo, int t, int HD,
+                           float scale) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int u = w; u <= t; u += nw) {
+    for (int u = lo + w; u <= t; u += nw) {
         float d = 0;
         for (int e = lane; e < HD; e += 32) d += ldv(q, e) * ldv(k, (size_t)u * ks + e);
         d = warp_sum(d);
@@ -67,20 +72,22 @@ __device__ void att_scores(float *s, const T *q, const T *k, size_t ks, int t, i
 
 template <typename T>
 __global__ void k_attention_fwd(T *out, size_t ldo, float *lse, const T *q, size_t ldq, const T *k,
-                                const T *v, size_t ldkv, int T_, int NH, int NKV, int HD) {
+                                const T *v, size_t ldkv, const int32_t *doc, int T_, int NH, int NKV,
+                                int HD) {
     extern __shared__ float s[];
     __shared__ float red[32];
     int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
+    int lo = doc ? doc[(size_t)b * T_ + t] : 0;
     const T *Q = q + ((size_t)b * T_ + t) * ldq + (size_t)h * HD;
     const T *K = k + (size_t)b * T_ * ldkv + (size_t)g * HD;
     const T *Vv = v + (size_t)b * T_ * ldkv + (size_t)g * HD;
-    att_scores(s, Q, K, ldkv, t, HD, 1.0f / sqrtf((float)HD));
+    att_scores(s, Q, K, ldkv, lo, t, HD, 1.0f / sqrtf((float)HD));
     float mx = -INFINITY;
-    for (int u = threadIdx.x; u <= t; u += blockDim.x) mx = fmaxf(mx, s[u]);
+    for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) mx = fmaxf(mx, s[u]);
     mx = block_max(mx, red);
     __syncthreads();
     float sum = 0;
-    for (int u = threadIdx.x; u <= t; u += blockDim.x) sum += (s[u] = expf(s[u] - mx));
+    for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) sum += (s[u] = expf(s[u] - mx));
     sum = block_sum(sum, red);
     float inv = 1.0f / sum;
     if (threadIdx.x == 0) lse[((size_t)b * NH + h) * T_ + t] = mx + logf(sum);
@@ -88,7 +95,7 @@ __global__ void k_attention_fwd(T *out, size_t ldo, float *lse, const T *q, size
     T *O = out + ((size_t)b * T_ + t) * ldo + (size_t)h * HD;
     for (int e = threadIdx.x; e < HD; e += blockDim.x) {
         float o = 0;
-        for (int u = 0; u <= t; u++) o += s[u] * ldv(Vv, (size_t)u * ldkv + e);
+        for (int u = lo; u <= t; u++) o += s[u] * ldv(Vv, (size_t)u * ldkv + e);
         stv(O, e, o * inv);
     }
 }
@@ -99,10 +106,11 @@ __global__ void k_attention_fwd(T *out, size_t ldo, float *lse, const T *q, size
 template <typename T>
 __global__ void k_attention_bwd_q(T *dq, float *Dsave, const T *dout, const T *out, size_t ldo,
                                   const float *lse, const T *q, size_t ldq, const T *k, const T *v,
-                                  size_t ldkv, int T_, int NH, int NKV, int HD) {
+                                  size_t ldkv, const int32_t *doc, int T_, int NH, int NKV, int HD) {
     extern __shared__ float s[]; /* [2][T]: scores, then dP */
     __shared__ float red[32];
     int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z, g = h / (NH / NKV);
+    int lo = doc ? doc[(size_t)b * T_ + t] : 0;
     const T *Q = q + ((size_t)b * T_ + t) * ldq + (size_t)h * HD;
     const T *dO = dout + ((size_t)b * T_ + t) * ldo + (size_t)h * HD;
     const T *O = out + ((size_t)b * T_ + t) * ldo + (size_t)h * HD;
@@ -110,13 +118,13 @@ __global__ void k_attention_bwd_q(T *dq, float *Dsave, const T *dout, const T *o
     const T *Vv = v + (size_t)b * T_ * ldkv + (size_t)g * HD;
     float scale = 1.0f / sqrtf((float)HD);
     float *sc = s, *dp = s + T_;
-    att_scores(sc, Q, K, ldkv, t, HD, scale);
-    att_scores(dp, dO, Vv, ldkv, t, HD, 1.0f);
+    att_scores(sc, Q, K, ldkv, lo, t, HD, scale);
+    att_scores(dp, dO, Vv, ldkv, lo, t, HD, 1.0f);
     float D = 0;
     for (int e = threadIdx.x; e < HD; e += blockDim.x) D += ldv(dO, e) * ldv(O, e);
     D = block_sum(D, red);
     float L = lse[((size_t)b * NH + h) * T_ + t];
-    for (int u = threadIdx.x; u <= t; u += blockDim.x) {
+    for (int u = lo + threadIdx.x; u <= t; u += blockDim.x) {
         float p = expf(sc[u] - L);
         sc[u] = p * (dp[u] - D) * scale;
     }
@@ -125,20 +133,22 @@ __global__ void k_attention_bwd_q(T *dq, float *Dsave, const T *dout, const T *o
     T *dQ = dq + ((size_t)b * T_ + t) * ldq + (size_t)h * HD;
     for (int e = threadIdx.x; e < HD; e += blockDim.x) {
         float a = 0;
-        for (int u = 0; u <= t; u++) a += sc[u] * ldv(K, (size_t)u * ldkv + e);
+        for (int u = lo; u <= t; u++) a += sc[u] * ldv(K, (size_t)u * ldkv + e);
         stv(dQ, e, a);
     }
 }
 
 /* Backward, stage 2 per key row (b, g, u): over the group's query heads and
- * t >= u, with p = exp(scale q_t.k_u - lse_t) and dS = p (dO_t.V_u - D_t) scale:
+ * t >= u that see u (doc[b,t] <= u: doc never decreases, so a warp stops at
+ * its first t past u's document), with p = exp(scale q_t.k_u - lse_t) and dS = p (dO_t.V_u - D_t) scale:
  * dV[u] = sum p dO_t, dK[u] = sum dS q_t. Warp w takes t = u + w (mod nw),
  * lanes the head dims; per-warp partials in shared memory are added in warp
  * order at the end (deterministic). Shared: 2 * nw * HD floats. */
 template <typename T>
 __global__ void k_attention_bwd_kv(T *dk, T *dv, const T *dout, size_t ldo, const float *lse,
                                    const float *Dsave, const T *q, size_t ldq, const T *k,
-                                   const T *v, size_t ldkv, int T_, int NH, int NKV, int HD) {
+                                   const T *v, size_t ldkv, const int32_t *doc, int T_, int NH,
+                                   int NKV, int HD) {
     extern __shared__ float acc[]; /* [nw][HD] dK, then [nw][HD] dV */
     int u = blockIdx.x, g = blockIdx.y, b = blockIdx.z, group = NH / NKV;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -150,6 +160,7 @@ __global__ void k_attention_bwd_kv(T *dk, T *dv, const T *dout, size_t ldo, cons
     for (int h = g * group; h < (g + 1) * group; h++) {
         const float *Lh = lse + ((size_t)b * NH + h) * T_, *Dh = Dsave + ((size_t)b * NH + h) * T_;
         for (int t = u + w; t < T_; t += nw) {
+            if (doc && doc[(size_t)b * T_ + t] > u) break; /* warp-uniform: t is the warp's */
             const T *dO = dout + ((size_t)b * T_ + t) * ldo + (size_t)h * HD;
             const T *Q = q + ((size_t)b * T_ + t) * ldq + (size_t)h * HD;
             float qk = 0, dp = 0;
@@ -189,7 +200,7 @@ __global__ void k_attention_step(T *out, const T *q, const T *kc, const T *vc, i
     __shared__ float red[32];
     int h = blockIdx.x, g = h / (NH / NKV);
     size_t ks = (size_t)NKV * HD;
-    att_scores(s, q + (size_t)h * HD, kc + (size_t)g * HD, ks, t, HD, 1.0f / sqrtf((float)HD));
+    att_scores(s, q + (size_t)h * HD, kc + (size_t)g * HD, ks, 0, t, HD, 1.0f / sqrtf((float)HD));
     float mx = -INFINITY;
     for (int u = threadIdx.x; u <= t; u += blockDim.x) mx = fmaxf(mx, s[u]);
     mx = block_max(mx, red);
@@ -221,14 +232,21 @@ static int att_smem(tks_cuda_ctx *c, const void *fn, size_t bytes, const char *o
                                                      (int)bytes), op);
 }
 
+/* cuDNN's SDPA graphs here are causal over whole rows: packed documents
+ * (doc) run tokshard's own kernel, and tks_cuda_flash_status says so. */
+static const char NO_CUDNN_DOCS[] =
+    "document masking (--doc-mask): the cuDNN graphs are causal over whole rows, so tokshard's "
+    "own kernel runs the block-causal mask";
+
 int tks_cu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, const void *q,
-                            size_t ldq, const void *k, const void *v, size_t ldkv, int B, int T,
-                            int NH, int NKV, int HD, tks_dtype dt) {
+                         size_t ldq, const void *k, const void *v, size_t ldkv, const int32_t *doc,
+                         int B, int T, int NH, int NKV, int HD, tks_dtype dt) {
     CTX(be);
     STICKY(c);
     CHECK_DT(c, "attention_fwd", dt);
     if (B <= 0 || T <= 0) return 0;
-    if (dt == TKS_BF16 && c->flash) {
+    if (dt == TKS_BF16 && c->flash && doc) snprintf(c->flash_why, sizeof c->flash_why, "%s", NO_CUDNN_DOCS);
+    if (dt == TKS_BF16 && c->flash && !doc) {
         if (!tks_cudnn_attention_fwd(be, c->cur, c->ws, c->ws_bytes, out, ldo, lse, q, ldq, k, v,
                                      ldkv, B, T, NH, NKV, HD)) {
             c->flash_why[0] = 0;
@@ -243,25 +261,26 @@ int tks_cu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, con
         if (att_smem(c, (const void *)k_attention_fwd<bf16>, sm, "attention_fwd")) return c->err;
         k_attention_fwd<bf16><<<grid, ATT_THREADS, sm, c->cur>>>((bf16 *)out, ldo, lse, (const bf16 *)q,
                                                                  ldq, (const bf16 *)k, (const bf16 *)v,
-                                                                 ldkv, T, NH, NKV, HD);
+                                                                 ldkv, doc, T, NH, NKV, HD);
     } else {
         if (att_smem(c, (const void *)k_attention_fwd<float>, sm, "attention_fwd")) return c->err;
         k_attention_fwd<float><<<grid, ATT_THREADS, sm, c->cur>>>((float *)out, ldo, lse, (const float *)q,
                                                                   ldq, (const float *)k, (const float *)v,
-                                                                  ldkv, T, NH, NKV, HD);
+                                                                  ldkv, doc, T, NH, NKV, HD);
     }
     return LAUNCHED(c, "attention_fwd");
 }
 
 int tks_cu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const void *dout,
-                            const void *out, size_t ldo, const float *lse, const void *q, size_t ldq,
-                            const void *k, const void *v, size_t ldkv, int B, int T, int NH, int NKV,
-                            int HD, tks_dtype dt) {
+                         const void *out, size_t ldo, const float *lse, const void *q, size_t ldq,
+                         const void *k, const void *v, size_t ldkv, const int32_t *doc, int B, int T,
+                         int NH, int NKV, int HD, tks_dtype dt) {
     CTX(be);
     STICKY(c);
     CHECK_DT(c, "attention_bwd", dt);
     if (B <= 0 || T <= 0) return 0;
-    if (dt == TKS_BF16 && c->flash) {
+    if (dt == TKS_BF16 && c->flash && doc) snprintf(c->flash_why, sizeof c->flash_why, "%s", NO_CUDNN_DOCS);
+    if (dt == TKS_BF16 && c->flash && !doc) {
         if (!tks_cudnn_attention_bwd(be, c->cur, c->ws, c->ws_bytes, dq, dk, dv, dout, out, ldo, lse,
                                      q, ldq, k, v, ldkv, B, T, NH, NKV, HD, c->deterministic)) {
             c->flash_why[0] = 0;
@@ -286,22 +305,22 @@ int tks_cu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const vo
             return c->err;
         k_attention_bwd_q<bf16><<<gq, ATT_THREADS, sm, c->cur>>>(
             (bf16 *)dq, D, (const bf16 *)dout, (const bf16 *)out, ldo, lse, (const bf16 *)q, ldq,
-            (const bf16 *)k, (const bf16 *)v, ldkv, T, NH, NKV, HD);
+            (const bf16 *)k, (const bf16 *)v, ldkv, doc, T, NH, NKV, HD);
         if (LAUNCHED(c, "attention_bwd (dq)")) return c->err;
         k_attention_bwd_kv<bf16><<<gkv, ATT_THREADS, sm2, c->cur>>>(
             (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, ldo, lse, D, (const bf16 *)q, ldq,
-            (const bf16 *)k, (const bf16 *)v, ldkv, T, NH, NKV, HD);
+            (const bf16 *)k, (const bf16 *)v, ldkv, doc, T, NH, NKV, HD);
     } else {
         if (att_smem(c, (const void *)k_attention_bwd_q<float>, sm, "attention_bwd") ||
             att_smem(c, (const void *)k_attention_bwd_kv<float>, sm2, "attention_bwd"))
             return c->err;
         k_attention_bwd_q<float><<<gq, ATT_THREADS, sm, c->cur>>>(
             (float *)dq, D, (const float *)dout, (const float *)out, ldo, lse, (const float *)q, ldq,
-            (const float *)k, (const float *)v, ldkv, T, NH, NKV, HD);
+            (const float *)k, (const float *)v, ldkv, doc, T, NH, NKV, HD);
         if (LAUNCHED(c, "attention_bwd (dq)")) return c->err;
         k_attention_bwd_kv<float><<<gkv, ATT_THREADS, sm2, c->cur>>>(
             (float *)dk, (float *)dv, (const float *)dout, ldo, lse, D, (const float *)q, ldq,
-            (const float *)k, (const float *)v, ldkv, T, NH, NKV, HD);
+            (const float *)k, (const float *)v, ldkv, doc, T, NH, NKV, HD);
     }
     return LAUNCHED(c, "attention_bwd (dk, dv)");
 }

@@ -1,4 +1,4 @@
-/* cuda_backend.cu - backend.h (contract 2) on an NVIDIA GPU: the runtime
+/* cuda_backend.cu - backend.h (contract 3) on an NVIDIA GPU: the runtime
  * (errors, memory, workspace, streams and events, creation, the operations
  * table and the registry entry). The kernels are one file per family, as
  * llm.c keeps them: cuda_elementwise.cu (element-wise, deterministic

@@ -117,13 +117,14 @@ int tks_cu_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout, c
 
 /* cuda_attention.cu: RoPE and attention (tokshard's own kernels) */
 int tks_cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0,
-    float theta, int inverse, tks_dtype dt);
+    const int32_t *pos, float theta, int inverse, tks_dtype dt);
 int tks_cu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, const void *q,
-    size_t ldq, const void *k, const void *v, size_t ldkv, int B, int T, int NH, int NKV, int HD,
-    tks_dtype dt);
+    size_t ldq, const void *k, const void *v, size_t ldkv, const int32_t *doc, int B, int T,
+    int NH, int NKV, int HD, tks_dtype dt);
 int tks_cu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const void *dout,
     const void *out, size_t ldo, const float *lse, const void *q, size_t ldq, const void *k,
-    const void *v, size_t ldkv, int B, int T, int NH, int NKV, int HD, tks_dtype dt);
+    const void *v, size_t ldkv, const int32_t *doc, int B, int T, int NH, int NKV, int HD,
+    tks_dtype dt);
 int tks_cu_attention_step(tks_backend *be, void *out, const void *q, const void *kc,
     const void *vc, int t, int NH, int NKV, int HD, tks_dtype dt);
 
