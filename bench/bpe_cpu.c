@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
     tks_bpe *b = tks_tok_bpe(t);
     double mb = (double)d.bytes / 1e6;
     uint64_t n_ids, n2;
-    run(b, &d, 0, &n_ids); /* warm the cache and the page cache */
+    double cold = run(b, &d, 0, &n_ids); /* the first pass meets empty caches */
     double full = run(b, &d, 0, &n_ids);
     if (only_full) { /* for a profiler: the encoder as the build runs it */
         for (int k = 0; k < 4; k++) full += run(b, &d, 0, &n_ids);
@@ -106,8 +106,9 @@ int main(int argc, char **argv) {
     double nocache = run(b, &d, 0, &n2);
     double ref = run(b, &d, 1, &n2);
     printf("{\"tokenizer\": \"%s\", \"documents\": %zu, \"mb\": %.2f, \"ids\": %llu, "
-           "\"mb_per_cpu_s\": %.2f, \"no_cache_mb_per_cpu_s\": %.2f, \"reference_mb_per_cpu_s\": %.2f}\n",
-           argv[1], d.n, mb, (unsigned long long)n_ids, mb / full, mb / nocache, mb / ref);
+           "\"first_pass_mb_per_cpu_s\": %.2f, \"mb_per_cpu_s\": %.2f, \"no_cache_mb_per_cpu_s\": %.2f, "
+           "\"reference_mb_per_cpu_s\": %.2f}\n",
+           argv[1], d.n, mb, (unsigned long long)n_ids, mb / cold, mb / full, mb / nocache, mb / ref);
     tks_tok_free(t);
     return 0;
 }

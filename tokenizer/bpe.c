@@ -161,13 +161,10 @@ static scratch *get_scratch(tks_bpe *b) {
 /* ---------------------------------------------------------------------------
  * The word cache
  * ------------------------------------------------------------------------- */
-/* The piece t[0..n) (n <= CACHE_KEY) zero-padded into key, and its set. */
-static size_t cache_key(const char *t, size_t n, uint64_t key[CACHE_KEY / 8]) {
+/* The piece t[0..n) (n <= CACHE_KEY) zero-padded into key. */
+static void cache_key(const char *t, size_t n, uint64_t key[CACHE_KEY / 8]) {
     memset(key, 0, CACHE_KEY);
     memcpy(key, t, n);
-    uint64_t h = (key[0] * 0x9e3779b97f4a7c15ull) ^ (key[1] * 0xc2b2ae3d27d4eb4full) ^
-                 (key[2] * 0x165667b19e3779f9ull) ^ n;
-    return (size_t)(tks__bpe_mix64(h) & (CACHE_SETS - 1));
 }
 
 static const cline *cache_get(const scratch *s, size_t set, const uint64_t key[CACHE_KEY / 8], size_t n) {
@@ -244,23 +241,42 @@ static hent heap_pop(hent *h, size_t *n) {
     return top;
 }
 
-/* The pair starting at symbol pos (of m), as a heap entry; 0 when it has no rank.
- * `t` is the piece: in rank mode every byte is a symbol, so positions are
- * byte offsets and the pair's bytes are t[pos .. end). */
-static int pair_at(const tks_bpe *b, const scratch *s, const char *t, int32_t m, int32_t pos, hent *out) {
+/* The lookup of the pair starting at symbol pos: where its rank is to be
+ * found, computed (and that memory fetched) ahead of the lookup itself, so
+ * that the lookups of several pairs wait for memory together. */
+typedef struct probe {
+    uint64_t key;  /* merges: (left << 32 | right) + 1; ranks: the hash of the pair's bytes */
+    int32_t pos, end;
+} probe;
+
+/* 0 when pos has no right neighbour. `t` is the piece: in rank mode every
+ * byte is a symbol, so positions are byte offsets and the pair's bytes are
+ * t[pos .. end). */
+static inline int pair_probe(const tks_bpe *b, const scratch *s, const char *t, int32_t m, int32_t pos, probe *p) {
     int32_t nx = s->next[pos];
     if (nx < 0) return 0;
-    int32_t end = s->next[nx] >= 0 ? s->next[nx] : m;
+    p->pos = pos;
+    p->end = s->next[nx] >= 0 ? s->next[nx] : m;
+    if (b->mode == TKS__BPE_RANKS) {
+        p->key = tks__bpe_hash(t + pos, (size_t)(p->end - pos));
+        __builtin_prefetch(&b->vslot[p->key & b->vmask]);
+    } else {
+        p->key = ((uint64_t)s->sym[pos] << 32 | s->sym[nx]) + 1;
+        __builtin_prefetch(&b->mslot[tks__bpe_mix64(p->key) & b->mmask]);
+    }
+    return 1;
+}
+
+/* The probed pair as a heap entry; 0 when it has no rank. */
+static inline int pair_get(const tks_bpe *b, const char *t, const probe *p, hent *out) {
     uint32_t rank, id;
     if (b->mode == TKS__BPE_RANKS) {
-        id = tks__bpe_vocab_find(b, t + pos, (size_t)(end - pos));
-        rank = id;
+        id = rank = tks__bpe_vocab_find_h(b, t + p->pos, (size_t)(p->end - p->pos), p->key);
         if (id == TKS_NO_ID) return 0;
     } else {
-        uint64_t key = ((uint64_t)s->sym[pos] << 32 | s->sym[nx]) + 1;
         const tks__bpe_merge *mg = NULL;
-        for (size_t i = tks__bpe_mix64(key) & b->mmask;; i = (i + 1) & b->mmask) {
-            if (b->mslot[i].key == key) {
+        for (size_t i = tks__bpe_mix64(p->key) & b->mmask;; i = (i + 1) & b->mmask) {
+            if (b->mslot[i].key == p->key) {
                 mg = &b->mslot[i];
                 break;
             }
@@ -269,7 +285,7 @@ static int pair_at(const tks_bpe *b, const scratch *s, const char *t, int32_t m,
         rank = mg->rank;
         id = mg->new_id;
     }
-    *out = (hent){rank, (uint32_t)pos, (uint32_t)(end - pos), id};
+    *out = (hent){rank, (uint32_t)p->pos, (uint32_t)(p->end - p->pos), id};
     return 1;
 }
 
@@ -306,8 +322,16 @@ static int bpe_merge(enc *e, const char *t, size_t n) {
      * there are at most m - 1 merges: the heap holds under 2 m entries */
     size_t nh = 0;
     hent h;
-    for (int32_t i = 0; i + 1 < m; i++)
-        if (pair_at(b, s, t, m, i, &h)) heap_push(s->heap, &nh, h);
+    /* the first pairs' lookups, PROBES ahead of their use */
+    enum { PROBES = 8 };
+    probe pr[PROBES];
+    int32_t ahead = 0;
+    for (; ahead < PROBES && ahead + 1 < m; ahead++) pair_probe(b, s, t, m, ahead, &pr[ahead]);
+    for (int32_t i = 0; i + 1 < m; i++) {
+        probe cur = pr[i % PROBES];
+        if (ahead + 1 < m) pair_probe(b, s, t, m, ahead, &pr[ahead % PROBES]), ahead++;
+        if (pair_get(b, t, &cur, &h)) heap_push(s->heap, &nh, h);
+    }
     while (nh) {
         hent top = heap_pop(s->heap, &nh);
         int32_t pos = (int32_t)top.pos, nx = s->next[pos];
@@ -320,8 +344,11 @@ static int bpe_merge(enc *e, const char *t, size_t n) {
         if (s->next[nx] >= 0) s->prev[s->next[nx]] = pos;
         /* the entries of the pairs left and right of the merge are stale
          * now (their spans grew); their successors: */
-        if (s->prev[pos] >= 0 && pair_at(b, s, t, m, s->prev[pos], &h)) heap_push(s->heap, &nh, h);
-        if (pair_at(b, s, t, m, pos, &h)) heap_push(s->heap, &nh, h);
+        probe left, right;
+        int have_left = s->prev[pos] >= 0 && pair_probe(b, s, t, m, s->prev[pos], &left);
+        int have_right = pair_probe(b, s, t, m, pos, &right);
+        if (have_left && pair_get(b, t, &left, &h)) heap_push(s->heap, &nh, h);
+        if (have_right && pair_get(b, t, &right, &h)) heap_push(s->heap, &nh, h);
     }
     rc = out_reserve(e, (size_t)m);
     for (int32_t i = 0; !rc && i >= 0; i = s->next[i]) e->out->ids[e->out->n++] = s->sym[i];
@@ -381,12 +408,10 @@ static int ref_merge(enc *e, const char *t, size_t n) {
     return rc;
 }
 
-/* A piece's place in the word cache, computed ahead so that its line can
- * be fetched while the piece before it is encoded. */
+/* A piece's hash, computed ahead so that its vocab slot can be fetched
+ * while the piece before it is encoded. */
 typedef struct ckey {
-    uint64_t key[CACHE_KEY / 8];
-    size_t set;
-    int on; /* the piece is cached (short enough, cache on) */
+    uint64_t h;
 } ckey;
 
 static int cache_on(enc *e) {
@@ -398,20 +423,18 @@ static int cache_on(enc *e) {
 }
 
 static void cache_lookup_key(enc *e, const char *t, size_t n, ckey *k) {
-    k->on = n <= CACHE_KEY;
-    if (!k->on) return;
-    k->set = cache_key(t, n, k->key);
-    __builtin_prefetch(&e->s->cache[2 * k->set]);
+    k->h = tks__bpe_hash(t, n);
+    __builtin_prefetch(&e->b->vslot[k->h & e->b->vmask]);
 }
 
 static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k);
 
-/* One pre-token (raw bytes) through the cache and the BPE model. */
+/* One pre-token (raw bytes) through the vocab, the cache and the BPE model. */
 static int bpe_piece(enc *e, const char *t, size_t n) {
-    ckey k = {{0}, 0, 0};
+    ckey k = {0};
     int rc = e->ref ? 0 : cache_on(e);
     if (rc < 0) return rc;
-    if (rc) cache_lookup_key(e, t, n, &k);
+    if (!e->ref) cache_lookup_key(e, t, n, &k);
     return bpe_piece_k(e, t, n, &k);
 }
 
@@ -422,12 +445,21 @@ static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k) {
         uint32_t id = b->ignore_merges ? tks__bpe_vocab_find(b, t, n) : TKS_NO_ID;
         return id != TKS_NO_ID ? push_id(e, id) : n <= REF_MAX_PIECE ? ref_merge(e, t, n) : bpe_merge(e, t, n);
     }
-    int cache = k->on;
-    const uint64_t *key = k->key;
-    size_t set = k->set;
     s->st.words++;
     s->st.bytes += n;
+    /* a piece that is a token: that token (ignore_merges), or, with merges,
+     * when BPE of the token's bytes is known to give it */
+    uint32_t id = tks__bpe_vocab_find_h(b, t, n, k->h);
+    if (id != TKS_NO_ID && (b->ignore_merges || __atomic_load_n(&b->self[id], __ATOMIC_RELAXED) == 1)) {
+        s->st.word_hits++;
+        s->st.hit_bytes += n;
+        return push_id(e, id);
+    }
+    int cache = b->word_cache && n <= CACHE_KEY;
+    uint64_t key[CACHE_KEY / 8];
+    size_t set = (size_t)(k->h >> 32) & (CACHE_SETS - 1);
     if (cache) {
+        cache_key(t, n, key);
         const cline *l = cache_get(s, set, key, n);
         if (l) {
             s->st.word_hits++;
@@ -440,8 +472,10 @@ static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k) {
         }
     }
     size_t first = e->out->n;
-    uint32_t id = b->ignore_merges ? tks__bpe_vocab_find(b, t, n) : TKS_NO_ID;
-    int rc = id != TKS_NO_ID ? push_id(e, id) : bpe_merge(e, t, n);
+    int rc = bpe_merge(e, t, n);
+    if (!rc && id != TKS_NO_ID)
+        __atomic_store_n(&b->self[id], (uint8_t)(e->out->n - first == 1 && e->out->ids[first] == id ? 1 : 2),
+                         __ATOMIC_RELAXED);
     if (!rc && cache && e->out->n - first <= CACHE_IDS) cache_put(s, set, key, n, e->out->ids + first, e->out->n - first);
     return rc;
 }
@@ -501,13 +535,13 @@ static int split_level(enc *e, int lv, const char *t, size_t n) {
          * cache line is fetched while the one before it is encoded */
         int on = cache_on(e);
         if (on < 0) return on;
-        ckey k[2] = {{{0}, 0, 0}, {{0}, 0, 0}};
+        ckey k[2] = {{0}, {0}};
         size_t i = 0, j = tks__bpe_fast_next(b->fast, t, n, 0);
-        if (on) cache_lookup_key(e, t, j, &k[0]);
+        cache_lookup_key(e, t, j, &k[0]);
         int rc = 0, c = 0;
         while (!rc && i < n) {
             size_t m = j < n ? tks__bpe_fast_next(b->fast, t, n, j) : n;
-            if (on && m > j) cache_lookup_key(e, t + j, m - j, &k[c ^ 1]);
+            if (m > j) cache_lookup_key(e, t + j, m - j, &k[c ^ 1]);
             rc = bpe_piece_k(e, t + i, j - i, &k[c]);
             c ^= 1;
             i = j;
@@ -766,6 +800,7 @@ void tks_bpe_free(tks_bpe *b) {
     free(b->special);
     free(b->hole);
     free(b->vslot);
+    free(b->self);
     free(b->mslot);
     free(b->added_raw.tok);
     free(b->added_norm.tok);

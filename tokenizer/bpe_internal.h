@@ -62,6 +62,14 @@ typedef struct tks__bpe_added_set {
 
 typedef struct tks__bpe_scratch tks__bpe_scratch;
 
+/* A slot of the vocab hash: the token's first 8 bytes (zero after its
+ * end), so that a token of up to 8 bytes is found with one cache line. */
+typedef struct tks__bpe_vslot {
+    uint64_t head;
+    uint32_t id;   /* TKS_NO_ID: empty */
+    uint32_t len;
+} tks__bpe_vslot;
+
 struct tks_bpe {
     char *path;
     uint8_t fingerprint[16];
@@ -75,8 +83,12 @@ struct tks_bpe {
     uint8_t *hole;        /* (n_ids) or NULL: 1 for an id that is no token (tiktoken's gaps
                            * between the ranks and the special tokens) */
     uint32_t byte_id[256];/* the one-byte token of each byte, or TKS_NO_ID */
-    uint32_t *vslot;      /* hash of the mergeable tokens' bytes: id or TKS_NO_ID */
+    tks__bpe_vslot *vslot;/* hash of the mergeable tokens' bytes (vmask + 1 slots) */
     size_t vmask;
+    uint8_t *self;        /* (n_model), merges mode: 1 when BPE of a token's own bytes gives
+                           * that token, 2 when not, 0 not known yet; learnt while encoding,
+                           * written and read with relaxed atomics (every writer writes the
+                           * same value) */
     tks__bpe_merge *mslot;/* TKS__BPE_MERGES: the merges */
     size_t mmask;
     int ignore_merges;    /* a piece that is a token is that token (always for tiktoken) */
@@ -110,8 +122,11 @@ extern const char tks__bpe_gpt2_pattern[];
 uint32_t tks__bpe_byte_char(unsigned b);
 size_t tks__bpe_pow2(size_t n); /* the least power of two >= n, at least 16 */
 uint64_t tks__bpe_mix64(uint64_t x);
-/* The mergeable token with bytes s[0..n), or TKS_NO_ID. */
+/* The mergeable token with bytes s[0..n), or TKS_NO_ID; _h with the
+ * piece's tks__bpe_hash already computed. */
 uint32_t tks__bpe_vocab_find(const tks_bpe *b, const char *s, size_t n);
+uint32_t tks__bpe_vocab_find_h(const tks_bpe *b, const char *s, size_t n, uint64_t h);
+uint64_t tks__bpe_hash(const char *s, size_t n);
 
 /* TKS_ERR_TOKENIZER naming b->path and the formatted reason. */
 int tks__bpe_refuse(const tks_bpe *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

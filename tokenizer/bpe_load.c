@@ -49,12 +49,26 @@ uint64_t tks__bpe_mix64(uint64_t x) {
     return x;
 }
 
-uint32_t tks__bpe_vocab_find(const tks_bpe *b, const char *s, size_t n) {
-    for (size_t i = XXH3_64bits(s, n) & b->vmask;; i = (i + 1) & b->vmask) {
-        uint32_t id = b->vslot[i];
-        if (id == TKS_NO_ID) return TKS_NO_ID;
-        if (b->off[id + 1] - b->off[id] == n && !memcmp(b->bytes + b->off[id], s, n)) return id;
+uint64_t tks__bpe_hash(const char *s, size_t n) { return XXH3_64bits(s, n); }
+
+static uint64_t head8(const char *s, size_t n) {
+    uint64_t h = 0;
+    memcpy(&h, s, n < 8 ? n : 8);
+    return h;
+}
+
+uint32_t tks__bpe_vocab_find_h(const tks_bpe *b, const char *s, size_t n, uint64_t h) {
+    uint64_t head = head8(s, n);
+    for (size_t i = h & b->vmask;; i = (i + 1) & b->vmask) {
+        const tks__bpe_vslot *v = &b->vslot[i];
+        if (v->id == TKS_NO_ID) return TKS_NO_ID;
+        if (v->len == n && v->head == head && (n <= 8 || !memcmp(b->bytes + b->off[v->id] + 8, s + 8, n - 8)))
+            return v->id;
     }
+}
+
+uint32_t tks__bpe_vocab_find(const tks_bpe *b, const char *s, size_t n) {
+    return tks__bpe_vocab_find_h(b, s, n, XXH3_64bits(s, n));
 }
 
 int tks__bpe_refuse(const tks_bpe *b, const char *fmt, ...) {
@@ -199,15 +213,16 @@ static int added_index(tks_bpe *b, tks__bpe_added_set *s) {
 int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable) {
     b->vmask = tks__bpe_pow2((size_t)n * 2) - 1;
     b->vslot = malloc((b->vmask + 1) * sizeof *b->vslot);
-    if (!b->vslot) return tks__bpe_nomem(b, "vocab");
-    memset(b->vslot, 0xff, (b->vmask + 1) * sizeof *b->vslot);
+    b->self = b->mode == TKS__BPE_MERGES ? calloc(n ? n : 1, 1) : NULL;
+    if (!b->vslot || (b->mode == TKS__BPE_MERGES && !b->self)) return tks__bpe_nomem(b, "vocab");
+    for (size_t i = 0; i <= b->vmask; i++) b->vslot[i] = (tks__bpe_vslot){0, TKS_NO_ID, 0};
     for (uint32_t id = 0; id < n; id++) {
         if (usable && !usable[id]) continue;
         const char *s = b->bytes + b->off[id];
         size_t len = b->off[id + 1] - b->off[id];
         size_t h = XXH3_64bits(s, len) & b->vmask;
-        while (b->vslot[h] != TKS_NO_ID) h = (h + 1) & b->vmask;
-        b->vslot[h] = id;
+        while (b->vslot[h].id != TKS_NO_ID) h = (h + 1) & b->vmask;
+        b->vslot[h] = (tks__bpe_vslot){head8(s, len), id, (uint32_t)len};
     }
     int rc = added_index(b, &b->added_raw);
     if (!rc) rc = added_index(b, &b->added_norm);
