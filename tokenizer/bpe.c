@@ -36,12 +36,16 @@
  *      its bytes make (tiktoken's byte_pair_merge). Done with a binary heap
  *      of candidates, stale ones skipped when popped (tokenizers'
  *      Word::merge_all): O(n log n) in the piece's length.
- * A piece's ids depend on its bytes alone, so each thread keeps a word cache
- * (pieces of up to 24 bytes and their ids): same ids, BPE run once a word.
+ * A piece's ids depend on its bytes alone, so BPE runs once a word: a piece
+ * that is a token is looked up in the vocabulary (with merges, the token is
+ * taken whole once BPE of its bytes is known to give it: a per-token memo),
+ * and each thread keeps a word cache of the other pieces of up to 24 bytes.
  *
  * Thread safety: a loaded handle is immutable apart from per-thread scratch
  * (PCRE2 match data, JIT stack, symbol and heap arrays, the word cache)
- * created on a thread's first encode and owned by the handle.
+ * created on a thread's first encode and owned by the handle, and the
+ * per-token memo, which every thread fills with the same values through
+ * relaxed atomics.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>

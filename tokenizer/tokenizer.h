@@ -127,8 +127,9 @@ const char *tks_spm_piece(const tks_spm *s, uint32_t id);
  *     are allowed in the text).
  *
  * Thread safety: a loaded tks_bpe is immutable apart from per-thread
- * scratch it owns; tks_bpe_encode and tks_bpe_decode may be called
- * concurrently on the same handle. Memory of an encode is O(longest
+ * scratch it owns (and a per-token memo every thread writes the same
+ * values into, with atomics); tks_bpe_encode and tks_bpe_decode may be
+ * called concurrently on the same handle. Memory of an encode is O(longest
  * pre-token), time O(n log n) in a pre-token's length.
  */
 typedef struct tks_bpe tks_bpe;
