@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +23,6 @@
 #include "internal.h"
 
 #define DEFAULT_MAX_DOC_BYTES (64ull << 20)
-
-/* ------------------------------------------------------------------------- */
-/* small helpers                                                              */
 
 /* ------------------------------------------------------------------------- */
 /* small helpers                                                              */
@@ -393,8 +391,32 @@ static int check_promises(tks_input *in) {
     return 0;
 }
 
+int tks__input_is_jsonl(const tks_input *in, const char *name) {
+    return in->opts.format == TKS_FMT_JSONL || (in->opts.format == TKS_FMT_AUTO && tks__has_ext(name, ".jsonl"));
+}
+
 const char *tks_input_skipped_file(const tks_input *in, size_t i) {
     return in && i < in->n_skipped ? in->skipped[i] : NULL;
+}
+
+/* An input with the options o (checked by the caller) and no file yet.
+ * *out is set even on failure (to be freed). */
+static int input_new(const tks_input_opts *o, tks_input **out) {
+    tks_input *in = *out = calloc(1, sizeof *in);
+    if (!in) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    in->fs.fd = -1;
+    for (int k = 0; k < MAX_NEST; k++) in->ns[k].fd = -1;
+    in->opts = *o;
+    in->jsonl_key = strdup(o->jsonl_key ? o->jsonl_key : "text");
+    in->opts.jsonl_key = in->jsonl_key;
+    in->max_doc = o->max_doc_bytes ? o->max_doc_bytes : DEFAULT_MAX_DOC_BYTES;
+    in->line_cap = in->max_doc >= SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)in->max_doc + 1;
+    /* A JSONL record is longer than its text (escapes, other keys): keep
+     * records up to 4x the limit plus 64 KiB, treat longer ones as too long. */
+    in->jsonl_cap = in->max_doc >= SIZE_MAX / 16 ? SIZE_MAX / 2 : (size_t)in->max_doc * 4 + 65536;
+    if (!in->jsonl_key || !(in->hst = XXH3_createState()))
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    return 0;
 }
 
 int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opts,
@@ -420,21 +442,8 @@ int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opt
         if (!paths[i] || !paths[i][0])
             return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "input path %zu is empty", i);
 
-    tks_input *in = calloc(1, sizeof *in);
-    if (!in) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    in->fs.fd = -1;
-    for (int k = 0; k < MAX_NEST; k++) in->ns[k].fd = -1;
-    in->opts = o;
-    in->jsonl_key = strdup(o.jsonl_key ? o.jsonl_key : "text");
-    in->opts.jsonl_key = in->jsonl_key;
-    int rc = in->jsonl_key ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    in->max_doc = o.max_doc_bytes ? o.max_doc_bytes : DEFAULT_MAX_DOC_BYTES;
-    in->line_cap = in->max_doc >= SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)in->max_doc + 1;
-    /* A JSONL record is longer than its text (escapes, other keys): keep
-     * records up to 4x the limit plus 64 KiB, treat longer ones as too long. */
-    in->jsonl_cap = in->max_doc >= SIZE_MAX / 16 ? SIZE_MAX / 2 : (size_t)in->max_doc * 4 + 65536;
-    if (!rc && !(in->hst = XXH3_createState()))
-        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    tks_input *in = NULL;
+    int rc = input_new(&o, &in);
     for (size_t i = 0; i < n && !rc; i++) rc = add_path(in, paths[i], 1, NULL);
     if (!rc) rc = check_once(in);
     if (!rc) rc = check_promises(in);
@@ -459,7 +468,7 @@ uint64_t tks_input_file_size(const tks_input *in, size_t i) {
 uint64_t tks_input_total_bytes(const tks_input *in) { return in ? in->total_bytes : 0; }
 
 int tks_input_file_xxh3(const tks_input *in, size_t i, uint8_t out[16], uint64_t *bytes) {
-    if (!in || i >= in->n_files || !in->fh[i].done)
+    if (!in || i >= in->n_files || !in->fh || !in->fh[i].done)
         return tks_fail(TKS_ERR_ARG, in && i < in->n_files ? in->files[i] : NULL, TKS_NONE,
                         TKS_NONE, "input %zu has not been read to its end yet", i);
     memcpy(out, in->fh[i].h, 16);
@@ -475,13 +484,16 @@ void tks_input_free(tks_input *in) {
     tks__stream_free(&in->fs);
     for (int k = 0; k < MAX_NEST; k++) tks__stream_free(&in->ns[k]);
     if (in->json) json_decref(in->json);
-    for (size_t i = 0; i < in->n_files; i++) free(in->files[i]);
-    free(in->files);
-    free(in->sizes);
-    free(in->meta);
-    for (size_t i = 0; i < in->n_skipped; i++) free(in->skipped[i]);
-    free(in->skipped);
+    if (!in->borrowed) {
+        for (size_t i = 0; i < in->n_files; i++) free(in->files[i]);
+        free(in->files);
+        free(in->sizes);
+        free(in->meta);
+        for (size_t i = 0; i < in->n_skipped; i++) free(in->skipped[i]);
+        free(in->skipped);
+    }
     free(in->fh);
+    free(in->rh);
     XXH3_freeState(in->hst);
     free(in->jsonl_key);
     buf_free(&in->source);
@@ -491,3 +503,97 @@ void tks_input_free(tks_input *in) {
     free(in);
 }
 
+
+/* ------------------------------------------------------------------------- */
+/* work units: readers over ranges of a listing, the listing as bytes         */
+
+int tks__input_view(const tks_input *ls, const tks__range *r, size_t n, volatile sig_atomic_t *stop,
+                    tks_input **out) {
+    tks_input_opts o = ls->opts;
+    if (stop) o.stop = stop;
+    tks_input *in = NULL;
+    int rc = input_new(&o, &in);
+    if (!rc && !(in->rh = calloc(n ? n : 1, sizeof *in->rh)))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    if (rc) {
+        tks_input_free(in);
+        return rc;
+    }
+    in->borrowed = 1;
+    in->files = ls->files;
+    in->sizes = ls->sizes;
+    in->meta = ls->meta;
+    in->n_files = in->cap_files = ls->n_files;
+    in->total_bytes = ls->total_bytes;
+    in->ranges = r;
+    in->n_ranges = n;
+    *out = in;
+    return 0;
+}
+
+const uint8_t *tks__input_range_xxh3(const tks_input *in, size_t i) {
+    return in->rh && i < in->n_ranges && in->rh[i].done ? in->rh[i].h : NULL;
+}
+
+/* The listing's wire form: "TKSL1", the file count, then per file its path
+ * (length, bytes), size, modification time, identity and flags; native byte
+ * order (every rank runs the same binary). */
+#define LISTING_MAGIC "TKSL1"
+typedef struct wire_file {
+    uint64_t path_len, size, mtime_sec, mtime_nsec, dev, ino;
+    uint32_t regular, named;
+} wire_file;
+
+int tks__input_pack(const tks_input *in, buf *out) {
+    uint64_t n = in->n_files;
+    int rc = tks__buf_append(out, LISTING_MAGIC, 5);
+    if (!rc) rc = tks__buf_append(out, &n, sizeof n);
+    for (size_t i = 0; i < in->n_files && !rc; i++) {
+        const struct file_meta *m = &in->meta[i];
+        wire_file w = {strlen(in->files[i]), in->sizes[i], (uint64_t)m->mtime.tv_sec,
+                       (uint64_t)m->mtime.tv_nsec, (uint64_t)m->dev, (uint64_t)m->ino,
+                       (uint32_t)m->regular, (uint32_t)m->named};
+        rc = tks__buf_append(out, &w, sizeof w);
+        if (!rc) rc = tks__buf_append(out, in->files[i], w.path_len);
+    }
+    return rc;
+}
+
+int tks__input_unpack(const void *p, size_t n, const tks_input_opts *o, tks_input **out) {
+    const char *b = p, *end = b + n;
+    uint64_t nf = 0;
+    *out = NULL;
+    if (n < 5 + sizeof nf || memcmp(b, LISTING_MAGIC, 5) != 0)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "not an input listing");
+    memcpy(&nf, b + 5, sizeof nf);
+    b += 5 + sizeof nf;
+    tks_input *in = NULL;
+    int rc = input_new(o, &in);
+    for (uint64_t i = 0; i < nf && !rc; i++) {
+        wire_file w;
+        if ((size_t)(end - b) < sizeof w) break;
+        memcpy(&w, b, sizeof w);
+        b += sizeof w;
+        if ((uint64_t)(end - b) < w.path_len || w.path_len >= PATH_MAX) break;
+        char path[PATH_MAX];
+        memcpy(path, b, w.path_len);
+        path[w.path_len] = 0;
+        b += w.path_len;
+        struct stat st = {0};
+        st.st_mode = w.regular ? S_IFREG : S_IFIFO;
+        st.st_size = (off_t)w.size;
+        st.st_mtim.tv_sec = (time_t)w.mtime_sec;
+        st.st_mtim.tv_nsec = (long)w.mtime_nsec;
+        st.st_dev = (dev_t)w.dev;
+        st.st_ino = (ino_t)w.ino;
+        rc = add_file(in, path, &st, (int)w.named);
+    }
+    if (!rc && (in->n_files != nf || b != end))
+        rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "input listing cut short");
+    if (rc) {
+        tks_input_free(in);
+        return rc;
+    }
+    *out = in;
+    return 0;
+}
