@@ -326,12 +326,18 @@ int tks_build_job_run(tks_build_job *job, uint64_t unit, tks_unit_stats *us);
 uint64_t tks_build_job_unit_shards(const tks_build_job *job, uint64_t unit);
 
 /* Once every unit is built: gives the shards of unit `unit` (run by this
- * job) their index in the dataset, from `base` (header rewritten in place,
- * then renamed to OUT.partial/shard-GGGGG.tks; the record notes `base`
- * first, so a resume finds them), and returns in *record (malloc'd) the
- * unit's record as the coordinator's tks_build_job_finish takes it.
- * Errors: TKS_ERR_IO, TKS_ERR_NOSPACE, TKS_ERR_RESUME (a shard gone). */
+ * job) their index in the dataset, from `base` (the shards of the units
+ * before it: header rewritten in place, then renamed to
+ * OUT.partial/shard-GGGGG.tks, where a resume finds them), and returns in
+ * *record (malloc'd) the unit's record as the coordinator's
+ * tks_build_job_finish takes it. Errors: TKS_ERR_IO, TKS_ERR_NOSPACE,
+ * TKS_ERR_RESUME (a shard gone). */
 int tks_build_job_place(tks_build_job *job, uint64_t unit, uint64_t base, char **record);
+
+/* Once this process placed its units: makes the rewritten headers and the
+ * renames durable (one syncfs of OUT.partial's filesystem, then an fsync
+ * of OUT.partial). Errors: TKS_ERR_IO. */
+int tks_build_job_sync(tks_build_job *job);
 
 /* Coordinator: from the records of every unit (any order), the manifest in
  * OUT.partial; stats as tks_build's. Errors: TKS_ERR_RESUME (a unit

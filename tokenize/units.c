@@ -8,10 +8,11 @@
  * OUT.partial/unit-NNNNN/unit.json: written last, when the unit is complete:
  *   its shards, its counters, and each input range it read with the range's
  *   XXH3-128 (a kept unit's ranges are hashed again on --resume)
- * placement, once every unit is complete: unit.json gets "base" (the dataset
- *   index of the unit's first shard), then each shard's header gets its index
- *   (256 bytes rewritten in place, fsync) and the shard is renamed to
- *   OUT.partial/shard-GGGGG.tks; a shard in either place is recognized.
+ * placement, once every unit is complete: each shard's header gets its index
+ *   in the dataset (256 bytes rewritten in place) and the shard is renamed to
+ *   OUT.partial/shard-GGGGG.tks; one syncfs makes them durable before the
+ *   manifest. A resume finds a shard in either place: a unit's first global
+ *   index is the sum of the shard counts its predecessors' records give.
  * The manifest is written from every unit's record; then the records go, and
  * OUT.partial becomes OUT. */
 #define _GNU_SOURCE
@@ -53,6 +54,8 @@ struct tks_build_job {
     unit_state *us;           /* per unit */
     double t0, plan_seconds;
     tks_build_progress prog;  /* this job's totals, for opts.progress */
+    uint64_t *bases;          /* each unit's first global shard index from the records on
+                               * disk (TKS_NONE past a missing one), or NULL: not read yet */
     json_t *desc;             /* coordinator: the provenance */
     size_t n_shards;          /* coordinator: the dataset's, once the manifest is written */
 };
@@ -279,32 +282,62 @@ static int shard_matches(const char *path, const tks_shard_info *rec, uint32_t l
 /* The shard name of dataset index g. */
 static void global_name(uint64_t g, char name[32]) { snprintf(name, 32, "shard-%05llu.tks", (unsigned long long)g); }
 
-/* Unit k's record on disk, when it is this build's and every shard it lists
- * is in place (in the unit's directory, or placed from the record's "base"):
- * 1 with *rec and *shards set (the caller owns them), else 0. */
-static int load_complete(const tks_build_job *j, uint64_t k, json_t **rec, tks_shard_info **shards, size_t *n) {
-    char path[PATH_MAX], dir[PATH_MAX], p[PATH_MAX], name[32];
+static int read_record(const tks_build_job *j, uint64_t k, json_t **rec);
+
+/* Unit k's first global shard index from the records on disk (the shards of
+ * units 0..k-1), read once (only a resume after a crash while the shards
+ * were placed needs it), or TKS_NONE when an earlier record is missing. */
+static uint64_t base_of(tks_build_job *j, uint64_t k) {
+    if (!j->bases && (j->bases = malloc((j->plan.n_units + 1) * sizeof *j->bases))) {
+        uint64_t b = 0;
+        for (size_t u = 0; u < j->plan.n_units; u++) {
+            json_t *js = NULL;
+            j->bases[u] = b;
+            if (b != TKS_NONE && read_record(j, u, &js)) b += json_array_size(json_object_get(js, "shards"));
+            else b = TKS_NONE;
+            json_decref(js);
+        }
+    }
+    return j->bases ? j->bases[k] : TKS_NONE;
+}
+
+/* Unit k's record, when it is this build's: 1 with *rec set, else 0. */
+static int read_record(const tks_build_job *j, uint64_t k, json_t **rec) {
+    char path[PATH_MAX];
     *rec = NULL;
-    *shards = NULL;
-    *n = 0;
-    if (unit_dir(j, k, dir, sizeof dir) || tks_path_join(path, sizeof path, dir, UNIT_RECORD)) return 0;
-    json_t *js = access(path, F_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
+    if (unit_file(j, k, UNIT_RECORD, path, sizeof path) || access(path, F_OK) != 0) return 0;
+    json_t *js = json_load_file(path, 0, NULL);
     const char *id = json_string_value(json_object_get(js, "build_id"));
-    json_t *arr = json_object_get(js, "shards"), *base = json_object_get(js, "base");
-    if (!js || !id || strcmp(id, j->build_id) != 0 || !json_is_array(arr) ||
+    if (!js || !id || strcmp(id, j->build_id) != 0 || !json_is_array(json_object_get(js, "shards")) ||
         !json_is_array(json_object_get(js, "ranges")) ||
         (uint64_t)json_integer_value(json_object_get(js, "unit")) != k) {
         json_decref(js);
         return 0;
     }
+    *rec = js;
+    return 1;
+}
+
+/* Unit k's record on disk, when it is this build's and every shard it lists
+ * is in place (in the unit's directory, or already placed in the dataset):
+ * 1 with *rec and *shards set (the caller owns them), else 0. */
+static int load_complete(tks_build_job *j, uint64_t k, json_t **rec, tks_shard_info **shards, size_t *n) {
+    char dir[PATH_MAX], p[PATH_MAX], name[32];
+    json_t *js = NULL;
+    *rec = NULL;
+    *shards = NULL;
+    *n = 0;
+    if (unit_dir(j, k, dir, sizeof dir) || !read_record(j, k, &js)) return 0;
+    json_t *arr = json_object_get(js, "shards");
     size_t m = json_array_size(arr);
     tks_shard_info *s = calloc(m ? m : 1, sizeof *s);
     int ok = s != NULL;
     for (size_t i = 0; i < m && ok; i++) {
-        uint64_t g = json_is_integer(base) ? (uint64_t)json_integer_value(base) + i : TKS_NONE;
         ok = tks_shard_record_read(json_array_get(arr, i), i, &s[i]) == 0 &&
              tks_path_join(p, sizeof p, dir, s[i].file) == 0;
-        if (ok && shard_matches(p, &s[i], (uint32_t)i, g, i)) continue;
+        if (ok && shard_matches(p, &s[i], (uint32_t)i, (uint32_t)i, i)) continue;
+        uint64_t g = ok ? base_of(j, k) : TKS_NONE; /* placed already? */
+        if (g != TKS_NONE) g += i;
         if (g != TKS_NONE && g <= UINT32_MAX) global_name(g, name);
         ok = ok && g != TKS_NONE && g <= UINT32_MAX && tks_path_join(p, sizeof p, j->partial, name) == 0 &&
              shard_matches(p, &s[i], (uint32_t)i, g, i);
@@ -568,7 +601,8 @@ int tks_build_job_run(tks_build_job *j, uint64_t k, tks_unit_stats *us) {
  * ------------------------------------------------------------------------- */
 
 /* Gives a unit's shard its index in the dataset: the header's shard_index
- * and checksum (in place, fsync), then the rename to its final name. */
+ * and checksum (in place; tks_build_job_sync makes it durable), then the
+ * rename to its final name. */
 static int place_shard(const char *from, const char *to, uint32_t global, tks_shard_info *si) {
     int fd = open(from, O_RDWR | O_CLOEXEC);
     if (fd < 0)
@@ -586,9 +620,6 @@ static int place_shard(const char *from, const char *to, uint32_t global, tks_sh
         si->header_xxh3 = h.header_xxh3;
         rc = tks_pwrite_all(fd, page, sizeof page, 0, from);
     }
-    if (!rc && fsync(fd) != 0)
-        rc = tks_fail(tks_write_errno_code(errno), from, global, TKS_NONE, "cannot fsync %s: %s",
-                      from, strerror(errno));
     close(fd);
     if (!rc && rename(from, to) != 0)
         rc = tks_fail(TKS_ERR_IO, to, global, TKS_NONE, "cannot rename %s to %s: %s", from, to,
@@ -604,15 +635,9 @@ int tks_build_job_place(tks_build_job *j, uint64_t k, uint64_t base, char **reco
                         "tks_build_job_place: unit %llu was not run here", (unsigned long long)k);
     if (base + s->n > (uint64_t)UINT32_MAX + 1)
         return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE, "more than 2^32 shards: raise --shard-tokens");
-    json_t *b = json_object_get(s->rec, "base");
-    int rc = 0;
-    if (!json_is_integer(b) || (uint64_t)json_integer_value(b) != base) { /* noted before any rename */
-        json_object_set_new(s->rec, "base", json_integer((json_int_t)base));
-        rc = write_record(j, k, s->rec);
-    }
     char dir[PATH_MAX], from[PATH_MAX], to[PATH_MAX], name[32];
     json_t *placed = json_array();
-    if (!rc) rc = unit_dir(j, k, dir, sizeof dir);
+    int rc = unit_dir(j, k, dir, sizeof dir);
     for (size_t i = 0; i < s->n && !rc; i++) {
         tks_shard_info si = s->shards[i];
         global_name(base + i, name);
@@ -736,6 +761,19 @@ int tks_build_job_finish(tks_build_job *j, char *const *records, size_t n, tks_b
     return rc;
 }
 
+int tks_build_job_sync(tks_build_job *j) {
+    int fd = open(j->partial, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return tks_fail(TKS_ERR_IO, j->partial, TKS_NONE, TKS_NONE, "cannot open %s: %s", j->partial,
+                        strerror(errno));
+    int rc = 0;
+    if (syncfs(fd) != 0 || fsync(fd) != 0)
+        rc = tks_fail(tks_write_errno_code(errno), j->partial, TKS_NONE, TKS_NONE,
+                      "cannot sync %s: %s", j->partial, strerror(errno));
+    close(fd);
+    return rc;
+}
+
 void tks_build_job_clean(tks_build_job *j, uint64_t k) {
     char dir[PATH_MAX], path[PATH_MAX];
     if (unit_dir(j, k, dir, sizeof dir) || tks_path_join(path, sizeof path, dir, UNIT_RECORD)) return;
@@ -762,6 +800,7 @@ void tks_build_job_free(tks_build_job *j) {
         free(j->us[k].shards);
     }
     free(j->us);
+    free(j->bases);
     tks__plan_free(&j->plan);
     json_decref(j->desc);
     tks_input_free(j->ls);
@@ -785,7 +824,7 @@ static int build_finish(tks_build_job *j, tks_build_stats *stats) {
         rc = tks_build_job_place(j, k, base, &recs[k]);
         base += j->us[k].n;
     }
-    if (!rc) rc = tks_fsync_dir(j->partial);
+    if (!rc) rc = tks_build_job_sync(j);
     double placed = omp_get_wtime() - t0;
     if (!rc) rc = tks_build_job_finish(j, recs, nu, stats);
     stats->place_seconds = placed;

@@ -435,7 +435,7 @@ static void place_units(dist *d, char **buf, char ***recs, size_t *n_recs) {
         len += n;
         free(rec);
     }
-    if (d->n_ran && tks_fsync_dir(d->partial) != 0) fail_job(d, "placing shards", -1);
+    if (d->n_ran && tks_build_job_sync(d->job) != 0) fail_job(d, "placing shards", -1);
     free(count);
     free(sum);
     int mylen = (int)len, *lens = d->rank ? NULL : calloc((size_t)d->size, sizeof *lens);

@@ -157,6 +157,14 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
            s->docs_written ? (double)s->tokens_written / (double)s->docs_written : 0.0,
            s->min_token_id, s->max_token_id, s->vocab_size);
     printf("  shards        %llu\n", (unsigned long long)s->shards);
+    printf("  units         %llu", (unsigned long long)s->units);
+    if (s->units_kept) printf(" (%llu kept from the interrupted run)", (unsigned long long)s->units_kept);
+    printf("\n  coordination  plan %.3f s, shards placed %.3f s, manifest %.3f s", s->plan_seconds,
+           s->place_seconds, s->manifest_seconds);
+    if (s->handouts)
+        printf(", %llu hand-outs of %.0f us (at most %.0f us)", (unsigned long long)s->handouts,
+               s->handout_seconds_mean * 1e6, s->handout_seconds_max * 1e6);
+    printf("\n");
     printf("  skipped       %llu empty, %llu empty after tokenizing, %llu invalid UTF-8, %llu too "
            "long, %llu bad records, %llu binary\n",
            (unsigned long long)i->empty_skipped, (unsigned long long)s->empty_after_tokenize,
