@@ -51,45 +51,107 @@ int tks_manifest_write(const char *dir, const tks_tokenizer_info *tok, const tks
                             "internal error: provenance is not a JSON object (%s)", jerr.text);
         }
     }
-    char fp[33], hx[17];
+    int rc = tks_manifest_write_json(dir, tok, shards, n_shards, token_bytes, chunk_bytes, prov);
+    json_decref(prov);
+    return rc;
+}
+
+/* The shards array as jansson's JSON_INDENT(2) renders it one level deep
+ * (the manifest's "shards" value), written directly: jansson takes ~10 us a
+ * shard, which is most of a manifest of 100,000 shards. 0, or -1 when a
+ * file name would need escaping (jansson renders the array then). */
+static int shards_text(const tks_shard_info *shards, size_t n, char **out, size_t *len) {
+    size_t cap = 64 + n * 320, at = 0;
+    char *t = malloc(cap);
+    if (!t) return -1;
+    at += (size_t)sprintf(t, n ? "[\n" : "[]");
+    for (size_t i = 0; i < n; i++) {
+        const tks_shard_info *s = &shards[i];
+        for (const char *c = s->file; *c; c++)
+            if (*c < 0x20 || *c > 0x7e || *c == '"' || *c == '\\') {
+                free(t);
+                return -1;
+            }
+        at += (size_t)snprintf(t + at, cap - at,
+                               "    {\n      \"file\": \"%s\",\n      \"bytes\": %llu,\n      \"n_docs\": "
+                               "%llu,\n      \"n_tokens\": %llu,\n      \"min_token_id\": %u,\n      "
+                               "\"max_token_id\": %u,\n      \"header_xxh3\": \"%016llx\"\n    }%s\n",
+                               s->file, (unsigned long long)s->file_bytes, (unsigned long long)s->n_docs,
+                               (unsigned long long)s->n_tokens, s->min_token_id, s->max_token_id,
+                               (unsigned long long)s->header_xxh3, i + 1 < n ? "," : "");
+    }
+    if (n) at += (size_t)sprintf(t + at, "  ]");
+    *out = t;
+    *len = at;
+    return 0;
+}
+
+/* The manifest's text without its seal (ends "\n}"): jansson renders all
+ * but the shards, which go in place of the empty array rendered for them. */
+static char *manifest_body(json_t *m, const tks_shard_info *shards, size_t n) {
+    char *arr = NULL, *body = NULL;
+    size_t alen = 0;
+    json_t *real = NULL;
+    if (n && shards_text(shards, n, &arr, &alen) != 0) { /* a name to escape: jansson does it all */
+        real = json_array();
+        for (size_t i = 0; i < n; i++) {
+            char hx[17];
+            snprintf(hx, sizeof hx, "%016llx", (unsigned long long)shards[i].header_xxh3);
+            const tks_shard_info *s = &shards[i];
+            json_array_append_new(
+                real, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", s->file, "bytes",
+                                (json_int_t)s->file_bytes, "n_docs", (json_int_t)s->n_docs, "n_tokens",
+                                (json_int_t)s->n_tokens, "min_token_id", (json_int_t)s->min_token_id,
+                                "max_token_id", (json_int_t)s->max_token_id, "header_xxh3", hx));
+        }
+        json_object_set_new(m, "shards", real);
+        return json_dumps(m, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+    }
+    char *text = json_dumps(m, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+    static const char hole[] = "\n  \"shards\": [],\n"; /* before "totals" and the provenance */
+    char *at = text ? strstr(text, hole) : NULL;
+    if (at && n) {
+        size_t pre = (size_t)(at - text) + 13, tlen = strlen(text); /* up to `"shards": ` */
+        body = malloc(tlen + alen + 1);
+        if (body) {
+            memcpy(body, text, pre);
+            memcpy(body + pre, arr, alen);
+            memcpy(body + pre + alen, at + 15, tlen - (size_t)(at + 15 - text) + 1);
+        }
+        free(text);
+    } else {
+        body = at ? text : NULL;
+        if (!at) free(text);
+    }
+    free(arr);
+    return body;
+}
+
+int tks_manifest_write_json(const char *dir, const tks_tokenizer_info *tok, const tks_shard_info *shards,
+                            size_t n_shards, uint32_t token_bytes, uint32_t chunk_bytes,
+                            struct json_t *provenance) {
+    if (provenance && !json_is_object(provenance))
+        return tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE, "internal error: provenance is not a JSON object");
+    char fp[33];
     tks_hex(tok->fingerprint, 16, fp);
     json_t *t = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:o, s:o}", "file", tok->file,
                           "fingerprint", fp, "vocab_size", (json_int_t)tok->vocab_size,
                           "model_type", tok->model_type, "bos_id", id_or_null(tok->bos_id),
                           "eos_id", id_or_null(tok->eos_id), "pad_id", id_or_null(tok->pad_id),
                           "unk_id", id_or_null(tok->unk_id));
-    json_t *arr = json_array();
-    uint64_t docs = 0, toks = 0;
-    uint32_t lo = UINT32_MAX, hi = 0;
-    for (size_t i = 0; i < n_shards; i++) {
-        const tks_shard_info *s = &shards[i];
-        uint8_t hb[8];
-        for (int k = 0; k < 8; k++) hb[k] = (uint8_t)(s->header_xxh3 >> (56 - 8 * k));
-        tks_hex(hb, 8, hx);
-        json_array_append_new(
-            arr, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", s->file, "bytes",
-                           (json_int_t)s->file_bytes, "n_docs", (json_int_t)s->n_docs, "n_tokens",
-                           (json_int_t)s->n_tokens, "min_token_id", (json_int_t)s->min_token_id,
-                           "max_token_id", (json_int_t)s->max_token_id, "header_xxh3", hx));
-        docs += s->n_docs;
-        toks += s->n_tokens;
-        lo = s->min_token_id < lo ? s->min_token_id : lo;
-        hi = s->max_token_id > hi ? s->max_token_id : hi;
-    }
+    tks_shard_totals st;
+    tks_shard_totals_of(shards, n_shards, &st);
     json_t *tot = json_pack("{s:I, s:I, s:I, s:o, s:o}", "n_shards", (json_int_t)n_shards, "n_docs",
-                            (json_int_t)docs, "n_tokens", (json_int_t)toks, "min_token_id",
-                            n_shards ? json_integer(lo) : json_null(), "max_token_id",
-                            n_shards ? json_integer(hi) : json_null());
+                            (json_int_t)st.docs, "n_tokens", (json_int_t)st.tokens, "min_token_id",
+                            n_shards ? json_integer(st.min_token_id) : json_null(), "max_token_id",
+                            n_shards ? json_integer(st.max_token_id) : json_null());
     json_t *m = json_pack("{s:s, s:i, s:o, s:i, s:I, s:o, s:o}", "format", TKS_MANIFEST_FORMAT,
                           "format_version", (int)TKS_FORMAT_VERSION, "tokenizer", t, "token_bytes",
-                          (int)token_bytes, "chunk_bytes", (json_int_t)chunk_bytes, "shards", arr,
+                          (int)token_bytes, "chunk_bytes", (json_int_t)chunk_bytes, "shards", json_array(),
                           "totals", tot);
-    if (!m) {
-        json_decref(prov);
-        return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot build manifest JSON");
-    }
-    if (prov) json_object_set_new(m, "provenance", prov);
-    char *body = json_dumps(m, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+    if (!m) return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot build manifest JSON");
+    if (provenance) json_object_set(m, "provenance", provenance);
+    char *body = manifest_body(m, shards, n_shards);
     json_decref(m);
     size_t blen = body ? strlen(body) : 0;
     /* body ends "\n}": the seal goes in as the last key */

@@ -152,13 +152,11 @@ int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_
                                   (json_int_t)is->long_skipped, "bad_records_skipped",
                                   (json_int_t)is->bad_records_skipped, "binary_skipped",
                                   (json_int_t)is->binary_skipped));
-    char *prov = json_dumps(desc, JSON_COMPACT);
     tks_tokenizer_info tok;
     tks_tokenizer_record(tk, &tok);
-    int rc = prov ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    if (!rc) rc = tks_partial_write_manifest(partial, &tok, shards, n_shards, o->chunk_bytes, prov);
-    free(prov);
-    return rc;
+    return tks_manifest_write_json(partial, &tok, shards, n_shards,
+                                   tok.vocab_size <= TKS_U16_MAX_VOCAB ? 2 : 4,
+                                   o->chunk_bytes ? o->chunk_bytes : TKS_DEFAULT_CHUNK_BYTES, desc);
 }
 
 void tks_tokenizer_record(const tks_tok *tk, tks_tokenizer_info *out) {

@@ -334,9 +334,9 @@ uint64_t tks_build_job_unit_shards(const tks_build_job *job, uint64_t unit);
  * TKS_ERR_RESUME (a shard gone). */
 int tks_build_job_place(tks_build_job *job, uint64_t unit, uint64_t base, char **record);
 
-/* Once this process placed its units: makes the rewritten headers and the
- * renames durable (one syncfs of OUT.partial's filesystem, then an fsync
- * of OUT.partial). Errors: TKS_ERR_IO. */
+/* Once this process placed its units: makes their renames durable (an
+ * fsync of OUT.partial; each rewritten header was made durable before its
+ * rename). Errors: TKS_ERR_IO. */
 int tks_build_job_sync(tks_build_job *job);
 
 /* Coordinator: from the records of every unit (any order), the manifest in

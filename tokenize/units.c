@@ -9,10 +9,10 @@
  *   its shards, its counters, and each input range it read with the range's
  *   XXH3-128 (a kept unit's ranges are hashed again on --resume)
  * placement, once every unit is complete: each shard's header gets its index
- *   in the dataset (256 bytes rewritten in place) and the shard is renamed to
- *   OUT.partial/shard-GGGGG.tks; one syncfs makes them durable before the
- *   manifest. A resume finds a shard in either place: a unit's first global
- *   index is the sum of the shard counts its predecessors' records give.
+ *   in the dataset (256 bytes rewritten in place, fsync, on several threads)
+ *   and the shard is renamed to OUT.partial/shard-GGGGG.tks. A resume finds
+ *   a shard in either place: a unit's first global index is the sum of the
+ *   shard counts its predecessors' records give.
  * The manifest is written from every unit's record; then the records go, and
  * OUT.partial becomes OUT. */
 #define _GNU_SOURCE
@@ -600,30 +600,63 @@ int tks_build_job_run(tks_build_job *j, uint64_t k, tks_unit_stats *us) {
  * Placing the shards, the manifest, publishing
  * ------------------------------------------------------------------------- */
 
-/* Gives a unit's shard its index in the dataset: the header's shard_index
- * and checksum (in place; tks_build_job_sync makes it durable), then the
- * rename to its final name. */
-static int place_shard(const char *from, const char *to, uint32_t global, tks_shard_info *si) {
-    int fd = open(from, O_RDWR | O_CLOEXEC);
-    if (fd < 0)
-        return tks_fail(tks_write_errno_code(errno), from, global, TKS_NONE, "cannot open %s: %s",
-                        from, strerror(errno));
+/* The header of the shard at `path` when it is the recorded one (its
+ * index `local` or `global`, its header hashing as recorded with index
+ * `local`): 1 with *h and the open descriptor *fd (O_RDWR), else 0. */
+static int open_recorded(const char *path, const tks_shard_info *rec, uint32_t local, uint32_t global,
+                         tks_shard_header *h, int *fd) {
     uint8_t page[TKS_HEADER_SIZE];
+    ssize_t got = -1;
+    *fd = open(path, O_RDWR | O_CLOEXEC);
+    if (*fd >= 0) {
+        do got = pread(*fd, page, sizeof page, 0);
+        while (got < 0 && errno == EINTR);
+    }
+    int ok = got == (ssize_t)sizeof page && tks_header_decode(page, sizeof page, path, h) == 0 &&
+             (h->shard_index == local || h->shard_index == global) && h->file_size == rec->file_bytes &&
+             h->n_docs == rec->n_docs && h->n_tokens == rec->n_tokens;
+    if (ok) {
+        tks_shard_header x = *h;
+        x.shard_index = local;
+        tks_header_encode(&x, page);
+        ok = x.header_xxh3 == rec->header_xxh3;
+    }
+    tks_clear_error();
+    if (!ok && *fd >= 0) close(*fd);
+    if (!ok) *fd = -1;
+    return ok;
+}
+
+/* Gives a unit's shard its index in the dataset: the header's shard_index
+ * and checksum rewritten in place and made durable, then the rename to its
+ * final name; a shard found there already (placed by an interrupted run)
+ * is taken as it is. si: the record, its header_xxh3 updated. */
+static int place_shard(const char *from, const char *to, uint32_t local, uint32_t global, tks_shard_info *si) {
     tks_shard_header h;
-    ssize_t got;
-    do got = pread(fd, page, sizeof page, 0);
-    while (got < 0 && errno == EINTR);
-    int rc = tks_header_decode(page, got > 0 ? (size_t)got : 0, from, &h);
-    if (!rc) {
+    uint8_t page[TKS_HEADER_SIZE];
+    int fd, rc = 0, there = 0;
+    if (!open_recorded(from, si, local, global, &h, &fd)) {
+        if (!open_recorded(to, si, local, global, &h, &fd))
+            return tks_fail(TKS_ERR_RESUME, from, TKS_NONE, TKS_NONE,
+                            "%s is missing or damaged: re-run the same command with --resume to "
+                            "build its unit again", from);
+        there = 1; /* placed by an interrupted run */
+    }
+    if (h.shard_index != global) {
         h.shard_index = global;
         tks_header_encode(&h, page);
-        si->header_xxh3 = h.header_xxh3;
-        rc = tks_pwrite_all(fd, page, sizeof page, 0, from);
+        rc = tks_pwrite_all(fd, page, sizeof page, 0, there ? to : from);
     }
+    /* durable before the manifest names it (also when an interrupted run
+     * rewrote it: its write may not have reached the disk) */
+    if (!rc && fsync(fd) != 0)
+        rc = tks_fail(tks_write_errno_code(errno), from, global, TKS_NONE, "cannot fsync %s: %s",
+                      there ? to : from, strerror(errno));
     close(fd);
-    if (!rc && rename(from, to) != 0)
+    if (!rc && !there && rename(from, to) != 0)
         rc = tks_fail(TKS_ERR_IO, to, global, TKS_NONE, "cannot rename %s to %s: %s", from, to,
                       strerror(errno));
+    si->header_xxh3 = h.header_xxh3;
     return rc;
 }
 
@@ -635,31 +668,39 @@ int tks_build_job_place(tks_build_job *j, uint64_t k, uint64_t base, char **reco
                         "tks_build_job_place: unit %llu was not run here", (unsigned long long)k);
     if (base + s->n > (uint64_t)UINT32_MAX + 1)
         return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE, "more than 2^32 shards: raise --shard-tokens");
-    char dir[PATH_MAX], from[PATH_MAX], to[PATH_MAX], name[32];
-    json_t *placed = json_array();
-    int rc = unit_dir(j, k, dir, sizeof dir);
-    for (size_t i = 0; i < s->n && !rc; i++) {
-        tks_shard_info si = s->shards[i];
+    char dir[PATH_MAX];
+    int rc = unit_dir(j, k, dir, sizeof dir), any = 0;
+    tks_error first = {0};
+    tks_shard_info *si = calloc(s->n ? s->n : 1, sizeof *si);
+    if (!rc && !si) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+    int threads = j->o.threads > 0 ? j->o.threads : omp_get_max_threads();
+    /* in parallel: on a shared filesystem each fsync is a round trip */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (!rc && s->n > 1)
+    for (size_t i = 0; i < (rc ? 0 : s->n); i++) {
+        char from[PATH_MAX], to[PATH_MAX], name[32];
+        si[i] = s->shards[i];
         global_name(base + i, name);
-        rc = tks_path_join(from, sizeof from, dir, si.file);
-        if (!rc) rc = tks_path_join(to, sizeof to, j->partial, name);
-        if (!rc && shard_matches(from, &si, (uint32_t)i, base + i, i)) {
-            rc = place_shard(from, to, (uint32_t)(base + i), &si);
-        } else if (!rc && shard_matches(to, &si, (uint32_t)i, base + i, i)) { /* placed by an earlier run */
-            tks_shard *sh = NULL;
-            rc = tks_shard_open(to, &sh);
-            if (!rc) si.header_xxh3 = tks_shard_hdr(sh)->header_xxh3;
-            tks_shard_close(sh);
-        } else if (!rc) {
-            rc = tks_fail(TKS_ERR_RESUME, from, TKS_NONE, TKS_NONE,
-                          "%s is missing or damaged (unit %llu): re-run the same command with "
-                          "--resume to build it again", from, (unsigned long long)k);
+        int e = tks_path_join(from, sizeof from, dir, si[i].file);
+        if (!e) e = tks_path_join(to, sizeof to, j->partial, name);
+        if (!e) e = place_shard(from, to, (uint32_t)i, (uint32_t)(base + i), &si[i]);
+        snprintf(si[i].file, sizeof si[i].file, "%s", name);
+        si[i].index = (uint32_t)(base + i);
+        if (e) {
+#pragma omp critical(tks_place_err)
+            if (!any) {
+                any = 1;
+                first = *tks_last_error();
+            }
         }
-        snprintf(si.file, sizeof si.file, "%s", name);
-        si.index = (uint32_t)(base + i);
-        if (!rc) json_array_append_new(placed, tks_shard_record(&si));
     }
-    json_t *out = rc ? NULL : json_deep_copy(s->rec);
+    if (!rc && any) {
+        tks_error_restore(&first);
+        rc = first.code ? first.code : TKS_ERR_IO;
+    }
+    json_t *placed = json_array(), *out = NULL;
+    for (size_t i = 0; i < s->n && !rc; i++) json_array_append_new(placed, tks_shard_record(&si[i]));
+    free(si);
+    if (!rc) out = json_deep_copy(s->rec);
     if (out) json_object_set_new(out, "shards", placed);
     else json_decref(placed);
     *record = out ? json_dumps(out, JSON_COMPACT) : NULL;
@@ -761,18 +802,7 @@ int tks_build_job_finish(tks_build_job *j, char *const *records, size_t n, tks_b
     return rc;
 }
 
-int tks_build_job_sync(tks_build_job *j) {
-    int fd = open(j->partial, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return tks_fail(TKS_ERR_IO, j->partial, TKS_NONE, TKS_NONE, "cannot open %s: %s", j->partial,
-                        strerror(errno));
-    int rc = 0;
-    if (syncfs(fd) != 0 || fsync(fd) != 0)
-        rc = tks_fail(tks_write_errno_code(errno), j->partial, TKS_NONE, TKS_NONE,
-                      "cannot sync %s: %s", j->partial, strerror(errno));
-    close(fd);
-    return rc;
-}
+int tks_build_job_sync(tks_build_job *j) { return tks_fsync_dir(j->partial); }
 
 void tks_build_job_clean(tks_build_job *j, uint64_t k) {
     char dir[PATH_MAX], path[PATH_MAX];
