@@ -327,22 +327,24 @@ uint64_t tks_build_job_unit_shards(const tks_build_job *job, uint64_t unit);
 
 /* Once every unit is built: gives the shards of unit `unit` (run by this
  * job) their index in the dataset, from `base` (the shards of the units
- * before it: header rewritten in place, then renamed to
+ * before it: header rewritten in place and made durable, then renamed to
  * OUT.partial/shard-GGGGG.tks, where a resume finds them), and returns in
- * *record (malloc'd) the unit's record as the coordinator's
- * tks_build_job_finish takes it. Errors: TKS_ERR_IO, TKS_ERR_NOSPACE,
- * TKS_ERR_RESUME (a shard gone). */
-int tks_build_job_place(tks_build_job *job, uint64_t unit, uint64_t base, char **record);
+ * *result (malloc'd, *len bytes, 8-byte multiple) the unit's result for the
+ * coordinator's tks_build_job_finish: its shards, counters and input
+ * hashes, as bytes that only the same binary reads. Errors: TKS_ERR_IO,
+ * TKS_ERR_NOSPACE, TKS_ERR_RESUME (a shard gone). */
+int tks_build_job_place(tks_build_job *job, uint64_t unit, uint64_t base, void **result, size_t *len);
 
 /* Once this process placed its units: makes their renames durable (an
  * fsync of OUT.partial; each rewritten header was made durable before its
  * rename). Errors: TKS_ERR_IO. */
 int tks_build_job_sync(tks_build_job *job);
 
-/* Coordinator: from the records of every unit (any order), the manifest in
+/* Coordinator: from every unit's result (tks_build_job_place's, back to
+ * back in any order: len bytes at results, 8-byte aligned), the manifest in
  * OUT.partial; stats as tks_build's. Errors: TKS_ERR_RESUME (a unit
  * missing), TKS_ERR_INPUT (no document), TKS_ERR_IO, TKS_ERR_NOSPACE. */
-int tks_build_job_finish(tks_build_job *job, char *const *records, size_t n, tks_build_stats *stats);
+int tks_build_job_finish(tks_build_job *job, const void *results, size_t len, tks_build_stats *stats);
 
 /* Once the manifest is written: removes unit `unit`'s record and directory. */
 void tks_build_job_clean(tks_build_job *job, uint64_t unit);

@@ -13,7 +13,8 @@
  *   and the shard is renamed to OUT.partial/shard-GGGGG.tks. A resume finds
  *   a shard in either place: a unit's first global index is the sum of the
  *   shard counts its predecessors' records give.
- * The manifest is written from every unit's record; then the records go, and
+ * The manifest is written from every unit's result (its shards, counters and
+ * range hashes, gathered as bytes); then the records go, and
  * OUT.partial becomes OUT. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -660,8 +661,49 @@ static int place_shard(const char *from, const char *to, uint32_t local, uint32_
     return rc;
 }
 
-int tks_build_job_place(tks_build_job *j, uint64_t k, uint64_t base, char **record) {
-    *record = NULL;
+/* A unit's result as tks_build_job_place hands it to the coordinator:
+ * this header, then n_ranges of `result_range`, then n_shards of
+ * tks_shard_info (global names), in native byte order (every process runs
+ * the same binary). */
+typedef struct result_hdr {
+    uint64_t unit, empty_after_tokenize, n_ranges, n_shards;
+    tks_input_stats stats;
+} result_hdr;
+typedef struct result_range {
+    tks__range r;
+    uint8_t xxh3[16];
+} result_range;
+
+/* The result of unit k (its record rec, its placed shards si[0..n)). */
+static int pack_result(const json_t *rec, const tks_shard_info *si, size_t n, void **out, size_t *len) {
+    json_t *ranges = json_object_get(rec, "ranges"), *st = json_object_get(rec, "stats");
+    result_hdr h = {(uint64_t)json_integer_value(json_object_get(rec, "unit")),
+                    (uint64_t)json_integer_value(json_object_get(rec, "empty_after_tokenize")),
+                    json_array_size(ranges), n, {0}};
+    stats_add(&h.stats, st);
+    *len = sizeof h + h.n_ranges * sizeof(result_range) + n * sizeof *si;
+    char *b = *out = calloc(1, *len);
+    if (!b) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    memcpy(b, &h, sizeof h);
+    result_range *rr = (result_range *)(b + sizeof h);
+    for (size_t i = 0; i < h.n_ranges; i++) {
+        json_t *g = json_array_get(ranges, i);
+        rr[i].r = (tks__range){(uint64_t)json_integer_value(json_object_get(g, "file")),
+                               (uint64_t)json_integer_value(json_object_get(g, "start")),
+                               (uint64_t)json_integer_value(json_object_get(g, "end")),
+                               (uint32_t)json_is_true(json_object_get(g, "whole")), 0};
+        const char *hx = json_string_value(json_object_get(g, "xxh3_128"));
+        if (!hx || tks_unhex(hx, rr[i].xxh3, 16) != 0)
+            return tks_fail(TKS_ERR_RESUME, NULL, TKS_NONE, TKS_NONE, "unit %llu's record has a bad range hash",
+                            (unsigned long long)h.unit);
+    }
+    if (n) memcpy(b + sizeof h + h.n_ranges * sizeof(result_range), si, n * sizeof *si);
+    return 0;
+}
+
+int tks_build_job_place(tks_build_job *j, uint64_t k, uint64_t base, void **result, size_t *len) {
+    *result = NULL;
+    *len = 0;
     unit_state *s = k < j->plan.n_units ? &j->us[k] : NULL;
     if (!s || !s->ran)
         return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
@@ -697,103 +739,116 @@ int tks_build_job_place(tks_build_job *j, uint64_t k, uint64_t base, char **reco
         tks_error_restore(&first);
         rc = first.code ? first.code : TKS_ERR_IO;
     }
-    json_t *placed = json_array(), *out = NULL;
-    for (size_t i = 0; i < s->n && !rc; i++) json_array_append_new(placed, tks_shard_record(&si[i]));
+    if (!rc) rc = pack_result(s->rec, si, s->n, result, len);
     free(si);
-    if (!rc) out = json_deep_copy(s->rec);
-    if (out) json_object_set_new(out, "shards", placed);
-    else json_decref(placed);
-    *record = out ? json_dumps(out, JSON_COMPACT) : NULL;
-    json_decref(out);
-    if (!rc && !*record) rc = tks_fail(TKS_ERR_NOMEM, j->partial, TKS_NONE, TKS_NONE, "out of memory");
+    if (rc) {
+        free(*result);
+        *result = NULL;
+    }
     return rc;
 }
 
 /* Each input's XXH3-128 into the provenance: "xxh3_128" for a file read
  * whole by one unit, "pieces" [{start, end, xxh3_128}] for one cut into
- * ranges (no process reads it whole). recs: the records by unit. */
-static int add_input_hashes(json_t *desc, json_t *const *recs, size_t n_units) {
+ * ranges (no process reads it whole). res: the results by unit. */
+static int add_input_hashes(json_t *desc, const result_hdr *const *res, size_t n_units) {
     json_t *inputs = json_object_get(desc, "inputs");
     for (size_t k = 0; k < n_units; k++) {
-        json_t *arr = json_object_get(recs[k], "ranges");
-        for (size_t i = 0; i < json_array_size(arr); i++) {
-            json_t *g = json_array_get(arr, i);
-            json_t *f = json_array_get(inputs, (size_t)json_integer_value(json_object_get(g, "file")));
-            json_t *h = json_object_get(g, "xxh3_128");
-            if (!f || !json_is_string(h))
+        const result_range *rr = (const result_range *)(res[k] + 1);
+        for (size_t i = 0; i < res[k]->n_ranges; i++) {
+            json_t *f = json_array_get(inputs, (size_t)rr[i].r.file);
+            char hx[33];
+            tks_hex(rr[i].xxh3, 16, hx);
+            if (!f)
                 return tks_fail(TKS_ERR_RESUME, NULL, TKS_NONE, TKS_NONE,
-                                "unit %zu's record names an input range the listing lacks", k);
-            if (json_is_true(json_object_get(g, "whole"))) {
-                json_object_set(f, "xxh3_128", h);
+                                "unit %zu's record names an input the listing lacks", k);
+            if (rr[i].r.whole) {
+                json_object_set_new(f, "xxh3_128", json_string(hx));
                 continue;
             }
             json_t *pieces = json_object_get(f, "pieces");
             if (!pieces) json_object_set_new(f, "pieces", pieces = json_array());
-            json_array_append_new(pieces, json_pack("{s:O, s:O, s:O}", "start", json_object_get(g, "start"),
-                                                    "end", json_object_get(g, "end"), "xxh3_128", h));
+            json_array_append_new(pieces, json_pack("{s:I, s:I, s:s}", "start", (json_int_t)rr[i].r.start,
+                                                    "end", (json_int_t)rr[i].r.end, "xxh3_128", hx));
         }
     }
     return 0;
 }
 
-/* The records by unit index (recs[k], new references), each checked. */
-static int sort_records(const tks_build_job *j, char *const *records, size_t n, json_t **recs) {
-    for (size_t i = 0; i < n; i++) {
-        json_t *js = json_loads(records[i], 0, NULL);
-        uint64_t k = (uint64_t)json_integer_value(json_object_get(js, "unit"));
-        if (!js || k >= j->plan.n_units || recs[k]) {
-            json_decref(js);
-            return tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
-                            "a unit's record is malformed or given twice");
-        }
-        recs[k] = js;
+/* The results by unit index (res[k] points into blob), each unit once. */
+static int sort_results(const tks_build_job *j, const char *blob, size_t len, const result_hdr **res) {
+    for (size_t at = 0; at < len;) {
+        result_hdr h;
+        if (len - at < sizeof h) break;
+        memcpy(&h, blob + at, sizeof h);
+        size_t size = sizeof h + h.n_ranges * sizeof(result_range) + h.n_shards * sizeof(tks_shard_info);
+        if (h.unit >= j->plan.n_units || res[h.unit] || size > len - at || ((uintptr_t)(blob + at) & 7))
+            return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
+                            "tks_build_job_finish: a unit's result is malformed or given twice");
+        res[h.unit] = (const result_hdr *)(blob + at);
+        at += size;
     }
     for (size_t k = 0; k < j->plan.n_units; k++)
-        if (!recs[k])
+        if (!res[k])
             return tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
                             "unit %zu in %s is missing or damaged: re-run the same command with "
                             "--resume to build it again", k, j->partial);
     return 0;
 }
 
-int tks_build_job_finish(tks_build_job *j, char *const *records, size_t n, tks_build_stats *stats) {
+/* The dataset's shards, in unit order, each with its place checked. */
+static int gather_shards(const tks_build_job *j, const result_hdr *const *res, tks_shard_info **all, size_t *n_all) {
+    size_t n = 0;
+    for (size_t k = 0; k < j->plan.n_units; k++) n += res[k]->n_shards;
+    *all = malloc((n ? n : 1) * sizeof **all);
+    if (!*all) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    *n_all = 0;
+    for (size_t k = 0; k < j->plan.n_units; k++) {
+        const tks_shard_info *si =
+            (const tks_shard_info *)((const char *)(res[k] + 1) + res[k]->n_ranges * sizeof(result_range));
+        for (size_t i = 0; i < res[k]->n_shards; i++) {
+            char want[32];
+            global_name(*n_all, want);
+            if (si[i].index != *n_all || strcmp(si[i].file, want) != 0)
+                return tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
+                                "unit %zu's shard %zu is not %s: the units were placed from other "
+                                "shard counts; re-run the same command with --resume", k, i, want);
+            (*all)[(*n_all)++] = si[i];
+        }
+    }
+    return 0;
+}
+
+int tks_build_job_finish(tks_build_job *j, const void *results, size_t len, tks_build_stats *stats) {
     tks_build_stats local;
     if (!stats) stats = &local;
     double t0 = omp_get_wtime();
     if (!j->coordinator)
         return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
                         "tks_build_job_finish: only the coordinator finishes a build");
-    size_t nu = j->plan.n_units, n_all = 0, cap = 0;
-    json_t **recs = calloc(nu ? nu : 1, sizeof *recs);
+    size_t nu = j->plan.n_units, n_all = 0;
+    const result_hdr **res = calloc(nu ? nu : 1, sizeof *res);
     tks_shard_info *all = NULL;
     tks_input_stats input = {0};
     uint64_t empty = 0;
-    int rc = recs ? sort_records(j, records, n, recs) : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    int rc = res ? sort_results(j, results, len, res) : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) rc = gather_shards(j, res, &all, &n_all);
     for (size_t k = 0; k < nu && !rc; k++) {
-        json_t *arr = json_object_get(recs[k], "shards");
-        stats_add(&input, json_object_get(recs[k], "stats"));
-        empty += (uint64_t)json_integer_value(json_object_get(recs[k], "empty_after_tokenize"));
-        for (size_t i = 0; i < json_array_size(arr) && !rc; i++) {
-            if (n_all == cap && tks_resize(&all, cap = cap ? 2 * cap : 1024, sizeof *all))
-                rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-            char want[32];
-            global_name(n_all, want);
-            if (!rc && (tks_shard_record_read(json_array_get(arr, i), n_all, &all[n_all]) != 0 ||
-                        strcmp(all[n_all].file, want) != 0))
-                rc = tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
-                              "unit %zu's shard %zu is not %s: the units were placed from other "
-                              "shard counts; re-run the same command with --resume", k, i, want);
-            n_all++;
-        }
+        const tks_input_stats *s = &res[k]->stats;
+#define ADD(f) input.f += s->f
+        ADD(files); ADD(entries); ADD(bytes_in); ADD(bytes_text); ADD(docs); ADD(empty_skipped);
+        ADD(utf8_invalid_docs); ADD(utf8_replaced); ADD(utf8_skipped); ADD(long_skipped);
+        ADD(bad_records_skipped); ADD(binary_skipped); ADD(json_as_text);
+#undef ADD
+        empty += res[k]->empty_after_tokenize;
     }
     input.bad_inputs_skipped = tks_input_get_stats(j->ls)->bad_inputs_skipped;
     if (!rc && n_all == 0) rc = tks__no_text(&input);
     if (!rc) j->desc = tks__describe(&j->o, j->ls, j->tk, &rc);
-    if (!rc) rc = add_input_hashes(j->desc, recs, nu);
+    if (!rc) rc = add_input_hashes(j->desc, res, nu);
     if (!rc) rc = tks__write_manifest(&j->o, j->partial, j->tk, j->desc, &input, all, n_all, empty, stats);
     if (!rc) j->n_shards = n_all;
-    for (size_t k = 0; k < nu && recs; k++) json_decref(recs[k]);
-    free(recs);
+    free(res);
     free(all);
     stats->units = nu;
     stats->plan_seconds = j->plan_seconds;
@@ -843,23 +898,27 @@ void tks_build_job_free(tks_build_job *j) {
  * tks_build: every unit here, in order
  * ------------------------------------------------------------------------- */
 
-/* Every unit placed (its records into *recs) and the manifest written. */
+/* Every unit placed, its result appended to one buffer, and the manifest
+ * written from them. */
 static int build_finish(tks_build_job *j, tks_build_stats *stats) {
     size_t nu = j->plan.n_units;
-    char **recs = calloc(nu ? nu : 1, sizeof *recs);
-    int rc = recs ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    buf all = {0};
+    int rc = 0;
     double t0 = omp_get_wtime();
     uint64_t base = 0;
     for (size_t k = 0; k < nu && !rc; k++) {
-        rc = tks_build_job_place(j, k, base, &recs[k]);
+        void *r = NULL;
+        size_t len = 0;
+        rc = tks_build_job_place(j, k, base, &r, &len);
+        if (!rc) rc = tks__buf_append(&all, r, len);
+        free(r);
         base += j->us[k].n;
     }
     if (!rc) rc = tks_build_job_sync(j);
     double placed = omp_get_wtime() - t0;
-    if (!rc) rc = tks_build_job_finish(j, recs, nu, stats);
+    if (!rc) rc = tks_build_job_finish(j, all.p, all.len, stats);
     stats->place_seconds = placed;
-    for (size_t k = 0; k < nu && recs; k++) free(recs[k]);
-    free(recs);
+    free(all.p);
     for (size_t k = 0; k < nu && !rc; k++) tks_build_job_clean(j, k);
     return rc ? rc : tks_build_job_publish(j);
 }

@@ -13,7 +13,7 @@
  * every 2 s between its own batches. Once every unit is built, one
  * allreduce of the units' shard counts gives each unit its first global
  * shard index (a prefix sum every rank computes); each rank places its own
- * units' shards and sends its records to rank 0, which writes the manifest
+ * units' shards and sends their results to rank 0, which writes the manifest
  * and publishes OUT. */
 #define _POSIX_C_SOURCE 200809L /* nanosleep, sigaction, PATH_MAX */
 #include <dirent.h>
@@ -406,9 +406,9 @@ static void take_units(dist *d) {
 }
 
 /* Every unit built: the global shard indices by a prefix sum over the units'
- * shard counts (one allreduce), each rank's units placed, their records sent
- * to rank 0 (*recs there: every unit's, NUL-separated in *buf). */
-static void place_units(dist *d, char **buf, char ***recs, size_t *n_recs) {
+ * shard counts (one allreduce), each rank's units placed, their results sent
+ * to rank 0 (*all there, *len bytes). */
+static void place_units(dist *d, char **all, size_t *len) {
     uint64_t *count = calloc(d->n_units ? d->n_units : 1, sizeof *count);
     uint64_t *sum = calloc(d->n_units ? d->n_units : 1, sizeof *sum);
     if (!count || !sum) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
@@ -422,23 +422,25 @@ static void place_units(dist *d, char **buf, char ***recs, size_t *n_recs) {
         sum[k] = base;
         base += c;
     }
-    size_t len = 0, cap = 4096;
+    size_t mine_len = 0, cap = 4096;
     char *mine = malloc(cap);
     if (!mine) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
     for (size_t i = 0; i < d->n_ran; i++) {
-        char *rec = NULL;
-        if (tks_build_job_place(d->job, d->ran[i], sum[d->ran[i]], &rec) != 0) fail_job(d, "placing shards", (int64_t)d->ran[i]);
-        size_t n = strlen(rec) + 1;
-        while (len + n > cap) mine = realloc(mine, cap *= 2);
+        void *r = NULL;
+        size_t n = 0;
+        if (tks_build_job_place(d->job, d->ran[i], sum[d->ran[i]], &r, &n) != 0)
+            fail_job(d, "placing shards", (int64_t)d->ran[i]);
+        while (mine_len + n > cap) mine = realloc(mine, cap *= 2);
         if (!mine) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
-        memcpy(mine + len, rec, n);
-        len += n;
-        free(rec);
+        memcpy(mine + mine_len, r, n);
+        mine_len += n;
+        free(r);
     }
     if (d->n_ran && tks_build_job_sync(d->job) != 0) fail_job(d, "placing shards", -1);
     free(count);
     free(sum);
-    int mylen = (int)len, *lens = d->rank ? NULL : calloc((size_t)d->size, sizeof *lens);
+    if (mine_len > INT_MAX) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+    int mylen = (int)mine_len, *lens = d->rank ? NULL : calloc((size_t)d->size, sizeof *lens);
     int *displs = d->rank ? NULL : calloc((size_t)d->size, sizeof *displs);
     if (!d->rank && (!lens || !displs)) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
     MPI_Igather(&mylen, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD, &rq);
@@ -448,19 +450,14 @@ static void place_units(dist *d, char **buf, char ***recs, size_t *n_recs) {
         displs[r] = (int)total;
         total += (size_t)lens[r];
     }
-    *buf = d->rank ? NULL : malloc(total ? total : 1);
-    if (!d->rank && (!*buf || total > INT_MAX)) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
-    MPI_Igatherv(mine, mylen, MPI_CHAR, *buf, lens, displs, MPI_CHAR, 0, MPI_COMM_WORLD, &rq);
+    *all = d->rank ? NULL : malloc(total ? total : 1);
+    if (!d->rank && (!*all || total > INT_MAX)) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+    MPI_Igatherv(mine, mylen, MPI_BYTE, *all, lens, displs, MPI_BYTE, 0, MPI_COMM_WORLD, &rq);
     wait_quietly(&rq);
+    *len = total;
     free(mine);
     free(lens);
     free(displs);
-    *recs = NULL;
-    *n_recs = 0;
-    if (d->rank) return;
-    *recs = malloc((d->n_units ? d->n_units : 1) * sizeof **recs);
-    if (!*recs) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
-    for (size_t at = 0; at < total && *n_recs < d->n_units; at += strlen(*buf + at) + 1) (*recs)[(*n_recs)++] = *buf + at;
 }
 
 /* The job's hand-out timings and kept units, gathered to rank 0's stats. */
@@ -514,14 +511,13 @@ static void open_window(dist *d) {
  * ranks remove their units' records, rank 0 publishes. */
 static int finish_build(dist *d, tks_build_stats *stats) {
     double t = MPI_Wtime();
-    char *buf = NULL, **recs = NULL;
-    size_t n = 0;
-    place_units(d, &buf, &recs, &n);
+    char *all = NULL;
+    size_t len = 0;
+    place_units(d, &all, &len);
     double placed = MPI_Wtime() - t;
     gather_timings(d, stats);
-    int rc = d->rank ? 0 : tks_build_job_finish(d->job, recs, n, stats);
-    free(recs);
-    free(buf);
+    int rc = d->rank ? 0 : tks_build_job_finish(d->job, all, len, stats);
+    free(all);
     int rc0 = rc;
     bcast_int(&rc0);
     if (rc0) return rc ? rc : tks_fail(rc0, d->partial, TKS_NONE, TKS_NONE,
