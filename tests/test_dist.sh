@@ -176,6 +176,19 @@ build)
   rm -f "k3.partial/unit-$u"
   expect 0 "resume after the fix, 5 ranks" -- "${MPI[@]}" -np 5 "$TKS" "${B[@]}" --threads 1 --output k3 --resume
   diff -r ref k3 >/dev/null && ok "k3: byte-identical" || fail "k3 differs"
+  # a file named as compressed whose bytes are text: each rank checks its
+  # share of such files; the job stops before anything is written, or,
+  # under --on-bad-input skip, leaves it out as one process does
+  mkdir -p bad && cp -r in/docs bad/ && printf 'plain text\n' >bad/docs/z-fake.txt.gz
+  expect 2 "a .gz that is text, 3 ranks" -- "${MPI[@]}" -np 3 "$TKS" build -q --tokenizer "$T/bpe.model" \
+    --unit-bytes 300K --output f bad
+  expect_msg "z-fake.txt.gz is named .gz \(gzip\) but starts with text"
+  [[ ! -e f && ! -e f.partial ]] && ok "nothing written" || fail "f or f.partial written"
+  S=(build -q --tokenizer "$T/bpe.model" --unit-bytes 300K --on-bad-input skip bad)
+  expect 0 "skipped without mpirun" -- "$TKS" "${S[@]}" --output s0
+  expect 0 "skipped by 3 ranks" -- "${MPI[@]}" -np 3 "$TKS" "${S[@]}" --output s3
+  diff -r s0 s3 >/dev/null && grep -q "z-fake.txt.gz: named .gz" s3/manifest.json && ok "skipped: byte-identical, listed" ||
+    fail "skip under mpirun: $(diff -rq s0 s3 | head -3)"
   ;;
 modes)
   # without mpirun, killed once 3 units are complete, resumed under mpirun -np 3

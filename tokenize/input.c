@@ -376,29 +376,69 @@ static int check_once(const tks_input *in) {
     return rc;
 }
 
-/* Checks every regular file's promise; under SKIP drops the bad ones from
- * the list and records them, under FAIL refuses the first. */
-static int check_promises(tks_input *in) {
-    size_t keep = 0;
-    for (size_t i = 0; i < in->n_files; i++) {
-        char why[256];
+int tks__input_check_promises(const tks_input *in, size_t part, size_t parts, buf *out) {
+    for (size_t i = part; i < in->n_files; i += parts ? parts : 1) {
+        char why[256], line[320];
         int r = in->meta[i].regular ? check_promise(in->files[i], why, sizeof why) : 0;
         if (r < 0) return r;
-        if (r == 1 && in->opts.bad_input != TKS_POLICY_SKIP)
-            return tks_fail(TKS_ERR_INPUT, in->files[i], TKS_NONE, 0,
-                            "%s is %s: rename it to what it is, remove it from the inputs, or "
-                            "pass --on-bad-input skip to leave such files out",
-                            in->files[i], why);
-        if (r == 1) {
-            size_t len = strlen(in->files[i]) + 2 + strlen(why) + 1;
-            char **sk = realloc(in->skipped, (in->n_skipped + 1) * sizeof *sk), *s = malloc(len);
+        if (r == 0) continue;
+        int n = snprintf(line, sizeof line, "%zu\t%s\n", i, why);
+        if ((r = tks__buf_append(out, line, (size_t)n))) return r;
+    }
+    return 0;
+}
+
+/* A file whose bytes break its name's promise, and why (up to a "\n"). */
+typedef struct verdict {
+    size_t i;
+    const char *why;
+} verdict;
+static int cmp_verdict(const void *a, const void *b) {
+    size_t x = ((const verdict *)a)->i, y = ((const verdict *)b)->i;
+    return x < y ? -1 : x > y;
+}
+
+int tks__input_settle(tks_input *in, const char *verdicts, size_t len) {
+    size_t n = 0, cap = 0;
+    verdict *bad = NULL;
+    for (const char *p = verdicts, *end = verdicts + len; p < end;) { /* "i\twhy\n" lines */
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        char *tab = NULL;
+        size_t i = (size_t)strtoull(p, &tab, 10);
+        if (!nl || !tab || *tab != '\t' || i >= in->n_files) break;
+        if (n == cap && tks_resize(&bad, cap = cap ? 2 * cap : 16, sizeof *bad)) {
+            free(bad);
+            return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory listing inputs");
+        }
+        bad[n++] = (verdict){i, tab + 1};
+        p = nl + 1;
+    }
+    if (n) qsort(bad, n, sizeof *bad, cmp_verdict);
+    int rc = 0;
+    size_t keep = 0, next = 0, i = 0;
+    for (; i < in->n_files && !rc; i++) {
+        const char *w = NULL;
+        if (next < n && bad[next].i == i) w = bad[next++].why;
+        if (w && in->opts.bad_input != TKS_POLICY_SKIP) {
+            int wl = (int)(strchr(w, '\n') - w);
+            rc = tks_fail(TKS_ERR_INPUT, in->files[i], TKS_NONE, 0,
+                          "%s is %.*s: rename it to what it is, remove it from the inputs, or "
+                          "pass --on-bad-input skip to leave such files out",
+                          in->files[i], wl, w);
+            break;
+        }
+        if (w) {
+            int wl = (int)(strchr(w, '\n') - w);
+            size_t sl = strlen(in->files[i]) + 2 + (size_t)wl + 1;
+            char **sk = realloc(in->skipped, (in->n_skipped + 1) * sizeof *sk), *t = malloc(sl);
             if (sk) in->skipped = sk;
-            if (!sk || !s) {
-                free(s);
-                return tks_fail(TKS_ERR_NOMEM, in->files[i], TKS_NONE, TKS_NONE, "out of memory listing inputs");
+            if (!sk || !t) {
+                free(t);
+                rc = tks_fail(TKS_ERR_NOMEM, in->files[i], TKS_NONE, TKS_NONE, "out of memory listing inputs");
+                break;
             }
-            snprintf(s, len, "%s: %s", in->files[i], why);
-            in->skipped[in->n_skipped++] = s;
+            snprintf(t, sl, "%s: %.*s", in->files[i], wl, w);
+            in->skipped[in->n_skipped++] = t;
             in->st.bad_inputs_skipped++;
             in->total_bytes -= in->sizes[i];
             free(in->files[i]);
@@ -407,8 +447,21 @@ static int check_promises(tks_input *in) {
         in->files[keep] = in->files[i], in->sizes[keep] = in->sizes[i], in->meta[keep] = in->meta[i];
         keep++;
     }
+    for (; i < in->n_files; i++) /* after a failure: the rest kept as it is (freed by the caller) */
+        in->files[keep] = in->files[i], in->sizes[keep] = in->sizes[i], in->meta[keep++] = in->meta[i];
     in->n_files = keep;
-    return 0;
+    free(bad);
+    return rc;
+}
+
+/* Checks every regular file's promise; under SKIP drops the bad ones from
+ * the list and records them, under FAIL refuses the first. */
+static int check_promises(tks_input *in) {
+    buf v = {0};
+    int rc = tks__input_check_promises(in, 0, 1, &v);
+    if (!rc) rc = tks__input_settle(in, v.p ? v.p : "", v.len);
+    free(v.p);
+    return rc;
 }
 
 int tks__input_is_jsonl(const tks_input *in, const char *name) {
@@ -439,8 +492,20 @@ static int input_new(const tks_input_opts *o, tks_input **out) {
     return 0;
 }
 
+static int input_open(const char *const *paths, size_t n, const tks_input_opts *opts, int promises,
+                      tks_input **out);
+
 int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opts,
                    tks_input **out) {
+    return input_open(paths, n, opts, 1, out);
+}
+
+int tks__input_list(const char *const *paths, size_t n, const tks_input_opts *opts, tks_input **out) {
+    return input_open(paths, n, opts, 0, out);
+}
+
+static int input_open(const char *const *paths, size_t n, const tks_input_opts *opts, int promises,
+                      tks_input **out) {
     if (!out) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_input_open: out is NULL");
     *out = NULL;
     if (!paths || n == 0)
@@ -466,7 +531,7 @@ int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opt
     int rc = input_new(&o, &in);
     for (size_t i = 0; i < n && !rc; i++) rc = add_path(in, paths[i], 1, NULL, -1, NULL);
     if (!rc) rc = check_once(in);
-    if (!rc) rc = check_promises(in);
+    if (!rc && promises) rc = check_promises(in);
     if (rc) {
         tks_input_free(in);
         return rc;

@@ -299,15 +299,25 @@ typedef struct tks_build_job tks_build_job;
  */
 int tks_build_job_open(const tks_build_opts *opts, tks_build_job **out);
 
-/* The coordinator's listing and build id as bytes, for tks_build_job_join in
- * another process running the same binary: *blob (malloc'd, the caller
- * frees it), *len. Errors: TKS_ERR_NOMEM. */
+/* Under mpirun, tks_build_job_open in steps that other processes share:
+ * the coordinator's tks_build_job_open_list takes OUT.lock and lists the
+ * inputs (no file opened); tks_build_job_share gives the listing as bytes
+ * (*blob malloc'd, *len) for tks_build_job_join in each other process of
+ * the same binary (which loads the tokenizer); every process checks its
+ * share of the files whose names promise compression (tks_build_job_check:
+ * the files i = part, part + parts, ...; *verdicts malloc'd, *len bytes,
+ * empty when all keep their promise); and every process settles its job
+ * with all the verdicts put together (tks_build_job_settle: under
+ * --on-bad-input fail, TKS_ERR_INPUT naming the first bad file, before
+ * anything is written; under skip, the same files left out everywhere),
+ * which plans the units and, on the coordinator, prepares OUT.partial.
+ * Errors: those of tks_build before its first document; TKS_ERR_ARG for a
+ * blob that is not a listing. */
+int tks_build_job_open_list(const tks_build_opts *opts, tks_build_job **out);
 int tks_build_job_share(const tks_build_job *job, void **blob, size_t *len);
-
-/* A job of another process from the coordinator's blob: the same listing and
- * units; loads the tokenizer. Errors: TKS_ERR_ARG (not a blob), those of the
- * tokenizer's load. */
 int tks_build_job_join(const tks_build_opts *opts, const void *blob, size_t len, tks_build_job **out);
+int tks_build_job_check(const tks_build_job *job, unsigned part, unsigned parts, void **verdicts, size_t *len);
+int tks_build_job_settle(tks_build_job *job, const void *verdicts, size_t len);
 
 /* The units (owned by the job) and the order to hand them out in: unit
  * indices, heaviest first (*n of each). */

@@ -158,13 +158,20 @@ static int resume_partial(tks_build_job *j) {
     return rc;
 }
 
-static int coordinator_open(tks_build_job *j) {
+/* The coordinator's first step: OUT.lock and the listing (no file opened). */
+static int coordinator_list(tks_build_job *j) {
     const tks_build_opts *o = &j->o;
     int rc = tks_partial_check_out(j->out);
     if (!rc) rc = tks_lock(j->lock_path, "tokshard build", &j->lock_fd);
-    if (!rc) rc = tks__open_inputs(o, &j->ls);
-    if (!rc) rc = job_plan(j);
-    if (!rc) rc = tks__build_id(o, j->ls, j->tk, j->build_id);
+    tks_input_opts io = o->input;
+    if (!io.stop) io.stop = o->stop;
+    return rc ? rc : tks__input_list(o->inputs, o->n_inputs, &io, &j->ls);
+}
+
+/* The coordinator's last step, once the listing is settled: OUT.partial. */
+static int coordinator_prepare(tks_build_job *j) {
+    const tks_build_opts *o = &j->o;
+    int rc = 0;
     struct stat sb;
     int have = !rc && stat(j->partial, &sb) == 0;
     if (!rc && have && !o->resume)
@@ -191,27 +198,56 @@ static tks_build_job *job_new(const tks_build_opts *opts) {
     return j;
 }
 
-int tks_build_job_open(const tks_build_opts *opts, tks_build_job **out) {
+int tks_build_job_open_list(const tks_build_opts *opts, tks_build_job **out) {
     *out = NULL;
     if (!opts) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_build_job_open: NULL options");
     tks_build_job *j = job_new(opts);
     if (!j) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     j->coordinator = 1;
     int rc = job_paths(j);
-    if (!rc) rc = coordinator_open(j);
+    if (!rc) rc = coordinator_list(j);
     if (rc) {
         tks_build_job_free(j);
         return rc;
     }
-    j->plan_seconds = omp_get_wtime() - j->t0;
     *out = j;
     return 0;
+}
+
+int tks_build_job_check(const tks_build_job *j, unsigned part, unsigned parts, void **verdicts, size_t *len) {
+    buf b = {0};
+    int rc = tks__input_check_promises(j->ls, part, parts, &b);
+    *verdicts = b.p;
+    *len = b.len;
+    return rc;
+}
+
+int tks_build_job_settle(tks_build_job *j, const void *verdicts, size_t len) {
+    int rc = tks__input_settle(j->ls, verdicts ? verdicts : "", verdicts ? len : 0);
+    if (!rc) rc = job_plan(j);
+    if (!rc) rc = tks__build_id(&j->o, j->ls, j->tk, j->build_id);
+    if (!rc && j->coordinator) rc = coordinator_prepare(j);
+    j->plan_seconds = omp_get_wtime() - j->t0;
+    return rc;
+}
+
+int tks_build_job_open(const tks_build_opts *opts, tks_build_job **out) {
+    void *v = NULL;
+    size_t len = 0;
+    int rc = tks_build_job_open_list(opts, out);
+    if (!rc) rc = tks_build_job_check(*out, 0, 1, &v, &len);
+    if (!rc) rc = tks_build_job_settle(*out, v, len);
+    free(v);
+    if (rc) {
+        tks_build_job_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 int tks_build_job_share(const tks_build_job *j, void **blob, size_t *len) {
     buf b = {0};
     int rc = tks__buf_append(&b, BLOB_MAGIC, 5);
-    if (!rc) rc = tks__buf_append(&b, j->build_id, 16);
     if (!rc) rc = tks__input_pack(j->ls, &b);
     if (rc) {
         free(b.p);
@@ -228,13 +264,9 @@ int tks_build_job_join(const tks_build_opts *opts, const void *blob, size_t len,
     if (!j) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     const char *b = blob;
     int rc = job_paths(j);
-    if (!rc && (len < 21 || memcmp(b, BLOB_MAGIC, 5) != 0))
+    if (!rc && (len < 5 || memcmp(b, BLOB_MAGIC, 5) != 0))
         rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_build_job_join: not a job's blob");
-    if (!rc) {
-        memcpy(j->build_id, b + 5, 16);
-        rc = tks__input_unpack(b + 21, len - 21, &opts->input, &j->ls);
-    }
-    if (!rc) rc = job_plan(j);
+    if (!rc) rc = tks__input_unpack(b + 5, len - 5, &opts->input, &j->ls);
     if (rc) {
         tks_build_job_free(j);
         return rc;

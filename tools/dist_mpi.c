@@ -283,10 +283,14 @@ static void dist_print(dist *d, int force) {
     free(w);
 }
 
-/* rank 0 prints between the batches of its own units */
+/* rank 0, between the batches of its own units: the progress line, and a
+ * turn of MPI's progress engine (a transport that cannot serve another
+ * rank's MPI_Fetch_and_op on its own, TCP without RDMA, serves it then) */
 static void dist_progress(const tks_build_progress *p, void *ctx) {
     (void)p;
     (void)ctx;
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
     dist_print(g_dist, 0);
 }
 
@@ -343,11 +347,45 @@ static void fail_job(const dist *d, const char *what, int64_t unit) {
     MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
 }
 
-/* Opens this rank's job: rank 0's first (it makes OUT.partial and the
- * listing), then the others' from its listing; every rank learns whether all
- * could start. */
+/* Every rank's verdicts on the files it checked, put together on every rank. */
+static void allgather_bytes(const dist *d, const void *mine, size_t n, char **all, size_t *len) {
+    if (n > INT_MAX) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+    int my = (int)n, *lens = calloc((size_t)d->size, sizeof *lens), *displs = calloc((size_t)d->size, sizeof *displs);
+    if (!lens || !displs) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+    MPI_Request rq;
+    MPI_Iallgather(&my, 1, MPI_INT, lens, 1, MPI_INT, MPI_COMM_WORLD, &rq);
+    wait_quietly(&rq);
+    size_t total = 0;
+    for (int r = 0; r < d->size; r++) {
+        displs[r] = (int)total;
+        total += (size_t)lens[r];
+    }
+    if (total > INT_MAX || !(*all = malloc(total ? total : 1))) MPI_Abort(MPI_COMM_WORLD, EXIT_USAGE);
+    MPI_Iallgatherv(mine, my, MPI_BYTE, *all, lens, displs, MPI_BYTE, MPI_COMM_WORLD, &rq);
+    wait_quietly(&rq);
+    *len = total;
+    free(lens);
+    free(displs);
+}
+
+/* 0 when every rank's rc is 0; else this rank's error, or one saying that
+ * another rank stopped (`what`: what it could not do). */
+static int all_ok(const dist *d, int rc, const char *what) {
+    int worst = rc ? 1 : 0, any = 0;
+    MPI_Request rq;
+    MPI_Iallreduce(&worst, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &rq);
+    wait_quietly(&rq);
+    if (!any || rc) return rc;
+    return tks_fail(TKS_ERR_IO, d->partial, TKS_NONE, TKS_NONE,
+                    "rank %d stops: another rank could not %s (see its message)", d->rank, what);
+}
+
+/* Opens every rank's job: rank 0 takes the lock and lists the inputs, the
+ * others join from its listing; each rank checks its share of the files
+ * named as compressed; every rank settles the listing with all the
+ * verdicts and plans the units (rank 0 prepares OUT.partial meanwhile). */
 static int open_jobs(tks_build_opts *o, dist *d) {
-    int rc = d->rank == 0 ? tks_build_job_open(o, &d->job) : 0, rc0 = rc;
+    int rc = d->rank == 0 ? tks_build_job_open_list(o, &d->job) : 0, rc0 = rc;
     bcast_int(&rc0);
     if (rc0) {
         if (d->rank) rc = tks_fail(rc0, NULL, TKS_NONE, TKS_NONE,
@@ -360,14 +398,19 @@ static int open_jobs(tks_build_opts *o, dist *d) {
     bcast_bytes(d->rank, &blob, &len);
     if (d->rank) rc = tks_build_job_join(o, blob, len, &d->job);
     free(blob);
-    int worst = rc ? 1 : 0, any = 0;
-    MPI_Allreduce(&worst, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (!any) return 0;
-    tks_build_job_free(d->job);
-    d->job = NULL;
-    if (rc) return rc;
-    return tks_fail(TKS_ERR_IO, o->out_dir, TKS_NONE, TKS_NONE,
-                    "rank %d stops: another rank could not start the build (see its message)", d->rank);
+    if ((rc = all_ok(d, rc, "start the build"))) return rc;
+    void *mine = NULL;
+    char *all = NULL;
+    rc = tks_build_job_check(d->job, (unsigned)d->rank, (unsigned)d->size, &mine, &len);
+    if ((rc = all_ok(d, rc, "check the inputs"))) {
+        free(mine);
+        return rc;
+    }
+    allgather_bytes(d, mine, len, &all, &len);
+    free(mine);
+    rc = tks_build_job_settle(d->job, all, len); /* the same verdicts: the same error on every rank */
+    free(all);
+    return all_ok(d, rc, "start the build");
 }
 
 /* Takes units until none is left: one MPI_Fetch_and_op each. */
@@ -560,7 +603,10 @@ int dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int *ran
         snprintf(d.flight, sizeof d.flight, "%s/rank-%05d", dir, *rank) >= (int)sizeof d.flight)
         return tks_fail(TKS_ERR_ARG, o->out_dir, TKS_NONE, TKS_NONE, "--output path too long");
     rc = open_jobs(o, &d);
-    if (rc) return rc;
+    if (rc) {
+        tks_build_job_free(d.job);
+        return rc;
+    }
     (void)mkdir(dir, 0755); /* only a report: EEXIST, or none */
     d.units = tks_build_job_units(d.job, &d.n_units);
     d.order = tks_build_job_order(d.job);
