@@ -332,6 +332,20 @@ static void show_in_flight(const tks_build_opts *o) {
     if (shown) fprintf(stderr, "\n");
 }
 
+/* Rank 0, once the job is open: the previous run's lines go (each rank
+ * writes its own again before the first hand-out). */
+static void clear_in_flight(const char *dir) {
+    struct dirent **names = NULL;
+    char path[PATH_MAX + 300];
+    int n = scandir(dir, &names, NULL, alphasort);
+    for (int i = 0; i < n; i++) {
+        if (names[i]->d_name[0] != '.' && snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name) < (int)sizeof path)
+            unlink(path);
+        free(names[i]);
+    }
+    free(names);
+}
+
 /* A failed unit stops the job: the rank says so itself (no rank waits for
  * another's answer), and MPI_Abort ends every rank. */
 static void fail_job(const dist *d, const char *what, int64_t unit) {
@@ -607,6 +621,7 @@ int dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int *ran
         tks_build_job_free(d.job);
         return rc;
     }
+    if (*rank == 0) clear_in_flight(dir);
     (void)mkdir(dir, 0755); /* only a report: EEXIST, or none */
     d.units = tks_build_job_units(d.job, &d.n_units);
     d.order = tks_build_job_order(d.job);
