@@ -14,6 +14,11 @@
 #             job's max), the placing of the shards (allreduce of the shard
 #             counts, each rank's header rewrites, fsyncs and renames, the
 #             records gathered on rank 0) and the manifest
+#   manifest  `tokshard build` of the same text into --shm (tmpfs: no disk
+#             wait) with 2,000- and 100-token shards (~540 and ~10,800
+#             shards): the manifest's cost per shard, from the difference;
+#             and `dd conv=fsync` of 40 MB into --out-dir: the cost of
+#             writing a manifest's bytes durably
 #   encode    `tokshard build --threads 1` of the same text, one unit: text
 #             MB/s of one encoding thread, and text bytes per token
 # then prints the projection of docs/SCALE.md (bench/scale_model.py) from them.
@@ -21,7 +26,8 @@
 # printed with each figure.
 #
 # usage: bench/bench_dist.sh [--files N] [--np N] [--runs N] [--work DIR]
-#                            [--out-dir DIR (default: WORK)] [--bin TOKSHARD]
+#                            [--out-dir DIR (default: WORK)] [--shm DIR (/dev/shm)]
+#                            [--bin TOKSHARD]
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
@@ -30,6 +36,7 @@ NP=64
 RUNS=3
 WORK=/var/tmp/tokshard-bench-dist
 OUT=
+SHM=/dev/shm
 BIN="$ROOT/build/bin/tokshard"
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -38,6 +45,7 @@ while [[ $# -gt 0 ]]; do
   --runs) RUNS=$2; shift 2 ;;
   --work) WORK=$2; shift 2 ;;
   --out-dir) OUT=$2; shift 2 ;;
+  --shm) SHM=$2; shift 2 ;;
   --bin) BIN=$2; shift 2 ;;
   *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -111,6 +119,29 @@ HOMAX=$(printf '%s\n' "${homax[@]}" | stats | cut -d' ' -f1)
 PLACE=$(printf '%s\n' "${place[@]}" | stats | cut -d' ' -f1)
 MSHARD=$(printf '%s\n' "${man[@]}" | stats | cut -d' ' -f1)
 
+m1=() m2=() loads=()
+for r in $(seq 1 "$RUNS"); do
+  loads+=("$(load)")
+  for st in 2000 100; do
+    rm -rf "$SHM/tks-bench-m"
+    "$BIN" build --threads 2 --tokenizer tok.model --doc-split blank-line --shard-tokens $st --chunk-bytes 4K \
+      --output "$SHM/tks-bench-m" gcide.txt >out.txt
+    n=$(ls "$SHM"/tks-bench-m/shard-*.tks | wc -l)
+    [[ $st == 2000 ]] && { m1+=("$(field manifest)"); n1=$n; } || { m2+=("$(field manifest)"); n2=$n; }
+  done
+done
+MANIFEST_BYTES=$(stat -c %s "$SHM/tks-bench-m/manifest.json")
+rm -rf "$SHM/tks-bench-m"
+M1=$(printf '%s\n' "${m1[@]}" | stats | cut -d' ' -f1)
+M2=$(printf '%s\n' "${m2[@]}" | stats | cut -d' ' -f1)
+MSLOPE=$(awk -v a="$M1" -v b="$M2" -v x="$n1" -v y="$n2" 'BEGIN { printf "%.9f", (b - a) / (y - x) }')
+t0=$(date +%s.%N)
+dd if=/dev/zero of="$OUT/tks-bench-dd" bs=1M count=40 conv=fsync status=none
+WRITE=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.4f", (b - a) / 40e6 * 1e6 }') # s per MB
+rm -f "$OUT/tks-bench-dd"
+echo "manifest: $n1 shards $M1 s, $n2 shards $M2 s (median): $(awk -v s="$MSLOPE" 'BEGIN { printf "%.2f", s * 1e6 }') us a" \
+  "shard ($MANIFEST_BYTES bytes for $n2); 40 MB written and fsynced: $WRITE s per MB; load ${loads[*]}"
+
 rates=() loads=()
 for r in $(seq 1 "$RUNS"); do
   rm -rf "$OUT/e"
@@ -125,5 +156,6 @@ echo "encode, 1 thread: $(printf '%s\n' "${rates[@]}" | stats) MB/s (median min;
 rm -rf "$OUT/p" "$OUT/n" "$OUT/e"
 
 python3 "$HERE/scale_model.py" --plan "$PLAN" --plan-files "$FILES" --manifest-files "$MFILE" \
-  --handout-us "$HOMAX" --place "$PLACE" --place-shards "$SHARDS" --place-ranks "$NP" \
-  --manifest-shards "$MSHARD" --shards "$SHARDS" --rate "$RATE" --bytes-per-token "$BPT"
+  --handout-us "$HO" --handout-max-us "$HOMAX" --place "$PLACE" --place-shards "$SHARDS" \
+  --manifest-per-shard "$MSLOPE" --manifest-bytes-per-shard $((MANIFEST_BYTES / n2)) --write-per-mb "$WRITE" \
+  --rate "$RATE" --bytes-per-token "$BPT"

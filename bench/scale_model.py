@@ -12,12 +12,14 @@ within a rank, an assumption: docs/BENCHMARKS.md has the measured thread
 scaling), the units are equal so the largest-first hand-out gives each rank
 ceil(units / N) of them, and serial(N) is what does not shrink with N:
     plan         rank 0 lists F files: plan_s * F / plan_files
-    hand-outs    one rank's ceil(units / N) + 1 MPI_Fetch_and_op, each at the
-                 worst cost measured (max over every hand-out of the bench)
+    hand-outs    one rank's ceil(units / N) + 1 MPI_Fetch_and_op at the mean
+                 cost measured, plus one at the worst cost measured
     placing      one rank's shards (shards / N) at the cost per shard the
                  bench measured with all its ranks on one disk (its shards
                  placed one after the other: an upper bound)
-    manifest     rank 0: per shard and per input file, as measured
+    manifest     rank 0: per input file and per shard (CPU, measured on
+                 tmpfs), and its bytes written and fsynced at the rate
+                 measured on the bench's disk
 T(1) is the same job on one rank of T threads; the speed-up is T(1) / T(N)
 and the serial fraction serial(N) / T(N).
 """
@@ -30,12 +32,13 @@ def main():
     a.add_argument("--plan", type=float, required=True, help="plan seconds for --plan-files files")
     a.add_argument("--plan-files", type=int, required=True)
     a.add_argument("--manifest-files", type=float, required=True, help="manifest seconds for --plan-files inputs")
-    a.add_argument("--handout-us", type=float, required=True, help="worst hand-out, microseconds")
+    a.add_argument("--handout-us", type=float, required=True, help="mean hand-out, microseconds")
+    a.add_argument("--handout-max-us", type=float, required=True, help="worst hand-out, microseconds")
     a.add_argument("--place", type=float, required=True, help="seconds to place --place-shards shards")
     a.add_argument("--place-shards", type=int, required=True)
-    a.add_argument("--place-ranks", type=int, required=True)
-    a.add_argument("--manifest-shards", type=float, required=True, help="manifest seconds for --shards shards")
-    a.add_argument("--shards", type=int, required=True)
+    a.add_argument("--manifest-per-shard", type=float, required=True, help="manifest CPU seconds per shard")
+    a.add_argument("--manifest-bytes-per-shard", type=float, required=True)
+    a.add_argument("--write-per-mb", type=float, required=True, help="seconds to write and fsync 1 MB")
     a.add_argument("--rate", type=float, required=True, help="MB/s of text, one thread")
     a.add_argument("--bytes-per-token", type=float, required=True)
     a.add_argument("--files", type=int, default=10000)
@@ -51,17 +54,20 @@ def main():
     shards = units * shards_per_unit
     plan = x.plan * x.files / x.plan_files
     per_shard_place = x.place / x.place_shards  # all the bench's ranks on one disk
-    manifest = x.manifest_shards * shards / x.shards + x.manifest_files * x.files / x.plan_files
+    manifest_mb = (shards * x.manifest_bytes_per_shard + x.files * 150) / 1e6
+    manifest = (x.manifest_files * x.files / x.plan_files + x.manifest_per_shard * shards
+                + manifest_mb * x.write_per_mb)
     print(f"projection: {x.files} files of {x.file_bytes / 1e9:g} GB, one unit each, {shards_per_unit} shards "
           f"of {x.shard_tokens >> 20}M tokens per unit ({shards} in all), {x.threads} threads per rank at "
           f"{x.rate:g} MB/s each: a unit takes {t_unit:.2f} s")
-    print(f"serial parts: plan {plan:.3f} s, manifest {manifest:.3f} s, per hand-out {x.handout_us / 1e6:.6f} s, "
-          f"per shard placed {per_shard_place * 1e3:.3f} ms")
+    print(f"serial parts: plan {plan:.3f} s; manifest {manifest:.3f} s ({manifest_mb:.0f} MB); a hand-out "
+          f"{x.handout_us:.0f} us (worst {x.handout_max_us:.0f} us); a shard placed {per_shard_place * 1e3:.3f} ms")
     rows = []
     t1 = None
     for n in [int(v) for v in x.ranks.split(",")]:
         rounds = math.ceil(units / n)
-        serial = plan + (rounds + 1) * x.handout_us / 1e6 + shards / n * per_shard_place + manifest
+        handouts = (rounds + 1) * x.handout_us / 1e6 + (x.handout_max_us - x.handout_us) / 1e6
+        serial = plan + handouts + shards / n * per_shard_place + manifest
         total = serial + rounds * t_unit
         if n == 1:
             t1 = total

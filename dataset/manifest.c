@@ -56,44 +56,72 @@ int tks_manifest_write(const char *dir, const tks_tokenizer_info *tok, const tks
     return rc;
 }
 
+/* Appends the decimal digits of v at p; returns the end. */
+static char *put_u64(char *p, uint64_t v) {
+    char d[20];
+    int n = 0;
+    do d[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    while (n) *p++ = d[--n];
+    return p;
+}
+
+static char *put_str(char *p, const char *s) {
+    size_t n = strlen(s);
+    memcpy(p, s, n);
+    return p + n;
+}
+
 /* The shards array as jansson's JSON_INDENT(2) renders it one level deep
- * (the manifest's "shards" value), written directly: jansson takes ~10 us a
- * shard, which is most of a manifest of 100,000 shards. 0, or -1 when a
- * file name would need escaping (jansson renders the array then). */
+ * (the manifest's "shards" value), written directly: jansson, or even
+ * snprintf, takes most of the time of a manifest of 100,000 shards. 0, or -1
+ * when a file name would need escaping (jansson renders the array then).
+ * test_dataset checks that the manifest is jansson's rendering of itself. */
 static int shards_text(const tks_shard_info *shards, size_t n, char **out, size_t *len) {
-    size_t cap = 64 + n * 320, at = 0;
-    char *t = malloc(cap);
+    char *t = malloc(8 + n * 288), *p = t; /* 2 x 32 of name and hex, 5 x 20 digits, 124 of keys */
     if (!t) return -1;
-    at += (size_t)sprintf(t, n ? "[\n" : "[]");
+    p = put_str(p, n ? "[\n" : "[]");
     for (size_t i = 0; i < n; i++) {
         const tks_shard_info *s = &shards[i];
-        for (const char *c = s->file; *c; c++)
-            if (*c < 0x20 || *c > 0x7e || *c == '"' || *c == '\\') {
+        size_t fl = strnlen(s->file, sizeof s->file);
+        for (size_t c = 0; c < fl; c++)
+            if (s->file[c] < 0x20 || s->file[c] > 0x7e || s->file[c] == '"' || s->file[c] == '\\' || fl > 31) {
                 free(t);
                 return -1;
             }
-        at += (size_t)snprintf(t + at, cap - at,
-                               "    {\n      \"file\": \"%s\",\n      \"bytes\": %llu,\n      \"n_docs\": "
-                               "%llu,\n      \"n_tokens\": %llu,\n      \"min_token_id\": %u,\n      "
-                               "\"max_token_id\": %u,\n      \"header_xxh3\": \"%016llx\"\n    }%s\n",
-                               s->file, (unsigned long long)s->file_bytes, (unsigned long long)s->n_docs,
-                               (unsigned long long)s->n_tokens, s->min_token_id, s->max_token_id,
-                               (unsigned long long)s->header_xxh3, i + 1 < n ? "," : "");
+        char hx[17];
+        for (int k = 0; k < 16; k++) hx[k] = "0123456789abcdef"[(s->header_xxh3 >> (60 - 4 * k)) & 15];
+        hx[16] = 0;
+        p = put_str(p, "    {\n      \"file\": \"");
+        p = put_str(p, s->file);
+        p = put_str(p, "\",\n      \"bytes\": ");
+        p = put_u64(p, s->file_bytes);
+        p = put_str(p, ",\n      \"n_docs\": ");
+        p = put_u64(p, s->n_docs);
+        p = put_str(p, ",\n      \"n_tokens\": ");
+        p = put_u64(p, s->n_tokens);
+        p = put_str(p, ",\n      \"min_token_id\": ");
+        p = put_u64(p, s->min_token_id);
+        p = put_str(p, ",\n      \"max_token_id\": ");
+        p = put_u64(p, s->max_token_id);
+        p = put_str(p, ",\n      \"header_xxh3\": \"");
+        p = put_str(p, hx);
+        p = put_str(p, i + 1 < n ? "\"\n    },\n" : "\"\n    }\n");
     }
-    if (n) at += (size_t)sprintf(t + at, "  ]");
+    if (n) p = put_str(p, "  ]");
     *out = t;
-    *len = at;
+    *len = (size_t)(p - t);
     return 0;
 }
 
-/* The manifest's text without its seal (ends "\n}"): jansson renders all
- * but the shards, which go in place of the empty array rendered for them. */
-static char *manifest_body(json_t *m, const tks_shard_info *shards, size_t n) {
-    char *arr = NULL, *body = NULL;
+/* Writes the manifest: jansson renders all but the shards (an empty array
+ * stands for them), the shards go in its place, and the seal after; the
+ * pieces are written back to back, never copied into one text. */
+static int write_manifest(const char *dir, json_t *m, const tks_shard_info *shards, size_t n) {
+    char *arr = NULL, *text = NULL, seal[64];
     size_t alen = 0;
-    json_t *real = NULL;
     if (n && shards_text(shards, n, &arr, &alen) != 0) { /* a name to escape: jansson does it all */
-        real = json_array();
+        json_t *real = json_array();
         for (size_t i = 0; i < n; i++) {
             char hx[17];
             snprintf(hx, sizeof hx, "%016llx", (unsigned long long)shards[i].header_xxh3);
@@ -105,26 +133,36 @@ static char *manifest_body(json_t *m, const tks_shard_info *shards, size_t n) {
                                 "max_token_id", (json_int_t)s->max_token_id, "header_xxh3", hx));
         }
         json_object_set_new(m, "shards", real);
-        return json_dumps(m, JSON_INDENT(2) | JSON_ENSURE_ASCII);
     }
-    char *text = json_dumps(m, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+    text = json_dumps(m, JSON_INDENT(2) | JSON_ENSURE_ASCII);
     static const char hole[] = "\n  \"shards\": [],\n"; /* before "totals" and the provenance */
-    char *at = text ? strstr(text, hole) : NULL;
-    if (at && n) {
-        size_t pre = (size_t)(at - text) + 13, tlen = strlen(text); /* up to `"shards": ` */
-        body = malloc(tlen + alen + 1);
-        if (body) {
-            memcpy(body, text, pre);
-            memcpy(body + pre, arr, alen);
-            memcpy(body + pre + alen, at + 15, tlen - (size_t)(at + 15 - text) + 1);
-        }
+    char *at = text && arr ? strstr(text, hole) : NULL;
+    size_t tlen = text ? strlen(text) : 0;
+    if (!text || tlen < 2 || (arr && !at)) {
+        free(arr);
         free(text);
-    } else {
-        body = at ? text : NULL;
-        if (!at) free(text);
+        return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot serialize manifest");
     }
+    /* text ends "\n}": the seal goes in as the last key */
+    size_t pre = at ? (size_t)(at - text) + 13 : tlen - 2; /* up to `"shards": ` */
+    const char *rest = at ? at + 15 : text + tlen - 2;     /* after `[]` */
+    tks_piece pc[4] = {{text, pre}, {arr, arr ? alen : 0}, {rest, (size_t)(text + tlen - 2 - rest)}, {",\n  ", 4}};
+    XXH3_state_t *st = XXH3_createState();
+    int rc = st ? 0 : tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) {
+        XXH3_64bits_reset(st);
+        for (int k = 0; k < 4; k++) XXH3_64bits_update(st, pc[k].data, pc[k].size);
+        int sl = snprintf(seal, sizeof seal, ",\n  " SEAL_KEY "%016llx\"\n}\n",
+                          (unsigned long long)XXH3_64bits_digest(st));
+        pc[3] = (tks_piece){seal, (size_t)sl};
+        char path[PATH_MAX];
+        rc = tks_path_join(path, sizeof path, dir, TKS_MANIFEST_NAME);
+        if (!rc) rc = tks_write_file_pieces(path, pc, 4);
+    }
+    XXH3_freeState(st);
     free(arr);
-    return body;
+    free(text);
+    return rc;
 }
 
 int tks_manifest_write_json(const char *dir, const tks_tokenizer_info *tok, const tks_shard_info *shards,
@@ -151,25 +189,8 @@ int tks_manifest_write_json(const char *dir, const tks_tokenizer_info *tok, cons
                           "totals", tot);
     if (!m) return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot build manifest JSON");
     if (provenance) json_object_set(m, "provenance", provenance);
-    char *body = manifest_body(m, shards, n_shards);
+    int rc = write_manifest(dir, m, shards, n_shards);
     json_decref(m);
-    size_t blen = body ? strlen(body) : 0;
-    /* body ends "\n}": the seal goes in as the last key */
-    char *text = blen >= 2 ? malloc(blen + 64) : NULL;
-    if (!text) {
-        free(body);
-        return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot serialize manifest");
-    }
-    size_t len = blen - 2;
-    memcpy(text, body, len);
-    free(body);
-    len += (size_t)sprintf(text + len, ",\n  ");
-    uint64_t seal = XXH3_64bits(text, len);
-    len += (size_t)sprintf(text + len, SEAL_KEY "%016llx\"\n}\n", (unsigned long long)seal);
-    char path[PATH_MAX];
-    int rc = tks_path_join(path, sizeof path, dir, TKS_MANIFEST_NAME);
-    if (!rc) rc = tks_write_file_atomic(path, text, len);
-    free(text);
     return rc;
 }
 
