@@ -53,7 +53,7 @@ struct tks_build_job {
     tks_input *ls;            /* the listing (never read: units read views of it) */
     tks__plan plan;
     unit_state *us;           /* per unit */
-    double t0, plan_seconds;
+    double t0, plan_t0, plan_seconds; /* plan_t0: once the tokenizer is loaded */
     tks_build_progress prog;  /* this job's totals, for opts.progress */
     uint64_t *bases;          /* each unit's first global shard index from the records on
                                * disk (TKS_NONE past a missing one), or NULL: not read yet */
@@ -205,6 +205,7 @@ int tks_build_job_open_list(const tks_build_opts *opts, tks_build_job **out) {
     if (!j) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     j->coordinator = 1;
     int rc = job_paths(j);
+    j->plan_t0 = omp_get_wtime();
     if (!rc) rc = coordinator_list(j);
     if (rc) {
         tks_build_job_free(j);
@@ -227,7 +228,7 @@ int tks_build_job_settle(tks_build_job *j, const void *verdicts, size_t len) {
     if (!rc) rc = job_plan(j);
     if (!rc) rc = tks__build_id(&j->o, j->ls, j->tk, j->build_id);
     if (!rc && j->coordinator) rc = coordinator_prepare(j);
-    j->plan_seconds = omp_get_wtime() - j->t0;
+    j->plan_seconds = omp_get_wtime() - j->plan_t0;
     return rc;
 }
 
@@ -839,9 +840,11 @@ static int gather_shards(const tks_build_job *j, const result_hdr *const *res, t
         const tks_shard_info *si =
             (const tks_shard_info *)((const char *)(res[k] + 1) + res[k]->n_ranges * sizeof(result_range));
         for (size_t i = 0; i < res[k]->n_shards; i++) {
-            char want[32];
-            global_name(*n_all, want);
-            if (si[i].index != *n_all || strcmp(si[i].file, want) != 0)
+            char want[32] = "";
+            if (si[i].index != *n_all || strncmp(si[i].file, "shard-", 6) != 0 ||
+                strtoull(si[i].file + 6, NULL, 10) != *n_all)
+                global_name(*n_all, want);
+            if (want[0])
                 return tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
                                 "unit %zu's shard %zu is not %s: the units were placed from other "
                                 "shard counts; re-run the same command with --resume", k, i, want);
