@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <limits.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,13 +75,17 @@ static char *put_str(char *p, const char *s) {
 
 /* The shards array as jansson's JSON_INDENT(2) renders it one level deep
  * (the manifest's "shards" value), written directly: jansson, or even
- * snprintf, takes most of the time of a manifest of 100,000 shards. 0, or -1
- * when a file name would need escaping (jansson renders the array then).
- * test_dataset checks that the manifest is jansson's rendering of itself. */
-static int shards_text(const tks_shard_info *shards, size_t n, char **out, size_t *len) {
+ * snprintf, takes most of the time of a manifest of 100,000 shards. A part
+ * of it: shards[0..n), the array's opening when `first`, its closing when
+ * `last`. 0, or -1 when a file name would need escaping (jansson renders
+ * the array then). test_dataset checks that the manifest is jansson's
+ * rendering of itself. */
+static int shards_text(const tks_shard_info *shards, size_t n, int first, int last, char **out, size_t *len) {
     char *t = malloc(8 + n * 288), *p = t; /* 2 x 32 of name and hex, 5 x 20 digits, 124 of keys */
+    *out = NULL;
+    *len = 0;
     if (!t) return -1;
-    p = put_str(p, n ? "[\n" : "[]");
+    if (first) p = put_str(p, n || !last ? "[\n" : "[]");
     for (size_t i = 0; i < n; i++) {
         const tks_shard_info *s = &shards[i];
         size_t fl = strnlen(s->file, sizeof s->file);
@@ -106,9 +111,9 @@ static int shards_text(const tks_shard_info *shards, size_t n, char **out, size_
         p = put_u64(p, s->max_token_id);
         p = put_str(p, ",\n      \"header_xxh3\": \"");
         p = put_str(p, hx);
-        p = put_str(p, i + 1 < n ? "\"\n    },\n" : "\"\n    }\n");
+        p = put_str(p, i + 1 < n || !last ? "\"\n    },\n" : "\"\n    }\n");
     }
-    if (n) p = put_str(p, "  ]");
+    if (last && !(first && n == 0)) p = put_str(p, "  ]");
     *out = t;
     *len = (size_t)(p - t);
     return 0;
@@ -118,9 +123,27 @@ static int shards_text(const tks_shard_info *shards, size_t n, char **out, size_
  * stands for them), the shards go in its place, and the seal after; the
  * pieces are written back to back, never copied into one text. */
 static int write_manifest(const char *dir, json_t *m, const tks_shard_info *shards, size_t n) {
-    char *arr = NULL, *text = NULL, seal[64];
-    size_t alen = 0;
-    if (n && shards_text(shards, n, &arr, &alen) != 0) { /* a name to escape: jansson does it all */
+    char *text = NULL, seal[64];
+    /* the shards' text in parts, on every core: part k holds the shards
+     * [k n / parts, (k + 1) n / parts), its last one followed by "," unless
+     * it is the array's last */
+    int parts = n >= 4096 ? omp_get_max_threads() : 1, bad = 0;
+    if (parts < 1) parts = 1;
+    char **arr = calloc((size_t)parts, sizeof *arr);
+    size_t *alen = calloc((size_t)parts, sizeof *alen);
+    if (!arr || !alen) {
+        free(arr);
+        free(alen);
+        return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot serialize manifest");
+    }
+#pragma omp parallel for schedule(static, 1) num_threads(parts) reduction(| : bad) if (parts > 1)
+    for (int k = 0; k < parts; k++) {
+        size_t a = n * (size_t)k / (size_t)parts, b = n * (size_t)(k + 1) / (size_t)parts;
+        bad |= shards_text(shards + a, b - a, a == 0, b == n, &arr[k], &alen[k]) != 0;
+    }
+    if (n && bad) { /* a name to escape: jansson does it all */
+        for (int k = 0; k < parts; k++) free(arr[k]);
+        parts = 0;
         json_t *real = json_array();
         for (size_t i = 0; i < n; i++) {
             char hx[17];
@@ -136,31 +159,37 @@ static int write_manifest(const char *dir, json_t *m, const tks_shard_info *shar
     }
     text = json_dumps(m, JSON_INDENT(2) | JSON_ENSURE_ASCII);
     static const char hole[] = "\n  \"shards\": [],\n"; /* before "totals" and the provenance */
-    char *at = text && arr ? strstr(text, hole) : NULL;
+    char *at = text && parts ? strstr(text, hole) : NULL;
     size_t tlen = text ? strlen(text) : 0;
-    if (!text || tlen < 2 || (arr && !at)) {
-        free(arr);
-        free(text);
-        return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot serialize manifest");
-    }
-    /* text ends "\n}": the seal goes in as the last key */
-    size_t pre = at ? (size_t)(at - text) + 13 : tlen - 2; /* up to `"shards": ` */
-    const char *rest = at ? at + 15 : text + tlen - 2;     /* after `[]` */
-    tks_piece pc[4] = {{text, pre}, {arr, arr ? alen : 0}, {rest, (size_t)(text + tlen - 2 - rest)}, {",\n  ", 4}};
-    XXH3_state_t *st = XXH3_createState();
-    int rc = st ? 0 : tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+    tks_piece *pc = calloc((size_t)parts + 3, sizeof *pc);
+    int rc = 0;
+    if (!text || tlen < 2 || (parts && !at) || !pc)
+        rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot serialize manifest");
+    XXH3_state_t *st = rc ? NULL : XXH3_createState();
+    if (!rc && !st) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc) {
+        /* text ends "\n}": the seal goes in as the last key */
+        size_t pre = at ? (size_t)(at - text) + 13 : tlen - 2; /* up to `"shards": ` */
+        const char *rest = at ? at + 15 : text + tlen - 2;     /* after `[]` */
+        size_t np = 0;
+        pc[np++] = (tks_piece){text, pre};
+        for (int k = 0; k < parts; k++) pc[np++] = (tks_piece){arr[k], alen[k]};
+        pc[np++] = (tks_piece){rest, (size_t)(text + tlen - 2 - rest)};
         XXH3_64bits_reset(st);
-        for (int k = 0; k < 4; k++) XXH3_64bits_update(st, pc[k].data, pc[k].size);
+        for (size_t k = 0; k < np; k++) XXH3_64bits_update(st, pc[k].data, pc[k].size);
+        XXH3_64bits_update(st, ",\n  ", 4);
         int sl = snprintf(seal, sizeof seal, ",\n  " SEAL_KEY "%016llx\"\n}\n",
                           (unsigned long long)XXH3_64bits_digest(st));
-        pc[3] = (tks_piece){seal, (size_t)sl};
+        pc[np++] = (tks_piece){seal, (size_t)sl};
         char path[PATH_MAX];
         rc = tks_path_join(path, sizeof path, dir, TKS_MANIFEST_NAME);
-        if (!rc) rc = tks_write_file_pieces(path, pc, 4);
+        if (!rc) rc = tks_write_file_pieces(path, pc, np);
     }
     XXH3_freeState(st);
+    for (int k = 0; k < parts; k++) free(arr[k]);
     free(arr);
+    free(alen);
+    free(pc);
     free(text);
     return rc;
 }
