@@ -5,12 +5,12 @@ costs bench/bench_dist.sh measures on one machine and the encoding rate of
 one thread.
 
 The job's time on N ranks is
-    T(N) = serial(N) + ceil(units / N) * t_unit
+    T(N) = coord(N) + ceil(units / N) * t_unit
 where every unit holds one file (S < --unit-bytes 1 GiB), t_unit = S / (r T)
 (r: text bytes per second of one encoding thread; threads scale linearly
 within a rank, an assumption: docs/BENCHMARKS.md has the measured thread
 scaling), the units are equal so the largest-first hand-out gives each rank
-ceil(units / N) of them, and serial(N) is what does not shrink with N:
+ceil(units / N) of them, and coord(N) is the critical path outside encoding:
     plan         rank 0 lists F files: plan_s * F / plan_files
     hand-outs    one rank's ceil(units / N) + 1 MPI_Fetch_and_op at the mean
                  cost measured, plus one at the worst cost measured
@@ -20,8 +20,11 @@ ceil(units / N) of them, and serial(N) is what does not shrink with N:
     manifest     rank 0: per input file and per shard (CPU, measured on
                  tmpfs), and its bytes written and fsynced at the rate
                  measured on the bench's disk
-T(1) is the same job on one rank of T threads; the speed-up is T(1) / T(N)
-and the serial fraction serial(N) / T(N).
+T(1) is the same job on one rank of T threads; the speed-up is T(1) / T(N).
+Printed per N: the time outside encoding on the critical path (coord.,
+serial(N) above) and its share of T(N), and the share of T(N) of the part
+that does not shrink with N at all (plan + manifest: serial %); and once,
+that part as a fraction of T(1) (Amdahl's serial fraction).
 """
 import argparse
 import math
@@ -62,22 +65,25 @@ def main():
           f"{x.rate:g} MB/s each: a unit takes {t_unit:.2f} s")
     print(f"serial parts: plan {plan:.3f} s; manifest {manifest:.3f} s ({manifest_mb:.0f} MB); a hand-out "
           f"{x.handout_us:.0f} us (worst {x.handout_max_us:.0f} us); a shard placed {per_shard_place * 1e3:.3f} ms")
+    serial = plan + manifest  # does not shrink with N
     rows = []
     t1 = None
     for n in [int(v) for v in x.ranks.split(",")]:
         rounds = math.ceil(units / n)
         handouts = (rounds + 1) * x.handout_us / 1e6 + (x.handout_max_us - x.handout_us) / 1e6
-        serial = plan + handouts + shards / n * per_shard_place + manifest
-        total = serial + rounds * t_unit
+        coord = serial + handouts + shards / n * per_shard_place
+        total = coord + rounds * t_unit
         if n == 1:
             t1 = total
-        rows.append((n, rounds, serial, total))
-    print(f"{'ranks':>6} {'threads':>8} {'units/rank':>10} {'serial s':>9} {'total s':>9} {'serial %':>9} "
-          f"{'speed-up':>9} {'efficiency':>10}")
-    for n, rounds, serial, total in rows:
+        rows.append((n, rounds, rounds * t_unit, coord, total))
+    print(f"serial (plan + manifest, the same for any N): {serial:.3f} s, {100 * serial / t1:.4f}% of T(1) "
+          f"(Amdahl's serial fraction)")
+    print(f"{'ranks':>6} {'threads':>8} {'units/rank':>10} {'encode s':>9} {'coord. s':>9} {'total s':>9} "
+          f"{'coord. %':>9} {'serial %':>9} {'speed-up':>9} {'efficiency':>10}")
+    for n, rounds, enc, coord, total in rows:
         su = t1 / total
-        print(f"{n:>6} {n * x.threads:>8} {rounds:>10} {serial:>9.3f} {total:>9.1f} {100 * serial / total:>8.2f}% "
-              f"{su:>9.1f} {100 * su / n:>9.1f}%")
+        print(f"{n:>6} {n * x.threads:>8} {rounds:>10} {enc:>9.1f} {coord:>9.3f} {total:>9.1f} "
+              f"{100 * coord / total:>8.2f}% {100 * serial / total:>8.2f}% {su:>9.1f} {100 * su / n:>9.1f}%")
 
 
 if __name__ == "__main__":
