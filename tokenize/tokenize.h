@@ -197,7 +197,7 @@ typedef struct tks_build_opts {
                                  * "Build by work units" below); each is its own run of shards
                                  * (its last shard may be short). Part of the output, like
                                  * shard_tokens. */
-    int resume;                 /* continue OUT.partial from its last published shard */
+    int resume;                 /* continue OUT.partial, keeping its complete work units */
     int encoder_sentencepiece;  /* 1: encode with sentencepiece even when the fast encoder
                                  * (same ids) could (see tks_spm_encode) */
     /* Called on the calling thread after each batch (may be NULL). */
@@ -214,9 +214,10 @@ typedef struct tks_build_stats {
     uint64_t empty_after_tokenize; /* documents that produced no token (skipped) */
     uint64_t resumed_shards;       /* shards kept from an earlier interrupted run */
     uint64_t units, units_kept;    /* work units, and those kept from an earlier run */
-    double plan_seconds;           /* listing, plan and OUT.partial, before any unit */
+    double plan_seconds;           /* once the tokenizer is loaded: listing, checks, units and
+                                    * OUT.partial, before the first unit */
     double place_seconds;          /* the shards' global indices (this process's units) */
-    double manifest_seconds;       /* the manifest, from every unit's record */
+    double manifest_seconds;       /* the manifest, from every unit's result */
     uint64_t handouts;             /* units handed out (under mpirun, every rank's) */
     double handout_seconds_mean, handout_seconds_max; /* one hand-out's cost, under mpirun */
     uint32_t min_token_id, max_token_id, vocab_size;
