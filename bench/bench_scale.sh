@@ -7,9 +7,9 @@
 # Runs, each --runs times (median wall time reported):
 #   plain    tokshard build --threads 1, no mpirun (the single-process command)
 #   np1      mpirun -np 1 tokshard build --threads 1
-#   np2      mpirun -np 2 tokshard build --threads 1 (rank 0 plans the units, then
-#            both ranks build them)
-# all with --unit-bytes (default: the text / 8, so 8 units; the text is at most
+#   np2      mpirun -np 2 tokshard build --threads 1 (both ranks take units from
+#            the listing's plan at once)
+# all with --unit-bytes (default: the file / 8, so 8 units; the text is at most
 # --mb MB, about 51 MB when all of GCIDE and the Python docs fit). Every dataset is
 # compared, file by file, with the first plain one ("identical: yes/no").
 # Not a test: nothing is asserted. Prints a table (MB/s of text, ratio to

@@ -230,6 +230,13 @@ typedef struct tks_tokenizer_info {
 int tks_manifest_write(const char *dir, const tks_tokenizer_info *tok, const tks_shard_info *shards,
                        size_t n_shards, uint32_t token_bytes, uint32_t chunk_bytes,
                        const char *provenance_json);
+struct json_t;
+/* As tks_manifest_write with the provenance as a JSON object (borrowed, may
+ * be NULL): no text to parse again (a build of 100,000 files has a
+ * provenance of 10 MB). */
+int tks_manifest_write_json(const char *dir, const tks_tokenizer_info *tok, const tks_shard_info *shards,
+                            size_t n_shards, uint32_t token_bytes, uint32_t chunk_bytes,
+                            struct json_t *provenance);
 
 /*
  * Opens a dataset: parses the manifest, opens every shard (tks_shard_open)

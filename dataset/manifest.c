@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <jansson.h>
 #include <limits.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,154 @@ int tks_manifest_write(const char *dir, const tks_tokenizer_info *tok, const tks
                             "internal error: provenance is not a JSON object (%s)", jerr.text);
         }
     }
-    char fp[33], hx[17];
+    int rc = tks_manifest_write_json(dir, tok, shards, n_shards, token_bytes, chunk_bytes, prov);
+    json_decref(prov);
+    return rc;
+}
+
+/* Appends the decimal digits of v at p; returns the end. */
+static char *put_u64(char *p, uint64_t v) {
+    char d[20];
+    int n = 0;
+    do d[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    while (n) *p++ = d[--n];
+    return p;
+}
+
+static char *put_str(char *p, const char *s) {
+    size_t n = strlen(s);
+    memcpy(p, s, n);
+    return p + n;
+}
+
+/* The shards array as jansson's JSON_INDENT(2) renders it one level deep
+ * (the manifest's "shards" value), written directly: jansson, or even
+ * snprintf, takes most of the time of a manifest of 100,000 shards. A part
+ * of it: shards[0..n), the array's opening when `first`, its closing when
+ * `last`. 0, or -1 when a file name would need escaping (jansson renders
+ * the array then). test_dataset checks that the manifest is jansson's
+ * rendering of itself. */
+static int shards_text(const tks_shard_info *shards, size_t n, int first, int last, char **out, size_t *len) {
+    char *t = malloc(8 + n * 288), *p = t; /* 2 x 32 of name and hex, 5 x 20 digits, 124 of keys */
+    *out = NULL;
+    *len = 0;
+    if (!t) return -1;
+    if (first) p = put_str(p, n || !last ? "[\n" : "[]");
+    for (size_t i = 0; i < n; i++) {
+        const tks_shard_info *s = &shards[i];
+        size_t fl = strnlen(s->file, sizeof s->file);
+        for (size_t c = 0; c < fl; c++)
+            if (s->file[c] < 0x20 || s->file[c] > 0x7e || s->file[c] == '"' || s->file[c] == '\\' || fl > 31) {
+                free(t);
+                return -1;
+            }
+        char hx[17];
+        for (int k = 0; k < 16; k++) hx[k] = "0123456789abcdef"[(s->header_xxh3 >> (60 - 4 * k)) & 15];
+        hx[16] = 0;
+        p = put_str(p, "    {\n      \"file\": \"");
+        p = put_str(p, s->file);
+        p = put_str(p, "\",\n      \"bytes\": ");
+        p = put_u64(p, s->file_bytes);
+        p = put_str(p, ",\n      \"n_docs\": ");
+        p = put_u64(p, s->n_docs);
+        p = put_str(p, ",\n      \"n_tokens\": ");
+        p = put_u64(p, s->n_tokens);
+        p = put_str(p, ",\n      \"min_token_id\": ");
+        p = put_u64(p, s->min_token_id);
+        p = put_str(p, ",\n      \"max_token_id\": ");
+        p = put_u64(p, s->max_token_id);
+        p = put_str(p, ",\n      \"header_xxh3\": \"");
+        p = put_str(p, hx);
+        p = put_str(p, i + 1 < n || !last ? "\"\n    },\n" : "\"\n    }\n");
+    }
+    if (last && !(first && n == 0)) p = put_str(p, "  ]");
+    *out = t;
+    *len = (size_t)(p - t);
+    return 0;
+}
+
+/* Writes the manifest: jansson renders all but the shards (an empty array
+ * stands for them), the shards go in its place, and the seal after; the
+ * pieces are written back to back, never copied into one text. */
+static int write_manifest(const char *dir, json_t *m, const tks_shard_info *shards, size_t n) {
+    char *text = NULL, seal[64];
+    /* the shards' text in parts, on every core: part k holds the shards
+     * [k n / parts, (k + 1) n / parts), its last one followed by "," unless
+     * it is the array's last */
+    int parts = n >= 4096 ? omp_get_max_threads() : 1, bad = 0;
+    if (parts < 1) parts = 1;
+    char **arr = calloc((size_t)parts, sizeof *arr);
+    size_t *alen = calloc((size_t)parts, sizeof *alen);
+    if (!arr || !alen) {
+        free(arr);
+        free(alen);
+        return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot serialize manifest");
+    }
+#pragma omp parallel for schedule(static, 1) num_threads(parts) reduction(| : bad) if (parts > 1)
+    for (int k = 0; k < parts; k++) {
+        size_t a = n * (size_t)k / (size_t)parts, b = n * (size_t)(k + 1) / (size_t)parts;
+        bad |= shards_text(shards + a, b - a, a == 0, b == n, &arr[k], &alen[k]) != 0;
+    }
+    if (n && bad) { /* a name to escape: jansson does it all */
+        for (int k = 0; k < parts; k++) free(arr[k]);
+        parts = 0;
+        json_t *real = json_array();
+        for (size_t i = 0; i < n; i++) {
+            char hx[17];
+            snprintf(hx, sizeof hx, "%016llx", (unsigned long long)shards[i].header_xxh3);
+            const tks_shard_info *s = &shards[i];
+            json_array_append_new(
+                real, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", s->file, "bytes",
+                                (json_int_t)s->file_bytes, "n_docs", (json_int_t)s->n_docs, "n_tokens",
+                                (json_int_t)s->n_tokens, "min_token_id", (json_int_t)s->min_token_id,
+                                "max_token_id", (json_int_t)s->max_token_id, "header_xxh3", hx));
+        }
+        json_object_set_new(m, "shards", real);
+    }
+    text = json_dumps(m, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+    static const char hole[] = "\n  \"shards\": [],\n"; /* before "totals" and the provenance */
+    char *at = text && parts ? strstr(text, hole) : NULL;
+    size_t tlen = text ? strlen(text) : 0;
+    tks_piece *pc = calloc((size_t)parts + 3, sizeof *pc);
+    int rc = 0;
+    if (!text || tlen < 2 || (parts && !at) || !pc)
+        rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot serialize manifest");
+    XXH3_state_t *st = rc ? NULL : XXH3_createState();
+    if (!rc && !st) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) {
+        /* text ends "\n}": the seal goes in as the last key */
+        size_t pre = at ? (size_t)(at - text) + 13 : tlen - 2; /* up to `"shards": ` */
+        const char *rest = at ? at + 15 : text + tlen - 2;     /* after `[]` */
+        size_t np = 0;
+        pc[np++] = (tks_piece){text, pre};
+        for (int k = 0; k < parts; k++) pc[np++] = (tks_piece){arr[k], alen[k]};
+        pc[np++] = (tks_piece){rest, (size_t)(text + tlen - 2 - rest)};
+        XXH3_64bits_reset(st);
+        for (size_t k = 0; k < np; k++) XXH3_64bits_update(st, pc[k].data, pc[k].size);
+        XXH3_64bits_update(st, ",\n  ", 4);
+        int sl = snprintf(seal, sizeof seal, ",\n  " SEAL_KEY "%016llx\"\n}\n",
+                          (unsigned long long)XXH3_64bits_digest(st));
+        pc[np++] = (tks_piece){seal, (size_t)sl};
+        char path[PATH_MAX];
+        rc = tks_path_join(path, sizeof path, dir, TKS_MANIFEST_NAME);
+        if (!rc) rc = tks_write_file_pieces(path, pc, np);
+    }
+    XXH3_freeState(st);
+    for (int k = 0; k < parts; k++) free(arr[k]);
+    free(arr);
+    free(alen);
+    free(pc);
+    free(text);
+    return rc;
+}
+
+int tks_manifest_write_json(const char *dir, const tks_tokenizer_info *tok, const tks_shard_info *shards,
+                            size_t n_shards, uint32_t token_bytes, uint32_t chunk_bytes,
+                            struct json_t *provenance) {
+    if (provenance && !json_is_object(provenance))
+        return tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE, "internal error: provenance is not a JSON object");
+    char fp[33];
     tks_hex(tok->fingerprint, 16, fp);
     json_t *t = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o, s:o, s:o}", "file", tok->file,
                           "fingerprint", fp, "vocab_size", (json_int_t)tok->vocab_size,
@@ -66,56 +214,20 @@ int tks_manifest_write(const char *dir, const tks_tokenizer_info *tok, const tks
         json_object_set_new(t, "reserved_ids", res);
     }
     if (t && tok->special_from_text) json_object_set_new(t, "special_from_text", json_true());
-    json_t *arr = json_array();
-    uint64_t docs = 0, toks = 0;
-    uint32_t lo = UINT32_MAX, hi = 0;
-    for (size_t i = 0; i < n_shards; i++) {
-        const tks_shard_info *s = &shards[i];
-        uint8_t hb[8];
-        for (int k = 0; k < 8; k++) hb[k] = (uint8_t)(s->header_xxh3 >> (56 - 8 * k));
-        tks_hex(hb, 8, hx);
-        json_array_append_new(
-            arr, json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", s->file, "bytes",
-                           (json_int_t)s->file_bytes, "n_docs", (json_int_t)s->n_docs, "n_tokens",
-                           (json_int_t)s->n_tokens, "min_token_id", (json_int_t)s->min_token_id,
-                           "max_token_id", (json_int_t)s->max_token_id, "header_xxh3", hx));
-        docs += s->n_docs;
-        toks += s->n_tokens;
-        lo = s->min_token_id < lo ? s->min_token_id : lo;
-        hi = s->max_token_id > hi ? s->max_token_id : hi;
-    }
+    tks_shard_totals st;
+    tks_shard_totals_of(shards, n_shards, &st);
     json_t *tot = json_pack("{s:I, s:I, s:I, s:o, s:o}", "n_shards", (json_int_t)n_shards, "n_docs",
-                            (json_int_t)docs, "n_tokens", (json_int_t)toks, "min_token_id",
-                            n_shards ? json_integer(lo) : json_null(), "max_token_id",
-                            n_shards ? json_integer(hi) : json_null());
+                            (json_int_t)st.docs, "n_tokens", (json_int_t)st.tokens, "min_token_id",
+                            n_shards ? json_integer(st.min_token_id) : json_null(), "max_token_id",
+                            n_shards ? json_integer(st.max_token_id) : json_null());
     json_t *m = json_pack("{s:s, s:i, s:o, s:i, s:I, s:o, s:o}", "format", TKS_MANIFEST_FORMAT,
                           "format_version", (int)TKS_FORMAT_VERSION, "tokenizer", t, "token_bytes",
-                          (int)token_bytes, "chunk_bytes", (json_int_t)chunk_bytes, "shards", arr,
+                          (int)token_bytes, "chunk_bytes", (json_int_t)chunk_bytes, "shards", json_array(),
                           "totals", tot);
-    if (!m) {
-        json_decref(prov);
-        return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot build manifest JSON");
-    }
-    if (prov) json_object_set_new(m, "provenance", prov);
-    char *body = json_dumps(m, JSON_INDENT(2) | JSON_ENSURE_ASCII);
+    if (!m) return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot build manifest JSON");
+    if (provenance) json_object_set(m, "provenance", provenance);
+    int rc = write_manifest(dir, m, shards, n_shards);
     json_decref(m);
-    size_t blen = body ? strlen(body) : 0;
-    /* body ends "\n}": the seal goes in as the last key */
-    char *text = blen >= 2 ? malloc(blen + 64) : NULL;
-    if (!text) {
-        free(body);
-        return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot serialize manifest");
-    }
-    size_t len = blen - 2;
-    memcpy(text, body, len);
-    free(body);
-    len += (size_t)sprintf(text + len, ",\n  ");
-    uint64_t seal = XXH3_64bits(text, len);
-    len += (size_t)sprintf(text + len, SEAL_KEY "%016llx\"\n}\n", (unsigned long long)seal);
-    char path[PATH_MAX];
-    int rc = tks_path_join(path, sizeof path, dir, TKS_MANIFEST_NAME);
-    if (!rc) rc = tks_write_file_atomic(path, text, len);
-    free(text);
     return rc;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of `tokshard` on real text (dict-gcide, python3.11-doc).
 # Usage: test_build.sh TOKSHARD WORKDIR CASE   (WORKDIR shared by all cases)
-#   CASE: setup | threads | resume | parity | containers | errors | cli
+#   CASE: setup | threads | resume | units | parity | containers | errors | cli
 # `setup` trains the tokenizers the other cases share (a ctest fixture).
 # Every check compares real output or exit codes; any failure exits 1.
 set -uo pipefail
@@ -66,14 +66,17 @@ threads)
   ;;
 
 resume)
-  # small batches (which do not change the output: see `threads`) give many kill points
+  # 1M work units (gcide.txt, 4 MB, is cut in four near each MiB; the docs are
+  # grouped) and small batches (which do not change the output: see
+  # `threads`) give many kill points
   args=(-q --tokenizer "$T/bpe.model" --doc-split blank-line --append-eos --shard-tokens 100K
-    --chunk-bytes 4K --batch-bytes 128K "$T/gcide.txt" "$T/pydoc")
-  # kill -9 injected from outside (tests/fault_inject.c): after a shard is
-  # published, after the state records it, and at fsyncs (a temporary file
-  # written, not yet durable or renamed)
+    --chunk-bytes 4K --batch-bytes 128K --unit-bytes 1M "$T/gcide.txt" "$T/pydoc")
+  expect 0 "reference by 1M units" -- "$TKS" build "${args[@]}" --output rref
+  # kill -9 injected from outside (tests/fault_inject.c): after a unit's shard
+  # is published, after a unit's record (the unit is complete), and at fsyncs
+  # (a temporary file written, not yet durable or renamed)
   [[ -n ${TKS_FAULT_LIB:-} && -r $TKS_FAULT_LIB ]] || { fail "TKS_FAULT_LIB not set (run through ctest)"; finish test_build; }
-  for point in shard:0 shard:2 state:1 fsync:3 fsync:10; do
+  for point in shard:0 shard:2 rename:unit.json:2 fsync:3 fsync:10; do
     rm -rf r r.partial
     LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=$point "$TKS" build "${args[@]}" --output r >/dev/null 2>&1
     code=$?
@@ -81,14 +84,18 @@ resume)
     [[ ! -e r ]] && ok "nothing published under the final name after kill at $point" ||
       fail "r exists after kill at $point"
     # every shard file left under a final name is complete and valid
-    for s in r.partial/shard-*.tks; do
+    for s in r.partial/unit-*/shard-*.tks; do
       [[ -e $s ]] || continue
       "$TKS" audit "$s" >/dev/null 2>&1 || fail "$s left after kill at $point does not audit clean"
     done
     expect 2 "build again without --resume refuses" -- "$TKS" build "${args[@]}" --output r
     expect_msg "--resume"
-    expect 0 "resume after kill at $point" -- "$TKS" build "${args[@]}" --output r --resume
-    same_dataset r "$T/ref" "resumed after kill at $point"
+    expect 0 "resume after kill at $point" -- "$TKS" build "${args[@]:1}" --output r --resume
+    if [[ $point == rename:unit.json:2 ]]; then
+      grep -Eq "units +[0-9]+ \(2 kept from the interrupted run" "$W/out" && ok "2 complete units kept" ||
+        fail "kept units: $(grep units "$W/out")"
+    fi
+    same_dataset r rref "resumed after kill at $point"
   done
   # a real kill -9 at an arbitrary moment, and Ctrl-C (SIGINT)
   for sig in KILL INT; do
@@ -106,21 +113,24 @@ resume)
       [[ $sig == INT && $code -ne 130 ]] && fail "SIGINT: exit $code, expected 130"
       expect 0 "resume after SIG$sig" -- "$TKS" build "${args[@]}" --output r --resume
     fi
-    same_dataset r "$T/ref" "after SIG$sig and resume"
+    same_dataset r rref "after SIG$sig and resume"
   done
-  # each input is read once (its XXH3-128 for the manifest is taken while it is read)
+  # each input is read once (its XXH3-128 for the manifest is taken while it
+  # is read): gcide.txt, one unit at the default --unit-bytes, is opened once
   rm -rf r r.partial
-  LD_PRELOAD=$TKS_FAULT_LIB TKS_COUNT_OPEN=/gcide.txt "$TKS" build "${args[@]}" --output r >/dev/null 2>"$W/err"
+  LD_PRELOAD=$TKS_FAULT_LIB TKS_COUNT_OPEN=/gcide.txt "$TKS" build "${args[@]:0:10}" "$T/gcide.txt" "$T/pydoc" \
+    --output r >/dev/null 2>"$W/err"
   grep -q "fault_inject: 1 open(s) of /gcide.txt" "$W/err" && ok "gcide.txt opened once by a build" ||
     fail "input opens: $(grep fault_inject "$W/err")"
   same_dataset r "$T/ref" "build with hashing while reading"
-  # an input edited after the kill, size and mtime kept: the resume compares
-  # the hashes of the inputs the interrupted build had read, and refuses
+  # an input edited after the kill, size and mtime kept: the resume hashes the
+  # ranges of the units it keeps again, and refuses
   rm -rf r r.partial pyfirst && mkdir pyfirst && cp -p "$T"/pydoc/* pyfirst/
   edited=$(ls pyfirst/* | head -1)
   eargs=(-q --tokenizer "$T/bpe.model" --doc-split blank-line --append-eos --shard-tokens 20K
-    --chunk-bytes 4K --batch-bytes 16K pyfirst "$T/gcide.txt")
-  LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=state:3 "$TKS" build "${eargs[@]}" --output r >/dev/null 2>&1
+    --chunk-bytes 4K --batch-bytes 16K --unit-bytes 1M pyfirst "$T/gcide.txt")
+  LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=rename:unit.json:1 "$TKS" build "${eargs[@]}" --output r >/dev/null 2>&1
+  [[ -e r.partial/unit-00000/unit.json ]] && ok "unit 0 (pyfirst) complete when killed" || fail "unit 0 not complete"
   python3 - "$edited" <<'EOF2'
 import os, sys
 p = sys.argv[1]; st = os.stat(p); b = bytearray(open(p, "rb").read())
@@ -131,7 +141,7 @@ EOF2
   expect_msg "cannot resume: .*$(basename "$edited") changed since the interrupted build"
   # resume refuses other options
   rm -rf r r.partial
-  LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=state:1 "$TKS" build "${args[@]}" --output r >/dev/null 2>&1
+  LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=rename:unit.json:1 "$TKS" build "${args[@]}" --output r >/dev/null 2>&1
   expect 2 "resume with another --shard-tokens refuses" -- "$TKS" build "${args[@]}" \
     --shard-tokens 50K --output r --resume
   expect_msg "other inputs, tokenizer or options"
@@ -143,7 +153,81 @@ EOF2
   expect_msg "(no space|File too large|file size limit).*--resume|--resume.*(space|limit)"
   [[ ! -e r ]] && ok "nothing published after the write failure" || fail "r published after write failure"
   expect 0 "resume after the write failure" -- "$TKS" build "${args[@]}" --output r --resume
-  same_dataset r "$T/ref" "resumed after a write failure"
+  same_dataset r rref "resumed after a write failure"
+  ;;
+
+units)
+  # Work units cut plain files at document boundaries (docs/SCALE.md): the
+  # documents, and so the ids of the whole dataset, are the same for any
+  # --unit-bytes. Text made to catch a cut in the wrong place: paragraphs and
+  # lines longer than the 64 KiB window read around a cut, a whitespace-only
+  # line longer than it (a blank line whose start is far before the cut),
+  # "\r\n" line ends and blank lines of spaces, tabs and "\r", JSON Lines
+  # with a byte order mark and a record longer than the window, a file
+  # without a last line end, gzip data under a plain name, and a line of
+  # text whose 200,000 trailing spaces hold every nominal cut.
+  python3 - "$T/gcide.txt" <<'EOF2'
+import gzip, json, random, sys
+random.seed(11)
+words = open(sys.argv[1], encoding="utf-8", errors="replace").read().split()[:50000]
+def text(n): return " ".join(random.choice(words) for _ in range(n))
+seps = ["\n\n", "\n \n", "\n\t\r\n", "\n\n\n", "\n\r\n", "\n" + " " * 70000 + "\n", "\n \t"]
+out = []
+for i in range(160):
+    r = random.random()
+    if r < 0.04: out.append(text(12000))                               # one line > 64 KiB
+    elif r < 0.08: out.append("\n".join(text(25) for _ in range(400)))  # a paragraph > 64 KiB
+    else: out.append("\n".join(text(random.randint(1, 30)) for _ in range(random.randint(1, 4))))
+    out.append(random.choice(seps))
+t = "".join(out)
+open("mix.txt", "w").write(t)
+open("crlf.txt", "w", newline="").write(t.replace("\n", "\r\n")[:900000])
+with open("d.jsonl", "w", encoding="utf-8") as f:
+    f.write("\ufeff")
+    for i in range(1500):
+        f.write(json.dumps({"text": text(12000 if i == 700 else random.randint(1, 40))}) + ("\n" if i % 9 else "\n \n"))
+open("nonl.txt", "w").write(text(20000))
+with gzip.open("packed.txt", "wt") as f: f.write(t[:2000000])
+# a paragraph whose first line ends in 200,000 spaces: every multiple of
+# 65537 and 100000 in it falls in them, and only a look back to the line's
+# start shows that the line is not blank (no cut before "delta epsilon")
+open("tail.txt", "w").write("alpha beta\n\ngamma" + " " * 200000 + "\ndelta epsilon\n\nzeta\n")
+EOF2
+  U=(mix.txt crlf.txt d.jsonl nonl.txt packed.txt tail.txt)
+  for split in blank-line line; do
+    rm -rf u0 && expect 0 "$split: one unit" -- "$TKS" build -q --threads 2 --tokenizer "$T/bpe.model" \
+      --doc-split $split --shard-tokens 200K --output u0 "${U[@]}"
+    "$TKS" cat u0 --ids >u0.ids
+    for ub in 65537 100000 250K; do
+      rm -rf u1 && expect 0 "$split: --unit-bytes $ub" -- "$TKS" build -q --threads 2 --tokenizer "$T/bpe.model" \
+        --doc-split $split --shard-tokens 200K --unit-bytes $ub --output u1 "${U[@]}"
+      "$TKS" cat u1 --ids >u1.ids
+      units=$(grep -o '"start"' u1/manifest.json | wc -l)
+      if [[ $units -ge 10 ]] && cmp -s u0.ids u1.ids; then
+        ok "$split, --unit-bytes $ub: $units pieces, the same $(wc -l <u0.ids) documents' ids as one unit"
+      else fail "$split, --unit-bytes $ub: $units pieces, ids differ: $(cmp u0.ids u1.ids)"; fi
+      python3 - u0/manifest.json u1/manifest.json <<'EOF2' && ok "$split, --unit-bytes $ub: same counters" || fail "$split, $ub: counters differ"
+import json, sys
+a, b = (json.load(open(p))["provenance"]["stats"] for p in sys.argv[1:])
+sys.exit(a != b)
+EOF2
+    done
+  done
+  # each piece's XXH3-128 in the provenance is that of its bytes
+  python3 -c 'import json, sys
+for f in json.load(open(sys.argv[1]))["provenance"]["inputs"]:
+    for p in f.get("pieces", []): print(f["path"], p["start"], p["end"], p["xxh3_128"])' u1/manifest.json >pieces
+  bad=0
+  while read -r f a b h; do
+    [[ $(tail -c +$((a + 1)) "$f" | head -c $((b - a)) | xxh128sum | cut -d' ' -f1) == "$h" ]] || bad=$((bad + 1))
+  done <pieces
+  [[ -s pieces && $bad -eq 0 ]] && ok "$(wc -l <pieces) pieces: XXH3-128 of their byte ranges" || fail "$bad pieces hash wrong"
+  python3 - u1/manifest.json <<'EOF2' && ok "gzip data under a plain name, larger than a unit, is read whole" ||
+import json, os, sys
+f = [i for i in json.load(open(sys.argv[1]))["provenance"]["inputs"] if i["path"] == "packed.txt"][0]
+sys.exit(not (f["bytes"] > 250 * 1024 and "xxh3_128" in f and "pieces" not in f))
+EOF2
+    fail "packed.txt was cut"
   ;;
 
 parity)

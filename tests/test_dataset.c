@@ -4,6 +4,7 @@
  * Usage: test_dataset WORKDIR   (exit 0 = all checks passed) */
 #define _GNU_SOURCE
 #include "check.h"
+#include <jansson.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -73,6 +74,32 @@ static void free_docs(docs *D) {
     free(D->len);
 }
 
+/* manifest.json is exactly what jansson renders (JSON_INDENT(2),
+ * JSON_ENSURE_ASCII) of its own content, seal aside: the shards written
+ * directly (manifest.c) take the same bytes jansson would. */
+static void check_manifest_rendering(const char *dir) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    json_t *j = json_load_file(path, 0, NULL);
+    FILE *f = fopen(path, "rb");
+    char *t = NULL;
+    long n = 0;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && (t = calloc(1, (size_t)n + 1))) {
+        rewind(f);
+        if (fread(t, 1, (size_t)n, f) != (size_t)n) n = 0;
+    }
+    if (f) fclose(f);
+    const char *seal = t ? strstr(t, ",\n  \"self_xxh3\"") : NULL;
+    json_object_del(j, "self_xxh3");
+    char *d = j ? json_dumps(j, JSON_INDENT(2) | JSON_ENSURE_ASCII) : NULL;
+    size_t k = seal ? (size_t)(seal - t) : 0;
+    CHECK(d && seal && strlen(d) == k + 2 && memcmp(d, t, k) == 0 && strcmp(d + k, "\n}") == 0,
+          "%s is not jansson's rendering of itself", path);
+    free(d);
+    free(t);
+    json_decref(j);
+}
+
 /* Writes docs into dir as a complete dataset (with a fake tokenizer file). */
 static void write_dataset(const char *dir, const docs *D, uint32_t vocab, uint64_t shard_tokens,
                           uint32_t chunk) {
@@ -101,6 +128,7 @@ static void write_dataset(const char *dir, const docs *D, uint32_t vocab, uint64
     CHECK(tks_manifest_write(dir, &tok, si, ns, vocab <= 65536 ? 2 : 4,
                              chunk ? chunk : TKS_DEFAULT_CHUNK_BYTES, "{\"test\": true}") == 0,
           "manifest: %s", tks_last_error()->message);
+    check_manifest_rendering(dir);
     tks_writer_free(w);
 }
 

@@ -6,22 +6,20 @@
 #   dataset and on one corrupted in many ways at once (token bytes, an index, a
 #   truncated shard, a stray shard, ids over --model-vocab, another tokenizer),
 #   with a small --max-problems, and on a lone shard file.
-#   CASE build: `tokshard build` split into work units by a small --unit-bytes
-#   gives byte-identical datasets (every file) without mpirun and under
-#   `mpirun -np 1, 2, 3`, with 1 and 2 threads; a rank killed (SIGKILL) at its
-#   2nd shard ends the job with a message naming the rank and its unit, and
+#   CASE build: on inputs that mix plain files larger than --unit-bytes (cut
+#   at document boundaries), a gzip file, a dictzip file, a .tar.gz archive
+#   and a directory of small files, `tokshard build` gives byte-identical
+#   datasets (every file) without mpirun (1 and 2 threads) and under
+#   `mpirun -np 1, 2, 3, 5`; a rank killed (SIGKILL) at its 2nd shard ends the
+#   job, the launcher naming the rank and OUT.partial/in-flight its unit, and
 #   --resume with another rank count (and then without mpirun) completes it
 #   to the same bytes (a kept unit whose shard was damaged since is built
-#   again); a unit that cannot be written ends the job with rank 0
-#   naming the rank and the unit, and the resume after the fix completes.
-#   CASE plain: a build started without mpirun and killed at several points
-#   (and one stopped by SIGINT) is resumed under `mpirun -np 2, 3` to the same bytes, keeping the units its
-#   shards provably hold; that resume killed while it moves the shards into
-#   units is resumed again, with or without mpirun, to the same bytes; a unit
-#   with a shard damaged since is built again; a document empty after
-#   tokenizing does not stop units from being kept (the state records where
-#   each shard ends), except from a state without those end ordinals, whose
-#   units are then all built again.
+#   again); a unit that cannot be written ends the job with the rank naming
+#   itself and the unit, and the resume after the fix completes.
+#   CASE modes: a build started without mpirun and killed (units complete, a
+#   unit half built, shards half placed) is resumed under `mpirun -np 2, 3`
+#   to the same bytes, keeping its complete units; 64 ranks on 2 cores
+#   (more ranks than units) give the same bytes as well.
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 BIN=$1
@@ -107,51 +105,66 @@ audit)
     ok "text report: np 3 same as one process"
   else fail "text report differs: $(diff single.txt np3.txt | head -5)"; fi
   ;;
-build)
-  # gcide (blank-line paragraphs) and 40 Python doc files: about 7 units
-  B=(build -q --tokenizer "$T/bpe.model" --doc-split blank-line --append-eos --shard-tokens 100K
-     --chunk-bytes 4K --unit-bytes 700K "$T/gcide.txt" "$T/pydoc")
+build|modes)
+  # a plain text cut in ~14 pieces, a .gz and a .dz (never cut: one unit
+  # each), a .tar.gz of 10 documentation files, a JSON Lines file cut at
+  # record ends, and 30 documentation files grouped into units
+  mkdir -p in/docs && head -c 700000 "$T/gcide.txt" | gzip -9 >in/a-gcide.txt.gz
+  head -c 500000 "$T/gcide.txt" >in/b-slice.txt && dictzip in/b-slice.txt
+  ls "$T"/pydoc/*.rst.txt | head -10 | xargs tar -czf in/c-docs.tar.gz -C "$T/pydoc" --transform 's,.*/,,'
+  ls "$T"/pydoc/*.rst.txt | tail -30 | xargs -I{} cp {} in/docs/
+  python3 -c 'import json, sys
+for p in open(sys.argv[1], encoding="utf-8", errors="replace").read().split("\n\n")[:3000]:
+    print(json.dumps({"text": p}))' "$T/gcide.txt" >in/d-records.jsonl
+  cp "$T/gcide.txt" in/e-gcide.txt
+  B=(build -q --tokenizer "$T/bpe.model" --doc-split blank-line --append-eos --shard-tokens 50K
+     --chunk-bytes 4K --unit-bytes 300K in)
+  V=(build "${B[@]:2}") # with the summary
   expect 0 "build without mpirun, 1 thread" -- "$TKS" "${B[@]}" --threads 1 --output ref
   n=$(ls ref/shard-*.tks | wc -l)
-  [[ $n -ge 10 ]] && ok "reference has $n shards" || fail "reference has only $n shards"
+  units=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["provenance"]["options"]["unit_rule"])' ref/manifest.json 2>/dev/null)
+  [[ $n -ge 20 && $units == listing-cuts/1 ]] && ok "reference has $n shards, unit rule $units in the provenance" ||
+    fail "reference: $n shards, unit rule '$units'"
+  grep -q '"pieces"' ref/manifest.json && ok "the cut files' pieces are hashed in the provenance" || fail "no pieces"
+;;&
+build)
   expect 0 "build without mpirun, 2 threads" -- "$TKS" "${B[@]}" --threads 2 --output t2
   diff -r ref t2 >/dev/null && ok "2 threads: byte-identical" || fail "2 threads differ"
-  for np in 1 2 3; do
-    for t in 1 2; do
-      expect 0 "mpirun -np $np, $t thread(s)" -- "${MPI[@]}" -np $np "$TKS" "${B[@]}" --threads $t \
-        --output np$np-t$t
-      if diff -r ref np$np-t$t >/dev/null; then ok "np $np, $t thread(s): byte-identical"
-      else fail "np $np, $t thread(s): differs: $(diff -rq ref np$np-t$t | head -3)"; fi
-    done
+  for np in 1 2 3 5; do
+    t=$((np % 2 + 1))
+    expect 0 "mpirun -np $np, $t thread(s)" -- "${MPI[@]}" -np $np "$TKS" "${V[@]}" --threads $t \
+      --output np$np
+    if diff -r ref np$np >/dev/null; then ok "np $np, $t thread(s): byte-identical"
+    else fail "np $np, $t thread(s): differs: $(diff -rq ref np$np | head -3)"; fi
+    [[ $np -eq 1 ]] && continue # one process: no MPI, no hand-out
+    grep -Eq "hand-outs of [0-9]+ us" "$W/out" && ok "np $np: the summary gives the hand-out cost" ||
+      fail "np $np summary: $(grep coordination "$W/out")"
   done
-  # the default unit size: one unit, the plain build
-  expect 0 "one unit under mpirun -np 2" -- "${MPI[@]}" -np 2 "$TKS" "${B[@]:0:11}" \
-    "$T/gcide.txt" "$T/pydoc" --output one2
-  expect 0 "one unit without mpirun" -- "$TKS" "${B[@]:0:11}" "$T/gcide.txt" "$T/pydoc" --output one0
-  diff -r one0 one2 >/dev/null && ok "default unit size: np 2 = no mpirun" || fail "default unit size differs"
-  # kill -9 of rank 1 at its 2nd shard: the job ends, naming rank 1 and its unit
+  # kill -9 of rank 1 at its 2nd shard: the job ends, naming rank 1
   expect 137 "rank 1 killed" -- timeout 60 "${MPI[@]}" -np 3 -x LD_PRELOAD="$TKS_FAULT_LIB" \
     -x TKS_FAULT_KILL=shards:2 -x TKS_FAULT_RANK=1 "$TKS" "${B[@]}" --threads 1 --output k
   expect_msg "process rank 1 .*signal 9"
-  # rank 0 prints which rank builds which unit when the launcher stops the job,
-  # but the launcher may drop that output: the same lines are in k.partial
-  inflight="units in flight: (unit [0-9]+ on rank [02], )*unit [0-9]+ on rank 1,"
-  if grep -Eq "$inflight" k.partial/in-flight.txt; then ok "k.partial/in-flight.txt names rank 1's unit"
-  else fail "in-flight.txt: $(cat k.partial/in-flight.txt)"; fi
+  # the launcher may drop what the ranks print while it stops the job:
+  # OUT.partial/in-flight keeps which unit each rank was building
+  if grep -Eq "^unit [0-9]+ on rank 1$" k.partial/in-flight/rank-00001; then ok "k.partial/in-flight names rank 1's unit"
+  else fail "in-flight: $(cat k.partial/in-flight/* 2>&1)"; fi
   [[ -d k.partial && ! -e k ]] && ok "k.partial kept, k not published" || fail "k.partial/k state wrong"
   expect 0 "resume with 2 ranks" -- "${MPI[@]}" -np 2 "$TKS" "${B[@]}" --threads 2 --output k --resume
-  expect_msg "resuming; when the interrupted run stopped: $inflight"
+  expect_msg "resuming; when the interrupted run stopped: units in flight: .*unit [0-9]+ on rank 1,"
   diff -r ref k >/dev/null && ok "resumed: byte-identical" || fail "resumed differs: $(diff -rq ref k | head -3)"
   # killed again, resumed without mpirun
   expect 137 "rank 2 killed" -- timeout 60 "${MPI[@]}" -np 3 -x LD_PRELOAD="$TKS_FAULT_LIB" \
-    -x TKS_FAULT_KILL=shards:1 -x TKS_FAULT_RANK=2 "$TKS" "${B[@]}" --threads 1 --output k2
+    -x TKS_FAULT_KILL=shards:3 -x TKS_FAULT_RANK=2 "$TKS" "${B[@]}" --threads 1 --output k2
   # a kept unit whose shard was damaged since is built again, not kept
   for u in $(seq -f %05g 0 99); do [[ -e k2.partial/unit-$u/unit.json ]] && break; done
   if [[ -e k2.partial/unit-$u/shard-00000.tks ]]; then flip 100 "k2.partial/unit-$u/shard-00000.tks"
   else fail "no complete unit with a shard in k2.partial"; fi
-  expect 0 "resume without mpirun" -- "$TKS" "${B[@]}" --threads 1 --output k2 --resume
+  kept=$(ls k2.partial/unit-*/unit.json | wc -l)
+  expect 0 "resume without mpirun" -- "$TKS" "${V[@]}" --threads 1 --output k2 --resume
+  grep -Eq "units +[0-9]+ \($((kept - 1)) kept" "$W/out" && ok "$((kept - 1)) of $kept complete units kept, the damaged one built again" ||
+    fail "kept units: $(grep units "$W/out") (of $kept complete)"
   diff -r ref k2 >/dev/null && ok "resumed without mpirun: byte-identical" || fail "resumed k2 differs"
-  # a rank whose unit fails (its directory is a file): rank 0 names rank and unit, the job ends
+  # a rank whose unit fails (its directory is a file): the rank names itself and the unit, the job ends
   expect 137 "rank 1 killed (k3)" -- timeout 60 "${MPI[@]}" -np 3 -x LD_PRELOAD="$TKS_FAULT_LIB" \
     -x TKS_FAULT_KILL=shards:2 -x TKS_FAULT_RANK=1 "$TKS" "${B[@]}" --threads 1 --output k3
   for u in $(seq -f %05g 0 99); do [[ -e k3.partial/unit-$u/unit.json ]] || break; done
@@ -161,118 +174,45 @@ build)
   expect_msg "rank [01] failed on unit $((10#$u)): .*unit-$u"
   [[ ! -e k3 ]] && ok "k3 not published" || fail "k3 published after a failed unit"
   rm -f "k3.partial/unit-$u"
-  expect 0 "resume after the fix, 3 ranks" -- "${MPI[@]}" -np 3 "$TKS" "${B[@]}" --threads 1 --output k3 --resume
+  expect 0 "resume after the fix, 5 ranks" -- "${MPI[@]}" -np 5 "$TKS" "${B[@]}" --threads 1 --output k3 --resume
   diff -r ref k3 >/dev/null && ok "k3: byte-identical" || fail "k3 differs"
+  # a file named as compressed whose bytes are text: each rank checks its
+  # share of such files; the job stops before anything is written, or,
+  # under --on-bad-input skip, leaves it out as one process does
+  mkdir -p bad && cp -r in/docs bad/ && printf 'plain text\n' >bad/docs/z-fake.txt.gz
+  expect 2 "a .gz that is text, 3 ranks" -- "${MPI[@]}" -np 3 "$TKS" build -q --tokenizer "$T/bpe.model" \
+    --unit-bytes 300K --output f bad
+  expect_msg "z-fake.txt.gz is named .gz \(gzip\) but starts with text"
+  [[ ! -e f && ! -e f.partial ]] && ok "nothing written" || fail "f or f.partial written"
+  S=(build -q --tokenizer "$T/bpe.model" --unit-bytes 300K --on-bad-input skip bad)
+  expect 0 "skipped without mpirun" -- "$TKS" "${S[@]}" --output s0
+  expect 0 "skipped by 3 ranks" -- "${MPI[@]}" -np 3 "$TKS" "${S[@]}" --output s3
+  diff -r s0 s3 >/dev/null && grep -q "z-fake.txt.gz: named .gz" s3/manifest.json && ok "skipped: byte-identical, listed" ||
+    fail "skip under mpirun: $(diff -rq s0 s3 | head -3)"
   ;;
-plain)
-  # a build started without mpirun and interrupted, resumed under mpirun
-  B=(build -q --tokenizer "$T/bpe.model" --doc-split blank-line --append-eos --shard-tokens 100K
-     --chunk-bytes 4K --unit-bytes 700K "$T/gcide.txt" "$T/pydoc")
-  expect 0 "reference without mpirun" -- "$TKS" "${B[@]}" --threads 1 --output ref
-  kept_msg="resuming a build started without mpirun: ([0-9]+) of [0-9]+ units kept \(([0-9]+) of its ([0-9]+) shard"
-  # killed KILLPOINT OUT: the plain build of OUT killed at KILLPOINT, its state a plain one
-  killed() {
-    expect 137 "plain build killed at $1" -- env LD_PRELOAD="$TKS_FAULT_LIB" TKS_FAULT_KILL="$1" \
-      "$TKS" "${B[@]}" --threads 1 --output "$2"
-    grep -q '"next_ordinal"' "$2.partial/build-state.json" && ok "$2.partial holds a plain state" ||
-      fail "$2.partial: no plain state"
-  }
-  # a shard recorded, a shard published but not recorded, a state being written, one unit's shards
-  for run in state:1:2 shard:5:3 fsync:12:2 state:8:3; do
-    pt=${run%:*} np=${run##*:} out=p${run//:/-}
-    killed "$pt" "$out"
-    expect 0 "$out: resumed under mpirun -np $np" -- "${MPI[@]}" -np "$np" "$TKS" "${B[@]}" \
-      --threads 1 --output "$out" --resume
-    expect_msg "$kept_msg"
-    diff -r ref "$out" >/dev/null && ok "$out: byte-identical" || fail "$out differs: $(diff -rq ref "$out" | head -3)"
-  done
-  [[ $(grep -Eo "$kept_msg" "$W/err" | sed -E "s/.*: ([0-9]+) of .*/\1/") -ge 2 ]] &&
-    ok "state:8: two units or more kept" || fail "state:8: $(cat "$W/err")"
-  # Ctrl-C (SIGINT) at an arbitrary moment, small batches so that it stops soon
-  "$TKS" "${B[@]}" --threads 1 --batch-bytes 64K --output i >/dev/null 2>&1 &
-  pid=$!
-  sleep 0.3
-  kill -s INT $pid 2>/dev/null
-  wait $pid
-  code=$?
-  if [[ -e i ]]; then
-    ok "SIGINT came after the build finished; nothing to resume"
-  else
-    [[ $code -eq 130 ]] && ok "SIGINT: exit 130" || fail "SIGINT: exit $code, expected 130"
-    expect 0 "resumed after SIGINT under mpirun -np 3" -- "${MPI[@]}" -np 3 "$TKS" "${B[@]}" \
-      --threads 1 --output i --resume
-  fi
-  diff -r ref i >/dev/null && ok "i: byte-identical" || fail "i differs: $(diff -rq ref i | head -3)"
-  # the resume under mpirun killed while it moves the plain shards into units
-  # (a shard moved, a unit's record written, the plain state set aside), then
-  # resumed under mpirun or without it
-  for run in shards:2:3 rename:unit.json:1:0 rename:build-state.json:1:2 shards:4:0; do
-    pt=${run%:*} np=${run##*:} out=c${run//[:.]/-}
-    killed state:8 "$out"
-    expect 137 "$out: resume under mpirun killed at $pt" -- timeout 60 "${MPI[@]}" -np 2 \
-      -x LD_PRELOAD="$TKS_FAULT_LIB" -x TKS_FAULT_KILL="$pt" -x TKS_FAULT_RANK=0 "$TKS" "${B[@]}" \
-      --threads 1 --output "$out" --resume
-    if [[ $np -eq 0 ]]; then
-      expect 0 "$out: resumed again without mpirun" -- "$TKS" "${B[@]}" --threads 1 --output "$out" --resume
-    else
-      expect 0 "$out: resumed again with -np $np" -- "${MPI[@]}" -np "$np" "$TKS" "${B[@]}" \
-        --threads 1 --output "$out" --resume
-    fi
-    diff -r ref "$out" >/dev/null && ok "$out: byte-identical" || fail "$out differs: $(diff -rq ref "$out" | head -3)"
-  done
-  # set aside, then resumed without mpirun as a plain build
-  killed state:8 s
-  expect 137 "resume under mpirun killed once the plain state is set aside" -- timeout 60 \
-    "${MPI[@]}" -np 2 -x LD_PRELOAD="$TKS_FAULT_LIB" -x TKS_FAULT_KILL=rename:plain-state.json:1 \
-    -x TKS_FAULT_RANK=0 "$TKS" "${B[@]}" --threads 1 --output s --resume
-  expect 0 "s: resumed without mpirun" -- "$TKS" "${B[@]}" --threads 1 --output s --resume
-  diff -r ref s >/dev/null && ok "s: byte-identical" || fail "s differs: $(diff -rq ref s | head -3)"
-  # a plain shard damaged since: its unit cannot be proven and is built again
-  killed state:8 d0
-  cp -r d0.partial d.partial
-  expect 0 "undamaged, resumed with -np 2" -- "${MPI[@]}" -np 2 "$TKS" "${B[@]}" --threads 1 --output d0 --resume
-  k0=$(grep -Eo "$kept_msg" "$W/err" | sed -E "s/.*: ([0-9]+) of .*/\1/")
-  flip 100 d.partial/shard-00000.tks
-  expect 0 "damaged shard, resumed with -np 3" -- "${MPI[@]}" -np 3 "$TKS" "${B[@]}" --threads 1 --output d --resume
-  expect_msg "$kept_msg"
-  k1=$(grep -Eo "$kept_msg" "$W/err" | sed -E "s/.*: ([0-9]+) of .*/\1/")
-  [[ -n $k0 && -n $k1 && $k1 -eq $((k0 - 1)) ]] && ok "the damaged shard's unit is built again ($k1 of $k0 kept)" ||
-    fail "kept $k1 units with a damaged shard, $k0 without"
-  for o in d0 d; do
-    diff -r ref $o >/dev/null && ok "$o: byte-identical" || fail "$o differs: $(diff -rq ref $o | head -3)"
-  done
-  # a document empty after tokenizing (a zero-width space) is in no shard:
-  # the shards' end ordinals in the state still place them exactly (the unit
-  # holding it is kept, its record counting the empty document); a state
-  # without them (written before they were recorded) proves no unit, and
-  # none is kept
-  printf 'A first paragraph of plain text.\n\n\u200b\n\nAnd a last one.\n' >zw.txt
-  E=(build -q --tokenizer "$T/bpe.model" --doc-split blank-line --append-eos --shard-tokens 100K
-     --chunk-bytes 4K --unit-bytes 700K zw.txt "$T/gcide.txt" "$T/pydoc")
-  expect 0 "reference with an empty document" -- "$TKS" "${E[@]}" --threads 1 --output eref
-  grep -Eq '"empty_after_tokenize": ?1\b' eref/manifest.json && ok "one document empty after tokenizing" ||
-    fail "eref: $(grep -Eo '"empty_after_tokenize": ?[0-9]*' eref/manifest.json)"
-  expect 137 "plain build with an empty document killed" -- env LD_PRELOAD="$TKS_FAULT_LIB" \
-    TKS_FAULT_KILL=state:5 "$TKS" "${E[@]}" --threads 1 --output e
-  cp -r e.partial o.partial
-  expect 0 "resumed under mpirun -np 3" -- "${MPI[@]}" -np 3 "$TKS" "${E[@]}" --threads 1 --output e --resume
-  expect_msg "$kept_msg"
-  ke=$(grep -Eo "$kept_msg" "$W/err" | sed -E "s/.*: ([0-9]+) of .*/\1/")
-  [[ -n $ke && $ke -ge 1 ]] && ok "units kept despite the empty document ($ke)" || fail "e: $(cat "$W/err")"
-  diff -r eref e >/dev/null && ok "e: byte-identical" || fail "e differs: $(diff -rq eref e | head -3)"
-  python3 - o.partial/build-state.json <<'PY'
-import json, sys
-p = sys.argv[1]
-j = json.load(open(p))
-for s in j["shards"]:
-    del s["end_ordinal"]
-json.dump(j, open(p, "w"), indent=1)
-PY
-  n=$(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["shards"]))' o.partial/build-state.json)
-  expect 0 "a state without end ordinals, resumed under mpirun -np 2" -- "${MPI[@]}" -np 2 "$TKS" \
-    "${E[@]}" --threads 1 --output o --resume
-  expect_msg "none of its $n shard\(s\) kept, since it found 1 document\(s\) empty after tokenizing"
-  diff -r eref o >/dev/null && ok "o: byte-identical" || fail "o differs: $(diff -rq eref o | head -3)"
+modes)
+  # without mpirun, killed once 3 units are complete, resumed under mpirun -np 3
+  expect 137 "killed after 3 units" -- env LD_PRELOAD="$TKS_FAULT_LIB" TKS_FAULT_KILL=rename:unit.json:3 \
+    "$TKS" "${B[@]}" --threads 1 --output m1
+  expect 0 "m1 resumed under mpirun -np 3" -- "${MPI[@]}" -np 3 "$TKS" "${V[@]}" --threads 1 --output m1 --resume
+  grep -Eq "units +[0-9]+ \(3 kept" "$W/out" && ok "m1: the 3 complete units kept" || fail "m1: $(grep units "$W/out")"
+  diff -r ref m1 >/dev/null && ok "m1: byte-identical" || fail "m1 differs: $(diff -rq ref m1 | head -3)"
+  # killed in the middle of a unit (its 5th shard), resumed with -np 2
+  expect 137 "killed at the 5th shard" -- env LD_PRELOAD="$TKS_FAULT_LIB" TKS_FAULT_KILL=shards:5 \
+    "$TKS" "${B[@]}" --threads 1 --output m2
+  expect 0 "m2 resumed under mpirun -np 2" -- "${MPI[@]}" -np 2 "$TKS" "${B[@]}" --threads 1 --output m2 --resume
+  diff -r ref m2 >/dev/null && ok "m2: byte-identical" || fail "m2 differs: $(diff -rq ref m2 | head -3)"
+  # killed while the shards get their global index (3 of them placed: headers
+  # rewritten and renamed), resumed with -np 3, then again without mpirun
+  expect 137 "killed after 3 shards placed" -- env LD_PRELOAD="$TKS_FAULT_LIB" TKS_FAULT_KILL=shards:$((n + 3)) \
+    "$TKS" "${B[@]}" --threads 1 --output m3
+  [[ $(ls m3.partial/shard-*.tks 2>/dev/null | wc -l) -eq 3 ]] && ok "m3: 3 shards placed when killed" ||
+    fail "m3: $(ls m3.partial | head)"
+  expect 0 "m3 resumed under mpirun -np 3" -- "${MPI[@]}" -np 3 "$TKS" "${B[@]}" --threads 1 --output m3 --resume
+  diff -r ref m3 >/dev/null && ok "m3: byte-identical" || fail "m3 differs: $(diff -rq ref m3 | head -3)"
+  # more ranks than units, 64 processes on 2 cores
+  expect 0 "mpirun -np 64" -- timeout 300 "${MPI[@]}" -np 64 "$TKS" "${B[@]}" --threads 1 --output np64
+  diff -r ref np64 >/dev/null && ok "np 64: byte-identical" || fail "np 64 differs: $(diff -rq ref np64 | head -3)"
   ;;
 *) echo "unknown case $CASE"; exit 2 ;;
 esac

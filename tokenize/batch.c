@@ -12,13 +12,13 @@
 static const size_t *g_sort_len;
 static int by_len_desc(const void *a, const void *b);
 
-static int batch_push(batch *b, const tks_doc *d, int unit_end) {
+static int batch_push(batch *b, const tks_doc *d) {
     if (b->n == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 4096;
         if (tks_resize(&b->off, cap, sizeof *b->off) || tks_resize(&b->len, cap, sizeof *b->len) ||
             tks_resize(&b->ordinal, cap, sizeof *b->ordinal) ||
             tks_resize(&b->order, cap, sizeof *b->order) || tks_resize(&b->err, cap, sizeof *b->err) ||
-            tks_resize(&b->uend, cap, sizeof *b->uend) || tks_resize(&b->ids, cap, sizeof *b->ids))
+            tks_resize(&b->ids, cap, sizeof *b->ids))
             return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch)");
         memset(b->ids + b->cap, 0, (cap - b->cap) * sizeof *b->ids);
         b->cap = cap;
@@ -35,7 +35,6 @@ static int batch_push(batch *b, const tks_doc *d, int unit_end) {
     b->off[b->n] = b->arena_len;
     b->len[b->n] = d->len;
     b->ordinal[b->n] = d->ordinal;
-    b->uend[b->n] = (unsigned char)unit_end;
     b->arena_len += d->len;
     b->n++;
     return 0;
@@ -50,7 +49,6 @@ static void batch_free(batch *b) {
     free(b->order);
     free(b->ids);
     free(b->err);
-    free(b->uend);
 }
 
 static int fill_batch(reader *r, batch *b);
@@ -130,25 +128,17 @@ void tks__prefetch_free(prefetch *p) {
 static int fill_batch(reader *r, batch *b) {
     tks_doc doc;
     int rc = 0;
-    while (!rc && b->arena_len < r->batch_bytes && r->docs_read < r->want && !(r->stop && *r->stop)) {
+    while (!rc && b->arena_len < r->batch_bytes && !(r->stop && *r->stop)) {
         int got = tks_input_next(r->in, &doc);
         if (got < 0) return got;
         if (got == 0) {
-            b->end = 1; /* a unit that ends early: the caller names the missing documents */
+            b->end = 1;
             break;
         }
         r->docs_read++;
         r->text += doc.len;
-        int unit_end = 0;
-        if (r->unit_bytes) {
-            r->unit_acc += doc.len;
-            unit_end = r->unit_acc >= r->unit_bytes;
-            if (unit_end) r->unit_acc = 0;
-        }
-        if (doc.ordinal < r->skip_below) continue;
-        rc = batch_push(b, &doc, unit_end);
+        rc = batch_push(b, &doc);
     }
-    if (r->docs_read >= r->want) b->end = 1;
     b->docs_seen = r->docs_read;
     b->text_seen = r->text;
     b->input = *tks_input_get_stats(r->in);

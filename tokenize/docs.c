@@ -103,10 +103,8 @@ size_t tks_utf8_sanitize(const char *str, size_t n, char *out, size_t *out_len) 
 }
 
 static int is_blank(const char *p, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        char c = p[i];
-        if (c != ' ' && c != '\t' && c != '\r' && c != '\v' && c != '\f') return 0;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (!tks__blank_byte((unsigned char)p[i])) return 0;
     return 1;
 }
 
@@ -381,7 +379,7 @@ static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
         }
         const char *p = ln.p;
         size_t len = ln.len;
-        if (ln.no == 1 && len >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) { /* byte order mark */
+        if (ln.off == 0 && len >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) { /* byte order mark */
             p += 3;
             len -= 3;
         }
@@ -509,7 +507,16 @@ int tks_input_next(tks_input *in, tks_doc *doc) {
     int r;
     for (;;) {
         if (!in->a) {
-            if (in->next_file == in->n_files) return 0;
+            if (in->ranges) { /* a work unit's reader: its next range */
+                if (in->next_range == in->n_ranges) return 0;
+                const tks__range *g = &in->ranges[in->next_range++];
+                in->next_file = (size_t)g->file;
+                in->plain_seek = !g->whole;
+                in->seek_off = in->from = g->whole ? 0 : g->start;
+                in->limit = g->whole ? 0 : g->end;
+            } else if (in->next_file == in->n_files) {
+                return 0;
+            }
             if ((r = tks__open_file(in)) < 0) break;
         }
         if (!in->in_entry) {

@@ -18,8 +18,6 @@
 #include "../tokenizer/tokenizer.h"
 #include "tokenize.h"
 
-#define PLAIN_NAME "plain-state.json"     /* a plain state being resumed by work units */
-
 /* ---------------------------------------------------------------------------
  * batch.c: documents -> batches -> ids
  * ------------------------------------------------------------------------- */
@@ -31,10 +29,9 @@ typedef struct batch {
     size_t *order;         /* documents sorted by length, longest first */
     tks_ids *ids;          /* per document, reused across batches */
     int *err;              /* per document: 0 or a TKS_ERR_* */
-    unsigned char *uend;   /* per document: 1 when it is the last of its work unit */
     size_t n, cap;
     /* set by the reader with the batch */
-    int end;               /* the input (or the work unit) ends with this batch */
+    int end;               /* the input (the work unit's ranges) ends with this batch */
     uint64_t docs_seen;    /* documents read so far, this batch's included */
     uint64_t text_seen;    /* their text bytes */
     tks_input_stats input; /* the input's counters after this batch */
@@ -59,18 +56,12 @@ typedef struct prefetch {
     tks_error err;
 } prefetch;
 
-/* The reader: documents in order, into one batch per call (fill_batch).
- * A whole build reads to the end, marks the last document of each work unit
- * (unit_bytes) and skips, unbatched, the documents already in resumed shards
- * (ordinal below skip_below; they still count towards their unit). A work
- * unit reads its `want` documents from where it starts. */
+/* The reader: the input's documents in order, into one batch per call
+ * (fill_batch), to the end of the input (a work unit's ranges). */
 typedef struct reader {
     tks_input *in;
     size_t batch_bytes;
-    uint64_t want;               /* documents to read, or UINT64_MAX: to the end */
-    uint64_t unit_bytes;         /* > 0: mark each work unit's last document */
-    uint64_t skip_below;
-    uint64_t unit_acc, docs_read, text;
+    uint64_t docs_read, text;
     volatile sig_atomic_t *stop; /* an interrupt ends the batch early (it is not used) */
 } reader;
 
@@ -96,11 +87,10 @@ int tks__add_specials(tks_ids *v, const tks_build_opts *o, uint32_t bos, uint32_
  * ------------------------------------------------------------------------- */
 /* The inputs and every option that changes the output, as JSON (the
  * manifest's provenance; a new reference). *rc: 0, or an error. */
-json_t *tks__describe(const tks_build_opts *o, tks_input *in, const tks_tok *tk, int *rc);
-/* The build id (16 hex digits) of a description and the inputs' times. */
-int tks__build_id(json_t *desc, tks_input *in, char out[17]);
-/* Each input's XXH3-128 into the description, once all are read. */
-int tks__add_input_hashes(json_t *desc, const tks_input *in);
+json_t *tks__describe(const tks_build_opts *o, const tks_input *in, const tks_tok *tk, int *rc);
+/* The build id (16 hex digits): XXH3-64 of the options, the tokenizer and
+ * every input's path, size and modification time, from the listing. */
+int tks__build_id(const tks_build_opts *o, const tks_input *in, const tks_tok *tk, char out[17]);
 /* The dataset's totals into *stats and its manifest into `partial`. */
 int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_tok *tk,
                         json_t *desc, const tks_input_stats *input, const tks_shard_info *shards,
@@ -119,13 +109,57 @@ int tks__open_writer(const tks_build_opts *o, const tks_tok *tk, const char *dir
 /* The encoder a build took, and why, into *stats. */
 void tks__encoder_report(const tks_tok *tk, const tks_build_opts *o, tks_build_stats *stats);
 
+/* A byte range of an input file that a work unit reads (plan.c): whole 1,
+ * the file read as usual from its start (archives and compressed files
+ * included: start 0, end its size); whole 0, the bytes [start, end) of a
+ * plain file, read as they are on disk. */
+typedef struct tks__range {
+    uint64_t file, start, end;
+    uint32_t whole, pad;
+} tks__range;
+
 /* ---------------------------------------------------------------------------
- * units.c: a partial build by work units, resumed by tks_build
+ * plan.c: the work units, from the listing alone, and the cuts in plain files
  * ------------------------------------------------------------------------- */
-/* 1 when OUT.partial's state is that of a build by work units. */
-int tks__partial_is_units(const char *out_dir);
-/* Builds a partial build by work units' missing units, in order, here. */
-int tks__build_units_here(const tks_build_opts *o, tks_build_stats *stats);
+/* A piece of the inputs: file `file`'s bytes [start, end), nominal when
+ * `cut` (a plain file cut into pieces: tks__unit_ranges moves both bounds
+ * to document boundaries), else the whole file (start 0, end its size). */
+typedef struct tks__piece {
+    uint64_t file, start, end;
+    uint32_t cut, pad;
+} tks__piece;
+
+/* The plan: pieces in input order, units over runs of them (unit k's
+ * pieces are pieces[first_piece .. first_piece + n_pieces)), and the
+ * hand-out order (unit indices, heaviest first). */
+typedef struct tks__plan {
+    tks__piece *pieces;
+    size_t n_pieces;
+    tks_build_unit *units;
+    size_t n_units;
+    uint64_t *order;
+} tks__plan;
+
+/* The plan of the listing ls for unit_bytes (> 0): O(files), reads nothing.
+ * 0 or TKS_ERR_NOMEM (*p then empty). tks__plan_free releases it. */
+int tks__plan_make(const tks_input *ls, uint64_t unit_bytes, tks__plan *p);
+void tks__plan_free(tks__plan *p);
+/* The ranges unit `unit` reads (*out, malloc'd, *n of them; the caller frees
+ * *out even on failure): whole files as they are, and each cut piece moved to
+ * its document boundaries (empty ones left out). Reads a window around each
+ * cut and a plain file's first 64 KiB. Errors: TKS_ERR_IO, TKS_ERR_INPUT (a
+ * file changed since it was listed), TKS_ERR_NOMEM. */
+int tks__unit_ranges(const tks_input *ls, const tks__plan *p, uint64_t unit, uint64_t unit_bytes,
+                     tks__range **out, size_t *n);
+/* The cut for the nominal offset x of the plain file fd (path, size bytes):
+ * the smallest document boundary p with x <= p < size, else size; x == 0
+ * gives 0. A boundary is the offset after a "\n" (blank_lines 0: --doc-split
+ * line, JSON Lines), or after the "\n" that ends a line of blank bytes only
+ * (blank_lines 1: --doc-split blank-line). Errors: TKS_ERR_IO, TKS_ERR_NOMEM. */
+int tks__find_cut(int fd, const char *path, uint64_t size, uint64_t x, int blank_lines, uint64_t *out);
+/* The XXH3-128 of the bytes [start, end) of the file path (a kept unit's
+ * range checked on --resume). Errors: TKS_ERR_IO, TKS_ERR_INPUT (shorter). */
+int tks__range_xxh3(const char *path, uint64_t start, uint64_t end, uint8_t out[16]);
 
 /* ---------------------------------------------------------------------------
  * The input (input.c: listing; stream.c: libarchive and zlib; docs.c:
@@ -193,6 +227,14 @@ struct tks_input {
         int done;
     } *fh;
     size_t n_files, cap_files;
+    int borrowed;           /* files, sizes, meta, skipped belong to another input (tks__input_view) */
+    const tks__range *ranges; /* tks__input_view: the ranges read, in order, instead of the files */
+    size_t n_ranges, next_range;
+    struct file_hash *rh;   /* per range: the XXH3-128 of its bytes on disk */
+    struct file_hash *cur_fh; /* where the current file's hash goes (NULL: not hashed) */
+    uint64_t limit;         /* the current file is read up to this offset (a range); 0: to its end */
+    uint64_t from;          /* the current file is read from this offset (a range; 0 otherwise) */
+    int plain_open;         /* the current file was opened as plain text at fs.start */
     XXH3_state_t *hst;      /* the current file's hash, fed by pull_raw (level -1) */
     uint64_t total_bytes;
 
@@ -246,6 +288,42 @@ int tks__buf_append(buf *b, const void *p, size_t n);
 int tks__is_archive_name(const char *name);
 int tks__is_compressed_name(const char *name);
 int tks__has_ext(const char *name, const char *ext);
+
+/* input.c: a reader over the ranges r[0..n) of the listing ls's files (not
+ * copied: ls must outlive it, and r too), with ls's options and the stop
+ * flag `stop` (may be NULL); each range's XXH3-128 is taken as it is read
+ * (tks__input_range_xxh3). 0 or TKS_ERR_NOMEM. */
+int tks__input_view(const tks_input *ls, const tks__range *r, size_t n, volatile sig_atomic_t *stop,
+                    tks_input **out);
+/* input.c: range i's XXH3-128 (16 bytes) once it was read to its end, else NULL. */
+const uint8_t *tks__input_range_xxh3(const tks_input *in, size_t i);
+/* input.c: the listing (paths, sizes, times, identities) as bytes, for
+ * another process of the same binary (MPI): appended to *out. 0 or
+ * TKS_ERR_NOMEM. tks__input_unpack makes an input of it with the options o
+ * (TKS_ERR_ARG when the bytes are not a listing). */
+int tks__input_pack(const tks_input *in, buf *out);
+int tks__input_unpack(const void *p, size_t n, const tks_input_opts *o, tks_input **out);
+/* input.c: tks_input_open without the check of the files whose names promise
+ * compression (tks_input_open's last step: it opens each one), which
+ * tks__input_check_promises makes for the files i = part, part + parts, ...
+ * (appending "i\twhy\n" for each file whose bytes break the promise to
+ * *out) and tks__input_settle applies, from every part's lines: under
+ * bad_input FAIL, TKS_ERR_INPUT naming the first such file; under SKIP,
+ * the files dropped from the listing and recorded. Errors: as
+ * tks_input_open's. */
+int tks__input_list(const char *const *paths, size_t n, const tks_input_opts *opts, tks_input **out);
+int tks__input_check_promises(const tks_input *in, size_t part, size_t parts, buf *out);
+int tks__input_settle(tks_input *in, const char *verdicts, size_t len);
+/* input.c: 1 when file i (or an archive member) named `name` is read as JSON Lines. */
+int tks__input_is_jsonl(const tks_input *in, const char *name);
+/* stream.c: registers the decompressors libarchive may run on an input
+ * (gzip excluded: stream.c inflates it with zlib). */
+void tks__add_filters(struct archive *a);
+/* docs.c: the bytes that make a line blank (a paragraph break) when it holds
+ * nothing else. */
+static inline int tks__blank_byte(unsigned char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
 
 /* stream.c: opens the next file of the list; moves to the next regular
  * entry of the current file (1, 0 at its end); makes the entry's next

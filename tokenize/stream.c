@@ -98,7 +98,7 @@ static void update_bytes_in(tks_input *in) {
  * archive_read_support_filter_all: it would also run external programs
  * (lrzip, grzip, lzop) and uudecode a text that happens to start with
  * "begin 644 name". */
-static void add_filters(struct archive *a) {
+void tks__add_filters(struct archive *a) {
     if (archive_bzlib_version()) archive_read_support_filter_bzip2(a);
     if (archive_liblzma_version()) {
         archive_read_support_filter_xz(a);
@@ -166,17 +166,18 @@ static int wait_fd(tks_input *in, int fd) {
     }
 }
 
-/* A regular file read to its end: the bytes read, its size and its
- * modification time must still be what the listing saw (a file cut, grown or
- * rewritten while the build read it is not a dataset anyone can reproduce). */
+/* A regular file read to its end (or to the end of its range): the offset
+ * reached, its size and its modification time must still be what the
+ * listing saw (a file cut, grown or rewritten while the build read it is not
+ * a dataset anyone can reproduce). */
 static int check_unchanged(tks_input *in, uint64_t read_bytes, int fd) {
     size_t i = in->next_file - 1;
     const struct file_meta *m = &in->meta[i];
     if (!m->regular) return 0;
     struct stat st;
     int have = fd >= 0 ? fstat(fd, &st) == 0 : stat(in->path, &st) == 0;
-    uint64_t listed = in->sizes[i];
-    if (have && read_bytes == listed && (uint64_t)st.st_size == listed &&
+    uint64_t listed = in->sizes[i], expected = in->limit ? in->limit : listed;
+    if (have && read_bytes == expected && (uint64_t)st.st_size == listed &&
         st.st_mtim.tv_sec == m->mtime.tv_sec && st.st_mtim.tv_nsec == m->mtime.tv_nsec)
         return 0;
     return tks_fail(TKS_ERR_INPUT, in->path, TKS_NONE, read_bytes,
@@ -193,9 +194,12 @@ static int pull_raw(stream *s, const unsigned char **p, size_t *n) {
     tks_input *in = s->in;
     if (s->eof) return 0;
     if (s->level < 0) {
-        ssize_t r;
-        for (;;) {
-            r = read(s->fd, s->rbuf, READ_BLOCK_BYTES);
+        ssize_t r = 0;
+        size_t want = READ_BLOCK_BYTES;
+        uint64_t at = s->start + s->consumed;
+        if (in->limit && in->limit - at < want) want = at < in->limit ? (size_t)(in->limit - at) : 0;
+        for (; want;) { /* a range read to its end reads nothing more */
+            r = read(s->fd, s->rbuf, want);
             if (r >= 0) break;
             if (errno == EINTR) continue;
             if (!s->pipe || (errno != EAGAIN && errno != EWOULDBLOCK)) break;
@@ -446,8 +450,8 @@ static void close_nested(tks_input *in) {
  * libarchive reads by seeking, is hashed in a second pass over what the page
  * cache still holds. */
 static void finish_hash(tks_input *in) {
-    struct file_hash *fh = &in->fh[in->next_file - 1];
-    if (in->src_rc || in->failed || fh->done || in->no_hash) return;
+    struct file_hash *fh = in->cur_fh;
+    if (!fh || in->src_rc || in->failed || fh->done || in->no_hash) return;
     if (in->fs_on) {
         const unsigned char *p;
         size_t n;
@@ -487,7 +491,8 @@ int tks__open_file(tks_input *in) {
     in->source.len = 0;
     in->is_archive = tks__is_archive_name(path);
     in->src_rc = 0;
-    in->st.files++;
+    in->cur_fh = in->ranges ? &in->rh[in->next_range - 1] : in->fh ? &in->fh[in->next_file - 1] : NULL;
+    if (!in->from) in->st.files++; /* a file cut into ranges counts once, with its first */
     /* non-blocking: a FIFO whose writer never comes must not hang the build
      * in open(2), deaf to SIGINT/SIGTERM (pipes stay non-blocking: wait_fd) */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -523,6 +528,7 @@ int tks__open_file(tks_input *in) {
     in->entry_no = 0;
     int plain = in->plain_seek;
     in->plain_seek = 0;
+    in->plain_open = plain;
     if (plain && lseek(fd, (off_t)in->seek_off, SEEK_SET) < 0) {
         int err = errno;
         close(fd);
@@ -544,7 +550,7 @@ int tks__open_file(tks_input *in) {
         goto fail;
     }
     in->a = a;
-    if (!plain) add_filters(a); /* text from the middle of a plain file: no magic to look for */
+    if (!plain) tks__add_filters(a); /* text from the middle of a plain file: no magic to look for */
     if (in->is_archive) {
         archive_read_support_format_tar(a);
         archive_read_support_format_zip(a);
@@ -594,7 +600,7 @@ static int open_nested(tks_input *in, const void *b, size_t n) {
     if (!m) return tks_fail(TKS_ERR_NOMEM, in->source.p, TKS_NONE, TKS_NONE, "out of memory");
     /* Not gzip after all (a 1-byte first block of 0x1f) and not named as
      * compressed: the bytes are passed through as they are. */
-    if (s->gzip || by_name) add_filters(m);
+    if (s->gzip || by_name) tks__add_filters(m);
     archive_read_support_format_raw(m);
     archive_read_support_format_empty(m);
     in->lv[in->depth++] = m;
@@ -647,6 +653,11 @@ int tks__next_entry(tks_input *in) {
             rc = tks__buf_append(&in->source, ":", 1);
             if (!rc) rc = tks__buf_append(&in->source, member, strlen(member));
         }
+        if (!rc && in->from) { /* a range: its lines are counted from its first byte */
+            char at[48];
+            snprintf(at, sizeof at, " (from byte %llu)", (unsigned long long)in->from);
+            rc = tks__buf_append(&in->source, at, strlen(at));
+        }
         if (!rc) rc = tks__buf_append(&in->source, "", 1);
         if (rc) return rc;
         in->source.len--; /* keep the NUL out of len */
@@ -664,11 +675,17 @@ int tks__next_entry(tks_input *in) {
         const char *ename = member ? member : in->path;
         in->entry_jsonl = in->opts.format == TKS_FMT_JSONL ||
                           (in->opts.format == TKS_FMT_AUTO && tks__has_ext(ename, ".jsonl"));
-        in->st.json_as_text += in->opts.format == TKS_FMT_AUTO && tks__has_ext(ename, ".json");
         in->entry_by_name = member && tks__is_compressed_name(member);
         in->probed = 0;
-        in->st.entries++;
         in->entry_no++;
+        if (!in->from) { /* a file cut into ranges counts once, with its first */
+            in->st.json_as_text += in->opts.format == TKS_FMT_AUTO && tks__has_ext(ename, ".json");
+            in->st.entries++;
+        }
+        if (in->plain_open) { /* opened at fs.start: its offsets are the file's */
+            in->entry_off = in->fs.start;
+            in->probed = 1;
+        }
         return 1;
     }
 }

@@ -177,6 +177,9 @@ typedef struct tks_build_progress {
 } tks_build_progress;
 
 #define TKS_DEFAULT_UNIT_BYTES (1ull << 30)
+/* The rule that makes work units of the inputs (docs/SCALE.md), recorded in
+ * the provenance's options as "unit_rule". */
+#define TKS_UNIT_RULE "listing-cuts/1"
 
 typedef struct tks_build_opts {
     const char *tokenizer_path;
@@ -189,11 +192,12 @@ typedef struct tks_build_opts {
     uint64_t shard_tokens;      /* 0 = 16 Mi tokens */
     uint32_t chunk_bytes;       /* 0 = TKS_DEFAULT_CHUNK_BYTES */
     uint64_t batch_bytes;       /* text per parallel batch; 0 = 8 MiB */
-    uint64_t unit_bytes;        /* work unit size in document text bytes; 0 = TKS_DEFAULT_UNIT_BYTES.
-                                 * A unit ends after the document that brings its text to
-                                 * >= unit_bytes; each unit is its own run of shards (its last
-                                 * shard may be short). Part of the output, like shard_tokens. */
-    int resume;                 /* continue OUT.partial from its last published shard */
+    uint64_t unit_bytes;        /* work unit size in bytes of input on disk; 0 =
+                                 * TKS_DEFAULT_UNIT_BYTES. Units are made from the listing (see
+                                 * "Build by work units" below); each is its own run of shards
+                                 * (its last shard may be short). Part of the output, like
+                                 * shard_tokens. */
+    int resume;                 /* continue OUT.partial, keeping its complete work units */
     int encoder_sentencepiece;  /* 1: encode with sentencepiece even when the fast encoder
                                  * (same ids) could (see tks_spm_encode) */
     const char *pattern;        /* a tiktoken ranks file's pattern and special tokens */
@@ -212,6 +216,13 @@ typedef struct tks_build_stats {
     uint64_t docs_written, tokens_written, shards;
     uint64_t empty_after_tokenize; /* documents that produced no token (skipped) */
     uint64_t resumed_shards;       /* shards kept from an earlier interrupted run */
+    uint64_t units, units_kept;    /* work units, and those kept from an earlier run */
+    double plan_seconds;           /* once the tokenizer is loaded: listing, checks, units and
+                                    * OUT.partial, before the first unit */
+    double place_seconds;          /* the shards' global indices (this process's units) */
+    double manifest_seconds;       /* the manifest, from every unit's result */
+    uint64_t handouts;             /* units handed out (under mpirun, every rank's) */
+    double handout_seconds_mean, handout_seconds_max; /* one hand-out's cost, under mpirun */
     uint32_t min_token_id, max_token_id, vocab_size;
     double seconds;
     char encoder[16];              /* the path the build took: "fast" or "sentencepiece", or
@@ -245,10 +256,12 @@ int tks_tokenizer_keep(tks_partial_kind kind, const tks_tok *tk, const char *src
 int tks_tokenizer_open(const tks_build_opts *o, tks_tok **tk);
 
 /*
- * Builds a dataset. Output is byte-identical whatever the thread count, and
- * whether or not it was interrupted and resumed. Publishes OUT (renaming
- * OUT.partial) only when complete; on failure OUT does not exist and
- * OUT.partial holds the published shards and a resume state.
+ * Builds a dataset: its work units one after the other in this process (see
+ * "Build by work units" below). Output is byte-identical whatever the thread
+ * count, whether or not it was interrupted and resumed, and to a build of the
+ * same units under mpirun. Publishes OUT (renaming OUT.partial) only when
+ * complete; on failure OUT does not exist and OUT.partial holds the complete
+ * units and a resume state.
  * Errors: TKS_ERR_EXISTS (OUT exists, or OUT.partial exists without resume),
  * TKS_ERR_RESUME, TKS_ERR_TOKENIZER, TKS_ERR_INTERRUPTED, every input error,
  * TKS_ERR_TOKEN_RANGE, TKS_ERR_IO, TKS_ERR_NOSPACE.
@@ -258,85 +271,107 @@ int tks_build(const tks_build_opts *opts, tks_build_stats *stats);
 /* ---------------------------------------------------------------------------
  * Build by work units, for many processes (tokshard build under mpirun)
  *
- * The inputs' documents are cut into units by unit_bytes alone (see
- * tks_build_opts.unit_bytes), so the dataset is the one tks_build makes,
- * byte for byte, however the units are spread. One coordinator (rank 0)
- * opens the job and plans the units one by one (one read of the inputs, no
- * tokenizing); on --resume each planned unit already on disk is verified. Any process opens a
- * worker job on the same options and builds the units it is handed, each
- * into OUT.partial/unit-NNNNN/ with its own record (unit.json). When every
- * unit is built, the coordinator renumbers the shards into one sequence,
- * writes the manifest and publishes OUT. tks_build resumes such a partial
- * build in one process.
+ * Every build is cut into work units from the inputs' listing alone (paths,
+ * sizes, names: nothing is read; docs/SCALE.md gives the rule): each file is
+ * one piece, except a plain file larger than unit_bytes, cut near each
+ * multiple of unit_bytes at the first document boundary, found by whoever
+ * reads the piece; consecutive pieces make a unit of at most unit_bytes
+ * (a single larger piece aside). Each unit is its own run of shards, built
+ * into OUT.partial/unit-NNNNN/ with its record (unit.json) written last; the
+ * dataset depends on the inputs and the options only, not on how the units
+ * are spread. tks_build runs every unit in this process; under mpirun a
+ * coordinator opens the job (lock, listing, OUT.partial), shares its listing
+ * (tks_build_job_share) with the other processes (tks_build_job_join), any
+ * process builds any unit, each places its units' shards once their global
+ * index is known, and the coordinator writes the manifest and publishes OUT.
  * ------------------------------------------------------------------------- */
 typedef struct tks_build_unit {
     uint64_t index;            /* unit number, from 0 in input order */
-    tks_input_pos start;       /* where its first document's search starts */
-    uint64_t n_docs;           /* documents in it (before tokenizing) */
-    uint64_t text_bytes;       /* their text bytes */
+    uint64_t first_piece, n_pieces; /* the pieces of the inputs it holds */
+    uint64_t bytes;            /* their bytes on disk (nominal, before the cuts) */
+    uint64_t weight;           /* the hand-out order's estimate of its work: bytes, four
+                                * times for compressed files and archives */
 } tks_build_unit;
 
 typedef struct tks_unit_stats {
-    uint64_t docs_written, tokens_written, shards, text_bytes;
+    uint64_t docs_written, tokens_written, shards, text_bytes, bytes_in;
+    int kept;                  /* 1: complete from an earlier run, verified, not built */
     double seconds;
 } tks_unit_stats;
 
 typedef struct tks_build_job tks_build_job;
 
 /*
- * coordinator 1: takes OUT.lock, plans the units and prepares OUT.partial
- * (fresh, or --resume: units whose record and shards verify are kept, the
- * others will be built again; an OUT.partial of a build without work units
- * is taken over as described at tks_build_plain). coordinator 0: a worker,
- * to be opened once the coordinator's job is open (OUT.partial exists);
- * loads the tokenizer.
+ * The coordinator's job: takes OUT.lock, lists the inputs, plans the units
+ * and prepares OUT.partial (fresh, or --resume of a build of the same
+ * inputs and options, with or without mpirun and with any process count).
  * Errors: those of tks_build before its first document.
  */
-int tks_build_job_open(const tks_build_opts *opts, int coordinator, tks_build_job **out);
+int tks_build_job_open(const tks_build_opts *opts, tks_build_job **out);
 
-/* Coordinator: plans the next unit (reading the inputs on to its end) into
- * *unit: 1, 0 once every unit is planned (the inputs' hashes are then taken,
- * and on --resume compared with the interrupted build's: TKS_ERR_RESUME when
- * an input changed), or an input error. Units can be built while the next
- * ones are planned. */
-int tks_build_job_plan(tks_build_job *job, tks_build_unit *unit);
-/* 1 while units remain to be planned. */
-int tks_build_job_planning(const tks_build_job *job);
-/* Coordinator: the units planned so far (owned by the job, valid until the
- * next tks_build_job_plan) and whether unit i is already complete on disk
- * (kept from an earlier run). */
+/* Under mpirun, tks_build_job_open in steps that other processes share:
+ * the coordinator's tks_build_job_open_list takes OUT.lock and lists the
+ * inputs (no file opened); tks_build_job_share gives the listing as bytes
+ * (*blob malloc'd, *len) for tks_build_job_join in each other process of
+ * the same binary (which loads the tokenizer); every process checks its
+ * share of the files whose names promise compression (tks_build_job_check:
+ * the files i = part, part + parts, ...; *verdicts malloc'd, *len bytes,
+ * empty when all keep their promise); and every process settles its job
+ * with all the verdicts put together (tks_build_job_settle: under
+ * --on-bad-input fail, TKS_ERR_INPUT naming the first bad file, before
+ * anything is written; under skip, the same files left out everywhere),
+ * which plans the units and, on the coordinator, prepares OUT.partial.
+ * Errors: those of tks_build before its first document; TKS_ERR_ARG for a
+ * blob that is not a listing. */
+int tks_build_job_open_list(const tks_build_opts *opts, tks_build_job **out);
+int tks_build_job_share(const tks_build_job *job, void **blob, size_t *len);
+int tks_build_job_join(const tks_build_opts *opts, const void *blob, size_t len, tks_build_job **out);
+int tks_build_job_check(const tks_build_job *job, unsigned part, unsigned parts, void **verdicts, size_t *len);
+int tks_build_job_settle(tks_build_job *job, const void *verdicts, size_t len);
+
+/* The units (owned by the job) and the order to hand them out in: unit
+ * indices, heaviest first (*n of each). */
 const tks_build_unit *tks_build_job_units(const tks_build_job *job, size_t *n);
-int tks_build_job_unit_done(const tks_build_job *job, size_t i);
+const uint64_t *tks_build_job_order(const tks_build_job *job);
 
-/* Builds one unit (from any job of the same options); opts->progress, if
- * set, is called after each batch, and opts->stop is honoured. Errors: those
- * of tks_build. */
-int tks_build_job_run(tks_build_job *job, const tks_build_unit *unit, tks_unit_stats *stats);
+/* Builds unit `unit` into OUT.partial/unit-NNNNN/, or keeps it when an
+ * earlier run completed it: its record and shards verify and its input
+ * ranges hash as they did (us->kept 1). opts->progress, if set, is called
+ * after each batch with this job's totals, and opts->stop is honoured.
+ * Errors: those of tks_build; TKS_ERR_RESUME when a kept unit's input
+ * changed since (named). */
+int tks_build_job_run(tks_build_job *job, uint64_t unit, tks_unit_stats *us);
 
-/* Coordinator, once every unit is built: verifies the units' records,
- * renumbers their shards into one sequence, writes the manifest and publishes
- * OUT. stats as tks_build's. */
-int tks_build_job_finish(tks_build_job *job, tks_build_stats *stats);
+/* Shards of a unit this job ran (0 for one it did not run). */
+uint64_t tks_build_job_unit_shards(const tks_build_job *job, uint64_t unit);
 
-/* A --resume by work units of a build started without them (without
- * mpirun): its shards are kept unit by unit, as each unit is planned, when
- * they provably hold exactly the unit's documents (their document counts add
- * up to the unit's, and the interrupted build found no document empty after
- * tokenizing); the other units are built again. */
-typedef struct tks_build_plain {
-    int active;                    /* 1: OUT.partial was a build without work units */
-    uint64_t shards;               /* shards the interrupted build had published */
-    uint64_t empty_after_tokenize; /* documents empty after tokenizing (in no shard) */
-    int ends_recorded;             /* its state gives each shard's end ordinal; without them
-                                    * (a state from before they were recorded) a unit can be
-                                    * proven only when empty_after_tokenize is 0 */
-    uint64_t units_kept, shards_kept; /* so far (final once the plan is complete) */
-} tks_build_plain;
+/* Once every unit is built: gives the shards of unit `unit` (run by this
+ * job) their index in the dataset, from `base` (the shards of the units
+ * before it: header rewritten in place and made durable, then renamed to
+ * OUT.partial/shard-GGGGG.tks, where a resume finds them), and returns in
+ * *result (malloc'd, *len bytes, 8-byte multiple) the unit's result for the
+ * coordinator's tks_build_job_finish: its shards, counters and input
+ * hashes, as bytes that only the same binary reads. Errors: TKS_ERR_IO,
+ * TKS_ERR_NOSPACE, TKS_ERR_RESUME (a shard gone). */
+int tks_build_job_place(tks_build_job *job, uint64_t unit, uint64_t base, void **result, size_t *len);
 
-/* Coordinator: what was kept from a build started without work units
- * (active 0 when the job does not resume one). The pointer is owned by the
- * job and valid until tks_build_job_free. */
-const tks_build_plain *tks_build_job_plain(const tks_build_job *job);
+/* Once this process placed its units: makes their renames durable (an
+ * fsync of OUT.partial; each rewritten header was made durable before its
+ * rename). Errors: TKS_ERR_IO. */
+int tks_build_job_sync(tks_build_job *job);
+
+/* Coordinator: from every unit's result (tks_build_job_place's, back to
+ * back in any order: len bytes at results, 8-byte aligned), the manifest in
+ * OUT.partial; stats as tks_build's. Errors: TKS_ERR_RESUME (a unit
+ * missing), TKS_ERR_INPUT (no document), TKS_ERR_IO, TKS_ERR_NOSPACE. */
+int tks_build_job_finish(tks_build_job *job, const void *results, size_t len, tks_build_stats *stats);
+
+/* Once the manifest is written: removes unit `unit`'s record and directory. */
+void tks_build_job_clean(tks_build_job *job, uint64_t unit);
+
+/* Coordinator, once every unit is cleaned: removes the build state and
+ * renames OUT.partial to OUT. Errors: TKS_ERR_IO. */
+int tks_build_job_publish(tks_build_job *job);
 
 /* Releases the job (and the coordinator's lock). Accepts NULL. */
 void tks_build_job_free(tks_build_job *job);

@@ -1,6 +1,21 @@
-/* units.c - the build by work units (tks_build_job_*), for many processes
- * (tokshard build under mpirun), and a --resume by work units of a build
- * started without them. */
+/* units.c - the build by work units: tks_build (every unit in this
+ * process) and tks_build_job_* (the units spread over processes by
+ * tools/dist_mpi.c). The units come from the listing alone (plan.c).
+ *
+ * OUT.partial/build-state.json: {"build_id", "mode": "units", "units",
+ *   "unit_bytes", "unit_rule"} (written by the coordinator, before any unit)
+ * OUT.partial/unit-NNNNN/shard-LLLLL.tks: unit N's shards, numbered from 0
+ * OUT.partial/unit-NNNNN/unit.json: written last, when the unit is complete:
+ *   its shards, its counters, and each input range it read with the range's
+ *   XXH3-128 (a kept unit's ranges are hashed again on --resume)
+ * placement, once every unit is complete: each shard's header gets its index
+ *   in the dataset (256 bytes rewritten in place, fsync, on several threads)
+ *   and the shard is renamed to OUT.partial/shard-GGGGG.tks. A resume finds
+ *   a shard in either place: a unit's first global index is the sum of the
+ *   shard counts its predecessors' records give.
+ * The manifest is written from every unit's result (its shards, counters and
+ * range hashes, gathered as bytes); then the records go, and
+ * OUT.partial becomes OUT. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -15,21 +30,16 @@
 
 #include "internal.h"
 
-/* ---------------------------------------------------------------------------
- * Work units (tks_build_job_*)
- *
- * OUT.partial/build-state.json: {"build_id", "mode": "units", "units",
- *   "inputs_xxh3_128"} (written by the coordinator after planning)
- * OUT.partial/unit-NNNNN/shard-LLLLL.tks: unit N's shards, numbered from 0
- * OUT.partial/unit-NNNNN/unit.json: written last, when the unit is complete
- * finish: each unit's shards get their index in the dataset (the header's
- * shard_index and its checksum: 256 bytes rewritten in place, fsync) and
- * are renamed to OUT.partial/shard-GGGGG.tks; a header rewritten but not yet
- * renamed, or renamed, is recognized on --resume.
- * OUT.partial/plain-state.json: while a build started without work units is
- * resumed by them, the state it left (see plain_unit).
- * ------------------------------------------------------------------------- */
 #define UNIT_RECORD "unit.json"
+#define BLOB_MAGIC "TKSJ1"
+
+/* What this process knows of a unit it ran. */
+typedef struct unit_state {
+    json_t *rec;            /* its record (unit.json) */
+    tks_shard_info *shards; /* as recorded: local names and indices */
+    size_t n;
+    int ran;
+} unit_state;
 
 struct tks_build_job {
     tks_build_opts o;
@@ -38,29 +48,17 @@ struct tks_build_job {
     int lock_fd;
     tks_tok *tk;
     uint32_t bos, eos;
-    /* coordinator */
-    json_t *desc;
     char build_id[17];
-    tks_build_unit *units;
-    size_t n_units, cap_units;
-    unsigned char *done;
-    tks_input_stats input;
-    double t0;
-    /* planning, one unit per tks_build_job_plan call */
-    tks_input *plan_in;
-    tks_build_unit cur;
-    int planning, resuming;
-    char (*was)[33];        /* resumed: the inputs' hashes the state recorded */
-    size_t n_was;
-    uint64_t kept_base;     /* dataset index of the next kept unit's first shard, or TKS_NONE */
-    /* resumed from a build started without mpirun (PLAIN_NAME): its shards,
-     * moved unit by unit into the units' layout as each unit is planned */
-    tks_build_plain plain;
-    tks_shard_info *plain_shards; /* as its state recorded them: global index, file */
-    uint64_t *plain_ends;         /* their end_ordinal; NULL when any is not recorded */
-    uint64_t plain_next;          /* its next_ordinal: documents before it are in its shards */
-    size_t plain_cur;             /* next plain shard to match to a unit */
-    uint64_t plain_docs;          /* the ordinal where plain shard plain_cur starts */
+    uint64_t unit_bytes;
+    tks_input *ls;            /* the listing (never read: units read views of it) */
+    tks__plan plan;
+    unit_state *us;           /* per unit */
+    double t0, plan_t0, plan_seconds; /* plan_t0: once the tokenizer is loaded */
+    tks_build_progress prog;  /* this job's totals, for opts.progress */
+    uint64_t *bases;          /* each unit's first global shard index from the records on
+                               * disk (TKS_NONE past a missing one), or NULL: not read yet */
+    json_t *desc;             /* coordinator: the provenance */
+    size_t n_shards;          /* coordinator: the dataset's, once the manifest is written */
 };
 
 static int job_paths(tks_build_job *j) {
@@ -68,6 +66,7 @@ static int job_paths(tks_build_job *j) {
     if (!o->out_dir || !*o->out_dir || !o->tokenizer_path || o->n_inputs == 0)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "build needs --tokenizer, --output and at least one input");
+    j->unit_bytes = o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES;
     int rc = tks_partial_paths(TKS_PARTIAL_BUILD, o->out_dir, j->out, j->partial, sizeof j->out);
     if (rc) return rc;
     if (snprintf(j->lock_path, sizeof j->lock_path, "%s.lock", j->out) >= (int)sizeof j->lock_path)
@@ -80,55 +79,213 @@ static int job_paths(tks_build_job *j) {
     return tks__check_specials(o, j->bos, j->eos);
 }
 
+/* The plan and the per-unit state, once the listing is there. */
+static int job_plan(tks_build_job *j) {
+    int rc = tks__plan_make(j->ls, j->unit_bytes, &j->plan);
+    if (!rc && !(j->us = calloc(j->plan.n_units ? j->plan.n_units : 1, sizeof *j->us)))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (units)");
+    j->prog.total_bytes_in = tks_input_total_bytes(j->ls);
+    return rc;
+}
+
 static int unit_dir(const tks_build_job *j, uint64_t k, char *out, size_t cap) {
     char name[32];
     snprintf(name, sizeof name, "unit-%05llu", (unsigned long long)k);
     return tks_path_join(out, cap, j->partial, name);
 }
 
-/* A unit's record: its shards (local numbering) and counters. 0 with *n set,
- * or TKS_ERR_RESUME when missing or not of this build. */
-typedef struct unit_record {
-    tks_shard_info *shards;
-    size_t n;
-    uint64_t empty_after_tokenize;
-} unit_record;
-
-static int load_record(const tks_build_job *j, uint64_t k, const char *build_id, unit_record *r) {
-    char dir[PATH_MAX], path[PATH_MAX];
-    memset(r, 0, sizeof *r);
+static int unit_file(const tks_build_job *j, uint64_t k, const char *name, char *out, size_t cap) {
+    char dir[PATH_MAX];
     int rc = unit_dir(j, k, dir, sizeof dir);
-    if (!rc) rc = tks_path_join(path, sizeof path, dir, UNIT_RECORD);
-    if (rc) return rc;
-    json_t *js = json_load_file(path, 0, NULL);
-    const char *id = json_string_value(json_object_get(js, "build_id"));
-    json_t *arr = json_object_get(js, "shards");
-    if (!js || !id || strcmp(id, build_id) != 0 || !json_is_array(arr) ||
-        (uint64_t)json_integer_value(json_object_get(js, "unit")) != k) {
-        json_decref(js);
-        return tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
-                        "%s is missing or not a record of this build: unit %llu is not complete; "
-                        "re-run with --resume to build it",
-                        path, (unsigned long long)k);
-    }
-    r->empty_after_tokenize = (uint64_t)json_integer_value(json_object_get(js, "empty_after_tokenize"));
-    r->n = json_array_size(arr);
-    r->shards = calloc(r->n ? r->n : 1, sizeof *r->shards);
-    if (!r->shards) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
-    for (size_t i = 0; i < r->n && !rc; i++) {
-        if (tks_shard_record_read(json_array_get(arr, i), i, &r->shards[i]) != 0) {
-            rc = tks_fail(TKS_ERR_RESUME, path, i, TKS_NONE,
-                          "%s: shard %zu malformed; remove %s and re-run with --resume", path, i, dir);
-            break;
-        }
-    }
+    return rc ? rc : tks_path_join(out, cap, dir, name);
+}
+
+/* ---------------------------------------------------------------------------
+ * OUT.partial: fresh or resumed, and the state
+ * ------------------------------------------------------------------------- */
+
+static int save_state(const tks_build_job *j) {
+    json_t *js = json_pack("{s:s, s:s, s:I, s:I, s:s}", "build_id", j->build_id, "mode", "units",
+                           "units", (json_int_t)j->plan.n_units, "unit_bytes", (json_int_t)j->unit_bytes,
+                           "unit_rule", TKS_UNIT_RULE);
+    char *text = js ? json_dumps(js, JSON_INDENT(1)) : NULL;
     json_decref(js);
+    char path[PATH_MAX];
+    int rc = text ? tks_path_join(path, sizeof path, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD))
+                  : tks_fail(TKS_ERR_NOMEM, j->partial, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) rc = tks_write_file_atomic(path, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+/* 1 when OUT.partial holds a unit's directory or a shard. */
+static int has_work(const char *partial) {
+    DIR *d = opendir(partial);
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d))) found = !strncmp(e->d_name, "unit-", 5);
+    if (d) closedir(d);
+    return found || tks_partial_has_shards(partial);
+}
+
+/* An existing OUT.partial, under --resume: its state must be this build's. */
+static int resume_partial(tks_build_job *j) {
+    char state[PATH_MAX];
+    int rc = tks_path_join(state, sizeof state, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD));
+    if (rc) return rc;
+    if (access(state, F_OK) != 0) { /* stopped before its state: nothing can be kept */
+        if (has_work(j->partial))
+            return tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
+                            "cannot resume: %s has units or shards but no build-state.json; remove "
+                            "it and build again", j->partial);
+        return 0;
+    }
+    json_t *js = json_load_file(state, 0, NULL);
+    const char *id = json_string_value(json_object_get(js, "build_id"));
+    const char *mode = json_string_value(json_object_get(js, "mode"));
+    if (!js || !id)
+        rc = tks_fail(TKS_ERR_RESUME, state, TKS_NONE, TKS_NONE,
+                      "cannot resume: %s is not a tokshard build state; remove %s and build again",
+                      state, j->partial);
+    else if (strcmp(id, j->build_id) != 0 || !mode || strcmp(mode, "units") != 0)
+        rc = tks_fail(TKS_ERR_RESUME, state, TKS_NONE, TKS_NONE,
+                      "cannot resume: %s was started with other inputs, tokenizer or options, or "
+                      "by another version of tokshard (build id %.16s, now %s); re-run with the "
+                      "original ones, or remove %s to start over",
+                      j->partial, id, j->build_id, j->partial);
+    json_decref(js);
+    return rc;
+}
+
+/* The coordinator's first step: OUT.lock and the listing (no file opened). */
+static int coordinator_list(tks_build_job *j) {
+    const tks_build_opts *o = &j->o;
+    int rc = tks_partial_check_out(j->out);
+    if (!rc) rc = tks_lock(j->lock_path, "tokshard build", &j->lock_fd);
+    tks_input_opts io = o->input;
+    if (!io.stop) io.stop = o->stop;
+    return rc ? rc : tks__input_list(o->inputs, o->n_inputs, &io, &j->ls);
+}
+
+/* The coordinator's last step, once the listing is settled: OUT.partial. */
+static int coordinator_prepare(tks_build_job *j) {
+    const tks_build_opts *o = &j->o;
+    int rc = 0;
+    struct stat sb;
+    int have = !rc && stat(j->partial, &sb) == 0;
+    if (!rc && have && !o->resume)
+        rc = tks_fail(TKS_ERR_EXISTS, j->partial, TKS_NONE, TKS_NONE,
+                      "%s exists from an interrupted or failed build: re-run with --resume to "
+                      "continue it, or remove it to start over",
+                      j->partial);
+    if (!rc && have) rc = resume_partial(j);
+    else if (!rc) rc = tks_partial_create(j->partial);
+    if (!rc) rc = tks_tokenizer_keep(TKS_PARTIAL_BUILD, j->tk, o->tokenizer_path, j->partial);
+    if (!rc) rc = save_state(j);
+    return rc;
+}
+
+static tks_build_job *job_new(const tks_build_opts *opts) {
+    tks_build_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->o = *opts;
+    j->lock_fd = -1;
+    j->t0 = omp_get_wtime();
+    return j;
+}
+
+int tks_build_job_open_list(const tks_build_opts *opts, tks_build_job **out) {
+    *out = NULL;
+    if (!opts) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_build_job_open: NULL options");
+    tks_build_job *j = job_new(opts);
+    if (!j) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    j->coordinator = 1;
+    int rc = job_paths(j);
+    j->plan_t0 = omp_get_wtime();
+    if (!rc) rc = coordinator_list(j);
     if (rc) {
-        free(r->shards);
-        r->shards = NULL;
+        tks_build_job_free(j);
+        return rc;
+    }
+    *out = j;
+    return 0;
+}
+
+int tks_build_job_check(const tks_build_job *j, unsigned part, unsigned parts, void **verdicts, size_t *len) {
+    buf b = {0};
+    int rc = tks__input_check_promises(j->ls, part, parts, &b);
+    *verdicts = b.p;
+    *len = b.len;
+    return rc;
+}
+
+int tks_build_job_settle(tks_build_job *j, const void *verdicts, size_t len) {
+    int rc = tks__input_settle(j->ls, verdicts ? verdicts : "", verdicts ? len : 0);
+    if (!rc) rc = job_plan(j);
+    if (!rc) rc = tks__build_id(&j->o, j->ls, j->tk, j->build_id);
+    if (!rc && j->coordinator) rc = coordinator_prepare(j);
+    j->plan_seconds = omp_get_wtime() - j->plan_t0;
+    return rc;
+}
+
+int tks_build_job_open(const tks_build_opts *opts, tks_build_job **out) {
+    void *v = NULL;
+    size_t len = 0;
+    int rc = tks_build_job_open_list(opts, out);
+    if (!rc) rc = tks_build_job_check(*out, 0, 1, &v, &len);
+    if (!rc) rc = tks_build_job_settle(*out, v, len);
+    free(v);
+    if (rc) {
+        tks_build_job_free(*out);
+        *out = NULL;
     }
     return rc;
 }
+
+int tks_build_job_share(const tks_build_job *j, void **blob, size_t *len) {
+    buf b = {0};
+    int rc = tks__buf_append(&b, BLOB_MAGIC, 5);
+    if (!rc) rc = tks__input_pack(j->ls, &b);
+    if (rc) {
+        free(b.p);
+        return rc;
+    }
+    *blob = b.p;
+    *len = b.len;
+    return 0;
+}
+
+int tks_build_job_join(const tks_build_opts *opts, const void *blob, size_t len, tks_build_job **out) {
+    *out = NULL;
+    tks_build_job *j = opts ? job_new(opts) : NULL;
+    if (!j) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    const char *b = blob;
+    int rc = job_paths(j);
+    if (!rc && (len < 5 || memcmp(b, BLOB_MAGIC, 5) != 0))
+        rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_build_job_join: not a job's blob");
+    if (!rc) rc = tks__input_unpack(b + 5, len - 5, &opts->input, &j->ls);
+    if (rc) {
+        tks_build_job_free(j);
+        return rc;
+    }
+    *out = j;
+    return 0;
+}
+
+const tks_build_unit *tks_build_job_units(const tks_build_job *j, size_t *n) {
+    *n = j->plan.n_units;
+    return j->plan.units;
+}
+
+const uint64_t *tks_build_job_order(const tks_build_job *j) { return j->plan.order; }
+
+uint64_t tks_build_job_unit_shards(const tks_build_job *j, uint64_t k) {
+    return k < j->plan.n_units && j->us[k].ran ? j->us[k].n : 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Records and shards
+ * ------------------------------------------------------------------------- */
 
 /* Is the shard at `path` the recorded one, numbered `local` or `global` (a
  * header rewritten or not yet)? Its header with index `as` (the index the
@@ -152,31 +309,115 @@ static int shard_matches(const char *path, const tks_shard_info *rec, uint32_t l
     return h.header_xxh3 == rec->header_xxh3;
 }
 
-/* Unit k is complete on disk: its record, and each shard in the unit's
- * directory or already renamed to its place in the dataset (base: the
- * dataset index of the unit's first shard, TKS_NONE when not known). */
-static int unit_complete(const tks_build_job *j, uint64_t k, uint64_t base, unit_record *r) {
-    if (load_record(j, k, j->build_id, r) != 0) {
-        tks_clear_error();
-        return 0;
-    }
-    char dir[PATH_MAX], p[PATH_MAX], name[32];
-    unit_dir(j, k, dir, sizeof dir);
-    for (size_t i = 0; i < r->n; i++) {
-        uint64_t g = base == TKS_NONE ? TKS_NONE : base + i;
-        if (tks_path_join(p, sizeof p, dir, r->shards[i].file) == 0 &&
-            shard_matches(p, &r->shards[i], (uint32_t)i, g, i))
-            continue;
-        if (g != TKS_NONE && g <= UINT32_MAX) {
-            snprintf(name, sizeof name, "shard-%05llu.tks", (unsigned long long)g);
-            if (tks_path_join(p, sizeof p, j->partial, name) == 0 && shard_matches(p, &r->shards[i], (uint32_t)i, g, i))
-                continue;
+/* The shard name of dataset index g. */
+static void global_name(uint64_t g, char name[32]) { snprintf(name, 32, "shard-%05llu.tks", (unsigned long long)g); }
+
+static int read_record(const tks_build_job *j, uint64_t k, json_t **rec);
+
+/* Unit k's first global shard index from the records on disk (the shards of
+ * units 0..k-1), read once (only a resume after a crash while the shards
+ * were placed needs it), or TKS_NONE when an earlier record is missing. */
+static uint64_t base_of(tks_build_job *j, uint64_t k) {
+    if (!j->bases && (j->bases = malloc((j->plan.n_units + 1) * sizeof *j->bases))) {
+        uint64_t b = 0;
+        for (size_t u = 0; u < j->plan.n_units; u++) {
+            json_t *js = NULL;
+            j->bases[u] = b;
+            if (b != TKS_NONE && read_record(j, u, &js)) b += json_array_size(json_object_get(js, "shards"));
+            else b = TKS_NONE;
+            json_decref(js);
         }
-        free(r->shards);
-        r->shards = NULL;
+    }
+    return j->bases ? j->bases[k] : TKS_NONE;
+}
+
+/* Unit k's record, when it is this build's: 1 with *rec set, else 0. */
+static int read_record(const tks_build_job *j, uint64_t k, json_t **rec) {
+    char path[PATH_MAX];
+    *rec = NULL;
+    if (unit_file(j, k, UNIT_RECORD, path, sizeof path) || access(path, F_OK) != 0) return 0;
+    json_t *js = json_load_file(path, 0, NULL);
+    const char *id = json_string_value(json_object_get(js, "build_id"));
+    if (!js || !id || strcmp(id, j->build_id) != 0 || !json_is_array(json_object_get(js, "shards")) ||
+        !json_is_array(json_object_get(js, "ranges")) ||
+        (uint64_t)json_integer_value(json_object_get(js, "unit")) != k) {
+        json_decref(js);
         return 0;
     }
+    *rec = js;
     return 1;
+}
+
+/* Unit k's record on disk, when it is this build's and every shard it lists
+ * is in place (in the unit's directory, or already placed in the dataset):
+ * 1 with *rec and *shards set (the caller owns them), else 0. */
+static int load_complete(tks_build_job *j, uint64_t k, json_t **rec, tks_shard_info **shards, size_t *n) {
+    char dir[PATH_MAX], p[PATH_MAX], name[32];
+    json_t *js = NULL;
+    *rec = NULL;
+    *shards = NULL;
+    *n = 0;
+    if (unit_dir(j, k, dir, sizeof dir) || !read_record(j, k, &js)) return 0;
+    json_t *arr = json_object_get(js, "shards");
+    size_t m = json_array_size(arr);
+    tks_shard_info *s = calloc(m ? m : 1, sizeof *s);
+    int ok = s != NULL;
+    for (size_t i = 0; i < m && ok; i++) {
+        ok = tks_shard_record_read(json_array_get(arr, i), i, &s[i]) == 0 &&
+             tks_path_join(p, sizeof p, dir, s[i].file) == 0;
+        if (ok && shard_matches(p, &s[i], (uint32_t)i, (uint32_t)i, i)) continue;
+        uint64_t g = ok ? base_of(j, k) : TKS_NONE; /* placed already? */
+        if (g != TKS_NONE) g += i;
+        if (g != TKS_NONE && g <= UINT32_MAX) global_name(g, name);
+        ok = ok && g != TKS_NONE && g <= UINT32_MAX && tks_path_join(p, sizeof p, j->partial, name) == 0 &&
+             shard_matches(p, &s[i], (uint32_t)i, g, i);
+    }
+    if (!ok) {
+        free(s);
+        json_decref(js);
+        return 0;
+    }
+    *rec = js;
+    *shards = s;
+    *n = m;
+    return 1;
+}
+
+/* A kept unit's inputs: the ranges it would read now must be those it read,
+ * and hash as they did. 0, or TKS_ERR_RESUME naming the file. */
+static int verify_ranges(const tks_build_job *j, uint64_t k, const json_t *rec) {
+    tks__range *r = NULL;
+    size_t n = 0;
+    int rc = tks__unit_ranges(j->ls, &j->plan, k, j->unit_bytes, &r, &n);
+    json_t *arr = json_object_get(rec, "ranges");
+    if (!rc && n != json_array_size(arr))
+        rc = tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
+                      "cannot resume: unit %llu's inputs are not cut as they were: they changed "
+                      "since the interrupted build; remove %s and build again",
+                      (unsigned long long)k, j->partial);
+    for (size_t i = 0; i < n && !rc; i++) {
+        json_t *g = json_array_get(arr, i);
+        const char *was = json_string_value(json_object_get(g, "xxh3_128")), *path = j->ls->files[r[i].file];
+        uint8_t h[16];
+        char hx[33] = "";
+        int same = (uint64_t)json_integer_value(json_object_get(g, "file")) == r[i].file &&
+                   (uint64_t)json_integer_value(json_object_get(g, "start")) == r[i].start &&
+                   (uint64_t)json_integer_value(json_object_get(g, "end")) == r[i].end && was;
+        if (same) {
+            rc = r[i].whole ? tks_file_xxh3_128(path, h, NULL) : tks__range_xxh3(path, r[i].start, r[i].end, h);
+            if (!rc) tks_hex(h, 16, hx);
+            same = !rc && !strcmp(hx, was);
+        }
+        if (!rc && !same)
+            rc = tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
+                          "cannot resume: %s changed since the interrupted build (bytes %llu to "
+                          "%llu: XXH3-128 %s, was %.32s), so unit %llu kept in %s came from other "
+                          "bytes; remove %s and build again",
+                          path, (unsigned long long)r[i].start, (unsigned long long)r[i].end,
+                          hx[0] ? hx : "?", was ? was : "?", (unsigned long long)k, j->partial, j->partial);
+    }
+    free(r);
+    return rc;
 }
 
 /* Empties (or creates) a unit's directory. */
@@ -191,401 +432,77 @@ static int reset_dir(const char *dir) {
     struct dirent *e;
     char p[PATH_MAX];
     while ((e = readdir(d)))
-        if (e->d_name[0] != '.' || strcmp(e->d_name, ".") * strcmp(e->d_name, "..") != 0)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
             if (tks_path_join(p, sizeof p, dir, e->d_name) == 0) unlink(p);
     closedir(d);
     return 0;
 }
 
-static int save_units_state(const tks_build_job *j, const char hashes[][33], size_t n_files) {
-    json_t *hs = json_array();
-    for (size_t i = 0; i < n_files; i++) json_array_append_new(hs, json_string(hashes[i]));
-    json_t *js = json_pack("{s:s, s:s, s:I, s:I, s:o}", "build_id", j->build_id, "mode", "units",
-                           "units", (json_int_t)j->n_units, "unit_bytes",
-                           (json_int_t)(j->o.unit_bytes ? j->o.unit_bytes : TKS_DEFAULT_UNIT_BYTES),
-                           "inputs_xxh3_128", hs);
-    char *text = js ? json_dumps(js, JSON_INDENT(1)) : NULL;
-    json_decref(js);
+static int write_record(const tks_build_job *j, uint64_t k, const json_t *rec) {
     char path[PATH_MAX];
-    int rc = text ? tks_path_join(path, sizeof path, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD))
+    char *text = json_dumps(rec, JSON_INDENT(1));
+    int rc = text ? unit_file(j, k, UNIT_RECORD, path, sizeof path)
                   : tks_fail(TKS_ERR_NOMEM, j->partial, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc) rc = tks_write_file_atomic(path, text, strlen(text));
     free(text);
     return rc;
 }
 
-/* Is OUT.partial's state that of a build by work units? */
-int tks__partial_is_units(const char *out_dir) {
-    char partial[PATH_MAX], path[PATH_MAX];
-    snprintf(partial, sizeof partial, "%s", out_dir);
-    size_t ol = strlen(partial);
-    while (ol > 1 && partial[ol - 1] == '/') partial[--ol] = 0;
-    if (strlen(partial) + 9 >= sizeof partial) return 0;
-    strcat(partial, ".partial");
-    if (tks_path_join(path, sizeof path, partial, tks_partial_state_name(TKS_PARTIAL_BUILD)) != 0) return 0;
-    json_t *js = json_load_file(path, 0, NULL);
-    const char *mode = json_string_value(json_object_get(js, "mode"));
-    int units = mode && !strcmp(mode, "units");
-    json_decref(js);
-    return units;
+/* ---------------------------------------------------------------------------
+ * Running a unit
+ * ------------------------------------------------------------------------- */
+
+static json_t *stats_json(const tks_input_stats *s) {
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "files",
+                     (json_int_t)s->files, "entries", (json_int_t)s->entries, "bytes_in",
+                     (json_int_t)s->bytes_in, "bytes_text", (json_int_t)s->bytes_text, "docs",
+                     (json_int_t)s->docs, "empty_skipped", (json_int_t)s->empty_skipped,
+                     "utf8_invalid_docs", (json_int_t)s->utf8_invalid_docs, "utf8_replaced",
+                     (json_int_t)s->utf8_replaced, "utf8_skipped", (json_int_t)s->utf8_skipped,
+                     "long_skipped", (json_int_t)s->long_skipped, "bad_records_skipped",
+                     (json_int_t)s->bad_records_skipped, "binary_skipped", (json_int_t)s->binary_skipped,
+                     "json_as_text", (json_int_t)s->json_as_text);
 }
 
-/* ---- resuming a build started without work units ----
- * Its shards are OUT.partial/shard-GGGGG.tks (dataset index in the header)
- * and its state lists them with their document counts. A plain build closes
- * a shard at each unit's last document, so each shard lies in one unit. A
- * unit whose documents are exactly those of the next plain shards (their
- * counts add up to the unit's, which proves it only when the plain build
- * found no document empty after tokenizing: an empty one is in no shard) is
- * kept: each shard's header gets the unit-local index (in place, fsync), the
- * file is renamed to OUT.partial/unit-NNNNN/shard-LLLLL.tks, and unit.json is
- * written last, as if the unit had been built. Any step interrupted is
- * recognized by the next --resume: a shard is taken from either place, its
- * header compared (index aside) with the plain state's record, which
- * PLAIN_NAME keeps until the dataset is published. */
+static void stats_add(tks_input_stats *t, const json_t *s) {
+#define ADD(f) t->f += (uint64_t)json_integer_value(json_object_get(s, #f))
+    ADD(files); ADD(entries); ADD(bytes_in); ADD(bytes_text); ADD(docs); ADD(empty_skipped);
+    ADD(utf8_invalid_docs); ADD(utf8_replaced); ADD(utf8_skipped); ADD(long_skipped);
+    ADD(bad_records_skipped); ADD(binary_skipped); ADD(json_as_text);
+#undef ADD
+}
 
-static int plain_load(tks_build_job *j, json_t *js, const char *path) {
-    json_t *arr = json_object_get(js, "shards");
-    size_t n = json_array_size(arr);
-    j->plain_shards = calloc(n ? n : 1, sizeof *j->plain_shards);
-    if (!j->plain_shards) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
-    for (size_t i = 0; i < n; i++)
-        if (tks_shard_record_read(json_array_get(arr, i), i, &j->plain_shards[i]) != 0)
-            return tks_fail(TKS_ERR_RESUME, path, i, TKS_NONE,
-                            "cannot resume: %s shard %zu malformed; remove %s and build again",
-                            path, i, j->partial);
-    /* the shards' end ordinals, when the state has them all (a state written
-     * before they were recorded has none) */
-    j->plain_ends = malloc((n ? n : 1) * sizeof *j->plain_ends);
-    if (!j->plain_ends) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
-    for (size_t i = 0; i < n && j->plain_ends; i++) {
-        json_t *end = json_object_get(json_array_get(arr, i), "end_ordinal");
-        if (json_is_integer(end)) {
-            j->plain_ends[i] = (uint64_t)json_integer_value(end);
-        } else {
-            free(j->plain_ends);
-            j->plain_ends = NULL;
-        }
+/* The record of a unit just built: its ranges with their hashes, counters
+ * and shards (local numbering). NULL when out of memory. */
+static json_t *new_record(const tks_build_job *j, uint64_t k, const tks_input *in, const tks__range *r,
+                          size_t nr, tks_writer *w, uint64_t empty) {
+    json_t *ranges = json_array(), *shards = json_array();
+    for (size_t i = 0; i < nr; i++) {
+        char hx[33];
+        tks_hex(tks__input_range_xxh3(in, i), 16, hx);
+        json_array_append_new(ranges, json_pack("{s:I, s:I, s:I, s:b, s:s}", "file", (json_int_t)r[i].file,
+                                                "start", (json_int_t)r[i].start, "end",
+                                                (json_int_t)r[i].end, "whole", (int)r[i].whole,
+                                                "xxh3_128", hx));
     }
-    j->plain.active = 1;
-    j->plain.shards = n;
-    j->plain.empty_after_tokenize = (uint64_t)json_integer_value(json_object_get(js, "empty_after_tokenize"));
-    j->plain.ends_recorded = j->plain_ends != NULL;
-    j->plain_next = (uint64_t)json_integer_value(json_object_get(js, "next_ordinal"));
-    return 0;
+    size_t ns;
+    const tks_shard_info *si = tks_writer_shards(w, &ns);
+    for (size_t i = 0; i < ns; i++) json_array_append_new(shards, tks_shard_record(&si[i]));
+    return json_pack("{s:s, s:I, s:I, s:o, s:o, s:o}", "build_id", j->build_id, "unit", (json_int_t)k,
+                     "empty_after_tokenize", (json_int_t)empty, "stats", stats_json(tks_input_get_stats(in)),
+                     "ranges", ranges, "shards", shards);
 }
 
-static int plain_save(const tks_build_job *j, json_t *js) {
-    char path[PATH_MAX];
-    char *text = json_dumps(js, JSON_INDENT(1));
-    int rc = text ? tks_path_join(path, sizeof path, j->partial, PLAIN_NAME)
-                  : tks_fail(TKS_ERR_NOMEM, j->partial, TKS_NONE, TKS_NONE, "out of memory");
-    if (!rc) rc = tks_write_file_atomic(path, text, strlen(text));
-    free(text);
-    return rc;
-}
-
-/* A units state with PLAIN_NAME beside it: an earlier resume under mpirun
- * was converting a plain build. A PLAIN_NAME of another build is ignored
- * (its shards are then built again, never kept). */
-static int plain_reload(tks_build_job *j) {
-    char path[PATH_MAX];
-    int rc = tks_path_join(path, sizeof path, j->partial, PLAIN_NAME);
-    if (rc || access(path, F_OK) != 0) return rc;
-    json_t *js = json_load_file(path, 0, NULL);
-    const char *id = json_string_value(json_object_get(js, "build_id"));
-    if (js && id && strcmp(id, j->build_id) == 0 && json_is_array(json_object_get(js, "shards")) &&
-        json_is_integer(json_object_get(js, "next_ordinal")) &&
-        json_is_integer(json_object_get(js, "empty_after_tokenize")))
-        rc = plain_load(j, js, path);
-    json_decref(js);
-    return rc;
-}
-
-static int place_shard(const char *from, const char *to, uint32_t global, tks_shard_info *si);
-
-/* Unit u (planned, not complete on disk) from the plain shards: 1 when kept
- * (its record written; *n its shards), 0 when it must be built, or an I/O
- * error. */
-/* Where plain shard i's documents end in the input, given where they start
- * (pos): its recorded end_ordinal, or, from a state without them, pos plus
- * its document count (exact only when no document was empty after
- * tokenizing: an empty one is in no shard). */
-static uint64_t plain_end(const tks_build_job *j, size_t i, uint64_t pos) {
-    return j->plain_ends ? j->plain_ends[i] : pos + j->plain_shards[i].n_docs;
-}
-
-static int plain_unit(tks_build_job *j, const tks_build_unit *u, size_t *n) {
-    *n = 0;
-    if (!j->plain.active || (!j->plain_ends && j->plain.empty_after_tokenize)) return 0;
-    uint64_t s = u->start.ordinal, e = s + u->n_docs, written = 0;
-    while (j->plain_cur < j->plain.shards && j->plain_docs < s)
-        j->plain_docs = plain_end(j, j->plain_cur++, j->plain_docs);
-    if (j->plain_docs != s || e > j->plain_next) return 0;
-    size_t a = j->plain_cur;
-    while (j->plain_cur < j->plain.shards && j->plain_docs < e) {
-        written += j->plain_shards[j->plain_cur].n_docs;
-        j->plain_docs = plain_end(j, j->plain_cur++, j->plain_docs);
-    }
-    size_t b = j->plain_cur;
-    if (j->plain_docs != e || b == a || written > u->n_docs || b - a > UINT32_MAX || b - 1 > UINT32_MAX)
-        return 0;
-    char dir[PATH_MAX], from[PATH_MAX], to[PATH_MAX], name[32];
-    int rc = unit_dir(j, u->index, dir, sizeof dir);
-    if (!rc && mkdir(dir, 0755) != 0 && errno != EEXIST)
-        rc = tks_fail(tks_write_errno_code(errno), dir, TKS_NONE, TKS_NONE, "cannot create %s: %s",
-                      dir, strerror(errno));
-    json_t *arr = json_array();
-    for (size_t i = a; i < b && !rc; i++) {
-        uint32_t local = (uint32_t)(i - a), g = (uint32_t)i;
-        tks_shard_info si = j->plain_shards[i];
-        snprintf(name, sizeof name, "shard-%05u.tks", local);
-        rc = tks_path_join(from, sizeof from, j->partial, si.file);
-        if (!rc) rc = tks_path_join(to, sizeof to, dir, name);
-        if (rc) break;
-        /* the plain state recorded it with its dataset index g */
-        if (shard_matches(from, &si, local, g, g)) {
-            rc = place_shard(from, to, local, &si);
-        } else if (shard_matches(to, &si, local, g, g)) { /* moved by an interrupted resume */
-            tks_shard *sh = NULL;
-            rc = tks_shard_open(to, &sh);
-            if (!rc) si.header_xxh3 = tks_shard_hdr(sh)->header_xxh3;
-            tks_shard_close(sh);
-        } else { /* missing or not the recorded shard: the unit is built again */
-            json_decref(arr);
-            return 0;
-        }
-        snprintf(si.file, sizeof si.file, "%s", name);
-        si.index = local;
-        if (!rc) json_array_append_new(arr, tks_shard_record(&si));
-    }
-    if (!rc) rc = tks_fsync_dir(j->partial);
-    if (!rc) rc = tks_fsync_dir(dir);
-    char rec[PATH_MAX];
-    if (!rc) rc = tks_path_join(rec, sizeof rec, dir, UNIT_RECORD);
-    json_t *js = rc ? NULL
-                    : json_pack("{s:s, s:I, s:I, s:I, s:O}", "build_id", j->build_id, "unit",
-                                (json_int_t)u->index, "n_docs", (json_int_t)u->n_docs,
-                                "empty_after_tokenize", (json_int_t)(u->n_docs - written), "shards", arr);
-    json_decref(arr);
-    char *text = js ? json_dumps(js, JSON_INDENT(1)) : NULL;
-    json_decref(js);
-    if (!rc && !text) rc = tks_fail(TKS_ERR_NOMEM, rec, TKS_NONE, TKS_NONE, "out of memory");
-    if (!rc) rc = tks_write_file_atomic(rec, text, strlen(text));
-    free(text);
-    if (rc) return rc;
-    *n = b - a;
-    j->plain.units_kept++;
-    j->plain.shards_kept += b - a;
-    return 1;
-}
-
-const tks_build_plain *tks_build_job_plain(const tks_build_job *j) { return &j->plain; }
-
-static int coordinator_open(tks_build_job *j) {
+/* Reads, encodes and writes the unit's documents (the batches of the
+ * reader thread); *empty: documents that gave no token. */
+static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer *w, tks_unit_stats *us,
+                        uint64_t *empty) {
     const tks_build_opts *o = &j->o;
-    int rc = tks_partial_check_out(j->out);
-    if (!rc) rc = tks_lock(j->lock_path, "tokshard build", &j->lock_fd);
-    if (rc) return rc;
-    rc = tks__open_inputs(o, &j->plan_in);
-    if (!rc) j->desc = tks__describe(o, j->plan_in, j->tk, &rc);
-    if (!rc) rc = tks__build_id(j->desc, j->plan_in, j->build_id);
-    char state[PATH_MAX];
-    if (!rc) rc = tks_path_join(state, sizeof state, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD));
-    struct stat sb;
-    int have = !rc && stat(j->partial, &sb) == 0;
-    if (!rc && have && !o->resume)
-        rc = tks_fail(TKS_ERR_EXISTS, j->partial, TKS_NONE, TKS_NONE,
-                      "%s exists from an interrupted or failed build: re-run with --resume to "
-                      "continue it, or remove it to start over",
-                      j->partial);
-    if (!rc && have) {
-        json_t *js = json_load_file(state, 0, NULL);
-        const char *id = json_string_value(json_object_get(js, "build_id"));
-        const char *mode = json_string_value(json_object_get(js, "mode"));
-        json_t *was = json_object_get(js, "inputs_xxh3_128");
-        int plain = js && id && !mode && json_is_array(json_object_get(js, "shards")) &&
-                    json_is_integer(json_object_get(js, "next_ordinal")) &&
-                    json_is_integer(json_object_get(js, "empty_after_tokenize"));
-        if (!js || !id || (!plain && (!mode || strcmp(mode, "units") != 0)))
-            rc = tks_fail(TKS_ERR_RESUME, state, TKS_NONE, TKS_NONE,
-                          "cannot resume: %s is missing or not a tokshard build state; remove %s "
-                          "and build again",
-                          state, j->partial);
-        else if (strcmp(id, j->build_id) != 0)
-            rc = tks_fail(TKS_ERR_RESUME, state, TKS_NONE, TKS_NONE,
-                          "cannot resume: %s was started with other inputs, tokenizer or options "
-                          "(build id %.16s, now %s); re-run with the original ones, or remove %s "
-                          "to start over",
-                          j->partial, id, j->build_id, j->partial);
-        size_t nw = json_array_size(was);
-        if (!rc && nw && !(j->was = calloc(nw, sizeof *j->was)))
-            rc = tks_fail(TKS_ERR_NOMEM, state, TKS_NONE, TKS_NONE, "out of memory");
-        for (size_t i = 0; i < nw && !rc; i++) {
-            const char *h = json_string_value(json_array_get(was, i));
-            snprintf(j->was[j->n_was++], sizeof j->was[0], "%s", h ? h : "");
-        }
-        /* a build started without work units: its state goes to PLAIN_NAME
-         * before build-state.json becomes a units state, so a crash at any
-         * point leaves one of the two for the next --resume */
-        if (!rc && plain) rc = plain_load(j, js, state);
-        if (!rc && plain) rc = plain_save(j, js);
-        if (!rc && !plain) rc = plain_reload(j);
-        json_decref(js);
-        j->resuming = 1;
-    } else if (!rc) {
-        rc = tks_partial_create(j->partial);
-    }
-    if (!rc) rc = tks_tokenizer_keep(TKS_PARTIAL_BUILD, j->tk, o->tokenizer_path, j->partial);
-    /* the workers read the build id from here; a resumed state keeps the
-     * hashes of the interrupted build until the plan has read every input */
-    if (!rc) rc = save_units_state(j, (const char(*)[33])j->was, j->n_was);
-    if (!rc) {
-        j->planning = 1;
-        tks_input_tell(j->plan_in, &j->cur.start);
-    }
-    return rc;
-}
-
-/* The plan has read every input: their hashes go into the description and
- * the state, and a resumed build's inputs must hash as they did. */
-static int plan_end(tks_build_job *j) {
-    tks_input *in = j->plan_in;
-    j->input = *tks_input_get_stats(in);
-    int rc = tks__add_input_hashes(j->desc, in);
-    size_t nf = tks_input_n_files(in);
-    char (*hashes)[33] = rc ? NULL : calloc(nf ? nf : 1, sizeof *hashes);
-    if (!rc && !hashes) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    for (size_t i = 0; i < nf && !rc; i++) {
-        uint8_t h[16];
-        rc = tks_input_file_xxh3(in, i, h, NULL);
-        if (!rc) tks_hex(h, 16, hashes[i]);
-        if (!rc && j->resuming && i < j->n_was && strcmp(j->was[i], hashes[i]) != 0)
-            rc = tks_fail(TKS_ERR_RESUME, tks_input_file(in, i), TKS_NONE, TKS_NONE,
-                          "cannot resume: %s changed since the interrupted build (XXH3-128 %s, "
-                          "was %.32s), so the units kept in %s came from other bytes; remove %s "
-                          "and build again",
-                          tks_input_file(in, i), hashes[i], i < j->n_was ? j->was[i] : "?",
-                          j->partial, j->partial);
-    }
-    if (!rc) rc = save_units_state(j, (const char(*)[33])hashes, nf);
-    free(hashes);
-    tks_input_free(in);
-    j->plan_in = NULL;
-    j->planning = 0;
-    return rc;
-}
-
-int tks_build_job_plan(tks_build_job *j, tks_build_unit *out) {
-    if (!j->coordinator)
-        return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
-                        "tks_build_job_plan: only the coordinator plans");
-    if (!j->planning) return 0;
-    uint64_t unit_bytes = j->o.unit_bytes ? j->o.unit_bytes : TKS_DEFAULT_UNIT_BYTES;
-    tks_build_unit *cur = &j->cur;
-    tks_doc doc;
-    int got;
-    while ((got = tks_input_next(j->plan_in, &doc)) > 0) {
-        cur->n_docs++;
-        cur->text_bytes += doc.len;
-        if (cur->text_bytes >= unit_bytes) break;
-    }
-    if (got < 0) return got;
-    if (got == 0 && cur->n_docs == 0) {
-        int rc = plan_end(j);
-        return rc ? rc : 0;
-    }
-    if (j->n_units == j->cap_units) {
-        size_t cap = j->cap_units ? 2 * j->cap_units : 64;
-        if (tks_resize(&j->units, cap, sizeof *j->units) || tks_resize(&j->done, cap, sizeof *j->done))
-            return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (units)");
-        j->cap_units = cap;
-    }
-    size_t k = j->n_units++;
-    j->units[k] = *cur;
-    j->done[k] = 0;
-    if (j->resuming) { /* kept from the interrupted run? */
-        unit_record r;
-        size_t n = 0;
-        j->done[k] = (unsigned char)unit_complete(j, k, j->kept_base, &r);
-        if (j->done[k]) n = r.n;
-        free(r.shards);
-        if (!j->done[k]) { /* or from a build started without work units */
-            int kept = plain_unit(j, cur, &n);
-            if (kept < 0) return kept;
-            j->done[k] = (unsigned char)kept;
-        }
-        j->kept_base = j->done[k] && j->kept_base != TKS_NONE ? j->kept_base + n : TKS_NONE;
-    }
-    *out = *cur;
-    memset(cur, 0, sizeof *cur);
-    cur->index = j->n_units;
-    tks_input_tell(j->plan_in, &cur->start);
-    return 1;
-}
-
-int tks_build_job_open(const tks_build_opts *opts, int coordinator, tks_build_job **out) {
-    *out = NULL;
-    if (!opts) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_build_job_open: NULL options");
-    tks_build_job *j = calloc(1, sizeof *j);
-    if (!j) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    j->o = *opts;
-    j->coordinator = coordinator;
-    j->lock_fd = -1;
-    j->t0 = omp_get_wtime();
-    int rc = job_paths(j);
-    if (!rc && coordinator) rc = coordinator_open(j);
-    if (!rc && !coordinator) { /* the coordinator's build id goes into each unit's record */
-        char path[PATH_MAX];
-        rc = tks_path_join(path, sizeof path, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD));
-        json_t *js = rc ? NULL : json_load_file(path, 0, NULL);
-        const char *id = json_string_value(json_object_get(js, "build_id"));
-        if (!rc && (!id || strlen(id) != 16))
-            rc = tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
-                          "%s is missing or unreadable: this process cannot join the build of %s "
-                          "(is %s on a filesystem every rank shares?)",
-                          path, j->out, j->partial);
-        else if (!rc)
-            memcpy(j->build_id, id, 17);
-        json_decref(js);
-    }
-    if (rc) {
-        tks_build_job_free(j);
-        return rc;
-    }
-    *out = j;
-    return 0;
-}
-
-const tks_build_unit *tks_build_job_units(const tks_build_job *j, size_t *n) {
-    *n = j->n_units;
-    return j->units;
-}
-
-int tks_build_job_unit_done(const tks_build_job *j, size_t i) { return i < j->n_units && j->done[i]; }
-
-int tks_build_job_planning(const tks_build_job *j) { return j->planning; }
-
-int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats *us) {
-    const tks_build_opts *o = &j->o;
-    double t0 = omp_get_wtime();
-    memset(us, 0, sizeof *us);
-    char dir[PATH_MAX], rec[PATH_MAX];
-    int rc = unit_dir(j, u->index, dir, sizeof dir);
-    if (!rc) rc = tks_path_join(rec, sizeof rec, dir, UNIT_RECORD);
-    if (!rc) rc = reset_dir(dir);
-    tks_input *in = NULL;
-    tks_writer *w = NULL;
-    if (!rc) rc = tks__open_inputs(o, &in);
-    if (!rc) rc = tks_input_seek(in, &u->start);
-    if (!rc) rc = tks__open_writer(o, j->tk, dir, 0, &w);
-    int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
-    uint64_t empty = 0;
-    reader rd = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20),
-                 .want = u->n_docs, .stop = o->stop};
+    int threads = o->threads > 0 ? o->threads : omp_get_max_threads(), rc = 0, done = 0;
+    reader rd = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20), .stop = o->stop};
     prefetch pf = {.r = &rd};
-    if (!rc && u->n_docs > 0) tks__prefetch_start(&pf);
-    int done = u->n_docs == 0;
+    tks_build_progress base = j->prog;
+    tks__prefetch_start(&pf);
     while (!rc && !done) {
         batch *b = NULL;
         if ((rc = tks__prefetch_take(&pf, &b))) break;
@@ -595,7 +512,7 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
         for (size_t i = 0; i < b->n && !rc; i++) {
             tks_ids *v = &b->ids[i];
             if (v->n == 0) {
-                empty++;
+                ++*empty;
                 continue;
             }
             rc = tks__add_specials(v, o, j->bos, j->eos);
@@ -605,195 +522,459 @@ int tks_build_job_run(tks_build_job *j, const tks_build_unit *u, tks_unit_stats 
         }
         tks__batch_trim(b, rd.batch_bytes);
         if (!rc && o->progress) {
-            tks_build_progress p = {.bytes_text = b->text_seen, .docs_read = b->docs_seen,
-                                    .docs_written = us->docs_written,
-                                    .tokens_written = us->tokens_written,
-                                    .seconds = omp_get_wtime() - t0};
+            size_t ns;
+            tks_writer_shards(w, &ns);
+            tks_build_progress p = base;
+            p.bytes_in += b->input.bytes_in;
+            p.bytes_text += b->text_seen;
+            p.docs_read += b->docs_seen;
+            p.docs_written += us->docs_written;
+            p.tokens_written += us->tokens_written;
+            p.shards += ns;
+            p.seconds = omp_get_wtime() - j->t0;
             o->progress(&p, o->progress_ctx);
         }
         if (!rc && o->stop && *o->stop)
             rc = tks_fail(TKS_ERR_INTERRUPTED, j->partial, TKS_NONE, TKS_NONE,
                           "interrupted in unit %llu: the complete units are kept in %s; run the "
                           "same command with --resume to finish",
-                          (unsigned long long)u->index, j->partial);
+                          (unsigned long long)k, j->partial);
     }
     tks__prefetch_free(&pf); /* a reader still running after an error is joined */
-    uint64_t got_docs = rd.docs_read;
     us->text_bytes = rd.text;
-    if (!rc && got_docs != u->n_docs)
-        rc = tks_fail(TKS_ERR_INPUT, tks_input_n_files(in) > u->start.file ? tks_input_file(in, u->start.file) : NULL,
-                      TKS_NONE, u->start.offset,
-                      "unit %llu: %llu documents planned from input file %llu (entry %llu, byte "
-                      "%llu), %llu found: the inputs changed during the build; build again",
-                      (unsigned long long)u->index, (unsigned long long)u->n_docs,
-                      (unsigned long long)u->start.file, (unsigned long long)u->start.entry,
-                      (unsigned long long)u->start.offset, (unsigned long long)got_docs);
+    return rc;
+}
+
+/* Builds unit k afresh into its directory, its record written last. */
+static int unit_build(tks_build_job *j, uint64_t k, tks_unit_stats *us) {
+    char dir[PATH_MAX];
+    tks__range *r = NULL;
+    size_t nr = 0;
+    tks_input *in = NULL;
+    tks_writer *w = NULL;
+    uint64_t empty = 0;
+    int rc = unit_dir(j, k, dir, sizeof dir);
+    if (!rc) rc = reset_dir(dir);
+    if (!rc) rc = tks__unit_ranges(j->ls, &j->plan, k, j->unit_bytes, &r, &nr);
+    if (!rc) rc = tks__input_view(j->ls, r, nr, j->o.stop, &in);
+    if (!rc) rc = tks__open_writer(&j->o, j->tk, dir, 0, &w);
+    if (!rc) rc = unit_batches(j, k, in, w, us, &empty);
     if (!rc) rc = tks_writer_flush(w);
-    if (!rc) { /* the record, last: the unit is complete */
+    json_t *rec = NULL;
+    if (!rc && !(rec = new_record(j, k, in, r, nr, w, empty)))
+        rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) rc = write_record(j, k, rec);
+    if (!rc) {
         size_t ns;
         const tks_shard_info *si = tks_writer_shards(w, &ns);
-        json_t *arr = json_array();
-        for (size_t i = 0; i < ns; i++) json_array_append_new(arr, tks_shard_record(&si[i]));
-        json_t *js = json_pack("{s:s, s:I, s:I, s:I, s:o}", "build_id", j->build_id, "unit",
-                               (json_int_t)u->index, "n_docs", (json_int_t)u->n_docs,
-                               "empty_after_tokenize", (json_int_t)empty, "shards", arr);
-        char *text = js ? json_dumps(js, JSON_INDENT(1)) : NULL;
-        json_decref(js);
-        rc = text ? tks_write_file_atomic(rec, text, strlen(text))
-                  : tks_fail(TKS_ERR_NOMEM, rec, TKS_NONE, TKS_NONE, "out of memory");
-        free(text);
-        us->shards = ns;
+        unit_state *s = &j->us[k];
+        s->shards = calloc(ns ? ns : 1, sizeof *s->shards);
+        if (!s->shards) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+        else if (ns) memcpy(s->shards, si, ns * sizeof *si);
+        s->n = ns;
+        s->rec = rec;
+        rec = NULL;
+        us->bytes_in = tks_input_get_stats(in)->bytes_in;
     }
-    /* a failure names the unit: a rank's error is read on rank 0 */
+    json_decref(rec);
+    tks_writer_free(w);
+    tks_input_free(in);
+    free(r);
+    return rc;
+}
+
+int tks_build_job_run(tks_build_job *j, uint64_t k, tks_unit_stats *us) {
+    double t0 = omp_get_wtime();
+    memset(us, 0, sizeof *us);
+    if (k >= j->plan.n_units)
+        return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE, "no unit %llu", (unsigned long long)k);
+    unit_state *s = &j->us[k];
+    json_decref(s->rec);
+    free(s->shards);
+    memset(s, 0, sizeof *s);
+    int rc = 0;
+    if (load_complete(j, k, &s->rec, &s->shards, &s->n)) { /* complete from an earlier run */
+        rc = verify_ranges(j, k, s->rec);
+        us->kept = !rc;
+        us->text_bytes = (uint64_t)json_integer_value(json_object_get(json_object_get(s->rec, "stats"), "bytes_text"));
+        us->bytes_in = (uint64_t)json_integer_value(json_object_get(json_object_get(s->rec, "stats"), "bytes_in"));
+        for (size_t i = 0; i < s->n; i++) {
+            us->docs_written += s->shards[i].n_docs;
+            us->tokens_written += s->shards[i].n_tokens;
+        }
+    } else {
+        rc = unit_build(j, k, us);
+    }
+    if (!rc) {
+        s->ran = 1;
+        us->shards = s->n;
+        j->prog.bytes_in += us->bytes_in;
+        j->prog.bytes_text += us->text_bytes;
+        j->prog.docs_written += us->docs_written;
+        j->prog.tokens_written += us->tokens_written;
+        j->prog.shards += s->n;
+    }
+    /* a failure names the unit: another process's error is read on its own */
     if (rc && tks_last_error()->code == rc) {
         tks_error e = *tks_last_error();
         char msg[sizeof e.message + 32];
-        snprintf(msg, sizeof msg, "unit %llu: %s", (unsigned long long)u->index, e.message);
+        snprintf(msg, sizeof msg, "unit %llu: %s", (unsigned long long)k, e.message);
         snprintf(e.message, sizeof e.message, "%.*s", (int)sizeof e.message - 1, msg);
         tks_error_restore(&e);
     }
     us->seconds = omp_get_wtime() - t0;
-    tks_writer_free(w);
-    tks_input_free(in);
     return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * Placing the shards, the manifest, publishing
+ * ------------------------------------------------------------------------- */
+
+/* The header of the shard at `path` when it is the recorded one (its
+ * index `local` or `global`, its header hashing as recorded with index
+ * `local`): 1 with *h and the open descriptor *fd (O_RDWR), else 0. */
+static int open_recorded(const char *path, const tks_shard_info *rec, uint32_t local, uint32_t global,
+                         tks_shard_header *h, int *fd) {
+    uint8_t page[TKS_HEADER_SIZE];
+    ssize_t got = -1;
+    *fd = open(path, O_RDWR | O_CLOEXEC);
+    if (*fd >= 0) {
+        do got = pread(*fd, page, sizeof page, 0);
+        while (got < 0 && errno == EINTR);
+    }
+    int ok = got == (ssize_t)sizeof page && tks_header_decode(page, sizeof page, path, h) == 0 &&
+             (h->shard_index == local || h->shard_index == global) && h->file_size == rec->file_bytes &&
+             h->n_docs == rec->n_docs && h->n_tokens == rec->n_tokens;
+    if (ok) {
+        tks_shard_header x = *h;
+        x.shard_index = local;
+        tks_header_encode(&x, page);
+        ok = x.header_xxh3 == rec->header_xxh3;
+    }
+    tks_clear_error();
+    if (!ok && *fd >= 0) close(*fd);
+    if (!ok) *fd = -1;
+    return ok;
 }
 
 /* Gives a unit's shard its index in the dataset: the header's shard_index
- * and checksum (in place, fsync), then the rename to its final name. */
-static int place_shard(const char *from, const char *to, uint32_t global, tks_shard_info *si) {
-    tks_shard *sh = NULL;
-    int rc = tks_shard_open(from, &sh);
-    if (rc) return rc;
-    tks_shard_header h = *tks_shard_hdr(sh);
-    tks_shard_close(sh);
+ * and checksum rewritten in place and made durable, then the rename to its
+ * final name; a shard found there already (placed by an interrupted run)
+ * is taken as it is. si: the record, its header_xxh3 updated. */
+static int place_shard(const char *from, const char *to, uint32_t local, uint32_t global, tks_shard_info *si) {
+    tks_shard_header h;
     uint8_t page[TKS_HEADER_SIZE];
-    h.shard_index = global;
-    tks_header_encode(&h, page);
-    si->header_xxh3 = h.header_xxh3;
-    int fd = open(from, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tks_fail(tks_write_errno_code(errno), from, global, TKS_NONE, "cannot open %s: %s",
-                        from, strerror(errno));
-    rc = tks_pwrite_all(fd, page, sizeof page, 0, from);
+    int fd, rc = 0, there = 0;
+    if (!open_recorded(from, si, local, global, &h, &fd)) {
+        if (!open_recorded(to, si, local, global, &h, &fd))
+            return tks_fail(TKS_ERR_RESUME, from, TKS_NONE, TKS_NONE,
+                            "%s is missing or damaged: re-run the same command with --resume to "
+                            "build its unit again", from);
+        there = 1; /* placed by an interrupted run */
+    }
+    if (h.shard_index != global) {
+        h.shard_index = global;
+        tks_header_encode(&h, page);
+        rc = tks_pwrite_all(fd, page, sizeof page, 0, there ? to : from);
+    }
+    /* durable before the manifest names it (also when an interrupted run
+     * rewrote it: its write may not have reached the disk) */
     if (!rc && fsync(fd) != 0)
         rc = tks_fail(tks_write_errno_code(errno), from, global, TKS_NONE, "cannot fsync %s: %s",
-                      from, strerror(errno));
+                      there ? to : from, strerror(errno));
     close(fd);
-    if (!rc && rename(from, to) != 0)
+    if (!rc && !there && rename(from, to) != 0)
         rc = tks_fail(TKS_ERR_IO, to, global, TKS_NONE, "cannot rename %s to %s: %s", from, to,
                       strerror(errno));
+    si->header_xxh3 = h.header_xxh3;
     return rc;
 }
 
-int tks_build_job_finish(tks_build_job *j, tks_build_stats *stats) {
+/* A unit's result as tks_build_job_place hands it to the coordinator:
+ * this header, then n_ranges of `result_range`, then n_shards of
+ * tks_shard_info (global names), in native byte order (every process runs
+ * the same binary). */
+typedef struct result_hdr {
+    uint64_t unit, empty_after_tokenize, n_ranges, n_shards;
+    tks_input_stats stats;
+} result_hdr;
+typedef struct result_range {
+    tks__range r;
+    uint8_t xxh3[16];
+} result_range;
+
+/* The result of unit k (its record rec, its placed shards si[0..n)). */
+static int pack_result(const json_t *rec, const tks_shard_info *si, size_t n, void **out, size_t *len) {
+    json_t *ranges = json_object_get(rec, "ranges"), *st = json_object_get(rec, "stats");
+    result_hdr h = {(uint64_t)json_integer_value(json_object_get(rec, "unit")),
+                    (uint64_t)json_integer_value(json_object_get(rec, "empty_after_tokenize")),
+                    json_array_size(ranges), n, {0}};
+    stats_add(&h.stats, st);
+    *len = sizeof h + h.n_ranges * sizeof(result_range) + n * sizeof *si;
+    char *b = *out = calloc(1, *len);
+    if (!b) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    memcpy(b, &h, sizeof h);
+    result_range *rr = (result_range *)(b + sizeof h);
+    for (size_t i = 0; i < h.n_ranges; i++) {
+        json_t *g = json_array_get(ranges, i);
+        rr[i].r = (tks__range){(uint64_t)json_integer_value(json_object_get(g, "file")),
+                               (uint64_t)json_integer_value(json_object_get(g, "start")),
+                               (uint64_t)json_integer_value(json_object_get(g, "end")),
+                               (uint32_t)json_is_true(json_object_get(g, "whole")), 0};
+        const char *hx = json_string_value(json_object_get(g, "xxh3_128"));
+        if (!hx || tks_unhex(hx, rr[i].xxh3, 16) != 0)
+            return tks_fail(TKS_ERR_RESUME, NULL, TKS_NONE, TKS_NONE, "unit %llu's record has a bad range hash",
+                            (unsigned long long)h.unit);
+    }
+    if (n) memcpy(b + sizeof h + h.n_ranges * sizeof(result_range), si, n * sizeof *si);
+    return 0;
+}
+
+int tks_build_job_place(tks_build_job *j, uint64_t k, uint64_t base, void **result, size_t *len) {
+    *result = NULL;
+    *len = 0;
+    unit_state *s = k < j->plan.n_units ? &j->us[k] : NULL;
+    if (!s || !s->ran)
+        return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
+                        "tks_build_job_place: unit %llu was not run here", (unsigned long long)k);
+    if (base + s->n > (uint64_t)UINT32_MAX + 1)
+        return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE, "more than 2^32 shards: raise --shard-tokens");
+    char dir[PATH_MAX];
+    int rc = unit_dir(j, k, dir, sizeof dir), any = 0;
+    tks_error first = {0};
+    tks_shard_info *si = calloc(s->n ? s->n : 1, sizeof *si);
+    if (!rc && !si) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+    int threads = j->o.threads > 0 ? j->o.threads : omp_get_max_threads();
+    /* in parallel: on a shared filesystem each fsync is a round trip */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (!rc && s->n > 1)
+    for (size_t i = 0; i < (rc ? 0 : s->n); i++) {
+        char from[PATH_MAX], to[PATH_MAX], name[32];
+        si[i] = s->shards[i];
+        global_name(base + i, name);
+        int e = tks_path_join(from, sizeof from, dir, si[i].file);
+        if (!e) e = tks_path_join(to, sizeof to, j->partial, name);
+        if (!e) e = place_shard(from, to, (uint32_t)i, (uint32_t)(base + i), &si[i]);
+        snprintf(si[i].file, sizeof si[i].file, "%s", name);
+        si[i].index = (uint32_t)(base + i);
+        if (e) {
+#pragma omp critical(tks_place_err)
+            if (!any) {
+                any = 1;
+                first = *tks_last_error();
+            }
+        }
+    }
+    if (!rc && any) {
+        tks_error_restore(&first);
+        rc = first.code ? first.code : TKS_ERR_IO;
+    }
+    if (!rc) rc = pack_result(s->rec, si, s->n, result, len);
+    free(si);
+    if (rc) {
+        free(*result);
+        *result = NULL;
+    }
+    return rc;
+}
+
+/* Each input's XXH3-128 into the provenance: "xxh3_128" for a file read
+ * whole by one unit, "pieces" [{start, end, xxh3_128}] for one cut into
+ * ranges (no process reads it whole). res: the results by unit. */
+static int add_input_hashes(json_t *desc, const result_hdr *const *res, size_t n_units) {
+    json_t *inputs = json_object_get(desc, "inputs");
+    for (size_t k = 0; k < n_units; k++) {
+        const result_range *rr = (const result_range *)(res[k] + 1);
+        for (size_t i = 0; i < res[k]->n_ranges; i++) {
+            json_t *f = json_array_get(inputs, (size_t)rr[i].r.file);
+            char hx[33];
+            tks_hex(rr[i].xxh3, 16, hx);
+            if (!f)
+                return tks_fail(TKS_ERR_RESUME, NULL, TKS_NONE, TKS_NONE,
+                                "unit %zu's record names an input the listing lacks", k);
+            if (rr[i].r.whole) {
+                json_object_set_new(f, "xxh3_128", json_string(hx));
+                continue;
+            }
+            json_t *pieces = json_object_get(f, "pieces");
+            if (!pieces) json_object_set_new(f, "pieces", pieces = json_array());
+            json_array_append_new(pieces, json_pack("{s:I, s:I, s:s}", "start", (json_int_t)rr[i].r.start,
+                                                    "end", (json_int_t)rr[i].r.end, "xxh3_128", hx));
+        }
+    }
+    return 0;
+}
+
+/* The results by unit index (res[k] points into blob), each unit once. */
+static int sort_results(const tks_build_job *j, const char *blob, size_t len, const result_hdr **res) {
+    for (size_t at = 0; at < len;) {
+        result_hdr h;
+        if (len - at < sizeof h) break;
+        memcpy(&h, blob + at, sizeof h);
+        size_t size = sizeof h + h.n_ranges * sizeof(result_range) + h.n_shards * sizeof(tks_shard_info);
+        if (h.unit >= j->plan.n_units || res[h.unit] || size > len - at || ((uintptr_t)(blob + at) & 7))
+            return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
+                            "tks_build_job_finish: a unit's result is malformed or given twice");
+        res[h.unit] = (const result_hdr *)(blob + at);
+        at += size;
+    }
+    for (size_t k = 0; k < j->plan.n_units; k++)
+        if (!res[k])
+            return tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
+                            "unit %zu in %s is missing or damaged: re-run the same command with "
+                            "--resume to build it again", k, j->partial);
+    return 0;
+}
+
+/* The dataset's shards, in unit order, each with its place checked. */
+static int gather_shards(const tks_build_job *j, const result_hdr *const *res, tks_shard_info **all, size_t *n_all) {
+    size_t n = 0;
+    for (size_t k = 0; k < j->plan.n_units; k++) n += res[k]->n_shards;
+    *all = malloc((n ? n : 1) * sizeof **all);
+    if (!*all) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    *n_all = 0;
+    for (size_t k = 0; k < j->plan.n_units; k++) {
+        const tks_shard_info *si =
+            (const tks_shard_info *)((const char *)(res[k] + 1) + res[k]->n_ranges * sizeof(result_range));
+        for (size_t i = 0; i < res[k]->n_shards; i++) {
+            char want[32] = "";
+            if (si[i].index != *n_all || strncmp(si[i].file, "shard-", 6) != 0 ||
+                strtoull(si[i].file + 6, NULL, 10) != *n_all)
+                global_name(*n_all, want);
+            if (want[0])
+                return tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
+                                "unit %zu's shard %zu is not %s: the units were placed from other "
+                                "shard counts; re-run the same command with --resume", k, i, want);
+            (*all)[(*n_all)++] = si[i];
+        }
+    }
+    return 0;
+}
+
+int tks_build_job_finish(tks_build_job *j, const void *results, size_t len, tks_build_stats *stats) {
     tks_build_stats local;
     if (!stats) stats = &local;
-    memset(stats, 0, sizeof *stats);
+    double t0 = omp_get_wtime();
     if (!j->coordinator)
         return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
                         "tks_build_job_finish: only the coordinator finishes a build");
-    if (j->planning)
-        return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
-                        "tks_build_job_finish: the units are not all planned");
+    size_t nu = j->plan.n_units, n_all = 0;
+    const result_hdr **res = calloc(nu ? nu : 1, sizeof *res);
     tks_shard_info *all = NULL;
-    size_t n_all = 0, cap = 0;
+    tks_input_stats input = {0};
     uint64_t empty = 0;
-    int rc = 0;
-    char dir[PATH_MAX], from[PATH_MAX], to[PATH_MAX], name[32];
-    for (size_t k = 0; k < j->n_units && !rc; k++) {
-        unit_record r;
-        if (!unit_complete(j, k, n_all, &r)) {
-            rc = tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
-                          "unit %zu in %s is missing or damaged: re-run the same command with "
-                          "--resume to build it again",
-                          k, j->partial);
-            break;
-        }
-        empty += r.empty_after_tokenize;
-        if (j->done[k]) stats->resumed_shards += r.n;
-        unit_dir(j, k, dir, sizeof dir);
-        for (size_t i = 0; i < r.n && !rc; i++) {
-            uint64_t g = n_all;
-            if (g > UINT32_MAX) {
-                rc = tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE,
-                              "more than 2^32 shards: raise --shard-tokens");
-                break;
-            }
-            tks_shard_info si = r.shards[i];
-            snprintf(name, sizeof name, "shard-%05llu.tks", (unsigned long long)g);
-            rc = tks_path_join(from, sizeof from, dir, si.file);
-            if (!rc) rc = tks_path_join(to, sizeof to, j->partial, name);
-            if (rc) break;
-            if (access(from, F_OK) == 0) {
-                rc = place_shard(from, to, (uint32_t)g, &si);
-            } else { /* placed by an earlier finish */
-                tks_shard *sh = NULL;
-                rc = tks_shard_open(to, &sh);
-                if (!rc) si.header_xxh3 = tks_shard_hdr(sh)->header_xxh3;
-                tks_shard_close(sh);
-            }
-            snprintf(si.file, sizeof si.file, "%s", name);
-            si.index = (uint32_t)g;
-            if (!rc && n_all == cap) {
-                size_t c = cap ? 2 * cap : 64;
-                if (tks_resize(&all, c, sizeof *all))
-                    rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-                else cap = c;
-            }
-            if (!rc) all[n_all++] = si;
-        }
-        free(r.shards);
+    int rc = res ? sort_results(j, results, len, res) : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) rc = gather_shards(j, res, &all, &n_all);
+    for (size_t k = 0; k < nu && !rc; k++) {
+        const tks_input_stats *s = &res[k]->stats;
+#define ADD(f) input.f += s->f
+        ADD(files); ADD(entries); ADD(bytes_in); ADD(bytes_text); ADD(docs); ADD(empty_skipped);
+        ADD(utf8_invalid_docs); ADD(utf8_replaced); ADD(utf8_skipped); ADD(long_skipped);
+        ADD(bad_records_skipped); ADD(binary_skipped); ADD(json_as_text);
+#undef ADD
+        empty += res[k]->empty_after_tokenize;
     }
-    if (!rc) { /* a plain build's shards not kept, beyond the dataset's, and its state */
-        tks_partial_clean(j->partial, n_all, PLAIN_NAME);
-        rc = tks_fsync_dir(j->partial);
-    }
-    if (!rc && n_all == 0)
-        rc = tks__no_text(&j->input);
-    if (!rc)
-        rc = tks__write_manifest(&j->o, j->partial, j->tk, j->desc, &j->input, all, n_all, empty, stats);
-    if (!rc) {
-        tks_path_join(to, sizeof to, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD));
-        unlink(to);
-        tks_path_join(to, sizeof to, j->partial, "in-flight.txt"); /* tokshard's report, if any */
-        unlink(to);
-        for (size_t k = 0; k < j->n_units; k++) {
-            unit_dir(j, k, dir, sizeof dir);
-            if (tks_path_join(from, sizeof from, dir, UNIT_RECORD) == 0) unlink(from);
-            rmdir(dir);
-        }
-        rc = tks_partial_publish(TKS_PARTIAL_BUILD, j->partial, j->out);
-    }
-    stats->seconds = omp_get_wtime() - j->t0;
-    tks__encoder_report(j->tk, &j->o, stats);
+    input.bad_inputs_skipped = tks_input_get_stats(j->ls)->bad_inputs_skipped;
+    if (!rc && n_all == 0) rc = tks__no_text(&input);
+    if (!rc) j->desc = tks__describe(&j->o, j->ls, j->tk, &rc);
+    if (!rc) rc = add_input_hashes(j->desc, res, nu);
+    if (!rc) rc = tks__write_manifest(&j->o, j->partial, j->tk, j->desc, &input, all, n_all, empty, stats);
+    if (!rc) j->n_shards = n_all;
+    free(res);
     free(all);
+    stats->units = nu;
+    stats->plan_seconds = j->plan_seconds;
+    stats->manifest_seconds = omp_get_wtime() - t0;
+    tks__encoder_report(j->tk, &j->o, stats);
     return rc;
+}
+
+int tks_build_job_sync(tks_build_job *j) { return tks_fsync_dir(j->partial); }
+
+void tks_build_job_clean(tks_build_job *j, uint64_t k) {
+    char dir[PATH_MAX], path[PATH_MAX];
+    if (unit_dir(j, k, dir, sizeof dir) || tks_path_join(path, sizeof path, dir, UNIT_RECORD)) return;
+    unlink(path);
+    rmdir(dir);
+}
+
+int tks_build_job_publish(tks_build_job *j) {
+    char p[PATH_MAX];
+    if (tks_path_join(p, sizeof p, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD)) == 0) unlink(p);
+    if (tks_path_join(p, sizeof p, j->partial, "in-flight") == 0 && access(p, F_OK) == 0) { /* tokshard's report under mpirun */
+        reset_dir(p);
+        rmdir(p);
+    }
+    tks_partial_clean(j->partial, j->n_shards, NULL); /* temporary files, shards of no unit */
+    int rc = tks_fsync_dir(j->partial);
+    return rc ? rc : tks_partial_publish(TKS_PARTIAL_BUILD, j->partial, j->out);
 }
 
 void tks_build_job_free(tks_build_job *j) {
     if (!j) return;
+    for (size_t k = 0; j->us && k < j->plan.n_units; k++) {
+        json_decref(j->us[k].rec);
+        free(j->us[k].shards);
+    }
+    free(j->us);
+    free(j->bases);
+    tks__plan_free(&j->plan);
     json_decref(j->desc);
-    tks_input_free(j->plan_in);
-    free(j->was);
-    free(j->plain_shards);
-    free(j->plain_ends);
-    free(j->units);
-    free(j->done);
+    tks_input_free(j->ls);
     tks_tok_free(j->tk);
     tks_unlock(j->lock_fd, j->lock_path);
     free(j);
 }
 
-/* tks_build on a partial build by work units: its missing units, in order, here. */
-int tks__build_units_here(const tks_build_opts *o, tks_build_stats *stats) {
-    tks_build_job *j = NULL;
-    int rc = tks_build_job_open(o, 1, &j);
-    tks_build_unit u;
-    while (!rc && (rc = tks_build_job_plan(j, &u)) == 1) {
-        tks_unit_stats us;
-        rc = tks_build_job_unit_done(j, u.index) ? 0 : tks_build_job_run(j, &u, &us);
+/* ---------------------------------------------------------------------------
+ * tks_build: every unit here, in order
+ * ------------------------------------------------------------------------- */
+
+/* Every unit placed, its result appended to one buffer, and the manifest
+ * written from them. */
+static int build_finish(tks_build_job *j, tks_build_stats *stats) {
+    size_t nu = j->plan.n_units;
+    buf all = {0};
+    int rc = 0;
+    double t0 = omp_get_wtime();
+    uint64_t base = 0;
+    for (size_t k = 0; k < nu && !rc; k++) {
+        void *r = NULL;
+        size_t len = 0;
+        rc = tks_build_job_place(j, k, base, &r, &len);
+        if (!rc) rc = tks__buf_append(&all, r, len);
+        free(r);
+        base += j->us[k].n;
     }
-    if (!rc) rc = tks_build_job_finish(j, stats);
+    if (!rc) rc = tks_build_job_sync(j);
+    double placed = omp_get_wtime() - t0;
+    if (!rc) rc = tks_build_job_finish(j, all.p, all.len, stats);
+    stats->place_seconds = placed;
+    free(all.p);
+    for (size_t k = 0; k < nu && !rc; k++) tks_build_job_clean(j, k);
+    return rc ? rc : tks_build_job_publish(j);
+}
+
+int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
+    tks_build_stats local;
+    if (!stats) stats = &local;
+    memset(stats, 0, sizeof *stats);
+    tks_build_job *j = NULL;
+    int rc = tks_build_job_open(o, &j);
+    uint64_t kept = 0, kept_shards = 0;
+    for (size_t k = 0; !rc && k < j->plan.n_units; k++) {
+        tks_unit_stats us;
+        rc = tks_build_job_run(j, k, &us);
+        kept += us.kept;
+        kept_shards += us.kept ? us.shards : 0;
+    }
+    if (!rc) rc = build_finish(j, stats);
+    stats->units_kept = kept;
+    stats->resumed_shards = kept_shards;
+    if (j) {
+        stats->seconds = omp_get_wtime() - j->t0;
+        tks__encoder_report(j->tk, o, stats);
+        if (rc && j->ls) stats->input.files = tks_input_n_files(j->ls);
+    }
     tks_build_job_free(j);
     return rc;
 }

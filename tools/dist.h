@@ -28,13 +28,16 @@ static inline int dist_launched_many(void) {
 int dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **out, int *rank);
 
 /* Builds a dataset: tks_build without a launcher; under mpirun/srun, rank 0
- * plans the work units and hands them out one at a time to the ranks that
- * ask (itself included, between its batches), then renumbers the shards and
- * publishes OUT. A failed rank's error, naming the rank and the unit, is
- * printed by rank 0, which then aborts the job; a killed rank makes the
- * launcher stop the job, and every rank prints the unit it was building.
- * progress: per-rank summary lines on rank 0's stderr. Returns as
- * dist_audit; *stats is filled on rank 0. */
+ * lists the inputs and every rank plans the same work units from the
+ * listing, takes them one by one from a counter in rank 0's MPI window
+ * (MPI_Fetch_and_op: no rank answers another), places its own units' shards
+ * once a prefix sum of the units' shard counts gives their indices, and
+ * rank 0 writes the manifest and publishes OUT (docs/SCALE.md). A failed
+ * rank prints its error, naming itself and the unit, and aborts the job; a
+ * killed rank makes the launcher stop the job, every rank prints the unit
+ * it was building, and OUT.partial/in-flight/ keeps those lines. progress:
+ * one line every 2 s on rank 0's stderr. Returns as dist_audit; *stats is
+ * filled on rank 0. */
 int dist_build(tks_build_opts *opts, int progress, tks_build_stats *stats, int *rank);
 
 /* This process's rank (MPI started if needed), or 0 without a launcher. */

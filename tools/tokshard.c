@@ -157,6 +157,14 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
            s->docs_written ? (double)s->tokens_written / (double)s->docs_written : 0.0,
            s->min_token_id, s->max_token_id, s->vocab_size);
     printf("  shards        %llu\n", (unsigned long long)s->shards);
+    printf("  units         %llu", (unsigned long long)s->units);
+    if (s->units_kept) printf(" (%llu kept from the interrupted run)", (unsigned long long)s->units_kept);
+    printf("\n  coordination  plan %.3f s, shards placed %.3f s, manifest %.3f s", s->plan_seconds,
+           s->place_seconds, s->manifest_seconds);
+    if (s->handouts)
+        printf(", %llu hand-outs of %.0f us (at most %.0f us)", (unsigned long long)s->handouts,
+               s->handout_seconds_mean * 1e6, s->handout_seconds_max * 1e6);
+    printf("\n");
     printf("  skipped       %llu empty, %llu empty after tokenizing, %llu invalid UTF-8, %llu too "
            "long, %llu bad records, %llu binary\n",
            (unsigned long long)i->empty_skipped, (unsigned long long)s->empty_after_tokenize,
@@ -951,8 +959,8 @@ static void help(FILE *f) {
             "  tokshard build --tokenizer TOKENIZER --output DIR [options] INPUT...\n"
             "      --threads N [all cores]    --shard-tokens N [16M]   --chunk-bytes N [1M]\n"
             "      --append-eos   --prepend-bos   --resume   --quiet\n"
-            "      --unit-bytes N [1G: work units of N bytes of text; part of the output, never of\n"
-            "        the launch: mpirun -np R tokshard build ... spreads units over R ranks]\n"
+            "      --unit-bytes N [1G: work units of at most N bytes of input; part of the output,\n"
+            "        never of the launch: mpirun -np R tokshard build ... spreads units over R ranks]\n"
             "      --encoder auto|sentencepiece [auto: tokshard's fast encoder when it gives exactly\n"
             "        sentencepiece's ids for the model, else sentencepiece; the summary says which]\n"
             "      --allow-special-in-text   special tokens' text (<|endoftext|>) becomes their ids, as\n"

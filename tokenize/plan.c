@@ -1,0 +1,280 @@
+/* plan.c - the work units of a build, from the inputs' listing alone, and
+ * where a cut inside a plain file lands (docs/SCALE.md, "Work units").
+ *
+ * Pieces: each input file is one piece, except a plain file (a regular file
+ * whose name promises neither an archive nor compression) larger than
+ * unit_bytes U whose documents can be told apart in its bytes (--doc-split
+ * line or blank-line, or JSON Lines): that one is cut into the pieces
+ * [kU, (k+1)U) of its bytes, k = 0, 1, ... Units: the pieces in input order,
+ * a unit taking the next piece unless it holds some already and the piece
+ * would bring it over U. All of this is metadata (paths, sizes, names), the
+ * same on every process: O(files), nothing read.
+ *
+ * Cuts: a piece's nominal bounds are moved, by whoever reads the piece, to
+ * the first document boundary at or after them (tks__find_cut): a function
+ * of the file's bytes only, so the unit that ends at a cut and the unit that
+ * starts there find the same byte however many processes share the work.
+ * Before any cut the file's first bytes are looked at as the reader would
+ * (a "plain" name may hold gzip or xz data, which is then read whole by its
+ * first piece, the other pieces being empty). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define CUT_WINDOW ((size_t)64 << 10) /* bytes read per step around a cut */
+#define HEAD_BYTES ((size_t)64 << 10) /* bytes looked at for a compressed format */
+
+/* How file i may be cut: 0 never, 1 after any line end, 2 after a blank line. */
+static int cut_kind(const tks_input *ls, size_t i, uint64_t unit_bytes) {
+    const char *name = ls->files[i];
+    if (!ls->meta[i].regular || ls->sizes[i] <= unit_bytes || tks__is_archive_name(name) ||
+        tks__is_compressed_name(name))
+        return 0;
+    if (tks__input_is_jsonl(ls, name) || ls->opts.split == TKS_SPLIT_LINE) return 1;
+    return ls->opts.split == TKS_SPLIT_BLANK ? 2 : 0;
+}
+
+/* The estimate of a piece's work the hand-out order uses: its bytes on disk,
+ * four times for a compressed file or an archive (text compresses 3-5x). */
+static uint64_t piece_weight(const tks_input *ls, const tks__piece *pc) {
+    const char *name = ls->files[pc->file];
+    uint64_t b = pc->end - pc->start;
+    return tks__is_archive_name(name) || tks__is_compressed_name(name) ? 4 * b : b;
+}
+
+static int push_piece(tks__plan *p, size_t *cap, tks__piece pc) {
+    if (p->n_pieces == *cap) {
+        size_t c = *cap ? 2 * *cap : 1024;
+        if (tks_resize(&p->pieces, c, sizeof *p->pieces))
+            return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (plan)");
+        *cap = c;
+    }
+    p->pieces[p->n_pieces++] = pc;
+    return 0;
+}
+
+/* Hand-out order: heavier units first, then by index. */
+static const tks_build_unit *g_units;
+static int by_weight(const void *a, const void *b) {
+    const tks_build_unit *x = &g_units[*(const uint64_t *)a], *y = &g_units[*(const uint64_t *)b];
+    if (x->weight != y->weight) return x->weight < y->weight ? 1 : -1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+int tks__plan_make(const tks_input *ls, uint64_t unit_bytes, tks__plan *p) {
+    memset(p, 0, sizeof *p);
+    size_t cap = 0;
+    int rc = 0;
+    for (size_t i = 0; i < ls->n_files && !rc; i++) {
+        uint64_t size = ls->sizes[i];
+        if (!cut_kind(ls, i, unit_bytes)) {
+            rc = push_piece(p, &cap, (tks__piece){i, 0, size, 0, 0});
+            continue;
+        }
+        for (uint64_t a = 0; a < size && !rc; a += unit_bytes)
+            rc = push_piece(p, &cap, (tks__piece){i, a, size - a > unit_bytes ? a + unit_bytes : size, 1, 0});
+    }
+    if (!rc && !(p->units = calloc(p->n_pieces ? p->n_pieces : 1, sizeof *p->units)))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (plan)");
+    tks_build_unit *u = NULL;
+    for (size_t k = 0; k < p->n_pieces && !rc; k++) {
+        uint64_t b = p->pieces[k].end - p->pieces[k].start;
+        if (!u || (u->bytes > 0 && b > unit_bytes - (u->bytes < unit_bytes ? u->bytes : unit_bytes))) {
+            u = &p->units[p->n_units];
+            u->index = p->n_units++;
+            u->first_piece = k;
+        }
+        u->n_pieces++;
+        u->bytes += b;
+        u->weight += piece_weight(ls, &p->pieces[k]);
+    }
+    if (!rc && !(p->order = malloc((p->n_units ? p->n_units : 1) * sizeof *p->order)))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (plan)");
+    if (!rc) {
+        for (size_t k = 0; k < p->n_units; k++) p->order[k] = k;
+        g_units = p->units;
+        qsort(p->order, p->n_units, sizeof *p->order, by_weight);
+    }
+    if (rc) tks__plan_free(p);
+    return rc;
+}
+
+void tks__plan_free(tks__plan *p) {
+    free(p->pieces);
+    free(p->units);
+    free(p->order);
+    memset(p, 0, sizeof *p);
+}
+
+/* pread of up to n bytes at off: the count (0 at the end), or an error. */
+static int read_at(int fd, const char *path, void *b, size_t n, uint64_t off, size_t *got) {
+    ssize_t r;
+    do r = pread(fd, b, n, (off_t)off);
+    while (r < 0 && errno == EINTR);
+    if (r < 0)
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, off, "cannot read %s at byte %llu: %s", path,
+                        (unsigned long long)off, strerror(errno));
+    *got = (size_t)r;
+    return 0;
+}
+
+/* Is the line holding byte x - 1 blank up to x - 1 (exclusive)? Reads
+ * backwards to the previous line end or the first byte that is not blank. */
+static int blank_before(int fd, const char *path, uint64_t x, char *w, int *blank) {
+    uint64_t end = x - 1; /* bytes [.., end) are looked at */
+    *blank = 1;
+    while (end > 0) {
+        uint64_t a = end > CUT_WINDOW ? end - CUT_WINDOW : 0;
+        size_t got;
+        int rc = read_at(fd, path, w, (size_t)(end - a), a, &got);
+        if (rc) return rc;
+        if (got < end - a)
+            return tks_fail(TKS_ERR_INPUT, path, TKS_NONE, a + got,
+                            "%s ended at byte %llu while it was read: let whatever writes it "
+                            "finish, then build again", path, (unsigned long long)(a + got));
+        for (size_t i = got; i-- > 0;) {
+            unsigned char c = (unsigned char)w[i];
+            if (c == '\n') return 0;
+            if (!tks__blank_byte(c)) {
+                *blank = 0;
+                return 0;
+            }
+        }
+        end = a;
+    }
+    return 0;
+}
+
+int tks__find_cut(int fd, const char *path, uint64_t size, uint64_t x, int blank_lines, uint64_t *out) {
+    *out = size;
+    if (x == 0 || x >= size) {
+        *out = x == 0 ? 0 : size;
+        return 0;
+    }
+    char *w = malloc(CUT_WINDOW);
+    if (!w) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    int blank = 1, rc = blank_lines ? blank_before(fd, path, x, w, &blank) : 0;
+    for (uint64_t at = x - 1; !rc && at < size;) {
+        size_t got, want = size - at < CUT_WINDOW ? (size_t)(size - at) : CUT_WINDOW;
+        if ((rc = read_at(fd, path, w, want, at, &got))) break;
+        if (got == 0) break; /* shorter than listed: the reader reports it */
+        for (size_t i = 0; i < got; i++) {
+            unsigned char c = (unsigned char)w[i];
+            if (c == '\n') {
+                if (!blank_lines || blank) {
+                    *out = at + i + 1 < size ? at + i + 1 : size;
+                    free(w);
+                    return 0;
+                }
+                blank = 1;
+            } else if (blank && !tks__blank_byte(c)) {
+                blank = 0;
+            }
+        }
+        at += got;
+    }
+    free(w);
+    return rc;
+}
+
+/* 1 when the bytes b[0..n) (a file's first bytes) are read as plain text:
+ * neither gzip (inflated by stream.c) nor a format libarchive's decompressors
+ * take, the test stream.c's reader itself makes. 0, or an error. */
+static int head_is_plain(const char *path, const void *b, size_t n, int *plain) {
+    const unsigned char *u = b;
+    *plain = 0;
+    if (n >= 2 && u[0] == 0x1f && u[1] == 0x8b) return 0;
+    struct archive *a = archive_read_new();
+    if (!a) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    tks__add_filters(a);
+    archive_read_support_format_raw(a);
+    archive_read_support_format_empty(a);
+    if (archive_read_open_memory(a, b, n) == ARCHIVE_OK)
+        *plain = archive_filter_count(a) == 1 && archive_filter_code(a, 0) == ARCHIVE_FILTER_NONE;
+    archive_read_free(a);
+    return 0;
+}
+
+/* The range of the cut piece pc, appended to r (nothing when it is empty). */
+static int cut_range(const tks_input *ls, const tks__piece *pc, int kind, tks__range *r, size_t *n) {
+    const char *path = ls->files[pc->file];
+    uint64_t size = ls->sizes[pc->file];
+    int fd = -1;
+    struct stat st;
+    int rc = tks_open_regular(path, "input", &fd, &st);
+    const struct file_meta *m = &ls->meta[pc->file];
+    if (!rc && ((uint64_t)st.st_size != size || st.st_mtim.tv_sec != m->mtime.tv_sec ||
+                st.st_mtim.tv_nsec != m->mtime.tv_nsec))
+        rc = tks_fail(TKS_ERR_INPUT, path, TKS_NONE, TKS_NONE,
+                      "%s changed since the build listed it: %llu bytes then, %llu now; let "
+                      "whatever writes it finish, then build again",
+                      path, (unsigned long long)size, (unsigned long long)st.st_size);
+    char *head = rc ? NULL : malloc(HEAD_BYTES);
+    if (!rc && !head) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    size_t got = 0;
+    int plain = 0;
+    if (!rc) rc = read_at(fd, path, head, size < HEAD_BYTES ? (size_t)size : HEAD_BYTES, 0, &got);
+    if (!rc) rc = head_is_plain(path, head, got, &plain);
+    free(head);
+    uint64_t a = 0, b = size;
+    if (!rc && !plain) { /* compressed under a plain name: the first piece reads it whole */
+        if (pc->start == 0) r[(*n)++] = (tks__range){pc->file, 0, size, 1, 0};
+    } else if (!rc) {
+        rc = tks__find_cut(fd, path, size, pc->start, kind == 2, &a);
+        if (!rc) rc = tks__find_cut(fd, path, size, pc->end, kind == 2, &b);
+        if (!rc && a < b) r[(*n)++] = (tks__range){pc->file, a, b, 0, 0};
+    }
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+int tks__unit_ranges(const tks_input *ls, const tks__plan *p, uint64_t unit, uint64_t unit_bytes,
+                     tks__range **out, size_t *n) {
+    const tks_build_unit *u = &p->units[unit];
+    tks__range *r = calloc(u->n_pieces ? u->n_pieces : 1, sizeof *r);
+    *out = r;
+    *n = 0;
+    if (!r) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    int rc = 0;
+    for (uint64_t k = 0; k < u->n_pieces && !rc; k++) {
+        const tks__piece *pc = &p->pieces[u->first_piece + k];
+        int kind = pc->cut ? cut_kind(ls, pc->file, unit_bytes) : 0;
+        if (!kind) r[(*n)++] = (tks__range){pc->file, 0, ls->sizes[pc->file], 1, 0};
+        else rc = cut_range(ls, pc, kind, r, n);
+    }
+    return rc;
+}
+
+int tks__range_xxh3(const char *path, uint64_t start, uint64_t end, uint8_t out[16]) {
+    int fd = -1;
+    int rc = tks_open_regular(path, "input", &fd, NULL);
+    if (rc) return rc;
+    XXH3_state_t *st = XXH3_createState();
+    char *b = malloc((size_t)1 << 20);
+    if (!st || !b) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) XXH3_128bits_reset(st);
+    for (uint64_t at = start; !rc && at < end;) {
+        size_t got, want = end - at < ((size_t)1 << 20) ? (size_t)(end - at) : (size_t)1 << 20;
+        rc = read_at(fd, path, b, want, at, &got);
+        if (!rc && got == 0)
+            rc = tks_fail(TKS_ERR_INPUT, path, TKS_NONE, at, "%s ends at byte %llu, before %llu",
+                          path, (unsigned long long)at, (unsigned long long)end);
+        if (!rc) XXH3_128bits_update(st, b, got);
+        at += got;
+    }
+    if (!rc) {
+        XXH128_canonical_t c;
+        XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+        memcpy(out, c.digest, 16);
+    }
+    XXH3_freeState(st);
+    free(b);
+    close(fd);
+    return rc;
+}
