@@ -131,7 +131,7 @@ static int blank_before(int fd, const char *path, uint64_t x, char *w, int *blan
     *blank = 1;
     while (end > 0) {
         uint64_t a = end > CUT_WINDOW ? end - CUT_WINDOW : 0;
-        size_t got;
+        size_t got = 0;
         int rc = read_at(fd, path, w, (size_t)(end - a), a, &got);
         if (rc) return rc;
         if (got < end - a)
@@ -161,7 +161,7 @@ int tks__find_cut(int fd, const char *path, uint64_t size, uint64_t x, int blank
     if (!w) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
     int blank = 1, rc = blank_lines ? blank_before(fd, path, x, w, &blank) : 0;
     for (uint64_t at = x - 1; !rc && at < size;) {
-        size_t got, want = size - at < CUT_WINDOW ? (size_t)(size - at) : CUT_WINDOW;
+        size_t got = 0, want = size - at < CUT_WINDOW ? (size_t)(size - at) : CUT_WINDOW;
         if ((rc = read_at(fd, path, w, want, at, &got))) break;
         if (got == 0) break; /* shorter than listed: the reader reports it */
         for (size_t i = 0; i < got; i++) {
@@ -260,7 +260,7 @@ int tks__range_xxh3(const char *path, uint64_t start, uint64_t end, uint8_t out[
     if (!st || !b) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc) XXH3_128bits_reset(st);
     for (uint64_t at = start; !rc && at < end;) {
-        size_t got, want = end - at < ((size_t)1 << 20) ? (size_t)(end - at) : (size_t)1 << 20;
+        size_t got = 0, want = end - at < ((size_t)1 << 20) ? (size_t)(end - at) : (size_t)1 << 20;
         rc = read_at(fd, path, b, want, at, &got);
         if (!rc && got == 0)
             rc = tks_fail(TKS_ERR_INPUT, path, TKS_NONE, at, "%s ends at byte %llu, before %llu",
