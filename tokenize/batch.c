@@ -18,7 +18,9 @@ static int batch_push(batch *b, const tks_doc *d) {
         if (tks_resize(&b->off, cap, sizeof *b->off) || tks_resize(&b->len, cap, sizeof *b->len) ||
             tks_resize(&b->ordinal, cap, sizeof *b->ordinal) ||
             tks_resize(&b->order, cap, sizeof *b->order) || tks_resize(&b->err, cap, sizeof *b->err) ||
-            tks_resize(&b->ids, cap, sizeof *b->ids))
+            tks_resize(&b->ids, cap, sizeof *b->ids) || tks_resize(&b->json, cap, sizeof *b->json) ||
+            tks_resize(&b->status, cap, sizeof *b->status) || tks_resize(&b->line, cap, sizeof *b->line) ||
+            tks_resize(&b->src, cap, sizeof *b->src))
             return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch)");
         memset(b->ids + b->cap, 0, (cap - b->cap) * sizeof *b->ids);
         b->cap = cap;
@@ -31,16 +33,42 @@ static int batch_push(batch *b, const tks_doc *d) {
         b->arena = a;
         b->arena_cap = cap;
     }
+    if (!b->n_srcs || strcmp(b->srcs[b->n_srcs - 1], d->source ? d->source : "")) {
+        if (b->n_srcs == b->srcs_cap) {
+            size_t cap = b->srcs_cap ? 2 * b->srcs_cap : 16;
+            if (tks_resize(&b->srcs, cap, sizeof *b->srcs))
+                return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch)");
+            b->srcs_cap = cap;
+        }
+        if (!(b->srcs[b->n_srcs] = strdup(d->source ? d->source : "")))
+            return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch)");
+        b->n_srcs++;
+    }
     memcpy(b->arena + b->arena_len, d->text, d->len);
     b->off[b->n] = b->arena_len;
     b->len[b->n] = d->len;
     b->ordinal[b->n] = d->ordinal;
+    b->json[b->n] = (uint8_t)d->json;
+    b->status[b->n] = TKS_JSONL_OK;
+    b->line[b->n] = d->line;
+    b->src[b->n] = (uint32_t)(b->n_srcs - 1);
     b->arena_len += d->len;
     b->n++;
     return 0;
 }
 
+static void srcs_clear(batch *b) {
+    for (size_t i = 0; i < b->n_srcs; i++) free(b->srcs[i]);
+    b->n_srcs = 0;
+}
+
 static void batch_free(batch *b) {
+    srcs_clear(b);
+    free(b->srcs);
+    free(b->json);
+    free(b->status);
+    free(b->line);
+    free(b->src);
     for (size_t i = 0; i < b->cap; i++) tks_ids_free(&b->ids[i]);
     free(b->arena);
     free(b->off);
@@ -114,6 +142,7 @@ void tks__batch_trim(batch *b, size_t batch_bytes) {
     }
     b->n = 0;
     b->arena_len = 0;
+    srcs_clear(b);
 }
 
 /* Joins a reader still running (after an error or an interrupt) and frees
@@ -147,7 +176,7 @@ static int fill_batch(reader *r, batch *b) {
 
 /* Tokenizes the batch in parallel, longest documents first. 0 or the first
  * error (its context restored). */
-int tks__encode_batch(tks_tok *tk, batch *b, int threads) {
+int tks__encode_batch(tks_tok *tk, batch *b, int threads, const char *key, uint64_t max_doc) {
     /* longest documents first when one could keep a thread busy after the
      * others finish, else in order and in runs of documents (the sort, the
      * scattered reads it causes and one hand-off per document cost 5-8% of a
@@ -168,7 +197,20 @@ int tks__encode_batch(tks_tok *tk, batch *b, int threads) {
 #pragma omp parallel for schedule(dynamic, per) num_threads(threads)
     for (size_t k = 0; k < b->n; k++) {
         size_t i = b->order[k];
-        int e = tks_tok_encode(tk, b->arena + b->off[i], b->len[i], &b->ids[i]);
+        const char *text = b->arena + b->off[i];
+        size_t len = b->len[i];
+        json_t *root = NULL;
+        if (b->json[i]) { /* a JSONL record: decoded here, on this thread */
+            char why[8];
+            b->status[i] = (uint8_t)tks_jsonl_decode(text, len, key, max_doc, &root, &text, &len, why, sizeof why);
+            if (b->status[i] != TKS_JSONL_OK) {
+                b->ids[i].n = 0;
+                b->err[i] = 0;
+                continue;
+            }
+        }
+        int e = tks_tok_encode(tk, text, len, &b->ids[i]);
+        json_decref(root);
         b->err[i] = e;
         if (e) {
 #pragma omp critical(tks_build_err)

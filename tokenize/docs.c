@@ -265,6 +265,7 @@ static int emit(tks_input *in, const char *p, size_t len, uint64_t line_no, uint
     doc->ordinal = in->st.docs++;
     doc->line = line_no;
     doc->source = in->source.p;
+    doc->json = 0;
     return 1;
 }
 
@@ -366,6 +367,38 @@ static int next_file_doc(tks_input *in, tks_doc *doc) {
     return emit(in, pa->p, pa->len, 1, 0, doc);
 }
 
+tks_jsonl_status tks_jsonl_decode(const char *line, size_t len, const char *key, uint64_t max_doc,
+                                  json_t **root_out, const char **text, size_t *n, char *why, size_t cap) {
+    json_error_t err;
+    json_t *root = json_loadb(line, len, JSON_ALLOW_NUL, &err), *v = NULL;
+    *root_out = NULL;
+    if (cap) why[0] = 0;
+    if (!root)
+        snprintf(why, cap, "not valid JSON: %s (column %d)", err.text, err.column);
+    else if (!json_is_object(root))
+        snprintf(why, cap, "not a JSON object");
+    else if (!(v = json_object_get(root, key)))
+        snprintf(why, cap, "no key \"%.200s\"", key);
+    else if (!json_is_string(v))
+        snprintf(why, cap, "the value of \"%.200s\" is not a string", key);
+    else if (memchr(json_string_value(v), 0, json_string_length(v)))
+        snprintf(why, cap, "the value of \"%.200s\" contains a NUL character (\\u0000)", key);
+    else if (json_string_length(v) > max_doc) {
+        json_decref(root);
+        return TKS_JSONL_LONG;
+    } else if (json_string_length(v) == 0) {
+        json_decref(root);
+        return TKS_JSONL_EMPTY;
+    } else {
+        *root_out = root;
+        *text = json_string_value(v);
+        *n = json_string_length(v);
+        return TKS_JSONL_OK;
+    }
+    json_decref(root);
+    return TKS_JSONL_BAD;
+}
+
 static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
     int stop_early = in->opts.long_doc == TKS_POLICY_FAIL;
     for (;;) {
@@ -385,37 +418,29 @@ static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
         }
         if (is_blank(p, len)) continue;
 
+        if (in->opts.defer_json) { /* decoded by the caller (tks_jsonl_decode) */
+            doc->text = p;
+            doc->len = len;
+            doc->ordinal = in->st.docs++;
+            doc->line = ln.no;
+            doc->source = in->source.p;
+            doc->json = 1;
+            return 1;
+        }
         char why[400];
-        json_error_t err;
-        json_t *root = json_loadb(p, len, JSON_ALLOW_NUL, &err);
-        json_t *v = NULL;
-        if (!root)
-            snprintf(why, sizeof why, "not valid JSON: %s (column %d)", err.text, err.column);
-        else if (!json_is_object(root))
-            snprintf(why, sizeof why, "not a JSON object");
-        else if (!(v = json_object_get(root, in->jsonl_key)))
-            snprintf(why, sizeof why, "no key \"%.200s\"", in->jsonl_key);
-        else if (!json_is_string(v))
-            snprintf(why, sizeof why, "the value of \"%.200s\" is not a string", in->jsonl_key);
-        else if (memchr(json_string_value(v), 0, json_string_length(v)))
-            snprintf(why, sizeof why, "the value of \"%.200s\" contains a NUL character (\\u0000)",
-                     in->jsonl_key);
-        else
-            why[0] = 0;
-        if (why[0]) {
-            json_decref(root);
+        json_t *root;
+        const char *text;
+        size_t n;
+        tks_jsonl_status js = tks_jsonl_decode(p, len, in->jsonl_key, in->max_doc, &root, &text, &n, why, sizeof why);
+        if (js == TKS_JSONL_BAD) {
             if ((r = bad_record(in, ln.no, why)) < 0) return r;
             continue;
         }
-        const char *text = json_string_value(v);
-        size_t n = json_string_length(v);
-        if (n > in->max_doc) {
-            json_decref(root);
+        if (js == TKS_JSONL_LONG) {
             if ((r = too_long(in, ln.no)) < 0) return r;
             continue;
         }
-        if (n == 0) {
-            json_decref(root);
+        if (js == TKS_JSONL_EMPTY) {
             in->st.empty_skipped++;
             continue;
         }

@@ -596,6 +596,7 @@ int tks__input_view(const tks_input *ls, const tks__range *r, size_t n, volatile
                     tks_input **out) {
     tks_input_opts o = ls->opts;
     if (stop) o.stop = stop;
+    o.defer_json = 1; /* the build decodes JSONL records on its encoding threads */
     tks_input *in = NULL;
     int rc = input_new(&o, &in);
     if (!rc && !(in->rh = calloc(n ? n : 1, sizeof *in->rh)))

@@ -29,6 +29,14 @@ typedef struct batch {
     size_t *order;         /* documents sorted by length, longest first */
     tks_ids *ids;          /* per document, reused across batches */
     int *err;              /* per document: 0 or a TKS_ERR_* */
+    /* JSONL records read undecoded (tks_input_opts.defer_json), decoded by
+     * tks__encode_batch: per document whether it is one, and what decoding
+     * found (tks_jsonl_status; TKS_JSONL_OK for a document that is not) */
+    uint8_t *json, *status;
+    uint64_t *line;        /* per document: its line in its source */
+    uint32_t *src;         /* per document: its source's index in srcs */
+    char **srcs;           /* the sources' names, in order, owned by the batch */
+    size_t n_srcs, srcs_cap;
     size_t n, cap;
     /* set by the reader with the batch */
     int end;               /* the input (the work unit's ranges) ends with this batch */
@@ -77,8 +85,9 @@ void tks__prefetch_free(prefetch *p);
 /* Once a batch is committed: empties it, freeing what it grew beyond what
  * the next batch of batch_bytes needs. */
 void tks__batch_trim(batch *b, size_t batch_bytes);
-/* Tokenizes the batch in parallel on `threads` threads: 0 or the first error. */
-int tks__encode_batch(tks_tok *tk, batch *b, int threads);
+/* Tokenizes the batch in parallel on `threads` threads, decoding its JSONL
+ * records first (key, max_doc: the input's): 0 or the first error. */
+int tks__encode_batch(tks_tok *tk, batch *b, int threads, const char *key, uint64_t max_doc);
 /* Adds BOS/EOS as the options ask. 0 or TKS_ERR_NOMEM. */
 int tks__add_specials(tks_ids *v, const tks_build_opts *o, uint32_t bos, uint32_t eos);
 
@@ -291,8 +300,9 @@ int tks__has_ext(const char *name, const char *ext);
 
 /* input.c: a reader over the ranges r[0..n) of the listing ls's files (not
  * copied: ls must outlive it, and r too), with ls's options and the stop
- * flag `stop` (may be NULL); each range's XXH3-128 is taken as it is read
- * (tks__input_range_xxh3). 0 or TKS_ERR_NOMEM. */
+ * flag `stop` (may be NULL), yielding JSONL records undecoded (defer_json:
+ * the build decodes them on its encoding threads); each range's XXH3-128 is
+ * taken as it is read (tks__input_range_xxh3). 0 or TKS_ERR_NOMEM. */
 int tks__input_view(const tks_input *ls, const tks__range *r, size_t n, volatile sig_atomic_t *stop,
                     tks_input **out);
 /* input.c: range i's XXH3-128 (16 bytes) once it was read to its end, else NULL. */

@@ -50,6 +50,11 @@ typedef struct tks_input_opts {
     /* When non-NULL and set non-zero (a SIGINT/SIGTERM handler), a wait for a
      * pipe's writer or data ends with TKS_ERR_INTERRUPTED within 0.2 s. */
     volatile sig_atomic_t *stop;
+    /* 1: a JSONL record is yielded as its line (tks_doc.json = 1), undecoded:
+     * the caller decodes it with tks_jsonl_decode, on any thread, and applies
+     * the record policies (bad_record, long_doc, empty) to what that says.
+     * The build does so to decode records on its encoding threads. */
+    int defer_json;
 } tks_input_opts;
 
 /* Sets the defaults documented above. */
@@ -63,7 +68,26 @@ typedef struct tks_doc {
     uint64_t ordinal;           /* 0-based position among the documents yielded */
     uint64_t line;              /* 1-based line of its start in its entry */
     const char *source;         /* "path" or "archive.tar.gz:member" (owned by the input) */
+    int json;                   /* 1: text is an undecoded JSONL record (defer_json) */
 } tks_doc;
+
+/* What tks_jsonl_decode found in a JSONL record. */
+typedef enum {
+    TKS_JSONL_OK = 0,    /* *text holds the key's string: valid UTF-8 without NUL */
+    TKS_JSONL_BAD,       /* not a JSON object with a string under the key (why says which) */
+    TKS_JSONL_LONG,      /* the string is longer than max_doc bytes */
+    TKS_JSONL_EMPTY      /* the string is empty */
+} tks_jsonl_status;
+
+/*
+ * Decodes one JSONL record (line[0..len), a byte order mark and blank
+ * records already dropped by the reader) with jansson: *root receives the
+ * parsed value (NULL unless TKS_JSONL_OK; the caller json_decref's it: the
+ * string *text, *n bytes, lives in it), why[cap] the reason of
+ * TKS_JSONL_BAD. Thread-safe (no shared state).
+ */
+tks_jsonl_status tks_jsonl_decode(const char *line, size_t len, const char *key, uint64_t max_doc,
+                                  struct json_t **root, const char **text, size_t *n, char *why, size_t cap);
 
 typedef struct tks_input_stats {
     uint64_t files;             /* input files opened */

@@ -472,10 +472,48 @@ static void stats_add(tks_input_stats *t, const json_t *s) {
 #undef ADD
 }
 
+/* JSONL records the encoding threads decoded and the commit left out (the
+ * reader counted them among its documents). */
+typedef struct deferred {
+    uint64_t skipped, bad, too_long, empty;
+} deferred;
+
+/* The policy for record i of batch b, which decoding found bad, too long
+ * or empty: 0 (skipped and counted) or the error the reader would have
+ * given. */
+static int deferred_skip(const tks_input *in, const batch *b, size_t i, deferred *d) {
+    const char *src = b->srcs[b->src[i]];
+    uint64_t line = b->line[i];
+    if (b->status[i] == TKS_JSONL_BAD && in->opts.bad_record == TKS_POLICY_FAIL) {
+        char why[400];
+        json_t *root = NULL;
+        const char *t;
+        size_t n;
+        tks_jsonl_decode(b->arena + b->off[i], b->len[i], in->jsonl_key, in->max_doc, &root, &t, &n, why, sizeof why);
+        json_decref(root);
+        int rc = tks_fail(TKS_ERR_JSONL, src, TKS_NONE, TKS_NONE, "%s:%llu: %s; fix the record or use "
+                          "--on-bad-record skip", src, (unsigned long long)line, why);
+        tks_error_set_doc(b->ordinal[i] - d->skipped, line);
+        return rc;
+    }
+    if (b->status[i] == TKS_JSONL_LONG && in->opts.long_doc == TKS_POLICY_FAIL) {
+        int rc = tks_fail(TKS_ERR_DOC_TOO_LONG, src, TKS_NONE, TKS_NONE,
+                          "%s:%llu: document longer than the limit of %llu bytes; raise --max-doc-bytes or use "
+                          "--on-long-doc skip", src, (unsigned long long)line, (unsigned long long)in->max_doc);
+        tks_error_set_doc(b->ordinal[i] - d->skipped, line);
+        return rc;
+    }
+    d->skipped++;
+    if (b->status[i] == TKS_JSONL_BAD) d->bad++;
+    else if (b->status[i] == TKS_JSONL_LONG) d->too_long++;
+    else d->empty++;
+    return 0;
+}
+
 /* The record of a unit just built: its ranges with their hashes, counters
  * and shards (local numbering). NULL when out of memory. */
 static json_t *new_record(const tks_build_job *j, uint64_t k, const tks_input *in, const tks__range *r,
-                          size_t nr, tks_writer *w, uint64_t empty) {
+                          size_t nr, tks_writer *w, uint64_t empty, const deferred *d) {
     json_t *ranges = json_array(), *shards = json_array();
     for (size_t i = 0; i < nr; i++) {
         char hx[33];
@@ -488,15 +526,20 @@ static json_t *new_record(const tks_build_job *j, uint64_t k, const tks_input *i
     size_t ns;
     const tks_shard_info *si = tks_writer_shards(w, &ns);
     for (size_t i = 0; i < ns; i++) json_array_append_new(shards, tks_shard_record(&si[i]));
+    tks_input_stats st = *tks_input_get_stats(in);
+    st.docs -= d->skipped;
+    st.bad_records_skipped += d->bad;
+    st.long_skipped += d->too_long;
+    st.empty_skipped += d->empty;
     return json_pack("{s:s, s:I, s:I, s:o, s:o, s:o}", "build_id", j->build_id, "unit", (json_int_t)k,
-                     "empty_after_tokenize", (json_int_t)empty, "stats", stats_json(tks_input_get_stats(in)),
-                     "ranges", ranges, "shards", shards);
+                     "empty_after_tokenize", (json_int_t)empty, "stats", stats_json(&st), "ranges", ranges,
+                     "shards", shards);
 }
 
 /* Reads, encodes and writes the unit's documents (the batches of the
  * reader thread); *empty: documents that gave no token. */
 static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer *w, tks_unit_stats *us,
-                        uint64_t *empty) {
+                        uint64_t *empty, deferred *dj) {
     const tks_build_opts *o = &j->o;
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads(), rc = 0, done = 0;
     reader rd = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20), .stop = o->stop};
@@ -508,15 +551,19 @@ static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer 
         if ((rc = tks__prefetch_take(&pf, &b))) break;
         done = b->end;
         if (!done) tks__prefetch_start(&pf);
-        if (b->n) rc = tks__encode_batch(j->tk, b, threads);
+        if (b->n) rc = tks__encode_batch(j->tk, b, threads, in->jsonl_key, in->max_doc);
         for (size_t i = 0; i < b->n && !rc; i++) {
+            if (b->status[i] != TKS_JSONL_OK) {
+                rc = deferred_skip(in, b, i, dj);
+                continue;
+            }
             tks_ids *v = &b->ids[i];
             if (v->n == 0) {
                 ++*empty;
                 continue;
             }
             rc = tks__add_specials(v, o, j->bos, j->eos);
-            if (!rc) rc = tks_writer_add(w, v->ids, v->n, b->ordinal[i], NULL);
+            if (!rc) rc = tks_writer_add(w, v->ids, v->n, b->ordinal[i] - dj->skipped, NULL);
             us->docs_written++;
             us->tokens_written += v->n;
         }
@@ -553,15 +600,16 @@ static int unit_build(tks_build_job *j, uint64_t k, tks_unit_stats *us) {
     tks_input *in = NULL;
     tks_writer *w = NULL;
     uint64_t empty = 0;
+    deferred dj = {0, 0, 0, 0};
     int rc = unit_dir(j, k, dir, sizeof dir);
     if (!rc) rc = reset_dir(dir);
     if (!rc) rc = tks__unit_ranges(j->ls, &j->plan, k, j->unit_bytes, &r, &nr);
     if (!rc) rc = tks__input_view(j->ls, r, nr, j->o.stop, &in);
     if (!rc) rc = tks__open_writer(&j->o, j->tk, dir, 0, &w);
-    if (!rc) rc = unit_batches(j, k, in, w, us, &empty);
+    if (!rc) rc = unit_batches(j, k, in, w, us, &empty, &dj);
     if (!rc) rc = tks_writer_flush(w);
     json_t *rec = NULL;
-    if (!rc && !(rec = new_record(j, k, in, r, nr, w, empty)))
+    if (!rc && !(rec = new_record(j, k, in, r, nr, w, empty, &dj)))
         rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc) rc = write_record(j, k, rec);
     if (!rc) {
