@@ -542,7 +542,9 @@ static int refusals(const char *dir) {
     return 0;
 }
 
-/* A 1 MB document that is one pre-token: O(n log n), well under a second. */
+/* A 1 MB document that is one pre-token, and 1 MB of spaces: encoded and
+ * decoded back (O(n log n): a fraction of a second; the ctest TIMEOUT stops
+ * anything quadratic). */
 static int long_word(const char *dir, const char *name) {
     tks_bpe *b = load_model(dir, name);
     if (!b) return fails;
@@ -558,13 +560,16 @@ static int long_word(const char *dir, const char *name) {
     int rc = tks_bpe_encode(b, t, n, &ids);
     double dt = now() - t0;
     CHECK(rc == 0, "%s: 1 MB word: %s", name, tks_last_error()->message);
-    CHECK(dt < 1.0, "%s: a 1 MB single word took %.3f s", name, dt);
+    /* no bound on the time here (a busy machine would fail it): an encoder
+     * quadratic in the piece would need hours for this word and the test's
+     * ctest TIMEOUT ends it; the figures are in docs/BENCHMARKS.md */
+    CHECK(ids.n > 0 && ids.n < n, "%s: 1 MB word: %zu ids", name, ids.n);
     printf("%s: a 1 MB single word: %zu ids in %.3f s\n", name, ids.n, dt);
     memset(t, ' ', n); /* one whitespace run */
     t0 = now();
     rc = tks_bpe_encode(b, t, n, &ids);
     dt = now() - t0;
-    CHECK(rc == 0 && dt < 2.0, "%s: 1 MB of spaces: rc %d, %.3f s", name, rc, dt);
+    CHECK(rc == 0 && ids.n > 0, "%s: 1 MB of spaces: rc %d", name, rc);
     printf("%s: 1 MB of spaces: %zu ids in %.3f s\n", name, ids.n, dt);
     char *back;
     size_t bl;
