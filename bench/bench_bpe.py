@@ -144,23 +144,30 @@ def ranks_file(stem):
     return path
 
 
+def cpu_children():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def tokshard_build(tok_args, text, threads):
+    """(wall s, CPU s, ids per document) of a whole tokshard build."""
     out = os.path.join(a.work, "data")
     subprocess.run(["rm", "-rf", out], check=True)
-    t0 = time.perf_counter()
+    c0, t0 = cpu_children(), time.perf_counter()
     r = subprocess.run([TKS, "build", *tok_args, "--output", out, "--format", "jsonl", "--threads", str(threads),
                         "--quiet", paths[text]], capture_output=True, text=True)
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, cpu_children() - c0
     if r.returncode:
         sys.exit("tokshard build failed: " + r.stderr)
     ids = subprocess.run([TKS, "cat", out, "--ids"], capture_output=True, text=True, check=True).stdout.splitlines()
-    return dt, ids
+    return dt, dc, ids
 
 
 def timed(fn):
-    t0 = time.perf_counter()
+    """(wall s, CPU s of this process, ids per document as text)"""
+    c0, t0 = time.process_time(), time.perf_counter()
     out = fn()
-    return time.perf_counter() - t0, [" ".join(map(str, e)) for e in out]
+    return time.perf_counter() - t0, time.process_time() - c0, [" ".join(map(str, e)) for e in out]
 
 
 def flat(ids_offsets):
@@ -178,10 +185,10 @@ def peers_json(path, docs):
         out["tokenizers"] = timed(lambda: [e.ids for e in t.encode_batch(docs, add_special_tokens=False)])
     if fastokens:
         f = fastokens.Tokenizer.from_file(path)
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         r = f.encode_batch_flat(docs, add_special_tokens=False, split_special_tokens=True)
-        dt = time.perf_counter() - t0
-        out["fastokens"] = (dt, [" ".join(map(str, e)) for e in flat(r)])
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        out["fastokens"] = (dt, dc, [" ".join(map(str, e)) for e in flat(r)])
     return out
 
 
@@ -201,10 +208,10 @@ def peers_ranks(stem, path, docs):
         out["tiktoken"] = timed(lambda: [enc.encode_ordinary(d) for d in docs])
     if fastokens:
         f = fastokens.Tokenizer.from_tiktoken(path, encoding=name)
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         r = f.encode_batch_flat(docs, add_special_tokens=False, split_special_tokens=True)
-        dt = time.perf_counter() - t0
-        out["fastokens"] = (dt, [" ".join(map(str, e)) for e in flat(r)])
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        out["fastokens"] = (dt, dc, [" ".join(map(str, e)) for e in flat(r)])
     if bpe_openai:
         enc = bpe_openai.get_encoding(name)
         out["bpe-openai"] = timed(lambda: [enc.encode_ordinary(d) for d in docs])
@@ -220,26 +227,29 @@ if bpe_openai:
 for name, targs, kind in tokenizers_:
     for text in ("english", "multi"):
         docs, mb = texts[text], mbs[text]
-        t1, ids = tokshard_build(targs, text, 1)
-        t2, _ = tokshard_build(targs, text, 2)
+        t1, c1, ids = tokshard_build(targs, text, 1)
+        t2, c2, _ = tokshard_build(targs, text, 2)
         ps = peers_json(targs[1], docs) if kind == "json" else peers_ranks(name, targs[1], docs)
         row = {"tokenizer": name, "text": text, "mb": round(mb, 2), "tokshard_1t": round(mb / t1, 2),
-               "tokshard_2t": round(mb / t2, 2), "peers": {}}
-        for pn, (dt, pids) in ps.items():
-            row["peers"][pn] = {"mb_s": round(mb / dt, 2), "identical": pids == ids,
+               "tokshard_2t": round(mb / t2, 2), "tokshard_1t_cpu": round(mb / c1, 2),
+               "tokshard_2t_cpu": round(mb / c2, 2), "load": os.getloadavg()[0], "peers": {}}
+        for pn, (dt, dc, pids) in ps.items():
+            row["peers"][pn] = {"mb_s": round(mb / dt, 2), "mb_cpu_s": round(mb / dc, 2), "identical": pids == ids,
                                 "differing_docs": sum(x != y for x, y in zip(pids, ids)) + abs(len(pids) - len(ids))}
         rows.append(row)
         print(json.dumps(row))
 
+print("\nMB/s of wall time (MB per CPU-second in brackets; the build's CPU counts every thread)")
 print("\n| tokenizer | text | MB | tokshard build 1 thread | tokshard build 2 threads | peers, 1 thread (ids identical?) |")
 print("|---|---|---:|---:|---:|---|")
 for r in rows:
-    ps = "; ".join(f"{k} {v['mb_s']:.2f} MB/s ({'yes' if v['identical'] else 'no: %d docs differ' % v['differing_docs']})"
+    ps = "; ".join(f"{k} {v['mb_s']:.2f} ({v['mb_cpu_s']:.2f}) "
+                   f"({'yes' if v['identical'] else 'no: %d docs differ' % v['differing_docs']})"
                    for k, v in r["peers"].items())
     best = max([v["mb_s"] for v in r["peers"].values() if v["identical"]] or [0])
     ratio = f" = {r['tokshard_2t'] / best:.2f}x the fastest exact peer" if best else ""
-    print(f"| {r['tokenizer']} | {r['text']} | {r['mb']} | {r['tokshard_1t']:.2f} MB/s | "
-          f"{r['tokshard_2t']:.2f} MB/s{ratio} | {ps} |")
+    print(f"| {r['tokenizer']} | {r['text']} | {r['mb']} | {r['tokshard_1t']:.2f} ({r['tokshard_1t_cpu']:.2f}) | "
+          f"{r['tokshard_2t']:.2f} ({r['tokshard_2t_cpu']:.2f}){ratio} | {ps} |")
 
 
 def memory():
