@@ -60,10 +60,10 @@
 /* The word cache: per thread, 2-way set associative, one 64-byte line a
  * piece of up to 24 bytes with up to 9 ids, the piece's bytes in the line
  * (a hit reads one cache line: with the bytes elsewhere, the second load
- * missed as often as the first). CACHE_SETS x 2 lines: 512 KiB a thread. */
+ * missed as often as the first). CACHE_SETS x 2 lines: 8 MiB a thread. */
 #define CACHE_KEY 24
 #define CACHE_IDS 9
-#define CACHE_SETS (1u << 15)
+#define CACHE_SETS (1u << 16)
 
 /* ---------------------------------------------------------------------------
  * Per-thread scratch
