@@ -144,8 +144,9 @@ typedef struct text {
     size_t n;
 } text;
 
-/* The class bits of the code point at i (0 at the end) and its length. */
-static inline unsigned cls_at(const text *x, size_t i, size_t *len) {
+/* The code point at i (within the BMP) and its length; the end gives 0
+ * with length 0. */
+static inline unsigned cp_at(const text *x, size_t i, size_t *len) {
     if (i >= x->n) {
         *len = 0;
         return 0;
@@ -153,32 +154,26 @@ static inline unsigned cls_at(const text *x, size_t i, size_t *len) {
     unsigned c = x->s[i];
     if (c < 0x80) {
         *len = 1;
-        return g_cls[c];
+        return c;
     }
     if (c < 0xE0) {
         *len = 2;
-        return g_cls[(c & 0x1F) << 6 | (x->s[i + 1] & 0x3F)];
+        return (c & 0x1F) << 6 | (x->s[i + 1] & 0x3F);
     }
     *len = 3;
-    return g_cls[(c & 0x0F) << 12 | (x->s[i + 1] & 0x3F) << 6 | (x->s[i + 2] & 0x3F)];
+    return (c & 0x0F) << 12 | (x->s[i + 1] & 0x3F) << 6 | (x->s[i + 2] & 0x3F);
 }
 
+/* The class bits of the code point at i (0 at the end) and its length. */
+static inline unsigned cls_at(const text *x, size_t i, size_t *len) {
+    unsigned cp = cp_at(x, i, len);
+    return *len ? g_cls[cp] : 0;
+}
+
+/* The letter of the contractions the code point at i matches caselessly. */
 static inline unsigned fold_at(const text *x, size_t i, size_t *len) {
-    if (i >= x->n) {
-        *len = 0;
-        return 0;
-    }
-    unsigned c = x->s[i];
-    if (c < 0x80) {
-        *len = 1;
-        return g_fold[c];
-    }
-    if (c < 0xE0) {
-        *len = 2;
-        return g_fold[(c & 0x1F) << 6 | (x->s[i + 1] & 0x3F)];
-    }
-    *len = 3;
-    return g_fold[(c & 0x0F) << 12 | (x->s[i + 1] & 0x3F) << 6 | (x->s[i + 2] & 0x3F)];
+    unsigned cp = cp_at(x, i, len);
+    return *len ? g_fold[cp] : 0;
 }
 
 /* The end of the run of code points from i whose class has any of `bits`. */
