@@ -1,5 +1,5 @@
 /*
- * test_cuda_ops.c - every op of the CUDA backend (backend.h, contract 3)
+ * test_cuda_ops.c - every op of the CUDA backend (backend.h, contract 4)
  * against the CPU reference backend on the same random inputs, in fp32 and
  * in bf16 storage; determinism (two runs, same bits); streams and events; the
  * sticky error. Exits 77 (ctest SKIP_RETURN_CODE: "skipped: no CUDA device")
@@ -284,6 +284,24 @@ static void t_rmsnorm(tks_dtype dt, int ws) {
     }
     drop(x), drop(w), drop(o), drop(r), drop(d), drop(dx), drop(dw);
     free(hx), free(hw), free(hd), free(hr);
+}
+
+/* the residual add fused with the RMSNorm: the sum is one correctly rounded
+ * add (bitwise, as add's check), the norm of the stored sum has rmsnorm_fwd's
+ * bounds (|sum| <= 4 instead of 2 changes no relative bound); the sum written
+ * over its first input, as the model does */
+static void t_add_rmsnorm(tks_dtype dt) {
+    const int N = 70, C = 1000;
+    size_t n = (size_t)N * C;
+    float *ha = rnd(n, -2, 2), *hb = rnd(n, -2, 2), *hw = rnd(C, 0.5f, 1.5f);
+    pair a = put(ha, n, dt), b = put(hb, n, dt), w = put(hw, C, dt), o = zeros(n, dt), r = zeros(N, TKS_F32);
+    cpu->ops->add_rmsnorm_fwd(cpu, a.c, o.c, r.c, a.c, b.c, w.c, N, C, 1e-5f, dt);
+    gpu->ops->add_rmsnorm_fwd(gpu, a.g, o.g, r.g, a.g, b.g, w.g, N, C, 1e-5f, dt);
+    cmp("add_rmsnorm_fwd", "sum (over a)", a, 0, 0);
+    cmp("add_rmsnorm_fwd", "rstd", r, 0, gamma_k(C) + 4 * U);
+    cmp("add_rmsnorm_fwd", "out", o, 0, gamma_k(C) + 8 * U);
+    drop(a), drop(b), drop(w), drop(o), drop(r);
+    free(ha), free(hb), free(hw);
 }
 
 static void t_rope(tks_dtype dt) {
@@ -598,6 +616,7 @@ int main(void) {
         t_embedding(dt);
         t_rmsnorm(dt, 0);
         t_rmsnorm(dt, 1);
+        t_add_rmsnorm(dt);
         t_rope(dt);
         t_attention(dt, 0, 0);
         t_attention(dt, 0, 1);

@@ -1,6 +1,6 @@
 /*
  * backend.h - the compute interface between the model code and a backend
- * (trainer/cpu, the reference, and trainer/cuda), contract version 3. Private to
+ * (trainer/cpu, the reference, and trainer/cuda), contract version 4. Private to
  * trainer/ and its tests. docs/BACKENDS.md explains it for someone writing a
  * backend; this header is the reference.
  *
@@ -42,13 +42,15 @@
  * Contract 3 over 2: attention_fwd and attention_bwd take `doc` (block-causal
  * attention within packed documents) and rope takes `pos` (positions per
  * token); NULL gives contract 2's behaviour bit for bit.
+ * Contract 4 over 3: add_rmsnorm_fwd, the residual add fused with the
+ * RMSNorm that reads its result (add then rmsnorm_fwd, bit for bit).
  */
 #ifndef TKS_BACKEND_H
 #define TKS_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
-#define TKS_BACKEND_CONTRACT 3
+#define TKS_BACKEND_CONTRACT 4
 
 typedef enum tks_dtype {
     TKS_F32 = 0, /* IEEE binary32 */
@@ -188,6 +190,13 @@ struct tks_backend_ops {
     /* dx[N,C] (dt) += ..., dw[C] (fp32) += ... */
     int (*rmsnorm_bwd)(tks_backend *be, void *dx, float *dw, const void *dout, const void *x,
                        const void *w, const float *rstd, int N, int C, tks_dtype dt);
+    /* The residual add and the RMSNorm after it in one pass:
+     * res[N,C] (dt) = a + b, rounded to dt as add rounds it, then out[N,C]
+     * (dt) and rstd[N] (fp32) = rmsnorm_fwd of res with w[C] (dt). The same
+     * bits as add(res, a, b) followed by rmsnorm_fwd(out, rstd, res, w) on the
+     * same backend; res may alias a or b (not out). */
+    int (*add_rmsnorm_fwd)(tks_backend *be, void *res, void *out, float *rstd, const void *a,
+                           const void *b, const void *w, int N, int C, float eps, tks_dtype dt);
 
     /* ---- RoPE (Su et al. 2021, "RoFormer"), Hugging Face LLaMA layout: the
      * pairs rotated together are (j, j + HD/2) ("rotate_half"). -------------- */

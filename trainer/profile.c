@@ -121,6 +121,11 @@ static int p_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout,
     return toc(be, TKS_OP_RMSNORM_BWD, t0, ROWS(TKS_OP_RMSNORM_BWD, N, C, ES(dt)), prof.ops->rmsnorm_bwd(be, dx, dw, dout, x, w, rstd, N, C, dt));
 }
 
+static int p_add_rmsnorm_fwd(tks_backend *be, void *res, void *out, float *rstd, const void *a, const void *b, const void *w, int N, int C, float eps, tks_dtype dt) {
+    double t0 = tic(be);
+    return toc(be, TKS_OP_ADD_RMSNORM_FWD, t0, ROWS(TKS_OP_ADD_RMSNORM_FWD, N, C, ES(dt)), prof.ops->add_rmsnorm_fwd(be, res, out, rstd, a, b, w, N, C, eps, dt));
+}
+
 static int p_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0, const int32_t *pos, float theta, int inverse, tks_dtype dt) {
     double t0 = tic(be);
     return toc(be, TKS_OP_ROPE, t0, ROWS(TKS_OP_ROPE, (size_t)B * T, (size_t)H * HD, ES(dt)), prof.ops->rope(be, x, ld, B, T, H, HD, p0, pos, theta, inverse, dt));
@@ -207,6 +212,7 @@ int tks_profile_attach(tks_backend *be, const tks_roofline *hw) {
     prof.table.embedding_bwd = p_embedding_bwd;
     prof.table.rmsnorm_fwd = p_rmsnorm_fwd;
     prof.table.rmsnorm_bwd = p_rmsnorm_bwd;
+    prof.table.add_rmsnorm_fwd = p_add_rmsnorm_fwd;
     prof.table.rope = p_rope;
     prof.table.attention_fwd = p_attention_fwd;
     prof.table.attention_bwd = p_attention_bwd;

@@ -27,6 +27,7 @@ typedef enum tks_op {
     TKS_OP_EMBEDDING_BWD,
     TKS_OP_RMSNORM_FWD,
     TKS_OP_RMSNORM_BWD,
+    TKS_OP_ADD_RMSNORM_FWD,
     TKS_OP_ROPE,
     TKS_OP_ATTENTION_FWD,
     TKS_OP_ATTENTION_BWD,
@@ -64,7 +65,9 @@ tks_cost tks_cost_gemm(const tks_gemm_args *g);
 tks_cost tks_cost_link(double bytes);             /* upload, download */
 /* The row-wise and element-wise ops on N rows of C elements (add, scale,
  * sum, sumsq: N elements, C 1; memzero, copy: N bytes, C 1; rope: N = B·T
- * rows of C = H·HD; swiglu: C = F; xent_*: C = the padded vocabulary). */
+ * rows of C = H·HD; swiglu: C = F; xent_*: C = the padded vocabulary;
+ * add_rmsnorm_fwd: reads a, b and w, writes the sum, the normalized rows
+ * and rstd). */
 tks_cost tks_cost_rows(tks_op op, double N, double C, size_t es);
 tks_cost tks_cost_attention(int B, int T, int NH, int NKV, int HD, size_t es, int backward);
 tks_cost tks_cost_adamw(double n, size_t pc_es);  /* pc_es 0: no compute copy */

@@ -1,8 +1,9 @@
-/* cuda_backend.cu - backend.h (contract 3) on an NVIDIA GPU: the runtime
+/* cuda_backend.cu - backend.h (contract 4) on an NVIDIA GPU: the runtime
  * (errors, memory, workspace, streams and events, creation, the operations
  * table and the registry entry). The kernels are one file per family, as
  * llm.c keeps them: cuda_elementwise.cu (element-wise, deterministic
- * reductions, SwiGLU), cuda_embedding.cu, cuda_norm.cu (RMSNorm),
+ * reductions, SwiGLU), cuda_embedding.cu, cuda_norm.cu (RMSNorm, with the
+ * residual add fused into the forward),
  * cuda_attention.cu (RoPE, flash-style attention that keeps only lse),
  * cuda_xent.cu (cross-entropy), cuda_adamw.cu (multi-tensor AdamW); GEMMs are
  * cuda_gemm.cu, cuDNN's fused attention cudnn_attention.cpp.
@@ -344,6 +345,7 @@ static tks_backend_ops make_cuda_ops(void) {
     o.embedding_bwd = tks_cu_embedding_bwd;
     o.rmsnorm_fwd = tks_cu_rmsnorm_fwd;
     o.rmsnorm_bwd = tks_cu_rmsnorm_bwd;
+    o.add_rmsnorm_fwd = tks_cu_add_rmsnorm_fwd;
     o.rope = tks_cu_rope;
     o.attention_fwd = tks_cu_attention_fwd;
     o.attention_bwd = tks_cu_attention_bwd;

@@ -54,6 +54,11 @@ __device__ __forceinline__ float ldv(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float ldv(const bf16 *p, size_t i) { return __bfloat162float(p[i]); }
 __device__ __forceinline__ void stv(float *p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void stv(bf16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+/* v as stv stores it into a T and ldv reads it back (identity for fp32) */
+__device__ __forceinline__ float rounded(const float *, float v) { return v; }
+__device__ __forceinline__ float rounded(const bf16 *, float v) {
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
 
 /* ---- block reductions (fixed tree: warp shuffles, then warp 0) -------------- */
 
@@ -109,11 +114,13 @@ int tks_cu_embedding_fwd(tks_backend *be, void *out, const int32_t *ids, const v
 int tks_cu_embedding_bwd(tks_backend *be, float *dw, const void *dout, const int32_t *ids, int N,
     int C, int64_t v0, int V, tks_dtype dt);
 
-/* cuda_norm.cu: RMSNorm */
+/* cuda_norm.cu: RMSNorm, and the residual add fused with it */
 int tks_cu_rmsnorm_fwd(tks_backend *be, void *out, float *rstd, const void *x, const void *w,
     int N, int C, float eps, tks_dtype dt);
 int tks_cu_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout, const void *x,
     const void *w, const float *rstd, int N, int C, tks_dtype dt);
+int tks_cu_add_rmsnorm_fwd(tks_backend *be, void *res, void *out, float *rstd, const void *a,
+    const void *b, const void *w, int N, int C, float eps, tks_dtype dt);
 
 /* cuda_attention.cu: RoPE and attention (tokshard's own kernels) */
 int tks_cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0,
