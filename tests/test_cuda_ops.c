@@ -226,28 +226,52 @@ static void t_reductions(void) {
     free(hx);
 }
 
-static void t_embedding(tks_dtype dt) {
-    const int N = 300, C = 96, V = 50;
-    const int64_t v0 = 20;
-    int32_t ids[300];
-    for (int i = 0; i < N; i++) ids[i] = (int32_t)(urand() * 90); /* some outside [v0, v0+V) */
-    int32_t *idc = cpu->ops->alloc(cpu, sizeof ids), *idg = gpu->ops->alloc(gpu, sizeof ids);
-    cpu->ops->upload(cpu, idc, ids, sizeof ids);
-    gpu->ops->upload(gpu, idg, ids, sizeof ids);
-    float *hw = rnd((size_t)V * C, -1, 1), *hd = rnd((size_t)N * C, -1, 1);
-    pair w = put(hw, (size_t)V * C, dt), o = zeros((size_t)N * C, dt), d = put(hd, (size_t)N * C, dt);
-    pair dw = put(hw, (size_t)V * C, TKS_F32);
-    cpu->ops->embedding_fwd(cpu, o.c, idc, w.c, N, C, v0, V, dt);
-    gpu->ops->embedding_fwd(gpu, o.g, idg, w.g, N, C, v0, V, dt);
-    cmp("embedding_fwd", "N 300 C 96 shard [20, 70)", o, 0, 0);
-    cpu->ops->embedding_bwd(cpu, dw.c, d.c, idc, N, C, v0, V, dt);
-    gpu->ops->embedding_bwd(gpu, dw.g, d.g, idg, N, C, v0, V, dt);
-    /* same summation order as the CPU (ids in order): bitwise equal */
-    cmp("embedding_bwd", "fp32 dw, id order: bitwise", dw, 0, 0);
-    cpu->ops->free(cpu, idc);
-    gpu->ops->free(gpu, idg);
-    drop(w), drop(o), drop(d), drop(dw);
-    free(hw), free(hd);
+/* ws = 0: no workspace, the fallback (one thread per column over the rows
+ * in order); ws = 1: the workspace the backend sizes for these rows, the sort
+ * by id and one warp per run of equal ids. Either way the same fp32 adds in
+ * the same order as the CPU (position order per row): bitwise equal. The
+ * larger case has a hot id (every third position), columns over several
+ * 256-column chunks with a partial last one, and ids outside the shard. */
+static void t_embedding(tks_dtype dt, int ws) {
+    for (int shape = 0; shape < (ws ? 2 : 1); shape++) {
+        const int N = shape ? 1000 : 300, C = shape ? 600 : 96, V = 50;
+        const int64_t v0 = 20;
+        int32_t *ids = malloc((size_t)N * sizeof *ids);
+        for (int i = 0; i < N; i++) /* some outside [v0, v0+V) */
+            ids[i] = shape && i % 3 == 0 ? 25 : (int32_t)(urand() * 90);
+        int32_t *idc = cpu->ops->alloc(cpu, (size_t)N * 4), *idg = gpu->ops->alloc(gpu, (size_t)N * 4);
+        cpu->ops->upload(cpu, idc, ids, (size_t)N * 4);
+        gpu->ops->upload(gpu, idg, ids, (size_t)N * 4);
+        void *wsg = NULL;
+        if (ws) {
+            tks_ws_shape sh = {.B = 1, .T = N, .C = C, .V = V, .Tcache = 1, .dt = dt};
+            size_t wb = gpu->ops->workspace_bytes(gpu, &sh);
+            wsg = gpu->ops->alloc(gpu, wb);
+            gpu->ops->set_workspace(gpu, wsg, wb);
+        }
+        float *hw = rnd((size_t)V * C, -1, 1), *hd = rnd((size_t)N * C, -1, 1);
+        pair w = put(hw, (size_t)V * C, dt), o = zeros((size_t)N * C, dt), d = put(hd, (size_t)N * C, dt);
+        pair dw = put(hw, (size_t)V * C, TKS_F32);
+        char what[80];
+        if (!shape) {
+            cpu->ops->embedding_fwd(cpu, o.c, idc, w.c, N, C, v0, V, dt);
+            gpu->ops->embedding_fwd(gpu, o.g, idg, w.g, N, C, v0, V, dt);
+            cmp("embedding_fwd", "N 300 C 96 shard [20, 70)", o, 0, 0);
+        }
+        cpu->ops->embedding_bwd(cpu, dw.c, d.c, idc, N, C, v0, V, dt);
+        gpu->ops->embedding_bwd(gpu, dw.g, d.g, idg, N, C, v0, V, dt);
+        snprintf(what, sizeof what, "N %d C %d%s, %s: bitwise", N, C, shape ? " hot id" : "",
+                 ws ? "sorted by id" : "no workspace");
+        cmp("embedding_bwd", what, dw, 0, 0);
+        if (ws) {
+            gpu->ops->set_workspace(gpu, NULL, 0);
+            gpu->ops->free(gpu, wsg);
+        }
+        cpu->ops->free(cpu, idc);
+        gpu->ops->free(gpu, idg);
+        drop(w), drop(o), drop(d), drop(dw);
+        free(hw), free(hd), free(ids);
+    }
 }
 
 /* ws: with a GPU workspace set, the weight gradient takes the two-stage
@@ -613,7 +637,8 @@ int main(void) {
     for (int d = 0; d < 2; d++) {
         tks_dtype dt = d ? TKS_BF16 : TKS_F32;
         t_elementwise(dt);
-        t_embedding(dt);
+        t_embedding(dt, 0);
+        t_embedding(dt, 1);
         t_rmsnorm(dt, 0);
         t_rmsnorm(dt, 1);
         t_add_rmsnorm(dt);

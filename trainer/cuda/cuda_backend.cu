@@ -170,7 +170,8 @@ static int cu_sync(tks_backend *be) {
     return 0;
 }
 
-/* ---- workspace: attention's backward keeps D[B,NH,T] (fp32) there ----------- */
+/* ---- workspace: attention's backward keeps D[B,NH,T] (fp32) there, the
+ * RMSNorm weight gradient its chunk sums, the embedding backward its sort -- */
 
 /* cuDNN's graphs need their own scratch: built here for the model's layout
  * (q, k, v views into one fused row of (NH + 2 NKV) HD, out rows NH HD), so
@@ -183,6 +184,9 @@ static size_t cu_workspace_bytes(tks_backend *be, const tks_ws_shape *s) {
      * time uses the workspace, so the largest need sizes it */
     size_t rms = (size_t)RMS_DW_CHUNKS * (size_t)(s->C > 0 ? s->C : 1) * sizeof(float);
     if (rms > d) d = rms;
+    /* the embedding backward's sort by id over the B T rows */
+    size_t emb = s->B > 0 && s->T > 0 ? tks_cu_embedding_bwd_ws(s->B * s->T) : 0;
+    if (emb > d) d = emb;
     if (c->flash && s->dt == TKS_BF16 && s->B > 0 && s->T > 0 && s->NH > 0 && s->NKV > 0) {
         size_t ld = (size_t)(s->NH + 2 * s->NKV) * s->HD, ldo = (size_t)s->NH * s->HD, w = 0;
         if (tks_cudnn_attention_ws(be, s->B, s->T, s->NH, s->NKV, s->HD, ld, ld, ldo, c->deterministic,

@@ -113,6 +113,9 @@ int tks_cu_embedding_fwd(tks_backend *be, void *out, const int32_t *ids, const v
     int C, int64_t v0, int V, tks_dtype dt);
 int tks_cu_embedding_bwd(tks_backend *be, float *dw, const void *dout, const int32_t *ids, int N,
     int C, int64_t v0, int V, tks_dtype dt);
+/* the workspace bytes embedding_bwd's sort by id needs for N rows (0: CUB
+ * could not size it; the op then runs its fallback) */
+size_t tks_cu_embedding_bwd_ws(int N);
 
 /* cuda_norm.cu: RMSNorm, and the residual add fused with it */
 int tks_cu_rmsnorm_fwd(tks_backend *be, void *out, float *rstd, const void *x, const void *w,
