@@ -549,6 +549,46 @@ static void t_adamw(tks_dtype pcdt) {
     free(hp), free(hg), free(hm), free(hv);
 }
 
+/* Span lists longer than one launch's batch (160 spans): 300 spans of 0 to
+ * 2000 elements with gaps between them (never touched), decay on every
+ * other one; sumsq over them (and over no span: 0) and AdamW against the
+ * CPU with t_adamw's bounds, the gaps unchanged. */
+static void t_many_spans(void) {
+    enum { NS = 300 };
+    tks_span sp[NS];
+    size_t off = 0;
+    for (int k = 0; k < NS; k++) {
+        off += (size_t)(urand() * 40); /* a gap */
+        sp[k] = (tks_span){off, k % 37 == 5 ? 0 : (size_t)(urand() * 2000), k % 2 ? 0.1f : 0.0f};
+        off += sp[k].n;
+    }
+    size_t n = off + 7;
+    float *hp = rnd(n, -1, 1), *hg = rnd(n, -1, 1), *hm = rnd(n, -0.1f, 0.1f), *hv = rnd(n, 0, 0.01f);
+    pair p = put(hp, n, TKS_F32), g = put(hg, n, TKS_F32), m = put(hm, n, TKS_F32), v = put(hv, n, TKS_F32);
+    pair nsq = zeros(1, TKS_F32), pc = zeros(n, TKS_BF16);
+    cpu->ops->sumsq(cpu, nsq.c, g.c, sp, NS, 0);
+    gpu->ops->sumsq(gpu, nsq.g, g.g, sp, NS, 0);
+    cmp("sumsq", "300 spans (2 launches), gaps", nsq, 0, 2 * U);
+    cpu->ops->sumsq(cpu, nsq.c, g.c, sp, NS, 1);
+    gpu->ops->sumsq(gpu, nsq.g, g.g, sp, NS, 1);
+    cmp("sumsq", "300 spans, accumulate", nsq, 0, 4 * U);
+    pair z = put(hp, 1, TKS_F32); /* no span: = 0 */
+    cpu->ops->sumsq(cpu, z.c, g.c, sp, 0, 0);
+    gpu->ops->sumsq(gpu, z.g, g.g, sp, 0, 0);
+    cmp("sumsq", "no span", z, 0, 0);
+    drop(z);
+    tks_adamw_hp hp_ = {1e-3f, 0.9f, 0.95f, 1e-8f, 3, 1.0f};
+    cpu->ops->adamw(cpu, p.c, g.c, m.c, v.c, 0, sp, NS, &hp_, 0.5f, nsq.c, pc.c, TKS_BF16);
+    gpu->ops->adamw(gpu, p.g, g.g, m.g, v.g, 0, sp, NS, &hp_, 0.5f, nsq.g, pc.g, TKS_BF16);
+    /* as t_adamw, with the step term <= lr / (1 - b1^3) */
+    cmp("adamw", "300 spans: m", m, 4 * U * (0.9 * 0.1 + 0.1 * 0.5), 0);
+    cmp("adamw", "300 spans: v", v, 0, 8 * U);
+    cmp("adamw", "300 spans: p (gaps unchanged)", p, 4 * U + 16 * U * 1e-3 / (1 - 0.729), 0);
+    cmp("adamw", "300 spans: compute copy", pc, 4 * U + 16 * U * 1e-3 / (1 - 0.729), 0);
+    drop(p), drop(g), drop(m), drop(v), drop(nsq), drop(pc);
+    free(hp), free(hg), free(hm), free(hv);
+}
+
 /* Streams and events: work on a second stream waits for the first through
  * an event, and the sticky error stops a backend until it is recreated. */
 static void t_streams_and_errors(void) {
@@ -650,6 +690,7 @@ int main(void) {
         t_xent(dt);
         t_adamw(dt);
     }
+    t_many_spans();
     t_streams_and_errors();
     if (gpu->ops->sync(gpu)) {
         printf("backend error: %s\n", tks_last_error()->message);

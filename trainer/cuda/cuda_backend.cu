@@ -478,7 +478,9 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
               tks_cuda_check_blas(c, cublasCreate(&c->blas), "cublasCreate") ||
               tks_cuda_check_blas(c, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode") ||
               tks_cuda_check_rt(c, cudaMalloc(&c->workspace, c->workspace_bytes), "cuBLASLt workspace") ||
-              tks_cuda_check_rt(c, cudaMalloc((void **)&c->d_partial, TKS_NORM_BLOCKS * sizeof(double)),
+              tks_cuda_check_rt(c, cudaMalloc((void **)&c->d_partial, (TKS_NORM_BLOCKS + 1) * sizeof(double)),
+                                "reduction partials") ||
+              tks_cuda_check_rt(c, cudaMemset(c->d_partial, 0, (TKS_NORM_BLOCKS + 1) * sizeof(double)),
                                 "reduction partials");
     if (bad) {
         int code = tks_fail(c->err ? c->err : TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "%s", c->err_msg);
@@ -515,7 +517,7 @@ extern "C" void tks_cuda_backend_memory(tks_backend *be, size_t *now, size_t *pe
 
 extern "C" size_t tks_cuda_backend_reserved(tks_backend *be) {
     tks_cuda_ctx *c = tks_cuda_ctx_of(be);
-    return c->workspace_bytes + TKS_NORM_BLOCKS * sizeof(double);
+    return c->workspace_bytes + (TKS_NORM_BLOCKS + 1) * sizeof(double);
 }
 
 extern "C" void *tks_cuda_backend_stream(tks_backend *be) {
