@@ -72,6 +72,7 @@ typedef struct tks_backend_kind tks_backend_kind;
 typedef struct tks_comm tks_comm;
 typedef struct tks_stream tks_stream; /* backend-defined; NULL = default stream */
 typedef struct tks_event tks_event;
+typedef struct tks_timer tks_timer;   /* backend-defined: marks for per-op timing */
 
 /* The shapes a model will run, for workspace_bytes: the backend returns the
  * scratch the largest op needs at these shapes. */
@@ -333,6 +334,20 @@ struct tks_backend_kind {
      * per head on Hopper); call before the model is created, which sizes the
      * workspace. NULL: the kind is deterministic always (the CPU). */
     int (*set_deterministic)(tks_backend *be, int on);
+    /* Per-op timing (--profile, profile.c) without waiting between ops:
+     * timer_create makes room for `marks` marks (0 or TKS_ERR_*, with the
+     * error context set); timer_mark records mark i (< marks) at the point
+     * the current stream has reached (CPU: the host clock now, its ops having
+     * run; CUDA: an event recorded on the stream) and never waits;
+     * timer_read waits for marks [0, n) and writes secs[k] = seconds from
+     * mark 2k to mark 2k + 1, k < n / 2 (the two marks of a pair on the same
+     * stream); a sticky error makes mark and read return it. NULL: the kind
+     * has no timer, and the profile syncs around each op and reads the host
+     * clock. */
+    int (*timer_create)(tks_backend *be, size_t marks, tks_timer **out);
+    int (*timer_mark)(tks_backend *be, tks_timer *t, size_t i);
+    int (*timer_read)(tks_backend *be, tks_timer *t, size_t n, double *secs);
+    void (*timer_destroy)(tks_backend *be, tks_timer *t);
     /* Which attention kernel runs for dtype dt ("cuDNN", "tokshard kernel
      * (cuDNN not used)"); NULL: tokshard's own. */
     void (*attention_name)(tks_backend *be, tks_dtype dt, char *out, size_t cap);

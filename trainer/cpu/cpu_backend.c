@@ -1040,6 +1040,34 @@ tks_backend *tks_cpu_backend_create(int threads) {
     return be;
 }
 
+/* The timer: the host clock when a mark is taken (the ops before it have
+ * run when they returned). */
+struct tks_timer {
+    size_t cap;
+    double t[];
+};
+static int cpu_timer_create(tks_backend *be, size_t marks, tks_timer **out) {
+    (void)be;
+    *out = malloc(sizeof **out + (marks ? marks : 1) * sizeof(double));
+    if (!*out) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for %zu timer marks", marks);
+    (*out)->cap = marks;
+    return 0;
+}
+static int cpu_timer_mark(tks_backend *be, tks_timer *t, size_t i) {
+    STICKY(be);
+    if (i < t->cap) t->t[i] = omp_get_wtime();
+    return 0;
+}
+static int cpu_timer_read(tks_backend *be, tks_timer *t, size_t n, double *secs) {
+    STICKY(be);
+    for (size_t k = 0; 2 * k + 1 < n && 2 * k + 1 < t->cap; k++) secs[k] = t->t[2 * k + 1] - t->t[2 * k];
+    return 0;
+}
+static void cpu_timer_destroy(tks_backend *be, tks_timer *t) {
+    (void)be;
+    free(t);
+}
+
 static int cpu_device_count(void) { return 1; }
 
 static int cpu_create(int threads, tks_backend **out) {
@@ -1054,4 +1082,8 @@ const tks_backend_kind tks_cpu_backend_kind = {
     .device_count = cpu_device_count,
     .create = cpu_create,
     .memory = cpu_memory,
+    .timer_create = cpu_timer_create,
+    .timer_mark = cpu_timer_mark,
+    .timer_read = cpu_timer_read,
+    .timer_destroy = cpu_timer_destroy,
 };

@@ -265,6 +265,66 @@ static int cu_event_sync(tks_backend *be, tks_event *e) {
     return c->err;
 }
 
+/* ---- the --profile timer: CUDA events on the current stream ------------------
+ * A pair of events around each op, recorded where the op is enqueued; the
+ * host waits only in cu_timer_read, once per profiled step, and reads each
+ * pair's elapsed time (the GPU's clock, about 0.5 us resolution). */
+struct tks_timer {
+    size_t cap;
+    cudaEvent_t *ev;
+};
+static void cu_timer_destroy(tks_backend *be, tks_timer *t) {
+    (void)be;
+    if (!t) return;
+    for (size_t i = 0; i < t->cap && t->ev; i++)
+        if (t->ev[i]) cudaEventDestroy(t->ev[i]);
+    free(t->ev);
+    free(t);
+}
+static int cu_timer_create(tks_backend *be, size_t marks, tks_timer **out) {
+    *out = NULL;
+    tks_timer *t = (tks_timer *)calloc(1, sizeof *t);
+    if (t) t->ev = (cudaEvent_t *)calloc(marks ? marks : 1, sizeof *t->ev);
+    if (!t || !t->ev) {
+        free(t);
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for %zu timer marks", marks);
+    }
+    t->cap = marks;
+    for (size_t i = 0; i < marks; i++) {
+        cudaError_t e = cudaEventCreate(&t->ev[i]); /* with timing */
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            t->ev[i] = NULL;
+            cu_timer_destroy(be, t);
+            return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE,
+                            "--profile: creating CUDA event %zu of %zu for the op timer failed: %s", i, marks,
+                            cudaGetErrorString(e));
+        }
+    }
+    *out = t;
+    return 0;
+}
+static int cu_timer_mark(tks_backend *be, tks_timer *t, size_t i) {
+    CTX(be);
+    STICKY(c);
+    if (i >= t->cap) return arg_fail(c, "profile timer", "mark past the timer's capacity (a caller bug)");
+    tks_cuda_check_rt(c, cudaEventRecord(t->ev[i], c->cur), "profile timer (event record)");
+    return c->err;
+}
+static int cu_timer_read(tks_backend *be, tks_timer *t, size_t n, double *secs) {
+    CTX(be);
+    STICKY(c);
+    for (size_t k = 0; 2 * k + 1 < n && 2 * k + 1 < t->cap; k++) {
+        float ms = 0;
+        if (tks_cuda_check_rt(c, cudaEventSynchronize(t->ev[2 * k + 1]), "profile timer (event sync)") ||
+            tks_cuda_check_rt(c, cudaEventElapsedTime(&ms, t->ev[2 * k], t->ev[2 * k + 1]),
+                              "profile timer (elapsed time)"))
+            return c->err;
+        secs[k] = ms / 1e3;
+    }
+    return 0;
+}
+
 /* ---- creation -------------------------------------------------------------------- */
 
 static void cu_destroy(tks_backend *be) {
@@ -409,6 +469,10 @@ static tks_backend_kind make_cuda_kind(void) {
     k.describe = tks_cuda_describe;
     k.attention_name = cuda_attention_name;
     k.set_deterministic = cuda_set_deterministic;
+    k.timer_create = cu_timer_create;
+    k.timer_mark = cu_timer_mark;
+    k.timer_read = cu_timer_read;
+    k.timer_destroy = cu_timer_destroy;
     k.comm_name = "nccl";
     k.comm_world_create = cuda_comm_world_create;
     k.comm_world_free = cuda_comm_world_free;
