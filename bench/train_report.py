@@ -19,12 +19,13 @@ def kb(b):
 CATS = [("gemm", "GEMM: every linear layer and lm_head, fwd + both grads (OpenBLAS sgemm in both)"),
         ("attention", "attention core: QK^T, scale, mask, softmax, PV, fwd + bwd"),
         ("xent", "cross-entropy over the vocabulary, fwd + bwd"),
-        ("rmsnorm", "RMSNorm fwd + bwd"), ("rope", "RoPE fwd + bwd"), ("swiglu", "SwiGLU fwd + bwd"),
+        ("rmsnorm", "RMSNorm fwd (with the residual add before it) + bwd"), ("rope", "RoPE fwd + bwd"), ("swiglu", "SwiGLU fwd + bwd"),
         ("clip", "grad-norm clip"), ("adamw", "AdamW update"),
-        ("other", "everything else: embedding, residual adds, zeroing; PyTorch: autograd/allocator overhead")]
+        ("other", "everything else: embedding, zeroing; PyTorch: autograd/allocator overhead")]
 OURS = {"gemm": "gemm", "attention_fwd": "attention", "attention_bwd": "attention",
         "xent_max": "xent", "xent_sumexp": "xent", "xent_target": "xent", "xent_loss": "xent",
-        "xent_bwd": "xent", "rmsnorm_fwd": "rmsnorm", "rmsnorm_bwd": "rmsnorm", "rope": "rope",
+        "xent_bwd": "xent", "rmsnorm_fwd": "rmsnorm", "rmsnorm_bwd": "rmsnorm",
+        "add_rmsnorm_fwd": "rmsnorm", "rope": "rope",
         "swiglu_fwd": "swiglu", "swiglu_bwd": "swiglu", "sumsq": "clip", "adamw": "adamw"}
 
 

@@ -8,7 +8,7 @@ get_filename_component(TKS_SAMPLER_ROOT ${CMAKE_CURRENT_LIST_DIR}/.. ABSOLUTE)
 
 if(NOT TARGET tks_sampler)
   add_library(tks_sampler STATIC ${TKS_SAMPLER_ROOT}/trainer/sampler.c ${TKS_SAMPLER_ROOT}/trainer/blend.c)
-  target_link_libraries(tks_sampler PUBLIC tks_dataset)
+  target_link_libraries(tks_sampler PUBLIC tks_dataset m)
 endif()
 
 add_executable(test_sampler ${TKS_SAMPLER_ROOT}/tests/test_sampler.c)

@@ -1,5 +1,5 @@
 /*
- * test_cuda_ops.c - every op of the CUDA backend (backend.h, contract 3)
+ * test_cuda_ops.c - every op of the CUDA backend (backend.h, contract 4)
  * against the CPU reference backend on the same random inputs, in fp32 and
  * in bf16 storage; determinism (two runs, same bits); streams and events; the
  * sticky error. Exits 77 (ctest SKIP_RETURN_CODE: "skipped: no CUDA device")
@@ -226,28 +226,52 @@ static void t_reductions(void) {
     free(hx);
 }
 
-static void t_embedding(tks_dtype dt) {
-    const int N = 300, C = 96, V = 50;
-    const int64_t v0 = 20;
-    int32_t ids[300];
-    for (int i = 0; i < N; i++) ids[i] = (int32_t)(urand() * 90); /* some outside [v0, v0+V) */
-    int32_t *idc = cpu->ops->alloc(cpu, sizeof ids), *idg = gpu->ops->alloc(gpu, sizeof ids);
-    cpu->ops->upload(cpu, idc, ids, sizeof ids);
-    gpu->ops->upload(gpu, idg, ids, sizeof ids);
-    float *hw = rnd((size_t)V * C, -1, 1), *hd = rnd((size_t)N * C, -1, 1);
-    pair w = put(hw, (size_t)V * C, dt), o = zeros((size_t)N * C, dt), d = put(hd, (size_t)N * C, dt);
-    pair dw = put(hw, (size_t)V * C, TKS_F32);
-    cpu->ops->embedding_fwd(cpu, o.c, idc, w.c, N, C, v0, V, dt);
-    gpu->ops->embedding_fwd(gpu, o.g, idg, w.g, N, C, v0, V, dt);
-    cmp("embedding_fwd", "N 300 C 96 shard [20, 70)", o, 0, 0);
-    cpu->ops->embedding_bwd(cpu, dw.c, d.c, idc, N, C, v0, V, dt);
-    gpu->ops->embedding_bwd(gpu, dw.g, d.g, idg, N, C, v0, V, dt);
-    /* same summation order as the CPU (ids in order): bitwise equal */
-    cmp("embedding_bwd", "fp32 dw, id order: bitwise", dw, 0, 0);
-    cpu->ops->free(cpu, idc);
-    gpu->ops->free(gpu, idg);
-    drop(w), drop(o), drop(d), drop(dw);
-    free(hw), free(hd);
+/* ws = 0: no workspace, the fallback (one thread per column over the rows
+ * in order); ws = 1: the workspace the backend sizes for these rows, the sort
+ * by id and one warp per run of equal ids. Either way the same fp32 adds in
+ * the same order as the CPU (position order per row): bitwise equal. The
+ * larger case has a hot id (every third position), columns over several
+ * 256-column chunks with a partial last one, and ids outside the shard. */
+static void t_embedding(tks_dtype dt, int ws) {
+    for (int shape = 0; shape < (ws ? 2 : 1); shape++) {
+        const int N = shape ? 1000 : 300, C = shape ? 600 : 96, V = 50;
+        const int64_t v0 = 20;
+        int32_t *ids = malloc((size_t)N * sizeof *ids);
+        for (int i = 0; i < N; i++) /* some outside [v0, v0+V) */
+            ids[i] = shape && i % 3 == 0 ? 25 : (int32_t)(urand() * 90);
+        int32_t *idc = cpu->ops->alloc(cpu, (size_t)N * 4), *idg = gpu->ops->alloc(gpu, (size_t)N * 4);
+        cpu->ops->upload(cpu, idc, ids, (size_t)N * 4);
+        gpu->ops->upload(gpu, idg, ids, (size_t)N * 4);
+        void *wsg = NULL;
+        if (ws) {
+            tks_ws_shape sh = {.B = 1, .T = N, .C = C, .V = V, .Tcache = 1, .dt = dt};
+            size_t wb = gpu->ops->workspace_bytes(gpu, &sh);
+            wsg = gpu->ops->alloc(gpu, wb);
+            gpu->ops->set_workspace(gpu, wsg, wb);
+        }
+        float *hw = rnd((size_t)V * C, -1, 1), *hd = rnd((size_t)N * C, -1, 1);
+        pair w = put(hw, (size_t)V * C, dt), o = zeros((size_t)N * C, dt), d = put(hd, (size_t)N * C, dt);
+        pair dw = put(hw, (size_t)V * C, TKS_F32);
+        char what[80];
+        if (!shape) {
+            cpu->ops->embedding_fwd(cpu, o.c, idc, w.c, N, C, v0, V, dt);
+            gpu->ops->embedding_fwd(gpu, o.g, idg, w.g, N, C, v0, V, dt);
+            cmp("embedding_fwd", "N 300 C 96 shard [20, 70)", o, 0, 0);
+        }
+        cpu->ops->embedding_bwd(cpu, dw.c, d.c, idc, N, C, v0, V, dt);
+        gpu->ops->embedding_bwd(gpu, dw.g, d.g, idg, N, C, v0, V, dt);
+        snprintf(what, sizeof what, "N %d C %d%s, %s: bitwise", N, C, shape ? " hot id" : "",
+                 ws ? "sorted by id" : "no workspace");
+        cmp("embedding_bwd", what, dw, 0, 0);
+        if (ws) {
+            gpu->ops->set_workspace(gpu, NULL, 0);
+            gpu->ops->free(gpu, wsg);
+        }
+        cpu->ops->free(cpu, idc);
+        gpu->ops->free(gpu, idg);
+        drop(w), drop(o), drop(d), drop(dw);
+        free(hw), free(hd), free(ids);
+    }
 }
 
 /* ws: with a GPU workspace set, the weight gradient takes the two-stage
@@ -284,6 +308,24 @@ static void t_rmsnorm(tks_dtype dt, int ws) {
     }
     drop(x), drop(w), drop(o), drop(r), drop(d), drop(dx), drop(dw);
     free(hx), free(hw), free(hd), free(hr);
+}
+
+/* the residual add fused with the RMSNorm: the sum is one correctly rounded
+ * add (bitwise, as add's check), the norm of the stored sum has rmsnorm_fwd's
+ * bounds (|sum| <= 4 instead of 2 changes no relative bound); the sum written
+ * over its first input, as the model does */
+static void t_add_rmsnorm(tks_dtype dt) {
+    const int N = 70, C = 1000;
+    size_t n = (size_t)N * C;
+    float *ha = rnd(n, -2, 2), *hb = rnd(n, -2, 2), *hw = rnd(C, 0.5f, 1.5f);
+    pair a = put(ha, n, dt), b = put(hb, n, dt), w = put(hw, C, dt), o = zeros(n, dt), r = zeros(N, TKS_F32);
+    cpu->ops->add_rmsnorm_fwd(cpu, a.c, o.c, r.c, a.c, b.c, w.c, N, C, 1e-5f, dt);
+    gpu->ops->add_rmsnorm_fwd(gpu, a.g, o.g, r.g, a.g, b.g, w.g, N, C, 1e-5f, dt);
+    cmp("add_rmsnorm_fwd", "sum (over a)", a, 0, 0);
+    cmp("add_rmsnorm_fwd", "rstd", r, 0, gamma_k(C) + 4 * U);
+    cmp("add_rmsnorm_fwd", "out", o, 0, gamma_k(C) + 8 * U);
+    drop(a), drop(b), drop(w), drop(o), drop(r);
+    free(ha), free(hb), free(hw);
 }
 
 static void t_rope(tks_dtype dt) {
@@ -507,6 +549,46 @@ static void t_adamw(tks_dtype pcdt) {
     free(hp), free(hg), free(hm), free(hv);
 }
 
+/* Span lists longer than one launch's batch (160 spans): 300 spans of 0 to
+ * 2000 elements with gaps between them (never touched), decay on every
+ * other one; sumsq over them (and over no span: 0) and AdamW against the
+ * CPU with t_adamw's bounds, the gaps unchanged. */
+static void t_many_spans(void) {
+    enum { NS = 300 };
+    tks_span sp[NS];
+    size_t off = 0;
+    for (int k = 0; k < NS; k++) {
+        off += (size_t)(urand() * 40); /* a gap */
+        sp[k] = (tks_span){off, k % 37 == 5 ? 0 : (size_t)(urand() * 2000), k % 2 ? 0.1f : 0.0f};
+        off += sp[k].n;
+    }
+    size_t n = off + 7;
+    float *hp = rnd(n, -1, 1), *hg = rnd(n, -1, 1), *hm = rnd(n, -0.1f, 0.1f), *hv = rnd(n, 0, 0.01f);
+    pair p = put(hp, n, TKS_F32), g = put(hg, n, TKS_F32), m = put(hm, n, TKS_F32), v = put(hv, n, TKS_F32);
+    pair nsq = zeros(1, TKS_F32), pc = zeros(n, TKS_BF16);
+    cpu->ops->sumsq(cpu, nsq.c, g.c, sp, NS, 0);
+    gpu->ops->sumsq(gpu, nsq.g, g.g, sp, NS, 0);
+    cmp("sumsq", "300 spans (2 launches), gaps", nsq, 0, 2 * U);
+    cpu->ops->sumsq(cpu, nsq.c, g.c, sp, NS, 1);
+    gpu->ops->sumsq(gpu, nsq.g, g.g, sp, NS, 1);
+    cmp("sumsq", "300 spans, accumulate", nsq, 0, 4 * U);
+    pair z = put(hp, 1, TKS_F32); /* no span: = 0 */
+    cpu->ops->sumsq(cpu, z.c, g.c, sp, 0, 0);
+    gpu->ops->sumsq(gpu, z.g, g.g, sp, 0, 0);
+    cmp("sumsq", "no span", z, 0, 0);
+    drop(z);
+    tks_adamw_hp hp_ = {1e-3f, 0.9f, 0.95f, 1e-8f, 3, 1.0f};
+    cpu->ops->adamw(cpu, p.c, g.c, m.c, v.c, 0, sp, NS, &hp_, 0.5f, nsq.c, pc.c, TKS_BF16);
+    gpu->ops->adamw(gpu, p.g, g.g, m.g, v.g, 0, sp, NS, &hp_, 0.5f, nsq.g, pc.g, TKS_BF16);
+    /* as t_adamw, with the step term <= lr / (1 - b1^3) */
+    cmp("adamw", "300 spans: m", m, 4 * U * (0.9 * 0.1 + 0.1 * 0.5), 0);
+    cmp("adamw", "300 spans: v", v, 0, 8 * U);
+    cmp("adamw", "300 spans: p (gaps unchanged)", p, 4 * U + 16 * U * 1e-3 / (1 - 0.729), 0);
+    cmp("adamw", "300 spans: compute copy", pc, 4 * U + 16 * U * 1e-3 / (1 - 0.729), 0);
+    drop(p), drop(g), drop(m), drop(v), drop(nsq), drop(pc);
+    free(hp), free(hg), free(hm), free(hv);
+}
+
 /* Streams and events: work on a second stream waits for the first through
  * an event, and the sticky error stops a backend until it is recreated. */
 static void t_streams_and_errors(void) {
@@ -595,9 +677,11 @@ int main(void) {
     for (int d = 0; d < 2; d++) {
         tks_dtype dt = d ? TKS_BF16 : TKS_F32;
         t_elementwise(dt);
-        t_embedding(dt);
+        t_embedding(dt, 0);
+        t_embedding(dt, 1);
         t_rmsnorm(dt, 0);
         t_rmsnorm(dt, 1);
+        t_add_rmsnorm(dt);
         t_rope(dt);
         t_attention(dt, 0, 0);
         t_attention(dt, 0, 1);
@@ -606,6 +690,7 @@ int main(void) {
         t_xent(dt);
         t_adamw(dt);
     }
+    t_many_spans();
     t_streams_and_errors();
     if (gpu->ops->sync(gpu)) {
         printf("backend error: %s\n", tks_last_error()->message);

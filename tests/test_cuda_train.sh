@@ -2,7 +2,8 @@
 # test_cuda_train.sh - tokshard-train with --device cuda on real text (the
 # train_setup fixture's dataset): the same losses as --device cpu over 8 steps
 # (1e-5 relative, the GPU issue's bound for fp32), a bf16 run, a GPU
-# checkpoint resumed on the CPU continuing the curve, and the vocab safety:
+# checkpoint resumed on the CPU continuing the curve, --profile timed with
+# CUDA events (as train_profile on the CPU), and the vocab safety:
 # an id >= vocab_size stops training before any kernel sees it (no step runs,
 # the message names the shard and offset). Exits 77 where no CUDA device is
 # usable (ctest: skipped).
@@ -46,6 +47,47 @@ expect 0 "the GPU checkpoint of step 4 resumed on the CPU" -- "$TRAIN" --dataset
   "${M[@]}" --device cpu --resume gpu/checkpoints/step-00000004
 r=$(same_curve back/metrics.jsonl <(losses gpu/metrics.jsonl | tail -n 4 | sed 's/.*/{"loss": &}/') 1 1e-5) &&
   ok "resumed on the CPU continues the GPU curve: $r" || fail "resume on the CPU: $r"
+
+# --profile on the GPU: every op timed by a pair of CUDA events, read once per
+# profiled step (no sync between ops); as train_profile on the CPU: 2 profiled
+# steps count exactly twice the calls of 1, the shares sum to 100%, the
+# events measured something, and profiling changes no result (the losses of
+# a profiled run are an unprofiled GPU run's bits)
+expect 0 "GPU: 3 steps, profile 1" -- "$TRAIN" --dataset "$S/data" --out gp1 --steps 3 --profile 1 "${M[@]}" \
+  --device cuda
+cp "$W/out" gp1.txt
+expect 0 "GPU: 3 steps, profile 2" -- "$TRAIN" --dataset "$S/data" --out gp2 --steps 3 --profile 2 "${M[@]}" \
+  --device cuda
+cp "$W/out" gp2.txt
+expect 0 "GPU: 3 steps unprofiled" -- "$TRAIN" --dataset "$S/data" --out gp0 --steps 3 "${M[@]}" --device cuda
+python3 - gp1.txt gp2.txt <<'PY' && ok "GPU profile: the ops listed; 2 steps count twice the calls of 1; shares sum to 100%" ||
+import sys
+def table(path):
+    rows, total, on = {}, None, False
+    for line in open(path):
+        if line.startswith("backend ops over the profiled steps"): on = True; continue
+        if on and line.startswith("op "): continue
+        if on and line.strip():
+            f = line.split()
+            if f[0] == "all": total = float(f[2]); break
+            rows[f[0]] = (int(f[1]), float(f[2]), float(f[4].rstrip("%")))
+    return rows, total
+(a, ta), (b, tb) = table(sys.argv[1]), table(sys.argv[2])
+for op in ("gemm", "attention_fwd", "attention_bwd", "add_rmsnorm_fwd", "xent_fused", "adamw", "embedding_bwd"):
+    assert op in a and op in b, (op, sorted(a))
+assert set(a) == set(b), (sorted(a), sorted(b))
+for op in a:
+    assert b[op][0] == 2 * a[op][0], (op, a[op], b[op])
+assert ta > 0 and tb > 0, (ta, tb)  # the events measured the kernels
+for t in (a, b):
+    assert abs(sum(r[2] for r in t.values()) - 100.0) <= 0.05 * len(t) + 1e-9, t
+PY
+  fail "GPU profile tables: $(cat gp1.txt gp2.txt | tail -c 1500)"
+if [[ "$(grep -o '"loss": [^,]*' gp2/metrics.jsonl)" == "$(grep -o '"loss": [^,]*' gp0/metrics.jsonl)" ]]; then
+  ok "GPU: the profiled run's losses are the unprofiled run's"
+else
+  fail "GPU: losses differ: $(grep -o '"loss": [^,]*' gp2/metrics.jsonl gp0/metrics.jsonl | tr '\n' ' ')"
+fi
 
 # vocab safety on the GPU: the forged id is found while the batch is loaded
 read -r sh off < <("$TKS" sample-plan "$S/data" --seq-len 32 --global-batch 8 --steps 1 \

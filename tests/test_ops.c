@@ -51,7 +51,7 @@ typedef struct {
     double err, tol; /* worst err/tol ratio seen and its numbers */
     int checks, failed;
 } opstat;
-static opstat stats[32];
+static opstat stats[64];
 static int nstats;
 
 static void note(const char *op, const char *what, double err, double tol) {
@@ -457,6 +457,60 @@ static void test_rmsnorm(void) {
     tfree(&c.out);
     tfree(&c.rstd);
     tfree(&c.R);
+}
+
+/* ---- the residual add fused with the RMSNorm after it ------------------------------------
+ * add_rmsnorm_fwd is add followed by rmsnorm_fwd (backend.h): the same bits
+ * in the sum, the normalized rows and rstd, in fp32 and in bf16 (where the
+ * sum is rounded before the norm reads it), also with the sum written over
+ * either input as the model writes it. */
+static uint16_t *bf_dev(const float *h, size_t n);
+static void *dev_dt(const float *h, size_t n, tks_dtype dt) {
+    if (dt == TKS_BF16) return bf_dev(h, n);
+    float *d = be->ops->alloc(be, n * sizeof *d);
+    be->ops->upload(be, d, h, n * sizeof *d);
+    return d;
+}
+static size_t ndiff_dev(const void *x, const void *y, size_t bytes) {
+    unsigned char *a = malloc(bytes), *b = malloc(bytes);
+    be->ops->download(be, a, x, bytes);
+    be->ops->download(be, b, y, bytes);
+    size_t d = 0;
+    for (size_t i = 0; i < bytes; i++) d += a[i] != b[i];
+    free(a);
+    free(b);
+    return d;
+}
+static void test_add_rmsnorm(tks_dtype dt) {
+    const int N = 9, C = 70; /* rows not a multiple of any vector width */
+    size_t n = (size_t)N * C, es = tks_dtype_size(dt);
+    float *ha = malloc(n * sizeof *ha), *hb = malloc(n * sizeof *hb), *hw = malloc(C * sizeof *hw);
+    for (size_t i = 0; i < n; i++) ha[i] = uni(-2, 2), hb[i] = uni(-2, 2);
+    for (int k = 0; k < C; k++) hw[k] = uni(0.5, 1.5);
+    for (int k = 0; k < C; k++) hb[k] = -ha[k] + uni(-1e-3, 1e-3); /* a row that cancels: eps matters */
+    void *a = dev_dt(ha, n, dt), *b = dev_dt(hb, n, dt), *w = dev_dt(hw, C, dt);
+    void *sum = be->ops->alloc(be, n * es), *out = be->ops->alloc(be, n * es);
+    void *res = be->ops->alloc(be, n * es), *out2 = be->ops->alloc(be, n * es);
+    float *rstd = be->ops->alloc(be, N * sizeof *rstd), *rstd2 = be->ops->alloc(be, N * sizeof *rstd2);
+    be->ops->add(be, sum, a, b, n, dt);
+    be->ops->rmsnorm_fwd(be, out, rstd, sum, w, N, C, 1e-5f, dt);
+    char what[80];
+    for (int alias = 0; alias < 3; alias++) { /* res apart, res = a, res = b */
+        void *ac = dev_dt(ha, n, dt), *bc = dev_dt(hb, n, dt), *r = alias == 1 ? ac : alias == 2 ? bc : res;
+        be->ops->add_rmsnorm_fwd(be, r, out2, rstd2, ac, bc, w, N, C, 1e-5f, dt);
+        size_t d = ndiff_dev(r, sum, n * es) + ndiff_dev(out2, out, n * es) +
+                   ndiff_dev(rstd2, rstd, N * sizeof *rstd);
+        snprintf(what, sizeof what, "%s: add + rmsnorm_fwd bit for bit (%s)", tks_dtype_name(dt),
+                 alias == 1 ? "sum over a" : alias == 2 ? "sum over b" : "sum apart");
+        note_exact("add_rmsnorm_fwd", what, d);
+        be->ops->free(be, ac);
+        be->ops->free(be, bc);
+    }
+    void *fr[] = {a, b, w, sum, out, res, out2, rstd, rstd2};
+    for (size_t i = 0; i < sizeof fr / sizeof *fr; i++) be->ops->free(be, fr[i]);
+    free(ha);
+    free(hb);
+    free(hw);
 }
 
 /* ---- RoPE ------------------------------------------------------------------------------ */
@@ -1548,6 +1602,8 @@ int main(void) {
     test_embedding(0);
     test_embedding(10);
     test_rmsnorm();
+    test_add_rmsnorm(TKS_F32);
+    test_add_rmsnorm(TKS_BF16);
     test_rope();
     test_rope_positions();
     /* documents of 2, 1 and 2 tokens; of 1 and 4 */

@@ -84,7 +84,7 @@ static const cli_flag FLAGS[] = {
     FLAG("--eval-batches", CLI_U64, &O.eval_batches, "global batches per validation run", "N", 1, 1048576, 0),
     FLAG("--save-every", CLI_U64, &O.save_every, "steps between checkpoints (0 = only at the end)", "N", 0, BIG, 0),
     FLAG("--keep", CLI_U32, &O.keep_checkpoints, "checkpoints kept (0 = all)", "N", 0, 1048576, 0),
-    FLAG("--profile", CLI_U64, &O.profile_steps, "time every backend op over the first N steps and print a table (profiled steps run serialized)", "N", 0, BIG, 0),
+    FLAG("--profile", CLI_U64, &O.profile_steps, "time every backend op over the first N steps and print a table (CUDA: events around each op, read once per step)", "N", 0, BIG, 0),
     FLAG("--roofline", CLI_STR, &O.roofline, "price each op on this roofline for --profile and --step-model: h100, h200, a100 or BF16_TFLOPS,FP32_TFLOPS,MEMORY_GBS,LINK_GBS (default: the GPU's own preset; --step-model: h100)", "SPEC", 0, 0, 0),
     FLAG("--step-model", CLI_BOOL, &step_model, "print the model of one training step on --roofline (per op: calls, FLOPs, bytes, time; predicted MFU) and exit; needs the model flags and --vocab-size or --dataset", NULL, 0, 0, 0),
     FLAG("--threads", CLI_U32, &O.threads, "CPU threads per process (0 = all cores)", "N", 0, 1024, 0),

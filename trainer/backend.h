@@ -1,6 +1,6 @@
 /*
  * backend.h - the compute interface between the model code and a backend
- * (trainer/cpu, the reference, and trainer/cuda), contract version 3. Private to
+ * (trainer/cpu, the reference, and trainer/cuda), contract version 4. Private to
  * trainer/ and its tests. docs/BACKENDS.md explains it for someone writing a
  * backend; this header is the reference.
  *
@@ -42,13 +42,15 @@
  * Contract 3 over 2: attention_fwd and attention_bwd take `doc` (block-causal
  * attention within packed documents) and rope takes `pos` (positions per
  * token); NULL gives contract 2's behaviour bit for bit.
+ * Contract 4 over 3: add_rmsnorm_fwd, the residual add fused with the
+ * RMSNorm that reads its result (add then rmsnorm_fwd, bit for bit).
  */
 #ifndef TKS_BACKEND_H
 #define TKS_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
-#define TKS_BACKEND_CONTRACT 3
+#define TKS_BACKEND_CONTRACT 4
 
 typedef enum tks_dtype {
     TKS_F32 = 0, /* IEEE binary32 */
@@ -70,6 +72,7 @@ typedef struct tks_backend_kind tks_backend_kind;
 typedef struct tks_comm tks_comm;
 typedef struct tks_stream tks_stream; /* backend-defined; NULL = default stream */
 typedef struct tks_event tks_event;
+typedef struct tks_timer tks_timer;   /* backend-defined: marks for per-op timing */
 
 /* The shapes a model will run, for workspace_bytes: the backend returns the
  * scratch the largest op needs at these shapes. */
@@ -188,6 +191,13 @@ struct tks_backend_ops {
     /* dx[N,C] (dt) += ..., dw[C] (fp32) += ... */
     int (*rmsnorm_bwd)(tks_backend *be, void *dx, float *dw, const void *dout, const void *x,
                        const void *w, const float *rstd, int N, int C, tks_dtype dt);
+    /* The residual add and the RMSNorm after it in one pass:
+     * res[N,C] (dt) = a + b, rounded to dt as add rounds it, then out[N,C]
+     * (dt) and rstd[N] (fp32) = rmsnorm_fwd of res with w[C] (dt). The same
+     * bits as add(res, a, b) followed by rmsnorm_fwd(out, rstd, res, w) on the
+     * same backend; res may alias a or b (not out). */
+    int (*add_rmsnorm_fwd)(tks_backend *be, void *res, void *out, float *rstd, const void *a,
+                           const void *b, const void *w, int N, int C, float eps, tks_dtype dt);
 
     /* ---- RoPE (Su et al. 2021, "RoFormer"), Hugging Face LLaMA layout: the
      * pairs rotated together are (j, j + HD/2) ("rotate_half"). -------------- */
@@ -324,6 +334,20 @@ struct tks_backend_kind {
      * per head on Hopper); call before the model is created, which sizes the
      * workspace. NULL: the kind is deterministic always (the CPU). */
     int (*set_deterministic)(tks_backend *be, int on);
+    /* Per-op timing (--profile, profile.c) without waiting between ops:
+     * timer_create makes room for `marks` marks (0 or TKS_ERR_*, with the
+     * error context set); timer_mark records mark i (< marks) at the point
+     * the current stream has reached (CPU: the host clock now, its ops having
+     * run; CUDA: an event recorded on the stream) and never waits;
+     * timer_read waits for marks [0, n) and writes secs[k] = seconds from
+     * mark 2k to mark 2k + 1, k < n / 2 (the two marks of a pair on the same
+     * stream); a sticky error makes mark and read return it. NULL: the kind
+     * has no timer, and the profile syncs around each op and reads the host
+     * clock. */
+    int (*timer_create)(tks_backend *be, size_t marks, tks_timer **out);
+    int (*timer_mark)(tks_backend *be, tks_timer *t, size_t i);
+    int (*timer_read)(tks_backend *be, tks_timer *t, size_t n, double *secs);
+    void (*timer_destroy)(tks_backend *be, tks_timer *t);
     /* Which attention kernel runs for dtype dt ("cuDNN", "tokshard kernel
      * (cuDNN not used)"); NULL: tokshard's own. */
     void (*attention_name)(tks_backend *be, tks_dtype dt, char *out, size_t cap);

@@ -569,21 +569,34 @@ static int tp_max(tks_model *m, float *buf, size_t n) {
 
 /* ---- forward ---------------------------------------------------------------------- */
 
+/* The norm after a layer's output: the next layer's attention norm, or the
+ * final norm after the last layer. */
+typedef struct next_norm {
+    void *h;          /* (N, C) normalized output */
+    float *rstd;      /* (N) */
+    const void *w;    /* (C) weight, compute dtype */
+} next_norm;
+
 /* One transformer layer on rows [0, M) with B x T shape; decode uses the KV
- * cache at position `pos` (M = 1) instead of full attention. */
-static int layer_forward(tks_model *m, layer *L, void *x_out, int B, int T, int decode, int pos) {
+ * cache at position `pos` (M = 1) instead of full attention. L->h1 and
+ * L->rstd1 already hold the attention norm of L->x (the previous layer's
+ * fused add, or trunk_forward's norm of the embedding); the layer's output
+ * x_out = its residual sum, and, fused with that add, nx = its norm. */
+static int layer_forward(tks_model *m, layer *L, void *x_out, const next_norm *nx, int B, int T,
+                         int decode, int pos) {
     tks_backend *be = m->be;
     const tks_model_config *c = &m->cfg;
     tks_dtype dt = m->dt;
     int M = B * T, C = m->C, HD = m->HD, QD = m->NH_l * HD, KD = m->NKV_l * HD, F = m->F_l;
     int QKV = m->QKV, rc;
     void *q = L->qkv, *k = off(m, L->qkv, (size_t)QD), *v = off(m, L->qkv, (size_t)(QD + KD));
-    TRY(be->ops->rmsnorm_fwd(be, L->h1, L->rstd1, L->x, cw(m, L->attn_norm), M, C, c->norm_eps, dt));
     /* q|k|v = h1 @ [Wq; Wk; Wv]^T: one GEMM over the three adjacent tensors */
     TRY(linear(m, L->qkv, L->h1, cw(m, L->wq), M, QKV, C, 0));
     const int32_t *P = !decode && m->pos_on ? m->pos : NULL, *D = m->docs_on ? m->doc : NULL;
-    TRY(be->ops->rope(be, q, (size_t)QKV, B, T, m->NH_l, HD, decode ? pos : 0, P, c->rope_theta, 0, dt));
-    TRY(be->ops->rope(be, k, (size_t)QKV, B, T, m->NKV_l, HD, decode ? pos : 0, P, c->rope_theta, 0, dt));
+    /* q and k in one call: their heads are adjacent in the row (q's NH_l,
+     * then k's NKV_l) and each head rotates alone, by the same angles */
+    TRY(be->ops->rope(be, q, (size_t)QKV, B, T, m->NH_l + m->NKV_l, HD, decode ? pos : 0, P, c->rope_theta,
+                      0, dt));
     if (decode) {
         size_t es = tks_dtype_size(dt);
         TRY(be->ops->copy(be, off(m, L->kc, (size_t)pos * KD), k, (size_t)KD * es));
@@ -595,15 +608,16 @@ static int layer_forward(tks_model *m, layer *L, void *x_out, int B, int T, int 
     }
     TRY(linear(m, L->xm, L->att, cw(m, L->wo), M, C, QD, 0));
     TRY(tp_sum(m, L->xm, (size_t)M * C));
-    TRY(be->ops->add(be, L->xm, L->xm, L->x, (size_t)M * C, dt));
-    TRY(be->ops->rmsnorm_fwd(be, L->h2, L->rstd2, L->xm, cw(m, L->mlp_norm), M, C, c->norm_eps, dt));
+    /* xm += x, and h2 = its MLP norm */
+    TRY(be->ops->add_rmsnorm_fwd(be, L->xm, L->h2, L->rstd2, L->xm, L->x, cw(m, L->mlp_norm), M, C,
+                                 c->norm_eps, dt));
     /* gate|up = h2 @ [Wgate; Wup]^T: one GEMM */
     TRY(linear(m, L->gu, L->h2, cw(m, L->wgate), M, 2 * F, C, 0));
     TRY(be->ops->swiglu_fwd(be, L->act, L->gu, M, F, dt));
     TRY(linear(m, x_out, L->act, cw(m, L->wdown), M, C, F, 0));
     TRY(tp_sum(m, x_out, (size_t)M * C));
-    TRY(be->ops->add(be, x_out, x_out, L->xm, (size_t)M * C, dt));
-    return 0;
+    /* x_out += xm, and the next norm of it */
+    return be->ops->add_rmsnorm_fwd(be, x_out, nx->h, nx->rstd, x_out, L->xm, nx->w, M, C, c->norm_eps, dt);
 }
 
 static int trunk_forward(tks_model *m, int B, int T, int decode, int pos) {
@@ -612,12 +626,15 @@ static int trunk_forward(tks_model *m, int B, int T, int decode, int pos) {
     void *x0 = m->layers[0].x;
     TRY(be->ops->embedding_fwd(be, x0, m->ids, cw(m, m->embed), M, C, m->v0, (int)m->VP_l, m->dt));
     TRY(tp_sum(m, x0, (size_t)M * C));
+    layer *L0 = &m->layers[0];
+    TRY(be->ops->rmsnorm_fwd(be, L0->h1, L0->rstd1, x0, cw(m, L0->attn_norm), M, C, m->cfg.norm_eps,
+                             m->dt));
     for (uint32_t l = 0; l < m->cfg.n_layers; l++) {
-        void *next = l + 1 < m->cfg.n_layers ? m->layers[l + 1].x : m->xL;
-        TRY(layer_forward(m, &m->layers[l], next, B, T, decode, pos));
+        layer *next = l + 1 < m->cfg.n_layers ? &m->layers[l + 1] : NULL;
+        next_norm nx = {m->hf, m->rstdf, cw(m, m->final_norm)};
+        if (next) nx = (next_norm){next->h1, next->rstd1, cw(m, next->attn_norm)};
+        TRY(layer_forward(m, &m->layers[l], next ? next->x : m->xL, &nx, B, T, decode, pos));
     }
-    TRY(be->ops->rmsnorm_fwd(be, m->hf, m->rstdf, m->xL, cw(m, m->final_norm), M, C, m->cfg.norm_eps,
-                        m->dt));
     TRY(linear(m, m->logits, m->hf, cw(m, m->lm_head), M, (int)m->VP_l, C, 0));
     return 0;
 }
@@ -756,8 +773,9 @@ int tks_model_backward(tks_model *m, float loss_scale) {
                                    k, v, (size_t)QKV, m->docs_on ? m->doc : NULL, m->B, m->T,
                                    m->NH_l, m->NKV_l, HD, dt));
         const int32_t *P = m->pos_on ? m->pos : NULL;
-        TRY(be->ops->rope(be, dq, (size_t)QKV, m->B, m->T, m->NH_l, HD, 0, P, m->cfg.rope_theta, 1, dt));
-        TRY(be->ops->rope(be, dk, (size_t)QKV, m->B, m->T, m->NKV_l, HD, 0, P, m->cfg.rope_theta, 1, dt));
+        /* dq and dk, adjacent like q and k: one inverse rotation */
+        TRY(be->ops->rope(be, dq, (size_t)QKV, m->B, m->T, m->NH_l + m->NKV_l, HD, 0, P, m->cfg.rope_theta, 1,
+                          dt));
         TRY(linear_dw(m, L->wq->g, m->dqkv, L->h1, N, QKV, C));
         TRY(linear_dx(m, m->dh, m->dqkv, cw(m, L->wq), N, QKV, C, 0));
         TRY(tp_sum(m, m->dh, (size_t)N * C));

@@ -1,11 +1,15 @@
 /* profile.c - per-op timing of a backend (tokshard-train --profile N):
  * every compute and transfer op of backend.h goes through a wrapper that
- * times it with the host clock, between two syncs on a device backend (each
- * op's time is then its own, and the profiled steps run serialized: slower
- * than unprofiled ones; the CPU backend runs each op before returning). Each
- * call is also priced by its op's cost function (stepmodel.c: FLOPs, bytes,
- * and with a roofline its predicted time). One profiled backend per process
- * at a time. */
+ * puts a pair of timer marks around it (backend.h, the kind's timer: on the
+ * CPU the host clock, its ops having run when they return; on CUDA events
+ * recorded on the stream, so the profiled steps run as unprofiled ones do,
+ * nothing waiting between ops). The marks' times are read once per profiled
+ * step (tks_profile_count(0) at the step's end), or when TIMER_PAIRS calls
+ * are pending within a step. A kind without a timer is timed with the host
+ * clock between two syncs (each op's time is then its own, but the profiled
+ * steps run serialized). Each call is also priced by its op's cost function
+ * (stepmodel.c: FLOPs, bytes, and with a roofline its predicted time). One
+ * profiled backend per process at a time. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,10 +20,18 @@
 #include "backend.h"
 #include "profile.h"
 
+enum { TIMER_PAIRS = 8192 }; /* timed calls read at once (3430 in a step of the 1B model) */
+
 static struct {
     const tks_backend_ops *ops; /* the backend's own table */
     tks_backend_ops table;      /* the wrappers, and the backend's own ops for the rest */
-    int device;                 /* not the CPU: sync around each op */
+    tks_backend *be;
+    const tks_backend_kind *kind;
+    tks_timer *timer;           /* the kind's timer; NULL: host clock between syncs */
+    int pend[TIMER_PAIRS];      /* the op of each pending pair of marks */
+    double pend_secs[TIMER_PAIRS];
+    size_t npend;
+    int device;                 /* not the CPU: sync around each op when there is no timer */
     int on;                     /* counting */
     int priced;                 /* hw is set: each call is priced on it */
     tks_roofline hw;
@@ -27,17 +39,37 @@ static struct {
     double secs[TKS_N_OPS], flops[TKS_N_OPS], bytes[TKS_N_OPS], model[TKS_N_OPS];
 } prof;
 
+/* The pending pairs' times into their ops' totals (waits for the marks). */
+static void flush(void) {
+    if (!prof.timer || !prof.npend) return;
+    if (prof.kind->timer_read(prof.be, prof.timer, 2 * prof.npend, prof.pend_secs) == 0)
+        for (size_t k = 0; k < prof.npend; k++) prof.secs[prof.pend[k]] += prof.pend_secs[k];
+    /* a failed read is the backend's sticky error: the run reports it */
+    prof.npend = 0;
+}
+
 static double tic(tks_backend *be) {
-    if (prof.on && prof.device) prof.ops->sync(be);
+    if (!prof.on) return 0;
+    if (prof.timer) {
+        prof.kind->timer_mark(be, prof.timer, 2 * prof.npend);
+        return 0;
+    }
+    if (prof.device) prof.ops->sync(be);
     return omp_get_wtime();
 }
 
-/* the call of op that started at t0 and cost c ended with rc */
+/* the call of op that started at t0 (host clock) and cost c ended with rc */
 static int toc(tks_backend *be, int op, double t0, tks_cost c, int rc) {
     if (!prof.on) return rc;
-    if (prof.device) prof.ops->sync(be);
+    if (prof.timer) {
+        prof.kind->timer_mark(be, prof.timer, 2 * prof.npend + 1);
+        prof.pend[prof.npend++] = op;
+        if (prof.npend == TIMER_PAIRS) flush();
+    } else {
+        if (prof.device) prof.ops->sync(be);
+        prof.secs[op] += omp_get_wtime() - t0;
+    }
     prof.calls[op]++;
-    prof.secs[op] += omp_get_wtime() - t0;
     prof.flops[op] += c.flops;
     prof.bytes[op] += c.bytes + c.link_bytes;
     if (prof.priced) prof.model[op] += tks_cost_secs(&c, &prof.hw);
@@ -121,6 +153,11 @@ static int p_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout,
     return toc(be, TKS_OP_RMSNORM_BWD, t0, ROWS(TKS_OP_RMSNORM_BWD, N, C, ES(dt)), prof.ops->rmsnorm_bwd(be, dx, dw, dout, x, w, rstd, N, C, dt));
 }
 
+static int p_add_rmsnorm_fwd(tks_backend *be, void *res, void *out, float *rstd, const void *a, const void *b, const void *w, int N, int C, float eps, tks_dtype dt) {
+    double t0 = tic(be);
+    return toc(be, TKS_OP_ADD_RMSNORM_FWD, t0, ROWS(TKS_OP_ADD_RMSNORM_FWD, N, C, ES(dt)), prof.ops->add_rmsnorm_fwd(be, res, out, rstd, a, b, w, N, C, eps, dt));
+}
+
 static int p_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0, const int32_t *pos, float theta, int inverse, tks_dtype dt) {
     double t0 = tic(be);
     return toc(be, TKS_OP_ROPE, t0, ROWS(TKS_OP_ROPE, (size_t)B * T, (size_t)H * HD, ES(dt)), prof.ops->rope(be, x, ld, B, T, H, HD, p0, pos, theta, inverse, dt));
@@ -191,6 +228,13 @@ int tks_profile_attach(tks_backend *be, const tks_roofline *hw) {
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "--profile: a backend is already profiled in this process");
     memset(&prof, 0, sizeof prof);
+    const tks_backend_kind *k = be->kind;
+    if (k->timer_create && k->timer_mark && k->timer_read && k->timer_destroy) {
+        int rc = k->timer_create(be, 2 * (size_t)TIMER_PAIRS, &prof.timer);
+        if (rc) return rc;
+    }
+    prof.be = be;
+    prof.kind = k;
     prof.ops = be->ops;
     prof.table = *be->ops;
     prof.table.upload = p_upload;
@@ -207,6 +251,7 @@ int tks_profile_attach(tks_backend *be, const tks_roofline *hw) {
     prof.table.embedding_bwd = p_embedding_bwd;
     prof.table.rmsnorm_fwd = p_rmsnorm_fwd;
     prof.table.rmsnorm_bwd = p_rmsnorm_bwd;
+    prof.table.add_rmsnorm_fwd = p_add_rmsnorm_fwd;
     prof.table.rope = p_rope;
     prof.table.attention_fwd = p_attention_fwd;
     prof.table.attention_bwd = p_attention_bwd;
@@ -228,12 +273,18 @@ int tks_profile_attach(tks_backend *be, const tks_roofline *hw) {
 
 void tks_profile_detach(tks_backend *be) {
     if (!be || be->ops != &prof.table) return;
+    prof.npend = 0; /* not reported: only a report reads them */
+    if (prof.timer) prof.kind->timer_destroy(be, prof.timer);
+    prof.timer = NULL;
     be->ops = prof.ops;
     prof.ops = NULL;
     prof.on = 0;
 }
 
-void tks_profile_count(int on) { prof.on = on; }
+void tks_profile_count(int on) {
+    if (!on && prof.on) flush(); /* the end of a profiled step */
+    prof.on = on;
+}
 
 static int by_time_desc(const void *a, const void *b) {
     double x = prof.secs[*(const int *)a], y = prof.secs[*(const int *)b];
@@ -241,6 +292,7 @@ static int by_time_desc(const void *a, const void *b) {
 }
 
 char *tks_profile_report(uint64_t steps) {
+    flush();
     double total = 0, model = 0, per = 1.0 / (double)(steps ? steps : 1);
     int order[TKS_N_OPS], n = 0;
     for (int i = 0; i < TKS_N_OPS; i++) {

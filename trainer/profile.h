@@ -27,6 +27,7 @@ typedef enum tks_op {
     TKS_OP_EMBEDDING_BWD,
     TKS_OP_RMSNORM_FWD,
     TKS_OP_RMSNORM_BWD,
+    TKS_OP_ADD_RMSNORM_FWD,
     TKS_OP_ROPE,
     TKS_OP_ATTENTION_FWD,
     TKS_OP_ATTENTION_BWD,
@@ -64,7 +65,9 @@ tks_cost tks_cost_gemm(const tks_gemm_args *g);
 tks_cost tks_cost_link(double bytes);             /* upload, download */
 /* The row-wise and element-wise ops on N rows of C elements (add, scale,
  * sum, sumsq: N elements, C 1; memzero, copy: N bytes, C 1; rope: N = B·T
- * rows of C = H·HD; swiglu: C = F; xent_*: C = the padded vocabulary). */
+ * rows of C = H·HD; swiglu: C = F; xent_*: C = the padded vocabulary;
+ * add_rmsnorm_fwd: reads a, b and w, writes the sum, the normalized rows
+ * and rstd). */
 tks_cost tks_cost_rows(tks_op op, double N, double C, size_t es);
 tks_cost tks_cost_attention(int B, int T, int NH, int NKV, int HD, size_t es, int backward);
 tks_cost tks_cost_adamw(double n, size_t pc_es);  /* pc_es 0: no compute copy */
@@ -73,14 +76,19 @@ tks_cost tks_cost_adamw(double n, size_t pc_es);  /* pc_es 0: no compute copy */
 double tks_cost_secs(const tks_cost *c, const tks_roofline *hw);
 
 /* Puts be's compute and transfer ops behind timing wrappers (be->ops is
- * replaced until tks_profile_detach). Counting starts with
+ * replaced until tks_profile_detach), timed with the kind's timer
+ * (backend.h: marks around each op, read once per profiled step) or, for a
+ * kind without one, the host clock between syncs. Counting starts with
  * tks_profile_count(1). hw (may be NULL; copied): the roofline whose
  * predicted time of every counted call goes beside its measured one. One
- * backend per process. Errors: TKS_ERR_ARG (one is profiled already). */
+ * backend per process. Errors: TKS_ERR_ARG (one is profiled already), the
+ * timer's (TKS_ERR_NOMEM, TKS_ERR_IO). */
 int tks_profile_attach(tks_backend *be, const tks_roofline *hw);
 /* Gives be its own operations table back (NULL or an unprofiled be: no-op). */
 void tks_profile_detach(tks_backend *be);
-/* Counts the ops that run from now (on = 1) or stops counting (0). */
+/* Counts the ops that run from now (on = 1) or stops counting (0: the end
+ * of a profiled step; waits for the step's timer marks and adds their
+ * times). */
 void tks_profile_count(int on);
 /* The table of what was counted, slowest op first: op, calls, total ms, ms per
  * step (over `steps`), share of all ops' time, achieved TFLOP/s (ops with

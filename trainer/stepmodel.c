@@ -16,7 +16,7 @@
 const char *const tks_op_names[TKS_N_OPS] = {
     "upload",        "download",      "memzero",       "copy",          "gemm",
     "convert",       "add",           "scale",         "sumsq",         "sum",
-    "embedding_fwd", "embedding_bwd", "rmsnorm_fwd",   "rmsnorm_bwd",   "rope",
+    "embedding_fwd", "embedding_bwd", "rmsnorm_fwd",   "rmsnorm_bwd",   "add_rmsnorm_fwd", "rope",
     "attention_fwd", "attention_bwd", "attention_step", "swiglu_fwd",   "swiglu_bwd",
     "xent_fused",    "xent_max",      "xent_sumexp",   "xent_target",   "xent_loss",
     "xent_bwd",      "adamw",
@@ -47,6 +47,7 @@ tks_cost tks_cost_rows(tks_op op, double N, double C, size_t es) {
     case TKS_OP_EMBEDDING_BWD: b = NC * e + 4 * N + 8 * NC; break;     /* fp32 rows read and written */
     case TKS_OP_RMSNORM_FWD: b = 2 * NC * e + C * e + 4 * N; break;    /* x in, y and rstd out */
     case TKS_OP_RMSNORM_BWD: b = 4 * NC * e + C * e + 4 * N + 8 * C; break; /* dy, x, dx (+=) */
+    case TKS_OP_ADD_RMSNORM_FWD: b = 4 * NC * e + C * e + 4 * N; break; /* a, b in; sum, y, rstd out */
     case TKS_OP_ROPE: b = 2 * NC * e; break;
     case TKS_OP_SWIGLU_FWD: b = 3 * NC * e; break;                     /* gate|up in, act out */
     case TKS_OP_SWIGLU_BWD: b = 5 * NC * e; break;                     /* dact, gate|up in, dgate|dup out */
@@ -157,13 +158,15 @@ static void model_step(step_acc *a, const tks_model_config *c, int B, int T, int
     /* per micro-batch: the batch up, the forward */
     put(a, TKS_OP_UPLOAD, tks_cost_link(4.0 * N), 2 * mb);
     put(a, TKS_OP_EMBEDDING_FWD, tks_cost_rows(TKS_OP_EMBEDDING_FWD, N, C, es), mb);
-    put(a, TKS_OP_RMSNORM_FWD, tks_cost_rows(TKS_OP_RMSNORM_FWD, N, C, es), (2 * L + 1) * mb);
+    /* the first layer's attention norm; every residual add with the norm
+     * that reads it (the next layer's, the MLP's, the final one) */
+    put(a, TKS_OP_RMSNORM_FWD, tks_cost_rows(TKS_OP_RMSNORM_FWD, N, C, es), mb);
+    put(a, TKS_OP_ADD_RMSNORM_FWD, tks_cost_rows(TKS_OP_ADD_RMSNORM_FWD, N, C, es), 2 * L * mb);
     gemm(a, N, QKV, C, dt, dt, 0, L * mb);
-    put(a, TKS_OP_ROPE, tks_cost_rows(TKS_OP_ROPE, N, QD, es), 2 * L * mb); /* q, and dq below */
-    put(a, TKS_OP_ROPE, tks_cost_rows(TKS_OP_ROPE, N, KD, es), 2 * L * mb); /* k, and dk */
+    /* q|k in one call, and dq|dk in the backward */
+    put(a, TKS_OP_ROPE, tks_cost_rows(TKS_OP_ROPE, N, QD + KD, es), 2 * L * mb);
     put(a, TKS_OP_ATTENTION_FWD, tks_cost_attention(B, T, NH, NKV, HD, es, 0), L * mb);
     gemm(a, N, C, QD, dt, dt, 0, L * mb);
-    put(a, TKS_OP_ADD, tks_cost_rows(TKS_OP_ADD, NC, 1, es), 2 * L * mb);
     gemm(a, N, 2 * F, C, dt, dt, 0, L * mb);
     put(a, TKS_OP_SWIGLU_FWD, tks_cost_rows(TKS_OP_SWIGLU_FWD, N, F, es), L * mb);
     gemm(a, N, C, F, dt, dt, 0, L * mb);

@@ -165,8 +165,8 @@ typedef struct tks_train_opts {
      * dp_shard = the rest of the world) */
     int tp, dp_shard, dp_replicate;
     int world;                    /* plan for this many processes (dry runs); 0 = as launched */
-    /* --profile: time every backend op (host clock; after a sync on an
-     * asynchronous backend, so profiled steps run serialized) over the first
+    /* --profile: time every backend op (the backend kind's timer: the host
+     * clock on the CPU, CUDA events on the GPU, read once per step) over the first
      * profile_steps steps of this run (0 = off); rank 0's table (op, calls,
      * ms, ms per step, share, TFLOP/s or GB/s, the roofline's predicted ms;
      * collectives and data loading are

@@ -1,4 +1,4 @@
-/* cpu_backend.c - the CPU reference backend of contract 3 (backend.h):
+/* cpu_backend.c - the CPU reference backend of contract 4 (backend.h):
  * OpenBLAS sgemm, OpenMP elsewhere, fp32 arithmetic with fp32 or bf16
  * storage. Every reduction has a fixed order for a given thread count, so a
  * run is bit-reproducible on the same machine (resume relies on it). Ops run
@@ -477,6 +477,24 @@ static int cpu_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dou
         DT_CALL(dt, rms_dw_cols, s, dout, x, rstd, N, C, c0, c1);
         for (int c = c0; c < c1; c++) dw[c] += s[c - c0];
     }
+    return 0;
+}
+
+/* add then rmsnorm_fwd, row by row: the row's sum is stored (rounded to dt)
+ * by add's kernel and normalized by rmsnorm_fwd's from what was stored, so
+ * the bits are the two ops' */
+INL void add_rms_row(void *res, void *out, float *rstd, const void *a, const void *b, const void *w,
+                     int i, int C, float eps, tks_dtype dt) {
+    size_t o = (size_t)i * C;
+    add_k(res, a, b, o, o + (size_t)C, dt);
+    rms_fwd_row(out, rstd, res, w, i, C, eps, dt);
+}
+static int cpu_add_rmsnorm_fwd(tks_backend *be, void *res, void *out, float *rstd, const void *a,
+                               const void *b, const void *w, int N, int C, float eps, tks_dtype dt) {
+    STICKY(be);
+    if (check_dt(be, "add_rmsnorm_fwd", dt)) return CTX(be)->err;
+#pragma omp parallel for schedule(static) num_threads(NT(be))
+    for (int i = 0; i < N; i++) DT_CALL(dt, add_rms_row, res, out, rstd, a, b, w, i, C, eps);
     return 0;
 }
 
@@ -989,6 +1007,7 @@ static const tks_backend_ops cpu_ops = {
     .embedding_bwd = cpu_embedding_bwd,
     .rmsnorm_fwd = cpu_rmsnorm_fwd,
     .rmsnorm_bwd = cpu_rmsnorm_bwd,
+    .add_rmsnorm_fwd = cpu_add_rmsnorm_fwd,
     .rope = cpu_rope,
     .attention_fwd = cpu_attention_fwd,
     .attention_bwd = cpu_attention_bwd,
@@ -1021,6 +1040,34 @@ tks_backend *tks_cpu_backend_create(int threads) {
     return be;
 }
 
+/* The timer: the host clock when a mark is taken (the ops before it have
+ * run when they returned). */
+struct tks_timer {
+    size_t cap;
+    double t[];
+};
+static int cpu_timer_create(tks_backend *be, size_t marks, tks_timer **out) {
+    (void)be;
+    *out = malloc(sizeof **out + (marks ? marks : 1) * sizeof(double));
+    if (!*out) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for %zu timer marks", marks);
+    (*out)->cap = marks;
+    return 0;
+}
+static int cpu_timer_mark(tks_backend *be, tks_timer *t, size_t i) {
+    STICKY(be);
+    if (i < t->cap) t->t[i] = omp_get_wtime();
+    return 0;
+}
+static int cpu_timer_read(tks_backend *be, tks_timer *t, size_t n, double *secs) {
+    STICKY(be);
+    for (size_t k = 0; 2 * k + 1 < n && 2 * k + 1 < t->cap; k++) secs[k] = t->t[2 * k + 1] - t->t[2 * k];
+    return 0;
+}
+static void cpu_timer_destroy(tks_backend *be, tks_timer *t) {
+    (void)be;
+    free(t);
+}
+
 static int cpu_device_count(void) { return 1; }
 
 static int cpu_create(int threads, tks_backend **out) {
@@ -1035,4 +1082,8 @@ const tks_backend_kind tks_cpu_backend_kind = {
     .device_count = cpu_device_count,
     .create = cpu_create,
     .memory = cpu_memory,
+    .timer_create = cpu_timer_create,
+    .timer_mark = cpu_timer_mark,
+    .timer_read = cpu_timer_read,
+    .timer_destroy = cpu_timer_destroy,
 };

@@ -7,7 +7,7 @@
  * message saying how to build with CUDA. Every function returns 0 or a
  * negative TKS_ERR_* code with the error context set (common/tks.h).
  *
- * The backend implements contract 3 of backend.h (docs/BACKENDS.md): fp32
+ * The backend implements contract 4 of backend.h (docs/BACKENDS.md): fp32
  * and bf16 storage with fp32 arithmetic, cuBLASLt GEMMs, flash-style
  * attention that saves only lse, streams and events mapped to CUDA's, and a
  * sticky error: the first failing CUDA/cuBLAS call (op name, CUDA's message,

@@ -1,8 +1,9 @@
-/* cuda_backend.cu - backend.h (contract 3) on an NVIDIA GPU: the runtime
+/* cuda_backend.cu - backend.h (contract 4) on an NVIDIA GPU: the runtime
  * (errors, memory, workspace, streams and events, creation, the operations
  * table and the registry entry). The kernels are one file per family, as
  * llm.c keeps them: cuda_elementwise.cu (element-wise, deterministic
- * reductions, SwiGLU), cuda_embedding.cu, cuda_norm.cu (RMSNorm),
+ * reductions, SwiGLU), cuda_embedding.cu, cuda_norm.cu (RMSNorm, with the
+ * residual add fused into the forward),
  * cuda_attention.cu (RoPE, flash-style attention that keeps only lse),
  * cuda_xent.cu (cross-entropy), cuda_adamw.cu (multi-tensor AdamW); GEMMs are
  * cuda_gemm.cu, cuDNN's fused attention cudnn_attention.cpp.
@@ -169,7 +170,8 @@ static int cu_sync(tks_backend *be) {
     return 0;
 }
 
-/* ---- workspace: attention's backward keeps D[B,NH,T] (fp32) there ----------- */
+/* ---- workspace: attention's backward keeps D[B,NH,T] (fp32) there, the
+ * RMSNorm weight gradient its chunk sums, the embedding backward its sort -- */
 
 /* cuDNN's graphs need their own scratch: built here for the model's layout
  * (q, k, v views into one fused row of (NH + 2 NKV) HD, out rows NH HD), so
@@ -182,6 +184,9 @@ static size_t cu_workspace_bytes(tks_backend *be, const tks_ws_shape *s) {
      * time uses the workspace, so the largest need sizes it */
     size_t rms = (size_t)RMS_DW_CHUNKS * (size_t)(s->C > 0 ? s->C : 1) * sizeof(float);
     if (rms > d) d = rms;
+    /* the embedding backward's sort by id over the B T rows */
+    size_t emb = s->B > 0 && s->T > 0 ? tks_cu_embedding_bwd_ws(s->B * s->T) : 0;
+    if (emb > d) d = emb;
     if (c->flash && s->dt == TKS_BF16 && s->B > 0 && s->T > 0 && s->NH > 0 && s->NKV > 0) {
         size_t ld = (size_t)(s->NH + 2 * s->NKV) * s->HD, ldo = (size_t)s->NH * s->HD, w = 0;
         if (tks_cudnn_attention_ws(be, s->B, s->T, s->NH, s->NKV, s->HD, ld, ld, ldo, c->deterministic,
@@ -258,6 +263,66 @@ static int cu_event_sync(tks_backend *be, tks_event *e) {
     STICKY(c);
     tks_cuda_check_rt(c, cudaEventSynchronize((cudaEvent_t)e), "event_sync");
     return c->err;
+}
+
+/* ---- the --profile timer: CUDA events on the current stream ------------------
+ * A pair of events around each op, recorded where the op is enqueued; the
+ * host waits only in cu_timer_read, once per profiled step, and reads each
+ * pair's elapsed time (the GPU's clock, about 0.5 us resolution). */
+struct tks_timer {
+    size_t cap;
+    cudaEvent_t *ev;
+};
+static void cu_timer_destroy(tks_backend *be, tks_timer *t) {
+    (void)be;
+    if (!t) return;
+    for (size_t i = 0; i < t->cap && t->ev; i++)
+        if (t->ev[i]) cudaEventDestroy(t->ev[i]);
+    free(t->ev);
+    free(t);
+}
+static int cu_timer_create(tks_backend *be, size_t marks, tks_timer **out) {
+    *out = NULL;
+    tks_timer *t = (tks_timer *)calloc(1, sizeof *t);
+    if (t) t->ev = (cudaEvent_t *)calloc(marks ? marks : 1, sizeof *t->ev);
+    if (!t || !t->ev) {
+        free(t);
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for %zu timer marks", marks);
+    }
+    t->cap = marks;
+    for (size_t i = 0; i < marks; i++) {
+        cudaError_t e = cudaEventCreate(&t->ev[i]); /* with timing */
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            t->ev[i] = NULL;
+            cu_timer_destroy(be, t);
+            return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE,
+                            "--profile: creating CUDA event %zu of %zu for the op timer failed: %s", i, marks,
+                            cudaGetErrorString(e));
+        }
+    }
+    *out = t;
+    return 0;
+}
+static int cu_timer_mark(tks_backend *be, tks_timer *t, size_t i) {
+    CTX(be);
+    STICKY(c);
+    if (i >= t->cap) return arg_fail(c, "profile timer", "mark past the timer's capacity (a caller bug)");
+    tks_cuda_check_rt(c, cudaEventRecord(t->ev[i], c->cur), "profile timer (event record)");
+    return c->err;
+}
+static int cu_timer_read(tks_backend *be, tks_timer *t, size_t n, double *secs) {
+    CTX(be);
+    STICKY(c);
+    for (size_t k = 0; 2 * k + 1 < n && 2 * k + 1 < t->cap; k++) {
+        float ms = 0;
+        if (tks_cuda_check_rt(c, cudaEventSynchronize(t->ev[2 * k + 1]), "profile timer (event sync)") ||
+            tks_cuda_check_rt(c, cudaEventElapsedTime(&ms, t->ev[2 * k], t->ev[2 * k + 1]),
+                              "profile timer (elapsed time)"))
+            return c->err;
+        secs[k] = ms / 1e3;
+    }
+    return 0;
 }
 
 /* ---- creation -------------------------------------------------------------------- */
@@ -344,6 +409,7 @@ static tks_backend_ops make_cuda_ops(void) {
     o.embedding_bwd = tks_cu_embedding_bwd;
     o.rmsnorm_fwd = tks_cu_rmsnorm_fwd;
     o.rmsnorm_bwd = tks_cu_rmsnorm_bwd;
+    o.add_rmsnorm_fwd = tks_cu_add_rmsnorm_fwd;
     o.rope = tks_cu_rope;
     o.attention_fwd = tks_cu_attention_fwd;
     o.attention_bwd = tks_cu_attention_bwd;
@@ -403,6 +469,10 @@ static tks_backend_kind make_cuda_kind(void) {
     k.describe = tks_cuda_describe;
     k.attention_name = cuda_attention_name;
     k.set_deterministic = cuda_set_deterministic;
+    k.timer_create = cu_timer_create;
+    k.timer_mark = cu_timer_mark;
+    k.timer_read = cu_timer_read;
+    k.timer_destroy = cu_timer_destroy;
     k.comm_name = "nccl";
     k.comm_world_create = cuda_comm_world_create;
     k.comm_world_free = cuda_comm_world_free;
@@ -472,7 +542,9 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
               tks_cuda_check_blas(c, cublasCreate(&c->blas), "cublasCreate") ||
               tks_cuda_check_blas(c, cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode") ||
               tks_cuda_check_rt(c, cudaMalloc(&c->workspace, c->workspace_bytes), "cuBLASLt workspace") ||
-              tks_cuda_check_rt(c, cudaMalloc((void **)&c->d_partial, TKS_NORM_BLOCKS * sizeof(double)),
+              tks_cuda_check_rt(c, cudaMalloc((void **)&c->d_partial, (TKS_NORM_BLOCKS + 1) * sizeof(double)),
+                                "reduction partials") ||
+              tks_cuda_check_rt(c, cudaMemset(c->d_partial, 0, (TKS_NORM_BLOCKS + 1) * sizeof(double)),
                                 "reduction partials");
     if (bad) {
         int code = tks_fail(c->err ? c->err : TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "%s", c->err_msg);
@@ -509,7 +581,7 @@ extern "C" void tks_cuda_backend_memory(tks_backend *be, size_t *now, size_t *pe
 
 extern "C" size_t tks_cuda_backend_reserved(tks_backend *be) {
     tks_cuda_ctx *c = tks_cuda_ctx_of(be);
-    return c->workspace_bytes + TKS_NORM_BLOCKS * sizeof(double);
+    return c->workspace_bytes + (TKS_NORM_BLOCKS + 1) * sizeof(double);
 }
 
 extern "C" void *tks_cuda_backend_stream(tks_backend *be) {

@@ -1,6 +1,7 @@
-/* cuda_elementwise.cu - the CUDA backend's element-wise (convert, add, scale), deterministic reductions (sum, sum of squares), SwiGLU kernels (backend.h gives each
- * op's contract; the CPU reference, trainer/cpu/cpu_backend.c, is what they
- * are tested against). */
+/* cuda_elementwise.cu - the CUDA backend's element-wise (convert, add,
+ * scale), deterministic reductions (sum, sum of squares) and SwiGLU kernels
+ * (backend.h gives each op's contract; the CPU reference,
+ * trainer/cpu/cpu_backend.c, is what they are tested against). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -54,43 +55,69 @@ int tks_cu_scale(tks_backend *be, float *x, size_t n, float s) {
     return LAUNCHED(c, "scale");
 }
 
-/* ---- deterministic reductions into a device scalar: two stages, no atomics --
- * Stage 1: TKS_NORM_BLOCKS blocks of 256 threads; element i of a span goes to
- * thread (i mod 256*blocks), each thread sums its elements in order, each
- * block reduces in a fixed tree, and the spans add into the same partials in
- * call order. Stage 2: one block adds the partials in a fixed tree. The
- * partition depends only on the sizes, never on the GPU, so the bits depend
- * only on the data. fp64 accumulation, as the contract asks. */
-__global__ void k_reduce_stage1(double *part, const float *x, size_t n, int square, int first) {
+/* ---- deterministic reductions into a device scalar: one launch, no float
+ * atomics ------------------------------------------------------------------
+ * TKS_NORM_BLOCKS blocks of 256 threads over the spans' concatenation
+ * (span_batch): element e goes to thread e mod (256 TKS_NORM_BLOCKS), each
+ * thread sums its elements in order (fp64, as the contract asks), each block
+ * reduces in a fixed tree into part[block] (a list longer than SPAN_BATCH
+ * spans takes one launch per batch, each adding into the same partials in
+ * order). In the last batch's launch, the block that finishes last (a
+ * ticket: an integer atomic, __threadfence before it, as CUDA's
+ * threadFenceReduction sample does) adds the partials in a fixed tree
+ * (thread t: partials t, t + 256, ..., then the block tree), writes out and
+ * resets the ticket. The partition depends only on the sizes, never on the
+ * GPU or on which block finished last, so the bits depend only on the data. */
+__global__ void k_reduce(double *part, unsigned *ticket, float *out, const float *x, span_batch b,
+                         int square, int first, int last, int accumulate) {
     __shared__ double sh[32];
+    __shared__ size_t s_off[SPAN_BATCH], s_end[SPAN_BATCH];
+    __shared__ int am_last;
+    for (int k = threadIdx.x; k < b.n; k += blockDim.x) s_off[k] = b.off[k], s_end[k] = b.end[k];
+    __syncthreads();
+    size_t total = b.n ? s_end[b.n - 1] : 0;
     double s = 0;
-    GRID_STRIDE(i, n) {
-        double v = (double)x[i];
+    int sp = 0;
+    GRID_STRIDE(e, total) {
+        sp = span_of(s_end, sp, e);
+        double v = (double)x[s_off[sp] + (e - (sp ? s_end[sp - 1] : 0))];
         s += square ? v * v : v;
     }
     s = block_sum(s, sh);
-    if (threadIdx.x == 0) part[blockIdx.x] = first ? s : part[blockIdx.x] + s;
-}
-__global__ void k_reduce_stage2(float *out, const double *part, int nb, int accumulate) {
-    __shared__ double sh[32];
-    double s = 0;
-    for (int i = threadIdx.x; i < nb; i += blockDim.x) s += part[i];
-    s = block_sum(s, sh);
-    if (threadIdx.x == 0) out[0] = (float)((accumulate ? (double)out[0] : 0.0) + s);
+    if (threadIdx.x == 0) {
+        part[blockIdx.x] = first ? s : part[blockIdx.x] + s;
+        am_last = 0;
+        if (last) {
+            __threadfence(); /* this block's partial is visible before its ticket */
+            am_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+        }
+    }
+    __syncthreads();
+    if (!am_last) return;
+    __threadfence();
+    const volatile double *vp = part; /* past L1: the other blocks' partials */
+    double t = 0;
+    for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x) t += vp[k];
+    t = block_sum(t, sh);
+    if (threadIdx.x == 0) {
+        out[0] = (float)((accumulate ? (double)out[0] : 0.0) + t);
+        *ticket = 0;
+    }
 }
 static int reduce(tks_cuda_ctx *c, float *out, const float *x, const tks_span *spans, size_t nspans,
                   int square, int accumulate, const char *op) {
+    size_t k = 0;
     int first = 1;
-    for (size_t k = 0; k < nspans; k++) {
-        if (!spans[k].n) continue;
-        k_reduce_stage1<<<TKS_NORM_BLOCKS, 256, 0, c->cur>>>(c->d_partial, x + spans[k].off,
-                                                            spans[k].n, square, first);
+    unsigned *ticket = (unsigned *)(c->d_partial + TKS_NORM_BLOCKS);
+    do { /* at least one launch: an empty list writes 0 (or leaves out as it was) */
+        span_batch b;
+        span_batch_fill(&b, spans, nspans, &k, [](const tks_span &) { return 0.0f; });
+        k_reduce<<<TKS_NORM_BLOCKS, 256, 0, c->cur>>>(c->d_partial, ticket, out, x, b, square, first,
+                                                       k == nspans, accumulate);
         first = 0;
         if (LAUNCHED(c, op)) return c->err;
-    }
-    if (first) tks_cuda_check_rt(c, cudaMemsetAsync(c->d_partial, 0, TKS_NORM_BLOCKS * sizeof(double), c->cur), op);
-    k_reduce_stage2<<<1, 1024, 0, c->cur>>>(out, c->d_partial, TKS_NORM_BLOCKS, accumulate);
-    return LAUNCHED(c, op);
+    } while (k < nspans);
+    return 0;
 }
 int tks_cu_sumsq(tks_backend *be, float *out, const float *x, const tks_span *spans,
                     size_t nspans, int accumulate) {

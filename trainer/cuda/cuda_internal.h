@@ -37,7 +37,8 @@ typedef struct tks_cuda_ctx {
     size_t workspace_bytes;
     tks_gemm_plan plans[TKS_GEMM_CACHE];
     int nplans, victim;
-    double *d_partial;   /* [TKS_NORM_BLOCKS]: the reductions' first stage */
+    double *d_partial;   /* [TKS_NORM_BLOCKS + 1]: the reductions' block partials, then
+                          * (as an unsigned) the ticket of their last block, 0 between ops */
     /* sticky error */
     int err;
     char err_msg[512];

@@ -47,6 +47,40 @@ static inline unsigned grid_for(size_t n, unsigned block) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);   \
          i += (size_t)gridDim.x * blockDim.x)
 
+/* ---- span lists (sumsq, sum, adamw): SPAN_BATCH spans per launch ----------
+ * Passed by value as a kernel parameter (3.2 KiB, under the 4 KiB limit of
+ * kernel parameters), so a launch needs no upload and a list of up to
+ * SPAN_BATCH spans (one per parameter tensor: 147 for 16 layers) is one
+ * launch. Element e of the batch's concatenation lies in span s with
+ * end[s-1] <= e < end[s] (end[-1] = 0), at flat index off[s] + e - end[s-1];
+ * a thread whose e only grows finds s by stepping forward (span_of). */
+enum { SPAN_BATCH = 160 };
+struct span_batch {
+    size_t off[SPAN_BATCH]; /* span s's first element in the flat buffer */
+    size_t end[SPAN_BATCH]; /* elements of spans 0..s together */
+    float f[SPAN_BATCH];    /* a factor per span (AdamW: the decay 1 - lr wd) */
+    int n;
+};
+/* Fills b from spans[*k..] (at most SPAN_BATCH, up to nspans), advancing
+ * *k; f_of(span) gives each span's factor. Returns the batch's elements. */
+template <typename F>
+static size_t span_batch_fill(span_batch *b, const tks_span *spans, size_t nspans, size_t *k, F f_of) {
+    size_t e = 0;
+    b->n = 0;
+    for (; *k < nspans && b->n < SPAN_BATCH; (*k)++, b->n++) {
+        e += spans[*k].n;
+        b->off[b->n] = spans[*k].off;
+        b->end[b->n] = e;
+        b->f[b->n] = f_of(spans[*k]);
+    }
+    return e;
+}
+/* the span of element e, from the span s of an earlier e (end in shared memory) */
+__device__ __forceinline__ int span_of(const size_t *end, int s, size_t e) {
+    while (e >= end[s]) s++;
+    return s;
+}
+
 /* ---- storage types: load as fp32, store with round to nearest even --------- */
 
 typedef __nv_bfloat16 bf16;
@@ -54,6 +88,11 @@ __device__ __forceinline__ float ldv(const float *p, size_t i) { return p[i]; }
 __device__ __forceinline__ float ldv(const bf16 *p, size_t i) { return __bfloat162float(p[i]); }
 __device__ __forceinline__ void stv(float *p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void stv(bf16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+/* v as stv stores it into a T and ldv reads it back (identity for fp32) */
+__device__ __forceinline__ float rounded(const float *, float v) { return v; }
+__device__ __forceinline__ float rounded(const bf16 *, float v) {
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
 
 /* ---- block reductions (fixed tree: warp shuffles, then warp 0) -------------- */
 
@@ -108,12 +147,17 @@ int tks_cu_embedding_fwd(tks_backend *be, void *out, const int32_t *ids, const v
     int C, int64_t v0, int V, tks_dtype dt);
 int tks_cu_embedding_bwd(tks_backend *be, float *dw, const void *dout, const int32_t *ids, int N,
     int C, int64_t v0, int V, tks_dtype dt);
+/* the workspace bytes embedding_bwd's sort by id needs for N rows (0: CUB
+ * could not size it; the op then runs its fallback) */
+size_t tks_cu_embedding_bwd_ws(int N);
 
-/* cuda_norm.cu: RMSNorm */
+/* cuda_norm.cu: RMSNorm, and the residual add fused with it */
 int tks_cu_rmsnorm_fwd(tks_backend *be, void *out, float *rstd, const void *x, const void *w,
     int N, int C, float eps, tks_dtype dt);
 int tks_cu_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout, const void *x,
     const void *w, const float *rstd, int N, int C, tks_dtype dt);
+int tks_cu_add_rmsnorm_fwd(tks_backend *be, void *res, void *out, float *rstd, const void *a,
+    const void *b, const void *w, int N, int C, float eps, tks_dtype dt);
 
 /* cuda_attention.cu: RoPE and attention (tokshard's own kernels) */
 int tks_cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0,

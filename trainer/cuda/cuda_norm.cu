@@ -1,4 +1,5 @@
-/* cuda_norm.cu - the CUDA backend's RMSNorm kernels (backend.h gives each
+/* cuda_norm.cu - the CUDA backend's RMSNorm kernels, and the residual add
+ * fused with the forward (backend.h gives each
  * op's contract; the CPU reference, trainer/cpu/cpu_backend.c, is what they
  * are tested against). */
 #include <math.h>
@@ -23,6 +24,26 @@ __global__ void k_rmsnorm_fwd(T *out, float *rstd, const T *x, const T *w, int C
     float r = 1.0f / sqrtf(ss / (float)C + eps);
     if (threadIdx.x == 0) rstd[blockIdx.x] = r;
     for (int j = threadIdx.x; j < C; j += blockDim.x) stv(out, o + j, ldv(x, o + j) * r * ldv(w, j));
+}
+/* add_rmsnorm_fwd: k_add's sum, rounded to T as k_add stores it, then
+ * k_rmsnorm_fwd's row over those stored values, with the same thread
+ * partition and tree; each thread reads back only the elements it wrote, so
+ * res may alias a or b. */
+template <typename T>
+__global__ void k_add_rmsnorm_fwd(T *res, T *out, float *rstd, const T *a, const T *b, const T *w,
+                                  int C, float eps) {
+    __shared__ float sh[32];
+    size_t o = (size_t)blockIdx.x * C;
+    float ss = 0;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) {
+        float v = rounded(res, ldv(a, o + j) + ldv(b, o + j));
+        stv(res, o + j, v);
+        ss += v * v;
+    }
+    ss = block_sum(ss, sh);
+    float r = 1.0f / sqrtf(ss / (float)C + eps);
+    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) stv(out, o + j, ldv(res, o + j) * r * ldv(w, j));
 }
 template <typename T>
 __global__ void k_rmsnorm_bwd_dx(T *dx, const T *dout, const T *x, const T *w, const float *rstd,
@@ -97,6 +118,20 @@ int tks_cu_rmsnorm_fwd(tks_backend *be, void *out, float *rstd, const void *x, c
     else
         k_rmsnorm_fwd<float><<<N, 256, 0, c->cur>>>((float *)out, rstd, (const float *)x, (const float *)w, C, eps);
     return LAUNCHED(c, "rmsnorm_fwd");
+}
+int tks_cu_add_rmsnorm_fwd(tks_backend *be, void *res, void *out, float *rstd, const void *a,
+                           const void *b, const void *w, int N, int C, float eps, tks_dtype dt) {
+    CTX(be);
+    STICKY(c);
+    CHECK_DT(c, "add_rmsnorm_fwd", dt);
+    if (N <= 0) return 0;
+    if (dt == TKS_BF16)
+        k_add_rmsnorm_fwd<bf16><<<N, 256, 0, c->cur>>>((bf16 *)res, (bf16 *)out, rstd, (const bf16 *)a,
+                                                       (const bf16 *)b, (const bf16 *)w, C, eps);
+    else
+        k_add_rmsnorm_fwd<float><<<N, 256, 0, c->cur>>>((float *)res, (float *)out, rstd, (const float *)a,
+                                                        (const float *)b, (const float *)w, C, eps);
+    return LAUNCHED(c, "add_rmsnorm_fwd");
 }
 int tks_cu_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout, const void *x,
                           const void *w, const float *rstd, int N, int C, tks_dtype dt) {
