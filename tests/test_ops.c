@@ -1023,6 +1023,9 @@ static void test_doc_contract(void) {
                    which ? "pos 4 with T 4: TKS_ERR_ARG naming it" : "doc 0,0,1,3: TKS_ERR_ARG naming it",
                    !(rc == TKS_ERR_ARG && named));
         tks_clear_error();
+        b2->ops->free(b2, a);
+        b2->ops->free(b2, x);
+        b2->ops->free(b2, w);
         b2->ops->destroy(b2);
     }
 }

@@ -185,7 +185,7 @@ static void cache_put(scratch *s, size_t set, const uint64_t key[CACHE_KEY / 8],
     cline *l = &s->cache[2 * set];
     l[1] = l[0];
     memcpy(l->key, key, CACHE_KEY);
-    memcpy(l->ids, ids, k * sizeof *ids);
+    if (k) memcpy(l->ids, ids, k * sizeof *ids); /* an empty piece passes no ids */
     l->len = (uint8_t)n;
     l->n_ids = (uint8_t)k;
 }
@@ -408,7 +408,7 @@ static int ref_merge(enc *e, const char *t, size_t n) {
         m--;
     }
     rc = out_reserve(e, m);
-    if (!rc) memcpy(e->out->ids + e->out->n, sym, m * sizeof *sym), e->out->n += m;
+    if (!rc && m) memcpy(e->out->ids + e->out->n, sym, m * sizeof *sym), e->out->n += m;
     return rc;
 }
 
@@ -468,6 +468,7 @@ static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k) {
         if (l) {
             s->st.word_hits++;
             s->st.hit_bytes += n;
+            if (!l->n_ids) return 0; /* a piece whose bytes have no token gives no id */
             int rc = out_reserve(e, l->n_ids);
             if (rc) return rc;
             memcpy(e->out->ids + e->out->n, l->ids, l->n_ids * sizeof(uint32_t));

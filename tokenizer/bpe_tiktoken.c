@@ -336,7 +336,7 @@ static int resolve_pattern(tks_bpe *b, const tks_tiktoken_opts *o, special **sp,
 
 /* Special ids: above the ranks, each once; the ids between are gaps. */
 static int place_specials(tks_bpe *b, special *sp, size_t n_sp, uint32_t n_ranks, uint32_t *n_ids) {
-    qsort(sp, n_sp, sizeof *sp, special_cmp);
+    if (n_sp) qsort(sp, n_sp, sizeof *sp, special_cmp); /* sp may be NULL when there are none */
     *n_ids = n_ranks;
     for (size_t i = 0; i < n_sp; i++) {
         if (sp[i].id < n_ranks)
@@ -442,7 +442,7 @@ static int hf_merges(const tks_bpe *b, json_t *merges) {
             uint32_t l = tks__bpe_vocab_find(b, s, i), r = tks__bpe_vocab_find(b, s + i, n - i);
             if (l != TKS_NO_ID && r != TKS_NO_ID) local[k++] = (split_pair){l, r};
         }
-        qsort(local, k, sizeof *local, pair_cmp);
+        if (k) qsort(local, k, sizeof *local, pair_cmp);
         for (size_t i = 0; !rc && i < k; i++) {
             json_t *l = byte_level(b->bytes + b->off[local[i].l], b->off[local[i].l + 1] - b->off[local[i].l]);
             json_t *r = byte_level(b->bytes + b->off[local[i].r], b->off[local[i].r + 1] - b->off[local[i].r]);
