@@ -146,6 +146,25 @@ PY
   "$TKS" verify-tokenizer "$D/tok/tokenizer.json" "$D/tok/tokenizer.json" --format jsonl "$D/docs.jsonl" >"$D/out" 2>&1 &&
     grep -q "identical ids on all $nk documents" "$D/out" && ok "verify-tokenizer A A: identical on all $nk" ||
     fail "verify-tokenizer A A: $(tail -2 "$D/out")"
+  # verify-tokenizer MODEL: the fast encoder against tokenizers itself, run by
+  # the venv's Python; and, as its negative control, against tokenizers given
+  # the other tokenizer (a --python that swaps the path): as many documents
+  # differ as tokenizers' own ids of the two say
+  "$TKS" verify-tokenizer "$D/tok/tokenizer.json" --python "$PY" --format jsonl "$D/docs.jsonl" >"$D/out" 2>&1 &&
+    grep -q "identical ids from the fast encoder and tokenizers [0-9.]* ($PY) on $nk documents" "$D/out" &&
+    ok "verify-tokenizer --python: $(head -1 "$D/out" | sed 's/.*(byte-level-bpe): //' | cut -c1-90)" ||
+    fail "verify-tokenizer --python: $(tail -3 "$D/out")"
+  printf '#!/bin/bash\n# argv: -c SCRIPT tokenizers PATH\na=("$@"); a[3]=%q\nexec %q "${a[@]}"\n' "$W/$O.json" "$PY" >"$D/swap-python"
+  chmod +x "$D/swap-python"
+  "$TKS" verify-tokenizer "$D/tok/tokenizer.json" --python "$D/swap-python" --format jsonl "$D/docs.jsonl" >"$D/out" 2>&1
+  code=$?
+  [[ $code -eq 1 ]] && grep -q "DIFFERENT ids from the fast encoder and tokenizers .* on $nd of $nk documents" "$D/out" &&
+    grep -Eq "docs.jsonl line [0-9]+ \(document [0-9]+, [0-9]+ bytes\): first difference at id" "$D/out" &&
+    ok "verify-tokenizer against tokenizers with $O.json: $nd of $nk documents differ" ||
+    fail "verify-tokenizer, swapped peer (exit $code, want 1 and $nd of $nk): $(tail -2 "$D/out")"
+  "$TKS" verify-tokenizer "$D/tok/tokenizer.json" --python "$D/nosuch" --format jsonl "$D/docs.jsonl" >"$D/out" 2>&1
+  [[ $? -eq 2 ]] && grep -q "the Python reference through $D/nosuch: cannot be run" "$D/out" &&
+    ok "verify-tokenizer --python NOSUCH: exit 2, naming it" || fail "--python NOSUCH: $(cat "$D/out")"
   if [[ $MODEL == llama3 ]]; then
     # the trainer on the byte-level dataset: its checkpoints carry tokenizer.json and
     # tokenizer_config.json, export-hf gives a directory AutoTokenizer reads with
@@ -243,9 +262,13 @@ PY
     ok "the same ranks with another pattern are another tokenizer" || fail "audit --pattern llama3: $(cat "$D/out")"
   "$TKS" inspect "$D/data" >"$D/out" 2>&1 && grep -q "tiktoken.json, byte-level-bpe" "$D/out" &&
     ok "inspect: $(grep -E 'tokenizer ' "$D/out" | xargs | cut -c1-80)" || fail "inspect: $(head -5 "$D/out")"
-  "$TKS" verify-tokenizer "$W/$MODEL.tiktoken" --pattern "$P" --format jsonl "$D/docs.jsonl" >"$D/out" 2>&1 &&
-    grep -q "identical ids from the fast encoder and the reference" "$D/out" &&
-    ok "verify-tokenizer: $(head -1 "$D/out" | cut -c1-100)" || fail "verify-tokenizer: $(cat "$D/out")"
+  "$TKS" verify-tokenizer "$W/$MODEL.tiktoken" --pattern "$P" --reference own --format jsonl "$D/docs.jsonl" \
+    >"$D/out" 2>&1 && grep -q "identical ids from the fast encoder and the reference" "$D/out" &&
+    ok "verify-tokenizer --reference own: $(head -1 "$D/out" | cut -c1-100)" || fail "verify-tokenizer: $(cat "$D/out")"
+  "$TKS" verify-tokenizer "$W/$MODEL.tiktoken" --pattern "$P" --python "$PY" --format jsonl "$D/docs.jsonl" \
+    >"$D/out" 2>&1 && grep -q "identical ids from the fast encoder and tiktoken [0-9.]* ($PY)" "$D/out" &&
+    ok "verify-tokenizer --python: $(head -1 "$D/out" | sed 's/.*(byte-level-bpe): //' | cut -c1-100)" ||
+    fail "verify-tokenizer --python (tiktoken): $(tail -3 "$D/out")"
   "$TKS" build --tokenizer "$W/$MODEL.tiktoken" --output "$D/x" "$D/docs.jsonl" >/dev/null 2>"$D/err"
   [[ $? -eq 2 ]] && grep -q "give one with --pattern" "$D/err" && [[ ! -e $D/x.partial ]] &&
     ok "a ranks file without --pattern is refused" || fail "no --pattern: $(cat "$D/err")"

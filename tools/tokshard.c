@@ -20,6 +20,7 @@
 #include "tokenizer/tokenizer.h"
 #include "cli.h"
 #include "dist.h"
+#include "peer.h"
 
 /* A size flag's value into *x; 0 or an exit code after the error. */
 static int size_value(const char *name, const char *v, uint64_t *x) {
@@ -477,48 +478,110 @@ static void print_agreement(const char *model, const tks_tok *t, const tks_spm_c
     printf("\n");
 }
 
-/* verify-tokenizer A B TEXT...: the documents on which two tokenizers give
- * other ids (a sentencepiece model, a tokenizer.json, or one of each) */
-static int compare_two(const char *na, tks_tok *a, const char *nb, tks_tok *b, const char **inputs, size_t n_in,
-                       const tks_input_opts *io) {
+/* One side of a comparison: a tokenizer of ours, or the Python reference
+ * (peer) of one; `seconds` sums its encoding time. */
+typedef struct side {
+    const char *label;
+    const tks_tok *t; /* prints the pieces of both sides' ids */
+    tks_peer *peer;   /* NULL: t encodes */
+    double seconds;
+} side;
+
+static int side_encode(side *s, const char *text, size_t len, tks_ids *out) {
+    double t0 = omp_get_wtime();
+    int rc = s->peer ? tks_peer_encode(s->peer, text, len, out) : tks_tok_encode(s->t, text, len, out);
+    s->seconds += omp_get_wtime() - t0;
+    return rc;
+}
+
+typedef struct compared {
+    uint64_t docs, differ, bytes;
+    uint64_t not_utf8; /* documents the peer did not take */
+} compared;
+
+/* Encodes every document of the TEXT inputs with a and b, printing the
+ * first 5 that differ (source, line, document, the ids around the first
+ * difference). Returns 0, or a tks error code. */
+static int compare_sides(side *a, side *b, const char **inputs, size_t n_in, const tks_input_opts *io,
+                         compared *r) {
     doc_src src = {0};
     tks_ids ia = {0}, ib = {0};
-    uint64_t docs = 0, differ = 0, bytes = 0;
-    int rc = tks_input_open(inputs, n_in, io, &src.in), shown = 0;
+    int rc = tks_input_open(inputs, n_in, io, &src.in);
     const char *t;
     size_t len;
+    int w = (int)(strlen(a->label) > strlen(b->label) ? strlen(a->label) : strlen(b->label)) + 1;
     while (!rc && (rc = next_doc(&src, &t, &len)) > 0) {
-        rc = tks_tok_encode(a, t, len, &ia);
-        if (!rc) rc = tks_tok_encode(b, t, len, &ib);
+        rc = side_encode(a, t, len, &ia);
+        if (!rc) rc = side_encode(b, t, len, &ib);
+        if (rc == 1) { /* not UTF-8: the peer cannot say */
+            r->not_utf8++;
+            rc = 0;
+            continue;
+        }
         if (rc) break;
-        docs++, bytes += len;
-        if (ia.n == ib.n && !memcmp(ia.ids, ib.ids, ia.n * sizeof *ia.ids)) continue;
-        differ++;
-        if (shown++ >= 5) continue;
+        r->docs++, r->bytes += len;
+        if (ia.n == ib.n && (!ia.n || !memcmp(ia.ids, ib.ids, ia.n * sizeof *ia.ids))) continue;
+        if (r->differ++ >= 5) continue;
         size_t i = 0;
         while (i < ia.n && i < ib.n && ia.ids[i] == ib.ids[i]) i++;
         size_t lo = i > 3 ? i - 3 : 0;
-        printf("%s line %llu (document %llu, %zu bytes): first difference at id %zu\n", src.doc.source,
-               (unsigned long long)src.doc.line, (unsigned long long)src.doc.ordinal, len, i);
-        printf("  A:");
-        print_ids(a, &ia, lo, i + 4);
-        printf("  B:");
-        print_ids(b, &ib, lo, i + 4);
+        printf("%s line %llu (document %llu, %zu bytes): first difference at id %zu of %zu (%s) / %zu (%s)\n",
+               src.doc.source, (unsigned long long)src.doc.line, (unsigned long long)src.doc.ordinal, len, i, ia.n,
+               a->label, ib.n, b->label);
+        printf("  %s:%*s", a->label, (int)(w - strlen(a->label)), "");
+        print_ids(a->t, &ia, lo, i + 4);
+        printf("  %s:%*s", b->label, (int)(w - strlen(b->label)), "");
+        print_ids(b->t, &ib, lo, i + 4);
     }
     tks_input_free(src.in);
     tks_ids_free(&ia);
     tks_ids_free(&ib);
-    if (rc < 0) return cli_lib_error();
-    if (!differ)
+    return rc < 0 ? rc : 0;
+}
+
+/* verify-tokenizer A B TEXT...: the documents on which two tokenizers give
+ * other ids (a sentencepiece model, a tokenizer.json, or one of each) */
+static int compare_two(const char *na, tks_tok *a, const char *nb, tks_tok *b, const char **inputs, size_t n_in,
+                       const tks_input_opts *io) {
+    side sa = {.label = "A", .t = a}, sb = {.label = "B", .t = b};
+    compared r = {0};
+    if (compare_sides(&sa, &sb, inputs, n_in, io, &r)) return cli_lib_error();
+    if (!r.differ)
         printf("A %s (%s) and B %s (%s): identical ids on all %llu documents (%.1f MB)\n", na,
-               tks_tok_model_type(a), nb, tks_tok_model_type(b), (unsigned long long)docs, bytes / 1e6);
+               tks_tok_model_type(a), nb, tks_tok_model_type(b), (unsigned long long)r.docs, r.bytes / 1e6);
     else
         printf("A %s (%s) and B %s (%s): DIFFERENT ids on %llu of %llu documents (%.4f%%)%s: datasets "
                "built with the two do not mean the same by an id; do not mix them\n",
-               na, tks_tok_model_type(a), nb, tks_tok_model_type(b), (unsigned long long)differ,
-               (unsigned long long)docs, docs ? 100.0 * (double)differ / (double)docs : 0.0,
-               differ > 5 ? "; the first 5 above" : "");
-    return differ ? EXIT_PROBLEMS : 0;
+               na, tks_tok_model_type(a), nb, tks_tok_model_type(b), (unsigned long long)r.differ,
+               (unsigned long long)r.docs, r.docs ? 100.0 * (double)r.differ / (double)r.docs : 0.0,
+               r.differ > 5 ? "; the first 5 above" : "");
+    return r.differ ? EXIT_PROBLEMS : 0;
+}
+
+/* verify-tokenizer MODEL TEXT... for a byte-level BPE tokenizer, against its
+ * Python reference (tokenizers or tiktoken, through `python`) */
+static int compare_peer(const char *model, tks_tok *t, tks_peer *peer, const char *python, const char **inputs,
+                        size_t n_in, const tks_input_opts *io) {
+    side fast = {.label = "fast", .t = t}, ref = {.label = tks_peer_name(peer), .t = t, .peer = peer};
+    compared r = {0};
+    if (compare_sides(&fast, &ref, inputs, n_in, io, &r)) return cli_lib_error();
+    double mb = r.bytes / 1e6;
+    if (r.differ) {
+        printf("%s (%s): DIFFERENT ids from the fast encoder and %s (%s) on %llu of %llu documents%s\n"
+               "tokshard build would be wrong on this tokenizer: please report it with the tokenizer and "
+               "these lines\n",
+               model, tks_tok_model_type(t), tks_peer_name(peer), python, (unsigned long long)r.differ,
+               (unsigned long long)r.docs, r.differ > 5 ? " (the first 5 above)" : "");
+        return EXIT_PROBLEMS;
+    }
+    printf("%s (%s): identical ids from the fast encoder and %s (%s) on %llu documents (%.1f MB)\n", model,
+           tks_tok_model_type(t), tks_peer_name(peer), python, (unsigned long long)r.docs, mb);
+    printf("  %s %.2f MB/s (one thread, with the pipe), fast %.2f MB/s (1 thread)\n", tks_peer_name(peer),
+           ref.seconds > 0 ? mb / ref.seconds : 0.0, fast.seconds > 0 ? mb / fast.seconds : 0.0);
+    if (r.not_utf8)
+        printf("  %llu documents not compared: not UTF-8, which %s cannot take (see --invalid-utf8)\n",
+               (unsigned long long)r.not_utf8, tks_peer_name(peer));
+    return 0;
 }
 
 /* A tokenizer of verify-tokenizer: --pattern and --special-tokens go to a
@@ -534,10 +597,13 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
     io.split = TKS_SPLIT_LINE;
     int no_cache = 0;
     tks_tok_opts to = {0};
+    const char *reference = "auto", *python = NULL;
     const cli_flag input[] = INPUT_FLAGS(&io);
     const cli_flag flags[] = {{.name = "--no-cache", .type = CLI_BOOL, .ptr = &no_cache},
                               {.name = "--pattern", .type = CLI_STR, .ptr = &to.pattern},
                               {.name = "--special-tokens", .type = CLI_STR, .ptr = &to.special_tokens},
+                              {.name = "--reference", .type = CLI_STR, .ptr = &reference},
+                              {.name = "--python", .type = CLI_STR, .ptr = &python},
                               {0}};
     /* MODEL and TEXT arguments are collected in place at the front of argv */
     cli_list in = {(const char **)argv, 0};
@@ -546,6 +612,8 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
     int prc = cli_parse(&cmd, argc, argv);
     if (prc != CLI_PARSED) return prc;
     if (in.n < 2) return cli_usage_error("verify-tokenizer: give MODEL and at least one TEXT input");
+    if (strcmp(reference, "auto") && strcmp(reference, "peer") && strcmp(reference, "own"))
+        return cli_usage_error("verify-tokenizer: --reference is auto, peer or own, not \"%s\"", reference);
     const char *model = in.items[0];
     tks_tok *ta = NULL, *tb = NULL;
     if (load_for_verify(model, &to, &ta)) return cli_lib_error();
@@ -572,6 +640,25 @@ static int cmd_verify_tokenizer(int argc, char **argv) {
     }
     if (no_cache && spm) tks_spm_set_word_cache(spm, 0);
     if (no_cache && !spm) tks_bpe_set_word_cache(tks_tok_bpe(ta), 0);
+    if (!spm && strcmp(reference, "own")) {
+        /* byte-level BPE: its Python reference where one is installed */
+        const char *py = python ? python : getenv("TOKSHARD_PYTHON");
+        if (!py || !*py) py = "python3";
+        tks_peer *peer = NULL;
+        if (tks_peer_start(py, ta, model, &peer) == 0) {
+            int rc = compare_peer(model, ta, peer, py, in.items + 1, in.n - 1, &io);
+            tks_peer_stop(peer);
+            tks_tok_free(ta);
+            return rc;
+        }
+        if (python || !strcmp(reference, "peer")) { /* asked for: its failure is the answer */
+            tks_tok_free(ta);
+            return cli_lib_error();
+        }
+        printf("no Python reference (%s)\n  comparing with tokshard's own reference instead\n",
+               tks_last_error()->message);
+        tks_clear_error();
+    }
     doc_src src = {0};
     tks_spm_compare cmp = {0};
     int rc = tks_input_open(in.items + 1, in.n - 1, &io, &src.in);
@@ -969,7 +1056,11 @@ static void help(FILE *f) {
             "      file with --pattern gpt2|cl100k|o200k|llama3|qwen2|REGEX|tokenizer.json and\n"
             "      --special-tokens TEXT=ID,... [the named encoding's], or a dataset's tiktoken.json\n"
             "  tokshard verify-tokenizer MODEL TEXT... [input options; --doc-split line by default]\n"
-            "      compares tokshard's fast encoder with sentencepiece document by document\n"
+            "      compares tokshard's fast encoder with the reference document by document:\n"
+            "      sentencepiece for a MODEL; for byte-level BPE, Hugging Face tokenizers (a\n"
+            "      tokenizer.json) or tiktoken (a ranks file) run by --python PATH [$TOKSHARD_PYTHON,\n"
+            "      else python3], or tokshard's own (PCRE2 pieces, plain merge loop) when that\n"
+            "      Python cannot import it; --reference peer|own insists on one [auto]\n"
             "      --no-cache: without the word cache (times the encoder's miss path)\n"
             "  tokshard verify-tokenizer A B TEXT...   the documents on which two tokenizers\n"
             "      (any two TOKENIZERs; --pattern and --special-tokens go to the tiktoken files) give\n"
