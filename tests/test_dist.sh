@@ -128,14 +128,21 @@ for p in open(sys.argv[1], encoding="utf-8", errors="replace").read().split("\n\
   grep -q '"pieces"' ref/manifest.json && ok "the cut files' pieces are hashed in the provenance" || fail "no pieces"
 ;;&
 build)
-  expect 0 "build without mpirun, 2 threads" -- "$TKS" "${B[@]}" --threads 2 --output t2
+  expect 0 "build without mpirun, 2 threads" -- "$TKS" "${V[@]}" --threads 2 --output t2
   diff -r ref t2 >/dev/null && ok "2 threads: byte-identical" || fail "2 threads differ"
+  # the summary's encoder statistics count every word once, whoever encoded it
+  words=$(grep -Eo "word cache hits [0-9.]+% of [0-9]+ words" "$W/out" | grep -Eo "of [0-9]+ words")
+  [[ -n $words ]] && ok "2 threads: the encoder's summary counts $words" ||
+    fail "no word count in the summary: $(grep encoder "$W/out")"
   for np in 1 2 3 5; do
     t=$((np % 2 + 1))
     expect 0 "mpirun -np $np, $t thread(s)" -- "${MPI[@]}" -np $np "$TKS" "${V[@]}" --threads $t \
       --output np$np
     if diff -r ref np$np >/dev/null; then ok "np $np, $t thread(s): byte-identical"
     else fail "np $np, $t thread(s): differs: $(diff -rq ref np$np | head -3)"; fi
+    got=$(grep -Eo "word cache hits [0-9.]+% of [0-9]+ words" "$W/out" | grep -Eo "of [0-9]+ words")
+    [[ -n $words && $got == "$words" ]] && ok "np $np: the summary counts the words of every rank ($got)" ||
+      fail "np $np: the summary's encoder counts '$got', the single process '$words'"
     [[ $np -eq 1 ]] && continue # one process: no MPI, no hand-out
     grep -Eq "hand-outs of [0-9]+ us" "$W/out" && ok "np $np: the summary gives the hand-out cost" ||
       fail "np $np summary: $(grep coordination "$W/out")"

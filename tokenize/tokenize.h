@@ -366,6 +366,10 @@ const uint64_t *tks_build_job_order(const tks_build_job *job);
  * changed since (named). */
 int tks_build_job_run(tks_build_job *job, uint64_t unit, tks_unit_stats *us);
 
+/* The encoder statistics of the units this job ran (this process's
+ * tokenizer; an MPI build sums them over the ranks). */
+void tks_build_job_encoder_stats(const tks_build_job *job, tks_encoder_stats *st);
+
 /* Shards of a unit this job ran (0 for one it did not run). */
 uint64_t tks_build_job_unit_shards(const tks_build_job *job, uint64_t unit);
 

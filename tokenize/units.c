@@ -938,6 +938,8 @@ int tks_build_job_finish(tks_build_job *j, const void *results, size_t len, tks_
 
 int tks_build_job_sync(tks_build_job *j) { return tks_fsync_dir(j->partial); }
 
+void tks_build_job_encoder_stats(const tks_build_job *j, tks_encoder_stats *st) { tks_tok_encoder_stats(j->tk, st); }
+
 void tks_build_job_clean(tks_build_job *j, uint64_t k) {
     char dir[PATH_MAX], path[PATH_MAX];
     if (unit_dir(j, k, dir, sizeof dir) || tks_path_join(path, sizeof path, dir, UNIT_RECORD)) return;

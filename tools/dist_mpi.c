@@ -229,6 +229,7 @@ typedef struct dist {
     size_t n_ran;
     double t0, last_print, ho_sum, ho_max;
     uint64_t ho_n, kept_shards;
+    tks_encoder_stats enc;        /* rank 0: the encoder statistics summed over the ranks */
     char partial[PATH_MAX], flight[PATH_MAX];
 } dist;
 
@@ -517,16 +518,22 @@ static void place_units(dist *d, char **all, size_t *len) {
     free(displs);
 }
 
-/* The job's hand-out timings and kept units, gathered to rank 0's stats. */
+/* The job's hand-out timings and kept units, gathered to rank 0's stats;
+ * the encoder statistics summed into rank 0's d->enc (every field is a
+ * uint64_t count). */
 static void gather_timings(dist *d, tks_build_stats *st) {
     double mx[2] = {d->ho_max, 0}, gmx[2] = {0, 0};
     double sm[4] = {d->ho_sum, (double)d->ho_n, (double)d->mine[SLOT_KEPT], (double)d->kept_shards};
     double gsm[4] = {0, 0, 0, 0};
-    MPI_Request rq[2];
+    tks_encoder_stats enc;
+    tks_build_job_encoder_stats(d->job, &enc);
+    _Static_assert(sizeof enc % sizeof(uint64_t) == 0, "tks_encoder_stats holds uint64_t counts only");
+    MPI_Request rq[3];
     MPI_Ireduce(mx, gmx, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD, &rq[0]);
     MPI_Ireduce(sm, gsm, 4, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD, &rq[1]);
-    wait_quietly(&rq[0]);
-    wait_quietly(&rq[1]);
+    MPI_Ireduce(&enc, &d->enc, (int)(sizeof enc / sizeof(uint64_t)), MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD,
+                &rq[2]);
+    for (int i = 0; i < 3; i++) wait_quietly(&rq[i]);
     if (d->rank) return;
     st->handouts = (uint64_t)gsm[1];
     st->handout_seconds_mean = gsm[1] > 0 ? gsm[0] / gsm[1] : 0;
@@ -574,6 +581,7 @@ static int finish_build(dist *d, tks_build_stats *stats) {
     double placed = MPI_Wtime() - t;
     gather_timings(d, stats);
     int rc = d->rank ? 0 : tks_build_job_finish(d->job, all, len, stats);
+    if (!d->rank) stats->encoder_stats = d->enc; /* every rank's, not rank 0's tokenizer's alone */
     free(all);
     int rc0 = rc;
     bcast_int(&rc0);

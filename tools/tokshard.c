@@ -177,16 +177,18 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
     printf("  invalid UTF-8 %llu documents, %llu sequences replaced by U+FFFD\n",
            (unsigned long long)i->utf8_invalid_docs, (unsigned long long)i->utf8_replaced);
     if (!strcmp(s->encoder, "fast"))
-        printf("  encoder       fast (exact sentencepiece ids; word cache hits %.1f%% of words, "
+        printf("  encoder       fast (exact sentencepiece ids; word cache hits %.1f%% of %llu words, "
                "%.1f%% of bytes)\n",
                s->encoder_stats.words ? 100.0 * s->encoder_stats.word_hits / s->encoder_stats.words : 0.0,
+               (unsigned long long)s->encoder_stats.words,
                s->encoder_stats.bytes ? 100.0 * s->encoder_stats.hit_bytes / s->encoder_stats.bytes : 0.0);
     else if (!strcmp(s->encoder, "sentencepiece"))
         printf("  encoder       sentencepiece (%s)\n", s->encoder_why);
     else
         printf("  encoder       byte-level BPE (tokshard's encoder: the reference's ids; word cache hits "
-               "%.1f%% of pieces, %.1f%% of bytes)\n",
+               "%.1f%% of %llu pieces, %.1f%% of bytes)\n",
                s->encoder_stats.words ? 100.0 * s->encoder_stats.word_hits / s->encoder_stats.words : 0.0,
+               (unsigned long long)s->encoder_stats.words,
                s->encoder_stats.bytes ? 100.0 * s->encoder_stats.hit_bytes / s->encoder_stats.bytes : 0.0);
     if (s->encoder_stats.special_in_text)
         printf("  special text  %llu special tokens' text (say <|endoftext|>) found in documents and encoded "
