@@ -5,8 +5,6 @@
  * test hook. Points:
  *   shard:K  right after shard-K.tks is renamed into place (published, not yet
  *            recorded in the build state)
- *   state:K  right after build-state.json is renamed into place following the
- *            publication of shard K (the state records shard K)
  *   fsync:K  at the K-th fsync() of the process, before it runs (a temporary
  *            file written but neither durable nor renamed)
  *   shards:K right after the K-th shard rename of this process (any shard-*.tks,
@@ -33,7 +31,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static long last_shard = -1;
 static long n_fsync;
 static long n_named;
 static long n_shards;
@@ -65,10 +62,7 @@ int rename(const char *from, const char *to) {
     unsigned idx;
     char tail[8];
     if (sscanf(base, "shard-%5u.tks%7s", &idx, tail) == 1) {
-        last_shard = idx;
         if (wants("shard", idx) || wants("shards", ++n_shards)) raise(SIGKILL);
-    } else if (!strcmp(base, "build-state.json") && last_shard >= 0 && wants("state", last_shard)) {
-        raise(SIGKILL);
     } else if (!strncmp(v, "rename:", 7)) {
         const char *name = v + 7, *colon = strrchr(name, ':');
         if (colon && (size_t)(colon - name) == strlen(base) && !strncmp(name, base, strlen(base)) &&
