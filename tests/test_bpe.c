@@ -342,16 +342,21 @@ static int compare_model(const char *dir, const char *name, const docs *d, size_
     return 0;
 }
 
+/* Creates dir/name for writing (its path into path[cap]); NULL, counted as
+ * a failure, when it cannot. */
+static FILE *create_case(const char *dir, const char *name, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f, "cannot write %s", path);
+    return f;
+}
+
 /* Writes `json` to dir/name and loads it: the load must fail with `code` and
  * a message naming the file and containing `key`. */
 static void refused(const char *dir, const char *name, const char *json, int code, const char *key) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        CHECK(0, "cannot write %s", path);
-        return;
-    }
+    FILE *f = create_case(dir, name, path, sizeof path);
+    if (!f) return;
     fputs(json, f);
     fclose(f);
     tks_bpe *b = (tks_bpe *)1;
@@ -372,12 +377,8 @@ static void tiktoken_case(const char *dir, const char *name, const char *extra, 
                           const char *specials, int code, const char *key, int skip_byte) {
     static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        CHECK(0, "cannot write %s", path);
-        return;
-    }
+    FILE *f = create_case(dir, name, path, sizeof path);
+    if (!f) return;
     for (unsigned x = 0, r = 0; x < 256; x++) {
         if ((int)x == skip_byte) continue;
         fprintf(f, "%c%c== %u\n", A[x >> 2], A[(x & 3) << 4], r++);
