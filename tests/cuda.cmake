@@ -14,18 +14,18 @@ if(TKS_HAVE_CUDA)
   # the --dry-run memory plan against the backend's allocations (5%), the out-of-memory message
   add_test(NAME cuda_memory COMMAND test_cuda_memory)
   set_tests_properties(cuda_memory PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120 LABELS gpu)
-  # NCCL under mpirun, every rank on the one GPU with its own NCCL_HOSTID (set by
-  # the test): 2 processes as tp 2 and as dp_shard 2, 4 processes as 2 x 1 x 2.
+  # NCCL under mpirun, every rank on the one GPU with its own NCCL_HOSTID
+  # (tests/cuda_mpirun.sh: the NCCL settings for that, and a time limit with a
+  # message): 2 processes as tp 2 and as dp_shard 2, 4 processes as 2 x 1 x 2.
   foreach(layout "2;1;1;2" "2;1;2;1" "4;2;1;2")
     list(GET layout 0 np)
     list(GET layout 1 rep)
     list(GET layout 2 shard)
     list(GET layout 3 tp)
     set(name cuda_comm_${rep}x${shard}x${tp})
-    add_test(NAME ${name} COMMAND mpirun --oversubscribe -np ${np} $<TARGET_FILE:test_cuda_comm>
-             ${rep} ${shard} ${tp})
-    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 180 LABELS gpu
-                         ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+    add_test(NAME ${name} COMMAND bash ${TKS_TEST_DIR}/cuda_mpirun.sh ${np} 150
+             $<TARGET_FILE:test_cuda_comm> ${rep} ${shard} ${tp})
+    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 180 LABELS gpu)
   endforeach()
   # tokshard-train --device cuda end to end on the train fixture's dataset
   add_test(NAME cuda_train COMMAND bash ${TKS_TEST_DIR}/test_cuda_train.sh ${TKS_BIN} ${TKS_TRAIN_WORK})

@@ -55,6 +55,9 @@ for d in /usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/pmix2 /usr/
   [[ -d $d ]] && { mount -t tmpfs none "$d" || exit 3; }
 done
 for f in /usr/bin/orterun /usr/bin/orted; do [[ -e $f ]] && { mount --bind /dev/null "$f" || exit 3; }; done
+# no ssh or rsh, as on many GPU images: Open MPI must start its local ranks
+# without them (./env picks the isolated launcher)
+for t in ssh rsh; do f=$(command -v $t) && { mount --bind /dev/null "$f" || exit 3; }; done
 shift
 exec "$@"
 EOF
@@ -82,6 +85,51 @@ if grep -Eq "supposed to get help|component .* not found|unable to open mca_" "$
 else
   ok "Open MPI and PMIx ran from the bundle without a missing component or help file"
 fi
+# ---- bench/gpu/first_call.sh rehearsed: the script a GPU machine runs first, here
+# against this bundle's tarball, with xz, ssh and rsh hidden (unpacked by
+# Python's tarfile, ranks started without a remote shell); its GPU tests and
+# benchmarks skip or fail for want of a GPU, and the script must still run
+# every part within its deadline and leave at most 8 files, the summary first
+rehearse() { # DEADLINE_S LABEL: OUT=$W/fc-LABEL; prints the seconds it took
+  local t0
+  t0=$(date +%s)
+  unshare -m bash -c 'for t in xz ssh rsh; do f=$(command -v $t) && mount --bind /dev/null "$f"; done; exec "$@"' \
+    _ env OUT="$W/fc-$2" TKS_DEADLINE_S="$1" TKS_WORK="$W/fc-work-$2" \
+    bash "$SRC/bench/gpu/first_call.sh" "$W/bundle.tar.xz" >"$W/fc-$2.out" 2>&1
+  echo "$? $(($(date +%s) - t0))"
+}
+read -r code took <<<"$(rehearse 450 full)"
+F=$W/fc-full
+[[ $code -eq 0 ]] && ok "first_call.sh ran to its end in ${took}s (deadline 450 s)" ||
+  fail "first_call.sh exit $code: $(tail -5 "$W/fc-full.out")"
+((took <= 455)) || fail "first_call.sh took ${took}s, past its 450 s deadline"
+n=$(find "$F" -type f | wc -l)
+first=$(ls "$F" | head -1)
+((n <= 8)) && [[ $first == 0-summary.md ]] && ok "first_call.sh left $n files, the summary first" ||
+  fail "first_call.sh left $n files (at most 8), first '$first': $(ls "$F" | tr '\n' ' ')"
+grep -q "unpack | ok .*Python tarfile" "$F/0-summary.md" && ok "unpacked without xz (Python's tarfile)" ||
+  fail "unpack without xz: $(grep -m1 unpack "$F/0-summary.md")"
+grep -q "^mpirun exit 0" "$F/1-probe.txt" && grep -q "rank 1 of 2" "$F/1-probe.txt" &&
+  ok "the probe's 2-rank mpirun ran without ssh or rsh" ||
+  fail "2-rank mpirun without ssh/rsh: $(grep -A4 -- '--- 2-rank' "$F/1-probe.txt" | head -6)"
+for part in probe tests nccl "small tokshard" "small torch eager" "1b tokshard" "1b torch.compile" \
+  "small torch.compile"; do
+  grep -q "^| $part | " "$F/0-summary.md" || fail "the summary has no row for '$part'"
+done
+ok "the summary has a row for every part"
+if grep -q 'LABELS "gpu"' "$P/tests/CTestTestfile.cmake"; then
+  # no GPU here: every GPU test skips, none fails
+  sk=$(grep -Ec "^\| cuda_[a-z0-9_]+ \| Skipped" "$F/0-summary.md")
+  ((sk >= 6)) && ! grep -Eq "^\| cuda_[a-z0-9_]+ \| (Failed|Timeout)" "$F/0-summary.md" &&
+    ok "first_call.sh: $sk GPU tests reported skipped, none failed" ||
+    fail "first_call.sh's tests: $(grep -E '^\| cuda_' "$F/0-summary.md" | head -8)"
+fi
+# a short deadline: the script stops itself in time and says what it skipped
+read -r code took <<<"$(rehearse 45 short)"
+[[ $code -eq 0 ]] && ((took <= 50)) && grep -q "skipped | 0 | deadline" "$W/fc-short/0-summary.md" &&
+  ok "first_call.sh with a 45 s deadline: done in ${took}s, the parts it had no time for named" ||
+  fail "first_call.sh with a 45 s deadline: exit $code in ${took}s: $(cat "$W/fc-short/0-summary.md" 2>&1 | head -20)"
+
 # GPU tests: they load libtks_cuda.so and NVIDIA's libraries, then pass or skip
 if ! grep -q 'LABELS "gpu"' "$P/tests/CTestTestfile.cmake"; then
   ok "a CPU-only build: the bundle has no GPU tests"

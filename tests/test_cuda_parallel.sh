@@ -19,8 +19,6 @@ W=$2/cuda-parallel
 TRAIN=$BIN/tokshard-train
 rm -rf "$W" && mkdir -p "$W"
 cd "$W" || exit 2
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 # 4 heads / 2 kv heads: tp 2 splits both
 M=(--dim 32 --n-layers 2 --n-heads 4 --n-kv-heads 2 --seq-len 32 --global-batch 8 --micro-batch 2
   --lr 1e-2 --warmup 3 --val-tokens 4096 --eval-every 6 --threads 1 --quiet --no-plot --device cuda)
@@ -31,17 +29,17 @@ if grep -Eq "no CUDA device|no CUDA backend" err; then
   exit 77
 fi
 
-# run LABEL NP [flags...]: trains into run-LABEL (NP 0: without mpirun); each
-# rank gets NCCL_HOSTID=tks-<rank> from its own environment
+# run LABEL NP [flags...]: trains into run-LABEL (NP 0: without mpirun); under
+# mpirun through cuda_mpirun.sh (each rank its own NCCL_HOSTID, the NCCL
+# settings for ranks sharing one GPU, stopped after 120 s with a message)
 run() {
   local label=$1 np=$2
   shift 2
   if [[ $np -eq 0 ]]; then
     "$TRAIN" --dataset "$S/data" --out "run-$label" "$@" >"log-$label" 2>&1
   else
-    timeout -k 5 120 mpirun --oversubscribe -np "$np" -x NCCL_DEBUG sh -c \
-      'NCCL_HOSTID=tks-$OMPI_COMM_WORLD_RANK exec "$0" "$@"' "$TRAIN" \
-      --dataset "$S/data" --out "run-$label" "$@" >"log-$label" 2>&1
+    bash "$HERE/cuda_mpirun.sh" "$np" 120 "$TRAIN" --dataset "$S/data" --out "run-$label" "$@" \
+      >"log-$label" 2>&1
   fi
   local rc=$?
   [[ $rc -eq 0 ]] || fail "$label: exit $rc (124: hung): $(grep -v '^ ' "log-$label" | tail -3)"
@@ -50,9 +48,6 @@ run() {
 same() { python3 "$HERE/layout_losses.py" "run-$1/metrics.jsonl" \
   "run-$2/metrics.jsonl" 1 12 "run-$1/checkpoints" 32; }
 
-export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-# the "hosts" are one machine: sockets over loopback, whatever else it has
-export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 run ref 0 "${M[@]}" --steps 12 || exit 1
 for comm in nccl mpi; do
   for L in "1 1 2" "1 2 1" "2 1 2"; do

@@ -13,7 +13,43 @@
 #include "memplan.h"
 #include "model.h"
 #include "optim.h"
+#include "profile.h"
 #include "trainer.h"
+
+/* One step on the ids and targets given (step: AdamW's 1-based count). */
+static int one_step(tks_model *m, tks_optim *opt, const tks_adamw_opts *o, int step, const int32_t *ids,
+                    const int32_t *tg, size_t n, tks_backend *be, float *dred) {
+    tks_model_zero_grad(m);
+    int rc = be->ops->memzero(be, dred, TKS_MEM_STEP_SCALARS * sizeof *dred);
+    if (!rc) rc = tks_model_forward_train(m, ids, tg, 1.0f / (float)n, dred + 1);
+    if (!rc) rc = tks_model_backward(m, 1.0f / (float)n);
+    if (!rc) rc = tks_optim_grad_sumsq(opt, dred, 1);
+    if (!rc) rc = tks_optim_step_dev(opt, step, tks_lr_at(o, (uint64_t)(step - 1)), dred);
+    return rc;
+}
+
+/* in->profile more steps on the last ids, every op behind the profiler's
+ * timing wrappers (priced on the roofline of the device's name, when one
+ * is known), the table into out->profile. */
+static int profile_steps(tks_backend *be, tks_model *m, tks_optim *opt, const tks_adamw_opts *o,
+                         const tks_step_bench_opts *in, float *dred, const int32_t *ids, const int32_t *tg,
+                         size_t n, tks_step_bench_result *out) {
+    tks_roofline hw, *use = NULL;
+    char desc[512] = "";
+    if (be->kind->describe) be->kind->describe(be, desc, sizeof desc);
+    if (tks_roofline_for_device(desc, &hw)) use = &hw;
+    int rc = tks_profile_attach(be, use);
+    for (int p = 0; p < in->profile && !rc; p++) {
+        tks_profile_count(1);
+        rc = one_step(m, opt, o, in->warmup + in->steps + p + 1, ids, tg, n, be, dred);
+        tks_profile_count(0);
+    }
+    if (!rc) rc = be->ops->sync(be);
+    if (!rc && !(out->profile = tks_profile_report((uint64_t)in->profile)))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    tks_profile_detach(be);
+    return rc;
+}
 
 /* warm + steps steps; uniform random ids and targets from a fixed LCG (the
  * PyTorch anchor of bench/gpu draws the same way); the loss and the norm
@@ -36,18 +72,14 @@ static int run_steps(tks_backend *be, tks_model *m, tks_optim *opt, const tks_ad
             rc = be->ops->sync(be);
             t0 = omp_get_wtime();
         }
-        tks_model_zero_grad(m);
-        if (!rc) rc = be->ops->memzero(be, dred, TKS_MEM_STEP_SCALARS * sizeof *dred);
-        if (!rc) rc = tks_model_forward_train(m, ids, tg, 1.0f / (float)n, dred + 1);
-        if (!rc) rc = tks_model_backward(m, 1.0f / (float)n);
-        if (!rc) rc = tks_optim_grad_sumsq(opt, dred, 1);
-        if (!rc) rc = tks_optim_step_dev(opt, it + 1, tks_lr_at(o, (uint64_t)it), dred);
+        if (!rc) rc = one_step(m, opt, o, it + 1, ids, tg, n, be, dred);
     }
     float red[2] = {0, 0};
     if (!rc) rc = be->ops->download(be, red, dred, sizeof red);
     if (!rc) rc = be->ops->sync(be);
     out->step_s = (omp_get_wtime() - t0) / in->steps;
     out->loss = red[1] / (double)n;
+    if (!rc && in->profile > 0) rc = profile_steps(be, m, opt, o, in, dred, ids, tg, n, out);
     free(ids);
     free(tg);
     return rc;

@@ -383,6 +383,9 @@ typedef struct tks_step_bench_opts {
     int B, T;                /* micro-batch: B sequences of T tokens, 2 <= T <= max_seq_len */
     int steps, warmup;       /* steps >= 1, warmup >= 0 */
     int bf16;                /* 1: bf16 activations and compute weights, else fp32 */
+    int profile;             /* > 0: that many more steps after the timed ones, every op timed
+                              * (tks_profile_attach, priced on the device's roofline preset);
+                              * their table in the result's profile */
 } tks_step_bench_opts;
 
 typedef struct tks_step_bench_result {
@@ -395,6 +398,8 @@ typedef struct tks_step_bench_result {
     char backend[16];        /* "cpu", "cuda" */
     char device[512];        /* the device and library versions ("" when the backend says none) */
     char attention[128];     /* which attention kernel ran */
+    char *profile;           /* with opts.profile > 0: tks_profile_report's table (malloc'd,
+                              * the caller frees), else NULL */
 } tks_step_bench_result;
 
 /* Errors: TKS_ERR_ARG (a shape or count out of range, an unknown device),

@@ -11,10 +11,12 @@
  * bf16 is cuDNN's fused kernel when built with it (TKS_CUDNN_ATTENTION=0:
  * tokshard's own), in fp32 always tokshard's.
  *
- * Usage: tokshard-bench-gpu CONFIG B T STEPS WARMUP [fp32|bf16] [DEVICE]
+ * Usage: tokshard-bench-gpu [--profile N] CONFIG B T STEPS WARMUP [fp32|bf16] [DEVICE]
  *        (CONFIG: 1b | 124m | tiny; the step is the trainer's device-side one,
  *        tks_step_bench in trainer/trainer.h; DEVICE cuda by default, cpu
- *        for the test that runs this program without a GPU)
+ *        for the test that runs this program without a GPU; --profile N:
+ *        N more steps after the timed ones with every op timed, their
+ *        per-op table on stderr, as tokshard-train --profile prints it)
  * Prints one JSON object on stdout.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -44,14 +46,25 @@ static int config(const char *name, tks_model_config *c) {
 }
 
 int main(int argc, char **argv) {
+    int profile = 0;
+    if (argc >= 3 && !strcmp(argv[1], "--profile")) {
+        profile = atoi(argv[2]);
+        if (profile < 1) {
+            fprintf(stderr, "tokshard-bench-gpu: --profile needs a number of steps >= 1, not '%s'\n", argv[2]);
+            return 2;
+        }
+        argv[2] = argv[0];
+        argv += 2, argc -= 2;
+    }
     if (argc < 6 || argc > 8) {
-        fprintf(stderr, "usage: tokshard-bench-gpu CONFIG(1b|124m|tiny) B T STEPS WARMUP [fp32|bf16] [DEVICE]\n");
+        fprintf(stderr, "usage: tokshard-bench-gpu [--profile N] CONFIG(1b|124m|tiny) B T STEPS WARMUP "
+                        "[fp32|bf16] [DEVICE]\n");
         return 2;
     }
     tks_backend_register(tks_cuda_backend_kind()); /* NULL in a build without CUDA */
     tks_step_bench_opts o = {.device = argc == 8 ? argv[7] : "cuda", .B = atoi(argv[2]), .T = atoi(argv[3]),
                              .steps = atoi(argv[4]), .warmup = atoi(argv[5]),
-                             .bf16 = argc >= 7 && !strcmp(argv[6], "bf16")};
+                             .bf16 = argc >= 7 && !strcmp(argv[6], "bf16"), .profile = profile};
     if (config(argv[1], &o.model)) {
         fprintf(stderr, "tokshard-bench-gpu: unknown config %s (1b, 124m, tiny)\n", argv[1]);
         return 2;
@@ -77,5 +90,10 @@ int main(int argc, char **argv) {
            o.bf16 ? "bf16" : "fp32", argv[1], o.B, o.T, o.steps, r.step_s, tps, flop_tok,
            tps * flop_tok / 989e12, r.peak_bytes, real_bytes > 0 ? r.plan_bytes / real_bytes : 0.0,
            (unsigned long long)r.params, r.loss, r.attention, r.backend, r.device);
+    if (r.profile) {
+        fprintf(stderr, "per-op profile of %d step%s (%s %s, B %d, T %d):\n%s", profile, profile > 1 ? "s" : "",
+                argv[1], o.bf16 ? "bf16" : "fp32", o.B, o.T, r.profile);
+        free(r.profile);
+    }
     return 0;
 }

@@ -50,7 +50,7 @@ while (($#)); do
   esac
 done
 die() { echo "bundle.sh: $*" >&2; exit 1; }
-for t in cmake python3 strip strings xz ldd; do command -v $t >/dev/null || die "needs '$t' on the PATH"; done
+for t in cmake python3 strip strings xz ldd objdump readelf; do command -v $t >/dev/null || die "needs '$t' on the PATH"; done
 
 TARGETS=(tokshard tokshard_full tokshard-train tokshard-generate tokshard-bench-gpu forge_token
   test_ops test_model test_comm test_cuda_ops test_cuda_model test_cuda_memory test_cuda_comm)
@@ -149,8 +149,32 @@ done <"$work/libs"
   cp -L /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0 "$P/lib/libopenblas.so.0"
 chmod -R u+w,a+rX "$P"
 
+# ---- what the GPU machine must provide ----------------------------------------
+# The C library and libstdc++ are the machine's: the newest symbol version any
+# carried file asks for must be met by glibc GLIBC_MAX (2.36, Debian 12's; a
+# GPU image is as new or newer), else the program stops at load time there.
+elves=$(find "$P" -type f | while read -r f; do head -c 4 "$f" | grep -q ELF && echo "$f"; done)
+GLIBC_MAX=${TKS_BUNDLE_GLIBC_MAX:-2.36}
+newest() { sort -t_ -k2 -V | tail -1; }
+glibc_need=$(for f in $elves; do objdump -T "$f" 2>/dev/null | grep -oE 'GLIBC_[0-9]+(\.[0-9]+)+' || true; done |
+  sort -u | newest)
+cxx_need=$(for f in $elves; do objdump -T "$f" 2>/dev/null | grep -oE 'GLIBCXX_[0-9]+(\.[0-9]+)+' || true; done |
+  sort -u | newest)
+if [[ -n $glibc_need ]] && [[ $(printf '%s\n' "${glibc_need#GLIBC_}" "$GLIBC_MAX" | sort -V | tail -1) != "$GLIBC_MAX" ]]; then
+  die "a carried file needs $glibc_need, newer than glibc $GLIBC_MAX:" \
+    "$(for f in $elves; do objdump -T "$f" 2>/dev/null | grep -q "$glibc_need" && echo "${f#"$P"/}"; done | head -5)"
+fi
+# NVIDIA's libraries by soname: those of the CUDA 13 wheels and toolkit (a
+# PyTorch cu130 image), nothing else
+nv_want='libcuda.so.1 libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13 libcudnn.so.9 libnccl.so.2'
+nv_need=$(for f in $elves; do readelf -d "$f" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; done |
+  { grep -E "$nvidia" || true; } | sort -u | tr '\n' ' ')
+for so in $nv_need; do
+  [[ " $nv_want " == *" $so "* ]] || die "a program links $so; a CUDA 13 machine provides $nv_want"
+done
+
 # ---- the tests: the build's own list, paths made relative to the bundle -----
-for f in lib.sh test_train.sh test_parallel.sh test_cuda_train.sh test_cuda_parallel.sh layout_losses.py mpirun.sh; do
+for f in lib.sh test_train.sh test_parallel.sh test_cuda_train.sh test_cuda_parallel.sh layout_losses.py mpirun.sh cuda_mpirun.sh; do
   cp "$SRC/tests/$f" "$P/tests/"
 done
 # the train fixture's text (the first 1.5 MB of GCIDE, as tests/test_train.sh reads it)
@@ -159,8 +183,9 @@ python3 "$SRC/bench/gpu/bundle_tests.py" "$build/tests/CTestTestfile.cmake" "$SR
 cp "$SRC/bench/gpu/bundle_test_run.sh" "$P/tests/run-test.sh"
 cp "$SRC/bench/gpu/torch_anchor.py" "$P/bench/"
 cp "$SRC/bench/gpu/run.sh" "$P/run.sh"
+cp "$SRC/bench/gpu/first_call.sh" "$P/first_call.sh"
 cp "$SRC/bench/gpu/bundle_env.sh" "$P/env"
-chmod +x "$P/env" "$P/run.sh" "$P/tests/run-test.sh"
+chmod +x "$P/env" "$P/run.sh" "$P/first_call.sh" "$P/tests/run-test.sh"
 
 {
   echo "tokshard bundle $name"
@@ -175,8 +200,9 @@ chmod +x "$P/env" "$P/run.sh" "$P/tests/run-test.sh"
   else
     echo "cuda: none (a CPU-only bundle)"
   fi
-  echo "needs from the machine: glibc >= $(ldd --version | head -1 | awk '{print $NF}'), libstdc++, libgcc_s;" \
-    "for CUDA: the driver and NVIDIA's libraries (libcudart.so.13, libcublas(Lt).so.13, libcudnn.so.9, libnccl.so.2, libnvrtc.so.13)"
+  echo "needs from the machine: glibc >= ${glibc_need#GLIBC_} (built with $(ldd --version | head -1 | awk '{print $NF}'))," \
+    "libstdc++ with ${cxx_need:-no GLIBCXX symbol}, libgcc_s"
+  echo "needs from NVIDIA (sonames the programs link): ${nv_need:-none (a CPU-only bundle)}"
   echo "carried libraries (soname, source, Debian package, version):"
   sort "$work/carried" | sed 's/^/  /'
 } >"$P/BUNDLE"

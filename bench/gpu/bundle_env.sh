@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # env COMMAND [ARGS...] - runs COMMAND with a tokshard bundle's environment:
 # its bin/ first on the PATH, its lib/ and NVIDIA's libraries on the loader's
-# path, Open MPI and PMIx relocated into it (OPAL_PREFIX, PMIX_PKGLIBDIR).
+# path, Open MPI and PMIx relocated into it (OPAL_PREFIX, PMIX_PKGLIBDIR),
+# and Open MPI's isolated launcher where the machine has no ssh or rsh.
 #   ./env tokshard-train --device cuda ...      ./env mpirun -np 2 tokshard-train ...
 #   ./env ctest --test-dir tests -L gpu         ./env bash    (a shell inside it)
 # NVIDIA's libraries (CUDA runtime, cuBLAS(Lt), cuDNN, NCCL, NVRTC) are the
@@ -9,7 +10,7 @@
 # `nvidia` package (TKS_NVIDIA_ROOT overrides), then /usr/local/cuda/lib64.
 set -uo pipefail
 P=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
-(($#)) || { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+(($#)) || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 export PATH=$P/bin:$PATH
 nv=""
 root=${TKS_NVIDIA_ROOT:-$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)}
@@ -21,4 +22,11 @@ export LD_LIBRARY_PATH=$P/lib$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OPAL_PREFIX=$P/openmpi
 # PMIx's plugins and help files (PMIX_PREFIX alone does not move these two)
 [[ -d $P/pmix ]] && export PMIX_PKGLIBDIR=$P/pmix/lib/pmix PMIX_PKGDATADIR=$P/pmix/share/pmix
+# Open MPI 4.1 aborts at start when neither ssh nor rsh is on the PATH, even
+# for ranks of one node ("plm_rsh_agent: ssh : rsh ... could not be found");
+# GPU images and containers often have neither. The isolated launcher starts
+# local ranks only, which is all one machine needs.
+if [[ -z ${OMPI_MCA_plm:-} ]] && ! command -v ssh >/dev/null 2>&1 && ! command -v rsh >/dev/null 2>&1; then
+  export OMPI_MCA_plm=isolated
+fi
 exec "$@"

@@ -544,8 +544,12 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
               tks_cuda_check_rt(c, cudaMalloc(&c->workspace, c->workspace_bytes), "cuBLASLt workspace") ||
               tks_cuda_check_rt(c, cudaMalloc((void **)&c->d_partial, (TKS_NORM_BLOCKS + 1) * sizeof(double)),
                                 "reduction partials") ||
-              tks_cuda_check_rt(c, cudaMemset(c->d_partial, 0, (TKS_NORM_BLOCKS + 1) * sizeof(double)),
-                                "reduction partials");
+              /* on the backend's own non-blocking stream: the legacy stream's
+               * cudaMemset is not ordered with it */
+              tks_cuda_check_rt(c, cudaMemsetAsync(c->d_partial, 0, (TKS_NORM_BLOCKS + 1) * sizeof(double),
+                                                   c->stream),
+                                "reduction partials") ||
+              tks_cuda_check_rt(c, cudaStreamSynchronize(c->stream), "reduction partials");
     if (bad) {
         int code = tks_fail(c->err ? c->err : TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "%s", c->err_msg);
         cu_destroy(be);

@@ -399,16 +399,20 @@ int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
         if (e == cudaSuccess)
             rc = enqueued(g, ncclAllGather(d + g->c.rank, d, 1, ncclInt32, g->comm, g->stream),
                           "allgather of the group's members");
-        if (!rc && e == cudaSuccess)
-            e = cudaMemcpyAsync(g->members, d, (size_t)g->c.size * sizeof *d,
-                                cudaMemcpyDeviceToHost, g->stream);
         if (!rc && e == cudaSuccess) e = cudaEventRecord(g->after, g->stream);
         if (!rc && e != cudaSuccess) rc = fail_cuda(e, "member check");
         /* every member enqueued the all-gather before any waits for it (a
-         * failure aborts the communicator everywhere, ending the wait) */
+         * failure aborts the communicator everywhere, ending the wait). The
+         * copy of the result into g->members (pageable host memory) comes
+         * after the wait: such a copy blocks the host until the all-gather
+         * is done, which before the agreement could wait for a member that
+         * failed to enqueue it. */
         rc = ctrl->agree(ctrl, rc);
         if (!rc) {
             rc = wait_stream(g, "allgather of the group's members");
+            if (!rc && (e = cudaMemcpy(g->members, d, (size_t)g->c.size * sizeof *d, cudaMemcpyDeviceToHost)) !=
+                           cudaSuccess)
+                rc = fail_cuda(e, "member check");
             if (!rc) rc = check_members(g, ctrl);
             /* every member learns whether the group is usable before anyone uses it */
             rc = ctrl->agree(ctrl, rc);
