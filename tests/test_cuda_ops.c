@@ -37,6 +37,11 @@
 #include "trainer/cuda/cuda.h"
 
 static tks_backend *cpu, *gpu;
+/* the CPU reference's workspace: its bf16 GEMM panels, RMSNorm's weight
+ * gradient columns, RoPE's angle table and attention's tiles come from it
+ * (backend.h); set for the whole test, sized for every shape below */
+static void *cpu_ws;
+static size_t cpu_ws_bytes;
 static int failures, checks;
 static const double U = 5.9604644775390625e-8; /* 2^-24 */
 static const double UB = 0.0078125;            /* 2^-7: one bf16 ulp, relative */
@@ -124,7 +129,11 @@ static void cmp(const char *op, const char *what, pair p, double tol_abs, double
         if (t > 0 && !(d / t <= worst / worst_tol)) worst = d, worst_tol = t;
     }
     checks++;
-    int ok = bad == 0 && gpu->ops->sync(gpu) == 0;
+    /* the reference must have run too: a CPU op that failed (a sticky error)
+     * leaves its output unwritten, which is no result to compare with */
+    int cpu_ok = cpu->ops->sync(cpu) == 0;
+    if (!cpu_ok) printf("    the CPU reference failed: %s\n", tks_last_error()->message);
+    int ok = bad == 0 && cpu_ok && gpu->ops->sync(gpu) == 0;
     printf("%-15s %-4s %-44s max err %.2e (tol %.2e)  %s\n", op, tks_dtype_name(p.dt), what, worst,
            worst_tol, ok ? "ok" : "FAIL");
     if (!ok) {
@@ -449,7 +458,7 @@ static void t_attention(tks_dtype dt, int cudnn, int docs) {
     if (docs) cpu->ops->free(cpu, dc), gpu->ops->free(gpu, dgp);
     tks_cuda_set_flash(gpu, 1);
     gpu->ops->set_workspace(gpu, NULL, 0);
-    cpu->ops->set_workspace(cpu, NULL, 0);
+    cpu->ops->set_workspace(cpu, cpu_ws, cpu_ws_bytes);
     gpu->ops->free(gpu, wgpu);
     cpu->ops->free(cpu, wcpu);
     drop(qkv), drop(o), drop(lse), drop(d), drop(dqkv), drop(kc), drop(vc), drop(q1), drop(os);
@@ -669,6 +678,15 @@ int main(void) {
         fprintf(stderr, "test_cuda_ops: %s\n", tks_last_error()->message);
         return 1;
     }
+    /* covers the GEMMs' K (131), RMSNorm's C (1000), RoPE's T x HD (37 x 64)
+     * and attention's tiles (T 33, HD 16) in fp32 and bf16 */
+    tks_ws_shape all = {.B = 2, .T = 64, .C = 1024, .NH = 4, .NKV = 2, .HD = 64, .F = 1024, .V = 2048,
+                        .Tcache = 64, .dt = TKS_BF16};
+    cpu_ws_bytes = cpu->ops->workspace_bytes(cpu, &all);
+    if (!(cpu_ws = cpu->ops->alloc(cpu, cpu_ws_bytes)) || cpu->ops->set_workspace(cpu, cpu_ws, cpu_ws_bytes)) {
+        fprintf(stderr, "test_cuda_ops: no CPU workspace: %s\n", tks_last_error()->message);
+        return 1;
+    }
     char desc[512];
     tks_cuda_describe(gpu, desc, sizeof desc);
     printf("device: %s\n", desc);
@@ -696,7 +714,13 @@ int main(void) {
         printf("backend error: %s\n", tks_last_error()->message);
         failures++;
     }
+    if (cpu->ops->sync(cpu)) {
+        printf("CPU reference error: %s\n", tks_last_error()->message);
+        failures++;
+    }
     gpu->ops->destroy(gpu);
+    cpu->ops->set_workspace(cpu, NULL, 0);
+    cpu->ops->free(cpu, cpu_ws);
     cpu->ops->destroy(cpu);
     printf("test_cuda_ops: %d of %d checks failed\n", failures, checks);
     return failures ? 1 : 0;

@@ -250,7 +250,7 @@ summary
 
 # ---- each failed test again, alone, with synchronous launches and NCCL's INFO ----
 failed=$(cat "$OUT/2-tests.log" "$OUT/3-nccl.log" 2>/dev/null |
-  sed -n 's/^ *[0-9]* - \(cuda_[A-Za-z0-9_]*\) (\(Failed\|Timeout\|Not Run\|Exception\).*/\1/p' | sort -u)
+  sed -n 's/^[[:space:]]*[0-9]* - \(cuda_[A-Za-z0-9_]*\) (\(Failed\|Timeout\|Not Run\|Exception\).*/\1/p' | sort -u)
 for t in $failed; do
   CUDA_LAUNCH_BLOCKING=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET,ENV \
     step "rerun $t" 40 90 "$OUT/4-rerun.log" "${CT[@]}" -R "^$t\$" -V

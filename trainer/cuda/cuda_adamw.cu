@@ -63,7 +63,12 @@ int tks_cu_adamw(tks_backend *be, float *p, const float *grad, float *m, float *
         /* the decay as the CPU computes it: one fp32 product and difference */
         size_t n = span_batch_fill(&b, spans, nspans, &k, [lr](const tks_span &sp) { return 1.0f - lr * sp.wd; });
         if (!n) continue;
-        unsigned g = grid_for(n, 256);
+        /* one wave of resident blocks (8 of 256 threads per SM), each thread
+         * striding over the batch: every block reads the span table into
+         * shared memory once, so a grid of a block per 256 elements (a
+         * million blocks for 1.5e9 parameters) spends its time on that */
+        unsigned g = grid_for(n, 256), wave = 8u * (unsigned)c->prop.multiProcessorCount;
+        if (wave && g > wave) g = wave;
         if (pc && pc_dt == TKS_BF16)
             k_adamw<bf16><<<g, 256, 0, c->cur>>>(p, grad, m, v, (bf16 *)pc, base, b, b1, b2, eps, step, bc2s,
                                                  grad_scale, gnorm_sq, hp->clip);

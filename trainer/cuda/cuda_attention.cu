@@ -13,17 +13,23 @@
 template <typename T>
 __global__ void k_rope(T *x, size_t ld, int T_, int H, int HD, int64_t p0, const int32_t *pos,
                        float theta, int inverse, size_t pairs) {
+    /* the frequencies once per block (the same powf as the CPU's table) */
+    extern __shared__ float s_inv_freq[];
     int half = HD / 2;
+    for (int j = threadIdx.x; j < half; j += blockDim.x)
+        s_inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)HD);
+    __syncthreads();
     GRID_STRIDE(idx, pairs) {
         int j = (int)(idx % half);
         size_t rh = idx / half; /* (b, t, h) */
         int h = (int)(rh % H);
         size_t row = rh / H; /* b * T + t */
         int t = (int)(row % T_);
-        float inv_freq = 1.0f / powf(theta, (float)(2 * j) / (float)HD);
         /* positions restarted per document (pos) or p0 + t, as the CPU's table */
-        float a = (float)(pos ? (int64_t)pos[row] : p0 + t) * inv_freq;
-        float co = cosf(a), si = inverse ? -sinf(a) : sinf(a);
+        float a = (float)(pos ? (int64_t)pos[row] : p0 + t) * s_inv_freq[j];
+        float co, si;
+        sincosf(a, &si, &co);
+        if (inverse) si = -si;
         size_t o = row * ld + (size_t)h * HD;
         float x1 = ldv(x, o + j), x2 = ldv(x, o + j + half);
         stv(x, o + j, x1 * co - x2 * si);
@@ -37,10 +43,11 @@ int tks_cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD
     CHECK_DT(c, "rope", dt);
     size_t pairs = (size_t)B * T * H * (HD / 2);
     if (!pairs) return 0;
+    size_t sh = (size_t)(HD / 2) * sizeof(float);
     if (dt == TKS_BF16)
-        k_rope<bf16><<<grid_for(pairs, 256), 256, 0, c->cur>>>((bf16 *)x, ld, T, H, HD, p0, pos, theta, inverse, pairs);
+        k_rope<bf16><<<grid_for(pairs, 256), 256, sh, c->cur>>>((bf16 *)x, ld, T, H, HD, p0, pos, theta, inverse, pairs);
     else
-        k_rope<float><<<grid_for(pairs, 256), 256, 0, c->cur>>>((float *)x, ld, T, H, HD, p0, pos, theta, inverse, pairs);
+        k_rope<float><<<grid_for(pairs, 256), 256, sh, c->cur>>>((float *)x, ld, T, H, HD, p0, pos, theta, inverse, pairs);
     return LAUNCHED(c, "rope");
 }
 
