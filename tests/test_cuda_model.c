@@ -3,8 +3,11 @@
  * against the CPU reference, with the trainer's device-side step: 20 AdamW
  * steps of a tiny model in fp32 (losses within a bound derived per step
  * from the sums' lengths, fp32_per_step below: 1.5e-5 at step 1, 3e-4 at
- * step 20) and in bf16 (1e-2, why below), two GPU runs
- * bit-identical in each dtype (losses and final weights), a GPU checkpoint resumed on the CPU and a CPU
+ * step 20) and in bf16 with tokshard's attention kernel (1e-2, why below);
+ * bf16 with cuDNN's attention from the CPU's own weights of step 10 (one
+ * forward within 2^-8, ten steps within 1e-2; its 20 steps from step 0 are
+ * reported, why at the check); two GPU runs bit-identical in each dtype
+ * (losses and final weights), a GPU checkpoint resumed on the CPU and a CPU
  * checkpoint resumed on the GPU continuing the other device's curve, and the
  * same 20 steps on packed documents (--doc-mask and --reset-positions: the
  * model's document starts, block-causal attention, restarted positions; on
@@ -151,6 +154,17 @@ static int run(tks_backend *be, tks_dtype dt, const char *from, const char *save
     return rc;
 }
 
+/* Prints the largest relative difference of a against b: a figure, no check. */
+static void report(const char *what, const double *a, const double *b) {
+    double worst = 0;
+    int at = 0;
+    for (int s = 0; s < STEPS; s++) {
+        double d = fabs(a[s] - b[s]) / fabs(b[s]);
+        if (d > worst) worst = d, at = s + 1;
+    }
+    printf("%-58s max rel diff %.2e (step %d)\n", what, worst, at);
+}
+
 /* The fp32 bound per step, derived as tests/layout_losses.py derives it for
  * layouts: both backends compute every op in fp32 and differ only in the
  * order of their sums (cuBLAS's split of K and its fused multiply-adds
@@ -268,13 +282,6 @@ int main(int argc, char **argv) {
     for (int s = SAVE_AT; s < STEPS; s++)
         printf("from the CPU's bf16 weights of step %d, step %2d: cpu %.7f gpu %.7f own attention %.7f\n",
                SAVE_AT, s + 1, fc[s], fg[s], fk[s]);
-    {
-        double dg = fabs(fg[SAVE_AT] - fc[SAVE_AT]) / fc[SAVE_AT], dk = fabs(fk[SAVE_AT] - fc[SAVE_AT]) / fc[SAVE_AT];
-        int ok = dg <= 1e-2 && dk <= 1e-2;
-        printf("%-58s cuDNN %.2e, own %.2e (tol 1e-02)  %s\n", "bf16 forward on the CPU's weights: GPU vs CPU",
-               dg, dk, ok ? "ok" : "FAIL");
-        failures += !ok;
-    }
     int fell = lg[STEPS - 1] < lg[0] - 0.1 && bg[STEPS - 1] < bg[0] - 0.1;
     printf("%-58s %s\n", "the GPU loss falls (fp32 and bf16)", fell ? "ok" : "FAIL");
     failures += !fell;
@@ -284,10 +291,37 @@ int main(int argc, char **argv) {
      * differ in the last bits can round to neighbouring bf16 values (2^-8
      * relative) wherever an activation is stored; the loss is a mean over 64
      * tokens of smooth functions of them, so it moves by a fraction of that:
-     * 1e-2 relative over 20 steps */
-    compare("bf16, 20 steps: GPU losses vs CPU", bf, bc, 0, 1e-2, 0);
-    compare("bf16 --deterministic, 20 steps: GPU losses vs CPU", bg, bc, 0, 1e-2, 0);
+     * 1e-2 relative over 20 steps (tokshard's kernel: every rounding is the
+     * CPU's, only the fp32 sums' order differs) */
+    /* bf16 with cuDNN's attention, 20 steps from the same initial weights:
+     * reported, not checked. cuDNN rounds the probabilities to bf16 before
+     * P V (and dS before dQ, dK), so its first forward differs from the
+     * CPU's by several times what tokshard's kernel does (7.7e-5 against
+     * 1.8e-6 on an H200), and the warm-up steps, lr rising to 1e-2, carry
+     * that into weights that fit the four motifs in another order: on an
+     * H200 the run's loss left the CPU's by 8.6% at step 11 on one batch and
+     * not on the other. From identical weights (the checks below) cuDNN's
+     * steps follow the CPU's to 6e-4 over 10 steps, so that is the
+     * trajectory's sensitivity, not a wrong gradient; cuda_ops checks
+     * cuDNN's forward and backward op by op with the bf16 bound. */
+    report("bf16 with cuDNN, 20 steps from step 0 (reported)", bf, bc);
+    report("bf16 --deterministic with cuDNN, 20 steps (reported)", bg, bc);
     compare("bf16, tokshard's attention kernel: GPU losses vs CPU", bk, bc, 0, 1e-2, 0);
+    /* from identical weights: step 11 is one forward, where the loss moves
+     * by less than one bf16 rounding of it (2^-8 relative: every stored
+     * activation is within half an ulp of the CPU's or one ulp away, and
+     * the loss is a mean over the batch of smooth functions of them); the
+     * 10 steps from there within the 20-step bound above */
+    {
+        double fw = ldexp(1.0, -8), dg = fabs(fg[SAVE_AT] - fc[SAVE_AT]) / fc[SAVE_AT],
+               dk = fabs(fk[SAVE_AT] - fc[SAVE_AT]) / fc[SAVE_AT];
+        int ok = dg <= fw && dk <= fw;
+        printf("%-58s cuDNN %.2e, own %.2e (tol %.1e)  %s\n", "bf16 forward on the CPU's weights: GPU vs CPU",
+               dg, dk, fw, ok ? "ok" : "FAIL");
+        failures += !ok;
+    }
+    compare("bf16 from the CPU's weights of step 10, cuDNN", fg, fc, SAVE_AT, 1e-2, 0);
+    compare("bf16 from the CPU's weights of step 10, own kernel", fk, fc, SAVE_AT, 1e-2, 0);
     int same = !memcmp(lg, lg2, sizeof lg) && n1 == n2 && !memcmp(w1, w2, n1 * sizeof *w1);
     printf("%-58s %s\n", "fp32: two GPU runs, same loss and weight bits", same ? "ok" : "FAIL");
     failures += !same;

@@ -11,29 +11,31 @@
 /* ---- RoPE (rotate_half; angles in fp32 as Hugging Face computes them) -------- */
 
 template <typename T>
-__global__ void k_rope(T *x, size_t ld, int T_, int H, int HD, int64_t p0, const int32_t *pos,
-                       float theta, int inverse, size_t pairs) {
+__global__ void k_rope(T *x, size_t ld, int rows, int T_, int H, int HD, int64_t p0, const int32_t *pos,
+                       float theta, int inverse) {
     /* the frequencies once per block (the same powf as the CPU's table) */
     extern __shared__ float s_inv_freq[];
-    int half = HD / 2;
+    int half = HD / 2, per = H * half;
     for (int j = threadIdx.x; j < half; j += blockDim.x)
         s_inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)HD);
     __syncthreads();
-    GRID_STRIDE(idx, pairs) {
-        int j = (int)(idx % half);
-        size_t rh = idx / half; /* (b, t, h) */
-        int h = (int)(rh % H);
-        size_t row = rh / H; /* b * T + t */
-        int t = (int)(row % T_);
+    /* rows (b, t) over blockIdx.y, a row's (head, pair) over the x threads:
+     * 32-bit index arithmetic, one division per element */
+    for (size_t row = blockIdx.y; row < (size_t)rows; row += gridDim.y) {
+        int t = (int)(row % (size_t)T_);
         /* positions restarted per document (pos) or p0 + t, as the CPU's table */
-        float a = (float)(pos ? (int64_t)pos[row] : p0 + t) * s_inv_freq[j];
-        float co, si;
-        sincosf(a, &si, &co);
-        if (inverse) si = -si;
-        size_t o = row * ld + (size_t)h * HD;
-        float x1 = ldv(x, o + j), x2 = ldv(x, o + j + half);
-        stv(x, o + j, x1 * co - x2 * si);
-        stv(x, o + j + half, x2 * co + x1 * si);
+        float p = (float)(pos ? (int64_t)pos[row] : p0 + t);
+        for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < per; e += gridDim.x * blockDim.x) {
+            int h = e / half, j = e - h * half;
+            float a = p * s_inv_freq[j];
+            float co, si;
+            sincosf(a, &si, &co);
+            if (inverse) si = -si;
+            size_t o = row * ld + (size_t)h * HD;
+            float x1 = ldv(x, o + j), x2 = ldv(x, o + j + half);
+            stv(x, o + j, x1 * co - x2 * si);
+            stv(x, o + j + half, x2 * co + x1 * si);
+        }
     }
 }
 int tks_cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0,
@@ -44,10 +46,12 @@ int tks_cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD
     size_t pairs = (size_t)B * T * H * (HD / 2);
     if (!pairs) return 0;
     size_t sh = (size_t)(HD / 2) * sizeof(float);
+    int rows = B * T, per = H * (HD / 2);
+    dim3 grid((unsigned)((per + 255) / 256), (unsigned)(rows < 65535 ? rows : 65535));
     if (dt == TKS_BF16)
-        k_rope<bf16><<<grid_for(pairs, 256), 256, sh, c->cur>>>((bf16 *)x, ld, T, H, HD, p0, pos, theta, inverse, pairs);
+        k_rope<bf16><<<grid, 256, sh, c->cur>>>((bf16 *)x, ld, rows, T, H, HD, p0, pos, theta, inverse);
     else
-        k_rope<float><<<grid_for(pairs, 256), 256, sh, c->cur>>>((float *)x, ld, T, H, HD, p0, pos, theta, inverse, pairs);
+        k_rope<float><<<grid, 256, sh, c->cur>>>((float *)x, ld, rows, T, H, HD, p0, pos, theta, inverse);
     return LAUNCHED(c, "rope");
 }
 

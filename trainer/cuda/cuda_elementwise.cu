@@ -134,17 +134,25 @@ int tks_cu_sum(tks_backend *be, float *out, const float *x, size_t n, int accumu
 
 /* ---- SwiGLU over the fused gate|up rows ----------------------------------------- */
 
-template <typename T> __global__ void k_swiglu_fwd(T *out, const T *gu, int F, size_t n) {
-    GRID_STRIDE(i, n) {
-        size_t r = i / F, j = i % F;
+/* rows over blockIdx.y (striding by gridDim.y), the F columns of a row over
+ * the x threads: no 64-bit division per element (n / F and n % F cost more
+ * than the arithmetic). The arithmetic is the CPU's, element by element. */
+#define ROWS_COLS(r, j, M, F)                                                           \
+    for (size_t r = blockIdx.y; r < (size_t)(M); r += gridDim.y)                      \
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < (F); j += gridDim.x * blockDim.x)
+static inline dim3 rows_cols_grid(int M, int F) {
+    unsigned gx = (unsigned)((F + 255) / 256), gy = (unsigned)(M < 65535 ? M : 65535);
+    return dim3(gx ? gx : 1, gy ? gy : 1);
+}
+template <typename T> __global__ void k_swiglu_fwd(T *out, const T *gu, int M, int F) {
+    ROWS_COLS(r, j, M, F) {
         float g = ldv(gu, r * 2 * F + j), u = ldv(gu, r * 2 * F + F + j);
-        stv(out, i, g / (1.0f + expf(-g)) * u);
+        stv(out, r * F + j, g / (1.0f + expf(-g)) * u);
     }
 }
-template <typename T> __global__ void k_swiglu_bwd(T *dgu, const T *dout, const T *gu, int F, size_t n) {
-    GRID_STRIDE(i, n) {
-        size_t r = i / F, j = i % F;
-        float g = ldv(gu, r * 2 * F + j), u = ldv(gu, r * 2 * F + F + j), d = ldv(dout, i);
+template <typename T> __global__ void k_swiglu_bwd(T *dgu, const T *dout, const T *gu, int M, int F) {
+    ROWS_COLS(r, j, M, F) {
+        float g = ldv(gu, r * 2 * F + j), u = ldv(gu, r * 2 * F + F + j), d = ldv(dout, r * F + j);
         float s = 1.0f / (1.0f + expf(-g));
         stv(dgu, r * 2 * F + F + j, d * g * s);
         stv(dgu, r * 2 * F + j, d * u * s * (1.0f + g * (1.0f - s)));
@@ -157,9 +165,9 @@ int tks_cu_swiglu_fwd(tks_backend *be, void *out, const void *gu, int M, int F, 
     size_t n = (size_t)M * F;
     if (!n) return 0;
     if (dt == TKS_BF16)
-        k_swiglu_fwd<bf16><<<grid_for(n, 256), 256, 0, c->cur>>>((bf16 *)out, (const bf16 *)gu, F, n);
+        k_swiglu_fwd<bf16><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((bf16 *)out, (const bf16 *)gu, M, F);
     else
-        k_swiglu_fwd<float><<<grid_for(n, 256), 256, 0, c->cur>>>((float *)out, (const float *)gu, F, n);
+        k_swiglu_fwd<float><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((float *)out, (const float *)gu, M, F);
     return LAUNCHED(c, "swiglu_fwd");
 }
 int tks_cu_swiglu_bwd(tks_backend *be, void *dgu, const void *dout, const void *gu, int M, int F,
@@ -170,8 +178,8 @@ int tks_cu_swiglu_bwd(tks_backend *be, void *dgu, const void *dout, const void *
     size_t n = (size_t)M * F;
     if (!n) return 0;
     if (dt == TKS_BF16)
-        k_swiglu_bwd<bf16><<<grid_for(n, 256), 256, 0, c->cur>>>((bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, F, n);
+        k_swiglu_bwd<bf16><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, M, F);
     else
-        k_swiglu_bwd<float><<<grid_for(n, 256), 256, 0, c->cur>>>((float *)dgu, (const float *)dout, (const float *)gu, F, n);
+        k_swiglu_bwd<float><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((float *)dgu, (const float *)dout, (const float *)gu, M, F);
     return LAUNCHED(c, "swiglu_bwd");
 }
