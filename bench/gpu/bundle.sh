@@ -7,7 +7,7 @@
 #
 #   bench/gpu/bundle.sh                      # -> build-bundle/tokshard-gpu-<commit>.tar.xz
 #   # on the GPU machine:
-#   tar -xJf tokshard-gpu-*.tar.xz && cd tokshard-gpu-* && ./run.sh /tmp/gpu-out test bench
+#   tar -xJf tokshard-gpu-*.tar.xz && cd tokshard-gpu-* && OUT=results ./first_call.sh
 #
 # What it holds (docs/GPU.md, "The bundle"):
 #   bin/      the programs (tokshard, tokshard-full, tokshard-train,
@@ -23,7 +23,9 @@
 #   tests/    a CTestTestfile.cmake with the GPU tests, the train fixture and
 #             the CPU checks the GPU tests compare with, taken from the build's
 #             own test list, so `./env ctest --test-dir tests -L gpu` runs them
-#   bench/    the PyTorch anchor (torch_anchor.py); run.sh: the GPU runbook
+#   bench/    the PyTorch anchor (torch_anchor.py); run.sh: the GPU runbook;
+#             first_call.sh: every test and the benchmark in one command
+#             under one deadline; README.md: how to run them
 #   env       runs a command with the bundle's PATH, libraries and Open MPI
 #   BUNDLE    what was built: commit, compiler, architectures, each library
 #             carried and the Debian package it came from
@@ -184,6 +186,7 @@ cp "$SRC/bench/gpu/bundle_test_run.sh" "$P/tests/run-test.sh"
 cp "$SRC/bench/gpu/torch_anchor.py" "$P/bench/"
 cp "$SRC/bench/gpu/run.sh" "$P/run.sh"
 cp "$SRC/bench/gpu/first_call.sh" "$P/first_call.sh"
+cp "$SRC/bench/gpu/bundle_readme.md" "$P/README.md"
 cp "$SRC/bench/gpu/bundle_env.sh" "$P/env"
 chmod +x "$P/env" "$P/run.sh" "$P/first_call.sh" "$P/tests/run-test.sh"
 
