@@ -154,7 +154,24 @@ PY
     grep -q "identical ids from the fast encoder and tokenizers [0-9.]* ($PY) on $nk documents" "$D/out" &&
     ok "verify-tokenizer --python: $(head -1 "$D/out" | sed 's/.*(byte-level-bpe): //' | cut -c1-90)" ||
     fail "verify-tokenizer --python: $(tail -3 "$D/out")"
-  printf '#!/bin/bash\n# argv: -c SCRIPT tokenizers PATH\na=("$@"); a[3]=%q\nexec %q "${a[@]}"\n' "$W/$O.json" "$PY" >"$D/swap-python"
+  # the reference runs isolated (python -I): a tokenizers.py or json.py in the
+  # caller's directory is never imported (it would answer for the reference,
+  # or run its code)
+  mkdir -p "$D/hostile"
+  printf 'open("%s", "w").write("imported")\n' "$D/hostile/ran" >"$D/hostile/tokenizers.py"
+  cp "$D/hostile/tokenizers.py" "$D/hostile/json.py"
+  (cd "$D/hostile" && "$TKS" verify-tokenizer "$D/tok/tokenizer.json" --python "$PY" --format jsonl \
+    "$D/docs.jsonl") >"$D/out" 2>&1 && [[ ! -e $D/hostile/ran ]] &&
+    grep -q "identical ids from the fast encoder and tokenizers [0-9.]*" "$D/out" &&
+    ok "verify-tokenizer from a directory holding tokenizers.py and json.py: neither imported" ||
+    fail "verify-tokenizer imported the caller's directory: $(ls "$D/hostile") $(tail -2 "$D/out")"
+  # a --python path of any length is run as given (a 300-byte one was cut at 255)
+  long=$D/$(printf 'p%.0s' {1..150})/$(printf 'q%.0s' {1..150})
+  mkdir -p "$long" && printf '#!/bin/sh\nexec %q "$@"\n' "$PY" >"$long/python" && chmod +x "$long/python"
+  "$TKS" verify-tokenizer "$D/tok/tokenizer.json" --python "$long/python" --format jsonl "$D/docs.jsonl" \
+    >"$D/out" 2>&1 && grep -q "identical ids from the fast encoder and tokenizers" "$D/out" &&
+    ok "verify-tokenizer --python with a ${#long}-byte folder" || fail "a long --python: $(tail -2 "$D/out")"
+  printf '#!/bin/bash\n# argv: -I -c SCRIPT tokenizers PATH\na=("$@"); a[4]=%q\nexec %q "${a[@]}"\n' "$W/$O.json" "$PY" >"$D/swap-python"
   chmod +x "$D/swap-python"
   "$TKS" verify-tokenizer "$D/tok/tokenizer.json" --python "$D/swap-python" --format jsonl "$D/docs.jsonl" >"$D/out" 2>&1
   code=$?

@@ -71,6 +71,15 @@ code=$?
   fail "hiding failed: the build's tokshard ran (exit $code): $(head -c 300 "$W/err")"
 
 expect 0 "the bundle's tokshard-train starts" -- hidden "$P/env" tokshard-train --help
+# ./env run from a hostile directory: its nvidia/ package is never imported
+# (python3 -I from /), and no relative folder goes onto the loader's path
+mkdir -p "$W/hostile/nvidia/cu13/lib"
+printf 'open("%s", "w").write("imported")\n' "$W/hostile/ran" >"$W/hostile/nvidia/__init__.py"
+: >"$W/hostile/nvidia/cu13/lib/libcudart.so.13"
+(cd "$W/hostile" && "$P/env" bash -c 'echo "$LD_LIBRARY_PATH"') >"$W/ldpath" 2>&1
+[[ ! -e $W/hostile/ran ]] && ! grep -q "hostile" "$W/ldpath" && ! tr ':' '\n' <"$W/ldpath" | grep -q '^[^/]' &&
+  ok "./env from a directory holding nvidia/: not imported, nothing relative on the loader's path" ||
+  fail "./env took the caller's nvidia/: $(ls "$W/hostile") $(cat "$W/ldpath")"
 # CPU tests from the bundle (parallel_layouts trains in 8 layouts: the longest)
 hidden "$P/env" ctest --test-dir "$P/tests" -LE gpu -V --timeout 600 >"$W/ctest-cpu.log" 2>&1
 code=$?

@@ -10,8 +10,9 @@
 #   generate  a prompt longer than the context, and generation past it
 #   paths     sample-plan --run from another directory; a missing --dataset names no .partial
 #   messages  numeric flags out of range; inputs without text; a file given twice; empty files
-#   notok     a dataset imported without a tokenizer: train, export-hf, cat, inspect, generate
-#   smaller   --help after a command; Megatron/llm.c files named; a Megatron header's huge
+#   notok     a dataset imported without a tokenizer: train, export-hf (beside a user's DIR.tmp),
+#             cat, inspect, generate
+#   smaller   --help after a command; cat escapes control characters; Megatron/llm.c files named; a Megatron header's huge
 #             counts and negative pointers as they are; llm.c export over --append-eos warns
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
 set -uo pipefail
@@ -259,8 +260,13 @@ notok)
   c=run/checkpoints/step-00000002
   [[ ! -e $c/tokenizer.model && -e $c/tokenizer.none ]] && ok "the checkpoint has tokenizer.none, no tokenizer.model" ||
     fail "checkpoint files: $(ls "$c")"
+  # a user's own hf.tmp beside the target is neither used nor removed
+  mkdir -p hf.tmp && echo mine >hf.tmp/notes.txt
   expect 0 "export-hf exports the model" -- "$TKS" export-hf run hf
   expect_msg "no tokenizer exported"
+  [[ $(cat hf.tmp/notes.txt 2>/dev/null) == mine && $(ls hf.tmp) == notes.txt ]] &&
+    ok "export-hf left the user's hf.tmp as it was" || fail "hf.tmp after export-hf: $(ls -la hf.tmp 2>&1)"
+  [[ -z $(ls -d hf.tmp-* 2>/dev/null) ]] && ok "no temporary folder left" || fail "left: $(ls -d hf.tmp-*)"
   [[ -s hf/model.safetensors && -s hf/config.json && ! -e hf/tokenizer.model ]] && ok "model.safetensors and config.json, no tokenizer" ||
     fail "hf: $(ls hf)"
   expect 2 "cat without --ids" -- "$TKS" cat nt
@@ -276,6 +282,20 @@ smaller)
     grep -q "tokshard sample-plan --run" "$W/out" && grep -q -- "--model-type bpe|unigram|word|char" "$W/out" &&
       ok "$cmd --help prints the help (word/char models, sample-plan --run)" || fail "$cmd --help: $(head -3 "$W/out")"
   done
+  # cat shows a document's control characters escaped (ESC, OSC's BEL, CR, a
+  # C1 CSI), so they never reach the terminal; --raw writes the bytes
+  # (a byte-level tokenizer of the 256 bytes keeps every byte; sentencepiece's
+  # normalization drops control characters)
+  printf 'plain \033[31mred\033]0;title\007 cr\r c1 \302\233 end\n' >ctl.txt
+  python3 -c "import base64; [print(base64.b64encode(bytes([i])).decode(), i) for i in range(256)]" >bytes.tiktoken
+  expect 0 "a document with control characters" -- "$TKS" build -q --tokenizer bytes.tiktoken --pattern gpt2 \
+    --output ctl ctl.txt
+  "$TKS" cat ctl --raw >raw.out && "$TKS" cat ctl >esc.out
+  grep -q $'\033\\[31mred' raw.out && ok "cat --raw writes the bytes (the tokenizer keeps them)" ||
+    fail "cat --raw: $(od -c raw.out | head -3)"
+  ! grep -q $'[\033\007\r]' esc.out && ! grep -q $'\302\233' esc.out &&
+    grep -qF '\x1b[31mred\x1b]0;title\x07 cr\x0d c1 \u009b end' esc.out &&
+    ok "cat escapes ESC, BEL, CR and C1 controls" || fail "cat: $(od -c esc.out | head -4)"
   expect 0 "dataset" -- "$TKS" build -q "${B[@]}" --append-eos --output ds "$T/gcide.txt"
   expect 0 "Megatron export" -- "$TKS" export --format megatron --copy ds mg
   expect 2 "a Megatron index given as a shard" -- "$TKS" cat mg_00000.idx --ids

@@ -22,7 +22,7 @@ extern char **environ;
 struct tks_peer {
     pid_t pid;
     FILE *to, *from;
-    char python[256];
+    char *python; /* the interpreter as given (malloc'd: any length) */
     char name[128];
 };
 
@@ -44,14 +44,21 @@ int tks_peer_start(const char *python, const tks_tok *t, const char *path, tks_p
     tks_peer *p = calloc(1, sizeof *p);
     if (!p) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     p->pid = -1;
-    snprintf(p->python, sizeof p->python, "%s", python);
+    if (!(p->python = strdup(python))) {
+        free(p);
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    }
     char *descriptor = NULL;
     const char *ranks = tks_bpe_tiktoken_ranks(b);
     if (ranks && tks_bpe_tiktoken_json(b, &descriptor, NULL)) {
+        free(p->python);
         free(p);
         return tks_last_error()->code;
     }
-    char *argv[] = {p->python, "-c", (char *)tks_verify_peer_py, ranks ? "tiktoken" : "tokenizers",
+    /* -I: isolated, so that nothing in the caller's directory (a json.py,
+     * a tokenizers.py) or in PYTHON* variables is imported in place of the
+     * standard library or the reference */
+    char *argv[] = {p->python, "-I", "-c", (char *)tks_verify_peer_py, ranks ? "tiktoken" : "tokenizers",
                     (char *)(ranks ? ranks : path), descriptor, NULL};
     /* a child that dies leaves EPIPE on our writes, not a signal */
     signal(SIGPIPE, SIG_IGN);
@@ -128,5 +135,6 @@ void tks_peer_stop(tks_peer *p) {
         while (waitpid(p->pid, &st, 0) < 0 && errno == EINTR) {
         }
     }
+    free(p->python);
     free(p);
 }

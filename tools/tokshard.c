@@ -952,6 +952,23 @@ static int set_text(const cli_flag *f, const char *name, const char *v) {
     return 0;
 }
 
+/* One document on one line of a terminal: newline as \n, backslash as \\,
+ * every other control character visible as \xNN (C0 and DEL) or \u00NN
+ * (C1, U+0080-U+009F): a document's ESC, OSC, BEL or CR never reaches the
+ * terminal as such (--raw writes the bytes). */
+static void put_escaped(const char *text, size_t tl) {
+    for (size_t i = 0; i < tl; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c == '\n') fputs("\\n", stdout);
+        else if (c == '\\') fputs("\\\\", stdout);
+        else if (c == '\t') putchar('\t');
+        else if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
+        else if (c == 0xc2 && i + 1 < tl && (unsigned char)text[i + 1] >= 0x80 && (unsigned char)text[i + 1] <= 0x9f)
+            printf("\\u%04x", (unsigned char)text[++i]);
+        else putchar(c);
+    }
+}
+
 static int cmd_cat(int argc, char **argv) {
     int mode_ids = 0, raw = 0;
     uint64_t only = TKS_NONE, limit = TKS_NONE;
@@ -1011,12 +1028,7 @@ static int cmd_cat(int argc, char **argv) {
                     return cli_lib_error();
                 }
                 if (raw) fwrite(text, 1, tl, stdout);
-                else
-                    for (size_t i = 0; i < tl; i++) {
-                        if (text[i] == '\n') fputs("\\n", stdout);
-                        else if (text[i] == '\\') fputs("\\\\", stdout);
-                        else putchar(text[i]);
-                    }
+                else put_escaped(text, tl);
                 putchar('\n');
                 free(text);
             }

@@ -5,6 +5,7 @@
 #include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -32,12 +33,15 @@ int tks_export_hf(const char *checkpoint, const char *out_dir, int *tokenizer_mi
     int rc = tks_train_read_sampling(checkpoint, &rs);
     if (rc) return rc;
     char tmp[PATH_MAX], src[PATH_MAX], dst[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", out_dir) >= (int)sizeof tmp)
+    /* a folder of our own, created exclusively (mkdtemp): never a user's
+     * DIR.tmp, which the export would otherwise fill and remove. An export
+     * killed midway leaves its DIR.tmp-XXXXXX behind, nothing else. */
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", out_dir) >= (int)sizeof tmp)
         return tks_fail(TKS_ERR_ARG, out_dir, TKS_NONE, TKS_NONE, "path too long: %s", out_dir);
-    nftw(tmp, rm_cb, 16, FTW_DEPTH | FTW_PHYS); /* a leftover of an interrupted export */
-    if (mkdir(tmp, 0755) != 0)
+    if (!mkdtemp(tmp))
         return tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE, "cannot create %s: %s", tmp,
                         strerror(errno));
+    chmod(tmp, 0755);
     /* a model trained on a dataset without a tokenizer is exported without one */
     char none[PATH_MAX];
     int no_tok = tks_path_join(none, sizeof none, rs.checkpoint, TKS_NO_TOKENIZER_NAME) == 0 &&

@@ -13,8 +13,10 @@ P=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
 (($#)) || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 export PATH=$P/bin:$PATH
 nv=""
-root=${TKS_NVIDIA_ROOT:-$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)}
-if [[ -n $root && -d $root ]]; then
+# python3 -I from / : nothing in the caller's directory (a ./nvidia/) is
+# imported, and only absolute folders go onto the loader's path
+root=${TKS_NVIDIA_ROOT:-$(cd / && python3 -I -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)}
+if [[ $root == /* && -d $root ]]; then
   while IFS= read -r d; do nv+=:$d; done < <(find "$root" -maxdepth 3 -name 'lib*.so*' -printf '%h\n' | sort -u)
 fi
 [[ -d /usr/local/cuda/lib64 ]] && nv+=:/usr/local/cuda/lib64
@@ -26,7 +28,14 @@ export OPAL_PREFIX=$P/openmpi
 # for ranks of one node ("plm_rsh_agent: ssh : rsh ... could not be found");
 # GPU images and containers often have neither. The isolated launcher starts
 # local ranks only, which is all one machine needs.
-if [[ -z ${OMPI_MCA_plm:-} ]] && ! command -v ssh >/dev/null 2>&1 && ! command -v rsh >/dev/null 2>&1; then
+# (an executable regular file on the PATH, as Open MPI looks for one: bash's
+# `command -v` also names a file it could not run)
+on_path() {
+  local d IFS=:
+  for d in $PATH; do [[ -f $d/$1 && -x $d/$1 ]] && return 0; done
+  return 1
+}
+if [[ -z ${OMPI_MCA_plm:-} ]] && ! on_path ssh && ! on_path rsh; then
   export OMPI_MCA_plm=isolated
 fi
 exec "$@"

@@ -46,6 +46,13 @@ trap 'rm -f "$PARTS"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 
 now() { echo $(($(date +%s) - T0)); }
+# on_path NAME: the executable regular file NAME on the PATH, or nothing
+# (bash's `command -v` also names a file it cannot run)
+on_path() {
+  local d IFS=:
+  for d in $PATH; do [[ -f $d/$1 && -x $d/$1 ]] && { echo "$d/$1"; return 0; }; done
+  return 1
+}
 left() { echo $((DEADLINE - $(now))); }
 log() { echo "[$(now)s] $*" | tee -a "$TL"; }
 # part NAME RESULT SECONDS NOTE: one row of the summary's parts table
@@ -78,7 +85,7 @@ step() {
   return $rc
 }
 
-summary() { python3 - "$OUT" "$DEADLINE" "$(now)" "$PARTS" >"$OUT/0-summary.md.tmp" 2>>"$TL" <<'PY' && mv "$OUT/0-summary.md.tmp" "$OUT/0-summary.md"
+summary() { python3 -I - "$OUT" "$DEADLINE" "$(now)" "$PARTS" >"$OUT/0-summary.md.tmp" 2>>"$TL" <<'PY' && mv "$OUT/0-summary.md.tmp" "$OUT/0-summary.md"
 import json, os, re, sys
 out, deadline, took, parts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 def read(name):
@@ -163,12 +170,12 @@ if [[ -d $src ]]; then
   part unpack "ok (a folder)" 0 "$P"
 else
   rm -rf "$WORK" && mkdir -p "$WORK"
-  if command -v xz >/dev/null 2>&1; then
+  if [[ -n $(on_path xz) ]]; then
     how="tar -xJf"
     tar -C "$WORK" -xJf "$src" 2>>"$TL"
   else
     how="Python tarfile (no xz here)"
-    python3 - "$src" "$WORK" 2>>"$TL" <<'PY'
+    python3 -I - "$src" "$WORK" 2>>"$TL" <<'PY'
 import sys, tarfile
 with tarfile.open(sys.argv[1], "r:xz") as t:
     if hasattr(tarfile, "tar_filter"):
@@ -201,8 +208,8 @@ probe() {
   echo "kernel: $(uname -r)"
   echo "glibc: $(ldd --version 2>&1 | head -1)"
   echo "cpu: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "ssh/rsh: $(command -v ssh || echo none) $(command -v rsh || echo none); xz: $(command -v xz || echo none)"
-  echo "torch: $(python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn",
+  echo "ssh/rsh: $(on_path ssh || echo none) $(on_path rsh || echo none); xz: $(on_path xz || echo none)"
+  echo "torch: $(python3 -I -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn",
 torch.backends.cudnn.version(), "nccl", ".".join(map(str, torch.cuda.nccl.version())))' 2>&1 | tail -1)"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo none)"
   echo "--- BUNDLE"
@@ -210,7 +217,7 @@ torch.backends.cudnn.version(), "nccl", ".".join(map(str, torch.cuda.nccl.versio
   echo "--- nvidia-smi"
   nvidia-smi 2>&1 | head -20 || true
   echo "--- NVIDIA wheels"
-  python3 - <<'PY' 2>&1
+  python3 -I - <<'PY' 2>&1
 import importlib.metadata as m
 for d in sorted(m.distributions(), key=lambda d: d.metadata["Name"].lower()):
     n = d.metadata["Name"]
