@@ -139,6 +139,81 @@ os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
 EOF2
   expect 2 "resume after an input changed under the same size and mtime" -- "$TKS" build "${eargs[@]}" --output r --resume
   expect_msg "cannot resume: .*$(basename "$edited") changed since the interrupted build"
+  # inside a unit: a compressed input is one unit whatever its size; each shard
+  # it seals is recorded (unit-N/progress.json), and a resume keeps those
+  # shards, reads past what they hold without encoding and goes on
+  gzip -9 -c "$T/gcide.txt" >gcide.txt.gz
+  gargs=(-q --tokenizer "$T/bpe.model" --doc-split blank-line --append-eos --shard-tokens 100K
+    --chunk-bytes 4K --batch-bytes 128K gcide.txt.gz)
+  rm -rf gref && expect 0 "reference: gcide.txt.gz, one unit" -- "$TKS" build "${gargs[@]}" --output gref
+  ng=$(ls gref/shard-*.tks | wc -l)
+  ((ng >= 6)) && ok "the one unit has $ng shards" || fail "gref has $ng shards (want >= 6)"
+  for t in 1 2; do
+    rm -rf r r.partial
+    LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=rename:progress.json:3 "$TKS" build "${gargs[@]}" --threads $t \
+      --output r >/dev/null 2>&1
+    code=$?
+    [[ $code -eq 137 && -e r.partial/unit-00000/progress.json ]] &&
+      ok "killed after the unit's 3rd sealed shard was recorded ($t threads)" || fail "kill at progress 3: exit $code"
+    expect 0 "resume inside the unit" -- "$TKS" build "${gargs[@]:1}" --threads $((3 - t)) --output r --resume
+    grep -Eq "\(3 shards kept from the interrupted run" "$W/out" && ok "3 shards kept, the unit not restarted" ||
+      fail "kept shards: $(grep -i kept "$W/out")"
+    same_dataset r gref "resumed inside a unit, $t then $((3 - t)) threads"
+  done
+  # killed between a shard's rename and its record: the shard is built again
+  rm -rf r r.partial
+  LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=shards:4 "$TKS" build "${gargs[@]}" --output r >/dev/null 2>&1
+  expect 0 "resume after a kill between a shard and its record" -- "$TKS" build "${gargs[@]:1}" --output r --resume
+  grep -Eq "\(3 shards kept" "$W/out" && ok "the unrecorded 4th shard was rebuilt" || fail "$(grep -i kept "$W/out")"
+  same_dataset r gref "resumed after a kill between shard and record"
+  # the records a resume reads past must be those the kept shards came from:
+  # a plain input edited in place (size and time kept) after the kill
+  rm -rf r r.partial && cp -p "$T/gcide.txt" ged.txt
+  pargs=(-q --tokenizer "$T/bpe.model" --doc-split blank-line --shard-tokens 100K --chunk-bytes 4K ged.txt)
+  LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=rename:progress.json:3 "$TKS" build "${pargs[@]}" --output r >/dev/null 2>&1
+  python3 - ged.txt <<'EOF2'
+import os, sys
+p = sys.argv[1]; st = os.stat(p); b = bytearray(open(p, "rb").read())
+i = b.index(b"e", 1000); b[i] = ord("a"); open(p, "wb").write(b)
+os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+EOF2
+  expect 2 "resume inside a unit after its input changed in place" -- "$TKS" build "${pargs[@]}" --output r --resume
+  expect_msg "cannot resume unit 0: its first [0-9]+ records are not the ones its 3 kept shards were made from"
+  # kill -9 at random moments within the first 60% of an uninterrupted build's
+  # time, resuming each time: a build that restarted its unit would never end.
+  # All of GCIDE, compressed (dict-gcide's 13.5 MB dictzip file): one unit.
+  gcide_dz=${TKS_TEST_GCIDE:-/usr/share/dictd/gcide.dict.dz}
+  gargs=(-q --tokenizer "$T/bpe.model" --doc-split blank-line --append-eos --shard-tokens 200K "$gcide_dz")
+  rm -rf gref && expect 0 "reference: all of GCIDE, one unit" -- "$TKS" build "${gargs[@]}" --threads 1 --output gref
+  t0=$(date +%s%N)
+  "$TKS" build "${gargs[@]}" --threads 1 --output tref >/dev/null 2>&1
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  rm -rf r r.partial
+  kills=0 kept=0 grew=0 done=0
+  for try in $(seq 1 20); do
+    resume=()
+    ((try > 1)) && resume=(--resume)
+    "$TKS" build "${gargs[@]:1}" --threads 1 --output r "${resume[@]}" >"$W/out" 2>&1 &
+    pid=$!
+    sleep "$(python3 -c "import random; print(round(random.uniform(0.2, 0.6) * $ms / 1000, 3))")"
+    if kill -9 $pid 2>/dev/null; then
+      wait $pid 2>/dev/null
+      # (a build that ended just before the signal is a zombie the kill "hits")
+      [[ -e r ]] && { done=1; break; }
+      kills=$((kills + 1))
+      now=$(python3 -c "import json; print(len(json.load(open('r.partial/unit-00000/progress.json'))['shards']))" \
+        2>/dev/null || echo 0)
+      ((now > kept)) && grew=$((grew + 1))
+      kept=$now
+    else
+      wait $pid && done=1
+      break
+    fi
+  done
+  ((done && kills >= 1 && grew >= 1)) &&
+    ok "random kill -9 within 60% of the build's ${ms} ms: finished after $kills kills ($grew made progress)" ||
+    fail "random kills: finished $done after $kills kills ($grew made progress, $kept shards kept; want a kill and an end)"
+  ((done)) && same_dataset r gref "after $kills random kills"
   # resume refuses other options
   rm -rf r r.partial
   LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=rename:unit.json:1 "$TKS" build "${args[@]}" --output r >/dev/null 2>&1

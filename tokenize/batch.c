@@ -176,26 +176,27 @@ static int fill_batch(reader *r, batch *b) {
 
 /* Tokenizes the batch in parallel, longest documents first. 0 or the first
  * error (its context restored). */
-int tks__encode_batch(tks_tok *tk, batch *b, int threads, const char *key, uint64_t max_doc) {
+int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const char *key, uint64_t max_doc) {
     /* longest documents first when one could keep a thread busy after the
      * others finish, else in order and in runs of documents (the sort, the
      * scattered reads it causes and one hand-off per document cost 5-8% of a
      * build of short lines) */
-    size_t longest = 0, per = 1;
-    for (size_t i = 0; i < b->n; i++) {
-        b->order[i] = i;
+    size_t longest = 0, per = 1, m = first < b->n ? b->n - first : 0;
+    for (size_t k = 0; k < m; k++) {
+        size_t i = first + k;
+        b->order[k] = i;
         longest = b->len[i] > longest ? b->len[i] : longest;
     }
     if (longest > (64u << 10)) {
         g_sort_len = b->len;
-        qsort(b->order, b->n, sizeof *b->order, by_len_desc);
+        qsort(b->order, m, sizeof *b->order, by_len_desc);
     } else {
-        per = b->n / ((size_t)threads * 64) + 1;
+        per = m / ((size_t)threads * 64) + 1;
     }
     tks_error first_err = {0};
     int any_err = 0;
 #pragma omp parallel for schedule(dynamic, per) num_threads(threads)
-    for (size_t k = 0; k < b->n; k++) {
+    for (size_t k = 0; k < m; k++) {
         size_t i = b->order[k];
         const char *text = b->arena + b->off[i];
         size_t len = b->len[i];

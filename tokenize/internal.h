@@ -85,9 +85,11 @@ void tks__prefetch_free(prefetch *p);
 /* Once a batch is committed: empties it, freeing what it grew beyond what
  * the next batch of batch_bytes needs. */
 void tks__batch_trim(batch *b, size_t batch_bytes);
-/* Tokenizes the batch in parallel on `threads` threads, decoding its JSONL
- * records first (key, max_doc: the input's): 0 or the first error. */
-int tks__encode_batch(tks_tok *tk, batch *b, int threads, const char *key, uint64_t max_doc);
+/* Tokenizes the batch's documents first..n-1 in parallel on `threads`
+ * threads, decoding their JSONL records first (key, max_doc: the input's):
+ * 0 or the first error. Documents before `first` are left as they are (a
+ * resumed unit reads past what its sealed shards hold without encoding). */
+int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const char *key, uint64_t max_doc);
 /* Adds BOS/EOS as the options ask. 0 or TKS_ERR_NOMEM. */
 int tks__add_specials(tks_ids *v, const tks_build_opts *o, uint32_t bos, uint32_t eos);
 

@@ -320,6 +320,7 @@ typedef struct tks_build_unit {
 typedef struct tks_unit_stats {
     uint64_t docs_written, tokens_written, shards, text_bytes, bytes_in;
     int kept;                  /* 1: complete from an earlier run, verified, not built */
+    uint64_t resumed_shards;   /* a unit built on from an earlier run: the shards it kept */
     double seconds;
 } tks_unit_stats;
 

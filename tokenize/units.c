@@ -5,6 +5,9 @@
  * OUT.partial/build-state.json: {"build_id", "mode": "units", "units",
  *   "unit_bytes", "unit_rule"} (written by the coordinator, before any unit)
  * OUT.partial/unit-NNNNN/shard-LLLLL.tks: unit N's shards, numbered from 0
+ * OUT.partial/unit-NNNNN/progress.json: rewritten each time the unit seals a
+ *   shard, until the unit is complete (the resume grain inside a unit: see
+ *   "A unit's progress" below)
  * OUT.partial/unit-NNNNN/unit.json: written last, when the unit is complete:
  *   its shards, its counters, and each input range it read with the range's
  *   XXH3-128 (a kept unit's ranges are hashed again on --resume)
@@ -31,6 +34,7 @@
 #include "internal.h"
 
 #define UNIT_RECORD "unit.json"
+#define UNIT_PROGRESS "progress.json"
 #define BLOB_MAGIC "TKSJ1"
 
 /* What this process knows of a unit it ran. */
@@ -478,6 +482,132 @@ typedef struct deferred {
     uint64_t skipped, bad, too_long, empty;
 } deferred;
 
+/* ---------------------------------------------------------------------------
+ * A unit's progress: the resume grain inside a unit
+ *
+ * Each time the unit's writer seals a shard, unit-NNNNN/progress.json records
+ * what the sealed shards hold: `next`, the records the reader had handed out
+ * before the end of the last sealed document (ordinals below it); those
+ * records' counters (skipped by cause, empty after tokenizing, documents and
+ * tokens written); the sealed shards; and the XXH3-128 of those records'
+ * bytes in order. A resume of an unfinished unit keeps the sealed shards
+ * that still match their record, reads the unit's input again from its start
+ * without encoding the records below `next` (reading and decompressing are
+ * an order of magnitude faster than encoding), checks the hash of their
+ * bytes against the record (an input rewritten in place with its size and
+ * time is refused), and encodes from there into the next shard number. The
+ * unit's shards are then the bytes an uninterrupted build writes, for any
+ * thread and process count, and a kill loses at most the shard being filled.
+ * ------------------------------------------------------------------------- */
+typedef struct progress {
+    uint64_t next;                       /* records below this ordinal are in sealed shards or skipped */
+    uint64_t empty;                      /* among them: documents that gave no token */
+    deferred dj;                         /* among them: records skipped by cause */
+    uint64_t docs_written, tokens_written;
+    tks_shard_info *shards;              /* the shards sealed by an earlier run (kept), local numbering */
+    size_t n;
+    uint8_t docs_h[16];                  /* XXH3-128 of the records below next */
+} progress;
+
+/* One record into the running hash of a unit's records: its length, then
+ * its bytes (a JSONL record as read, before decoding). */
+static void hash_record(XXH3_state_t *h, const batch *b, size_t i) {
+    uint64_t len = b->len[i];
+    XXH3_128bits_update(h, &len, sizeof len);
+    XXH3_128bits_update(h, b->arena + b->off[i], b->len[i]);
+}
+
+static void hash_digest(XXH3_state_t *h, uint8_t out[16]) {
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(h));
+    memcpy(out, c.digest, 16);
+}
+
+/* progress.json for unit k: p's counters, p's kept shards then the ones w
+ * sealed. Written atomically, after the shard it follows was published. */
+static int write_progress(const tks_build_job *j, uint64_t k, const progress *p, tks_writer *w) {
+    json_t *shards = json_array();
+    size_t ns;
+    const tks_shard_info *si = tks_writer_shards(w, &ns);
+    for (size_t i = 0; i < p->n; i++) json_array_append_new(shards, tks_shard_record(&p->shards[i]));
+    for (size_t i = 0; i < ns; i++) json_array_append_new(shards, tks_shard_record(&si[i]));
+    char hx[33], path[PATH_MAX];
+    tks_hex(p->docs_h, 16, hx);
+    json_t *js = json_pack("{s:s, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:s, s:o}", "build_id",
+                           j->build_id, "unit", (json_int_t)k, "next", (json_int_t)p->next,
+                           "empty_after_tokenize", (json_int_t)p->empty, "skipped", "all",
+                           (json_int_t)p->dj.skipped, "bad", (json_int_t)p->dj.bad, "long",
+                           (json_int_t)p->dj.too_long, "empty", (json_int_t)p->dj.empty, "docs_written",
+                           (json_int_t)p->docs_written, "tokens_written", (json_int_t)p->tokens_written,
+                           "docs_xxh3", hx, "shards", shards);
+    char *text = js ? json_dumps(js, JSON_INDENT(1)) : NULL;
+    json_decref(js);
+    int rc = text ? unit_file(j, k, UNIT_PROGRESS, path, sizeof path)
+                  : tks_fail(TKS_ERR_NOMEM, j->partial, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc) rc = tks_write_file_atomic(path, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+static uint64_t uint_at(const json_t *o, const char *key) {
+    json_int_t v = json_integer_value(json_object_get(o, key));
+    return v > 0 ? (uint64_t)v : 0;
+}
+
+/* Unit k's progress from an earlier run, when it is this build's and every
+ * shard it lists is in the unit's directory as recorded: 1 with *p filled
+ * (p->shards the caller's), else 0 (the unit is built from its start). */
+static int read_progress(const tks_build_job *j, uint64_t k, progress *p) {
+    char path[PATH_MAX], dir[PATH_MAX], sp[PATH_MAX];
+    memset(p, 0, sizeof *p);
+    if (unit_dir(j, k, dir, sizeof dir) || unit_file(j, k, UNIT_PROGRESS, path, sizeof path) ||
+        access(path, F_OK) != 0)
+        return 0;
+    json_t *js = json_load_file(path, 0, NULL), *arr = json_object_get(js, "shards"),
+           *sk = json_object_get(js, "skipped");
+    const char *id = json_string_value(json_object_get(js, "build_id")),
+               *hx = json_string_value(json_object_get(js, "docs_xxh3"));
+    size_t m = json_array_size(arr);
+    int ok = js && id && !strcmp(id, j->build_id) && uint_at(js, "unit") == k && json_is_array(arr) && m &&
+             json_is_object(sk) && hx && strlen(hx) == 32 && tks_unhex(hx, p->docs_h, 16) == 0 &&
+             (p->shards = calloc(m, sizeof *p->shards));
+    for (size_t i = 0; ok && i < m; i++)
+        ok = tks_shard_record_read(json_array_get(arr, i), i, &p->shards[i]) == 0 &&
+             tks_path_join(sp, sizeof sp, dir, p->shards[i].file) == 0 &&
+             shard_matches(sp, &p->shards[i], (uint32_t)i, (uint32_t)i, i);
+    if (ok) {
+        p->n = m;
+        p->next = uint_at(js, "next");
+        p->empty = uint_at(js, "empty_after_tokenize");
+        p->dj = (deferred){uint_at(sk, "all"), uint_at(sk, "bad"), uint_at(sk, "long"), uint_at(sk, "empty")};
+        p->docs_written = uint_at(js, "docs_written");
+        p->tokens_written = uint_at(js, "tokens_written");
+        ok = p->next > 0;
+    }
+    json_decref(js);
+    tks_clear_error();
+    if (!ok) {
+        free(p->shards);
+        memset(p, 0, sizeof *p);
+    }
+    return ok;
+}
+
+/* A resumed unit's directory: everything but its kept shards and
+ * progress.json goes (the shard being filled when the run stopped, a shard
+ * sealed after the last progress.json). */
+static void keep_progress_only(const char *dir, const progress *p) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[PATH_MAX];
+    while (d && (e = readdir(d))) {
+        int keep = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, UNIT_PROGRESS);
+        for (size_t i = 0; i < p->n && !keep; i++) keep = !strcmp(e->d_name, p->shards[i].file);
+        if (!keep && tks_path_join(path, sizeof path, dir, e->d_name) == 0) unlink(path);
+    }
+    if (d) closedir(d);
+}
+
 /* The policy for record i of batch b, which decoding found bad, too long
  * or empty: 0 (skipped and counted) or the error the reader would have
  * given. */
@@ -513,7 +643,7 @@ static int deferred_skip(const tks_input *in, const batch *b, size_t i, deferred
 /* The record of a unit just built: its ranges with their hashes, counters
  * and shards (local numbering). NULL when out of memory. */
 static json_t *new_record(const tks_build_job *j, uint64_t k, const tks_input *in, const tks__range *r,
-                          size_t nr, tks_writer *w, uint64_t empty, const deferred *d) {
+                          size_t nr, const tks_shard_info *si, size_t ns, uint64_t empty, const deferred *d) {
     json_t *ranges = json_array(), *shards = json_array();
     for (size_t i = 0; i < nr; i++) {
         char hx[33];
@@ -523,8 +653,6 @@ static json_t *new_record(const tks_build_job *j, uint64_t k, const tks_input *i
                                                 (json_int_t)r[i].end, "whole", (int)r[i].whole,
                                                 "xxh3_128", hx));
     }
-    size_t ns;
-    const tks_shard_info *si = tks_writer_shards(w, &ns);
     for (size_t i = 0; i < ns; i++) json_array_append_new(shards, tks_shard_record(&si[i]));
     tks_input_stats st = *tks_input_get_stats(in);
     st.docs -= d->skipped;
@@ -536,23 +664,49 @@ static json_t *new_record(const tks_build_job *j, uint64_t k, const tks_input *i
                      "shards", shards);
 }
 
+/* The records a resumed unit read again without encoding must be those the
+ * sealed shards came from. */
+static int check_skipped(const tks_build_job *j, uint64_t k, XXH3_state_t *dh, const progress *pg) {
+    uint8_t h[16];
+    hash_digest(dh, h);
+    if (!memcmp(h, pg->docs_h, 16)) return 0;
+    return tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
+                    "cannot resume unit %llu: its first %llu records are not the ones its %zu kept shards "
+                    "were made from (an input was changed in place since the interrupted build); "
+                    "remove %s and build again",
+                    (unsigned long long)k, (unsigned long long)pg->next, pg->n, j->partial);
+}
+
 /* Reads, encodes and writes the unit's documents (the batches of the
- * reader thread); *empty: documents that gave no token. */
+ * reader thread); *empty: documents that gave no token. pg: on entry what
+ * the kept shards hold (next 0: nothing), then the progress as of the last
+ * shard sealed, progress.json rewritten at each. */
 static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer *w, tks_unit_stats *us,
-                        uint64_t *empty, deferred *dj) {
+                        uint64_t *empty, deferred *dj, progress *pg) {
     const tks_build_opts *o = &j->o;
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads(), rc = 0, done = 0;
     reader rd = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20), .stop = o->stop};
     prefetch pf = {.r = &rd};
     tks_build_progress base = j->prog;
+    uint64_t skip = pg->next;
+    XXH3_state_t *dh = XXH3_createState();
+    if (!dh) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    XXH3_128bits_reset(dh);
     tks__prefetch_start(&pf);
     while (!rc && !done) {
         batch *b = NULL;
         if ((rc = tks__prefetch_take(&pf, &b))) break;
         done = b->end;
         if (!done) tks__prefetch_start(&pf);
-        if (b->n) rc = tks__encode_batch(j->tk, b, threads, in->jsonl_key, in->max_doc);
+        size_t first = 0; /* records the kept shards hold: read, hashed, not encoded */
+        while (first < b->n && b->ordinal[first] < skip) first++;
+        if (b->n > first) rc = tks__encode_batch(j->tk, b, first, threads, in->jsonl_key, in->max_doc);
         for (size_t i = 0; i < b->n && !rc; i++) {
+            hash_record(dh, b, i);
+            if (i < first) {
+                if (b->ordinal[i] + 1 == skip) rc = check_skipped(j, k, dh, pg), skip = 0;
+                continue;
+            }
             if (b->status[i] != TKS_JSONL_OK) {
                 rc = deferred_skip(in, b, i, dj);
                 continue;
@@ -562,10 +716,20 @@ static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer 
                 ++*empty;
                 continue;
             }
+            int sealed = 0;
             rc = tks__add_specials(v, o, j->bos, j->eos);
-            if (!rc) rc = tks_writer_add(w, v->ids, v->n, b->ordinal[i] - dj->skipped, NULL);
+            if (!rc) rc = tks_writer_add(w, v->ids, v->n, b->ordinal[i] - dj->skipped, &sealed);
             us->docs_written++;
             us->tokens_written += v->n;
+            if (!rc && sealed) { /* a shard sealed: what it and the ones before hold */
+                pg->next = b->ordinal[i] + 1;
+                pg->empty = *empty;
+                pg->dj = *dj;
+                pg->docs_written = us->docs_written;
+                pg->tokens_written = us->tokens_written;
+                hash_digest(dh, pg->docs_h);
+                rc = write_progress(j, k, pg, w);
+            }
         }
         tks__batch_trim(b, rd.batch_bytes);
         if (!rc && o->progress) {
@@ -588,43 +752,71 @@ static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer 
                           (unsigned long long)k, j->partial);
     }
     tks__prefetch_free(&pf); /* a reader still running after an error is joined */
+    XXH3_freeState(dh);
+    if (!rc && skip)
+        rc = tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
+                      "cannot resume unit %llu: its input ends before the %llu records its kept shards "
+                      "were made from (an input was changed in place since the interrupted build); "
+                      "remove %s and build again",
+                      (unsigned long long)k, (unsigned long long)pg->next, j->partial);
     us->text_bytes = rd.text;
     return rc;
 }
 
-/* Builds unit k afresh into its directory, its record written last. */
+/* Builds unit k into its directory, from the shards an earlier run sealed
+ * (progress.json) or from its start; its record written last. */
 static int unit_build(tks_build_job *j, uint64_t k, tks_unit_stats *us) {
-    char dir[PATH_MAX];
+    char dir[PATH_MAX], path[PATH_MAX];
     tks__range *r = NULL;
-    size_t nr = 0;
+    size_t nr = 0, ns = 0;
     tks_input *in = NULL;
     tks_writer *w = NULL;
-    uint64_t empty = 0;
-    deferred dj = {0, 0, 0, 0};
+    tks_shard_info *all = NULL;
+    progress pg;
     int rc = unit_dir(j, k, dir, sizeof dir);
-    if (!rc) rc = reset_dir(dir);
+    int resumed = !rc && read_progress(j, k, &pg);
+    if (!resumed) memset(&pg, 0, sizeof pg);
+    uint64_t empty = pg.empty;
+    deferred dj = pg.dj;
+    us->docs_written = pg.docs_written;
+    us->tokens_written = pg.tokens_written;
+    us->resumed_shards = pg.n;
+    if (!rc) {
+        if (resumed) keep_progress_only(dir, &pg);
+        else rc = reset_dir(dir);
+    }
     if (!rc) rc = tks__unit_ranges(j->ls, &j->plan, k, j->unit_bytes, &r, &nr);
     if (!rc) rc = tks__input_view(j->ls, r, nr, j->o.stop, &in);
-    if (!rc) rc = tks__open_writer(&j->o, j->tk, dir, 0, &w);
-    if (!rc) rc = unit_batches(j, k, in, w, us, &empty, &dj);
+    if (!rc) rc = tks__open_writer(&j->o, j->tk, dir, (uint32_t)pg.n, &w);
+    if (!rc) rc = unit_batches(j, k, in, w, us, &empty, &dj, &pg);
     if (!rc) rc = tks_writer_flush(w);
+    if (!rc) { /* the kept shards, then this run's */
+        size_t nw;
+        const tks_shard_info *si = tks_writer_shards(w, &nw);
+        ns = pg.n + nw;
+        if (!(all = calloc(ns ? ns : 1, sizeof *all))) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+        else {
+            if (pg.n) memcpy(all, pg.shards, pg.n * sizeof *all);
+            if (nw) memcpy(all + pg.n, si, nw * sizeof *all);
+        }
+    }
     json_t *rec = NULL;
-    if (!rc && !(rec = new_record(j, k, in, r, nr, w, empty, &dj)))
+    if (!rc && !(rec = new_record(j, k, in, r, nr, all, ns, empty, &dj)))
         rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc) rc = write_record(j, k, rec);
+    if (!rc && unit_file(j, k, UNIT_PROGRESS, path, sizeof path) == 0) unlink(path); /* unit.json says all */
     if (!rc) {
-        size_t ns;
-        const tks_shard_info *si = tks_writer_shards(w, &ns);
         unit_state *s = &j->us[k];
-        s->shards = calloc(ns ? ns : 1, sizeof *s->shards);
-        if (!s->shards) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
-        else if (ns) memcpy(s->shards, si, ns * sizeof *si);
+        s->shards = all;
+        all = NULL;
         s->n = ns;
         s->rec = rec;
         rec = NULL;
         us->bytes_in = tks_input_get_stats(in)->bytes_in;
     }
     json_decref(rec);
+    free(all);
+    free(pg.shards);
     tks_writer_free(w);
     tks_input_free(in);
     free(r);
@@ -944,6 +1136,7 @@ void tks_build_job_clean(tks_build_job *j, uint64_t k) {
     char dir[PATH_MAX], path[PATH_MAX];
     if (unit_dir(j, k, dir, sizeof dir) || tks_path_join(path, sizeof path, dir, UNIT_RECORD)) return;
     unlink(path);
+    if (tks_path_join(path, sizeof path, dir, UNIT_PROGRESS) == 0) unlink(path);
     rmdir(dir);
 }
 
@@ -1015,7 +1208,7 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
         tks_unit_stats us;
         rc = tks_build_job_run(j, k, &us);
         kept += us.kept;
-        kept_shards += us.kept ? us.shards : 0;
+        kept_shards += us.kept ? us.shards : us.resumed_shards;
     }
     if (!rc) rc = build_finish(j, stats);
     stats->units_kept = kept;

@@ -452,7 +452,7 @@ static void take_units(dist *d) {
         d->ran[d->n_ran++] = k;
         d->mine[SLOT_UNITS]++;
         d->mine[SLOT_KEPT] += (uint64_t)us.kept;
-        d->kept_shards += us.kept ? us.shards : 0;
+        d->kept_shards += us.kept ? us.shards : us.resumed_shards;
         d->mine[SLOT_TEXT] += us.text_bytes;
         d->mine[SLOT_BYTES] += d->units[k].bytes;
         d->mine[SLOT_CUR] = 0;
