@@ -536,6 +536,40 @@ static int refusals(const char *dir) {
             "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
             "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
             TKS_ERR_TOKENIZER, "sets lstrip, rstrip or single_word");
+    /* a Split regex that backtracks catastrophically loads (it is valid) but
+     * stops at PCRE2's match limit, naming the pattern, instead of running
+     * 2^n steps on n a's (the ctest TIMEOUT catches a limit that is gone) */
+    {
+        char cpath[4096];
+        FILE *cf = create_case(dir, "catastrophic.json", cpath, sizeof cpath);
+        if (cf) {
+            fputs("{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":"
+                  "{\"Regex\":\"(a+)+b|.\"},\"behavior\":\"Isolated\",\"invert\":false},"
+                  "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]},"
+                  "\"decoder\":{\"type\":\"ByteLevel\"},"
+                  "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
+                  cf);
+            fclose(cf);
+            tks_bpe *cb = NULL;
+            int crc = tks_bpe_load(cpath, &cb);
+            CHECK(crc == 0, "catastrophic.json loads: %s", tks_last_error()->message);
+            if (!crc) {
+                tks_ids ids = {0};
+                CHECK(tks_bpe_encode(cb, "ab", 2, &ids) == 0 && ids.n == 2, "catastrophic.json encodes ab");
+                char as[61];
+                memset(as, 'a', 60);
+                as[60] = 0;
+                double t0 = now();
+                crc = tks_bpe_encode(cb, as, 60, &ids);
+                CHECK(crc == TKS_ERR_TOKENIZER && strstr(tks_last_error()->message, "/(a+)+b|./ backtracks") &&
+                          strstr(tks_last_error()->message, "match limit"),
+                      "60 a's under (a+)+b: rc %d, %s", crc, tks_last_error()->message);
+                if (crc) printf("refused at encoding after %.3f s: %s\n", now() - t0, tks_last_error()->message);
+                tks_ids_free(&ids);
+                tks_bpe_free(cb);
+            }
+        }
+    }
     tiktoken_refusals(dir);
     b = (tks_bpe *)1;
     snprintf(path, sizeof path, "%s/absent.json", dir);

@@ -4,7 +4,7 @@
 #   output    --output inside an input (or an input inside it) is refused before any write
 #   truncate  an input cut while the build reads it fails the build, naming it
 #   promise   x.gz / x.zst whose bytes are not compressed: refused, or skipped and listed
-#   fifo      a FIFO input without a writer ends on SIGTERM; a FIFO shard is refused at once
+#   fifo      a FIFO input without a writer ends on SIGTERM; a FIFO shard or tokenizer is refused at once
 #   ranks     mpirun ranks launched with different flags or datasets stop before step 1
 #   resume    a later checkpoint in the way, metrics.jsonl after resumes, --steps and the schedule
 #   generate  a prompt longer than the context, and generation past it
@@ -131,6 +131,17 @@ fifo)
   code=$?
   [[ $code -eq 2 ]] && grep -q "is a FIFO" "$W/err" && ok "tokshard-train refuses a FIFO shard" ||
     fail "tokshard-train on a FIFO shard: exit $code: $(tail -c 300 "$W/err")"
+  # a FIFO (no writer) given as the tokenizer: refused at once, never waited on
+  mkfifo tok.fifo
+  for cmd in build verify-tokenizer; do
+    args=(--tokenizer tok.fifo --output t "$T/gcide.txt")
+    [[ $cmd == verify-tokenizer ]] && args=(tok.fifo "$T/gcide.txt")
+    timeout 20 "$TKS" $cmd "${args[@]}" >"$W/out" 2>"$W/err"
+    code=$?
+    [[ $code -eq 1 || $code -eq 2 ]] && grep -q "tokenizer tok.fifo is a FIFO, not a regular file" "$W/err" &&
+      ok "$cmd refuses a FIFO tokenizer at once (exit $code)" ||
+      fail "$cmd on a FIFO tokenizer: exit $code (124: it waited): $(tail -c 300 "$W/err")"
+  done
   ;;
 
 ranks)

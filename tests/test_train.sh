@@ -532,6 +532,23 @@ mix)
   refuse "--val-dataset .*a mixture holds out --val-tokens of each source" --dataset a=src-a:1 \
     --dataset b=src-b:1 --val-dataset src-c
   refuse "several datasets make a mixture, and each needs a name and a weight" --dataset src-a --dataset src-b
+  # a source whose validation split is smaller than one micro-batch per
+  # data-parallel rank would have no loss (NaN, which is not JSON) and drop
+  # out of the mixture's mean: refused, naming the source and the numbers
+  refuse "source a \(src-a\): its validation split holds 2 windows of --seq-len 33, fewer than one micro-batch.*\(4 x dp 1 = 4\).*raise --val-tokens \(68 now\) to at least 136" \
+    --dataset a=src-a:1 --dataset b=src-b:1 --val-tokens 68 --seq-len 33 --global-batch 4
+  # --mix FILE.json: an unknown key anywhere is an error naming it (a misspelt
+  # "Schedule" would otherwise train without the schedule)
+  printf '{"sources": [{"name": "a", "path": "src-a", "weight": 1}, {"name": "b", "path": "src-b", "weight": 1}],
+  "Schedule": [{"step": 6, "weights": {"a": 1}}]}\n' >typo-top.json
+  refuse 'typo-top.json: unknown key "Schedule" in the file.s object \(allowed: "sources", "schedule"\)' \
+    --mix typo-top.json
+  printf '{"sources": [{"name": "a", "path": "src-a", "weight": 1}, {"name": "b", "path": "src-b", "wieght": 1}]}\n' \
+    >typo-src.json
+  refuse 'unknown key "wieght" in sources\[1\] \(allowed: "name", "path", "weight"\)' --mix typo-src.json
+  printf '{"sources": [{"name": "a", "path": "src-a", "weight": 1}, {"name": "b", "path": "src-b", "weight": 1}],
+  "schedule": [{"step": 6, "weight": {"a": 1}}]}\n' >typo-sch.json
+  refuse 'unknown key "weight" in schedule\[0\] \(allowed: "step", "weights"\)' --mix typo-sch.json
   # the trainer reads what sample-plan says, source by source: an id forged
   # where the plan puts step 1's sample 1 stops step 1, naming that source's shard
   read -r src sh off < <("$TKS" sample-plan "${X[@]}" "${P[@]}" --steps 1 | \

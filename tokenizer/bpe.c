@@ -131,7 +131,7 @@ static scratch *scratch_new(void) {
     s->md = pcre2_match_data_create(16, NULL);
     s->mc = pcre2_match_context_create(NULL);
     /* the JIT's backtracking stack grows up to 64 MiB (a long run of the
-     * same class); the limits keep PCRE2 from giving up on long pieces */
+     * same class); the match limit is set per piece (split_level) */
     s->js = pcre2_jit_stack_create(32 << 10, 64 << 20, NULL);
     if (!s->md || !s->mc || !s->js) {
         scratch_destroy(s);
@@ -558,12 +558,26 @@ static int split_level(enc *e, int lv, const char *t, size_t n) {
     regroup g = {0, 0, 0, 0};
     size_t pos = 0;
     int rc = 0;
+    /* PCRE2's match limit, per piece: 10^6 steps plus 256 a byte. A pattern
+     * that matches in linear time (every named pattern, every tokenizer.json
+     * of the field's models) takes a few steps a byte; one that backtracks
+     * catastrophically, (a+)+b on 30 a's say, needs 2^30 and stops with an
+     * error naming it instead of running for minutes (Hugging Face
+     * tokenizers' Oniguruma gives up too). */
+    uint64_t lim = 1000000 + 256 * (uint64_t)n;
+    pcre2_set_match_limit(e->s->mc, lim > UINT32_MAX ? UINT32_MAX : (uint32_t)lim);
     while (pos < n && !rc) {
         int mr = pcre2_match(sp->re, (PCRE2_SPTR)t, n, pos, PCRE2_NO_UTF_CHECK, e->s->md, e->s->mc);
         size_t ms = n, me = n;
         if (mr >= 0) {
             PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->s->md);
             ms = ov[0], me = ov[1];
+        } else if (mr == PCRE2_ERROR_MATCHLIMIT) {
+            return tks_fail(TKS_ERR_TOKENIZER, b->path, TKS_NONE, TKS_NONE,
+                            "the pre-tokenizer regex /%s/ backtracks without bound on a %zu-byte piece (PCRE2's "
+                            "match limit of %llu steps reached at byte %zu of it): fix the pattern in %s (make "
+                            "the nested repetition possessive or atomic)",
+                            sp->text, n, (unsigned long long)lim, pos, b->path);
         } else if (mr != PCRE2_ERROR_NOMATCH) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(mr, msg, sizeof msg);

@@ -26,6 +26,7 @@ typedef struct tks__bpe_splitter {
     tks__bpe_behavior how;
     int invert;
     int fast;  /* the hand matcher of this pattern (bpe_pretok.c), or TKS__FAST_NONE */
+    char text[120]; /* the pattern's first bytes, for messages */
 } tks__bpe_splitter;
 
 /* The patterns bpe_pretok.c matches by hand. */

@@ -142,7 +142,10 @@ int tks__bpe_compile(tks_bpe *b, const char *pat, size_t n, int literal, uint32_
     char *text = literal ? NULL : strndup(pat, n);
     int fast = text ? tks__bpe_fast_program(text) : TKS__FAST_NONE;
     free(text);
-    b->split[b->n_split++] = (tks__bpe_splitter){re, B_ISOLATED, 0, fast};
+    tks__bpe_splitter *sp = &b->split[b->n_split++];
+    *sp = (tks__bpe_splitter){re, B_ISOLATED, 0, fast, ""};
+    snprintf(sp->text, sizeof sp->text, "%.*s%s", (int)(n < sizeof sp->text - 4 ? n : sizeof sp->text - 4), pat,
+             n < sizeof sp->text - 4 ? "" : "...");
     return 0;
 }
 

@@ -103,7 +103,12 @@ static void tiktoken_defaults(tks_tok *t) {
 int tks_tok_load_opts(const char *path, const tks_tok_opts *o, tks_tok **out) {
     *out = NULL;
     if (!path) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "no tokenizer path");
-    int is_json = 0, rc = looks_like_json(path, &is_json);
+    /* a regular file, or refused at once: a FIFO without a writer would
+     * block the first read (deaf to SIGTERM), a device would never end */
+    int fd = -1, is_json = 0, rc = tks_open_regular(path, "tokenizer", &fd, NULL);
+    if (fd >= 0) close(fd);
+    if (rc) return rc;
+    rc = looks_like_json(path, &is_json);
     int tiktoken = !rc && !is_json && tks_tiktoken_sniff(path);
     int tt_opts = o && ((o->pattern && *o->pattern) || o->special_tokens);
     tks_tok *t = rc ? NULL : calloc(1, sizeof *t);

@@ -275,6 +275,46 @@ static int mix_from_object(json_t *o, tks_mix_spec *m, const char *where, const 
     return 0;
 }
 
+/* Every key of object o is one of `allowed` (NULL-terminated), else an error
+ * naming the key, where it is (what) and the keys allowed: a misspelt
+ * "Schedule" must not silently drop the schedule. */
+static int only_keys(const json_t *o, const char *const *allowed, const char *path, const char *what) {
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)o, k, v) {
+        int known = 0;
+        for (size_t i = 0; allowed[i] && !known; i++) known = !strcmp(k, allowed[i]);
+        if (known) continue;
+        char list[160] = "";
+        for (size_t i = 0, n = 0; allowed[i]; i++)
+            n += (size_t)snprintf(list + n, n < sizeof list ? sizeof list - n : 0, "%s\"%s\"", i ? ", " : "",
+                                  allowed[i]);
+        return tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE, "--mix %s: unknown key \"%s\" in %s (allowed: %s)",
+                        path, k, what, list);
+    }
+    return 0;
+}
+
+/* The --mix file's keys: its object, each source, each schedule entry. */
+static int mix_file_keys(const json_t *o, const char *path) {
+    static const char *const top[] = {"sources", "schedule", NULL}, *const src[] = {"name", "path", "weight", NULL},
+                             *const sch[] = {"step", "weights", NULL};
+    if (!json_is_object(o)) return 0; /* mix_from_object says what is expected */
+    int rc = only_keys(o, top, path, "the file's object");
+    size_t i;
+    json_t *e;
+    char what[64];
+    json_array_foreach(json_object_get(o, "sources"), i, e) {
+        snprintf(what, sizeof what, "sources[%zu]", i);
+        if (!rc && json_is_object(e)) rc = only_keys(e, src, path, what);
+    }
+    json_array_foreach(json_object_get(o, "schedule"), i, e) {
+        snprintf(what, sizeof what, "schedule[%zu]", i);
+        if (!rc && json_is_object(e)) rc = only_keys(e, sch, path, what);
+    }
+    return rc;
+}
+
 int tks_mix_load(tks_mix_spec *m, const char *path) {
     json_error_t e;
     json_t *o = tks_json_load_regular(path, JSON_REJECT_DUPLICATES, &e);
@@ -283,7 +323,8 @@ int tks_mix_load(tks_mix_spec *m, const char *path) {
                         e.text);
     char copy[PATH_MAX];
     snprintf(copy, sizeof copy, "%s", path);
-    int rc = mix_from_object(o, m, path, dirname(copy), TKS_ERR_ARG);
+    int rc = mix_file_keys(o, path);
+    if (!rc) rc = mix_from_object(o, m, path, dirname(copy), TKS_ERR_ARG);
     json_decref(o);
     return rc;
 }

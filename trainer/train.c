@@ -339,6 +339,35 @@ static int make_samplers(run *r) {
     return rc;
 }
 
+/* With evaluation on, every source's validation split must hold at least
+ * one micro-batch for each data-parallel rank (an evaluation uses whole
+ * rounds of them): a source with fewer would have no loss (NaN) and, in a
+ * mixture, drop out of the weighted mean unseen. Refused before step 1,
+ * naming the source and the numbers. */
+static int check_validation(const run *r) {
+    const tks_train_opts *o = &r->o;
+    uint64_t dp = (uint64_t)r->shape.dp_replicate * r->shape.dp_shard, per = r->micro * dp;
+    int any = 0;
+    for (uint32_t k = 0; k < r->n_src; k++) any |= r->src[k].val != NULL;
+    if (!o->eval_every || (!any && !o->val_dataset_dir)) return 0; /* no evaluation */
+    for (uint32_t k = 0; k < r->n_src; k++) {
+        uint64_t nw = r->src[k].val ? tks_sampler_n_windows(r->src[k].val) : 0;
+        if (nw >= per) continue;
+        char who[300];
+        if (r->mixed) snprintf(who, sizeof who, "source %s (%s): its", r->src[k].name, r->src[k].dir);
+        else snprintf(who, sizeof who, "the");
+        return tks_fail(TKS_ERR_ARG, r->src[k].dir, TKS_NONE, TKS_NONE,
+                        "%s validation split holds %llu windows of --seq-len %u, fewer than one "
+                        "micro-batch on each data-parallel rank (%llu x dp %llu = %llu), so it would "
+                        "have no validation loss: raise --val-tokens (%llu now) to at least %llu, lower "
+                        "--micro-batch, or set --eval-every 0",
+                        who, (unsigned long long)nw, o->seq_len, (unsigned long long)r->micro,
+                        (unsigned long long)dp, (unsigned long long)per, (unsigned long long)o->val_tokens,
+                        (unsigned long long)(per * ((uint64_t)o->seq_len + 1)));
+    }
+    return 0;
+}
+
 /* This run's blend: the mixture's (its phases start at (step - 1) x the
  * global batch), or one source with weight 1 (sample g is the source's g). */
 static int make_blend(run *r) {
@@ -395,7 +424,8 @@ static int resolve(const tks_train_opts *in, run *r) {
                               o->micro_batch, &r->per_rank, &r->n_micro)))
         return rc;
     r->micro = r->per_rank / r->n_micro;
-    return make_samplers(r);
+    rc = make_samplers(r);
+    return rc ? rc : check_validation(r);
 }
 
 /* ---- dry run ---------------------------------------------------------------- */
@@ -1394,7 +1424,9 @@ static int has_validation(const run *r) {
 static void write_val_metrics(trainer *t, const tks_step_info *info) {
     FILE *f = t->metrics;
     if (!f) return;
-    fprintf(f, "{\"step\": %llu, \"val_loss\": %.6f", (unsigned long long)info->step, info->val_loss);
+    fprintf(f, "{\"step\": %llu, \"val_loss\": ", (unsigned long long)info->step);
+    if (isfinite(info->val_loss)) fprintf(f, "%.6f", info->val_loss); /* never a bare nan: not JSON */
+    else fputs("null", f);
     if (info->n_sources) {
         fputs(", \"val_loss_by_source\": {", f);
         for (uint32_t k = 0; k < info->n_sources; k++) {
