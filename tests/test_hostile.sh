@@ -258,6 +258,30 @@ messages)
   mkdir -p d && cp g.txt d/ && ln d/g.txt hard.txt
   expect 2 "a directory and a hard link to a file in it" -- "$TKS" build "${B[@]}" --output twice d hard.txt
   expect_msg "hard.txt is the same file as d/g.txt"
+  # directories that overlap: named twice, with a subdirectory, with a link to
+  # it; every file reached counts, not only the named ones
+  mkdir -p d/sub && cp g.txt d/sub/h.txt && ln -sfn d dlink
+  expect 2 "a directory named twice" -- "$TKS" build "${B[@]}" --output twice d d
+  expect_msg "d/g.txt is the same file as d/g.txt, listed earlier.*overlap"
+  expect 2 "a directory and its subdirectory" -- "$TKS" build "${B[@]}" --output twice d d/sub
+  expect_msg "d/sub/h.txt is the same file as d/sub/h.txt"
+  expect 2 "a directory and a symlink to it" -- "$TKS" build "${B[@]}" --output twice d dlink
+  expect_msg "dlink/g.txt is the same file as d/g.txt"
+  # inside one directory, hard links are the tree's own layout: read as they are
+  ln d/g.txt d/g-again.txt
+  expect 0 "a directory holding two hard links to one file" -- "$TKS" build -q "${B[@]}" --output once d
+  rm -f d/g-again.txt
+  [[ ! -e twice && ! -e twice.partial ]] && ok "nothing written for the overlapping inputs" || fail "twice written"
+  # a dangling symlink in an input tree: named as such; --on-bad-input skip
+  # leaves it out and lists it (summary and manifest) instead of failing
+  mkdir -p dang && cp g.txt dang/ && ln -sfn nowhere.txt dang/broken.txt
+  expect 2 "a tree with a dangling symlink" -- "$TKS" build "${B[@]}" --output dg dang
+  expect_msg "dang/broken.txt is a symbolic link to a missing file: remove it, or pass --on-bad-input skip"
+  expect 0 "the same with --on-bad-input skip" -- "$TKS" build "${B[@]}" --on-bad-input skip --output dg dang
+  cat "$W/out" "$W/err" | grep -q "dang/broken.txt: a symbolic link to a missing file" &&
+    ok "the summary lists the skipped link" || fail "summary: $(grep -A2 'bad inputs' "$W/out")"
+  grep -q "dang/broken.txt: a symbolic link to a missing file" dg/manifest.json &&
+    ok "the manifest lists the skipped link" || fail "manifest: $(grep -o '"skipped_inputs[^]]*' dg/manifest.json)"
   mkdir -p e && for i in 1 2 3 4 5; do : >"e/$i.txt"; done && cp g.txt e/
   expect 0 "five empty files and one with text" -- "$TKS" build "${B[@]}" --doc-split file --output emp e
   grep -q "skipped       5 empty" "$W/out" && ok "5 empty files counted" || fail "summary: $(grep skipped "$W/out")"

@@ -142,7 +142,7 @@ static int add_file(tks_input *in, const char *path, const struct stat *st, int 
     uint64_t size = regular ? (uint64_t)st->st_size : 0;
     in->files[in->n_files] = copy;
     in->sizes[in->n_files] = size;
-    in->meta[in->n_files] = (struct file_meta){st->st_mtim, regular, st->st_dev, st->st_ino, named};
+    in->meta[in->n_files] = (struct file_meta){st->st_mtim, regular, st->st_dev, st->st_ino, named, in->cur_root};
     memset(&in->fh[in->n_files], 0, sizeof in->fh[0]);
     in->n_files++;
     in->total_bytes += size;
@@ -245,6 +245,21 @@ static int walk_dir(tks_input *in, const char *path, const struct stat *st, cons
     return rc;
 }
 
+/* Records `path` as left out under --on-bad-input skip ("path: why"). */
+static int add_skipped(tks_input *in, const char *path, const char *why) {
+    size_t sl = strlen(path) + 2 + strlen(why) + 1;
+    char **sk = realloc(in->skipped, (in->n_skipped + 1) * sizeof *sk), *t = malloc(sl);
+    if (sk) in->skipped = sk;
+    if (!sk || !t) {
+        free(t);
+        return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing inputs");
+    }
+    snprintf(t, sl, "%s: %s", path, why);
+    in->skipped[in->n_skipped++] = t;
+    in->st.bad_inputs_skipped++;
+    return 0;
+}
+
 /* explicit_path: named by the caller (followed and read whatever it is)
  * rather than found in a directory, where only regular files and symlinks to
  * them are read (symlinks to directories are not followed). */
@@ -254,10 +269,19 @@ static int add_path(tks_input *in, const char *path, int explicit_path, const di
     struct stat st;
     int at = dfd >= 0 ? dfd : AT_FDCWD;
     const char *rel = dfd >= 0 ? name : path;
-    int r = fstatat(at, rel, &st, explicit_path ? 0 : AT_SYMLINK_NOFOLLOW);
+    int r = fstatat(at, rel, &st, explicit_path ? 0 : AT_SYMLINK_NOFOLLOW), link = 0;
     if (r == 0 && S_ISLNK(st.st_mode)) {
+        link = 1;
         r = fstatat(at, rel, &st, 0);
         if (r == 0 && S_ISDIR(st.st_mode)) return 0; /* not followed: duplicates, loops */
+    }
+    if (r != 0 && link && (errno == ENOENT || errno == ELOOP)) { /* a link to nothing, found in a tree */
+        const char *why = errno == ENOENT ? "a symbolic link to a missing file" : "a symbolic link in a loop";
+        if (in->opts.bad_input == TKS_POLICY_SKIP) return add_skipped(in, path, why);
+        return tks_fail(TKS_ERR_INPUT, path, TKS_NONE, TKS_NONE,
+                        "%s is %s: remove it, or pass --on-bad-input skip to leave such files out (listed in "
+                        "the summary and the manifest)",
+                        path, why);
     }
     if (r != 0)
         return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot read input %s: %s", path,
@@ -354,10 +378,13 @@ static int check_promise(const char *path, char *why, size_t cap) {
     return 1;
 }
 
-/* Refuses a file named twice, or named and also found in a named directory
- * (by path, symlink or hard link): its documents would be in the dataset
- * twice without anyone having asked for it. Inside the directories, links
- * to the same file are read as they are (the tree's own layout). */
+/* Refuses a file reached twice from different paths the caller gave: named
+ * twice, named and also found in a named directory, or found in two named
+ * directories that overlap (a directory twice, a directory and one of its
+ * subdirectories, a directory and a symlink to it), by path, symlink or hard
+ * link: its documents would be in the dataset twice without anyone having
+ * asked for it. Inside one named directory, links to the same file are read
+ * as they are (the tree's own layout). */
 static int check_once(const tks_input *in) {
     size_t n = in->n_files;
     file_key *k = malloc((n ? n : 1) * sizeof *k);
@@ -367,10 +394,12 @@ static int check_once(const tks_input *in) {
     int rc = 0;
     for (size_t i = 1; i < n && !rc; i++)
         if (k[i].dev == k[i - 1].dev && k[i].ino == k[i - 1].ino && in->meta[k[i].i].regular &&
-            (in->meta[k[i].i].named || in->meta[k[i - 1].i].named))
+            (in->meta[k[i].i].named || in->meta[k[i - 1].i].named ||
+             in->meta[k[i].i].root != in->meta[k[i - 1].i].root))
             rc = tks_fail(TKS_ERR_ARG, in->files[k[i].i], TKS_NONE, TKS_NONE,
                           "%s is the same file as %s, listed earlier: each input is read once; "
-                          "remove one of them from the inputs",
+                          "remove one of them from the inputs (inputs that overlap: a directory "
+                          "given twice, or with one of its subdirectories or a link to it)",
                           in->files[k[i].i], in->files[k[i - 1].i]);
     free(k);
     return rc;
@@ -529,7 +558,10 @@ static int input_open(const char *const *paths, size_t n, const tks_input_opts *
 
     tks_input *in = NULL;
     int rc = input_new(&o, &in);
-    for (size_t i = 0; i < n && !rc; i++) rc = add_path(in, paths[i], 1, NULL, -1, NULL);
+    for (size_t i = 0; i < n && !rc; i++) {
+        in->cur_root = (uint32_t)i;
+        rc = add_path(in, paths[i], 1, NULL, -1, NULL);
+    }
     if (!rc) rc = check_once(in);
     if (!rc && promises) rc = check_promises(in);
     if (rc) {

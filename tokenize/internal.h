@@ -229,7 +229,9 @@ struct tks_input {
         dev_t dev;
         ino_t ino;
         int named;          /* given by the caller, not found in a directory */
+        uint32_t root;      /* which of the caller's paths it was reached from */
     } *meta;
+    uint32_t cur_root;      /* listing: the caller's path being walked */
     char **skipped;         /* "path: why" of files left out under bad_input SKIP */
     size_t n_skipped;
     struct file_hash {      /* XXH3-128 of the file's bytes on disk, taken as they are read */

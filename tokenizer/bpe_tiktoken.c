@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,6 +106,10 @@ static long b64_decode(const char *s, size_t n, unsigned char *out) {
 
 /* 1 when the first line of the file looks like a ranks file ("BASE64 RANK"). */
 int tks_tiktoken_sniff(const char *path) {
+    /* only a regular file is looked into (a FIFO's open would wait for a
+     * writer); the loader then names what else it is */
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
     char line[512];

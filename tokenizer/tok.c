@@ -60,10 +60,16 @@ static int read_config(tks_tok *t, const char *path) {
     if (snprintf(t->config, sizeof t->config, "%.*s/tokenizer_config.json", dl, slash ? path : ".") >=
         (int)sizeof t->config)
         return tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE, "%s: path too long", path);
-    FILE *f = fopen(t->config, "rb");
-    if (!f) {
+    if (access(t->config, F_OK) != 0) {
         t->config[0] = 0;
         return 0;
+    }
+    int fd = -1, orc = tks_open_regular(t->config, "tokenizer config", &fd, NULL); /* never waits on a FIFO */
+    FILE *f = orc ? NULL : fdopen(fd, "rb");
+    if (orc) return orc;
+    if (!f) {
+        close(fd);
+        return tks_fail(TKS_ERR_IO, t->config, TKS_NONE, TKS_NONE, "cannot read %s", t->config);
     }
     json_error_t err;
     json_t *j = json_loadf(f, 0, &err);
