@@ -81,6 +81,14 @@ resume)
     ok "final model.safetensors byte-identical" || fail "final weights differ"
   cmp -s full/checkpoints/step-00000016/optimizer.safetensors part/checkpoints/step-00000016/optimizer.safetensors &&
     ok "final optimizer.safetensors byte-identical" || fail "final optimizer state differs"
+  # a sampling flag given with another value than the checkpoint's is refused,
+  # naming both (it was silently replaced by the checkpoint's)
+  for f in "--seq-len 16:32" "--global-batch 4:8" "--seed 7:1337" "--val-tokens 2048:4096"; do
+    read -r flag v was <<<"${f/:/ }"
+    expect 2 "resume with $flag $v" -- "$TRAIN" --dataset "$S/data" --out part --steps 16 --save-every 8 \
+      "${M[@]}" "$flag" "$v" --resume part/checkpoints/step-00000008
+    expect_msg "$flag $v differs from the checkpoint .*step-00000008's $was.*resume with $flag $was"
+  done
   # Ctrl-C saves a checkpoint and exits 130; resuming finishes the run identically
   "$TRAIN" --dataset "$S/data" --out int --steps 1000000 "${M[@]}" --eval-every 0 &
   pid=$!

@@ -364,6 +364,17 @@ static int run(int argc, char **argv) {
     cli_command cmd = {.flags = FLAGS, .unknown = "unknown option %s", .help = help};
     int prc = cli_parse(&cmd, argc - 1, argv + 1);
     if (prc != CLI_PARSED) return prc;
+    /* the sampling flags typed on this command line: a resume refuses one
+     * that differs from the checkpoint's instead of replacing it silently */
+    static const struct { const char *name; uint32_t bit; } sampling[] = {
+        {"--seq-len", TKS_GIVEN_SEQ_LEN}, {"--global-batch", TKS_GIVEN_GLOBAL_BATCH},
+        {"--seed", TKS_GIVEN_SEED}, {"--val-tokens", TKS_GIVEN_VAL_TOKENS}};
+    for (int i = 1; i < argc; i++)
+        for (size_t k = 0; k < sizeof sampling / sizeof sampling[0]; k++) {
+            size_t n = strlen(sampling[k].name);
+            if (!strncmp(argv[i], sampling[k].name, n) && (argv[i][n] == 0 || argv[i][n] == '='))
+                O.given |= sampling[k].bit;
+        }
     if (plot_only) return plot(plot_only);
     if (check_mesh) {
         g_rank = tks_train_rank();

@@ -294,6 +294,18 @@ static int resume_checks(run *r) {
                         (unsigned long long)tks_dataset_manifest_xxh3(r->ds));
     if ((rc = same_schedule(o, &r->resumed))) return rc;
     if ((rc = same_documents(o, &r->resumed))) return rc;
+    /* a sampling flag given with a value other than the checkpoint's is
+     * refused, naming both; one not given takes the checkpoint's */
+    static const char *const flag[] = {"--seq-len", "--global-batch", "--seed", "--val-tokens"};
+    const uint64_t now[] = {o->seq_len, o->global_batch, o->seed, o->val_tokens},
+                   was[] = {r->resumed.seq_len, r->resumed.global_batch, r->resumed.seed, r->resumed.val_tokens};
+    for (int i = 0; i < 4; i++)
+        if ((o->given & (1u << i)) && now[i] != was[i])
+            return tks_fail(TKS_ERR_RESUME, o->resume, TKS_NONE, TKS_NONE,
+                            "%s %llu differs from the checkpoint %s's %llu: the samples of the steps to "
+                            "come depend on it; resume with %s %llu (or without the flag), or start a new "
+                            "run", flag[i], (unsigned long long)now[i], o->resume, (unsigned long long)was[i],
+                            flag[i], (unsigned long long)was[i]);
     r->cfg = ck;                 /* the model is the checkpoint's */
     o->seq_len = r->resumed.seq_len;
     o->seed = r->resumed.seed;

@@ -121,6 +121,8 @@ int tks_mix_from_json(const char *json, tks_mix_spec *m, tks_blend_state *cursor
 int tks_mix_record(const tks_mix_spec *m, const char *const *abs_dirs, const uint64_t *manifest_xxh3,
                    const tks_blend_state *cursor, char *out, size_t cap);
 
+enum { TKS_GIVEN_SEQ_LEN = 1u, TKS_GIVEN_GLOBAL_BATCH = 2u, TKS_GIVEN_SEED = 4u, TKS_GIVEN_VAL_TOKENS = 8u };
+
 typedef struct tks_train_opts {
     const char *dataset_dir;      /* tokshard dataset (manifest.json + shards); NULL with mix */
     const tks_mix_spec *mix;      /* a mixture of named sources (borrowed), or NULL: dataset_dir
@@ -141,6 +143,11 @@ typedef struct tks_train_opts {
     int change_schedule;          /* resume: allow steps, lr, min_lr or warmup_steps to differ
                                    * from the checkpoint's run (the learning rate jumps to the
                                    * new schedule's value); refused otherwise */
+    uint32_t given;               /* TKS_GIVEN_* bits: which of seq_len, global_batch, seed and
+                                   * val_tokens the caller set itself. A resume takes the
+                                   * checkpoint's values of the others and refuses a given one
+                                   * that differs from the checkpoint's (the samples of the
+                                   * steps to come depend on them) */
     uint32_t seq_len;
     uint64_t global_batch;        /* samples per optimizer step, all ranks together */
     uint64_t micro_batch;         /* samples per forward/backward (0 = whole per-rank batch) */
