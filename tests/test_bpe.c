@@ -536,6 +536,28 @@ static int refusals(const char *dir) {
             "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
             "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
             TKS_ERR_TOKENIZER, "sets lstrip, rstrip or single_word");
+    /* constructs PCRE2 reads otherwise than Oniguruma: refused, named */
+    {
+        static const struct { const char *name, *re, *key; } odd[] = {
+            {"re-w.json", "\\\\w+|.", "\\w (word characters and boundaries) differs"},
+            {"re-W.json", "[\\\\W]+|.", "\\W (word characters"},
+            {"re-b.json", "\\\\b\\\\p{L}+|.", "\\b (word characters"},
+            {"re-caret.json", "^\\\\p{L}+|.", "^ matches at every line's start in Oniguruma"},
+            {"re-dollar.json", "\\\\p{L}+$|.", "$ matches at every line's end"},
+            {"re-and.json", "[\\\\p{L}&&[^a]]+|.", "class intersection"},
+        };
+        for (size_t k = 0; k < sizeof odd / sizeof odd[0]; k++) {
+            char json[1024];
+            snprintf(json, sizeof json,
+                     "{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":"
+                     "{\"Regex\":\"%s\"},\"behavior\":\"Isolated\",\"invert\":false},"
+                     "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]},"
+                     "\"decoder\":{\"type\":\"ByteLevel\"},"
+                     "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
+                     odd[k].re);
+            refused(dir, odd[k].name, json, TKS_ERR_TOKENIZER, odd[k].key);
+        }
+    }
     /* a Split regex that backtracks catastrophically loads (it is valid) but
      * stops at PCRE2's match limit, naming the pattern, instead of running
      * 2^n steps on n a's (the ctest TIMEOUT catches a limit that is gone) */

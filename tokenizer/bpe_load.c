@@ -105,14 +105,45 @@ tks_bpe *tks__bpe_new(const char *path) {
 int tks__bpe_compile(tks_bpe *b, const char *pat, size_t n, int literal, uint32_t extra, const char *where) {
     if (b->n_split == TKS__BPE_MAX_SPLITS)
         return tks__bpe_refuse(b, "%s: more than %d regex splits", where, TKS__BPE_MAX_SPLITS);
+    /* Constructs PCRE2 10.42 reads otherwise than Oniguruma (tokenizer.json)
+     * or Rust's regex (tiktoken), refused rather than matched differently:
+     * \w, \W, \b, \B (PCRE2's word characters leave out the combining marks
+     * that both count: Hindi splits otherwise), class intersection [..&&..]
+     * (PCRE2 reads "&&" as two characters), and in a tokenizer.json ^ and $
+     * outside a class (every line's start and end in Oniguruma, the
+     * subject's in PCRE2). */
+    int depth = 0; /* inside a character class (nested ones counted) */
     if (!literal)
-        for (size_t i = 0; i + 1 < n; i++) {
-            if (pat[i] == '\\') {
-                if (pat[i + 1] == 'h' || pat[i + 1] == 'H')
-                    return tks__bpe_refuse(b, "%s: \\%c means another class in Oniguruma than in PCRE2", where,
-                                           pat[i + 1]);
+        for (size_t i = 0; i < n; i++) {
+            if (pat[i] == '\\' && i + 1 < n) {
+                char c = pat[i + 1];
+                if (c == 'w' || c == 'W' || c == 'b' || c == 'B')
+                    return tks__bpe_refuse(b, "%s: \\%c (word characters and boundaries) differs between %s and "
+                                           "PCRE2 (combining marks); spell the class out, e.g. [\\p{L}\\p{M}\\p{N}_]",
+                                           where, c, extra ? "Rust's regex" : "Oniguruma");
+                if (c == 'h' || c == 'H')
+                    return tks__bpe_refuse(b, "%s: \\%c means another class in Oniguruma than in PCRE2", where, c);
                 i++;
-            } else if (pat[i] == '[' && pat[i + 1] == ':') {
+                continue;
+            }
+            if (pat[i] == '[' && !(i + 1 < n && pat[i + 1] == ':')) {
+                depth++;
+                if (i + 1 < n && pat[i + 1] == '^') i++; /* negation, not an anchor */
+                if (i + 1 < n && pat[i + 1] == ']') i++; /* a first ']' is a character */
+                continue;
+            }
+            if (pat[i] == ']' && depth > 0) {
+                depth--;
+                continue;
+            }
+            if (depth > 0 && pat[i] == '&' && i + 1 < n && pat[i + 1] == '&')
+                return tks__bpe_refuse(b, "%s: a class intersection [..&&..] is read as the characters \"&&\" by "
+                                       "PCRE2", where);
+            if (depth == 0 && !extra && (pat[i] == '^' || pat[i] == '$'))
+                return tks__bpe_refuse(b, "%s: %c matches at every line's %s in Oniguruma and at the text's in PCRE2",
+                                       where, pat[i], pat[i] == '^' ? "start" : "end");
+            if (i + 1 >= n) break;
+            if (pat[i] == '[' && pat[i + 1] == ':') {
                 return tks__bpe_refuse(b, "%s: POSIX bracket classes differ between Oniguruma and PCRE2", where);
             } else if (!extra && pat[i] == '}' && pat[i + 1] == '+') {
                 size_t o = i;
