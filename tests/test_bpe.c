@@ -407,7 +407,40 @@ static void tiktoken_case(const char *dir, const char *name, const char *extra, 
     tks_bpe_free(b == (tks_bpe *)1 ? NULL : b);
 }
 
+/* --pattern llama3 and llama3.1 bring Llama 3's 256 special tokens (Meta's
+ * tokenizer.model is a ranks file without them), BOS <|begin_of_text|> and
+ * EOS <|end_of_text|>; the two lists differ from 128004 on. */
+static void llama3_specials(const char *dir) {
+    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char path[4096];
+    FILE *f = create_case(dir, "llama3.tiktoken", path, sizeof path);
+    if (!f) return;
+    for (unsigned x = 0; x < 256; x++) fprintf(f, "%c%c== %u\n", A[x >> 2], A[(x & 3) << 4], x);
+    fclose(f);
+    static const struct { const char *pattern; uint32_t id; const char *text; } want[] = {
+        {"llama3", 128000, "<|begin_of_text|>"}, {"llama3", 128009, "<|eot_id|>"},
+        {"llama3", 128008, "<|reserved_special_token_4|>"}, {"llama3", 128255, "<|reserved_special_token_250|>"},
+        {"llama3.1", 128008, "<|eom_id|>"}, {"llama3.1", 128010, "<|python_tag|>"},
+        {"llama3.1", 128255, "<|reserved_special_token_246|>"}, {"llama3.1", 128001, "<|end_of_text|>"}};
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        tks_tok_opts o = {want[k].pattern, NULL, 0};
+        tks_tok *t = NULL;
+        int rc = tks_tok_load_opts(path, &o, &t);
+        CHECK(rc == 0, "--pattern %s: %s", want[k].pattern, tks_last_error()->message);
+        if (rc) continue;
+        size_t len = 0;
+        const char *s = tks_bpe_token_bytes(tks_tok_bpe(t), want[k].id, &len);
+        CHECK(s && len == strlen(want[k].text) && !memcmp(s, want[k].text, len), "--pattern %s: id %u is %.*s, not %s",
+              want[k].pattern, want[k].id, s ? (int)len : 4, s ? s : "none", want[k].text);
+        CHECK(tks_tok_vocab_size(t) == 128256 && tks_tok_bos_id(t) == 128000 && tks_tok_eos_id(t) == 128001,
+              "--pattern %s: vocab %u, bos %u, eos %u", want[k].pattern, tks_tok_vocab_size(t), tks_tok_bos_id(t),
+              tks_tok_eos_id(t));
+        tks_tok_free(t);
+    }
+}
+
 static void tiktoken_refusals(const char *dir) {
+    llama3_specials(dir);
     tiktoken_case(dir, "ok.tiktoken", "YWE= 256\n", "gpt2", NULL, 0, "", -1);
     tiktoken_case(dir, "b64.tiktoken", "YW!= 256\n", "gpt2", NULL, TKS_ERR_TOKENIZER, "line 257: the token is not base64", -1);
     tiktoken_case(dir, "norank.tiktoken", "YWE=\n", "gpt2", NULL, TKS_ERR_TOKENIZER, "line 257 is not \"BASE64 RANK\"", -1);

@@ -54,8 +54,14 @@ static const struct {
      "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
      "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
      "<|endoftext|>=199999,<|endofprompt|>=200018"},
-    /* Meta's llama3 repository, llama/tokenizer.py: pat_str */
+    /* Meta's llama3 repository, llama/tokenizer.py: pat_str; the 256
+     * special tokens of that file (Llama 3) and of llama-models' (Llama 3.1
+     * and later) come from llama3_specials */
     {"llama3",
+     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     NULL},
+    {"llama3.1",
      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
      "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
      NULL},
@@ -315,12 +321,40 @@ static int from_tokenizer_json(tks_bpe *b, const char *json_path, char **pattern
 /* The regex for `pattern` (a name, a tokenizer.json, or a regex) into
  * b->tt_pattern / tt_pattern_name, and the special tokens the pattern's
  * source gives when `spec` is NULL. */
+/* Llama 3's 256 special tokens, ids 128000-128255, as "TEXT=ID,...": Meta's
+ * llama3 repository (llama/tokenizer.py) for Llama 3, llama-models
+ * (models/llama3/tokenizer.py) for Llama 3.1 and later, whose list renames
+ * 128004, 128005, 128008 and 128010 and renumbers the reserved tokens after
+ * them; 128000 <|begin_of_text|>, 128001 <|end_of_text|>, 128006-128007 the
+ * header marks and 128009 <|eot_id|> are the same in both. malloc'd. */
+static char *llama3_specials(int v31) {
+    static const char *const v30[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                                      "<|reserved_special_token_1|>", "<|reserved_special_token_2|>",
+                                      "<|reserved_special_token_3|>", "<|start_header_id|>", "<|end_header_id|>",
+                                      "<|reserved_special_token_4|>", "<|eot_id|>"};
+    static const char *const v31l[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                                       "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>",
+                                       "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>",
+                                       "<|python_tag|>"};
+    const char *const *named = v31 ? v31l : v30;
+    int n_named = v31 ? 11 : 10, next_reserved = v31 ? 2 : 5;
+    size_t cap = 256 * 48, len = 0;
+    char *out = malloc(cap);
+    for (int i = 0; out && i < 256; i++) {
+        char name[48];
+        if (i < n_named) snprintf(name, sizeof name, "%s", named[i]);
+        else snprintf(name, sizeof name, "<|reserved_special_token_%d|>", next_reserved++);
+        len += (size_t)snprintf(out + len, cap - len, "%s%s=%d", i ? "," : "", name, 128000 + i);
+    }
+    return out;
+}
+
 static int resolve_pattern(tks_bpe *b, const tks_tiktoken_opts *o, special **sp, size_t *n_sp) {
     const char *pat = o ? o->pattern : NULL;
     if (!pat || !*pat)
         return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE,
                         "%s is a tiktoken ranks file, which holds no pattern: give one with --pattern "
-                        "gpt2|cl100k|o200k|llama3|qwen2, a regex, or a tokenizer.json", b->path);
+                        "gpt2|cl100k|o200k|llama3|llama3.1|qwen2, a regex, or a tokenizer.json", b->path);
     const char *named = tks_tiktoken_pattern(pat);
     size_t len = strlen(pat);
     int rc = 0;
@@ -329,7 +363,13 @@ static int resolve_pattern(tks_bpe *b, const tks_tiktoken_opts *o, special **sp,
         b->tt_pattern = strdup(named);
         if (!b->tt_pattern_name || !b->tt_pattern) return tks__bpe_nomem(b, "pattern");
         for (size_t i = 0; i < sizeof NAMED / sizeof *NAMED; i++)
-            if (!strcmp(NAMED[i].name, pat) && !o->special_tokens) rc = parse_specials(b, NAMED[i].specials, sp, n_sp);
+            if (!strcmp(NAMED[i].name, pat) && !o->special_tokens && NAMED[i].specials)
+                rc = parse_specials(b, NAMED[i].specials, sp, n_sp);
+        if (!rc && !o->special_tokens && !strncmp(pat, "llama3", 6)) { /* llama3, llama3.1 */
+            char *l3 = llama3_specials(pat[6] == '.');
+            rc = l3 ? parse_specials(b, l3, sp, n_sp) : tks__bpe_nomem(b, "specials");
+            free(l3);
+        }
     } else if (len > 5 && !strcmp(pat + len - 5, ".json")) {
         rc = from_tokenizer_json(b, pat, &b->tt_pattern, o->special_tokens ? NULL : sp, n_sp);
     } else if (!(b->tt_pattern = strdup(pat))) {

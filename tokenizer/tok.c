@@ -100,10 +100,15 @@ static int read_config(tks_tok *t, const char *path) {
 int tks_tok_load(const char *path, tks_tok **out) { return tks_tok_load_opts(path, NULL, out); }
 
 /* A tiktoken tokenizer with no tokenizer_config.json: <|endoftext|> ends
- * documents when it is one of its special tokens (OpenAI's encodings). */
+ * documents when it is one of its special tokens (OpenAI's encodings), else
+ * <|end_of_text|>, with <|begin_of_text|> as BOS (Llama 3's). */
 static void tiktoken_defaults(tks_tok *t) {
     if (t->config[0] || !tks_bpe_tiktoken_ranks(t->bpe)) return;
     t->eos = special_id(t->bpe, "<|endoftext|>");
+    if (t->eos == TKS_NO_ID) { /* Llama 3's: the base models' BOS and EOS */
+        t->eos = special_id(t->bpe, "<|end_of_text|>");
+        t->bos = special_id(t->bpe, "<|begin_of_text|>");
+    }
 }
 
 int tks_tok_load_opts(const char *path, const tks_tok_opts *o, tks_tok **out) {

@@ -1067,7 +1067,7 @@ static void help(FILE *f) {
             "      --allow-special-in-text   special tokens' text (<|endoftext|>) becomes their ids, as\n"
             "        Hugging Face tokenizers does by default [off: encoded as text, and counted]\n"
             "  TOKENIZER: a sentencepiece MODEL, a byte-level BPE tokenizer.json, a tiktoken ranks\n"
-            "      file with --pattern gpt2|cl100k|o200k|llama3|qwen2|REGEX|tokenizer.json and\n"
+            "      file with --pattern gpt2|cl100k|o200k|llama3|llama3.1|qwen2|REGEX|tokenizer.json and\n"
             "      --special-tokens TEXT=ID,... [the named encoding's], or a dataset's tiktoken.json\n"
             "  tokshard verify-tokenizer MODEL TEXT... [input options; --doc-split line by default]\n"
             "      compares tokshard's fast encoder with the reference document by document:\n"
