@@ -196,6 +196,8 @@ typedef struct tks_dataset tks_dataset;
  * tokenizer (model_type "none"): a text note, never a model; checkpoints
  * keep it under the same name. */
 #define TKS_NO_TOKENIZER_NAME "tokenizer.none"
+/* A byte-level BPE tokenizer's BOS, EOS and pad beside its tokenizer.json (transformers' file) */
+#define TKS_TOKENIZER_CONFIG_NAME "tokenizer_config.json"
 
 /* Manifest tokenizer record. */
 #define TKS_MAX_RESERVED 64
@@ -219,6 +221,13 @@ typedef struct tks_tokenizer_info {
      * ids (build --allow-special-in-text): special ids inside documents are
      * expected, and the audit does not look for them. */
     int special_from_text;
+    /* XXH3-128 of the dataset's tokenizer_config.json (BOS, EOS and pad of a
+     * tokenizer.json), which the fingerprint does not cover; has_config 0:
+     * the dataset has none (or an older manifest did not record it). The
+     * manifest writer records it when the file is there; opening the
+     * dataset checks it. */
+    uint8_t config_xxh3[16];
+    int has_config;
 } tks_tokenizer_info;
 
 /*

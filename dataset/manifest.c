@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "internal.h"
@@ -214,6 +215,20 @@ int tks_manifest_write_json(const char *dir, const tks_tokenizer_info *tok, cons
         json_object_set_new(t, "reserved_ids", res);
     }
     if (t && tok->special_from_text) json_object_set_new(t, "special_from_text", json_true());
+    /* a tokenizer_config.json in the dataset is covered too: its BOS, EOS and
+     * pad are read by everything that reads the dataset */
+    char cpath[PATH_MAX];
+    uint8_t ch[16];
+    if (t && tks_path_join(cpath, sizeof cpath, dir, TKS_TOKENIZER_CONFIG_NAME) == 0 && access(cpath, F_OK) == 0) {
+        int hrc = tks_file_xxh3_128(cpath, ch, NULL);
+        if (hrc) {
+            json_decref(t);
+            return hrc;
+        }
+        char hx[33];
+        tks_hex(ch, 16, hx);
+        json_object_set_new(t, "config_xxh3", json_string(hx));
+    }
     tks_shard_totals st;
     tks_shard_totals_of(shards, n_shards, &st);
     json_t *tot = json_pack("{s:I, s:I, s:I, s:o, s:o}", "n_shards", (json_int_t)n_shards, "n_docs",
@@ -337,6 +352,8 @@ int tks__manifest_parse(const char *text, size_t len, const char *path, tks_toke
             snprintf(tok->model_type, sizeof tok->model_type, "%s", mt);
             tok->vocab_size = (uint32_t)vocab;
             tok->special_from_text = json_is_true(json_object_get(t, "special_from_text"));
+            const char *cx = json_string_value(json_object_get(t, "config_xxh3"));
+            tok->has_config = cx && tks_unhex(cx, tok->config_xxh3, 16) == 0;
             *token_bytes = (uint32_t)tb;
             *chunk_bytes = (uint32_t)cb;
         }
@@ -536,6 +553,21 @@ int tks_dataset_open(const char *dir, tks_dataset **out) {
                           "%s: the tokenizer copy does not match the manifest's fingerprint: it "
                           "was replaced or corrupted; restore it or rebuild the dataset",
                           ds->tokenizer_path);
+    }
+    if (!rc && ds->tok.has_config) {
+        char cpath[PATH_MAX];
+        uint8_t ch[16];
+        rc = tks_path_join(cpath, sizeof cpath, dir, TKS_TOKENIZER_CONFIG_NAME);
+        if (!rc && access(cpath, F_OK) != 0)
+            rc = tks_fail(TKS_ERR_TOKENIZER, cpath, TKS_NONE, TKS_NONE,
+                          "%s is missing: the manifest records the dataset's tokenizer_config.json (its BOS, EOS "
+                          "and pad); restore it or rebuild the dataset", cpath);
+        if (!rc) rc = tks_file_xxh3_128(cpath, ch, NULL);
+        if (!rc && memcmp(ch, ds->tok.config_xxh3, 16) != 0)
+            rc = tks_fail(TKS_ERR_TOKENIZER, cpath, TKS_NONE, TKS_NONE,
+                          "%s does not match the manifest's config_xxh3: it was edited or replaced (its BOS, "
+                          "EOS and pad are what the dataset was built with); restore it or rebuild the dataset",
+                          cpath);
     }
     if (!rc && n) {
         ds->shards = calloc(n, sizeof *ds->shards);

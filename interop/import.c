@@ -140,7 +140,29 @@ static int import_id(const tks_import_opts *o, const tks__foreign *f, const uint
 
 /* The dataset's tokenizer record and file: a copy of the model, or a note
  * saying there is none. */
-static int setup_tokenizer(const tks_import_opts *o, const char *partial, tks_tokenizer_info *tok) {
+/* The ids below the vocabulary that are no token of tk (a tiktoken file's
+ * gaps between its ranks and its special ids), as sorted inclusive ranges
+ * into *gaps (malloc'd; NULL and 0 when there are none). */
+static int no_token_ranges(const tks_tok *tk, uint32_t (**gaps)[2], size_t *n) {
+    *gaps = NULL;
+    *n = 0;
+    size_t cap = 0;
+    for (uint32_t id = 0, v = tks_tok_vocab_size(tk); id < v; id++) {
+        if (tks_tok_is_token(tk, id)) continue;
+        if (*n && (*gaps)[*n - 1][1] + 1 == id) {
+            (*gaps)[*n - 1][1] = id;
+            continue;
+        }
+        if (*n == cap && tks_resize(gaps, cap = cap ? 2 * cap : 8, sizeof **gaps))
+            return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+        (*gaps)[*n][0] = (*gaps)[*n][1] = id;
+        ++*n;
+    }
+    return 0;
+}
+
+static int setup_tokenizer(const tks_import_opts *o, const char *partial, tks_tokenizer_info *tok,
+                           uint32_t (**gaps)[2], size_t *n_gaps) {
     memset(tok, 0, sizeof *tok);
     char dst[PATH_MAX];
     int rc;
@@ -149,6 +171,11 @@ static int setup_tokenizer(const tks_import_opts *o, const char *partial, tks_to
         tks_tok_opts to = {o->pattern, o->special_tokens, 0};
         if ((rc = tks_tok_load_opts(o->tokenizer_path, &to, &tk))) return rc;
         tks_tokenizer_record(tk, tok);
+        rc = no_token_ranges(tk, gaps, n_gaps);
+        if (rc) {
+            tks_tok_free(tk);
+            return rc;
+        }
         if (o->vocab_size && o->vocab_size != tok->vocab_size)
             rc = tks_fail(TKS_ERR_TOKENIZER, o->tokenizer_path, TKS_NONE, TKS_NONE,
                           "--vocab-size %u disagrees with %s (vocab %u): drop --vocab-size",
@@ -179,6 +206,8 @@ typedef struct import_run {
     tks_tokenizer_info tok;
     tks_partial_state st;
     tks_writer *w;
+    uint32_t (*gaps)[2]; /* ids that are no token of the tokenizer (no_token_ranges) */
+    size_t n_gaps;
 } import_run;
 
 /* OUT.partial, fresh or resumed, with its tokenizer file, and the writer. */
@@ -193,7 +222,7 @@ static int import_open(import_run *r) {
                       "%s exists (an interrupted import): add --resume to continue it, or remove it",
                       partial);
     if (!rc && !have_partial) rc = tks_partial_create(partial);
-    if (!rc) rc = setup_tokenizer(o, partial, &r->tok);
+    if (!rc) rc = setup_tokenizer(o, partial, &r->tok, &r->gaps, &r->n_gaps);
     if (!rc) rc = import_id(o, &r->f, r->tok.fingerprint, r->tok.vocab_size, r->st.id);
     if (!rc)
         rc = tks_path_join(state_path, sizeof state_path, partial,
@@ -232,6 +261,24 @@ static int import_doc(const import_run *r, uint64_t d, uint64_t a, uint64_t n, u
                      (unsigned long long)(f->tokens_offset + (a + i) * f->token_bytes),
                      (unsigned long long)i, (unsigned long long)d, r->tok.vocab_size,
                      r->o->tokenizer_path ? r->o->tokenizer_path : "--vocab-size",
+                     tks_foreign_format_name(r->o->foreign.format));
+            tks_error_set_doc(d, 0);
+            return TKS_ERR_TOKEN_RANGE;
+        }
+        size_t lo = 0, hi = r->n_gaps; /* the gap range holding v, if any */
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (r->gaps[mid][1] < (uint64_t)v) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < r->n_gaps && r->gaps[lo][0] <= (uint64_t)v) {
+            tks_fail(TKS_ERR_TOKEN_RANGE, f->data_path, TKS_NONE, f->tokens_offset + (a + i) * f->token_bytes,
+                     "%s: token id %lld at token offset %llu (position %llu of document %llu) is no token of %s "
+                     "(ids %u-%u lie between its ranks and its special tokens): the data was tokenized with "
+                     "another tokenizer; nothing was imported past it (`tokshard audit --format %s` with "
+                     "--tokenizer lists every such id)",
+                     f->data_path, (long long)v, (unsigned long long)(a + i), (unsigned long long)i,
+                     (unsigned long long)d, r->o->tokenizer_path, r->gaps[lo][0], r->gaps[lo][1],
                      tks_foreign_format_name(r->o->foreign.format));
             tks_error_set_doc(d, 0);
             return TKS_ERR_TOKEN_RANGE;
@@ -348,6 +395,7 @@ int tks_import(const tks_import_opts *o, tks_import_stats *stats) {
     if (!rc) rc = import_docs(r);
     if (!rc) rc = import_finish(r);
     tks_writer_free(r->w);
+    free(r->gaps);
     tks_partial_state_free(&r->st);
     tks__foreign_close(&r->f);
     free(r);

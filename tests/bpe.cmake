@@ -11,7 +11,7 @@ set(TKS_BPE_WORK ${CMAKE_BINARY_DIR}/test-work/bpe)
 add_executable(test_bpe ${TKS_TEST_DIR}/test_bpe.c)
 target_link_libraries(test_bpe PRIVATE tks_tokenizer OpenMP::OpenMP_C)
 add_test(NAME bpe_peer COMMAND bash ${TKS_TEST_DIR}/test_bpe.sh peer ${TKS_VENV_PYTHON} $<TARGET_FILE:test_bpe> ${TKS_BPE_WORK})
-set_tests_properties(bpe_peer PROPERTIES FIXTURES_SETUP tks_bpe SKIP_RETURN_CODE 77 TIMEOUT 600)
+set_tests_properties(bpe_peer PROPERTIES FIXTURES_SETUP tks_bpe SKIP_RETURN_CODE 77 TIMEOUT 1200)
 foreach(model gpt2 llama3-im llama3 llama3-legacy nfc noalpha behaviors added cl100k o200k llama3-tt)
   add_test(NAME bpe_ids_${model} COMMAND bash ${TKS_TEST_DIR}/test_bpe.sh ids ${TKS_VENV_PYTHON}
            $<TARGET_FILE:test_bpe> ${TKS_BPE_WORK} ${model})

@@ -452,6 +452,8 @@ static void tiktoken_refusals(const char *dir) {
     tiktoken_case(dir, "emptyregex.tiktoken", "", "a*", NULL, TKS_ERR_TOKENIZER, "may match the empty string", -1);
     tiktoken_case(dir, "specialrank.tiktoken", "", "gpt2", "<|x|>=10", TKS_ERR_ARG, "a rank of", -1);
     tiktoken_case(dir, "specialtwice.tiktoken", "", "gpt2", "<|x|>=300,<|y|>=300", TKS_ERR_ARG, "share id 300", -1);
+    tiktoken_case(dir, "specialfar.tiktoken", "", "gpt2", "<|endoftext|>=1280000", TKS_ERR_ARG,
+                  "has id 1280000, more than 2^20 past", -1);
     tiktoken_case(dir, "specialform.tiktoken", "", "gpt2", "<|x|>", TKS_ERR_ARG, "is not TEXT=ID", -1);
 }
 

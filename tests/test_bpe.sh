@@ -101,6 +101,21 @@ PY
   fi
   "$TKS" audit "$D/data" --tokenizer "$D/tok/tokenizer.json" >"$D/out" 2>&1 &&
     grep -q "tokenizer checked" "$D/out" && ok "audit: $(cut -c1-80 "$D/out")" || fail "audit: $(cat "$D/out")"
+  # the dataset's tokenizer_config.json (its BOS, EOS, pad) is covered by the
+  # manifest: edited, every reader refuses the dataset
+  if [[ -f $D/data/tokenizer_config.json ]]; then
+    cp -p "$D/data/tokenizer_config.json" "$D/config.bak"
+    python3 - "$D/data/tokenizer_config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["x_edited"] = 1; json.dump(c, open(sys.argv[1], "w"))
+PY
+    "$TKS" audit "$D/data" >"$D/out" 2>&1
+    [[ $? -ne 0 ]] && grep -q "tokenizer_config.json does not match the manifest's config_xxh3" "$D/out" &&
+      ok "an edited tokenizer_config.json fails the audit" || fail "edited config: $(tail -2 "$D/out")"
+    cp -p "$D/config.bak" "$D/data/tokenizer_config.json"
+    grep -q '"config_xxh3"' "$D/data/manifest.json" && ok "the manifest records config_xxh3" ||
+      fail "no config_xxh3 in the manifest"
+  fi
   "$TKS" inspect "$D/data" >"$D/out" 2>&1 && grep -q "tokenizer.json, byte-level-bpe" "$D/out" &&
     grep -Eq "eos [0-9]+" "$D/out" && ok "inspect: $(grep -E 'tokenizer |vocab_size' "$D/out" | xargs)" ||
     fail "inspect: $(head -5 "$D/out")"

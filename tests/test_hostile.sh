@@ -331,6 +331,13 @@ smaller)
   ! grep -q $'[\033\007\r]' esc.out && ! grep -q $'\302\233' esc.out &&
     grep -qF '\x1b[31mred\x1b]0;title\x07 cr\x0d c1 \u009b end' esc.out &&
     ok "cat escapes ESC, BEL, CR and C1 controls" || fail "cat: $(od -c esc.out | head -4)"
+  # import --tokenizer refuses an id that is no token of it (a tiktoken file's
+  # gap between its ranks and its special ids), as the audit reports it
+  python3 -c "import struct, sys; sys.stdout.buffer.write(struct.pack('<6H', 104, 105, 300, 104, 270, 300))" >gap.bin
+  expect 2 "import of an id in the tokenizer's gap" -- "$TKS" import --format raw --dtype u16 --eot 300 gap.bin \
+    --output gapds --tokenizer bytes.tiktoken --pattern gpt2 --special-tokens '<|endoftext|>=300'
+  expect_msg "token id 270 .* is no token of bytes.tiktoken \(ids 256-299 lie between its ranks and its special tokens\)"
+  [[ ! -e gapds ]] && ok "nothing published for the refused import" || fail "gapds published"
   expect 0 "dataset" -- "$TKS" build -q "${B[@]}" --append-eos --output ds "$T/gcide.txt"
   expect 0 "Megatron export" -- "$TKS" export --format megatron --copy ds mg
   expect 2 "a Megatron index given as a shard" -- "$TKS" cat mg_00000.idx --ids

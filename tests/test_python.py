@@ -247,4 +247,31 @@ for i, (text, want, verify) in enumerate(edits):
     check(r.returncode != 0, f"tokshard audit also refuses manifest edit {i} (exit {r.returncode})")
 tokshard.Dataset(fresh("ok"), verify=True)  # the copy itself is fine
 
+# 6. refusals that match tokshard-train's and sample-plan's: a weight that is
+# not a finite number > 0, a schedule change at step 1; token ranges outside
+# the stream; an empty shard file; a FIFO in place of the tokenizer copy
+ds0 = tokshard.Dataset(DATA)
+for srcs_bad, sched_bad, want in (([("a", ds0, -0.5)], (), "weight -0.5 is not a finite number > 0"),
+                                  ([("a", ds0, float("nan"))], (), "is not a finite number > 0"),
+                                  ([("a", ds0, 1), ("b", ds0, 1)], ((1, {"a": 1}),), "from step 2 on"),
+                                  ([("a", ds0, 1), ("b", ds0, 1)], ((3, {"a": 0}),), "weight 0 is not")):
+    try:
+        tokshard.Mixture(srcs_bad, 32, 8, val_tokens=4096, schedule=sched_bad)
+        check(False, f"Mixture accepted {srcs_bad[0][2]}, {sched_bad}")
+    except ValueError as e:
+        check(want in str(e), f"Mixture refuses: {e}")
+for b, e in ((-5, 3), (3, 2), (0, ds0.token_cum[-1] + 1)):
+    try:
+        ds0.tokens(b, e)
+        check(False, f"tokens({b}, {e}) returned data")
+    except IndexError as x:
+        check("tokens(" in str(x), f"tokens({b}, {e}) refused: {x}")
+d = fresh("empty-shard")
+open(os.path.join(d, tokshard.Dataset(DATA).manifest["shards"][0]["file"]), "wb").close()
+refused(d, False, "less than the 256-byte header", "a 0-byte shard")
+d = fresh("fifo-tok")
+os.remove(os.path.join(d, "tokenizer.model"))
+os.mkfifo(os.path.join(d, "tokenizer.model"))
+refused(d, True, "not a regular file", "a FIFO tokenizer copy (verify=True, never waits)")
+
 sys.exit(1 if fails else 0)

@@ -683,11 +683,15 @@ int tks_bpe_load(const char *path, tks_bpe **out) {
         tks_unmap(base, size);
         return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory loading %s", path);
     }
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits(base, size));
-    memcpy(b->fingerprint, c.digest, 16);
+    /* parsed first: a file that is not JSON is refused at its first bad byte,
+     * not after its whole size was hashed */
     json_error_t je;
     json_t *root = json_loadb((const char *)base, size, JSON_REJECT_DUPLICATES, &je);
+    if (root) {
+        XXH128_canonical_t c;
+        XXH128_canonicalFromHash(&c, XXH3_128bits(base, size));
+        memcpy(b->fingerprint, c.digest, 16);
+    }
     tks_unmap(base, size);
     if (!root) {
         rc = tks_fail(TKS_ERR_TOKENIZER, path, TKS_NONE, (uint64_t)je.position,

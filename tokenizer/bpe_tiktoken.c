@@ -394,6 +394,14 @@ static int place_specials(tks_bpe *b, special *sp, size_t n_sp, uint32_t n_ranks
         if (!*sp[i].text)
             return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE, "%s: special token %u has no text", b->path,
                             sp[i].id);
+        /* far: more than 2^20 ids past the ranks (every vocabulary in use puts
+         * its specials right after them: cl100k's from 100257, Llama 3's from
+         * 128000); the ids between are gaps the vocabulary would carry */
+        if (sp[i].id - n_ranks > (1u << 20))
+            return tks_fail(TKS_ERR_ARG, b->path, TKS_NONE, TKS_NONE,
+                            "special token \"%s\" has id %u, more than 2^20 past %s's %u ranks (a typo? special "
+                            "ids follow the ranks: cl100k's from 100257, Llama 3's from 128000)",
+                            sp[i].text, sp[i].id, b->path, n_ranks);
         *n_ids = sp[i].id + 1;
     }
     return 0;

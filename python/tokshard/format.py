@@ -51,6 +51,9 @@ class Shard:
             raise FormatError(f"{self.path}: cannot open the shard ({e.strerror})")
         if not stat.S_ISREG(st.st_mode):  # a FIFO would block numpy.memmap for ever
             raise FormatError(f"{self.path} is not a regular file: put the real shard in its place")
+        if st.st_size < HEADER_SIZE:  # numpy.memmap refuses an empty file with ValueError
+            raise FormatError(f"{self.path}: {st.st_size} bytes, less than the 256-byte header: truncated; "
+                              f"rebuild the dataset")
         self._mm = numpy.memmap(self.path, dtype=numpy.uint8, mode="r")
         size = self._mm.shape[0]
         if size < HEADER_SIZE:
@@ -226,16 +229,29 @@ class Dataset:
         self.tokenizer_path = os.path.join(self.path, self.tokenizer["file"])
         if verify:
             from .xxh3 import xxh3_128_hex
-            try:
-                with open(self.tokenizer_path, "rb") as f:
-                    fp = xxh3_128_hex(f.read())
-            except OSError as e:
-                raise FormatError(f"{self.tokenizer_path}: cannot read the tokenizer copy ({e.strerror}): "
-                                  f"restore it or rebuild the dataset")
+
+            def digest(path, what):
+                # a regular file only: opening a FIFO would wait for a writer
+                try:
+                    if not stat.S_ISREG(os.stat(path).st_mode):
+                        raise FormatError(f"{path}: the {what} is not a regular file: put the real file in its "
+                                          f"place, or rebuild the dataset")
+                    with open(path, "rb") as f:
+                        return xxh3_128_hex(f.read())
+                except OSError as e:
+                    raise FormatError(f"{path}: cannot read the {what} ({e.strerror}): restore it or rebuild "
+                                      f"the dataset")
+
+            fp = digest(self.tokenizer_path, "tokenizer copy")
             if fp != self.tokenizer["fingerprint"].lower():
                 raise FormatError(f"{self.tokenizer_path}: the tokenizer copy does not match the manifest's "
                                   f"fingerprint (XXH3-128 {fp}, manifest {self.tokenizer['fingerprint']}): it "
                                   f"was replaced or corrupted; restore it or rebuild the dataset")
+            if isinstance(self.tokenizer.get("config_xxh3"), str):  # the tokenizer_config.json (BOS, EOS, pad)
+                cpath = os.path.join(self.path, "tokenizer_config.json")
+                if digest(cpath, "tokenizer config") != self.tokenizer["config_xxh3"].lower():
+                    raise FormatError(f"{cpath} does not match the manifest's config_xxh3: it was edited or "
+                                      f"replaced; restore it or rebuild the dataset")
         self.shards = []
         for i, rec in enumerate(m["shards"]):
             s = Shard(os.path.join(self.path, rec["file"]), verify=verify)
@@ -279,7 +295,14 @@ class Dataset:
 
     def tokens(self, begin, end):
         """Global tokens [begin, end) of the stream (shard 0's tokens, then shard
-        1's, ...): a view when inside one shard, else a uint32 copy."""
+        1's, ...): a view when inside one shard, else a uint32 copy. Raises
+        IndexError unless 0 <= begin <= end <= the dataset's token count."""
+        n = self.token_cum[-1]
+        if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end <= n):
+            raise IndexError(f"tokens({begin!r}, {end!r}): the dataset has tokens 0..{n}; give "
+                             f"0 <= begin <= end <= {n}")
+        if begin == end:
+            return numpy.zeros(0, dtype=numpy.uint32)
         i = bisect.bisect_right(self.token_cum, begin) - 1
         parts = []
         while begin < end:

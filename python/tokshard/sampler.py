@@ -2,6 +2,7 @@
 same windows, the same keyed permutation per epoch, the same rank slices, so
 a PyTorch loop reads exactly what `tokshard-train` and `tokshard sample-plan`
 say. All arithmetic is on Python integers reduced mod 2^64, as uint64 in C."""
+import math
 
 M64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15  # 2^64 / golden ratio, odd (Steele, Lea, Flood, OOPSLA 2014)
@@ -197,14 +198,30 @@ class Mixture:
 
     def __init__(self, sources, seq_len, global_batch, seed=1337, val_tokens=65536, schedule=()):
         self.names = [n for n, _, _ in sources]
+
+        def weight(w, where):
+            # as tokshard-train refuses them: a weight is a finite number > 0
+            try:
+                v = float(w)
+            except (TypeError, ValueError):
+                v = math.nan
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"{where}: weight {w!r} is not a finite number > 0")
+            return v
+
+        initial = [weight(w, f"source {n}") for n, _, w in sources]
         self.samplers = [Sampler(ds, seq_len, seed=source_seed(seed, n), val_tokens=val_tokens)
                          for n, ds, _ in sources]
-        phases = [(0, [float(w) for _, _, w in sources])]
+        phases = [(0, initial)]
         for step, ws in sorted(schedule):
+            if not isinstance(step, int) or step < 2:
+                raise ValueError(f"schedule step {step!r}: a change takes effect from step 2 on")
             unknown = set(ws) - set(self.names)
             if unknown:
                 raise ValueError(f"schedule step {step}: unknown sources {sorted(unknown)}")
-            phases.append(((step - 1) * global_batch, [float(ws.get(n, 0.0)) for n in self.names]))
+            phases.append(((step - 1) * global_batch,
+                           [weight(ws[n], f"schedule step {step}, source {n}") if n in ws else 0.0
+                            for n in self.names]))
         self.blend = Blend(phases)
 
     def sample(self, g):
