@@ -272,6 +272,13 @@ messages)
   expect 0 "a directory holding two hard links to one file" -- "$TKS" build -q "${B[@]}" --output once d
   rm -f d/g-again.txt
   [[ ! -e twice && ! -e twice.partial ]] && ok "nothing written for the overlapping inputs" || fail "twice written"
+  # a file whose name is not UTF-8 (Latin-1 "café.txt") in an input tree: the
+  # build records the name losslessly (\xNN) and the dataset audits clean
+  mkdir -p lat && cp g.txt "lat/$(printf 'caf\xe9.txt')" && cp g.txt lat/plain.txt
+  expect 0 "a tree holding a Latin-1 file name" -- "$TKS" build -q "${B[@]}" --output latds lat
+  grep -qF '"path": "lat/caf\\xe9.txt"' latds/manifest.json && ok "the manifest names it lat/caf\\xe9.txt" ||
+    fail "manifest inputs: $(grep -o '"path": "[^"]*"' latds/manifest.json | head -3)"
+  expect 0 "its audit" -- "$TKS" audit latds
   # a dangling symlink in an input tree: named as such; --on-bad-input skip
   # leaves it out and lists it (summary and manifest) instead of failing
   mkdir -p dang && cp g.txt dang/ && ln -sfn nowhere.txt dang/broken.txt

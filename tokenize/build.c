@@ -21,6 +21,7 @@
 #include <xxhash.h>
 
 #include "internal.h"
+#include "../common/tks_json.h"
 
 void tks_build_opts_default(tks_build_opts *o) {
     memset(o, 0, sizeof *o);
@@ -68,14 +69,14 @@ json_t *tks__describe(const tks_build_opts *o, const tks_input *in, const tks_to
     *rc = 0;
     json_t *inputs = json_array();
     for (size_t i = 0; i < tks_input_n_files(in); i++)
-        json_array_append_new(inputs, json_pack("{s:s, s:I}", "path", tks_input_file(in, i),
+        json_array_append_new(inputs, json_pack("{s:o, s:I}", "path", tks_json_path(tks_input_file(in, i)),
                                                 "bytes", (json_int_t)tks_input_file_size(in, i)));
     json_t *d = json_pack("{s:s, s:o, s:o}", "tool", "tokshard " TKS_VERSION_STRING, "inputs", inputs,
                           "options", describe_options(o, tk));
     if (d && o->input.bad_input == TKS_POLICY_SKIP) {
         json_t *sk = json_array();
         for (size_t i = 0; tks_input_skipped_file(in, i); i++)
-            json_array_append_new(sk, json_string(tks_input_skipped_file(in, i)));
+            json_array_append_new(sk, tks_json_path(tks_input_skipped_file(in, i)));
         json_object_set_new(d, "skipped_inputs", sk);
     }
     if (!d) *rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
