@@ -543,6 +543,10 @@ static int refusals(const char *dir) {
             "{\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},\"decoder\":{\"type\":\"ByteLevel\"},"
             "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":2},\"merges\":[]}}",
             TKS_ERR_TOKENIZER, "model.vocab[\"b\"]: id 2");
+    refused(dir, "floatid.json",
+            "{\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},\"decoder\":{\"type\":\"ByteLevel\"},"
+            "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1.5},\"merges\":[]}}",
+            TKS_ERR_TOKENIZER, "model.vocab[\"b\"]: 1.5 is not an integer id");
     refused(dir, "dupid.json",
             "{\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},\"decoder\":{\"type\":\"ByteLevel\"},"
             "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}",

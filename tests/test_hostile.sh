@@ -338,6 +338,22 @@ smaller)
   ! grep -q $'[\033\007\r]' esc.out && ! grep -q $'\302\233' esc.out &&
     grep -qF '\x1b[31mred\x1b]0;title\x07 cr\x0d c1 \u009b end' esc.out &&
     ok "cat escapes ESC, BEL, CR and C1 controls" || fail "cat: $(od -c esc.out | head -4)"
+  # cat --limit 0 prints nothing; --doc past the end names the real count
+  expect 0 "cat --doc 0 --limit 0" -- "$TKS" cat ctl --doc 0 --limit 0
+  [[ ! -s $W/out ]] && ok "cat --limit 0 printed nothing" || fail "cat --limit 0: $(head -c 200 "$W/out")"
+  expect 2 "cat --doc 5 of a 1-document dataset" -- "$TKS" cat ctl --doc 5
+  expect_msg "--doc 5: the dataset has 1 documents \(0 to 0\)"
+  # tokshard-generate writes UTF-8 whatever byte tokens it samples (a byte-level
+  # model of the 256 bytes at temperature 2 samples broken sequences)
+  head -c 200000 "$T/gcide.txt" >g2.txt
+  expect 0 "byte-level dataset" -- "$TKS" build -q --tokenizer bytes.tiktoken --pattern gpt2 --output bytes g2.txt
+  expect 0 "a tiny byte-level model" -- "$TRAIN" --dataset bytes --out brun "${TINY[@]}" --steps 2 --val-tokens 4096
+  # (ids in the tokenizer's gaps, 256-50255 here, are never sampled: nothing decodes them)
+  "$BIN/tokshard-generate" --checkpoint brun --prompt "A" --max-tokens 400 --temperature 2 --seed 3 >gen.txt 2>"$W/err"
+  code=$?
+  python3 -c "import sys; t = open('gen.txt', 'rb').read(); t.decode('utf-8'); assert len(t) > 100; print(len(t), 'bytes')" \
+    >"$W/out" 2>&1 && [[ $code -eq 0 ]] && ok "generate: $(cat "$W/out") of valid UTF-8" ||
+    fail "generate (exit $code): $(tail -c 300 "$W/err") $(tail -1 "$W/out")"
   # import --tokenizer refuses an id that is no token of it (a tiktoken file's
   # gap between its ranks and its special ids), as the audit reports it
   python3 -c "import struct, sys; sys.stdout.buffer.write(struct.pack('<6H', 104, 105, 300, 104, 270, 300))" >gap.bin

@@ -497,7 +497,13 @@ static int read_vocab(tks_bpe *b, json_t *vocab, json_t *added, size_t nv, size_
     json_t *v;
     size_t total = 0;
     json_object_foreach(vocab, k, v) {
-        json_int_t id = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (!json_is_integer(v)) {
+            char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+            int r = tks__bpe_refuse(b, "model.vocab[\"%s\"]: %s is not an integer id", k, t ? t : "the value");
+            free(t);
+            return r;
+        }
+        json_int_t id = json_integer_value(v);
         if (id < 0 || id >= (json_int_t)nv)
             return tks__bpe_refuse(b, "model.vocab[\"%s\"]: id %lld is not in [0, %zu) (ids must have no holes)", k,
                           (long long)id, nv);

@@ -204,10 +204,22 @@ const char *tks_tok_piece(const tks_tok *t, uint32_t id, char *buf, size_t cap) 
     /* bytes as text; a control byte or a byte of an incomplete UTF-8
      * sequence stays visible as \xNN */
     size_t o = 0;
-    for (size_t i = 0; i < len && o + 5 < cap; i++) {
+    for (size_t i = 0; i < len && o + 5 < cap;) {
         unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == 0x7f) o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
-        else buf[o++] = (char)c;
+        /* a whole UTF-8 sequence stays text; a byte of an incomplete or
+         * invalid one (a byte-level token's part of a character) is \xNN */
+        size_t n = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c < 0xF5 ? 4 : 0;
+        int whole = n && i + n <= len;
+        for (size_t k = 1; whole && k < n; k++) whole = ((unsigned char)s[i + k] & 0xC0) == 0x80;
+        if (!whole || c < 0x20 || c == 0x7f) {
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+            i++;
+        } else if (o + n < cap) {
+            memcpy(buf + o, s + i, n);
+            o += n, i += n;
+        } else {
+            break;
+        }
     }
     buf[o] = 0;
     return buf;

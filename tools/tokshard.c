@@ -1038,10 +1038,14 @@ static int cmd_cat(int argc, char **argv) {
         if (only != TKS_NONE && found) break;
     }
     free(buf);
+    uint64_t total = 0; /* every shard's, whatever --limit let the loop see */
+    for (size_t s = 0; s < view_n(&v); s++) total += tks_shard_hdr(view_shard(&v, s))->n_docs;
     close_view(&v);
-    if (!found) {
-        fprintf(stderr, "%s: error: --doc %llu: the dataset has %llu documents\n", cli_prog,
-                (unsigned long long)only, (unsigned long long)g);
+    (void)found;
+    if (only != TKS_NONE && only >= total) {
+        fprintf(stderr, "%s: error: --doc %llu: the dataset has %llu documents (0 to %llu)\n", cli_prog,
+                (unsigned long long)only, (unsigned long long)total,
+                (unsigned long long)(total ? total - 1 : 0));
         return EXIT_USAGE;
     }
     return fflush(stdout) == 0 ? 0 : EXIT_USAGE;

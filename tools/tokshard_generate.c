@@ -10,9 +10,41 @@
 /* The prompt is printed with the first generated piece, so that a run that
  * fails (a damaged checkpoint) prints nothing on stdout. */
 static int prompt_shown;
+
+/* The output is UTF-8 whatever the model samples: a byte-level token may
+ * hold part of a character, so bytes wait in `pend` until their sequence is
+ * whole; a byte that starts no valid sequence, or a sequence left
+ * incomplete at the end, is written as U+FFFD (as Python's
+ * bytes.decode(errors="replace") does). */
+static unsigned char pend[4];
+static size_t npend;
+static void put_utf8(const unsigned char *s, size_t n, int final) {
+    static const char repl[] = "\xEF\xBF\xBD";
+    for (size_t i = 0; i < n || (final && npend);) {
+        if (i < n && npend < 4) pend[npend++] = s[i++];
+        unsigned char c = pend[0];
+        size_t need = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c < 0xF5 ? 4 : 0;
+        size_t ok = need ? 1 : 0; /* bytes of pend that fit the sequence so far */
+        while (ok && ok < npend && ok < need && (pend[ok] & 0xC0) == 0x80 &&
+               !(ok == 1 && ((c == 0xE0 && pend[1] < 0xA0) || (c == 0xED && pend[1] > 0x9F) ||
+                             (c == 0xF0 && pend[1] < 0x90) || (c == 0xF4 && pend[1] > 0x8F))))
+            ok++; /* (no overlong forms, surrogates or code points past U+10FFFF) */
+        if (ok && ok < need && ok == npend && !(final && i >= n)) continue; /* wait for more bytes */
+        if (ok == need && need) {
+            fwrite(pend, 1, need, stdout);
+        } else {
+            fputs(repl, stdout);
+            if (!ok) ok = 1; /* drop the bad lead byte, keep what follows */
+            need = ok;
+        }
+        memmove(pend, pend + need, npend - need);
+        npend -= need;
+    }
+}
+
 static void print_text(const char *text, size_t len, void *ctx) {
     if (!prompt_shown) fputs((const char *)ctx, stdout), prompt_shown = 1;
-    fwrite(text, 1, len, stdout);
+    put_utf8((const unsigned char *)text, len, 0);
     fflush(stdout);
 }
 
@@ -77,6 +109,7 @@ int main(int argc, char **argv) {
     rc = tks_generate(&o);
     if (rc) return cli_lib_error();
     if (!prompt_shown) fputs(o.prompt, stdout); /* EOS came first */
+    put_utf8(NULL, 0, 1); /* a sequence the model left incomplete */
     putchar('\n');
     if (gs.prompt_dropped)
         fprintf(stderr, "%s: the prompt is %llu tokens and the model's context %u: its first %llu "

@@ -108,7 +108,15 @@ int tks_generate(const tks_generate_opts *o) {
     uint64_t rng = o->seed ^ 0x5DEECE66Dull;
     int pos = 0;
     for (size_t i = 0; !rc && i < n; i++) rc = tks_model_decode_step(m, (int32_t)ctx[i], pos++, logits);
+    /* ids that are no token (a tiktoken file's gaps between its ranks and its
+     * special ids) are never sampled: nothing decodes them. An untrained or
+     * small model gives them probability like any other id. */
+    uint8_t *gap = rc ? NULL : calloc(cfg.vocab_size, 1);
+    if (!rc && !gap) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    for (uint32_t id = 0; !rc && id < cfg.vocab_size; id++) gap[id] = !tks_tok_is_token(tk, id);
     for (uint32_t k = 0; !rc && k < o->max_tokens; k++) {
+        for (uint32_t id = 0; id < cfg.vocab_size; id++)
+            if (gap[id]) logits[id] = -INFINITY;
         if (k < o->min_tokens && eos < cfg.vocab_size) logits[eos] = -INFINITY; /* not yet */
         uint32_t next = sample(logits, cfg.vocab_size, o->temperature, o->top_p > 0 ? o->top_p : 1.0f,
                                &rng, scratch);
@@ -140,6 +148,7 @@ int tks_generate(const tks_generate_opts *o) {
     }
     free(ctx);
     free(logits);
+    free(gap);
     free(scratch);
     tks_ids_free(&enc);
     tks_model_free(m);
