@@ -279,6 +279,18 @@ messages)
   grep -qF '"path": "lat/caf\\xe9.txt"' latds/manifest.json && ok "the manifest names it lat/caf\\xe9.txt" ||
     fail "manifest inputs: $(grep -o '"path": "[^"]*"' latds/manifest.json | head -3)"
   expect 0 "its audit" -- "$TKS" audit latds
+  # a symlink in an input tree that leads outside the named paths is followed
+  # (useful) but counted in the summary and the manifest; --no-follow-links
+  # leaves every link found in a tree out
+  mkdir -p lnk/t lnk/elsewhere && cp g.txt lnk/elsewhere/out.txt && cp g.txt lnk/t/in.txt
+  ln -sfn ../elsewhere/out.txt lnk/t/to-outside.txt
+  expect 0 "a tree with a link leading outside it" -- "$TKS" build "${B[@]}" --output lk1 lnk/t
+  grep -q "links         1 files read through a symbolic link that leaves the named paths" "$W/out" &&
+    grep -q '"links_outside": 1' lk1/manifest.json && ok "the link leading outside is counted (summary, manifest)" ||
+    fail "links_outside: $(grep -i link "$W/out") $(grep -o '"links_[a-z]*": [0-9]*' lk1/manifest.json)"
+  expect 0 "the same tree with --no-follow-links" -- "$TKS" build "${B[@]}" --no-follow-links --output lk2 lnk/t
+  grep -q '"links_skipped": 1' lk2/manifest.json && grep -q '"no_follow_links": true' lk2/manifest.json &&
+    ok "--no-follow-links left the link out and says so" || fail "lk2: $(grep -o '"links_[a-z]*": [0-9]*' lk2/manifest.json)"
   # a dangling symlink in an input tree: named as such; --on-bad-input skip
   # leaves it out and lists it (summary and manifest) instead of failing
   mkdir -p dang && cp g.txt dang/ && ln -sfn nowhere.txt dang/broken.txt

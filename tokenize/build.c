@@ -59,6 +59,8 @@ static json_t *describe_options(const tks_build_opts *o, const tks_tok *tk) {
         json_object_set_new(opt, "allow_special_in_text", json_true());
     if (opt && o->input.bad_input == TKS_POLICY_SKIP) /* absent by default: ids of earlier builds kept */
         json_object_set_new(opt, "on_bad_input", json_string("skip"));
+    if (opt && o->input.no_follow_links) /* absent by default, as above */
+        json_object_set_new(opt, "no_follow_links", json_true());
     return opt;
 }
 
@@ -73,6 +75,11 @@ json_t *tks__describe(const tks_build_opts *o, const tks_input *in, const tks_to
                                                 "bytes", (json_int_t)tks_input_file_size(in, i)));
     json_t *d = json_pack("{s:s, s:o, s:o}", "tool", "tokshard " TKS_VERSION_STRING, "inputs", inputs,
                           "options", describe_options(o, tk));
+    /* inputs reached through links that leave the named paths (or left out
+     * under --no-follow-links): provenance a reader of the manifest can see */
+    const tks_input_stats *ls = tks_input_get_stats(in);
+    if (d && ls->links_outside) json_object_set_new(d, "links_outside", json_integer((json_int_t)ls->links_outside));
+    if (d && ls->links_skipped) json_object_set_new(d, "links_skipped", json_integer((json_int_t)ls->links_skipped));
     if (d && o->input.bad_input == TKS_POLICY_SKIP) {
         json_t *sk = json_array();
         for (size_t i = 0; tks_input_skipped_file(in, i); i++)

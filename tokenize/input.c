@@ -7,7 +7,7 @@
  * re-check. The bytes are read by stream.c (libarchive, zlib) and cut into
  * documents by docs.c (UTF-8, lines, paragraphs, JSONL records).
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* POSIX 2008 and realpath */
 
 #include <dirent.h>
 #include <errno.h>
@@ -245,6 +245,21 @@ static int walk_dir(tks_input *in, const char *path, const struct stat *st, cons
     return rc;
 }
 
+/* 1 when the real path of `path` lies inside one of the named paths (their
+ * real paths, taken when the listing started). */
+static int inside_roots(const tks_input *in, const char *path) {
+    char real[PATH_MAX];
+    if (!realpath(path, real)) return 1; /* unresolvable: reported when it is read */
+    size_t rl = strlen(real);
+    for (size_t i = 0; i < in->n_roots; i++) {
+        const char *r = in->root_real ? in->root_real[i] : NULL;
+        size_t n = r ? strlen(r) : 0;
+        if (n && rl >= n && !strncmp(real, r, n) && (real[n] == '/' || real[n] == 0 || (n == 1 && r[0] == '/')))
+            return 1;
+    }
+    return 0;
+}
+
 /* Records `path` as left out under --on-bad-input skip ("path: why"). */
 static int add_skipped(tks_input *in, const char *path, const char *why) {
     size_t sl = strlen(path) + 2 + strlen(why) + 1;
@@ -272,8 +287,13 @@ static int add_path(tks_input *in, const char *path, int explicit_path, const di
     int r = fstatat(at, rel, &st, explicit_path ? 0 : AT_SYMLINK_NOFOLLOW), link = 0;
     if (r == 0 && S_ISLNK(st.st_mode)) {
         link = 1;
+        if (in->opts.no_follow_links) { /* --no-follow-links: a link found in a tree is left out */
+            in->st.links_skipped++;
+            return 0;
+        }
         r = fstatat(at, rel, &st, 0);
         if (r == 0 && S_ISDIR(st.st_mode)) return 0; /* not followed: duplicates, loops */
+        if (r == 0 && S_ISREG(st.st_mode) && !inside_roots(in, path)) in->st.links_outside++;
     }
     if (r != 0 && link && (errno == ENOENT || errno == ELOOP)) { /* a link to nothing, found in a tree */
         const char *why = errno == ENOENT ? "a symbolic link to a missing file" : "a symbolic link in a loop";
@@ -558,6 +578,13 @@ static int input_open(const char *const *paths, size_t n, const tks_input_opts *
 
     tks_input *in = NULL;
     int rc = input_new(&o, &in);
+    if (!rc && !(in->root_real = calloc(n ? n : 1, sizeof *in->root_real)))
+        rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory listing inputs");
+    for (size_t i = 0; i < n && !rc; i++) {
+        char real[PATH_MAX];
+        if (realpath(paths[i], real)) in->root_real[i] = strdup(real);
+        in->n_roots = i + 1;
+    }
     for (size_t i = 0; i < n && !rc; i++) {
         in->cur_root = (uint32_t)i;
         rc = add_path(in, paths[i], 1, NULL, -1, NULL);
@@ -609,6 +636,8 @@ void tks_input_free(tks_input *in) {
         for (size_t i = 0; i < in->n_skipped; i++) free(in->skipped[i]);
         free(in->skipped);
     }
+    for (size_t i = 0; in->root_real && i < in->n_roots; i++) free(in->root_real[i]);
+    free(in->root_real);
     free(in->fh);
     free(in->rh);
     XXH3_freeState(in->hst);

@@ -232,6 +232,8 @@ struct tks_input {
         uint32_t root;      /* which of the caller's paths it was reached from */
     } *meta;
     uint32_t cur_root;      /* listing: the caller's path being walked */
+    char **root_real;       /* listing: each named path's realpath (NULL where none), for links_outside */
+    size_t n_roots;
     char **skipped;         /* "path: why" of files left out under bad_input SKIP */
     size_t n_skipped;
     struct file_hash {      /* XXH3-128 of the file's bytes on disk, taken as they are read */

@@ -55,6 +55,12 @@ typedef struct tks_input_opts {
      * the record policies (bad_record, long_doc, empty) to what that says.
      * The build does so to decode records on its encoding threads. */
     int defer_json;
+    /* Symbolic links to files found inside the named directories: 0 (the
+     * default) follows them wherever they point, counting in links_outside
+     * those whose target lies outside every named path; 1 leaves every such
+     * link out, counted in links_skipped. A path named by the caller is
+     * followed either way. */
+    int no_follow_links;
 } tks_input_opts;
 
 /* Sets the defaults documented above. */
@@ -104,6 +110,8 @@ typedef struct tks_input_stats {
     uint64_t binary_skipped;    /* entries skipped because they contain NUL bytes */
     uint64_t json_as_text;      /* entries named *.json read as text by TKS_FMT_AUTO */
     uint64_t bad_inputs_skipped; /* files left out under bad_input SKIP (tks_input_skipped_file) */
+    uint64_t links_outside;     /* files read through a symlink whose target is outside the named paths */
+    uint64_t links_skipped;     /* symlinks to files left out (no_follow_links) */
 } tks_input_stats;
 
 typedef struct tks_input tks_input;

@@ -1114,6 +1114,8 @@ int tks_build_job_finish(tks_build_job *j, const void *results, size_t len, tks_
         empty += res[k]->empty_after_tokenize;
     }
     input.bad_inputs_skipped = tks_input_get_stats(j->ls)->bad_inputs_skipped;
+    input.links_outside = tks_input_get_stats(j->ls)->links_outside; /* the listing's, as the skipped */
+    input.links_skipped = tks_input_get_stats(j->ls)->links_skipped;
     if (!rc && n_all == 0) rc = tks__no_text(&input);
     if (!rc) j->desc = tks__describe(&j->o, j->ls, j->tk, &rc);
     if (!rc) rc = add_input_hashes(j->desc, res, nu);

@@ -97,6 +97,7 @@ static int set_max_doc_bytes(const cli_flag *f, const char *name, const char *v)
          .meta = "fail or skip"},                                                           \
         {.name = "--on-bad-record", .ptr = &(io)->bad_record, .set = set_policy,            \
          .meta = "fail or skip"},                                                           \
+        {.name = "--no-follow-links", .type = CLI_BOOL, .ptr = &(io)->no_follow_links},     \
         {0},                                                                                \
     }
 
@@ -109,7 +110,11 @@ static const char *INPUT_HELP =
     "  --on-long-doc skip|fail      what to do with longer documents [skip]\n"
     "  --on-bad-record fail|skip    JSONL lines that do not parse or lack the key [fail]\n"
     "  --on-bad-input fail|skip     files named as compressed (x.gz, x.tar.zst) whose bytes are\n"
-    "                               not: stop naming the file, or leave it out and list it [fail]\n";
+    "                               not (and dangling symlinks in the trees): stop naming the\n"
+    "                               file, or leave it out and list it [fail]\n"
+    "  --no-follow-links            leave out symbolic links to files found inside the named\n"
+    "                               directories (followed by default; the summary and the\n"
+    "                               manifest count those that lead outside the named paths)\n";
 
 /* ------------------------------------------------------------------------- */
 /* build                                                                     */
@@ -171,6 +176,12 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
            (unsigned long long)i->empty_skipped, (unsigned long long)s->empty_after_tokenize,
            (unsigned long long)i->utf8_skipped, (unsigned long long)i->long_skipped,
            (unsigned long long)i->bad_records_skipped, (unsigned long long)i->binary_skipped);
+    if (i->links_outside)
+        printf("  links         %llu files read through a symbolic link that leaves the named paths "
+               "(--no-follow-links leaves links out)\n", (unsigned long long)i->links_outside);
+    if (i->links_skipped)
+        printf("  links         %llu symbolic links left out (--no-follow-links)\n",
+               (unsigned long long)i->links_skipped);
     if (i->bad_inputs_skipped)
         printf("  bad inputs    %llu files left out (--on-bad-input skip):\n%s",
                (unsigned long long)i->bad_inputs_skipped, s->skipped_inputs);
