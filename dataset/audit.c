@@ -537,6 +537,17 @@ static void check_tokenizer_copy(audit *a) {
     else if (memcmp(fp, a->tok.fingerprint, 16) != 0)
         problem(&a->sk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
                 buf, "tokenizer copy does not match the manifest's fingerprint");
+    /* its tokenizer_config.json (BOS, EOS, pad), when the manifest records one */
+    if (a->tok.has_config) {
+        tks_path_join(buf, sizeof buf, a->path, TKS_TOKENIZER_CONFIG_NAME);
+        if (tks_file_xxh3_128(buf, fp, NULL) != 0)
+            problem(&a->sk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, buf,
+                    "tokenizer_config.json is missing or unreadable: %s", tks_last_error()->message);
+        else if (memcmp(fp, a->tok.config_xxh3, 16) != 0)
+            problem(&a->sk, TKS_ERR_TOKENIZER, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE, buf,
+                    "tokenizer_config.json does not match the manifest's config_xxh3: it was edited or "
+                    "replaced (its BOS, EOS and pad are the dataset's); restore it or rebuild the dataset");
+    }
     a->r->vocab_size = a->tok.vocab_size;
 }
 
