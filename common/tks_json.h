@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/tks.h"
+#include "common/tks_bits.h"
 
 /* As json_load_file(path, flags, err), through tks_open_regular: NULL with
  * err->text set when the file is missing, not a regular file or not JSON.
@@ -44,26 +45,17 @@ static inline json_t *tks_json_path(const char *path) {
     char *out = malloc(4 * n + 1);
     if (!out) return NULL;
     size_t o = 0;
+    const unsigned char *u = (const unsigned char *)path;
     for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)path[i];
-        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-        int ok = len && i + len <= n && (len == 1 || c >= 0xC2) && !(c == 0xF4 && len == 4 &&
-                                                                      (unsigned char)path[i + 1] > 0x8F);
-        for (size_t k = 1; ok && k < len; k++) ok = ((unsigned char)path[i + k] & 0xC0) == 0x80;
-        if (ok && len == 3) { /* no overlong forms, no surrogates */
-            unsigned char d = (unsigned char)path[i + 1];
-            ok = !(c == 0xE0 && d < 0xA0) && !(c == 0xED && d >= 0xA0);
-        }
-        if (ok && len == 4) ok = !(c == 0xF0 && (unsigned char)path[i + 1] < 0x90) && c <= 0xF4;
-        if (!ok) {
-            o += (size_t)snprintf(out + o, 5, "\\x%02x", c);
-            i++;
-        } else if (c == '\\') {
+        int k = u[i] < 0x80 ? 1 : tks_utf8_seq(u + i, n - i);
+        if (k < 0) { /* the ill-formed bytes, each as \xNN */
+            for (int b = 0; b < -k; b++) o += (size_t)snprintf(out + o, 5, "\\x%02x", u[i++]);
+        } else if (u[i] == '\\') {
             out[o++] = '\\', out[o++] = '\\';
             i++;
         } else {
-            memcpy(out + o, path + i, len);
-            o += len, i += len;
+            memcpy(out + o, path + i, (size_t)k);
+            o += (size_t)k, i += (size_t)k;
         }
     }
     out[o] = 0;

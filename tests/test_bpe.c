@@ -464,6 +464,18 @@ static void tiktoken_refusals(const char *dir) {
     "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\"" extra_model                     \
     ",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":" merges "}}"
 
+/* A minimal tokenizer.json (vocabulary "a", "b") whose pre-tokenizer is a
+ * Split on `regex` (JSON-escaped) then ByteLevel, into out[cap]. */
+static void split_model(char *out, size_t cap, const char *regex) {
+    snprintf(out, cap,
+             "{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":"
+             "{\"Regex\":\"%s\"},\"behavior\":\"Isolated\",\"invert\":false},"
+             "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]},"
+             "\"decoder\":{\"type\":\"ByteLevel\"},"
+             "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
+             regex);
+}
+
 static int refusals(const char *dir) {
     mkdir(dir, 0755);
     /* the minimal model loads and encodes */
@@ -587,13 +599,7 @@ static int refusals(const char *dir) {
         };
         for (size_t k = 0; k < sizeof odd / sizeof odd[0]; k++) {
             char json[1024];
-            snprintf(json, sizeof json,
-                     "{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":"
-                     "{\"Regex\":\"%s\"},\"behavior\":\"Isolated\",\"invert\":false},"
-                     "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]},"
-                     "\"decoder\":{\"type\":\"ByteLevel\"},"
-                     "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
-                     odd[k].re);
+            split_model(json, sizeof json, odd[k].re);
             refused(dir, odd[k].name, json, TKS_ERR_TOKENIZER, odd[k].key);
         }
     }
@@ -604,12 +610,9 @@ static int refusals(const char *dir) {
         char cpath[4096];
         FILE *cf = create_case(dir, "catastrophic.json", cpath, sizeof cpath);
         if (cf) {
-            fputs("{\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":"
-                  "{\"Regex\":\"(a+)+b|.\"},\"behavior\":\"Isolated\",\"invert\":false},"
-                  "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]},"
-                  "\"decoder\":{\"type\":\"ByteLevel\"},"
-                  "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[]}}",
-                  cf);
+            char json[1024];
+            split_model(json, sizeof json, "(a+)+b|.");
+            fputs(json, cf);
             fclose(cf);
             tks_bpe *cb = NULL;
             int crc = tks_bpe_load(cpath, &cb);

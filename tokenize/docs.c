@@ -16,37 +16,11 @@
 #include <string.h>
 
 #include "internal.h"
+#include "../common/tks_bits.h"
 
 /* ------------------------------------------------------------------------- */
-/* UTF-8 (RFC 3629; Unicode Standard ch. 3, Table 3-7 "Well-Formed UTF-8 Byte
- * Sequences", and "U+FFFD Substitution of Maximal Subparts").                 */
-
-/*
- * s[0] >= 0x80, n >= 1 bytes available. Returns the length (2..4) of the
- * well-formed sequence at s, or -k where k >= 1 is the length of the maximal
- * subpart of an ill-formed sequence (the bytes that one U+FFFD replaces).
- */
-static int utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0], lo = 0x80, hi = 0xBF;
-    int len;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) lo = 0xA0;      /* overlong */
-        else if (c == 0xED) hi = 0x9F; /* surrogates D800..DFFF */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) lo = 0x90;      /* overlong */
-        else if (c == 0xF4) hi = 0x8F; /* > U+10FFFF */
-    } else {
-        return -1; /* continuation byte, C0, C1, F5..FF */
-    }
-    if (n < 2 || s[1] < lo || s[1] > hi) return -1;
-    for (int k = 2; k < len; k++)
-        if ((size_t)k >= n || (s[k] & 0xC0) != 0x80) return -k;
-    return len;
-}
+/* UTF-8: tks_utf8_seq (common/tks_bits.h) gives each sequence's length or
+ * the maximal subpart one U+FFFD replaces.                                   */
 
 #define HIGH_BITS 0x8080808080808080ull
 
@@ -70,7 +44,7 @@ static size_t utf8_first_invalid(const char *str, size_t n) {
     while (i < n) {
         i += ascii_run(s + i, n - i);
         if (i == n) break;
-        int k = utf8_seq(s + i, n - i);
+        int k = tks_utf8_seq(s + i, n - i);
         if (k < 0) return i;
         i += (size_t)k;
     }
@@ -86,7 +60,7 @@ size_t tks_utf8_sanitize(const char *str, size_t n, char *out, size_t *out_len) 
         i += run;
         o += run;
         if (i == n) break;
-        int k = utf8_seq(s + i, n - i);
+        int k = tks_utf8_seq(s + i, n - i);
         if (k > 0) {
             if (out) memcpy(out + o, s + i, (size_t)k);
             i += (size_t)k;

@@ -260,16 +260,17 @@ static int inside_roots(const tks_input *in, const char *path) {
     return 0;
 }
 
-/* Records `path` as left out under --on-bad-input skip ("path: why"). */
-static int add_skipped(tks_input *in, const char *path, const char *why) {
-    size_t sl = strlen(path) + 2 + strlen(why) + 1;
+/* Records `path` as left out under --on-bad-input skip ("path: why", the
+ * first wl bytes of why). */
+static int add_skipped(tks_input *in, const char *path, const char *why, int wl) {
+    size_t sl = strlen(path) + 2 + (size_t)wl + 1;
     char **sk = realloc(in->skipped, (in->n_skipped + 1) * sizeof *sk), *t = malloc(sl);
     if (sk) in->skipped = sk;
     if (!sk || !t) {
         free(t);
         return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory listing inputs");
     }
-    snprintf(t, sl, "%s: %s", path, why);
+    snprintf(t, sl, "%s: %.*s", path, wl, why);
     in->skipped[in->n_skipped++] = t;
     in->st.bad_inputs_skipped++;
     return 0;
@@ -297,7 +298,7 @@ static int add_path(tks_input *in, const char *path, int explicit_path, const di
     }
     if (r != 0 && link && (errno == ENOENT || errno == ELOOP)) { /* a link to nothing, found in a tree */
         const char *why = errno == ENOENT ? "a symbolic link to a missing file" : "a symbolic link in a loop";
-        if (in->opts.bad_input == TKS_POLICY_SKIP) return add_skipped(in, path, why);
+        if (in->opts.bad_input == TKS_POLICY_SKIP) return add_skipped(in, path, why, (int)strlen(why));
         return tks_fail(TKS_ERR_INPUT, path, TKS_NONE, TKS_NONE,
                         "%s is %s: remove it, or pass --on-bad-input skip to leave such files out (listed in "
                         "the summary and the manifest)",
@@ -477,18 +478,7 @@ int tks__input_settle(tks_input *in, const char *verdicts, size_t len) {
             break;
         }
         if (w) {
-            int wl = (int)(strchr(w, '\n') - w);
-            size_t sl = strlen(in->files[i]) + 2 + (size_t)wl + 1;
-            char **sk = realloc(in->skipped, (in->n_skipped + 1) * sizeof *sk), *t = malloc(sl);
-            if (sk) in->skipped = sk;
-            if (!sk || !t) {
-                free(t);
-                rc = tks_fail(TKS_ERR_NOMEM, in->files[i], TKS_NONE, TKS_NONE, "out of memory listing inputs");
-                break;
-            }
-            snprintf(t, sl, "%s: %.*s", in->files[i], wl, w);
-            in->skipped[in->n_skipped++] = t;
-            in->st.bad_inputs_skipped++;
+            if ((rc = add_skipped(in, in->files[i], w, (int)(strchr(w, '\n') - w)))) break;
             in->total_bytes -= in->sizes[i];
             free(in->files[i]);
             continue;

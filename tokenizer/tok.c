@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "tokenizer.h"
+#include "../common/tks_bits.h"
 
 struct tks_tok {
     tks_spm *spm;
@@ -204,19 +205,17 @@ const char *tks_tok_piece(const tks_tok *t, uint32_t id, char *buf, size_t cap) 
     /* bytes as text; a control byte or a byte of an incomplete UTF-8
      * sequence stays visible as \xNN */
     size_t o = 0;
+    const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < len && o + 5 < cap;) {
-        unsigned char c = (unsigned char)s[i];
         /* a whole UTF-8 sequence stays text; a byte of an incomplete or
          * invalid one (a byte-level token's part of a character) is \xNN */
-        size_t n = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c < 0xF5 ? 4 : 0;
-        int whole = n && i + n <= len;
-        for (size_t k = 1; whole && k < n; k++) whole = ((unsigned char)s[i + k] & 0xC0) == 0x80;
-        if (!whole || c < 0x20 || c == 0x7f) {
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        int k = u[i] < 0x80 ? 1 : tks_utf8_seq(u + i, len - i);
+        if (k < 0 || u[i] < 0x20 || u[i] == 0x7f) {
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", u[i]);
             i++;
-        } else if (o + n < cap) {
-            memcpy(buf + o, s + i, n);
-            o += n, i += n;
+        } else if (o + (size_t)k < cap) {
+            memcpy(buf + o, u + i, (size_t)k);
+            o += (size_t)k, i += (size_t)k;
         } else {
             break;
         }

@@ -1052,7 +1052,6 @@ static int cmd_cat(int argc, char **argv) {
     uint64_t total = 0; /* every shard's, whatever --limit let the loop see */
     for (size_t s = 0; s < view_n(&v); s++) total += tks_shard_hdr(view_shard(&v, s))->n_docs;
     close_view(&v);
-    (void)found;
     if (only != TKS_NONE && only >= total) {
         fprintf(stderr, "%s: error: --doc %llu: the dataset has %llu documents (0 to %llu)\n", cli_prog,
                 (unsigned long long)only, (unsigned long long)total,

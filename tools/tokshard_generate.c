@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "common/tks_bits.h"
 #include "trainer/trainer.h"
 
 /* The prompt is printed with the first generated piece, so that a run that
@@ -19,27 +20,24 @@ static int prompt_shown;
 static unsigned char pend[4];
 static size_t npend;
 static void put_utf8(const unsigned char *s, size_t n, int final) {
-    static const char repl[] = "\xEF\xBF\xBD";
-    for (size_t i = 0; i < n || (final && npend);) {
-        if (i < n && npend < 4) pend[npend++] = s[i++];
-        unsigned char c = pend[0];
-        size_t need = c < 0x80 ? 1 : c >= 0xC2 && c < 0xE0 ? 2 : c >= 0xE0 && c < 0xF0 ? 3 : c >= 0xF0 && c < 0xF5 ? 4 : 0;
-        size_t ok = need ? 1 : 0; /* bytes of pend that fit the sequence so far */
-        while (ok && ok < npend && ok < need && (pend[ok] & 0xC0) == 0x80 &&
-               !(ok == 1 && ((c == 0xE0 && pend[1] < 0xA0) || (c == 0xED && pend[1] > 0x9F) ||
-                             (c == 0xF0 && pend[1] < 0x90) || (c == 0xF4 && pend[1] > 0x8F))))
-            ok++; /* (no overlong forms, surrogates or code points past U+10FFFF) */
-        if (ok && ok < need && ok == npend && !(final && i >= n)) continue; /* wait for more bytes */
-        if (ok == need && need) {
-            fwrite(pend, 1, need, stdout);
-        } else {
-            fputs(repl, stdout);
-            if (!ok) ok = 1; /* drop the bad lead byte, keep what follows */
-            need = ok;
+    unsigned char *all = malloc(npend + n + 1);
+    if (!all) return;
+    memcpy(all, pend, npend);
+    if (n) memcpy(all + npend, s, n);
+    size_t len = npend + n, i = 0;
+    npend = 0;
+    while (i < len) {
+        int k = all[i] < 0x80 ? 1 : tks_utf8_seq(all + i, len - i);
+        if (!final && tks_utf8_cut(all + i, len - i, k)) { /* wait for the rest */
+            memcpy(pend, all + i, len - i);
+            npend = len - i;
+            break;
         }
-        memmove(pend, pend + need, npend - need);
-        npend -= need;
+        if (k > 0) fwrite(all + i, 1, (size_t)k, stdout);
+        else fputs("\xEF\xBF\xBD", stdout);
+        i += (size_t)(k > 0 ? k : -k);
     }
+    free(all);
 }
 
 static void print_text(const char *text, size_t len, void *ctx) {
