@@ -24,13 +24,19 @@ struct tks_tok {
     char config[PATH_MAX];       /* the tokenizer_config.json read, "" when none */
 };
 
-/* *is_json = 1: the file at path starts (after whitespace) with '{'. A
- * file that cannot be read is left to the sentencepiece loader, whose
- * message names it. */
+/* *is_json = 1: the file at path starts (after whitespace) with '{'.
+ * Errors: tks_open_regular's (missing, unreadable, not a regular file). */
 static int looks_like_json(const char *path, int *is_json) {
-    FILE *f = fopen(path, "rb");
+    /* a regular file, or refused at once: a FIFO without a writer would
+     * block the first read (deaf to SIGTERM), a device would never end */
+    int fd = -1, rc = tks_open_regular(path, "tokenizer", &fd, NULL);
+    FILE *f = rc ? NULL : fdopen(fd, "rb");
     *is_json = 0;
-    if (!f) return 0;
+    if (rc) return rc;
+    if (!f) {
+        close(fd);
+        return 0;
+    }
     int c;
     do c = fgetc(f);
     while (c == ' ' || c == '\t' || c == '\n' || c == '\r');
@@ -115,12 +121,7 @@ static void tiktoken_defaults(tks_tok *t) {
 int tks_tok_load_opts(const char *path, const tks_tok_opts *o, tks_tok **out) {
     *out = NULL;
     if (!path) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "no tokenizer path");
-    /* a regular file, or refused at once: a FIFO without a writer would
-     * block the first read (deaf to SIGTERM), a device would never end */
-    int fd = -1, is_json = 0, rc = tks_open_regular(path, "tokenizer", &fd, NULL);
-    if (fd >= 0) close(fd);
-    if (rc) return rc;
-    rc = looks_like_json(path, &is_json);
+    int is_json = 0, rc = looks_like_json(path, &is_json);
     int tiktoken = !rc && !is_json && tks_tiktoken_sniff(path);
     int tt_opts = o && ((o->pattern && *o->pattern) || o->special_tokens);
     tks_tok *t = rc ? NULL : calloc(1, sizeof *t);
