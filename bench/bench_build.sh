@@ -80,10 +80,10 @@ PY=/usr/bin/python3   # Debian's interpreter: it has python3-sentencepiece and n
 say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # ---------------------------------------------------------------- prerequisites
-"$ROOT/tools/install-deps.sh" --bench >&2
+"$ROOT/scripts/install-deps.sh" --bench >&2
 if [[ ,$PHASES, == *,large,* || ,$PHASES, == *,hugedoc,* ]] && [[ ! -f /usr/src/linux-source-6.1.tar.xz ]]; then
   say "installing linux-source-6.1 (for --large)"
-  "$ROOT/tools/install-deps.sh" --linux-source >&2
+  "$ROOT/scripts/install-deps.sh" --linux-source >&2
 fi
 if [[ -z "$BIN" ]]; then
   BIN="$ROOT/build-bench/bin/tokshard"

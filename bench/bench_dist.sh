@@ -51,7 +51,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ -x $BIN ]] || { echo "no tokshard at $BIN: build first (cmake --build build) or pass --bin" >&2; exit 2; }
-command -v mpirun >/dev/null || { echo "bench_dist.sh: no mpirun (tools/install-deps.sh)" >&2; exit 2; }
+command -v mpirun >/dev/null || { echo "bench_dist.sh: no mpirun (scripts/install-deps.sh)" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 mkdir -p "$WORK"

@@ -22,7 +22,7 @@
 # --linux adds, --linux-only runs alone, the Linux tarball phase: tokshard build
 # --doc-split file --format text --threads 2 of /usr/src/linux-source-6.1.tar.xz
 # (1.36 GB of tar streamed through libarchive; Debian package linux-source-6.1,
-# 140 MB: tools/install-deps.sh --linux-source installs it) with the nfkc
+# 140 MB: scripts/install-deps.sh --linux-source installs it) with the nfkc
 # model, next to `xz -dc` of the same file alone (the decompression every build
 # of it pays, on one thread); prints wall s, MB/s of tar and of text, CPU cores
 # used (CPU s / wall s) and peak RSS. About 1 minute on 2 idle cores.
@@ -128,7 +128,7 @@ done
 
 if [[ $LINUX -ge 1 ]]; then
   TAR=/usr/src/linux-source-6.1.tar.xz
-  [[ -s $TAR ]] || { echo "bench_encode.sh: $TAR missing: run tools/install-deps.sh --linux-source" >&2; exit 2; }
+  [[ -s $TAR ]] || { echo "bench_encode.sh: $TAR missing: run scripts/install-deps.sh --linux-source" >&2; exit 2; }
   cat "$TAR" >/dev/null
   tar_mb=$(xz -dc "$TAR" | wc -c | awk '{print $1 / 1e6}')
   echo "# Linux tarball: $TAR, $tar_mb MB of tar; load before: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -27,7 +27,7 @@ while (($#)); do
 done
 TKS=$PWD/build/bin/tokshard
 PY=$PWD/.venv/bin/python
-[[ -x $TKS && -x $PY ]] || { echo "build first (tools/test.sh) and run tools/install-venv.sh" >&2; exit 2; }
+[[ -x $TKS && -x $PY ]] || { echo "build first (scripts/test.sh) and run scripts/install-venv.sh" >&2; exit 2; }
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 { zcat /usr/share/dictd/gcide.dict.dz || true; } | head -c $((mb * 1000000)) >text.txt
 "$TKS" train-tokenizer --output tok --vocab-size 8000 --byte-fallback --doc-split blank-line \

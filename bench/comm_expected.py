@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Expected communication of one tokshard-train step, from the config and the layout.
 
-Derived independently from the algorithm (docs/PARALLELISM.md, trainer/model.c,
-trainer/train.c), not from the trainer's counters, so that the measured
+Derived independently from the algorithm (docs/PARALLELISM.md, trainer/model/model.c,
+trainer/run/train.c), not from the trainer's counters, so that the measured
 "comm_bytes" of metrics.jsonl can be checked against it.
 
-Payload bytes per step, as counted for world rank 0 (trainer/mesh.c counts the
+Payload bytes per step, as counted for world rank 0 (trainer/comm/mesh.c counts the
 input bytes of an all-reduce, the input (size x n) bytes of a reduce-scatter and
 the output (size x n) bytes of an all-gather):
 
@@ -45,7 +45,7 @@ def round_up(x, m):
 
 
 def default_ffn(dim):
-    # trainer/model.c tks_model_config_defaults: round_up(8/3 dim, 32)
+    # trainer/model/model.c tks_model_config_defaults: round_up(8/3 dim, 32)
     return (8 * dim // 3 + 31) // 32 * 32
 
 

@@ -65,7 +65,7 @@ endif()
 
 find_path(TKS_CUDNN_INCLUDE cudnn.h HINTS ${_tks_cuda_inc_hints})
 find_library(TKS_CUDNN_LIB NAMES cudnn libcudnn.so.9 HINTS ${_tks_cuda_hints})
-# The cuDNN frontend (header-only C++), fetched by tools/install-deps.sh --cuda
+# The cuDNN frontend (header-only C++), fetched by scripts/install-deps.sh --cuda
 # into third_party/cudnn-frontend (PyPI nvidia-cudnn-frontend).
 find_path(TKS_CUDNN_FE_INCLUDE cudnn_frontend.h
           HINTS ${CMAKE_SOURCE_DIR}/third_party/cudnn-frontend/include NO_DEFAULT_PATH)
@@ -75,7 +75,7 @@ if(TKS_CUDNN_INCLUDE AND TKS_CUDNN_LIB AND TKS_CUDNN_FE_INCLUDE)
 else()
   message(STATUS "CUDA backend: without cuDNN flash attention (cudnn.h: ${TKS_CUDNN_INCLUDE}, "
                  "libcudnn: ${TKS_CUDNN_LIB}, cudnn_frontend.h: ${TKS_CUDNN_FE_INCLUDE}); "
-                 "run tools/install-deps.sh --cuda to fetch the frontend. Attention uses "
+                 "run scripts/install-deps.sh --cuda to fetch the frontend. Attention uses "
                  "tokshard's own kernel.")
 endif()
 

@@ -1,6 +1,6 @@
 /* tks.c - error context, checksums of files, crash-safe writes. See tks.h. */
 #define _GNU_SOURCE
-#include "tks.h"
+#include "common/tks.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /*
- * tks_mpi.h - MPI start-up shared by the trainer (trainer/mesh.c) and the
+ * tks_mpi.h - MPI start-up shared by the trainer (trainer/comm/mesh.c) and the
  * distributed tools (tools/dist_mpi.c). Include only where MPI is linked.
  */
 #ifndef TKS_MPI_H
@@ -7,7 +7,7 @@
 
 #include <mpi.h>
 
-#include "tks.h"
+#include "common/tks.h"
 
 /*
  * Initializes MPI unless it already is, asking for MPI_THREAD_FUNNELED: the

@@ -34,7 +34,7 @@
 #include <xxh_x86dispatch.h>
 #endif
 
-#include "internal.h"
+#include "dataset/internal.h"
 
 typedef struct ashard {
     char path[PATH_MAX];

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/tks.h"
+#include "common/tks.h"
 
 #ifdef __cplusplus
 extern "C" {

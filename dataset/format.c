@@ -2,8 +2,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "dataset.h"
-#include "internal.h"
+#include "dataset/dataset.h"
+#include "dataset/internal.h"
 
 /* Byte offsets of header fields (docs/FORMAT.md, "Header"). */
 enum {

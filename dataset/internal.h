@@ -2,8 +2,8 @@
 #ifndef TKS_DATASET_INTERNAL_H
 #define TKS_DATASET_INTERNAL_H
 
-#include "dataset.h"
-#include "../common/tks_bits.h"
+#include "dataset/dataset.h"
+#include "common/tks_bits.h"
 
 
 /* "shard-%05u.tks" */

@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "internal.h"
+#include "dataset/internal.h"
 
 static json_t *id_or_null(uint32_t id) { return id == TKS_NO_ID ? json_null() : json_integer(id); }
 

@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "../common/tks_json.h"
+#include "dataset/internal.h"
+#include "common/tks_json.h"
 
 static const struct kind_names {
     const char *state;    /* the state file in OUT.partial */

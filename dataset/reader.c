@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "internal.h"
+#include "dataset/internal.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "tokshard's zero-copy reader serves little-endian ids in place: little-endian hosts only"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "dataset/internal.h"
 
 void tks_stats_free(tks_stats *st) {
     if (!st) return;

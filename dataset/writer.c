@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "internal.h"
+#include "dataset/internal.h"
 
 #define WBUF_BYTES (1u << 20)
 

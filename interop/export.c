@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "../common/tks_bits.h"
+#include "interop/internal.h"
+#include "common/tks_bits.h"
 
 
 static int refuse_existing(const char *path) {

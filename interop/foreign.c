@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "../common/tks_bits.h"
+#include "interop/internal.h"
+#include "common/tks_bits.h"
 
 int tks_foreign_format_parse(const char *name, tks_foreign_format *out) {
     if (!strcmp(name, "megatron")) *out = TKS_FOREIGN_MEGATRON;

@@ -11,9 +11,9 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "internal.h"
-#include "../tokenize/tokenize.h"
-#include "../tokenizer/tokenizer.h"
+#include "interop/internal.h"
+#include "tokenize/tokenize.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---------------------------------------------------------------------------
  * Audit

@@ -5,7 +5,7 @@
 
 #include <limits.h>
 
-#include "interop.h"
+#include "interop/interop.h"
 
 /* Element types of foreign token arrays. Megatron's dtype codes
  * (indexed_dataset.py DType) map onto these; llm.c, raw and datatrove use

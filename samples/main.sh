@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job, end to end on real text from Debian packages:
-#   1. install dependencies (tools/install-deps.sh) and build (CMake, Release)
+#   1. install dependencies (scripts/install-deps.sh) and build (CMake, Release)
 #   2. train a sentencepiece BPE tokenizer on the GNU Collaborative International
 #      Dictionary of English (dict-gcide) and the Python 3.11 documentation
 #      sources (python3.11-doc)
@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-tools/install-deps.sh
+scripts/install-deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 tks=$root/build/bin/tokshard

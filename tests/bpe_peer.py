@@ -46,7 +46,7 @@ import unicodedata
 try:
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 except ImportError as e:
-    print(f"skip: {sys.executable} cannot import tokenizers ({e}): run tools/install-deps.sh", file=sys.stderr)
+    print(f"skip: {sys.executable} cannot import tokenizers ({e}): run scripts/install-deps.sh", file=sys.stderr)
     sys.exit(77)
 
 W = sys.argv[1]
@@ -61,7 +61,7 @@ def real_text():
     gcide = "/usr/share/dictd/gcide.dict.dz"
     if not files or not os.path.exists(gcide):
         print("cannot read /usr/share/doc/python3.11/html/_sources or " + gcide +
-              ": run tools/install-deps.sh (python3.11-doc, dict-gcide)", file=sys.stderr)
+              ": run scripts/install-deps.sh (python3.11-doc, dict-gcide)", file=sys.stderr)
         sys.exit(1)
     train, held = [], []
     for i, f in enumerate(files):
@@ -78,7 +78,7 @@ def real_text():
     for lang in ("ja", "zh_CN", "de", "ru", "es"):
         pages = sorted(glob.glob(f"/usr/share/man/{lang}/man1/*.gz"))
         if len(pages) < 20:
-            print(f"too few manual pages in /usr/share/man/{lang}: run tools/install-deps.sh", file=sys.stderr)
+            print(f"too few manual pages in /usr/share/man/{lang}: run scripts/install-deps.sh", file=sys.stderr)
             sys.exit(1)
         for f in pages[:30]:
             with gzip.open(f, "rb") as fh:
@@ -196,7 +196,7 @@ def tiktoken_models(docs):
     except ImportError as e:
         for n in names:
             with open(os.path.join(W, n + ".skip"), "w") as f:
-                f.write(f"{sys.executable} cannot import tiktoken or bpe_openai ({e}): run tools/install-venv.sh\n")
+                f.write(f"{sys.executable} cannot import tiktoken or bpe_openai ({e}): run scripts/install-venv.sh\n")
         return
 
     def local_ranks(url, expected_hash=None):

@@ -9,7 +9,7 @@
 #include <xxhash.h>
 
 #include "dataset/dataset.h"
-#include "manifest_seal.h"
+#include "tests/manifest_seal.h"
 
 static unsigned char *slurp(const char *p, size_t *n) {
     FILE *f = fopen(p, "rb");

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 
 #include "common/tks.h"
-#include "trainer/backend.h"
-#include "trainer/checkpoint.h"
-#include "trainer/model.h"
+#include "trainer/model/backend.h"
+#include "trainer/ckpt/checkpoint.h"
+#include "trainer/model/model.h"
 
 static int die(const char *what) {
     fprintf(stderr, "hf_logits_dump: %s: %s\n", what, tks_last_error()->message);

@@ -1,6 +1,6 @@
 # Interop with other projects' datasets and tools (docs/INTEROP.md), each
 # checked against the peer's own code, which runs in the project venv
-# (tools/install-venv.sh: megatron-core 0.8.0 and transformers 4.45.2 over
+# (scripts/install-venv.sh: megatron-core 0.8.0 and transformers 4.45.2 over
 # Debian's python3-torch). Override the interpreter with -DTKS_VENV_PYTHON=...
 set(TKS_VENV_PYTHON ${CMAKE_SOURCE_DIR}/.venv/bin/python CACHE FILEPATH "python3 of the project venv (peers of the interop tests)")
 set(TKS_INTEROP_WORK ${CMAKE_BINARY_DIR}/test-work/interop)

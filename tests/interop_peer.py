@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The peers' own readers and writers for the interop tests (tests/interop.cmake).
 
-Runs in the project venv (tools/install-venv.sh): megatron-core 0.8.0 over
+Runs in the project venv (scripts/install-venv.sh): megatron-core 0.8.0 over
 Debian's python3-torch. Every subcommand exits non-zero on a mismatch.
 
   megatron-read IDS PREFIX...   megatron-core's IndexedDataset reads the prefixes

@@ -25,7 +25,7 @@ foreach(pair "torch_parity;test_torch_parity.py;parity" "torch_bf16;test_torch_b
   add_test(NAME ${name}
            COMMAND bash -c "set -e
 if ! \"$1\" -c 'import torch, numpy' 2>/dev/null; then
-  echo \"FAIL: $1 cannot import torch and numpy; run tools/install-deps.sh (apt-get install python3-torch python3-numpy)\" >&2
+  echo \"FAIL: $1 cannot import torch and numpy; run scripts/install-deps.sh (apt-get install python3-torch python3-numpy)\" >&2
   exit 1
 fi
 rm -rf \"$3\" && mkdir -p \"$3\"

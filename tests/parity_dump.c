@@ -45,11 +45,11 @@
 #include <sys/stat.h>
 
 #include "common/tks.h"
-#include "trainer/backend.h"
-#include "trainer/checkpoint.h"
-#include "trainer/model.h"
-#include "trainer/optim.h"
-#include "trainer/safetensors.h"
+#include "trainer/model/backend.h"
+#include "trainer/ckpt/checkpoint.h"
+#include "trainer/model/model.h"
+#include "trainer/model/optim.h"
+#include "trainer/ckpt/safetensors.h"
 
 enum { B = 2, T = 16, N = B * T, STEPS = 3 };
 

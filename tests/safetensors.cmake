@@ -1,4 +1,4 @@
-# safetensors reader and writer (trainer/safetensors.c): round trips, byte-identical
+# safetensors reader and writer (trainer/ckpt/safetensors.c): round trips, byte-identical
 # output, atomic writes, corrupt files, 10000 random mutations (test_safetensors.c);
 # the seed corpus replayed through the fuzz check; and the files checked by an
 # independent implementation in Python (standard library + numpy; also the official

@@ -11,7 +11,7 @@ set -uo pipefail
 STEP=$1 PY=$2 BIN=$3 W=$4 MODEL=${5:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 if ! "$PY" -c "import tokenizers" 2>/dev/null; then
-  echo "skip: $PY cannot import tokenizers: run tools/install-deps.sh (tools/install-venv.sh makes the venv)" >&2
+  echo "skip: $PY cannot import tokenizers: run scripts/install-deps.sh (scripts/install-venv.sh makes the venv)" >&2
   exit 77
 fi
 case $STEP in

@@ -1,4 +1,4 @@
-/* test_comm.c - the comm contract v2 (trainer/comm.h) and the bucketed
+/* test_comm.c - the comm contract v2 (trainer/comm/comm.h) and the bucketed
  * gradient synchronisation (mesh.h). Without mpirun: chunk planning for
  * counts above 2^31 (the pieces are planned, not allocated), bf16 rounding,
  * the one-process group. Under mpirun (tests/mesh.cmake runs it on 4
@@ -7,7 +7,7 @@
  * in fp32 and bf16 against values computed here, in-place rules, handles
  * waited out of order, host gathers, agreement on an error of one rank, and
  * the bucketed reduce-scatter against the blocking one. Exit 0 = all passed. */
-#include "check.h"
+#include "tests/check.h"
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/tks.h"
-#include "trainer/mesh.h"
+#include "trainer/comm/mesh.h"
 
 static void test_chunks(void) {
     /* counts above 2^31: every piece fits an int, the pieces tile the count */

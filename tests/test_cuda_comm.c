@@ -21,10 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "tests/check.h"
 #include "common/tks.h"
 #include "trainer/cuda/cuda.h"
-#include "trainer/mesh.h"
+#include "trainer/comm/mesh.h"
 
 static tks_backend *gpu;
 

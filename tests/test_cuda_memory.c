@@ -1,5 +1,5 @@
 /*
- * test_cuda_memory.c - the --dry-run memory plan (trainer/memplan.h) against
+ * test_cuda_memory.c - the --dry-run memory plan (trainer/perf/memplan.h) against
  * what the CUDA backend really allocates for one rank of a run, allocated as
  * tks_train does (model, AdamW slice, gradient staging buffer, step scalars): within 5%
  * (the GPU issue's bound) in fp32 and bf16, for one process and for rank 0 of
@@ -21,9 +21,9 @@
 
 #include "common/tks.h"
 #include "trainer/cuda/cuda.h"
-#include "trainer/memplan.h"
-#include "trainer/model.h"
-#include "trainer/optim.h"
+#include "trainer/perf/memplan.h"
+#include "trainer/model/model.h"
+#include "trainer/model/optim.h"
 
 static int failures;
 

@@ -32,10 +32,10 @@
 #include <string.h>
 
 #include "common/tks.h"
-#include "trainer/checkpoint.h"
+#include "trainer/ckpt/checkpoint.h"
 #include "trainer/cuda/cuda.h"
-#include "trainer/model.h"
-#include "trainer/optim.h"
+#include "trainer/model/model.h"
+#include "trainer/model/optim.h"
 
 enum { STEPS = 20, SAVE_AT = 10, B = 2, T = 32, V = 300 };
 static int failures;

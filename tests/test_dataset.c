@@ -3,7 +3,7 @@
  * index monotonicity, manifest and tokenizer mismatches).
  * Usage: test_dataset WORKDIR   (exit 0 = all checks passed) */
 #define _GNU_SOURCE
-#include "check.h"
+#include "tests/check.h"
 #include <jansson.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -15,7 +15,7 @@
 #include <xxhash.h>
 
 #include "dataset/dataset.h"
-#include "manifest_seal.h"
+#include "tests/manifest_seal.h"
 
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;

@@ -19,7 +19,7 @@
  * Usage: test_fastenc WORKDIR. Exit status 0 only when every check passed.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "check.h"
+#include "tests/check.h"
 #include <omp.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -337,7 +337,7 @@ int main(int argc, char **argv) {
     buf train = {0};
     for (int s = 0; s < N_SRC; s++) {
         if (read_cmd(SRC[s].cmd, SRC[s].max, &raw[s])) {
-            fprintf(stderr, "cannot read %s text (`%s`): run tools/install-deps.sh (dict-gcide, "
+            fprintf(stderr, "cannot read %s text (`%s`): run scripts/install-deps.sh (dict-gcide, "
                             "python3.11-doc, manpages-ja/zh/ru/de)\n",
                     SRC[s].name, SRC[s].cmd);
             return 1;

@@ -5,12 +5,12 @@
  * JSONL, split and error edge cases.
  *
  * Usage: test_input WORK_DIR   (emptied and recreated)
- * Needs gzip, xz, zstd, bzip2, dictzip, tar, zip, mkfifo (tools/install-deps.sh).
+ * Needs gzip, xz, zstd, bzip2, dictzip, tar, zip, mkfifo (scripts/install-deps.sh).
  * Exit status 0 only when every check passed.
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "check.h"
+#include "tests/check.h"
 #include "tokenize/tokenize.h"
 
 #include <stdarg.h>

@@ -4,7 +4,7 @@
 # Usage: test_interop.sh TOKSHARD VENV_PYTHON WORKDIR CASE   (WORKDIR shared)
 #   CASE: setup | megatron | flat | python | hf
 # `setup` builds the dataset the other cases share (a ctest fixture) from real
-# text (dict-gcide). The peers run in the project venv (tools/install-venv.sh);
+# text (dict-gcide). The peers run in the project venv (scripts/install-venv.sh);
 # a missing venv FAILS the peer cases: it is part of the install.
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -21,7 +21,7 @@ cd "$W" || exit 2
 
 need_venv() { # MODULE...: the venv imports them, or the case fails
   if ! "$PY" -c "import $1" 2>"$W/venv-err"; then
-    echo "FAIL [$CASE]: $PY cannot import $1: run tools/install-deps.sh (it calls tools/install-venv.sh); $(tail -1 "$W/venv-err")" >&2
+    echo "FAIL [$CASE]: $PY cannot import $1: run scripts/install-deps.sh (it calls scripts/install-venv.sh); $(tail -1 "$W/venv-err")" >&2
     exit 1
   fi
 }

@@ -1,5 +1,5 @@
 /*
- * test_memplan.c - the per-rank memory plan (trainer/memplan.h) against the
+ * test_memplan.c - the per-rank memory plan (trainer/perf/memplan.h) against the
  * model the CPU backend really creates: the flat buffer size for tp 1, 2, 4
  * and dp_shard 1, 2, 3 (tks_model_flat_elems vs tks_model_n_flat), the
  * activation bytes (vs tks_model_act_bytes), the AdamW slice, in fp32 and
@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "common/tks.h"
-#include "trainer/memplan.h"
-#include "trainer/model.h"
+#include "trainer/perf/memplan.h"
+#include "trainer/model/model.h"
 
 static int failures;
 #define CHECK(cond, ...)                        \

@@ -1,14 +1,14 @@
 /* test_mesh.c - layout planning without MPI: resolution and its error
  * messages, coordinates, group membership for every shape up to 16
  * processes, and the model's tp divisibility checks. Exit 0 = all passed. */
-#include "check.h"
+#include "tests/check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/tks.h"
-#include "trainer/mesh.h"
-#include "trainer/model.h"
+#include "trainer/comm/mesh.h"
+#include "trainer/model/model.h"
 
 
 static void expect_refused(int world, int tp, int sh, int rep, const char *needle) {

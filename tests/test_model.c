@@ -1,5 +1,5 @@
 /*
- * test_model.c - whole-model checks of trainer/model.c on the CPU backend, on
+ * test_model.c - whole-model checks of trainer/model/model.c on the CPU backend, on
  * a tiny LLaMA: gradients of every parameter tensor against finite
  * differences (untied and tied embeddings), vocab padding, loss at init,
  * gradient accumulation, determinism, KV-cache decoding against the full
@@ -21,8 +21,8 @@
 
 #include "common/tks.h"
 #include "tests/tolerance.h"
-#include "trainer/backend.h"
-#include "trainer/model.h"
+#include "trainer/model/backend.h"
+#include "trainer/model/model.h"
 
 static tks_backend *be;
 static int failures;

@@ -19,7 +19,7 @@
  * (LLVMFuzzerTestOneInput, no main), running the same check as --replay.
  */
 #define _GNU_SOURCE
-#include "check.h"
+#include "tests/check.h"
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -29,7 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "trainer/safetensors.h"
+#include "trainer/ckpt/safetensors.h"
 
 #define ULL(x) ((unsigned long long)(x))
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test_safetensors.py - trainer/safetensors.c against independent implementations.
+"""test_safetensors.py - trainer/ckpt/safetensors.c against independent implementations.
 
 1. The files that `test_safetensors --write DIR` makes are rebuilt here byte for
    byte from the format as the huggingface/safetensors README states it (u64

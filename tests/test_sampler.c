@@ -6,7 +6,7 @@
  * read the right tokens; train/validation split; out-of-range ids.
  * Usage: test_sampler WORKDIR   (exit 0 = all checks passed) */
 #define _GNU_SOURCE
-#include "check.h"
+#include "tests/check.h"
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "dataset/dataset.h"
-#include "trainer/sampler.h"
+#include "sampler/sampler.h"
 
 
 typedef unsigned long long ull;
@@ -44,7 +44,7 @@ static void mkdirs(const char *d) {
 
 /* ---------------------------------------------------------------------------
  * Reference: docs/SAMPLING.md §4 transliterated, written separately from
- * trainer/sampler.c (bit loop instead of clz, explicit round-key table).
+ * sampler/sampler.c (bit loop instead of clz, explicit round-key table).
  * ------------------------------------------------------------------------- */
 static uint64_t ref_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -10,7 +10,7 @@
  * there). Exit status 0 only when every check passed.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "check.h"
+#include "tests/check.h"
 #include <errno.h>
 #include <omp.h>
 #include <stdarg.h>

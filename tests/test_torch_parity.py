@@ -62,7 +62,7 @@ try:
     import torch
     import torch.nn.functional as F
 except ImportError:
-    print("FAIL: cannot import torch with %s; run tools/install-deps.sh "
+    print("FAIL: cannot import torch with %s; run scripts/install-deps.sh "
           "(apt-get install python3-torch python3-numpy)" % sys.executable)
     sys.exit(1)
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "tokenize/internal.h"
 
 static const size_t *g_sort_len;
 static int by_len_desc(const void *a, const void *b);

@@ -20,8 +20,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "internal.h"
-#include "../common/tks_json.h"
+#include "tokenize/internal.h"
+#include "common/tks_json.h"
 
 void tks_build_opts_default(tks_build_opts *o) {
     memset(o, 0, sizeof *o);

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "../common/tks_bits.h"
+#include "tokenize/internal.h"
+#include "common/tks_bits.h"
 
 /* ------------------------------------------------------------------------- */
 /* UTF-8: tks_utf8_seq (common/tks_bits.h) gives each sequence's length or

@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "tokenize/internal.h"
 
 #define DEFAULT_MAX_DOC_BYTES (64ull << 20)
 

@@ -14,9 +14,9 @@
 #define ZLIB_CONST
 #include <zlib.h>
 
-#include "../dataset/dataset.h"
-#include "../tokenizer/tokenizer.h"
-#include "tokenize.h"
+#include "dataset/dataset.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenize/tokenize.h"
 
 /* ---------------------------------------------------------------------------
  * batch.c: documents -> batches -> ids

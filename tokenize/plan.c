@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "tokenize/internal.h"
 
 #define CUT_WINDOW ((size_t)64 << 10) /* bytes read per step around a cut */
 #define HEAD_BYTES ((size_t)64 << 10) /* bytes looked at for a compressed format */

@@ -36,7 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "tokenize/internal.h"
 
 #define READ_BLOCK_BYTES ((size_t)1 << 20)
 

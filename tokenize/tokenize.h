@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/tks.h"
-#include "../dataset/dataset.h"
+#include "common/tks.h"
+#include "dataset/dataset.h"
 
 #ifdef __cplusplus
 extern "C" {

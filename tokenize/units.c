@@ -31,7 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "tokenize/internal.h"
 
 #define UNIT_RECORD "unit.json"
 #define UNIT_PROGRESS "progress.json"

@@ -55,7 +55,7 @@
 #include <utf8proc.h>
 #include <xxhash.h>
 
-#include "bpe_internal.h"
+#include "tokenizer/bpe_internal.h"
 
 /* The word cache: per thread, 2-way set associative, one 64-byte line a
  * piece of up to 24 bytes with up to 9 ids, the piece's bytes in the line

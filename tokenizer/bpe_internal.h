@@ -14,7 +14,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 enum { TKS__BPE_MAX_SPLITS = 8 };
 

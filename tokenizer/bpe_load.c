@@ -16,7 +16,7 @@
 #include <utf8proc.h>
 #include <xxhash.h>
 
-#include "bpe_internal.h"
+#include "tokenizer/bpe_internal.h"
 
 const char tks__bpe_gpt2_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";

@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bpe_internal.h"
+#include "tokenizer/bpe_internal.h"
 
 enum { C_L = 1, C_N = 2, C_S = 4, C_UP = 8, C_LO = 16, C_CRLF = 32 };
 

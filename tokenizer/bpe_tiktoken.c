@@ -26,7 +26,7 @@
 #include <jansson.h>
 #include <xxhash.h>
 
-#include "bpe_internal.h"
+#include "tokenizer/bpe_internal.h"
 
 #define RANKS_NAME "tokenizer.tiktoken"
 

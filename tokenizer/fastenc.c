@@ -53,7 +53,7 @@
  * word is recomputed along the cached path exactly as the Viterbi computes
  * it, so the value carried on is sentencepiece's, bit for bit.
  */
-#include "fastenc_internal.h"
+#include "tokenizer/fastenc_internal.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {

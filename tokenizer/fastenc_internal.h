@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "fastenc.h"
+#include "tokenizer/fastenc.h"
 
 /* sentencepiece_model.proto, ModelProto.SentencePiece.Type */
 enum { PT_NORMAL = 1, PT_UNKNOWN = 2, PT_CONTROL = 3, PT_USER = 4, PT_UNUSED = 5, PT_BYTE = 6 };

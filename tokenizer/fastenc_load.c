@@ -15,8 +15,8 @@
  * NormalizerSpec 2 precompiled_charsmap, 3 add_dummy_prefix,
  * 4 remove_extra_whitespaces, 5 escape_whitespaces.
  */
-#include "fastenc_internal.h"
-#include "pb.h"
+#include "tokenizer/fastenc_internal.h"
+#include "tokenizer/pb.h"
 
 #include <float.h>
 #include <math.h>

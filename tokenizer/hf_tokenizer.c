@@ -18,9 +18,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "tokenizer.h"
-#include "pb.h"
-#include "../common/tks_json.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/pb.h"
+#include "common/tks_json.h"
 
 /* ---------------------------------------------------------------------------
  * The model proto (sentencepiece_model.proto, proto2), walked by hand over the

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/tks_bits.h"
+#include "common/tks_bits.h"
 
 /* One field: its number, wire type, value (a varint, or the little-endian
  * 32/64-bit value of a fixed field) and bytes (length-delimited payload, or

@@ -3,8 +3,8 @@
  * C++ file of the project: every entry point catches C++ exceptions and
  * turns them into TKS_ERR_* codes, so nothing throws across the C boundary.
  */
-#include "tokenizer.h"
-#include "fastenc.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/fastenc.h"
 
 #include <errno.h>
 #include <fcntl.h>

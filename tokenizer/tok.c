@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
-#include "../common/tks_bits.h"
+#include "tokenizer/tokenizer.h"
+#include "common/tks_bits.h"
 
 struct tks_tok {
     tks_spm *spm;

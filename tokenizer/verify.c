@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static double now_s(void) {
     struct timespec ts;

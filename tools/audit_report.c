@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "dataset/dataset.h"
-#include "cli.h"
+#include "tools/cli.h"
 
 static json_t *num_or_null(uint64_t v) { return v == TKS_NONE ? json_null() : json_integer((json_int_t)v); }
 

@@ -1,5 +1,5 @@
 /* cli.c - see cli.h. */
-#include "cli.h"
+#include "tools/cli.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/tks.h"
+#include "common/tks.h"
 
 const char *cli_prog = "tokshard";
 

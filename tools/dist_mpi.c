@@ -29,9 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/tks_mpi.h"
-#include "cli.h"
-#include "dist.h"
+#include "common/tks_mpi.h"
+#include "tools/cli.h"
+#include "tools/dist.h"
 
 static int g_inited_here = 0;
 

@@ -14,7 +14,7 @@
 #include "interop/interop.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/trainer.h"
-#include "cli.h"
+#include "tools/cli.h"
 
 static int parse_id(const char *flag, const char *v, uint32_t *out) {
     char *e;

@@ -1,7 +1,7 @@
 /* The Python reference of a byte-level BPE tokenizer over pipes (peer.h;
  * the protocol is in tools/verify_peer.py's docstring). */
 #define _GNU_SOURCE
-#include "peer.h"
+#include "tools/peer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,7 +28,7 @@ struct tks_peer {
 
 static int peer_fail(const tks_peer *p, const char *what) {
     return tks_fail(TKS_ERR_TOKENIZER, NULL, TKS_NONE, TKS_NONE,
-                    "the Python reference through %s: %s; install tokenizers and tiktoken (tools/install-venv.sh "
+                    "the Python reference through %s: %s; install tokenizers and tiktoken (scripts/install-venv.sh "
                     "makes .venv) and pass --python .venv/bin/python, or use tokshard's own reference "
                     "(--reference own)",
                     p->python, what);

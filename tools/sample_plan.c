@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "dataset/dataset.h"
-#include "cli.h"
+#include "tools/cli.h"
 #include "trainer/trainer.h"
 
 typedef unsigned long long ull;

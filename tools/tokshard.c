@@ -18,9 +18,9 @@
 #include "interop/interop.h"
 #include "tokenize/tokenize.h"
 #include "tokenizer/tokenizer.h"
-#include "cli.h"
-#include "dist.h"
-#include "peer.h"
+#include "tools/cli.h"
+#include "tools/dist.h"
+#include "tools/peer.h"
 
 /* A size flag's value into *x; 0 or an exit code after the error. */
 static int size_value(const char *name, const char *v, uint64_t *x) {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "tools/cli.h"
 #include "common/tks_bits.h"
 #include "trainer/trainer.h"
 

@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 #include "dataset/dataset.h"
-#include "cli.h"
-#include "dist.h"
+#include "tools/cli.h"
+#include "tools/dist.h"
 
 #define FULL_NAME "tokshard-full"
 

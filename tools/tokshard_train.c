@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "tools/cli.h"
 #include "trainer/trainer.h"
 
 /* A flag of the table: its value's range (numbers: lo..hi, `open` bit 0
@@ -294,7 +294,7 @@ static int plot(const char *run) {
     for (size_t k = 0; k < n_by; k++) free(by[k].p);
     if (spawned != 0 || rename(tmp, out) != 0) {
         if (fd >= 0) unlink(tmp);
-        fprintf(stderr, "%s: could not draw %s (%s; tools/install-deps.sh installs gnuplot-nox)\n",
+        fprintf(stderr, "%s: could not draw %s (%s; scripts/install-deps.sh installs gnuplot-nox)\n",
                 cli_prog, out, err ? strerror(err) : "gnuplot failed");
         return EXIT_USAGE;
     }

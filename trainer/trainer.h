@@ -16,8 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/tks.h"
-#include "sampler.h"
+#include "common/tks.h"
+#include "sampler/sampler.h"
 
 /* The model's shape (Hugging Face LlamaConfig fields). */
 typedef struct tks_model_config {
@@ -37,89 +37,6 @@ typedef struct tks_model_config {
 
 typedef struct tks_step_info tks_step_info;
 
-/* ---- mixtures of datasets (docs/SAMPLING.md §9) -------------------------- */
-
-#define TKS_MIX_MAX_SOURCES TKS_BLEND_MAX_SOURCES
-#define TKS_MIX_MAX_CHANGES (TKS_BLEND_MAX_PHASES - 1)
-#define TKS_MIX_NAME_MAX 64       /* bytes of a source name, with its NUL */
-#define TKS_MIX_JSON_MAX 32768    /* bytes of a mixture's record in a checkpoint */
-
-/* One source of a mixture: a name (letters, digits, '_', '-', '.'), a
- * dataset directory and its weight in the first phase. */
-typedef struct tks_mix_source {
-    char name[TKS_MIX_NAME_MAX];
-    char dir[4096];
-    double weight;
-} tks_mix_source;
-
-/* A schedule change: from 1-based step `step` on the weights are the ones
- * in `text` ("NAME=W,NAME=W"; a source not named has weight 0 from then
- * on), kept as given and read by tks_mix_check. */
-typedef struct tks_mix_change {
-    uint64_t step;
-    char text[1024];
-} tks_mix_change;
-
-/* What the user asked for: sources in order (source k of the blend is
- * sources[k]) and the schedule in the order given. named = 0: one plain
- * dataset (`--dataset DIR`, weight 1), the trainer's order of a single
- * dataset; a named source, even alone, is a mixture. */
-typedef struct tks_mix_spec {
-    uint32_t n_sources;
-    int named;
-    tks_mix_source sources[TKS_MIX_MAX_SOURCES];
-    uint32_t n_changes;
-    tks_mix_change changes[TKS_MIX_MAX_CHANGES];
-} tks_mix_spec;
-
-/* Adds one --dataset value: "DIR" (a plain dataset, weight 1) or
- * "NAME=DIR[:WEIGHT]" (weight 1 when left out; the weight is the text after
- * the last ':' when that parses as a number). Errors: TKS_ERR_ARG naming the
- * value (a bad name, plain and named sources mixed, too many sources, an
- * empty directory). */
-int tks_mix_add_dataset(tks_mix_spec *m, const char *arg);
-
-/* Adds one --mix-at value "STEP:NAME=W[,NAME=W...]" (read fully by
- * tks_mix_check). Errors: TKS_ERR_ARG (no STEP: prefix, too many changes). */
-int tks_mix_add_change(tks_mix_spec *m, const char *arg);
-
-/* Reads a mixture file (--mix FILE.json):
- *   {"sources": [{"name": "web", "path": "DIR", "weight": 0.7}, ...],
- *    "schedule": [{"step": 9000, "weights": {"web": 0.5, "books": 0.5}}]}
- * "schedule" is optional; a relative path is taken from the file's
- * directory. Errors: TKS_ERR_IO (unreadable), TKS_ERR_ARG (not this shape,
- * naming the file and the entry). */
-int tks_mix_load(tks_mix_spec *m, const char *path);
-
-/*
- * Everything about a mixture that can be checked without its data, each
- * refusal naming the sources: a name used twice, a weight that is not
- * finite and positive, a schedule step below 2 or beyond `steps` (0: not
- * checked), two changes at one step, a change naming an unknown source or
- * none, a plain dataset with a schedule. Errors: TKS_ERR_ARG.
- */
-int tks_mix_check(const tks_mix_spec *m, uint64_t steps);
-
-/* The blend of a checked mixture for a global batch of `global_batch`
- * samples: phase 0 the sources' weights from sample 0, each change (in step
- * order) a phase from sample (step - 1) * global_batch. Errors: those of
- * tks_mix_check and tks_blend_init. */
-int tks_mix_blend(const tks_mix_spec *m, uint64_t global_batch, tks_blend *out);
-
-/* The mixture of a checkpoint's record (its "mix" object, as
- * tks_run_sampling.mix_json holds it) into m and, when not NULL, the blend
- * position saved with it (cursor) and each source's dataset identity
- * (manifest_xxh3[n_sources]). Errors: TKS_ERR_MANIFEST (a record that is
- * not a mixture's, or a cursor whose counts do not add up, naming what). */
-int tks_mix_from_json(const char *json, tks_mix_spec *m, tks_blend_state *cursor,
-                      uint64_t *manifest_xxh3);
-
-/* A checkpoint's record of a mixture (JSON, into out[cap]): the sources with
- * their absolute directories (abs_dirs[k]) and manifest XXH3s, the
- * schedule, and the blend position `cursor`; tks_mix_from_json reads it.
- * Errors: TKS_ERR_ARG (a schedule tks_mix_check refuses, or longer than cap). */
-int tks_mix_record(const tks_mix_spec *m, const char *const *abs_dirs, const uint64_t *manifest_xxh3,
-                   const tks_blend_state *cursor, char *out, size_t cap);
 
 enum { TKS_GIVEN_SEQ_LEN = 1u, TKS_GIVEN_GLOBAL_BATCH = 2u, TKS_GIVEN_SEED = 4u, TKS_GIVEN_VAL_TOKENS = 8u };
 

@@ -37,7 +37,7 @@
 #   --out FILE   where to write the tarball (default: the build directory)
 #   --archs L    CUDA architectures for build-bundle/ (default "80;90": A100, H100/H200)
 # Needs: cmake, a C/C++ compiler, nvcc (/usr/local/cuda), python3, strip, xz,
-# and the cuDNN frontend headers (tools/install-deps.sh --cuda).
+# and the cuDNN frontend headers (scripts/install-deps.sh --cuda).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 build="" out="" archs="80;90" jobs=$(nproc)
@@ -58,7 +58,7 @@ TARGETS=(tokshard tokshard_full tokshard-train tokshard-generate tokshard-bench-
   test_ops test_model test_comm test_cuda_ops test_cuda_model test_cuda_memory test_cuda_comm)
 if [[ -z $build ]]; then
   [[ -f $SRC/third_party/cudnn-frontend/include/cudnn_frontend.h ]] ||
-    die "no cuDNN frontend in third_party/cudnn-frontend: run tools/install-deps.sh --cuda first" \
+    die "no cuDNN frontend in third_party/cudnn-frontend: run scripts/install-deps.sh --cuda first" \
       "(without it the bundle's attention would not be cuDNN's)"
   build=$SRC/build-bundle
   cmake -S "$SRC" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTKS_CUDA=ON -DTKS_WERROR=OFF \

@@ -31,8 +31,8 @@
 #include <unistd.h>
 
 #include "dataset/dataset.h"
-#include "fuzz_common.h"
-#include "fuzz_fix.h"
+#include "tests/fuzz/fuzz_common.h"
+#include "tests/fuzz/fuzz_fix.h"
 
 #define FUZZ_VOCAB 300u
 #define FUZZ_MODEL_VOCAB 200u

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz_common.h"
+#include "tests/fuzz/fuzz_common.h"
 #include "tokenizer/tokenizer.h"
 
 static char g_dir[64];

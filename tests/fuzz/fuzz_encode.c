@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fuzz_common.h"
+#include "tests/fuzz/fuzz_common.h"
 #include "tokenizer/tokenizer.h"
 
 static tks_spm *g_models[2];
@@ -58,7 +58,7 @@ static void setup(void) {
     }
     free(line);
     pclose(f);
-    FUZZ_SETUP(g_n_lines > 1000); /* needs dict-gcide (tools/install-deps.sh) */
+    FUZZ_SETUP(g_n_lines > 1000); /* needs dict-gcide (scripts/install-deps.sh) */
     snprintf(g_dir, sizeof g_dir, "/tmp/tks-fuzz-encode-XXXXXX");
     FUZZ_SETUP(mkdtemp(g_dir) != NULL);
     for (int m = 0; m < 2; m++) {

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "fuzz_common.h"
+#include "tests/fuzz/fuzz_common.h"
 #include "interop/interop.h"
 #include "tokenizer/tokenizer.h"
 

@@ -27,7 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fuzz_common.h"
+#include "tests/fuzz/fuzz_common.h"
 #include "tokenize/tokenize.h"
 
 static const char *const k_suffixes[16] = {

@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "dataset/dataset.h"
-#include "fuzz_common.h"
-#include "fuzz_fix.h"
+#include "tests/fuzz/fuzz_common.h"
+#include "tests/fuzz/fuzz_fix.h"
 
 /* Reads document d through the public API and checks the ids. */
 static void read_doc(const tks_shard *s, const uint64_t *index, uint64_t d, uint32_t *ids) {

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../common/tks.h"
-#include "../backend.h"
+#include "common/tks.h"
+#include "trainer/model/backend.h"
 
 /* OpenBLAS extension (declared in Debian's openblas cblas.h as well). */
 void openblas_set_num_threads(int num_threads);

@@ -23,8 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../backend.h"
-#include "../comm.h"
+#include "trainer/model/backend.h"
+#include "trainer/comm/comm.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/tks.h"
-#include "cuda_kernels.cuh"
+#include "trainer/cuda/cuda_kernels.cuh"
 
 /* ---- AdamW over the flat buffer -------------------------------------------------------
  * Same operation order as the CPU backend (torch.optim.AdamW's single-tensor

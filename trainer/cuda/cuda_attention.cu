@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/tks.h"
-#include "cuda_kernels.cuh"
+#include "trainer/cuda/cuda_kernels.cuh"
 
 /* ---- RoPE (rotate_half; angles in fp32 as Hugging Face computes them) -------- */
 

@@ -30,7 +30,7 @@
 #include <nccl.h>
 
 #include "common/tks.h"
-#include "cuda_kernels.cuh"
+#include "trainer/cuda/cuda_kernels.cuh"
 
 /* ---- errors ------------------------------------------------------------------ */
 
@@ -565,7 +565,7 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
 #ifdef TKS_HAVE_CUDNN_FE
                      "cuDNN attention turned off (TKS_CUDNN_ATTENTION=0)"
 #else
-                     "built without the cuDNN frontend (tools/install-deps.sh --cuda, then reconfigure)"
+                     "built without the cuDNN frontend (scripts/install-deps.sh --cuda, then reconfigure)"
 #endif
             );
     }

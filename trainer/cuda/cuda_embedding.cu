@@ -8,7 +8,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "common/tks.h"
-#include "cuda_kernels.cuh"
+#include "trainer/cuda/cuda_kernels.cuh"
 
 /* ---- embedding ----------------------------------------------------------------- */
 

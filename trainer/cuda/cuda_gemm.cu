@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "common/tks.h"
-#include "cuda_internal.h"
+#include "trainer/cuda/cuda_internal.h"
 
 /* Largest power of two (<= 256) dividing the address: cuBLASLt's heuristic
  * assumes 256-byte aligned buffers unless told otherwise, and model code

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cuda.h"
+#include "trainer/cuda/cuda.h"
 
 /* One cached cuBLASLt plan: the shape, types and pointer alignments it was
  * chosen for, its descriptors and the heuristic's algorithm. */

@@ -15,7 +15,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "cuda_internal.h"
+#include "trainer/cuda/cuda_internal.h"
 
 /* A caller error (bad dtype, workspace too small): sticky like the rest. */
 static inline int arg_fail(tks_cuda_ctx *c, const char *op, const char *why) {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/tks.h"
-#include "cuda_kernels.cuh"
+#include "trainer/cuda/cuda_kernels.cuh"
 
 /* ---- RMSNorm -------------------------------------------------------------------- */
 

@@ -1,8 +1,8 @@
 /* cuda_stub.c - cuda.h in a build without CUDA (TKS_CUDA=OFF or no nvcc):
  * every constructor refuses with how to get a CUDA build. */
 #include "common/tks.h"
-#include "cuda.h"
-#include "../trainer.h"
+#include "trainer/cuda/cuda.h"
+#include "trainer/trainer.h"
 
 #define NOT_BUILT                                                                              \
     tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,                                            \

@@ -31,8 +31,8 @@
 extern "C" {
 #include "common/tks.h"
 }
-#include "cuda.h"
-#include "cuda_internal.h"
+#include "trainer/cuda/cuda.h"
+#include "trainer/cuda/cuda_internal.h"
 
 namespace fe = cudnn_frontend;
 

@@ -19,7 +19,7 @@
 #include <time.h>
 
 #include "common/tks.h"
-#include "cuda.h"
+#include "trainer/cuda/cuda.h"
 
 struct tks_nccl_world {
     tks_backend *be;

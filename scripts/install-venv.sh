@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Creates the project-local venv (.venv, ignored by git) with the Python peers
+# the interop tests check tokshard against, over Debian's python3-torch and
+# numpy (--system-site-packages):
+#   megatron-core 0.8.0 (--no-deps: newer versions need PyTorch 2; its indexed
+#   dataset code needs only torch and numpy), transformers 4.45.2 (with its
+#   dependencies: tokenizers, huggingface_hub, safetensors, ...), tiktoken
+#   0.14.0 (the reference of tiktoken files), bpe-openai 0.1.4 (for the real
+#   cl100k_base and o200k_base ranks files its wheel carries), and tokshard's
+#   own Python package from python/.
+# Idempotent: packages already at the pinned versions are left alone.
+# Usage: scripts/install-venv.sh   (needs python3-venv and network access to PyPI)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=.venv
+py=$venv/bin/python
+if [[ ! -x $py ]]; then
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+fi
+have() { "$py" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
+pip=("$py" -m pip install -q --disable-pip-version-check)
+have megatron-core 0.8.0 || "${pip[@]}" --no-deps megatron-core==0.8.0
+have transformers 4.45.2 || "${pip[@]}" transformers==4.45.2
+have tiktoken 0.14.0 || "${pip[@]}" tiktoken==0.14.0
+have bpe-openai 0.1.4 || "${pip[@]}" --no-deps bpe-openai==0.1.4
+if [[ -f python/pyproject.toml ]]; then
+  "${pip[@]}" --no-deps --no-build-isolation ./python
+fi
+"$py" -c "import torch, numpy, transformers, tiktoken, bpe_openai, megatron.core.datasets.indexed_dataset" ||
+  { echo "install-venv: $venv cannot import its peers" >&2; exit 1; }
+echo "install-venv: $venv ready (torch $("$py" -c 'import torch; print(torch.__version__)'), transformers 4.45.2, tiktoken 0.14.0, megatron-core 0.8.0)"
