@@ -195,6 +195,18 @@ static int write_manifest(const char *dir, json_t *m, const tks_shard_info *shar
     return rc;
 }
 
+void tks_shard_totals_of(const tks_shard_info *shards, size_t n, tks_shard_totals *out) {
+    out->docs = out->tokens = 0;
+    out->min_token_id = UINT32_MAX;
+    out->max_token_id = 0;
+    for (size_t i = 0; i < n; i++) {
+        out->docs += shards[i].n_docs;
+        out->tokens += shards[i].n_tokens;
+        if (shards[i].min_token_id < out->min_token_id) out->min_token_id = shards[i].min_token_id;
+        if (shards[i].max_token_id > out->max_token_id) out->max_token_id = shards[i].max_token_id;
+    }
+}
+
 int tks_manifest_write_json(const char *dir, const tks_tokenizer_info *tok, const tks_shard_info *shards,
                             size_t n_shards, uint32_t token_bytes, uint32_t chunk_bytes,
                             struct json_t *provenance) {

@@ -300,18 +300,6 @@ int tks_partial_has_shards(const char *partial) {
     return found;
 }
 
-void tks_shard_totals_of(const tks_shard_info *shards, size_t n, tks_shard_totals *out) {
-    out->docs = out->tokens = 0;
-    out->min_token_id = UINT32_MAX;
-    out->max_token_id = 0;
-    for (size_t i = 0; i < n; i++) {
-        out->docs += shards[i].n_docs;
-        out->tokens += shards[i].n_tokens;
-        if (shards[i].min_token_id < out->min_token_id) out->min_token_id = shards[i].min_token_id;
-        if (shards[i].max_token_id > out->max_token_id) out->max_token_id = shards[i].max_token_id;
-    }
-}
-
 int tks_partial_write_manifest(const char *partial, const tks_tokenizer_info *tok,
                                const tks_shard_info *shards, size_t n, uint32_t chunk_bytes,
                                const char *provenance_json) {

@@ -23,37 +23,7 @@
 #include "tokenize/internal.h"
 
 #define DEFAULT_MAX_DOC_BYTES (64ull << 20)
-
-/* ------------------------------------------------------------------------- */
-/* small helpers                                                              */
-
-int tks__buf_reserve(buf *b, size_t need) {
-    if (need <= b->cap) return 0;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < need) {
-        if (cap > SIZE_MAX / 2) {
-            cap = need;
-            break;
-        }
-        cap *= 2;
-    }
-    char *p = realloc(b->p, cap);
-    if (!p) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
-                            "out of memory growing a %zu-byte input buffer", need);
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-int tks__buf_append(buf *b, const void *p, size_t n) {
-    if (n > SIZE_MAX - b->len)
-        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "input buffer size overflow");
-    int rc = tks__buf_reserve(b, b->len + n);
-    if (rc) return rc;
-    if (n) memcpy(b->p + b->len, p, n);
-    b->len += n;
-    return 0;
-}
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 static void buf_free(buf *b) {
     free(b->p);
@@ -61,47 +31,6 @@ static void buf_free(buf *b) {
     b->len = b->cap = 0;
 }
 
-
-static int ends_with(const char *s, size_t n, const char *suf) {
-    size_t m = strlen(suf);
-    if (n < m || (s[n - 1] | 0x20) != (suf[m - 1] | 0x20)) return 0; /* most names differ at the end */
-    return strncasecmp(s + n - m, suf, m) == 0;
-}
-
-static const char *const k_archive_suffixes[] = {
-    ".tar",  ".tar.gz",  ".tgz",     ".tar.xz", ".txz",    ".tar.zst", ".tar.zstd", ".tzst",
-    ".tar.bz2", ".tbz2", ".tbz",     ".tar.lz4", ".tar.lzma", ".tar.lz", ".tar.z", ".zip",
-};
-static const char *const k_compress_suffixes[] = {
-    ".gz", ".xz", ".zst", ".zstd", ".bz2", ".dz", ".lz4", ".lzma", ".lz", ".z",
-};
-#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
-
-int tks__is_archive_name(const char *name) {
-    size_t n = strlen(name);
-    for (size_t i = 0; i < COUNT(k_archive_suffixes); i++)
-        if (ends_with(name, n, k_archive_suffixes[i])) return 1;
-    return 0;
-}
-
-int tks__is_compressed_name(const char *name) {
-    size_t n = strlen(name);
-    for (size_t i = 0; i < COUNT(k_compress_suffixes); i++)
-        if (ends_with(name, n, k_compress_suffixes[i])) return 1;
-    return 0;
-}
-
-/* `ext` (".jsonl", ".json") before at most one compression suffix
- * ("x.jsonl.gz"). */
-int tks__has_ext(const char *name, const char *ext) {
-    size_t n = strlen(name);
-    for (size_t i = 0; i < COUNT(k_compress_suffixes); i++)
-        if (ends_with(name, n, k_compress_suffixes[i])) {
-            n -= strlen(k_compress_suffixes[i]);
-            break;
-        }
-    return ends_with(name, n, ext);
-}
 
 /* ------------------------------------------------------------------------- */
 /* options, file list                                                         */
@@ -365,7 +294,7 @@ static int check_promise(const char *path, char *why, size_t cap) {
     size_t n = strlen(path);
     const char *fmt = NULL, *alt = NULL, *suffix = NULL;
     for (size_t i = 0; i < COUNT(k_promise) && !fmt; i++)
-        if (ends_with(path, n, k_promise[i].suffix))
+        if (tks__name_ends_with(path, n, k_promise[i].suffix))
             fmt = k_promise[i].fmt, alt = k_promise[i].alt, suffix = k_promise[i].suffix;
     if (!fmt) return 0;
     int fd;

@@ -293,11 +293,13 @@ struct tks_input {
     json_t *json;          /* the record the last JSONL document points into */
 };
 
-/* input.c: grows b to hold `need` bytes (geometrically); appends n bytes.
+/* buf.c: grows b to hold `need` bytes (geometrically); appends n bytes.
  * 0 or TKS_ERR_NOMEM. */
 int tks__buf_reserve(buf *b, size_t need);
 int tks__buf_append(buf *b, const void *p, size_t n);
-/* input.c: names (case-insensitive): an archive (".tar", ".tar.gz", ...,
+/* 1 when the last n bytes of s end with suf, ASCII case folded (names.c). */
+int tks__name_ends_with(const char *s, size_t n, const char *suf);
+/* names.c: names (case-insensitive): an archive (".tar", ".tar.gz", ...,
  * ".zip"); a compressed file (".gz", ".xz", ...); `ext` (".jsonl") before at
  * most one compression suffix. */
 int tks__is_archive_name(const char *name);

@@ -57,6 +57,33 @@
 
 #include "tokenizer/bpe_internal.h"
 
+/* ---- vocabulary lookups (the hash of the mergeable tokens) ---------------- */
+
+uint64_t tks__bpe_mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+uint64_t tks__bpe_hash(const char *s, size_t n) { return XXH3_64bits(s, n); }
+
+uint32_t tks__bpe_vocab_find_h(const tks_bpe *b, const char *s, size_t n, uint64_t h) {
+    uint64_t head = tks__bpe_head8(s, n);
+    for (size_t i = h & b->vmask;; i = (i + 1) & b->vmask) {
+        const tks__bpe_vslot *v = &b->vslot[i];
+        if (v->id == TKS_NO_ID) return TKS_NO_ID;
+        if (v->len == n && v->head == head && (n <= 8 || !memcmp(b->bytes + b->off[v->id] + 8, s + 8, n - 8)))
+            return v->id;
+    }
+}
+
+uint32_t tks__bpe_vocab_find(const tks_bpe *b, const char *s, size_t n) {
+    return tks__bpe_vocab_find_h(b, s, n, XXH3_64bits(s, n));
+}
+
 /* The word cache: per thread, 2-way set associative, one 64-byte line a
  * piece of up to 24 bytes with up to 9 ids, the piece's bytes in the line
  * (a hit reads one cache line: with the bytes elsewhere, the second load
@@ -348,7 +375,7 @@ static int bpe_merge(enc *e, const char *t, size_t n) {
         if (s->next[nx] >= 0) s->prev[s->next[nx]] = pos;
         /* the entries of the pairs left and right of the merge are stale
          * now (their spans grew); their successors: */
-        probe left, right;
+        probe left = {0}, right = {0}; /* set when have_*: zeroed for the compiler */
         int have_left = s->prev[pos] >= 0 && pair_probe(b, s, t, m, s->prev[pos], &left);
         int have_right = pair_probe(b, s, t, m, pos, &right);
         if (have_left && pair_get(b, t, &left, &h)) heap_push(s->heap, &nh, h);

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -115,19 +116,31 @@ struct tks_bpe {
     tks__bpe_scratch *all;/* every thread's scratch */
 };
 
-/* tokenizers' ByteLevel regex (pre_tokenizers/byte_level.rs), GPT-2's. */
+/* bpe_patterns.c: tokenizers' ByteLevel regex (pre_tokenizers/byte_level.rs),
+ * GPT-2's; the special tokens ("TEXT=ID,...") of a named tiktoken encoding
+ * (tks_tiktoken_pattern, tokenizer.h, gives its pattern), or NULL. */
 extern const char tks__bpe_gpt2_pattern[];
+const char *tks__bpe_named_specials(const char *name);
 
-/* The code point GPT-2's byte-to-unicode table gives byte b (openai/gpt-2
+/* bpe_build.c, what both loaders call. The code point GPT-2's byte-to-unicode table gives byte b (openai/gpt-2
  * encoder.py, bytes_to_unicode). */
 uint32_t tks__bpe_byte_char(unsigned b);
 size_t tks__bpe_pow2(size_t n); /* the least power of two >= n, at least 16 */
+
+/* bpe.c, the encoder's vocabulary lookups: a 64-bit mixer, the hash of a
+ * piece's bytes, and the mergeable token with bytes s[0..n), or TKS_NO_ID
+ * (_h with the piece's tks__bpe_hash already computed). */
 uint64_t tks__bpe_mix64(uint64_t x);
-/* The mergeable token with bytes s[0..n), or TKS_NO_ID; _h with the
- * piece's tks__bpe_hash already computed. */
 uint32_t tks__bpe_vocab_find(const tks_bpe *b, const char *s, size_t n);
 uint32_t tks__bpe_vocab_find_h(const tks_bpe *b, const char *s, size_t n, uint64_t h);
 uint64_t tks__bpe_hash(const char *s, size_t n);
+/* The first min(n, 8) bytes of s, zero-padded: a vocabulary slot's check. */
+static inline uint64_t tks__bpe_head8(const char *s, size_t n) {
+    uint64_t h = 0;
+    memcpy(&h, s, n < 8 ? n : 8);
+    return h;
+}
+
 
 /* TKS_ERR_TOKENIZER naming b->path and the formatted reason. */
 int tks__bpe_refuse(const tks_bpe *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
