@@ -95,7 +95,7 @@ message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architect
 add_library(tks_cuda SHARED
   trainer/cuda/cuda_backend.cu trainer/cuda/cuda_elementwise.cu trainer/cuda/cuda_embedding.cu
   trainer/cuda/cuda_norm.cu trainer/cuda/cuda_attention.cu trainer/cuda/cuda_xent.cu
-  trainer/cuda/cuda_adamw.cu trainer/cuda/cuda_gemm.cu trainer/cuda/nccl_comm.c)
+  trainer/cuda/cuda_adamw.cu trainer/cuda/cuda_gemm.cu trainer/cuda/cuda_util.cu trainer/cuda/nccl_comm.c)
 target_include_directories(tks_cuda PUBLIC ${CMAKE_SOURCE_DIR} ${TKS_NCCL_INCLUDE})
 target_link_libraries(tks_cuda PRIVATE CUDA::cudart CUDA::cublasLt CUDA::cublas ${TKS_NCCL_LIB}
                       PkgConfig::MPI)

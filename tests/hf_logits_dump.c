@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 #include "common/tks.h"
-#include "trainer/model/backend.h"
+#include "trainer/backend/backend.h"
 #include "trainer/ckpt/checkpoint.h"
 #include "trainer/model/model.h"
 

@@ -117,11 +117,17 @@ def circles(root, dirs):
     bad = 0
     for folder, files in sorted(sources(root, dirs).items()):
         texts = {f: blank(open(f, encoding='utf-8', errors='replace').read()) for f in files}
-        defined = {}                                          # extern name -> file
+        defined, twice = {}, set()                            # extern name -> file
         for f, t in texts.items():
             for name, static, _, _ in functions(t):
                 if not static:
+                    if name in defined and defined[name] != f:
+                        twice.add(name)
                     defined[name] = f
+        # a name defined in two files is one of two builds (cuda_stub.c stands
+        # in for the CUDA backend where there is no nvcc): no edge to either
+        for name in twice:
+            del defined[name]
         edges = {f: set() for f in files}
         for f, t in texts.items():
             for name in set(IDENT.findall(t)):

@@ -45,7 +45,7 @@
 #include <sys/stat.h>
 
 #include "common/tks.h"
-#include "trainer/model/backend.h"
+#include "trainer/backend/backend.h"
 #include "trainer/ckpt/checkpoint.h"
 #include "trainer/model/model.h"
 #include "trainer/model/optim.h"

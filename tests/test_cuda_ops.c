@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "common/tks.h"
-#include "trainer/model/backend.h"
+#include "trainer/backend/backend.h"
 #include "trainer/cuda/cuda.h"
 
 static tks_backend *cpu, *gpu;

@@ -21,7 +21,7 @@
 
 #include "common/tks.h"
 #include "tests/tolerance.h"
-#include "trainer/model/backend.h"
+#include "trainer/backend/backend.h"
 #include "trainer/model/model.h"
 
 static tks_backend *be;

@@ -1,5 +1,5 @@
 /*
- * test_ops.c - every op of the backend interface (trainer/model/backend.h) checked
+ * test_ops.c - every op of the backend interface (trainer/backend/backend.h) checked
  * against finite differences and against scalar references written from the
  * formulas in backend.h. Usage: test_ops (exit 0 = every check passed).
  *
@@ -39,7 +39,7 @@
 
 #include "common/tks.h"
 #include "tests/tolerance.h"
-#include "trainer/model/backend.h"
+#include "trainer/backend/backend.h"
 
 static tks_backend *be;
 static int failures;

@@ -1,6 +1,7 @@
 /* checkpoint.c - save, verify and load checkpoint directories (checkpoint.h). */
 #define _GNU_SOURCE
 #include "trainer/ckpt/checkpoint.h"
+#include "trainer/trainer.h"
 #include "tokenizer/tokenizer.h"
 
 #include <dirent.h>
@@ -683,4 +684,10 @@ int tks_checkpoint_latest(const char *parent, char *out, size_t cap) {
     for (size_t i = 0; i < n; i++) free(v[i]);
     free(v);
     return rc;
+}
+
+int tks_train_latest_checkpoint(const char *run_dir, char *out, size_t cap) {
+    char ck[PATH_MAX];
+    int rc = tks_path_join(ck, sizeof ck, run_dir, "checkpoints");
+    return rc ? rc : tks_checkpoint_latest(ck, out, cap);
 }

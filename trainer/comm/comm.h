@@ -48,7 +48,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer/model/backend.h" /* tks_dtype, bf16 conversions */
+#include "trainer/backend/backend.h" /* tks_dtype, bf16 conversions */
 
 typedef struct tks_comm tks_comm;
 typedef struct tks_comm_req tks_comm_req;

@@ -1,5 +1,5 @@
-/* comm_self.c - the parts of comm.h every implementation shares (dtypes,
- * chunk planning, agreement) and the group of one process, where every
+/* comm_self.c - the parts of comm.h every implementation shares (chunk
+ * planning, agreement) and the group of one process, where every
  * collective is the identity. */
 #include <limits.h>
 #include <stdlib.h>
@@ -7,22 +7,6 @@
 
 #include "common/tks.h"
 #include "trainer/comm/comm.h"
-
-/* declared in backend.h: one definition for the backends and the comm */
-uint16_t tks_bf16_from_f32(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(u >> 16);
-}
-
-float tks_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 size_t tks_comm_chunk_max(void) {
     static size_t max = 0;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/tks.h"
-#include "trainer/model/backend.h"
+#include "trainer/backend/backend.h"
 
 /* Flash-attention tiles: query rows x key rows per block. */
 enum { BQ = 64, BK = 64 };

@@ -1,6 +1,6 @@
 /* cuda_backend.cu - backend.h (contract 4) on an NVIDIA GPU: the runtime
- * (errors, memory, workspace, streams and events, creation, the operations
- * table and the registry entry). The kernels are one file per family, as
+ * (memory, workspace, streams and events, creation, the operations table
+ * and the registry entry; errors are cuda_util.cu). The kernels are one file per family, as
  * llm.c keeps them: cuda_elementwise.cu (element-wise, deterministic
  * reductions, SwiGLU), cuda_embedding.cu, cuda_norm.cu (RMSNorm, with the
  * residual add fused into the forward),
@@ -31,36 +31,6 @@
 
 #include "common/tks.h"
 #include "trainer/cuda/cuda_kernels.cuh"
-
-/* ---- errors ------------------------------------------------------------------ */
-
-int tks_cuda_fail(tks_cuda_ctx *c, const char *op, const char *reason) {
-    if (!c->err) {
-        c->err = TKS_ERR_IO;
-        snprintf(c->err_msg, sizeof c->err_msg,
-                 "CUDA backend: %s failed on device %d: %s; later ops were skipped. Rerun with "
-                 "CUDA_LAUNCH_BLOCKING=1 to find the failing kernel, or --device cpu",
-                 op, c->device, reason);
-    }
-    return 1;
-}
-
-int tks_cuda_check_rt(tks_cuda_ctx *c, cudaError_t e, const char *op) {
-    if (e == cudaSuccess) return 0;
-    if (e == cudaErrorMemoryAllocation && !c->err) {
-        c->err = TKS_ERR_NOMEM;
-        snprintf(c->err_msg, sizeof c->err_msg,
-                 "CUDA backend: %s: out of device memory: lower --micro-batch or --seq-len", op);
-        return 1;
-    }
-    return tks_cuda_fail(c, op, cudaGetErrorString(e));
-}
-
-int tks_cuda_check_blas(tks_cuda_ctx *c, cublasStatus_t s, const char *op) {
-    if (s == CUBLAS_STATUS_SUCCESS) return 0;
-    return tks_cuda_fail(c, op, cublasGetStatusString(s));
-}
-
 
 /* ---- memory -------------------------------------------------------------------- */
 
@@ -155,12 +125,6 @@ static int cu_memzero(tks_backend *be, void *p, size_t bytes) {
     CTX(be);
     STICKY(c);
     tks_cuda_check_rt(c, cudaMemsetAsync(p, 0, bytes, c->cur), "memzero");
-    return c->err;
-}
-int tks_cu_copy(tks_backend *be, void *dst, const void *src, size_t bytes) {
-    CTX(be);
-    STICKY(c);
-    tks_cuda_check_rt(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->cur), "copy");
     return c->err;
 }
 static int cu_sync(tks_backend *be) {
@@ -586,10 +550,6 @@ extern "C" void tks_cuda_backend_memory(tks_backend *be, size_t *now, size_t *pe
 extern "C" size_t tks_cuda_backend_reserved(tks_backend *be) {
     tks_cuda_ctx *c = tks_cuda_ctx_of(be);
     return c->workspace_bytes + (TKS_NORM_BLOCKS + 1) * sizeof(double);
-}
-
-extern "C" void *tks_cuda_backend_stream(tks_backend *be) {
-    return (void *)tks_cuda_ctx_of(be)->stream;
 }
 
 extern "C" void tks_cuda_describe(tks_backend *be, char *out, size_t cap) {

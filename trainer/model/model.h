@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer/model/backend.h"
+#include "trainer/backend/backend.h"
 #include "trainer/comm/comm.h"
 #include "trainer/trainer.h"
 

@@ -17,7 +17,7 @@
 
 #include <stddef.h>
 
-#include "trainer/model/backend.h"
+#include "trainer/backend/backend.h"
 #include "trainer/comm/mesh.h"
 #include "trainer/model/model.h"
 

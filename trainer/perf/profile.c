@@ -17,7 +17,7 @@
 #include <omp.h>
 
 #include "common/tks.h"
-#include "trainer/model/backend.h"
+#include "trainer/backend/backend.h"
 #include "trainer/perf/profile.h"
 
 enum { TIMER_PAIRS = 8192 }; /* timed calls read at once (3430 in a step of the 1B model) */

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "trainer/model/backend.h"
+#include "trainer/backend/backend.h"
 #include "trainer/trainer.h"
 
 /* The compute and transfer operations of backend.h, one row each. */

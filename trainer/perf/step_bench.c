@@ -9,7 +9,7 @@
 #include <omp.h>
 
 #include "common/tks.h"
-#include "trainer/model/backend.h"
+#include "trainer/backend/backend.h"
 #include "trainer/perf/memplan.h"
 #include "trainer/model/model.h"
 #include "trainer/model/optim.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/tks.h"
-#include "trainer/model/backend.h"
+#include "trainer/backend/backend.h"
 #include "trainer/model/model.h"
 #include "trainer/perf/profile.h"
 

@@ -609,9 +609,3 @@ int tks_train(const tks_train_opts *in) {
     close_run(&t);
     return rc;
 }
-
-int tks_train_latest_checkpoint(const char *run_dir, char *out, size_t cap) {
-    char ck[PATH_MAX];
-    int rc = tks_path_join(ck, sizeof ck, run_dir, "checkpoints");
-    return rc ? rc : tks_checkpoint_latest(ck, out, cap);
-}

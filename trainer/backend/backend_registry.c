@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/tks.h"
-#include "trainer/model/backend.h"
+#include "trainer/backend/backend.h"
 #include "trainer/trainer.h"
 
 #define MAX_KINDS 8
