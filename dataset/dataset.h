@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "common/tks.h"
+#include "common/tks_tokinfo.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -199,36 +200,6 @@ typedef struct tks_dataset tks_dataset;
 /* A byte-level BPE tokenizer's BOS, EOS and pad beside its tokenizer.json (transformers' file) */
 #define TKS_TOKENIZER_CONFIG_NAME "tokenizer_config.json"
 
-/* Manifest tokenizer record. */
-#define TKS_MAX_RESERVED 64
-
-typedef struct tks_tokenizer_info {
-    char file[256];           /* tokenizer file name inside the dataset dir */
-    uint8_t fingerprint[16];  /* XXH3-128 of the tokenizer file */
-    uint32_t vocab_size;
-    char model_type[16];      /* "bpe", "unigram", "word", "char"; "none" (TKS_NO_TOKENIZER_NAME) */
-    uint32_t bos_id, eos_id, pad_id, unk_id; /* TKS_NO_ID when absent */
-    /* The ids no text produces: the special tokens (BOS, EOS and pad among
-     * them) and the ids that are no token (a tiktoken file's gaps), as
-     * sorted, disjoint, inclusive ranges [lo, hi] below vocab_size. 0 ranges:
-     * not recorded (an older manifest, or a tokenizer with more than
-     * TKS_MAX_RESERVED ranges). The audit reports such an id inside a
-     * document; a BOS at a document's start and an EOS at its end are what
-     * --prepend-bos and --append-eos write. */
-    uint32_t reserved[TKS_MAX_RESERVED][2];
-    uint32_t n_reserved;
-    /* 1: documents were encoded with special tokens' text turned into their
-     * ids (build --allow-special-in-text): special ids inside documents are
-     * expected, and the audit does not look for them. */
-    int special_from_text;
-    /* XXH3-128 of the dataset's tokenizer_config.json (BOS, EOS and pad of a
-     * tokenizer.json), which the fingerprint does not cover; has_config 0:
-     * the dataset has none (or an older manifest did not record it). The
-     * manifest writer records it when the file is there; opening the
-     * dataset checks it. */
-    uint8_t config_xxh3[16];
-    int has_config;
-} tks_tokenizer_info;
 
 /*
  * Writes manifest.json atomically (last step of a build). `shards` are the
@@ -320,7 +291,7 @@ int tks_partial_check_out(const char *out);
 int tks_partial_create(const char *partial);
 
 /* Makes OUT.partial/`name` a copy of the tokenizer file `src` unless it is
- * there already, and checks that the copy hashes (XXH3-128, as
+ * there already (src NULL: the caller wrote it, tks_tok_save), and checks that the copy hashes (XXH3-128, as
  * tks_file_xxh3_128) to `fp`, the fingerprint of the tokenizer in use.
  * Errors: TKS_ERR_RESUME (a copy of another tokenizer), TKS_ERR_IO,
  * TKS_ERR_NOSPACE. */

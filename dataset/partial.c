@@ -59,7 +59,7 @@ int tks_partial_tokenizer(tks_partial_kind kind, const char *partial, const char
     char copy[PATH_MAX];
     uint8_t got[16];
     int rc = tks_path_join(copy, sizeof copy, partial, name);
-    if (!rc && access(copy, F_OK) != 0) rc = tks_copy_file_atomic(src, copy);
+    if (!rc && src && access(copy, F_OK) != 0) rc = tks_copy_file_atomic(src, copy);
     if (!rc) rc = tks_file_xxh3_128(copy, got, NULL);
     if (!rc && memcmp(got, fp, 16) != 0)
         rc = tks_fail(TKS_ERR_RESUME, copy, TKS_NONE, TKS_NONE,

@@ -12,7 +12,6 @@
 #include <xxhash.h>
 
 #include "interop/internal.h"
-#include "tokenize/tokenize.h"
 #include "tokenizer/tokenizer.h"
 
 /* ---------------------------------------------------------------------------
@@ -180,7 +179,10 @@ static int setup_tokenizer(const tks_import_opts *o, const char *partial, tks_to
             rc = tks_fail(TKS_ERR_TOKENIZER, o->tokenizer_path, TKS_NONE, TKS_NONE,
                           "--vocab-size %u disagrees with %s (vocab %u): drop --vocab-size",
                           o->vocab_size, o->tokenizer_path, tok->vocab_size);
-        if (!rc) rc = tks_tokenizer_keep(TKS_PARTIAL_IMPORT, tk, o->tokenizer_path, partial);
+        /* the tokenizer's files into the dataset, checked against the one in use */
+        if (!rc) rc = tks_tok_save(tk, o->tokenizer_path, partial);
+        if (!rc) rc = tks_partial_tokenizer(TKS_PARTIAL_IMPORT, partial, NULL, tks_tok_file_name(tk),
+                                            tks_tok_fingerprint(tk));
         tks_tok_free(tk);
         return rc;
     }

@@ -269,19 +269,6 @@ typedef struct tks_build_stats {
 /* Sets defaults (all zero plus tks_input_opts_default). */
 void tks_build_opts_default(tks_build_opts *o);
 
-/* The manifest's tokenizer record of a dataset built (or imported) with the
- * tokenizer tk, whose copy is stored as tks_tok_file_name(tk) ("tokenizer.model",
- * "tokenizer.json" or "tiktoken.json"): name, fingerprint,
- * vocabulary, model type and special ids. tk is borrowed; no error. */
-void tks_tokenizer_record(const tks_tok *tk, tks_tokenizer_info *out);
-/* The tokenizer's files (tks_tok_save: the model or tokenizer.json, or a
- * tiktoken tokenizer's descriptor and ranks, and the tokenizer_config.json
- * it was loaded with) written into OUT.partial, so that the dataset, and
- * every checkpoint trained on it, carries them; then the copy is checked
- * against tk's fingerprint (tks_partial_tokenizer: a resume with another
- * tokenizer is refused). `src` is the file tk was loaded from.
- * Errors: TKS_ERR_IO, TKS_ERR_NOSPACE, TKS_ERR_RESUME, TKS_ERR_NOMEM. */
-int tks_tokenizer_keep(tks_partial_kind kind, const tks_tok *tk, const char *src, const char *partial);
 /* Loads o->tokenizer_path with the tokenizer options of o (pattern,
  * special tokens, special tokens in the text, encoder) into *tk (the
  * caller frees it: tks_tok_free). Errors: tks_tok_load_opts's. */

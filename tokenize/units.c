@@ -184,7 +184,10 @@ static int coordinator_prepare(tks_build_job *j) {
                       j->partial);
     if (!rc && have) rc = resume_partial(j);
     else if (!rc) rc = tks_partial_create(j->partial);
-    if (!rc) rc = tks_tokenizer_keep(TKS_PARTIAL_BUILD, j->tk, o->tokenizer_path, j->partial);
+    /* the tokenizer's files into the dataset, checked against the one in use */
+    if (!rc) rc = tks_tok_save(j->tk, o->tokenizer_path, j->partial);
+    if (!rc) rc = tks_partial_tokenizer(TKS_PARTIAL_BUILD, j->partial, NULL, tks_tok_file_name(j->tk),
+                                        tks_tok_fingerprint(j->tk));
     if (!rc) rc = save_state(j);
     return rc;
 }

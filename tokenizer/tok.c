@@ -297,3 +297,29 @@ int tks_tok_find(const char *dir, char *path, size_t cap) {
     return tks_fail(TKS_ERR_TOKENIZER, dir, TKS_NONE, TKS_NONE,
                     "%s keeps no tokenizer (tokenizer.model, tokenizer.json or tiktoken.json)", dir);
 }
+
+void tks_tokenizer_record(const tks_tok *tk, tks_tokenizer_info *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->file, sizeof out->file, "%s", tks_tok_file_name(tk));
+    memcpy(out->fingerprint, tks_tok_fingerprint(tk), 16);
+    out->vocab_size = tks_tok_vocab_size(tk);
+    snprintf(out->model_type, sizeof out->model_type, "%s", tks_tok_model_type(tk));
+    out->bos_id = tks_tok_bos_id(tk);
+    out->eos_id = tks_tok_eos_id(tk);
+    out->pad_id = tks_tok_pad_id(tk);
+    out->unk_id = tks_tok_unk_id(tk);
+    /* the ids no text produces, as ranges; too many ranges: none recorded */
+    uint32_t n = 0;
+    for (uint32_t id = 0, v = out->vocab_size; id < v && n <= TKS_MAX_RESERVED; id++) {
+        if (!tks_tok_is_special(tk, id) && tks_tok_is_token(tk, id)) continue;
+        if (n && out->reserved[n - 1][1] + 1 == id) {
+            out->reserved[n - 1][1] = id;
+        } else if (n < TKS_MAX_RESERVED) {
+            out->reserved[n][0] = out->reserved[n][1] = id;
+            n++;
+        } else {
+            n = TKS_MAX_RESERVED + 1;
+        }
+    }
+    out->n_reserved = n <= TKS_MAX_RESERVED ? n : 0;
+}

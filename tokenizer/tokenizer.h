@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "common/tks.h"
+#include "common/tks_tokinfo.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -441,6 +442,13 @@ int tks_spm_compare_docs(const tks_spm *s, tks_sentence_fn next, void *ctx, tks_
 int tks_tok_compare_docs(const tks_tok *t, tks_sentence_fn next, void *ctx, tks_spm_compare *out);
 /* Frees the id buffers of c (not c itself). Accepts NULL. */
 void tks_spm_compare_free(tks_spm_compare *c);
+
+/* The manifest's tokenizer record (tks_tokinfo.h) of a dataset built or
+ * imported with tk, whose copy is stored as tks_tok_file_name(tk)
+ * ("tokenizer.model", "tokenizer.json" or "tiktoken.json"): name,
+ * fingerprint, vocabulary, model type, special ids and the ranges of ids no
+ * text produces. tk is borrowed; no error. */
+void tks_tokenizer_record(const tks_tok *tk, tks_tokenizer_info *out);
 
 #ifdef __cplusplus
 }
