@@ -318,6 +318,106 @@ static int get_reserved(json_t *t, uint32_t vocab, tks_tokenizer_info *tok) {
     return 0;
 }
 
+/* The manifest's "tokenizer" object t into tok (vocab: its checked vocab_size). */
+static int parse_tokenizer(const char *path, json_t *t, uint64_t vocab, tks_tokenizer_info *tok) {
+    int rc = 0;
+    const char *file = json_string_value(json_object_get(t, "file"));
+    const char *fp = json_string_value(json_object_get(t, "fingerprint"));
+    const char *mt = json_string_value(json_object_get(t, "model_type"));
+    if (!file || !*file || strchr(file, '/') || strlen(file) >= sizeof tok->file || !fp ||
+        tks_unhex(fp, tok->fingerprint, 16) || !mt || strlen(mt) >= sizeof tok->model_type ||
+        get_id(t, "bos_id", &tok->bos_id) || get_id(t, "eos_id", &tok->eos_id) ||
+        get_id(t, "pad_id", &tok->pad_id) || get_id(t, "unk_id", &tok->unk_id)) {
+        rc = mbad(path, "%s: %s", "invalid tokenizer record");
+    } else if (get_reserved(t, (uint32_t)vocab, tok)) {
+        rc = mbad(path, "%s: %s", "invalid tokenizer record: reserved_ids are not sorted, disjoint "
+                                  "[lo, hi] ranges below vocab_size");
+    } else {
+        snprintf(tok->file, sizeof tok->file, "%s", file);
+        snprintf(tok->model_type, sizeof tok->model_type, "%s", mt);
+        tok->vocab_size = (uint32_t)vocab;
+        tok->special_from_text = json_is_true(json_object_get(t, "special_from_text"));
+        const char *cx = json_string_value(json_object_get(t, "config_xxh3"));
+        tok->has_config = cx && tks_unhex(cx, tok->config_xxh3, 16) == 0;
+    }
+    return rc;
+}
+
+/* The manifest's n shard records (arr) into sh[n], each id range inside the
+ * vocabulary. */
+static int parse_shards(const char *path, json_t *arr, size_t n, uint32_t vocab, tks_shard_info *sh) {
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        json_t *s = json_array_get(arr, i);
+        const char *file = json_string_value(json_object_get(s, "file"));
+        const char *hx = json_string_value(json_object_get(s, "header_xxh3"));
+        uint64_t mn = 0, mx = 0;
+        uint8_t hb[8];
+        char want[32];
+        tks__shard_name(want, (uint32_t)i);
+        if (!json_is_object(s) || !file || strcmp(file, want) != 0 ||
+            get_u64(s, "bytes", &sh[i].file_bytes) || get_u64(s, "n_docs", &sh[i].n_docs) ||
+            get_u64(s, "n_tokens", &sh[i].n_tokens) || get_u64(s, "min_token_id", &mn) ||
+            get_u64(s, "max_token_id", &mx) || mn > UINT32_MAX || mx > UINT32_MAX || !hx ||
+            tks_unhex(hx, hb, 8)) {
+            rc = tks_fail(TKS_ERR_MANIFEST, path, i, TKS_NONE,
+                          "%s: shard entry %zu is invalid (expected file \"%s\" with bytes, "
+                          "n_docs, n_tokens, min/max_token_id, header_xxh3)",
+                          path, i, want);
+            break;
+        }
+        snprintf(sh[i].file, sizeof sh[i].file, "%s", file);
+        sh[i].index = (uint32_t)i;
+        sh[i].min_token_id = (uint32_t)mn;
+        sh[i].max_token_id = (uint32_t)mx;
+        for (int k = 0; k < 8; k++) sh[i].header_xxh3 = sh[i].header_xxh3 << 8 | hb[k];
+    }
+    /* every recorded id range inside the vocabulary */
+    for (size_t i = 0; i < n && !rc; i++)
+        if (sh[i].min_token_id > sh[i].max_token_id || sh[i].max_token_id >= vocab)
+            rc = tks_fail(TKS_ERR_MANIFEST, path, i, TKS_NONE,
+                          "%s: shard entry %zu records ids in [%u, %u], outside the vocabulary of "
+                          "%u: the manifest was edited or is corrupt; rebuild the dataset",
+                          path, i, sh[i].min_token_id, sh[i].max_token_id, vocab);
+    return rc;
+}
+
+/* The manifest's "totals" (tot) against the shard records sh[n]. */
+static int check_totals(const char *path, json_t *tot, const tks_shard_info *sh, size_t n, uint32_t vocab) {
+    /* the totals must be the sums (and the id range the union) of the shard records */
+    int rc = 0;
+    uint64_t lo = UINT32_MAX, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        lo = sh[i].min_token_id < lo ? sh[i].min_token_id : lo;
+        hi = sh[i].max_token_id > hi ? sh[i].max_token_id : hi;
+    }
+    json_t *tlo = json_object_get(tot, "min_token_id"), *thi = json_object_get(tot, "max_token_id");
+    int ok = n ? json_is_integer(tlo) && json_is_integer(thi) &&
+                     json_integer_value(tlo) == (json_int_t)lo && json_integer_value(thi) == (json_int_t)hi
+               : json_is_null(tlo) && json_is_null(thi);
+    if (!ok)
+        rc = tks_fail(TKS_ERR_MANIFEST, path, TKS_NONE, TKS_NONE,
+                      "%s: \"totals\" id range [%s, %s] disagrees with the shard list "
+                      "[%llu, %llu] (vocabulary %u): the manifest was edited or is corrupt; "
+                      "rebuild the dataset",
+                      path, json_is_integer(tlo) ? "set" : "missing", json_is_integer(thi) ? "set" : "missing",
+                      n ? (unsigned long long)lo : 0ull, (unsigned long long)hi, vocab);
+    if (!rc) {
+        uint64_t docs = 0, toks = 0, tn = 0, td = 0, tt = 0;
+        for (size_t i = 0; i < n; i++) docs += sh[i].n_docs, toks += sh[i].n_tokens;
+        if (!json_is_object(tot) || get_u64(tot, "n_shards", &tn) || get_u64(tot, "n_docs", &td) ||
+            get_u64(tot, "n_tokens", &tt) || tn != n || td != docs || tt != toks)
+            rc = tks_fail(TKS_ERR_MANIFEST, path, TKS_NONE, TKS_NONE,
+                          "%s: \"totals\" (%llu shards, %llu documents, %llu tokens) disagree with "
+                          "the shard list (%zu, %llu, %llu): the manifest was edited or is corrupt; "
+                          "rebuild the dataset",
+                          path, (unsigned long long)tn, (unsigned long long)td,
+                          (unsigned long long)tt, n, (unsigned long long)docs,
+                          (unsigned long long)toks);
+    }
+    return rc;
+}
+
 int tks__manifest_parse(const char *text, size_t len, const char *path, tks_tokenizer_info *tok,
                         tks_shard_info **shards_out, size_t *n_out, uint32_t *token_bytes,
                         uint32_t *chunk_bytes) {
@@ -348,96 +448,15 @@ int tks__manifest_parse(const char *text, size_t len, const char *path, tks_toke
                vocab == 0 || vocab > UINT32_MAX || (tb != 2 && tb != 4) || cb > UINT32_MAX) {
         rc = mbad(path, "%s: %s", "missing or invalid tokenizer/shards/token_bytes/chunk_bytes");
     } else {
-        const char *file = json_string_value(json_object_get(t, "file"));
-        const char *fp = json_string_value(json_object_get(t, "fingerprint"));
-        const char *mt = json_string_value(json_object_get(t, "model_type"));
-        if (!file || !*file || strchr(file, '/') || strlen(file) >= sizeof tok->file || !fp ||
-            tks_unhex(fp, tok->fingerprint, 16) || !mt || strlen(mt) >= sizeof tok->model_type ||
-            get_id(t, "bos_id", &tok->bos_id) || get_id(t, "eos_id", &tok->eos_id) ||
-            get_id(t, "pad_id", &tok->pad_id) || get_id(t, "unk_id", &tok->unk_id)) {
-            rc = mbad(path, "%s: %s", "invalid tokenizer record");
-        } else if (get_reserved(t, (uint32_t)vocab, tok)) {
-            rc = mbad(path, "%s: %s", "invalid tokenizer record: reserved_ids are not sorted, disjoint "
-                                      "[lo, hi] ranges below vocab_size");
-        } else {
-            snprintf(tok->file, sizeof tok->file, "%s", file);
-            snprintf(tok->model_type, sizeof tok->model_type, "%s", mt);
-            tok->vocab_size = (uint32_t)vocab;
-            tok->special_from_text = json_is_true(json_object_get(t, "special_from_text"));
-            const char *cx = json_string_value(json_object_get(t, "config_xxh3"));
-            tok->has_config = cx && tks_unhex(cx, tok->config_xxh3, 16) == 0;
-            *token_bytes = (uint32_t)tb;
-            *chunk_bytes = (uint32_t)cb;
-        }
+        rc = parse_tokenizer(path, t, vocab, tok);
+        *token_bytes = (uint32_t)tb;
+        *chunk_bytes = (uint32_t)cb;
     }
     size_t n = rc ? 0 : json_array_size(arr);
     tks_shard_info *sh = n ? calloc(n, sizeof *sh) : NULL;
     if (n && !sh) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
-    for (size_t i = 0; i < n && !rc; i++) {
-        json_t *s = json_array_get(arr, i);
-        const char *file = json_string_value(json_object_get(s, "file"));
-        const char *hx = json_string_value(json_object_get(s, "header_xxh3"));
-        uint64_t mn = 0, mx = 0;
-        uint8_t hb[8];
-        char want[32];
-        tks__shard_name(want, (uint32_t)i);
-        if (!json_is_object(s) || !file || strcmp(file, want) != 0 ||
-            get_u64(s, "bytes", &sh[i].file_bytes) || get_u64(s, "n_docs", &sh[i].n_docs) ||
-            get_u64(s, "n_tokens", &sh[i].n_tokens) || get_u64(s, "min_token_id", &mn) ||
-            get_u64(s, "max_token_id", &mx) || mn > UINT32_MAX || mx > UINT32_MAX || !hx ||
-            tks_unhex(hx, hb, 8)) {
-            rc = tks_fail(TKS_ERR_MANIFEST, path, i, TKS_NONE,
-                          "%s: shard entry %zu is invalid (expected file \"%s\" with bytes, "
-                          "n_docs, n_tokens, min/max_token_id, header_xxh3)",
-                          path, i, want);
-            break;
-        }
-        snprintf(sh[i].file, sizeof sh[i].file, "%s", file);
-        sh[i].index = (uint32_t)i;
-        sh[i].min_token_id = (uint32_t)mn;
-        sh[i].max_token_id = (uint32_t)mx;
-        for (int k = 0; k < 8; k++) sh[i].header_xxh3 = sh[i].header_xxh3 << 8 | hb[k];
-    }
-    /* every recorded id range inside the vocabulary */
-    for (size_t i = 0; i < n && !rc; i++)
-        if (sh[i].min_token_id > sh[i].max_token_id || sh[i].max_token_id >= tok->vocab_size)
-            rc = tks_fail(TKS_ERR_MANIFEST, path, i, TKS_NONE,
-                          "%s: shard entry %zu records ids in [%u, %u], outside the vocabulary of "
-                          "%u: the manifest was edited or is corrupt; rebuild the dataset",
-                          path, i, sh[i].min_token_id, sh[i].max_token_id, tok->vocab_size);
-    /* the totals must be the sums (and the id range the union) of the shard records */
-    json_t *tot = rc ? NULL : json_object_get(m, "totals");
-    if (!rc) {
-        uint64_t lo = UINT32_MAX, hi = 0;
-        for (size_t i = 0; i < n; i++) {
-            lo = sh[i].min_token_id < lo ? sh[i].min_token_id : lo;
-            hi = sh[i].max_token_id > hi ? sh[i].max_token_id : hi;
-        }
-        json_t *tlo = json_object_get(tot, "min_token_id"), *thi = json_object_get(tot, "max_token_id");
-        int ok = n ? json_is_integer(tlo) && json_is_integer(thi) &&
-                         json_integer_value(tlo) == (json_int_t)lo && json_integer_value(thi) == (json_int_t)hi
-                   : json_is_null(tlo) && json_is_null(thi);
-        if (!ok)
-            rc = tks_fail(TKS_ERR_MANIFEST, path, TKS_NONE, TKS_NONE,
-                          "%s: \"totals\" id range [%s, %s] disagrees with the shard list "
-                          "[%llu, %llu] (vocabulary %u): the manifest was edited or is corrupt; "
-                          "rebuild the dataset",
-                          path, json_is_integer(tlo) ? "set" : "missing", json_is_integer(thi) ? "set" : "missing",
-                          n ? (unsigned long long)lo : 0ull, (unsigned long long)hi, tok->vocab_size);
-    }
-    if (!rc) {
-        uint64_t docs = 0, toks = 0, tn = 0, td = 0, tt = 0;
-        for (size_t i = 0; i < n; i++) docs += sh[i].n_docs, toks += sh[i].n_tokens;
-        if (!json_is_object(tot) || get_u64(tot, "n_shards", &tn) || get_u64(tot, "n_docs", &td) ||
-            get_u64(tot, "n_tokens", &tt) || tn != n || td != docs || tt != toks)
-            rc = tks_fail(TKS_ERR_MANIFEST, path, TKS_NONE, TKS_NONE,
-                          "%s: \"totals\" (%llu shards, %llu documents, %llu tokens) disagree with "
-                          "the shard list (%zu, %llu, %llu): the manifest was edited or is corrupt; "
-                          "rebuild the dataset",
-                          path, (unsigned long long)tn, (unsigned long long)td,
-                          (unsigned long long)tt, n, (unsigned long long)docs,
-                          (unsigned long long)toks);
-    }
+    if (!rc) rc = parse_shards(path, arr, n, tok->vocab_size, sh);
+    if (!rc) rc = check_totals(path, json_object_get(m, "totals"), sh, n, tok->vocab_size);
     json_decref(m);
     /* last, so that an inconsistency above gets its own message: any other
      * edit (provenance, a consistent set of numbers) breaks the seal */

@@ -131,6 +131,31 @@ static int megatron_dtype(uint8_t code, fdtype *t) {
     }
 }
 
+/* Megatron's document indices doc_p[D1] (b: the index file's bytes, for
+ * offsets): 0 = doc[0] <= doc[1] <= ... <= doc[D1 - 1] = S. A bad one is a
+ * problem (pl) and sets *fatal; returns tks__problem's stop code. */
+static int check_megatron_docs(tks__plist *pl, const char *ip, const uint8_t *b, const uint8_t *doc_p,
+                               uint64_t D1, uint64_t S, int *fatal) {
+    int rc;
+    uint64_t prev = 0;
+    for (uint64_t d = 0; d < D1; d++) {
+        uint64_t v = tks_le64(doc_p + 8 * d);
+        int bad = (d == 0 && v != 0) || v < prev || v > S || (d == D1 - 1 && v != S);
+        if (bad) {
+            *fatal = 1;
+            if ((rc = tks__problem(pl, TKS_ERR_INDEX, ip, TKS_NONE, (uint64_t)(doc_p - b) + 8 * d, d ? d - 1 : 0,
+                                   "%s: document index %llu is %llu (previous %llu, %llu sequences): "
+                                   "document indices must start at 0, never decrease and end at the "
+                                   "sequence count", ip, (unsigned long long)d, (unsigned long long)v,
+                                   (unsigned long long)prev, (unsigned long long)S)))
+                return rc;
+            break;
+        }
+        prev = v;
+    }
+    return 0;
+}
+
 static int open_megatron(const char *prefix, tks__plist *pl, tks__foreign *f) {
     int rc;
     if (snprintf(f->index_path, sizeof f->index_path, "%s.idx", prefix) >= (int)sizeof f->index_path ||
@@ -223,23 +248,7 @@ static int open_megatron(const char *prefix, tks__plist *pl, tks__foreign *f) {
                                cum > f->data_size ? "truncated" : "longer than its index")))
             return rc;
     }
-    /* documents: 0 = doc[0] <= doc[1] <= ... <= doc[D1 - 1] = S */
-    uint64_t prev = 0;
-    for (uint64_t d = 0; d < D1; d++) {
-        uint64_t v = tks_le64(doc_p + 8 * d);
-        int bad = (d == 0 && v != 0) || v < prev || v > S || (d == D1 - 1 && v != S);
-        if (bad) {
-            fatal = 1;
-            if ((rc = tks__problem(pl, TKS_ERR_INDEX, ip, TKS_NONE, (uint64_t)(doc_p - b) + 8 * d, d ? d - 1 : 0,
-                                   "%s: document index %llu is %llu (previous %llu, %llu sequences): "
-                                   "document indices must start at 0, never decrease and end at the "
-                                   "sequence count", ip, (unsigned long long)d, (unsigned long long)v,
-                                   (unsigned long long)prev, (unsigned long long)S)))
-                return rc;
-            break;
-        }
-        prev = v;
-    }
+    if ((rc = check_megatron_docs(pl, ip, b, doc_p, D1, S, &fatal))) return rc;
     if (fatal) return 0;
     f->n_tokens = (cum - base) / f->token_bytes;
     f->tokens_offset = base;

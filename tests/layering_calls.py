@@ -7,6 +7,10 @@
       that B defines); one line per circle, exit 1 when there is one
   layering_calls.py long ROOT LIMIT DIR...  functions longer than LIMIT lines
       (opening to closing brace), one line each, exit 1 when there is one
+  layering_calls.py rooms ROOT FOLDER=LEVEL...  calls between the folders
+      named go down only: a file of a folder names no function defined in a
+      folder of the same or a higher level; one line per call that does not,
+      exit 1 when there is one
 
 Sources are read as text: comments, strings and character literals are
 blanked first, then a definition is a name followed by a parameter list and
@@ -190,9 +194,37 @@ def long_functions(root, limit, dirs):
     return bad
 
 
+def rooms(root, specs):
+    level = {}
+    for spec in specs:
+        folder, lvl = spec.rsplit('=', 1)
+        level[folder] = int(lvl)
+    texts, defined = {}, {}
+    for folder in level:
+        for f in sorted(os.listdir(os.path.join(root, folder))):
+            path = os.path.join(root, folder, f)
+            if f.endswith(EXT) and os.path.isfile(path):
+                texts[(folder, path)] = t = blank(open(path, encoding='utf-8', errors='replace').read())
+                for name, static, _, _ in functions(t):
+                    if not static:
+                        defined.setdefault(name, set()).add(folder)
+    bad = 0
+    for (folder, path), t in sorted(texts.items()):
+        for name in sorted(set(IDENT.findall(t))):
+            for other in sorted(defined.get(name, ())):
+                if other != folder and folder not in defined[name] and level[other] >= level[folder]:
+                    bad = 1
+                    print('%s calls %s of %s (level %d, not below %s\'s %d)' %
+                          (os.path.relpath(path, root), name, other, level[other], folder, level[folder]))
+    return bad
+
+
 if __name__ == '__main__':
+    if len(sys.argv) >= 4 and sys.argv[1] == 'rooms':
+        sys.exit(rooms(sys.argv[2], sys.argv[3:]))
     if len(sys.argv) >= 4 and sys.argv[1] == 'circles':
         sys.exit(circles(sys.argv[2], sys.argv[3:]))
     if len(sys.argv) >= 5 and sys.argv[1] == 'long':
         sys.exit(long_functions(sys.argv[2], int(sys.argv[3]), sys.argv[4:]))
-    sys.exit('usage: layering_calls.py circles ROOT DIR... | long ROOT LIMIT DIR...')
+    sys.exit('usage: layering_calls.py circles ROOT DIR... | long ROOT LIMIT DIR... | '
+             'rooms ROOT FOLDER=LEVEL...')

@@ -69,9 +69,9 @@ static void one(tks_comm *nc, tks_comm *mc, const char *gname, int kind, tks_dty
     }
     if (kind == TKS_COLL_ALLREDUCE || kind == TKS_COLL_BROADCAST) op.in = ref.in = NULL;
     tks_comm_req *q1 = NULL, *q2 = NULL;
-    int rc1 = nc->start(nc, &op, &q1), rc2 = mc->start(mc, &ref, &q2);
-    if (!rc2) rc2 = mc->wait(mc, q2);
-    if (!rc1) rc1 = nc->wait(nc, q1);
+    int rc1 = nc->t->start(nc, &op, &q1), rc2 = mc->t->start(mc, &ref, &q2);
+    if (!rc2) rc2 = mc->t->wait(mc, q2);
+    if (!rc1) rc1 = nc->t->wait(nc, q1);
     char *got = malloc(nout * es);
     gpu->ops->download(gpu, got, dout, nout * es);
     static const char *kn[] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
@@ -101,10 +101,10 @@ static void async_and_grouped(tks_comm *nc, const char *gname, int wr) {
     tks_coll ob = oa;
     ob.out = b;
     tks_comm_req *qa = NULL, *qb = NULL;
-    int rc = nc->start(nc, &oa, &qa);
-    if (!rc) rc = nc->start(nc, &ob, &qb);
-    if (!rc) rc = nc->wait(nc, qb);
-    if (!rc) rc = nc->wait(nc, qa);
+    int rc = nc->t->start(nc, &oa, &qa);
+    if (!rc) rc = nc->t->start(nc, &ob, &qb);
+    if (!rc) rc = nc->t->wait(nc, qb);
+    if (!rc) rc = nc->t->wait(nc, qa);
     CHECK(rc == 0, "%s: async handles: %s", gname, tks_last_error()->message);
     gpu->ops->download(gpu, got, a, n * 4);
     CHECK(!memcmp(got, want, n * 4), "%s: first handle's result wrong", gname);
@@ -117,9 +117,9 @@ static void async_and_grouped(tks_comm *nc, const char *gname, int wr) {
     gpu->ops->upload(gpu, a, h, n * 4);
     gpu->ops->upload(gpu, b, h, n * 4);
     rc = gpu->ops->scale(gpu, a, n, 0.5f);
-    if (!rc) rc = nc->start(nc, &oa, &qa);
+    if (!rc) rc = nc->t->start(nc, &oa, &qa);
     if (!rc) rc = gpu->ops->scale(gpu, b, n, 3.0f);
-    if (!rc) rc = nc->wait(nc, qa);
+    if (!rc) rc = nc->t->wait(nc, qa);
     if (!rc) rc = gpu->ops->scale(gpu, a, n, 2.0f);
     CHECK(rc == 0, "%s: overlap: %s", gname, tks_last_error()->message);
     gpu->ops->download(gpu, got, a, n * 4);
@@ -137,7 +137,7 @@ static void async_and_grouped(tks_comm *nc, const char *gname, int wr) {
     gpu->ops->download(gpu, got, b, n * 4);
     CHECK(!memcmp(got, want, n / 2 * 4) && !memcmp(got + n / 2, h + n / 2, n / 2 * 4),
           "%s: grouped all-reduce: second buffer wrong (or touched past its count)", gname);
-    CHECK(nc->barrier(nc) == 0, "%s: barrier: %s", gname, tks_last_error()->message);
+    CHECK(nc->t->barrier(nc) == 0, "%s: barrier: %s", gname, tks_last_error()->message);
     gpu->ops->free(gpu, a);
     gpu->ops->free(gpu, b);
     free(h), free(want), free(got);

@@ -6,6 +6,7 @@
 
 #include "tools/cli.h"
 #include "common/tks_bits.h"
+#include "trainer/cuda/tks_cuda.h"
 #include "trainer/trainer.h"
 
 /* The prompt is printed with the first generated piece, so that a run that

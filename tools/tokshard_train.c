@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "tools/cli.h"
+#include "trainer/cuda/tks_cuda.h"
 #include "trainer/trainer.h"
 
 /* A flag of the table: its value's range (numbers: lo..hi, `open` bit 0

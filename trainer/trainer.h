@@ -349,7 +349,7 @@ int tks_attention_bench(const tks_attention_bench_opts *o, tks_attention_bench_r
 
 /*
  * Backends beyond the CPU reference. A backend library (trainer/cuda:
- * tks_cuda_backend_kind below) gives its kind; a program
+ * tks_cuda_backend_kind, trainer/cuda/tks_cuda.h) gives its kind; a program
  * registers it before its first run (tks_train, tks_generate), and --device
  * NAME then finds it. A program that registers none runs on the CPU only and
  * does not link the other backends' libraries. NULL is accepted and does
@@ -359,9 +359,5 @@ int tks_attention_bench(const tks_attention_bench_opts *o, tks_attention_bench_r
  */
 typedef struct tks_backend_kind tks_backend_kind;
 int tks_backend_register(const tks_backend_kind *kind);
-
-/* The CUDA backend's kind (defined by the tks_cuda library, trainer/cuda;
- * NULL in a build without CUDA). */
-const tks_backend_kind *tks_cuda_backend_kind(void);
 
 #endif /* TKS_TRAINER_H */

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "common/tks.h"
+#include "trainer/cuda/tks_cuda.h"
 #include "trainer/trainer.h"
 
 static int config(const char *name, tks_model_config *c) {

@@ -126,20 +126,20 @@ static int gather_tensor(gctx *g, tks_model *m, tks_optim *opt, const tks_param 
             }
             const float *src = which == 1 ? tks_optim_m(opt) : tks_optim_v(opt);
             if (!rc && mine) be->ops->download(be, piece, src + (lo - g->sb), mine * sizeof *piece);
-            if (!rc) rc = g->shard->gatherv_host(g->shard, g->shard_rank == 0 ? block : NULL, counts, piece, 0);
+            if (!rc) rc = g->shard->t->gatherv_host(g->shard, g->shard_rank == 0 ? block : NULL, counts, piece, 0);
         }
     }
     if (!rc && in_tp_gather && my_block) {
         size_t counts[1024];
         if (T > 1024) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tp above 1024");
         for (size_t t = 0; t < T && !rc; t++) counts[t] = tp_split || t == 0 ? blk * sizeof(float) : 0;
-        if (!rc && T > 1) rc = g->tp->gatherv_host(g->tp, g->writer ? all : NULL, counts, block, 0);
+        if (!rc && T > 1) rc = g->tp->t->gatherv_host(g->tp, g->writer ? all : NULL, counts, block, 0);
         else if (!rc && g->writer) memcpy(all, block, blk * sizeof *all);
     } else if (!rc && in_tp_gather && T > 1) {
         /* an unsplit tensor: the other tp ranks send nothing but take part */
         size_t counts[1024] = {0};
         counts[0] = blk * sizeof(float);
-        rc = g->tp->gatherv_host(g->tp, NULL, counts, NULL, 0);
+        rc = g->tp->t->gatherv_host(g->tp, NULL, counts, NULL, 0);
     }
     if (!rc && g->writer) {
         if (p->split == TKS_TP_COLS && tp_split) {

@@ -1,9 +1,10 @@
 /*
  * comm.h - collectives on a group of processes (a tp, dp_shard or
- * dp_replicate group of the mesh). Private to trainer/. Contract v2:
- * implementations are tks_comm_self (one process) and the MPI one (mesh.c);
- * an NCCL one implements the same members, so model and optimizer code never
- * change. docs/PARALLELISM.md, "The comm contract".
+ * dp_replicate group of the mesh). Private to trainer/. Transports:
+ * tks_comm_self (one process, comm_self.c), MPI (comm_mpi.c), staged through
+ * host memory (comm_staged.c) and NCCL (trainer/cuda/nccl_comm.c); they
+ * implement one table of calls, so model and optimizer code never change.
+ * docs/PARALLELISM.md, "The comm contract".
  *
  * Rules every implementation keeps and every caller may rely on:
  *
@@ -36,8 +37,8 @@
  *    while the caller computes (overlap). The MPI
  *    implementation serves the CPU backend, whose device memory is host
  *    memory.
- *  - The blocking members (allreduce_sum ... broadcast) are start + wait on
- *    fp32 data, kept for the model's few tp collectives.
+ *  - The blocking forms (tks_comm_allreduce_sum ... tks_comm_broadcast) are
+ *    start + wait on fp32 data, for the model's few tp collectives.
  *  - Errors: 0 or a negative TKS_ERR_* code with context; after an error the
  *    group must not be used for data again except through tks_comm_agree's
  *    control collective, which every member reaches on every path.
@@ -52,13 +53,14 @@
 
 typedef struct tks_comm tks_comm;
 typedef struct tks_comm_req tks_comm_req;
+typedef struct tks_coll tks_coll;
 
 enum { TKS_COLL_ALLREDUCE = 0, TKS_COLL_REDUCE_SCATTER, TKS_COLL_ALLGATHER, TKS_COLL_BROADCAST };
 
 typedef enum tks_comm_op { TKS_COMM_SUM = 0, TKS_COMM_MAX = 1 } tks_comm_op;
 
 /* One collective to start. */
-typedef struct tks_coll {
+struct tks_coll {
     int kind;             /* TKS_COLL_* */
     tks_dtype dtype;
     tks_comm_op op;       /* allreduce only (reduce_scatter always sums) */
@@ -68,14 +70,12 @@ typedef struct tks_coll {
                            * in[r*n .. r*n+n)); allgather: n elements; else unused */
     size_t n;             /* elements per member (see above) */
     int root;             /* broadcast only */
-} tks_coll;
+};
 
-struct tks_comm {
-    int size;          /* members in the group */
-    int rank;          /* this process's position in the group, 0..size-1 */
-    const int *members;/* world ranks of the members, in group order (size entries) */
-    void *ctx;
-    /* ---- v2: typed, size_t counts, asynchronous ---- */
+/* What a transport implements (the contracts above): one static const table
+ * per transport, as the backends have theirs (backend.h). */
+typedef struct tks_comm_transport {
+    /* starts one collective; its handle goes to wait */
     int (*start)(tks_comm *c, const tks_coll *op, tks_comm_req **req);
     /* completes (and frees) a handle from start; NULL is a no-op */
     int (*wait)(tks_comm *c, tks_comm_req *req);
@@ -89,14 +89,14 @@ struct tks_comm {
     int (*agree)(tks_comm *c, int rc);
     /* host bytes from root to every member (control data: error contexts, flags) */
     int (*broadcast_bytes)(tks_comm *c, void *buf, size_t bytes, int root);
-    /* ---- blocking fp32 forms (start + wait) ---- */
-    int (*allreduce_sum)(tks_comm *c, float *buf, size_t n);
-    int (*allreduce_max)(tks_comm *c, float *buf, size_t n);
-    /* out[n] = sum over members of their in[rank*n .. rank*n + n) (in has size*n) */
-    int (*reduce_scatter_sum)(tks_comm *c, float *out, const float *in, size_t n);
-    /* out[size*n] = concatenation of every member's in[n], in rank order */
-    int (*allgather)(tks_comm *c, float *out, const float *in, size_t n);
-    int (*broadcast)(tks_comm *c, float *buf, size_t n, int root);
+} tks_comm_transport;
+
+struct tks_comm {
+    int size;          /* members in the group */
+    int rank;          /* this process's position in the group, 0..size-1 */
+    const int *members;/* world ranks of the members, in group order (size entries) */
+    void *ctx;
+    const tks_comm_transport *t; /* the transport's calls: c->t->start(c, ...) */
     /* payload bytes handed to each kind of collective so far (for the benchmark):
      * TKS_COLL_ALLREDUCE, _REDUCE_SCATTER (input bytes), _ALLGATHER (output
      * bytes), _BROADCAST */
@@ -104,24 +104,23 @@ struct tks_comm {
     uint64_t calls[4];
 };
 
-/* One collective, blocking: c->start, then c->wait on its handle. */
+/* One collective, blocking: c->t->start, then c->t->wait on its handle. */
 int tks_comm_run(tks_comm *c, const tks_coll *op);
 
-/* What a transport implements itself: the v2 calls and the control members
- * (their contracts are tks_comm's). One static const table per transport. */
-typedef struct tks_comm_transport {
-    int (*start)(tks_comm *c, const tks_coll *op, tks_comm_req **req);
-    int (*wait)(tks_comm *c, tks_comm_req *req);
-    int (*gatherv_host)(tks_comm *c, void *out, const size_t *counts, const void *in, int root);
-    int (*barrier)(tks_comm *c);
-    int (*agree)(tks_comm *c, int rc);
-    int (*broadcast_bytes)(tks_comm *c, void *buf, size_t bytes, int root);
-} tks_comm_transport;
+/* The blocking fp32 forms (tks_comm_run), for the model's few tp
+ * collectives: allreduce (sum or max) in place on buf[n];
+ * out[n] = sum over members of their in[rank*n .. rank*n + n) (in has
+ * size*n); out[size*n] = every member's in[n] in rank order; buf[n] from
+ * root to every member. */
+int tks_comm_allreduce_sum(tks_comm *c, float *buf, size_t n);
+int tks_comm_allreduce_max(tks_comm *c, float *buf, size_t n);
+int tks_comm_reduce_scatter_sum(tks_comm *c, float *out, const float *in, size_t n);
+int tks_comm_allgather(tks_comm *c, float *out, const float *in, size_t n);
+int tks_comm_broadcast(tks_comm *c, float *buf, size_t n, int root);
 
-/* Makes c a group of transport t: t's members, `members` (size entries,
- * borrowed: the transport keeps them alive) and `ctx`, and the blocking fp32
- * members (allreduce_sum ... broadcast) as start + wait on t's own. The
- * caller sets size and rank. */
+/* Makes c a group of transport t, with `members` (size entries, borrowed:
+ * the transport keeps them alive) and `ctx`. The caller sets size and
+ * rank. */
 void tks_comm_init(tks_comm *c, const tks_comm_transport *t, const int *members, void *ctx);
 
 /* The MPI transport (comm_mpi.c): MPI_COMM_WORLD when color < 0, else the

@@ -30,7 +30,7 @@ size_t tks_comm_chunks(size_t n, size_t max, size_t k, size_t *first, size_t *co
     return pieces;
 }
 
-int tks_comm_agree(tks_comm *c, int rc) { return c && c->size > 1 ? c->agree(c, rc) : rc; }
+int tks_comm_agree(tks_comm *c, int rc) { return c && c->size > 1 ? c->t->agree(c, rc) : rc; }
 
 int tks_comm_host_sum(tks_comm *c, float *v, size_t n) {
     if (!c || c->size <= 1 || !n) return 0;
@@ -41,14 +41,14 @@ int tks_comm_host_sum(tks_comm *c, float *v, size_t n) {
                  : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (host sum of %zu x %zu)", S, n);
     rc = tks_comm_agree(c, rc);
     for (size_t i = 0; !rc && i < S; i++) counts[i] = n * sizeof *v;
-    if (!rc) rc = c->gatherv_host(c, all, counts, v, 0);
+    if (!rc) rc = c->t->gatherv_host(c, all, counts, v, 0);
     if (!rc && c->rank == 0)
         for (size_t j = 0; j < n; j++) {
             double s = 0;
             for (size_t i = 0; i < S; i++) s += all[i * n + j];
             v[j] = (float)s;
         }
-    if (!rc) rc = c->broadcast_bytes(c, v, n * sizeof *v, 0);
+    if (!rc) rc = c->t->broadcast_bytes(c, v, n * sizeof *v, 0);
     free(counts);
     free(all);
     return rc;
@@ -91,23 +91,6 @@ static int self_gatherv(tks_comm *c, void *out, const size_t *counts, const void
     if (out && out != in && counts[0]) memmove(out, in, counts[0]); /* host memory */
     return 0;
 }
-static int self_f32(tks_comm *c, int kind, float *out, const float *in, size_t n) {
-    tks_coll op = {.kind = kind, .dtype = TKS_F32, .out = out, .in = in, .n = n};
-    tks_comm_req *r;
-    int rc = self_start(c, &op, &r);
-    return rc ? rc : self_wait(c, r);
-}
-static int self_sum(tks_comm *c, float *buf, size_t n) { return self_f32(c, TKS_COLL_ALLREDUCE, buf, NULL, n); }
-static int self_rs(tks_comm *c, float *out, const float *in, size_t n) {
-    return self_f32(c, TKS_COLL_REDUCE_SCATTER, out, in, n);
-}
-static int self_ag(tks_comm *c, float *out, const float *in, size_t n) {
-    return self_f32(c, TKS_COLL_ALLGATHER, out, in, n);
-}
-static int self_bcast(tks_comm *c, float *buf, size_t n, int root) {
-    (void)root;
-    return self_f32(c, TKS_COLL_BROADCAST, buf, NULL, n);
-}
 static int self_barrier(tks_comm *c) {
     (void)c;
     return 0;
@@ -123,49 +106,38 @@ static int self_bcast_bytes(tks_comm *c, void *buf, size_t n, int root) {
 
 int tks_comm_run(tks_comm *c, const tks_coll *op) {
     tks_comm_req *q = NULL;
-    int rc = c->start(c, op, &q);
-    return rc ? rc : c->wait(c, q);
+    int rc = c->t->start(c, op, &q);
+    return rc ? rc : c->t->wait(c, q);
 }
 
-/* The blocking fp32 members of any transport: start + wait on its own v2 calls. */
+/* The blocking fp32 forms of any transport: start + wait on its calls. */
 static int blk_run(tks_comm *c, int kind, tks_comm_op opk, float *out, const float *in, size_t n, int root) {
     tks_coll op = {.kind = kind, .dtype = TKS_F32, .op = opk, .out = out, .in = in, .n = n, .root = root};
     return tks_comm_run(c, &op);
 }
-static int blk_sum(tks_comm *c, float *b, size_t n) { return blk_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_SUM, b, NULL, n, 0); }
-static int blk_max(tks_comm *c, float *b, size_t n) { return blk_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_MAX, b, NULL, n, 0); }
-static int blk_rs(tks_comm *c, float *out, const float *in, size_t n) {
+int tks_comm_allreduce_sum(tks_comm *c, float *b, size_t n) { return blk_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_SUM, b, NULL, n, 0); }
+int tks_comm_allreduce_max(tks_comm *c, float *b, size_t n) { return blk_run(c, TKS_COLL_ALLREDUCE, TKS_COMM_MAX, b, NULL, n, 0); }
+int tks_comm_reduce_scatter_sum(tks_comm *c, float *out, const float *in, size_t n) {
     return blk_run(c, TKS_COLL_REDUCE_SCATTER, TKS_COMM_SUM, out, in, n, 0);
 }
-static int blk_ag(tks_comm *c, float *out, const float *in, size_t n) {
+int tks_comm_allgather(tks_comm *c, float *out, const float *in, size_t n) {
     return blk_run(c, TKS_COLL_ALLGATHER, TKS_COMM_SUM, out, in, n, 0);
 }
-static int blk_bcast(tks_comm *c, float *b, size_t n, int root) {
+int tks_comm_broadcast(tks_comm *c, float *b, size_t n, int root) {
     return blk_run(c, TKS_COLL_BROADCAST, TKS_COMM_SUM, b, NULL, n, root);
 }
 
 void tks_comm_init(tks_comm *c, const tks_comm_transport *t, const int *members, void *ctx) {
     c->members = members;
     c->ctx = ctx;
-    c->start = t->start;
-    c->wait = t->wait;
-    c->gatherv_host = t->gatherv_host;
-    c->barrier = t->barrier;
-    c->agree = t->agree;
-    c->broadcast_bytes = t->broadcast_bytes;
-    c->allreduce_sum = blk_sum;
-    c->allreduce_max = blk_max;
-    c->reduce_scatter_sum = blk_rs;
-    c->allgather = blk_ag;
-    c->broadcast = blk_bcast;
+    c->t = t;
 }
 
-static const int self_members[1] = {0};
-static tks_comm self = {
-    .size = 1, .rank = 0, .members = self_members, .start = self_start, .wait = self_wait,
-    .gatherv_host = self_gatherv, .barrier = self_barrier, .agree = self_agree,
-    .broadcast_bytes = self_bcast_bytes, .allreduce_sum = self_sum, .allreduce_max = self_sum,
-    .reduce_scatter_sum = self_rs, .allgather = self_ag, .broadcast = self_bcast,
+static const tks_comm_transport self_transport = {
+    .start = self_start, .wait = self_wait, .gatherv_host = self_gatherv, .barrier = self_barrier,
+    .agree = self_agree, .broadcast_bytes = self_bcast_bytes,
 };
+static const int self_members[1] = {0};
+static tks_comm self = {.size = 1, .rank = 0, .members = self_members, .t = &self_transport};
 
 tks_comm *tks_comm_self(void) { return &self; }

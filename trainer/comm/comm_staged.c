@@ -78,8 +78,8 @@ static int s_start(tks_comm *c, const tks_coll *op, tks_comm_req **req) {
         h.out = s->host;
     }
     tks_comm_req *q = NULL;
-    if (!rc) rc = s->ctrl->start(s->ctrl, &h, &q);
-    if (!rc) rc = s->ctrl->wait(s->ctrl, q);
+    if (!rc) rc = s->ctrl->t->start(s->ctrl, &h, &q);
+    if (!rc) rc = s->ctrl->t->wait(s->ctrl, q);
     if (!rc) rc = be->ops->upload(be, op->out, h.out, kind == TKS_COLL_REDUCE_SCATTER ? n * es : main);
     if (!rc) *req = &g_done;
     return rc;
@@ -92,15 +92,15 @@ static int s_wait(tks_comm *c, tks_comm_req *q) {
 
 /* control collectives: host data, the MPI group's own */
 static int s_gatherv(tks_comm *c, void *out, const size_t *counts, const void *in, int root) {
-    return SG(c)->ctrl->gatherv_host(SG(c)->ctrl, out, counts, in, root);
+    return SG(c)->ctrl->t->gatherv_host(SG(c)->ctrl, out, counts, in, root);
 }
-static int s_agree(tks_comm *c, int rc) { return SG(c)->ctrl->agree(SG(c)->ctrl, rc); }
+static int s_agree(tks_comm *c, int rc) { return SG(c)->ctrl->t->agree(SG(c)->ctrl, rc); }
 static int s_bcast_bytes(tks_comm *c, void *buf, size_t n, int root) {
-    return SG(c)->ctrl->broadcast_bytes(SG(c)->ctrl, buf, n, root);
+    return SG(c)->ctrl->t->broadcast_bytes(SG(c)->ctrl, buf, n, root);
 }
 static int s_barrier(tks_comm *c) {
     int rc = SG(c)->be->ops->sync(SG(c)->be);
-    int rc2 = SG(c)->ctrl->barrier(SG(c)->ctrl);
+    int rc2 = SG(c)->ctrl->t->barrier(SG(c)->ctrl);
     return rc ? rc : rc2;
 }
 

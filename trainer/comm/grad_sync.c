@@ -69,8 +69,8 @@ int tks_grad_sync_create(tks_mesh *m, float *grads, size_t n_flat, size_t bucket
 void tks_grad_sync_free(tks_grad_sync *s) {
     if (!s) return;
     for (size_t b = 0; b < s->nb; b++) {
-        if (s->rs && s->rs[b]) s->shard->wait(s->shard, s->rs[b]);
-        if (s->ar && s->ar[b]) s->rep->wait(s->rep, s->ar[b]);
+        if (s->rs && s->rs[b]) s->shard->t->wait(s->shard, s->rs[b]);
+        if (s->ar && s->ar[b]) s->rep->t->wait(s->rep, s->ar[b]);
     }
     free(s->count);
     free(s->rs);
@@ -99,13 +99,13 @@ static int start_bucket(tks_grad_sync *s, size_t b) {
     if (S == 1) {
         if (s->rep->size == 1) return 0;
         tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_F32, .op = TKS_COMM_SUM, .out = s->g + a, .n = len};
-        return s->rep->start(s->rep, &op, &s->ar[b]);
+        return s->rep->t->start(s->rep, &op, &s->ar[b]);
     }
     float *st = s->stage + S * a;
     for (size_t d = 0; d < S; d++) gs_copy(s, st + d * len, s->g + d * s->ns + a, len);
     tks_coll op = {.kind = TKS_COLL_REDUCE_SCATTER, .dtype = TKS_F32, .op = TKS_COMM_SUM,
                    .out = s->g + R * s->ns + a, .in = st, .n = len};
-    return s->shard->start(s->shard, &op, &s->rs[b]);
+    return s->shard->t->start(s->shard, &op, &s->rs[b]);
 }
 
 int tks_grad_sync_ready(tks_grad_sync *s, size_t begin, size_t end) {
@@ -142,19 +142,19 @@ int tks_grad_sync_end(tks_grad_sync *s) {
     }
     for (size_t b = 0; b < s->nb; b++) {
         if (S > 1) {
-            int r = s->shard->wait(s->shard, s->rs[b]);
+            int r = s->shard->t->wait(s->shard, s->rs[b]);
             s->rs[b] = NULL;
             if (!rc) rc = r;
             if (s->rep->size > 1) {
                 tks_coll op = {.kind = TKS_COLL_ALLREDUCE, .dtype = TKS_F32, .op = TKS_COMM_SUM,
                                .out = s->g + R * s->ns + b * s->B, .n = bucket_len(s, b)};
-                r = s->rep->start(s->rep, &op, &s->ar[b]);
+                r = s->rep->t->start(s->rep, &op, &s->ar[b]);
                 if (!rc) rc = r;
             }
         }
     }
     for (size_t b = 0; b < s->nb; b++) {
-        int r = s->rep->wait(s->rep, s->ar[b]);
+        int r = s->rep->t->wait(s->rep, s->ar[b]);
         s->ar[b] = NULL;
         if (!rc) rc = r;
     }

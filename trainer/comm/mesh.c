@@ -337,7 +337,7 @@ int tks_train_check_mesh(int tp, int dp_shard, int dp_replicate, char **report) 
         size_t counts[4096];
         for (int r = 0; r < world && r < 4096; r++) counts[r] = (size_t)world * sizeof *mine;
         if (world > 4096) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--check-mesh: over 4096 processes");
-        if (!rc) rc = w->gatherv_host(w, rank == 0 ? all : NULL, counts, mine, 0);
+        if (!rc) rc = w->t->gatherv_host(w, rank == 0 ? all : NULL, counts, mine, 0);
         if (rc || rank != 0) continue;
         int count = 0;
         put(&b, "  %-13s", tks_group_name((tks_group_kind)k));

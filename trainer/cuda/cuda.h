@@ -25,6 +25,7 @@
 
 #include "trainer/backend/backend.h"
 #include "trainer/comm/comm.h"
+#include "trainer/cuda/tks_cuda.h"
 
 #ifdef __cplusplus
 extern "C" {

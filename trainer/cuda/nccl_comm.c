@@ -202,17 +202,17 @@ static int g_wait(tks_comm *c, tks_comm_req *q) {
 /* control collectives: host data, through the group's MPI comm */
 static int n_bcast_bytes(tks_comm *c, void *buf, size_t n, int root) {
     tks_comm *k = NG(c)->ctrl;
-    return k->broadcast_bytes(k, buf, n, root);
+    return k->t->broadcast_bytes(k, buf, n, root);
 }
 static int n_gatherv(tks_comm *c, void *out, const size_t *counts, const void *in, int root) {
     tks_comm *k = NG(c)->ctrl;
-    return k->gatherv_host(k, out, counts, in, root);
+    return k->t->gatherv_host(k, out, counts, in, root);
 }
 /* A member whose NCCL communicator failed joins the agreement with that error. */
 static int n_agree(tks_comm *c, int rc) {
     nccl_group *g = NG(c);
     if (!rc && g->err) rc = group_error(g);
-    return g->ctrl->agree(g->ctrl, rc);
+    return g->ctrl->t->agree(g->ctrl, rc);
 }
 /* Device work before the barrier is complete on every member after it. */
 static int n_barrier(tks_comm *c) {
@@ -222,7 +222,7 @@ static int n_barrier(tks_comm *c) {
     if (!rc) rc = wait_stream(g, "barrier");
     cudaError_t e = cudaStreamSynchronize(g->w->compute);
     if (!rc && e != cudaSuccess) rc = fail_cuda(e, "barrier (compute stream)");
-    int rc2 = g->ctrl->barrier(g->ctrl);
+    int rc2 = g->ctrl->t->barrier(g->ctrl);
     return rc ? rc : rc2;
 }
 
@@ -362,7 +362,7 @@ int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
     ncclResult_t r = ncclCommSplit(w->comm, g ? color : NCCL_SPLIT_NOCOLOR, ctrl->rank, &nc, NULL);
     if (!g) { /* the others learn it in the first agreement below */
         if (nc) ncclCommAbort(nc);
-        return ctrl->agree(ctrl, tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory"));
+        return ctrl->t->agree(ctrl, tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory"));
     }
     g->w = w;
     g->ctrl = ctrl;
@@ -391,7 +391,7 @@ int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
      * members agree once more after enqueueing it and once at the end, all
      * of them on every path (a failure in one agreement skips the next ones
      * on every member alike). */
-    rc = ctrl->agree(ctrl, rc);
+    rc = ctrl->t->agree(ctrl, rc);
     /* members: every member's world rank, gathered over the NEW communicator,
      * so what is checked is what NCCL built */
     if (!rc) {
@@ -407,7 +407,7 @@ int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
          * after the wait: such a copy blocks the host until the all-gather
          * is done, which before the agreement could wait for a member that
          * failed to enqueue it. */
-        rc = ctrl->agree(ctrl, rc);
+        rc = ctrl->t->agree(ctrl, rc);
         if (!rc) {
             rc = wait_stream(g, "allgather of the group's members");
             if (!rc && (e = cudaMemcpy(g->members, d, (size_t)g->c.size * sizeof *d, cudaMemcpyDeviceToHost)) !=
@@ -415,7 +415,7 @@ int tks_nccl_comm_create(tks_nccl_world *w, tks_comm *ctrl, tks_comm **out) {
                 rc = fail_cuda(e, "member check");
             if (!rc) rc = check_members(g, ctrl);
             /* every member learns whether the group is usable before anyone uses it */
-            rc = ctrl->agree(ctrl, rc);
+            rc = ctrl->t->agree(ctrl, rc);
         }
     }
     if (d) {

@@ -559,10 +559,10 @@ static int tp_sum(tks_model *m, void *buf, size_t n) {
 }
 /* fp32 all-reduces of the staged cross-entropy's per-token statistics */
 static int tp_sum_f32(tks_model *m, float *buf, size_t n) {
-    return m->tp_size > 1 ? m->tp->allreduce_sum(m->tp, buf, n) : 0;
+    return m->tp_size > 1 ? tks_comm_allreduce_sum(m->tp, buf, n) : 0;
 }
 static int tp_max(tks_model *m, float *buf, size_t n) {
-    return m->tp_size > 1 ? m->tp->allreduce_max(m->tp, buf, n) : 0;
+    return m->tp_size > 1 ? tks_comm_allreduce_max(m->tp, buf, n) : 0;
 }
 
 #define TRY(x) do { if ((rc = (x))) return rc; } while (0)

@@ -404,7 +404,7 @@ static int train_step(trainer *t, float red[3], float *lr) {
     if (!rc && mesh->tp_rank != 0) rc = be->ops->memzero(be, dred + 1, sizeof *dred);
     float stop = t->o->stop && *t->o->stop ? 1.0f : 0.0f;
     if (!rc) rc = be->ops->upload(be, dred + 2, &stop, sizeof stop);
-    if (!rc && world->size > 1) rc = world->allreduce_sum(world, dred, 3);
+    if (!rc && world->size > 1) rc = tks_comm_allreduce_sum(world, dred, 3);
     *lr = tks_lr_at(&t->ao, t->step);
     if (!rc) rc = tks_optim_step_dev(t->opt, (int64_t)t->step + 1, *lr, dred);
     if (!rc) {
@@ -418,7 +418,7 @@ static int train_step(trainer *t, float red[3], float *lr) {
     double gnorm = sqrt((double)red[0]);
     if (!isfinite(gnorm)) return diverged(t, gnorm, red[1]);
     float *w = tks_model_weights(t->m);
-    if (shc->size > 1) rc = shc->allgather(shc, w, w + t->sb, t->n_slice);
+    if (shc->size > 1) rc = tks_comm_allgather(shc, w, w + t->sb, t->n_slice);
     if (!rc && shc->size > 1) rc = tks_model_refresh_compute(t->m);
     return tks_mesh_agree(mesh, rc);
 }
@@ -462,7 +462,7 @@ static int save_checkpoint(trainer *t, char *ck, int if_absent, int prune) {
         tks_comm *world = t->mesh->group[TKS_GROUP_WORLD];
         struct stat sbuf;
         float exists = (float)(t->lead && stat(ck, &sbuf) == 0);
-        if (world->size > 1) rc = world->broadcast_bytes(world, &exists, sizeof exists, 0); /* host data */
+        if (world->size > 1) rc = world->t->broadcast_bytes(world, &exists, sizeof exists, 0); /* host data */
         if (!rc && exists != 0) return tks_mesh_agree(t->mesh, rc);
     }
     if (!rc) rc = tks_checkpoint_save(ck, t->m, t->opt, &t->st, tks_dataset_tokenizer_path(t->r.ds), t->mesh);
