@@ -8,14 +8,15 @@
 # reports every rank's peak RSS (GNU time's %M) and that both saves hold the
 # same tensors. The step itself costs the same in both; the difference is the save.
 #
-# usage: bench/bench_ckpt_memory.sh [--old-rev REV] [--dataset DIR] [--work DIR]
-#   --old-rev REV   revision to compare with [1f6bb9f: before the one-tensor gather]
+# usage: bench/bench_ckpt_memory.sh --old-rev REV [--dataset DIR] [--work DIR]
+#   --old-rev REV   revision to compare with (required; docs/BENCHMARKS.md names
+#                   the one its table compared)
 #   --dataset DIR   tokshard dataset [runs/main/dataset; samples/main.sh makes it]
 #   --work DIR      scratch space [/tmp/tks-ckmem]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-old_rev=1f6bb9f
+old_rev=
 data=$root/runs/main/dataset
 work=/tmp/tks-ckmem
 while [[ $# -gt 0 ]]; do
@@ -26,6 +27,7 @@ while [[ $# -gt 0 ]]; do
   *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
+[[ -n $old_rev ]] || { echo "bench_ckpt_memory.sh: --old-rev REV is required (the revision to compare with)" >&2; exit 2; }
 [[ -d $data ]] || { echo "no dataset at $data: run samples/main.sh or give --dataset" >&2; exit 2; }
 mkdir -p "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# bench_core.sh - trainer-core benchmarks (backend contract 2): tokens/s of
-# the code before and after the change against PyTorch eager (fp32 and bf16),
+# bench_core.sh - trainer-core benchmarks: tokens/s of the code at a
+# revision and of the current source against PyTorch eager (fp32 and bf16),
 # peak memory at T = 2048 and 4096, and the host's wait on the backend, all in
 # one run so the ratios share the machine's load (bench/core_bench.py says
 # what each part measures). A benchmark: nothing is asserted.
 #
-# usage: bench/bench_core.sh [--before REV] [--work DIR] [--threads N] [--rounds R] [--parts LIST]
-#   --before REV   the code to compare against [1f6bb9f: the last commit before contract 2]
+# usage: bench/bench_core.sh --before REV [--work DIR] [--threads N] [--rounds R] [--parts LIST]
+#   --before REV   the code to compare against (required: a commit, tag or branch;
+#                  docs/BENCHMARKS.md names the revisions its tables compared)
 #   --work DIR     scratch [/var/tmp/tokshard-core-bench]
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
-BEFORE=1f6bb9f
+BEFORE=
 WORK=/var/tmp/tokshard-core-bench
 ARGS=()
 while (($#)); do
@@ -23,6 +24,7 @@ while (($#)); do
     *) echo "bench_core.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
   esac
 done
+[[ -n $BEFORE ]] || { echo "bench_core.sh: --before REV is required (the code to compare against)" >&2; exit 2; }
 mkdir -p "$WORK" "$ROOT/bench/results"
 echo "building the current source (Release) in $ROOT/build-tbench"
 cmake -S "$ROOT" -B "$ROOT/build-tbench" -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -9,7 +9,7 @@ foreach(case layouts mix tp3 mesh checkpoint staged refuse failures overlap bf16
   set_tests_properties(parallel_${case} PROPERTIES FIXTURES_REQUIRED tks_train RUN_SERIAL TRUE TIMEOUT 900
                        SKIP_RETURN_CODE 77)
 endforeach()
-# The comm contract v2: unit checks in one process, then every collective on 4
+# The comm contract: unit checks in one process, then every collective on 4
 # processes with MPI's own calls and piece by piece (TOKSHARD_TEST_COMM_CHUNK=7).
 add_executable(test_comm ${TKS_TEST_DIR}/test_comm.c)
 target_link_libraries(test_comm PRIVATE tks_trainer)

@@ -1,4 +1,4 @@
-/* test_comm.c - the comm contract v2 (trainer/comm/comm.h) and the bucketed
+/* test_comm.c - the comm contract (trainer/comm/comm.h) and the bucketed
  * gradient synchronisation (mesh.h). Without mpirun: chunk planning for
  * counts above 2^31 (the pieces are planned, not allocated), bf16 rounding,
  * the one-process group. Under mpirun (tests/mesh.cmake runs it on 4

@@ -1,5 +1,5 @@
 /*
- * test_cuda_ops.c - every op of the CUDA backend (backend.h, contract 4)
+ * test_cuda_ops.c - every op of the CUDA backend (backend.h)
  * against the CPU reference backend on the same random inputs, in fp32 and
  * in bf16 storage; determinism (two runs, same bits); streams and events; the
  * sticky error. Exits 77 (ctest SKIP_RETURN_CODE: "skipped: no CUDA device")
@@ -379,7 +379,7 @@ static void t_rope(tks_dtype dt) {
  * |terms| more: out sums P |v| <= 1; dq sums |dS| |k| with sum_u |dS| <= 8
  * (|dP|, |D| <= 16, scale 1/4, sum P = 1); dk, dv sum over T G rows. Its
  * exp2/log2 approximations add a few 1e-7 to lse.
- * docs = 1: packed documents (contract 3's doc: row 0 holds documents of 1,
+ * docs = 1: packed documents (the doc argument: row 0 holds documents of 1,
  * 15, 16 and 1 tokens, row 1 of 20 and 13), block-causal on both backends;
  * cuDNN's graphs do not express it, so with cudnn = 1 tokshard's kernel
  * must run (and tks_cuda_flash_status say so): the bounds are the kernel's.

@@ -569,7 +569,7 @@ static void check_training(int tie) {
  * T = 512 .. 4096. tks_model_activation_bytes (the --dry-run figure) must
  * equal what tks_model_create allocates for activations, scratch and the
  * workspace, and it must grow at most linearly: f(2T) <= 2 f(T) for every
- * doubling. Saving the [B, NH, T, T] probabilities (contract 1) made the
+ * doubling. Saving the [B, NH, T, T] probabilities (exact attention) made the
  * per-doubling factor 3.8 here; a T x T buffer anywhere breaks the bound. */
 static void check_activation_memory(tks_dtype dt) {
     tks_model_config c = {0};

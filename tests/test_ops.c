@@ -593,7 +593,7 @@ static void test_rope(void) {
     }
 }
 
-/* Positions per token (contract 3's pos, what --reset-positions passes): row
+/* Positions per token (the pos argument, what --reset-positions passes): row
  * (b, t) must be rotated exactly as rope with p0 = pos[b, t] rotates a lone
  * row (the same float32 angle), and the inverse must undo it. The positions
  * restart at document starts as the model computes them (t - doc). */
@@ -630,13 +630,13 @@ static void test_rope_positions(void) {
 
 /* ---- attention ------------------------------------------------------------------------------ */
 
-/* Contract 2: flash attention. The forward saves only lse[B,NH,T]; the
+/* Flash attention. The forward saves only lse[B,NH,T]; the
  * backward recomputes the probabilities from q, k and lse. The tests use
  * contiguous [B,T,H,HD] tensors except where a stride is the point. */
 typedef struct {
     int B, T, NH, NKV, HD;
     tens q, k, v, out, lse, R;
-    const int32_t *doc;  /* host [B, T] document starts (contract 3), NULL: causal */
+    const int32_t *doc;  /* host [B, T] document starts (the doc argument), NULL: causal */
     int32_t *docd;       /* its device copy */
 } att_ctx;
 
@@ -784,7 +784,7 @@ static void test_attention(int NH, int NKV, const int32_t *doc) {
     tfree(&c.R);
 }
 
-/* The exact attention of contract 1 (kept here as the reference the flash
+/* The exact attention, with the T x T probabilities (kept here as the reference the flash
  * version replaced): per (batch, head) S = scale Q K^T as one sgemm-shaped
  * loop into a T x T buffer, masked softmax, O = P V; fp32 throughout. */
 static void exact_attention_fwd(const att_ctx *c, float *out) {
@@ -922,7 +922,7 @@ static void test_flash_vs_exact(int NH, int NKV, const int32_t *doc) {
     if (c.docd) be->ops->free(be, c.docd);
 }
 
-/* Document starts of two rows of T = 150 (contract 3's doc): row 0 holds
+/* Document starts of two rows of T = 150 (the doc argument): row 0 holds
  * documents of 1, 62, 1, 1, 64 and 21 tokens, so that documents start on
  * and next to the 64-row tile boundaries and a query tile starts after a
  * whole key tile it cannot see; row 1 holds 70 + 80 tokens. */
@@ -997,7 +997,7 @@ static void test_flash_docs(int NH, int NKV) {
     }
 }
 
-/* Contract 3's rules on doc and pos, checked by the CPU reference: a doc that
+/* The rules on doc and pos, checked by the CPU reference: a doc that
  * is not whole documents back to back, or a position outside [0, T), fails
  * the op with TKS_ERR_ARG naming it (a fresh backend each: the error is
  * sticky). */
@@ -1392,7 +1392,7 @@ static size_t ndiff_rne(const uint16_t *dev, const float *ref, size_t n) {
 
 /*
  * The ops in bf16 against the same ops in fp32 on bf16-representable inputs.
- * Contract 2: bf16 is storage only, arithmetic is fp32; an op that reads its
+ * bf16 is storage only, arithmetic is fp32; an op that reads its
  * inputs, computes and writes once therefore returns exactly RNE(its fp32
  * result) - checked bit for bit (rmsnorm_fwd, swiglu_fwd, rope, embedding,
  * flash attention with fused strides, convert). The GEMM's panels change the
@@ -1571,7 +1571,7 @@ static void test_sticky(void) {
     b2->ops->upload(b2, x, &one, sizeof one);
     tks_gemm_args g = {.M = 1, .N = 1, .K = 1, .alpha = 1, .A = x, .lda = 1, .B = x, .ldb = 1,
                        .C = x, .ldc = 1, .compute = TKS_BF16};
-    int rc1 = b2->ops->gemm(b2, &g); /* compute bf16 is not in contract 2: fails */
+    int rc1 = b2->ops->gemm(b2, &g); /* compute bf16 is not in the contract: fails */
     int rc2 = b2->ops->scale(b2, x, 1, 5.0f);
     int rc3 = b2->ops->sync(b2);
     const tks_error *e = tks_last_error();

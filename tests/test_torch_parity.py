@@ -453,7 +453,7 @@ def run_config(d, rep, name, mutation=None):
 
     opt_t, norms_t, _, _, g0t = adamw_run(mt, names, o, n_steps, c_grads, mutation)
     # the same float32 gradients: the C side sums their squares in float64 and
-    # hands the sum over as one float32 device scalar (backend contract 2), a
+    # hands the sum over as one float32 device scalar (the backend's loss scalar), a
     # single rounding (u relative); the square root halves it
     rep.add(name, "grad norm per step (C's gradients)", [("grad_norm", steps["grad_norm"], norms_t)],
             tol=U32)

@@ -39,18 +39,17 @@
  *   vocabulary), v0 the global id of local row 0, VR the local rows that are
  *   real (not padding).
  *
- * Contract 3 over 2: attention_fwd and attention_bwd take `doc` (block-causal
- * attention within packed documents) and rope takes `pos` (positions per
- * token); NULL gives contract 2's behaviour bit for bit.
- * Contract 4 over 3: add_rmsnorm_fwd, the residual add fused with the
- * RMSNorm that reads its result (add then rmsnorm_fwd, bit for bit).
+ * Packed documents: attention_fwd and attention_bwd take `doc` (block-causal
+ * attention within each document; NULL: causal) and rope takes `pos`
+ * (positions per token; NULL: p0 + t). add_rmsnorm_fwd is the residual add
+ * fused with the RMSNorm that reads its result (add then rmsnorm_fwd, bit
+ * for bit).
  */
 #ifndef TKS_BACKEND_H
 #define TKS_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
-#define TKS_BACKEND_CONTRACT 4
 
 typedef enum tks_dtype {
     TKS_F32 = 0, /* IEEE binary32 */

@@ -1,4 +1,4 @@
-/* cpu_backend.c - the CPU reference backend of contract 4 (backend.h):
+/* cpu_backend.c - the CPU reference backend (backend.h):
  * OpenBLAS sgemm, OpenMP elsewhere, fp32 arithmetic with fp32 or bf16
  * storage. Every reduction has a fixed order for a given thread count, so a
  * run is bit-reproducible on the same machine (resume relies on it). Ops run

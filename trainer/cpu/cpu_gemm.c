@@ -65,7 +65,7 @@ static int gemm_mixed(tks_backend *be, const tks_gemm_args *g) {
 int tks__cpu_gemm(tks_backend *be, const tks_gemm_args *g) {
     STICKY(be);
     if (g->compute != TKS_F32)
-        return tks__cpu_op_fail(be, "gemm", TKS_ERR_ARG, "compute type %s: contract 2 computes in fp32",
+        return tks__cpu_op_fail(be, "gemm", TKS_ERR_ARG, "compute type %s: the backend computes in fp32",
                        tks_dtype_name(g->compute));
     if (g->M < 0 || g->N < 0 || g->K < 0)
         return tks__cpu_op_fail(be, "gemm", TKS_ERR_ARG, "negative shape M %d N %d K %d", g->M, g->N, g->K);

@@ -7,7 +7,7 @@
  * message saying how to build with CUDA. Every function returns 0 or a
  * negative TKS_ERR_* code with the error context set (common/tks.h).
  *
- * The backend implements contract 4 of backend.h (docs/BACKENDS.md): fp32
+ * The backend implements backend.h (docs/BACKENDS.md): fp32
  * and bf16 storage with fp32 arithmetic, cuBLASLt GEMMs, flash-style
  * attention that saves only lse, streams and events mapped to CUDA's, and a
  * sticky error: the first failing CUDA/cuBLAS call (op name, CUDA's message,
@@ -100,7 +100,7 @@ void tks_nccl_world_free(tks_nccl_world *w);
  * ctrl->members, else TKS_ERR_ARG naming both lists. Collective over the
  * world: every rank calls it for every group kind, in the same order.
  *
- * Contract v2 (comm.h): start enqueues the collective (fp32 or bf16, size_t
+ * The comm contract (comm.h): start enqueues the collective (fp32 or bf16, size_t
  * counts: NCCL's counts are size_t, nothing is cut) on the group's own stream
  * after an event recorded on the backend's stream; wait makes the backend's
  * stream wait for it (stream-ordered completion: the host does not block).

@@ -1,4 +1,4 @@
-/* cuda_backend.cu - backend.h (contract 4) on an NVIDIA GPU: the runtime
+/* cuda_backend.cu - backend.h on an NVIDIA GPU: the runtime
  * (memory, workspace, streams and events, creation, the operations table
  * and the registry entry; errors are cuda_util.cu). The kernels are one file per family, as
  * llm.c keeps them: cuda_elementwise.cu (element-wise, deterministic

@@ -1,4 +1,4 @@
-/* nccl_comm.c - comm.h (contract v2) on NCCL: the world communicator from
+/* nccl_comm.c - comm.h on NCCL: the world communicator from
  * one ncclGetUniqueId broadcast over MPI, one communicator per mesh group with
  * ncclCommSplit, checked member by member against the MPI group mesh.c built
  * from the plan; collectives on the group's own stream, ordered against the
