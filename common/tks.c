@@ -253,6 +253,25 @@ int tks_path_join(char *out, size_t cap, const char *dir, const char *name) {
     return 0;
 }
 
+void tks_text_printf(tks_text *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) return;
+    if (t->n + (size_t)k + 1 > t->cap) {
+        size_t cap = (t->n + (size_t)k + 1) * 2;
+        char *s = realloc(t->s, cap);
+        if (!s) return;
+        t->s = s;
+        t->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(t->s + t->n, t->cap - t->n, fmt, ap);
+    va_end(ap);
+    t->n += (size_t)k;
+}
+
 int tks_resize(void *array, size_t n, size_t size) {
     void *p; /* read and written through memcpy: the pointer's type is the caller's */
     memcpy(&p, array, sizeof p);

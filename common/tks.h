@@ -164,6 +164,17 @@ int tks_write_errno_code(int err);
  * (strtod, then rounded to float) as x, into out[cap] (cap >= 32). */
 void tks_float_text(char *out, size_t cap, float x);
 
+/* A growing NUL-terminated text: s is NULL until the first append, n its
+ * length, cap its buffer; the caller frees s. */
+typedef struct tks_text {
+    char *s;
+    size_t n, cap;
+} tks_text;
+
+/* Appends printf-formatted text to t. Out of memory leaves t as it was: a
+ * report comes out shorter, never wrong (the callers build summaries). */
+void tks_text_printf(tks_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Joins dir and name into out (PATH_MAX). Returns 0 or TKS_ERR_ARG when too long. */
 int tks_path_join(char *out, size_t cap, const char *dir, const char *name);
 

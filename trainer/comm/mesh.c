@@ -78,64 +78,40 @@ int tks_mesh_plan_group(const tks_mesh_shape *s, int r, tks_group_kind k, int *m
     return n;
 }
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-} sbuf;
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *b, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (k < 0) return;
-    if (b->n + (size_t)k + 1 > b->cap) {
-        size_t cap = (b->n + (size_t)k + 1) * 2;
-        char *s = realloc(b->s, cap);
-        if (!s) return;
-        b->s = s;
-        b->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)k;
-}
-
-static void put_members(sbuf *b, const int *m, int n) {
-    put(b, "[");
-    for (int i = 0; i < n; i++) put(b, i ? " %d" : "%d", m[i]);
-    put(b, "]");
+static void put_members(tks_text *b, const int *m, int n) {
+    tks_text_printf(b, "[");
+    for (int i = 0; i < n; i++) tks_text_printf(b, i ? " %d" : "%d", m[i]);
+    tks_text_printf(b, "]");
 }
 
 char *tks_mesh_describe(const tks_mesh_shape *s) {
     int world = s->dp_replicate * s->dp_shard * s->tp;
     int *m = malloc((size_t)world * sizeof *m);
-    sbuf b = {0};
+    tks_text b = {0};
     if (!m) return NULL;
-    put(&b, "mesh: world %d = dp_replicate %d x dp_shard %d x tp %d (tp varies fastest)\n", world,
+    tks_text_printf(&b, "mesh: world %d = dp_replicate %d x dp_shard %d x tp %d (tp varies fastest)\n", world,
         s->dp_replicate, s->dp_shard, s->tp);
-    put(&b, "  data parallel: dp = %d ranks (gradients reduce-scattered in dp_shard, all-reduced "
+    tks_text_printf(&b, "  data parallel: dp = %d ranks (gradients reduce-scattered in dp_shard, all-reduced "
         "in dp_replicate; AdamW state 1/%d per rank)\n", s->dp_replicate * s->dp_shard, s->dp_shard);
-    put(&b, "  rank  (rep, shard, tp)  dp_rank\n");
+    tks_text_printf(&b, "  rank  (rep, shard, tp)  dp_rank\n");
     for (int r = 0; r < world; r++) {
         int rep, shard, tpr;
         tks_mesh_coords(s, r, &rep, &shard, &tpr);
-        put(&b, "  %4d  (%d, %d, %d)  %7d\n", r, rep, shard, tpr, rep * s->dp_shard + shard);
+        tks_text_printf(&b, "  %4d  (%d, %d, %d)  %7d\n", r, rep, shard, tpr, rep * s->dp_shard + shard);
     }
     for (tks_group_kind k = TKS_GROUP_TP; k <= TKS_GROUP_DP; k++) {
         /* each distinct group once: listed by its first member */
         int count = 0;
-        sbuf g = {0};
+        tks_text g = {0};
         for (int r = 0; r < world; r++) {
             int n = tks_mesh_plan_group(s, r, k, m);
             if (m[0] != r) continue;
-            put(&g, " ");
+            tks_text_printf(&g, " ");
             put_members(&g, m, n);
             count++;
         }
         int n0 = tks_mesh_plan_group(s, 0, k, m);
-        put(&b, "  %-13s %d group(s) of %d:%s\n", tks_group_name(k), count, n0, g.s ? g.s : "");
+        tks_text_printf(&b, "  %-13s %d group(s) of %d:%s\n", tks_group_name(k), count, n0, g.s ? g.s : "");
         free(g.s);
     }
     free(m);
@@ -323,12 +299,15 @@ int tks_train_check_mesh(int tp, int dp_shard, int dp_replicate, char **report) 
     if (!rc) rc = tks_mesh_create(&shape, &mesh);
     if (rc) return rc;
     tks_comm *w = mesh->group[TKS_GROUP_WORLD];
-    int *mine = malloc((size_t)world * sizeof *mine), *all = malloc((size_t)world * (size_t)world * sizeof *all);
-    sbuf b = {0};
-    rc = tks_comm_agree(w, mine && all ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory"));
+    int *mine = malloc((size_t)world * sizeof *mine),
+        *all = malloc((size_t)world * (size_t)world * sizeof *all);
+    tks_text b = {0};
+    rc = tks_comm_agree(w,
+                        mine && all ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory"));
     if (!rc && rank == 0) {
         char *d = tks_mesh_describe(&shape);
-        put(&b, "plan\n%sgroups as built (gathered from every rank's communicators):\n", d ? d : "");
+        tks_text_printf(&b, "plan\n%sgroups as built (gathered from every rank's communicators):\n",
+                        d ? d : "");
         free(d);
     }
     for (int k = TKS_GROUP_TP; k <= TKS_GROUP_DP && !rc; k++) {
@@ -336,23 +315,24 @@ int tks_train_check_mesh(int tp, int dp_shard, int dp_replicate, char **report) 
         for (int i = 0; i < world; i++) mine[i] = i < g->size ? g->members[i] : -1;
         size_t counts[4096];
         for (int r = 0; r < world && r < 4096; r++) counts[r] = (size_t)world * sizeof *mine;
-        if (world > 4096) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--check-mesh: over 4096 processes");
+        if (world > 4096)
+            rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--check-mesh: over 4096 processes");
         if (!rc) rc = w->t->gatherv_host(w, rank == 0 ? all : NULL, counts, mine, 0);
         if (rc || rank != 0) continue;
         int count = 0;
-        put(&b, "  %-13s", tks_group_name((tks_group_kind)k));
+        tks_text_printf(&b, "  %-13s", tks_group_name((tks_group_kind)k));
         for (int r = 0; r < world; r++) {
             const int *m = all + (size_t)r * (size_t)world;
             if (m[0] != r) continue; /* listed by its first member */
-            put(&b, " ");
+            tks_text_printf(&b, " ");
             int n = 0;
             while (n < world && m[n] >= 0) n++;
             put_members(&b, m, n);
             count++;
         }
-        put(&b, "  -> %d group(s) of %d\n", count, g->size);
+        tks_text_printf(&b, "  -> %d group(s) of %d\n", count, g->size);
     }
-    if (!rc && rank == 0) put(&b, "mesh verified: every rank's groups match the plan\n");
+    if (!rc && rank == 0) tks_text_printf(&b, "mesh verified: every rank's groups match the plan\n");
     free(mine);
     free(all);
     tks_mesh_free(mesh);
