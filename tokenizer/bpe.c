@@ -56,6 +56,7 @@
 #include <xxhash.h>
 
 #include "tokenizer/bpe_internal.h"
+#include "tokenizer/heap.h"
 
 /* ---- vocabulary lookups (the hash of the mergeable tokens) ---------------- */
 
@@ -244,33 +245,10 @@ static int push_id(enc *e, uint32_t id) {
     return rc;
 }
 
-static int hent_before(hent a, hent b) { return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos); }
-
-static void heap_push(hent *h, size_t *n, hent x) {
-    size_t i = (*n)++;
-    while (i) {
-        size_t p = (i - 1) / 2;
-        if (!hent_before(x, h[p])) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = x;
+static inline int hent_before(const hent *a, const hent *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
 }
-
-static hent heap_pop(hent *h, size_t *n) {
-    hent top = h[0], x = h[--*n];
-    size_t i = 0, m = *n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= m) break;
-        if (c + 1 < m && hent_before(h[c + 1], h[c])) c++;
-        if (!hent_before(h[c], x)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = x;
-    return top;
-}
+TKS_HEAP_DEFINE(heap, hent, hent_before)
 
 /* The lookup of the pair starting at symbol pos: where its rank is to be
  * found, computed (and that memory fetched) ahead of the lookup itself, so

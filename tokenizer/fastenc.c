@@ -54,6 +54,7 @@
  * it, so the value carried on is sentencepiece's, bit for bit.
  */
 #include "tokenizer/fastenc_internal.h"
+#include "tokenizer/heap.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -367,36 +368,11 @@ typedef struct bpair {
 } bpair;
 
 /* heap order: higher score first, then smaller left */
-static int pair_before(const bpair *a, const bpair *b) {
+static inline int pair_before(const bpair *a, const bpair *b) {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static void heap_push(bpair *h, size_t *n, bpair x) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!pair_before(&x, &h[p])) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = x;
-}
-
-static bpair heap_pop(bpair *h, size_t *n) {
-    bpair top = h[0], x = h[--*n];
-    size_t i = 0, m = *n;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, b = i;
-        const bpair *best = &x;
-        if (l < m && pair_before(&h[l], best)) b = l, best = &h[l];
-        if (r < m && pair_before(&h[r], best)) b = r;
-        if (b == i) break;
-        h[i] = h[b];
-        i = b;
-    }
-    if (m) h[i] = x;
-    return top;
-}
+TKS_HEAP_DEFINE(heap, bpair, pair_before)
 
 /* Pushes the pair (l, r) when their concatenation is a piece
  * (bpe_model.cc MaybeAddNewSymbolPair). */
