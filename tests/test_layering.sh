@@ -83,9 +83,13 @@ bad=$(echo "$inc" | grep -E "trainer/[a-z]+/|tokenize/")
 
 # Every rule fails on a planted violation: a copy of the tree, one file
 # added to or appended to.
-copy_tree() {
+copy_tree() { # the sources (git's files in a checkout, else the folders as they are)
   rm -rf "$W/tree" && mkdir -p "$W/tree"
-  git -C "$SRC" ls-files -z -- "${LIBS[@]}" tools bench tests | (cd "$SRC" && xargs -0 cp --parents -t "$W/tree")
+  if git -C "$SRC" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git -C "$SRC" ls-files -z -- "${LIBS[@]}" tools bench tests | (cd "$SRC" && xargs -0 cp --parents -t "$W/tree")
+  else
+    (cd "$SRC" && cp -a "${LIBS[@]}" tools bench tests "$W/tree")
+  fi
 }
 planted() { # planted RULE WHAT PATTERN: the rule reports a line matching PATTERN on the copy
   local out hit
