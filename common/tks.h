@@ -189,6 +189,9 @@ typedef struct tks_encoder_stats {
     uint64_t special_in_text;    /* byte-level BPE: special tokens' text found in documents and
                                   * encoded as text */
     uint64_t special_matched;    /* ... and encoded as the special id (allowed in text) */
+    uint64_t unassigned;         /* byte-level BPE: code points the regex engine's Unicode leaves
+                                  * unassigned (a newer Unicode may split them otherwise) */
+    uint64_t unassigned_docs;    /* ... and the documents holding them */
 } tks_encoder_stats;
 
 /* Resizes an array to n elements of `size` bytes, as realloc does. `array`

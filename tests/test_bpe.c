@@ -634,6 +634,32 @@ static int refusals(const char *dir) {
             }
         }
     }
+    /* code points the regex engine's Unicode leaves unassigned are counted
+     * per document (a newer Unicode may split them otherwise): U+E0080 and
+     * U+50000 are unassigned in every Unicode to date, U+00E9 and U+4E2D
+     * assigned in every one, U+FFFE a noncharacter (never assigned) */
+    {
+        char opath[4096];
+        snprintf(opath, sizeof opath, "%s/ok.json", dir);
+        tks_bpe *ub = NULL;
+        int urc = tks_bpe_load(opath, &ub);
+        CHECK(urc == 0, "ok.json loads again: %s", tks_last_error()->message);
+        if (!urc) {
+            static const char *const docs[] = {"ab \xc3\xa9 \xe4\xb8\xad \xef\xbf\xbe",
+                                               "a\xf3\xa0\x82\x80" "b\xf1\x90\x80\x80 ab", "plain ascii ab"};
+            tks_ids ids = {0};
+            for (size_t k = 0; k < 3; k++)
+                CHECK(tks_bpe_encode(ub, docs[k], strlen(docs[k]), &ids) == 0, "unassigned doc %zu encodes", k);
+            tks_encoder_stats st;
+            tks_bpe_encoder_stats(ub, &st);
+            CHECK(st.unassigned == 2 && st.unassigned_docs == 1,
+                  "2 unassigned code points in 1 document, counted %llu in %llu (Unicode %s)",
+                  (unsigned long long)st.unassigned, (unsigned long long)st.unassigned_docs,
+                  tks_bpe_unicode_version());
+            tks_ids_free(&ids);
+            tks_bpe_free(ub);
+        }
+    }
     tiktoken_refusals(dir);
     b = (tks_bpe *)1;
     snprintf(path, sizeof path, "%s/absent.json", dir);

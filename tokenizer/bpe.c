@@ -715,6 +715,9 @@ static int encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out, 
                         "the text is not valid UTF-8 at byte %zu (clean it first: --invalid-utf8)", bad);
     enc e = {b, get_scratch((tks_bpe *)b), out, ref};
     if (!e.s) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for the encoder's scratch");
+    size_t un = tks__bpe_unassigned(text, len);
+    e.s->st.unassigned += un;
+    e.s->st.unassigned_docs += un > 0;
     int rc = len ? added_pass(&e, 0, text, len) : 0;
     if (rc) out->n = 0;
     return rc;
@@ -790,6 +793,8 @@ int tks_bpe_set_allow_special(tks_bpe *b, int on) {
 
 void tks_bpe_set_word_cache(tks_bpe *b, int on) { b->word_cache = on != 0; }
 
+const char *tks_bpe_unicode_version(void) { return tks__bpe_unicode_version(); }
+
 void tks_bpe_encoder_stats(const tks_bpe *cb, tks_encoder_stats *st) {
     tks_bpe *b = (tks_bpe *)cb;
     memset(st, 0, sizeof *st);
@@ -802,6 +807,8 @@ void tks_bpe_encoder_stats(const tks_bpe *cb, tks_encoder_stats *st) {
         st->hit_bytes += s->st.hit_bytes;
         st->special_in_text += s->st.special_in_text;
         st->special_matched += s->st.special_matched;
+        st->unassigned += s->st.unassigned;
+        st->unassigned_docs += s->st.unassigned_docs;
     }
     pthread_mutex_unlock(&b->mu);
 }

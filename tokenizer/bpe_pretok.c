@@ -31,6 +31,7 @@
  * goes to PCRE2 (the caller checks: tks__bpe_fast_bmp).
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +44,7 @@ static uint8_t *g_fold;  /* (65536) the ASCII letter of s t r e v m l d it match
 static int g_rc;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* Marks, in tab, every code point of the all-BMP text `all` that `pat`
+/* Marks, in tab, every code point of the UTF-8 text `all` that `pat`
  * matches (one code point at a time, in runs). */
 static int mark(const char *pat, const char *all, size_t n, uint8_t *tab, uint8_t value, int or_bits) {
     int err;
@@ -63,7 +64,13 @@ static int mark(const char *pat, const char *all, size_t n, uint8_t *tab, uint8_
             unsigned c = (unsigned char)all[i], cp, k;
             if (c < 0x80) cp = c, k = 1;
             else if (c < 0xE0) cp = (c & 0x1F) << 6 | ((unsigned char)all[i + 1] & 0x3F), k = 2;
-            else cp = (c & 0x0F) << 12 | ((unsigned char)all[i + 1] & 0x3F) << 6 | ((unsigned char)all[i + 2] & 0x3F), k = 3;
+            else if (c < 0xF0)
+                cp = (c & 0x0F) << 12 | ((unsigned char)all[i + 1] & 0x3F) << 6 | ((unsigned char)all[i + 2] & 0x3F),
+                k = 3;
+            else
+                cp = (c & 0x07) << 18 | ((unsigned char)all[i + 1] & 0x3F) << 12 |
+                         ((unsigned char)all[i + 2] & 0x3F) << 6 | ((unsigned char)all[i + 3] & 0x3F),
+                k = 4;
             tab[cp] = (uint8_t)(or_bits ? tab[cp] | value : value);
             i += k;
         }
@@ -110,6 +117,84 @@ static void build_tables(void) {
     }
     free(all);
     g_rc = rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * Code points PCRE2's Unicode tables leave unassigned (\p{Cn}, less the
+ * noncharacters, which no version assigns): a later Unicode may make them
+ * letters or numbers, and a reference built on it (tokenizers, tiktoken)
+ * then splits the text around them otherwise. Counted, not changed: the
+ * build reports them.
+ * ------------------------------------------------------------------------- */
+static uint8_t *g_cn;    /* (0x110000) 1: unassigned in PCRE2's Unicode */
+static pthread_once_t g_cn_once = PTHREAD_ONCE_INIT;
+
+static void build_unassigned(void) {
+    uint8_t *tab = calloc(0x110000, 1);
+    char *all = malloc((size_t)0x110000 * 4);
+    size_t n = 0;
+    for (unsigned cp = 0x80; all && cp < 0x110000; cp++) {
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        if (cp < 0x800) {
+            all[n++] = (char)(0xC0 | cp >> 6);
+        } else if (cp < 0x10000) {
+            all[n++] = (char)(0xE0 | cp >> 12);
+            all[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        } else {
+            all[n++] = (char)(0xF0 | cp >> 18);
+            all[n++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+            all[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        }
+        all[n++] = (char)(0x80 | (cp & 0x3F));
+    }
+    if (tab && all && mark("\\p{Cn}+", all, n, tab, 1, 0) == 0) {
+        for (unsigned cp = 0xFDD0; cp <= 0xFDEF; cp++) tab[cp] = 0;
+        for (unsigned plane = 0; plane <= 0x10; plane++) tab[plane << 16 | 0xFFFE] = tab[plane << 16 | 0xFFFF] = 0;
+        g_cn = tab;
+    } else {
+        free(tab);
+    }
+    free(all);
+}
+
+size_t tks__bpe_unassigned(const char *t, size_t n) {
+    const unsigned char *s = (const unsigned char *)t;
+    size_t i = 0, count = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!(w & 0x8080808080808080ull)) {
+                i += 8;
+                continue;
+            }
+        }
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        pthread_once(&g_cn_once, build_unassigned);
+        if (!g_cn) return 0; /* out of memory: not counted */
+        unsigned cp, k;
+        if (c < 0xE0) cp = (c & 0x1F) << 6 | (s[i + 1] & 0x3F), k = 2;
+        else if (c < 0xF0) cp = (c & 0x0F) << 12 | (s[i + 1] & 0x3F) << 6 | (s[i + 2] & 0x3F), k = 3;
+        else cp = (c & 0x07) << 18 | (s[i + 1] & 0x3F) << 12 | (s[i + 2] & 0x3F) << 6 | (s[i + 3] & 0x3F), k = 4;
+        count += g_cn[cp];
+        i += k;
+    }
+    return count;
+}
+
+static char g_ucd[24];
+static pthread_once_t g_ucd_once = PTHREAD_ONCE_INIT;
+static void read_unicode_version(void) {
+    if (pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, g_ucd) < 0) snprintf(g_ucd, sizeof g_ucd, "unknown");
+}
+
+const char *tks__bpe_unicode_version(void) {
+    pthread_once(&g_ucd_once, read_unicode_version);
+    return g_ucd;
 }
 
 int tks__bpe_fast_init(void) {

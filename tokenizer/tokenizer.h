@@ -232,6 +232,11 @@ void tks_bpe_set_word_cache(tks_bpe *b, int on);
 /* Pieces encoded and found in the word caches, and special tokens found in
  * the text, summed over the threads that encoded with b. */
 void tks_bpe_encoder_stats(const tks_bpe *b, tks_encoder_stats *st);
+/* The Unicode version of the regex engine's tables (PCRE2's, "14.0.0" in
+ * Debian 12): code points it leaves unassigned are counted in
+ * tks_encoder_stats.unassigned, since a reference on a newer Unicode
+ * (tokenizers, tiktoken) may pre-tokenize them otherwise. */
+const char *tks_bpe_unicode_version(void);
 
 /* Number of ids (the model's vocab and the added tokens); every id the
  * tokenizer produces or decodes is < this. */

@@ -107,6 +107,13 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
         printf("  special text  %llu special tokens' text (say <|endoftext|>) found in documents and encoded "
                "as text (--allow-special-in-text turns them into the special ids)\n",
                (unsigned long long)s->encoder_stats.special_in_text);
+    if (s->encoder_stats.unassigned)
+        printf("  unicode       %llu code points in %llu document%s are unassigned in Unicode %s (the "
+               "regex engine's tables): tokenizers and tiktoken on a newer Unicode may split the text "
+               "around them otherwise (README, byte-level BPE)\n",
+               (unsigned long long)s->encoder_stats.unassigned,
+               (unsigned long long)s->encoder_stats.unassigned_docs,
+               s->encoder_stats.unassigned_docs == 1 ? "" : "s", tks_bpe_unicode_version());
     if (s->encoder_stats.special_matched)
         printf("  special text  %llu special tokens' text in documents encoded as the special ids "
                "(--allow-special-in-text)\n", (unsigned long long)s->encoder_stats.special_matched);
