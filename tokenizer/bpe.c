@@ -673,9 +673,13 @@ static int normalized_piece(enc *e, const char *t, size_t n) {
 }
 
 /* Offset of the first byte that is not valid UTF-8 (as Rust's str: no
- * surrogates, no overlong forms, nothing above U+10FFFF), or len. */
-static size_t utf8_invalid_at(const uint8_t *s, size_t len) {
+ * surrogates, no overlong forms, nothing above U+10FFFF), or len; and, in
+ * the same pass, how many code points before it the regex engine's Unicode
+ * leaves unassigned (*unassigned; tks__bpe_unassigned_table). */
+static size_t utf8_invalid_at(const uint8_t *s, size_t len, size_t *unassigned) {
     size_t i = 0;
+    const uint8_t *cn = NULL;
+    *unassigned = 0;
     while (i < len) {
         if (i + 8 <= len) {
             uint64_t w;
@@ -700,6 +704,11 @@ static size_t utf8_invalid_at(const uint8_t *s, size_t len) {
         if (s[i + 1] < lo || s[i + 1] > hi) return i;
         for (size_t j = 2; j <= k; j++)
             if ((s[i + j] & 0xC0) != 0x80) return i;
+        if (cn || (cn = tks__bpe_unassigned_table())) {
+            uint32_t cp = c & (0x7F >> (k + 1));
+            for (size_t j = 1; j <= k; j++) cp = cp << 6 | (s[i + j] & 0x3F);
+            *unassigned += cn[cp];
+        }
         i += k + 1;
     }
     return len;
@@ -709,13 +718,12 @@ static int encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out, 
     if (!b || !out || (!text && len))
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_bpe_encode: NULL argument");
     out->n = 0;
-    size_t bad = utf8_invalid_at((const uint8_t *)text, len);
+    size_t un, bad = utf8_invalid_at((const uint8_t *)text, len, &un);
     if (bad < len)
         return tks_fail(TKS_ERR_UTF8, NULL, TKS_NONE, (uint64_t)bad,
                         "the text is not valid UTF-8 at byte %zu (clean it first: --invalid-utf8)", bad);
     enc e = {b, get_scratch((tks_bpe *)b), out, ref};
     if (!e.s) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for the encoder's scratch");
-    size_t un = tks__bpe_unassigned(text, len);
     e.s->st.unassigned += un;
     e.s->st.unassigned_docs += un > 0;
     int rc = len ? added_pass(&e, 0, text, len) : 0;

@@ -170,10 +170,11 @@ int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable);
  * tks__bpe_fast_next: where the piece that starts at byte i of t[0..n)
  * ends (> i), as PCRE2 would match the pattern there. */
 int tks__bpe_fast_program(const char *pattern);
-/* bpe_pretok.c: how many code points of the valid UTF-8 text t[0..n) the
- * Unicode of PCRE2's tables leaves unassigned (\p{Cn}, noncharacters not
- * counted); that Unicode's version ("14.0.0"). */
-size_t tks__bpe_unassigned(const char *t, size_t n);
+/* bpe_pretok.c: 1 at each code point (0 to U+10FFFF) the Unicode of
+ * PCRE2's tables leaves unassigned (\p{Cn}, noncharacters left out), built
+ * once per process; NULL when out of memory. That Unicode's version
+ * ("14.0.0"). */
+const uint8_t *tks__bpe_unassigned_table(void);
 const char *tks__bpe_unicode_version(void);
 int tks__bpe_fast_init(void);
 size_t tks__bpe_fast_bmp(const char *t, size_t n);

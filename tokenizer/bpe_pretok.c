@@ -157,33 +157,9 @@ static void build_unassigned(void) {
     free(all);
 }
 
-size_t tks__bpe_unassigned(const char *t, size_t n) {
-    const unsigned char *s = (const unsigned char *)t;
-    size_t i = 0, count = 0;
-    while (i < n) {
-        if (i + 8 <= n) {
-            uint64_t w;
-            memcpy(&w, s + i, 8);
-            if (!(w & 0x8080808080808080ull)) {
-                i += 8;
-                continue;
-            }
-        }
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        pthread_once(&g_cn_once, build_unassigned);
-        if (!g_cn) return 0; /* out of memory: not counted */
-        unsigned cp, k;
-        if (c < 0xE0) cp = (c & 0x1F) << 6 | (s[i + 1] & 0x3F), k = 2;
-        else if (c < 0xF0) cp = (c & 0x0F) << 12 | (s[i + 1] & 0x3F) << 6 | (s[i + 2] & 0x3F), k = 3;
-        else cp = (c & 0x07) << 18 | (s[i + 1] & 0x3F) << 12 | (s[i + 2] & 0x3F) << 6 | (s[i + 3] & 0x3F), k = 4;
-        count += g_cn[cp];
-        i += k;
-    }
-    return count;
+const uint8_t *tks__bpe_unassigned_table(void) {
+    pthread_once(&g_cn_once, build_unassigned);
+    return g_cn;
 }
 
 static char g_ucd[24];
