@@ -801,8 +801,6 @@ int tks_bpe_set_allow_special(tks_bpe *b, int on) {
 
 void tks_bpe_set_word_cache(tks_bpe *b, int on) { b->word_cache = on != 0; }
 
-const char *tks_bpe_unicode_version(void) { return tks__bpe_unicode_version(); }
-
 void tks_bpe_encoder_stats(const tks_bpe *cb, tks_encoder_stats *st) {
     tks_bpe *b = (tks_bpe *)cb;
     memset(st, 0, sizeof *st);

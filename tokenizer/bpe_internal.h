@@ -172,10 +172,9 @@ int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable);
 int tks__bpe_fast_program(const char *pattern);
 /* bpe_pretok.c: 1 at each code point (0 to U+10FFFF) the Unicode of
  * PCRE2's tables leaves unassigned (\p{Cn}, noncharacters left out), built
- * once per process; NULL when out of memory. That Unicode's version
- * ("14.0.0"). */
+ * once per process; NULL when out of memory (its version:
+ * tks_bpe_unicode_version, tokenizer.h). */
 const uint8_t *tks__bpe_unassigned_table(void);
-const char *tks__bpe_unicode_version(void);
 int tks__bpe_fast_init(void);
 size_t tks__bpe_fast_bmp(const char *t, size_t n);
 size_t tks__bpe_fast_next(int prog, const char *t, size_t n, size_t i);

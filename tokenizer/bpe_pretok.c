@@ -168,7 +168,7 @@ static void read_unicode_version(void) {
     if (pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, g_ucd) < 0) snprintf(g_ucd, sizeof g_ucd, "unknown");
 }
 
-const char *tks__bpe_unicode_version(void) {
+const char *tks_bpe_unicode_version(void) {
     pthread_once(&g_ucd_once, read_unicode_version);
     return g_ucd;
 }
