@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include "common/tks.h"
+#include "common/tks_launch.h"
 
 /*
  * Initializes MPI unless it already is, asking for MPI_THREAD_FUNNELED: the

@@ -32,6 +32,9 @@ pkgs=(
   gzip xz-utils zstd bzip2 zip dictzip tar
   # plots of the training loss
   gnuplot-nox
+  # tests/test_slurm.sh runs build, audit and the trainer under srun on a
+  # one-node Slurm cluster it starts itself (its own key, config and ports)
+  slurm-wlm munge
   # the independent PyTorch reference of the trainer parity test (and numpy for
   # the tests that read safetensors files from Python)
   python3-torch python3-numpy

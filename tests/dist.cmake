@@ -6,3 +6,8 @@ foreach(case audit build modes)
   set_tests_properties(dist_${case} PROPERTIES FIXTURES_REQUIRED tks_build RUN_SERIAL TRUE TIMEOUT 600
                        ENVIRONMENT "TKS_FAULT_LIB=$<TARGET_FILE:tks_fault_inject>")
 endforeach()
+# tokshard under srun on a one-node Slurm cluster the test starts and stops
+# itself (tests/test_slurm.sh); skipped (77) where Slurm cannot run.
+add_test(NAME dist_slurm COMMAND bash ${TKS_TEST_DIR}/test_slurm.sh ${TKS_BIN} ${CMAKE_BINARY_DIR}/test-work)
+set_tests_properties(dist_slurm PROPERTIES FIXTURES_REQUIRED "tks_build;tks_train" RUN_SERIAL TRUE
+                     TIMEOUT 600 SKIP_RETURN_CODE 77)

@@ -60,7 +60,10 @@ int dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **
     *out = NULL;
     int size = 1;
     *rank = 0;
-    if (!dist_launched_many()) return tks_audit(path, opts, out);
+    if (!dist_launched_many()) {
+        int rc = tks_launch_check();
+        return rc ? rc : tks_audit(path, opts, out);
+    }
     int rc = world(rank, &size);
     if (rc) return rc;
     tks_audit_opts o = *opts;
@@ -606,6 +609,8 @@ int dist_build(tks_build_opts *o, int progress, tks_build_stats *stats, int *ran
     *rank = 0;
     memset(stats, 0, sizeof *stats);
     if (!dist_launched_many()) {
+        int rc = tks_launch_check();
+        if (rc) return rc;
         show_in_flight(o);
         return tks_build(o, stats);
     }

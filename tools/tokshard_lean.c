@@ -14,7 +14,8 @@
  * It audits only when it understands every argument: `audit PATH` with
  * --json, --model-vocab, --threads, --max-problems. Anything else (another
  * command, --tokenizer, which needs sentencepiece for the vocabulary check,
- * --format for another project's dataset, a launch by mpirun/srun, an unknown
+ * --format for another project's dataset, a launch by mpirun/srun (also one
+ * MPI does not connect, which the full tool refuses), an unknown
  * or malformed flag, whose message the full tool prints) goes to the full
  * tool, so both paths give the same output and exit code. */
 #define _GNU_SOURCE
@@ -25,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/tks_launch.h"
 #include "dataset/dataset.h"
 #include "tools/cli.h"
 #include "tools/dist.h"
@@ -120,7 +122,7 @@ int main(int argc, char **argv) {
     tks_audit_opts ao = {0};
     const char *path = NULL;
     int as_json = 0;
-    if (argc < 2 || strcmp(argv[1], "audit") || dist_launched_many() ||
+    if (argc < 2 || strcmp(argv[1], "audit") || dist_launched_many() || tks_launch_unconnected() ||
         !lean_audit_args(argc - 2, argv + 2, &ao, &path, &as_json))
         return exec_full(argv);
     tks_audit_report *r;

@@ -129,7 +129,7 @@ static int launched_by_mpirun(void) {
 int tks_mesh_world(int *world, int *rank) {
     *world = 1;
     *rank = 0;
-    if (!launched_by_mpirun()) return 0;
+    if (!launched_by_mpirun()) return tks_launch_check();
     int rc = tks_mpi_start(&g_mpi_inited_here);
     if (rc) return rc;
     MPI_Comm_size(MPI_COMM_WORLD, world);
