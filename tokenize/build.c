@@ -70,11 +70,27 @@ static json_t *describe_options(const tks_build_opts *o, const tks_tok *tk) {
 json_t *tks__describe(const tks_build_opts *o, const tks_input *in, const tks_tok *tk, int *rc) {
     *rc = 0;
     json_t *inputs = json_array();
-    for (size_t i = 0; i < tks_input_n_files(in); i++)
-        json_array_append_new(inputs, json_pack("{s:o, s:I}", "path", tks_json_path(tks_input_file(in, i)),
-                                                "bytes", (json_int_t)tks_input_file_size(in, i)));
+    int parquet = 0;
+    for (size_t i = 0; i < tks_input_n_files(in); i++) {
+        json_t *f = json_pack("{s:o, s:I}", "path", tks_json_path(tks_input_file(in, i)), "bytes",
+                              (json_int_t)tks_input_file_size(in, i));
+        const struct file_meta *m = &in->meta[i];
+        if (f && m->parquet) { /* the column read, its row groups and rows (the footer's) */
+            uint64_t rows = 0;
+            for (uint32_t g = 0; g < m->pq_n; g++) rows += m->pq[g].rows;
+            json_object_set_new(f, "parquet", json_pack("{s:s, s:I, s:I}", "column",
+                                                        o->input.parquet_column ? o->input.parquet_column : "text",
+                                                        "row_groups", (json_int_t)m->pq_n, "rows", (json_int_t)rows));
+            parquet = 1;
+        }
+        json_array_append_new(inputs, f);
+    }
+    json_t *opt = describe_options(o, tk);
+    if (opt && parquet) /* absent without Parquet inputs: ids of earlier builds kept */
+        json_object_set_new(opt, "parquet_column",
+                            json_string(o->input.parquet_column ? o->input.parquet_column : "text"));
     json_t *d = json_pack("{s:s, s:o, s:o}", "tool", "tokshard " TKS_VERSION_STRING, "inputs", inputs,
-                          "options", describe_options(o, tk));
+                          "options", opt);
     /* inputs reached through links that leave the named paths (or left out
      * under --no-follow-links): provenance a reader of the manifest can see */
     const tks_input_stats *ls = tks_input_get_stats(in);
@@ -111,6 +127,10 @@ int tks__build_id(const tks_build_opts *o, const tks_input *in, const tks_tok *t
         uint64_t v[3] = {in->sizes[i], (uint64_t)in->meta[i].mtime.tv_sec, (uint64_t)in->meta[i].mtime.tv_nsec};
         XXH3_64bits_update(st, in->files[i], strlen(in->files[i]) + 1);
         XXH3_64bits_update(st, v, sizeof v);
+        if (in->meta[i].parquet) { /* the column read */
+            const char *col = o->input.parquet_column ? o->input.parquet_column : "text";
+            XXH3_64bits_update(st, col, strlen(col) + 1);
+        }
     }
     for (size_t i = 0; tks_input_skipped_file(in, i); i++)
         XXH3_64bits_update(st, tks_input_skipped_file(in, i), strlen(tks_input_skipped_file(in, i)) + 1);

@@ -172,7 +172,7 @@ static int read_line(tks_input *in, size_t cap, int stop_early, line *ln) {
 /* ------------------------------------------------------------------------- */
 /* documents                                                                  */
 
-static int too_long(tks_input *in, uint64_t line_no) {
+int tks__too_long(tks_input *in, uint64_t line_no) {
     if (in->opts.long_doc == TKS_POLICY_FAIL) {
         int rc = tks_fail(TKS_ERR_DOC_TOO_LONG, in->source.p, TKS_NONE, TKS_NONE,
                           "%s:%llu: document longer than the limit of %llu bytes; raise "
@@ -201,7 +201,7 @@ static int bad_record(tks_input *in, uint64_t line_no, const char *why) {
 /* Applies the NUL and UTF-8 policies and fills *doc: 1 yielded, 0 skipped, or
  * an error. `off`: where the text starts in the decompressed entry (TKS_NONE
  * when it is not a slice of it, as for JSONL). */
-static int emit(tks_input *in, const char *p, size_t len, uint64_t line_no, uint64_t off,
+int tks__emit(tks_input *in, const char *p, size_t len, uint64_t line_no, uint64_t off,
                 tks_doc *doc) {
     if (memchr(p, 0, len)) {
         in->st.binary_skipped++;
@@ -250,14 +250,14 @@ static int next_line_doc(tks_input *in, tks_doc *doc) {
         int r = read_line(in, in->line_cap, stop_early, &ln);
         if (r <= 0) return r;
         if (ln.too_long || ln.len > in->max_doc) {
-            if ((r = too_long(in, ln.no)) < 0) return r;
+            if ((r = tks__too_long(in, ln.no)) < 0) return r;
             continue;
         }
         if (ln.len == 0) {
             in->st.empty_skipped++;
             continue;
         }
-        if ((r = emit(in, ln.p, ln.len, ln.no, ln.off, doc)) != 0) return r;
+        if ((r = tks__emit(in, ln.p, ln.len, ln.no, ln.off, doc)) != 0) return r;
     }
 }
 
@@ -276,7 +276,7 @@ static int next_paragraph(tks_input *in, tks_doc *doc) {
         int blank = r == 0 || (ln.too_long ? ln.blank : is_blank(ln.p, ln.len));
         if (blank) {
             if (have) {
-                int e = over ? too_long(in, first) : emit(in, pa->p, pa->len, first, first_off, doc);
+                int e = over ? tks__too_long(in, first) : tks__emit(in, pa->p, pa->len, first, first_off, doc);
                 if (e != 0) return e; /* yielded, or an error */
                 have = over = 0;
                 pa->len = 0;
@@ -293,7 +293,7 @@ static int next_paragraph(tks_input *in, tks_doc *doc) {
         size_t sep = pa->len ? 1 + (size_t)prev_cr : 0;
         if (ln.too_long || ln.len + sep > in->max_doc - pa->len) {
             over = 1;
-            if (stop_early) return too_long(in, first);
+            if (stop_early) return tks__too_long(in, first);
             continue;
         }
         if (sep) {
@@ -324,7 +324,7 @@ static int next_file_doc(tks_input *in, tks_doc *doc) {
         }
         if (n > in->max_doc - pa->len) {
             over = 1;
-            if (in->opts.long_doc == TKS_POLICY_FAIL) return too_long(in, 1);
+            if (in->opts.long_doc == TKS_POLICY_FAIL) return tks__too_long(in, 1);
             continue;
         }
         if ((r = tks__buf_append(pa, p, n))) return r;
@@ -333,12 +333,12 @@ static int next_file_doc(tks_input *in, tks_doc *doc) {
         in->st.binary_skipped++;
         return 0;
     }
-    if (over) return too_long(in, 1);
+    if (over) return tks__too_long(in, 1);
     if (pa->len == 0) {
         in->st.empty_skipped++;
         return 0;
     }
-    return emit(in, pa->p, pa->len, 1, 0, doc);
+    return tks__emit(in, pa->p, pa->len, 1, 0, doc);
 }
 
 tks_jsonl_status tks_jsonl_decode(const char *line, size_t len, const char *key, uint64_t max_doc,
@@ -381,7 +381,7 @@ static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
         if (r <= 0) return r;
         if (ln.too_long) {
             if (ln.blank) continue;
-            if ((r = too_long(in, ln.no)) < 0) return r;
+            if ((r = tks__too_long(in, ln.no)) < 0) return r;
             continue;
         }
         const char *p = ln.p;
@@ -411,7 +411,7 @@ static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
             continue;
         }
         if (js == TKS_JSONL_LONG) {
-            if ((r = too_long(in, ln.no)) < 0) return r;
+            if ((r = tks__too_long(in, ln.no)) < 0) return r;
             continue;
         }
         if (js == TKS_JSONL_EMPTY) {
@@ -419,7 +419,7 @@ static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
             continue;
         }
         in->json = root; /* text points into it until the next call */
-        if ((r = emit(in, text, n, ln.no, TKS_NONE, doc)) != 0) return r;
+        if ((r = tks__emit(in, text, n, ln.no, TKS_NONE, doc)) != 0) return r;
         json_decref(in->json);
         in->json = NULL;
     }
@@ -505,16 +505,28 @@ int tks_input_next(tks_input *in, tks_doc *doc) {
     }
     int r;
     for (;;) {
+        if (in->pqr) { /* a Parquet file: its rows */
+            if ((r = tks__pq_next_doc(in, doc)) == 1) return 1;
+            if (r < 0) break;
+            continue;
+        }
         if (!in->a) {
+            uint64_t g0 = 0, g1 = UINT64_MAX; /* a Parquet file's row groups */
             if (in->ranges) { /* a work unit's reader: its next range */
                 if (in->next_range == in->n_ranges) return 0;
                 const tks__range *g = &in->ranges[in->next_range++];
                 in->next_file = (size_t)g->file;
-                in->plain_seek = !g->whole;
-                in->seek_off = in->from = g->whole ? 0 : g->start;
-                in->limit = g->whole ? 0 : g->end;
+                int plain = g->whole == 0;
+                in->plain_seek = plain;
+                in->seek_off = in->from = plain ? g->start : 0;
+                in->limit = plain ? g->end : 0;
+                if (g->whole == TKS__RANGE_PARQUET) g0 = g->start, g1 = g->end;
             } else if (in->next_file == in->n_files) {
                 return 0;
+            }
+            if (in->meta[in->next_file].parquet) {
+                if ((r = tks__pq_open_file(in, g0, g1)) < 0) break;
+                continue;
             }
             if ((r = tks__open_file(in)) < 0) break;
         }

@@ -71,7 +71,7 @@ static int add_file(tks_input *in, const char *path, const struct stat *st, int 
     uint64_t size = regular ? (uint64_t)st->st_size : 0;
     in->files[in->n_files] = copy;
     in->sizes[in->n_files] = size;
-    in->meta[in->n_files] = (struct file_meta){st->st_mtim, regular, st->st_dev, st->st_ino, named, in->cur_root};
+    in->meta[in->n_files] = (struct file_meta){st->st_mtim, regular, st->st_dev, st->st_ino, named, in->cur_root, 0, 0, NULL};
     memset(&in->fh[in->n_files], 0, sizeof in->fh[0]);
     in->n_files++;
     in->total_bytes += size;
@@ -355,15 +355,89 @@ static int check_once(const tks_input *in) {
     return rc;
 }
 
+/* A verdict line "i\t!message\n": the message whole, on one line. */
+static int pq_refuse(size_t i, const char *msg, buf *out) {
+    char head[32];
+    int n = snprintf(head, sizeof head, "%zu\t!", i), rc = tks__buf_append(out, head, (size_t)n);
+    for (const char *c = msg; !rc && *c; c++) rc = tks__buf_append(out, *c == '\n' ? " " : c, 1);
+    return rc ? rc : tks__buf_append(out, "\n", 1);
+}
+
+/* A file named *.parquet: "i\t=PQ rows bytes start end ...\n" (its row
+ * groups, from its footer) when it is a Parquet file with a readable
+ * document column, else "i\t!why\n". Errors: TKS_ERR_NOMEM. */
+static int check_parquet(const tks_input *in, size_t i, buf *out) {
+    const char *path = in->files[i];
+    if (!in->meta[i].regular)
+        return pq_refuse(i, "a Parquet file is read from a regular file (its footer is at its end), "
+                            "not from a pipe or a device: copy it to a file", out);
+    tks_pq *p = NULL;
+    const char *col = in->opts.parquet_column ? in->opts.parquet_column : "text";
+    int rc = tks_pq_open(path, col, &p);
+    if (rc == TKS_ERR_NOMEM) return rc;
+    if (rc) {
+        const tks_error *e = tks_last_error();
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", e && e->message[0] ? e->message : "not a readable Parquet file");
+        return pq_refuse(i, msg, out);
+    }
+    char line[128];
+    int n = snprintf(line, sizeof line, "%zu\t=PQ", i);
+    rc = tks__buf_append(out, line, (size_t)n);
+    const tks_pq_group *g = tks_pq_groups(p);
+    for (size_t k = 0; k < tks_pq_n_groups(p) && !rc; k++) {
+        n = snprintf(line, sizeof line, " %llu %llu %llu %llu", (unsigned long long)g[k].rows,
+                     (unsigned long long)g[k].bytes, (unsigned long long)g[k].start,
+                     (unsigned long long)g[k].end);
+        rc = tks__buf_append(out, line, (size_t)n);
+    }
+    if (!rc) rc = tks__buf_append(out, "\n", 1);
+    tks_pq_close(p);
+    return rc;
+}
+
+static int is_parquet_name(const char *path) { return tks__name_ends_with(path, strlen(path), ".parquet"); }
+
 int tks__input_check_promises(const tks_input *in, size_t part, size_t parts, buf *out) {
     for (size_t i = part; i < in->n_files; i += parts ? parts : 1) {
         char why[256], line[320];
+        if (is_parquet_name(in->files[i])) {
+            int r = check_parquet(in, i, out);
+            if (r) return r;
+            continue;
+        }
         int r = in->meta[i].regular ? check_promise(in->files[i], why, sizeof why) : 0;
         if (r < 0) return r;
         if (r == 0) continue;
         int n = snprintf(line, sizeof line, "%zu\t%s\n", i, why);
         if ((r = tks__buf_append(out, line, (size_t)n))) return r;
     }
+    return 0;
+}
+
+/* Parquet file i's row groups from its verdict line [p, nl): the groups'
+ * "rows bytes start end" quadruples. */
+static int parse_row_groups(tks_input *in, size_t i, const char *p, const char *nl) {
+    struct file_meta *m = &in->meta[i];
+    if (strncmp(p, "PQ", 2) != 0)
+        return tks_fail(TKS_ERR_ARG, in->files[i], TKS_NONE, TKS_NONE, "malformed Parquet listing line");
+    p += 2;
+    size_t n = 0;
+    for (const char *c = p; c < nl; c++) n += *c == ' ';
+    n /= 4;
+    free(m->pq);
+    m->pq = NULL;
+    m->pq_n = 0;
+    m->parquet = 1;
+    if (n && !(m->pq = calloc(n, sizeof *m->pq)))
+        return tks_fail(TKS_ERR_NOMEM, in->files[i], TKS_NONE, TKS_NONE, "out of memory listing inputs");
+    char *e = (char *)p;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t v[4];
+        for (int f = 0; f < 4; f++) v[f] = strtoull(e, &e, 10);
+        m->pq[k] = (tks_pq_group){v[0], v[1], v[2], v[3]};
+    }
+    m->pq_n = (uint32_t)n;
     return 0;
 }
 
@@ -389,7 +463,15 @@ int tks__input_settle(tks_input *in, const char *verdicts, size_t len) {
             free(bad);
             return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory listing inputs");
         }
-        bad[n++] = (verdict){i, tab + 1};
+        if (tab[1] == '=') { /* a Parquet file's row groups */
+            int rc = parse_row_groups(in, i, tab + 2, nl);
+            if (rc) {
+                free(bad);
+                return rc;
+            }
+        } else {
+            bad[n++] = (verdict){i, tab + 1};
+        }
         p = nl + 1;
     }
     if (n) qsort(bad, n, sizeof *bad, cmp_verdict);
@@ -398,18 +480,26 @@ int tks__input_settle(tks_input *in, const char *verdicts, size_t len) {
     for (; i < in->n_files && !rc; i++) {
         const char *w = NULL;
         if (next < n && bad[next].i == i) w = bad[next++].why;
+        int whole = w && *w == '!'; /* a message of its own (a Parquet file's) */
+        if (whole) w++;
         if (w && in->opts.bad_input != TKS_POLICY_SKIP) {
             int wl = (int)(strchr(w, '\n') - w);
-            rc = tks_fail(TKS_ERR_INPUT, in->files[i], TKS_NONE, 0,
-                          "%s is %.*s: rename it to what it is, remove it from the inputs, or "
-                          "pass --on-bad-input skip to leave such files out",
-                          in->files[i], wl, w);
+            if (whole)
+                rc = tks_fail(TKS_ERR_INPUT, in->files[i], TKS_NONE, TKS_NONE, "%.*s%s", wl, w,
+                              strstr(w, "--on-bad-input") && strstr(w, "--on-bad-input") < w + wl
+                                  ? "" : " (or pass --on-bad-input skip to leave such files out)");
+            else
+                rc = tks_fail(TKS_ERR_INPUT, in->files[i], TKS_NONE, 0,
+                              "%s is %.*s: rename it to what it is, remove it from the inputs, or "
+                              "pass --on-bad-input skip to leave such files out",
+                              in->files[i], wl, w);
             break;
         }
         if (w) {
             if ((rc = add_skipped(in, in->files[i], w, (int)(strchr(w, '\n') - w)))) break;
             in->total_bytes -= in->sizes[i];
             free(in->files[i]);
+            free(in->meta[i].pq);
             continue;
         }
         in->files[keep] = in->files[i], in->sizes[keep] = in->sizes[i], in->meta[keep] = in->meta[i];
@@ -551,6 +641,7 @@ void tks_input_free(tks_input *in) {
         for (size_t i = 0; i < in->n_files; i++) free(in->files[i]);
         free(in->files);
         free(in->sizes);
+        for (size_t i = 0; in->meta && i < in->n_files; i++) free(in->meta[i].pq);
         free(in->meta);
         for (size_t i = 0; i < in->n_skipped; i++) free(in->skipped[i]);
         free(in->skipped);

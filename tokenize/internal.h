@@ -16,6 +16,7 @@
 
 #include "dataset/dataset.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenize/parquet.h"
 #include "tokenize/tokenize.h"
 
 /* ---------------------------------------------------------------------------
@@ -123,21 +124,26 @@ void tks__encoder_report(const tks_tok *tk, const tks_build_opts *o, tks_build_s
 /* A byte range of an input file that a work unit reads (plan.c): whole 1,
  * the file read as usual from its start (archives and compressed files
  * included: start 0, end its size); whole 0, the bytes [start, end) of a
- * plain file, read as they are on disk. */
+ * plain file, read as they are on disk; whole TKS__RANGE_PARQUET, the row
+ * groups [start, end) of a Parquet file. */
 typedef struct tks__range {
     uint64_t file, start, end;
     uint32_t whole, pad;
 } tks__range;
+/* tks__range.whole of a Parquet file's row groups [start, end) */
+#define TKS__RANGE_PARQUET 2u
 
 /* ---------------------------------------------------------------------------
  * plan.c: the work units, from the listing alone, and the cuts in plain files
  * ------------------------------------------------------------------------- */
 /* A piece of the inputs: file `file`'s bytes [start, end), nominal when
  * `cut` (a plain file cut into pieces: tks__unit_ranges moves both bounds
- * to document boundaries), else the whole file (start 0, end its size). */
+ * to document boundaries), else the whole file (start 0, end its size); a
+ * Parquet file's row groups [start, end) when cut is TKS__RANGE_PARQUET. */
 typedef struct tks__piece {
     uint64_t file, start, end;
     uint32_t cut, pad;
+    uint64_t bytes; /* its size for the units: end - start, or a Parquet piece's column bytes */
 } tks__piece;
 
 /* The plan: pieces in input order, units over runs of them (unit k's
@@ -171,6 +177,13 @@ int tks__find_cut(int fd, const char *path, uint64_t size, uint64_t x, int blank
 /* The XXH3-128 of the bytes [start, end) of the file path (a kept unit's
  * range checked on --resume). Errors: TKS_ERR_IO, TKS_ERR_INPUT (shorter). */
 int tks__range_xxh3(const char *path, uint64_t start, uint64_t end, uint8_t out[16]);
+/* The XXH3-128 a unit records for range r of the listing ls: the whole file's,
+ * the bytes [start, end) of a plain range, or the bytes from the first to
+ * the end of the last column chunk of a Parquet range's row groups. */
+int tks__range_hash(const tks_input *ls, const tks__range *r, uint8_t out[16]);
+/* The file bytes [*a, *b) that Parquet file i's row groups [g0, g1) span
+ * (*a == *b when there are none). */
+void tks__pq_span(const tks_input *ls, uint64_t i, uint64_t g0, uint64_t g1, uint64_t *a, uint64_t *b);
 
 /* ---------------------------------------------------------------------------
  * The input (input.c: listing; stream.c: libarchive and zlib; docs.c:
@@ -230,6 +243,9 @@ struct tks_input {
         ino_t ino;
         int named;          /* given by the caller, not found in a directory */
         uint32_t root;      /* which of the caller's paths it was reached from */
+        int parquet;        /* named .parquet: its row groups below, from its footer (settle) */
+        uint32_t pq_n;      /* its row groups (may be 0) */
+        tks_pq_group *pq;   /* malloc'd, owned by the listing (NULL when pq_n is 0) */
     } *meta;
     uint32_t cur_root;      /* listing: the caller's path being walked */
     char **root_real;       /* listing: each named path's realpath (NULL where none), for links_outside */
@@ -291,6 +307,12 @@ struct tks_input {
     buf para;              /* a paragraph or a whole entry */
     buf san;               /* UTF-8 sanitized copy of a document */
     json_t *json;          /* the record the last JSONL document points into */
+
+    /* current Parquet file (tks__pq_next_doc): row groups [pq_g, pq_end) to read */
+    tks_pq *pqr;
+    size_t pq_g, pq_end;
+    int pq_in_group;
+    uint64_t pq_row;       /* rows of the file before the next one (1-based row numbers) */
 };
 
 /* buf.c: grows b to hold `need` bytes (geometrically); appends n bytes.
@@ -348,6 +370,21 @@ static inline int tks__blank_byte(unsigned char c) {
  * decompressed bytes available in [in->cur, in->end) (1, 0 at its end).
  * Errors: TKS_ERR_INPUT, TKS_ERR_IO, TKS_ERR_NOMEM (named in the context). */
 int tks__open_file(tks_input *in);
+/* pq_input.c: opens Parquet file in->next_file (and moves past it) to read
+ * its row groups [g0, g1) (g1 past the last: to its end), checking that its
+ * footer is still the listed one; the next document of it (1, or 0 once its
+ * row groups are read and the file closed with its hash taken, or an error);
+ * closes it. Errors: as tks_pq_open, TKS_ERR_INPUT (the file changed). */
+int tks__pq_open_file(tks_input *in, uint64_t g0, uint64_t g1);
+int tks__pq_next_doc(tks_input *in, tks_doc *doc);
+void tks__pq_close_file(tks_input *in);
+/* docs.c: a document too long for max_doc (line_no: its line or row): the
+ * error under long_doc FAIL, else counted (0). */
+int tks__too_long(tks_input *in, uint64_t line_no);
+/* docs.c: applies the NUL and UTF-8 policies to the document p[0..len) and
+ * fills *doc: 1 yielded, 0 skipped, or an error. `off`: where the text starts
+ * in the decompressed entry (TKS_NONE when it is not a slice of it). */
+int tks__emit(tks_input *in, const char *p, size_t len, uint64_t line_no, uint64_t off, tks_doc *doc);
 int tks__next_entry(tks_input *in);
 int tks__entry_fill(tks_input *in);
 /* stream.c: closes the current file (its hash taken when read to the end);

@@ -7,8 +7,10 @@
  * line or blank-line, or JSON Lines): that one is cut into the pieces
  * [kU, (k+1)U) of its bytes, k = 0, 1, ... Units: the pieces in input order,
  * a unit taking the next piece unless it holds some already and the piece
- * would bring it over U. All of this is metadata (paths, sizes, names), the
- * same on every process: O(files), nothing read.
+ * would bring it over U. A Parquet file's pieces are runs of its row groups
+ * of about U column bytes (parquet_pieces). All of this is metadata (paths,
+ * sizes, names, the Parquet footers' row groups read with the listing), the
+ * same on every process: O(files + row groups), nothing else read.
  *
  * Cuts: a piece's nominal bounds are moved, by whoever reads the piece, to
  * the first document boundary at or after them (tks__find_cut): a function
@@ -44,7 +46,8 @@ static int cut_kind(const tks_input *ls, size_t i, uint64_t unit_bytes) {
  * four times for a compressed file or an archive (text compresses 3-5x). */
 static uint64_t piece_weight(const tks_input *ls, const tks__piece *pc) {
     const char *name = ls->files[pc->file];
-    uint64_t b = pc->end - pc->start;
+    uint64_t b = pc->bytes;
+    if (pc->cut == TKS__RANGE_PARQUET) return b; /* the column's uncompressed bytes: text */
     return tks__is_archive_name(name) || tks__is_compressed_name(name) ? 4 * b : b;
 }
 
@@ -57,6 +60,47 @@ static int push_piece(tks__plan *p, size_t *cap, tks__piece pc) {
     }
     p->pieces[p->n_pieces++] = pc;
     return 0;
+}
+
+/* A Parquet file's pieces: runs of its row groups, a piece taking the next
+ * row group unless it holds some already and the group's column bytes
+ * (uncompressed, from the footer) would bring it over unit_bytes. A file
+ * without row groups is one empty piece (it still counts as an input). */
+static int parquet_pieces(const tks_input *ls, size_t i, uint64_t unit_bytes, tks__plan *p, size_t *cap) {
+    const struct file_meta *m = &ls->meta[i];
+    if (m->pq_n == 0) return push_piece(p, cap, (tks__piece){i, 0, 0, TKS__RANGE_PARQUET, 0, 0});
+    uint64_t a = 0, bytes = 0;
+    for (uint64_t g = 0; g < m->pq_n; g++) {
+        uint64_t b = m->pq[g].bytes;
+        if (g > a && b > unit_bytes - (bytes < unit_bytes ? bytes : unit_bytes)) {
+            int rc = push_piece(p, cap, (tks__piece){i, a, g, TKS__RANGE_PARQUET, 0, bytes});
+            if (rc) return rc;
+            a = g;
+            bytes = 0;
+        }
+        bytes += b;
+    }
+    return push_piece(p, cap, (tks__piece){i, a, m->pq_n, TKS__RANGE_PARQUET, 0, bytes});
+}
+
+void tks__pq_span(const tks_input *ls, uint64_t i, uint64_t g0, uint64_t g1, uint64_t *a, uint64_t *b) {
+    const struct file_meta *m = &ls->meta[i];
+    *a = *b = 0;
+    for (uint64_t g = g0; g < g1 && g < m->pq_n; g++) {
+        if (g == g0 || m->pq[g].start < *a) *a = m->pq[g].start;
+        if (m->pq[g].end > *b) *b = m->pq[g].end;
+    }
+    if (*b < *a) *b = *a;
+}
+
+int tks__range_hash(const tks_input *ls, const tks__range *r, uint8_t out[16]) {
+    const char *path = ls->files[r->file];
+    if (r->whole == TKS__RANGE_PARQUET) {
+        uint64_t a, b;
+        tks__pq_span(ls, r->file, r->start, r->end, &a, &b);
+        return tks__range_xxh3(path, a, b, out);
+    }
+    return r->whole ? tks_file_xxh3_128(path, out, NULL) : tks__range_xxh3(path, r->start, r->end, out);
 }
 
 /* Hand-out order: heavier units first, then by index. */
@@ -73,18 +117,24 @@ int tks__plan_make(const tks_input *ls, uint64_t unit_bytes, tks__plan *p) {
     int rc = 0;
     for (size_t i = 0; i < ls->n_files && !rc; i++) {
         uint64_t size = ls->sizes[i];
-        if (!cut_kind(ls, i, unit_bytes)) {
-            rc = push_piece(p, &cap, (tks__piece){i, 0, size, 0, 0});
+        if (ls->meta[i].parquet) {
+            rc = parquet_pieces(ls, i, unit_bytes, p, &cap);
             continue;
         }
-        for (uint64_t a = 0; a < size && !rc; a += unit_bytes)
-            rc = push_piece(p, &cap, (tks__piece){i, a, size - a > unit_bytes ? a + unit_bytes : size, 1, 0});
+        if (!cut_kind(ls, i, unit_bytes)) {
+            rc = push_piece(p, &cap, (tks__piece){i, 0, size, 0, 0, size});
+            continue;
+        }
+        for (uint64_t a = 0; a < size && !rc; a += unit_bytes) {
+            uint64_t b = size - a > unit_bytes ? a + unit_bytes : size;
+            rc = push_piece(p, &cap, (tks__piece){i, a, b, 1, 0, b - a});
+        }
     }
     if (!rc && !(p->units = calloc(p->n_pieces ? p->n_pieces : 1, sizeof *p->units)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (plan)");
     tks_build_unit *u = NULL;
     for (size_t k = 0; k < p->n_pieces && !rc; k++) {
-        uint64_t b = p->pieces[k].end - p->pieces[k].start;
+        uint64_t b = p->pieces[k].bytes;
         if (!u || (u->bytes > 0 && b > unit_bytes - (u->bytes < unit_bytes ? u->bytes : unit_bytes))) {
             u = &p->units[p->n_units];
             u->index = p->n_units++;
@@ -244,6 +294,10 @@ int tks__unit_ranges(const tks_input *ls, const tks__plan *p, uint64_t unit, uin
     int rc = 0;
     for (uint64_t k = 0; k < u->n_pieces && !rc; k++) {
         const tks__piece *pc = &p->pieces[u->first_piece + k];
+        if (pc->cut == TKS__RANGE_PARQUET) {
+            r[(*n)++] = (tks__range){pc->file, pc->start, pc->end, TKS__RANGE_PARQUET, 0};
+            continue;
+        }
         int kind = pc->cut ? cut_kind(ls, pc->file, unit_bytes) : 0;
         if (!kind) r[(*n)++] = (tks__range){pc->file, 0, ls->sizes[pc->file], 1, 0};
         else rc = cut_range(ls, pc, kind, r, n);

@@ -471,6 +471,7 @@ static void finish_hash(tks_input *in) {
 }
 
 void tks__close_file(tks_input *in) {
+    tks__pq_close_file(in);
     close_nested(in);
     if (in->a) finish_hash(in);
     update_bytes_in(in);
@@ -739,6 +740,12 @@ int tks__entry_fill(tks_input *in) {
         if (!empty && size == 0) continue;
         if (!empty && !in->probed) {
             in->probed = 1;
+            if (off <= 0 && in->entry_off == 0 && size >= 4 && !memcmp(b, "PAR1", 4))
+                return tks_fail(TKS_ERR_INPUT, in->source.p, TKS_NONE, 0,
+                                "%s starts with PAR1, the magic of a Parquet file, which is read as "
+                                "Parquet only from a file named *.parquet on disk (not inside an "
+                                "archive or a compressed stream): rename or extract it, or remove it "
+                                "from the inputs", in->source.p);
             if (off <= 0 && in->entry_off == 0 && wants_nested(in, b, size)) {
                 if ((r = open_nested(in, b, size)) < 0) return r;
                 if (r == 1) continue; /* read from the new top */

@@ -61,6 +61,10 @@ typedef struct tks_input_opts {
      * link out, counted in links_skipped. A path named by the caller is
      * followed either way. */
     int no_follow_links;
+    /* The column of a Parquet input (a file named *.parquet, read with
+     * Apache Arrow's reader where the build has it: tokenize/parquet.h) that
+     * holds the documents, one per row; NULL = "text". */
+    const char *parquet_column;
 } tks_input_opts;
 
 /* Sets the defaults documented above. */
@@ -122,7 +126,10 @@ typedef struct tks_input tks_input;
  * files are followed, hidden entries are read. Nothing is decompressed yet,
  * but each regular file whose name promises compression or a compressed
  * archive has its first bytes compared with that format's magic (gzip, xz,
- * zstd, bzip2, lz4, lzip, compress, zip). A path given explicitly may be a
+ * zstd, bzip2, lz4, lzip, compress, zip); each file named *.parquet has its
+ * footer and its document column (parquet_column) checked, and its row
+ * groups recorded (a file that is not Parquet, or lacks a text column of that
+ * name, is a bad input). A path given explicitly may be a
  * pipe (read once, as it comes); inside a directory only regular files and
  * symlinks to them are read. While reading, a regular file whose size or
  * modification time changes from what was listed here, or that ends before

@@ -411,7 +411,7 @@ static int verify_ranges(const tks_build_job *j, uint64_t k, const json_t *rec) 
                    (uint64_t)json_integer_value(json_object_get(g, "start")) == r[i].start &&
                    (uint64_t)json_integer_value(json_object_get(g, "end")) == r[i].end && was;
         if (same) {
-            rc = r[i].whole ? tks_file_xxh3_128(path, h, NULL) : tks__range_xxh3(path, r[i].start, r[i].end, h);
+            rc = tks__range_hash(j->ls, &r[i], h);
             if (!rc) tks_hex(h, 16, hx);
             same = !rc && !strcmp(hx, was);
         }
@@ -651,10 +651,12 @@ static json_t *new_record(const tks_build_job *j, uint64_t k, const tks_input *i
     for (size_t i = 0; i < nr; i++) {
         char hx[33];
         tks_hex(tks__input_range_xxh3(in, i), 16, hx);
-        json_array_append_new(ranges, json_pack("{s:I, s:I, s:I, s:b, s:s}", "file", (json_int_t)r[i].file,
-                                                "start", (json_int_t)r[i].start, "end",
-                                                (json_int_t)r[i].end, "whole", (int)r[i].whole,
-                                                "xxh3_128", hx));
+        json_t *g = json_pack("{s:I, s:I, s:I, s:b, s:s}", "file", (json_int_t)r[i].file, "start",
+                              (json_int_t)r[i].start, "end", (json_int_t)r[i].end, "whole", (int)r[i].whole,
+                              "xxh3_128", hx);
+        if (g && r[i].whole == TKS__RANGE_PARQUET) /* start and end are row groups */
+            json_object_set_new(g, "parquet", json_true());
+        json_array_append_new(ranges, g);
     }
     for (size_t i = 0; i < ns; i++) json_array_append_new(shards, tks_shard_record(&si[i]));
     tks_input_stats st = *tks_input_get_stats(in);
@@ -963,7 +965,10 @@ static int pack_result(const json_t *rec, const tks_shard_info *si, size_t n, vo
         rr[i].r = (tks__range){(uint64_t)json_integer_value(json_object_get(g, "file")),
                                (uint64_t)json_integer_value(json_object_get(g, "start")),
                                (uint64_t)json_integer_value(json_object_get(g, "end")),
-                               (uint32_t)json_is_true(json_object_get(g, "whole")), 0};
+                               json_is_true(json_object_get(g, "parquet"))
+                                   ? TKS__RANGE_PARQUET
+                                   : (uint32_t)json_is_true(json_object_get(g, "whole")),
+                               0};
         const char *hx = json_string_value(json_object_get(g, "xxh3_128"));
         if (!hx || tks_unhex(hx, rr[i].xxh3, 16) != 0)
             return tks_fail(TKS_ERR_RESUME, NULL, TKS_NONE, TKS_NONE, "unit %llu's record has a bad range hash",
@@ -1022,7 +1027,9 @@ int tks_build_job_place(tks_build_job *j, uint64_t k, uint64_t base, void **resu
 
 /* Each input's XXH3-128 into the provenance: "xxh3_128" for a file read
  * whole by one unit, "pieces" [{start, end, xxh3_128}] for one cut into
- * ranges (no process reads it whole). res: the results by unit. */
+ * ranges (no process reads it whole), "row_group_hashes" [{first, end,
+ * xxh3_128}] for a Parquet file: per run of row groups a unit read, the hash
+ * of the file bytes their column chunks span. res: the results by unit. */
 static int add_input_hashes(json_t *desc, const result_hdr *const *res, size_t n_units) {
     json_t *inputs = json_object_get(desc, "inputs");
     for (size_t k = 0; k < n_units; k++) {
@@ -1034,6 +1041,13 @@ static int add_input_hashes(json_t *desc, const result_hdr *const *res, size_t n
             if (!f)
                 return tks_fail(TKS_ERR_RESUME, NULL, TKS_NONE, TKS_NONE,
                                 "unit %zu's record names an input the listing lacks", k);
+            if (rr[i].r.whole == TKS__RANGE_PARQUET) { /* row groups [start, end) */
+                json_t *groups = json_object_get(f, "row_group_hashes");
+                if (!groups) json_object_set_new(f, "row_group_hashes", groups = json_array());
+                json_array_append_new(groups, json_pack("{s:I, s:I, s:s}", "first", (json_int_t)rr[i].r.start,
+                                                        "end", (json_int_t)rr[i].r.end, "xxh3_128", hx));
+                continue;
+            }
             if (rr[i].r.whole) {
                 json_object_set_new(f, "xxh3_128", json_string(hx));
                 continue;

@@ -60,9 +60,8 @@ int set_choice(const cli_flag *f, const char *name, const char *v) {
 const char *const SPLIT_NAMES[] = {"file", "line", "blank-line", NULL}; /* tks_doc_split */
 const char *const FORMAT_NAMES[] = {"auto", "text", "jsonl", NULL};    /* tks_input_format */
 
-int set_jsonl_key(const cli_flag *f, const char *name, const char *v) {
-    (void)name;
-    if (!v || !*v) return cli_usage_error("--jsonl-key needs a key name");
+int set_name(const cli_flag *f, const char *name, const char *v) {
+    if (!v || !*v) return cli_usage_error("%s needs a name", name);
     *(const char **)f->ptr = v;
     return 0;
 }
@@ -90,6 +89,8 @@ const char *const INPUT_HELP =
     "  --doc-split file|line|blank-line  one document per file, per line, or per paragraph [file]\n"
     "  --format auto|text|jsonl     auto: *.jsonl (also compressed) is JSONL, the rest text [auto]\n"
     "  --jsonl-key KEY              JSONL field holding the text [text]\n"
+    "  --parquet-column NAME        *.parquet inputs: the column holding the text, one\n"
+    "                               document per row (string or binary) [text]\n"
     "  --invalid-utf8 replace|skip|fail  U+FFFD for each bad sequence, skip the doc, or stop [replace]\n"
     "  --max-doc-bytes N            longest document, e.g. 64M [64M]\n"
     "  --on-long-doc skip|fail      what to do with longer documents [skip]\n"

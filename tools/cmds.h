@@ -33,7 +33,7 @@ int set_int(const cli_flag *f, const char *name, const char *v);
 int parse_policy(const char *flag, const char *v, tks_policy *p, int allow_replace);
 int set_policy(const cli_flag *f, const char *name, const char *v);
 int set_choice(const cli_flag *f, const char *name, const char *v);
-int set_jsonl_key(const cli_flag *f, const char *name, const char *v);
+int set_name(const cli_flag *f, const char *name, const char *v);
 int set_max_doc_bytes(const cli_flag *f, const char *name, const char *v);
 extern const char *const SPLIT_NAMES[];  /* tks_doc_split */
 extern const char *const FORMAT_NAMES[]; /* tks_input_format */
@@ -46,7 +46,8 @@ extern const char *const FORMAT_NAMES[]; /* tks_input_format */
          .meta = "file, line or blank-line", .ctx = (void *)SPLIT_NAMES},                   \
         {.name = "--format", .ptr = &(io)->format, .set = set_choice,                       \
          .meta = "auto, text or jsonl", .ctx = (void *)FORMAT_NAMES},                       \
-        {.name = "--jsonl-key", .ptr = &(io)->jsonl_key, .set = set_jsonl_key},             \
+        {.name = "--jsonl-key", .ptr = &(io)->jsonl_key, .set = set_name},             \
+        {.name = "--parquet-column", .ptr = &(io)->parquet_column, .set = set_name},   \
         {.name = "--invalid-utf8", .ptr = &(io)->invalid_utf8, .set = set_policy,           \
          .meta = "replace, skip or fail"},                                                  \
         {.name = "--max-doc-bytes", .ptr = &(io)->max_doc_bytes, .set = set_max_doc_bytes}, \
