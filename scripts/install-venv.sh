@@ -7,7 +7,8 @@
 #   dependencies: tokenizers, huggingface_hub, safetensors, ...), tiktoken
 #   0.14.0 (the reference of tiktoken files), bpe-openai 0.1.4 (for the real
 #   cl100k_base and o200k_base ranks files its wheel carries), and tokshard's
-#   own Python package from python/.
+#   own Python package from python/; and .venv-arrow with the pyarrow wheel
+#   (the Parquet input's Arrow C++, below).
 # Idempotent: packages already at the pinned versions are left alone.
 # Usage: scripts/install-venv.sh   (needs python3-venv and network access to PyPI)
 set -euo pipefail
@@ -28,4 +29,16 @@ if [[ -f python/pyproject.toml ]]; then
 fi
 "$py" -c "import torch, numpy, transformers, tiktoken, bpe_openai, megatron.core.datasets.indexed_dataset" ||
   { echo "install-venv: $venv cannot import its peers" >&2; exit 1; }
-echo "install-venv: $venv ready (torch $("$py" -c 'import torch; print(torch.__version__)'), transformers 4.45.2, tiktoken 0.14.0, megatron-core 0.8.0)"
+# .venv-arrow: the pyarrow wheel, whose Arrow C++ libraries and headers
+# (libarrow, libparquet) the Parquet input is built against
+# (cmake/parquet.cmake) and whose Python side writes the tests' Parquet
+# files. A venv of its own, without Debian's packages: pyarrow 26 needs NumPy
+# 2, and Debian's PyTorch needs its NumPy 1.24.
+arrow=.venv-arrow
+PYARROW_VERSION=26.0.1
+[[ -x $arrow/bin/python ]] || /usr/bin/python3 -m venv "$arrow"
+"$arrow/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('pyarrow') != '$PYARROW_VERSION')" 2>/dev/null ||
+  "$arrow/bin/python" -m pip install -q --disable-pip-version-check "pyarrow==$PYARROW_VERSION"
+"$arrow/bin/python" -c "import pyarrow.parquet" ||
+  { echo "install-venv: $arrow cannot import pyarrow.parquet" >&2; exit 1; }
+echo "install-venv: $venv ready (torch $("$py" -c 'import torch; print(torch.__version__)'), transformers 4.45.2, tiktoken 0.14.0, megatron-core 0.8.0); $arrow ready (pyarrow $PYARROW_VERSION)"

@@ -378,7 +378,10 @@ static int check_parquet(const tks_input *in, size_t i, buf *out) {
     if (rc) {
         const tks_error *e = tks_last_error();
         char msg[1024];
-        snprintf(msg, sizeof msg, "%s", e && e->message[0] ? e->message : "not a readable Parquet file");
+        const char *m = e && e->message[0] ? e->message : "not a readable Parquet file";
+        size_t pl = strlen(path);
+        if (!strncmp(m, path, pl) && m[pl] == ':' && m[pl + 1] == ' ') m += pl + 2; /* named by the list */
+        snprintf(msg, sizeof msg, "%s", m);
         return pq_refuse(i, msg, out);
     }
     char line[128];
@@ -485,7 +488,7 @@ int tks__input_settle(tks_input *in, const char *verdicts, size_t len) {
         if (w && in->opts.bad_input != TKS_POLICY_SKIP) {
             int wl = (int)(strchr(w, '\n') - w);
             if (whole)
-                rc = tks_fail(TKS_ERR_INPUT, in->files[i], TKS_NONE, TKS_NONE, "%.*s%s", wl, w,
+                rc = tks_fail(TKS_ERR_INPUT, in->files[i], TKS_NONE, TKS_NONE, "%s: %.*s%s", in->files[i], wl, w,
                               strstr(w, "--on-bad-input") && strstr(w, "--on-bad-input") < w + wl
                                   ? "" : " (or pass --on-bad-input skip to leave such files out)");
             else

@@ -13,6 +13,10 @@
 #include <parquet/schema.h>
 #include <arrow/util/config.h>
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -45,7 +49,7 @@ static int fail_input(const tks_pq *p, const char *what, const char *why) {
     if (p->group < p->groups.size() && p->cr)
         return tks_fail(TKS_ERR_INPUT, p->path.c_str(), TKS_NONE, TKS_NONE,
                         "%s: Parquet row group %zu, column '%s': %s: %s; the file is damaged: "
-                        "write it again, or use --on-bad-input skip to leave it out",
+                        "write it again, or remove it from the inputs, then build again",
                         p->path.c_str(), p->group, p->column.c_str(), what, why);
     return tks_fail(TKS_ERR_INPUT, p->path.c_str(), TKS_NONE, TKS_NONE,
                     "%s: %s: %s; the file is not a readable Parquet file: write it again, or use "
@@ -83,13 +87,13 @@ static int find_column(tks_pq *p) {
     const char *why = nullptr;
     std::string type;
     if (fi < 0) {
-        why = "has no column";
+        why = "is missing";
     } else {
         const parquet::schema::Node *f = root->field(fi).get();
         if (f->is_group()) {
-            why = "has a nested column (struct, list or map)";
+            why = "is nested (a struct, list or map)";
         } else if (f->is_repeated()) {
-            why = "has a repeated column";
+            why = "is repeated";
         } else {
             const auto *pn = static_cast<const parquet::schema::PrimitiveNode *>(f);
             const auto &lt = f->logical_type();
@@ -97,17 +101,17 @@ static int find_column(tks_pq *p) {
             if (pn->physical_type() != parquet::Type::BYTE_ARRAY || !text_ok) {
                 type = parquet::TypeToString(pn->physical_type());
                 if (lt && !lt->is_none()) type += " " + lt->ToString();
-                why = "has a column of another type";
+                why = "is of another type";
             }
         }
     }
     if (why)
         return tks_fail(TKS_ERR_INPUT, p->path.c_str(), TKS_NONE, TKS_NONE,
-                        "%s %s '%s'%s%s%s: a document column must be a string, large_string, binary or "
-                        "large_binary column at the top level; the file's columns: %s; name the text "
-                        "column with --parquet-column NAME",
-                        p->path.c_str(), why, p->column.c_str(), type.empty() ? "" : " (",
-                        type.c_str(), type.empty() ? "" : ")", columns_of(s).c_str());
+                        "%s: column '%s' %s%s%s: the documents' column must be a string, large_string, "
+                        "binary or large_binary column at the top level; the file's columns: %s; name "
+                        "the text column with --parquet-column NAME",
+                        p->path.c_str(), p->column.c_str(), why, type.empty() ? "" : ": ", type.c_str(),
+                        columns_of(s).c_str());
     const parquet::schema::Node *leaf = root->field(fi).get();
     p->col = s->ColumnIndex(*leaf);
     p->max_def = s->Column(p->col)->max_definition_level();
@@ -118,6 +122,10 @@ static int read_footer(tks_pq *p) {
     std::shared_ptr<parquet::FileMetaData> md = p->reader->metadata();
     int rc = find_column(p);
     if (rc) return rc;
+    struct stat st;
+    if (stat(p->path.c_str(), &st) != 0)
+        return tks_fail(TKS_ERR_IO, p->path.c_str(), TKS_NONE, TKS_NONE, "cannot stat %s: %s", p->path.c_str(),
+                        strerror(errno));
     for (int g = 0; g < md->num_row_groups(); g++) {
         std::unique_ptr<parquet::RowGroupMetaData> rg = md->RowGroup(g);
         std::unique_ptr<parquet::ColumnChunkMetaData> cc = rg->ColumnChunk(p->col);
@@ -128,6 +136,12 @@ static int read_footer(tks_pq *p) {
         int64_t len = cc->total_compressed_size();
         if (rg->num_rows() < 0 || start < 0 || len < 0 || cc->total_uncompressed_size() < 0)
             return fail_input(p, "the footer", "negative row count, offset or size");
+        if (start > (int64_t)st.st_size || len > (int64_t)st.st_size - start) {
+            char why[160];
+            snprintf(why, sizeof why, "row group %d's column chunk, bytes %lld to %lld, lies past the end of "
+                     "the file (%lld bytes)", g, (long long)start, (long long)(start + len), (long long)st.st_size);
+            return fail_input(p, "the footer", why);
+        }
         tks_pq_group gr = {(uint64_t)rg->num_rows(), (uint64_t)cc->total_uncompressed_size(),
                            (uint64_t)start, (uint64_t)start + (uint64_t)len};
         p->groups.push_back(gr);
@@ -182,8 +196,8 @@ extern "C" int tks_pq_start(tks_pq *p, size_t g) {
         p->cr.reset();
         p->group = g;
         return tks_fail(TKS_ERR_INPUT, p->path.c_str(), TKS_NONE, TKS_NONE,
-                        "%s: Parquet row group %zu: %s; the file is damaged: write it again, or use "
-                        "--on-bad-input skip to leave it out",
+                        "%s: Parquet row group %zu: %s; the file is damaged: write it again, or "
+                        "remove it from the inputs, then build again",
                         p->path.c_str(), g, e.what());
     }
     return 0;

@@ -17,7 +17,9 @@
  * Parquet, is damaged (bad footer, a page past the file or larger than it
  * declares, a CRC mismatch, fewer rows than the footer says) or lacks a
  * readable column of that name (the message lists the file's columns and
- * their types), naming the file and the row group; TKS_ERR_IO for a file
+ * their types), naming the file and the row group. tks_pq_open reads only
+ * the footer: damage inside a page is found when the page is read
+ * (tks_pq_next). TKS_ERR_IO for a file
  * that cannot be opened; TKS_ERR_NOMEM. Not thread-safe per handle; handles
  * are independent. */
 #ifndef TKS_TOKENIZE_PARQUET_H

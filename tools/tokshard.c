@@ -16,6 +16,7 @@
 
 #include "dataset/dataset.h"
 #include "interop/interop.h"
+#include "tokenize/parquet.h"
 #include "tokenize/tokenize.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cli.h"
@@ -111,6 +112,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "--version")) {
         puts("tokshard " TKS_VERSION_STRING);
+        if (tks_pq_available()) printf("parquet input: Apache Arrow %s\n", tks_pq_version());
+        else puts("parquet input: not built (scripts/install-venv.sh installs pyarrow, then build again)");
         return 0;
     }
     return cli_usage_error("unknown command '%s'", cmd);

@@ -115,10 +115,6 @@ static int lean_audit_args(int argc, char **argv, tks_audit_opts *ao, const char
 }
 
 int main(int argc, char **argv) {
-    if (argc == 2 && !strcmp(argv[1], "--version")) {
-        puts("tokshard " TKS_VERSION_STRING);
-        return 0;
-    }
     tks_audit_opts ao = {0};
     const char *path = NULL;
     int as_json = 0;
