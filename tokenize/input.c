@@ -418,6 +418,14 @@ int tks__input_check_promises(const tks_input *in, size_t part, size_t parts, bu
     return 0;
 }
 
+/* 1 when the n bytes at s (not NUL-terminated) hold the string t. */
+static int holds(const char *s, size_t n, const char *t) {
+    size_t k = strlen(t);
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(s + i, t, k)) return 1;
+    return 0;
+}
+
 /* Parquet file i's row groups from its verdict line [p, nl): the groups'
  * "rows bytes start end" quadruples. */
 static int parse_row_groups(tks_input *in, size_t i, const char *p, const char *nl) {
@@ -489,7 +497,7 @@ int tks__input_settle(tks_input *in, const char *verdicts, size_t len) {
             int wl = (int)(strchr(w, '\n') - w);
             if (whole)
                 rc = tks_fail(TKS_ERR_INPUT, in->files[i], TKS_NONE, TKS_NONE, "%s: %.*s%s", in->files[i], wl, w,
-                              strstr(w, "--on-bad-input") && strstr(w, "--on-bad-input") < w + wl
+                              holds(w, (size_t)wl, "--on-bad-input")
                                   ? "" : " (or pass --on-bad-input skip to leave such files out)");
             else
                 rc = tks_fail(TKS_ERR_INPUT, in->files[i], TKS_NONE, 0,
