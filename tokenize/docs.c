@@ -1,7 +1,8 @@
 /*
- * docs.c - documents out of the entries' bytes: UTF-8 validation and
- * repair, lines, blank-line paragraphs, whole entries and JSONL records,
- * and positions in the inputs (tks_input_tell, tks_input_seek).
+ * docs.c - documents out of the entries' bytes: lines, blank-line
+ * paragraphs, whole entries and JSONL records (a Parquet file's rows:
+ * pq_input.c), and positions in the inputs (tks_input_tell, tks_input_seek).
+ * The policies every document goes through are policy.c's.
  *
  * Lines are found with memchr in the blocks stream.c hands out; a line that
  * lies inside one block is handed out in place, one that spans blocks is
@@ -17,64 +18,6 @@
 
 #include "tokenize/internal.h"
 #include "common/tks_bits.h"
-
-/* ------------------------------------------------------------------------- */
-/* UTF-8: tks_utf8_seq (common/tks_bits.h) gives each sequence's length or
- * the maximal subpart one U+FFFD replaces.                                   */
-
-#define HIGH_BITS 0x8080808080808080ull
-
-/* Length of the pure-ASCII run at s (8 bytes per step). */
-static size_t ascii_run(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (n - i >= 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        if (w & HIGH_BITS) break;
-        i += 8;
-    }
-    while (i < n && s[i] < 0x80) i++;
-    return i;
-}
-
-/* Offset of the first ill-formed byte in [s, s+n), or n when all is valid. */
-static size_t utf8_first_invalid(const char *str, size_t n) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < n) {
-        i += ascii_run(s + i, n - i);
-        if (i == n) break;
-        int k = tks_utf8_seq(s + i, n - i);
-        if (k < 0) return i;
-        i += (size_t)k;
-    }
-    return n;
-}
-
-size_t tks_utf8_sanitize(const char *str, size_t n, char *out, size_t *out_len) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0, o = 0, bad = 0;
-    while (i < n) {
-        size_t run = ascii_run(s + i, n - i);
-        if (out && run) memcpy(out + o, s + i, run);
-        i += run;
-        o += run;
-        if (i == n) break;
-        int k = tks_utf8_seq(s + i, n - i);
-        if (k > 0) {
-            if (out) memcpy(out + o, s + i, (size_t)k);
-            i += (size_t)k;
-            o += (size_t)k;
-        } else {
-            if (out) memcpy(out + o, "\xEF\xBF\xBD", 3);
-            i += (size_t)-k;
-            o += 3;
-            bad++;
-        }
-    }
-    if (out_len) *out_len = o;
-    return bad;
-}
 
 static int is_blank(const char *p, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -172,20 +115,6 @@ static int read_line(tks_input *in, size_t cap, int stop_early, line *ln) {
 /* ------------------------------------------------------------------------- */
 /* documents                                                                  */
 
-int tks__too_long(tks_input *in, uint64_t line_no) {
-    if (in->opts.long_doc == TKS_POLICY_FAIL) {
-        int rc = tks_fail(TKS_ERR_DOC_TOO_LONG, in->source.p, TKS_NONE, TKS_NONE,
-                          "%s:%llu: document longer than the limit of %llu bytes; raise "
-                          "--max-doc-bytes or use --on-long-doc skip",
-                          in->source.p, (unsigned long long)line_no,
-                          (unsigned long long)in->max_doc);
-        tks_error_set_doc(in->st.docs, line_no);
-        return rc;
-    }
-    in->st.long_skipped++;
-    return 0;
-}
-
 static int bad_record(tks_input *in, uint64_t line_no, const char *why) {
     if (in->opts.bad_record == TKS_POLICY_FAIL) {
         int rc = tks_fail(TKS_ERR_JSONL, in->source.p, TKS_NONE, TKS_NONE,
@@ -196,51 +125,6 @@ static int bad_record(tks_input *in, uint64_t line_no, const char *why) {
     }
     in->st.bad_records_skipped++;
     return 0;
-}
-
-/* Applies the NUL and UTF-8 policies and fills *doc: 1 yielded, 0 skipped, or
- * an error. `off`: where the text starts in the decompressed entry (TKS_NONE
- * when it is not a slice of it, as for JSONL). */
-int tks__emit(tks_input *in, const char *p, size_t len, uint64_t line_no, uint64_t off,
-                tks_doc *doc) {
-    if (memchr(p, 0, len)) {
-        in->st.binary_skipped++;
-        return 0;
-    }
-    size_t bad = utf8_first_invalid(p, len);
-    if (bad < len) {
-        in->st.utf8_invalid_docs++;
-        if (in->opts.invalid_utf8 == TKS_POLICY_FAIL) {
-            int rc = tks_fail(TKS_ERR_UTF8, in->source.p, TKS_NONE,
-                              off == TKS_NONE ? TKS_NONE : off + bad,
-                              "%s:%llu: invalid UTF-8 at byte %zu of the document; fix the input "
-                              "or use --invalid-utf8 replace (or skip)",
-                              in->source.p, (unsigned long long)line_no, bad);
-            tks_error_set_doc(in->st.docs, line_no);
-            return rc;
-        }
-        if (in->opts.invalid_utf8 == TKS_POLICY_SKIP) {
-            in->st.utf8_skipped++;
-            return 0;
-        }
-        size_t out_len = 0;
-        tks_utf8_sanitize(p + bad, len - bad, NULL, &out_len);
-        if (out_len > SIZE_MAX - bad)
-            return tks_fail(TKS_ERR_NOMEM, in->source.p, TKS_NONE, TKS_NONE, "document too large");
-        int rc = tks__buf_reserve(&in->san, bad + out_len);
-        if (rc) return rc;
-        memcpy(in->san.p, p, bad);
-        in->st.utf8_replaced += tks_utf8_sanitize(p + bad, len - bad, in->san.p + bad, &out_len);
-        p = in->san.p;
-        len = bad + out_len;
-    }
-    doc->text = p;
-    doc->len = len;
-    doc->ordinal = in->st.docs++;
-    doc->line = line_no;
-    doc->source = in->source.p;
-    doc->json = 0;
-    return 1;
 }
 
 static int next_line_doc(tks_input *in, tks_doc *doc) {

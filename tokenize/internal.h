@@ -1,8 +1,9 @@
 /* internal.h - private to tokenize/: what its files share. The input:
- * input.c (the file list), stream.c (libarchive, zlib), docs.c (UTF-8,
- * documents). The build: build.c (tks_build), batch.c (the batches, the
- * reader thread, the encoding), units.c (the build by work units). Not an
- * API: tokenize.h is the folder's only public header. */
+ * input.c (the file list), stream.c (libarchive, zlib), docs.c (documents),
+ * pq_input.c (Parquet rows, through parquet.h), policy.c (UTF-8, lengths).
+ * The build: build.c (tks_build), batch.c (the batches, the reader thread,
+ * the encoding), units.c (the build by work units). Not an API: tokenize.h
+ * is the folder's only public header (parquet.h is the Parquet reader's). */
 #ifndef TKS_TOKENIZE_INTERNAL_H
 #define TKS_TOKENIZE_INTERNAL_H
 
@@ -373,15 +374,15 @@ int tks__open_file(tks_input *in);
 /* pq_input.c: opens Parquet file in->next_file (and moves past it) to read
  * its row groups [g0, g1) (g1 past the last: to its end), checking that its
  * footer is still the listed one; the next document of it (1, or 0 once its
- * row groups are read and the file closed with its hash taken, or an error);
- * closes it. Errors: as tks_pq_open, TKS_ERR_INPUT (the file changed). */
+ * row groups are read and the file closed with its hash taken, or an error).
+ * A file left before its end is closed by tks__close_file. Errors: as
+ * tks_pq_open, TKS_ERR_INPUT (the file changed). */
 int tks__pq_open_file(tks_input *in, uint64_t g0, uint64_t g1);
 int tks__pq_next_doc(tks_input *in, tks_doc *doc);
-void tks__pq_close_file(tks_input *in);
-/* docs.c: a document too long for max_doc (line_no: its line or row): the
+/* policy.c: a document too long for max_doc (line_no: its line or row): the
  * error under long_doc FAIL, else counted (0). */
 int tks__too_long(tks_input *in, uint64_t line_no);
-/* docs.c: applies the NUL and UTF-8 policies to the document p[0..len) and
+/* policy.c: applies the NUL and UTF-8 policies to the document p[0..len) and
  * fills *doc: 1 yielded, 0 skipped, or an error. `off`: where the text starts
  * in the decompressed entry (TKS_NONE when it is not a slice of it). */
 int tks__emit(tks_input *in, const char *p, size_t len, uint64_t line_no, uint64_t off, tks_doc *doc);

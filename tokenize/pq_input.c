@@ -5,11 +5,13 @@
  * reader every row group. The rows go through the same policies as text: a
  * null or empty row is an empty document (skipped, counted), a row over
  * max_doc_bytes follows long_doc, invalid UTF-8 and NUL bytes (a binary
- * column) follow invalid_utf8 and the binary rule (docs.c, tks__emit). A
+ * column) follow invalid_utf8 and the binary rule (policy.c, tks__emit). A
  * document's line is its 1-based row number in the file. */
 #include <string.h>
 
 #include "tokenize/internal.h"
+
+const char *tks_input_parquet_reader(void) { return tks_pq_available() ? tks_pq_version() : NULL; }
 
 int tks__pq_open_file(tks_input *in, uint64_t g0, uint64_t g1) {
     size_t i = in->next_file++;
@@ -44,7 +46,7 @@ int tks__pq_open_file(tks_input *in, uint64_t g0, uint64_t g1) {
     return 0;
 }
 
-void tks__pq_close_file(tks_input *in) {
+static void pq_close(tks_input *in) {
     if (!in->pqr) return;
     tks_pq_close(in->pqr);
     in->pqr = NULL;
@@ -70,7 +72,7 @@ static int finish(tks_input *in) {
         }
         fh->done = !rc;
     }
-    tks__pq_close_file(in);
+    pq_close(in);
     return rc;
 }
 

@@ -471,7 +471,10 @@ static void finish_hash(tks_input *in) {
 }
 
 void tks__close_file(tks_input *in) {
-    tks__pq_close_file(in);
+    if (in->pqr) { /* a Parquet file left before its end (an error, an interrupt) */
+        tks_pq_close(in->pqr);
+        in->pqr = NULL;
+    }
     close_nested(in);
     if (in->a) finish_hash(in);
     update_bytes_in(in);

@@ -140,6 +140,10 @@ typedef struct tks_input tks_input;
 int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opts,
                    tks_input **out);
 
+/* The Apache Arrow version whose Parquet reader this build uses ("26.0.1"),
+ * or NULL when it was built without Parquet support (parquet_column). */
+const char *tks_input_parquet_reader(void);
+
 /* The files left out under bad_input SKIP, in listing order: "PATH: why"
  * (owned by the input, valid until tks_input_free); NULL past the end. */
 const char *tks_input_skipped_file(const tks_input *in, size_t i);

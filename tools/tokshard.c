@@ -16,7 +16,6 @@
 
 #include "dataset/dataset.h"
 #include "interop/interop.h"
-#include "tokenize/parquet.h"
 #include "tokenize/tokenize.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/cli.h"
@@ -112,7 +111,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "--version")) {
         puts("tokshard " TKS_VERSION_STRING);
-        if (tks_pq_available()) printf("parquet input: Apache Arrow %s\n", tks_pq_version());
+        if (tks_input_parquet_reader()) printf("parquet input: Apache Arrow %s\n", tks_input_parquet_reader());
         else puts("parquet input: not built (scripts/install-venv.sh installs pyarrow, then build again)");
         return 0;
     }
