@@ -1,6 +1,6 @@
 /* sampler.c - training windows, the per-epoch keyed permutation and the
  * rank slices of each step. Specification: docs/SAMPLING.md. */
-#include "sampler/sampler.h"
+#include "sampler/internal.h"
 #include "common/tks_bits.h"
 
 #include <stdlib.h>
@@ -10,15 +10,6 @@
 
 typedef unsigned long long ull; /* for printf */
 
-struct tks_sampler {
-    const tks_dataset *ds;   /* borrowed */
-    uint64_t begin, end;     /* token range */
-    uint32_t seq_len;        /* L */
-    uint64_t seed;
-    uint64_t n_windows;      /* (end - begin - 1) / L, >= 1 */
-    size_t n_shards;
-    uint64_t *cum;           /* (n_shards + 1): cum[i] = global offset of shard i's first token */
-};
 
 
 uint64_t tks_epoch_key(uint64_t seed, uint64_t epoch) {
@@ -155,9 +146,28 @@ int tks_sampler_create(const tks_dataset *ds, uint64_t token_begin, uint64_t tok
 
 void tks_sampler_free(tks_sampler *s) {
     if (!s) return;
+    tks__pack_free(s->pack);
     free(s->cum);
     free(s);
 }
+
+int tks_sampler_create_packed(const tks_dataset *ds, uint64_t token_begin, uint64_t token_end,
+                              uint32_t seq_len, uint64_t seed, tks_packing packing, int threads,
+                              tks_sampler **out) {
+    if (packing != TKS_PACK_CONCAT && packing != TKS_PACK_BEST_FIT)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "unknown packing %d", (int)packing);
+    int rc = tks_sampler_create(ds, token_begin, token_end, seq_len, seed, out);
+    if (rc || packing == TKS_PACK_CONCAT) return rc;
+    if ((rc = tks__pack_plan(*out, threads))) {
+        tks_sampler_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+tks_packing tks_sampler_packing(const tks_sampler *s) { return s->pack ? TKS_PACK_BEST_FIT : TKS_PACK_CONCAT; }
+
+const char *tks_packing_name(tks_packing p) { return p == TKS_PACK_BEST_FIT ? "best-fit" : "concat"; }
 
 uint64_t tks_sampler_n_windows(const tks_sampler *s) { return s->n_windows; }
 uint32_t tks_sampler_seq_len(const tks_sampler *s) { return s->seq_len; }
@@ -170,15 +180,6 @@ uint64_t tks_sampler_window(const tks_sampler *s, uint64_t g) {
     return tks_perm_index(g % n, n, tks_epoch_key(s->seed, g / n));
 }
 
-/* The shard holding global token t (< cum[n_shards]): largest i with cum[i] <= t. */
-static size_t shard_of(const tks_sampler *s, uint64_t t) {
-    size_t lo = 0, hi = s->n_shards; /* cum[lo] <= t < cum[hi] */
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->cum[mid] <= t) lo = mid; else hi = mid;
-    }
-    return lo;
-}
 
 static int bad_window(const tks_sampler *s, uint64_t window) {
     return tks_fail(TKS_ERR_ARG, tks_dataset_dir(s->ds), TKS_NONE, TKS_NONE,
@@ -188,12 +189,13 @@ static int bad_window(const tks_sampler *s, uint64_t window) {
 
 int tks_sampler_locate(const tks_sampler *s, uint64_t window, tks_sample_loc *loc) {
     if (window >= s->n_windows) return bad_window(s, window);
+    if (s->pack) return tks__pack_locate(s, window, loc);
     memset(loc, 0, sizeof *loc);
     loc->window = window;
     loc->token_begin = s->begin + window * s->seq_len;
     loc->n_tokens = (uint64_t)s->seq_len + 1;
     uint64_t t = loc->token_begin, left = loc->n_tokens;
-    for (size_t i = shard_of(s, t); left > 0; i++) {
+    for (size_t i = tks__shard_of(s, t); left > 0; i++) {
         uint64_t take = s->cum[i + 1] - t < left ? s->cum[i + 1] - t : left;
         if (take == 0) continue; /* an empty shard (not produced by the writer) */
         if (loc->n_pieces < TKS_SAMPLE_MAX_PIECES)
@@ -205,14 +207,38 @@ int tks_sampler_locate(const tks_sampler *s, uint64_t window, tks_sample_loc *lo
     return 0;
 }
 
+int tks_sampler_pieces(const tks_sampler *s, uint64_t window, tks_sample_piece *out, size_t cap, size_t *n) {
+    if (window >= s->n_windows) return bad_window(s, window);
+    if (!out || !n) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "sampler pieces: NULL argument");
+    if (s->pack) return tks__pack_pieces(s, window, out, cap, n);
+    uint64_t t = s->begin + window * s->seq_len, left = (uint64_t)s->seq_len + 1;
+    *n = 0;
+    for (size_t i = tks__shard_of(s, t); left > 0; i++) {
+        uint64_t take = s->cum[i + 1] - t < left ? s->cum[i + 1] - t : left;
+        if (take == 0) continue;
+        if (*n < cap) out[*n] = (tks_sample_piece){(uint32_t)i, t - s->cum[i], take};
+        (*n)++;
+        t += take;
+        left -= take;
+    }
+    return 0;
+}
+
 int tks_sampler_read(const tks_sampler *s, uint64_t window, uint32_t model_vocab,
                      uint32_t *tokens) {
+    return tks_sampler_read_window(s, window, model_vocab, tokens, NULL);
+}
+
+int tks_sampler_read_window(const tks_sampler *s, uint64_t window, uint32_t model_vocab,
+                            uint32_t *tokens, uint64_t *n_real) {
     if (window >= s->n_windows) return bad_window(s, window);
     if (!tokens) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "sampler read: NULL tokens");
+    if (s->pack) return tks__pack_read(s, window, model_vocab, tokens, n_real);
+    if (n_real) *n_real = (uint64_t)s->seq_len + 1;
     const uint64_t first = s->begin + window * s->seq_len;
     uint64_t t = first, left = (uint64_t)s->seq_len + 1;
     uint32_t *out = tokens;
-    for (size_t i = shard_of(s, t); left > 0; i++) {
+    for (size_t i = tks__shard_of(s, t); left > 0; i++) {
         uint64_t take = s->cum[i + 1] - t < left ? s->cum[i + 1] - t : left;
         if (take == 0) continue;
         int rc = tks_shard_read(tks_dataset_shard(s->ds, i), t - s->cum[i], take, model_vocab, out);
@@ -236,9 +262,10 @@ int tks_sampler_read(const tks_sampler *s, uint64_t window, uint32_t model_vocab
 int tks_sampler_doc_starts(const tks_sampler *s, uint64_t window, int32_t *doc) {
     if (window >= s->n_windows) return bad_window(s, window);
     if (!doc) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "sampler doc starts: NULL doc");
+    if (s->pack) return tks__pack_doc_starts(s, window, doc);
     const uint64_t first = s->begin + window * s->seq_len;
     uint64_t t = first, left = s->seq_len; /* the inputs: the last token is a target only */
-    for (size_t i = shard_of(s, t); left > 0; i++) {
+    for (size_t i = tks__shard_of(s, t); left > 0; i++) {
         uint64_t take = s->cum[i + 1] - t < left ? s->cum[i + 1] - t : left;
         if (take == 0) continue;
         const tks_shard *sh = tks_dataset_shard(s->ds, i);

@@ -178,6 +178,76 @@ int tks_sampler_read(const tks_sampler *s, uint64_t window, uint32_t model_vocab
 int tks_sampler_doc_starts(const tks_sampler *s, uint64_t window, int32_t *doc);
 
 /* ---------------------------------------------------------------------------
+ * Packing: windows of whole documents (docs/SAMPLING.md §10)
+ * ------------------------------------------------------------------------- */
+
+/* How a sampler makes its windows: CONCAT, the stream cut every seq_len
+ * tokens (§3, documents run across windows); BEST_FIT, whole documents packed
+ * into windows of seq_len + 1 tokens by best-fit decreasing, a document
+ * longer than a window cut into window-sized pieces, the rest padding. */
+typedef enum tks_packing { TKS_PACK_CONCAT = 0, TKS_PACK_BEST_FIT = 1 } tks_packing;
+
+/* Tokens per packing group, in windows of seq_len + 1: best-fit packs the
+ * documents that start in each run of this many windows' tokens of the range
+ * together (§10). Part of the data order: changing it changes the windows. */
+#define TKS_PACK_GROUP_WINDOWS 1024
+
+/* A sampler's windows over one epoch (§10). Under CONCAT pad_tokens is 0 and
+ * docs_split counts the documents that lie in more than one window. */
+typedef struct tks_pack_stats {
+    uint64_t windows;     /* n_windows */
+    uint64_t tokens;      /* real tokens in the windows (CONCAT: the stream's, windows overlap by one) */
+    uint64_t capacity;    /* windows x (seq_len + 1) */
+    uint64_t pad_tokens;  /* capacity - tokens (BEST_FIT) */
+    uint64_t docs;        /* documents of the range (the parts the range's ends cut included) */
+    uint64_t docs_split;  /* documents cut into pieces across windows */
+    uint64_t pieces;      /* documents and pieces placed in windows */
+    uint64_t groups;      /* packing groups (BEST_FIT) */
+    double seconds;       /* time to plan (BEST_FIT) or count (CONCAT) */
+} tks_pack_stats;
+
+/* "concat" or "best-fit". */
+const char *tks_packing_name(tks_packing p);
+
+/*
+ * tks_sampler_create with windows made by `packing`. BEST_FIT plans the
+ * windows of every group once, on `threads` OpenMP threads (0: all), keeping
+ * one count per group (8 bytes per TKS_PACK_GROUP_WINDOWS windows); a window
+ * is packed again from its group when it is located or read (pure: the same
+ * bins on every thread, rank and run). The windows depend only on the
+ * dataset, the token range and seq_len; the order in which they are served
+ * (tks_sampler_window) on the seed, as for CONCAT.
+ * Errors: as tks_sampler_create; TKS_ERR_ARG (unknown packing); TKS_ERR_NOMEM.
+ */
+int tks_sampler_create_packed(const tks_dataset *ds, uint64_t token_begin, uint64_t token_end,
+                              uint32_t seq_len, uint64_t seed, tks_packing packing, int threads,
+                              tks_sampler **out);
+tks_packing tks_sampler_packing(const tks_sampler *s);
+
+/*
+ * tks_sampler_read that also gives the window's real tokens: *n_real (may
+ * be NULL) = seq_len + 1 under CONCAT; under BEST_FIT the tokens of its
+ * documents, tokens[n_real .. seq_len] being padding (id 0), which the caller
+ * keeps out of the loss and of every document's attention (the padding's
+ * doc starts make it a block of its own). Errors: as tks_sampler_read.
+ */
+int tks_sampler_read_window(const tks_sampler *s, uint64_t window, uint32_t model_vocab,
+                            uint32_t *tokens, uint64_t *n_real);
+
+/*
+ * All the pieces of window `window` (tks_sampler_locate's, without its limit
+ * of TKS_SAMPLE_MAX_PIECES): at most cap into out (caller-owned), *n = how
+ * many the window has. Under CONCAT the window's shard pieces; under BEST_FIT
+ * its documents and pieces of documents, in stream order, each in one shard.
+ * Errors: TKS_ERR_ARG (window >= n_windows, NULL pointers), TKS_ERR_NOMEM.
+ */
+int tks_sampler_pieces(const tks_sampler *s, uint64_t window, tks_sample_piece *out, size_t cap, size_t *n);
+
+/* The packing statistics of the sampler's windows (CONCAT: counted over the
+ * range's documents now, O(documents)). Errors: TKS_ERR_ARG. */
+int tks_sampler_pack_stats(const tks_sampler *s, tks_pack_stats *st);
+
+/* ---------------------------------------------------------------------------
  * Steps, data-parallel ranks, micro-batches (docs/SAMPLING.md §5, §6)
  * ------------------------------------------------------------------------- */
 

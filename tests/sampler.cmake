@@ -7,10 +7,11 @@ include_guard(GLOBAL)
 get_filename_component(TKS_SAMPLER_ROOT ${CMAKE_CURRENT_LIST_DIR}/.. ABSOLUTE)
 
 if(NOT TARGET tks_sampler)
-  add_library(tks_sampler STATIC ${TKS_SAMPLER_ROOT}/sampler/sampler.c ${TKS_SAMPLER_ROOT}/sampler/blend.c
-    ${TKS_SAMPLER_ROOT}/sampler/mix.c ${TKS_SAMPLER_ROOT}/sampler/loader.c)
+  add_library(tks_sampler STATIC ${TKS_SAMPLER_ROOT}/sampler/sampler.c ${TKS_SAMPLER_ROOT}/sampler/pack.c
+    ${TKS_SAMPLER_ROOT}/sampler/blend.c ${TKS_SAMPLER_ROOT}/sampler/mix.c ${TKS_SAMPLER_ROOT}/sampler/loader.c)
   find_package(Threads REQUIRED)
-  target_link_libraries(tks_sampler PUBLIC tks_dataset PkgConfig::JANSSON Threads::Threads m)
+  find_package(OpenMP REQUIRED)
+  target_link_libraries(tks_sampler PUBLIC tks_dataset PkgConfig::JANSSON Threads::Threads OpenMP::OpenMP_C m)
 endif()
 
 add_executable(test_sampler ${TKS_SAMPLER_ROOT}/tests/test_sampler.c)

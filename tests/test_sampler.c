@@ -3,7 +3,10 @@
  * spec and pinned values, and is not trivially structured; each window once
  * per epoch; the samples of a step are the same for every (dp, tp) layout;
  * resuming from a cursor continues exactly; windows across shard boundaries
- * read the right tokens; train/validation split; out-of-range ids.
+ * read the right tokens; train/validation split; out-of-range ids; best-fit
+ * packing places every document (or its pieces) exactly once per epoch as
+ * the spec cuts them, the same on 1 and 3 threads, at most one bin per group
+ * half empty, reads pieces then padding, and its statistics are the windows'.
  * Usage: test_sampler WORKDIR   (exit 0 = all checks passed) */
 #define _GNU_SOURCE
 #include "tests/check.h"
@@ -894,6 +897,166 @@ static void test_blend(void) {
     CHECK(tks_blend_init(&b, 2, 2, badstart, ww, names) == TKS_ERR_ARG, "phases not increasing");
 }
 
+
+/* ---------------------------------------------------------------------------
+ * Best-fit packing (docs/SAMPLING.md §10)
+ * ------------------------------------------------------------------------- */
+typedef struct seg {
+    uint64_t begin, len;
+} seg;
+static int cmp_seg(const void *a, const void *b) {
+    const seg *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* The items §10 cuts the documents of [b, e) into, written from the spec:
+ * a document of n <= C tokens whole, a longer one as C-token pieces at
+ * multiples of L while they fit, then the rest from the next multiple if it
+ * holds >= 2 tokens. Returns the count; *split gets the documents cut. */
+static size_t ref_items(const stream *S, uint64_t b, uint64_t e, uint32_t L, seg *out, uint64_t *docs,
+                        uint64_t *split) {
+    size_t k = 0;
+    *docs = *split = 0;
+    for (size_t d = 0; d < S->n_docs; d++) {
+        uint64_t a = S->starts[d], z = d + 1 < S->n_docs ? S->starts[d + 1] : S->n;
+        if (z <= b || a >= e) continue;
+        if (a < b) a = b;
+        if (z > e) z = e;
+        uint64_t n = z - a, C = (uint64_t)L + 1;
+        (*docs)++;
+        if (n <= C) {
+            out[k++] = (seg){a, n};
+            continue;
+        }
+        (*split)++;
+        uint64_t j = 0;
+        for (; j * L + C <= n; j++) out[k++] = (seg){a + j * L, C};
+        if (n - j * L >= 2) out[k++] = (seg){a + j * L, n - j * L};
+    }
+    return k;
+}
+
+/* Every window's pieces over a sampler, as global segments, and its loads. */
+static size_t all_segments(const tks_dataset *ds, const tks_sampler *s, seg *out, uint64_t *load) {
+    const uint64_t nw = tks_sampler_n_windows(s);
+    const uint32_t L = tks_sampler_seq_len(s);
+    size_t ns = tks_dataset_n_shards(ds), k = 0;
+    uint64_t *cum = calloc(ns + 1, sizeof *cum);
+    for (size_t i = 0; i < ns; i++) cum[i + 1] = cum[i] + tks_shard_hdr(tks_dataset_shard(ds, i))->n_tokens;
+    tks_sample_piece pc[512];
+    for (uint64_t w = 0; w < nw; w++) {
+        size_t n = 0;
+        CHECK(tks_sampler_pieces(s, w, pc, 512, &n) == 0 && n <= 512, "pieces of window %llu", (ull)w);
+        load[w] = 0;
+        for (size_t j = 0; j < n && j < 512; j++) {
+            out[k++] = (seg){cum[pc[j].shard] + pc[j].offset, pc[j].n_tokens};
+            load[w] += pc[j].n_tokens;
+        }
+        CHECK(load[w] >= 1 && load[w] <= (uint64_t)L + 1, "window %llu holds %llu tokens", (ull)w, (ull)load[w]);
+    }
+    free(cum);
+    return k;
+}
+
+static void test_packing(void) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/pack", work);
+    /* documents of 1..300 tokens, many longer than a window, in small shards */
+    stream S = write_dataset(dir, 4000, 300, 1000, 7000);
+    tks_dataset *ds = open_ds(dir);
+    const uint32_t Ls[2] = {64, 127};
+    const uint64_t ranges[2][2] = {{0, S.n}, {137, S.n - 211}};
+    seg *ref = malloc(S.n * sizeof *ref), *got = malloc(S.n * sizeof *got), *got3 = malloc(S.n * sizeof *got3);
+    uint64_t *load = malloc(S.n * sizeof *load), *load3 = malloc(S.n * sizeof *load3);
+    uint32_t *tok = malloc(200 * sizeof *tok);
+    int32_t *doc = malloc(200 * sizeof *doc);
+    for (int li = 0; li < 2; li++)
+        for (int ri = 0; ri < 2; ri++) {
+            const uint32_t L = Ls[li], C = L + 1;
+            const uint64_t b = ranges[ri][0], e = ranges[ri][1];
+            tks_sampler *s1, *s3;
+            CHECK(tks_sampler_create_packed(ds, b, e, L, 5, TKS_PACK_BEST_FIT, 1, &s1) == 0, "create: %s",
+                  tks_last_error()->message);
+            CHECK(tks_sampler_create_packed(ds, b, e, L, 5, TKS_PACK_BEST_FIT, 3, &s3) == 0, "create 3: %s",
+                  tks_last_error()->message);
+            CHECK(tks_sampler_packing(s1) == TKS_PACK_BEST_FIT, "packing");
+            uint64_t nw = tks_sampler_n_windows(s1);
+            CHECK(nw == tks_sampler_n_windows(s3), "L %u: %llu windows on 1 thread, %llu on 3", L, (ull)nw,
+                  (ull)tks_sampler_n_windows(s3));
+            size_t n = all_segments(ds, s1, got, load), n3 = all_segments(ds, s3, got3, load3);
+            CHECK(n == n3 && !memcmp(got, got3, n * sizeof *got), "L %u: windows differ between 1 and 3 threads", L);
+            /* every document, or its pieces, exactly once in the epoch */
+            uint64_t docs, split;
+            size_t nr = ref_items(&S, b, e, L, ref, &docs, &split);
+            qsort(got3, n3, sizeof *got3, cmp_seg);
+            CHECK(nr == n3 && !memcmp(ref, got3, nr * sizeof *ref),
+                  "L %u range %d: %zu items placed, the spec gives %zu (or they differ)", L, ri, n3, nr);
+            /* the statistics are the windows' */
+            tks_pack_stats st;
+            CHECK(tks_sampler_pack_stats(s1, &st) == 0, "stats");
+            uint64_t real = 0, half = 0;
+            for (uint64_t w = 0; w < nw; w++) {
+                real += load[w];
+                half += 2 * load[w] <= C;
+            }
+            CHECK(st.windows == nw && st.tokens == real && st.pad_tokens == nw * C - real && st.docs == docs &&
+                      st.docs_split == split && st.pieces == nr,
+                  "L %u: stats %llu windows %llu tokens %llu pad %llu docs %llu split, counted %llu %llu %llu %llu",
+                  L, (ull)st.windows, (ull)st.tokens, (ull)st.pad_tokens, (ull)st.docs, (ull)st.docs_split,
+                  (ull)nw, (ull)real, (ull)docs, (ull)split);
+            /* best fit (any fit): at most one bin per group is at most half full */
+            CHECK(half <= st.groups, "L %u: %llu windows at most half full, %llu groups", L, (ull)half,
+                  (ull)st.groups);
+            /* reading: the stream's tokens of each piece, then padding 0; documents start at
+             * each piece, the padding is a block of its own */
+            for (uint64_t w = 0; w < nw; w += 7) {
+                uint64_t nreal = 0;
+                CHECK(tks_sampler_read_window(s1, w, 0, tok, &nreal) == 0 && nreal == load[w], "read %llu", (ull)w);
+                CHECK(tks_sampler_doc_starts(s1, w, doc) == 0, "doc starts %llu", (ull)w);
+                tks_sample_piece pc[512];
+                size_t np = 0;
+                tks_sampler_pieces(s1, w, pc, 512, &np);
+                uint64_t at = 0;
+                size_t ns = tks_dataset_n_shards(ds);
+                for (size_t j = 0; j < np; j++) {
+                    uint64_t g = pc[j].offset;
+                    for (size_t i = 0; i < pc[j].shard && i < ns; i++) g += tks_shard_hdr(tks_dataset_shard(ds, i))->n_tokens;
+                    CHECK(!memcmp(tok + at, S.tok + g, pc[j].n_tokens * sizeof *tok), "window %llu piece %zu tokens", (ull)w, j);
+                    for (uint64_t t = at; t < at + pc[j].n_tokens && t < L; t++)
+                        CHECK(doc[t] == (int32_t)at, "window %llu: doc[%llu] = %d, piece starts at %llu", (ull)w, (ull)t, doc[t], (ull)at);
+                    at += pc[j].n_tokens;
+                }
+                for (uint64_t t = at; t <= L; t++) CHECK(tok[t] == 0, "window %llu: padding %llu", (ull)w, (ull)t);
+                for (uint64_t t = at; t < L; t++) CHECK(doc[t] == (int32_t)at, "window %llu: padding's doc", (ull)w);
+            }
+            /* concat on the same range splits more documents; best fit pads under 10% here */
+            tks_sampler *c;
+            tks_pack_stats cs;
+            CHECK(tks_sampler_create_packed(ds, b, e, L, 5, TKS_PACK_CONCAT, 1, &c) == 0 &&
+                      tks_sampler_pack_stats(c, &cs) == 0, "concat");
+            CHECK(cs.docs == docs && cs.pad_tokens == 0 && cs.docs_split > split,
+                  "L %u: concat %llu docs, %llu split; best-fit %llu split", L, (ull)cs.docs, (ull)cs.docs_split,
+                  (ull)split);
+            CHECK(st.pad_tokens * 10 < st.capacity, "L %u: padding %llu of %llu", L, (ull)st.pad_tokens, (ull)st.capacity);
+            printf("packing L %u range %d: %llu windows, padding %.2f%%, %llu of %llu documents split (concat %llu)\n",
+                   L, ri, (ull)nw, 100.0 * (double)st.pad_tokens / (double)st.capacity, (ull)split, (ull)docs,
+                   (ull)cs.docs_split);
+            tks_sampler_free(c);
+            tks_sampler_free(s1);
+            tks_sampler_free(s3);
+        }
+    free(ref);
+    free(got);
+    free(got3);
+    free(load);
+    free(load3);
+    free(tok);
+    free(doc);
+    tks_dataset_close(ds);
+    stream_free(&S);
+}
+
 int main(int argc, char **argv) {
     snprintf(work, sizeof work, "%s", argc > 1 ? argv[1] : "/tmp/tks-test-sampler");
     mkdirs(work);
@@ -906,6 +1069,7 @@ int main(int argc, char **argv) {
     test_token_range();
     test_advice();
     test_blend();
+    test_packing();
     test_speed();
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);

@@ -18,7 +18,8 @@ typedef unsigned long long ull;
 
 static const char plan_usage[] =
     "usage: tokshard sample-plan DIR --seq-len L --global-batch B [--dp D] [--tp T]\n"
-    "           [--steps S0:S1] [--seed S] [--micro-batch M] [--val-tokens N] [--json]\n"
+    "           [--steps S0:S1] [--seed S] [--micro-batch M] [--val-tokens N]\n"
+    "           [--packing concat|best-fit] [--json]\n"
     "       tokshard sample-plan --dataset NAME=DIR:W --dataset ... [--mix-at STEP:NAME=W,...]\n"
     "           --seq-len L --global-batch B [same options]   (a mixture; or --mix FILE.json)\n"
     "       tokshard sample-plan --run RUN_OR_CHECKPOINT [DIR] [--dp D] [--tp T]\n"
@@ -30,7 +31,10 @@ static const char plan_usage[] =
     "  Defaults are tokshard-train's: --seed 1337 --val-tokens 64K, --micro-batch =\n"
     "  B / D; --dp 1 --tp 1 (the union over ranks does not depend on them).\n"
     "  --val-tokens N holds out the last N tokens (rounded down to whole windows)\n"
-    "  and plans the rest. Sizes take K, M, G suffixes (powers of 1024); --seed and\n"
+    "  and plans the rest. --packing best-fit: windows of whole documents packed by\n"
+    "  best-fit decreasing (docs/SAMPLING.md section 10), with the padding and split\n"
+    "  documents beside concat's on the same data [concat: the stream cut every L].\n"
+    "  Sizes take K, M, G suffixes (powers of 1024); --seed and\n"
     "  --steps are plain integers.\n"
     "  --run takes seq-len, global batch, micro-batch, seed, validation split and\n"
     "  dataset (DIR overrides it if the data moved) from a run's newest checkpoint\n"
@@ -99,6 +103,7 @@ typedef struct plan_args {
     uint64_t seq_len, global_batch, dp, tp, seed, micro, val_tokens;
     uint64_t s0, s1;
     int json, have_seq, have_batch, have_steps;
+    int packing;           /* tks_packing */
     const char *data_flag; /* a flag that --run replaces */
 } plan_args;
 
@@ -123,6 +128,16 @@ static int set_seed(const cli_flag *f, const char *name, const char *v) {
     if (!v) return cli_usage_error("%s needs a value", name);
     if (parse_u64(v, f->ptr))
         return cli_usage_error("--seed %s: expected an integer in 0..%lld", v, (long long)INT64_MAX);
+    return 0;
+}
+
+static int set_packing(const cli_flag *f, const char *name, const char *v) {
+    plan_args *p = f->ctx;
+    p->data_flag = f->name;
+    if (!v) return cli_usage_error("%s needs a value", name);
+    if (!strcmp(v, "concat")) p->packing = TKS_PACK_CONCAT;
+    else if (!strcmp(v, "best-fit")) p->packing = TKS_PACK_BEST_FIT;
+    else return cli_usage_error("--packing %s: expected concat or best-fit", v);
     return 0;
 }
 
@@ -168,6 +183,7 @@ static int parse_plan_args(int argc, char **argv, plan_args *p) {
         {.name = "--micro-batch", .ptr = &p->micro, .set = set_count, .ctx = p},
         {.name = "--val-tokens", .ptr = &p->val_tokens, .set = set_count, .ctx = p},
         {.name = "--seed", .ptr = &p->seed, .set = set_seed, .ctx = p},
+        {.name = "--packing", .set = set_packing, .ctx = p},
         {.name = "--steps", .set = set_steps, .ctx = p},
         {.name = "--run", .type = CLI_STR, .ptr = &p->run_path},
         {.name = "--dataset", .set = set_source, .ctx = p},
@@ -178,8 +194,8 @@ static int parse_plan_args(int argc, char **argv, plan_args *p) {
     cli_one dir = {NULL, "one dataset DIR only (got %s and %s)"};
     cli_command cmd = {.flags = flags,
                        .unknown = "unknown option %s (options: --seq-len --global-batch --dp --tp "
-                                  "--steps --seed --micro-batch --val-tokens --run --dataset --mix "
-                                  "--mix-at --json)",
+                                  "--steps --seed --micro-batch --val-tokens --packing --run --dataset "
+                                  "--mix --mix-at --json)",
                        .positional = cli_take_one, .help = plan_help, .ctx = &dir};
     int rc = cli_parse(&cmd, argc, argv);
     p->dir = dir.value;
@@ -214,6 +230,7 @@ typedef struct psrc {
     tks_sampler *sm;
     uint64_t n_tok, nw, n_val;     /* dataset tokens, train windows, validation windows */
     tks_token_range train, val;
+    tks_pack_stats st, concat;     /* the packing's figures, and concat's on the same range */
 } psrc;
 
 /* A plan: the settings (after --run), the batch layout, the sources and the blend. */
@@ -329,9 +346,17 @@ static int open_plan(plan *pl) {
             rc = cli_usage_error("%s%s--seq-len %llu, --val-tokens %llu: %s", pl->mixed ? s->name : "",
                                  pl->mixed ? ": " : "", (ull)p->seq_len, (ull)p->val_tokens,
                                  tks_last_error()->message);
-        else if (tks_sampler_create(s->ds, s->train.begin, s->train.end, (uint32_t)p->seq_len, s->seed,
-                                    &s->sm))
+        else if (tks_sampler_create_packed(s->ds, s->train.begin, s->train.end, (uint32_t)p->seq_len, s->seed,
+                                           (tks_packing)p->packing, 0, &s->sm))
             rc = cli_usage_error("--seq-len %llu: %s", (ull)p->seq_len, tks_last_error()->message);
+        if (rc == CLI_PARSED && p->packing != TKS_PACK_CONCAT) { /* concat's figures beside */
+            tks_sampler *c = NULL;
+            if (tks_sampler_pack_stats(s->sm, &s->st) ||
+                tks_sampler_create(s->ds, s->train.begin, s->train.end, (uint32_t)p->seq_len, s->seed, &c) ||
+                tks_sampler_pack_stats(c, &s->concat))
+                rc = cli_lib_error();
+            tks_sampler_free(c);
+        }
         if (rc != CLI_PARSED) break;
         s->nw = tks_sampler_n_windows(s->sm);
         s->n_val = s->val.end > s->val.begin ? (s->val.end - s->val.begin - 1) / p->seq_len : 0;
@@ -380,6 +405,30 @@ static void json_mixture(const plan *pl, json_t *head) {
     json_object_set_new(head, "schedule", sch);
 }
 
+static double pct(uint64_t a, uint64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
+
+/* The packing's figures beside concat's, as # lines. */
+static void print_pack(const psrc *s) {
+    const tks_pack_stats *b = &s->st, *c = &s->concat;
+    printf("#   packing best-fit: %llu windows in %llu groups, padding %.3f%% of positions, %llu of %llu "
+           "documents split (%.2f%%), %.2f documents or pieces per window; planned in %.3f s\n",
+           (ull)b->windows, (ull)b->groups, pct(b->pad_tokens, b->capacity), (ull)b->docs_split, (ull)b->docs,
+           pct(b->docs_split, b->docs), b->windows ? (double)b->pieces / (double)b->windows : 0.0, b->seconds);
+    printf("#   concat on the same range: %llu windows, padding 0%%, %llu of %llu documents split (%.2f%%), "
+           "%.2f documents or pieces per window; best-fit splits %.1f%% fewer\n",
+           (ull)c->windows, (ull)c->docs_split, (ull)c->docs, pct(c->docs_split, c->docs),
+           c->windows ? (double)c->pieces / (double)c->windows : 0.0,
+           c->docs_split ? 100.0 - pct(b->docs_split, c->docs_split) : 0.0);
+}
+
+static json_t *json_pack_stats(const tks_pack_stats *st) {
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "windows", (json_int_t)st->windows,
+                     "tokens", (json_int_t)st->tokens, "capacity", (json_int_t)st->capacity, "pad_tokens",
+                     (json_int_t)st->pad_tokens, "docs", (json_int_t)st->docs, "docs_split",
+                     (json_int_t)st->docs_split, "pieces", (json_int_t)st->pieces, "groups",
+                     (json_int_t)st->groups, "seconds", st->seconds);
+}
+
 /* The plan's head: its JSON object up to "steps":[, or the text's # lines.
  * Returns 0 or the exit code. */
 static int print_head(const plan *pl) {
@@ -398,6 +447,7 @@ static int print_head(const plan *pl) {
                    "tokens [%llu, %llu): %llu windows\n", pl->mixed ? s->name : "", pl->mixed ? ": " : "",
                    (ull)s->train.begin, (ull)s->train.end, (ull)s->nw, (ull)p->seq_len,
                    (ull)s->val.begin, (ull)s->val.end, (ull)s->n_val);
+            if (p->packing != TKS_PACK_CONCAT) print_pack(s);
         }
         for (uint32_t ph = 1; ph < pl->blend.n_phases; ph++) {
             printf("# from step %llu (sample %llu):", (ull)(pl->blend.start[ph] / p->global_batch + 1),
@@ -427,6 +477,15 @@ static int print_head(const plan *pl) {
                                                "val_range", (json_int_t)s0->val.begin,
                                                (json_int_t)s0->val.end, "n_windows", (json_int_t)s0->nw,
                                                "n_val_windows", (json_int_t)s0->n_val));
+    if (head && p->packing != TKS_PACK_CONCAT) { /* per source, in source order */
+        json_t *pk = json_array();
+        for (uint32_t k = 0; k < pl->n_src; k++)
+            json_array_append_new(pk, json_pack("{s:s, s:o, s:o}", "source", pl->src[k].name, "best_fit",
+                                                json_pack_stats(&pl->src[k].st), "concat",
+                                                json_pack_stats(&pl->src[k].concat)));
+        json_object_set_new(head, "packing", json_string(tks_packing_name((tks_packing)p->packing)));
+        json_object_set_new(head, "packing_stats", pk);
+    }
     if (head && p->run_path)
         json_object_set_new(head, "checkpoint", json_pack("{s:s, s:I, s:I}", "path",
                                                           pl->run.checkpoint, "step",
