@@ -23,10 +23,11 @@
  *
  * Windows. Group k's bins are windows first[k] .. first[k+1] - 1 in the
  * order they were opened; the epoch permutation (§4) runs over all windows as
- * for concat. The plan kept in memory is one count per group (first[]); a
- * window's group is packed again when the window is read: a pure function of
- * the dataset, the range and seq_len, so every rank and thread gets the same
- * bins, and memory stays O(groups) for any dataset size. */
+ * for concat. The plan (every group packed once, on any number of threads:
+ * a group's packing does not depend on the thread) keeps each window's items:
+ * 12 bytes per item and 8 per window, so reading a window costs O(its items).
+ * It is a pure function of the dataset, the range and seq_len: every rank
+ * and thread gets the same windows. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,9 @@ struct tks__pack {
     uint64_t group_tokens;  /* G */
     uint64_t n_groups;
     uint64_t *first;        /* (n_groups + 1): group k's first window */
+    uint64_t *win;          /* (n_windows + 1): window w's items are [win[w], win[w+1]) */
+    uint64_t *begin;        /* per item, by window then stream order: its first global token */
+    uint32_t *len;          /* and its tokens */
     tks_pack_stats stats;
 };
 
@@ -208,6 +212,45 @@ static int pack_group(const tks_sampler *s, const tks__pack *p, uint64_t g, work
     return rc ? rc : best_fit(w, s->seq_len + 1);
 }
 
+static int by_bin(const void *x, const void *y) {
+    const item *a = x, *b = y;
+    if (a->bin != b->bin) return a->bin < b->bin ? -1 : 1;
+    return a->begin < b->begin ? -1 : a->begin > b->begin;
+}
+
+/* One group's packing, kept until the plan is assembled. */
+typedef struct packed {
+    item *it;               /* by bin, then stream order */
+    size_t n;
+    uint32_t n_bins;
+} packed;
+
+/* Window offsets and items from the groups' packings, in group order. */
+static int assemble(tks__pack *p, packed *g) {
+    uint64_t items = 0;
+    for (uint64_t k = 0; k < p->n_groups; k++) {
+        p->first[k + 1] = p->first[k] + g[k].n_bins;
+        items += g[k].n;
+    }
+    const uint64_t nw = p->first[p->n_groups];
+    p->win = malloc((nw + 1) * sizeof *p->win);
+    p->begin = malloc((items ? items : 1) * sizeof *p->begin);
+    p->len = malloc((items ? items : 1) * sizeof *p->len);
+    if (!p->win || !p->begin || !p->len)
+        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
+                        "out of memory for the packing plan (%llu items, %llu windows)", (ull)items, (ull)nw);
+    uint64_t at = 0, w = 0;
+    for (uint64_t k = 0; k < p->n_groups; k++)
+        for (size_t j = 0; j < g[k].n; j++) {
+            const item *it = &g[k].it[j];
+            while (w <= p->first[k] + it->bin) p->win[w++] = at; /* window starts (no window is empty) */
+            p->begin[at] = it->begin;
+            p->len[at++] = it->len;
+        }
+    while (w <= nw) p->win[w++] = at;
+    return 0;
+}
+
 int tks__pack_plan(tks_sampler *s, int threads) {
     double t0 = omp_get_wtime();
     tks__pack *p = calloc(1, sizeof *p);
@@ -216,48 +259,55 @@ int tks__pack_plan(tks_sampler *s, int threads) {
     p->group_tokens = TKS_PACK_GROUP_WINDOWS * C;
     p->n_groups = (N + p->group_tokens - 1) / p->group_tokens;
     p->first = calloc(p->n_groups + 1, sizeof *p->first);
-    if (!p->first) {
-        free(p);
+    packed *g = calloc(p->n_groups ? p->n_groups : 1, sizeof *g);
+    if (!p->first || !g) {
+        free(g);
+        tks__pack_free(p);
         return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory packing windows");
     }
     int rc = 0;
     uint64_t docs = 0, split = 0, items = 0, tokens = 0;
-    /* every group once, on any number of threads: the counts do not depend on
-     * which thread packed which group */
+    /* every group once, on any number of threads: a group's packing does not
+     * depend on which thread packed it */
 #pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads()) reduction(+ : docs, split, items, tokens)
     {
         work w = {0};
 #pragma omp for schedule(dynamic, 1)
-        for (uint64_t g = 0; g < p->n_groups; g++) {
+        for (uint64_t k = 0; k < p->n_groups; k++) {
             int r;
 #pragma omp atomic read
             r = rc;
             if (r) continue;
-            r = pack_group(s, p, g, &w);
+            r = pack_group(s, p, k, &w);
+            if (!r && w.n && !(g[k].it = malloc(w.n * sizeof *g[k].it)))
+                r = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory packing windows");
             if (r) {
 #pragma omp critical
                 if (!rc) rc = r;
                 continue;
             }
-            p->first[g + 1] = w.n_bins;
+            memcpy(g[k].it, w.it, w.n * sizeof *w.it);
+            qsort(g[k].it, w.n, sizeof *g[k].it, by_bin);
+            g[k].n = w.n;
+            g[k].n_bins = w.n_bins;
             docs += w.docs;
             split += w.split;
             items += w.n;
-            for (size_t k = 0; k < w.n; k++) tokens += w.it[k].len;
+            for (size_t j = 0; j < w.n; j++) tokens += w.it[j].len;
         }
         work_free(&w);
     }
+    if (!rc) rc = assemble(p, g);
+    for (uint64_t k = 0; k < p->n_groups; k++) free(g[k].it);
+    free(g);
+    const uint64_t n = rc ? 0 : p->first[p->n_groups];
+    if (!rc && n == 0)
+        rc = tks_fail(TKS_ERR_ARG, tks_dataset_dir(s->ds), TKS_NONE, TKS_NONE,
+                      "%s: token range [%llu, %llu) packs into no window", tks_dataset_dir(s->ds),
+                      (ull)s->begin, (ull)s->end);
     if (rc) {
         tks__pack_free(p);
         return rc;
-    }
-    for (uint64_t g = 0; g < p->n_groups; g++) p->first[g + 1] += p->first[g];
-    const uint64_t n = p->first[p->n_groups];
-    if (n == 0) {
-        tks__pack_free(p);
-        return tks_fail(TKS_ERR_ARG, tks_dataset_dir(s->ds), TKS_NONE, TKS_NONE,
-                        "%s: token range [%llu, %llu) packs into no window", tks_dataset_dir(s->ds),
-                        (ull)s->begin, (ull)s->end);
     }
     p->stats = (tks_pack_stats){.windows = n, .tokens = tokens, .capacity = n * C,
                                 .pad_tokens = n * C - tokens, .docs = docs, .docs_split = split,
@@ -271,110 +321,79 @@ int tks__pack_plan(tks_sampler *s, int threads) {
 void tks__pack_free(tks__pack *p) {
     if (!p) return;
     free(p->first);
+    free(p->win);
+    free(p->begin);
+    free(p->len);
     free(p);
 }
 
-/* The group of window w: the largest g with first[g] <= w. */
-static uint64_t group_of(const tks__pack *p, uint64_t w) {
-    uint64_t lo = 0, hi = p->n_groups;
-    while (hi - lo > 1) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (p->first[mid] <= w) lo = mid; else hi = mid;
-    }
-    return lo;
-}
-
-static int by_begin(const void *x, const void *y) {
-    const item *a = x, *b = y;
-    return a->begin < b->begin ? -1 : a->begin > b->begin;
-}
-
-/* Window w's items, in stream order, into seg (at most cap of them; *n gets
- * how many the bin has). */
-static int window_items(const tks_sampler *s, uint64_t w, item *seg, size_t cap, size_t *n) {
-    const tks__pack *p = s->pack;
-    uint64_t g = group_of(p, w);
-    uint32_t b = (uint32_t)(w - p->first[g]);
-    work wk = {0};
-    int rc = pack_group(s, p, g, &wk);
-    *n = 0;
-    for (size_t k = 0; !rc && k < wk.n; k++)
-        if (wk.it[k].bin == b) {
-            if (*n < cap) seg[*n] = wk.it[k];
-            (*n)++;
-        }
-    work_free(&wk);
-    if (!rc) qsort(seg, *n < cap ? *n : cap, sizeof *seg, by_begin);
-    return rc;
-}
-
-/* A window holds at most C items (each holds a token). */
-static int items_of(const tks_sampler *s, uint64_t w, item **seg, size_t *n) {
-    size_t cap = (size_t)s->seq_len + 1;
-    *seg = malloc(cap * sizeof **seg);
-    if (!*seg) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory reading a window");
-    return window_items(s, w, *seg, cap, n);
+/* Window w's items, in stream order: [*first, *first + *n) of the plan's arrays. */
+static void items_of(const tks_sampler *s, uint64_t w, uint64_t *first, size_t *n) {
+    *first = s->pack->win[w];
+    *n = (size_t)(s->pack->win[w + 1] - *first);
 }
 
 int tks__pack_pieces(const tks_sampler *s, uint64_t w, tks_sample_piece *out, size_t cap, size_t *n) {
-    item *seg;
-    int rc = items_of(s, w, &seg, n);
-    for (size_t k = 0; !rc && k < *n && k < cap; k++) {
-        size_t i = tks__shard_of(s, seg[k].begin);
-        out[k] = (tks_sample_piece){(uint32_t)i, seg[k].begin - s->cum[i], seg[k].len};
+    uint64_t f;
+    items_of(s, w, &f, n);
+    for (size_t k = 0; k < *n && k < cap; k++) {
+        uint64_t b = s->pack->begin[f + k];
+        size_t i = tks__shard_of(s, b);
+        out[k] = (tks_sample_piece){(uint32_t)i, b - s->cum[i], s->pack->len[f + k]};
     }
-    free(seg);
-    return rc;
+    return 0;
 }
 
 int tks__pack_locate(const tks_sampler *s, uint64_t w, tks_sample_loc *loc) {
-    item *seg;
-    size_t n = 0;
-    int rc = items_of(s, w, &seg, &n);
+    uint64_t f;
+    size_t n;
+    items_of(s, w, &f, &n);
     memset(loc, 0, sizeof *loc);
     loc->window = w;
-    for (size_t k = 0; !rc && k < n; k++) {
-        size_t i = tks__shard_of(s, seg[k].begin);
-        if (k == 0) loc->token_begin = seg[k].begin;
+    loc->token_begin = s->pack->begin[f];
+    for (size_t k = 0; k < n; k++) {
+        uint64_t b = s->pack->begin[f + k];
+        size_t i = tks__shard_of(s, b);
         if (loc->n_pieces < TKS_SAMPLE_MAX_PIECES)
-            loc->pieces[loc->n_pieces++] = (tks_sample_piece){(uint32_t)i, seg[k].begin - s->cum[i], seg[k].len};
+            loc->pieces[loc->n_pieces++] = (tks_sample_piece){(uint32_t)i, b - s->cum[i], s->pack->len[f + k]};
         loc->n_pieces_total++;
-        loc->n_tokens += seg[k].len;
+        loc->n_tokens += s->pack->len[f + k];
     }
-    free(seg);
-    return rc;
+    return 0;
 }
 
 int tks__pack_read(const tks_sampler *s, uint64_t w, uint32_t model_vocab, uint32_t *tokens, uint64_t *n_real) {
-    item *seg;
-    size_t n = 0;
-    int rc = items_of(s, w, &seg, &n);
-    uint64_t at = 0;
-    for (size_t k = 0; !rc && k < n; k++) {
-        size_t i = tks__shard_of(s, seg[k].begin);
-        rc = tks_shard_read(tks_dataset_shard(s->ds, i), seg[k].begin - s->cum[i], seg[k].len, model_vocab,
-                            tokens + at);
-        at += seg[k].len;
+    uint64_t f, at = 0;
+    size_t n;
+    items_of(s, w, &f, &n);
+    for (size_t k = 0; k < n; k++) {
+        uint64_t b = s->pack->begin[f + k];
+        size_t i = tks__shard_of(s, b);
+        int rc = tks_shard_read(tks_dataset_shard(s->ds, i), b - s->cum[i], s->pack->len[f + k], model_vocab,
+                                tokens + at);
+        if (rc) {
+            tks_error e = *tks_last_error();
+            tks_fail(e.code, e.file, e.shard, e.offset, "%s (in packed training window %llu)", e.message, (ull)w);
+            tks_error_set_doc(e.doc, e.line);
+            return rc;
+        }
+        at += s->pack->len[f + k];
     }
-    free(seg);
-    if (rc) return rc;
     if (n_real) *n_real = at;
     for (uint64_t t = at; t <= s->seq_len; t++) tokens[t] = 0; /* padding */
     return 0;
 }
 
 int tks__pack_doc_starts(const tks_sampler *s, uint64_t w, int32_t *doc) {
-    item *seg;
-    size_t n = 0;
-    int rc = items_of(s, w, &seg, &n);
-    uint64_t at = 0;
-    for (size_t k = 0; !rc && k < n; k++) {
-        for (uint64_t t = at; t < at + seg[k].len && t < s->seq_len; t++) doc[t] = (int32_t)at;
-        at += seg[k].len;
+    uint64_t f, at = 0;
+    size_t n;
+    items_of(s, w, &f, &n);
+    for (size_t k = 0; k < n; k++) {
+        for (uint64_t t = at; t < at + s->pack->len[f + k] && t < s->seq_len; t++) doc[t] = (int32_t)at;
+        at += s->pack->len[f + k];
     }
-    free(seg);
-    for (uint64_t t = at; !rc && t < s->seq_len; t++) doc[t] = (int32_t)at; /* padding: a block of its own */
-    return rc;
+    for (uint64_t t = at; t < s->seq_len; t++) doc[t] = (int32_t)at; /* padding: a block of its own */
+    return 0;
 }
 
 /* CONCAT: the documents of the range against windows [wL, wL + L + 1). A

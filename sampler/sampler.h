@@ -210,11 +210,10 @@ typedef struct tks_pack_stats {
 const char *tks_packing_name(tks_packing p);
 
 /*
- * tks_sampler_create with windows made by `packing`. BEST_FIT plans the
- * windows of every group once, on `threads` OpenMP threads (0: all), keeping
- * one count per group (8 bytes per TKS_PACK_GROUP_WINDOWS windows); a window
- * is packed again from its group when it is located or read (pure: the same
- * bins on every thread, rank and run). The windows depend only on the
+ * tks_sampler_create with windows made by `packing`. BEST_FIT packs every
+ * group once, on `threads` OpenMP threads (0: all), and keeps each window's
+ * documents and pieces: 12 bytes per item and 8 per window (the same windows
+ * for any thread count, rank and run). The windows depend only on the
  * dataset, the token range and seq_len; the order in which they are served
  * (tks_sampler_window) on the seed, as for CONCAT.
  * Errors: as tks_sampler_create; TKS_ERR_ARG (unknown packing); TKS_ERR_NOMEM.
