@@ -132,6 +132,39 @@ for how, data in (("--dataset flags", flags), ("--mix file", ["--mix", mix_file]
     check(per_phase == {0: {"web", "code", "books"}, 1: {"web", "books"}, 2: {"web", "code", "books"}},
           f"mixture ({how}): the schedule drops code in steps 4..6 only ({per_phase})")
 
+# 2c. best-fit packing (docs/SAMPLING.md section 10) against sample-plan
+# --packing best-fit --json: the Python sampler, written from the spec,
+# packs the same windows (every piece of every sampled window), reads the
+# same tokens then padding, and its epoch holds every document once
+for L, B, D, steps in [(64, 8, 2, "1:6"), (200, 6, 3, "3:5")]:
+    r = subprocess.run([TKS, "sample-plan", DATA, "--seq-len", str(L), "--global-batch", str(B), "--dp", str(D),
+                        "--steps", steps, "--packing", "best-fit", "--json"], capture_output=True, text=True)
+    if r.returncode:
+        check(False, f"sample-plan --packing best-fit: {r.stderr}")
+        continue
+    plan = json.loads(r.stdout)
+    s = tokshard.Sampler(ds, L, seed=plan["seed"], packing="best-fit")
+    st = plan["packing_stats"][0]["best_fit"]
+    ok = plan["packing"] == "best-fit" and s.n_windows == plan["n_windows"] == st["windows"]
+    n_samples = 0
+    for step in plan["steps"]:
+        for rk in step["ranks"]:
+            ok &= list(s.rank_samples(step["step"], B, rk["dp_rank"], D)) == [x["sample"] for x in rk["samples"]]
+            for x in rk["samples"]:
+                e, w = s.window(x["sample"])
+                pieces = [(ds.token_cum[p["shard"]] + p["offset"], p["n_tokens"]) for p in x["pieces"]]
+                ok &= (e, w) == (x["epoch"], x["window"]) and s.window_pieces(w) == pieces
+                got = s.read(w)
+                ok &= x["n_real"] == sum(n for _, n in pieces) and not got[x["n_real"]:].any()
+                ok &= numpy.array_equal(got[:x["n_real"]], numpy.concatenate(
+                    [numpy.asarray(ds.tokens(b, b + n), dtype=numpy.int64) for b, n in pieces]))
+                n_samples += 1
+    real = sum(n for w in range(s.n_windows) for _, n in s.window_pieces(w))
+    ok &= real == st["tokens"] and s.n_windows * (L + 1) - real == st["pad_tokens"]
+    check(ok and n_samples > 0, f"best-fit L={L} B={B} dp={D} steps {steps}: {n_samples} samples and "
+                                f"{s.n_windows} windows equal sample-plan --json (padding "
+                                f"{100 * st['pad_tokens'] / st['capacity']:.2f}%)")
+
 # 3. the IterableDataset yields the planned windows; the union over dp ranks
 # of a step does not depend on dp
 it = tokshard.TokshardIterable(DATA, seq_len=64, global_batch=8, dp_rank=1, dp=2, first_step=2, steps=1)

@@ -80,6 +80,29 @@ static void print_pieces(const tks_sample_loc *loc) {
         printf(", ... (%u pieces in all)", loc->n_pieces_total);
 }
 
+/* A packed window as JSON: all its pieces (documents and pieces of
+ * documents, in stream order) and its real tokens; NULL on error. */
+static json_t *json_packed(const tks_sampler *sm, uint64_t micro, uint64_t g, uint64_t epoch, uint64_t w) {
+    size_t cap = (size_t)tks_sampler_seq_len(sm) + 1, n = 0;
+    tks_sample_piece *pc = malloc(cap * sizeof *pc);
+    if (!pc || tks_sampler_pieces(sm, w, pc, cap, &n)) {
+        free(pc);
+        if (!pc) tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+        return NULL;
+    }
+    json_t *pieces = json_array();
+    uint64_t real = 0;
+    for (size_t p = 0; p < n && p < cap; p++) {
+        json_array_append_new(pieces, json_pack("{s:I, s:I, s:I}", "shard", (json_int_t)pc[p].shard, "offset",
+                                                (json_int_t)pc[p].offset, "n_tokens", (json_int_t)pc[p].n_tokens));
+        real += pc[p].n_tokens;
+    }
+    free(pc);
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "micro", (json_int_t)micro, "sample", (json_int_t)g,
+                     "epoch", (json_int_t)epoch, "window", (json_int_t)w, "n_real", (json_int_t)real, "pieces",
+                     pieces);
+}
+
 static json_t *json_sample(uint64_t micro, uint64_t g, uint64_t epoch, const tks_sample_loc *loc) {
     json_t *pieces = json_array();
     for (uint32_t p = 0; p < loc->n_pieces; p++)
@@ -525,7 +548,9 @@ static int rank_samples(plan *pl, uint64_t step, uint64_t d, uint64_t t, uint64_
             uint64_t w = tks_sampler_window(s->sm, pk->index), epoch = pk->index / s->nw;
             if (tks_sampler_locate(s->sm, w, &loc)) return cli_usage_error("%s", tks_last_error()->message);
             if (samples) {
-                json_t *o = json_sample(m, g, epoch, &loc);
+                json_t *o = tks_sampler_packing(s->sm) == TKS_PACK_CONCAT ? json_sample(m, g, epoch, &loc)
+                                                                          : json_packed(s->sm, m, g, epoch, w);
+                if (!o) return cli_lib_error();
                 if (pl->mixed) {
                     json_object_set_new(o, "source", json_string(s->name));
                     json_object_set_new(o, "source_sample", json_integer((json_int_t)pk->index));
@@ -536,8 +561,12 @@ static int rank_samples(plan *pl, uint64_t step, uint64_t d, uint64_t t, uint64_
             printf("step %llu rank %llu dp %llu tp %llu micro %llu sample %llu ", (ull)step, (ull)rank,
                    (ull)d, (ull)t, (ull)m, (ull)g);
             if (pl->mixed) printf("source %s source_sample %llu ", s->name, (ull)pk->index);
-            printf("epoch %llu window %llu tokens [%llu, %llu) ", (ull)epoch, (ull)w,
-                   (ull)loc.token_begin, (ull)(loc.token_begin + loc.n_tokens));
+            if (tks_sampler_packing(s->sm) == TKS_PACK_CONCAT)
+                printf("epoch %llu window %llu tokens [%llu, %llu) ", (ull)epoch, (ull)w,
+                       (ull)loc.token_begin, (ull)(loc.token_begin + loc.n_tokens));
+            else /* packed: its documents' tokens, then padding */
+                printf("epoch %llu window %llu real %llu of %llu ", (ull)epoch, (ull)w, (ull)loc.n_tokens,
+                       (ull)(pl->a.seq_len + 1));
             print_pieces(&loc);
             putchar('\n');
         }

@@ -63,21 +63,103 @@ def split_tokens(n_tokens, val_tokens, seq_len):
     return train, val
 
 
+PACK_GROUP_WINDOWS = 1024  # TKS_PACK_GROUP_WINDOWS: windows' tokens per packing group
+
+
+def doc_starts_of(dataset, begin, end):
+    """The first tokens of the documents of [begin, end), and end: the
+    shards' document starts (a shard boundary is one too), clipped."""
+    import numpy
+    starts = [numpy.asarray(s.index[:-1], dtype=numpy.int64) + c
+              for s, c in zip(dataset.shards, dataset.token_cum)]
+    a = numpy.unique(numpy.concatenate(starts + [numpy.array([begin, end], dtype=numpy.int64)]))
+    return [int(x) for x in a[(a >= begin) & (a <= end)]]
+
+
+def best_fit(items, capacity):
+    """Best-fit decreasing (docs/SAMPLING.md §10): items (begin, length), the
+    longest first (ties: stream order), each into the open bin with the least
+    room that holds it (ties: the bin that reached that room last), else a new
+    bin. Returns the bins' items in stream order, bins in the order opened."""
+    import bisect
+    bins, stacks, rooms = [], {}, []  # rooms: sorted rooms with a non-empty stack
+    for b, n in sorted(items, key=lambda it: (-it[1], it[0])):
+        i = bisect.bisect_left(rooms, n)
+        if i == len(rooms):
+            k, room = len(bins), capacity
+            bins.append([])
+        else:
+            room = rooms[i]
+            k = stacks[room].pop()
+            if not stacks[room]:
+                del stacks[room]
+                rooms.pop(i)
+        bins[k].append((b, n))
+        left = room - n
+        if left > 0:
+            if left not in stacks:
+                stacks[left] = []
+                bisect.insort(rooms, left)
+            stacks[left].append(k)
+    return [sorted(x) for x in bins]
+
+
+def pack_windows(dataset, begin, end, seq_len):
+    """The best-fit windows of [begin, end) (docs/SAMPLING.md §10), each a
+    list of (global begin, length) in stream order, windows in order."""
+    C, L = seq_len + 1, seq_len
+    G = PACK_GROUP_WINDOWS * C
+    starts = doc_starts_of(dataset, begin, end)
+    windows, d = [], 0
+    for g0 in range(begin, end, G):
+        items = []
+        while d + 1 < len(starts) and starts[d] < g0 + G:
+            a, n = starts[d], starts[d + 1] - starts[d]
+            if n <= C:
+                items.append((a, n))
+            else:
+                k = 0
+                while k * L + C <= n:
+                    items.append((a + k * L, C))
+                    k += 1
+                if n - k * L >= 2:
+                    items.append((a + k * L, n - k * L))
+            d += 1
+        windows += best_fit(items, C)
+    return windows
+
+
 class Sampler:
     """Windows of seq_len + 1 tokens over one token range of a Dataset,
     served in the trainer's order. part: "train" (default) or "val" of the
-    split made by val_tokens (the trainer's default 65536), or "all"."""
+    split made by val_tokens (the trainer's default 65536), or "all".
+    packing: "concat" (the stream cut every seq_len tokens) or "best-fit"
+    (whole documents packed into windows, docs/SAMPLING.md §10: window_pieces
+    gives a window's documents, read pads it with id 0)."""
 
-    def __init__(self, dataset, seq_len, seed=1337, val_tokens=65536, part="train"):
+    def __init__(self, dataset, seq_len, seed=1337, val_tokens=65536, part="train", packing="concat"):
+        if packing not in ("concat", "best-fit"):
+            raise ValueError(f"packing {packing!r}: use 'concat' or 'best-fit'")
         self.ds = dataset
         self.seq_len = seq_len
         self.seed = seed
+        self.packing = packing
         train, val = split_tokens(dataset.n_tokens, val_tokens, seq_len)
         self.range = {"train": train, "val": val, "all": (0, dataset.n_tokens)}[part]
         self.train_range, self.val_range = train, val
-        self.n_windows = (self.range[1] - self.range[0] - 1) // seq_len
+        self.packed = pack_windows(dataset, *self.range, seq_len) if packing == "best-fit" else None
+        self.n_windows = len(self.packed) if self.packed is not None else \
+            (self.range[1] - self.range[0] - 1) // seq_len
         if self.n_windows < 1:
             raise ValueError(f"range {self.range} holds no window of {seq_len + 1} tokens")
+
+    def window_pieces(self, w):
+        """Window w's (global begin, length) pieces in stream order: its
+        documents (best-fit), or its one range of seq_len + 1 tokens."""
+        if self.packed is not None:
+            return list(self.packed[w])
+        b, e = self.window_tokens(w)
+        return [(b, e - b)]
 
     def window(self, g):
         """(epoch, window) of global sample g."""
@@ -85,21 +167,27 @@ class Sampler:
         return g // n, perm_index(g % n, n, epoch_key(self.seed, g // n))
 
     def window_tokens(self, w):
-        """Global token range [begin, end) of window w."""
+        """Global token range [begin, end) of concat window w."""
+        if self.packed is not None:
+            raise ValueError("a best-fit window is not one token range: use window_pieces")
         b = self.range[0] + w * self.seq_len
         return b, b + self.seq_len + 1
 
     def read(self, w, vocab=None):
         """The seq_len + 1 ids of window w (int64), each checked against vocab
-        (default: the dataset's), as tokshard_shard_read checks them."""
+        (default: the dataset's), as tokshard_shard_read checks them; a
+        best-fit window's documents, then padding (id 0) to seq_len + 1."""
         import numpy
-        b, e = self.window_tokens(w)
-        x = numpy.asarray(self.ds.tokens(b, e), dtype=numpy.int64)
         limit = self.ds.vocab_size if vocab is None else vocab
-        bad = numpy.nonzero(x >= limit)[0]
-        if len(bad):
-            raise ValueError(f"window {w}: token id {int(x[bad[0]])} at global token {b + int(bad[0])} "
-                             f"is outside the vocabulary [0, {limit})")
+        x = numpy.zeros(self.seq_len + 1, dtype=numpy.int64)  # padding past the pieces: id 0
+        at = 0
+        for b, n in self.window_pieces(w):
+            x[at:at + n] = self.ds.tokens(b, b + n)
+            bad = numpy.nonzero(x[at:at + n] >= limit)[0]
+            if len(bad):
+                raise ValueError(f"window {w}: token id {int(x[at + bad[0]])} at global token {b + int(bad[0])} "
+                                 f"is outside the vocabulary [0, {limit})")
+            at += n
         return x
 
     @staticmethod
