@@ -71,7 +71,10 @@ static std::string columns_of(const parquet::SchemaDescriptor *s) {
         } else {
             const auto *pn = static_cast<const parquet::schema::PrimitiveNode *>(f);
             out += parquet::TypeToString(pn->physical_type());
-            if (f->logical_type() && !f->logical_type()->is_none()) out += " " + f->logical_type()->ToString();
+            if (f->logical_type() && !f->logical_type()->is_none()) {
+                out += ' '; /* (not " " + ...: g++ 12 -O3 warns wrongly on that temporary, -Wrestrict) */
+                out += f->logical_type()->ToString();
+            }
         }
         if (f->is_repeated()) out += ", repeated";
         out += ")";
@@ -100,7 +103,10 @@ static int find_column(tks_pq *p) {
             bool text_ok = !lt || lt->is_none() || lt->is_string() || lt->is_JSON() || lt->is_enum();
             if (pn->physical_type() != parquet::Type::BYTE_ARRAY || !text_ok) {
                 type = parquet::TypeToString(pn->physical_type());
-                if (lt && !lt->is_none()) type += " " + lt->ToString();
+                if (lt && !lt->is_none()) {
+                    type += ' ';
+                    type += lt->ToString();
+                }
                 why = "is of another type";
             }
         }
