@@ -412,7 +412,10 @@ static void concat_stats(const tks_sampler *s, tks_pack_stats *st) {
         uint64_t w0 = (t - s->begin) / L, w1 = e - t >= 2 ? (e - 2 - s->begin) / L : w0;
         uint64_t in = w1 < n ? w1 - w0 + 1 : (w0 < n ? n - w0 : 0);
         st->pieces += in;
-        if (w1 != w0 || w1 >= n) st->docs_split++;
+        if (w1 != w0 || w1 >= n) {
+            st->docs_split++;
+            st->docs_split_short += e - t <= L + 1;
+        }
         t = e;
     }
     st->seconds = omp_get_wtime() - t0;

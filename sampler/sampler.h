@@ -201,6 +201,8 @@ typedef struct tks_pack_stats {
     uint64_t pad_tokens;  /* capacity - tokens (BEST_FIT) */
     uint64_t docs;        /* documents of the range (the parts the range's ends cut included) */
     uint64_t docs_split;  /* documents cut into pieces across windows */
+    uint64_t docs_split_short; /* of those, documents of at most seq_len + 1 tokens, which one
+                                * window could hold (0 under BEST_FIT: it cuts only longer ones) */
     uint64_t pieces;      /* documents and pieces placed in windows */
     uint64_t groups;      /* packing groups (BEST_FIT) */
     double seconds;       /* time to plan (BEST_FIT) or count (CONCAT) */

@@ -1035,6 +1035,9 @@ static void test_packing(void) {
             tks_pack_stats cs;
             CHECK(tks_sampler_create_packed(ds, b, e, L, 5, TKS_PACK_CONCAT, 1, &c) == 0 &&
                       tks_sampler_pack_stats(c, &cs) == 0, "concat");
+            CHECK(st.docs_split_short == 0 && cs.docs_split_short > 0 && cs.docs_split_short <= cs.docs_split,
+                  "L %u: documents that fit but were split: best-fit %llu, concat %llu of %llu", L,
+                  (ull)st.docs_split_short, (ull)cs.docs_split_short, (ull)cs.docs_split);
             CHECK(cs.docs == docs && cs.pad_tokens == 0 && cs.docs_split > split,
                   "L %u: concat %llu docs, %llu split; best-fit %llu split", L, (ull)cs.docs, (ull)cs.docs_split,
                   (ull)split);

@@ -437,19 +437,20 @@ static void print_pack(const psrc *s) {
            "documents split (%.2f%%), %.2f documents or pieces per window; planned in %.3f s\n",
            (ull)b->windows, (ull)b->groups, pct(b->pad_tokens, b->capacity), (ull)b->docs_split, (ull)b->docs,
            pct(b->docs_split, b->docs), b->windows ? (double)b->pieces / (double)b->windows : 0.0, b->seconds);
-    printf("#   concat on the same range: %llu windows, padding 0%%, %llu of %llu documents split (%.2f%%), "
-           "%.2f documents or pieces per window; best-fit splits %.1f%% fewer\n",
-           (ull)c->windows, (ull)c->docs_split, (ull)c->docs, pct(c->docs_split, c->docs),
+    printf("#   concat on the same range: %llu windows, padding 0%%, %llu of %llu documents split (%.2f%%; "
+           "%llu of them fit in one window), %.2f documents or pieces per window; best-fit splits %.1f%% "
+           "fewer\n",
+           (ull)c->windows, (ull)c->docs_split, (ull)c->docs, pct(c->docs_split, c->docs), (ull)c->docs_split_short,
            c->windows ? (double)c->pieces / (double)c->windows : 0.0,
            c->docs_split ? 100.0 - pct(b->docs_split, c->docs_split) : 0.0);
 }
 
 static json_t *json_pack_stats(const tks_pack_stats *st) {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "windows", (json_int_t)st->windows,
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "windows", (json_int_t)st->windows,
                      "tokens", (json_int_t)st->tokens, "capacity", (json_int_t)st->capacity, "pad_tokens",
                      (json_int_t)st->pad_tokens, "docs", (json_int_t)st->docs, "docs_split",
-                     (json_int_t)st->docs_split, "pieces", (json_int_t)st->pieces, "groups",
-                     (json_int_t)st->groups, "seconds", st->seconds);
+                     (json_int_t)st->docs_split, "docs_split_short", (json_int_t)st->docs_split_short,
+                     "pieces", (json_int_t)st->pieces, "groups", (json_int_t)st->groups, "seconds", st->seconds);
 }
 
 /* The plan's head: its JSON object up to "steps":[, or the text's # lines.
