@@ -36,3 +36,12 @@ finish() {
   echo "$1 [$CASE]: all checks passed"
   exit 0
 }
+# mpi_env: what the tests' multi-process runs need: OpenMPI as root,
+# oversubscribed, over shared memory; no leak checking in MPI processes under
+# the sanitizers (OpenMPI's dlopen'ed components show up as leaks no
+# suppression can name; ASan still checks every access)
+mpi_env() {
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+  [[ -z ${ASAN_OPTIONS:-} || $ASAN_OPTIONS == *detect_leaks=0* ]] || export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
+}

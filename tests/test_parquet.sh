@@ -33,9 +33,7 @@ W=$W/parquet-$CASE
 rm -rf "$W" && mkdir -p "$W"
 cd "$W" || exit 2
 [[ -d $T/pydoc ]] || { echo "no data at $T (build_setup)"; exit 2; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
-[[ -n ${ASAN_OPTIONS:-} ]] && export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" # see test_parallel.sh
+mpi_env
 PY=$HERE/../.venv-arrow/bin/python
 
 if ! "$TKS" --version | grep -q "parquet input: Apache Arrow"; then

@@ -37,8 +37,7 @@ done
 export PATH=$PATH:/usr/sbin
 [[ $(id -u) -eq 0 ]] || skip "slurmd launches tasks only as root; this test runs as $(id -un)"
 [[ -d $T/ref && -d $D ]] || { echo "no data at $T/ref or $D (build_setup, train_setup)"; exit 2; }
-# MPI processes run without leak checking under the sanitizers (test_parallel.sh says why)
-[[ -n ${ASAN_OPTIONS:-} ]] && export ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0"
+mpi_env
 # the one Slurm variable this test sets; a surrounding job's would mislead srun
 while read -r v; do unset "$v"; done < <(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p')
 rm -rf "$W" && mkdir -p "$W"
