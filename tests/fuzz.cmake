@@ -60,7 +60,7 @@ if(TKS_FUZZ)
         list(APPEND _tks_lib_fuzz_flags -fsanitize=address,undefined -fno-omit-frame-pointer
              -fno-sanitize-recover=undefined)
       endif()
-      foreach(lib tks_common tks_dataset tks_tokenizer tks_tokenize tks_interop)
+      foreach(lib tks_common tks_dataset tks_tokenizer tks_tokenize tks_parquet tks_interop)
         target_compile_options(${lib} PRIVATE ${_tks_lib_fuzz_flags})
         if(NOT TKS_SANITIZE)
           target_link_options(${lib} INTERFACE -fsanitize=address,undefined)
