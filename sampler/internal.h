@@ -37,6 +37,7 @@ void tks__pack_free(tks__pack *p);
 int tks__pack_locate(const tks_sampler *s, uint64_t w, tks_sample_loc *loc);
 int tks__pack_read(const tks_sampler *s, uint64_t w, uint32_t model_vocab, uint32_t *tokens, uint64_t *n_real);
 int tks__pack_doc_starts(const tks_sampler *s, uint64_t w, int32_t *doc);
+uint64_t tks__pack_real(const tks_sampler *s, uint64_t w);
 int tks__pack_pieces(const tks_sampler *s, uint64_t w, tks_sample_piece *out, size_t cap, size_t *n);
 
 #endif

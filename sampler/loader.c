@@ -12,12 +12,14 @@
 int tks_sampler_load_row(tks_sampler *s, uint64_t w, uint32_t vocab, uint32_t *tok, int32_t *ids,
                          int32_t *targets, int32_t *doc, uint64_t i) {
     uint32_t T = tks_sampler_seq_len(s);
-    int rc = tks_sampler_read(s, w, vocab, tok);
+    uint64_t real = 0;
+    int rc = tks_sampler_read_window(s, w, vocab, tok, &real);
     if (!rc && doc) rc = tks_sampler_doc_starts(s, w, doc + i * T);
     if (rc) return rc;
     for (uint32_t t = 0; t < T; t++) {
         ids[i * T + t] = (int32_t)tok[t];
-        targets[i * T + t] = (int32_t)tok[t + 1];
+        /* a packed window's padding predicts nothing: ignored by the loss */
+        targets[i * T + t] = t + 1 < real ? (int32_t)tok[t + 1] : -1;
     }
     return 0;
 }

@@ -333,6 +333,14 @@ static void items_of(const tks_sampler *s, uint64_t w, uint64_t *first, size_t *
     *n = (size_t)(s->pack->win[w + 1] - *first);
 }
 
+uint64_t tks__pack_real(const tks_sampler *s, uint64_t w) {
+    uint64_t f, real = 0;
+    size_t n;
+    items_of(s, w, &f, &n);
+    for (size_t k = 0; k < n; k++) real += s->pack->len[f + k];
+    return real;
+}
+
 int tks__pack_pieces(const tks_sampler *s, uint64_t w, tks_sample_piece *out, size_t cap, size_t *n) {
     uint64_t f;
     items_of(s, w, &f, n);

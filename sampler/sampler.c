@@ -207,6 +207,10 @@ int tks_sampler_locate(const tks_sampler *s, uint64_t window, tks_sample_loc *lo
     return 0;
 }
 
+uint64_t tks_sampler_window_real(const tks_sampler *s, uint64_t window) {
+    return s->pack ? tks__pack_real(s, window) : (uint64_t)s->seq_len + 1;
+}
+
 int tks_sampler_pieces(const tks_sampler *s, uint64_t window, tks_sample_piece *out, size_t cap, size_t *n) {
     if (window >= s->n_windows) return bad_window(s, window);
     if (!out || !n) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "sampler pieces: NULL argument");

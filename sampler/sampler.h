@@ -244,6 +244,11 @@ int tks_sampler_read_window(const tks_sampler *s, uint64_t window, uint32_t mode
  */
 int tks_sampler_pieces(const tks_sampler *s, uint64_t window, tks_sample_piece *out, size_t cap, size_t *n);
 
+/* The real tokens of window `window` (< n_windows): seq_len + 1 under CONCAT,
+ * its documents' tokens under BEST_FIT; the window gives real - 1 training
+ * targets (tks_sampler_load_row marks the rest ignored). O(1). */
+uint64_t tks_sampler_window_real(const tks_sampler *s, uint64_t window);
+
 /* The packing statistics of the sampler's windows (CONCAT: counted over the
  * range's documents now, O(documents)). Errors: TKS_ERR_ARG. */
 int tks_sampler_pack_stats(const tks_sampler *s, tks_pack_stats *st);
@@ -459,8 +464,10 @@ int tks_mix_record(const tks_mix_spec *m, const char *const *abs_dirs, const uin
 
 /*
  * Reads window w of sampler s into row i of ids and targets ([B, T], T the
- * sampler's seq_len: ids the window's first T tokens, targets its last T)
- * and, when doc is not NULL, its document starts into row i of doc. tok:
+ * sampler's seq_len: ids the window's first T tokens, targets its last T;
+ * under BEST_FIT a target past the window's real tokens is -1: ignored by
+ * the loss, backend.h) and, when doc is not NULL, its document starts into
+ * row i of doc. tok:
  * scratch of seq_len + 1 ids. Errors: those of tks_sampler_read (an id at
  * or above vocab, a checksum) and tks_sampler_doc_starts.
  */

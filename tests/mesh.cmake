@@ -3,7 +3,7 @@
 add_executable(test_mesh ${TKS_TEST_DIR}/test_mesh.c)
 target_link_libraries(test_mesh PRIVATE tks_trainer)
 add_test(NAME mesh_plan COMMAND test_mesh)
-foreach(case layouts mix tp3 mesh checkpoint staged refuse failures overlap bf16 memory)
+foreach(case layouts mix tp3 mesh checkpoint packing staged refuse failures overlap bf16 memory)
   add_test(NAME parallel_${case}
            COMMAND bash ${TKS_TEST_DIR}/test_parallel.sh ${TKS_BIN} ${CMAKE_BINARY_DIR}/test-work ${case})
   set_tests_properties(parallel_${case} PROPERTIES FIXTURES_REQUIRED tks_train RUN_SERIAL TRUE TIMEOUT 900

@@ -1261,6 +1261,43 @@ static void test_xent(void) {
     free(dl0);
     xs_free(&s);
 
+    /* ignored rows (target -1: a packed window's padding): loss exactly 0 and
+     * no gradient, staged and fused; the other rows exactly as without them */
+    {
+        int32_t tg_ign[6] = {0, -1, 5, -1, 12, 3};
+        xshard a = xs_new(N, V, VR, 0, targets), b = xs_new(N, V, VR, 0, tg_ign);
+        fill_xent(&a, VR, 40.0f);
+        memcpy(b.logits.h, a.logits.h, a.logits.n * sizeof *a.logits.h);
+        tup(&b.logits);
+        xent_loss_all(&a);
+        xent_loss_all(&b);
+        be->ops->xent_bwd(be, a.dl.d, a.logits.d, a.mx.d, a.sum.d, a.targets, N, V, 0, VR, xent_scale, TKS_F32);
+        be->ops->xent_bwd(be, b.dl.d, b.logits.d, b.mx.d, b.sum.d, b.targets, N, V, 0, VR, xent_scale, TKS_F32);
+        tdown(&a.dl);
+        tdown(&b.dl);
+        size_t bad = 0, other = 0;
+        for (int i = 0; i < N; i++) {
+            const float *da = a.dl.h + (size_t)i * V, *db = b.dl.h + (size_t)i * V;
+            if (tg_ign[i] < 0) {
+                bad += b.loss.h[i] != 0.0f;
+                for (int j = 0; j < V; j++) bad += db[j] != 0.0f;
+            } else {
+                other += ndiff_bits(&b.loss.h[i], &a.loss.h[i], 1) + ndiff_bits(db, da, (size_t)V);
+            }
+        }
+        note_exact("xent ignore", "staged: ignored rows have loss 0 and zero dlogits (nonzero values)", bad);
+        note_exact("xent ignore", "staged: the other rows bit-identical", other);
+        tens fl2 = tnew((size_t)N);
+        be->ops->xent_fused(be, fl2.d, b.logits.d, b.targets, N, V, VR, xent_scale, TKS_F32);
+        tdown(&fl2);
+        tdown(&b.logits);
+        note_exact("xent ignore", "fused: loss == staged", ndiff_bits(fl2.h, b.loss.h, (size_t)N));
+        note_exact("xent ignore", "fused: dlogits == staged", ndiff_bits(b.logits.h, b.dl.h, b.dl.n));
+        tfree(&fl2);
+        xs_free(&a);
+        xs_free(&b);
+    }
+
     /* vocab-parallel staging vs the unsplit computation. Each layout: total
      * columns, real columns, shard widths; targets reach into every shard
      * holding real columns, including the last real column. */

@@ -3,7 +3,7 @@
 # losses, samples and checkpoints whatever the dp_replicate x dp_shard x tp
 # layout, the mesh check, invalid layouts, and bad ids refused alike.
 # Usage: test_parallel.sh BIN_DIR WORKDIR CASE   (needs the train_setup dataset)
-#   CASE: layouts | mix | tp3 | mesh | checkpoint | staged | refuse | failures | overlap | bf16 | memory
+#   CASE: layouts | mix | tp3 | mesh | checkpoint | packing | staged | refuse | failures | overlap | bf16 | memory
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -209,6 +209,37 @@ checkpoint)
     if out=$(same_losses a "$label" 5 8); then ok "(1,2,2) -> ($rep,$sh,$tp), steps 5..8: $out"; else
       fail "resume under ($rep,$sh,$tp): $out"; fi
   done
+  ;;
+
+packing)
+  # best-fit packing (docs/SAMPLING.md section 10) with --doc-mask: the same
+  # losses and validation loss under every layout (the loss is the mean over
+  # the step's real targets, counted from the whole step's windows on every
+  # rank; test_ops checks that an ignored target gives no loss and no
+  # gradient); a resume from a checkpoint saved under (1,2,2) continues
+  # under other layouts; a resume with the other packing is refused
+  P=("${M[@]}" --packing best-fit --doc-mask)
+  run ref 0 "${P[@]}" --steps 12 --save-every 6 || exit 1
+  grep -q '"packing": "best-fit"' run-ref/metrics.jsonl && ok "metrics name the packing" ||
+    fail "metrics.jsonl does not name the packing"
+  for L in "1 1 2" "1 2 1" "2 1 1" "1 2 2"; do
+    read -r rep sh tp <<<"$L"
+    label="pk-r${rep}s${sh}t${tp}"
+    run "$label" $((rep * sh * tp)) "${P[@]}" --steps 12 --dp-replicate "$rep" --dp-shard "$sh" --tp "$tp" || continue
+    if out=$(same_losses ref "$label" 1 12); then ok "packed ($rep,$sh,$tp): $out"; else fail "packed ($rep,$sh,$tp): $out"; fi
+    python3 - run-ref/metrics.jsonl "run-$label/metrics.jsonl" <<'EOF2' && ok "packed ($rep,$sh,$tp): validation loss agrees" || fail "packed ($rep,$sh,$tp): validation loss differs"
+import json, sys
+v = [[json.loads(l)["val_loss"] for l in open(p) if '"val_loss"' in l] for p in sys.argv[1:3]]
+sys.exit(0 if len(v[0]) == len(v[1]) > 0 and all(abs(a - b) <= 1e-4 * abs(a) for a, b in zip(*v)) else 1)
+EOF2
+  done
+  C6=run-ref/checkpoints/step-00000006
+  run pk-resume 4 "${P[@]}" --steps 12 --resume $C6 --dp-shard 2 --tp 2 || exit 1
+  if out=$(same_losses ref pk-resume 7 12); then ok "packed: resumed under (1,2,2) at step 6: $out"; else fail "packed resume: $out"; fi
+  "$TRAIN" "${DATA[@]}" --out run-pk-concat "${M[@]}" --steps 12 --resume $C6 >log-pk-concat 2>&1
+  code=$?
+  [[ $code -eq 2 ]] && grep -q -- "--packing best-fit" log-pk-concat && ok "resume without --packing refused (exit 2)" ||
+    fail "resume without --packing: exit $code: $(tail -2 log-pk-concat)"
   ;;
 
 staged)

@@ -50,6 +50,8 @@ typedef struct tks_train_opts {
     int doc_mask;                 /* attention inside each packed document only (block-causal
                                    * from the shards' document index) */
     int reset_positions;          /* RoPE positions restart at each document */
+    const char *packing;          /* "concat" (NULL, the default) or "best-fit": windows of whole
+                                   * documents (docs/SAMPLING.md §10), padding kept out of the loss */
     const char *val_dataset_dir;  /* optional separate validation dataset (else --val-tokens) */
     const char *out_dir;          /* run directory: checkpoints/, metrics.jsonl, loss.svg */
     const char *resume;           /* checkpoint dir to resume from, or NULL */

@@ -251,7 +251,10 @@ struct tks_backend_ops {
      * logits[N,V] (dt); only the first VR columns are real vocabulary, the rest
      * is padding and is masked out (never predicted, no gradient).
      *
-     * Fused (one process holds the whole vocabulary, tp = 1): loss[i] (fp32) =
+     * A row whose target is negative is ignored (a packed window's padding): its
+ * loss is 0 and its dlogits row 0, in every variant below.
+ *
+ * Fused (one process holds the whole vocabulary, tp = 1): loss[i] (fp32) =
      * logsumexp_j<VR logits[i,j] - logits[i,target], and logits is overwritten
      * IN PLACE by dlogits = scale * (softmax - onehot(target)) (0 on padding),
      * row chunk by row chunk, so [N,V] is never held twice. */
@@ -265,10 +268,11 @@ struct tks_backend_ops {
     /* sum[i] = sum_j<VR exp(logits[i,j] - mx[i]) */
     int (*xent_sumexp)(tks_backend *be, float *sum, const void *logits, const float *mx, int N,
                        int V, int VR, tks_dtype dt);
-    /* tgt[i] = logits[i, targets[i]-v0] when the target is local, else 0 */
+    /* tgt[i] = logits[i, targets[i]-v0] when the target is local, else 0;
+     * NaN for an ignored row (target < 0), which the tp sum keeps */
     int (*xent_target)(tks_backend *be, float *tgt, const void *logits, const int32_t *targets,
                        int N, int V, int64_t v0, int VR, tks_dtype dt);
-    /* loss[i] = log(sum[i]) + mx[i] - tgt[i] */
+    /* loss[i] = log(sum[i]) + mx[i] - tgt[i]; 0 where tgt[i] is NaN (ignored) */
     int (*xent_loss)(tks_backend *be, float *loss, const float *mx, const float *sum,
                      const float *tgt, int N);
     /* dlogits[N,V] (dt) = scale * (softmax - onehot(target)) on real columns, 0

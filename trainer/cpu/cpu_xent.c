@@ -32,6 +32,11 @@ INL void row_dlogits(void *d, const void *l, size_t o, int V, int VR, float mx, 
 INL void xent_fused_row(float *loss, void *logits, const int32_t *targets, int i, int V, int VR,
                         float scale, tks_dtype dt) {
     size_t o = (size_t)i * V;
+    if (targets[i] < 0) { /* ignored (a packed window's padding): no loss, no gradient */
+        loss[i] = 0.0f;
+        for (int j = 0; j < V; j++) st(logits, o + j, 0.0f, dt);
+        return;
+    }
     float mx = row_max(logits, o, VR, dt), sum = row_sumexp(logits, o, VR, mx, dt);
     int64_t r = targets[i];
     float tgt = r >= 0 && r < VR ? ld(logits, o + r, dt) : 0.0f;
@@ -74,7 +79,9 @@ int tks__cpu_xent_target(tks_backend *be, float *tgt, const void *logits,
 #pragma omp parallel for schedule(static) num_threads(NT(be))
     for (int i = 0; i < N; i++) {
         int64_t r = (int64_t)targets[i] - v0;
-        tgt[i] = (r >= 0 && r < VR) ? ld(logits, (size_t)i * V + (size_t)r, dt) : 0.0f;
+        /* an ignored row (target < 0) is marked NaN, which the tp sum keeps
+         * and xent_loss turns into a loss of 0 */
+        tgt[i] = targets[i] < 0 ? NAN : (r >= 0 && r < VR) ? ld(logits, (size_t)i * V + (size_t)r, dt) : 0.0f;
     }
     return 0;
 }
@@ -82,7 +89,7 @@ int tks__cpu_xent_target(tks_backend *be, float *tgt, const void *logits,
 int tks__cpu_xent_loss(tks_backend *be, float *loss, const float *mx, const float *sum,
                        const float *tgt, int N) {
     STICKY(be);
-    for (int i = 0; i < N; i++) loss[i] = logf(sum[i]) + mx[i] - tgt[i];
+    for (int i = 0; i < N; i++) loss[i] = isnan(tgt[i]) ? 0.0f : logf(sum[i]) + mx[i] - tgt[i];
     return 0;
 }
 
@@ -92,8 +99,13 @@ int tks__cpu_xent_bwd(tks_backend *be, void *dlogits, const void *logits, const 
     STICKY(be);
     if (tks__cpu_check_dt(be, "xent_bwd", dt)) return CTX(be)->err;
 #pragma omp parallel for schedule(static) num_threads(NT(be))
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < N; i++) {
+        if (targets[i] < 0) { /* ignored: no gradient */
+            for (int j = 0; j < V; j++) st(dlogits, (size_t)i * V + j, 0.0f, dt);
+            continue;
+        }
         DT_CALL(dt, row_dlogits, dlogits, logits, (size_t)i * V, V, VR, mx[i], sum[i],
                 (int64_t)targets[i] - v0, scale);
+    }
     return 0;
 }

@@ -17,6 +17,11 @@ template <typename T>
 __global__ void k_xent_fused(float *loss, T *logits, const int32_t *targets, int V, int VR, float scale) {
     __shared__ float red[32];
     size_t o = (size_t)blockIdx.x * V;
+    if (targets[blockIdx.x] < 0) { /* ignored (a packed window's padding): no loss, no gradient */
+        if (threadIdx.x == 0) loss[blockIdx.x] = 0.0f;
+        for (int j = threadIdx.x; j < V; j += blockDim.x) stv(logits, o + j, 0.0f);
+        return; /* the whole block returns: no barrier below is reached by part of it */
+    }
     float m = -INFINITY, s = 0;
     for (int j = threadIdx.x; j < VR; j += blockDim.x) {
         float x = ldv(logits, o + j);
@@ -80,11 +85,12 @@ __global__ void k_xent_target(float *tgt, const T *logits, const int32_t *target
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N) return;
     int64_t r = (int64_t)targets[i] - v0;
-    tgt[i] = (r >= 0 && r < VR) ? ldv(logits, (size_t)i * V + r) : 0.0f;
+    /* an ignored row is NaN: the tp sum keeps it, k_xent_loss makes it 0 */
+    tgt[i] = targets[i] < 0 ? __int_as_float(0x7fc00000) : (r >= 0 && r < VR) ? ldv(logits, (size_t)i * V + r) : 0.0f;
 }
 __global__ void k_xent_loss(float *loss, const float *mx, const float *sum, const float *tgt, int N) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < N) loss[i] = logf(sum[i]) + mx[i] - tgt[i];
+    if (i < N) loss[i] = isnan(tgt[i]) ? 0.0f : logf(sum[i]) + mx[i] - tgt[i];
 }
 template <typename T>
 __global__ void k_xent_bwd(T *dlogits, const T *logits, const float *mx, const float *sum,
@@ -93,8 +99,9 @@ __global__ void k_xent_bwd(T *dlogits, const T *logits, const float *mx, const f
     size_t o = (size_t)i * V;
     float m = mx[i], inv = 1.0f / sum[i];
     int64_t r = (int64_t)targets[i] - v0;
+    int ignored = targets[i] < 0; /* no gradient */
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float g = j < VR ? expf(ldv(logits, o + j) - m) * inv * scale : 0.0f;
+        float g = !ignored && j < VR ? expf(ldv(logits, o + j) - m) * inv * scale : 0.0f;
         if (j == r && r < VR) g -= scale;
         stv(dlogits, o + j, g);
     }

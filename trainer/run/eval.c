@@ -37,8 +37,10 @@ double tks__run_evaluate(run *r, tks_model *m, tks_mesh *mesh, uint64_t cursor, 
             *rc = tks_mesh_agree(mesh, *rc);
             if (!*rc && doc) *rc = tks_model_set_documents(m, doc, r->o.doc_mask, r->o.reset_positions);
             if (!*rc) *rc = tks_model_forward(m, ids, tg, &ls);
+            uint64_t n = 0; /* targets: a packed window's padding has none */
+            for (uint64_t i = 0; i < r->micro * T; i++) n += tg[i] >= 0;
             acc[2 * k] += (float)ls;
-            acc[2 * k + 1] += (float)(r->micro * T);
+            acc[2 * k + 1] += (float)n;
         }
     }
     if (!*rc && mesh->dp > 1) /* host data */

@@ -56,6 +56,14 @@ static void plan_data(tks_text *b, const run *r) {
             (unsigned long long)tks_sampler_n_windows(r->train),
             (double)tks_sampler_n_windows(r->train) / (double)B,
             (unsigned long long)(r->val ? tks_sampler_n_windows(r->val) : 0));
+    if (tks__run_packing(&r->o) == TKS_PACK_BEST_FIT) {
+        tks_pack_stats st;
+        if (!tks_sampler_pack_stats(r->train, &st))
+            tks_text_printf(b, "  packing        best-fit: whole documents per window, %.3f%% padding (kept out of "
+                            "the loss), %llu of %llu documents split\n",
+                            st.capacity ? 100.0 * (double)st.pad_tokens / (double)st.capacity : 0.0,
+                            (unsigned long long)st.docs_split, (unsigned long long)st.docs);
+    }
     if (r->o.doc_mask || r->o.reset_positions)
         tks_text_printf(b, "  documents      %s%s%s (from the shards' document index)\n",
             r->o.doc_mask ? "attention inside each document (--doc-mask)" : "",

@@ -96,12 +96,24 @@ static int same_schedule(const tks_train_opts *o, const tks_train_state *st) {
                     lr_at(s, lr, min_lr, warm, steps));
 }
 
+tks_packing tks__run_packing(const tks_train_opts *o) {
+    return o->packing && !strcmp(o->packing, "best-fit") ? TKS_PACK_BEST_FIT : TKS_PACK_CONCAT;
+}
+
 /* --doc-mask and --reset-positions change what the model computes from the
- * same samples: a resumed run keeps the checkpoint's (absent: off). */
+ * same samples, --packing the samples: a resumed run keeps the checkpoint's
+ * (absent: off, concat). */
 static int same_documents(const tks_train_opts *o, const tks_train_state *st) {
     json_t *j = json_loads(st->options_json, 0, NULL);
     int dm = json_is_true(json_object_get(j, "doc_mask")), rp = json_is_true(json_object_get(j, "reset_positions"));
+    const char *pk = json_string_value(json_object_get(j, "packing"));
+    int was_bf = pk && !strcmp(pk, "best-fit"), is_bf = tks__run_packing(o) == TKS_PACK_BEST_FIT;
     json_decref(j);
+    if (was_bf != is_bf)
+        return tks_fail(TKS_ERR_ARG, o->resume, TKS_NONE, TKS_NONE,
+                        "the checkpoint %s was trained with --packing %s: resume with --packing %s (the "
+                        "windows, and so the data order, differ between packings)",
+                        o->resume, was_bf ? "best-fit" : "concat", was_bf ? "best-fit" : "concat");
     if (dm == (o->doc_mask != 0) && rp == (o->reset_positions != 0)) return 0;
     const char *flag = dm != (o->doc_mask != 0) ? "--doc-mask" : "--reset-positions";
     int was = dm != (o->doc_mask != 0) ? dm : rp;
@@ -307,10 +319,12 @@ static int make_samplers(run *r) {
             return rc;
         }
         uint64_t seed = r->mixed ? tks_source_seed(o->seed, s->name) : o->seed; /* its own order */
-        if ((rc = tks_sampler_create(s->ds, tr.begin, tr.end, o->seq_len, seed, &s->train))) return rc;
+        tks_packing pk = tks__run_packing(o);
+        if ((rc = tks_sampler_create_packed(s->ds, tr.begin, tr.end, o->seq_len, seed, pk, o->threads, &s->train)))
+            return rc;
         if (va.end > va.begin)
-            rc = tks_sampler_create(r->val_ds ? r->val_ds : s->ds, va.begin, va.end, o->seq_len, o->seed,
-                                    &s->val);
+            rc = tks_sampler_create_packed(r->val_ds ? r->val_ds : s->ds, va.begin, va.end, o->seq_len, o->seed, pk,
+                                           o->threads, &s->val);
     }
     r->train = r->src[0].train;
     r->val = r->src[0].val;
@@ -359,6 +373,10 @@ int tks__run_resolve(const tks_train_opts *in, run *r) {
     memset(r, 0, sizeof *r);
     r->o = *in;
     tks_train_opts *o = &r->o;
+    if (o->packing && strcmp(o->packing, "concat") && strcmp(o->packing, "best-fit"))
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "--packing %s: use concat (the stream cut every seq_len tokens) or best-fit "
+                        "(whole documents packed into windows)", o->packing);
     int rc = open_sources(r);
     if (rc) return rc;
     const tks_tokenizer_info *ti = tks_dataset_tokenizer(r->ds);
@@ -429,6 +447,8 @@ void tks__run_options_json(const run *r, char *out, size_t cap) {
     if (j && o->val_dataset_dir) json_object_set_new(j, "val_dataset", json_string(vds));
     if (j && o->doc_mask) json_object_set_new(j, "doc_mask", json_true());
     if (j && o->reset_positions) json_object_set_new(j, "reset_positions", json_true());
+    if (j && tks__run_packing(o) == TKS_PACK_BEST_FIT) /* absent for concat: earlier checkpoints unchanged */
+        json_object_set_new(j, "packing", json_string("best-fit"));
     char *t = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(9)) : NULL;
     snprintf(out, cap, "%s", t ? t : "{}");
     free(t);
@@ -484,6 +504,7 @@ static size_t run_fields(const run *r, run_field *f) {
     RS("--comm", o->comm), RS("--dtype", o->dtype), RU("--tp", o->tp), RU("--dp-shard", o->dp_shard);
     RU("--dp-replicate", o->dp_replicate);
     RU("--doc-mask", o->doc_mask), RU("--reset-positions", o->reset_positions);
+    RU("--packing", tks__run_packing(o));
     RU("--warn-repeats", o->warn_repeats);
 #undef RF
 #undef RU

@@ -43,6 +43,9 @@ typedef struct run {
  * refusal of any check, naming the flag or the dataset. */
 int tks__run_resolve(const tks_train_opts *in, run *r);
 
+/* The packing --packing names (concat when NULL). */
+tks_packing tks__run_packing(const tks_train_opts *o);
+
 /* Closes what tks__run_resolve opened. */
 void tks__run_free(run *r);
 

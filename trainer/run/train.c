@@ -349,6 +349,29 @@ static int step_micro_batches(trainer *t, float scale) {
     return rc;
 }
 
+/* The training targets of the step that starts at t->cursor, over the whole
+ * global batch: global_batch x seq_len with concat windows; with best-fit
+ * packing each window's real tokens - 1 (its padding is ignored). The same
+ * number on every rank, whatever the layout (every rank sees the whole
+ * step's windows): the loss is the mean over these targets. */
+static double step_targets(const trainer *t) {
+    const run *r = &t->r;
+    const uint64_t B = t->o->global_batch, L = t->o->seq_len;
+    if (tks__run_packing(t->o) == TKS_PACK_CONCAT) return (double)(B * L);
+    tks_blend_pick pk[256];
+    uint64_t n = 0;
+    for (uint64_t g = 0; g < B; g += 256) {
+        uint64_t c = B - g < 256 ? B - g : 256;
+        if (tks_blend_picks(&r->blend, &t->mix, t->cursor + g, c, pk)) return (double)(B * L);
+        for (uint64_t i = 0; i < c; i++) {
+            tks_sampler *s = r->src[pk[i].source].train;
+            uint64_t real = tks_sampler_window_real(s, tks_sampler_window(s, pk[i].index));
+            n += real > 1 ? real - 1 : 0;
+        }
+    }
+    return n ? (double)n : 1.0;
+}
+
 /* A non-finite gradient norm: the optimizer skipped the update; the error
  * says where to resume from. */
 static int diverged(const trainer *t, double gnorm, float loss) {
@@ -376,7 +399,7 @@ static int train_step(trainer *t, float red[3], float *lr) {
     tks_mesh *mesh = t->mesh;
     tks_backend *be = t->be;
     tks_comm *world = mesh->group[TKS_GROUP_WORLD], *shc = mesh->group[TKS_GROUP_DP_SHARD];
-    double tokens_step = (double)(t->o->global_batch * t->o->seq_len);
+    double tokens_step = step_targets(t);
     tks_model_zero_grad(t->m);
     int rc = be->ops->memzero(be, t->dred, 4 * sizeof *t->dred);
     if (t->gsync) tks_grad_sync_begin(t->gsync);
@@ -502,7 +525,8 @@ static void epoch_notes(trainer *t) {
 }
 
 /* The evaluation's line of metrics.jsonl (rank 0): the loss, and a
- * mixture's loss per source (null where a source has no validation window). */
+ * mixture's loss per source (null where a source has no validation window),
+ * and the packing when it is not concat. */
 static void write_val_metrics(trainer *t, const tks_step_info *info) {
     FILE *f = t->metrics;
     if (!f) return;
@@ -518,6 +542,9 @@ static void write_val_metrics(trainer *t, const tks_step_info *info) {
         }
         fputs("}", f);
     }
+    /* the validation windows are packed as the training ones: a loss is
+     * comparable with another run's only under the same packing */
+    if (tks__run_packing(t->o) == TKS_PACK_BEST_FIT) fputs(", \"packing\": \"best-fit\"", f);
     fputs("}\n", f);
 }
 
