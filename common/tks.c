@@ -233,6 +233,21 @@ int tks_pwrite_all(int fd, const void *buf, size_t n, uint64_t off, const char *
     return 0;
 }
 
+int tks_mkdir_p(const char *d) {
+    char p[PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", d) >= (int)sizeof p)
+        return tks_fail(TKS_ERR_IO, d, TKS_NONE, TKS_NONE, "cannot create %s: path too long", d);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            mkdir(p, 0755);
+            *s = '/';
+        }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return tks_fail(TKS_ERR_IO, d, TKS_NONE, TKS_NONE, "cannot create %s: %s", d, strerror(errno));
+    return 0;
+}
+
 int tks_fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)

@@ -151,6 +151,10 @@ int tks_map_file(const char *path, const char *what, const uint8_t **base, size_
 /* Unmaps what tks_map_file mapped; (NULL, 0) is a no-op. */
 void tks_unmap(const uint8_t *base, size_t size);
 
+/* Creates directory d and its missing parents (mode 0755); an existing one
+ * is fine. Errors: TKS_ERR_IO (names the directory). */
+int tks_mkdir_p(const char *d);
+
 /* fsync the directory containing `path` (so a rename is durable). */
 int tks_fsync_dir(const char *dir);
 

@@ -30,9 +30,13 @@ static inline size_t tks__shard_of(const tks_sampler *s, uint64_t t) {
 }
 
 /* pack.c: plans the best-fit windows of s (sets s->pack and s->n_windows) on
- * `threads` threads (0: all). Errors: TKS_ERR_NOMEM, TKS_ERR_ARG (no window). */
-int tks__pack_plan(tks_sampler *s, int threads);
+ * `threads` threads (0: all): in memory (dir NULL), or in the plan file of
+ * its inputs in dir, made by W's ranks when missing (W NULL: one process).
+ * Errors: TKS_ERR_NOMEM, TKS_ERR_ARG (no window), TKS_ERR_IO, the plan
+ * file's (damaged or stale: named, with what to do). */
+int tks__pack_plan(tks_sampler *s, int threads, const char *dir, const tks_pack_world *W);
 void tks__pack_free(tks__pack *p);
+const char *tks__pack_path(const tks__pack *p);
 /* pack.c: locate, read and doc_starts of a best-fit window (w < n_windows). */
 int tks__pack_locate(const tks_sampler *s, uint64_t w, tks_sample_loc *loc);
 int tks__pack_read(const tks_sampler *s, uint64_t w, uint32_t model_vocab, uint32_t *tokens, uint64_t *n_real);

@@ -28,9 +28,17 @@
  * 12 bytes per item and 8 per window, so reading a window costs O(its items).
  * It is a pure function of the dataset, the range and seq_len: every rank
  * and thread gets the same windows. */
+#define _GNU_SOURCE /* O_CLOEXEC */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <limits.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include "sampler/internal.h"
 
@@ -39,10 +47,15 @@ typedef unsigned long long ull; /* for printf */
 struct tks__pack {
     uint64_t group_tokens;  /* G */
     uint64_t n_groups;
-    uint64_t *first;        /* (n_groups + 1): group k's first window */
-    uint64_t *win;          /* (n_windows + 1): window w's items are [win[w], win[w+1]) */
-    uint64_t *begin;        /* per item, by window then stream order: its first global token */
-    uint32_t *len;          /* and its tokens */
+    /* views into the plan image (below), owned or mapped */
+    const uint64_t *first;  /* (n_groups + 1): group k's first window */
+    const uint64_t *win;    /* (n_windows + 1): window w's items are [win[w], win[w+1]) */
+    const uint64_t *begin;  /* per item, by window then stream order: its first global token */
+    const uint32_t *len;    /* and its tokens */
+    unsigned char *owned;   /* the image in memory (malloc), or NULL */
+    const uint8_t *map;     /* the image mapped from the plan file, or NULL */
+    size_t map_bytes;
+    char path[PATH_MAX];    /* the plan file, or "" */
     tks_pack_stats stats;
 };
 
@@ -205,9 +218,9 @@ static int best_fit(work *w, uint32_t C) {
 }
 
 /* Packs group g into w. */
-static int pack_group(const tks_sampler *s, const tks__pack *p, uint64_t g, work *w) {
-    uint64_t a = s->begin + g * p->group_tokens;
-    uint64_t b = p->group_tokens > s->end - a ? s->end : a + p->group_tokens;
+static int pack_group(const tks_sampler *s, uint64_t G, uint64_t g, work *w) {
+    uint64_t a = s->begin + g * G;
+    uint64_t b = G > s->end - a ? s->end : a + G;
     int rc = group_items(s, a, b, w);
     return rc ? rc : best_fit(w, s->seq_len + 1);
 }
@@ -218,114 +231,397 @@ static int by_bin(const void *x, const void *y) {
     return a->begin < b->begin ? -1 : a->begin > b->begin;
 }
 
-/* One group's packing, kept until the plan is assembled. */
-typedef struct packed {
-    item *it;               /* by bin, then stream order */
-    size_t n;
-    uint32_t n_bins;
-} packed;
+/* ---- the plan image ------------------------------------------------------
+ * One byte layout in memory (malloc) and on disk (mmap), little-endian:
+ *   [0, 256)  header (below), its XXH3-64 over [0, 248) at 248
+ *   first     (n_groups + 1) u64: group k's windows are first[k] .. first[k+1]-1
+ *   win       (n_windows + 1) u64: window w's items are win[w] .. win[w+1]-1
+ *   begin     n_items u64: an item's first global token
+ *   len       n_items u32: its tokens
+ * Header: magic "TKSPACK\1"; u32 version at 8, seq_len 12, group windows 16;
+ * u64 manifest XXH3 24, begin 32, end 40, n_groups 48, n_windows 56,
+ * n_items 64, tokens 72, docs 80, docs_split 88, XXH3-64 of the bytes after
+ * the header 96. The packing algorithm is part of the format: any change to
+ * the windows it makes must raise PLAN_VERSION, so that no file made by
+ * another rule is used. */
+#define PLAN_MAGIC "TKSPACK\1"
+#define PLAN_VERSION 1u
+#define PLAN_HDR 256u
 
-/* Window offsets and items from the groups' packings, in group order. */
-static int assemble(tks__pack *p, packed *g) {
-    uint64_t items = 0;
-    for (uint64_t k = 0; k < p->n_groups; k++) {
-        p->first[k + 1] = p->first[k] + g[k].n_bins;
-        items += g[k].n;
-    }
-    const uint64_t nw = p->first[p->n_groups];
-    p->win = malloc((nw + 1) * sizeof *p->win);
-    p->begin = malloc((items ? items : 1) * sizeof *p->begin);
-    p->len = malloc((items ? items : 1) * sizeof *p->len);
-    if (!p->win || !p->begin || !p->len)
-        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE,
-                        "out of memory for the packing plan (%llu items, %llu windows)", (ull)items, (ull)nw);
-    uint64_t at = 0, w = 0;
-    for (uint64_t k = 0; k < p->n_groups; k++)
-        for (size_t j = 0; j < g[k].n; j++) {
-            const item *it = &g[k].it[j];
-            while (w <= p->first[k] + it->bin) p->win[w++] = at; /* window starts (no window is empty) */
-            p->begin[at] = it->begin;
-            p->len[at++] = it->len;
-        }
-    while (w <= nw) p->win[w++] = at;
-    return 0;
+typedef struct plan_hdr {
+    uint32_t version, seq_len, group_windows;
+    uint64_t manifest, begin, end, n_groups, n_windows, n_items, tokens, docs, split, body_xxh3;
+} plan_hdr;
+
+static uint64_t off_win(const plan_hdr *h) { return PLAN_HDR + 8 * (h->n_groups + 1); }
+static uint64_t off_begin(const plan_hdr *h) { return off_win(h) + 8 * (h->n_windows + 1); }
+static uint64_t off_len(const plan_hdr *h) { return off_begin(h) + 8 * h->n_items; }
+static uint64_t plan_bytes(const plan_hdr *h) { return off_len(h) + 4 * h->n_items; }
+
+static void put64(unsigned char *b, size_t at, uint64_t v) { memcpy(b + at, &v, 8); }
+static uint64_t get64(const unsigned char *b, size_t at) { uint64_t v; memcpy(&v, b + at, 8); return v; }
+static void put32(unsigned char *b, size_t at, uint32_t v) { memcpy(b + at, &v, 4); }
+static uint32_t get32(const unsigned char *b, size_t at) { uint32_t v; memcpy(&v, b + at, 4); return v; }
+
+static void hdr_encode(const plan_hdr *h, unsigned char *b) {
+    memset(b, 0, PLAN_HDR);
+    memcpy(b, PLAN_MAGIC, 8);
+    put32(b, 8, h->version);
+    put32(b, 12, h->seq_len);
+    put32(b, 16, h->group_windows);
+    const uint64_t f[] = {h->manifest, h->begin,  h->end,  h->n_groups, h->n_windows,
+                          h->n_items,  h->tokens, h->docs, h->split,    h->body_xxh3};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) put64(b, 24 + 8 * i, f[i]);
+    put64(b, 248, XXH3_64bits(b, 248));
 }
 
-int tks__pack_plan(tks_sampler *s, int threads) {
-    double t0 = omp_get_wtime();
-    tks__pack *p = calloc(1, sizeof *p);
-    if (!p) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory packing windows");
-    const uint64_t C = (uint64_t)s->seq_len + 1, N = s->end - s->begin;
-    p->group_tokens = TKS_PACK_GROUP_WINDOWS * C;
-    p->n_groups = (N + p->group_tokens - 1) / p->group_tokens;
-    p->first = calloc(p->n_groups + 1, sizeof *p->first);
-    packed *g = calloc(p->n_groups ? p->n_groups : 1, sizeof *g);
-    if (!p->first || !g) {
-        free(g);
-        tks__pack_free(p);
-        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory packing windows");
+/* The plan's inputs: what its windows are a function of. */
+static plan_hdr plan_inputs(const tks_sampler *s) {
+    return (plan_hdr){.version = PLAN_VERSION, .seq_len = s->seq_len, .group_windows = TKS_PACK_GROUP_WINDOWS,
+                      .manifest = tks_dataset_manifest_xxh3(s->ds), .begin = s->begin, .end = s->end};
+}
+
+/* Where a plan's bytes go: memory, or a file (pwrite, any thread). */
+typedef struct sink {
+    unsigned char *mem;
+    int fd;
+    const char *path;
+} sink;
+
+static int put(const sink *k, uint64_t at, const void *p, size_t n) {
+    if (k->mem) {
+        memcpy(k->mem + at, p, n);
+        return 0;
     }
+    return tks_pwrite_all(k->fd, p, n, at, k->path);
+}
+
+/* Per-group counts of a rank's groups [g0, g1): cnt[2k] windows, cnt[2k+1]
+ * items; tot[] += documents, documents split, tokens. */
+static int count_pass(const tks_sampler *s, uint64_t G, uint64_t g0, uint64_t g1, int threads, uint64_t *cnt,
+                      uint64_t tot[3]) {
     int rc = 0;
-    uint64_t docs = 0, split = 0, items = 0, tokens = 0;
-    /* every group once, on any number of threads: a group's packing does not
-     * depend on which thread packed it */
-#pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads()) reduction(+ : docs, split, items, tokens)
+    uint64_t docs = 0, split = 0, tokens = 0;
+#pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads()) reduction(+ : docs, split, tokens)
     {
         work w = {0};
 #pragma omp for schedule(dynamic, 1)
-        for (uint64_t k = 0; k < p->n_groups; k++) {
+        for (uint64_t k = g0; k < g1; k++) {
             int r;
 #pragma omp atomic read
             r = rc;
             if (r) continue;
-            r = pack_group(s, p, k, &w);
-            if (!r && w.n && !(g[k].it = malloc(w.n * sizeof *g[k].it)))
-                r = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory packing windows");
-            if (r) {
+            if ((r = pack_group(s, G, k, &w))) {
 #pragma omp critical
                 if (!rc) rc = r;
                 continue;
             }
-            memcpy(g[k].it, w.it, w.n * sizeof *w.it);
-            qsort(g[k].it, w.n, sizeof *g[k].it, by_bin);
-            g[k].n = w.n;
-            g[k].n_bins = w.n_bins;
+            cnt[2 * k] = w.n_bins;
+            cnt[2 * k + 1] = w.n;
             docs += w.docs;
             split += w.split;
-            items += w.n;
             for (size_t j = 0; j < w.n; j++) tokens += w.it[j].len;
         }
         work_free(&w);
     }
-    if (!rc) rc = assemble(p, g);
-    for (uint64_t k = 0; k < p->n_groups; k++) free(g[k].it);
-    free(g);
-    const uint64_t n = rc ? 0 : p->first[p->n_groups];
-    if (!rc && n == 0)
-        rc = tks_fail(TKS_ERR_ARG, tks_dataset_dir(s->ds), TKS_NONE, TKS_NONE,
-                      "%s: token range [%llu, %llu) packs into no window", tks_dataset_dir(s->ds),
-                      (ull)s->begin, (ull)s->end);
+    tot[0] += docs, tot[1] += split, tot[2] += tokens;
+    return rc;
+}
+
+/* Writes groups [g0, g1)'s windows and items; wf[k] and itf[k] are group k's
+ * first window and first item (prefix sums of the counts). */
+static int write_pass(const tks_sampler *s, const plan_hdr *h, const uint64_t *wf, const uint64_t *itf, uint64_t g0,
+                      uint64_t g1, int threads, const sink *k) {
+    const uint64_t G = (uint64_t)TKS_PACK_GROUP_WINDOWS * (s->seq_len + 1);
+    int rc = 0;
+#pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads())
+    {
+        work w = {0};
+        uint64_t *wb = NULL, *bb = NULL;
+        uint32_t *lb = NULL;
+        size_t cap = 0;
+#pragma omp for schedule(dynamic, 1)
+        for (uint64_t g = g0; g < g1; g++) {
+            int r;
+#pragma omp atomic read
+            r = rc;
+            if (r) continue;
+            r = pack_group(s, G, g, &w);
+            if (!r && (w.n_bins != wf[g + 1] - wf[g] || w.n != itf[g + 1] - itf[g]))
+                r = tks_fail(TKS_ERR_ARG, tks_dataset_dir(s->ds), TKS_NONE, TKS_NONE,
+                             "packing group %llu gave %u windows, %zu items, after %llu and %llu: the dataset "
+                             "changed while the plan was made",
+                             (ull)g, w.n_bins, w.n, (ull)(wf[g + 1] - wf[g]), (ull)(itf[g + 1] - itf[g]));
+            if (!r && w.n > cap) {
+                free(wb), free(bb), free(lb);
+                cap = w.n;
+                wb = malloc(cap * sizeof *wb), bb = malloc(cap * sizeof *bb), lb = malloc(cap * sizeof *lb);
+                if (!wb || !bb || !lb) {
+                    cap = 0;
+                    r = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory packing windows");
+                }
+            }
+            if (!r && w.n) {
+                qsort(w.it, w.n, sizeof *w.it, by_bin);
+                for (size_t j = 0; j < w.n; j++) {
+                    if (j == 0 || w.it[j].bin != w.it[j - 1].bin) wb[w.it[j].bin] = itf[g] + j; /* no bin is empty */
+                    bb[j] = w.it[j].begin;
+                    lb[j] = w.it[j].len;
+                }
+                r = put(k, off_win(h) + 8 * wf[g], wb, w.n_bins * sizeof *wb);
+                if (!r) r = put(k, off_begin(h) + 8 * itf[g], bb, w.n * sizeof *bb);
+                if (!r) r = put(k, off_len(h) + 4 * itf[g], lb, w.n * sizeof *lb);
+            }
+            if (r) {
+#pragma omp critical
+                if (!rc) rc = r;
+            }
+        }
+        free(wb), free(bb), free(lb);
+        work_free(&w);
+    }
+    return rc;
+}
+
+static int plan_nomem(void) {
+    return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory packing windows");
+}
+
+/* Damaged or stale plan file: the error says what to do. */
+static int plan_bad(const char *path, int code, const char *what) {
+    return tks_fail(code, path, TKS_NONE, TKS_NONE,
+                    "packing plan %s: %s; it is made again from the dataset when it is missing: delete it and "
+                    "rerun", path, what);
+}
+
+/* Points p at a plan image (header checked by the caller). */
+static void adopt(tks__pack *p, const plan_hdr *h, const unsigned char *b) {
+    p->group_tokens = (uint64_t)h->group_windows * (h->seq_len + 1);
+    p->n_groups = h->n_groups;
+    p->first = (const uint64_t *)(b + PLAN_HDR);
+    p->win = (const uint64_t *)(b + off_win(h));
+    p->begin = (const uint64_t *)(b + off_begin(h));
+    p->len = (const uint32_t *)(b + off_len(h));
+    const uint64_t C = (uint64_t)h->seq_len + 1;
+    p->stats = (tks_pack_stats){.windows = h->n_windows, .tokens = h->tokens, .capacity = h->n_windows * C,
+                                .pad_tokens = h->n_windows * C - h->tokens, .docs = h->docs,
+                                .docs_split = h->split, .pieces = h->n_items, .groups = h->n_groups};
+}
+
+/* Opens and checks the plan file `path` for s: header, inputs, size, body
+ * checksum, then every offset and length (a plan that passes cannot make a
+ * read leave the range). O(file). */
+static int plan_open(const tks_sampler *s, const char *path, tks__pack *p) {
+    const uint8_t *b;
+    size_t size;
+    int rc = tks_map_file(path, "packing plan", &b, &size);
+    if (rc) return rc;
+    plan_hdr h = {0}, want = plan_inputs(s);
+    const char *bad = NULL;
+    int code = TKS_ERR_HEADER;
+    if (size < PLAN_HDR || memcmp(b, PLAN_MAGIC, 8)) bad = "not a packing plan (magic)", code = TKS_ERR_MAGIC;
+    else if (get64(b, 248) != XXH3_64bits(b, 248)) bad = "header checksum mismatch", code = TKS_ERR_CHECKSUM;
+    if (!bad) {
+        h = (plan_hdr){get32(b, 8),  get32(b, 12), get32(b, 16), get64(b, 24), get64(b, 32),
+                       get64(b, 40), get64(b, 48), get64(b, 56), get64(b, 64), get64(b, 72),
+                       get64(b, 80), get64(b, 88), get64(b, 96)};
+        const uint64_t G = (uint64_t)TKS_PACK_GROUP_WINDOWS * (s->seq_len + 1);
+        if (h.version != PLAN_VERSION) bad = "made by another version of the packing", code = TKS_ERR_VERSION;
+        else if (h.seq_len != want.seq_len || h.group_windows != want.group_windows || h.manifest != want.manifest ||
+                 h.begin != want.begin || h.end != want.end)
+            bad = "made for another dataset, token range or seq_len (stale)";
+        else if (h.n_groups != (h.end - h.begin + G - 1) / G || h.n_windows == 0 || h.n_items < h.n_windows ||
+                 h.n_items > h.end - h.begin || h.n_windows > h.end - h.begin || plan_bytes(&h) != size)
+            bad = "its size or counts do not match its header", code = TKS_ERR_TRUNCATED;
+        else if (XXH3_64bits(b + PLAN_HDR, size - PLAN_HDR) != h.body_xxh3)
+            bad = "checksum mismatch (damaged)", code = TKS_ERR_CHECKSUM;
+    }
+    if (!bad) {
+        adopt(p, &h, b);
+        const uint64_t C = (uint64_t)h.seq_len + 1, nw = h.n_windows, ni = h.n_items;
+        uint64_t tokens = 0;
+        if (p->first[0] != 0 || p->first[h.n_groups] != nw || p->win[0] != 0 || p->win[nw] != ni) bad = "bad offsets";
+        for (uint64_t k = 0; k < h.n_groups && !bad; k++)
+            if (p->first[k + 1] < p->first[k]) bad = "group offsets decrease";
+        for (uint64_t w = 0; w < nw && !bad; w++) {
+            uint64_t fill = 0;
+            if (p->win[w + 1] <= p->win[w] || p->win[w + 1] > ni) {
+                bad = "a window without items, or past the items";
+                break;
+            }
+            for (uint64_t j = p->win[w]; j < p->win[w + 1]; j++) {
+                uint64_t a = p->begin[j], n = p->len[j];
+                if (n == 0 || n > C || a < h.begin || a > h.end || n > h.end - a) bad = "an item outside the range";
+                fill += n;
+            }
+            if (fill > C) bad = "a window over seq_len + 1 tokens";
+            tokens += fill;
+        }
+        if (!bad && tokens != h.tokens) bad = "its items do not add up to its tokens";
+        if (bad) code = TKS_ERR_INDEX;
+    }
+    if (bad) {
+        tks_unmap(b, size);
+        return plan_bad(path, code, bad);
+    }
+    p->map = b;
+    p->map_bytes = size;
+    snprintf(p->path, sizeof p->path, "%s", path);
+    return 0;
+}
+
+/* In-place world collectives, or none for one process. */
+static int w_agree(const tks_pack_world *W, int rc) { return W && W->size > 1 ? W->agree(rc, W->ctx) : rc; }
+static int w_sum(const tks_pack_world *W, uint64_t *v, size_t n) {
+    return W && W->size > 1 ? W->sum_u64(v, n, W->ctx) : 0;
+}
+
+/* Packs the range into p: in memory (dir NULL), or into the file `path` made
+ * by the world's ranks, each packing its share of the groups (twice: once to
+ * count, once to write at the counted offsets). Every rank runs the same
+ * collectives whatever fails; the error is every rank's. */
+static int plan_make(const tks_sampler *s, int threads, const char *path, const tks_pack_world *W, tks__pack *p) {
+    plan_hdr h = plan_inputs(s);
+    const uint64_t C = (uint64_t)s->seq_len + 1, G = (uint64_t)h.group_windows * C;
+    h.n_groups = (s->end - s->begin + G - 1) / G;
+    const int rank = path && W ? W->rank : 0, size = path && W ? W->size : 1;
+    if (!path) W = NULL; /* in memory: every process plans alone */
+    const uint64_t g0 = h.n_groups * (uint64_t)rank / (uint64_t)size, g1 = h.n_groups * (uint64_t)(rank + 1) / (uint64_t)size;
+    /* counts: 2 per group, then documents, splits, tokens */
+    uint64_t *cnt = calloc(2 * h.n_groups + 3, sizeof *cnt);
+    uint64_t *wf = calloc(h.n_groups + 1, sizeof *wf), *itf = calloc(h.n_groups + 1, sizeof *itf);
+    int rc = cnt && wf && itf ? count_pass(s, G, g0, g1, threads, cnt, cnt + 2 * h.n_groups) : plan_nomem();
+    if (!(rc = w_agree(W, rc))) rc = w_sum(W, cnt, 2 * h.n_groups + 3);
+    if (!rc) {
+        for (uint64_t k = 0; k < h.n_groups; k++) {
+            wf[k + 1] = wf[k] + cnt[2 * k];
+            itf[k + 1] = itf[k] + cnt[2 * k + 1];
+        }
+        h.n_windows = wf[h.n_groups];
+        h.n_items = itf[h.n_groups];
+        h.docs = cnt[2 * h.n_groups], h.split = cnt[2 * h.n_groups + 1], h.tokens = cnt[2 * h.n_groups + 2];
+        if (h.n_windows == 0)
+            rc = tks_fail(TKS_ERR_ARG, tks_dataset_dir(s->ds), TKS_NONE, TKS_NONE,
+                          "%s: token range [%llu, %llu) packs into no window", tks_dataset_dir(s->ds),
+                          (ull)s->begin, (ull)s->end);
+    }
+    free(cnt);
+    const uint64_t bytes = rc ? 0 : plan_bytes(&h);
+    sink k = {.fd = -1, .path = path};
+    char tmp[PATH_MAX + 16];
+    if (!rc && !path) {
+        if (!(k.mem = malloc(bytes))) rc = plan_nomem();
+    } else if (!rc) { /* rank 0 makes the file; then every rank opens it */
+        snprintf(tmp, sizeof tmp, "%s.partial", path);
+        k.path = tmp;
+        if (rank == 0) {
+            int fd = open(tmp, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+            if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0)
+                rc = tks_fail(TKS_ERR_IO, tmp, TKS_NONE, TKS_NONE, "cannot create the packing plan %s: %s", tmp,
+                              strerror(errno));
+            if (fd >= 0) close(fd);
+        }
+    }
+    if (path && (rc = w_agree(W, rc)) == 0 && (k.fd = open(tmp, O_WRONLY | O_CLOEXEC)) < 0)
+        rc = tks_fail(TKS_ERR_IO, tmp, TKS_NONE, TKS_NONE, "cannot open the packing plan %s: %s", tmp, strerror(errno));
+    if (path) rc = w_agree(W, rc);
+    if (!rc) rc = write_pass(s, &h, wf, itf, g0, g1, threads, &k);
+    if (!rc && rank == 0) { /* the group offsets and the end of the window offsets */
+        rc = put(&k, PLAN_HDR, wf, (h.n_groups + 1) * sizeof *wf);
+        if (!rc) rc = put(&k, off_win(&h) + 8 * h.n_windows, &h.n_items, sizeof h.n_items);
+    }
+    free(wf), free(itf);
+    if (k.fd >= 0) {
+        if (!rc && fsync(k.fd) != 0)
+            rc = tks_fail(TKS_ERR_IO, tmp, TKS_NONE, TKS_NONE, "cannot fsync %s: %s", tmp, strerror(errno));
+        close(k.fd);
+    }
+    if (!path) {
+        if (!rc) {
+            h.body_xxh3 = XXH3_64bits(k.mem + PLAN_HDR, bytes - PLAN_HDR);
+            hdr_encode(&h, k.mem);
+            adopt(p, &h, k.mem);
+            p->owned = k.mem;
+        } else free(k.mem);
+        return rc;
+    }
+    /* rank 0 seals it (checksum, header) and publishes it under its name */
+    if (!(rc = w_agree(W, rc)) && rank == 0) {
+        const uint8_t *b;
+        size_t n;
+        unsigned char hb[PLAN_HDR];
+        if (!(rc = tks_map_file(tmp, "packing plan", &b, &n))) {
+            h.body_xxh3 = XXH3_64bits(b + PLAN_HDR, n - PLAN_HDR);
+            tks_unmap(b, n);
+            hdr_encode(&h, hb);
+            int fd = open(tmp, O_WRONLY | O_CLOEXEC);
+            if (fd < 0) rc = tks_fail(TKS_ERR_IO, tmp, TKS_NONE, TKS_NONE, "cannot open %s: %s", tmp, strerror(errno));
+            else {
+                rc = tks_pwrite_all(fd, hb, PLAN_HDR, 0, tmp);
+                if (!rc && fsync(fd) != 0)
+                    rc = tks_fail(TKS_ERR_IO, tmp, TKS_NONE, TKS_NONE, "cannot fsync %s: %s", tmp, strerror(errno));
+                close(fd);
+            }
+            if (!rc && rename(tmp, path) != 0)
+                rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s", tmp, path,
+                              strerror(errno));
+            if (!rc) {
+                char d[PATH_MAX];
+                snprintf(d, sizeof d, "%s", path);
+                char *slash = strrchr(d, '/');
+                if (slash) *slash = 0;
+                rc = tks_fsync_dir(slash ? d : ".");
+            }
+        }
+        if (rc) unlink(tmp);
+    }
+    return w_agree(W, rc);
+}
+
+int tks__pack_plan(tks_sampler *s, int threads, const char *dir, const tks_pack_world *W) {
+    double t0 = omp_get_wtime();
+    tks__pack *p = calloc(1, sizeof *p);
+    if (!p) return w_agree(dir ? W : NULL, plan_nomem());
+    int rc = 0;
+    if (!dir) {
+        rc = plan_make(s, threads, NULL, NULL, p);
+    } else {
+        /* named by its inputs' fingerprint: another dataset, range or seq_len
+         * gives another file */
+        plan_hdr in = plan_inputs(s);
+        unsigned char key[PLAN_HDR];
+        hdr_encode(&in, key);
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/best-fit-%016llx.plan", dir, (ull)XXH3_64bits(key, 248)) >=
+            (int)sizeof path)
+            rc = tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE, "packing plan directory %s: path too long", dir);
+        uint64_t have = 0; /* rank 0 looks; every rank follows */
+        if (!rc && (!W || W->rank == 0)) {
+            rc = tks_mkdir_p(dir);
+            have = access(path, F_OK) == 0;
+        }
+        if (!(rc = w_agree(W, rc))) rc = w_sum(W, &have, 1);
+        if (!rc && !have) rc = plan_make(s, threads, path, W, p);
+        if (!rc) rc = w_agree(W, plan_open(s, path, p));
+    }
     if (rc) {
         tks__pack_free(p);
         return rc;
     }
-    p->stats = (tks_pack_stats){.windows = n, .tokens = tokens, .capacity = n * C,
-                                .pad_tokens = n * C - tokens, .docs = docs, .docs_split = split,
-                                .pieces = items, .groups = p->n_groups,
-                                .seconds = omp_get_wtime() - t0};
+    p->stats.seconds = omp_get_wtime() - t0;
     s->pack = p;
-    s->n_windows = n;
+    s->n_windows = p->stats.windows;
     return 0;
 }
 
 void tks__pack_free(tks__pack *p) {
     if (!p) return;
-    free(p->first);
-    free(p->win);
-    free(p->begin);
-    free(p->len);
+    free(p->owned);
+    tks_unmap(p->map, p->map_bytes);
     free(p);
 }
+
+const char *tks__pack_path(const tks__pack *p) { return p && p->path[0] ? p->path : NULL; }
 
 /* Window w's items, in stream order: [*first, *first + *n) of the plan's arrays. */
 static void items_of(const tks_sampler *s, uint64_t w, uint64_t *first, size_t *n) {

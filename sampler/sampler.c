@@ -158,12 +158,34 @@ int tks_sampler_create_packed(const tks_dataset *ds, uint64_t token_begin, uint6
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "unknown packing %d", (int)packing);
     int rc = tks_sampler_create(ds, token_begin, token_end, seq_len, seed, out);
     if (rc || packing == TKS_PACK_CONCAT) return rc;
-    if ((rc = tks__pack_plan(*out, threads))) {
+    if ((rc = tks__pack_plan(*out, threads, NULL, NULL))) {
         tks_sampler_free(*out);
         *out = NULL;
     }
     return rc;
 }
+
+int tks_sampler_create_planned(const tks_dataset *ds, uint64_t token_begin, uint64_t token_end,
+                               uint32_t seq_len, uint64_t seed, int threads, const char *plan_dir,
+                               const tks_pack_world *world, tks_sampler **out) {
+    const tks_pack_world *W = world && world->size > 1 ? world : NULL;
+    if (!plan_dir) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "planned sampler: no plan directory");
+    int rc = tks_sampler_create(ds, token_begin, token_end, seq_len, seed, out);
+    /* the ranks learn of a failure here before the planning's collectives */
+    if (W) rc = W->agree(rc, W->ctx);
+    if (rc) {
+        tks_sampler_free(*out);
+        *out = NULL;
+        return rc;
+    }
+    if ((rc = tks__pack_plan(*out, threads, plan_dir, W))) {
+        tks_sampler_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+const char *tks_sampler_plan_path(const tks_sampler *s) { return s->pack ? tks__pack_path(s->pack) : NULL; }
 
 tks_packing tks_sampler_packing(const tks_sampler *s) { return s->pack ? TKS_PACK_BEST_FIT : TKS_PACK_CONCAT; }
 

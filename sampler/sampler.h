@@ -214,7 +214,8 @@ const char *tks_packing_name(tks_packing p);
 /*
  * tks_sampler_create with windows made by `packing`. BEST_FIT packs every
  * group once, on `threads` OpenMP threads (0: all), and keeps each window's
- * documents and pieces: 12 bytes per item and 8 per window (the same windows
+ * documents and pieces in memory: 12 bytes per item and 8 per window (for
+ * large ranges, tks_sampler_create_planned keeps them in a file; the same windows
  * for any thread count, rank and run). The windows depend only on the
  * dataset, the token range and seq_len; the order in which they are served
  * (tks_sampler_window) on the seed, as for CONCAT.
@@ -224,6 +225,45 @@ int tks_sampler_create_packed(const tks_dataset *ds, uint64_t token_begin, uint6
                               uint32_t seq_len, uint64_t seed, tks_packing packing, int threads,
                               tks_sampler **out);
 tks_packing tks_sampler_packing(const tks_sampler *s);
+
+/* The processes that plan together (tks_sampler_create_planned): each packs
+ * its share of the groups. Both calls are collective: every rank makes the
+ * same calls in the same order. The library stays free of MPI; the trainer
+ * passes MPI's world (trainer/comm/mesh.h). */
+typedef struct tks_pack_world {
+    int rank, size;
+    /* elementwise sum of n values over the ranks, in place on every rank */
+    int (*sum_u64)(uint64_t *v, size_t n, void *ctx);
+    /* the first rank's nonzero rc (its error set on every rank), else 0 */
+    int (*agree)(int rc, void *ctx);
+    void *ctx;
+} tks_pack_world;
+
+/*
+ * A BEST_FIT sampler whose plan lives in a file in `plan_dir` (created with
+ * its parents if missing) named best-fit-<XXH3-64 of its inputs>.plan: the
+ * dataset's manifest hash, the token range, seq_len, the group size and the
+ * plan format version. When the file is missing it is made: every rank of
+ * `world` (NULL: this process alone) packs its share of the groups on
+ * `threads` threads, writes them at their offsets into <name>.partial, and
+ * rank 0 adds the checksummed header and renames it into place, so a killed
+ * planning never leaves a file under the final name. When it exists it is
+ * mapped read-only and checked whole (header, inputs, size, XXH3-64 of the
+ * body, every offset and length) before use: O(file), about 12 bytes per
+ * document and 8 per window (docs/SAMPLING.md §10, "The plan file"). The
+ * windows equal those of tks_sampler_create_packed's in-memory plan, for any
+ * number of ranks and threads. Collective over `world`.
+ * Errors: as tks_sampler_create_packed; TKS_ERR_IO (the directory or file);
+ * TKS_ERR_NOSPACE; a damaged or stale file (TKS_ERR_MAGIC, _VERSION,
+ * _HEADER, _TRUNCATED, _CHECKSUM, _INDEX) names it and says to delete it.
+ */
+int tks_sampler_create_planned(const tks_dataset *ds, uint64_t token_begin, uint64_t token_end,
+                               uint32_t seq_len, uint64_t seed, int threads, const char *plan_dir,
+                               const tks_pack_world *world, tks_sampler **out);
+
+/* The plan file a BEST_FIT sampler maps (owned by s), or NULL (in memory,
+ * or CONCAT). */
+const char *tks_sampler_plan_path(const tks_sampler *s);
 
 /*
  * tks_sampler_read that also gives the window's real tokens: *n_real (may

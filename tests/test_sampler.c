@@ -12,6 +12,9 @@
 #include "tests/check.h"
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1060,6 +1063,218 @@ static void test_packing(void) {
     stream_free(&S);
 }
 
+/* ---- plan files: a world of ranks as threads --------------------------------- */
+
+#define FAKE_RANKS 3
+typedef struct fake_world {
+    pthread_barrier_t bar;
+    pthread_mutex_t mu;
+    uint64_t *acc;
+    size_t n;
+    int rc[FAKE_RANKS];
+    tks_error err[FAKE_RANKS];
+} fake_world;
+
+typedef struct fake_rank {
+    fake_world *fw;
+    tks_pack_world W;
+    const tks_dataset *ds;
+    uint64_t b, e;
+    uint32_t L;
+    const char *dir;
+    tks_sampler *s;
+    int rc;
+} fake_rank;
+
+static int fake_sum(uint64_t *v, size_t n, void *ctx) {
+    fake_rank *r = ctx;
+    fake_world *f = r->fw;
+    pthread_barrier_wait(&f->bar);
+    if (r->W.rank == 0) {
+        free(f->acc);
+        f->acc = calloc(n ? n : 1, sizeof *f->acc);
+        f->n = n;
+    }
+    pthread_barrier_wait(&f->bar);
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < n; i++) f->acc[i] += v[i];
+    pthread_mutex_unlock(&f->mu);
+    pthread_barrier_wait(&f->bar);
+    memcpy(v, f->acc, n * sizeof *v);
+    pthread_barrier_wait(&f->bar);
+    return 0;
+}
+
+static int fake_agree(int rc, void *ctx) {
+    fake_rank *r = ctx;
+    fake_world *f = r->fw;
+    f->rc[r->W.rank] = rc;
+    f->err[r->W.rank] = *tks_last_error();
+    pthread_barrier_wait(&f->bar);
+    int first = -1;
+    for (int k = 0; k < FAKE_RANKS && first < 0; k++)
+        if (f->rc[k]) first = k;
+    int out = first < 0 ? 0 : f->rc[first];
+    if (first >= 0) tks_error_restore(&f->err[first]);
+    pthread_barrier_wait(&f->bar);
+    return out;
+}
+
+static void *fake_main(void *arg) {
+    fake_rank *r = arg;
+    r->rc = tks_sampler_create_planned(r->ds, r->b, r->e, r->L, 5, 1, r->dir, &r->W, &r->s);
+    return NULL;
+}
+
+/* The plan file of FAKE_RANKS ranks planning together: rank 0's sampler
+ * (the others are freed); their rc must agree. */
+static int plan_by_ranks(const tks_dataset *ds, uint64_t b, uint64_t e, uint32_t L, const char *dir,
+                         tks_sampler **out) {
+    fake_world f = {0};
+    pthread_barrier_init(&f.bar, NULL, FAKE_RANKS);
+    pthread_mutex_init(&f.mu, NULL);
+    fake_rank r[FAKE_RANKS];
+    pthread_t th[FAKE_RANKS];
+    for (int k = 0; k < FAKE_RANKS; k++) {
+        r[k] = (fake_rank){.fw = &f, .W = {k, FAKE_RANKS, fake_sum, fake_agree, &r[k]}, .ds = ds, .b = b, .e = e,
+                           .L = L, .dir = dir};
+        pthread_create(&th[k], NULL, fake_main, &r[k]);
+    }
+    for (int k = 0; k < FAKE_RANKS; k++) pthread_join(th[k], NULL);
+    for (int k = 1; k < FAKE_RANKS; k++) {
+        CHECK(r[k].rc == r[0].rc, "rank %d returned %d, rank 0 %d", k, r[k].rc, r[0].rc);
+        tks_sampler_free(r[k].s);
+    }
+    if (r[0].rc) tks_error_restore(&f.err[0]);
+    *out = r[0].s;
+    free(f.acc);
+    pthread_barrier_destroy(&f.bar);
+    pthread_mutex_destroy(&f.mu);
+    return r[0].rc;
+}
+
+static int same_file(const char *a, const char *b) {
+    FILE *x = fopen(a, "rb"), *y = fopen(b, "rb");
+    int same = x && y;
+    while (same) {
+        int c = fgetc(x), d = fgetc(y);
+        if (c != d) same = 0;
+        if (c == EOF) break;
+    }
+    if (x) fclose(x);
+    if (y) fclose(y);
+    return same;
+}
+
+static void copy_file(const char *from, const char *to) {
+    FILE *x = fopen(from, "rb"), *y = fopen(to, "wb");
+    int c;
+    while (x && y && (c = fgetc(x)) != EOF) fputc(c, y);
+    if (x) fclose(x);
+    if (y) fclose(y);
+}
+
+/* A byte of file p at offset at, xor'ed with m. */
+static void flip(const char *p, long at, int m) {
+    FILE *f = fopen(p, "r+b");
+    if (!f) return;
+    fseek(f, at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(c ^ m, f);
+    fclose(f);
+}
+
+/* Plan files (tks_sampler_create_planned): the same windows as the in-memory
+ * plan, the same bytes from one process and from FAKE_RANKS ranks planning
+ * their shares, reused when present, refused when damaged or stale, never
+ * left half-written under the final name. */
+static void test_plan_files(void) {
+    char dir[PATH_MAX], d1[PATH_MAX], d3[PATH_MAX], d4[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/pack", work); /* test_packing's dataset */
+    snprintf(d1, sizeof d1, "%s/plans1/sub", work);
+    snprintf(d3, sizeof d3, "%s/plans3", work);
+    snprintf(d4, sizeof d4, "%s/plans4", work);
+    tks_dataset *ds = open_ds(dir);
+    const uint64_t n = tks_dataset_n_tokens(ds), b = 101, e = n - 57;
+    const uint32_t L = 16; /* groups of 17,408 tokens: many groups, so every rank packs some */
+    seg *sm = malloc(n * sizeof *sm), *sf = malloc(n * sizeof *sf);
+    uint64_t *lm = malloc(n * sizeof *lm), *lf = malloc(n * sizeof *lf);
+    tks_sampler *m, *p1, *p3, *again;
+    CHECK(tks_sampler_create_packed(ds, b, e, L, 5, TKS_PACK_BEST_FIT, 2, &m) == 0, "in memory");
+    CHECK(tks_sampler_plan_path(m) == NULL, "an in-memory plan has no file");
+    CHECK(tks_sampler_create_planned(ds, b, e, L, 5, 2, d1, NULL, &p1) == 0, "planned: %s", tks_last_error()->message);
+    CHECK(plan_by_ranks(ds, b, e, L, d3, &p3) == 0, "planned by %d ranks: %s", FAKE_RANKS, tks_last_error()->message);
+    if (!p1 || !p3) return;
+    tks_pack_stats st, s1, s3;
+    tks_sampler_pack_stats(m, &st), tks_sampler_pack_stats(p1, &s1), tks_sampler_pack_stats(p3, &s3);
+    CHECK(st.groups >= 2 * FAKE_RANKS, "only %llu groups", (ull)st.groups);
+    st.seconds = s1.seconds = s3.seconds = 0;
+    CHECK(!memcmp(&st, &s1, sizeof st) && !memcmp(&st, &s3, sizeof st), "plan file stats differ from memory's");
+    const char *f1 = tks_sampler_plan_path(p1), *f3 = tks_sampler_plan_path(p3);
+    CHECK(f1 && f3 && !strncmp(f1, d1, strlen(d1)) && !strcmp(strrchr(f1, '/'), strrchr(f3, '/')),
+          "plan paths %s, %s", f1 ? f1 : "(none)", f3 ? f3 : "(none)");
+    CHECK(same_file(f1, f3), "the plan of 1 process and of %d ranks differ: %s %s", FAKE_RANKS, f1, f3);
+    size_t km = all_segments(ds, m, sm, lm), k1 = all_segments(ds, p1, sf, lf);
+    CHECK(km == k1 && !memcmp(sm, sf, km * sizeof *sm) && !memcmp(lm, lf, st.windows * sizeof *lm),
+          "windows from the plan file differ from the in-memory plan's");
+    for (uint64_t g = 0; g < 3 * st.windows; g += 13)
+        CHECK(tks_sampler_window(m, g) == tks_sampler_window(p1, g), "order differs at %llu", (ull)g);
+    char partial[PATH_MAX + 16];
+    snprintf(partial, sizeof partial, "%s.partial", f3);
+    CHECK(access(partial, F_OK) != 0, "%s left behind", partial);
+    /* present: mapped and checked, not made again */
+    struct stat st0, st1;
+    stat(f1, &st0);
+    CHECK(tks_sampler_create_planned(ds, b, e, L, 5, 2, d1, NULL, &again) == 0, "reopen: %s", tks_last_error()->message);
+    stat(f1, &st1);
+    CHECK(st0.st_ino == st1.st_ino && st0.st_mtime == st1.st_mtime, "the plan file was rewritten on reuse");
+    tks_sampler_free(again);
+    char keep[PATH_MAX + 8];
+    snprintf(keep, sizeof keep, "%s.keep", f1);
+    copy_file(f1, keep);
+    /* damaged: a body byte, a header byte, a cut file */
+    const struct { long at; const char *why; int code; } dmg[] = {
+        {(long)st0.st_size - 3, "checksum mismatch", TKS_ERR_CHECKSUM},
+        {60, "header checksum", TKS_ERR_CHECKSUM},
+        {-1, "size or counts", TKS_ERR_TRUNCATED}};
+    for (int i = 0; i < 3; i++) {
+        copy_file(keep, f1);
+        if (dmg[i].at >= 0) flip(f1, dmg[i].at, 0x10);
+        else CHECK(truncate(f1, st0.st_size - 4) == 0, "truncate");
+        tks_sampler *x = NULL;
+        int rc = tks_sampler_create_planned(ds, b, e, L, 5, 2, d1, NULL, &x);
+        const char *msg = tks_last_error()->message;
+        CHECK(rc == dmg[i].code && x == NULL && strstr(msg, f1) && strstr(msg, dmg[i].why) && strstr(msg, "delete it"),
+              "damaged plan (%s): rc %d: %s", dmg[i].why, rc, msg);
+    }
+    /* stale: a plan of another seq_len under this one's name */
+    tks_sampler *o = NULL;
+    CHECK(tks_sampler_create_planned(ds, b, e, L + 8, 5, 2, d4, NULL, &o) == 0, "L %u", L + 8);
+    if (o) {
+        char other[PATH_MAX];
+        snprintf(other, sizeof other, "%s", tks_sampler_plan_path(o));
+        tks_sampler_free(o);
+        copy_file(keep, other);
+        int rc = tks_sampler_create_planned(ds, b, e, L + 8, 5, 2, d4, NULL, &o);
+        CHECK(rc == TKS_ERR_HEADER && strstr(tks_last_error()->message, "stale"), "stale plan: rc %d: %s", rc,
+              tks_last_error()->message);
+        /* deleted: made again, the same bytes */
+        unlink(other);
+        CHECK(tks_sampler_create_planned(ds, b, e, L + 8, 5, 2, d4, NULL, &o) == 0, "remade");
+        tks_sampler_free(o);
+    }
+    copy_file(keep, f1);
+    unlink(keep);
+    printf("plan files: %llu groups, %llu windows, %lld bytes; 1 process and %d ranks wrote the same file\n",
+           (ull)st.groups, (ull)st.windows, (long long)st0.st_size, FAKE_RANKS);
+    tks_sampler_free(m);
+    tks_sampler_free(p1);
+    tks_sampler_free(p3);
+    free(sm), free(sf), free(lm), free(lf);
+    tks_dataset_close(ds);
+}
+
 int main(int argc, char **argv) {
     snprintf(work, sizeof work, "%s", argc > 1 ? argv[1] : "/tmp/tks-test-sampler");
     mkdirs(work);
@@ -1073,6 +1288,7 @@ int main(int argc, char **argv) {
     test_advice();
     test_blend();
     test_packing();
+    test_plan_files();
     test_speed();
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);

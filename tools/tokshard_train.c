@@ -50,6 +50,7 @@ static const cli_flag FLAGS[] = {
     FLAG("--warn-repeats", CLI_U64, &O.warn_repeats, "warn when a source is read for more than this many repeats (epochs after its first)", "N", 0, BIG, 0),
     FLAG("--doc-mask", CLI_BOOL, &O.doc_mask, "attention stays inside each document of a packed window (block-causal, from the shards' document index)", NULL, 0, 0, 0),
     FLAG("--packing", CLI_STR, &O.packing, "concat (the stream cut every seq_len tokens, the default) or best-fit (whole documents packed into windows by best-fit decreasing, the rest padding kept out of the loss; docs/SAMPLING.md section 10)", "MODE", 0, 0, 0),
+    FLAG("--pack-plans", CLI_STR, &O.pack_plans, "with --packing best-fit: the directory of the packing plan files, one per dataset, token range and seq-len, made by the ranks together when missing, checked whole when used (default RUN_DIR/plans; docs/SAMPLING.md section 10)", "DIR", 0, 0, 0),
     FLAG("--reset-positions", CLI_BOOL, &O.reset_positions, "RoPE positions restart at each document of a packed window", NULL, 0, 0, 0),
     FLAG("--out", CLI_STR, &O.out_dir, "run directory: checkpoints/, metrics.jsonl, loss.svg (required)", "DIR", 0, 0, 0),
     FLAG("--resume", CLI_STR, &O.resume, "checkpoint directory to continue from, or 'latest' (in --out)", "DIR", 0, 0, 0),

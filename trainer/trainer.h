@@ -52,6 +52,9 @@ typedef struct tks_train_opts {
     int reset_positions;          /* RoPE positions restart at each document */
     const char *packing;          /* "concat" (NULL, the default) or "best-fit": windows of whole
                                    * documents (docs/SAMPLING.md §10), padding kept out of the loss */
+    const char *pack_plans;       /* best-fit: directory of the plan files (tks_sampler_create_planned,
+                                   * made by the ranks together when missing); NULL: RUN/plans for
+                                   * tks_train, memory for tks_train_plan */
     const char *val_dataset_dir;  /* optional separate validation dataset (else --val-tokens) */
     const char *out_dir;          /* run directory: checkpoints/, metrics.jsonl, loss.svg */
     const char *resume;           /* checkpoint dir to resume from, or NULL */

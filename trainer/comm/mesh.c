@@ -278,6 +278,17 @@ int tks_mesh_world_same(const uint64_t *h, size_t n, size_t *field, int *rank, i
     return differ;
 }
 
+int tks_mesh_world_sum_u64(uint64_t *v, size_t n) {
+    int world = 1, me = 0;
+    if (!launched_by_mpirun() || tks_mesh_world(&world, &me) || world == 1) return 0;
+    for (size_t at = 0; at < n;) {
+        size_t c = n - at < ((size_t)1 << 30) ? n - at : (size_t)1 << 30;
+        MPI_Allreduce(MPI_IN_PLACE, v + at, (int)c, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+        at += c;
+    }
+    return 0;
+}
+
 void tks_mesh_world_gather(const void *mine, size_t len, void *all) {
     int world = 1, me = 0;
     if (!launched_by_mpirun() || tks_mesh_world(&world, &me) || world == 1) {

@@ -142,6 +142,11 @@ int tks_mesh_world_agree(int rc);
  * *others how many more differ there. Errors: none (MPI aborts on failure). */
 int tks_mesh_world_same(const uint64_t *h, size_t n, size_t *field, int *rank, int *others);
 
+/* Sums n values elementwise over every process mpirun started, in place on
+ * every rank (in chunks of at most 2^30 values). Collective over the world;
+ * the identity without mpirun. Errors: none (MPI aborts on failure). */
+int tks_mesh_world_sum_u64(uint64_t *v, size_t n);
+
 /* Gathers `len` bytes from every process mpirun started into all[rank * len]
  * (all: world * len bytes, caller-owned). Collective over the world; a copy
  * without mpirun. */

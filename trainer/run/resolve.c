@@ -320,6 +320,10 @@ static int make_samplers(run *r) {
         }
         uint64_t seed = r->mixed ? tks_source_seed(o->seed, s->name) : o->seed; /* its own order */
         tks_packing pk = tks__run_packing(o);
+        if (pk == TKS_PACK_BEST_FIT && o->pack_plans) { /* tks__run_plans, after the ranks agree */
+            r->plans_pending = 1;
+            continue;
+        }
         if ((rc = tks_sampler_create_packed(s->ds, tr.begin, tr.end, o->seq_len, seed, pk, o->threads, &s->train)))
             return rc;
         if (va.end > va.begin)
@@ -421,6 +425,45 @@ int tks__run_resolve(const tks_train_opts *in, run *r) {
         return rc;
     r->micro = r->per_rank / r->n_micro;
     rc = make_samplers(r);
+    return rc || r->plans_pending ? rc : check_validation(r);
+}
+
+static int world_sum(uint64_t *v, size_t n, void *ctx) {
+    (void)ctx;
+    return tks_mesh_world_sum_u64(v, n);
+}
+
+static int world_agree(int rc, void *ctx) {
+    (void)ctx;
+    return tks_mesh_world_agree(rc);
+}
+
+int tks__run_plans(run *r) {
+    if (!r->plans_pending) return 0;
+    const tks_train_opts *o = &r->o;
+    tks_pack_world W = {.rank = 0, .size = 1, .sum_u64 = world_sum, .agree = world_agree};
+    int rc = o->world ? 0 : tks_mesh_world(&W.size, &W.rank);
+    if (rc) return rc;
+    /* the same sources, ranges and order on every rank (tks__run_same) */
+    for (uint32_t k = 0; k < r->n_src && !rc; k++) {
+        source *s = &r->src[k];
+        tks_token_range tr, va;
+        if (o->val_dataset_dir) {
+            tr = (tks_token_range){0, tks_dataset_n_tokens(s->ds)};
+            va = (tks_token_range){0, tks_dataset_n_tokens(r->val_ds)};
+        } else if ((rc = tks_split_tokens(tks_dataset_n_tokens(s->ds), o->val_tokens, o->seq_len, &tr, &va))) {
+            break; /* make_samplers passed it: not reached */
+        }
+        uint64_t seed = r->mixed ? tks_source_seed(o->seed, s->name) : o->seed;
+        rc = tks_sampler_create_planned(s->ds, tr.begin, tr.end, o->seq_len, seed, o->threads, o->pack_plans, &W,
+                                        &s->train);
+        if (!rc && va.end > va.begin)
+            rc = tks_sampler_create_planned(r->val_ds ? r->val_ds : s->ds, va.begin, va.end, o->seq_len, o->seed,
+                                            o->threads, o->pack_plans, &W, &s->val);
+    }
+    r->plans_pending = 0;
+    r->train = r->src[0].train;
+    r->val = r->src[0].val;
     return rc ? rc : check_validation(r);
 }
 

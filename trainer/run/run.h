@@ -36,12 +36,18 @@ typedef struct run {
     tks_mesh_shape shape;
     uint64_t per_rank, n_micro, micro; /* samples per dp rank per step, micro-batches, their size */
     tks_dtype dtype;              /* --dtype */
+    int plans_pending;            /* best-fit samplers wait for tks__run_plans (plan files) */
 } run;
 
 /* The run of options `in` resolved (defaults, a resume's checkpoint) and
  * checked, its datasets opened and samplers made (resolve.c). Errors: the
  * refusal of any check, naming the flag or the dataset. */
 int tks__run_resolve(const tks_train_opts *in, run *r);
+
+/* The best-fit samplers whose plans live in files (o.pack_plans), made after
+ * every rank resolved the same run: collective over the world unless
+ * o.world (a dry run); then the validation check. A no-op otherwise. */
+int tks__run_plans(run *r);
 
 /* The packing --packing names (concat when NULL). */
 tks_packing tks__run_packing(const tks_train_opts *o);

@@ -19,20 +19,6 @@
 
 /* ---- training ----------------------------------------------------------------- */
 
-static int mkdir_p(const char *d) {
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s", d);
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = 0;
-            mkdir(p, 0755);
-            *s = '/';
-        }
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-        return tks_fail(TKS_ERR_IO, d, TKS_NONE, TKS_NONE, "cannot create %s: %s", d, strerror(errno));
-    return 0;
-}
-
 /* A checkpoint's record of a mixture at blend state `at` (st->mix_json). */
 static int mix_record(const run *r, const tks_blend_state *at, tks_train_state *st) {
     if (!r->mixed) return 0;
@@ -168,6 +154,7 @@ typedef struct trainer {
     int pf_slot;
     tks_train_state st;
     char ckdir[PATH_MAX], lock_path[PATH_MAX];
+    char plans_dir[PATH_MAX];     /* RUN/plans: --pack-plans' default */
 } trainer;
 
 /* The run directory, before any device work: the checkpoint folder, the run
@@ -178,7 +165,7 @@ static int open_run_dir(trainer *t) {
     int rc = 0;
     if (!o->out_dir) rc = tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "--out RUN_DIR is required");
     if (!rc) rc = tks_path_join(t->ckdir, sizeof t->ckdir, o->out_dir, "checkpoints");
-    if (!rc && t->lead) rc = mkdir_p(t->ckdir);
+    if (!rc && t->lead) rc = tks_mkdir_p(t->ckdir);
     /* one trainer per run directory: RUN/run.lock, held until the end */
     if (!rc && t->lead && (rc = tks_path_join(t->lock_path, sizeof t->lock_path, o->out_dir, "run.lock")) == 0)
         rc = tks_lock(t->lock_path, "tokshard-train", &t->run_lock);
@@ -248,8 +235,16 @@ static int open_run(const tks_train_opts *in, trainer *t) {
     /* every rank learns whether every rank could resolve the run before any
      * collective (a corrupt checkpoint or dataset on one rank only), then
      * that they all resolved the same run */
-    int rc = tks_mesh_world_agree(tks__run_resolve(in, &t->r));
+    tks_train_opts opts = *in;
+    int rc = 0;
+    if (opts.packing && !strcmp(opts.packing, "best-fit") && !opts.pack_plans && opts.out_dir) {
+        rc = tks_path_join(t->plans_dir, sizeof t->plans_dir, opts.out_dir, "plans"); /* beside the run */
+        opts.pack_plans = t->plans_dir;
+    }
+    rc = tks_mesh_world_agree(rc ? rc : tks__run_resolve(&opts, &t->r));
     if (!rc) rc = tks__run_same(&t->r);
+    /* best-fit plan files, made by the ranks together when missing */
+    if (!rc) rc = tks_mesh_world_agree(tks__run_plans(&t->r));
     if (!rc) rc = tks_mesh_create(&t->r.shape, &t->mesh);
     if (rc) return rc;
     run *r = &t->r;
