@@ -21,6 +21,19 @@ int tks_sampler_load_row(tks_sampler *s, uint64_t w, uint32_t vocab, uint32_t *t
         /* a packed window's padding predicts nothing: ignored by the loss */
         targets[i * T + t] = t + 1 < real ? (int32_t)tok[t + 1] : -1;
     }
+#ifdef TKS_TEST_HOOKS
+    /* Test hooks (tests/test_parallel.sh packing): TOKSHARD_TEST_PAD_ID=N
+     * gives the padding id N instead of 0, which must change no loss;
+     * TOKSHARD_TEST_PAD_TARGETS=1 also lets the padding predict itself, the
+     * mistake that check must catch */
+    const char *pid = getenv("TOKSHARD_TEST_PAD_ID"), *ptg = getenv("TOKSHARD_TEST_PAD_TARGETS");
+    if (pid && real <= T) {
+        int32_t v = (int32_t)(strtoul(pid, NULL, 10) % (vocab ? vocab : 1));
+        for (uint32_t t = (uint32_t)real; t < T; t++) ids[i * T + t] = v;
+        if (ptg && real >= 1)
+            for (uint32_t t = (uint32_t)real - 1; t < T; t++) targets[i * T + t] = v;
+    }
+#endif
     return 0;
 }
 

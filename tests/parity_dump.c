@@ -4,7 +4,7 @@
  * an independent implementation must reproduce from the same checkpoint and
  * batch.
  *
- * Usage: parity_dump OUT_DIR [CONFIG...]   (CONFIG: gqa, tied, odd, docs, docpos; default all)
+ * Usage: parity_dump OUT_DIR [CONFIG...]   (CONFIG: gqa, tied, odd, docs, docpos, packed; default all)
  * Exit 0 when every file was written, 1 on any library error (message on stderr),
  * 2 on a usage error.
  *
@@ -60,12 +60,22 @@ typedef struct variant {
     uint64_t seed;
     const int32_t *doc;  /* packed documents of the batch ([B, T] starts) or NULL */
     int mask, reset;     /* --doc-mask, --reset-positions */
+    const int *real;     /* packed windows: each row's real tokens of T + 1 (the rest padding), or NULL */
 } variant;
 
 /* The documents of docs and docpos: row 0 holds documents of 5, 1, 7 and 3
  * tokens (one of a single token), row 1 of 9 and 7. */
 static const int32_t DOCS[B * T] = {0, 0, 0, 0, 0, 5, 6, 6, 6, 6, 6, 6, 6, 13, 13, 13,
                                     0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9};
+
+/* The windows of `packed`, as best-fit packing makes them (docs/SAMPLING.md
+ * §10): row 0 holds documents of 5, 4 and 3 tokens and 5 of padding (12 real
+ * of T + 1 = 17), row 1 documents of 9 and 4 and 4 of padding (13 real). The
+ * padding is a block of its own after the documents; its ids are 0 and its
+ * targets (and the last real token's) are -1, ignored. */
+static const int32_t PACKED[B * T] = {0, 0, 0, 0, 0, 5, 5, 5, 5, 9, 9, 9, 12, 12, 12, 12,
+                                      0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9, 9, 13, 13, 13};
+static const int PACKED_REAL[B] = {12, 13};
 
 /*
  * gqa:  V 100 -> VP 128 (28 padded rows), NH 4 / NKV 2, untied; warmup 2 of 3
@@ -91,6 +101,9 @@ static const int32_t DOCS[B * T] = {0, 0, 0, 0, 0, 5, 6, 6, 6, 6, 6, 6, 6, 13, 1
  * docpos: gqa's model with positions restarting per document and no mask
  *         (--reset-positions alone: with the mask, RoPE's relative positions
  *         make the restart invisible, so only here can a reference tell).
+ * packed: gqa's model on best-fit windows with padding (PACKED), --doc-mask
+ *         --reset-positions: the loss is the mean over the real targets and the
+ *         padding gets no loss and no gradient (--packing best-fit).
  */
 static const variant VARIANTS[] = {
     {"gqa",
@@ -99,35 +112,42 @@ static const variant VARIANTS[] = {
       .norm_eps = 1e-5f, .init_std = 0.3f, .tie_embeddings = 0},
      {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 3, .beta1 = 0.9f, .beta2 = 0.95f,
       .eps = 1e-6f, .weight_decay = 0.1f, .grad_clip = 1.0f},
-     1234, NULL, 0, 0},
+     1234, NULL, 0, 0, NULL},
     {"tied",
      {.vocab_size = 100, .vocab_divisible_by = 64, .dim = 32, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 4, .ffn_dim = 96, .max_seq_len = 16, .rope_theta = 10000.0f,
       .norm_eps = 1e-5f, .init_std = 0.3f, .tie_embeddings = 1},
      {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 1, .total = 3, .beta1 = 0.9f, .beta2 = 0.95f,
       .eps = 1e-6f, .weight_decay = 0.1f, .grad_clip = 5.0f},
-     99, NULL, 0, 0},
+     99, NULL, 0, 0, NULL},
     {"odd",
      {.vocab_size = 97, .vocab_divisible_by = 8, .dim = 32, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 1, .ffn_dim = 64, .max_seq_len = 32, .rope_theta = 500000.0f,
       .norm_eps = 1e-6f, .init_std = 0.3f, .tie_embeddings = 0},
      {.lr = 2e-2f, .min_lr = 1e-3f, .warmup = 0, .total = 2, .beta1 = 0.9f, .beta2 = 0.95f,
       .eps = 1e-6f, .weight_decay = 0.1f, .grad_clip = 3.0f},
-     7, NULL, 0, 0},
+     7, NULL, 0, 0, NULL},
     {"docs",
      {.vocab_size = 100, .vocab_divisible_by = 64, .dim = 32, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 2, .ffn_dim = 96, .max_seq_len = 16, .rope_theta = 10000.0f,
       .norm_eps = 1e-5f, .init_std = 0.3f, .tie_embeddings = 0},
      {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 3, .beta1 = 0.9f, .beta2 = 0.95f,
       .eps = 1e-6f, .weight_decay = 0.1f, .grad_clip = 1.0f},
-     1234, DOCS, 1, 1},
+     1234, DOCS, 1, 1, NULL},
     {"docpos",
      {.vocab_size = 100, .vocab_divisible_by = 64, .dim = 32, .n_layers = 2, .n_heads = 4,
       .n_kv_heads = 2, .ffn_dim = 96, .max_seq_len = 16, .rope_theta = 10000.0f,
       .norm_eps = 1e-5f, .init_std = 0.3f, .tie_embeddings = 0},
      {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 3, .beta1 = 0.9f, .beta2 = 0.95f,
       .eps = 1e-6f, .weight_decay = 0.1f, .grad_clip = 1.0f},
-     1234, DOCS, 0, 1},
+     1234, DOCS, 0, 1, NULL},
+    {"packed",
+     {.vocab_size = 100, .vocab_divisible_by = 64, .dim = 32, .n_layers = 2, .n_heads = 4,
+      .n_kv_heads = 2, .ffn_dim = 96, .max_seq_len = 16, .rope_theta = 10000.0f,
+      .norm_eps = 1e-5f, .init_std = 0.3f, .tie_embeddings = 0},
+     {.lr = 1e-2f, .min_lr = 1e-3f, .warmup = 2, .total = 3, .beta1 = 0.9f, .beta2 = 0.95f,
+      .eps = 1e-6f, .weight_decay = 0.1f, .grad_clip = 1.0f},
+     1234, PACKED, 1, 1, PACKED_REAL},
 };
 #define N_VARIANTS (sizeof VARIANTS / sizeof VARIANTS[0])
 
@@ -299,6 +319,16 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
 
     int32_t ids[N], targets[N];
     make_batch(V, ids, targets);
+    int n_real = N; /* targets that count */
+    if (vr->real) { /* packed windows: padding ids 0, ignored targets -1, as tks_sampler_load_row */
+        n_real = 0;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                if (t >= vr->real[b]) ids[b * T + t] = 0;
+                if (t + 1 >= vr->real[b]) targets[b * T + t] = -1;
+                else n_real++;
+            }
+    }
     tks_path_join(path, sizeof path, dir, "batch.safetensors"); /* fits: main limits OUT_DIR */
     tks_st_kv dmeta[] = {{"doc_mask", vr->mask ? "1" : "0"}, {"reset_positions", vr->reset ? "1" : "0"}};
     if ((rc = tl_add(&l, "ids", TKS_ST_I32, 2, B, T, ids, sizeof ids)) ||
@@ -325,8 +355,8 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
             if (!(lg = malloc((size_t)N * VP * sizeof *lg))) return die("logits", TKS_ERR_NOMEM);
             be->ops->download(be, lg, tks_model_logits(m), (size_t)N * VP * sizeof *lg);
         }
-        if ((rc = tks_model_backward(m, 1.0f / N))) return die("backward", rc);
-        losses[s] = loss_sum / N;
+        if ((rc = tks_model_backward(m, 1.0f / (float)n_real))) return die("backward", rc);
+        losses[s] = loss_sum / n_real;
         norms[s] = grad_norm(be, m);
         lrs[s] = tks_lr_at(&vr->opt, (uint64_t)s);
         scales[s] = tks_clip_scale(&vr->opt, norms[s]);
@@ -399,7 +429,7 @@ static int run_variant(tks_backend *be, const char *out, const variant *vr) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: parity_dump OUT_DIR [gqa|tied|odd|docs|docpos ...]\n");
+        fprintf(stderr, "usage: parity_dump OUT_DIR [gqa|tied|odd|docs|docpos|packed ...]\n");
         return 2;
     }
     if (strlen(argv[1]) > 1024) {
@@ -410,7 +440,7 @@ int main(int argc, char **argv) {
         int known = 0;
         for (size_t i = 0; i < N_VARIANTS; i++) known |= strcmp(argv[a], VARIANTS[i].name) == 0;
         if (!known) {
-            fprintf(stderr, "parity_dump: unknown config %s (gqa, tied, odd, docs, docpos)\n", argv[a]);
+            fprintf(stderr, "parity_dump: unknown config %s (gqa, tied, odd, docs, docpos, packed)\n", argv[a]);
             return 2;
         }
     }

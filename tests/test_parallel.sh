@@ -233,6 +233,21 @@ v = [[json.loads(l)["val_loss"] for l in open(p) if '"val_loss"' in l] for p in 
 sys.exit(0 if len(v[0]) == len(v[1]) > 0 and all(abs(a - b) <= 1e-4 * abs(a) for a, b in zip(*v)) else 1)
 EOF2
   done
+  # padding never reaches the loss: other padding ids (a test hook) give the
+  # same losses bit for bit, and the same hook letting the padding predict
+  # itself, the mistake, changes them
+  if grep -qx 'CMAKE_BUILD_TYPE:STRING=Release' "$BIN/../CMakeCache.txt" 2>/dev/null; then
+    echo "skipped [packing]: padding ids (a Release build has no test hooks)"
+  else
+    losses() { python3 -c 'import json,sys; print(" ".join(l.split(",")[1] for l in open(sys.argv[1]) if "\"loss\"" in l))' "$1"; }
+    TOKSHARD_TEST_PAD_ID=7 run pk-pad7 0 "${P[@]}" --steps 12 || exit 1
+    TOKSHARD_TEST_PAD_ID=7 TOKSHARD_TEST_PAD_TARGETS=1 run pk-padtg 0 "${P[@]}" --steps 12 || exit 1
+    [[ $(losses run-ref/metrics.jsonl) == "$(losses run-pk-pad7/metrics.jsonl)" ]] &&
+      ok "padding ids 0 and 7: the same 12 losses bit for bit" || fail "padding ids change the losses"
+    [[ $(losses run-ref/metrics.jsonl) != "$(losses run-pk-padtg/metrics.jsonl)" ]] &&
+      ok "padding that predicts itself changes the losses (the check can fail)" ||
+      fail "padding targets counted but the losses did not change: the check cannot see it"
+  fi
   # the plan files (RUN/plans, one per sampler) that 1, 2 and 4 ranks made together are the same bytes
   n=0
   for f in run-ref/plans/best-fit-*.plan; do

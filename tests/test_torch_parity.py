@@ -37,15 +37,18 @@ gradient). The optimizer is therefore also checked alone: torch AdamW fed the
 C trainer's own gradients of each step must agree within 1e-5 (measured
 ~3e-7).
 
-Packed documents (configs docs and docpos, whose batch.safetensors holds
-"doc", each token's document start): the reference builds the explicit
+Packed documents (configs docs, docpos and packed, whose batch.safetensors
+holds "doc", each token's document start): the reference builds the explicit
 [B, T, T] mask "key u visible to query t iff doc[b,t] <= u <= t" and, with
-reset_positions, RoPE positions t - doc[b,t].
+reset_positions, RoPE positions t - doc[b,t]. Config packed holds best-fit
+windows with padding (ids 0, a block of its own, targets -1): the reference's
+loss is the mean over the real targets only (ignore_index=-1).
 
 Negative controls: the same comparisons against deliberately wrong references
 (interleaved RoPE pairs, GQA heads tiled instead of grouped, the padding
 columns left in the softmax, weight decay on the RMSNorm weights, the
-document mask left out, the positions not restarted) must FAIL, which shows
+document mask left out, the positions not restarted, the padding's targets
+counted in the loss) must FAIL, which shows
 the comparisons can see those mistakes. Without the mask every query of a
 row's second and later documents attends across documents, so the outputs
 must differ there.
@@ -213,7 +216,11 @@ class Llama:
         lg = logits.reshape(-1, self.V)
         if self.mutation == "padding_in_softmax":  # zero logits of padding rows not masked
             lg = torch.cat((lg, torch.zeros(lg.shape[0], padded_vocab - self.V)), dim=1)
-        return F.cross_entropy(lg, targets.reshape(-1), reduction="mean")
+        tg = targets.reshape(-1)
+        if self.mutation == "padding_in_loss":  # padding targets counted (as id 0) instead of ignored
+            tg = torch.where(tg < 0, torch.zeros_like(tg), tg)
+        # packed windows: targets -1 are padding, out of the loss and the mean
+        return F.cross_entropy(lg, tg, ignore_index=-1, reduction="mean")
 
 
 def expected_names(cfg):
@@ -369,7 +376,7 @@ def run_config(d, rep, name, mutation=None):
     loss.backward()
     rep.add(name, "logits [%d, %d]" % (B * T, V),
             [("logits", step0["logits"], logits.detach().reshape(B * T, V).numpy())], tol0)
-    rep.add(name, "loss (mean over %d tokens)" % (B * T), [("loss", step0["loss"], loss.item())],
+    rep.add(name, "loss (mean over %d targets)" % int((targets >= 0).sum()), [("loss", step0["loss"], loss.item())],
             tol0)
     rep.add(name, "gradients (%d tensors)" % len(names),
             [(n, step0["grad." + n], m.p[n].grad.numpy()) for n in names], tol0)
@@ -494,13 +501,16 @@ def main():
     controls_ok = True
     print("negative controls (each wrong reference must FAIL the comparison):")
     for mutation in ("rope_interleaved", "gqa_tiled", "padding_in_softmax", "decay_on_norms",
-                     "no_doc_mask", "no_reset_positions"):
+                     "no_doc_mask", "no_reset_positions", "padding_in_loss"):
         target = None
         for c in configs:
             cfg = json.load(open(os.path.join(top, c, "ckpt", "config.json")))
             _, meta = read_safetensors(os.path.join(top, c, "batch.safetensors"))
             mask, reset = meta.get("doc_mask") == "1", meta.get("reset_positions") == "1"
-            if mutation == "no_doc_mask":
+            if mutation == "padding_in_loss":  # a batch of packed windows with padding
+                b, _ = read_safetensors(os.path.join(top, c, "batch.safetensors"))
+                fits = bool((b["targets"] < 0).any())
+            elif mutation == "no_doc_mask":
                 fits = mask
             elif mutation == "no_reset_positions":  # with the mask RoPE cannot tell (relative positions)
                 fits = reset and not mask
