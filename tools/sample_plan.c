@@ -19,7 +19,7 @@ typedef unsigned long long ull;
 static const char plan_usage[] =
     "usage: tokshard sample-plan DIR --seq-len L --global-batch B [--dp D] [--tp T]\n"
     "           [--steps S0:S1] [--seed S] [--micro-batch M] [--val-tokens N]\n"
-    "           [--packing concat|best-fit] [--json]\n"
+    "           [--packing concat|best-fit [--pack-plans DIR]] [--json]\n"
     "       tokshard sample-plan --dataset NAME=DIR:W --dataset ... [--mix-at STEP:NAME=W,...]\n"
     "           --seq-len L --global-batch B [same options]   (a mixture; or --mix FILE.json)\n"
     "       tokshard sample-plan --run RUN_OR_CHECKPOINT [DIR] [--dp D] [--tp T]\n"
@@ -34,6 +34,9 @@ static const char plan_usage[] =
     "  and plans the rest. --packing best-fit: windows of whole documents packed by\n"
     "  best-fit decreasing (docs/SAMPLING.md section 10), with the padding and split\n"
     "  documents beside concat's on the same data [concat: the stream cut every L].\n"
+    "  --pack-plans DIR keeps the best-fit plan in DIR's plan file for the dataset,\n"
+    "  range and L (made when missing, checked when present): the file a run with\n"
+    "  tokshard-train --pack-plans DIR then uses.\n"
     "  Sizes take K, M, G suffixes (powers of 1024); --seed and\n"
     "  --steps are plain integers.\n"
     "  --run takes seq-len, global batch, micro-batch, seed, validation split and\n"
@@ -127,6 +130,7 @@ typedef struct plan_args {
     uint64_t s0, s1;
     int json, have_seq, have_batch, have_steps;
     int packing;           /* tks_packing */
+    const char *pack_plans;/* --pack-plans: best-fit plan files there, or NULL (memory) */
     const char *data_flag; /* a flag that --run replaces */
 } plan_args;
 
@@ -207,6 +211,7 @@ static int parse_plan_args(int argc, char **argv, plan_args *p) {
         {.name = "--val-tokens", .ptr = &p->val_tokens, .set = set_count, .ctx = p},
         {.name = "--seed", .ptr = &p->seed, .set = set_seed, .ctx = p},
         {.name = "--packing", .set = set_packing, .ctx = p},
+        {.name = "--pack-plans", .type = CLI_STR, .ptr = &p->pack_plans},
         {.name = "--steps", .set = set_steps, .ctx = p},
         {.name = "--run", .type = CLI_STR, .ptr = &p->run_path},
         {.name = "--dataset", .set = set_source, .ctx = p},
@@ -217,10 +222,13 @@ static int parse_plan_args(int argc, char **argv, plan_args *p) {
     cli_one dir = {NULL, "one dataset DIR only (got %s and %s)"};
     cli_command cmd = {.flags = flags,
                        .unknown = "unknown option %s (options: --seq-len --global-batch --dp --tp "
-                                  "--steps --seed --micro-batch --val-tokens --packing --run --dataset "
+                                  "--steps --seed --micro-batch --val-tokens --packing --pack-plans --run --dataset "
                                   "--mix --mix-at --json)",
                        .positional = cli_take_one, .help = plan_help, .ctx = &dir};
     int rc = cli_parse(&cmd, argc, argv);
+    if (rc == CLI_PARSED && p->pack_plans && p->packing != TKS_PACK_BEST_FIT)
+        rc = cli_usage_error("--pack-plans %s: plan files are for --packing best-fit (concat needs no plan)",
+                             p->pack_plans);
     p->dir = dir.value;
     if (rc == CLI_PARSED && p->mix_file) {
         if (mix.n_sources || p->dir)
@@ -369,8 +377,12 @@ static int open_plan(plan *pl) {
             rc = cli_usage_error("%s%s--seq-len %llu, --val-tokens %llu: %s", pl->mixed ? s->name : "",
                                  pl->mixed ? ": " : "", (ull)p->seq_len, (ull)p->val_tokens,
                                  tks_last_error()->message);
-        else if (tks_sampler_create_packed(s->ds, s->train.begin, s->train.end, (uint32_t)p->seq_len, s->seed,
-                                           (tks_packing)p->packing, 0, &s->sm))
+        else if (p->pack_plans && p->packing == TKS_PACK_BEST_FIT) {
+            if (tks_sampler_create_planned(s->ds, s->train.begin, s->train.end, (uint32_t)p->seq_len, s->seed, 0,
+                                           p->pack_plans, NULL, &s->sm))
+                rc = cli_lib_error();
+        } else if (tks_sampler_create_packed(s->ds, s->train.begin, s->train.end, (uint32_t)p->seq_len, s->seed,
+                                             (tks_packing)p->packing, 0, &s->sm))
             rc = cli_usage_error("--seq-len %llu: %s", (ull)p->seq_len, tks_last_error()->message);
         if (rc == CLI_PARSED && p->packing != TKS_PACK_CONCAT) { /* concat's figures beside */
             tks_sampler *c = NULL;
@@ -434,9 +446,11 @@ static double pct(uint64_t a, uint64_t b) { return b ? 100.0 * (double)a / (doub
 static void print_pack(const psrc *s) {
     const tks_pack_stats *b = &s->st, *c = &s->concat;
     printf("#   packing best-fit: %llu windows in %llu groups, padding %.3f%% of positions, %llu of %llu "
-           "documents split (%.2f%%), %.2f documents or pieces per window; planned in %.3f s\n",
+           "documents split (%.2f%%), %.2f documents or pieces per window; %s in %.3f s%s%s\n",
            (ull)b->windows, (ull)b->groups, pct(b->pad_tokens, b->capacity), (ull)b->docs_split, (ull)b->docs,
-           pct(b->docs_split, b->docs), b->windows ? (double)b->pieces / (double)b->windows : 0.0, b->seconds);
+           pct(b->docs_split, b->docs), b->windows ? (double)b->pieces / (double)b->windows : 0.0,
+           tks_sampler_plan_path(s->sm) ? "plan file made or checked" : "planned", b->seconds,
+           tks_sampler_plan_path(s->sm) ? ": " : "", tks_sampler_plan_path(s->sm) ? tks_sampler_plan_path(s->sm) : "");
     printf("#   concat on the same range: %llu windows, padding 0%%, %llu of %llu documents split (%.2f%%; "
            "%llu of them fit in one window), %.2f documents or pieces per window; best-fit splits %.1f%% "
            "fewer\n",
