@@ -20,7 +20,7 @@ pkgs=(
   libsentencepiece-dev sentencepiece
   libarchive-dev zlib1g-dev
   libxxhash-dev xxhash
-  libjansson-dev
+  libjansson-dev rapidjson-dev
   libpcre2-dev libutf8proc-dev
   libopenblas-openmp-dev
   openmpi-bin libopenmpi-dev

@@ -2,6 +2,7 @@
 #   fuzz_shard  shard reader (tks_shard_open_mem, tks_shard_read, tks_shard_verify_chunk)
 #   fuzz_audit  audit and dataset opener (lone shard, manifest.json, shard under a manifest)
 #   fuzz_input  input reader (plain, compressed, archives, JSONL) and tks_utf8_sanitize
+#   fuzz_jsonl  the JSON Lines fast path (RapidJSON) against jansson (same status, string, reason)
 #   fuzz_parquet  the Parquet input (Arrow's reader behind tokenize/parquet.h, the footer
 #               check of the listing, the row policies); nothing to do without Parquet support
 #   fuzz_foreign  interop: Megatron/llm.c/raw/datatrove readers (audit --format) and the
@@ -23,7 +24,7 @@
 #
 # fuzz_audit and fuzz_input take a dictionary: -dict=tests/fuzz/<target>.dict.
 set(TKS_FUZZ_DIR ${TKS_TEST_DIR}/fuzz)
-set(TKS_FUZZ_TARGETS fuzz_shard fuzz_audit fuzz_input fuzz_parquet fuzz_foreign fuzz_encode fuzz_bpe fuzz_bpe_compare)
+set(TKS_FUZZ_TARGETS fuzz_shard fuzz_audit fuzz_input fuzz_jsonl fuzz_parquet fuzz_foreign fuzz_encode fuzz_bpe fuzz_bpe_compare)
 
 foreach(t ${TKS_FUZZ_TARGETS})
   add_executable(${t}_replay ${TKS_FUZZ_DIR}/${t}.c ${TKS_FUZZ_DIR}/replay.c)

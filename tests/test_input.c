@@ -13,6 +13,8 @@
 #include "tests/check.h"
 #include "tokenize/tokenize.h"
 
+#include <jansson.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1412,6 +1414,121 @@ static void test_seek(void) {
     }
 }
 
+/* ---- JSON Lines: the RapidJSON path against jansson ----------------------- */
+
+int tks__jsonl_fast(const char *line, size_t len, const char *key, const char **text, size_t *n);
+
+/* One record through tks_jsonl_decode (RapidJSON where it can decide) and
+ * through jansson alone: the same status, string and reason. */
+static void same_decode(const char *what, const char *rec, size_t len, uint64_t max_doc) {
+    char w1[400], w2[400];
+    json_t *r1 = NULL, *r2 = NULL;
+    const char *t1 = NULL, *t2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    tks_jsonl_status s1 = tks_jsonl_decode(rec, len, "text", max_doc, &r1, &t1, &n1, w1, sizeof w1);
+    tks_jsonl_status s2 = tks__jsonl_decode_jansson(rec, len, "text", max_doc, &r2, &t2, &n2, w2, sizeof w2);
+    CHECK(s1 == s2, "%s: status %d, jansson %d (%.80s)", what, s1, s2, rec);
+    if (s1 == s2 && s1 == TKS_JSONL_OK)
+        CHECK(n1 == n2 && !memcmp(t1, t2, n1), "%s: strings differ (%.80s)", what, rec);
+    if (s1 == s2 && s1 == TKS_JSONL_BAD) CHECK(!strcmp(w1, w2), "%s: \"%s\" vs \"%s\"", what, w1, w2);
+    json_decref(r1);
+    json_decref(r2);
+}
+
+/* Whether the RapidJSON path decides rec itself (1) or hands it to jansson. */
+static int fast_decides(const char *rec) {
+    const char *t;
+    size_t n;
+    return tks__jsonl_fast(rec, strlen(rec), "text", &t, &n);
+}
+
+static void test_jsonl_fast(void) {
+    static const struct { const char *rec; int fast; } cases[] = {
+        {"{\"text\": \"plain\"}", 1},
+        {"{\"text\": \"\\u00e9 \\ud83d\\ude00 \\/ \\b\\f\\n\\r\\t \\\"q\\\" \\\\\"}", 1},
+        {"{\"text\":\"x\",\"text\":\"last wins\"}", 1},
+        {"{\"a\":9223372036854775807,\"b\":-9223372036854775808,\"c\":1e-400,\"text\":\"x\"}", 1},
+        {"{\"a\":[1,2.5,{\"b\":null,\"c\":[true,false]}],\"text\":\"x\"}  \r", 1},
+        {"{\"text\":\"\"}", 1},
+        {"{\"te\\u0078t\":\"escaped key\"}", 1},
+        /* jansson decides these: RapidJSON would accept them, jansson does not */
+        {"{\"a\":18446744073709551615,\"text\":\"x\"}", 0},
+        {"{\"a\":123456789012345678901234567890,\"text\":\"x\"}", 0},
+        {"{\"a\":-9223372036854775809,\"text\":\"x\"}", 0},
+        {"{\"a\":1e400,\"text\":\"x\"}", 0},
+        {"{\"text\":\"a\\udc00\"}", 0},
+        {"{\"\\udc00\":1,\"text\":\"x\"}", 0},
+        {"{\"te\\u0000xt\":\"x\",\"text\":\"y\"}", 0},
+        {"{\"a\":{\"b\\u0000\":1},\"text\":\"x\"}", 0},
+        /* bad either way: jansson words the reason */
+        {"{\"text\":\"a\\ud800b\"}", 0},
+        {"{\"text\":\"a\\udc00\"}", 0},
+        {"{\"text\":\"x\"} x", 0},
+        {"{\"text\":\"a\tb\"}", 0},
+        {"{\"text\":\"a\\u0000b\"}", 1}, /* the reader accepts; the NUL rule sends it to jansson */
+        {"{\"text\":1}", 0},
+        {"{\"other\":\"x\"}", 0},
+        {"[\"text\"]", 0},
+        {"\"text\"", 0},
+        {"{\"text\":\"\xff\"}", 0},
+        {"{\"text\":\"x\",}", 0},
+        {"{'text':'x'}", 0},
+        {"{\"text\":\"x\", \"n\": NaN}", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "case %zu", i);
+        same_decode(what, cases[i].rec, strlen(cases[i].rec), 1 << 20);
+        CHECK(fast_decides(cases[i].rec) == cases[i].fast, "case %zu: the fast path %s it: %s", i,
+              cases[i].fast ? "should decide" : "should hand jansson", cases[i].rec);
+    }
+    same_decode("too long", "{\"text\":\"0123456789\"}", 21, 5);
+    /* nesting: 1,500 levels (the fast path stops at 1,000, jansson accepts) and
+     * 2,100 (both refuse) */
+    for (int depth = 1500; depth <= 2100; depth += 600) {
+        char *deep = malloc(2 * (size_t)depth + 64);
+        int k = sprintf(deep, "{\"text\":\"x\",\"a\":");
+        for (int d = 0; d < depth; d++) deep[k++] = '[';
+        for (int d = 0; d < depth; d++) deep[k++] = ']';
+        deep[k++] = '}';
+        same_decode(depth == 1500 ? "1,500 levels" : "2,100 levels", deep, (size_t)k, 1 << 20);
+        free(deep);
+    }
+    /* mutations of real records: a GCIDE-like text with escapes, bytes
+     * replaced, inserted or removed at random, JSON's own bytes favoured */
+    const char base[] = "{\"id\": 12, \"text\": \"Ab\\u00e9c, d\\n\\\"e\\\" \\ud83d\\ude00 f\", \"x\": [1.5, -2, null]}";
+    const char alphabet[] = "{}[]\":,\\u0123456789abcdefeE+-. \t\n\xc3\xa9\xff";
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    int agree = 0, fast = 0;
+    for (int it = 0; it < 20000; it++) {
+        char rec[256];
+        size_t n = sizeof base - 1;
+        memcpy(rec, base, n);
+        int edits = 1 + it % 3;
+        for (int e = 0; e < edits; e++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (size_t)(seed >> 33) % n;
+            char c = alphabet[(seed >> 20) % (sizeof alphabet - 1)];
+            switch ((seed >> 8) % 3) {
+            case 0: rec[at] = c; break;
+            case 1: if (n < sizeof rec - 1) { memmove(rec + at + 1, rec + at, n - at); rec[at] = c; n++; } break;
+            default: memmove(rec + at, rec + at + 1, n - at - 1); n--; break;
+            }
+        }
+        int before = failures;
+        const char *t;
+        size_t tn;
+        fast += tks__jsonl_fast(rec, n, "text", &t, &tn);
+        same_decode("mutation", rec, n, 1 << 20);
+        agree += failures == before;
+        if (failures > before + 5) break;
+    }
+    /* both kinds must occur, or the comparison shows little */
+    CHECK(fast > 1000 && fast < 19000, "mutations: the fast path decided %d of 20000", fast);
+    printf("jsonl: RapidJSON's path and jansson agree on %zu edge cases and %d mutated records (%d decided "
+           "by the fast path, the rest by jansson)\n", sizeof cases / sizeof cases[0] + 3, agree, fast);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s WORK_DIR\n", argv[0]);
@@ -1428,6 +1545,7 @@ int main(int argc, char **argv) {
     test_directories();
     test_corrupt();
     test_jsonl();
+    test_jsonl_fast();
     test_gzip_integrity();
     test_policies();
     test_gcide();

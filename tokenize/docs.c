@@ -225,8 +225,24 @@ static int next_file_doc(tks_input *in, tks_doc *doc) {
     return tks__emit(in, pa->p, pa->len, 1, 0, doc);
 }
 
+int tks__jsonl_fast(const char *line, size_t len, const char *key, const char **text, size_t *n);
+
 tks_jsonl_status tks_jsonl_decode(const char *line, size_t len, const char *key, uint64_t max_doc,
                                   json_t **root_out, const char **text, size_t *n, char *why, size_t cap) {
+    *root_out = NULL;
+    if (cap) why[0] = 0;
+    /* the fast path decides every record jansson would accept alike; the
+     * rest (and every bad record, for its message) go to jansson below */
+    if (tks__jsonl_fast(line, len, key, text, n) && !memchr(*text, 0, *n)) {
+        if (*n > max_doc) return TKS_JSONL_LONG;
+        return *n ? TKS_JSONL_OK : TKS_JSONL_EMPTY;
+    }
+    return tks__jsonl_decode_jansson(line, len, key, max_doc, root_out, text, n, why, cap);
+}
+
+tks_jsonl_status tks__jsonl_decode_jansson(const char *line, size_t len, const char *key, uint64_t max_doc,
+                                           json_t **root_out, const char **text, size_t *n, char *why,
+                                           size_t cap) {
     json_error_t err;
     json_t *root = json_loadb(line, len, JSON_ALLOW_NUL, &err), *v = NULL;
     *root_out = NULL;
@@ -302,7 +318,7 @@ static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
             in->st.empty_skipped++;
             continue;
         }
-        in->json = root; /* text points into it until the next call */
+        in->json = root; /* text points into it (or, root NULL, into this thread's buffer of jsonl_fast.cc) until the next call */
         if ((r = tks__emit(in, text, n, ln.no, TKS_NONE, doc)) != 0) return r;
         json_decref(in->json);
         in->json = NULL;

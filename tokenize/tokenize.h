@@ -91,13 +91,21 @@ typedef enum {
 
 /*
  * Decodes one JSONL record (line[0..len), a byte order mark and blank
- * records already dropped by the reader) with jansson: *root receives the
- * parsed value (NULL unless TKS_JSONL_OK; the caller json_decref's it: the
- * string *text, *n bytes, lives in it), why[cap] the reason of
- * TKS_JSONL_BAD. Thread-safe (no shared state).
+ * records already dropped by the reader). Records go through RapidJSON's
+ * reader (tokenize/jsonl_fast.cc) where its verdict and string are
+ * jansson's, else through jansson, which words the reason of every bad
+ * record: the results are jansson's either way. *text, *n bytes: the key's
+ * string, in *root (jansson; the caller json_decref's it, NULL is fine) or,
+ * when *root is NULL, in this thread's buffer until this thread's next
+ * call. why[cap]: the reason of TKS_JSONL_BAD. Thread-safe (per-thread
+ * buffer, no shared state).
  */
 tks_jsonl_status tks_jsonl_decode(const char *line, size_t len, const char *key, uint64_t max_doc,
                                   struct json_t **root, const char **text, size_t *n, char *why, size_t cap);
+/* The same with jansson alone (the reference the tests compare with). */
+tks_jsonl_status tks__jsonl_decode_jansson(const char *line, size_t len, const char *key, uint64_t max_doc,
+                                           struct json_t **root, const char **text, size_t *n, char *why,
+                                           size_t cap);
 
 typedef struct tks_input_stats {
     uint64_t files;             /* input files opened */
