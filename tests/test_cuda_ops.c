@@ -114,6 +114,23 @@ static void sync_to_cpu(pair p) {
     free(b);
 }
 
+/* Row `row` (width w) of p holds `want` on both backends (NaN: NaN), exactly:
+ * how an ignored target's row must look (a packed window's padding). */
+static void exact_row(const char *op, pair p, size_t row, size_t w, float want) {
+    float *c = host_of(cpu, p.c, p.n, p.dt), *g = host_of(gpu, p.g, p.n, p.dt);
+    size_t bad = 0;
+    for (size_t i = row * w; i < (row + 1) * w; i++)
+        bad += isnan(want) ? !(isnan(c[i]) && isnan(g[i])) : !(c[i] == want && g[i] == want);
+    checks++;
+    printf("%-15s %-4s %-44s %s\n", op, tks_dtype_name(p.dt), "ignored target (-1): its row exact", bad ? "FAIL" : "ok");
+    if (bad) {
+        failures++;
+        printf("    %zu of %zu elements of row %zu are not %g\n", bad, w, row, (double)want);
+    }
+    free(c);
+    free(g);
+}
+
 /* Compares gpu against cpu: |g - c| <= tol_abs + rel |c| (+ UB |c| in bf16). */
 static void cmp(const char *op, const char *what, pair p, double tol_abs, double rel) {
     float *c = host_of(cpu, p.c, p.n, p.dt), *g = host_of(gpu, p.g, p.n, p.dt);
@@ -122,6 +139,7 @@ static void cmp(const char *op, const char *what, pair p, double tol_abs, double
     size_t bad = 0, at = 0;
     for (size_t i = 0; i < p.n; i++) {
         double d = fabs((double)g[i] - c[i]), t = tol_abs + rel * fabs(c[i]);
+        if (isnan(c[i]) && isnan(g[i])) continue; /* both mark the same ignored row (xent_target) */
         if (!(d <= t)) {
             if (!bad) at = i;
             bad++;
@@ -489,8 +507,9 @@ static void t_xent(tks_dtype dt) {
     float *hl = rnd(n, -4, 4);
     int32_t tg[40];
     for (int i = 0; i < N; i++) tg[i] = (int32_t)(urand() * VR);
-    /* targets outside the real columns (a padding column, past the row,
-     * negative) read no logit and get no one-hot, on either backend */
+    /* targets outside the real columns (a padding column, past the row)
+     * read no logit and get no one-hot, on either backend; a negative one
+     * (-1: padding of a packed window) is ignored: no loss, no gradient */
     tg[3] = VR, tg[7] = V + 100, tg[11] = -1, tg[13] = INT32_MAX;
     int32_t *tc = cpu->ops->alloc(cpu, sizeof tg), *tgp = gpu->ops->alloc(gpu, sizeof tg);
     cpu->ops->upload(cpu, tc, tg, sizeof tg);
@@ -507,14 +526,19 @@ static void t_xent(tks_dtype dt) {
     cpu->ops->xent_target(cpu, t.c, l.c, tc, N, V, 0, VR, dt);
     gpu->ops->xent_target(gpu, t.g, l.g, tgp, N, V, 0, VR, dt);
     cmp("xent_target", "", t, 0, 0);
+    /* target -1 (row 11) is a packed window's padding: ignored, no loss and
+     * no gradient (backend.h); xent_target marks it NaN for xent_loss */
+    exact_row("xent_target", t, 11, 1, NAN);
     cpu->ops->xent_loss(cpu, loss.c, mx.c, sm.c, t.c, N);
     gpu->ops->xent_loss(gpu, loss.g, mx.g, sm.g, t.g, N);
     /* log (2 ulp) and two roundings of terms <= |log 1000| + 8 */
     double el = 8 * U * 16;
     cmp("xent_loss", "", loss, el, 0);
+    exact_row("xent_loss", loss, 11, 1, 0.0f);
     cpu->ops->xent_bwd(cpu, dl.c, l.c, mx.c, sm.c, tc, N, V, 0, VR, 0.25f, dt);
     gpu->ops->xent_bwd(gpu, dl.g, l.g, mx.g, sm.g, tgp, N, V, 0, VR, 0.25f, dt);
     cmp("xent_bwd", "scale 0.25", dl, 0.25 * 16 * U, 16 * U);
+    exact_row("xent_bwd", dl, 11, (size_t)V, 0.0f);
     /* fused: loss and dlogits in place; the sum is computed here, so its
      * rounding (gamma_VR) enters the loss and every probability */
     pair lf = put(hl, n, dt), lossf = zeros(N, TKS_F32);
@@ -522,6 +546,8 @@ static void t_xent(tks_dtype dt) {
     gpu->ops->xent_fused(gpu, lossf.g, lf.g, tgp, N, V, VR, 0.25f, dt);
     cmp("xent_fused", "loss", lossf, el + 2 * gamma_k(VR), 0);
     cmp("xent_fused", "dlogits in place", lf, 0.25 * (2 * gamma_k(VR) + 16 * U), 2 * gamma_k(VR) + 16 * U);
+    exact_row("xent_fused", lossf, 11, 1, 0.0f);
+    exact_row("xent_fused", lf, 11, (size_t)V, 0.0f);
     cpu->ops->free(cpu, tc);
     gpu->ops->free(gpu, tgp);
     drop(l), drop(mx), drop(sm), drop(t), drop(loss), drop(dl), drop(lf), drop(lossf);

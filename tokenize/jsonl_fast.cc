@@ -16,6 +16,7 @@
 //     are not UTF-8 (ED B0..BF ..), jansson refuses it;
 //   - a NUL (\u0000) in an object key: jansson refuses it;
 //   - nesting past 1,000 levels (jansson's limit is 2,048): jansson decides;
+//   - a raw NUL byte in the record: jansson refuses it;
 //   - duplicate keys: jansson keeps the last value, and so does this path.
 // tests/test_input.c compares both paths on records made to hit each rule
 // and on 20,000 mutated records.
@@ -111,17 +112,24 @@ struct Handler : rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Handler> {
 // (not an object, no such key, not a string, a parse error, a rule above,
 // or out of memory).
 extern "C" int tks__jsonl_fast(const char *line, size_t len, const char *key, const char **text, size_t *n) {
-    thread_local std::string value;
+    thread_local std::string copy, value;
+    /* a raw NUL would end the in-place stream early; jansson refuses it */
+    if (std::memchr(line, 0, len)) return 0;
     try {
         Handler h;
         h.key = key;
         h.key_len = std::strlen(key);
         h.out = &value;
-        rapidjson::MemoryStream ms(line, len);
+        /* parsed in place in a copy: strings and numbers are read where they
+         * lie, so the reader needs no stack of its own (RapidJSON 1.1.0's
+         * first push onto an empty stack is undefined behaviour); recursion
+         * stops at the handler's 1,000 levels */
+        copy.assign(line, len);
+        rapidjson::InsituStringStream ss(&copy[0]);
         rapidjson::Reader reader;
-        constexpr unsigned flags = rapidjson::kParseValidateEncodingFlag | rapidjson::kParseNumbersAsStringsFlag |
-                                   rapidjson::kParseIterativeFlag;
-        if (reader.Parse<flags>(ms, h).IsError() || !h.found) return 0;
+        constexpr unsigned flags = rapidjson::kParseInsituFlag | rapidjson::kParseValidateEncodingFlag |
+                                   rapidjson::kParseNumbersAsStringsFlag;
+        if (reader.Parse<flags>(ss, h).IsError() || !h.found) return 0;
     } catch (...) {
         return 0;
     }
