@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """bench_bpe.py - tokshard build with byte-level BPE tokenizers against the
 peers, in the same run on the same text: Hugging Face tokenizers, tiktoken,
-fastokens and bpe-openai (whichever are installed; bench/bench_bpe.sh makes
-.venv-bench with the pinned versions).
+fastokens, gigatoken and bpe-openai (whichever are installed;
+bench/bench_bpe.sh makes .venv-bench with the pinned versions).
 
 Usage: .venv-bench/bin/python bench/bench_bpe.py --bin build-release/bin
-           [--mb 40] [--multi-mb 10] [--vocab 32000] [--work DIR] [--memory]
+           [--mb 40] [--multi-mb 10] [--vocab 32000] [--reps 3] [--work DIR] [--memory]
 
 Texts (real, from Debian packages), each written once as JSON Lines:
   english  paragraphs of GCIDE (dict-gcide) and the Python docs' reST sources
@@ -18,14 +18,23 @@ Tokenizers:
            regex; Llama 3's Split regex then ByteLevel, ignore_merges)
   cl100k, o200k  OpenAI's ranks files as the bpe-openai wheel carries them,
            with tiktoken's patterns
-For each: `tokshard build` (the whole build: reading, encoding, checksummed
-shards) with --threads 1 and 2, MB of text per second of wall time; each peer
-on one thread (RAYON_NUM_THREADS=1), MB/s of its encode call over all
-documents (documents already in memory); and whether each peer's ids equal
-tokshard's on every document. tokenizer.json peers: tokenizers
-(encode_batch, special tokens as text) and fastokens (encode_batch_flat,
-split_special_tokens); ranks peers: tiktoken (encode_ordinary per document),
-fastokens (from_tiktoken) and bpe-openai (its own cl100k_base/o200k_base).
+Every contender runs in a fresh process per repetition (the median of
+--reps is reported; the slow peers, tokenizers, tiktoken and bpe-openai,
+run once). tokshard: the whole build (reading, decoding JSONL, encoding,
+checksummed shards) with --threads 1 and 2, MB of text per second of wall
+time and per CPU-second (every thread's), and the tokenizer load apart (a
+build of a one-line file). Peers (bench/bpe_contender.py): the load apart,
+then their encode call over all documents already in memory, on one
+thread (RAYON_NUM_THREADS=1), MB per wall second and per CPU-second; and
+how many documents' ids differ from tokshard's. tokenizer.json peers:
+tokenizers (encode_batch, special tokens as text), fastokens
+(encode_batch_flat, split_special_tokens), gigatoken (encode_batch_list);
+ranks peers: tiktoken (encode_ordinary per document), fastokens
+(from_tiktoken), gigatoken (from_tiktoken, no special tokens) and
+bpe-openai (its own cl100k_base/o200k_base). The last column states the
+targets of docs/BENCHMARKS.md: tokshard's 1-thread build per CPU-second
+against the fastest exact peer's encode per CPU-second (1x), and its
+2-thread build per wall second against twice that peer's one-core rate.
 --memory: also a 40 MB document of base64 and a 40 MB single word through
 tokshard build (peak RSS, time) and through tiktoken and tokenizers on 1, 2
 and 4 MB of the single word (their growth).
@@ -40,6 +49,7 @@ p.add_argument("--multi-mb", type=float, default=10)
 p.add_argument("--vocab", type=int, default=32000)
 p.add_argument("--work", default="/tmp/tks-bench-bpe")
 p.add_argument("--memory", action="store_true")
+p.add_argument("--reps", type=int, default=3)
 a = p.parse_args()
 os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -56,7 +66,7 @@ def peer(name):
 
 tokenizers, tiktoken, fastokens, bpe_openai = (peer(n) for n in ("tokenizers", "tiktoken", "fastokens", "bpe_openai"))
 versions = {}
-for n in ("tokenizers", "tiktoken", "fastokens", "bpe-openai"):
+for n in ("tokenizers", "tiktoken", "fastokens", "gigatoken", "bpe-openai"):
     try:
         import importlib.metadata as md
         versions[n] = md.version(n)
@@ -149,107 +159,98 @@ def cpu_children():
     return r.ru_utime + r.ru_stime
 
 
-def tokshard_build(tok_args, text, threads):
-    """(wall s, CPU s, ids per document) of a whole tokshard build."""
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def tokshard_build(tok_args, path, threads, ids=False):
+    """(wall s, CPU s, ids per document or None) of a whole tokshard build in a fresh process."""
     out = os.path.join(a.work, "data")
     subprocess.run(["rm", "-rf", out], check=True)
     c0, t0 = cpu_children(), time.perf_counter()
     r = subprocess.run([TKS, "build", *tok_args, "--output", out, "--format", "jsonl", "--threads", str(threads),
-                        "--quiet", paths[text]], capture_output=True, text=True)
+                        "--quiet", path], capture_output=True, text=True)
     dt, dc = time.perf_counter() - t0, cpu_children() - c0
     if r.returncode:
         sys.exit("tokshard build failed: " + r.stderr)
-    ids = subprocess.run([TKS, "cat", out, "--ids"], capture_output=True, text=True, check=True).stdout.splitlines()
-    return dt, dc, ids
+    got = None
+    if ids:
+        got = subprocess.run([TKS, "cat", out, "--ids"], capture_output=True, text=True, check=True).stdout.splitlines()
+    return dt, dc, got
 
 
-def timed(fn):
-    """(wall s, CPU s of this process, ids per document as text)"""
-    c0, t0 = time.process_time(), time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, time.process_time() - c0, [" ".join(map(str, e)) for e in out]
+HERE = os.path.dirname(os.path.abspath(__file__))
+SLOW = {"tokenizers", "tiktoken", "bpe-openai"}  # one repetition: minutes each
 
 
-def flat(ids_offsets):
-    import numpy as np
-    ids, off = ids_offsets
-    ids, off = np.frombuffer(ids, np.uint32), np.frombuffer(off, np.uint64)
-    return [ids[off[i]:off[i + 1]].tolist() for i in range(len(off) - 1)]
+def contender(peer, tok_path, stem, text):
+    """The peer in a fresh process per repetition: median figures, and its ids."""
+    runs = []
+    ids_path = os.path.join(a.work, f"ids-{peer}")
+    for _ in range(1 if peer in SLOW else a.reps):
+        cmd = [sys.executable, os.path.join(HERE, "bpe_contender.py"), peer, tok_path, paths[text], ids_path]
+        if stem:
+            cmd += ["--ranks", stem]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            print(f"  {peer}: failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+            return None
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    res = {k: median([x[k] for x in runs]) for k in ("load_s", "load_cpu_s", "encode_s", "encode_cpu_s")}
+    res["version"] = runs[0]["version"]
+    res["ids"] = open(ids_path).read().splitlines()
+    return res
 
 
-def peers_json(path, docs):
-    out = {}
-    if tokenizers:
-        t = tokenizers.Tokenizer.from_file(path)
-        t.encode_special_tokens = True
-        out["tokenizers"] = timed(lambda: [e.ids for e in t.encode_batch(docs, add_special_tokens=False)])
-    if fastokens:
-        f = fastokens.Tokenizer.from_file(path)
-        c0, t0 = time.process_time(), time.perf_counter()
-        r = f.encode_batch_flat(docs, add_special_tokens=False, split_special_tokens=True)
-        dt, dc = time.perf_counter() - t0, time.process_time() - c0
-        out["fastokens"] = (dt, dc, [" ".join(map(str, e)) for e in flat(r)])
-    return out
-
-
-def tt_encoding(stem, path):
-    """tiktoken's own definition of cl100k_base/o200k_base over the local ranks file."""
-    import tiktoken.load as tload
-    import tiktoken_ext.openai_public as op
-    op.load_tiktoken_bpe = lambda url, expected_hash=None: tload.load_tiktoken_bpe(path, expected_hash)
-    return tiktoken.Encoding(**getattr(op, stem + "_base")())
-
-
-def peers_ranks(stem, path, docs):
-    out = {}
-    name = stem + "_base"
-    if tiktoken:
-        enc = tt_encoding(stem, path)
-        out["tiktoken"] = timed(lambda: [enc.encode_ordinary(d) for d in docs])
-    if fastokens:
-        f = fastokens.Tokenizer.from_tiktoken(path, encoding=name)
-        c0, t0 = time.process_time(), time.perf_counter()
-        r = f.encode_batch_flat(docs, add_special_tokens=False, split_special_tokens=True)
-        dt, dc = time.perf_counter() - t0, time.process_time() - c0
-        out["fastokens"] = (dt, dc, [" ".join(map(str, e)) for e in flat(r)])
-    if bpe_openai:
-        enc = bpe_openai.get_encoding(name)
-        out["bpe-openai"] = timed(lambda: [enc.encode_ordinary(d) for d in docs])
-    return out
-
-
+ONE = write_jsonl("one-line", ["hello world"])
 rows = []
 tokenizers_ = []
 if tokenizers:
-    tokenizers_ += [(k, ["--tokenizer", train(k)], "json") for k in ("gpt2-style", "llama3-style")]
+    tokenizers_ += [(k, ["--tokenizer", train(k)], None) for k in ("gpt2-style", "llama3-style")]
 if bpe_openai:
-    tokenizers_ += [(s, ["--tokenizer", ranks_file(s), "--pattern", s], "ranks") for s in ("cl100k", "o200k")]
-for name, targs, kind in tokenizers_:
+    tokenizers_ += [(s, ["--tokenizer", ranks_file(s), "--pattern", s], s) for s in ("cl100k", "o200k")]
+for name, targs, stem in tokenizers_:
+    peers = ["tiktoken", "fastokens", "gigatoken", "bpe-openai"] if stem else ["tokenizers", "fastokens", "gigatoken"]
+    peers = [x for x in peers if versions.get(x)]
+    load = [tokshard_build(targs, ONE, 1) for _ in range(a.reps)]
     for text in ("english", "multi"):
-        docs, mb = texts[text], mbs[text]
-        t1, c1, ids = tokshard_build(targs, text, 1)
-        t2, c2, _ = tokshard_build(targs, text, 2)
-        ps = peers_json(targs[1], docs) if kind == "json" else peers_ranks(name, targs[1], docs)
-        row = {"tokenizer": name, "text": text, "mb": round(mb, 2), "tokshard_1t": round(mb / t1, 2),
-               "tokshard_2t": round(mb / t2, 2), "tokshard_1t_cpu": round(mb / c1, 2),
-               "tokshard_2t_cpu": round(mb / c2, 2), "load": os.getloadavg()[0], "peers": {}}
-        for pn, (dt, dc, pids) in ps.items():
-            row["peers"][pn] = {"mb_s": round(mb / dt, 2), "mb_cpu_s": round(mb / dc, 2), "identical": pids == ids,
-                                "differing_docs": sum(x != y for x, y in zip(pids, ids)) + abs(len(pids) - len(ids))}
+        mb = mbs[text]
+        b1 = [tokshard_build(targs, paths[text], 1, ids=(i == 0)) for i in range(a.reps)]
+        b2 = [tokshard_build(targs, paths[text], 2) for _ in range(a.reps)]
+        ids = b1[0][2]
+        row = {"tokenizer": name, "text": text, "mb": round(mb, 2), "load_s": round(median([x[0] for x in load]), 4),
+               "load_cpu_s": round(median([x[1] for x in load]), 4),
+               "tokshard_1t": round(mb / median([x[0] for x in b1]), 2),
+               "tokshard_1t_cpu": round(mb / median([x[1] for x in b1]), 2),
+               "tokshard_2t": round(mb / median([x[0] for x in b2]), 2),
+               "tokshard_2t_cpu": round(mb / median([x[1] for x in b2]), 2),
+               "load": os.getloadavg()[0], "peers": {}}
+        for pn in peers:
+            r = contender(pn, targs[1], stem, text)
+            if not r:
+                continue
+            row["peers"][pn] = {"load_s": round(r["load_s"], 4), "mb_s": round(mb / r["encode_s"], 2),
+                                "mb_cpu_s": round(mb / r["encode_cpu_s"], 2),
+                                "differing_docs": sum(x != y for x, y in zip(r["ids"], ids)) + abs(len(r["ids"]) - len(ids))}
         rows.append(row)
-        print(json.dumps(row))
+        print(json.dumps(row), flush=True)
 
-print("\nMB/s of wall time (MB per CPU-second in brackets; the build's CPU counts every thread)")
-print("\n| tokenizer | text | MB | tokshard build 1 thread | tokshard build 2 threads | peers, 1 thread (ids identical?) |")
-print("|---|---|---:|---:|---:|---|")
+print("\nMB of text per second of wall time, MB per CPU-second in brackets (a build's CPU counts all its threads);")
+print("tokshard: the whole build (load, read, decode JSONL, encode, checksum, write), a fresh process each, median of "
+      f"{a.reps}; load: a build of a one-line file; peers: their encode call alone, one thread, a fresh process each "
+      "(load apart), median of %d (tokenizers, tiktoken, bpe-openai: 1)." % a.reps)
+print("\n| tokenizer | text | MB | tokshard load s | tokshard 1 thread | tokshard 2 threads | peers: load s, encode MB/s (MB/CPU-s), documents differing | targets |")
+print("|---|---|---:|---:|---:|---:|---|---|")
 for r in rows:
-    ps = "; ".join(f"{k} {v['mb_s']:.2f} ({v['mb_cpu_s']:.2f}) "
-                   f"({'yes' if v['identical'] else 'no: %d docs differ' % v['differing_docs']})"
+    ps = "; ".join(f"{k} {v['load_s']:.3f} s, {v['mb_s']:.2f} ({v['mb_cpu_s']:.2f}), {v['differing_docs']}"
                    for k, v in r["peers"].items())
-    best = max([v["mb_s"] for v in r["peers"].values() if v["identical"]] or [0])
-    ratio = f" = {r['tokshard_2t'] / best:.2f}x the fastest exact peer" if best else ""
-    print(f"| {r['tokenizer']} | {r['text']} | {r['mb']} | {r['tokshard_1t']:.2f} ({r['tokshard_1t_cpu']:.2f}) | "
-          f"{r['tokshard_2t']:.2f} ({r['tokshard_2t_cpu']:.2f}){ratio} | {ps} |")
+    exact = [v for v in r["peers"].values() if v["differing_docs"] == 0]
+    best_cpu = max([v["mb_cpu_s"] for v in exact] or [0])
+    t1 = f"1t: {r['tokshard_1t_cpu'] / best_cpu:.2f}x" if best_cpu else "1t: -"
+    t2 = f"2t: {r['tokshard_2t'] / (2 * best_cpu):.2f}x of 2x" if best_cpu else "2t: -"
+    print(f"| {r['tokenizer']} | {r['text']} | {r['mb']} | {r['load_s']:.3f} | {r['tokshard_1t']:.2f} "
+          f"({r['tokshard_1t_cpu']:.2f}) | {r['tokshard_2t']:.2f} ({r['tokshard_2t_cpu']:.2f}) | {ps} | {t1}; {t2} |")
 
 
 def memory():

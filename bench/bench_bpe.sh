@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The byte-level BPE benchmark (bench/bench_bpe.py) with its peers pinned in
 # .venv-bench: Hugging Face tokenizers 0.23.3, tiktoken 0.14.0, fastokens
-# 0.3.5, bpe-openai 0.1.4 (whose wheel carries OpenAI's cl100k_base and
-# o200k_base ranks). Builds tokshard Release in build-release/ first.
+# 0.3.5, gigatoken 0.10.0, bpe-openai 0.1.4 (whose wheel carries OpenAI's
+# cl100k_base and o200k_base ranks). Builds tokshard Release in build-release/ first.
 # Usage: bench/bench_bpe.sh [bench_bpe.py options, e.g. --mb 40 --memory]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv-bench
 [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check tokenizers==0.23.3 tiktoken==0.14.0 \
-  fastokens==0.3.5 bpe-openai==0.1.4 numpy
+  fastokens==0.3.5 gigatoken==0.10.0 bpe-openai==0.1.4 numpy
 cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DTKS_CUDA=OFF >/dev/null
 cmake --build build-release -j"$(nproc)" --target tokshard tokshard_full >/dev/null
 exec "$venv/bin/python" bench/bench_bpe.py --bin build-release/bin "$@"
