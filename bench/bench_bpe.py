@@ -25,7 +25,8 @@ checksummed shards) with --threads 1 and 2, MB of text per second of wall
 time and per CPU-second (every thread's), and the tokenizer load apart (a
 build of a one-line file). Peers (bench/bpe_contender.py): the load apart,
 then their encode call over all documents already in memory, on one
-thread (RAYON_NUM_THREADS=1), MB per wall second and per CPU-second; and
+core (RAYON_NUM_THREADS=1 and taskset -c 0), MB per wall second and per
+CPU-second; and
 how many documents' ids differ from tokshard's. tokenizer.json peers:
 tokenizers (encode_batch, special tokens as text), fastokens
 (encode_batch_flat, split_special_tokens), gigatoken (encode_batch_list);
@@ -189,7 +190,10 @@ def contender(peer, tok_path, stem, text):
     runs = []
     ids_path = os.path.join(a.work, f"ids-{peer}")
     for _ in range(1 if peer in SLOW else a.reps):
-        cmd = [sys.executable, os.path.join(HERE, "bpe_contender.py"), peer, tok_path, paths[text], ids_path]
+        # one core: taskset keeps a peer that starts threads of its own anyway (fastokens
+        # does, whatever RAYON_NUM_THREADS says) from using the second one
+        cmd = ["taskset", "-c", "0", sys.executable, os.path.join(HERE, "bpe_contender.py"), peer, tok_path,
+               paths[text], ids_path]
         if stem:
             cmd += ["--ranks", stem]
         r = subprocess.run(cmd, capture_output=True, text=True)
