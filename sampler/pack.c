@@ -596,12 +596,18 @@ int tks__pack_plan(tks_sampler *s, int threads, const char *dir, const tks_pack_
             (int)sizeof path)
             rc = tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE, "packing plan directory %s: path too long", dir);
         uint64_t have = 0; /* rank 0 looks; every rank follows */
+        int lock = -1;     /* rank 0 holds path.lock while the file is made: one maker per file */
+        char lock_path[PATH_MAX + 8];
+        snprintf(lock_path, sizeof lock_path, "%s.lock", path);
         if (!rc && (!W || W->rank == 0)) {
             rc = tks_mkdir_p(dir);
-            have = access(path, F_OK) == 0;
+            if (!rc) rc = tks_lock(lock_path, "tokshard, making this packing plan", &lock);
+            have = !rc && access(path, F_OK) == 0;
+            if (have) tks_unlock(lock, lock_path), lock = -1;
         }
         if (!(rc = w_agree(W, rc))) rc = w_sum(W, &have, 1);
         if (!rc && !have) rc = plan_make(s, threads, path, W, p);
+        if (lock >= 0) tks_unlock(lock, lock_path);
         if (!rc) rc = w_agree(W, plan_open(s, path, p));
     }
     if (rc) {

@@ -247,7 +247,10 @@ typedef struct tks_pack_world {
  * `world` (NULL: this process alone) packs its share of the groups on
  * `threads` threads, writes them at their offsets into <name>.partial, and
  * rank 0 adds the checksummed header and renames it into place, so a killed
- * planning never leaves a file under the final name. When it exists it is
+ * planning never leaves a file under the final name; rank 0 holds
+ * <name>.lock meanwhile, so a second run making the same file at the same
+ * time is refused (TKS_ERR_LOCKED, naming the holder) instead of writing
+ * into the first one's. When it exists it is
  * mapped read-only and checked whole (header, inputs, size, XXH3-64 of the
  * body, every offset and length) before use: O(file), about 12 bytes per
  * document and 8 per window (docs/SAMPLING.md §10, "The plan file"). The

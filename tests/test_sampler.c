@@ -1264,6 +1264,23 @@ static void test_plan_files(void) {
         CHECK(tks_sampler_create_planned(ds, b, e, L + 8, 5, 2, d4, NULL, &o) == 0, "remade");
         tks_sampler_free(o);
     }
+    /* another run making the same plan file holds <name>.lock: refused, named */
+    {
+        char d5[PATH_MAX], lockp[PATH_MAX + 64];
+        snprintf(d5, sizeof d5, "%s/plans5", work);
+        mkdirs(d5);
+        snprintf(lockp, sizeof lockp, "%s%s.lock", d5, strrchr(f1, '/'));
+        int fd = -1;
+        CHECK(tks_lock(lockp, "a test holding the plan", &fd) == 0, "lock %s", lockp);
+        tks_sampler *x = NULL;
+        int rc = tks_sampler_create_planned(ds, b, e, L, 5, 2, d5, NULL, &x);
+        CHECK(rc == TKS_ERR_LOCKED && x == NULL && strstr(tks_last_error()->message, "a test holding the plan"),
+              "plan locked by another maker: rc %d: %s", rc, tks_last_error()->message);
+        tks_unlock(fd, lockp);
+        CHECK(tks_sampler_create_planned(ds, b, e, L, 5, 2, d5, NULL, &x) == 0, "after the lock: %s",
+              tks_last_error()->message);
+        tks_sampler_free(x);
+    }
     copy_file(keep, f1);
     unlink(keep);
     printf("plan files: %llu groups, %llu windows, %lld bytes; 1 process and %d ranks wrote the same file\n",
