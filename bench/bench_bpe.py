@@ -43,6 +43,8 @@ Prints a markdown table and writes WORK/bench-bpe.json.
 """
 import argparse, base64, glob, gzip, json, os, random, re, resource, subprocess, sys, time
 
+from bpe_peers import tt_encoding  # bench/, this script's directory
+
 p = argparse.ArgumentParser()
 p.add_argument("--bin", required=True)
 p.add_argument("--mb", type=float, default=40)

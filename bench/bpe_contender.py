@@ -18,6 +18,8 @@ import os
 import sys
 import time
 
+from bpe_peers import tt_encoding  # bench/, this script's directory
+
 p = argparse.ArgumentParser()
 p.add_argument("peer")
 p.add_argument("tokenizer")
@@ -32,15 +34,6 @@ os.environ["TOKENIZERS_PARALLELISM"] = "true" if a.threads > 1 else "false"
 
 def clock():
     return time.perf_counter(), time.process_time()
-
-
-def tt_encoding(stem, path):
-    """tiktoken's own definition of cl100k_base/o200k_base over a local ranks file."""
-    import tiktoken
-    import tiktoken.load as tload
-    import tiktoken_ext.openai_public as op
-    op.load_tiktoken_bpe = lambda url, expected_hash=None: tload.load_tiktoken_bpe(path, expected_hash)
-    return tiktoken.Encoding(**getattr(op, stem + "_base")())
 
 
 def flat(ids, off):

@@ -9,6 +9,14 @@
 
 #include "sampler/sampler.h"
 
+#ifdef TKS_TEST_HOOKS
+static const char *g_pad_id, *g_pad_targets;
+static void read_pad_hooks(void) {
+    g_pad_id = getenv("TOKSHARD_TEST_PAD_ID");
+    g_pad_targets = getenv("TOKSHARD_TEST_PAD_TARGETS");
+}
+#endif
+
 int tks_sampler_load_row(tks_sampler *s, uint64_t w, uint32_t vocab, uint32_t *tok, int32_t *ids,
                          int32_t *targets, int32_t *doc, uint64_t i) {
     uint32_t T = tks_sampler_seq_len(s);
@@ -25,8 +33,10 @@ int tks_sampler_load_row(tks_sampler *s, uint64_t w, uint32_t vocab, uint32_t *t
     /* Test hooks (tests/test_parallel.sh packing): TOKSHARD_TEST_PAD_ID=N
      * gives the padding id N instead of 0, which must change no loss;
      * TOKSHARD_TEST_PAD_TARGETS=1 also lets the padding predict itself, the
-     * mistake that check must catch */
-    const char *pid = getenv("TOKSHARD_TEST_PAD_ID"), *ptg = getenv("TOKSHARD_TEST_PAD_TARGETS");
+     * mistake that check must catch. Read once, not at every row. */
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, read_pad_hooks);
+    const char *pid = g_pad_id, *ptg = g_pad_targets;
     if (pid && real <= T) {
         int32_t v = (int32_t)(strtoul(pid, NULL, 10) % (vocab ? vocab : 1));
         for (uint32_t t = (uint32_t)real; t < T; t++) ids[i * T + t] = v;

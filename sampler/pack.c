@@ -45,8 +45,6 @@
 typedef unsigned long long ull; /* for printf */
 
 struct tks__pack {
-    uint64_t group_tokens;  /* G */
-    uint64_t n_groups;
     /* views into the plan image (below), owned or mapped */
     const uint64_t *first;  /* (n_groups + 1): group k's first window */
     const uint64_t *win;    /* (n_windows + 1): window w's items are [win[w], win[w+1]) */
@@ -253,6 +251,9 @@ typedef struct plan_hdr {
     uint64_t manifest, begin, end, n_groups, n_windows, n_items, tokens, docs, split, body_xxh3;
 } plan_hdr;
 
+/* G: the tokens of a group of windows of seq_len + 1 */
+static uint64_t group_tokens(uint32_t seq_len) { return (uint64_t)TKS_PACK_GROUP_WINDOWS * (seq_len + 1); }
+
 static uint64_t off_win(const plan_hdr *h) { return PLAN_HDR + 8 * (h->n_groups + 1); }
 static uint64_t off_begin(const plan_hdr *h) { return off_win(h) + 8 * (h->n_windows + 1); }
 static uint64_t off_len(const plan_hdr *h) { return off_begin(h) + 8 * h->n_items; }
@@ -332,7 +333,7 @@ static int count_pass(const tks_sampler *s, uint64_t G, uint64_t g0, uint64_t g1
  * first window and first item (prefix sums of the counts). */
 static int write_pass(const tks_sampler *s, const plan_hdr *h, const uint64_t *wf, const uint64_t *itf, uint64_t g0,
                       uint64_t g1, int threads, const sink *k) {
-    const uint64_t G = (uint64_t)TKS_PACK_GROUP_WINDOWS * (s->seq_len + 1);
+    const uint64_t G = group_tokens(s->seq_len);
     int rc = 0;
 #pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads())
     {
@@ -396,8 +397,6 @@ static int plan_bad(const char *path, int code, const char *what) {
 
 /* Points p at a plan image (header checked by the caller). */
 static void adopt(tks__pack *p, const plan_hdr *h, const unsigned char *b) {
-    p->group_tokens = (uint64_t)h->group_windows * (h->seq_len + 1);
-    p->n_groups = h->n_groups;
     p->first = (const uint64_t *)(b + PLAN_HDR);
     p->win = (const uint64_t *)(b + off_win(h));
     p->begin = (const uint64_t *)(b + off_begin(h));
@@ -425,7 +424,7 @@ static int plan_open(const tks_sampler *s, const char *path, tks__pack *p) {
         h = (plan_hdr){get32(b, 8),  get32(b, 12), get32(b, 16), get64(b, 24), get64(b, 32),
                        get64(b, 40), get64(b, 48), get64(b, 56), get64(b, 64), get64(b, 72),
                        get64(b, 80), get64(b, 88), get64(b, 96)};
-        const uint64_t G = (uint64_t)TKS_PACK_GROUP_WINDOWS * (s->seq_len + 1);
+        const uint64_t G = group_tokens(s->seq_len);
         if (h.version != PLAN_VERSION) bad = "made by another version of the packing", code = TKS_ERR_VERSION;
         else if (h.seq_len != want.seq_len || h.group_windows != want.group_windows || h.manifest != want.manifest ||
                  h.begin != want.begin || h.end != want.end)
@@ -482,7 +481,7 @@ static int w_sum(const tks_pack_world *W, uint64_t *v, size_t n) {
  * collectives whatever fails; the error is every rank's. */
 static int plan_make(const tks_sampler *s, int threads, const char *path, const tks_pack_world *W, tks__pack *p) {
     plan_hdr h = plan_inputs(s);
-    const uint64_t C = (uint64_t)s->seq_len + 1, G = (uint64_t)h.group_windows * C;
+    const uint64_t G = group_tokens(s->seq_len);
     h.n_groups = (s->end - s->begin + G - 1) / G;
     const int rank = path && W ? W->rank : 0, size = path && W ? W->size : 1;
     if (!path) W = NULL; /* in memory: every process plans alone */
@@ -537,8 +536,7 @@ static int plan_make(const tks_sampler *s, int threads, const char *path, const 
         close(k.fd);
     }
     if (!path) {
-        if (!rc) {
-            h.body_xxh3 = XXH3_64bits(k.mem + PLAN_HDR, bytes - PLAN_HDR);
+        if (!rc) { /* no checksum: nothing reads this image back */
             hdr_encode(&h, k.mem);
             adopt(p, &h, k.mem);
             p->owned = k.mem;

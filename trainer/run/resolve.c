@@ -292,6 +292,22 @@ static int resume_checks(run *r) {
     return 0;
 }
 
+/* Source s's train and validation samplers over its ranges: best-fit plans
+ * in files made with the world W (tks__run_plans), else as --packing says. */
+static int source_samplers(run *r, source *s, const tks_pack_world *W) {
+    const tks_train_opts *o = &r->o;
+    const tks_token_range tr = s->train_range, va = s->val_range;
+    tks_dataset *vds = r->val_ds ? r->val_ds : s->ds;
+    tks_packing pk = tks__run_packing(o);
+    int rc = W ? tks_sampler_create_planned(s->ds, tr.begin, tr.end, o->seq_len, s->seed, o->threads, o->pack_plans,
+                                            W, &s->train)
+               : tks_sampler_create_packed(s->ds, tr.begin, tr.end, o->seq_len, s->seed, pk, o->threads, &s->train);
+    if (rc || va.end <= va.begin) return rc;
+    return W ? tks_sampler_create_planned(vds, va.begin, va.end, o->seq_len, o->seed, o->threads, o->pack_plans, W,
+                                          &s->val)
+             : tks_sampler_create_packed(vds, va.begin, va.end, o->seq_len, o->seed, pk, o->threads, &s->val);
+}
+
 /* Each source's train and validation samplers (its last --val-tokens
  * tokens, or the --val-dataset of a plain run) and the blend. */
 static int make_samplers(run *r) {
@@ -318,17 +334,14 @@ static int make_samplers(run *r) {
             }
             return rc;
         }
-        uint64_t seed = r->mixed ? tks_source_seed(o->seed, s->name) : o->seed; /* its own order */
-        tks_packing pk = tks__run_packing(o);
-        if (pk == TKS_PACK_BEST_FIT && o->pack_plans) { /* tks__run_plans, after the ranks agree */
+        s->train_range = tr;
+        s->val_range = va;
+        s->seed = r->mixed ? tks_source_seed(o->seed, s->name) : o->seed; /* its own order */
+        if (tks__run_packing(o) == TKS_PACK_BEST_FIT && o->pack_plans) { /* tks__run_plans, after the ranks agree */
             r->plans_pending = 1;
             continue;
         }
-        if ((rc = tks_sampler_create_packed(s->ds, tr.begin, tr.end, o->seq_len, seed, pk, o->threads, &s->train)))
-            return rc;
-        if (va.end > va.begin)
-            rc = tks_sampler_create_packed(r->val_ds ? r->val_ds : s->ds, va.begin, va.end, o->seq_len, o->seed, pk,
-                                           o->threads, &s->val);
+        rc = source_samplers(r, s, NULL);
     }
     r->train = r->src[0].train;
     r->val = r->src[0].val;
@@ -445,22 +458,7 @@ int tks__run_plans(run *r) {
     int rc = o->world ? 0 : tks_mesh_world(&W.size, &W.rank);
     if (rc) return rc;
     /* the same sources, ranges and order on every rank (tks__run_same) */
-    for (uint32_t k = 0; k < r->n_src && !rc; k++) {
-        source *s = &r->src[k];
-        tks_token_range tr, va;
-        if (o->val_dataset_dir) {
-            tr = (tks_token_range){0, tks_dataset_n_tokens(s->ds)};
-            va = (tks_token_range){0, tks_dataset_n_tokens(r->val_ds)};
-        } else if ((rc = tks_split_tokens(tks_dataset_n_tokens(s->ds), o->val_tokens, o->seq_len, &tr, &va))) {
-            break; /* make_samplers passed it: not reached */
-        }
-        uint64_t seed = r->mixed ? tks_source_seed(o->seed, s->name) : o->seed;
-        rc = tks_sampler_create_planned(s->ds, tr.begin, tr.end, o->seq_len, seed, o->threads, o->pack_plans, &W,
-                                        &s->train);
-        if (!rc && va.end > va.begin)
-            rc = tks_sampler_create_planned(r->val_ds ? r->val_ds : s->ds, va.begin, va.end, o->seq_len, o->seed,
-                                            o->threads, o->pack_plans, &W, &s->val);
-    }
+    for (uint32_t k = 0; k < r->n_src && !rc; k++) rc = source_samplers(r, &r->src[k], &W);
     r->plans_pending = 0;
     r->train = r->src[0].train;
     r->val = r->src[0].val;

@@ -20,6 +20,8 @@ typedef struct source {
     const char *dir;
     tks_dataset *ds;
     tks_sampler *train, *val;
+    tks_token_range train_range, val_range; /* what they sample */
+    uint64_t seed;                /* the train sampler's (a mixture: the source's own) */
 } source;
 
 typedef struct run {
