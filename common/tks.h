@@ -196,6 +196,8 @@ typedef struct tks_encoder_stats {
     uint64_t unassigned;         /* byte-level BPE: code points the regex engine's Unicode leaves
                                   * unassigned (a newer Unicode may split them otherwise) */
     uint64_t unassigned_docs;    /* ... and the documents holding them */
+    uint64_t cut_docs, cut_parts; /* long documents encoded in parts on several threads (tokenize/
+                                  * batch.c, tks_tok_next_cut), and their parts */
 } tks_encoder_stats;
 
 /* Resizes an array to n elements of `size` bytes, as realloc does. `array`

@@ -214,6 +214,70 @@ static size_t compare_ids(const char *name, const char *want_path, const tks_ids
     return diff;
 }
 
+/* The long-document cut rule (tks_bpe_next_cut) on every document: cut
+ * at every candidate at once, and at each of up to 24 candidates alone
+ * (spread over the document), the parts' ids (tks_bpe_encode_part) joined
+ * equal `whole`, the ids of the whole (which compare_model has checked
+ * against the peer). Returns the candidates found. */
+static size_t check_cuts(const char *name, const tks_bpe *b, const docs *d, const tks_ids *whole) {
+    size_t cands = 0, cut_docs = 0, bad_all = 0, bad_one = 0;
+    size_t *cut = NULL, cap = 0;
+    tks_ids part = {0}, joined = {0};
+    for (size_t i = 0; i < d->n; i++) {
+        const char *t = d->p[i];
+        size_t n = d->len[i], k = 0;
+        for (size_t p = tks_bpe_next_cut(b, t, n, 1); p; p = tks_bpe_next_cut(b, t, n, p + 1)) {
+            if (k == cap) {
+                cap = cap ? 2 * cap : 1024;
+                cut = realloc(cut, cap * sizeof *cut);
+            }
+            CHECK(p > 0 && p < n && (!k || p > cut[k - 1]), "%s: document %zu: cut %zu out of order", name, i, p);
+            cut[k++] = p;
+        }
+        if (!k) continue;
+        cands += k, cut_docs++;
+        /* every candidate at once */
+        joined.n = 0;
+        size_t prev = 0;
+        for (size_t c = 0; c <= k; c++) {
+            size_t e = c < k ? cut[c] : n;
+            uint64_t un;
+            int rc = tks_bpe_encode_part(b, t + prev, e - prev, &part, &un);
+            CHECK(!rc, "%s: document %zu part [%zu, %zu): %s", name, i, prev, e, tks_last_error()->message);
+            if (joined.cap < joined.n + part.n) {
+                joined.cap = 2 * (joined.n + part.n) + 64;
+                joined.ids = realloc(joined.ids, joined.cap * sizeof *joined.ids);
+            }
+            memcpy(joined.ids + joined.n, part.ids, part.n * sizeof *part.ids);
+            joined.n += part.n;
+            prev = e;
+        }
+        if (joined.n != whole[i].n || memcmp(joined.ids, whole[i].ids, joined.n * sizeof *joined.ids)) {
+            if (!bad_all++) fprintf(stderr, "FAIL %s: document %zu cut at its %zu candidates gives other ids\n", name, i, k);
+        }
+        /* candidates alone */
+        size_t step = k / 24 + 1;
+        for (size_t c = 0; c < k; c += step) {
+            uint64_t un;
+            size_t p = cut[c];
+            tks_bpe_encode_part(b, t, p, &joined, &un);
+            tks_bpe_encode_part(b, t + p, n - p, &part, &un);
+            int same = joined.n + part.n == whole[i].n &&
+                       !memcmp(joined.ids, whole[i].ids, joined.n * sizeof *joined.ids) &&
+                       !memcmp(part.ids, whole[i].ids + joined.n, part.n * sizeof *part.ids);
+            if (!same && !bad_one++)
+                fprintf(stderr, "FAIL %s: document %zu cut at byte %zu alone gives other ids\n", name, i, p);
+        }
+    }
+    CHECK(bad_all == 0 && bad_one == 0, "%s: the cut rule changed the ids of %zu documents cut at every candidate, "
+          "%zu cut at one", name, bad_all, bad_one);
+    printf("%s: cut rule: %zu candidates in %zu of %zu documents checked\n", name, cands, cut_docs, d->n);
+    free(cut);
+    tks_ids_free(&part);
+    tks_ids_free(&joined);
+    return cands;
+}
+
 static int compare_model(const char *dir, const char *name, const docs *d, size_t n_held) {
     char path[4096];
     tks_bpe *b = load_model(dir, name);
@@ -262,6 +326,12 @@ static int compare_model(const char *dir, const char *name, const docs *d, size_
     printf("%s: word cache hits %.1f%% of %llu pieces; %llu special tokens' text encoded as text\n", name,
            st.words ? 100.0 * (double)st.word_hits / (double)st.words : 0.0, (unsigned long long)st.words,
            (unsigned long long)st.special_in_text);
+
+    /* a tokenizer whose pre-tokenizer is one of the hand-matched patterns
+     * (bpe_pretok.c) admits cuts; the real documents hold many */
+    size_t cands = check_cuts(name, b, d, got);
+    if (strcmp(name, "behaviors")) /* its splitters are not a hand-matched pattern */
+        CHECK(cands > 0, "%s: the cut rule found no candidate in %zu real documents", name, d->n);
 
     /* the same ids without the word cache */
     tks_bpe_set_word_cache(b, 0);

@@ -101,6 +101,37 @@ PY
   fi
   "$TKS" audit "$D/data" --tokenizer "$D/tok/tokenizer.json" >"$D/out" 2>&1 &&
     grep -q "tokenizer checked" "$D/out" && ok "audit: $(cut -c1-80 "$D/out")" || fail "audit: $(cat "$D/out")"
+  # one long document (the first 4 MB of the real documents joined): with 2
+  # threads the build cuts it (tks_tok_next_cut) and encodes the parts on
+  # both; its ids are tokenizers' ids of the whole text
+  "$PY" - "$W" "$D" <<'PY' || exit 1
+import json, os, struct, sys
+from tokenizers import Tokenizer
+W, D = sys.argv[1:3]
+b, o, parts, size = open(os.path.join(W, "docs.bin"), "rb").read(), 0, [], 0
+while o < len(b) and size < 4 << 20:
+    (n,) = struct.unpack_from("<Q", b, o)
+    s = b[o + 8:o + 8 + n].decode("utf-8")
+    o += 8 + n
+    if s and "\0" not in s:
+        parts.append(s)
+        size += n
+text = "\n".join(parts)
+open(os.path.join(D, "long.jsonl"), "w").write(json.dumps({"text": text}) + "\n")
+ids = Tokenizer.from_file(os.path.join(D, "tok", "tokenizer.json")).encode(text, add_special_tokens=False).ids
+open(os.path.join(D, "long.want"), "w").write(" ".join(map(str, ids)) + "\n")
+PY
+  if "$TKS" build --tokenizer "$D/tok/tokenizer.json" --output "$D/long" --threads 2 "$D/long.jsonl" \
+    >"$D/out" 2>"$D/err"; then
+    grep -Eq "long docs +1 documents cut into [0-9]+ parts" "$D/out" &&
+      ok "one $(stat -c %s "$D/long.jsonl")-byte document: $(grep "long docs" "$D/out" | cut -c17-60)" ||
+      fail "the long document was not cut: $(cat "$D/out")"
+    "$TKS" cat "$D/long" --ids >"$D/long.got" 2>"$D/err" || fail "cat --ids: $(cat "$D/err")"
+    cmp -s "$D/long.got" "$D/long.want" && ok "its ids, encoded in parts, are tokenizers' ids of the whole" ||
+      fail "the long document's ids differ from tokenizers' ($(wc -w <"$D/long.got") vs $(wc -w <"$D/long.want") ids)"
+  else
+    fail "build of the long document: $(cat "$D/err")"
+  fi
   # the dataset's tokenizer_config.json (its BOS, EOS, pad) is covered by the
   # manifest: edited, every reader refuses the dataset
   if [[ -f $D/data/tokenizer_config.json ]]; then

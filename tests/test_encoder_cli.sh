@@ -31,6 +31,22 @@ expect 0 "verify-tokenizer on real text" -- "$TKS" verify-tokenizer bpe.model gc
 grep -q "identical ids" "$W/out" && ok "verify-tokenizer reports identical ids" ||
   fail "verify-tokenizer output: $(cat "$W/out")"
 
+# one long document (the 1.5 MB of GCIDE, one file): with 2 threads the
+# build cuts it where the model proves the ids unchanged (tks_spm_next_cut)
+# and encodes the parts on both threads; the dataset is the one of 1 thread
+# and of sentencepiece encoding the whole text
+for t in 1 2; do
+  expect 0 "one long document, $t thread(s)" -- "$TKS" build --tokenizer bpe.model --output long$t \
+    --threads $t gcide.txt
+done
+grep -Eq "long docs +1 documents cut into [0-9]+ parts" "$W/out" &&
+  ok "2 threads: $(grep "long docs" "$W/out" | cut -c17-60)" || fail "the long document was not cut: $(cat "$W/out")"
+expect 0 "one long document, sentencepiece" -- "$TKS" build --tokenizer bpe.model --output long-ref \
+  --threads 1 --encoder sentencepiece gcide.txt
+for d in long2 long-ref; do
+  diff -r long1 $d >/dev/null && ok "$d: byte-identical to 1 thread" || fail "$d differs: $(diff -rq long1 $d | head -3)"
+done
+
 # a model the fast path refuses: user-defined symbols
 expect 0 "train a model with user-defined symbols" -- /usr/bin/spm_train --input=gcide.txt \
   --model_prefix=user --vocab_size=800 --model_type=bpe --user_defined_symbols=foo,bar \

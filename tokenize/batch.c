@@ -174,7 +174,80 @@ static int fill_batch(reader *r, batch *b) {
     return rc;
 }
 
-/* Tokenizes the batch in parallel, longest documents first. 0 or the first
+/* A document at least this long, when the build has several threads, is
+ * cut where the tokenizer proves the cut changes no id (tks_tok_next_cut:
+ * the rule and its argument are in tokenizer/tokenizer.h) into parts of at
+ * least PART_MIN bytes, about 8 a thread, that every thread encodes; one
+ * huge document (a minified file, a dump without newlines) then does not
+ * leave the other threads idle. */
+#define LONG_DOC (1u << 20)
+#define PART_MIN (128u << 10)
+
+static int push_cut(size_t **cut, size_t *n, size_t *cap, size_t at) {
+    if (*n == *cap) {
+        size_t c = *cap ? 2 * *cap : 64;
+        if (tks_resize(cut, c, sizeof **cut)) return -1;
+        *cap = c;
+    }
+    (*cut)[(*n)++] = at;
+    return 0;
+}
+
+/* tks_tok_encode of text[0..len) with its parts on `threads` threads: the
+ * same ids, and on any error the whole document encoded again on this
+ * thread, so that the error and its offset are the ones of the document. */
+static int encode_long(const tks_tok *tk, const char *text, size_t len, int threads, tks_ids *out) {
+    size_t want = len / ((size_t)threads * 8);
+    if (want < PART_MIN) want = PART_MIN;
+    size_t *cut = NULL, n = 0, cap = 0;
+    int rc = push_cut(&cut, &n, &cap, 0);
+    for (size_t at = 0; !rc && len - at > want + want / 2;) {
+        size_t c = tks_tok_next_cut(tk, text, len, at + want);
+        if (!c) break;
+        rc = push_cut(&cut, &n, &cap, c);
+        at = c;
+    }
+    if (!rc) rc = push_cut(&cut, &n, &cap, len);
+    size_t parts = n - 1;
+    tks_ids *part = NULL;
+    uint64_t *un = NULL;
+    int *err = NULL;
+    if (!rc && parts > 1 && (part = calloc(parts, sizeof *part)) && (un = calloc(parts, sizeof *un)) &&
+        (err = calloc(parts, sizeof *err))) {
+        int bad = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(| : bad)
+        for (size_t k = 0; k < parts; k++) {
+            err[k] = tks_tok_encode_part(tk, text + cut[k], cut[k + 1] - cut[k], &part[k], &un[k]);
+            bad |= err[k] != 0;
+        }
+        size_t total = 0;
+        uint64_t unassigned = 0;
+        for (size_t k = 0; k < parts; k++) total += part[k].n, unassigned += un[k];
+        if (!bad && out->cap < total) {
+            uint32_t *p = realloc(out->ids, total * sizeof *p);
+            if (p) out->ids = p, out->cap = total;
+        }
+        if (!bad && out->cap >= total) {
+            out->n = 0;
+            for (size_t k = 0; k < parts; k++) {
+                if (part[k].n) memcpy(out->ids + out->n, part[k].ids, part[k].n * sizeof *out->ids);
+                out->n += part[k].n;
+            }
+            tks_tok_count_doc(tk, unassigned, parts);
+            parts = 0; /* done */
+        }
+        for (size_t k = 0; k < n - 1; k++) tks_ids_free(&part[k]);
+    }
+    free(part);
+    free(un);
+    free(err);
+    free(cut);
+    /* no cut, no memory for the parts, or a part failed: the whole, here */
+    return parts ? tks_tok_encode(tk, text, len, out) : 0;
+}
+
+/* Tokenizes the batch in parallel, longest documents first (each document
+ * of LONG_DOC bytes or more on every thread, in parts). 0 or the first
  * error (its context restored). */
 int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const char *key, uint64_t max_doc) {
     /* longest documents first when one could keep a thread busy after the
@@ -195,8 +268,31 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
     }
     tks_error first_err = {0};
     int any_err = 0;
+    /* sorted longest first: the long documents lead, each on every thread */
+    size_t lead = 0;
+    for (; threads > 1 && lead < m && b->len[b->order[lead]] >= LONG_DOC && !any_err; lead++) {
+        size_t i = b->order[lead];
+        const char *text = b->arena + b->off[i];
+        size_t len = b->len[i];
+        json_t *root = NULL;
+        if (b->json[i]) {
+            char why[8];
+            b->status[i] = (uint8_t)tks_jsonl_decode(text, len, key, max_doc, &root, &text, &len, why, sizeof why);
+            if (b->status[i] != TKS_JSONL_OK) {
+                b->ids[i].n = 0;
+                b->err[i] = 0;
+                continue;
+            }
+        }
+        b->err[i] = encode_long(tk, text, len, threads, &b->ids[i]);
+        json_decref(root);
+        if (b->err[i]) {
+            any_err = 1;
+            first_err = *tks_last_error();
+        }
+    }
 #pragma omp parallel for schedule(dynamic, per) num_threads(threads)
-    for (size_t k = 0; k < m; k++) {
+    for (size_t k = lead; k < m; k++) {
         size_t i = b->order[k];
         const char *text = b->arena + b->off[i];
         size_t len = b->len[i];

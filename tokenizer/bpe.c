@@ -714,7 +714,11 @@ static size_t utf8_invalid_at(const uint8_t *s, size_t len, size_t *unassigned) 
     return len;
 }
 
-static int encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out, int ref) {
+/* part: 1 when text is a part of a document (tks_bpe_encode_part): the
+ * document is not counted into unassigned_docs here, and the code points
+ * the regex engine leaves unassigned are returned in *unassigned. */
+static int encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out, int ref, int part,
+                  uint64_t *unassigned) {
     if (!b || !out || (!text && len))
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_bpe_encode: NULL argument");
     out->n = 0;
@@ -725,18 +729,73 @@ static int encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out, 
     enc e = {b, get_scratch((tks_bpe *)b), out, ref};
     if (!e.s) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for the encoder's scratch");
     e.s->st.unassigned += un;
-    e.s->st.unassigned_docs += un > 0;
+    if (!part) e.s->st.unassigned_docs += un > 0;
+    if (unassigned) *unassigned = un;
     int rc = len ? added_pass(&e, 0, text, len) : 0;
     if (rc) out->n = 0;
     return rc;
 }
 
 int tks_bpe_encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out) {
-    return encode(b, text, len, out, 0);
+    return encode(b, text, len, out, 0, 0, NULL);
 }
 
 int tks_bpe_encode_ref(const tks_bpe *b, const char *text, size_t len, tks_ids *out) {
-    return encode(b, text, len, out, 1);
+    return encode(b, text, len, out, 1, 0, NULL);
+}
+
+int tks_bpe_encode_part(const tks_bpe *b, const char *text, size_t len, tks_ids *out, uint64_t *unassigned) {
+    if (unassigned) *unassigned = 0;
+    return encode(b, text, len, out, 0, 1, unassigned);
+}
+
+void tks_bpe_count_doc(const tks_bpe *b, uint64_t unassigned, size_t parts) {
+    scratch *s = b ? get_scratch((tks_bpe *)b) : NULL;
+    if (!s) return;
+    s->st.unassigned_docs += unassigned > 0;
+    s->st.cut_docs++;
+    s->st.cut_parts += parts;
+}
+
+/* ---------------------------------------------------------------------------
+ * Where a long document may be cut (tks_bpe_next_cut, tokenizer.h)
+ * ------------------------------------------------------------------------- */
+static inline int ascii_letter(uint8_t c) { return (uint8_t)((c | 0x20) - 'a') < 26; }
+
+/* 1 when an added token of `as` occurs in t[0..len) starting before p and
+ * ending after it. */
+static int added_spans(const tks_bpe *b, const tks__bpe_added_set *as, const char *t, size_t len, size_t p) {
+    if (!as->n) return 0;
+    size_t s0 = p + 1 > as->max_len ? p + 1 - as->max_len : 0;
+    for (size_t s = s0; s < p; s++) {
+        unsigned c = (unsigned char)t[s];
+        for (uint32_t k = as->first[c]; k < as->first[c + 1]; k++) {
+            const tks__bpe_added *a = &as->tok[k];
+            if (s + a->len > p && s + a->len <= len && !memcmp(b->added_text + a->off, t + s, a->len)) return 1;
+        }
+    }
+    return 0;
+}
+
+/* 1 when t[a..e) (clipped to the text) is all ASCII. */
+static int ascii_window(const char *t, size_t len, size_t a, size_t e) {
+    if (e > len) e = len;
+    for (size_t i = a; i < e; i++)
+        if ((uint8_t)t[i] & 0x80) return 0;
+    return 1;
+}
+
+size_t tks_bpe_next_cut(const tks_bpe *b, const char *t, size_t len, size_t from) {
+    if (!b || !t || !b->fast) return 0;
+    size_t wn = b->nfc ? b->added_norm.max_len : 0;
+    for (size_t p = from ? from : 1; p < len; p++) {
+        uint8_t c = (uint8_t)t[p];
+        if (c >= 0x80 || ascii_letter(c) || c == '\'' || !ascii_letter((uint8_t)t[p - 1])) continue;
+        if (added_spans(b, &b->added_raw, t, len, p) || added_spans(b, &b->added_norm, t, len, p)) continue;
+        if (wn && !ascii_window(t, len, p > wn ? p - wn : 0, p + wn)) continue;
+        return p;
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------
@@ -815,6 +874,8 @@ void tks_bpe_encoder_stats(const tks_bpe *cb, tks_encoder_stats *st) {
         st->special_matched += s->st.special_matched;
         st->unassigned += s->st.unassigned;
         st->unassigned_docs += s->st.unassigned_docs;
+        st->cut_docs += s->st.cut_docs;
+        st->cut_parts += s->st.cut_parts;
     }
     pthread_mutex_unlock(&b->mu);
 }

@@ -191,8 +191,10 @@ static int added_index(tks_bpe *b, tks__bpe_added_set *s) {
     sort_base = b->added_text;
     if (s->n) qsort(s->tok, s->n, sizeof *s->tok, added_cmp);
     memset(s->first, 0, sizeof s->first);
+    s->max_len = 0;
     for (size_t i = 0; i < s->n; i++) {
         const tks__bpe_added *t = &s->tok[i];
+        if (t->len > s->max_len) s->max_len = t->len;
         if (i && t->len == s->tok[i - 1].len && !memcmp(b->added_text + t->off, b->added_text + s->tok[i - 1].off, t->len))
             return tks__bpe_refuse(b, "added tokens %u and %u have the same text \"%.*s\"", s->tok[i - 1].id, t->id,
                                    (int)(t->len > 60 ? 60 : t->len), b->added_text + t->off);

@@ -60,6 +60,7 @@ typedef struct tks__bpe_added_set {
     size_t n;
     uint32_t first[257]; /* tok[first[c] .. first[c + 1]) start with byte c */
     int one_first;       /* the first byte every token shares, or -1 */
+    uint32_t max_len;    /* the longest token's bytes (0: none) */
 } tks__bpe_added_set;
 
 typedef struct tks__bpe_scratch tks__bpe_scratch;

@@ -6,6 +6,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/fastenc.h"
 
+#include <atomic>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -40,6 +41,7 @@ struct tks_spm {
     tks_fast *cuts = nullptr;                /* a cut analysis only (user-defined symbols) */
     char fast_why[256] = "";                 /* why fast is NULL */
     bool use_fast = false;                   /* tks_spm_encode goes through `fast` */
+    mutable std::atomic<uint64_t> cut_docs{0}, cut_parts{0}; /* tks_spm_count_doc */
     ~tks_spm() {
         tks_fast_free(fast);
         tks_fast_free(cuts);
@@ -301,6 +303,8 @@ extern "C" void tks_spm_set_word_cache(tks_spm *s, int on) {
 }
 extern "C" void tks_spm_encoder_stats(const tks_spm *s, tks_encoder_stats *st) {
     memset(st, 0, sizeof *st);
+    st->cut_docs = s->cut_docs.load(std::memory_order_relaxed);
+    st->cut_parts = s->cut_parts.load(std::memory_order_relaxed);
     if (!s->fast) return;
     tks_fast_stats f;
     tks_fast_get_stats(s->fast, &f);
@@ -365,6 +369,16 @@ extern "C" int tks_spm_encode(const tks_spm *s, const char *text, size_t len, tk
     const tks_fast *cuts = s ? (s->fast ? s->fast : s->cuts) : nullptr;
     if (cuts && out && text && len >= TKS_SEGMENT_MIN) return encode_segmented(s, cuts, text, len, out);
     return tks_spm_encode_ref(s, text, len, out);
+}
+
+extern "C" void tks_spm_count_doc(const tks_spm *s, size_t parts) {
+    s->cut_docs.fetch_add(1, std::memory_order_relaxed);
+    s->cut_parts.fetch_add(parts, std::memory_order_relaxed);
+}
+
+extern "C" size_t tks_spm_next_cut(const tks_spm *s, const char *text, size_t len, size_t from) {
+    const tks_fast *cuts = s ? (s->fast ? s->fast : s->cuts) : nullptr;
+    return cuts && text ? tks_fast_next_cut(cuts, text, len, from) : 0;
 }
 
 extern "C" int tks_spm_encode_ref(const tks_spm *s, const char *text, size_t len, tks_ids *out) {

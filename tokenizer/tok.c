@@ -188,6 +188,23 @@ int tks_tok_encode(const tks_tok *t, const char *text, size_t len, tks_ids *out)
     return t->spm ? tks_spm_encode(t->spm, text, len, out) : tks_bpe_encode(t->bpe, text, len, out);
 }
 
+size_t tks_tok_next_cut(const tks_tok *t, const char *text, size_t len, size_t from) {
+    return t->spm ? tks_spm_next_cut(t->spm, text, len, from) : tks_bpe_next_cut(t->bpe, text, len, from);
+}
+
+int tks_tok_encode_part(const tks_tok *t, const char *text, size_t len, tks_ids *out, uint64_t *unassigned) {
+    if (t->spm) {
+        if (unassigned) *unassigned = 0;
+        return tks_spm_encode(t->spm, text, len, out);
+    }
+    return tks_bpe_encode_part(t->bpe, text, len, out, unassigned);
+}
+
+void tks_tok_count_doc(const tks_tok *t, uint64_t unassigned, size_t parts) {
+    if (t->spm) tks_spm_count_doc(t->spm, parts);
+    else tks_bpe_count_doc(t->bpe, unassigned, parts);
+}
+
 int tks_tok_decode(const tks_tok *t, const uint32_t *ids, size_t n, char **text, size_t *len) {
     return t->spm ? tks_spm_decode(t->spm, ids, n, text, len) : tks_bpe_decode(t->bpe, ids, n, text, len);
 }

@@ -58,6 +58,15 @@ const uint8_t *tks_spm_fingerprint(const tks_spm *s);
  * the same text. Errors: TKS_ERR_TOKENIZER, TKS_ERR_NOMEM.
  */
 int tks_spm_encode(const tks_spm *s, const char *text, size_t len, tks_ids *out);
+/* Where a long document may be cut without changing its ids (the rule and
+ * its argument: tks_fast_next_cut, tokenizer/fastenc.h): BPE models with
+ * remove_extra_whitespaces, add_dummy_prefix and escape_whitespaces on;
+ * the first space at or after `from` that follows an ASCII letter or digit
+ * no piece joins to it. 0: none, or the model admits no cut. */
+size_t tks_spm_next_cut(const tks_spm *s, const char *text, size_t len, size_t from);
+/* Counts a document encoded in `parts` parts into the encoder stats
+ * (cut_docs, cut_parts); thread-safe. */
+void tks_spm_count_doc(const tks_spm *s, size_t parts);
 
 /*
  * Encoders. A model loads with two: sentencepiece's, and tokshard's own
@@ -262,6 +271,45 @@ const char *tks_bpe_token_bytes(const tks_bpe *b, uint32_t id, size_t *len);
  * regex engine failed), TKS_ERR_NOMEM. On error out->n is 0.
  */
 int tks_bpe_encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out);
+/*
+ * Where a long document may be cut so that encoding the parts one by one
+ * (tks_bpe_encode_part) and concatenating their ids gives exactly the ids
+ * of tks_bpe_encode on the whole: the first p >= from (p >= 1) where t[p-1]
+ * is an ASCII letter, t[p] is ASCII but neither a letter nor an apostrophe,
+ * and no added token occurs across p; 0 when there is none, or when the
+ * tokenizer admits no cut (its pre-tokenizer is not one of the five
+ * patterns bpe_pretok.c matches by hand). Why the ids cannot change:
+ *   - added tokens are matched leftmost-longest from the left; no token
+ *     occurrence spans p (every occurrence is checked, taken or not), so
+ *     the scan of t[0..p) finds the tokens the whole scan finds before p,
+ *     and both scans restart at p. Tokens matched after NFC are checked on
+ *     the raw bytes, and then only where the bytes within the longest such
+ *     token's length of p are ASCII, which NFC leaves as they are.
+ *   - NFC: t[p] is ASCII, a starter that never composes with what comes
+ *     before it, so NFC(t[0..p)) NFC(t[p..)) = NFC(t); t[p-1], an ASCII
+ *     letter, stays itself.
+ *   - the pre-tokenizer: in the GPT-2, Llama 3, Qwen 2, cl100k and o200k
+ *     patterns a letter is only ever followed, inside one match, by another
+ *     letter, a combining mark (o200k) or the apostrophe of a contraction;
+ *     so the match holding t[p-1] ends at p wherever the scan started, and
+ *     the next starts at p. No alternative looks behind its start, and the
+ *     ones that look ahead (\s+(?!\S), cl100k's \s++$) only do so over
+ *     whitespace, which the letter at p-1 ends; so the part before p gets
+ *     the same pieces when its text stops at p, and the part after gets the
+ *     whole text's pieces from p on.
+ *   - BPE works inside one piece, so each piece's ids are the same.
+ * tests/test_bpe.c checks the rule by cutting real documents at every
+ * candidate; a text with no such pair (one letterless run) is not cut.
+ */
+size_t tks_bpe_next_cut(const tks_bpe *b, const char *t, size_t len, size_t from);
+/* tks_bpe_encode of one part of a document cut by tks_bpe_next_cut: the
+ * same ids and errors (a TKS_ERR_UTF8 offset is within the part), but the
+ * document is not counted into the encoder's unassigned_docs; the count of
+ * unassigned code points in the part goes to *unassigned (may be NULL), and
+ * tks_bpe_count_doc, given their sum and the number of parts, counts the
+ * document once (and into the encoder stats' cut_docs and cut_parts). */
+int tks_bpe_encode_part(const tks_bpe *b, const char *text, size_t len, tks_ids *out, uint64_t *unassigned);
+void tks_bpe_count_doc(const tks_bpe *b, uint64_t unassigned, size_t parts);
 /* The reference encoder: the same pre-tokenizer (PCRE2), then each piece
  * through the plain rule (after every merge all pairs looked up again, the
  * lowest rank and leftmost merged: O(n^2) in a piece up to 64 KiB; longer
@@ -349,6 +397,13 @@ const uint8_t *tks_tok_fingerprint(const tks_tok *t);
 const char *tks_tok_file_name(const tks_tok *t);
 /* The tokenizer_config.json that gave a tokenizer.json's special ids, or NULL. */
 const char *tks_tok_config_path(const tks_tok *t);
+/* Long documents on several threads: tks_bpe_next_cut or, for a
+ * sentencepiece model, tks_spm_next_cut (0: no cut admitted); parts encoded
+ * with tks_tok_encode_part, the document then counted once with
+ * tks_tok_count_doc(t, sum of the parts' *unassigned, number of parts). */
+size_t tks_tok_next_cut(const tks_tok *t, const char *text, size_t len, size_t from);
+int tks_tok_encode_part(const tks_tok *t, const char *text, size_t len, tks_ids *out, uint64_t *unassigned);
+void tks_tok_count_doc(const tks_tok *t, uint64_t unassigned, size_t parts);
 /* tks_spm_encode / tks_bpe_encode, tks_spm_decode / tks_bpe_decode */
 int tks_tok_encode(const tks_tok *t, const char *text, size_t len, tks_ids *out);
 int tks_tok_decode(const tks_tok *t, const uint32_t *ids, size_t n, char **text, size_t *len);

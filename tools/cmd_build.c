@@ -103,6 +103,10 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
                s->encoder_stats.words ? 100.0 * s->encoder_stats.word_hits / s->encoder_stats.words : 0.0,
                (unsigned long long)s->encoder_stats.words,
                s->encoder_stats.bytes ? 100.0 * s->encoder_stats.hit_bytes / s->encoder_stats.bytes : 0.0);
+    if (s->encoder_stats.cut_docs)
+        printf("  long docs     %llu documents cut into %llu parts encoded on every thread (cuts where the "
+               "tokenizer proves the ids unchanged)\n",
+               (unsigned long long)s->encoder_stats.cut_docs, (unsigned long long)s->encoder_stats.cut_parts);
     if (s->encoder_stats.special_in_text)
         printf("  special text  %llu special tokens' text (say <|endoftext|>) found in documents and encoded "
                "as text (--allow-special-in-text turns them into the special ids)\n",
