@@ -177,7 +177,8 @@ static int fill_batch(reader *r, batch *b) {
 /* A document at least this long, when the build has several threads, is
  * cut where the tokenizer proves the cut changes no id (tks_tok_next_cut:
  * the rule and its argument are in tokenizer/tokenizer.h) into parts of at
- * least PART_MIN bytes, about 8 a thread, that every thread encodes; one
+ * least PART_MIN bytes, about 32 a thread (the last to finish decides the
+ * time), that every thread encodes; one
  * huge document (a minified file, a dump without newlines) then does not
  * leave the other threads idle. */
 #define LONG_DOC (1u << 20)
@@ -197,7 +198,7 @@ static int push_cut(size_t **cut, size_t *n, size_t *cap, size_t at) {
  * same ids, and on any error the whole document encoded again on this
  * thread, so that the error and its offset are the ones of the document. */
 static int encode_long(const tks_tok *tk, const char *text, size_t len, int threads, tks_ids *out) {
-    size_t want = len / ((size_t)threads * 8);
+    size_t want = len / ((size_t)threads * 32);
     if (want < PART_MIN) want = PART_MIN;
     size_t *cut = NULL, n = 0, cap = 0;
     int rc = push_cut(&cut, &n, &cap, 0);
@@ -214,25 +215,41 @@ static int encode_long(const tks_tok *tk, const char *text, size_t len, int thre
     int *err = NULL;
     if (!rc && parts > 1 && (part = calloc(parts, sizeof *part)) && (un = calloc(parts, sizeof *un)) &&
         (err = calloc(parts, sizeof *err))) {
-        int bad = 0;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) reduction(| : bad)
-        for (size_t k = 0; k < parts; k++) {
-            err[k] = tks_tok_encode_part(tk, text + cut[k], cut[k + 1] - cut[k], &part[k], &un[k]);
-            bad |= err[k] != 0;
-        }
+        int bad = 0, grown = 1;
         size_t total = 0;
         uint64_t unassigned = 0;
-        for (size_t k = 0; k < parts; k++) total += part[k].n, unassigned += un[k];
-        if (!bad && out->cap < total) {
-            uint32_t *p = realloc(out->ids, total * sizeof *p);
-            if (p) out->ids = p, out->cap = total;
-        }
-        if (!bad && out->cap >= total) {
-            out->n = 0;
+#pragma omp parallel num_threads(threads)
+        {
+#pragma omp for schedule(dynamic, 1) reduction(| : bad)
             for (size_t k = 0; k < parts; k++) {
-                if (part[k].n) memcpy(out->ids + out->n, part[k].ids, part[k].n * sizeof *out->ids);
-                out->n += part[k].n;
+                /* room for a token every 2 bytes up front: a part's ids are
+                 * not moved (and its pages not unmapped, which interrupts
+                 * every thread) while it grows */
+                size_t guess = (cut[k + 1] - cut[k]) / 2 + 64;
+                if (part[k].cap < guess && !tks_resize(&part[k].ids, guess, sizeof *part[k].ids)) part[k].cap = guess;
+                err[k] = tks_tok_encode_part(tk, text + cut[k], cut[k + 1] - cut[k], &part[k], &un[k]);
+                bad |= err[k] != 0;
             }
+#pragma omp single
+            {
+                for (size_t k = 0; k < parts; k++) total += part[k].n, unassigned += un[k];
+                if (!bad && out->cap < total) {
+                    uint32_t *p = realloc(out->ids, total * sizeof *p);
+                    if (p) out->ids = p, out->cap = total;
+                }
+                grown = !bad && out->cap >= total;
+            }
+            /* the parts copied into place on every thread */
+#pragma omp for schedule(dynamic, 1)
+            for (size_t k = 0; k < parts; k++) {
+                if (!grown || !part[k].n) continue;
+                size_t at = 0;
+                for (size_t j = 0; j < k; j++) at += part[j].n;
+                memcpy(out->ids + at, part[k].ids, part[k].n * sizeof *out->ids);
+            }
+        }
+        if (grown) {
+            out->n = total;
             tks_tok_count_doc(tk, unassigned, parts);
             parts = 0; /* done */
         }
