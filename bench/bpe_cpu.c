@@ -6,7 +6,10 @@
  * a busy machine shifts the figures less; the ratios are what to read.
  *
  * Usage: bpe_cpu TOKENIZER [--pattern P] [--special-tokens S] [--only-full] FILE.jsonl...
+ *        bpe_cpu TOKENIZER [--pattern P] [--special-tokens S] --load-only
  *   --only-full: the whole encoder only, five times (for a profiler)
+ *   --load-only: the tokenizer's load (tks_tok_load_opts, wall time) five
+ *     times in this process; the first is what a fresh process pays
  *   (each line a JSON object whose "text" is a document)
  * Build: part of the CMake build (bench target tokshard-bpe-cpu).
  */
@@ -18,6 +21,12 @@
 #include <time.h>
 
 #include "tokenizer/tokenizer.h"
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static double cpu_s(void) {
     struct timespec ts;
@@ -77,14 +86,29 @@ int main(int argc, char **argv) {
     }
     tks_tok_opts o = {0};
     docs d = {0};
-    int only_full = 0;
+    int only_full = 0, load_only = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--only-full")) only_full = 1;
+        else if (!strcmp(argv[i], "--load-only")) load_only = 1;
         else if (!strcmp(argv[i], "--pattern") && i + 1 < argc) o.pattern = argv[++i];
         else if (!strcmp(argv[i], "--special-tokens") && i + 1 < argc) o.special_tokens = argv[++i];
         else if (read_jsonl(argv[i], &d)) return fprintf(stderr, "cannot read %s\n", argv[i]), 2;
     }
     tks_tok *t;
+    if (load_only) {
+        printf("load_ms");
+        for (int k = 0; k < 5; k++) {
+            double t0 = wall_s();
+            if (tks_tok_load_opts(argv[1], &o, &t)) {
+                fprintf(stderr, "%s: %s\n", argv[1], tks_last_error()->message);
+                return 2;
+            }
+            printf(" %.1f", 1e3 * (wall_s() - t0));
+            tks_tok_free(t);
+        }
+        printf("\n");
+        return 0;
+    }
     if (tks_tok_load_opts(argv[1], &o, &t) || !tks_tok_bpe(t)) {
         fprintf(stderr, "%s: not a byte-level BPE tokenizer: %s\n", argv[1], tks_last_error()->message);
         return 2;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <omp.h>
@@ -278,6 +279,88 @@ static size_t check_cuts(const char *name, const tks_bpe *b, const docs *d, cons
     return cands;
 }
 
+/* 1 when a and b hold the same tokens (each id's bytes, special flag) and
+ * fingerprint, and encode every document to `want`. */
+static int same_handle(const char *name, const char *what, const tks_bpe *a, const tks_bpe *b, const docs *d,
+                       const tks_ids *want) {
+    int ok = tks_bpe_vocab_size(a) == tks_bpe_vocab_size(b) && !memcmp(tks_bpe_fingerprint(a), tks_bpe_fingerprint(b), 16);
+    for (uint32_t id = 0; ok && id < tks_bpe_vocab_size(a); id++) {
+        size_t la = 0, lb = 0;
+        const char *x = tks_bpe_token_bytes(a, id, &la), *y = tks_bpe_token_bytes(b, id, &lb);
+        ok = la == lb && (!la || !memcmp(x, y, la)) && tks_bpe_is_special(a, id) == tks_bpe_is_special(b, id);
+        if (!ok) fprintf(stderr, "%s: %s: token %u differs\n", name, what, id);
+    }
+    tks_ids one = {0};
+    size_t diff = 0;
+    for (size_t i = 0; ok && i < d->n; i++) {
+        int rc = tks_bpe_encode(b, d->p[i], d->len[i], &one);
+        diff += rc || one.n != want[i].n || (one.n && memcmp(one.ids, want[i].ids, one.n * sizeof *one.ids));
+    }
+    tks_ids_free(&one);
+    CHECK(ok && diff == 0, "%s: %s: not the freshly parsed tokenizer (%zu documents differ)", name, what, diff);
+    return ok && diff == 0;
+}
+
+/* The tokenizer cache (tokenizer/bpe_cache.c) of a tokenizer.json, in a
+ * directory of its own: the first load parses and writes it, the second
+ * maps it and is the parsed tokenizer (every token, every document's ids);
+ * a cache file with a flipped byte, cut short, or of another build is
+ * ignored (the load parses again, the same tokenizer) and written anew. */
+static void check_cache(const char *dir, const char *name, const docs *d, const tks_ids *want) {
+    char path[4096], cdir[4096], file[4200], hex[33];
+    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    struct stat st;
+    if (stat(path, &st) != 0) return; /* a tiktoken file: loads without a parse to save */
+    snprintf(cdir, sizeof cdir, "%s/cache-%s", dir, name);
+    char cmd[8400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cdir);
+    if (system(cmd) != 0) return;
+    setenv("TOKSHARD_CACHE_DIR", cdir, 1);
+    tks_bpe *parsed = NULL, *cached = NULL;
+    CHECK(tks_bpe_load(path, &parsed) == 0 && !tks_bpe_from_cache(parsed), "%s: first load did not parse", name);
+    if (!parsed) goto out;
+    for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", tks_bpe_fingerprint(parsed)[i]);
+    snprintf(file, sizeof file, "%s/bpe-%s.tkc", cdir, hex);
+    CHECK(stat(file, &st) == 0, "%s: no cache file %s after a parse", name, file);
+    double t0 = now();
+    CHECK(tks_bpe_load(path, &cached) == 0 && tks_bpe_from_cache(cached), "%s: second load not from the cache", name);
+    double ms = 1e3 * (now() - t0);
+    if (!cached) goto out;
+    int ok = same_handle(name, "cached", parsed, cached, d, want);
+    tks_bpe_free(cached);
+    cached = NULL;
+    /* damage: a flipped byte in the middle, in the header's build identity,
+     * the file cut short; each time the load parses and rewrites the file */
+    static const char *what[] = {"a flipped body byte", "another build's header", "a file cut short"};
+    for (int k = 0; k < 3; k++) {
+        FILE *f = fopen(file, "r+b");
+        if (!f) break;
+        if (k == 0) fseek(f, (long)st.st_size / 2, SEEK_SET);
+        else if (k == 1) fseek(f, 20, SEEK_SET); /* inside build_id */
+        int c = k < 2 ? fgetc(f) : 0;
+        if (k < 2) {
+            fseek(f, -1, SEEK_CUR);
+            fputc(c ^ 0x01, f);
+        }
+        fclose(f);
+        if (k == 2 && truncate(file, st.st_size / 3) != 0) break;
+        tks_bpe *again = NULL;
+        CHECK(tks_bpe_load(path, &again) == 0 && !tks_bpe_from_cache(again), "%s: %s was used", name, what[k]);
+        if (again) ok &= same_handle(name, what[k], parsed, again, d, want);
+        tks_bpe_free(again);
+        again = NULL;
+        CHECK(tks_bpe_load(path, &again) == 0 && tks_bpe_from_cache(again), "%s: after %s, no new cache file",
+              name, what[k]);
+        tks_bpe_free(again);
+    }
+    if (ok) printf("%s: tokenizer cache: the cached tokenizer is the parsed one (every token, every document), "
+                   "loaded in %.1f ms; a flipped byte, another build's file and a cut file are ignored and "
+                   "rewritten\n", name, ms);
+out:
+    tks_bpe_free(parsed);
+    setenv("TOKSHARD_CACHE_DIR", "off", 1);
+}
+
 static int compare_model(const char *dir, const char *name, const docs *d, size_t n_held) {
     char path[4096];
     tks_bpe *b = load_model(dir, name);
@@ -326,6 +409,8 @@ static int compare_model(const char *dir, const char *name, const docs *d, size_
     printf("%s: word cache hits %.1f%% of %llu pieces; %llu special tokens' text encoded as text\n", name,
            st.words ? 100.0 * (double)st.word_hits / (double)st.words : 0.0, (unsigned long long)st.words,
            (unsigned long long)st.special_in_text);
+
+    check_cache(dir, name, d, got);
 
     /* a tokenizer whose pre-tokenizer is one of the hand-matched patterns
      * (bpe_pretok.c) admits cuts; the real documents hold many */
@@ -778,6 +863,8 @@ static int long_word(const char *dir, const char *name) {
 }
 
 int main(int argc, char **argv) {
+    /* every load parses, except where check_cache points the cache elsewhere */
+    setenv("TOKSHARD_CACHE_DIR", "off", 1);
     if (argc >= 3 && !strcmp(argv[1], "--refusals")) {
         refusals(argv[2]);
     } else if (argc == 4 && !strcmp(argv[1], "--long")) {

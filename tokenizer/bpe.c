@@ -842,6 +842,8 @@ int tks_bpe_decode(const tks_bpe *b, const uint32_t *ids, size_t n, char **text,
 
 uint32_t tks_bpe_vocab_size(const tks_bpe *b) { return b->n_ids; }
 
+int tks_bpe_from_cache(const tks_bpe *b) { return b->cache_map != NULL; }
+
 const uint8_t *tks_bpe_fingerprint(const tks_bpe *b) { return b->fingerprint; }
 
 int tks_bpe_is_special(const tks_bpe *b, uint32_t id) { return id < b->n_ids && b->special[id]; }
@@ -893,7 +895,10 @@ void tks_bpe_encoder_stats(const tks_bpe *cb, tks_encoder_stats *st) {
 
 void tks_bpe_free(tks_bpe *b) {
     if (!b) return;
-    for (int i = 0; i < b->n_split; i++) pcre2_code_free(b->split[i].re);
+    for (int i = 0; i < b->n_split; i++) {
+        pcre2_code_free(b->split[i].re);
+        free(b->split[i].pat);
+    }
     scratch *s = b->all;
     while (s) {
         scratch *n = s->next_all;
@@ -904,16 +909,20 @@ void tks_bpe_free(tks_bpe *b) {
         pthread_key_delete(b->key);
         pthread_mutex_destroy(&b->mu);
     }
-    free(b->off);
-    free(b->bytes);
-    free(b->special);
+    if (b->cache_map) {
+        tks_unmap(b->cache_map, b->cache_len);
+    } else {
+        free(b->off);
+        free(b->bytes);
+        free(b->special);
+        free(b->vslot);
+        free(b->mslot);
+        free(b->added_raw.tok);
+        free(b->added_norm.tok);
+        free(b->added_text);
+    }
     free(b->hole);
-    free(b->vslot);
     free(b->self);
-    free(b->mslot);
-    free(b->added_raw.tok);
-    free(b->added_norm.tok);
-    free(b->added_text);
     free(b->tt_pattern);
     free(b->tt_pattern_name);
     free(b->tt_ranks);

@@ -114,9 +114,15 @@ int tks__bpe_compile(tks_bpe *b, const char *pat, size_t n, int literal, uint32_
                                            where);
             }
         }
+    return tks__bpe_compile_opts(b, pat, n, PCRE2_UTF | extra | (literal ? PCRE2_LITERAL : PCRE2_UCP), where);
+}
+
+int tks__bpe_compile_opts(tks_bpe *b, const char *pat, size_t n, uint32_t opts, const char *where) {
+    if (b->n_split == TKS__BPE_MAX_SPLITS)
+        return tks__bpe_refuse(b, "%s: more than %d regex splits", where, TKS__BPE_MAX_SPLITS);
+    int literal = (opts & PCRE2_LITERAL) != 0;
     int err;
     PCRE2_SIZE eoff;
-    uint32_t opts = PCRE2_UTF | extra | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, n, opts, &err, &eoff, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
@@ -131,11 +137,16 @@ int tks__bpe_compile(tks_bpe *b, const char *pat, size_t n, int literal, uint32_
         return tks__bpe_refuse(b, "%s: the pattern may match the empty string (not reproduced exactly)", where);
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* without JIT, the interpreter gives the same matches */
-    char *text = literal ? NULL : strndup(pat, n);
-    int fast = text ? tks__bpe_fast_program(text) : TKS__FAST_NONE;
-    free(text);
+    char *text = malloc(n + 1);
+    if (!text) {
+        pcre2_code_free(re);
+        return tks__bpe_nomem(b, "pattern");
+    }
+    memcpy(text, pat, n);
+    text[n] = 0;
+    int fast = literal ? TKS__FAST_NONE : tks__bpe_fast_program(text);
     tks__bpe_splitter *sp = &b->split[b->n_split++];
-    *sp = (tks__bpe_splitter){re, B_ISOLATED, 0, fast, ""};
+    *sp = (tks__bpe_splitter){re, B_ISOLATED, 0, fast, "", text, n, opts};
     snprintf(sp->text, sizeof sp->text, "%.*s%s", (int)(n < sizeof sp->text - 4 ? n : sizeof sp->text - 4), pat,
              n < sizeof sp->text - 4 ? "" : "...");
     return 0;
@@ -207,6 +218,8 @@ static int added_index(tks_bpe *b, tks__bpe_added_set *s) {
     return 0;
 }
 
+static int finish_common(tks_bpe *b);
+
 int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable) {
     b->vmask = tks__bpe_pow2((size_t)n * 2) - 1;
     b->vslot = malloc((b->vmask + 1) * sizeof *b->vslot);
@@ -223,7 +236,18 @@ int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable) {
     }
     int rc = added_index(b, &b->added_raw);
     if (!rc) rc = added_index(b, &b->added_norm);
-    if (!rc) rc = tks__bpe_scratch_init(b);
+    return rc ? rc : finish_common(b);
+}
+
+int tks__bpe_finish_cached(tks_bpe *b) {
+    b->self = b->mode == TKS__BPE_MERGES ? calloc(b->n_model ? b->n_model : 1, 1) : NULL;
+    if (b->mode == TKS__BPE_MERGES && !b->self) return tks__bpe_nomem(b, "vocab");
+    return finish_common(b);
+}
+
+/* The scratch and the hand matcher, the last steps either way. */
+static int finish_common(tks_bpe *b) {
+    int rc = tks__bpe_scratch_init(b);
     /* one splitter whose pieces tile the text (isolated matches, or only the
      * matches kept): its hand matcher, when it has one and the tables build */
     const tks__bpe_splitter *sp = &b->split[0];

@@ -28,6 +28,9 @@ typedef struct tks__bpe_splitter {
     int invert;
     int fast;  /* the hand matcher of this pattern (bpe_pretok.c), or TKS__FAST_NONE */
     char text[120]; /* the pattern's first bytes, for messages */
+    char *pat;      /* the whole pattern (pat_len bytes) and PCRE2's compile options, for the cache */
+    size_t pat_len;
+    uint32_t opts;
 } tks__bpe_splitter;
 
 /* The patterns bpe_pretok.c matches by hand. */
@@ -115,6 +118,10 @@ struct tks_bpe {
     int have_key;         /* key and mu are initialized */
     pthread_mutex_t mu;
     tks__bpe_scratch *all;/* every thread's scratch */
+    /* loaded from the cache (bpe_cache.c): off, bytes, special, vslot, mslot,
+     * the added sets' tok and added_text point into this read-only mapping */
+    const uint8_t *cache_map;
+    size_t cache_len;
 };
 
 /* bpe_patterns.c: tokenizers' ByteLevel regex (pre_tokenizers/byte_level.rs),
@@ -154,6 +161,9 @@ tks_bpe *tks__bpe_new(const char *path);
  * tiktoken's Rust regexes). Refuses patterns that may match the empty
  * string and escapes Oniguruma reads otherwise. */
 int tks__bpe_compile(tks_bpe *b, const char *pat, size_t n, int literal, uint32_t extra, const char *where);
+/* The compile step of tks__bpe_compile, with PCRE2 options `opts` (what it
+ * chose), no refusal checks: for a pattern the cache kept. */
+int tks__bpe_compile_opts(tks_bpe *b, const char *pat, size_t n, uint32_t opts, const char *where);
 /* Adds an added token (content[0..len), id) to the matcher of raw or
  * normalized text; the sets are sorted by tks__bpe_finish. */
 int tks__bpe_add_token(tks_bpe *b, const char *content, size_t len, uint32_t id, int special, int normalized,
@@ -162,6 +172,17 @@ int tks__bpe_add_token(tks_bpe *b, const char *content, size_t len, uint32_t id,
  * usable is NULL), the added-token matchers and the per-thread scratch:
  * the last step of either loader. */
 int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable);
+/* The last steps of tks__bpe_finish for a handle whose tables came from the
+ * cache: the learnt-merge flags, the scratch, the hand matcher. */
+int tks__bpe_finish_cached(tks_bpe *b);
+
+/* bpe_cache.c: the compact form of a tokenizer.json's handle. _load fills
+ * the new handle b from the cache file of fingerprint fp (the file being
+ * loaded has source_size bytes): 0 when it did (b is complete), 1 when there
+ * is no usable cache file (b untouched), or an error (b must be freed).
+ * _store writes b's cache file; failures leave no file and no error. */
+int tks__bpe_cache_load(tks_bpe *b, const uint8_t fp[16], size_t source_size);
+void tks__bpe_cache_store(const tks_bpe *b, size_t source_size);
 
 /* bpe_pretok.c: the hand matchers. tks__bpe_fast_program: the matcher of a
  * pattern text (TKS__FAST_NONE for any other); tks__bpe_fast_init: builds

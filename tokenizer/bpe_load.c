@@ -436,15 +436,27 @@ int tks_bpe_load(const char *path, tks_bpe **out) {
         tks_unmap(base, size);
         return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory loading %s", path);
     }
-    /* parsed first: a file that is not JSON is refused at its first bad byte,
-     * not after its whole size was hashed */
+    /* the fingerprint names the compact form a earlier load left
+     * (bpe_cache.c): when it is there and sound, no JSON is parsed */
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(base, size));
+    rc = tks__bpe_cache_load(b, c.digest, size);
+    if (rc == 0) {
+        tks_unmap(base, size);
+        *out = b;
+        return 0;
+    }
+    if (rc != 1 || b->cache_map) { /* a cache that mapped but did not build: parse instead */
+        tks_bpe_free(b);
+        if (!(b = tks__bpe_new(path))) {
+            tks_unmap(base, size);
+            return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory loading %s", path);
+        }
+    }
+    rc = 0;
     json_error_t je;
     json_t *root = json_loadb((const char *)base, size, JSON_REJECT_DUPLICATES, &je);
-    if (root) {
-        XXH128_canonical_t c;
-        XXH128_canonicalFromHash(&c, XXH3_128bits(base, size));
-        memcpy(b->fingerprint, c.digest, 16);
-    }
+    if (root) memcpy(b->fingerprint, c.digest, 16);
     tks_unmap(base, size);
     if (!root) {
         rc = tks_fail(TKS_ERR_TOKENIZER, path, TKS_NONE, (uint64_t)je.position,
@@ -486,6 +498,7 @@ int tks_bpe_load(const char *path, tks_bpe **out) {
         tks_bpe_free(b);
         return rc;
     }
+    tks__bpe_cache_store(b, size);
     *out = b;
     return 0;
 }

@@ -152,8 +152,20 @@ typedef struct tks_bpe tks_bpe;
  * component or key outside what is supported; or a merge naming a token not
  * in the vocab, duplicate ids, ids with holes: the message names the file
  * and the key), TKS_ERR_NOMEM.
+ *
+ * The tokenizer cache: after a parse, the handle's tables are written in a
+ * compact form to $TOKSHARD_CACHE_DIR (else $XDG_CACHE_HOME/tokshard, else
+ * $HOME/.cache/tokshard; TOKSHARD_CACHE_DIR=off turns it off) under the
+ * file's XXH3-128; the next load of the same bytes maps that file instead
+ * of parsing (a 9 MB, 128k-id tokenizer.json: 0.2 s parsed, 4 ms cached).
+ * A cache file is checked whole before use (this build's identity, the
+ * source's fingerprint and size, checksums, every table's ranges) and
+ * ignored and rewritten when any check fails; failing to write one is not
+ * an error. tokenizer/bpe_cache.c gives the format.
  */
 int tks_bpe_load(const char *path, tks_bpe **out);
+/* 1 when the handle's tables came from the tokenizer cache. */
+int tks_bpe_from_cache(const tks_bpe *b);
 /* Frees the handle and every thread's scratch. Accepts NULL. No encode or
  * decode may be running on it. */
 void tks_bpe_free(tks_bpe *b);

@@ -1,0 +1,319 @@
+/*
+ * bpe_cache.c - the compact form of a loaded tokenizer.json: the handle's
+ * tables (each id's bytes, the vocabulary and merge hashes, the added
+ * tokens, the pre-tokenizer patterns) written once after a parse and mapped
+ * on the next load instead of parsing the JSON again. A 128k-id Llama 3
+ * style tokenizer.json (9 MB, 280k merges) takes 0.2 s to parse and build;
+ * its cache file (about 22 MB, mostly the two hashes' empty slots) maps and
+ * checks in a few milliseconds.
+ *
+ * Where: $TOKSHARD_CACHE_DIR, else $XDG_CACHE_HOME/tokshard, else
+ * $HOME/.cache/tokshard; TOKSHARD_CACHE_DIR=off (or empty) turns it off.
+ * One file per tokenizer, bpe-<fingerprint>.tkc, the fingerprint being the
+ * XXH3-128 of the tokenizer.json's bytes (tks_bpe_fingerprint).
+ *
+ * Trust: a cache file is used only when every check passes, else it is
+ * ignored and written again from the parse:
+ *   - the header: magic, format, this build's identity (TKS_BPE_CACHE_ID:
+ *     a hash CMake takes of the sources that make and read the tables, so
+ *     another tokshard, or this one changed, never reads it), utf8proc's
+ *     version (added tokens are stored NFC-normalized), the fingerprint and
+ *     size of the tokenizer.json being loaded, and its own checksum;
+ *   - the body: its XXH3-64;
+ *   - the tables: every section inside the body, every id and offset in
+ *     range, the byte offsets increasing.
+ * The regexes are compiled again at every load (PCRE2 is not asked to
+ * serialize its code); a cache is only ever written by the process that
+ * parsed the file, whole (tks_write_file_atomic: a temporary name, then a
+ * rename), so readers see an old file or a complete new one.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <utf8proc.h>
+#include <xxhash.h>
+
+#include "tokenizer/bpe_internal.h"
+
+#ifndef TKS_BPE_CACHE_ID
+#define TKS_BPE_CACHE_ID "unversioned"
+#endif
+
+enum { CACHE_FORMAT = 1, N_SEC = 9 };
+static const char cache_magic[8] = {'T', 'K', 'S', 'B', 'P', 'E', 'C', 1};
+
+/* The sections: per-id tables, the two hashes, the added tokens. */
+enum { S_OFF, S_BYTES, S_SPECIAL, S_VSLOT, S_MSLOT, S_RAW, S_NORM, S_TEXT, S_PAT };
+
+typedef struct cache_set {
+    uint32_t n, one_first_plus1, max_len, pad;
+    uint32_t first[257], pad2[3];
+} cache_set;
+
+typedef struct cache_split {
+    uint32_t how, invert, opts, pad;
+    uint64_t pat_off, pat_len; /* within section S_PAT */
+} cache_split;
+
+/* The header: the first sizeof(cache_header) bytes; the body follows. */
+typedef struct cache_header {
+    char magic[8];
+    uint32_t format, header_size;
+    char build_id[72];        /* TKS_BPE_CACHE_ID, NUL-padded */
+    char utf8proc[16];        /* utf8proc_version() */
+    uint8_t fingerprint[16];  /* the tokenizer.json's XXH3-128 */
+    uint64_t source_size;     /* its bytes */
+    uint64_t body_size, body_xxh3;
+    uint32_t mode, n_ids, n_model, nfc, ignore_merges, n_split;
+    uint64_t vmask, mmask;
+    uint32_t byte_id[256];
+    struct {
+        uint64_t off, len;
+    } sec[N_SEC];              /* within the body, 64-byte aligned */
+    cache_split split[TKS__BPE_MAX_SPLITS];
+    cache_set raw, norm;
+    uint64_t header_xxh3;      /* of every byte above */
+} cache_header;
+
+/* The cache directory into dir[cap]; 0 when caching is off or the path is
+ * too long. */
+static int cache_dir(char *dir, size_t cap) {
+    const char *d = getenv("TOKSHARD_CACHE_DIR");
+    int n;
+    if (d) {
+        if (!*d || !strcmp(d, "off")) return 0;
+        n = snprintf(dir, cap, "%s", d);
+    } else if ((d = getenv("XDG_CACHE_HOME")) && *d) {
+        n = snprintf(dir, cap, "%s/tokshard", d);
+    } else if ((d = getenv("HOME")) && *d) {
+        n = snprintf(dir, cap, "%s/.cache/tokshard", d);
+    } else {
+        return 0;
+    }
+    return n > 0 && (size_t)n < cap;
+}
+
+static int cache_path(const uint8_t fp[16], char *path, size_t cap) {
+    char dir[4096], hex[33];
+    if (!cache_dir(dir, sizeof dir)) return 0;
+    tks_hex(fp, 16, hex);
+    int n = snprintf(path, cap, "%s/bpe-%s.tkc", dir, hex);
+    return n > 0 && (size_t)n < cap;
+}
+
+static void header_ids(cache_header *h) {
+    memcpy(h->magic, cache_magic, sizeof h->magic);
+    h->format = CACHE_FORMAT;
+    h->header_size = (uint32_t)sizeof *h;
+    snprintf(h->build_id, sizeof h->build_id, "%s", TKS_BPE_CACHE_ID);
+    snprintf(h->utf8proc, sizeof h->utf8proc, "%s", utf8proc_version());
+}
+
+static void set_out(cache_set *c, const tks__bpe_added_set *s) {
+    c->n = (uint32_t)s->n;
+    c->one_first_plus1 = (uint32_t)(s->one_first + 1);
+    c->max_len = s->max_len;
+    memcpy(c->first, s->first, sizeof c->first);
+}
+
+void tks__bpe_cache_store(const tks_bpe *b, size_t source_size) {
+    char path[4200];
+    if (b->mode != TKS__BPE_MERGES || b->cache_map || !cache_path(b->fingerprint, path, sizeof path)) return;
+    cache_header *h = calloc(1, sizeof *h);
+    if (!h) return;
+    header_ids(h);
+    memcpy(h->fingerprint, b->fingerprint, 16);
+    h->source_size = source_size;
+    h->mode = (uint32_t)b->mode;
+    h->n_ids = b->n_ids;
+    h->n_model = b->n_model;
+    h->nfc = (uint32_t)b->nfc;
+    h->ignore_merges = (uint32_t)b->ignore_merges;
+    h->n_split = (uint32_t)b->n_split;
+    h->vmask = b->vmask;
+    h->mmask = b->mmask;
+    memcpy(h->byte_id, b->byte_id, sizeof h->byte_id);
+    set_out(&h->raw, &b->added_raw);
+    set_out(&h->norm, &b->added_norm);
+    size_t text_len = 0;
+    for (size_t i = 0; i < b->added_raw.n; i++) text_len += b->added_raw.tok[i].len;
+    for (size_t i = 0; i < b->added_norm.n; i++) text_len += b->added_norm.tok[i].len;
+    size_t pat_len = 0;
+    for (int i = 0; i < b->n_split; i++) {
+        const tks__bpe_splitter *sp = &b->split[i];
+        h->split[i] = (cache_split){(uint32_t)sp->how, (uint32_t)sp->invert, sp->opts, 0, pat_len, sp->pat_len};
+        pat_len += sp->pat_len;
+    }
+    char *pats = malloc(pat_len ? pat_len : 1);
+    if (!pats) {
+        free(h);
+        return;
+    }
+    for (int i = 0; i < b->n_split; i++) memcpy(pats + h->split[i].pat_off, b->split[i].pat, b->split[i].pat_len);
+    const void *data[N_SEC] = {b->off, b->bytes, b->special, b->vslot, b->mslot, b->added_raw.tok,
+                               b->added_norm.tok, b->added_text, pats};
+    size_t len[N_SEC] = {((size_t)b->n_ids + 1) * sizeof *b->off, b->off[b->n_ids], b->n_ids,
+                         (b->vmask + 1) * sizeof *b->vslot, (b->mmask + 1) * sizeof *b->mslot,
+                         b->added_raw.n * sizeof *b->added_raw.tok, b->added_norm.n * sizeof *b->added_norm.tok,
+                         text_len, pat_len};
+    /* header, then each section at a 64-byte boundary (zero padding between) */
+    static const char zeros[64];
+    tks_piece pc[1 + 2 * N_SEC];
+    size_t np = 0, at = 0;
+    pc[np++] = (tks_piece){h, sizeof *h};
+    XXH3_state_t *x = XXH3_createState();
+    if (!x) {
+        free(pats);
+        free(h);
+        return;
+    }
+    XXH3_64bits_reset(x);
+    for (int s = 0; s < N_SEC; s++) {
+        size_t pad = (64 - at % 64) % 64;
+        if (pad) {
+            pc[np++] = (tks_piece){zeros, pad};
+            XXH3_64bits_update(x, zeros, pad);
+            at += pad;
+        }
+        h->sec[s].off = at;
+        h->sec[s].len = len[s];
+        if (len[s]) {
+            pc[np++] = (tks_piece){data[s], len[s]};
+            XXH3_64bits_update(x, data[s], len[s]);
+        }
+        at += len[s];
+    }
+    h->body_size = at;
+    h->body_xxh3 = XXH3_64bits_digest(x);
+    XXH3_freeState(x);
+    h->header_xxh3 = XXH3_64bits(h, offsetof(cache_header, header_xxh3));
+    char dir[4096];
+    /* a cache that cannot be written costs the next load a parse, nothing more */
+    if (cache_dir(dir, sizeof dir) && tks_mkdir_p(dir) == 0) {
+        tks_error keep = *tks_last_error();
+        if (tks_write_file_pieces(path, pc, np)) tks_error_restore(&keep);
+    }
+    free(pats);
+    free(h);
+}
+
+/* The checks of a mapped cache file against the tokenizer.json being
+ * loaded; 1 when it may be used. */
+static int cache_valid(const uint8_t *m, size_t size, const uint8_t fp[16], size_t source_size) {
+    if (size < sizeof(cache_header)) return 0;
+    const cache_header *h = (const cache_header *)m;
+    cache_header want;
+    memset(&want, 0, sizeof want);
+    header_ids(&want);
+    if (memcmp(h->magic, want.magic, 8) || h->format != want.format || h->header_size != want.header_size ||
+        memcmp(h->build_id, want.build_id, sizeof want.build_id) ||
+        memcmp(h->utf8proc, want.utf8proc, sizeof want.utf8proc) || memcmp(h->fingerprint, fp, 16) ||
+        h->source_size != source_size || h->header_xxh3 != XXH3_64bits(h, offsetof(cache_header, header_xxh3)) ||
+        h->body_size != size - sizeof *h)
+        return 0;
+    const uint8_t *body = m + sizeof *h;
+    if (XXH3_64bits(body, h->body_size) != h->body_xxh3) return 0;
+    /* the tables, as the encoder will read them */
+    uint64_t n = h->n_ids;
+    if (h->mode != TKS__BPE_MERGES || !n || h->n_model > n || h->n_split < 1 || h->n_split > TKS__BPE_MAX_SPLITS ||
+        h->vmask > (1ull << 40) || (h->vmask & (h->vmask + 1)) || h->mmask > (1ull << 40) ||
+        (h->mmask & (h->mmask + 1)))
+        return 0;
+    uint64_t need[N_SEC] = {(n + 1) * 8, 0, n, (h->vmask + 1) * sizeof(tks__bpe_vslot),
+                            (h->mmask + 1) * sizeof(tks__bpe_merge), (uint64_t)h->raw.n * sizeof(tks__bpe_added),
+                            (uint64_t)h->norm.n * sizeof(tks__bpe_added), 0, 0};
+    for (int s = 0; s < N_SEC; s++) {
+        if (h->sec[s].off % 64 || h->sec[s].off > h->body_size || h->sec[s].len > h->body_size - h->sec[s].off)
+            return 0;
+        if (s != S_BYTES && s != S_TEXT && s != S_PAT && h->sec[s].len != need[s]) return 0;
+    }
+    const uint64_t *off = (const uint64_t *)(body + h->sec[S_OFF].off);
+    if (off[0] != 0 || off[n] != h->sec[S_BYTES].len) return 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (off[i + 1] < off[i]) return 0;
+    for (int c = 0; c < 256; c++)
+        if (h->byte_id[c] != TKS_NO_ID && h->byte_id[c] >= n) return 0;
+    const tks__bpe_vslot *vs = (const tks__bpe_vslot *)(body + h->sec[S_VSLOT].off);
+    for (uint64_t i = 0; i <= h->vmask; i++)
+        if (vs[i].id != TKS_NO_ID && (vs[i].id >= h->n_model || vs[i].len != off[vs[i].id + 1] - off[vs[i].id]))
+            return 0;
+    const tks__bpe_merge *ms = (const tks__bpe_merge *)(body + h->sec[S_MSLOT].off);
+    for (uint64_t i = 0; i <= h->mmask; i++)
+        if (ms[i].key && (ms[i].new_id >= n || ((ms[i].key - 1) >> 32) >= n || ((ms[i].key - 1) & 0xffffffffu) >= n))
+            return 0;
+    const cache_set *sets[2] = {&h->raw, &h->norm};
+    for (int k = 0; k < 2; k++) {
+        const cache_set *cs = sets[k];
+        const tks__bpe_added *a = (const tks__bpe_added *)(body + h->sec[k ? S_NORM : S_RAW].off);
+        if (cs->first[0] != 0 || cs->first[256] != cs->n || cs->one_first_plus1 > 256) return 0;
+        for (int c = 0; c < 256; c++)
+            if (cs->first[c + 1] < cs->first[c]) return 0;
+        for (uint32_t i = 0; i < cs->n; i++)
+            if (a[i].id >= n || !a[i].len || a[i].len > cs->max_len || a[i].off > h->sec[S_TEXT].len ||
+                a[i].len > h->sec[S_TEXT].len - a[i].off)
+                return 0;
+    }
+    for (uint32_t i = 0; i < h->n_split; i++)
+        if (h->split[i].how > B_CONTIGUOUS || h->split[i].pat_off > h->sec[S_PAT].len ||
+            h->split[i].pat_len > h->sec[S_PAT].len - h->split[i].pat_off)
+            return 0;
+    return 1;
+}
+
+static void set_in(tks__bpe_added_set *s, const cache_set *c, const uint8_t *p) {
+    s->tok = (tks__bpe_added *)p;
+    s->n = c->n;
+    s->one_first = (int)c->one_first_plus1 - 1;
+    s->max_len = c->max_len;
+    memcpy(s->first, c->first, sizeof s->first);
+}
+
+int tks__bpe_cache_load(tks_bpe *b, const uint8_t fp[16], size_t source_size) {
+    char path[4200];
+    if (!cache_path(fp, path, sizeof path)) return 1;
+    const uint8_t *m;
+    size_t size;
+    tks_error keep = *tks_last_error();
+    if (tks_map_file(path, "tokenizer cache", &m, &size)) {
+        tks_error_restore(&keep); /* no cache file: not an error */
+        return 1;
+    }
+    if (!cache_valid(m, size, fp, source_size)) {
+        tks_unmap(m, size);
+        return 1;
+    }
+    const cache_header *h = (const cache_header *)m;
+    uint8_t *body = (uint8_t *)m + sizeof *h;
+    memcpy(b->fingerprint, fp, 16);
+    b->mode = (tks__bpe_mode)h->mode;
+    b->n_ids = h->n_ids;
+    b->n_model = h->n_model;
+    b->nfc = (int)h->nfc;
+    b->ignore_merges = (int)h->ignore_merges;
+    b->vmask = h->vmask;
+    b->mmask = h->mmask;
+    memcpy(b->byte_id, h->byte_id, sizeof b->byte_id);
+    b->off = (uint64_t *)(body + h->sec[S_OFF].off);
+    b->bytes = (char *)(body + h->sec[S_BYTES].off);
+    b->special = body + h->sec[S_SPECIAL].off;
+    b->vslot = (tks__bpe_vslot *)(body + h->sec[S_VSLOT].off);
+    b->mslot = (tks__bpe_merge *)(body + h->sec[S_MSLOT].off);
+    set_in(&b->added_raw, &h->raw, body + h->sec[S_RAW].off);
+    set_in(&b->added_norm, &h->norm, body + h->sec[S_NORM].off);
+    b->added_text = (char *)(body + h->sec[S_TEXT].off);
+    b->cache_map = m;
+    b->cache_len = size;
+    const char *pats = (const char *)(body + h->sec[S_PAT].off);
+    int rc = 0;
+    for (uint32_t i = 0; !rc && i < h->n_split; i++) {
+        const cache_split *cs = &h->split[i];
+        rc = tks__bpe_compile_opts(b, pats + cs->pat_off, cs->pat_len, cs->opts, "cached pre-tokenizer");
+        if (!rc) b->split[i].how = (tks__bpe_behavior)cs->how, b->split[i].invert = (int)cs->invert;
+    }
+    if (!rc) rc = tks__bpe_finish_cached(b);
+    return rc;
+}
