@@ -53,6 +53,10 @@ p.add_argument("--vocab", type=int, default=32000)
 p.add_argument("--work", default="/tmp/tks-bench-bpe")
 p.add_argument("--memory", action="store_true")
 p.add_argument("--reps", type=int, default=3)
+p.add_argument("--long", action="store_true",
+               help="only the long-document rows: one 40 MB document, 1 and 2 threads, and the tokenizer cache")
+p.add_argument("--load-tokenizer", action="append", default=[],
+               help="with --long: another tokenizer.json whose load (parsed, then cached) is timed")
 a = p.parse_args()
 os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -216,7 +220,87 @@ if tokenizers:
     tokenizers_ += [(k, ["--tokenizer", train(k)], None) for k in ("gpt2-style", "llama3-style")]
 if bpe_openai:
     tokenizers_ += [(s, ["--tokenizer", ranks_file(s), "--pattern", s], s) for s in ("cl100k", "o200k")]
-for name, targs, stem in tokenizers_:
+def long_docs():
+    """One 40 MB document (a text without newlines; a base64 blob of gzip data), whole builds at 1 and 2
+    threads, fresh processes, median of reps; then each tokenizer.json's load, parsed and cached."""
+    import hashlib
+    eng = " ".join(d.replace("\n", " ") for d in texts["english"]).encode()
+    blob = b""
+    while len(blob) < 40_000_000:
+        blob += base64.b64encode(gzip.compress(eng[:30_000_000], 6))
+    docs = {"novel": eng[:40_000_000].decode("utf-8", "ignore"), "base64": blob[:40_000_000].decode()}
+    spm = os.path.join(a.work, "spm")
+    if not os.path.exists(spm + ".model"):
+        src = os.path.join(a.work, "spm-train.txt")
+        open(src, "w").write("\n".join(texts["english"][:60000]))
+        subprocess.run([TKS, "train-tokenizer", "--output", spm, "--model-type", "bpe", "--vocab-size", "8000",
+                        src], check=True, capture_output=True)
+    toks = [(n, t) for n, t, _ in tokenizers_] + [("sentencepiece-bpe-8k", ["--tokenizer", spm + ".model"])]
+    res = []
+    for dn, d in docs.items():
+        path = os.path.join(a.work, "long-" + dn + ".txt")
+        open(path, "w").write(d)
+        mb = len(d.encode()) / 1e6
+        for tn, targs in toks:
+            r = {"doc": dn, "tokenizer": tn, "mb": round(mb, 1)}
+            for th in (1, 2):
+                walls, cpus, digest, parts = [], [], None, ""
+                for i in range(a.reps):
+                    out = os.path.join(a.work, "long-data")
+                    subprocess.run(["rm", "-rf", out], check=True)
+                    c0, t0 = cpu_children(), time.perf_counter()
+                    b = subprocess.run([TKS, "build", *targs, "--output", out, "--threads", str(th), path],
+                                       capture_output=True, text=True)
+                    walls.append(time.perf_counter() - t0)
+                    cpus.append(cpu_children() - c0)
+                    if b.returncode:
+                        sys.exit("tokshard build failed: " + b.stderr)
+                    m = re.search(r"long docs +(\d+) documents cut into (\d+) parts", b.stdout)
+                    parts = m.group(2) if m else "0"
+                    if i == 0:
+                        ids = subprocess.run([TKS, "cat", out, "--ids"], capture_output=True, check=True).stdout
+                        digest = hashlib.sha1(ids).hexdigest()
+                r[f"t{th}_s"] = round(median(walls), 3)
+                r[f"t{th}_cpu_s"] = round(median(cpus), 3)
+                r[f"t{th}_parts"] = int(parts)
+                r[f"t{th}_ids_sha1"] = digest
+            r["ratio"] = round(r["t2_s"] / r["t1_s"], 3)
+            r["same_ids"] = r["t1_ids_sha1"] == r["t2_ids_sha1"]
+            r["load"] = os.getloadavg()[0]
+            res.append(r)
+            print(json.dumps(r), flush=True)
+    print("\n| document | tokenizer | 1 thread s | 2 threads s | 2 threads / 1 | parts | ids equal |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for r in res:
+        print(f"| {r['doc']} {r['mb']} MB | {r['tokenizer']} | {r['t1_s']:.2f} | {r['t2_s']:.2f} | "
+              f"**{r['ratio']:.2f}** | {r['t2_parts']} | {'yes' if r['same_ids'] else 'NO'} |")
+    # the tokenizer cache: a fresh cache directory, the first load parses (and writes the cache), later ones map it
+    cache = os.path.join(a.work, "tkc")
+    loads = []
+    cpu_bin = os.path.join(a.bin, "tokshard-bpe-cpu")
+    for tn, path in [(n, t[1]) for n, t, st in tokenizers_ if not st] + [(os.path.basename(x), x) for x in a.load_tokenizer]:
+        subprocess.run(["rm", "-rf", cache], check=True)
+        env = dict(os.environ, TOKSHARD_CACHE_DIR=cache)
+        first = subprocess.run([cpu_bin, path, "--load-only"], env=env, capture_output=True, text=True, check=True)
+        again = [subprocess.run([cpu_bin, path, "--load-only"], env=env, capture_output=True, text=True,
+                                check=True) for _ in range(a.reps)]
+        off = subprocess.run([cpu_bin, path, "--load-only"], env=dict(os.environ, TOKSHARD_CACHE_DIR="off"),
+                             capture_output=True, text=True, check=True)
+        ms = lambda r: float(r.stdout.split()[1])  # the first load of a fresh process
+        row = {"tokenizer": tn, "bytes": os.path.getsize(path), "parsed_ms": ms(off), "parse_and_store_ms": ms(first),
+               "cached_ms": median([ms(r) for r in again]),
+               "cache_bytes": sum(os.path.getsize(os.path.join(cache, f)) for f in os.listdir(cache))}
+        loads.append(row)
+        print(json.dumps(row), flush=True)
+    print("\n| tokenizer.json | size | parsed | parsed and cached | from the cache | cache file |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in loads:
+        print(f"| {r['tokenizer']} | {r['bytes'] / 1e6:.1f} MB | {r['parsed_ms']:.0f} ms | {r['parse_and_store_ms']:.0f} ms"
+              f" | **{r['cached_ms']:.1f} ms** | {r['cache_bytes'] / 1e6:.1f} MB |")
+    json.dump({"long": res, "loads": loads}, open(os.path.join(a.work, "bench-long.json"), "w"), indent=1)
+
+
+for name, targs, stem in ([] if a.long else tokenizers_):
     peers = ["tiktoken", "fastokens", "gigatoken", "bpe-openai"] if stem else ["tokenizers", "fastokens", "gigatoken"]
     peers = [x for x in peers if versions.get(x)]
     load = [tokshard_build(targs, ONE, 1) for _ in range(a.reps)]
@@ -294,6 +378,9 @@ def memory():
     return res
 
 
+if a.long:
+    long_docs()
+    sys.exit(0)
 mem = memory() if a.memory else None
 json.dump({"versions": versions, "texts": {k: {"docs": len(v), "mb": mbs[k]} for k, v in texts.items()},
            "rows": rows, "memory": mem}, open(os.path.join(a.work, "bench-bpe.json"), "w"), indent=1)

@@ -11,5 +11,5 @@ venv=.venv-bench
 "$venv/bin/python" -m pip install -q --disable-pip-version-check tokenizers==0.23.3 tiktoken==0.14.0 \
   fastokens==0.3.5 gigatoken==0.10.0 bpe-openai==0.1.4 numpy
 cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DTKS_CUDA=OFF >/dev/null
-cmake --build build-release -j"$(nproc)" --target tokshard tokshard_full >/dev/null
+cmake --build build-release -j"$(nproc)" --target tokshard tokshard_full tokshard-bpe-cpu >/dev/null
 exec "$venv/bin/python" bench/bench_bpe.py --bin build-release/bin "$@"

@@ -62,7 +62,8 @@ int tks_spm_encode(const tks_spm *s, const char *text, size_t len, tks_ids *out)
  * its argument: tks_fast_next_cut, tokenizer/fastenc.h): BPE models with
  * remove_extra_whitespaces, add_dummy_prefix and escape_whitespaces on;
  * the first space at or after `from` that follows an ASCII letter or digit
- * no piece joins to it. 0: none, or the model admits no cut. */
+ * the model's normalizer keeps as it is. 0: none, or the model admits no
+ * cut. */
 size_t tks_spm_next_cut(const tks_spm *s, const char *text, size_t len, size_t from);
 /* Counts a document encoded in `parts` parts into the encoder stats
  * (cut_docs, cut_parts); thread-safe. */

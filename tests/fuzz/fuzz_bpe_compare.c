@@ -7,7 +7,9 @@
  * regex, which the gpt2 matcher serves too); invalid UTF-8 is refused by
  * both alike. The tokenizers are made at start-up: every byte as a rank, then
  * the pairs and triples of a small alphabet of ASCII, Latin-1, Cyrillic and
- * CJK bytes, so that merges happen inside and across characters.
+ * CJK bytes, so that merges happen inside and across characters. The text
+ * cut at every place tks_bpe_next_cut admits, its parts encoded one by one
+ * (tks_bpe_encode_part), gives the ids of the whole.
  *
  * Input: text.
  */
@@ -87,6 +89,22 @@ static void compare(const tks_bpe *b, const uint8_t *data, size_t size) {
     if (!rf && !rr) {
         FUZZ_CHECK(fast.n == ref.n);
         FUZZ_CHECK(fast.n == 0 || !memcmp(fast.ids, ref.ids, fast.n * sizeof *fast.ids));
+        /* the long-document cut rule: every candidate at once */
+        const char *t = (const char *)data;
+        size_t at = 0, got = 0;
+        for (;;) {
+            size_t p = tks_bpe_next_cut(b, t, size, at + 1);
+            size_t e = p ? p : size;
+            FUZZ_CHECK(!p || (p > at && p < size));
+            uint64_t un;
+            FUZZ_CHECK(tks_bpe_encode_part(b, t + at, e - at, &ref, &un) == 0);
+            FUZZ_CHECK(got + ref.n <= fast.n);
+            FUZZ_CHECK(ref.n == 0 || !memcmp(fast.ids + got, ref.ids, ref.n * sizeof *ref.ids));
+            got += ref.n;
+            if (!p) break;
+            at = p;
+        }
+        FUZZ_CHECK(got == fast.n);
     }
     tks_ids_free(&fast);
     tks_ids_free(&ref);
