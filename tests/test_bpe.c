@@ -353,9 +353,16 @@ static void check_cache(const char *dir, const char *name, const docs *d, const 
               name, what[k]);
         tks_bpe_free(again);
     }
+    /* a file others may write is not trusted */
+    if (chmod(file, 0666) == 0) {
+        tks_bpe *again = NULL;
+        CHECK(tks_bpe_load(path, &again) == 0 && !tks_bpe_from_cache(again), "%s: a world-writable cache file was "
+              "used", name);
+        tks_bpe_free(again);
+    }
     if (ok) printf("%s: tokenizer cache: the cached tokenizer is the parsed one (every token, every document), "
-                   "loaded in %.1f ms; a flipped byte, another build's file and a cut file are ignored and "
-                   "rewritten\n", name, ms);
+                   "loaded in %.1f ms; a flipped byte, another build's file, a cut file and a world-writable "
+                   "one are ignored and rewritten\n", name, ms);
 out:
     tks_bpe_free(parsed);
     setenv("TOKSHARD_CACHE_DIR", "off", 1);

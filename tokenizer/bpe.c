@@ -497,7 +497,9 @@ static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k) {
     if (!rc && id != TKS_NO_ID)
         __atomic_store_n(&b->self[id], (uint8_t)(e->out->n - first == 1 && e->out->ids[first] == id ? 1 : 2),
                          __ATOMIC_RELAXED);
-    if (!rc && cache && e->out->n - first <= CACHE_IDS) cache_put(s, set, key, n, e->out->ids + first, e->out->n - first);
+    /* a piece of bytes without a token gives no id (and out->ids may be NULL) */
+    if (!rc && cache && e->out->n - first <= CACHE_IDS)
+        cache_put(s, set, key, n, e->out->n > first ? e->out->ids + first : NULL, e->out->n - first);
     return rc;
 }
 

@@ -12,8 +12,9 @@
  * One file per tokenizer, bpe-<fingerprint>.tkc, the fingerprint being the
  * XXH3-128 of the tokenizer.json's bytes (tks_bpe_fingerprint).
  *
- * Trust: a cache file is used only when every check passes, else it is
- * ignored and written again from the parse:
+ * Trust: a cache file is used only when it belongs to the user loading it
+ * and no one else may write it, and every check passes; else it is ignored
+ * and written again from the parse:
  *   - the header: magic, format, this build's identity (TKS_BPE_CACHE_ID:
  *     a hash CMake takes of the sources that make and read the tables, so
  *     another tokshard, or this one changed, never reads it), utf8proc's
@@ -33,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <utf8proc.h>
 #include <xxhash.h>
@@ -193,10 +196,9 @@ void tks__bpe_cache_store(const tks_bpe *b, size_t source_size) {
     h->header_xxh3 = XXH3_64bits(h, offsetof(cache_header, header_xxh3));
     char dir[4096];
     /* a cache that cannot be written costs the next load a parse, nothing more */
-    if (cache_dir(dir, sizeof dir) && tks_mkdir_p(dir) == 0) {
-        tks_error keep = *tks_last_error();
-        if (tks_write_file_pieces(path, pc, np)) tks_error_restore(&keep);
-    }
+    tks_error keep = *tks_last_error();
+    if (cache_dir(dir, sizeof dir) && (tks_mkdir_p(dir) || tks_write_file_pieces(path, pc, np)))
+        tks_error_restore(&keep);
     free(pats);
     free(h);
 }
@@ -275,6 +277,10 @@ static void set_in(tks__bpe_added_set *s, const cache_set *c, const uint8_t *p) 
 int tks__bpe_cache_load(tks_bpe *b, const uint8_t fp[16], size_t source_size) {
     char path[4200];
     if (!cache_path(fp, path, sizeof path)) return 1;
+    /* only a file of this user's that no one else may write: the tables
+     * decide every id, and another user's file would be trusted otherwise */
+    struct stat st;
+    if (stat(path, &st) != 0 || st.st_uid != geteuid() || (st.st_mode & 022)) return 1;
     const uint8_t *m;
     size_t size;
     tks_error keep = *tks_last_error();

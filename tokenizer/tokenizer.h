@@ -159,7 +159,8 @@ typedef struct tks_bpe tks_bpe;
  * $HOME/.cache/tokshard; TOKSHARD_CACHE_DIR=off turns it off) under the
  * file's XXH3-128; the next load of the same bytes maps that file instead
  * of parsing (a 9 MB, 128k-id tokenizer.json: 0.2 s parsed, 4 ms cached).
- * A cache file is checked whole before use (this build's identity, the
+ * A cache file is used only when the user owns it and no one else may
+ * write it, and is checked whole before use (this build's identity, the
  * source's fingerprint and size, checksums, every table's ranges) and
  * ignored and rewritten when any check fails; failing to write one is not
  * an error. tokenizer/bpe_cache.c gives the format.
