@@ -279,16 +279,15 @@ def long_docs():
     loads = []
     cpu_bin = os.path.join(a.bin, "tokshard-bpe-cpu")
     for tn, path in [(n, t[1]) for n, t, st in tokenizers_ if not st] + [(os.path.basename(x), x) for x in a.load_tokenizer]:
+        def load_ms(cache_dir):  # the first load of a fresh process
+            r = subprocess.run([cpu_bin, path, "--load-only"], env=dict(os.environ, TOKSHARD_CACHE_DIR=cache_dir),
+                               capture_output=True, text=True, check=True)
+            return float(r.stdout.split()[1])
         subprocess.run(["rm", "-rf", cache], check=True)
-        env = dict(os.environ, TOKSHARD_CACHE_DIR=cache)
-        first = subprocess.run([cpu_bin, path, "--load-only"], env=env, capture_output=True, text=True, check=True)
-        again = [subprocess.run([cpu_bin, path, "--load-only"], env=env, capture_output=True, text=True,
-                                check=True) for _ in range(a.reps)]
-        off = subprocess.run([cpu_bin, path, "--load-only"], env=dict(os.environ, TOKSHARD_CACHE_DIR="off"),
-                             capture_output=True, text=True, check=True)
-        ms = lambda r: float(r.stdout.split()[1])  # the first load of a fresh process
-        row = {"tokenizer": tn, "bytes": os.path.getsize(path), "parsed_ms": ms(off), "parse_and_store_ms": ms(first),
-               "cached_ms": median([ms(r) for r in again]),
+        first = load_ms(cache)
+        again = [load_ms(cache) for _ in range(a.reps)]
+        row = {"tokenizer": tn, "bytes": os.path.getsize(path), "parsed_ms": load_ms("off"), "parse_and_store_ms": first,
+               "cached_ms": median(again),
                "cache_bytes": sum(os.path.getsize(os.path.join(cache, f)) for f in os.listdir(cache))}
         loads.append(row)
         print(json.dumps(row), flush=True)

@@ -212,9 +212,8 @@ static int encode_long(const tks_tok *tk, const char *text, size_t len, int thre
     size_t parts = n - 1;
     tks_ids *part = NULL;
     uint64_t *un = NULL;
-    int *err = NULL;
-    if (!rc && parts > 1 && (part = calloc(parts, sizeof *part)) && (un = calloc(parts, sizeof *un)) &&
-        (err = calloc(parts, sizeof *err))) {
+    int done = 0;
+    if (!rc && parts > 1 && (part = calloc(parts, sizeof *part)) && (un = calloc(parts, sizeof *un))) {
         int bad = 0, grown = 1;
         size_t total = 0;
         uint64_t unassigned = 0;
@@ -227,8 +226,7 @@ static int encode_long(const tks_tok *tk, const char *text, size_t len, int thre
                  * every thread) while it grows */
                 size_t guess = (cut[k + 1] - cut[k]) / 2 + 64;
                 if (part[k].cap < guess && !tks_resize(&part[k].ids, guess, sizeof *part[k].ids)) part[k].cap = guess;
-                err[k] = tks_tok_encode_part(tk, text + cut[k], cut[k + 1] - cut[k], &part[k], &un[k]);
-                bad |= err[k] != 0;
+                bad |= tks_tok_encode_part(tk, text + cut[k], cut[k + 1] - cut[k], &part[k], &un[k]) != 0;
             }
 #pragma omp single
             {
@@ -251,16 +249,32 @@ static int encode_long(const tks_tok *tk, const char *text, size_t len, int thre
         if (grown) {
             out->n = total;
             tks_tok_count_doc(tk, unassigned, parts);
-            parts = 0; /* done */
+            done = 1;
         }
-        for (size_t k = 0; k < n - 1; k++) tks_ids_free(&part[k]);
+        for (size_t k = 0; k < parts; k++) tks_ids_free(&part[k]);
     }
     free(part);
     free(un);
-    free(err);
     free(cut);
     /* no cut, no memory for the parts, or a part failed: the whole, here */
-    return parts ? tks_tok_encode(tk, text, len, out) : 0;
+    return done ? 0 : tks_tok_encode(tk, text, len, out);
+}
+
+/* Document i's text into *text, *len: a JSONL record decoded (on the
+ * calling thread; *root to release with json_decref). 0 when the record is
+ * bad, too long or empty (its status says which): nothing to encode. */
+static int doc_text(batch *b, size_t i, const char *key, uint64_t max_doc, json_t **root, const char **text,
+                    size_t *len) {
+    *text = b->arena + b->off[i];
+    *len = b->len[i];
+    *root = NULL;
+    if (!b->json[i]) return 1;
+    char why[8];
+    b->status[i] = (uint8_t)tks_jsonl_decode(*text, *len, key, max_doc, root, text, len, why, sizeof why);
+    if (b->status[i] == TKS_JSONL_OK) return 1;
+    b->ids[i].n = 0;
+    b->err[i] = 0;
+    return 0;
 }
 
 /* Tokenizes the batch in parallel, longest documents first (each document
@@ -288,19 +302,10 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
     /* sorted longest first: the long documents lead, each on every thread */
     size_t lead = 0;
     for (; threads > 1 && lead < m && b->len[b->order[lead]] >= LONG_DOC && !any_err; lead++) {
-        size_t i = b->order[lead];
-        const char *text = b->arena + b->off[i];
-        size_t len = b->len[i];
-        json_t *root = NULL;
-        if (b->json[i]) {
-            char why[8];
-            b->status[i] = (uint8_t)tks_jsonl_decode(text, len, key, max_doc, &root, &text, &len, why, sizeof why);
-            if (b->status[i] != TKS_JSONL_OK) {
-                b->ids[i].n = 0;
-                b->err[i] = 0;
-                continue;
-            }
-        }
+        size_t i = b->order[lead], len;
+        const char *text;
+        json_t *root;
+        if (!doc_text(b, i, key, max_doc, &root, &text, &len)) continue;
         b->err[i] = encode_long(tk, text, len, threads, &b->ids[i]);
         json_decref(root);
         if (b->err[i]) {
@@ -310,19 +315,10 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
     }
 #pragma omp parallel for schedule(dynamic, per) num_threads(threads)
     for (size_t k = lead; k < m; k++) {
-        size_t i = b->order[k];
-        const char *text = b->arena + b->off[i];
-        size_t len = b->len[i];
-        json_t *root = NULL;
-        if (b->json[i]) { /* a JSONL record: decoded here, on this thread */
-            char why[8];
-            b->status[i] = (uint8_t)tks_jsonl_decode(text, len, key, max_doc, &root, &text, &len, why, sizeof why);
-            if (b->status[i] != TKS_JSONL_OK) {
-                b->ids[i].n = 0;
-                b->err[i] = 0;
-                continue;
-            }
-        }
+        size_t i = b->order[k], len;
+        const char *text;
+        json_t *root;
+        if (!doc_text(b, i, key, max_doc, &root, &text, &len)) continue; /* decoded on this thread */
         int e = tks_tok_encode(tk, text, len, &b->ids[i]);
         json_decref(root);
         b->err[i] = e;

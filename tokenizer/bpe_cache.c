@@ -100,9 +100,11 @@ static int cache_dir(char *dir, size_t cap) {
     return n > 0 && (size_t)n < cap;
 }
 
-static int cache_path(const uint8_t fp[16], char *path, size_t cap) {
-    char dir[4096], hex[33];
-    if (!cache_dir(dir, sizeof dir)) return 0;
+/* The cache directory into dir[4096] and the file of fingerprint fp into
+ * path[cap]; 0 when caching is off or a path is too long. */
+static int cache_path(const uint8_t fp[16], char dir[4096], char *path, size_t cap) {
+    char hex[33];
+    if (!cache_dir(dir, 4096)) return 0;
     tks_hex(fp, 16, hex);
     int n = snprintf(path, cap, "%s/bpe-%s.tkc", dir, hex);
     return n > 0 && (size_t)n < cap;
@@ -124,8 +126,8 @@ static void set_out(cache_set *c, const tks__bpe_added_set *s) {
 }
 
 void tks__bpe_cache_store(const tks_bpe *b, size_t source_size) {
-    char path[4200];
-    if (b->mode != TKS__BPE_MERGES || b->cache_map || !cache_path(b->fingerprint, path, sizeof path)) return;
+    char dir[4096], path[4200];
+    if (b->mode != TKS__BPE_MERGES || b->cache_map || !cache_path(b->fingerprint, dir, path, sizeof path)) return;
     cache_header *h = calloc(1, sizeof *h);
     if (!h) return;
     header_ids(h);
@@ -194,11 +196,9 @@ void tks__bpe_cache_store(const tks_bpe *b, size_t source_size) {
     h->body_xxh3 = XXH3_64bits_digest(x);
     XXH3_freeState(x);
     h->header_xxh3 = XXH3_64bits(h, offsetof(cache_header, header_xxh3));
-    char dir[4096];
     /* a cache that cannot be written costs the next load a parse, nothing more */
     tks_error keep = *tks_last_error();
-    if (cache_dir(dir, sizeof dir) && (tks_mkdir_p(dir) || tks_write_file_pieces(path, pc, np)))
-        tks_error_restore(&keep);
+    if (tks_mkdir_p(dir) || tks_write_file_pieces(path, pc, np)) tks_error_restore(&keep);
     free(pats);
     free(h);
 }
@@ -275,8 +275,8 @@ static void set_in(tks__bpe_added_set *s, const cache_set *c, const uint8_t *p) 
 }
 
 int tks__bpe_cache_load(tks_bpe *b, const uint8_t fp[16], size_t source_size) {
-    char path[4200];
-    if (!cache_path(fp, path, sizeof path)) return 1;
+    char dir[4096], path[4200];
+    if (!cache_path(fp, dir, path, sizeof path)) return 1;
     /* only a file of this user's that no one else may write: the tables
      * decide every id, and another user's file would be trusted otherwise */
     struct stat st;
