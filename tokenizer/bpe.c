@@ -53,6 +53,9 @@
 #include <string.h>
 
 #include <utf8proc.h>
+/* XXH3 inlined: a piece's hash is taken a few times per piece, a call into
+ * libxxhash each time cost 6% of a build */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "tokenizer/bpe_internal.h"
@@ -199,8 +202,7 @@ static scratch *get_scratch(tks_bpe *b) {
  * ------------------------------------------------------------------------- */
 /* The piece t[0..n) (n <= CACHE_KEY) zero-padded into key. */
 static void cache_key(const char *t, size_t n, uint64_t key[CACHE_KEY / 8]) {
-    memset(key, 0, CACHE_KEY);
-    memcpy(key, t, n);
+    for (size_t w = 0; w < CACHE_KEY / 8; w++) key[w] = n > 8 * w ? tks__bpe_head8(t + 8 * w, n - 8 * w) : 0;
 }
 
 static const cline *cache_get(const scratch *s, size_t set, const uint64_t key[CACHE_KEY / 8], size_t n) {
@@ -368,6 +370,89 @@ static int bpe_merge(enc *e, const char *t, size_t n) {
     return rc;
 }
 
+/* Pieces up to this many bytes are merged in flat arrays on the stack
+ * (small_merge); longer ones through bpe_merge's heap. */
+#define SMALL_PIECE 48
+
+/* A pair of a small piece whose rank is to be looked up: its key (merges:
+ * (left << 32 | right) + 1; ranks: the hash of its bytes, t[s0 .. s1)),
+ * computed and its slot fetched before the lookup itself, so that the
+ * lookups of a piece's pairs wait for memory together. */
+typedef struct spair {
+    uint64_t key;
+    uint32_t s0, s1;
+} spair;
+
+static inline void small_probe(const tks_bpe *b, const char *t, size_t n, const uint32_t *sym,
+                               const uint8_t *start, int m, int i, spair *p) {
+    if (b->mode == TKS__BPE_RANKS) {
+        p->s0 = start[i];
+        p->s1 = i + 2 < m ? start[i + 2] : (uint32_t)n;
+        p->key = XXH3_64bits(t + p->s0, p->s1 - p->s0);
+        __builtin_prefetch(&b->vslot[p->key & b->vmask]);
+    } else {
+        p->key = ((uint64_t)sym[i] << 32 | sym[i + 1]) + 1;
+        __builtin_prefetch(&b->mslot[tks__bpe_mix64(p->key) & b->mmask]);
+    }
+}
+
+/* The probed pair's rank << 32 | new id (in rank mode both are the
+ * token's id); UINT64_MAX when it merges into nothing. */
+static inline uint64_t small_rank(const tks_bpe *b, const char *t, const spair *p) {
+    if (b->mode == TKS__BPE_RANKS) {
+        uint32_t id = tks__bpe_vocab_find_h(b, t + p->s0, p->s1 - p->s0, p->key);
+        return id == TKS_NO_ID ? UINT64_MAX : (uint64_t)id << 32 | id;
+    }
+    for (size_t i = tks__bpe_mix64(p->key) & b->mmask;; i = (i + 1) & b->mmask) {
+        if (b->mslot[i].key == p->key) return (uint64_t)b->mslot[i].rank << 32 | b->mslot[i].new_id;
+        if (!b->mslot[i].key) return UINT64_MAX;
+    }
+}
+
+/* BPE of a piece of at most SMALL_PIECE bytes, appended to the output: the
+ * rule of ref_merge (the lowest rank, the leftmost of equal ranks, merged
+ * first), with each pair's rank kept in an array and only the two pairs a
+ * merge changes looked up again. A pair's rank depends on its two symbols
+ * alone, so the kept ranks are the ones ref_merge would look up. For
+ * pieces this short a scan for the least rank costs less than bpe_merge's
+ * heap and linked list; the result is the same (test_bpe compares the
+ * encoder with the reference on every test document). */
+static int small_merge(enc *e, const char *t, size_t n) {
+    const tks_bpe *b = e->b;
+    uint32_t sym[SMALL_PIECE];
+    uint8_t start[SMALL_PIECE];
+    uint64_t rk[SMALL_PIECE];
+    spair pr[SMALL_PIECE];
+    int m = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t id = b->byte_id[(uint8_t)t[i]];
+        if (id == TKS_NO_ID) continue;
+        sym[m] = id;
+        start[m++] = (uint8_t)i;
+    }
+    for (int i = 0; i + 1 < m; i++) small_probe(b, t, n, sym, start, m, i, &pr[i]);
+    for (int i = 0; i + 1 < m; i++) rk[i] = small_rank(b, t, &pr[i]);
+    while (m > 1) {
+        uint64_t best = rk[0];
+        int at = 0;
+        for (int i = 1; i + 1 < m; i++)
+            if (rk[i] < best) best = rk[i], at = i;
+        if (best == UINT64_MAX) break;
+        sym[at] = (uint32_t)best;
+        m--;
+        for (int i = at + 1; i < m; i++) sym[i] = sym[i + 1], start[i] = start[i + 1], rk[i] = rk[i + 1];
+        /* the pairs left and right of the merged symbol, looked up together */
+        int right = at + 1 < m, left = at > 0;
+        if (right) small_probe(b, t, n, sym, start, m, at, &pr[0]);
+        if (left) small_probe(b, t, n, sym, start, m, at - 1, &pr[1]);
+        if (right) rk[at] = small_rank(b, t, &pr[0]);
+        if (left) rk[at - 1] = small_rank(b, t, &pr[1]);
+    }
+    int rc = out_reserve(e, (size_t)m);
+    if (!rc && m) memcpy(e->out->ids + e->out->n, sym, (size_t)m * sizeof *sym), e->out->n += (size_t)m;
+    return rc;
+}
+
 /* Pieces up to this many bytes go through the reference's plain loop;
  * longer ones (O(n^2) would take minutes) through bpe_merge. */
 #define REF_MAX_PIECE 65536
@@ -435,7 +520,10 @@ static int cache_on(enc *e) {
          * lazily zeroed memory that is read first maps the shared zero page,
          * and its first write then flushes the TLB of every thread of the
          * process (an interrupt each), 5% of a build on 2 threads */
-        if (!(s->cache = malloc(2 * CACHE_SETS * sizeof *s->cache)))
+        /* each line on a cache line of its own (malloc's 8 MiB would start
+         * 16 bytes into a page, every line straddling two) */
+        _Static_assert(sizeof(cline) == 64, "a word-cache line is one 64-byte cache line");
+        if (!(s->cache = aligned_alloc(4096, 2 * CACHE_SETS * sizeof *s->cache)))
             return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for the word cache");
         memset(s->cache, 0, 2 * CACHE_SETS * sizeof *s->cache);
     }
@@ -445,6 +533,13 @@ static int cache_on(enc *e) {
 static void cache_lookup_key(enc *e, const char *t, size_t n, ckey *k) {
     k->h = tks__bpe_hash(t, n);
     __builtin_prefetch(&e->b->vslot[k->h & e->b->vmask]);
+    /* the piece's word-cache set (two lines; 8 MiB a thread does not stay
+     * in L2), unless the piece is too long to be cached */
+    if (n <= CACHE_KEY && e->s->cache) {
+        const cline *l = &e->s->cache[2 * ((size_t)(k->h >> 32) & (CACHE_SETS - 1))];
+        __builtin_prefetch(l);
+        __builtin_prefetch(l + 1);
+    }
 }
 
 static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k);
@@ -493,7 +588,7 @@ static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k) {
         }
     }
     size_t first = e->out->n;
-    int rc = bpe_merge(e, t, n);
+    int rc = n <= SMALL_PIECE ? small_merge(e, t, n) : bpe_merge(e, t, n);
     if (!rc && id != TKS_NO_ID)
         __atomic_store_n(&b->self[id], (uint8_t)(e->out->n - first == 1 && e->out->ids[first] == id ? 1 : 2),
                          __ATOMIC_RELAXED);
