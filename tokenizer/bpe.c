@@ -430,13 +430,34 @@ static int small_merge(enc *e, const char *t, size_t n) {
         sym[m] = id;
         start[m++] = (uint8_t)i;
     }
-    for (int i = 0; i + 1 < m; i++) small_probe(b, t, n, sym, start, m, i, &pr[i]);
-    for (int i = 0; i + 1 < m; i++) rk[i] = small_rank(b, t, &pr[i]);
+    /* the first pairs are of one-byte tokens: their ranks from b->pair1,
+     * those not known yet looked up (together) and remembered. With every
+     * byte a token, symbol i is byte i. */
+    if (b->pair1) {
+        int k = 0;
+        uint8_t miss[SMALL_PIECE];
+        for (int i = 0; i + 1 < m; i++) {
+            uint64_t v = __atomic_load_n(&b->pair1[(uint8_t)t[i] << 8 | (uint8_t)t[i + 1]], __ATOMIC_RELAXED);
+            if (v) rk[i] = v - 2;
+            else small_probe(b, t, n, sym, start, m, i, &pr[k]), miss[k++] = (uint8_t)i;
+        }
+        for (int j = 0; j < k; j++) {
+            int i = miss[j];
+            rk[i] = small_rank(b, t, &pr[j]);
+            __atomic_store_n(&b->pair1[(uint8_t)t[i] << 8 | (uint8_t)t[i + 1]], rk[i] + 2, __ATOMIC_RELAXED);
+        }
+    } else {
+        for (int i = 0; i + 1 < m; i++) small_probe(b, t, n, sym, start, m, i, &pr[i]);
+        for (int i = 0; i + 1 < m; i++) rk[i] = small_rank(b, t, &pr[i]);
+    }
     while (m > 1) {
         uint64_t best = rk[0];
         int at = 0;
-        for (int i = 1; i + 1 < m; i++)
-            if (rk[i] < best) best = rk[i], at = i;
+        for (int i = 1; i + 1 < m; i++) { /* without branches: which pair wins is not predictable */
+            int lt = rk[i] < best;
+            best = lt ? rk[i] : best;
+            at = lt ? i : at;
+        }
         if (best == UINT64_MAX) break;
         sym[at] = (uint32_t)best;
         m--;
@@ -650,7 +671,9 @@ static int split_level(enc *e, int lv, const char *t, size_t n) {
     if (lv == b->n_split) return bpe_piece(e, t, n);
     if (b->fast && !e->ref && tks__bpe_fast_bmp(t, n)) {
         /* the hand matcher: pieces tile the text, each is kept; each piece's
-         * cache line is fetched while the one before it is encoded */
+         * vocabulary slot and word-cache set are fetched while the one
+         * before it is encoded (fetching two or three ahead measured no
+         * better) */
         int on = cache_on(e);
         if (on < 0) return on;
         ckey k[2] = {{0}, {0}};
@@ -1020,6 +1043,7 @@ void tks_bpe_free(tks_bpe *b) {
     }
     free(b->hole);
     free(b->self);
+    free(b->pair1);
     free(b->tt_pattern);
     free(b->tt_pattern_name);
     free(b->tt_ranks);

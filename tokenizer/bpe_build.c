@@ -247,6 +247,14 @@ int tks__bpe_finish_cached(tks_bpe *b) {
 
 /* The scratch and the hand matcher, the last steps either way. */
 static int finish_common(tks_bpe *b) {
+    int all = 1;
+    for (int x = 0; x < 256; x++) all &= b->byte_id[x] != TKS_NO_ID;
+    if (all) {
+        /* written through now: calloc's lazily zeroed pages, read first,
+         * would cost a TLB flush of every thread at their first write */
+        if (!(b->pair1 = malloc(65536 * sizeof *b->pair1))) return tks__bpe_nomem(b, "the byte-pair table");
+        memset(b->pair1, 0, 65536 * sizeof *b->pair1);
+    }
     int rc = tks__bpe_scratch_init(b);
     /* one splitter whose pieces tile the text (isolated matches, or only the
      * matches kept): its hand matcher, when it has one and the tables build */

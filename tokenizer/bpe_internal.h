@@ -95,6 +95,11 @@ struct tks_bpe {
                            * that token, 2 when not, 0 not known yet; learnt while encoding,
                            * written and read with relaxed atomics (every writer writes the
                            * same value) */
+    uint64_t *pair1;      /* (65536) or NULL (a byte without a token of its own): the rank
+                           * and new id of the pair of the one-byte tokens of bytes x, y at
+                           * [x << 8 | y], as the pair lookup gives them, plus 2 (so 1: no
+                           * merge; 0: not known yet); learnt while encoding, with relaxed
+                           * atomics like self */
     tks__bpe_merge *mslot;/* TKS__BPE_MERGES: the merges */
     size_t mmask;
     int ignore_merges;    /* a piece that is a token is that token (always for tiktoken) */
