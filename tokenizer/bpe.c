@@ -47,10 +47,11 @@
  * per-token memo, which every thread fills with the same values through
  * relaxed atomics.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* MADV_HUGEPAGE */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <utf8proc.h>
 /* XXH3 inlined: a piece's hash is taken a few times per piece, a call into
@@ -544,9 +545,14 @@ static int cache_on(enc *e) {
         /* each line on a cache line of its own (malloc's 8 MiB would start
          * 16 bytes into a page, every line straddling two) */
         _Static_assert(sizeof(cline) == 64, "a word-cache line is one 64-byte cache line");
-        if (!(s->cache = aligned_alloc(4096, 2 * CACHE_SETS * sizeof *s->cache)))
+        size_t bytes = 2 * CACHE_SETS * sizeof *s->cache;
+        if (!(s->cache = aligned_alloc(2u << 20, bytes)))
             return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for the word cache");
-        memset(s->cache, 0, 2 * CACHE_SETS * sizeof *s->cache);
+        /* on 2 MiB pages where the kernel allows it: four page faults
+         * instead of 2,048, and lookups at random over 8 MiB that do not
+         * miss the TLB (advice only: ignored where unsupported) */
+        madvise(s->cache, bytes, MADV_HUGEPAGE);
+        memset(s->cache, 0, bytes);
     }
     return 1;
 }
