@@ -96,6 +96,7 @@ uint32_t tks__bpe_vocab_find(const tks_bpe *b, const char *s, size_t n) {
 #define CACHE_KEY 24
 #define CACHE_IDS 9
 #define CACHE_SETS (1u << 16)
+#define CACHE_BYTES (2 * (size_t)CACHE_SETS * 64)
 
 /* ---------------------------------------------------------------------------
  * Per-thread scratch
@@ -139,7 +140,7 @@ static void scratch_destroy(scratch *s) {
     free(s->prev);
     free(s->next);
     free(s->heap);
-    free(s->cache);
+    if (s->cache) munmap(s->cache, CACHE_BYTES);
     free(s);
 }
 
@@ -538,21 +539,22 @@ static int cache_on(enc *e) {
     scratch *s = e->s;
     if (!e->b->word_cache || e->ref) return 0;
     if (!s->cache) {
-        /* written through now rather than calloc'd: a page of calloc's
-         * lazily zeroed memory that is read first maps the shared zero page,
-         * and its first write then flushes the TLB of every thread of the
-         * process (an interrupt each), 5% of a build on 2 threads */
-        /* each line on a cache line of its own (malloc's 8 MiB would start
-         * 16 bytes into a page, every line straddling two) */
         _Static_assert(sizeof(cline) == 64, "a word-cache line is one 64-byte cache line");
-        size_t bytes = 2 * CACHE_SETS * sizeof *s->cache;
-        if (!(s->cache = aligned_alloc(2u << 20, bytes)))
+        /* mapped rather than malloc'd: the kernel's pages come zeroed (no
+         * second pass over 8 MiB), page-aligned (no line straddles two cache
+         * lines) */
+        void *p = mmap(NULL, CACHE_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
             return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for the word cache");
-        /* on 2 MiB pages where the kernel allows it: four page faults
-         * instead of 2,048, and lookups at random over 8 MiB that do not
-         * miss the TLB (advice only: ignored where unsupported) */
-        madvise(s->cache, bytes, MADV_HUGEPAGE);
-        memset(s->cache, 0, bytes);
+        s->cache = p;
+        /* on 2 MiB pages where the kernel allows it: lookups at random over
+         * 8 MiB that do not miss the TLB (advice only) */
+        madvise(p, CACHE_BYTES, MADV_HUGEPAGE);
+        /* every page written first, not read: a page of zeros that is read
+         * first maps the shared zero page, and its first write then flushes
+         * the TLB of every thread of the process (an interrupt each), 5% of a
+         * build on 2 threads */
+        for (size_t o = 0; o < CACHE_BYTES; o += 4096) ((volatile char *)p)[o] = 0;
     }
     return 1;
 }
