@@ -157,7 +157,9 @@ void tks__prefetch_free(prefetch *p) {
 static int fill_batch(reader *r, batch *b) {
     tks_doc doc;
     int rc = 0;
-    while (!rc && b->arena_len < r->batch_bytes && !(r->stop && *r->stop)) {
+    size_t want = r->fill && r->fill < r->batch_bytes ? r->fill : r->batch_bytes;
+    r->fill = 2 * want;
+    while (!rc && b->arena_len < want && !(r->stop && *r->stop)) {
         int got = tks_input_next(r->in, &doc);
         if (got < 0) return got;
         if (got == 0) {

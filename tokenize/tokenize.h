@@ -242,7 +242,8 @@ typedef struct tks_build_opts {
     int append_eos, prepend_bos;
     uint64_t shard_tokens;      /* 0 = 16 Mi tokens */
     uint32_t chunk_bytes;       /* 0 = TKS_DEFAULT_CHUNK_BYTES */
-    uint64_t batch_bytes;       /* text per parallel batch; 0 = 8 MiB */
+    uint64_t batch_bytes;       /* text per parallel batch; 0 = 8 MiB (a unit's first three
+                                 * batches are an eighth, a quarter and a half of it) */
     uint64_t unit_bytes;        /* work unit size in bytes of input on disk; 0 =
                                  * TKS_DEFAULT_UNIT_BYTES. Units are made from the listing (see
                                  * "Build by work units" below); each is its own run of shards

@@ -691,6 +691,7 @@ static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer 
     const tks_build_opts *o = &j->o;
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads(), rc = 0, done = 0;
     reader rd = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20), .stop = o->stop};
+    rd.fill = rd.batch_bytes / 8;
     prefetch pf = {.r = &rd};
     tks_build_progress base = j->prog;
     uint64_t skip = pg->next;

@@ -817,7 +817,7 @@ static int normalized_piece(enc *e, const char *t, size_t n) {
  * leaves unassigned (*unassigned; tks__bpe_unassigned_table). */
 static size_t utf8_invalid_at(const uint8_t *s, size_t len, size_t *unassigned) {
     size_t i = 0;
-    const uint8_t *cn = NULL;
+    uint8_t *cn = NULL;
     *unassigned = 0;
     while (i < len) {
         if (i + 8 <= len) {
@@ -846,7 +846,9 @@ static size_t utf8_invalid_at(const uint8_t *s, size_t len, size_t *unassigned) 
         if (cn || (cn = tks__bpe_unassigned_table())) {
             uint32_t cp = c & (0x7F >> (k + 1));
             for (size_t j = 1; j <= k; j++) cp = cp << 6 | (s[i + j] & 0x3F);
-            *unassigned += cn[cp];
+            int v = __atomic_load_n(&cn[cp], __ATOMIC_RELAXED);
+            if (!v) v = tks__bpe_unassigned_learn(cp, (const char *)s + i, k + 1);
+            *unassigned += v == 2;
         }
         i += k + 1;
     }

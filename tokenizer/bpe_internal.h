@@ -219,11 +219,15 @@ void tks__bpe_cache_store(const tks_bpe *b, size_t source_size);
  * tks__bpe_fast_next: where the piece that starts at byte i of t[0..n)
  * ends (> i), as PCRE2 would match the pattern there. */
 int tks__bpe_fast_program(const char *pattern);
-/* bpe_pretok.c: 1 at each code point (0 to U+10FFFF) the Unicode of
- * PCRE2's tables leaves unassigned (\p{Cn}, noncharacters left out), built
- * once per process; NULL when out of memory (its version:
- * tks_bpe_unicode_version, tokenizer.h). */
-const uint8_t *tks__bpe_unassigned_table(void);
+/* bpe_pretok.c: whether the Unicode of PCRE2's tables leaves a code point
+ * unassigned (\p{Cn}, noncharacters left out; its version:
+ * tks_bpe_unicode_version, tokenizer.h). _table: per code point (0 to
+ * U+10FFFF) 2 unassigned, 1 assigned, 0 not known yet (read it with a
+ * relaxed atomic load); NULL when out of memory. _learn: the value of code
+ * point cp, whose UTF-8 is utf8[0..k), found with PCRE2 and written into
+ * the table (called when the table has 0 there). */
+uint8_t *tks__bpe_unassigned_table(void);
+int tks__bpe_unassigned_learn(uint32_t cp, const char *utf8, size_t k);
 int tks__bpe_fast_init(void);
 size_t tks__bpe_fast_bmp(const char *t, size_t n);
 size_t tks__bpe_fast_next(int prog, const char *t, size_t n, size_t i);

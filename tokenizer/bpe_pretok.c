@@ -124,42 +124,42 @@ static void build_tables(void) {
  * noncharacters, which no version assigns): a later Unicode may make them
  * letters or numbers, and a reference built on it (tokenizers, tiktoken)
  * then splits the text around them otherwise. Counted, not changed: the
- * build reports them.
+ * build reports them. Learnt per code point as the text shows it (a table
+ * of every code point, built at start, cost each process 8 ms).
  * ------------------------------------------------------------------------- */
-static uint8_t *g_cn;    /* (0x110000) 1: unassigned in PCRE2's Unicode */
+static uint8_t *g_cn;    /* (0x110000) 0: not known yet, 1: assigned, 2: unassigned */
+static pcre2_code *g_cn_re;
 static pthread_once_t g_cn_once = PTHREAD_ONCE_INIT;
 
-static void build_unassigned(void) {
-    uint8_t *tab = calloc(0x110000, 1);
-    char *all = malloc((size_t)0x110000 * 4);
-    size_t n = 0;
-    for (unsigned cp = 0x80; all && cp < 0x110000; cp++) {
-        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
-        if (cp < 0x800) {
-            all[n++] = (char)(0xC0 | cp >> 6);
-        } else if (cp < 0x10000) {
-            all[n++] = (char)(0xE0 | cp >> 12);
-            all[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        } else {
-            all[n++] = (char)(0xF0 | cp >> 18);
-            all[n++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-            all[n++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        }
-        all[n++] = (char)(0x80 | (cp & 0x3F));
+static void cn_init(void) {
+    int err;
+    PCRE2_SIZE eoff;
+    g_cn_re = pcre2_compile((PCRE2_SPTR) "\\p{Cn}", PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED,
+                            &err, &eoff, NULL);
+    /* zero pages until a code point of theirs is learnt */
+    if (g_cn_re && !(g_cn = calloc(0x110000, 1))) {
+        pcre2_code_free(g_cn_re);
+        g_cn_re = NULL;
     }
-    if (tab && all && mark("\\p{Cn}+", all, n, tab, 1, 0) == 0) {
-        for (unsigned cp = 0xFDD0; cp <= 0xFDEF; cp++) tab[cp] = 0;
-        for (unsigned plane = 0; plane <= 0x10; plane++) tab[plane << 16 | 0xFFFE] = tab[plane << 16 | 0xFFFF] = 0;
-        g_cn = tab;
-    } else {
-        free(tab);
-    }
-    free(all);
 }
 
-const uint8_t *tks__bpe_unassigned_table(void) {
-    pthread_once(&g_cn_once, build_unassigned);
+uint8_t *tks__bpe_unassigned_table(void) {
+    pthread_once(&g_cn_once, cn_init);
     return g_cn;
+}
+
+int tks__bpe_unassigned_learn(uint32_t cp, const char *utf8, size_t k) {
+    int v = 1;
+    int nonchar = (cp >= 0xFDD0 && cp <= 0xFDEF) || (cp & 0xFFFE) == 0xFFFE;
+    pcre2_match_data *md = nonchar ? NULL : pcre2_match_data_create(1, NULL);
+    if (md) {
+        v = pcre2_match(g_cn_re, (PCRE2_SPTR)utf8, k, 0, PCRE2_NO_UTF_CHECK, md, NULL) >= 0 ? 2 : 1;
+        pcre2_match_data_free(md);
+    } else if (!nonchar) {
+        return 1; /* out of memory: not counted, not remembered */
+    }
+    __atomic_store_n(&g_cn[cp], (uint8_t)v, __ATOMIC_RELAXED);
+    return v;
 }
 
 static char g_ucd[24];
