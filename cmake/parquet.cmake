@@ -53,11 +53,23 @@ endif()
 
 if(NOT TKS_PARQUET STREQUAL "OFF" AND NOT tks_pq_why)
   set(TKS_HAVE_PARQUET ON)
-  add_library(tks_parquet STATIC tokenize/parquet.cc)
-  set_target_properties(tks_parquet PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
-  target_include_directories(tks_parquet SYSTEM PRIVATE "${tks_pa}/include")
-  target_link_libraries(tks_parquet PUBLIC tks_common "${tks_pq_lib}" "${tks_arrow_lib}")
-  message(STATUS "Parquet input: on (${tks_pq_lib})")
+  # The reader is a module (bin/tokshard-parquet.so) that the programs load
+  # at their first Parquet input (tokenize/parquet_dl.c): linked into every
+  # program, Arrow cost each process start 7 ms. It calls the loading
+  # program's tks_fail, which the programs export; it links no tokshard
+  # library itself (a second copy of the error state would hide its errors).
+  add_library(tks_parquet_module MODULE tokenize/parquet.cc)
+  set_target_properties(tks_parquet_module PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON PREFIX ""
+                        OUTPUT_NAME tokshard-parquet LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  target_include_directories(tks_parquet_module PRIVATE ${CMAKE_SOURCE_DIR})
+  target_include_directories(tks_parquet_module SYSTEM PRIVATE "${tks_pa}/include")
+  target_link_libraries(tks_parquet_module PRIVATE "${tks_pq_lib}" "${tks_arrow_lib}")
+  add_library(tks_parquet STATIC tokenize/parquet_dl.c)
+  add_dependencies(tks_parquet tks_parquet_module)
+  target_compile_definitions(tks_parquet PRIVATE TKS_PARQUET_MODULE="$<TARGET_FILE:tks_parquet_module>")
+  target_link_libraries(tks_parquet PUBLIC tks_common ${CMAKE_DL_LIBS})
+  target_link_options(tks_parquet INTERFACE "LINKER:--export-dynamic-symbol=tks_fail")
+  message(STATUS "Parquet input: on (${tks_pq_lib}, loaded from bin/tokshard-parquet.so)")
 else()
   add_library(tks_parquet STATIC tokenize/parquet_stub.c)
   target_link_libraries(tks_parquet PUBLIC tks_common)
