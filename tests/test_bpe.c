@@ -11,6 +11,7 @@
  * 1 otherwise.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,29 +302,41 @@ static int same_handle(const char *name, const char *what, const tks_bpe *a, con
     return ok && diff == 0;
 }
 
-/* The tokenizer cache (tokenizer/bpe_cache.c) of a tokenizer.json, in a
- * directory of its own: the first load parses and writes it, the second
- * maps it and is the parsed tokenizer (every token, every document's ids);
- * a cache file with a flipped byte, cut short, or of another build is
- * ignored (the load parses again, the same tokenizer) and written anew. */
+/* The one cache file in directory cdir into file[cap]; 0 when there is
+ * none, or more than one. */
+static int cache_file(const char *cdir, char *file, size_t cap) {
+    DIR *d = opendir(cdir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l > 4 && !strcmp(e->d_name + l - 4, ".tkc")) n++, snprintf(file, cap, "%s/%s", cdir, e->d_name);
+    }
+    if (d) closedir(d);
+    return n == 1;
+}
+
+/* The tokenizer cache (tokenizer/bpe_cache.c) of a tokenizer.json or a
+ * ranks file, in a directory of its own: the first load parses and writes
+ * it, the second maps it and is the parsed tokenizer (every token, every
+ * document's ids); a cache file with a flipped byte, cut short, or of
+ * another build is ignored (the load parses again, the same tokenizer) and
+ * written anew. */
 static void check_cache(const char *dir, const char *name, const docs *d, const tks_ids *want) {
-    char path[4096], cdir[4096], file[4200], hex[33];
-    snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    char cdir[4096], file[4400];
     struct stat st;
-    if (stat(path, &st) != 0) return; /* a tiktoken file: loads without a parse to save */
     snprintf(cdir, sizeof cdir, "%s/cache-%s", dir, name);
     char cmd[8400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", cdir);
     if (system(cmd) != 0) return;
     setenv("TOKSHARD_CACHE_DIR", cdir, 1);
-    tks_bpe *parsed = NULL, *cached = NULL;
-    CHECK(tks_bpe_load(path, &parsed) == 0 && !tks_bpe_from_cache(parsed), "%s: first load did not parse", name);
+    tks_bpe *parsed = load_model(dir, name), *cached = NULL;
+    CHECK(parsed && !tks_bpe_from_cache(parsed), "%s: first load did not parse", name);
     if (!parsed) goto out;
-    for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", tks_bpe_fingerprint(parsed)[i]);
-    snprintf(file, sizeof file, "%s/bpe-%s.tkc", cdir, hex);
-    CHECK(stat(file, &st) == 0, "%s: no cache file %s after a parse", name, file);
+    CHECK(cache_file(cdir, file, sizeof file) && stat(file, &st) == 0, "%s: no cache file in %s after a parse",
+          name, cdir);
     double t0 = now();
-    CHECK(tks_bpe_load(path, &cached) == 0 && tks_bpe_from_cache(cached), "%s: second load not from the cache", name);
+    cached = load_model(dir, name);
+    CHECK(cached && tks_bpe_from_cache(cached), "%s: second load not from the cache", name);
     double ms = 1e3 * (now() - t0);
     if (!cached) goto out;
     int ok = same_handle(name, "cached", parsed, cached, d, want);
@@ -344,20 +357,18 @@ static void check_cache(const char *dir, const char *name, const docs *d, const 
         }
         fclose(f);
         if (k == 2 && truncate(file, st.st_size / 3) != 0) break;
-        tks_bpe *again = NULL;
-        CHECK(tks_bpe_load(path, &again) == 0 && !tks_bpe_from_cache(again), "%s: %s was used", name, what[k]);
+        tks_bpe *again = load_model(dir, name);
+        CHECK(again && !tks_bpe_from_cache(again), "%s: %s was used", name, what[k]);
         if (again) ok &= same_handle(name, what[k], parsed, again, d, want);
         tks_bpe_free(again);
-        again = NULL;
-        CHECK(tks_bpe_load(path, &again) == 0 && tks_bpe_from_cache(again), "%s: after %s, no new cache file",
-              name, what[k]);
+        again = load_model(dir, name);
+        CHECK(again && tks_bpe_from_cache(again), "%s: after %s, no new cache file", name, what[k]);
         tks_bpe_free(again);
     }
     /* a file others may write is not trusted */
     if (chmod(file, 0666) == 0) {
-        tks_bpe *again = NULL;
-        CHECK(tks_bpe_load(path, &again) == 0 && !tks_bpe_from_cache(again), "%s: a world-writable cache file was "
-              "used", name);
+        tks_bpe *again = load_model(dir, name);
+        CHECK(again && !tks_bpe_from_cache(again), "%s: a world-writable cache file was used", name);
         tks_bpe_free(again);
     }
     if (ok) printf("%s: tokenizer cache: the cached tokenizer is the parsed one (every token, every document), "

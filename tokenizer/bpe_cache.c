@@ -1,16 +1,18 @@
 /*
- * bpe_cache.c - the compact form of a loaded tokenizer.json: the handle's
- * tables (each id's bytes, the vocabulary and merge hashes, the added
- * tokens, the pre-tokenizer patterns) written once after a parse and mapped
- * on the next load instead of parsing the JSON again. A 128k-id Llama 3
- * style tokenizer.json (9 MB, 280k merges) takes 0.2 s to parse and build;
- * its cache file (about 22 MB, mostly the two hashes' empty slots) maps and
- * checks in a few milliseconds.
+ * bpe_cache.c - the compact form of a loaded tokenizer.json or tiktoken
+ * ranks file: the handle's tables (each id's bytes, the vocabulary and merge
+ * hashes, the added tokens, the pre-tokenizer patterns) written once after a
+ * parse and mapped on the next load instead of parsing again. A 128k-id
+ * Llama 3 style tokenizer.json (9 MB, 280k merges) takes 0.2 s to parse and
+ * build, o200k's ranks 35 ms; their cache files (mostly the hashes' empty
+ * slots) map and check in a few milliseconds.
  *
  * Where: $TOKSHARD_CACHE_DIR, else $XDG_CACHE_HOME/tokshard, else
  * $HOME/.cache/tokshard; TOKSHARD_CACHE_DIR=off (or empty) turns it off.
- * One file per tokenizer, bpe-<fingerprint>.tkc, the fingerprint being the
- * XXH3-128 of the tokenizer.json's bytes (tks_bpe_fingerprint).
+ * One file per tokenizer, bpe-<key>.tkc: for a tokenizer.json the XXH3-128
+ * of its bytes (its tks_bpe_fingerprint), for a ranks file the XXH3-128 of
+ * the ranks file's XXH3-128, the pattern and the special tokens
+ * (bpe_tiktoken.c), everything its tables are made from.
  *
  * Trust: a cache file is used only when it belongs to the user loading it
  * and no one else may write it, and every check passes; else it is ignored
@@ -18,8 +20,8 @@
  *   - the header: magic, format, this build's identity (TKS_BPE_CACHE_ID:
  *     a hash CMake takes of the sources that make and read the tables, so
  *     another tokshard, or this one changed, never reads it), utf8proc's
- *     version (added tokens are stored NFC-normalized), the fingerprint and
- *     size of the tokenizer.json being loaded, and its own checksum;
+ *     version (added tokens are stored NFC-normalized), the key and size
+ *     of the file being loaded, and its own checksum;
  *   - the body: its XXH3-64;
  *   - the tables: every section inside the body, every id and offset in
  *     range, the byte offsets increasing.
@@ -46,11 +48,12 @@
 #define TKS_BPE_CACHE_ID "unversioned"
 #endif
 
-enum { CACHE_FORMAT = 1, N_SEC = 9 };
+enum { CACHE_FORMAT = 2, N_SEC = 10 };
 static const char cache_magic[8] = {'T', 'K', 'S', 'B', 'P', 'E', 'C', 1};
 
-/* The sections: per-id tables, the two hashes, the added tokens. */
-enum { S_OFF, S_BYTES, S_SPECIAL, S_VSLOT, S_MSLOT, S_RAW, S_NORM, S_TEXT, S_PAT };
+/* The sections: per-id tables, the two hashes (no merges in rank mode), the
+ * added tokens, the patterns, the ids that are no token (rank mode). */
+enum { S_OFF, S_BYTES, S_SPECIAL, S_VSLOT, S_MSLOT, S_RAW, S_NORM, S_TEXT, S_PAT, S_HOLE };
 
 typedef struct cache_set {
     uint32_t n, one_first_plus1, max_len, pad;
@@ -68,8 +71,8 @@ typedef struct cache_header {
     uint32_t format, header_size;
     char build_id[72];        /* TKS_BPE_CACHE_ID, NUL-padded */
     char utf8proc[16];        /* utf8proc_version() */
-    uint8_t fingerprint[16];  /* the tokenizer.json's XXH3-128 */
-    uint64_t source_size;     /* its bytes */
+    uint8_t fingerprint[16];  /* the key (above) */
+    uint64_t source_size;     /* the tokenizer.json's or the ranks file's bytes */
     uint64_t body_size, body_xxh3;
     uint32_t mode, n_ids, n_model, nfc, ignore_merges, n_split;
     uint64_t vmask, mmask;
@@ -125,13 +128,13 @@ static void set_out(cache_set *c, const tks__bpe_added_set *s) {
     memcpy(c->first, s->first, sizeof c->first);
 }
 
-void tks__bpe_cache_store(const tks_bpe *b, size_t source_size) {
+void tks__bpe_cache_store(const tks_bpe *b, const uint8_t key[16], size_t source_size) {
     char dir[4096], path[4200];
-    if (b->mode != TKS__BPE_MERGES || b->cache_map || !cache_path(b->fingerprint, dir, path, sizeof path)) return;
+    if (b->cache_map || !cache_path(key, dir, path, sizeof path)) return;
     cache_header *h = calloc(1, sizeof *h);
     if (!h) return;
     header_ids(h);
-    memcpy(h->fingerprint, b->fingerprint, 16);
+    memcpy(h->fingerprint, key, 16);
     h->source_size = source_size;
     h->mode = (uint32_t)b->mode;
     h->n_ids = b->n_ids;
@@ -140,7 +143,6 @@ void tks__bpe_cache_store(const tks_bpe *b, size_t source_size) {
     h->ignore_merges = (uint32_t)b->ignore_merges;
     h->n_split = (uint32_t)b->n_split;
     h->vmask = b->vmask;
-    h->mmask = b->mmask;
     memcpy(h->byte_id, b->byte_id, sizeof h->byte_id);
     set_out(&h->raw, &b->added_raw);
     set_out(&h->norm, &b->added_norm);
@@ -159,12 +161,14 @@ void tks__bpe_cache_store(const tks_bpe *b, size_t source_size) {
         return;
     }
     for (int i = 0; i < b->n_split; i++) memcpy(pats + h->split[i].pat_off, b->split[i].pat, b->split[i].pat_len);
+    int merges = b->mode == TKS__BPE_MERGES;
     const void *data[N_SEC] = {b->off, b->bytes, b->special, b->vslot, b->mslot, b->added_raw.tok,
-                               b->added_norm.tok, b->added_text, pats};
+                               b->added_norm.tok, b->added_text, pats, b->hole};
     size_t len[N_SEC] = {((size_t)b->n_ids + 1) * sizeof *b->off, b->off[b->n_ids], b->n_ids,
-                         (b->vmask + 1) * sizeof *b->vslot, (b->mmask + 1) * sizeof *b->mslot,
+                         (b->vmask + 1) * sizeof *b->vslot, merges ? (b->mmask + 1) * sizeof *b->mslot : 0,
                          b->added_raw.n * sizeof *b->added_raw.tok, b->added_norm.n * sizeof *b->added_norm.tok,
-                         text_len, pat_len};
+                         text_len, pat_len, b->hole ? b->n_ids : 0};
+    h->mmask = merges ? b->mmask : 0;
     /* header, then each section at a 64-byte boundary (zero padding between) */
     static const char zeros[64];
     tks_piece pc[1 + 2 * N_SEC];
@@ -221,17 +225,21 @@ static int cache_valid(const uint8_t *m, size_t size, const uint8_t fp[16], size
     if (XXH3_64bits(body, h->body_size) != h->body_xxh3) return 0;
     /* the tables, as the encoder will read them */
     uint64_t n = h->n_ids;
-    if (h->mode != TKS__BPE_MERGES || !n || h->n_model > n || h->n_split < 1 || h->n_split > TKS__BPE_MAX_SPLITS ||
-        h->vmask > (1ull << 40) || (h->vmask & (h->vmask + 1)) || h->mmask > (1ull << 40) ||
-        (h->mmask & (h->mmask + 1)))
+    int merges = h->mode == TKS__BPE_MERGES;
+    if ((!merges && h->mode != TKS__BPE_RANKS) || !n || h->n_model > n || h->n_split < 1 ||
+        h->n_split > TKS__BPE_MAX_SPLITS || h->vmask > (1ull << 40) || (h->vmask & (h->vmask + 1)) ||
+        h->mmask > (1ull << 40) || (h->mmask & (h->mmask + 1)) || (!merges && h->mmask))
         return 0;
     uint64_t need[N_SEC] = {(n + 1) * 8, 0, n, (h->vmask + 1) * sizeof(tks__bpe_vslot),
-                            (h->mmask + 1) * sizeof(tks__bpe_merge), (uint64_t)h->raw.n * sizeof(tks__bpe_added),
-                            (uint64_t)h->norm.n * sizeof(tks__bpe_added), 0, 0};
+                            merges ? (h->mmask + 1) * sizeof(tks__bpe_merge) : 0,
+                            (uint64_t)h->raw.n * sizeof(tks__bpe_added), (uint64_t)h->norm.n * sizeof(tks__bpe_added),
+                            0, 0, 0};
     for (int s = 0; s < N_SEC; s++) {
         if (h->sec[s].off % 64 || h->sec[s].off > h->body_size || h->sec[s].len > h->body_size - h->sec[s].off)
             return 0;
-        if (s != S_BYTES && s != S_TEXT && s != S_PAT && h->sec[s].len != need[s]) return 0;
+        if (s == S_HOLE ? h->sec[s].len != 0 && h->sec[s].len != n
+                        : s != S_BYTES && s != S_TEXT && s != S_PAT && h->sec[s].len != need[s])
+            return 0;
     }
     const uint64_t *off = (const uint64_t *)(body + h->sec[S_OFF].off);
     if (off[0] != 0 || off[n] != h->sec[S_BYTES].len) return 0;
@@ -244,7 +252,7 @@ static int cache_valid(const uint8_t *m, size_t size, const uint8_t fp[16], size
         if (vs[i].id != TKS_NO_ID && (vs[i].id >= h->n_model || vs[i].len != off[vs[i].id + 1] - off[vs[i].id]))
             return 0;
     const tks__bpe_merge *ms = (const tks__bpe_merge *)(body + h->sec[S_MSLOT].off);
-    for (uint64_t i = 0; i <= h->mmask; i++)
+    for (uint64_t i = 0; merges && i <= h->mmask; i++)
         if (ms[i].key && (ms[i].new_id >= n || ((ms[i].key - 1) >> 32) >= n || ((ms[i].key - 1) & 0xffffffffu) >= n))
             return 0;
     const cache_set *sets[2] = {&h->raw, &h->norm};
@@ -307,12 +315,15 @@ int tks__bpe_cache_load(tks_bpe *b, const uint8_t fp[16], size_t source_size) {
     b->bytes = (char *)(body + h->sec[S_BYTES].off);
     b->special = body + h->sec[S_SPECIAL].off;
     b->vslot = (tks__bpe_vslot *)(body + h->sec[S_VSLOT].off);
-    b->mslot = (tks__bpe_merge *)(body + h->sec[S_MSLOT].off);
+    b->mslot = h->mode == TKS__BPE_MERGES ? (tks__bpe_merge *)(body + h->sec[S_MSLOT].off) : NULL;
     set_in(&b->added_raw, &h->raw, body + h->sec[S_RAW].off);
     set_in(&b->added_norm, &h->norm, body + h->sec[S_NORM].off);
     b->added_text = (char *)(body + h->sec[S_TEXT].off);
     b->cache_map = m;
     b->cache_len = size;
+    /* the holes are the handle's own (tks_bpe_free frees them either way) */
+    if (h->sec[S_HOLE].len && !(b->hole = malloc(h->sec[S_HOLE].len))) return tks__bpe_nomem(b, "holes");
+    if (h->sec[S_HOLE].len) memcpy(b->hole, body + h->sec[S_HOLE].off, h->sec[S_HOLE].len);
     const char *pats = (const char *)(body + h->sec[S_PAT].off);
     int rc = 0;
     for (uint32_t i = 0; !rc && i < h->n_split; i++) {

@@ -203,13 +203,16 @@ int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable);
  * cache: the learnt-merge flags, the scratch, the hand matcher. */
 int tks__bpe_finish_cached(tks_bpe *b);
 
-/* bpe_cache.c: the compact form of a tokenizer.json's handle. _load fills
- * the new handle b from the cache file of fingerprint fp (the file being
- * loaded has source_size bytes): 0 when it did (b is complete), 1 when there
- * is no usable cache file (b untouched), or an error (b must be freed).
- * _store writes b's cache file; failures leave no file and no error. */
-int tks__bpe_cache_load(tks_bpe *b, const uint8_t fp[16], size_t source_size);
-void tks__bpe_cache_store(const tks_bpe *b, size_t source_size);
+/* bpe_cache.c: the compact form of a loaded handle (a tokenizer.json's or
+ * a ranks file's), named by a key of 16 bytes that covers everything its
+ * tables are made from. _load fills the new handle b from the cache file of
+ * that key (the file being loaded has source_size bytes): 0 when it did (b
+ * is complete but for what the caller sets itself: a ranks file's tt_*
+ * fields and the fingerprint), 1 when there is no usable cache file (b
+ * untouched), or an error (b must be freed). _store writes b's cache file
+ * under the key; failures leave no file and no error. */
+int tks__bpe_cache_load(tks_bpe *b, const uint8_t key[16], size_t source_size);
+void tks__bpe_cache_store(const tks_bpe *b, const uint8_t key[16], size_t source_size);
 
 /* bpe_pretok.c: the hand matchers. tks__bpe_fast_program: the matcher of a
  * pattern text (TKS__FAST_NONE for any other); tks__bpe_fast_init: builds

@@ -498,7 +498,7 @@ int tks_bpe_load(const char *path, tks_bpe **out) {
         tks_bpe_free(b);
         return rc;
     }
-    tks__bpe_cache_store(b, size);
+    tks__bpe_cache_store(b, b->fingerprint, size);
     *out = b;
     return 0;
 }

@@ -583,9 +583,42 @@ static int load_ranks(tks_bpe *b, const char *path, special *sp, size_t n_sp, co
     if (want_xxh3 && memcmp(want_xxh3, c.digest, 16))
         rc = tks__bpe_refuse(b, "%s is not the ranks file the descriptor names (its XXH3-128 differs)", path);
     if (!rc && !(b->tt_ranks = strdup(path))) rc = tks__bpe_nomem(b, "path");
-    if (!rc) rc = build(b, (const char *)base, size, sp, n_sp);
+    /* the compact form an earlier load left (bpe_cache.c), named by what the
+     * tables are made from: the ranks, the pattern, the special tokens */
+    uint8_t key[16];
+    if (!rc) {
+        XXH3_state_t *x = XXH3_createState();
+        if (!x) rc = tks__bpe_nomem(b, "cache key");
+        else {
+            static const char domain[] = "tokshard tiktoken ranks";
+            uint64_t pl = strlen(b->tt_pattern);
+            XXH3_128bits_reset(x);
+            XXH3_128bits_update(x, domain, sizeof domain);
+            XXH3_128bits_update(x, c.digest, 16);
+            XXH3_128bits_update(x, &pl, sizeof pl);
+            XXH3_128bits_update(x, b->tt_pattern, pl);
+            for (size_t i = 0; i < n_sp; i++) {
+                uint64_t sl = strlen(sp[i].text);
+                XXH3_128bits_update(x, &sp[i].id, sizeof sp[i].id);
+                XXH3_128bits_update(x, &sl, sizeof sl);
+                XXH3_128bits_update(x, sp[i].text, sl);
+            }
+            XXH128_canonical_t kc;
+            XXH128_canonicalFromHash(&kc, XXH3_128bits_digest(x));
+            memcpy(key, kc.digest, 16);
+            XXH3_freeState(x);
+        }
+    }
+    int cached = 0;
+    if (!rc) {
+        rc = tks__bpe_cache_load(b, key, size);
+        cached = rc == 0;
+        if (rc == 1) rc = 0;
+    }
+    if (!rc && !cached) rc = build(b, (const char *)base, size, sp, n_sp);
     tks_unmap(base, size);
     if (rc) return rc;
+    if (!cached) tks__bpe_cache_store(b, key, size);
     char *d;
     size_t dl;
     if ((rc = tks_bpe_tiktoken_json(b, &d, &dl))) return rc;
