@@ -112,7 +112,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "--version")) {
         puts("tokshard " TKS_VERSION_STRING);
         if (tks_input_parquet_reader()) printf("parquet input: Apache Arrow %s\n", tks_input_parquet_reader());
-        else puts("parquet input: not built (scripts/install-venv.sh installs pyarrow, then build again)");
+        else puts("parquet input: not available (a build without Arrow, or bin/tokshard-parquet.so missing beside the "
+                  "programs: scripts/install-venv.sh installs pyarrow, then build again)");
         return 0;
     }
     return cli_usage_error("unknown command '%s'", cmd);
