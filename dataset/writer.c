@@ -110,6 +110,11 @@ static int flush_wbuf(tks_writer *w) {
     if (!w->wfill) return 0;
     int rc = tks_pwrite_all(w->fd, w->wbuf, w->wfill, w->file_off, w->tmp_path);
     if (rc) return rc;
+    /* the kernel starts writing the range back now (advice: its result is
+     * not looked at, the fsync at the seal is the guarantee and reports
+     * errors), so that the seal's fsync does not wait for the whole shard
+     * while the encoding threads wait for the seal (12 MB: 6.5 ms) */
+    (void)sync_file_range(w->fd, (off_t)w->file_off, (off_t)w->wfill, SYNC_FILE_RANGE_WRITE);
     w->file_off += w->wfill;
     w->wfill = 0;
     return 0;
