@@ -278,9 +278,10 @@ def long_docs():
     cache = os.path.join(a.work, "tkc")
     loads = []
     cpu_bin = os.path.join(a.bin, "tokshard-bpe-cpu")
-    for tn, path in [(n, t[1]) for n, t, st in tokenizers_ if not st] + [(os.path.basename(x), x) for x in a.load_tokenizer]:
+    for tn, path, st in [(n, t[1], st) for n, t, st in tokenizers_] + [(os.path.basename(x), x, None) for x in a.load_tokenizer]:
         def load_ms(cache_dir):  # the first load of a fresh process
-            r = subprocess.run([cpu_bin, path, "--load-only"], env=dict(os.environ, TOKSHARD_CACHE_DIR=cache_dir),
+            r = subprocess.run([cpu_bin, path, *(["--pattern", st] if st else []), "--load-only"],
+                               env=dict(os.environ, TOKSHARD_CACHE_DIR=cache_dir),
                                capture_output=True, text=True, check=True)
             return float(r.stdout.split()[1])
         subprocess.run(["rm", "-rf", cache], check=True)
@@ -291,7 +292,7 @@ def long_docs():
                "cache_bytes": sum(os.path.getsize(os.path.join(cache, f)) for f in os.listdir(cache))}
         loads.append(row)
         print(json.dumps(row), flush=True)
-    print("\n| tokenizer.json | size | parsed | parsed and cached | from the cache | cache file |")
+    print("\n| tokenizer | size | parsed | parsed and cached | from the cache | cache file |")
     print("|---|---:|---:|---:|---:|---:|")
     for r in loads:
         print(f"| {r['tokenizer']} | {r['bytes'] / 1e6:.1f} MB | {r['parsed_ms']:.0f} ms | {r['parse_and_store_ms']:.0f} ms"
