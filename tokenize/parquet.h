@@ -1,6 +1,9 @@
 /* parquet.h - one text column of a Parquet file, row group by row group,
  * read through Apache Arrow's C++ Parquet reader (libparquet, as the pyarrow
- * wheel ships it: tokenize/parquet.cc). A build without it (-DTKS_PARQUET=OFF,
+ * wheel ships it: tokenize/parquet.cc, built as the module
+ * bin/tokshard-parquet.so, which tokenize/parquet_dl.c loads at the first
+ * call; a module that cannot be loaded makes tks_pq_available 0 and
+ * tks_pq_open an error naming why). A build without it (-DTKS_PARQUET=OFF,
  * or AUTO where pyarrow was not found) links tokenize/parquet_stub.c instead,
  * whose tks_pq_open refuses every file with the instruction to install it.
  *
