@@ -6,12 +6,19 @@ bench/bench_bpe.sh makes .venv-bench with the pinned versions).
 
 Usage: .venv-bench/bin/python bench/bench_bpe.py --bin build-release/bin
            [--mb 40] [--multi-mb 10] [--vocab 32000] [--reps 3] [--work DIR] [--memory]
+           [--linux SRC] [--texts LIST] [--tokenizer-json NAME=PATH] [--only LIST] [--no-slow]
 
 Texts (real, from Debian packages), each written once as JSON Lines:
   english  paragraphs of GCIDE (dict-gcide) and the Python docs' reST sources
            (python3.11-doc), --mb MB
   multi    manual pages in 12 languages (manpages-*), one document a page,
            and Python's own sources, --multi-mb MB
+  linux-docs, linux-net  with --linux SRC (an unpacked linux-source tree):
+           Documentation/'s .rst and .txt files, drivers/net/'s .c and .h
+           files, one document a file, whole
+--texts picks the texts of the table (default: all of the above);
+--tokenizer-json NAME=PATH adds a tokenizer.json, --only keeps the named
+tokenizers, --no-slow leaves out tokenizers, tiktoken and bpe-openai.
 Tokenizers:
   gpt2-style, llama3-style  tokenizer.json files trained here with
            tokenizers on the English text (--vocab ids; GPT-2's ByteLevel
@@ -55,6 +62,15 @@ p.add_argument("--memory", action="store_true")
 p.add_argument("--reps", type=int, default=3)
 p.add_argument("--long", action="store_true",
                help="only the long-document rows: one 40 MB document, 1 and 2 threads, and the tokenizer cache")
+p.add_argument("--linux", default=None,
+               help="an unpacked linux-source tree: adds the texts linux-docs (Documentation/, its .rst and .txt "
+                    "files) and linux-net (drivers/net/, its .c and .h files), one document per file")
+p.add_argument("--texts", default=None, help="only these texts in the main table (comma-separated)")
+p.add_argument("--tokenizer-json", action="append", default=[], metavar="NAME=PATH",
+               help="another tokenizer.json for the main table")
+p.add_argument("--only", default=None, help="only these tokenizers in the main table (comma-separated names)")
+p.add_argument("--no-slow", action="store_true", help="leave out tokenizers, tiktoken and bpe-openai (minutes each on "
+               "large texts)")
 p.add_argument("--load-tokenizer", action="append", default=[],
                help="with --long: another tokenizer.json whose load (parsed, then cached) is timed")
 a = p.parse_args()
@@ -123,7 +139,26 @@ def multilingual(limit):
     return docs
 
 
-texts = {"english": english(a.mb * 1e6), "multi": multilingual(a.multi_mb * 1e6)}
+def tree(root, exts):
+    docs = []
+    for d, _, files in sorted(os.walk(root)):
+        for f in sorted(files):
+            if f.endswith(exts) and os.path.isfile(os.path.join(d, f)):
+                t = open(os.path.join(d, f), "rb").read().decode("utf-8", errors="replace")
+                if t.strip() and "\0" not in t:
+                    docs.append(t)
+    return docs
+
+
+want_texts = a.texts.split(",") if a.texts else ["english", "multi"] + (["linux-docs", "linux-net"] if a.linux else [])
+texts = {}
+texts["english"] = english(a.mb * 1e6)  # the tokenizers are trained on it
+if "multi" in want_texts:
+    texts["multi"] = multilingual(a.multi_mb * 1e6)
+if a.linux and "linux-docs" in want_texts:
+    texts["linux-docs"] = tree(os.path.join(a.linux, "Documentation"), (".rst", ".txt"))
+if a.linux and "linux-net" in want_texts:
+    texts["linux-net"] = tree(os.path.join(a.linux, "drivers", "net"), (".c", ".h"))
 paths = {k: write_jsonl(k, v) for k, v in texts.items()}
 mbs = {k: sum(len(d.encode()) for d in v) / 1e6 for k, v in texts.items()}
 for k in texts:
@@ -220,6 +255,9 @@ if tokenizers:
     tokenizers_ += [(k, ["--tokenizer", train(k)], None) for k in ("gpt2-style", "llama3-style")]
 if bpe_openai:
     tokenizers_ += [(s, ["--tokenizer", ranks_file(s), "--pattern", s], s) for s in ("cl100k", "o200k")]
+tokenizers_ += [(x.split("=", 1)[0], ["--tokenizer", x.split("=", 1)[1]], None) for x in a.tokenizer_json]
+if a.only:
+    tokenizers_ = [t for t in tokenizers_ if t[0] in a.only.split(",")]
 def long_docs():
     """One 40 MB document (a text without newlines; a base64 blob of gzip data), whole builds at 1 and 2
     threads, fresh processes, median of reps; then each tokenizer.json's load, parsed and cached."""
@@ -302,9 +340,9 @@ def long_docs():
 
 for name, targs, stem in ([] if a.long else tokenizers_):
     peers = ["tiktoken", "fastokens", "gigatoken", "bpe-openai"] if stem else ["tokenizers", "fastokens", "gigatoken"]
-    peers = [x for x in peers if versions.get(x)]
+    peers = [x for x in peers if versions.get(x) and not (a.no_slow and x in SLOW)]
     load = [tokshard_build(targs, ONE, 1) for _ in range(a.reps)]
-    for text in ("english", "multi"):
+    for text in [t for t in want_texts if t in texts]:
         mb = mbs[text]
         b1 = [tokshard_build(targs, paths[text], 1, ids=(i == 0)) for i in range(a.reps)]
         b2 = [tokshard_build(targs, paths[text], 2) for _ in range(a.reps)]
