@@ -98,6 +98,15 @@ uint32_t tks__bpe_vocab_find(const tks_bpe *b, const char *s, size_t n) {
 #define CACHE_SETS (1u << 16)
 #define CACHE_BYTES (2 * (size_t)CACHE_SETS * 64)
 
+/* The long-piece cache: per thread, direct-mapped, LCACHE entries, for the
+ * pieces of up to LCACHE_MAX bytes the word cache cannot hold (over
+ * CACHE_KEY bytes, or over CACHE_IDS ids): the underlines and indentation
+ * runs of reStructuredText, long words of scripts the vocabulary knows
+ * little of. An entry owns a copy of its piece's bytes and ids, so a hit is
+ * checked byte for byte. */
+#define LCACHE (1u << 12)
+#define LCACHE_MAX 256
+
 /* ---------------------------------------------------------------------------
  * Per-thread scratch
  * ------------------------------------------------------------------------- */
@@ -108,6 +117,12 @@ typedef struct hent {
                          * right neighbour makes the pair longer) */
     uint32_t new_id;
 } hent;
+
+typedef struct lent {
+    uint64_t h;           /* the piece's hash (ckey) */
+    uint32_t len, n_ids;
+    char *blob;           /* len bytes, then n_ids ids (uint32_t); NULL: empty */
+} lent;
 
 typedef struct cline {
     uint64_t key[CACHE_KEY / 8]; /* the piece's bytes, zero after its end */
@@ -127,6 +142,7 @@ struct tks__bpe_scratch {
     size_t sym_cap;             /* elements */
     hent *heap;
     cline *cache;               /* CACHE_SETS x 2, or NULL before the first use */
+    lent *lcache;               /* LCACHE, allocated with cache */
     tks_encoder_stats st;
 };
 
@@ -141,6 +157,8 @@ static void scratch_destroy(scratch *s) {
     free(s->next);
     free(s->heap);
     if (s->cache) munmap(s->cache, CACHE_BYTES);
+    for (size_t i = 0; s->lcache && i < LCACHE; i++) free(s->lcache[i].blob);
+    free(s->lcache);
     free(s);
 }
 
@@ -224,6 +242,26 @@ static void cache_put(scratch *s, size_t set, const uint64_t key[CACHE_KEY / 8],
     if (k) memcpy(l->ids, ids, k * sizeof *ids); /* an empty piece passes no ids */
     l->len = (uint8_t)n;
     l->n_ids = (uint8_t)k;
+}
+
+static const lent *lcache_get(const scratch *s, uint64_t h, const char *t, size_t n) {
+    const lent *l = &s->lcache[(h >> 20) & (LCACHE - 1)];
+    return l->blob && l->h == h && l->len == n && !memcmp(l->blob, t, n) ? l : NULL;
+}
+
+/* Caches the piece t[0..n) with ids[0..k) in its entry (the entry's
+ * previous piece goes); out of memory leaves the entry empty. */
+static void lcache_put(scratch *s, uint64_t h, const char *t, size_t n, const uint32_t *ids, size_t k) {
+    lent *l = &s->lcache[(h >> 20) & (LCACHE - 1)];
+    char *p = realloc(l->blob, n + k * sizeof *ids);
+    if (!p) {
+        free(l->blob);
+        *l = (lent){0, 0, 0, NULL};
+        return;
+    }
+    memcpy(p, t, n);
+    if (k) memcpy(p + n, ids, k * sizeof *ids);
+    *l = (lent){h, (uint32_t)n, (uint32_t)k, p};
 }
 
 /* ---------------------------------------------------------------------------
@@ -555,6 +593,11 @@ static int cache_on(enc *e) {
          * the TLB of every thread of the process (an interrupt each), 5% of a
          * build on 2 threads */
         for (size_t o = 0; o < CACHE_BYTES; o += 4096) ((volatile char *)p)[o] = 0;
+        if (!(s->lcache = calloc(LCACHE, sizeof *s->lcache))) {
+            munmap(p, CACHE_BYTES);
+            s->cache = NULL;
+            return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for the word cache");
+        }
     }
     return 1;
 }
@@ -616,6 +659,19 @@ static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k) {
             return 0;
         }
     }
+    int lcache = b->word_cache && n > 0 && n <= LCACHE_MAX && s->lcache;
+    if (lcache) {
+        const lent *l = lcache_get(s, k->h, t, n);
+        if (l) {
+            s->st.word_hits++;
+            s->st.hit_bytes += n;
+            int rc = out_reserve(e, l->n_ids);
+            if (rc) return rc;
+            if (l->n_ids) memcpy(e->out->ids + e->out->n, l->blob + n, l->n_ids * sizeof(uint32_t));
+            e->out->n += l->n_ids;
+            return 0;
+        }
+    }
     size_t first = e->out->n;
     int rc = n <= SMALL_PIECE ? small_merge(e, t, n) : bpe_merge(e, t, n);
     if (!rc && id != TKS_NO_ID)
@@ -624,6 +680,8 @@ static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k) {
     /* a piece of bytes without a token gives no id (and out->ids may be NULL) */
     if (!rc && cache && e->out->n - first <= CACHE_IDS)
         cache_put(s, set, key, n, e->out->n > first ? e->out->ids + first : NULL, e->out->n - first);
+    else if (!rc && lcache)
+        lcache_put(s, k->h, t, n, e->out->n > first ? e->out->ids + first : NULL, e->out->n - first);
     return rc;
 }
 
