@@ -54,21 +54,21 @@ static void load(void) {
     char beside[PATH_MAX] = "";
     ssize_t n = readlink("/proc/self/exe", beside, sizeof beside - 1);
     void *h = NULL;
+    const char *from = TKS_PARQUET_MODULE;
     g_why[0] = 0;
     if (n > 0) {
         beside[n] = 0;
         char *slash = strrchr(beside, '/');
         if (slash && (size_t)(slash + 1 - beside) + sizeof MODULE_NAME <= sizeof beside) {
             memcpy(slash + 1, MODULE_NAME, sizeof MODULE_NAME);
-            if (access(beside, F_OK) == 0) h = try_open(beside, g_why, sizeof g_why);
+            if (access(beside, F_OK) == 0 && (h = try_open(beside, g_why, sizeof g_why))) from = beside;
         }
     }
     if (!h) h = try_open(TKS_PARQUET_MODULE, g_why, sizeof g_why);
     if (!h) return;
 #define SYM(field, name)                                                                            \
     if (!(*(void **)&g.field = dlsym(h, name))) {                                                   \
-        snprintf(g_why, sizeof g_why, "%s has no %s (a module from another tokshard?)", TKS_PARQUET_MODULE, \
-                 name);                                                                             \
+        snprintf(g_why, sizeof g_why, "%s has no %s (a module from another tokshard?)", from, name);     \
         return;                                                                                     \
     }
     SYM(version, "tks_pq_version")

@@ -304,6 +304,34 @@ typedef struct probe {
     int32_t pos, end;
 } probe;
 
+/* The lookup key of the pair of symbols l, r whose bytes are t[s0 .. s1)
+ * (merges: (l << 32 | r) + 1; ranks: the hash of the bytes), its slot
+ * fetched now for pair_rank later. */
+static inline uint64_t pair_key(const tks_bpe *b, const char *t, uint32_t l, uint32_t r, size_t s0, size_t s1) {
+    uint64_t key;
+    if (b->mode == TKS__BPE_RANKS) {
+        key = XXH3_64bits(t + s0, s1 - s0);
+        __builtin_prefetch(&b->vslot[key & b->vmask]);
+    } else {
+        key = ((uint64_t)l << 32 | r) + 1;
+        __builtin_prefetch(&b->mslot[tks__bpe_mix64(key) & b->mmask]);
+    }
+    return key;
+}
+
+/* The pair of pair_key's key: rank << 32 | new id (in rank mode both are
+ * the token's id of t[s0 .. s1)); UINT64_MAX when it merges into nothing. */
+static inline uint64_t pair_rank(const tks_bpe *b, const char *t, uint64_t key, size_t s0, size_t s1) {
+    if (b->mode == TKS__BPE_RANKS) {
+        uint32_t id = tks__bpe_vocab_find_h(b, t + s0, s1 - s0, key);
+        return id == TKS_NO_ID ? UINT64_MAX : (uint64_t)id << 32 | id;
+    }
+    for (size_t i = tks__bpe_mix64(key) & b->mmask;; i = (i + 1) & b->mmask) {
+        if (b->mslot[i].key == key) return (uint64_t)b->mslot[i].rank << 32 | b->mslot[i].new_id;
+        if (!b->mslot[i].key) return UINT64_MAX;
+    }
+}
+
 /* 0 when pos has no right neighbour. `t` is the piece: in rank mode every
  * byte is a symbol, so positions are byte offsets and the pair's bytes are
  * t[pos .. end). */
@@ -312,35 +340,15 @@ static inline int pair_probe(const tks_bpe *b, const scratch *s, const char *t, 
     if (nx < 0) return 0;
     p->pos = pos;
     p->end = s->next[nx] >= 0 ? s->next[nx] : m;
-    if (b->mode == TKS__BPE_RANKS) {
-        p->key = tks__bpe_hash(t + pos, (size_t)(p->end - pos));
-        __builtin_prefetch(&b->vslot[p->key & b->vmask]);
-    } else {
-        p->key = ((uint64_t)s->sym[pos] << 32 | s->sym[nx]) + 1;
-        __builtin_prefetch(&b->mslot[tks__bpe_mix64(p->key) & b->mmask]);
-    }
+    p->key = pair_key(b, t, s->sym[pos], s->sym[nx], (size_t)pos, (size_t)p->end);
     return 1;
 }
 
 /* The probed pair as a heap entry; 0 when it has no rank. */
 static inline int pair_get(const tks_bpe *b, const char *t, const probe *p, hent *out) {
-    uint32_t rank, id;
-    if (b->mode == TKS__BPE_RANKS) {
-        id = rank = tks__bpe_vocab_find_h(b, t + p->pos, (size_t)(p->end - p->pos), p->key);
-        if (id == TKS_NO_ID) return 0;
-    } else {
-        const tks__bpe_merge *mg = NULL;
-        for (size_t i = tks__bpe_mix64(p->key) & b->mmask;; i = (i + 1) & b->mmask) {
-            if (b->mslot[i].key == p->key) {
-                mg = &b->mslot[i];
-                break;
-            }
-            if (!b->mslot[i].key) return 0;
-        }
-        rank = mg->rank;
-        id = mg->new_id;
-    }
-    *out = (hent){rank, (uint32_t)p->pos, (uint32_t)(p->end - p->pos), id};
+    uint64_t v = pair_rank(b, t, p->key, (size_t)p->pos, (size_t)p->end);
+    if (v == UINT64_MAX) return 0;
+    *out = (hent){(uint32_t)(v >> 32), (uint32_t)p->pos, (uint32_t)(p->end - p->pos), (uint32_t)v};
     return 1;
 }
 
@@ -414,10 +422,10 @@ static int bpe_merge(enc *e, const char *t, size_t n) {
  * (small_merge); longer ones through bpe_merge's heap. */
 #define SMALL_PIECE 48
 
-/* A pair of a small piece whose rank is to be looked up: its key (merges:
- * (left << 32 | right) + 1; ranks: the hash of its bytes, t[s0 .. s1)),
- * computed and its slot fetched before the lookup itself, so that the
- * lookups of a piece's pairs wait for memory together. */
+/* A pair of a small piece whose rank is to be looked up: pair_key's key
+ * for the symbols at and after index i, their bytes t[s0 .. s1), computed
+ * before the lookup itself, so that the lookups of a piece's pairs wait for
+ * memory together. */
 typedef struct spair {
     uint64_t key;
     uint32_t s0, s1;
@@ -425,28 +433,13 @@ typedef struct spair {
 
 static inline void small_probe(const tks_bpe *b, const char *t, size_t n, const uint32_t *sym,
                                const uint8_t *start, int m, int i, spair *p) {
-    if (b->mode == TKS__BPE_RANKS) {
-        p->s0 = start[i];
-        p->s1 = i + 2 < m ? start[i + 2] : (uint32_t)n;
-        p->key = XXH3_64bits(t + p->s0, p->s1 - p->s0);
-        __builtin_prefetch(&b->vslot[p->key & b->vmask]);
-    } else {
-        p->key = ((uint64_t)sym[i] << 32 | sym[i + 1]) + 1;
-        __builtin_prefetch(&b->mslot[tks__bpe_mix64(p->key) & b->mmask]);
-    }
+    p->s0 = start[i];
+    p->s1 = i + 2 < m ? start[i + 2] : (uint32_t)n;
+    p->key = pair_key(b, t, sym[i], sym[i + 1], p->s0, p->s1);
 }
 
-/* The probed pair's rank << 32 | new id (in rank mode both are the
- * token's id); UINT64_MAX when it merges into nothing. */
 static inline uint64_t small_rank(const tks_bpe *b, const char *t, const spair *p) {
-    if (b->mode == TKS__BPE_RANKS) {
-        uint32_t id = tks__bpe_vocab_find_h(b, t + p->s0, p->s1 - p->s0, p->key);
-        return id == TKS_NO_ID ? UINT64_MAX : (uint64_t)id << 32 | id;
-    }
-    for (size_t i = tks__bpe_mix64(p->key) & b->mmask;; i = (i + 1) & b->mmask) {
-        if (b->mslot[i].key == p->key) return (uint64_t)b->mslot[i].rank << 32 | b->mslot[i].new_id;
-        if (!b->mslot[i].key) return UINT64_MAX;
-    }
+    return pair_rank(b, t, p->key, p->s0, p->s1);
 }
 
 /* BPE of a piece of at most SMALL_PIECE bytes, appended to the output: the

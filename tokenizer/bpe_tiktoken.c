@@ -571,6 +571,33 @@ static int build(tks_bpe *b, const char *text, size_t size, special *sp, size_t 
     return tks__bpe_finish(b, (uint32_t)n, NULL);
 }
 
+/* The key of a ranks file's cache entry: the XXH3-128 of what its tables
+ * are made from, the ranks (their XXH3-128, ranks_xxh3), the pattern and
+ * the special tokens. */
+static int ranks_cache_key(tks_bpe *b, const uint8_t ranks_xxh3[16], const special *sp, size_t n_sp,
+                           uint8_t key[16]) {
+    XXH3_state_t *x = XXH3_createState();
+    if (!x) return tks__bpe_nomem(b, "cache key");
+    static const char domain[] = "tokshard tiktoken ranks";
+    uint64_t pl = strlen(b->tt_pattern);
+    XXH3_128bits_reset(x);
+    XXH3_128bits_update(x, domain, sizeof domain);
+    XXH3_128bits_update(x, ranks_xxh3, 16);
+    XXH3_128bits_update(x, &pl, sizeof pl);
+    XXH3_128bits_update(x, b->tt_pattern, pl);
+    for (size_t i = 0; i < n_sp; i++) {
+        uint64_t sl = strlen(sp[i].text);
+        XXH3_128bits_update(x, &sp[i].id, sizeof sp[i].id);
+        XXH3_128bits_update(x, &sl, sizeof sl);
+        XXH3_128bits_update(x, sp[i].text, sl);
+    }
+    XXH128_canonical_t kc;
+    XXH128_canonicalFromHash(&kc, XXH3_128bits_digest(x));
+    memcpy(key, kc.digest, 16);
+    XXH3_freeState(x);
+    return 0;
+}
+
 /* Loads the ranks at `path` with the pattern and specials already in b. */
 static int load_ranks(tks_bpe *b, const char *path, special *sp, size_t n_sp, const uint8_t *want_xxh3) {
     const uint8_t *base;
@@ -583,32 +610,9 @@ static int load_ranks(tks_bpe *b, const char *path, special *sp, size_t n_sp, co
     if (want_xxh3 && memcmp(want_xxh3, c.digest, 16))
         rc = tks__bpe_refuse(b, "%s is not the ranks file the descriptor names (its XXH3-128 differs)", path);
     if (!rc && !(b->tt_ranks = strdup(path))) rc = tks__bpe_nomem(b, "path");
-    /* the compact form an earlier load left (bpe_cache.c), named by what the
-     * tables are made from: the ranks, the pattern, the special tokens */
+    /* the compact form an earlier load left (bpe_cache.c) */
     uint8_t key[16];
-    if (!rc) {
-        XXH3_state_t *x = XXH3_createState();
-        if (!x) rc = tks__bpe_nomem(b, "cache key");
-        else {
-            static const char domain[] = "tokshard tiktoken ranks";
-            uint64_t pl = strlen(b->tt_pattern);
-            XXH3_128bits_reset(x);
-            XXH3_128bits_update(x, domain, sizeof domain);
-            XXH3_128bits_update(x, c.digest, 16);
-            XXH3_128bits_update(x, &pl, sizeof pl);
-            XXH3_128bits_update(x, b->tt_pattern, pl);
-            for (size_t i = 0; i < n_sp; i++) {
-                uint64_t sl = strlen(sp[i].text);
-                XXH3_128bits_update(x, &sp[i].id, sizeof sp[i].id);
-                XXH3_128bits_update(x, &sl, sizeof sl);
-                XXH3_128bits_update(x, sp[i].text, sl);
-            }
-            XXH128_canonical_t kc;
-            XXH128_canonicalFromHash(&kc, XXH3_128bits_digest(x));
-            memcpy(key, kc.digest, 16);
-            XXH3_freeState(x);
-        }
-    }
+    if (!rc) rc = ranks_cache_key(b, c.digest, sp, n_sp, key);
     int cached = 0;
     if (!rc) {
         rc = tks__bpe_cache_load(b, key, size);
