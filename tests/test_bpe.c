@@ -365,6 +365,24 @@ static void check_cache(const char *dir, const char *name, const docs *d, const 
         CHECK(again && tks_bpe_from_cache(again), "%s: after %s, no new cache file", name, what[k]);
         tks_bpe_free(again);
     }
+    /* a ranks file's cache is keyed by the pattern and the special tokens
+     * too: each load below differs from the one before it in the pattern
+     * alone, a special token's text alone or its id alone (the first from
+     * the model's own, whose pattern is none of these), and must be parsed,
+     * never served the entry just written */
+    char tt[4096];
+    snprintf(tt, sizeof tt, "%s/%s.tiktoken", dir, name);
+    if (stat(tt, &st) == 0) {
+        static const tks_tiktoken_opts other[] = {{"gpt2", ""}, {"qwen2", ""}, {"gpt2", "<|x|>=300000"},
+                                                  {"gpt2", "<|y|>=300000"}, {"gpt2", "<|y|>=300001"}};
+        for (size_t i = 0; i < sizeof other / sizeof *other; i++) {
+            tks_bpe *again = NULL;
+            CHECK(tks_bpe_load_tiktoken(tt, &other[i], &again) == 0 && !tks_bpe_from_cache(again),
+                  "%s: a cache entry of another pattern or special tokens was used (pattern %s, specials \"%s\")",
+                  name, other[i].pattern, other[i].special_tokens);
+            tks_bpe_free(again);
+        }
+    }
     /* a file others may write is not trusted */
     if (chmod(file, 0666) == 0) {
         tks_bpe *again = load_model(dir, name);
