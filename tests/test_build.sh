@@ -384,6 +384,22 @@ errors)
   expect 0 "JSONL bad records skipped by policy" -- "$TKS" build --tokenizer "$T/bpe.model" --output o \
     --on-bad-record skip bad.jsonl
   grep -q "2 bad records" "$W/out" && ok "summary counts 2 bad records" || fail "summary: $(cat "$W/out")"
+  # bad records deep in a batch that two threads encode: the shards are
+  # written while the batch is still being encoded, and the error is still
+  # the first bad record in input order, with nothing published
+  python3 -c '
+import json, sys
+lines = [l.rstrip("\n") for l in open(sys.argv[1], encoding="utf-8", errors="replace") if l.strip()][:40000]
+for i, l in enumerate(lines):
+    print("{\"text\": broken" if i in (30000, 30001, 35000) else json.dumps({"text": l}))' "$T/gcide.txt" >deep.jsonl
+  for t in 1 2; do
+    rm -rf o o.partial
+    expect 2 "bad record deep in a batch, $t threads" -- "$TKS" build "${B[@]}" --threads $t --output o \
+      deep.jsonl
+    expect_msg "deep.jsonl:30001:"
+    [[ ! -e o ]] && ok "nothing published ($t threads)" || fail "o published after a deep JSONL error"
+  done
+  rm -rf o o.partial
   printf 'fine line\nbad \xff\xfe byte\nlast \xc3\x28 one\n' >bad8.txt
   rm -rf o o.partial
   expect 2 "invalid UTF-8 under fail" -- "$TKS" build "${B[@]}" --output o --doc-split line \

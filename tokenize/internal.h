@@ -35,6 +35,8 @@ typedef struct batch {
      * tks__encode_batch: per document whether it is one, and what decoding
      * found (tks_jsonl_status; TKS_JSONL_OK for a document that is not) */
     uint8_t *json, *status;
+    uint8_t *done;         /* per document: encoded (or decoding found it bad), set with
+                            * release order once ids, err and status are final */
     uint64_t *line;        /* per document: its line in its source */
     uint32_t *src;         /* per document: its source's index in srcs */
     char **srcs;           /* the sources' names, in order, owned by the batch */
@@ -90,11 +92,28 @@ void tks__prefetch_free(prefetch *p);
 /* Once a batch is committed: empties it, freeing what it grew beyond what
  * the next batch of batch_bytes needs. */
 void tks__batch_trim(batch *b, size_t batch_bytes);
+/* What the caller does with a batch's documents while the rest are being
+ * encoded: fn(ctx, b) runs on the calling thread only (thread 0 of the
+ * encoding team), between the documents it encodes itself, and may take
+ * every document from its own cursor on whose `done` flag is set (read with
+ * acquire order), in order, stopping at one whose err is set. Writing the
+ * shards this way keeps the other threads encoding while this one writes
+ * (a pass over the batch after the encoding left all but one thread idle,
+ * a tenth of a 2-thread build). A nonzero return is the build's error; fn
+ * is not called again in the batch. */
+typedef struct tks__drain {
+    int (*fn)(void *ctx, batch *b);
+    void *ctx;
+} tks__drain;
+
 /* Tokenizes the batch's documents first..n-1 in parallel on `threads`
- * threads, decoding their JSONL records first (key, max_doc: the input's):
- * 0 or the first error. Documents before `first` are left as they are (a
+ * threads, decoding their JSONL records first (key, max_doc: the input's),
+ * each one's `done` flag set as it is finished, and `drain` (may be NULL)
+ * called as above: 0 or the first error (the encoder's or drain's).
+ * Documents before `first` are left as they are, their flags set (a
  * resumed unit reads past what its sealed shards hold without encoding). */
-int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const char *key, uint64_t max_doc);
+int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const char *key, uint64_t max_doc,
+                      const tks__drain *drain);
 /* Adds BOS/EOS as the options ask. 0 or TKS_ERR_NOMEM. */
 int tks__add_specials(tks_ids *v, const tks_build_opts *o, uint32_t bos, uint32_t eos);
 

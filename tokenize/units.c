@@ -682,10 +682,75 @@ static int check_skipped(const tks_build_job *j, uint64_t k, XXH3_state_t *dh, c
                     (unsigned long long)k, (unsigned long long)pg->next, pg->n, j->partial);
 }
 
+/* What a unit's batches are written with: the writer, the counters, the
+ * hash of the records read and the resume state (unit_batches). */
+typedef struct sink {
+    tks_build_job *j;
+    uint64_t k;
+    const tks_input *in;
+    tks_writer *w;
+    tks_unit_stats *us;
+    uint64_t *empty;
+    deferred *dj;
+    progress *pg;
+    XXH3_state_t *dh;
+    uint64_t skip;  /* records the kept shards hold (0 once checked) */
+    size_t first;   /* the batch's records before this one are skipped, not encoded */
+    size_t next;    /* the batch's next record to write */
+} sink;
+
+/* Record i of the batch: hashed, then skipped (kept shards hold it, or a
+ * bad record under a skip policy) or written. */
+static int sink_one(sink *c, batch *b, size_t i) {
+    const tks_build_opts *o = &c->j->o;
+    hash_record(c->dh, b, i);
+    if (i < c->first) {
+        if (b->ordinal[i] + 1 != c->skip) return 0;
+        c->skip = 0;
+        return check_skipped(c->j, c->k, c->dh, c->pg);
+    }
+    if (b->status[i] != TKS_JSONL_OK) return deferred_skip(c->in, b, i, c->dj);
+    tks_ids *v = &b->ids[i];
+    if (v->n == 0) {
+        ++*c->empty;
+        return 0;
+    }
+    int sealed = 0;
+    int rc = tks__add_specials(v, o, c->j->bos, c->j->eos);
+    if (!rc) rc = tks_writer_add(c->w, v->ids, v->n, b->ordinal[i] - c->dj->skipped, &sealed);
+    c->us->docs_written++;
+    c->us->tokens_written += v->n;
+    if (!rc && sealed) { /* a shard sealed: what it and the ones before hold */
+        progress *pg = c->pg;
+        pg->next = b->ordinal[i] + 1;
+        pg->empty = *c->empty;
+        pg->dj = *c->dj;
+        pg->docs_written = c->us->docs_written;
+        pg->tokens_written = c->us->tokens_written;
+        hash_digest(c->dh, pg->docs_h);
+        rc = write_progress(c->j, c->k, pg, c->w);
+    }
+    return rc;
+}
+
+/* tks__drain: the batch's records from the cursor on, in order, as far as
+ * they are finished (a skipped one always is); a record whose encoding
+ * failed stops it (the encoder's error is the batch's). */
+static int sink_drain(void *ctx, batch *b) {
+    sink *c = ctx;
+    int rc = 0;
+    for (size_t i = c->next; !rc && i < b->n; i = ++c->next) {
+        if (i >= c->first && (!__atomic_load_n(&b->done[i], __ATOMIC_ACQUIRE) || b->err[i])) break;
+        rc = sink_one(c, b, i);
+    }
+    return rc;
+}
+
 /* Reads, encodes and writes the unit's documents (the batches of the
- * reader thread); *empty: documents that gave no token. pg: on entry what
- * the kept shards hold (next 0: nothing), then the progress as of the last
- * shard sealed, progress.json rewritten at each. */
+ * reader thread; each written while the rest of it is being encoded);
+ * *empty: documents that gave no token. pg: on entry what the kept shards
+ * hold (next 0: nothing), then the progress as of the last shard sealed,
+ * progress.json rewritten at each. */
 static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer *w, tks_unit_stats *us,
                         uint64_t *empty, deferred *dj, progress *pg) {
     const tks_build_opts *o = &j->o;
@@ -694,49 +759,23 @@ static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer 
     rd.fill = rd.batch_bytes / 8;
     prefetch pf = {.r = &rd};
     tks_build_progress base = j->prog;
-    uint64_t skip = pg->next;
-    XXH3_state_t *dh = XXH3_createState();
-    if (!dh) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-    XXH3_128bits_reset(dh);
+    sink c = {.j = j, .k = k, .in = in, .w = w, .us = us, .empty = empty, .dj = dj, .pg = pg,
+              .skip = pg->next, .dh = XXH3_createState()};
+    if (!c.dh) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    XXH3_128bits_reset(c.dh);
+    tks__drain drain = {sink_drain, &c};
     tks__prefetch_start(&pf);
     while (!rc && !done) {
         batch *b = NULL;
         if ((rc = tks__prefetch_take(&pf, &b))) break;
         done = b->end;
         if (!done) tks__prefetch_start(&pf);
-        size_t first = 0; /* records the kept shards hold: read, hashed, not encoded */
-        while (first < b->n && b->ordinal[first] < skip) first++;
-        if (b->n > first) rc = tks__encode_batch(j->tk, b, first, threads, in->jsonl_key, in->max_doc);
-        for (size_t i = 0; i < b->n && !rc; i++) {
-            hash_record(dh, b, i);
-            if (i < first) {
-                if (b->ordinal[i] + 1 == skip) rc = check_skipped(j, k, dh, pg), skip = 0;
-                continue;
-            }
-            if (b->status[i] != TKS_JSONL_OK) {
-                rc = deferred_skip(in, b, i, dj);
-                continue;
-            }
-            tks_ids *v = &b->ids[i];
-            if (v->n == 0) {
-                ++*empty;
-                continue;
-            }
-            int sealed = 0;
-            rc = tks__add_specials(v, o, j->bos, j->eos);
-            if (!rc) rc = tks_writer_add(w, v->ids, v->n, b->ordinal[i] - dj->skipped, &sealed);
-            us->docs_written++;
-            us->tokens_written += v->n;
-            if (!rc && sealed) { /* a shard sealed: what it and the ones before hold */
-                pg->next = b->ordinal[i] + 1;
-                pg->empty = *empty;
-                pg->dj = *dj;
-                pg->docs_written = us->docs_written;
-                pg->tokens_written = us->tokens_written;
-                hash_digest(dh, pg->docs_h);
-                rc = write_progress(j, k, pg, w);
-            }
-        }
+        c.first = 0; /* records the kept shards hold: read, hashed, not encoded */
+        while (c.first < b->n && b->ordinal[c.first] < c.skip) c.first++;
+        c.next = 0;
+        if (b->n > c.first) rc = tks__encode_batch(j->tk, b, c.first, threads, in->jsonl_key, in->max_doc, &drain);
+        /* what is left of the batch: every record finished without error */
+        if (!rc) rc = sink_drain(&c, b);
         tks__batch_trim(b, rd.batch_bytes);
         if (!rc && o->progress) {
             size_t ns;
@@ -758,8 +797,8 @@ static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer 
                           (unsigned long long)k, j->partial);
     }
     tks__prefetch_free(&pf); /* a reader still running after an error is joined */
-    XXH3_freeState(dh);
-    if (!rc && skip)
+    XXH3_freeState(c.dh);
+    if (!rc && c.skip)
         rc = tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
                       "cannot resume unit %llu: its input ends before the %llu records its kept shards "
                       "were made from (an input was changed in place since the interrupted build); "
