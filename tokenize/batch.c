@@ -285,34 +285,52 @@ static int doc_text(batch *b, size_t i, const char *key, uint64_t max_doc, json_
  * for the drain on thread 0). */
 static void mark_done(batch *b, size_t i) { __atomic_store_n(&b->done[i], 1, __ATOMIC_RELEASE); }
 
-/* Tokenizes the batch in parallel, longest documents first (each document
- * of LONG_DOC bytes or more on every thread, in parts), the caller's drain
- * taking the finished documents on thread 0 meanwhile. 0 or the first
- * error (its context restored). */
+/* Document i of the batch encoded on this thread, its flag set: 0 or its
+ * error (its context in this thread's last error). */
+static int encode_one(tks_tok *tk, batch *b, size_t i, const char *key, uint64_t max_doc) {
+    const char *text;
+    size_t len;
+    json_t *root;
+    int e = 0;
+    if (doc_text(b, i, key, max_doc, &root, &text, &len)) { /* decoded on this thread */
+        e = tks_tok_encode(tk, text, len, &b->ids[i]);
+        json_decref(root);
+        b->err[i] = e;
+    }
+    mark_done(b, i);
+    return e;
+}
+
+/* A document longer than this, when a batch has one, is encoded before the
+ * others, longest first: one such document started last would keep its
+ * thread busy after the others finish. */
+#define LONGISH (64u << 10)
+
+/* Tokenizes the batch in parallel: documents of over LONGISH bytes first,
+ * longest first (each one of LONG_DOC bytes or more on every thread, in
+ * parts), then the others in input order, in runs (a sort of them all, the
+ * scattered reads it causes and a hand-off per document cost 5-8% of a
+ * build of short lines; and in input order the caller's drain, on thread 0,
+ * writes the finished documents while the others are encoded). 0 or the
+ * first error (its context restored). */
 int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const char *key, uint64_t max_doc,
                       const tks__drain *drain) {
-    /* longest documents first when one could keep a thread busy after the
-     * others finish, else in order and in runs of documents (the sort, the
-     * scattered reads it causes and one hand-off per document cost 5-8% of a
-     * build of short lines) */
-    size_t longest = 0, per = 1, m = first < b->n ? b->n - first : 0;
+    size_t m = first < b->n ? b->n - first : 0, nl = 0;
     for (size_t i = 0; i < b->n; i++) b->done[i] = i < first;
-    for (size_t k = 0; k < m; k++) {
-        size_t i = first + k;
-        b->order[k] = i;
-        longest = b->len[i] > longest ? b->len[i] : longest;
-    }
-    if (longest > (64u << 10)) {
+    for (size_t i = first; i < b->n; i++)
+        if (b->len[i] > LONGISH) b->order[nl++] = i;
+    for (size_t i = first, k = nl; i < b->n; i++)
+        if (b->len[i] <= LONGISH) b->order[k++] = i;
+    if (nl > 1) {
         g_sort_len = b->len;
-        qsort(b->order, m, sizeof *b->order, by_len_desc);
-    } else {
-        per = m / ((size_t)threads * 64) + 1;
+        qsort(b->order, nl, sizeof *b->order, by_len_desc);
     }
+    size_t per = (m - nl) / ((size_t)threads * 64) + 1;
     tks_error first_err = {0};
     int any_err = 0;
-    /* sorted longest first: the long documents lead, each on every thread */
+    /* the documents of LONG_DOC bytes or more lead, each on every thread */
     size_t lead = 0;
-    for (; threads > 1 && lead < m && b->len[b->order[lead]] >= LONG_DOC && !any_err; lead++) {
+    for (; threads > 1 && lead < nl && b->len[b->order[lead]] >= LONG_DOC && !any_err; lead++) {
         size_t i = b->order[lead], len;
         const char *text;
         json_t *root;
@@ -333,22 +351,25 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
      * 1-thread build 3-4% (the two working sets evicting each other). */
     int drain_on = drain && threads > 1 && !any_err;
     size_t every = m / ((size_t)threads * 64) + 1;
-#pragma omp parallel for schedule(dynamic, per) num_threads(threads) firstprivate(drain_on)
-    for (size_t k = lead; k < m; k++) {
-        size_t i = b->order[k], len;
-        const char *text;
-        json_t *root;
-        int e = 0;
-        if (doc_text(b, i, key, max_doc, &root, &text, &len)) { /* decoded on this thread */
-            e = tks_tok_encode(tk, text, len, &b->ids[i]);
-            json_decref(root);
-            b->err[i] = e;
+#pragma omp parallel num_threads(threads) firstprivate(drain_on)
+    {
+        int e = 0, mine = 0;
+#pragma omp for schedule(dynamic, 1) nowait
+        for (size_t k = lead; k < nl; k++) {
+            if (e) continue; /* after an error this thread encodes no more */
+            e = encode_one(tk, b, b->order[k], key, max_doc);
+            /* drain after each of thread 0's long documents */
+            if (!e && drain_on && omp_get_thread_num() == 0) e = drain->fn(drain->ctx, b);
         }
-        mark_done(b, i);
-        /* about 64 times a batch a thread, at the end of a run of documents */
-        if (!e && drain_on && (k - lead + 1) % every == 0 && omp_get_thread_num() == 0 &&
-            (e = drain->fn(drain->ctx, b)))
-            drain_on = 0;
+        if (e) drain_on = 0;
+#pragma omp for schedule(dynamic, per)
+        for (size_t k = nl; k < m; k++) {
+            if (e) continue; /* after an error this thread encodes no more */
+            e = encode_one(tk, b, b->order[k], key, max_doc);
+            /* about 64 times a batch a thread, at the end of a run of documents */
+            if (!e && drain_on && ++mine % every == 0 && omp_get_thread_num() == 0)
+                e = drain->fn(drain->ctx, b);
+        }
         if (e) {
 #pragma omp critical(tks_build_err)
             if (!any_err) {
