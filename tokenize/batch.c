@@ -285,15 +285,16 @@ static int doc_text(batch *b, size_t i, const char *key, uint64_t max_doc, json_
  * for the drain on thread 0). */
 static void mark_done(batch *b, size_t i) { __atomic_store_n(&b->done[i], 1, __ATOMIC_RELEASE); }
 
-/* Document i of the batch encoded on this thread, its flag set: 0 or its
- * error (its context in this thread's last error). */
-static int encode_one(tks_tok *tk, batch *b, size_t i, const char *key, uint64_t max_doc) {
+/* Document i of the batch encoded from this thread (in parts on `threads`
+ * threads when more than one: encode_long), its flag set: 0 or its error
+ * (its context in this thread's last error). */
+static int encode_one(tks_tok *tk, batch *b, size_t i, const char *key, uint64_t max_doc, int threads) {
     const char *text;
     size_t len;
     json_t *root;
     int e = 0;
     if (doc_text(b, i, key, max_doc, &root, &text, &len)) { /* decoded on this thread */
-        e = tks_tok_encode(tk, text, len, &b->ids[i]);
+        e = threads > 1 ? encode_long(tk, text, len, threads, &b->ids[i]) : tks_tok_encode(tk, text, len, &b->ids[i]);
         json_decref(root);
         b->err[i] = e;
     }
@@ -331,33 +332,25 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
     /* the documents of LONG_DOC bytes or more lead, each on every thread */
     size_t lead = 0;
     for (; threads > 1 && lead < nl && b->len[b->order[lead]] >= LONG_DOC && !any_err; lead++) {
-        size_t i = b->order[lead], len;
-        const char *text;
-        json_t *root;
-        int e = 0;
-        if (doc_text(b, i, key, max_doc, &root, &text, &len)) {
-            e = b->err[i] = encode_long(tk, text, len, threads, &b->ids[i]);
-            json_decref(root);
-        }
-        mark_done(b, i);
+        int e = encode_one(tk, b, b->order[lead], key, max_doc, threads);
         if (!e && drain) e = drain->fn(drain->ctx, b);
         if (e) {
             any_err = 1;
             first_err = *tks_last_error();
         }
     }
-    /* thread 0's: drain not failed yet. One thread writes after encoding,
-     * as before: the writer's pass interleaved with its documents cost a
-     * 1-thread build 3-4% (the two working sets evicting each other). */
+    /* thread 0's: drain not failed yet. With one thread the caller writes
+     * after the encoding: the writer's pass interleaved with the documents
+     * cost a 1-thread build 3-4% (the two working sets evicting each other). */
     int drain_on = drain && threads > 1 && !any_err;
-    size_t every = m / ((size_t)threads * 64) + 1;
 #pragma omp parallel num_threads(threads) firstprivate(drain_on)
     {
-        int e = 0, mine = 0;
+        int e = 0;
+        size_t mine = 0;
 #pragma omp for schedule(dynamic, 1) nowait
         for (size_t k = lead; k < nl; k++) {
             if (e) continue; /* after an error this thread encodes no more */
-            e = encode_one(tk, b, b->order[k], key, max_doc);
+            e = encode_one(tk, b, b->order[k], key, max_doc, 1);
             /* drain after each of thread 0's long documents */
             if (!e && drain_on && omp_get_thread_num() == 0) e = drain->fn(drain->ctx, b);
         }
@@ -365,9 +358,9 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
 #pragma omp for schedule(dynamic, per)
         for (size_t k = nl; k < m; k++) {
             if (e) continue; /* after an error this thread encodes no more */
-            e = encode_one(tk, b, b->order[k], key, max_doc);
-            /* about 64 times a batch a thread, at the end of a run of documents */
-            if (!e && drain_on && ++mine % every == 0 && omp_get_thread_num() == 0)
+            e = encode_one(tk, b, b->order[k], key, max_doc, 1);
+            /* at the end of each of thread 0's runs (per documents each) */
+            if (!e && drain_on && ++mine % per == 0 && omp_get_thread_num() == 0)
                 e = drain->fn(drain->ctx, b);
         }
         if (e) {

@@ -739,8 +739,10 @@ static int sink_one(sink *c, batch *b, size_t i) {
 static int sink_drain(void *ctx, batch *b) {
     sink *c = ctx;
     int rc = 0;
-    for (size_t i = c->next; !rc && i < b->n; i = ++c->next) {
+    while (!rc && c->next < b->n) {
+        size_t i = c->next;
         if (i >= c->first && (!__atomic_load_n(&b->done[i], __ATOMIC_ACQUIRE) || b->err[i])) break;
+        c->next++;
         rc = sink_one(c, b, i);
     }
     return rc;
