@@ -1,8 +1,8 @@
-# parquet.cmake - the optional Parquet input (tokenize/parquet.cc): Apache
+# parquet.cmake - the optional Parquet input (tokenize/input/parquet.cc): Apache
 # Arrow's C++ Parquet reader as the pyarrow wheel ships it (libarrow,
 # libparquet and their headers; Debian 12 has no Arrow package). Sets
 # TKS_HAVE_PARQUET and the target tks_parquet: the reader, or
-# tokenize/parquet_stub.c, which refuses Parquet inputs with the instruction.
+# tokenize/input/parquet_stub.c, which refuses Parquet inputs with the instruction.
 #
 # TKS_PARQUET=AUTO  build it when pyarrow is found (TKS_PYARROW_DIR, else the
 #                   project's .venv-arrow made by scripts/install-venv.sh)
@@ -54,24 +54,24 @@ endif()
 if(NOT TKS_PARQUET STREQUAL "OFF" AND NOT tks_pq_why)
   set(TKS_HAVE_PARQUET ON)
   # The reader is a module (bin/tokshard-parquet.so) that the programs load
-  # at their first Parquet input (tokenize/parquet_dl.c): linked into every
+  # at their first Parquet input (tokenize/input/parquet_dl.c): linked into every
   # program, Arrow cost each process start 7 ms. It calls the loading
   # program's tks_fail, which the programs export; it links no tokshard
   # library itself (a second copy of the error state would hide its errors).
-  add_library(tks_parquet_module MODULE tokenize/parquet.cc)
+  add_library(tks_parquet_module MODULE tokenize/input/parquet.cc)
   set_target_properties(tks_parquet_module PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON PREFIX ""
                         OUTPUT_NAME tokshard-parquet LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
   target_include_directories(tks_parquet_module PRIVATE ${CMAKE_SOURCE_DIR})
   target_include_directories(tks_parquet_module SYSTEM PRIVATE "${tks_pa}/include")
   target_link_libraries(tks_parquet_module PRIVATE "${tks_pq_lib}" "${tks_arrow_lib}")
-  add_library(tks_parquet STATIC tokenize/parquet_dl.c)
+  add_library(tks_parquet STATIC tokenize/input/parquet_dl.c)
   add_dependencies(tks_parquet tks_parquet_module)
   target_compile_definitions(tks_parquet PRIVATE TKS_PARQUET_MODULE="$<TARGET_FILE:tks_parquet_module>")
   target_link_libraries(tks_parquet PUBLIC tks_common ${CMAKE_DL_LIBS})
   target_link_options(tks_parquet INTERFACE "LINKER:--export-dynamic-symbol=tks_fail")
   message(STATUS "Parquet input: on (${tks_pq_lib}, loaded from bin/tokshard-parquet.so)")
 else()
-  add_library(tks_parquet STATIC tokenize/parquet_stub.c)
+  add_library(tks_parquet STATIC tokenize/input/parquet_stub.c)
   target_link_libraries(tks_parquet PUBLIC tks_common)
   if(TKS_PARQUET STREQUAL "OFF")
     message(STATUS "Parquet input: off (TKS_PARQUET=OFF)")

@@ -3,7 +3,7 @@
 #   fuzz_audit  audit and dataset opener (lone shard, manifest.json, shard under a manifest)
 #   fuzz_input  input reader (plain, compressed, archives, JSONL) and tks_utf8_sanitize
 #   fuzz_jsonl  the JSON Lines fast path (RapidJSON) against jansson (same status, string, reason)
-#   fuzz_parquet  the Parquet input (Arrow's reader behind tokenize/parquet.h, the footer
+#   fuzz_parquet  the Parquet input (Arrow's reader behind tokenize/input/parquet.h, the footer
 #               check of the listing, the row policies); nothing to do without Parquet support
 #   fuzz_foreign  interop: Megatron/llm.c/raw/datatrove readers (audit --format) and the
 #               sentencepiece proto walker of tokenizer.json

@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "tests/fuzz/fuzz_common.h"
-#include "tokenize/parquet.h"
+#include "tokenize/input/parquet.h"
 #include "tokenize/tokenize.h"
 
 static int valid_utf8(const unsigned char *s, size_t n) {

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenize/internal.h"
+#include "tokenize/input/input.h"
 
 int tks__buf_reserve(buf *b, size_t need) {
     if (need <= b->cap) return 0;

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "common/tks.h"
-#include "tokenize/parquet.h"
+#include "tokenize/input/parquet.h"
 
 namespace {
 constexpr int kBatch = 1024; /* rows per ReadBatch */

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenize/internal.h"
+#include "tokenize/input/input.h"
 #include "common/tks_bits.h"
 
 /* ------------------------------------------------------------------------- */

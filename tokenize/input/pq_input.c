@@ -9,7 +9,7 @@
  * document's line is its 1-based row number in the file. */
 #include <string.h>
 
-#include "tokenize/internal.h"
+#include "tokenize/input/input.h"
 
 const char *tks_input_parquet_reader(void) { return tks_pq_available() ? tks_pq_version() : NULL; }
 

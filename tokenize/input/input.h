@@ -1,150 +1,29 @@
-/* internal.h - private to tokenize/: what its files share. The input:
- * input.c (the file list), stream.c (libarchive, zlib), docs.c (documents),
- * pq_input.c (Parquet rows, through parquet.h), policy.c (UTF-8, lengths).
- * The build: build.c (tks_build), batch.c (the batches, the reader thread,
- * the encoding), units.c (the build by work units). Not an API: tokenize.h
- * is the folder's only public header (parquet.h is the Parquet reader's). */
-#ifndef TKS_TOKENIZE_INTERNAL_H
-#define TKS_TOKENIZE_INTERNAL_H
+/* input.h - private to tokenize/: the input room (tokenize/input/), what its
+ * files share and what the build pipeline (tokenize/pipeline/) uses of it.
+ * input.c (the file list), stream.c (libarchive, zlib), docs.c (documents,
+ * JSON Lines records; jsonl_fast.cc their fast path), pq_input.c (Parquet
+ * rows, through parquet.h, the Parquet reader's own header), policy.c (UTF-8,
+ * lengths), ranges.c (byte ranges of input files: document boundaries, their
+ * hashes), names.c and buf.c (helpers below all of them). The input room calls
+ * nothing of the pipeline. Not an API: tokenize.h is the folder's only public
+ * header. */
+#ifndef TKS_TOKENIZE_INPUT_H
+#define TKS_TOKENIZE_INPUT_H
 
 #include <archive.h>
 #include <jansson.h>
-#include <pthread.h>
+#include <signal.h>
 #include <time.h>
 #include <xxhash.h>
 #define ZLIB_CONST
 #include <zlib.h>
 
-#include "dataset/dataset.h"
-#include "tokenizer/tokenizer.h"
-#include "tokenize/parquet.h"
+#include "common/tks.h"
+#include "tokenize/input/parquet.h"
 #include "tokenize/tokenize.h"
 
-/* ---------------------------------------------------------------------------
- * batch.c: documents -> batches -> ids
- * ------------------------------------------------------------------------- */
-typedef struct batch {
-    char *arena;           /* document bytes, back to back */
-    size_t arena_len, arena_cap;
-    size_t *off, *len;     /* per document */
-    uint64_t *ordinal;
-    size_t *order;         /* documents sorted by length, longest first */
-    tks_ids *ids;          /* per document, reused across batches */
-    int *err;              /* per document: 0 or a TKS_ERR_* */
-    /* JSONL records read undecoded (tks_input_opts.defer_json), decoded by
-     * tks__encode_batch: per document whether it is one, and what decoding
-     * found (tks_jsonl_status; TKS_JSONL_OK for a document that is not) */
-    uint8_t *json, *status;
-    uint8_t *done;         /* per document: encoded (or decoding found it bad), set with
-                            * release order once ids, err and status are final */
-    uint64_t *line;        /* per document: its line in its source */
-    uint32_t *src;         /* per document: its source's index in srcs */
-    char **srcs;           /* the sources' names, in order, owned by the batch */
-    size_t n_srcs, srcs_cap;
-    size_t n, cap;
-    /* set by the reader with the batch */
-    int end;               /* the input (the work unit's ranges) ends with this batch */
-    uint64_t docs_seen;    /* documents read so far, this batch's included */
-    uint64_t text_seen;    /* their text bytes */
-    tks_input_stats input; /* the input's counters after this batch */
-} batch;
 
-/* Prefetch: reading (decompression, libarchive, the document split) is one
- * core's sequential work, a third of a build of the Linux tarball, so the
- * next batch is read on a thread of its own while the caller encodes and
- * commits the current one. One thread per batch (a few hundred per GiB of
- * text; their start is noise): between tks__prefetch_take and the next
- * tks__prefetch_start no reader runs, so the caller may use the input then and
- * the input is never used by two threads at once. The output is unchanged:
- * batches are taken in order. */
-typedef struct reader reader;
-typedef struct prefetch {
-    batch slot[2];
-    int next;      /* the slot the reader fills; the caller holds the other */
-    int running;   /* a reader thread to join */
-    pthread_t th;
-    reader *r;
-    int rc;        /* the reader's result, and its error (errors are per thread) */
-    tks_error err;
-} prefetch;
-
-/* The reader: the input's documents in order, into one batch per call
- * (fill_batch), to the end of the input (a work unit's ranges). */
-typedef struct reader {
-    tks_input *in;
-    size_t batch_bytes;
-    size_t fill;   /* this batch's text: batch_bytes / 8 at first, doubled at each batch up to
-                    * batch_bytes, so that the threads start encoding after the first
-                    * eighth is read (a 13 MB build waited 8 ms for its first 8 MiB) */
-    uint64_t docs_read, text;
-    volatile sig_atomic_t *stop; /* an interrupt ends the batch early (it is not used) */
-} reader;
-
-/* Starts reading the next batch on a thread of its own (here, when no
- * thread can be created). */
-void tks__prefetch_start(prefetch *p);
-/* Waits for the batch tks__prefetch_start began: 0 and *out (the caller's
- * until the next take), or the reader's error, restored on this thread. */
-int tks__prefetch_take(prefetch *p, batch **out);
-/* Joins a reader still running (after an error or an interrupt) and frees
- * both batches. */
-void tks__prefetch_free(prefetch *p);
-/* Once a batch is committed: empties it, freeing what it grew beyond what
- * the next batch of batch_bytes needs. */
-void tks__batch_trim(batch *b, size_t batch_bytes);
-/* What the caller does with a batch's documents while the rest are being
- * encoded: fn(ctx, b) runs on the calling thread only (thread 0 of the
- * encoding team), between the documents it encodes itself, and may take
- * every document from its own cursor on whose `done` flag is set (read with
- * acquire order), in order, stopping at one whose err is set. Writing the
- * shards this way keeps the other threads encoding while this one writes
- * (a pass over the batch after the encoding left all but one thread idle,
- * a tenth of a 2-thread build). A nonzero return is the build's error; fn
- * is not called again in the batch. */
-typedef struct tks__drain {
-    int (*fn)(void *ctx, batch *b);
-    void *ctx;
-} tks__drain;
-
-/* Tokenizes the batch's documents first..n-1 in parallel on `threads`
- * threads, decoding their JSONL records first (key, max_doc: the input's),
- * each one's `done` flag set as it is finished, and `drain` (may be NULL)
- * called as above: 0 or the first error (the encoder's or drain's).
- * Documents before `first` are left as they are, their flags set (a
- * resumed unit reads past what its sealed shards hold without encoding). */
-int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const char *key, uint64_t max_doc,
-                      const tks__drain *drain);
-/* Adds BOS/EOS as the options ask. 0 or TKS_ERR_NOMEM. */
-int tks__add_specials(tks_ids *v, const tks_build_opts *o, uint32_t bos, uint32_t eos);
-
-/* ---------------------------------------------------------------------------
- * build.c: what tks_build and the work units share
- * ------------------------------------------------------------------------- */
-/* The inputs and every option that changes the output, as JSON (the
- * manifest's provenance; a new reference). *rc: 0, or an error. */
-json_t *tks__describe(const tks_build_opts *o, const tks_input *in, const tks_tok *tk, int *rc);
-/* The build id (16 hex digits): XXH3-64 of the options, the tokenizer and
- * every input's path, size and modification time, from the listing. */
-int tks__build_id(const tks_build_opts *o, const tks_input *in, const tks_tok *tk, char out[17]);
-/* The dataset's totals into *stats and its manifest into `partial`. */
-int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_tok *tk,
-                        json_t *desc, const tks_input_stats *input, const tks_shard_info *shards,
-                        size_t n_shards, uint64_t empty_after_tokenize, tks_build_stats *stats);
-/* The build's inputs, opened with the build's stop flag. */
-int tks__open_inputs(const tks_build_opts *o, tks_input **in);
-/* TKS_ERR_INPUT for inputs that gave no document with a token. */
-int tks__no_text(const tks_input_stats *is);
-/* TKS_ERR_ARG for an output inside an input, or an input inside it. */
-int tks__check_output_apart(const char *out, const tks_build_opts *o);
-/* TKS_ERR_ARG when the options ask for a BOS or EOS the tokenizer lacks. */
-int tks__check_specials(const tks_build_opts *o, uint32_t bos, uint32_t eos);
-/* A shard writer into `dir` for the tokenizer tk, from shard first_shard. */
-int tks__open_writer(const tks_build_opts *o, const tks_tok *tk, const char *dir,
-                     uint32_t first_shard, tks_writer **w);
-/* The encoder a build took, and why, into *stats. */
-void tks__encoder_report(const tks_tok *tk, const tks_build_opts *o, tks_build_stats *stats);
-
-/* A byte range of an input file that a work unit reads (plan.c): whole 1,
+/* A byte range of an input file that a work unit reads (tokenize/pipeline/plan.c): whole 1,
  * the file read as usual from its start (archives and compressed files
  * included: start 0, end its size); whole 0, the bytes [start, end) of a
  * plain file, read as they are on disk; whole TKS__RANGE_PARQUET, the row
@@ -155,58 +34,6 @@ typedef struct tks__range {
 } tks__range;
 /* tks__range.whole of a Parquet file's row groups [start, end) */
 #define TKS__RANGE_PARQUET 2u
-
-/* ---------------------------------------------------------------------------
- * plan.c: the work units, from the listing alone, and the cuts in plain files
- * ------------------------------------------------------------------------- */
-/* A piece of the inputs: file `file`'s bytes [start, end), nominal when
- * `cut` (a plain file cut into pieces: tks__unit_ranges moves both bounds
- * to document boundaries), else the whole file (start 0, end its size); a
- * Parquet file's row groups [start, end) when cut is TKS__RANGE_PARQUET. */
-typedef struct tks__piece {
-    uint64_t file, start, end;
-    uint32_t cut, pad;
-    uint64_t bytes; /* its size for the units: end - start, or a Parquet piece's column bytes */
-} tks__piece;
-
-/* The plan: pieces in input order, units over runs of them (unit k's
- * pieces are pieces[first_piece .. first_piece + n_pieces)), and the
- * hand-out order (unit indices, heaviest first). */
-typedef struct tks__plan {
-    tks__piece *pieces;
-    size_t n_pieces;
-    tks_build_unit *units;
-    size_t n_units;
-    uint64_t *order;
-} tks__plan;
-
-/* The plan of the listing ls for unit_bytes (> 0): O(files), reads nothing.
- * 0 or TKS_ERR_NOMEM (*p then empty). tks__plan_free releases it. */
-int tks__plan_make(const tks_input *ls, uint64_t unit_bytes, tks__plan *p);
-void tks__plan_free(tks__plan *p);
-/* The ranges unit `unit` reads (*out, malloc'd, *n of them; the caller frees
- * *out even on failure): whole files as they are, and each cut piece moved to
- * its document boundaries (empty ones left out). Reads a window around each
- * cut and a plain file's first 64 KiB. Errors: TKS_ERR_IO, TKS_ERR_INPUT (a
- * file changed since it was listed), TKS_ERR_NOMEM. */
-int tks__unit_ranges(const tks_input *ls, const tks__plan *p, uint64_t unit, uint64_t unit_bytes,
-                     tks__range **out, size_t *n);
-/* The cut for the nominal offset x of the plain file fd (path, size bytes):
- * the smallest document boundary p with x <= p < size, else size; x == 0
- * gives 0. A boundary is the offset after a "\n" (blank_lines 0: --doc-split
- * line, JSON Lines), or after the "\n" that ends a line of blank bytes only
- * (blank_lines 1: --doc-split blank-line). Errors: TKS_ERR_IO, TKS_ERR_NOMEM. */
-int tks__find_cut(int fd, const char *path, uint64_t size, uint64_t x, int blank_lines, uint64_t *out);
-/* The XXH3-128 of the bytes [start, end) of the file path (a kept unit's
- * range checked on --resume). Errors: TKS_ERR_IO, TKS_ERR_INPUT (shorter). */
-int tks__range_xxh3(const char *path, uint64_t start, uint64_t end, uint8_t out[16]);
-/* The XXH3-128 a unit records for range r of the listing ls: the whole file's,
- * the bytes [start, end) of a plain range, or the bytes from the first to
- * the end of the last column chunk of a Parquet range's row groups. */
-int tks__range_hash(const tks_input *ls, const tks__range *r, uint8_t out[16]);
-/* The file bytes [*a, *b) that Parquet file i's row groups [g0, g1) span
- * (*a == *b when there are none). */
-void tks__pq_span(const tks_input *ls, uint64_t i, uint64_t g0, uint64_t g1, uint64_t *a, uint64_t *b);
 
 /* ---------------------------------------------------------------------------
  * The input (input.c: listing; stream.c: libarchive and zlib; docs.c:
@@ -414,5 +241,37 @@ int tks__entry_fill(tks_input *in);
  * frees a stream's buffers. */
 void tks__close_file(tks_input *in);
 void tks__stream_free(stream *s);
+
+
+/* ---------------------------------------------------------------------------
+ * ranges.c: byte ranges of input files, their document boundaries and hashes
+ * ------------------------------------------------------------------------- */
+/* The range of file `file` of the listing ls (a regular plain file listed
+ * with its size and time) between the nominal offsets start and end, each
+ * moved to its document boundary (tks__find_cut; kind 1: after any line end,
+ * 2: after a blank line), appended to r[*n] (nothing when it is empty). A
+ * file whose first bytes are compressed under a plain name is read whole by
+ * the piece that starts at 0. Reads the file's first 64 KiB and a window
+ * around each cut. Errors: TKS_ERR_IO, TKS_ERR_INPUT (the file changed since
+ * it was listed), TKS_ERR_NOMEM. */
+int tks__cut_range(const tks_input *ls, uint64_t file, uint64_t start, uint64_t end, int kind, tks__range *r,
+                   size_t *n);
+/* The cut for the nominal offset x of the plain file fd (path, size bytes):
+ * the smallest document boundary p with x <= p < size, else size; x == 0
+ * gives 0. A boundary is the offset after a "\n" (blank_lines 0: --doc-split
+ * line, JSON Lines), or after the "\n" that ends a line of blank bytes only
+ * (blank_lines 1: --doc-split blank-line). Errors: TKS_ERR_IO, TKS_ERR_NOMEM. */
+int tks__find_cut(int fd, const char *path, uint64_t size, uint64_t x, int blank_lines, uint64_t *out);
+/* The XXH3-128 of the bytes [start, end) of the file path (a kept unit's
+ * range checked on --resume). Errors: TKS_ERR_IO, TKS_ERR_INPUT (shorter). */
+int tks__range_xxh3(const char *path, uint64_t start, uint64_t end, uint8_t out[16]);
+/* The XXH3-128 a unit records for range r of the listing ls: the whole file's,
+ * the bytes [start, end) of a plain range, or the bytes from the first to
+ * the end of the last column chunk of a Parquet range's row groups. */
+int tks__range_hash(const tks_input *ls, const tks__range *r, uint8_t out[16]);
+/* The file bytes [*a, *b) that Parquet file i's row groups [g0, g1) span
+ * (*a == *b when there are none). */
+void tks__pq_span(const tks_input *ls, uint64_t i, uint64_t g0, uint64_t g1, uint64_t *a, uint64_t *b);
+
 
 #endif

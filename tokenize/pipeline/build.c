@@ -20,7 +20,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "tokenize/internal.h"
+#include "tokenize/pipeline/pipeline.h"
 #include "common/tks_json.h"
 
 void tks_build_opts_default(tks_build_opts *o) {

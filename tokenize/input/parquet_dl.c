@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "common/tks.h"
-#include "tokenize/parquet.h"
+#include "tokenize/input/parquet.h"
 
 #ifndef TKS_PARQUET_MODULE
 #error "TKS_PARQUET_MODULE (the module's path in the build) is set by cmake/parquet.cmake"

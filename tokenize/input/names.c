@@ -4,7 +4,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "tokenize/internal.h"
+#include "tokenize/input/input.h"
 
 int tks__name_ends_with(const char *s, size_t n, const char *suf) {
     size_t m = strlen(suf);

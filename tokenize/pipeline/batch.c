@@ -7,10 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenize/internal.h"
+#include "tokenize/pipeline/pipeline.h"
 
-static const size_t *g_sort_len;
-static int by_len_desc(const void *a, const void *b);
+static int by_len_desc(const void *a, const void *b, void *len);
 
 static int batch_push(batch *b, const tks_doc *d) {
     if (b->n == b->cap) {
@@ -323,8 +322,7 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
     for (size_t i = first, k = nl; i < b->n; i++)
         if (b->len[i] <= LONGISH) b->order[k++] = i;
     if (nl > 1) {
-        g_sort_len = b->len;
-        qsort(b->order, nl, sizeof *b->order, by_len_desc);
+        qsort_r(b->order, nl, sizeof *b->order, by_len_desc, b->len);
     }
     size_t per = (m - nl) / ((size_t)threads * 64) + 1;
     tks_error first_err = {0};
@@ -395,8 +393,11 @@ int tks__add_specials(tks_ids *v, const tks_build_opts *o, uint32_t bos, uint32_
     return 0;
 }
 
-static int by_len_desc(const void *a, const void *b) {
-    size_t x = g_sort_len[*(const size_t *)a], y = g_sort_len[*(const size_t *)b];
+/* qsort_r's order of document indices by their lengths len[], longest first
+ * (no global: two builds may sort on two threads of one process). */
+static int by_len_desc(const void *a, const void *b, void *len) {
+    const size_t *l = len;
+    size_t x = l[*(const size_t *)a], y = l[*(const size_t *)b];
     if (x != y) return x < y ? 1 : -1;
     return *(const size_t *)a < *(const size_t *)b ? -1 : 1;
 }

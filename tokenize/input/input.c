@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tokenize/internal.h"
+#include "tokenize/input/input.h"
 
 #define DEFAULT_MAX_DOC_BYTES (64ull << 20)
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenize/internal.h"
+#include "tokenize/input/input.h"
 #include "common/tks_bits.h"
 
 static int is_blank(const char *p, size_t n) {

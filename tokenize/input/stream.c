@@ -36,7 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tokenize/internal.h"
+#include "tokenize/input/input.h"
 
 #define READ_BLOCK_BYTES ((size_t)1 << 20)
 

@@ -2,7 +2,7 @@
  * Parquet reader (-DTKS_PARQUET=OFF, or AUTO where the pyarrow wheel was not
  * found): every Parquet file is refused with the way to get the support. */
 #include "common/tks.h"
-#include "tokenize/parquet.h"
+#include "tokenize/input/parquet.h"
 
 int tks_pq_available(void) { return 0; }
 
