@@ -113,16 +113,14 @@ static int coordinator_list(tks_build_job *j) {
 /* The coordinator's last step, once the listing is settled: OUT.partial. */
 static int coordinator_prepare(tks_build_job *j) {
     const tks_build_opts *o = &j->o;
-    int rc = 0;
     struct stat sb;
-    int have = !rc && stat(j->partial, &sb) == 0;
-    if (!rc && have && !o->resume)
-        rc = tks_fail(TKS_ERR_EXISTS, j->partial, TKS_NONE, TKS_NONE,
-                      "%s exists from an interrupted or failed build: re-run with --resume to "
-                      "continue it, or remove it to start over",
-                      j->partial);
-    if (!rc && have) rc = resume_partial(j);
-    else if (!rc) rc = tks_partial_create(j->partial);
+    int have = stat(j->partial, &sb) == 0, rc;
+    if (have && !o->resume)
+        return tks_fail(TKS_ERR_EXISTS, j->partial, TKS_NONE, TKS_NONE,
+                        "%s exists from an interrupted or failed build: re-run with --resume to "
+                        "continue it, or remove it to start over",
+                        j->partial);
+    rc = have ? resume_partial(j) : tks_partial_create(j->partial);
     /* the tokenizer's files into the dataset, checked against the one in use */
     if (!rc) rc = tks_tok_save(j->tk, o->tokenizer_path, j->partial);
     if (!rc) rc = tks_partial_tokenizer(TKS_PARTIAL_BUILD, j->partial, NULL, tks_tok_file_name(j->tk),
