@@ -15,6 +15,7 @@
 #include <xxhash.h>
 
 #include "tokenizer/bpe_internal.h"
+#include "tokenizer/bpe_vocab.h"
 
 /* Printable Latin-1 bytes stand for themselves, the other 68 for U+0100..
  * in byte order. */
@@ -230,7 +231,7 @@ int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable) {
         if (usable && !usable[id]) continue;
         const char *s = b->bytes + b->off[id];
         size_t len = b->off[id + 1] - b->off[id];
-        size_t h = XXH3_64bits(s, len) & b->vmask;
+        size_t h = tks__bpe_hash(s, len) & b->vmask;
         while (b->vslot[h].id != TKS_NO_ID) h = (h + 1) & b->vmask;
         b->vslot[h] = (tks__bpe_vslot){tks__bpe_head8(s, len), id, (uint32_t)len};
     }

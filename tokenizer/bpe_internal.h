@@ -15,6 +15,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "tokenizer/tls_pool.h"
 #include "tokenizer/tokenizer.h"
 
 enum { TKS__BPE_MAX_SPLITS = 8 };
@@ -119,10 +120,7 @@ struct tks_bpe {
     int word_cache;       /* tks_bpe_set_word_cache (on by default) */
     int fast;             /* the one splitter's hand matcher, used for text within the BMP; or
                            * TKS__FAST_NONE: PCRE2 for everything */
-    pthread_key_t key;
-    int have_key;         /* key and mu are initialized */
-    pthread_mutex_t mu;
-    tks__bpe_scratch *all;/* every thread's scratch */
+    tks__tls_pool scratch;/* every thread's scratch (bpe_scratch.c) */
     /* loaded from the cache (bpe_cache.c): off, bytes, special, vslot, mslot,
      * the added sets' tok and added_text point into this read-only mapping */
     const uint8_t *cache_map;
@@ -140,13 +138,6 @@ const char *tks__bpe_named_specials(const char *name);
 uint32_t tks__bpe_byte_char(unsigned b);
 size_t tks__bpe_pow2(size_t n); /* the least power of two >= n, at least 16 */
 
-/* bpe.c, the encoder's vocabulary lookups: a 64-bit mixer, the hash of a
- * piece's bytes, and the mergeable token with bytes s[0..n), or TKS_NO_ID
- * (_h with the piece's tks__bpe_hash already computed). */
-uint64_t tks__bpe_mix64(uint64_t x);
-uint32_t tks__bpe_vocab_find(const tks_bpe *b, const char *s, size_t n);
-uint32_t tks__bpe_vocab_find_h(const tks_bpe *b, const char *s, size_t n, uint64_t h);
-uint64_t tks__bpe_hash(const char *s, size_t n);
 /* The first min(n, 8) bytes of s, zero-padded, as memcpy into a zeroed
  * uint64_t gives them: a vocabulary slot's check, a word-cache key's
  * words. Read with at most two loads of fixed size: bytes stored one by one
@@ -235,7 +226,8 @@ int tks__bpe_fast_init(void);
 size_t tks__bpe_fast_bmp(const char *t, size_t n);
 size_t tks__bpe_fast_next(int prog, const char *t, size_t n, size_t i);
 
-/* The per-thread scratch's key (bpe.c), made by tks__bpe_finish. */
+/* The per-thread scratch's pool (bpe_scratch.c), made by tks__bpe_finish.
+ * 0 or TKS_ERR_NOMEM. */
 int tks__bpe_scratch_init(tks_bpe *b);
 /* Loads tokshard's descriptor of a tiktoken tokenizer (bpe_tiktoken.c),
  * `d` its parsed JSON (borrowed), `path` its file. */

@@ -16,6 +16,7 @@
 #include <xxhash.h>
 
 #include "tokenizer/bpe_internal.h"
+#include "tokenizer/bpe_vocab.h"
 
 
 /* ---------------------------------------------------------------------------

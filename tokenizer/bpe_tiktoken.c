@@ -27,6 +27,7 @@
 #include <xxhash.h>
 
 #include "tokenizer/bpe_internal.h"
+#include "tokenizer/bpe_vocab.h"
 
 #define RANKS_NAME "tokenizer.tiktoken"
 

@@ -197,8 +197,7 @@ static const uint32_t *ce_ids(const centry *e) {
 }
 
 struct tls_cache {
-    tls_cache *next_all; /* the handle's list */
-    int in_use;          /* owned by a live thread */
+    tks__tls_obj pool;   /* first: the handle's pool (tls_pool.h) */
     cslot *slots;        /* CACHE_SLOTS */
     char *arena;         /* CACHE_ARENA */
     size_t arena_len, n_used;
@@ -219,13 +218,8 @@ struct tls_cache {
     size_t heap_cap;     /* bytes */
 };
 
-static void cache_release(void *p) {
-    tls_cache *c = p;
-    /* the thread is gone: the cache stays with the handle for another thread */
-    __atomic_store_n(&c->in_use, 0, __ATOMIC_RELEASE);
-}
-
-static void cache_destroy(tls_cache *c) {
+static void cache_destroy(tks__tls_obj *o) {
+    tls_cache *c = (tls_cache *)o;
     free(c->slots);
     free(c->arena);
     free(c->wbuf);
@@ -236,67 +230,29 @@ static void cache_destroy(tls_cache *c) {
     free(c);
 }
 
-int tks__fast_caches_init(tks_fast *f) {
-    pthread_mutex_init(&f->mu, NULL);
-    if (pthread_key_create(&f->key, cache_release)) {
-        pthread_mutex_destroy(&f->mu);
-        return TKS_ERR_NOMEM;
+int tks__fast_caches_init(tks_fast *f) { return tks__tls_pool_init(&f->caches) ? TKS_ERR_NOMEM : 0; }
+
+void tks__fast_caches_free(tks_fast *f) { tks__tls_pool_free(&f->caches, cache_destroy); }
+
+static tks__tls_obj *cache_new(void *ctx) {
+    (void)ctx;
+    tls_cache *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->slots = calloc(CACHE_SLOTS, sizeof *c->slots);
+    c->arena = malloc(CACHE_ARENA);
+    if (!c->slots || !c->arena) {
+        cache_destroy(&c->pool);
+        return NULL;
     }
-    return 0;
+    return &c->pool;
 }
 
-void tks__fast_caches_free(tks_fast *f) {
-    tls_cache *c = f->caches;
-    while (c) {
-        tls_cache *n = c->next_all;
-        cache_destroy(c);
-        c = n;
-    }
-    f->caches = NULL;
-    pthread_key_delete(f->key);
-    pthread_mutex_destroy(&f->mu);
-}
+static tls_cache *get_cache(tks_fast *f) { return (tls_cache *)tks__tls_pool_get(&f->caches, cache_new, NULL); }
 
-static tls_cache *get_cache(tks_fast *f) {
-    tls_cache *c = pthread_getspecific(f->key);
-    if (c) return c;
-    pthread_mutex_lock(&f->mu);
-    for (c = f->caches; c; c = c->next_all)
-        if (!__atomic_load_n(&c->in_use, __ATOMIC_ACQUIRE)) break;
-    if (!c) {
-        c = calloc(1, sizeof *c);
-        if (c) {
-            c->slots = calloc(CACHE_SLOTS, sizeof *c->slots);
-            c->arena = malloc(CACHE_ARENA);
-            if (!c->slots || !c->arena) {
-                cache_destroy(c);
-                c = NULL;
-            } else {
-                c->next_all = f->caches;
-                f->caches = c;
-            }
-        }
-    }
-    if (c) {
-        c->in_use = 1;
-        if (pthread_setspecific(f->key, c)) c->in_use = 0, c = NULL;
-    }
-    pthread_mutex_unlock(&f->mu);
-    return c;
-}
-
-void tks_fast_get_stats(const tks_fast *cf, tks_fast_stats *st) {
-    tks_fast *f = (tks_fast *)cf;
+void tks_fast_get_stats(const tks_fast *f, tks_fast_stats *st) {
+    _Static_assert(sizeof *st % sizeof(uint64_t) == 0, "tks_fast_stats holds uint64_t counts only");
     memset(st, 0, sizeof *st);
-    pthread_mutex_lock(&f->mu);
-    for (tls_cache *c = f->caches; c; c = c->next_all) {
-        st->words += c->st.words;
-        st->word_hits += c->st.word_hits;
-        st->bytes += c->st.bytes;
-        st->hit_bytes += c->st.hit_bytes;
-        st->bound_misses += c->st.bound_misses;
-    }
-    pthread_mutex_unlock(&f->mu);
+    tks__tls_pool_sum(&((tks_fast *)f)->caches, offsetof(tls_cache, st), (uint64_t *)st, sizeof *st / sizeof(uint64_t));
 }
 
 static int grow(void **p, size_t *cap, size_t need) {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "tokenizer/fastenc.h"
+#include "tokenizer/tls_pool.h"
 
 /* sentencepiece_model.proto, ModelProto.SentencePiece.Type */
 enum { PT_NORMAL = 1, PT_UNKNOWN = 2, PT_CONTROL = 3, PT_USER = 4, PT_UNUSED = 5, PT_BYTE = 6 };
@@ -76,14 +77,11 @@ struct tks_fast {
     size_t edge_mask;
     int32_t *node_id;    /* piece id ending at each node, or -1 */
     size_t n_nodes;
-    /* per-thread caches (fastenc.c) */
-    pthread_key_t key;
-    pthread_mutex_t mu;
-    tls_cache *caches;   /* every cache ever made for this handle, freed with it */
+    tks__tls_pool caches; /* per-thread caches (fastenc.c), freed with the handle */
 };
 
-/* fastenc.c: the per-thread caches' mutex and key, made with the handle (0,
- * or TKS_ERR_NOMEM with nothing to free), and freed with it together with
+/* fastenc.c: the per-thread caches' pool, made with the handle (0, or
+ * TKS_ERR_NOMEM with nothing to free), and freed with it together with
  * every cache made since. */
 int tks__fast_caches_init(tks_fast *f);
 void tks__fast_caches_free(tks_fast *f);
