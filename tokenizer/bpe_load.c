@@ -16,6 +16,7 @@
 #include <xxhash.h>
 
 #include "tokenizer/bpe_internal.h"
+#include "tokenizer/load.h"
 #include "tokenizer/bpe_vocab.h"
 
 
@@ -432,33 +433,34 @@ int tks_bpe_load(const char *path, tks_bpe **out) {
     size_t size;
     int rc = tks_map_file(path, "tokenizer", &base, &size);
     if (rc) return rc;
+    rc = tks__bpe_load_bytes(path, base, size, out);
+    tks_unmap(base, size);
+    return rc;
+}
+
+int tks__bpe_load_bytes(const char *path, const uint8_t *base, size_t size, tks_bpe **out) {
+    *out = NULL;
+    int rc;
     tks_bpe *b = tks__bpe_new(path);
-    if (!b) {
-        tks_unmap(base, size);
-        return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory loading %s", path);
-    }
+    if (!b) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory loading %s", path);
     /* the fingerprint names the compact form a earlier load left
      * (bpe_cache.c): when it is there and sound, no JSON is parsed */
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits(base, size));
     rc = tks__bpe_cache_load(b, c.digest, size);
     if (rc == 0) {
-        tks_unmap(base, size);
         *out = b;
         return 0;
     }
     if (rc != 1 || b->cache_map) { /* a cache that mapped but did not build: parse instead */
         tks_bpe_free(b);
-        if (!(b = tks__bpe_new(path))) {
-            tks_unmap(base, size);
+        if (!(b = tks__bpe_new(path)))
             return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory loading %s", path);
-        }
     }
     rc = 0;
     json_error_t je;
     json_t *root = json_loadb((const char *)base, size, JSON_REJECT_DUPLICATES, &je);
     if (root) memcpy(b->fingerprint, c.digest, 16);
-    tks_unmap(base, size);
     if (!root) {
         rc = tks_fail(TKS_ERR_TOKENIZER, path, TKS_NONE, (uint64_t)je.position,
                       "%s is not valid JSON (line %d, column %d: %s)", path, je.line, je.column, je.text);

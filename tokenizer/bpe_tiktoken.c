@@ -27,6 +27,7 @@
 #include <xxhash.h>
 
 #include "tokenizer/bpe_internal.h"
+#include "tokenizer/load.h"
 #include "tokenizer/bpe_vocab.h"
 
 #define RANKS_NAME "tokenizer.tiktoken"
@@ -63,6 +64,21 @@ static long b64_decode(const char *s, size_t n, unsigned char *out) {
     return m;
 }
 
+int tks__tiktoken_sniff_bytes(const uint8_t *base, size_t size) {
+    char line[512];
+    size_t k = 0;
+    while (k < size && k + 1 < sizeof line && base[k] != '\n') k++;
+    memcpy(line, base, k);
+    line[k] = 0;
+    size_t i = 0;
+    while (b64_value((unsigned char)line[i]) >= 0) i++;
+    while (line[i] == '=') i++;
+    if (!i || line[i] != ' ') return 0;
+    size_t j = ++i;
+    while (line[i] >= '0' && line[i] <= '9') i++;
+    return i > j && (line[i] == '\r' || !line[i]);
+}
+
 /* 1 when the first line of the file looks like a ranks file ("BASE64 RANK"). */
 int tks_tiktoken_sniff(const char *path) {
     /* only a regular file is looked into (a FIFO's open would wait for a
@@ -71,17 +87,10 @@ int tks_tiktoken_sniff(const char *path) {
     if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
-    char line[512];
-    int ok = fgets(line, sizeof line, f) != NULL;
+    uint8_t head[512];
+    size_t got = fread(head, 1, sizeof head, f);
     fclose(f);
-    if (!ok) return 0;
-    size_t i = 0;
-    while (b64_value((unsigned char)line[i]) >= 0) i++;
-    while (line[i] == '=') i++;
-    if (!i || line[i] != ' ') return 0;
-    size_t j = ++i;
-    while (line[i] >= '0' && line[i] <= '9') i++;
-    return i > j && (line[i] == '\n' || line[i] == '\r' || !line[i]);
+    return tks__tiktoken_sniff_bytes(head, got);
 }
 
 typedef struct rank_line {
@@ -599,12 +608,11 @@ static int ranks_cache_key(tks_bpe *b, const uint8_t ranks_xxh3[16], const speci
     return 0;
 }
 
-/* Loads the ranks at `path` with the pattern and specials already in b. */
-static int load_ranks(tks_bpe *b, const char *path, special *sp, size_t n_sp, const uint8_t *want_xxh3) {
-    const uint8_t *base;
-    size_t size;
-    int rc = tks_map_file(path, "tiktoken ranks", &base, &size);
-    if (rc) return rc;
+/* Loads the ranks base[0..size) of the file `path` with the pattern and
+ * specials already in b. */
+static int load_ranks_bytes(tks_bpe *b, const char *path, const uint8_t *base, size_t size, special *sp,
+                            size_t n_sp, const uint8_t *want_xxh3) {
+    int rc = 0;
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, XXH3_128bits(base, size));
     memcpy(b->tt_ranks_xxh3, c.digest, 16);
@@ -621,7 +629,6 @@ static int load_ranks(tks_bpe *b, const char *path, special *sp, size_t n_sp, co
         if (rc == 1) rc = 0;
     }
     if (!rc && !cached) rc = build(b, (const char *)base, size, sp, n_sp);
-    tks_unmap(base, size);
     if (rc) return rc;
     if (!cached) tks__bpe_cache_store(b, key, size);
     char *d;
@@ -633,16 +640,39 @@ static int load_ranks(tks_bpe *b, const char *path, special *sp, size_t n_sp, co
     return 0;
 }
 
+/* Loads the ranks file at `path` (mapped for the call). */
+static int load_ranks(tks_bpe *b, const char *path, special *sp, size_t n_sp, const uint8_t *want_xxh3) {
+    const uint8_t *base;
+    size_t size;
+    int rc = tks_map_file(path, "tiktoken ranks", &base, &size);
+    if (rc) return rc;
+    rc = load_ranks_bytes(b, path, base, size, sp, n_sp, want_xxh3);
+    tks_unmap(base, size);
+    return rc;
+}
+
 int tks_bpe_load_tiktoken(const char *path, const tks_tiktoken_opts *o, tks_bpe **out) {
     if (!out) return tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE, "tks_bpe_load_tiktoken: out is NULL");
     *out = NULL;
     if (!path) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_bpe_load_tiktoken: path is NULL");
+    const uint8_t *base;
+    size_t size;
+    int rc = tks_map_file(path, "tiktoken ranks", &base, &size);
+    if (rc) return rc;
+    rc = tks__bpe_load_tiktoken_bytes(path, base, size, o, out);
+    tks_unmap(base, size);
+    return rc;
+}
+
+int tks__bpe_load_tiktoken_bytes(const char *path, const uint8_t *base, size_t size, const tks_tiktoken_opts *o,
+                                 tks_bpe **out) {
+    *out = NULL;
     tks_bpe *b = tks__bpe_new(path);
     if (!b) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory loading %s", path);
     special *sp = NULL;
     size_t n_sp = 0;
     int rc = resolve_pattern(b, o, &sp, &n_sp);
-    if (!rc) rc = load_ranks(b, path, sp, n_sp, NULL);
+    if (!rc) rc = load_ranks_bytes(b, path, base, size, sp, n_sp, NULL);
     specials_free(sp, n_sp);
     if (rc) {
         tks_bpe_free(b);

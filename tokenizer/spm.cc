@@ -3,6 +3,7 @@
  * C++ file of the project: every entry point catches C++ exceptions and
  * turns them into TKS_ERR_* codes, so nothing throws across the C boundary.
  */
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/fastenc.h"
 
@@ -157,48 +158,31 @@ static const char *model_type_of(const uint8_t *buf, size_t n) {
 /* A serialized protobuf message is at most 2 GiB - 1 (protobuf's limit). */
 #define TKS_SPM_MAX_MODEL_BYTES 0x7fffffffull
 
-static int read_file(const char *path, std::string *out) {
-    int fd;
-    struct stat st;
-    int orc = tks_open_regular(path, "tokenizer model", &fd, &st);
-    if (orc) return orc;
-    {
-        if ((unsigned long long)st.st_size > TKS_SPM_MAX_MODEL_BYTES) {
-            close(fd);
-            return tks_fail(TKS_ERR_TOKENIZER, path, TKS_NONE, TKS_NONE,
-                            "%s is not a sentencepiece model (%llu bytes, over protobuf's 2 GiB "
-                            "limit): pass the .model file written by `tokshard train-tokenizer` "
-                            "or spm_train",
-                            path, (unsigned long long)st.st_size);
-        }
-        out->reserve((size_t)st.st_size);
-    }
-    char buf[1 << 16];
-    int rc = 0;
-    for (;;) {
-        ssize_t r = read(fd, buf, sizeof buf);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, (uint64_t)out->size(),
-                          "cannot read tokenizer model %s: %s", path, strerror(errno));
-            break;
-        }
-        if (r == 0) break;
-        out->append(buf, (size_t)r);
-    }
-    close(fd);
-    return rc;
-}
-
 extern "C" int tks_spm_load(const char *path, tks_spm **out) {
     if (!out) return tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE, "tks_spm_load: out is NULL");
     *out = nullptr;
     if (!path) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_spm_load: path is NULL");
+    const uint8_t *base;
+    size_t size;
+    int rc = tks_map_file(path, "tokenizer model", &base, &size);
+    if (rc) return rc;
+    rc = tks__spm_load_bytes(path, base, size, out);
+    tks_unmap(base, size);
+    return rc;
+}
+
+extern "C" int tks__spm_load_bytes(const char *path, const uint8_t *base, size_t size, tks_spm **out) {
+    *out = nullptr;
+    if ((unsigned long long)size > TKS_SPM_MAX_MODEL_BYTES)
+        return tks_fail(TKS_ERR_TOKENIZER, path, TKS_NONE, TKS_NONE,
+                        "%s is not a sentencepiece model (%llu bytes, over protobuf's 2 GiB "
+                        "limit): pass the .model file written by `tokshard train-tokenizer` "
+                        "or spm_train",
+                        path, (unsigned long long)size);
     tks_spm *s = nullptr;
     try {
-        std::string bytes;
-        int rc = read_file(path, &bytes);
-        if (rc) return rc;
+        std::string bytes = size ? std::string((const char *)base, size) : std::string();
+        int rc = 0;
         s = new tks_spm();
         XXH128_canonical_t c;
         XXH128_canonicalFromHash(&c, XXH3_128bits(bytes.data(), bytes.size()));

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 #include "common/tks_bits.h"
 
@@ -24,25 +25,11 @@ struct tks_tok {
     char config[PATH_MAX];       /* the tokenizer_config.json read, "" when none */
 };
 
-/* *is_json = 1: the file at path starts (after whitespace) with '{'.
- * Errors: tks_open_regular's (missing, unreadable, not a regular file). */
-static int looks_like_json(const char *path, int *is_json) {
-    /* a regular file, or refused at once: a FIFO without a writer would
-     * block the first read (deaf to SIGTERM), a device would never end */
-    int fd = -1, rc = tks_open_regular(path, "tokenizer", &fd, NULL);
-    FILE *f = rc ? NULL : fdopen(fd, "rb");
-    *is_json = 0;
-    if (rc) return rc;
-    if (!f) {
-        close(fd);
-        return 0;
-    }
-    int c;
-    do c = fgetc(f);
-    while (c == ' ' || c == '\t' || c == '\n' || c == '\r');
-    fclose(f);
-    *is_json = c == '{';
-    return 0;
+/* 1 when the bytes start (after whitespace) with '{'. */
+static int looks_like_json(const uint8_t *p, size_t n) {
+    size_t i = 0;
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r')) i++;
+    return i < n && p[i] == '{';
 }
 
 /* The id of the special token whose text is `content` (added tokens only). */
@@ -121,8 +108,14 @@ static void tiktoken_defaults(tks_tok *t) {
 int tks_tok_load_opts(const char *path, const tks_tok_opts *o, tks_tok **out) {
     *out = NULL;
     if (!path) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "no tokenizer path");
-    int is_json = 0, rc = looks_like_json(path, &is_json);
-    int tiktoken = !rc && !is_json && tks_tiktoken_sniff(path);
+    /* opened once, as a regular file or refused at once (a FIFO without a
+     * writer would block the first read, deaf to SIGTERM; a device would
+     * never end): the kind is told from the bytes the loader then reads */
+    const uint8_t *base = NULL;
+    size_t size = 0;
+    int rc = tks_map_file(path, "tokenizer", &base, &size);
+    int is_json = !rc && looks_like_json(base, size);
+    int tiktoken = !rc && !is_json && tks__tiktoken_sniff_bytes(base, size);
     int tt_opts = o && ((o->pattern && *o->pattern) || o->special_tokens);
     tks_tok *t = rc ? NULL : calloc(1, sizeof *t);
     if (!rc && !t) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
@@ -132,12 +125,13 @@ int tks_tok_load_opts(const char *path, const tks_tok_opts *o, tks_tok **out) {
                       "own file says how it splits text): leave them out", path);
     if (!rc && tiktoken) {
         tks_tiktoken_opts to = {o ? o->pattern : NULL, o ? o->special_tokens : NULL};
-        rc = tks_bpe_load_tiktoken(path, &to, &t->bpe);
+        rc = tks__bpe_load_tiktoken_bytes(path, base, size, &to, &t->bpe);
     } else if (!rc && is_json) {
-        rc = tks_bpe_load(path, &t->bpe);
+        rc = tks__bpe_load_bytes(path, base, size, &t->bpe);
     } else if (!rc) {
-        rc = tks_spm_load(path, &t->spm);
+        rc = tks__spm_load_bytes(path, base, size, &t->spm);
     }
+    tks_unmap(base, size);
     if (!rc && t->bpe) rc = read_config(t, path);
     if (!rc && t->bpe) tiktoken_defaults(t);
     if (!rc && o && o->allow_special) {

@@ -1,18 +1,29 @@
 /*
- * tokenizer.h - the tokenizer library's one public header: sentencepiece
- * models (the C++ library from Debian's libsentencepiece-dev, implemented in
- * spm.cc) with tokshard's exact fast encoder (fastenc.c, private), byte-level
- * BPE tokenizers read from a tokenizer.json (bpe.c), and the Hugging Face
- * tokenizer.json writer (hf_tokenizer.c). The build pipeline
- * (tokenize/), the trainer and interop use it; it depends on common/ only.
+ * tokenizer.h - the tokenizer library's one public header. It holds:
+ *   - sentencepiece models (tks_spm: the C++ library from Debian's
+ *     libsentencepiece-dev, spm.cc) with tokshard's exact fast encoder
+ *     (fastenc*.c, private), and sentencepiece training;
+ *   - byte-level BPE tokenizers (tks_bpe) read from a Hugging Face
+ *     tokenizer.json (bpe_load.c) or from a tiktoken ranks file with its
+ *     pattern and special tokens (bpe_tiktoken.c), encoded exactly by
+ *     bpe*.c, each parsed file kept in a per-user cache in compact form
+ *     (bpe_cache.c) so that later loads skip the parse;
+ *   - tks_tok, one handle over both kinds that the build pipeline, the
+ *     trainer and the tools load and encode with (tok.c): the kind is told
+ *     from the file's bytes, not its name;
+ *   - the Hugging Face tokenizer.json writer (hf_tokenizer.c) and the
+ *     comparison behind `tokshard verify-tokenizer` (verify.c).
+ * The build pipeline (tokenize/), the trainer and interop use it; it depends
+ * on common/ only.
  *
- * Thread safety: a loaded tks_spm is immutable; tks_spm_encode and
- * tks_spm_decode may be called concurrently on the same handle
- * (SentencePieceProcessor's Encode/Decode are const).
+ * Thread safety: a loaded handle (tks_spm, tks_bpe, tks_tok) is immutable
+ * apart from per-thread scratch it owns; its encode and decode calls may be
+ * made concurrently from any number of threads. Setters (tks_*_set_*) are
+ * not thread-safe: call them before encoding.
  * Errors are TKS_ERR_* codes with context in tks_last_error() (tks.h).
  */
-#ifndef TKS_SPM_H
-#define TKS_SPM_H
+#ifndef TKS_TOKENIZER_H
+#define TKS_TOKENIZER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -527,4 +538,4 @@ void tks_tokenizer_record(const tks_tok *tk, tks_tokenizer_info *out);
 #ifdef __cplusplus
 }
 #endif
-#endif /* TKS_SPM_H */
+#endif /* TKS_TOKENIZER_H */
