@@ -1,4 +1,4 @@
-# Input reader: plain/compressed/archived text -> documents (tokenize/input.c, stream.c, docs.c).
+# Input reader: plain/compressed/archived text -> documents (tokenize/input/input.c, stream.c, docs.c).
 # Uses the real corpus (python3.11-doc, dict-gcide) and the system compressors.
 add_executable(test_input ${TKS_TEST_DIR}/test_input.c)
 target_link_libraries(test_input PRIVATE tks_tokenize)

@@ -6,9 +6,10 @@
 #   - no folder includes one at or above its own level: common < dataset,
 #     tokenizer < sampler, tokenize < trainer < interop < tools;
 #   - the trainer's rooms call down only: backend < cpu, comm < model, cuda <
-#     perf, ckpt < run;
+#     perf, ckpt < run; so do the two rooms of tokenize/: input < pipeline;
 #   - no two files of one folder call each other (directly or round a loop);
-#   - no function outside tests is over 120 lines;
+#   - no function outside tests is over 120 lines, no library or tool source
+#     file over 1,000;
 # and what the programs link: the trainer's programs no libarchive, the data
 # tool no CUDA library, the audit front end no heavy library.
 # Usage: test_layering.sh SOURCE_DIR BIN_DIR
@@ -56,15 +57,26 @@ rule_levels() {
 # at or above their level.
 ROOMS=(trainer/backend=0 trainer/cpu=1 trainer/comm=1 trainer/model=2 trainer/cuda=2 trainer/perf=3
        trainer/ckpt=3 trainer/run=4)
-rule_rooms() { "$PY" "$CALLS" rooms "$1" "${ROOMS[@]}"; }
+TOKENIZE_ROOMS=(tokenize/input=0 tokenize/pipeline=1)
+rule_rooms() {
+  "$PY" "$CALLS" rooms "$1" "${ROOMS[@]}"
+  "$PY" "$CALLS" rooms "$1" "${TOKENIZE_ROOMS[@]}"
+  # and no file of tokenize/ outside the rooms (the public header stays above them)
+  (cd "$1" && find tokenize -maxdepth 1 -type f \( -name '*.c' -o -name '*.cc' \) | sed 's/^/outside the rooms: /')
+}
 rule_circles() { "$PY" "$CALLS" circles "$1" "${LIBS[@]}" tools; }
-rule_long() { "$PY" "$CALLS" long "$1" 120 "${LIBS[@]}" tools bench; }
+rule_long() {
+  "$PY" "$CALLS" long "$1" 120 "${LIBS[@]}" tools bench
+  (cd "$1" && find "${LIBS[@]}" tools -type f \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' \
+     -o -name '*.cuh' \) -exec awk 'END { if (NR > 1000) printf "%s: a file of %d lines (limit 1000)\n", FILENAME, NR }' {} \;)
+}
 # Narrower rules of single folders.
 rule_narrow() {
   (cd "$1" &&
     grep -rnE '#include "trainer/(backend|comm|model|ckpt|perf|run|cpu)/|#include "trainer/cuda/cuda\.h"' \
       "${CODE[@]}" tools bench | sed 's/^/private trainer header: /'
     grep -rnE '#include "tokenize/' "${CODE[@]}" trainer sampler | sed 's/^/the build pipeline: /'
+    grep -rnE '#include "tokenize/pipeline/' "${CODE[@]}" tokenize/input | sed 's/^/the input room including the pipeline: /'
     grep -rnE '#include "(trainer|tokenize)/' "${CODE[@]}" interop | sed 's/^/interop: /'
     grep -rnE '#include "[^"]*fastenc\.h"' "${CODE[@]}" . | grep -v '^\./tokenizer/' | sed 's/^/fastenc.h: /')
 }
@@ -108,9 +120,16 @@ plant levels "sampler/ including the build pipeline" sampler/blend.c '#include "
 plant levels "a relative include" trainer/run/eval.c '#include "../../common/tks.h"'
 plant rooms "the backend calling the model" trainer/backend/dtype.c \
   'size_t tks__planted(void); size_t tks__planted(void) { return tks_model_n_flat(0); }'
+plant rooms "the input room calling the build pipeline" tokenize/input/names.c \
+  'void tks__planted(void *p); void tks__planted(void *p) { tks__plan_free(p); }'
+plant narrow "the input room including the pipeline's header" tokenize/input/docs.c \
+  '#include "tokenize/pipeline/pipeline.h"'
 plant long "a function of 121 lines" trainer/run/eval.c \
   "$(printf 'int tks__planted(int x);\nint tks__planted(int x) {\n'; for i in $(seq 118); do echo '    x += 1;'; done
      printf '    return x;\n}\n')"
+copy_tree
+seq 1001 | sed 's@^@/* filler @; s@$@ */@' >>"$W/tree/dataset/stats.c"
+planted long "a file of 1,001 lines" "^dataset/stats.c: a file of"
 plant narrow "tools including cuda.h" tools/tokshard_train.c '#include "trainer/cuda/cuda.h"'
 copy_tree
 printf '%s\n' 'int tks__planted_b(void);' 'int tks__planted_a(void) { return tks__planted_b(); }' >"$W/tree/dataset/planted_a.c"

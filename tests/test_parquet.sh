@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Parquet inputs (tokenize/parquet.cc through Arrow's C++ reader), on files
+# Parquet inputs (tokenize/input/parquet.cc through Arrow's C++ reader), on files
 # tests/parquet_write.py writes with pyarrow from the Python docs and GCIDE.
 # Usage: test_parquet.sh BIN_DIR WORKDIR CASE   (needs the build_setup fixture)
 #   CASE same: a directory of Parquet files (every codec, dictionary and plain
