@@ -55,6 +55,7 @@
 
 #include <utf8proc.h>
 
+#include "tokenizer/bpe_pcache.h"
 #include "tokenizer/bpe_wcache.h"
 
 static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k);
@@ -97,6 +98,94 @@ static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k) {
                          __ATOMIC_RELAXED);
     /* a piece of bytes without a token gives no id (and out->ids may be NULL) */
     if (!rc) tks__bpe_wcache_put(e, &w, t, n, k, e->out->n > first ? e->out->ids + first : NULL, e->out->n - first);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * The hand matcher's pieces, in runs
+ * ------------------------------------------------------------------------- */
+/* Pieces a run: their ends from the hand matcher, then their keys, and the
+ * seed lines fetched, before any is looked up, so that the lookups of a run
+ * wait for memory together. */
+#define RUN 64
+
+/* A short piece neither table holds: merged, then cached in the thread's
+ * table when its ids fit a slot (else the long-piece path's caches take it). */
+static int short_miss(enc *e, const char *t, size_t n, pkey k, uint64_t h) {
+    size_t first = e->out->n;
+    int rc = tks__bpe_merge_small(e, t, n);
+    size_t m = e->out->n - first;
+    if (!rc && m >= 1 && m <= PSLOT_IDS) pc_put(e->s->pc, PC_BITS, k, h, e->out->ids + first, m);
+    else if (!rc && m > PSLOT_IDS) { /* rare: kept by the longer pieces' word cache */
+        ckey ck;
+        wslot w;
+        size_t after = e->out->n;
+        tks__bpe_piece_key(e, t, n, &ck);
+        int hit = tks__bpe_wcache_get(e, t, n, &ck, &w);
+        if (hit < 0) return hit;
+        if (hit) e->out->n = after; /* its ids were appended again */
+        else tks__bpe_wcache_put(e, &w, t, n, &ck, e->out->ids + first, m);
+    }
+    return rc;
+}
+
+/* The text t[0..n) (within the BMP) cut by the hand matcher, each piece
+ * through the tables: a short piece (up to PKEY_MAX bytes) the seed or the
+ * thread's cache, else merged; a longer one bpe_piece's path. */
+static int fast_pieces(enc *e, const char *t, size_t n) {
+    const tks_bpe *b = e->b;
+    scratch *s = e->s;
+    int rc = tks__bpe_wcache_on(e);
+    if (rc <= 0) { /* no caches: the vocabulary and the merges, a piece at a time */
+        for (size_t i = 0, j; rc == 0 && i < n; i = j) {
+            j = tks__bpe_fast_next(b->fast, t, n, i);
+            rc = bpe_piece(e, t + i, j - i);
+        }
+        return rc;
+    }
+    rc = 0;
+    size_t ends[RUN];
+    pkey key[RUN];
+    uint64_t hash[RUN];
+    const char *end = t + n;
+    for (size_t i = 0; i < n && !rc;) {
+        size_t m = tks__bpe_fast_ends(b->fast, t, n, i, ends, RUN);
+        for (size_t j = 0, a = i; j < m; a = ends[j++]) {
+            size_t len = ends[j] - a;
+            if (len > PKEY_MAX) continue;
+            key[j] = pkey_of(t + a, len, end);
+            hash[j] = pkey_hash(key[j]);
+            __builtin_prefetch(&b->seed[2 * (hash[j] >> (64 - b->seed_bits))]);
+        }
+        if ((rc = tks__bpe_out_reserve(e, m * PSLOT_IDS))) break;
+        uint64_t shorts = 0, short_bytes = 0, hits = 0, hit_bytes = 0;
+        for (size_t j = 0, a = i; j < m && !rc; a = ends[j++]) {
+            size_t len = ends[j] - a;
+            if (len > PKEY_MAX) { /* counted by bpe_piece_k */
+                rc = bpe_piece(e, t + a, len);
+                if (!rc) rc = tks__bpe_out_reserve(e, (m - j) * PSLOT_IDS);
+                continue;
+            }
+            shorts++;
+            short_bytes += len;
+            const pslot *p = seed_find(b, key[j], hash[j]);
+            if (!p) p = pc_find(s->pc, PC_BITS, key[j], hash[j]);
+            if (p) { /* a slot's ids stored whole, counted by n */
+                memcpy(e->out->ids + e->out->n, p->id, sizeof p->id);
+                e->out->n += p->n;
+                hits++;
+                hit_bytes += len;
+            } else {
+                rc = short_miss(e, t + a, len, key[j], hash[j]);
+                if (!rc) rc = tks__bpe_out_reserve(e, (m - j) * PSLOT_IDS);
+            }
+        }
+        s->st.words += shorts;
+        s->st.bytes += short_bytes;
+        s->st.word_hits += hits;
+        s->st.hit_bytes += hit_bytes;
+        i = ends[m - 1];
+    }
     return rc;
 }
 
@@ -150,27 +239,7 @@ static int split_level(enc *e, int lv, const char *t, size_t n) {
     if (!n) return 0;
     const tks_bpe *b = e->b;
     if (lv == b->n_split) return bpe_piece(e, t, n);
-    if (b->fast && !e->ref && tks__bpe_fast_bmp(t, n)) {
-        /* the hand matcher: pieces tile the text, each is kept; each piece's
-         * vocabulary slot and word-cache set are fetched while the one
-         * before it is encoded (fetching two or three ahead measured no
-         * better) */
-        int on = tks__bpe_wcache_on(e);
-        if (on < 0) return on;
-        ckey k[2] = {{0}, {0}};
-        size_t i = 0, j = tks__bpe_fast_next(b->fast, t, n, 0);
-        tks__bpe_piece_key(e, t, j, &k[0]);
-        int rc = 0, c = 0;
-        while (!rc && i < n) {
-            size_t m = j < n ? tks__bpe_fast_next(b->fast, t, n, j) : n;
-            if (m > j) tks__bpe_piece_key(e, t + j, m - j, &k[c ^ 1]);
-            rc = bpe_piece_k(e, t + i, j - i, &k[c]);
-            c ^= 1;
-            i = j;
-            j = m;
-        }
-        return rc;
-    }
+    if (b->fast && !e->ref && tks__bpe_fast_bmp(t, n)) return fast_pieces(e, t, n);
     const tks__bpe_splitter *sp = &b->split[lv];
     regroup g = {0, 0, 0, 0};
     size_t pos = 0;
@@ -441,6 +510,7 @@ void tks_bpe_free(tks_bpe *b) {
         free(b->bytes);
         free(b->special);
         free(b->vslot);
+        free(b->seed);
         free(b->mslot);
         free(b->added_raw.tok);
         free(b->added_norm.tok);

@@ -237,6 +237,7 @@ int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable) {
     }
     int rc = added_index(b, &b->added_raw);
     if (!rc) rc = added_index(b, &b->added_norm);
+    if (!rc) rc = tks__bpe_seed_build(b);
     return rc ? rc : finish_common(b);
 }
 

@@ -43,17 +43,19 @@
 #include <xxhash.h>
 
 #include "tokenizer/bpe_internal.h"
+#include "tokenizer/bpe_pcache.h"
 
 #ifndef TKS_BPE_CACHE_ID
 #define TKS_BPE_CACHE_ID "unversioned"
 #endif
 
-enum { CACHE_FORMAT = 2, N_SEC = 10 };
+enum { CACHE_FORMAT = 3, N_SEC = 11 };
 static const char cache_magic[8] = {'T', 'K', 'S', 'B', 'P', 'E', 'C', 1};
 
 /* The sections: per-id tables, the two hashes (no merges in rank mode), the
- * added tokens, the patterns, the ids that are no token (rank mode). */
-enum { S_OFF, S_BYTES, S_SPECIAL, S_VSLOT, S_MSLOT, S_RAW, S_NORM, S_TEXT, S_PAT, S_HOLE };
+ * added tokens, the patterns, the ids that are no token (rank mode), the
+ * seed table of the short tokens (bpe_pcache.h). */
+enum { S_OFF, S_BYTES, S_SPECIAL, S_VSLOT, S_MSLOT, S_RAW, S_NORM, S_TEXT, S_PAT, S_HOLE, S_SEED };
 
 typedef struct cache_set {
     uint32_t n, one_first_plus1, max_len, pad;
@@ -76,6 +78,7 @@ typedef struct cache_header {
     uint64_t body_size, body_xxh3;
     uint32_t mode, n_ids, n_model, nfc, ignore_merges, n_split;
     uint64_t vmask, mmask;
+    uint32_t seed_bits, pad;
     uint32_t byte_id[256];
     struct {
         uint64_t off, len;
@@ -143,6 +146,7 @@ void tks__bpe_cache_store(const tks_bpe *b, const uint8_t key[16], size_t source
     h->ignore_merges = (uint32_t)b->ignore_merges;
     h->n_split = (uint32_t)b->n_split;
     h->vmask = b->vmask;
+    h->seed_bits = b->seed_bits;
     memcpy(h->byte_id, b->byte_id, sizeof h->byte_id);
     set_out(&h->raw, &b->added_raw);
     set_out(&h->norm, &b->added_norm);
@@ -163,11 +167,11 @@ void tks__bpe_cache_store(const tks_bpe *b, const uint8_t key[16], size_t source
     for (int i = 0; i < b->n_split; i++) memcpy(pats + h->split[i].pat_off, b->split[i].pat, b->split[i].pat_len);
     int merges = b->mode == TKS__BPE_MERGES;
     const void *data[N_SEC] = {b->off, b->bytes, b->special, b->vslot, b->mslot, b->added_raw.tok,
-                               b->added_norm.tok, b->added_text, pats, b->hole};
+                               b->added_norm.tok, b->added_text, pats, b->hole, b->seed};
     size_t len[N_SEC] = {((size_t)b->n_ids + 1) * sizeof *b->off, b->off[b->n_ids], b->n_ids,
                          (b->vmask + 1) * sizeof *b->vslot, merges ? (b->mmask + 1) * sizeof *b->mslot : 0,
                          b->added_raw.n * sizeof *b->added_raw.tok, b->added_norm.n * sizeof *b->added_norm.tok,
-                         text_len, pat_len, b->hole ? b->n_ids : 0};
+                         text_len, pat_len, b->hole ? b->n_ids : 0, ((size_t)2 << b->seed_bits) * sizeof(pslot)};
     h->mmask = merges ? b->mmask : 0;
     /* header, then each section at a 64-byte boundary (zero padding between) */
     static const char zeros[64];
@@ -228,12 +232,13 @@ static int cache_valid(const uint8_t *m, size_t size, const uint8_t fp[16], size
     int merges = h->mode == TKS__BPE_MERGES;
     if ((!merges && h->mode != TKS__BPE_RANKS) || !n || h->n_model > n || h->n_split < 1 ||
         h->n_split > TKS__BPE_MAX_SPLITS || h->vmask > (1ull << 40) || (h->vmask & (h->vmask + 1)) ||
-        h->mmask > (1ull << 40) || (h->mmask & (h->mmask + 1)) || (!merges && h->mmask))
+        h->mmask > (1ull << 40) || (h->mmask & (h->mmask + 1)) || (!merges && h->mmask) || h->seed_bits < 1 ||
+        h->seed_bits > 40)
         return 0;
     uint64_t need[N_SEC] = {(n + 1) * 8, 0, n, (h->vmask + 1) * sizeof(tks__bpe_vslot),
                             merges ? (h->mmask + 1) * sizeof(tks__bpe_merge) : 0,
                             (uint64_t)h->raw.n * sizeof(tks__bpe_added), (uint64_t)h->norm.n * sizeof(tks__bpe_added),
-                            0, 0, 0};
+                            0, 0, 0, ((uint64_t)2 << h->seed_bits) * sizeof(pslot)};
     for (int s = 0; s < N_SEC; s++) {
         if (h->sec[s].off % 64 || h->sec[s].off > h->body_size || h->sec[s].len > h->body_size - h->sec[s].off)
             return 0;
@@ -255,6 +260,14 @@ static int cache_valid(const uint8_t *m, size_t size, const uint8_t fp[16], size
     for (uint64_t i = 0; merges && i <= h->mmask; i++)
         if (ms[i].key && (ms[i].new_id >= n || ((ms[i].key - 1) >> 32) >= n || ((ms[i].key - 1) & 0xffffffffu) >= n))
             return 0;
+    const pslot *sd = (const pslot *)(body + h->sec[S_SEED].off);
+    for (uint64_t i = 0; i < (uint64_t)2 << h->seed_bits; i++) {
+        unsigned len = (unsigned)(sd[i].hi >> 56);
+        if (!sd[i].lo && !sd[i].hi) continue;
+        if (len < 1 || len > PKEY_MAX || sd[i].n < 1 || sd[i].n > PSLOT_IDS) return 0;
+        for (uint32_t j = 0; j < sd[i].n; j++)
+            if (sd[i].id[j] >= n) return 0;
+    }
     const cache_set *sets[2] = {&h->raw, &h->norm};
     for (int k = 0; k < 2; k++) {
         const cache_set *cs = sets[k];
@@ -316,6 +329,8 @@ int tks__bpe_cache_load(tks_bpe *b, const uint8_t fp[16], size_t source_size) {
     b->special = body + h->sec[S_SPECIAL].off;
     b->vslot = (tks__bpe_vslot *)(body + h->sec[S_VSLOT].off);
     b->mslot = h->mode == TKS__BPE_MERGES ? (tks__bpe_merge *)(body + h->sec[S_MSLOT].off) : NULL;
+    b->seed = (pslot *)(body + h->sec[S_SEED].off);
+    b->seed_bits = h->seed_bits;
     set_in(&b->added_raw, &h->raw, body + h->sec[S_RAW].off);
     set_in(&b->added_norm, &h->norm, body + h->sec[S_NORM].off);
     b->added_text = (char *)(body + h->sec[S_TEXT].off);

@@ -17,10 +17,12 @@
 /* The word cache: per thread, 2-way set associative, one 64-byte line a
  * piece of up to 24 bytes with up to 9 ids, the piece's bytes in the line
  * (a hit reads one cache line: with the bytes elsewhere, the second load
- * missed as often as the first). CACHE_SETS x 2 lines: 8 MiB a thread. */
+ * missed as often as the first). CACHE_SETS x 2 lines: 2 MiB a thread. Its
+ * pieces are those the short pieces' tables (bpe_pcache.h) do not hold:
+ * over PKEY_MAX bytes, or over PSLOT_IDS ids. */
 #define CACHE_KEY 24
 #define CACHE_IDS 9
-#define CACHE_SETS (1u << 16)
+#define CACHE_SETS (1u << 14)
 #define CACHE_BYTES (2 * (size_t)CACHE_SETS * 64)
 
 /* The long-piece cache: per thread, direct-mapped, LCACHE entries, for the
@@ -31,6 +33,11 @@
  * checked byte for byte. */
 #define LCACHE (1u << 12)
 #define LCACHE_MAX 256
+
+/* The thread's cache of short pieces (bpe_pcache.h): 2^PC_BITS lines of two
+ * 32-byte slots, 8 MiB. */
+#define PC_BITS 17
+#define PC_BYTES (((size_t)2 << PC_BITS) * 32)
 
 /* Pieces up to this many bytes are merged in flat arrays on the stack
  * (tks__bpe_merge_small); longer ones through tks__bpe_merge_heap. */
@@ -75,6 +82,7 @@ struct tks__bpe_scratch {
     hent *heap;
     cline *cache;               /* CACHE_SETS x 2, or NULL before the first use */
     lent *lcache;               /* LCACHE, allocated with cache */
+    tks__bpe_pslot *pc;         /* 2 << PC_BITS: the short pieces' cache (bpe_pcache.h), with cache */
     tks_encoder_stats st;
 };
 typedef tks__bpe_scratch scratch;

@@ -68,6 +68,7 @@ typedef struct tks__bpe_added_set {
 } tks__bpe_added_set;
 
 typedef struct tks__bpe_scratch tks__bpe_scratch;
+typedef struct tks__bpe_pslot tks__bpe_pslot; /* bpe_pcache.h */
 
 /* A slot of the vocab hash: the token's first 8 bytes (zero after its
  * end), so that a token of up to 8 bytes is found with one cache line. */
@@ -101,6 +102,9 @@ struct tks_bpe {
                            * [x << 8 | y], as the pair lookup gives them, plus 2 (so 1: no
                            * merge; 0: not known yet); learnt while encoding, with relaxed
                            * atomics like self */
+    tks__bpe_pslot *seed; /* 2 << seed_bits slots, or NULL: the short tokens with the ids BPE gives
+                           * their bytes (bpe_pcache.h, bpe_seed.c) */
+    unsigned seed_bits;
     tks__bpe_merge *mslot;/* TKS__BPE_MERGES: the merges */
     size_t mmask;
     int ignore_merges;    /* a piece that is a token is that token (always for tiktoken) */
@@ -190,6 +194,9 @@ int tks__bpe_add_token(tks_bpe *b, const char *content, size_t len, uint32_t id,
  * usable is NULL), the added-token matchers and the per-thread scratch:
  * the last step of either loader. */
 int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable);
+/* bpe_seed.c: the seed table of a handle whose vocabulary and merge tables
+ * are built (bpe_pcache.h): 0, or TKS_ERR_NOMEM. */
+int tks__bpe_seed_build(tks_bpe *b);
 /* The last steps of tks__bpe_finish for a handle whose tables came from the
  * cache: the learnt-merge flags, the scratch, the hand matcher. */
 int tks__bpe_finish_cached(tks_bpe *b);
@@ -225,6 +232,10 @@ int tks__bpe_unassigned_learn(uint32_t cp, const char *utf8, size_t k);
 int tks__bpe_fast_init(void);
 size_t tks__bpe_fast_bmp(const char *t, size_t n);
 size_t tks__bpe_fast_next(int prog, const char *t, size_t n, size_t i);
+/* bpe_pretok.c: the ends of the pieces from byte i of t[0..n) (i < n) into
+ * ends[0..cap), cap >= 1, as tks__bpe_fast_next gives them one by one: how
+ * many were written (the last is where to go on; n once the text is cut). */
+size_t tks__bpe_fast_ends(int prog, const char *t, size_t n, size_t i, size_t *ends, size_t cap);
 
 /* The per-thread scratch's pool (bpe_scratch.c), made by tks__bpe_finish.
  * 0 or TKS_ERR_NOMEM. */

@@ -377,3 +377,23 @@ size_t tks__bpe_fast_next(int prog, const char *t, size_t n, size_t i) {
     }
     return n;
 }
+
+size_t tks__bpe_fast_ends(int prog, const char *t, size_t n, size_t i, size_t *ends, size_t cap) {
+    text x = {(const unsigned char *)t, n};
+    size_t m = 0;
+    /* a loop per pattern: the matcher inlined into it, no call a piece */
+#define CUT(step)                                                                                                 \
+    do {                                                                                                          \
+        while (i < n && m < cap) ends[m++] = i = (step);                                                          \
+    } while (0)
+    switch (prog) {
+    case TKS__FAST_GPT2: CUT(gpt2(&x, i)); break;
+    case TKS__FAST_LLAMA3: CUT(llama3(&x, i, 3, 0)); break;
+    case TKS__FAST_QWEN2: CUT(llama3(&x, i, 1, 0)); break;
+    case TKS__FAST_CL100K: CUT(llama3(&x, i, 3, 1)); break;
+    case TKS__FAST_O200K: CUT(o200k(&x, i)); break;
+    default: ends[m++] = n;
+    }
+#undef CUT
+    return m;
+}

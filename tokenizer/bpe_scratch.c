@@ -19,6 +19,7 @@ static void scratch_destroy(tks__tls_obj *o) {
     free(s->next);
     free(s->heap);
     if (s->cache) munmap(s->cache, CACHE_BYTES);
+    if (s->pc) munmap(s->pc, PC_BYTES);
     for (size_t i = 0; s->lcache && i < LCACHE; i++) free(s->lcache[i].blob);
     free(s->lcache);
     free(s);
