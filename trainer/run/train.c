@@ -150,6 +150,7 @@ typedef struct trainer {
     char note[4096];      /* this step's log lines (sources starting an epoch) */
     tks_batch_loader *pf; /* the batch loader (sampler.h): the data cursor and the blend there */
     tks_train_state st;
+    tks_checkpoint_tokenizer *ck_tok; /* what the checkpoints copy of the tokenizer (rank 0) */
     char ckdir[PATH_MAX], lock_path[PATH_MAX];
     char plans_dir[PATH_MAX];     /* RUN/plans: --pack-plans' default */
 } trainer;
@@ -267,6 +268,8 @@ static int open_run(const tks_train_opts *in, trainer *t) {
     if (!rc && t->lead && (rc = tks_path_join(path, sizeof path, o->out_dir, "metrics.jsonl")) == 0 &&
         !(t->metrics = fopen(path, "a")))
         rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s: %s", path, strerror(errno));
+    /* the tokenizer the checkpoints copy, parsed once for the whole run (the writer's) */
+    if (!rc && t->lead && r->ds) rc = tks_checkpoint_tokenizer_open(tks_dataset_tokenizer_path(r->ds), &t->ck_tok);
     rc = tks_mesh_agree(t->mesh, rc);
     t->st = (tks_train_state){.seed = o->seed, .seq_len = o->seq_len, .global_batch = o->global_batch,
                               .val_tokens = o->val_tokens,
@@ -288,6 +291,7 @@ static int open_run(const tks_train_opts *in, trainer *t) {
 static void close_run(trainer *t) {
     tks_backend *be = t->be;
     tks_loader_close(t->pf);
+    tks_checkpoint_tokenizer_free(t->ck_tok);
     if (t->metrics) fclose(t->metrics);
     tks_unlock(t->run_lock, t->lock_path);
     free(t->tok);
@@ -448,7 +452,7 @@ static int save_checkpoint(trainer *t, char *ck, int if_absent, int prune) {
         if (world->size > 1) rc = world->t->broadcast_bytes(world, &exists, sizeof exists, 0); /* host data */
         if (!rc && exists != 0) return tks_mesh_agree(t->mesh, rc);
     }
-    if (!rc) rc = tks_checkpoint_save(ck, t->m, t->opt, &t->st, tks_dataset_tokenizer_path(t->r.ds), t->mesh);
+    if (!rc) rc = tks_checkpoint_save(ck, t->m, t->opt, &t->st, t->ck_tok, t->mesh);
     if (!rc && prune && t->lead) rc = tks_checkpoint_prune(t->ckdir, t->o->keep_checkpoints);
     return tks_mesh_agree(t->mesh, rc);
 }
