@@ -11,6 +11,11 @@
 
 #define TKS_MAX_RESERVED 64
 
+/* The tokenizer file of a dataset imported with a vocabulary size and no
+ * tokenizer (model_type "none"): a text note, never a model; checkpoints
+ * keep it under the same name. */
+#define TKS_NO_TOKENIZER_NAME "tokenizer.none"
+
 typedef struct tks_tokenizer_info {
     char file[256];           /* tokenizer file name inside the dataset dir */
     uint8_t fingerprint[16];  /* XXH3-128 of the tokenizer file */

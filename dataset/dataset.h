@@ -193,10 +193,6 @@ int tks_shard_verify_chunk(const tks_shard *s, uint64_t c);
  * ------------------------------------------------------------------------- */
 typedef struct tks_dataset tks_dataset;
 
-/* The tokenizer file of a dataset imported with a vocabulary size and no
- * tokenizer (model_type "none"): a text note, never a model; checkpoints
- * keep it under the same name. */
-#define TKS_NO_TOKENIZER_NAME "tokenizer.none"
 /* A byte-level BPE tokenizer's BOS, EOS and pad beside its tokenizer.json (transformers' file) */
 #define TKS_TOKENIZER_CONFIG_NAME "tokenizer_config.json"
 

@@ -40,6 +40,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "common/tks_bits.h"
 #include "sampler/internal.h"
 
 typedef unsigned long long ull; /* for printf */
@@ -259,21 +260,16 @@ static uint64_t off_begin(const plan_hdr *h) { return off_win(h) + 8 * (h->n_win
 static uint64_t off_len(const plan_hdr *h) { return off_begin(h) + 8 * h->n_items; }
 static uint64_t plan_bytes(const plan_hdr *h) { return off_len(h) + 4 * h->n_items; }
 
-static void put64(unsigned char *b, size_t at, uint64_t v) { memcpy(b + at, &v, 8); }
-static uint64_t get64(const unsigned char *b, size_t at) { uint64_t v; memcpy(&v, b + at, 8); return v; }
-static void put32(unsigned char *b, size_t at, uint32_t v) { memcpy(b + at, &v, 4); }
-static uint32_t get32(const unsigned char *b, size_t at) { uint32_t v; memcpy(&v, b + at, 4); return v; }
-
 static void hdr_encode(const plan_hdr *h, unsigned char *b) {
     memset(b, 0, PLAN_HDR);
     memcpy(b, PLAN_MAGIC, 8);
-    put32(b, 8, h->version);
-    put32(b, 12, h->seq_len);
-    put32(b, 16, h->group_windows);
+    tks_put_le32(b + 8, h->version);
+    tks_put_le32(b + 12, h->seq_len);
+    tks_put_le32(b + 16, h->group_windows);
     const uint64_t f[] = {h->manifest, h->begin,  h->end,  h->n_groups, h->n_windows,
                           h->n_items,  h->tokens, h->docs, h->split,    h->body_xxh3};
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) put64(b, 24 + 8 * i, f[i]);
-    put64(b, 248, XXH3_64bits(b, 248));
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) tks_put_le64(b + 24 + 8 * i, f[i]);
+    tks_put_le64(b + 248, XXH3_64bits(b, 248));
 }
 
 /* The plan's inputs: what its windows are a function of. */
@@ -419,11 +415,11 @@ static int plan_open(const tks_sampler *s, const char *path, tks__pack *p) {
     const char *bad = NULL;
     int code = TKS_ERR_HEADER;
     if (size < PLAN_HDR || memcmp(b, PLAN_MAGIC, 8)) bad = "not a packing plan (magic)", code = TKS_ERR_MAGIC;
-    else if (get64(b, 248) != XXH3_64bits(b, 248)) bad = "header checksum mismatch", code = TKS_ERR_CHECKSUM;
+    else if (tks_le64(b + 248) != XXH3_64bits(b, 248)) bad = "header checksum mismatch", code = TKS_ERR_CHECKSUM;
     if (!bad) {
-        h = (plan_hdr){get32(b, 8),  get32(b, 12), get32(b, 16), get64(b, 24), get64(b, 32),
-                       get64(b, 40), get64(b, 48), get64(b, 56), get64(b, 64), get64(b, 72),
-                       get64(b, 80), get64(b, 88), get64(b, 96)};
+        h = (plan_hdr){tks_le32(b + 8),  tks_le32(b + 12), tks_le32(b + 16), tks_le64(b + 24), tks_le64(b + 32),
+                       tks_le64(b + 40), tks_le64(b + 48), tks_le64(b + 56), tks_le64(b + 64), tks_le64(b + 72),
+                       tks_le64(b + 80), tks_le64(b + 88), tks_le64(b + 96)};
         const uint64_t G = group_tokens(s->seq_len);
         if (h.version != PLAN_VERSION) bad = "made by another version of the packing", code = TKS_ERR_VERSION;
         else if (h.seq_len != want.seq_len || h.group_windows != want.group_windows || h.manifest != want.manifest ||

@@ -517,42 +517,96 @@ int tks_mix_record(const tks_mix_spec *m, const char *const *abs_dirs, const uin
 int tks_sampler_load_row(tks_sampler *s, uint64_t w, uint32_t vocab, uint32_t *tok, int32_t *ids,
                          int32_t *targets, int32_t *doc, uint64_t i);
 
-/* What a loader reads: borrowed pointers that must outlive it. */
+/* What a loader reads. blend and train[] are borrowed and must outlive the
+ * loader; the rest is copied. */
 typedef struct tks_loader_config {
     const tks_blend *blend;                        /* which source each global sample comes from */
-    tks_sampler *train[TKS_BLEND_MAX_SOURCES];     /* source k's training sampler */
+    tks_sampler *train[TKS_BLEND_MAX_SOURCES];     /* source k's training sampler, k < n_sources */
     uint32_t vocab;                                /* ids at or above it are refused */
-    uint32_t seq_len;                              /* T */
-    uint64_t global_batch, micro;                  /* samples per step; per micro-batch (B) */
+    uint32_t seq_len;                              /* T, the samplers' */
+    uint64_t global_batch, micro;                  /* samples per step; per micro-batch (B; 0: the
+                                                    * per-rank batch) */
     uint32_t dp, dp_rank;                          /* this rank's slice of each step */
     int documents;                                 /* also stage document starts */
+    tks_blend_state start;                         /* the blend at the first step's start: all zero
+                                                    * for a new run, a checkpoint's cursor to resume */
+    uint64_t steps;                                /* steps to load from there (0: none) */
 } tks_loader_config;
 
 /* One staged micro-batch: ids and targets [B, T]; doc [B, T] document
- * starts, NULL without documents. Owned by the loader, valid until the
- * stage is started again or the loader closed. */
+ * starts, NULL without documents. Owned by the loader, valid until the next
+ * tks_loader_next or tks_loader_close. */
 typedef struct tks_loaded_batch {
     const int32_t *ids, *targets, *doc;
 } tks_loaded_batch;
 
+/*
+ * The batch loader owns a run's data cursor: the step it is at, starting at
+ * c->start (step 0) and moved only by tks_loader_advance. For each step it
+ * hands out this rank's micro-batches in order (tks_loader_next) and counts
+ * the step's training targets over the whole global batch
+ * (tks_loader_step_targets); its blend state (tks_loader_at) is what a
+ * checkpoint between steps keeps. Every rank of every layout computes the
+ * same cursor, blend and counts from the same start.
+ * Thread safety: one thread calls the functions of a loader; the loader's
+ * own thread is internal to it.
+ */
 typedef struct tks_batch_loader tks_batch_loader;
 
-/* Allocates two stages and starts the thread. Errors: TKS_ERR_NOMEM. */
+/*
+ * Checks c, allocates two stages of [micro, seq_len] (and the document
+ * starts) and starts the loading thread, which begins with step 0's first
+ * micro-batch when c->steps > 0. *out is owned by the caller
+ * (tks_loader_close).
+ * Errors: TKS_ERR_ARG (out or c NULL, no blend or a source without a
+ * sampler, seq_len 0, dp_rank >= dp, a batch layout tks_batch_check
+ * refuses: its message), TKS_ERR_NOMEM (also when the thread cannot start).
+ */
 int tks_loader_open(const tks_loader_config *c, tks_batch_loader **out);
 
-/* Starts loading micro-batch k of the step whose data cursor is `cursor`
- * into stage `slot` (0 or 1); `at` is the blend at that cursor (copied). */
-void tks_loader_start(tks_batch_loader *l, uint64_t cursor, const tks_blend_state *at, uint64_t k,
-                      int slot);
+/* The blend at the start of the step the loader is at: ->sample is its data
+ * cursor (global samples consumed before it), ->count each source's samples
+ * so far. Owned by l; changed by tks_loader_advance. */
+const tks_blend_state *tks_loader_at(const tks_batch_loader *l);
 
-/* Waits for the job in flight (if any) and returns its result, with its
- * error context restored on this thread. Idempotent until the next start. */
+/*
+ * The training targets of the step the loader is at, over its whole global
+ * batch (every rank's samples): global_batch x seq_len under CONCAT; under
+ * BEST_FIT each window's real tokens - 1 (tks_sampler_window_real; padding
+ * predicts nothing), at least 1. The same number on every rank whatever dp
+ * and micro: the step's loss is the mean over these targets. The first call
+ * of a step walks its global batch through the blend (O(global_batch x
+ * n_sources)); later ones reuse it.
+ */
+uint64_t tks_loader_step_targets(tks_batch_loader *l);
+
+/*
+ * Hands out the step's next micro-batch (0, 1, ... n_micro - 1 in turn),
+ * loaded and range-checked, into *out (not NULL; see tks_loaded_batch for how
+ * long it stays valid), and starts loading the one after it: the step's
+ * next, or after its last the next step's first (when one is left of
+ * c->steps). Returns that micro-batch's result with its error context
+ * restored on this thread; on a load error *out is the stage as it was
+ * left, not to be computed on. Errors: those of tks_sampler_load_row (an id
+ * at or above vocab, a checksum, naming shard and window), TKS_ERR_ARG
+ * (every micro-batch of the step was handed out, or c->steps are done;
+ * *out all NULL).
+ */
+int tks_loader_next(tks_batch_loader *l, tks_loaded_batch *out);
+
+/* Moves the loader to the next step: the cursor by global_batch, the blend
+ * over the step's samples. Called past c->steps it still moves the cursor
+ * (nothing is loaded). */
+void tks_loader_advance(tks_batch_loader *l);
+
+/* Waits for the micro-batch being loaded, if any, and returns its result
+ * (0 when none is pending) with its error context restored; the batch is
+ * kept for tks_loader_next. For a caller that reads the same datasets
+ * itself meanwhile (evaluation). */
 int tks_loader_wait(tks_batch_loader *l);
 
-/* Stage `slot` as the last job left it. */
-tks_loaded_batch tks_loader_batch(const tks_batch_loader *l, int slot);
-
-/* Stops the thread and frees the stages; NULL is a no-op. */
+/* Stops the thread (after the micro-batch in flight) and frees the stages;
+ * NULL is a no-op. */
 void tks_loader_close(tks_batch_loader *l);
 
 #ifdef __cplusplus

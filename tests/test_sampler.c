@@ -6,7 +6,9 @@
  * read the right tokens; train/validation split; out-of-range ids; best-fit
  * packing places every document (or its pieces) exactly once per epoch as
  * the spec cuts them, the same on 1 and 3 threads, at most one bin per group
- * half empty, reads pieces then padding, and its statistics are the windows'.
+ * half empty, reads pieces then padding, and its statistics are the windows';
+ * the batch loader hands out each step's micro-batches and training targets
+ * as read directly, for any layout and from a resumed cursor.
  * Usage: test_sampler WORKDIR   (exit 0 = all checks passed) */
 #define _GNU_SOURCE
 #include "tests/check.h"
@@ -1292,6 +1294,116 @@ static void test_plan_files(void) {
     tks_dataset_close(ds);
 }
 
+/* ---------------------------------------------------------------------------
+ * The batch loader: a step's micro-batches and training targets from the
+ * blend, the cursor moved in one place, any layout and a resume the same
+ * ------------------------------------------------------------------------- */
+
+enum { LD_B = 12, LD_L = 16, LD_STEPS = 5 };
+
+/* The rows of global samples [first, first + n) read directly: the blend's
+ * picks from the start of the run, then each source's window. */
+static void loader_ref_rows(const tks_blend *bl, tks_sampler *const *src, uint64_t first, uint64_t n,
+                            int32_t *ids, int32_t *tg, int32_t *doc) {
+    tks_blend_pick pk[LD_B];
+    tks_blend_state zero = {0};
+    uint32_t tok[LD_L + 1];
+    CHECK(tks_blend_picks(bl, &zero, first, n, pk) == 0, "reference picks");
+    for (uint64_t i = 0; i < n; i++) {
+        tks_sampler *s = src[pk[i].source];
+        CHECK(tks_sampler_load_row(s, tks_sampler_window(s, pk[i].index), 0, tok, ids, tg, doc, i) == 0,
+              "reference row: %s", tks_last_error()->message);
+    }
+}
+
+/* The training targets of step `step` counted directly. */
+static uint64_t loader_ref_targets(const tks_blend *bl, tks_sampler *const *src, uint64_t step) {
+    tks_blend_pick pk[LD_B];
+    tks_blend_state zero = {0};
+    CHECK(tks_blend_picks(bl, &zero, step * LD_B, LD_B, pk) == 0, "reference picks");
+    uint64_t n = 0;
+    for (int i = 0; i < LD_B; i++) {
+        tks_sampler *s = src[pk[i].source];
+        n += tks_sampler_packing(s) == TKS_PACK_CONCAT
+                 ? LD_L : tks_sampler_window_real(s, tks_sampler_window(s, pk[i].index)) - 1;
+    }
+    return n;
+}
+
+/* One rank of one layout over steps [from, LD_STEPS): every micro-batch,
+ * the targets and the cursor against the direct reading. */
+static void loader_run(const tks_blend *bl, tks_sampler *const *src, uint32_t dp, uint32_t rank, uint64_t micro,
+                       uint64_t from) {
+    tks_loader_config c = {.blend = bl, .vocab = 0, .seq_len = LD_L, .global_batch = LD_B, .micro = micro,
+                           .dp = dp, .dp_rank = rank, .documents = 1, .steps = LD_STEPS - from};
+    c.train[0] = src[0], c.train[1] = src[1];
+    tks_blend_seek(bl, &c.start, from * LD_B); /* a resume: the state a checkpoint keeps */
+    tks_batch_loader *l;
+    CHECK(tks_loader_open(&c, &l) == 0, "open dp %u rank %u micro %llu: %s", dp, rank, (ull)micro,
+          tks_last_error()->message);
+    int32_t ids[LD_B * LD_L], tg[LD_B * LD_L], doc[LD_B * LD_L];
+    uint64_t per = LD_B / dp, bad = 0;
+    for (uint64_t st = from; st < LD_STEPS; st++) {
+        tks_blend_state want = {0};
+        tks_blend_seek(bl, &want, st * LD_B);
+        CHECK(!memcmp(tks_loader_at(l), &want, sizeof want), "dp %u micro %llu step %llu: the blend at the "
+              "step's start", dp, (ull)micro, (ull)st);
+        CHECK(tks_loader_step_targets(l) == loader_ref_targets(bl, src, st), "dp %u micro %llu step %llu: "
+              "targets %llu", dp, (ull)micro, (ull)st, (ull)tks_loader_step_targets(l));
+        for (uint64_t k = 0; k < per / micro; k++) {
+            tks_loaded_batch b;
+            CHECK(tks_loader_next(l, &b) == 0, "next: %s", tks_last_error()->message);
+            size_t N = (size_t)micro * LD_L;
+            loader_ref_rows(bl, src, st * LD_B + rank * per + k * micro, micro, ids, tg, doc);
+            bad += memcmp(b.ids, ids, N * 4) || memcmp(b.targets, tg, N * 4) || memcmp(b.doc, doc, N * 4);
+        }
+        tks_loaded_batch b;
+        CHECK(tks_loader_next(l, &b) == TKS_ERR_ARG, "a micro-batch past the step's");
+        tks_loader_advance(l);
+    }
+    CHECK(bad == 0, "dp %u rank %u micro %llu from step %llu: %llu micro-batches differ from the direct "
+          "reading", dp, rank, (ull)micro, (ull)from, (ull)bad);
+    CHECK(tks_loader_at(l)->sample == LD_STEPS * LD_B, "the cursor after the last step");
+    tks_loaded_batch b;
+    CHECK(tks_loader_next(l, &b) == TKS_ERR_ARG && b.ids == NULL, "a step past the last");
+    tks_loader_close(l);
+}
+
+static void test_loader(void) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/loader", work);
+    stream S = write_dataset(dir, 300, 40, 500, 1500);
+    tks_dataset *ds = open_ds(dir);
+    tks_sampler *src[2];
+    CHECK(tks_sampler_create(ds, 0, S.n, LD_L, 3, &src[0]) == 0, "concat source");
+    CHECK(tks_sampler_create_packed(ds, 0, S.n, LD_L, 4, TKS_PACK_BEST_FIT, 1, &src[1]) == 0, "best-fit source");
+    /* two phases: the change inside step 2 */
+    tks_blend bl;
+    uint64_t start[2] = {0, 2 * LD_B + 5};
+    double w[4] = {0.6, 0.4, 0.1, 0.9};
+    CHECK(tks_blend_init(&bl, 2, 2, start, w, NULL) == 0, "blend");
+    static const struct { uint32_t dp; uint64_t micro; } lay[] = {{1, 12}, {1, 4}, {2, 3}, {3, 2}, {4, 1}};
+    for (size_t i = 0; i < sizeof lay / sizeof lay[0]; i++)
+        for (uint32_t r = 0; r < lay[i].dp; r++) loader_run(&bl, src, lay[i].dp, r, lay[i].micro, 0);
+    loader_run(&bl, src, 2, 1, 2, 2); /* resumed at step 2 */
+    /* refusals */
+    tks_loader_config c = {.blend = &bl, .seq_len = LD_L, .global_batch = LD_B, .micro = 3, .dp = 2, .dp_rank = 2,
+                           .steps = 1};
+    c.train[0] = src[0], c.train[1] = src[1];
+    tks_batch_loader *l = (tks_batch_loader *)&c; /* not NULL: a refusal sets it to NULL */
+    CHECK(tks_loader_open(&c, &l) == TKS_ERR_ARG && l == NULL, "dp_rank >= dp");
+    c.dp_rank = 0, c.micro = 5;
+    CHECK(tks_loader_open(&c, &l) == TKS_ERR_ARG && strstr(tks_last_error()->message, "micro-batch 5"),
+          "micro-batch 5 of 6: %s", tks_last_error()->message);
+    c.micro = 3, c.train[1] = NULL;
+    CHECK(tks_loader_open(&c, &l) == TKS_ERR_ARG, "a source without a sampler");
+    tks_loader_close(NULL);
+    tks_sampler_free(src[0]);
+    tks_sampler_free(src[1]);
+    tks_dataset_close(ds);
+    stream_free(&S);
+}
+
 int main(int argc, char **argv) {
     snprintf(work, sizeof work, "%s", argc > 1 ? argv[1] : "/tmp/tks-test-sampler");
     mkdirs(work);
@@ -1306,6 +1418,7 @@ int main(int argc, char **argv) {
     test_blend();
     test_packing();
     test_plan_files();
+    test_loader();
     test_speed();
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);

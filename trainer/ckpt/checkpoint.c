@@ -294,6 +294,43 @@ static int save_tensors(gctx *g, save_ctx *s, tks_model *m, tks_optim *opt, int 
     return rc;
 }
 
+struct tks_checkpoint_tokenizer {
+    char *path;  /* the dataset's tokenizer file */
+    tks_tok *tok; /* parsed: tokenizer.json and tiktoken.json (the byte-level kinds); else NULL */
+};
+
+/* The file name part of path. */
+static const char *base_name(const char *path) {
+    const char *b = strrchr(path, '/');
+    return b ? b + 1 : path;
+}
+
+int tks_checkpoint_tokenizer_open(const char *path, tks_checkpoint_tokenizer **out) {
+    *out = NULL;
+    if (!path) return 0;
+    tks_checkpoint_tokenizer *t = calloc(1, sizeof *t);
+    if (!t || !(t->path = strdup(path))) {
+        free(t);
+        return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    }
+    const char *name = base_name(path);
+    int rc = 0;
+    if (!strcmp(name, "tokenizer.json") || !strcmp(name, "tiktoken.json")) rc = tks_tok_load(path, &t->tok);
+    if (rc) {
+        tks_checkpoint_tokenizer_free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+void tks_checkpoint_tokenizer_free(tks_checkpoint_tokenizer *t) {
+    if (!t) return;
+    tks_tok_free(t->tok);
+    free(t->path);
+    free(t);
+}
+
 /* tokenizer.model (or the note tokenizer.none of a dataset imported without
  * a tokenizer, kept under that name: it is not a model), then tokenizer.json
  * and tokenizer_config.json so that transformers loads the checkpoint as
@@ -302,23 +339,17 @@ static int save_tensors(gctx *g, save_ctx *s, tks_model *m, tks_optim *opt, int 
  * tokenizer.json is copied as it is, with its tokenizer_config.json; a
  * tiktoken tokenizer's descriptor and ranks (tiktoken.json and
  * tokenizer.tiktoken) likewise. */
-static int save_tokenizer(const char *tmp, const char *tokenizer_path) {
-    if (!tokenizer_path) return 0;
+static int save_tokenizer(const char *tmp, const tks_checkpoint_tokenizer *tk) {
+    if (!tk) return 0;
     char path[PATH_MAX];
-    const char *tb = strrchr(tokenizer_path, '/');
-    const char *name = tb ? tb + 1 : tokenizer_path;
+    const char *name = base_name(tk->path);
+    if (tk->tok) /* parsed once, when the run opened it */
+        return !strcmp(name, "tokenizer.json") ? tks_hf_bpe_write(tk->tok, tk->path, tmp)
+                                                : tks_tok_save(tk->tok, tk->path, tmp);
     int no_tok = !strcmp(name, TKS_NO_TOKENIZER_NAME);
-    if (!no_tok && (!strcmp(name, "tokenizer.json") || !strcmp(name, "tiktoken.json"))) {
-        tks_tok *t = NULL;
-        int rc = tks_tok_load(tokenizer_path, &t);
-        if (!rc && !strcmp(name, "tokenizer.json")) rc = tks_hf_bpe_write(t, tokenizer_path, tmp);
-        else if (!rc) rc = tks_tok_save(t, tokenizer_path, tmp);
-        tks_tok_free(t);
-        return rc;
-    }
     int rc = tks_path_join(path, sizeof path, tmp, no_tok ? TKS_NO_TOKENIZER_NAME : "tokenizer.model");
-    if (!rc) rc = tks_copy_file_atomic(tokenizer_path, path);
-    if (!rc && !no_tok && (rc = tks_hf_tokenizer_write(tokenizer_path, tmp)) == TKS_ERR_TOKENIZER) {
+    if (!rc) rc = tks_copy_file_atomic(tk->path, path);
+    if (!rc && !no_tok && (rc = tks_hf_tokenizer_write(tk->path, tmp)) == TKS_ERR_TOKENIZER) {
         tks_clear_error();
         rc = 0;
     }
@@ -387,7 +418,7 @@ static int save_publish(save_ctx *s, int rc) {
 }
 
 int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks_train_state *st,
-                        const char *tokenizer_path, tks_mesh *mesh) {
+                        const tks_checkpoint_tokenizer *tok, tks_mesh *mesh) {
     gctx g = {.mesh = mesh, .tp = tks_comm_self(), .shard = tks_comm_self(), .world = tks_comm_self(), .writer = 1};
     if (mesh) {
         g.tp = mesh->group[TKS_GROUP_TP];
@@ -421,7 +452,7 @@ int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks
     if (!rc && (rc = tks_path_join(path, sizeof path, s.tmp, "config.json")) == 0)
         rc = write_config(path, tks_model_config_of(m), st);
     if (!rc) stop_point("config");
-    if (!rc) rc = save_tokenizer(s.tmp, tokenizer_path);
+    if (!rc) rc = save_tokenizer(s.tmp, tok);
     if (!rc) stop_point("tokenizer");
     if (!rc) rc = save_state(dir, s.tmp, st);
     if (!rc) stop_point("state");

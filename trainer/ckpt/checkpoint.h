@@ -38,6 +38,24 @@ typedef struct tks_train_state {
                                   * "" for a plain run; trainer_state.json's "mix" */
 } tks_train_state;
 
+/* The dataset's tokenizer as a run's checkpoints carry it: its file and,
+ * for the byte-level kinds (tokenizer.json, tiktoken.json), the tokenizer
+ * parsed once, so that each save copies it without parsing it again. */
+typedef struct tks_checkpoint_tokenizer tks_checkpoint_tokenizer;
+
+/*
+ * Opens the tokenizer file `path` (a dataset's, tks_dataset_tokenizer_path;
+ * NULL: none) for tks_checkpoint_save: tokenizer.json or tiktoken.json is
+ * parsed now, with the tokenizer_config.json beside it; any other file
+ * (tokenizer.model, TKS_NO_TOKENIZER_NAME) is read by each save. *out is
+ * owned by the caller (tks_checkpoint_tokenizer_free), NULL when path is.
+ * Errors: tks_tok_load's (the file does not parse), TKS_ERR_NOMEM.
+ */
+int tks_checkpoint_tokenizer_open(const char *path, tks_checkpoint_tokenizer **out);
+
+/* Frees what tks_checkpoint_tokenizer_open made. Accepts NULL. */
+void tks_checkpoint_tokenizer_free(tks_checkpoint_tokenizer *t);
+
 /*
  * Writes checkpoint directory `dir` (must not exist; written as dir.tmp and
  * renamed when every file is complete, so a directory named step-N is always
@@ -49,12 +67,14 @@ typedef struct tks_train_state {
  * checks (existing dir, lock, unwritable parent) and every allocation are
  * agreed by the whole world before any gather, so a failure on one rank
  * fails every rank with that rank's message instead of leaving the others in
- * a collective. `opt` may be NULL (weights only); tokenizer_path is copied
- * into the checkpoint (may be NULL).
+ * a collective. `opt` may be NULL (weights only); tok (may be NULL: none;
+ * read by the writer only, so other ranks may pass NULL) is copied into the
+ * checkpoint with its Hugging Face files (tokenizer.json and
+ * tokenizer_config.json).
  * Errors: TKS_ERR_IO, TKS_ERR_NOSPACE, TKS_ERR_EXISTS, TKS_ERR_NOMEM, TKS_ERR_LOCKED.
  */
 int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks_train_state *st,
-                        const char *tokenizer_path, tks_mesh *mesh);
+                        const tks_checkpoint_tokenizer *tok, tks_mesh *mesh);
 
 /* Reads config.json and trainer_state.json only (no tensors), verifying the
  * checksums of every file. Errors: TKS_ERR_IO, TKS_ERR_MANIFEST (missing or

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "common/tks.h"
-#include "dataset/dataset.h"
+#include "common/tks_tokinfo.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/trainer.h"
 

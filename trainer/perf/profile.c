@@ -19,6 +19,7 @@
 #include "common/tks.h"
 #include "trainer/backend/backend.h"
 #include "trainer/perf/profile.h"
+#include "trainer/perf/stepmodel.h"
 
 enum { TIMER_PAIRS = 8192 }; /* timed calls read at once (3430 in a step of the 1B model) */
 

@@ -11,7 +11,7 @@
 #include "common/tks.h"
 #include "trainer/backend/backend.h"
 #include "trainer/model/model.h"
-#include "trainer/perf/profile.h"
+#include "trainer/perf/stepmodel.h"
 
 const char *const tks_op_names[TKS_N_OPS] = {
     "upload",        "download",      "memzero",       "copy",          "gemm",

@@ -143,16 +143,14 @@ typedef struct trainer {
     int lead, overlap, run_lock;
     double host_wait;     /* seconds the host spent blocked on the backend (sync, reads) */
     size_t n_slice, sb;   /* this rank's ZeRO slice of the tp-local flat buffer: [sb, sb + n_slice) */
-    uint64_t step, cursor;
-    tks_blend_state mix;  /* the blend after `cursor` samples: each source's count (the cursor of
-                           * a mixture, saved with its checkpoints) */
+    uint64_t step;
     FILE *metrics;
     uint32_t *tok;        /* evaluation buffers */
     int32_t *ids, *tg, *doc; /* doc: document starts, NULL without --doc-mask/--reset-positions */
     char note[4096];      /* this step's log lines (sources starting an epoch) */
-    tks_batch_loader *pf; /* the batch loader (sampler.h), NULL before the first step */
-    int pf_slot;
+    tks_batch_loader *pf; /* the batch loader (sampler.h): the data cursor and the blend there */
     tks_train_state st;
+    tks_checkpoint_tokenizer *ck_tok; /* what the checkpoints copy of the tokenizer (rank 0) */
     char ckdir[PATH_MAX], lock_path[PATH_MAX];
     char plans_dir[PATH_MAX];     /* RUN/plans: --pack-plans' default */
 } trainer;
@@ -251,12 +249,10 @@ static int open_run(const tks_train_opts *in, trainer *t) {
     tks_train_opts *o = t->o;
     t->lead = t->mesh->rank == 0;
     rc = open_compute(t, open_run_dir(t));
-    t->mix = r->start;
     if (!rc && o->resume) {
         rc = tks_checkpoint_load(o->resume, t->m, t->opt);
         if (!rc) rc = tks_model_refresh_compute(t->m);
         t->step = r->resumed.step;
-        t->cursor = r->resumed.cursor;
     } else if (!rc) {
         tks_model_init(t->m, o->seed);
     }
@@ -272,21 +268,22 @@ static int open_run(const tks_train_opts *in, trainer *t) {
     if (!rc && t->lead && (rc = tks_path_join(path, sizeof path, o->out_dir, "metrics.jsonl")) == 0 &&
         !(t->metrics = fopen(path, "a")))
         rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s: %s", path, strerror(errno));
+    /* the tokenizer the checkpoints copy, parsed once for the whole run (the writer's) */
+    if (!rc && t->lead && r->ds) rc = tks_checkpoint_tokenizer_open(tks_dataset_tokenizer_path(r->ds), &t->ck_tok);
     rc = tks_mesh_agree(t->mesh, rc);
     t->st = (tks_train_state){.seed = o->seed, .seq_len = o->seq_len, .global_batch = o->global_batch,
                               .val_tokens = o->val_tokens,
                               .manifest_xxh3 = r->ds ? tks_dataset_manifest_xxh3(r->ds) : 0};
     if (r->ds) memcpy(t->st.tokenizer_fp, tks_dataset_tokenizer(r->ds)->fingerprint, 16);
     tks__run_options_json(r, t->st.options_json, sizeof t->st.options_json);
-    if (!rc && t->step < o->steps) {
+    if (!rc) { /* the steps left from the run's first cursor (a resume: the checkpoint's) */
         tks_loader_config lc = {.blend = &r->blend, .vocab = r->cfg.vocab_size, .seq_len = o->seq_len,
                                 .global_batch = o->global_batch, .micro = r->micro,
                                 .dp = (uint32_t)t->mesh->dp, .dp_rank = (uint32_t)t->mesh->dp_rank,
-                                .documents = o->doc_mask || o->reset_positions};
+                                .documents = o->doc_mask || o->reset_positions, .start = r->start,
+                                .steps = t->step < o->steps ? o->steps - t->step : 0};
         for (uint32_t k = 0; k < r->n_src; k++) lc.train[k] = r->src[k].train;
-        rc = tks_loader_open(&lc, &t->pf);
-        if (!rc) tks_loader_start(t->pf, t->cursor, &t->mix, 0, t->pf_slot);
-        rc = tks_mesh_agree(t->mesh, rc);
+        rc = tks_mesh_agree(t->mesh, tks_loader_open(&lc, &t->pf));
     }
     return rc;
 }
@@ -294,6 +291,7 @@ static int open_run(const tks_train_opts *in, trainer *t) {
 static void close_run(trainer *t) {
     tks_backend *be = t->be;
     tks_loader_close(t->pf);
+    tks_checkpoint_tokenizer_free(t->ck_tok);
     if (t->metrics) fclose(t->metrics);
     tks_unlock(t->run_lock, t->lock_path);
     free(t->tok);
@@ -315,22 +313,14 @@ static void close_run(trainer *t) {
  * buckets of the last backward started as their layers complete. */
 static int step_micro_batches(trainer *t, float scale) {
     run *r = &t->r;
-    tks_batch_loader *pf = t->pf;
     int rc = 0;
     for (uint64_t k = 0; k < r->n_micro && !rc; k++) {
-        rc = tks_loader_wait(pf); /* micro-batch k of this step, loaded and range-checked */
-        int cur = t->pf_slot;
-        /* stage the next one while this one computes */
-        if (k + 1 < r->n_micro) {
-            tks_loader_start(pf, t->cursor, &t->mix, k + 1, t->pf_slot = 1 - cur);
-        } else if (t->step + 1 < t->o->steps) { /* the next step's, from the blend after this one */
-            tks_blend_state next = t->mix;
-            tks_blend_seek(&r->blend, &next, t->cursor + t->o->global_batch);
-            tks_loader_start(pf, t->cursor + t->o->global_batch, &next, 0, t->pf_slot = 1 - cur);
-        }
+        /* micro-batch k of this step, loaded and range-checked (the loader
+         * stages the next one while this one computes) */
+        tks_loaded_batch b;
+        rc = tks_loader_next(t->pf, &b);
         /* a bad batch on any rank stops every rank, before any compute on it */
         rc = tks_mesh_agree(t->mesh, rc);
-        tks_loaded_batch b = tks_loader_batch(pf, cur);
         if (!rc && b.doc) rc = tks_model_set_documents(t->m, b.doc, t->o->doc_mask, t->o->reset_positions);
         /* the loss is summed on the device; read once, after the step */
         if (!rc) rc = tks_model_forward_train(t->m, b.ids, b.targets, scale, t->dred + 1);
@@ -342,29 +332,6 @@ static int step_micro_batches(trainer *t, float scale) {
     }
     tks_model_set_grads_ready(t->m, NULL, NULL);
     return rc;
-}
-
-/* The training targets of the step that starts at t->cursor, over the whole
- * global batch: global_batch x seq_len with concat windows; with best-fit
- * packing each window's real tokens - 1 (its padding is ignored). The same
- * number on every rank, whatever the layout (every rank sees the whole
- * step's windows): the loss is the mean over these targets. */
-static double step_targets(const trainer *t) {
-    const run *r = &t->r;
-    const uint64_t B = t->o->global_batch, L = t->o->seq_len;
-    if (tks__run_packing(t->o) == TKS_PACK_CONCAT) return (double)(B * L);
-    tks_blend_pick pk[256];
-    uint64_t n = 0;
-    for (uint64_t g = 0; g < B; g += 256) {
-        uint64_t c = B - g < 256 ? B - g : 256;
-        if (tks_blend_picks(&r->blend, &t->mix, t->cursor + g, c, pk)) return (double)(B * L);
-        for (uint64_t i = 0; i < c; i++) {
-            tks_sampler *s = r->src[pk[i].source].train;
-            uint64_t real = tks_sampler_window_real(s, tks_sampler_window(s, pk[i].index));
-            n += real > 1 ? real - 1 : 0;
-        }
-    }
-    return n ? (double)n : 1.0;
 }
 
 /* A non-finite gradient norm: the optimizer skipped the update; the error
@@ -394,7 +361,8 @@ static int train_step(trainer *t, float red[3], float *lr) {
     tks_mesh *mesh = t->mesh;
     tks_backend *be = t->be;
     tks_comm *world = mesh->group[TKS_GROUP_WORLD], *shc = mesh->group[TKS_GROUP_DP_SHARD];
-    double tokens_step = step_targets(t);
+    /* the loss is the mean over the step's training targets (every rank's) */
+    double tokens_step = (double)tks_loader_step_targets(t->pf);
     tks_model_zero_grad(t->m);
     int rc = be->ops->memzero(be, t->dred, 4 * sizeof *t->dred);
     if (t->gsync) tks_grad_sync_begin(t->gsync);
@@ -472,9 +440,10 @@ static void write_metrics(trainer *t, const tks_step_info *info) {
 static int save_checkpoint(trainer *t, char *ck, int if_absent, int prune) {
     char name[32];
     snprintf(name, sizeof name, "step-%08llu", (unsigned long long)t->step);
+    const tks_blend_state *at = tks_loader_at(t->pf);
     t->st.step = t->step;
-    t->st.cursor = t->cursor;
-    int rc = mix_record(&t->r, &t->mix, &t->st);
+    t->st.cursor = at->sample;
+    int rc = mix_record(&t->r, at, &t->st);
     if (!rc) rc = tks_path_join(ck, PATH_MAX, t->ckdir, name);
     if (!rc && if_absent) {
         tks_comm *world = t->mesh->group[TKS_GROUP_WORLD];
@@ -483,23 +452,22 @@ static int save_checkpoint(trainer *t, char *ck, int if_absent, int prune) {
         if (world->size > 1) rc = world->t->broadcast_bytes(world, &exists, sizeof exists, 0); /* host data */
         if (!rc && exists != 0) return tks_mesh_agree(t->mesh, rc);
     }
-    if (!rc) rc = tks_checkpoint_save(ck, t->m, t->opt, &t->st, tks_dataset_tokenizer_path(t->r.ds), t->mesh);
+    if (!rc) rc = tks_checkpoint_save(ck, t->m, t->opt, &t->st, t->ck_tok, t->mesh);
     if (!rc && prune && t->lead) rc = tks_checkpoint_prune(t->ckdir, t->o->keep_checkpoints);
     return tks_mesh_agree(t->mesh, rc);
 }
 
-/* The blend advanced over the step just done (t->mix to t->cursor), and
- * t->note: a line for each source that started a new epoch in it (its own
+/* t->note for the step just done (the blend `before` it, the loader's
+ * after): a line for each source that started a new epoch in it (its own
  * epochs: count / windows), a warning where one is now repeated more than
  * --warn-repeats times. */
-static void epoch_notes(trainer *t) {
+static void epoch_notes(trainer *t, const tks_blend_state *before) {
     const run *r = &t->r;
-    tks_blend_state before = t->mix;
-    tks_blend_seek(&r->blend, &t->mix, t->cursor);
+    const tks_blend_state *after = tks_loader_at(t->pf);
     size_t n = 0;
     t->note[0] = 0;
     for (uint32_t k = 0; k < r->n_src && n < sizeof t->note; k++) {
-        uint64_t nw = tks_sampler_n_windows(r->src[k].train), a = t->mix.count[k], b = before.count[k];
+        uint64_t nw = tks_sampler_n_windows(r->src[k].train), a = after->count[k], b = before->count[k];
         if (a == b || a == 0) continue;
         uint64_t e = (a - 1) / nw; /* the 0-based epoch of the last sample read */
         if (b > 0 && (b - 1) / nw == e) continue;
@@ -584,8 +552,9 @@ int tks_train(const tks_train_opts *in) {
         if (rc) break;
         int report = profiling && ++profiled == o->profile_steps;
         t.step++;
-        t.cursor += o->global_batch;
-        epoch_notes(&t);
+        tks_blend_state before = *tks_loader_at(t.pf);
+        tks_loader_advance(t.pf); /* the cursor to the next step's samples */
+        epoch_notes(&t, &before);
         double now = omp_get_wtime();
         tks_step_info info = {.step = t.step, .steps = o->steps, .loss = red[1],
                               .lr = lr, .grad_norm = sqrt((double)red[0]),
@@ -602,8 +571,8 @@ int tks_train(const tks_train_opts *in) {
         if (tks__run_has_validation(&t.r) && o->eval_every && (t.step % o->eval_every == 0 || last)) {
             info.is_eval = 1;
             /* the loader reads the same dataset: let its batch land first (kept) */
-            if (t.pf) (void)tks_loader_wait(t.pf);
-            info.val_loss = tks__run_evaluate(&t.r, t.m, t.mesh, t.cursor, t.tok, t.ids, t.tg, t.doc, by_source, &rc);
+            (void)tks_loader_wait(t.pf);
+            info.val_loss = tks__run_evaluate(&t.r, t.m, t.mesh, tks_loader_at(t.pf)->sample, t.tok, t.ids, t.tg, t.doc, by_source, &rc);
             if (rc) break;
             if (t.r.mixed) {
                 for (uint32_t k = 0; k < t.r.n_src; k++) names[k] = t.r.src[k].name;
