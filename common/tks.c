@@ -143,6 +143,21 @@ void tks_unmap(const uint8_t *base, size_t size) {
     if (base && size) munmap((void *)base, size);
 }
 
+void *tks_alloc_table(size_t bytes) {
+    if (!bytes) return NULL;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    for (size_t o = 0; o < bytes; o += 4096) ((volatile char *)p)[o] = 0;
+    return p;
+}
+
+void tks_free_table(void *p, size_t bytes) {
+    if (p && bytes) munmap(p, bytes);
+}
+
 int tks_file_xxh3_128(const char *path, uint8_t out[16], uint64_t *size_out) {
     int fd, orc = tks_open_regular(path, NULL, &fd, NULL);
     if (orc) return orc;

@@ -151,6 +151,20 @@ int tks_map_file(const char *path, const char *what, const uint8_t **base, size_
 /* Unmaps what tks_map_file mapped; (NULL, 0) is a no-op. */
 void tks_unmap(const uint8_t *base, size_t size);
 
+/*
+ * A zeroed table of `bytes` for lookups at random (hash tables, caches):
+ * mapped rather than malloc'd (the kernel's pages come zeroed, page-aligned,
+ * so no 64-byte line straddles two), on 2 MiB pages where the kernel allows
+ * it (MADV_HUGEPAGE, advice only: lookups at random over megabytes that do
+ * not miss the TLB; a processor may drop a prefetch that would), and every
+ * page written before use: a page of zeros read first maps the shared zero
+ * page, and its first write then flushes the TLB of every thread of the
+ * process. NULL when out of memory (or bytes 0); free with tks_free_table
+ * and the same size.
+ */
+void *tks_alloc_table(size_t bytes);
+void tks_free_table(void *p, size_t bytes);
+
 /* Creates directory d and its missing parents (mode 0755); an existing one
  * is fine. Errors: TKS_ERR_IO (names the directory). */
 int tks_mkdir_p(const char *d);

@@ -147,15 +147,24 @@ static int fast_pieces(enc *e, const char *t, size_t n) {
     size_t ends[RUN];
     pkey key[RUN];
     uint64_t hash[RUN];
+    const pslot *hit[RUN];
     const char *end = t + n;
+    e->tend = end;
     for (size_t i = 0; i < n && !rc;) {
         size_t m = tks__bpe_fast_ends(b->fast, t, n, i, ends, RUN);
+        /* the short pieces' keys, their seed lines fetched */
         for (size_t j = 0, a = i; j < m; a = ends[j++]) {
             size_t len = ends[j] - a;
             if (len > PKEY_MAX) continue;
             key[j] = pkey_of(t + a, len, end);
             hash[j] = pkey_hash(key[j]);
             __builtin_prefetch(&b->seed[2 * (hash[j] >> (64 - b->seed_bits))]);
+        }
+        /* looked up in the seed; the misses' lines in the thread's cache fetched */
+        for (size_t j = 0, a = i; j < m; a = ends[j++]) {
+            if (ends[j] - a > PKEY_MAX) continue;
+            hit[j] = seed_find(b, key[j], hash[j]);
+            if (!hit[j]) __builtin_prefetch(&s->pc[2 * (hash[j] >> (64 - PC_BITS))]);
         }
         if ((rc = tks__bpe_out_reserve(e, m * PSLOT_IDS))) break;
         uint64_t shorts = 0, short_bytes = 0, hits = 0, hit_bytes = 0;
@@ -168,8 +177,7 @@ static int fast_pieces(enc *e, const char *t, size_t n) {
             }
             shorts++;
             short_bytes += len;
-            const pslot *p = seed_find(b, key[j], hash[j]);
-            if (!p) p = pc_find(s->pc, PC_BITS, key[j], hash[j]);
+            const pslot *p = hit[j] ? hit[j] : pc_find(s->pc, PC_BITS, key[j], hash[j]);
             if (p) { /* a slot's ids stored whole, counted by n */
                 memcpy(e->out->ids + e->out->n, p->id, sizeof p->id);
                 e->out->n += p->n;
@@ -186,6 +194,7 @@ static int fast_pieces(enc *e, const char *t, size_t n) {
         s->st.hit_bytes += hit_bytes;
         i = ends[m - 1];
     }
+    e->tend = NULL;
     return rc;
 }
 
@@ -409,7 +418,7 @@ static int encode(const tks_bpe *b, const char *text, size_t len, tks_ids *out, 
     if (bad < len)
         return tks_fail(TKS_ERR_UTF8, NULL, TKS_NONE, (uint64_t)bad,
                         "the text is not valid UTF-8 at byte %zu (clean it first: --invalid-utf8)", bad);
-    enc e = {b, tks__bpe_scratch_get(b), out, ref};
+    enc e = {b, tks__bpe_scratch_get(b), out, ref, NULL};
     if (!e.s) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for the encoder's scratch");
     e.s->st.unassigned += un;
     if (!part) e.s->st.unassigned_docs += un > 0;
@@ -510,12 +519,12 @@ void tks_bpe_free(tks_bpe *b) {
         free(b->bytes);
         free(b->special);
         free(b->vslot);
-        free(b->seed);
         free(b->mslot);
         free(b->added_raw.tok);
         free(b->added_norm.tok);
         free(b->added_text);
     }
+    tks_free_table(b->seed, b->seed ? ((size_t)2 << b->seed_bits) * sizeof(pslot) : 0);
     free(b->hole);
     free(b->self);
     free(b->pair1);

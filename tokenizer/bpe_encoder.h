@@ -93,6 +93,8 @@ typedef struct enc {
     scratch *s;
     tks_ids *out;
     int ref;    /* the reference path: no cache, the plain merge loop */
+    const char *tend; /* or NULL: where the text the pieces lie in ends (the merge engines may read
+                       * a short piece's neighbourhood up to there, never past) */
 } enc;
 
 /* A piece's hash, computed ahead so that its vocab slot and word-cache set

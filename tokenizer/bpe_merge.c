@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "tokenizer/bpe_encoder.h"
+#include "tokenizer/bpe_pcache.h"
 #include "tokenizer/bpe_vocab.h"
 #include "tokenizer/heap.h"
 
@@ -27,11 +28,17 @@ typedef struct probe {
 } probe;
 
 /* The lookup key of the pair of symbols l, r whose bytes are t[s0 .. s1)
- * (merges: (l << 32 | r) + 1; ranks: the hash of the bytes), its slot
- * fetched now for pair_rank later. */
-static inline uint64_t pair_key(const tks_bpe *b, const char *t, uint32_t l, uint32_t r, size_t s0, size_t s1) {
+ * (merges: (l << 32 | r) + 1; ranks: the hash of the bytes, their packed key's
+ * (bpe_pcache.h) when they are short: the seed holds every short token, its
+ * id its rank), its slot fetched now for pair_rank later. Bytes up to lim
+ * may be read. */
+static inline uint64_t pair_key(const tks_bpe *b, const char *t, const char *lim, uint32_t l, uint32_t r, size_t s0,
+                                size_t s1) {
     uint64_t key;
-    if (b->mode == TKS__BPE_RANKS) {
+    if (b->mode == TKS__BPE_RANKS && s1 - s0 <= PKEY_MAX) {
+        key = pkey_hash(pkey_of(t + s0, s1 - s0, lim));
+        __builtin_prefetch(&b->seed[2 * (key >> (64 - b->seed_bits))]);
+    } else if (b->mode == TKS__BPE_RANKS) {
         key = XXH3_64bits(t + s0, s1 - s0);
         __builtin_prefetch(&b->vslot[key & b->vmask]);
     } else {
@@ -43,7 +50,12 @@ static inline uint64_t pair_key(const tks_bpe *b, const char *t, uint32_t l, uin
 
 /* The pair of pair_key's key: rank << 32 | new id (in rank mode both are
  * the token's id of t[s0 .. s1)); UINT64_MAX when it merges into nothing. */
-static inline uint64_t pair_rank(const tks_bpe *b, const char *t, uint64_t key, size_t s0, size_t s1) {
+static inline uint64_t pair_rank(const tks_bpe *b, const char *t, const char *lim, uint64_t key, size_t s0,
+                                 size_t s1) {
+    if (b->mode == TKS__BPE_RANKS && s1 - s0 <= PKEY_MAX) {
+        const pslot *p = seed_find(b, pkey_of(t + s0, s1 - s0, lim), key);
+        return p ? (uint64_t)p->id[0] << 32 | p->id[0] : UINT64_MAX;
+    }
     if (b->mode == TKS__BPE_RANKS) {
         uint32_t id = tks__bpe_vocab_find_h(b, t + s0, s1 - s0, key);
         return id == TKS_NO_ID ? UINT64_MAX : (uint64_t)id << 32 | id;
@@ -57,18 +69,19 @@ static inline uint64_t pair_rank(const tks_bpe *b, const char *t, uint64_t key, 
 /* 0 when pos has no right neighbour. `t` is the piece: in rank mode every
  * byte is a symbol, so positions are byte offsets and the pair's bytes are
  * t[pos .. end). */
-static inline int pair_probe(const tks_bpe *b, const scratch *s, const char *t, int32_t m, int32_t pos, probe *p) {
+static inline int pair_probe(const tks_bpe *b, const scratch *s, const char *t, const char *lim, int32_t m,
+                              int32_t pos, probe *p) {
     int32_t nx = s->next[pos];
     if (nx < 0) return 0;
     p->pos = pos;
     p->end = s->next[nx] >= 0 ? s->next[nx] : m;
-    p->key = pair_key(b, t, s->sym[pos], s->sym[nx], (size_t)pos, (size_t)p->end);
+    p->key = pair_key(b, t, lim, s->sym[pos], s->sym[nx], (size_t)pos, (size_t)p->end);
     return 1;
 }
 
 /* The probed pair as a heap entry; 0 when it has no rank. */
-static inline int pair_get(const tks_bpe *b, const char *t, const probe *p, hent *out) {
-    uint64_t v = pair_rank(b, t, p->key, (size_t)p->pos, (size_t)p->end);
+static inline int pair_get(const tks_bpe *b, const char *t, const char *lim, const probe *p, hent *out) {
+    uint64_t v = pair_rank(b, t, lim, p->key, (size_t)p->pos, (size_t)p->end);
     if (v == UINT64_MAX) return 0;
     *out = (hent){(uint32_t)(v >> 32), (uint32_t)p->pos, (uint32_t)(p->end - p->pos), (uint32_t)v};
     return 1;
@@ -79,6 +92,7 @@ static inline int pair_get(const tks_bpe *b, const char *t, const probe *p, hent
 int tks__bpe_merge_heap(enc *e, const char *t, size_t n) {
     const tks_bpe *b = e->b;
     scratch *s = e->s;
+    const char *lim = e->tend && e->tend >= t + n ? e->tend : t + n;
     if (n > INT32_MAX / 2)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "a pre-token of %zu bytes is over 1 GB", n);
     int rc = tks__bpe_grow_symbols(s, n);
@@ -102,11 +116,11 @@ int tks__bpe_merge_heap(enc *e, const char *t, size_t n) {
     enum { PROBES = 8 };
     probe pr[PROBES];
     int32_t ahead = 0;
-    for (; ahead < PROBES && ahead + 1 < m; ahead++) pair_probe(b, s, t, m, ahead, &pr[ahead]);
+    for (; ahead < PROBES && ahead + 1 < m; ahead++) pair_probe(b, s, t, lim, m, ahead, &pr[ahead]);
     for (int32_t i = 0; i + 1 < m; i++) {
         probe cur = pr[i % PROBES];
-        if (ahead + 1 < m) pair_probe(b, s, t, m, ahead, &pr[ahead % PROBES]), ahead++;
-        if (pair_get(b, t, &cur, &h)) heap_push(s->heap, &nh, h);
+        if (ahead + 1 < m) pair_probe(b, s, t, lim, m, ahead, &pr[ahead % PROBES]), ahead++;
+        if (pair_get(b, t, lim, &cur, &h)) heap_push(s->heap, &nh, h);
     }
     while (nh) {
         hent top = heap_pop(s->heap, &nh);
@@ -121,10 +135,10 @@ int tks__bpe_merge_heap(enc *e, const char *t, size_t n) {
         /* the entries of the pairs left and right of the merge are stale
          * now (their spans grew); their successors: */
         probe left = {0}, right = {0}; /* set when have_*: zeroed for the compiler */
-        int have_left = s->prev[pos] >= 0 && pair_probe(b, s, t, m, s->prev[pos], &left);
-        int have_right = pair_probe(b, s, t, m, pos, &right);
-        if (have_left && pair_get(b, t, &left, &h)) heap_push(s->heap, &nh, h);
-        if (have_right && pair_get(b, t, &right, &h)) heap_push(s->heap, &nh, h);
+        int have_left = s->prev[pos] >= 0 && pair_probe(b, s, t, lim, m, s->prev[pos], &left);
+        int have_right = pair_probe(b, s, t, lim, m, pos, &right);
+        if (have_left && pair_get(b, t, lim, &left, &h)) heap_push(s->heap, &nh, h);
+        if (have_right && pair_get(b, t, lim, &right, &h)) heap_push(s->heap, &nh, h);
     }
     rc = tks__bpe_out_reserve(e, (size_t)m);
     for (int32_t i = 0; !rc && i >= 0; i = s->next[i]) e->out->ids[e->out->n++] = s->sym[i];
@@ -140,15 +154,15 @@ typedef struct spair {
     uint32_t s0, s1;
 } spair;
 
-static inline void small_probe(const tks_bpe *b, const char *t, size_t n, const uint32_t *sym,
+static inline void small_probe(const tks_bpe *b, const char *t, const char *lim, size_t n, const uint32_t *sym,
                                const uint8_t *start, int m, int i, spair *p) {
     p->s0 = start[i];
     p->s1 = i + 2 < m ? start[i + 2] : (uint32_t)n;
-    p->key = pair_key(b, t, sym[i], sym[i + 1], p->s0, p->s1);
+    p->key = pair_key(b, t, lim, sym[i], sym[i + 1], p->s0, p->s1);
 }
 
-static inline uint64_t small_rank(const tks_bpe *b, const char *t, const spair *p) {
-    return pair_rank(b, t, p->key, p->s0, p->s1);
+static inline uint64_t small_rank(const tks_bpe *b, const char *t, const char *lim, const spair *p) {
+    return pair_rank(b, t, lim, p->key, p->s0, p->s1);
 }
 
 /* BPE of a piece of at most SMALL_PIECE bytes, appended to the output: the
@@ -161,6 +175,7 @@ static inline uint64_t small_rank(const tks_bpe *b, const char *t, const spair *
  * encoder with the reference on every test document). */
 int tks__bpe_merge_small(enc *e, const char *t, size_t n) {
     const tks_bpe *b = e->b;
+    const char *lim = e->tend && e->tend >= t + n ? e->tend : t + n;
     uint32_t sym[SMALL_PIECE];
     uint8_t start[SMALL_PIECE];
     uint64_t rk[SMALL_PIECE];
@@ -181,16 +196,16 @@ int tks__bpe_merge_small(enc *e, const char *t, size_t n) {
         for (int i = 0; i + 1 < m; i++) {
             uint64_t v = __atomic_load_n(&b->pair1[(uint8_t)t[i] << 8 | (uint8_t)t[i + 1]], __ATOMIC_RELAXED);
             if (v) rk[i] = v - 2;
-            else small_probe(b, t, n, sym, start, m, i, &pr[k]), miss[k++] = (uint8_t)i;
+            else small_probe(b, t, lim, n, sym, start, m, i, &pr[k]), miss[k++] = (uint8_t)i;
         }
         for (int j = 0; j < k; j++) {
             int i = miss[j];
-            rk[i] = small_rank(b, t, &pr[j]);
+            rk[i] = small_rank(b, t, lim, &pr[j]);
             __atomic_store_n(&b->pair1[(uint8_t)t[i] << 8 | (uint8_t)t[i + 1]], rk[i] + 2, __ATOMIC_RELAXED);
         }
     } else {
-        for (int i = 0; i + 1 < m; i++) small_probe(b, t, n, sym, start, m, i, &pr[i]);
-        for (int i = 0; i + 1 < m; i++) rk[i] = small_rank(b, t, &pr[i]);
+        for (int i = 0; i + 1 < m; i++) small_probe(b, t, lim, n, sym, start, m, i, &pr[i]);
+        for (int i = 0; i + 1 < m; i++) rk[i] = small_rank(b, t, lim, &pr[i]);
     }
     while (m > 1) {
         uint64_t best = rk[0];
@@ -206,10 +221,10 @@ int tks__bpe_merge_small(enc *e, const char *t, size_t n) {
         for (int i = at + 1; i < m; i++) sym[i] = sym[i + 1], start[i] = start[i + 1], rk[i] = rk[i + 1];
         /* the pairs left and right of the merged symbol, looked up together */
         int right = at + 1 < m, left = at > 0;
-        if (right) small_probe(b, t, n, sym, start, m, at, &pr[0]);
-        if (left) small_probe(b, t, n, sym, start, m, at - 1, &pr[1]);
-        if (right) rk[at] = small_rank(b, t, &pr[0]);
-        if (left) rk[at - 1] = small_rank(b, t, &pr[1]);
+        if (right) small_probe(b, t, lim, n, sym, start, m, at, &pr[0]);
+        if (left) small_probe(b, t, lim, n, sym, start, m, at - 1, &pr[1]);
+        if (right) rk[at] = small_rank(b, t, lim, &pr[0]);
+        if (left) rk[at - 1] = small_rank(b, t, lim, &pr[1]);
     }
     int rc = tks__bpe_out_reserve(e, (size_t)m);
     if (!rc && m) memcpy(e->out->ids + e->out->n, sym, (size_t)m * sizeof *sym), e->out->n += (size_t)m;

@@ -42,6 +42,7 @@ enum { C_L = 1, C_N = 2, C_S = 4, C_UP = 8, C_LO = 16, C_CRLF = 32 };
 static uint8_t *g_cls;   /* (65536) class bits of each BMP code point */
 static uint8_t *g_fold;  /* (65536) the ASCII letter of s t r e v m l d it matches caselessly, or 0 */
 static int g_rc;
+static int g_masks_ok = 1; /* the ASCII classes are the block masks' (build_tables checks) */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 /* Marks, in tab, every code point of the UTF-8 text `all` that `pat`
@@ -117,6 +118,13 @@ static void build_tables(void) {
     }
     free(all);
     g_rc = rc;
+    /* the block masks' ASCII classes (fixed byte ranges) must be PCRE2's */
+    for (unsigned c = 0; !rc && c < 128; c++) {
+        unsigned want = (c >= 'A' && c <= 'Z' ? C_UP | C_L : 0) | (c >= 'a' && c <= 'z' ? C_LO | C_L : 0) |
+                        (c >= '0' && c <= '9' ? C_N : 0) | (c == ' ' || (c >= '\t' && c <= '\r') ? C_S : 0) |
+                        (c == '\n' || c == '\r' ? C_CRLF : 0);
+        if (g_cls[c] != want) g_masks_ok = 0;
+    }
 }
 
 /* ---------------------------------------------------------------------------
@@ -199,11 +207,90 @@ size_t tks__bpe_fast_bmp(const char *t, size_t n) {
 /* ---------------------------------------------------------------------------
  * Matching: every position is a code point boundary of valid UTF-8 without
  * 4-byte sequences.
+ *
+ * Runs of a class (letters, digits, whitespace, ...) are found 64 bytes at a
+ * time: each block of the text gets bit masks of its ASCII bytes by class
+ * (SSE2 compares), and a run's end is the first set bit of "not in the
+ * class" from its start (a count of trailing zeros), not a decode of every
+ * code point. A byte of a multi-byte character is in no ASCII mask: the run
+ * stops there and the character's class is read from the table, the run
+ * going on past it when it is in the class. What the matchers decide is the
+ * same as stepping code point by code point (test_bpe compares both with
+ * PCRE2's matches).
  * ------------------------------------------------------------------------- */
+enum { M_UP, M_LO, M_N, M_S, M_CRLF, M_HI, M_END, NM }; /* M_END: the bytes past the text */
+
 typedef struct text {
     const unsigned char *s;
     size_t n;
+    size_t blk;     /* the block whose masks m[] holds (bytes 64 * blk ...), SIZE_MAX: none yet */
+    uint64_t m[NM]; /* bit k: byte 64 * blk + k is of the class */
 } text;
+
+static inline int ctz64(uint64_t v) { return __builtin_ctzll(v); }
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* Bytes of v in [lo, hi] (unsigned), as a 16-bit mask. */
+static inline unsigned in_range(__m128i v, unsigned char lo, unsigned char hi) {
+    __m128i t = _mm_add_epi8(v, _mm_set1_epi8((char)(0x80 - lo)));
+    return (unsigned)_mm_movemask_epi8(_mm_cmplt_epi8(t, _mm_set1_epi8((char)(0x80 + (hi - lo) + 1))));
+}
+#endif
+
+/* The masks of the block of byte i (i < n). */
+static void load_block(text *x, size_t i) {
+    size_t base = i & ~(size_t)63;
+    x->blk = i >> 6;
+    memset(x->m, 0, sizeof x->m);
+    unsigned char b[64];
+    const unsigned char *p = x->s + base;
+    size_t have = x->n - base < 64 ? x->n - base : 64;
+    if (have < 64) { /* the text's last block: copied, zeros past its end (in no ASCII class) */
+        memset(b, 0, sizeof b);
+        memcpy(b, p, have);
+        p = b;
+        x->m[M_END] = ~0ull << have;
+    }
+#if defined(__SSE2__)
+    for (int q = 0; q < 4; q++) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(p + 16 * q));
+        int sh = 16 * q;
+        x->m[M_UP] |= (uint64_t)in_range(v, 'A', 'Z') << sh;
+        x->m[M_LO] |= (uint64_t)in_range(v, 'a', 'z') << sh;
+        x->m[M_N] |= (uint64_t)in_range(v, '0', '9') << sh;
+        x->m[M_S] |= (uint64_t)(in_range(v, '\t', '\r') | in_range(v, ' ', ' ')) << sh;
+        x->m[M_CRLF] |= (uint64_t)(in_range(v, '\n', '\n') | in_range(v, '\r', '\r')) << sh;
+        x->m[M_HI] |= (uint64_t)(unsigned)_mm_movemask_epi8(v) << sh;
+    }
+#else
+    for (int k = 0; k < 64; k++) {
+        unsigned c = p[k];
+        uint64_t bit = 1ull << k;
+        if (c >= 0x80) {
+            x->m[M_HI] |= bit;
+            continue;
+        }
+        unsigned cl = g_cls[c];
+        if (cl & C_UP) x->m[M_UP] |= bit;
+        if (cl & C_LO) x->m[M_LO] |= bit;
+        if (cl & C_N) x->m[M_N] |= bit;
+        if (cl & C_S) x->m[M_S] |= bit;
+        if (cl & C_CRLF) x->m[M_CRLF] |= bit;
+    }
+#endif
+}
+
+/* The ASCII bytes of the block in any of the classes `bits`. */
+static inline uint64_t ascii_in(const text *x, unsigned bits) {
+    uint64_t m = 0;
+    if (bits & (C_L | C_UP)) m |= x->m[M_UP];
+    if (bits & (C_L | C_LO)) m |= x->m[M_LO];
+    if (bits & C_N) m |= x->m[M_N];
+    if (bits & C_S) m |= x->m[M_S];
+    if (bits & C_CRLF) m |= x->m[M_CRLF];
+    return m;
+}
 
 /* The code point at i (within the BMP) and its length; the end gives 0
  * with length 0. */
@@ -227,6 +314,10 @@ static inline unsigned cp_at(const text *x, size_t i, size_t *len) {
 
 /* The class bits of the code point at i (0 at the end) and its length. */
 static inline unsigned cls_at(const text *x, size_t i, size_t *len) {
+    if (i < x->n && x->s[i] < 0x80) {
+        *len = 1;
+        return g_cls[x->s[i]];
+    }
     unsigned cp = cp_at(x, i, len);
     return *len ? g_cls[cp] : 0;
 }
@@ -237,18 +328,35 @@ static inline unsigned fold_at(const text *x, size_t i, size_t *len) {
     return *len ? g_fold[cp] : 0;
 }
 
-/* The end of the run of code points from i whose class has any of `bits`. */
-static inline size_t run(const text *x, size_t i, unsigned bits) {
+/* The end of the run of code points from i whose class has any of `bits`
+ * (in = 1), or none of them (in = 0). */
+static inline size_t run_of(text *x, size_t i, unsigned bits, int in) {
     size_t k;
-    while (cls_at(x, i, &k) & bits) i += k;
-    return i;
+    if (!g_masks_ok) { /* code point by code point */
+        while (i < x->n && ((cls_at(x, i, &k) & bits) != 0) == in) i += k;
+        return i;
+    }
+    while (i < x->n) {
+        if ((i >> 6) != x->blk) load_block(x, i);
+        unsigned o = (unsigned)(i & 63);
+        uint64_t cls = ascii_in(x, bits);
+        /* the bytes that end the run here, or may (multi-byte: its class decides) */
+        uint64_t stop = (in ? ~cls : cls | x->m[M_HI]) | x->m[M_END]; /* ~cls: the multi-byte ones too */
+        stop >>= o;
+        if (!stop) {
+            i += 64 - o;
+            continue;
+        }
+        i += (size_t)ctz64(stop);
+        if (i >= x->n || x->s[i] < 0x80) return i < x->n ? i : x->n;
+        if (((cls_at(x, i, &k) & bits) != 0) != in) return i;
+        i += k;
+    }
+    return x->n;
 }
 
-static inline size_t run_not(const text *x, size_t i, unsigned bits) {
-    size_t k;
-    while (i < x->n && !(cls_at(x, i, &k) & bits)) i += k;
-    return i;
-}
+static inline size_t run(text *x, size_t i, unsigned bits) { return run_of(x, i, bits, 1); }
+static inline size_t run_not(text *x, size_t i, unsigned bits) { return run_of(x, i, bits, 0); }
 
 /* (?i:'s|'t|'re|'ve|'m|'ll|'d) at i (caseless: PCRE2's folding), or GPT-2's
  * case-sensitive form: the end, or 0. */
@@ -264,13 +372,13 @@ static size_t contraction(const text *x, size_t i, int caseless) {
 }
 
 /* Whitespace at i (the run [i, k)): \s*[\r\n]+ ends after the run's last
- * CR or LF (0: none); \s+(?!\S) leaves the run's last character to what
- * follows unless the run ends the text. */
+ * CR or LF (0: none; a CR or LF is one byte, and no byte of a multi-byte
+ * whitespace character is one); \s+(?!\S) leaves the run's last character
+ * to what follows unless the run ends the text. */
 static size_t ws_newline(const text *x, size_t i, size_t k) {
-    size_t last = 0, len;
-    for (size_t p = i; p < k; p += len)
-        if (cls_at(x, p, &len) & C_CRLF) last = p + len;
-    return last;
+    for (size_t p = k; p > i; p--)
+        if (x->s[p - 1] == '\n' || x->s[p - 1] == '\r') return p;
+    return 0;
 }
 
 static size_t ws_tail(const text *x, size_t i, size_t k) {
@@ -281,7 +389,7 @@ static size_t ws_tail(const text *x, size_t i, size_t k) {
     return p > i ? p : k; /* a run of one: \s+ takes it */
 }
 
-static size_t gpt2(const text *x, size_t i) {
+static size_t gpt2(text *x, size_t i) {
     size_t e = contraction(x, i, 0), k;
     if (e) return e;
     size_t j = x->s[i] == ' ' ? i + 1 : i;
@@ -294,7 +402,7 @@ static size_t gpt2(const text *x, size_t i) {
 }
 
 /* LLAMA3, QWEN2 (max_digits 1) and CL100K (end_run: \s++$ first). */
-static size_t llama3(const text *x, size_t i, size_t max_digits, int end_run) {
+static size_t llama3(text *x, size_t i, size_t max_digits, int end_run) {
     size_t e = contraction(x, i, 1), k, k2;
     if (e) return e;
     unsigned c = cls_at(x, i, &k);
@@ -315,20 +423,29 @@ static size_t llama3(const text *x, size_t i, size_t max_digits, int end_run) {
     return e ? e : ws_tail(x, i, r);
 }
 
-/* o200k's first two alternatives from j (after the optional prefix):
- * [UP]*[LO]+ and [UP]+[LO]*, then the optional contraction; 0 when neither
- * matches from j. */
-static size_t o200k_word(const text *x, size_t j, int alt) {
-    size_t u = j, last_lo = 0, k;
-    unsigned c;
-    while ((c = cls_at(x, u, &k)) & C_UP) {
-        if (c & C_LO) last_lo = u + k;
-        u += k;
+/* The [UP]* run from j: its end, and in *last_lo the end of its last code
+ * point that is also LO (one of Lm, Lo, M: never an ASCII letter), or 0. */
+static inline size_t run_up(text *x, size_t j, size_t *last_lo) {
+    size_t u = run(x, j, C_UP), k;
+    *last_lo = 0;
+    for (size_t p = j; p < u; p += k) {
+        if (x->s[p] < 0x80) {
+            k = 1;
+            continue;
+        }
+        if (cls_at(x, p, &k) & C_LO) *last_lo = p + k;
     }
-    size_t e;
+    return u;
+}
+
+/* o200k's [UP]*[LO]+ (alt 1: the UP run gives back until [LO]+ can start:
+ * at its end when that is LO, then the whole LO run; else at its last LO
+ * code point, one character) or [UP]+[LO]* (alt 2) from j, then the
+ * optional contraction: the end, or 0 when it does not match. */
+static size_t o200k_alt(text *x, size_t j, int alt) {
+    size_t last_lo, k, e;
+    size_t u = run_up(x, j, &last_lo);
     if (alt == 1) {
-        /* [UP]* gives back until [LO]+ can start: at u when it is LO (then
-         * the whole LO run), else at the last LO of the UP run (one char) */
         if (cls_at(x, u, &k) & C_LO) e = run(x, u, C_LO);
         else if (last_lo) e = last_lo;
         else return 0;
@@ -340,13 +457,36 @@ static size_t o200k_word(const text *x, size_t j, int alt) {
     return ce ? ce : e;
 }
 
-static size_t o200k(const text *x, size_t i) {
+/* Both alternatives from one start j, the first that matches: the UP run
+ * found once (alt 2 is tried only where alt 1 failed, its [LO]* then
+ * empty). */
+static size_t o200k_word(text *x, size_t j) {
+    size_t last_lo, k, e;
+    size_t u = run_up(x, j, &last_lo);
+    if (cls_at(x, u, &k) & C_LO) e = run(x, u, C_LO);
+    else if (last_lo) e = last_lo;
+    else if (u > j) e = u;
+    else return 0;
+    size_t ce = contraction(x, e, 1);
+    return ce ? ce : e;
+}
+
+static size_t o200k(text *x, size_t i) {
     size_t k, k2, e;
     unsigned c = cls_at(x, i, &k);
     int prefix = !(c & (C_CRLF | C_L | C_N));
-    for (int alt = 1; alt <= 2; alt++) {
-        if (prefix && (e = o200k_word(x, i + k, alt))) return e;
-        if ((e = o200k_word(x, i, alt))) return e;
+    /* the alternatives in the pattern's order: [UP]*[LO]+ with the prefix,
+     * without it, then [UP]+[LO]* with and without; with the prefix taken,
+     * o200k_word(j) is the first two at one start. At a prefix code point
+     * that is itself UP or LO (a mark) both starts are tried, in that order */
+    if (prefix && !(c & (C_UP | C_LO))) {
+        if ((e = o200k_word(x, i + k))) return e;
+    } else if (prefix) {
+        if ((e = o200k_alt(x, i + k, 1)) || (e = o200k_alt(x, i, 1)) || (e = o200k_alt(x, i + k, 2)) ||
+            (e = o200k_alt(x, i, 2)))
+            return e;
+    } else if ((e = o200k_word(x, i))) {
+        return e;
     }
     if (c & C_N) {
         e = i + k;
@@ -366,8 +506,127 @@ static size_t o200k(const text *x, size_t i) {
     return e ? e : ws_tail(x, i, r);
 }
 
+/* ---------------------------------------------------------------------------
+ * The ASCII cases from the masks alone
+ *
+ * Most pieces are ASCII and short: a word with its one-character prefix,
+ * up to three digits, a run of punctuation. Each matcher first tries to
+ * decide the piece at i from the masks of i's block with a few bit
+ * operations and no loop: the end, or 0 when it cannot (a multi-byte
+ * character may take part, a run reaches the block's end, whitespace, a
+ * contraction starts there), and then the matcher above decides. What the
+ * fast cases give is what the matcher would (test_pretok).
+ * ------------------------------------------------------------------------- */
+
+/* The first set bit of m at or after bit b (b < 64), or 64. */
+static inline unsigned first_from(uint64_t m, unsigned b) {
+    m &= ~0ull << b;
+    return m ? (unsigned)ctz64(m) : 64;
+}
+
+#define BIT(m, b) (((m) >> (b)) & 1)
+
+/* The end of the run of the mask `run` from bit b when it stops, in the
+ * block, at an ASCII byte or the text's end (0: it does not). */
+static inline unsigned ascii_run(const text *x, uint64_t run, unsigned b) {
+    unsigned e = first_from(~run, b);
+    return e < 64 && !BIT(x->m[M_HI], e) ? e : 0;
+}
+
+/* [^\r\n\p{L}\p{N}]?\p{L}+ (Llama 3, cl100k, Qwen 2; any_prefix) or ` ?\p{L}+`
+ * (gpt2: a space the only prefix) at bit b: the word's end bit; 0 when the
+ * word is there but not decided here; -1 when there is none (an ASCII
+ * byte that is neither a letter nor a prefix of one). */
+static inline int ascii_word(const text *x, unsigned b, int any_prefix) {
+    uint64_t L = x->m[M_UP] | x->m[M_LO];
+    unsigned j = b;
+    if (!BIT(L, b)) {
+        int pre = any_prefix ? !BIT(L | x->m[M_N] | x->m[M_CRLF] | x->m[M_HI] | x->m[M_END], b)
+                             : x->s[64 * x->blk + b] == ' ';
+        if (!pre) return -1;
+        if (b == 63 || BIT(x->m[M_HI], b + 1)) return 0; /* the next code point decides */
+        if (!BIT(L, b + 1)) return -1;
+        j = b + 1;
+    }
+    return (int)ascii_run(x, L, j);
+}
+
+static inline unsigned ascii_punct(const text *x, unsigned b, int space) {
+    uint64_t O = ~(x->m[M_UP] | x->m[M_LO] | x->m[M_N] | x->m[M_S] | x->m[M_HI] | x->m[M_END]);
+    unsigned j = space && b < 63 && BIT(O, b + 1) ? b + 1 : b;
+    return BIT(O, j) ? ascii_run(x, O, j) : 0;
+}
+
+/* \p{N}{1,max}: up to `max` ASCII digits from bit b; 0 when a multi-byte
+ * code point (a digit, maybe) or the block's end comes before. */
+static inline unsigned ascii_digits(const text *x, unsigned b, unsigned max) {
+    unsigned e = b + 1;
+    while (e < 64 && e < b + max && BIT(x->m[M_N], e)) e++;
+    return e < 64 && !BIT(x->m[M_HI], e) ? e : 0;
+}
+
+static inline size_t absorb_newlines(const text *x, size_t e, int slash) {
+    while (e < x->n && (x->s[e] == '\r' || x->s[e] == '\n' || (slash && x->s[e] == '/'))) e++;
+    return e;
+}
+
+static inline size_t o200k_fast(text *x, size_t i) {
+    if ((i >> 6) != x->blk) load_block(x, i);
+    size_t base = i & ~(size_t)63, end;
+    unsigned b = (unsigned)(i & 63), e;
+    uint64_t up = x->m[M_UP], lo = x->m[M_LO], L = up | lo;
+    unsigned j = b;
+    if (!BIT(L, b)) { /* a prefix (not CR, LF, a letter or a digit) before an ASCII letter */
+        uint64_t pre = ~(L | x->m[M_N] | x->m[M_CRLF] | x->m[M_HI] | x->m[M_END]);
+        if (!BIT(pre, b)) goto other;
+        if (b == 63 || BIT(x->m[M_HI], b + 1)) return 0; /* the next code point decides */
+        if (!BIT(L, b + 1)) goto other;
+        j = b + 1;
+    }
+    /* [UP]*[LO]+ or [UP]+[LO]*: the capitals, then the small letters */
+    e = first_from(~up, j);
+    if (e == 64 || BIT(x->m[M_HI], e)) return 0;
+    if (BIT(lo, e) && ((e = first_from(~lo, e)) == 64 || BIT(x->m[M_HI], e))) return 0;
+    end = base + e;
+    if (end < x->n && x->s[end] == '\'') {
+        size_t ce = contraction(x, end, 1);
+        if (ce) end = ce;
+    }
+    return end;
+other:
+    if (BIT(x->m[M_N], b)) return (e = ascii_digits(x, b, 3)) ? base + e : 0;
+    if ((e = ascii_punct(x, b, x->s[i] == ' '))) return absorb_newlines(x, base + e, 1);
+    return 0;
+}
+
+/* Llama 3, Qwen 2 (max_digits 1), cl100k: the contractions come first. */
+static inline size_t llama3_fast(text *x, size_t i, unsigned max_digits) {
+    if ((i >> 6) != x->blk) load_block(x, i);
+    if (x->s[i] == '\'') return 0;
+    size_t base = i & ~(size_t)63;
+    unsigned b = (unsigned)(i & 63), e;
+    int w = ascii_word(x, b, 1);
+    if (w >= 0) return w ? base + (unsigned)w : 0;
+    if (BIT(x->m[M_N], b)) return (e = ascii_digits(x, b, max_digits)) ? base + e : 0;
+    if ((e = ascii_punct(x, b, x->s[i] == ' '))) return absorb_newlines(x, base + e, 0);
+    return 0;
+}
+
+static inline size_t gpt2_fast(text *x, size_t i) {
+    if ((i >> 6) != x->blk) load_block(x, i);
+    if (x->s[i] == '\'') return 0;
+    size_t base = i & ~(size_t)63;
+    unsigned b = (unsigned)(i & 63), e;
+    int space = x->s[i] == ' ', w = ascii_word(x, b, 0);
+    if (w >= 0) return w ? base + (unsigned)w : 0;
+    unsigned j = space && b < 63 ? b + 1 : b;
+    if (BIT(x->m[M_N], j)) return (e = ascii_run(x, x->m[M_N], j)) ? base + e : 0;
+    if ((e = ascii_punct(x, b, space))) return base + e;
+    return 0;
+}
+
 size_t tks__bpe_fast_next(int prog, const char *t, size_t n, size_t i) {
-    text x = {(const unsigned char *)t, n};
+    text x = {(const unsigned char *)t, n, SIZE_MAX, {0}};
     switch (prog) {
     case TKS__FAST_GPT2: return gpt2(&x, i);
     case TKS__FAST_LLAMA3: return llama3(&x, i, 3, 0);
@@ -379,19 +638,25 @@ size_t tks__bpe_fast_next(int prog, const char *t, size_t n, size_t i) {
 }
 
 size_t tks__bpe_fast_ends(int prog, const char *t, size_t n, size_t i, size_t *ends, size_t cap) {
-    text x = {(const unsigned char *)t, n};
+    text x = {(const unsigned char *)t, n, SIZE_MAX, {0}};
     size_t m = 0;
     /* a loop per pattern: the matcher inlined into it, no call a piece */
 #define CUT(step)                                                                                                 \
     do {                                                                                                          \
         while (i < n && m < cap) ends[m++] = i = (step);                                                          \
     } while (0)
-    switch (prog) {
-    case TKS__FAST_GPT2: CUT(gpt2(&x, i)); break;
-    case TKS__FAST_LLAMA3: CUT(llama3(&x, i, 3, 0)); break;
-    case TKS__FAST_QWEN2: CUT(llama3(&x, i, 1, 0)); break;
-    case TKS__FAST_CL100K: CUT(llama3(&x, i, 3, 1)); break;
-    case TKS__FAST_O200K: CUT(o200k(&x, i)); break;
+    size_t e;
+    switch (g_masks_ok ? prog : -prog) { /* without masks, the matchers alone */
+    case -TKS__FAST_GPT2: CUT(gpt2(&x, i)); break;
+    case -TKS__FAST_LLAMA3: CUT(llama3(&x, i, 3, 0)); break;
+    case -TKS__FAST_QWEN2: CUT(llama3(&x, i, 1, 0)); break;
+    case -TKS__FAST_CL100K: CUT(llama3(&x, i, 3, 1)); break;
+    case -TKS__FAST_O200K: CUT(o200k(&x, i)); break;
+    case TKS__FAST_GPT2: CUT((e = gpt2_fast(&x, i)) ? e : gpt2(&x, i)); break;
+    case TKS__FAST_LLAMA3: CUT((e = llama3_fast(&x, i, 3)) ? e : llama3(&x, i, 3, 0)); break;
+    case TKS__FAST_QWEN2: CUT((e = llama3_fast(&x, i, 1)) ? e : llama3(&x, i, 1, 0)); break;
+    case TKS__FAST_CL100K: CUT((e = llama3_fast(&x, i, 3)) ? e : llama3(&x, i, 3, 1)); break;
+    case TKS__FAST_O200K: CUT((e = o200k_fast(&x, i)) ? e : o200k(&x, i)); break;
     default: ends[m++] = n;
     }
 #undef CUT

@@ -5,7 +5,6 @@
  * the id output every part of the encoder appends to. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "tokenizer/bpe_encoder.h"
 
@@ -18,8 +17,8 @@ static void scratch_destroy(tks__tls_obj *o) {
     free(s->prev);
     free(s->next);
     free(s->heap);
-    if (s->cache) munmap(s->cache, CACHE_BYTES);
-    if (s->pc) munmap(s->pc, PC_BYTES);
+    tks_free_table(s->cache, CACHE_BYTES);
+    tks_free_table(s->pc, PC_BYTES);
     for (size_t i = 0; s->lcache && i < LCACHE; i++) free(s->lcache[i].blob);
     free(s->lcache);
     free(s);

@@ -23,10 +23,10 @@ int tks__bpe_seed_build(tks_bpe *b) {
     size_t lines = tks__bpe_pow2(n); /* at most half of the 2 x lines slots full */
     unsigned bits = 0;
     while (((size_t)1 << bits) < lines) bits++;
-    pslot *seed = calloc(2 * lines, sizeof *seed);
+    pslot *seed = tks_alloc_table(2 * lines * sizeof *seed);
     if (!seed) return tks__bpe_nomem(b, "the seed table");
     tks_ids out = {0};
-    enc e = {b, NULL, &out, 0};
+    enc e = {b, NULL, &out, 0, NULL};
     int own = b->mode == TKS__BPE_RANKS || b->ignore_merges, rc = 0;
     for (size_t i = 0; i <= b->vmask && !rc; i++) {
         const tks__bpe_vslot *v = &b->vslot[i];
@@ -45,7 +45,7 @@ int tks__bpe_seed_build(tks_bpe *b) {
     }
     tks_ids_free(&out);
     if (rc) {
-        free(seed);
+        tks_free_table(seed, 2 * lines * sizeof *seed);
         return rc;
     }
     b->seed = seed;

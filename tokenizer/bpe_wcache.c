@@ -1,29 +1,11 @@
 /* bpe_wcache.c - the byte-level BPE encoder's per-thread piece caches
  * (bpe_wcache.h): made on a thread's first encode, and a long piece's copy
  * stored. */
-#define _GNU_SOURCE /* MADV_HUGEPAGE */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "tokenizer/bpe_pcache.h"
 #include "tokenizer/bpe_wcache.h"
-
-/* A zeroed table of `bytes` for one thread's lookups at random, or NULL:
- * mapped rather than malloc'd (the kernel's pages come zeroed, no second
- * pass; page-aligned, no line straddles two cache lines), on 2 MiB pages
- * where the kernel allows it (lookups that do not miss the TLB; advice
- * only), every page written first, not read: a page of zeros that is read
- * first maps the shared zero page, and its first write then flushes the TLB
- * of every thread of the process (an interrupt each), 5% of a build on 2
- * threads. */
-static void *map_table(size_t bytes) {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return NULL;
-    madvise(p, bytes, MADV_HUGEPAGE);
-    for (size_t o = 0; o < bytes; o += 4096) ((volatile char *)p)[o] = 0;
-    return p;
-}
 
 int tks__bpe_wcache_on(enc *e) {
     scratch *s = e->s;
@@ -31,12 +13,12 @@ int tks__bpe_wcache_on(enc *e) {
     if (!s->cache) {
         _Static_assert(sizeof(cline) == 64, "a word-cache line is one 64-byte cache line");
         _Static_assert(sizeof(pslot) == 32, "two short-piece slots to a 64-byte line");
-        s->cache = map_table(CACHE_BYTES);
-        s->pc = s->cache ? map_table(PC_BYTES) : NULL;
+        s->cache = tks_alloc_table(CACHE_BYTES);
+        s->pc = s->cache ? tks_alloc_table(PC_BYTES) : NULL;
         s->lcache = s->pc ? calloc(LCACHE, sizeof *s->lcache) : NULL;
         if (!s->lcache) {
-            if (s->pc) munmap(s->pc, PC_BYTES);
-            if (s->cache) munmap(s->cache, CACHE_BYTES);
+            tks_free_table(s->pc, PC_BYTES);
+            tks_free_table(s->cache, CACHE_BYTES);
             s->cache = NULL;
             s->pc = NULL;
             return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory for the word cache");
