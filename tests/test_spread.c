@@ -216,16 +216,18 @@ typedef struct job {
 
 static void *build_main(void *arg) {
     job *j = arg;
-    tks_build_world w = {j->r.rank, j->r.f->size, f_bcast, f_gather, f_max_int, f_sum_u64, f_barrier,
-                         f_shared_open, f_fetch_add, f_put, f_get, f_shared_close, NULL, f_progress,
-                         NULL, f_fail, &j->r};
+    tks_build_world w = {.rank = j->r.rank, .size = j->r.f->size, .bcast = f_bcast, .gather = f_gather,
+                         .max_int = f_max_int, .sum_u64 = f_sum_u64, .barrier = f_barrier,
+                         .shared_open = f_shared_open, .fetch_add = f_fetch_add, .put = f_put, .get = f_get,
+                         .shared_close = f_shared_close, .progress = f_progress, .fail = f_fail, .ctx = &j->r};
     j->rc = tks_build_spread(j->o, &w, &j->st);
     return NULL;
 }
 
 static void *audit_main(void *arg) {
     job *j = arg;
-    tks_audit_world w = {j->r.rank, j->r.f->size, f_max_int, f_gather, &j->r};
+    tks_audit_world w = {.rank = j->r.rank, .size = j->r.f->size, .max_int = f_max_int, .gather = f_gather,
+                         .ctx = &j->r};
     tks_audit_opts ao = {.threads = 1, .max_problems = 7};
     j->rc = tks_audit_spread(j->audit_path, &ao, &w, &j->rep);
     return NULL;

@@ -215,7 +215,7 @@ int dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **
     *out = NULL;
     *rank = 0;
     int size = 1, many = dist_launched_many(), rc = many ? world(rank, &size) : tks_launch_check();
-    tks_audit_world w = {*rank, size, c_max_int, c_gather, &g_w};
+    tks_audit_world w = {.rank = *rank, .size = size, .max_int = c_max_int, .gather = c_gather, .ctx = &g_w};
     return rc ? rc : tks_audit_spread(path, opts, many ? &w : NULL, out);
 }
 
@@ -228,9 +228,10 @@ int dist_build(const tks_build_opts *o, void (*progress)(const tks_build_world_p
     if (*rank == 0) show_in_flight(o);
     struct sigaction sa = {.sa_handler = on_term};
     if (many) sigaction(SIGTERM, &sa, NULL);
-    tks_build_world w = {*rank, size, c_bcast, c_gather, c_max_int, c_sum_u64, c_barrier,
-                         c_shared_open, c_fetch_add, c_put, c_get, c_shared_close, c_poll,
-                         progress, c_building, c_fail, &g_w};
+    tks_build_world w = {.rank = *rank, .size = size, .bcast = c_bcast, .gather = c_gather, .max_int = c_max_int,
+                         .sum_u64 = c_sum_u64, .barrier = c_barrier, .shared_open = c_shared_open,
+                         .fetch_add = c_fetch_add, .put = c_put, .get = c_get, .shared_close = c_shared_close,
+                         .poll = c_poll, .progress = progress, .building = c_building, .fail = c_fail, .ctx = &g_w};
     return tks_build_spread(o, many ? &w : NULL, stats);
 }
 
