@@ -417,6 +417,47 @@ void tks_audit_share(const uint64_t *sizes, size_t n_shards, unsigned rank, unsi
 int tks_audit_merge(tks_audit_report *const *parts, size_t n, size_t max_problems,
                     tks_audit_report **out);
 
+/* A report as bytes, for another process of the same binary (the bytes are
+ * its struct and problems as they lie in memory, behind a magic):
+ * tks_audit_report_pack sets *bytes (malloc'd, the caller frees it) and
+ * *len; tks_audit_report_unpack reads the report at the front of `len`
+ * bytes into *out (the caller frees it: tks_audit_report_free) and sets
+ * *used to its length (reports packed back to back are read one after the
+ * other). Errors: TKS_ERR_NOMEM; unpack: TKS_ERR_ARG for bytes that are
+ * not a packed report, or cut short. */
+int tks_audit_report_pack(const tks_audit_report *r, void **bytes, size_t *len);
+int tks_audit_report_unpack(const void *bytes, size_t len, size_t *used, tks_audit_report **out);
+
+/* The processes that audit together (tks_audit_spread). Both calls are
+ * collective: every rank makes the same calls in the same order; each
+ * returns 0, or an error code with the error set. The library stays free
+ * of MPI; tokshard passes MPI's world (tools/dist_mpi.c). */
+typedef struct tks_audit_world {
+    int rank, size;            /* this process's rank in [0, size) */
+    /* elementwise maximum of n values over the ranks, in place on every rank */
+    int (*max_int)(int *v, size_t n, void *ctx);
+    /* every rank's n bytes at mine, back to back in rank order, on rank 0:
+     * *all malloc'd (the caller of the callback frees it), *len bytes; NULL
+     * and 0 on the other ranks */
+    int (*gather)(const void *mine, size_t n, void **all, size_t *len, void *ctx);
+    void *ctx;
+} tks_audit_world;
+
+/*
+ * Audits path over the ranks of `world` (NULL or size 1: tks_audit in this
+ * process): each rank audits its share of the shards (tks_audit_opts rank
+ * and n_ranks set from world; opts must not be NULL) and rank 0 merges the
+ * reports into *out (tks_audit_merge: the report of a single process);
+ * *out is NULL on the other ranks. Collective over `world`.
+ * Returns 0, or an error with its context: this rank's own (those of
+ * tks_audit, TKS_ERR_NOMEM packing its report), and then on every other
+ * rank TKS_ERR_IO naming path ("another rank could not audit"); on rank 0
+ * also TKS_ERR_NOMEM or TKS_ERR_ARG (a rank's report did not arrive whole)
+ * merging; or a callback's code. The report is owned by the caller.
+ */
+int tks_audit_spread(const char *path, const tks_audit_opts *opts, const tks_audit_world *world,
+                     tks_audit_report **out);
+
 /* ---------------------------------------------------------------------------
  * Audit reports written by other checks, and dataset statistics
  * ------------------------------------------------------------------------- */

@@ -11,3 +11,9 @@ endforeach()
 add_test(NAME dist_slurm COMMAND bash ${TKS_TEST_DIR}/test_slurm.sh ${TKS_BIN} ${CMAKE_BINARY_DIR}/test-work)
 set_tests_properties(dist_slurm PROPERTIES FIXTURES_REQUIRED "tks_build;tks_train" RUN_SERIAL TRUE
                      TIMEOUT 600 SKIP_RETURN_CODE 77)
+# The build and the audit spread over a fake world of ranks as threads
+# (tests/test_spread.c): the library's orchestration without MPI.
+add_executable(test_spread ${TKS_TEST_DIR}/test_spread.c)
+target_link_libraries(test_spread PRIVATE tks_tokenize Threads::Threads)
+add_test(NAME dist_spread COMMAND test_spread ${CMAKE_BINARY_DIR}/test-work/spread)
+set_tests_properties(dist_spread PROPERTIES TIMEOUT 300)

@@ -420,6 +420,112 @@ int tks_build_job_publish(tks_build_job *job);
 /* Releases the job (and the coordinator's lock). Accepts NULL. */
 void tks_build_job_free(tks_build_job *job);
 
+/* ---------------------------------------------------------------------------
+ * A build spread over a world of processes (tokshard build under mpirun)
+ *
+ * Rank 0 opens the job and shares its listing; every rank then takes units,
+ * heaviest first, from a counter in rank 0's shared memory (no rank answers
+ * another), places its units' shards once a sum of the units' shard counts
+ * gives their indices, and rank 0 writes the manifest and publishes OUT
+ * (docs/SCALE.md). The library stays free of MPI: the caller passes its
+ * world as the collectives below (tokshard's are MPI's, tools/dist_mpi.c).
+ * ------------------------------------------------------------------------- */
+
+/* One rank's progress, as it reports it after each unit. */
+typedef struct tks_build_rank_progress {
+    uint64_t units;      /* units it finished (kept ones included) */
+    uint64_t kept;       /* of those, units kept from an earlier run */
+    uint64_t text_bytes; /* their text, in bytes */
+    uint64_t bytes;      /* their bytes on disk (tks_build_unit.bytes) */
+    uint64_t unit;       /* the unit it builds now, plus 1; 0: none */
+} tks_build_rank_progress;
+
+/* The build's progress over every rank (rank 0 reads the ranks' reports). */
+typedef struct tks_build_world_progress {
+    uint64_t units, n_units;   /* units finished by all ranks, of n_units */
+    uint64_t kept;             /* of those, units kept from an earlier run */
+    uint64_t text_bytes;       /* the finished units' text, in bytes */
+    uint64_t bytes, total_bytes; /* the finished units' bytes on disk, and every unit's */
+    double seconds;            /* since tks_build_spread began */
+    size_t n_ranks;
+    const tks_build_rank_progress *ranks; /* n_ranks, in rank order; valid during the call */
+    uint64_t building;         /* ranks building a unit now */
+    uint64_t units_min, units_max; /* the fewest and most units a rank finished */
+} tks_build_world_progress;
+
+/*
+ * The processes that build together and how they talk. The collectives
+ * (bcast to shared_close) are called by every rank in the same order; each
+ * returns 0, or an error code with the error set (tks_build_spread then
+ * calls fail). Byte counts are size_t; the caller splits what its transport
+ * cannot send at once. Called on the thread that called tks_build_spread.
+ */
+typedef struct tks_build_world {
+    int rank, size;            /* this process's rank in [0, size) */
+    /* n bytes at p from rank 0 to every rank (n the same on every rank) */
+    int (*bcast)(void *p, size_t n, void *ctx);
+    /* every rank's n bytes at mine, back to back in rank order, on rank 0:
+     * *all malloc'd (the caller of the callback frees it), *len bytes; NULL
+     * and 0 on the other ranks */
+    int (*gather)(const void *mine, size_t n, void **all, size_t *len, void *ctx);
+    /* elementwise maximum / sum of n values over the ranks, in place on every rank */
+    int (*max_int)(int *v, size_t n, void *ctx);
+    int (*sum_u64)(uint64_t *v, size_t n, void *ctx);
+    /* returns once every rank called it; meanwhile calls wait(arg), when
+     * not NULL, now and then (tokshard: every millisecond; rank 0 reports
+     * the progress from it while the last units are built) */
+    int (*barrier)(void (*wait)(void *arg), void *arg, void *ctx);
+    /* n uint64_t in rank 0's memory, zeroed, that every rank reads and
+     * writes one-sided (no other rank takes part) from shared_open's return
+     * on every rank to shared_close: fetch_add adds v to element i and sets
+     * *old to its value before; put writes v[0..n) to elements i..i+n-1 and
+     * get reads them into v, each element atomically; all complete on return */
+    int (*shared_open)(size_t n, void *ctx);
+    int (*fetch_add)(size_t i, uint64_t v, uint64_t *old, void *ctx);
+    int (*put)(size_t i, const uint64_t *v, size_t n, void *ctx);
+    int (*get)(size_t i, uint64_t *v, size_t n, void *ctx);
+    void (*shared_close)(void *ctx);
+    /* optional (NULL: none). poll: rank 0, between the batches of its own
+     * units: a turn of the transport's progress engine, for a transport that
+     * serves the others' one-sided calls only then. progress: rank 0, at most
+     * every 2 s and once when every unit is built. building: this rank starts
+     * unit `unit` (-1: it builds none any more; partial: OUT.partial), what a
+     * signal handler may tell when the job is killed */
+    void (*poll)(void *ctx);
+    void (*progress)(const tks_build_world_progress *p, void *ctx);
+    void (*building)(int64_t unit, const char *partial, void *ctx);
+    /* required: this rank cannot go on and the others cannot finish without
+     * it (its error is set): unit `unit` failed (being built: what NULL;
+     * else in the step `what`), or with unit -1 the step `what` did;
+     * partial: OUT.partial, which keeps the complete units. It should stop every rank (MPI_Abort); when it returns,
+     * tks_build_spread returns the error and the other ranks are left to the
+     * launcher */
+    void (*fail)(int64_t unit, const char *what, const char *partial, void *ctx);
+    void *ctx;
+} tks_build_world;
+
+/*
+ * Builds a dataset over the ranks of `world` (NULL or size 1: tks_build in
+ * this process): the same dataset, byte for byte, as tks_build. Collective:
+ * every rank calls it with the same opts. opts->progress and opts->stop are
+ * not used (rank 0 reports through world->progress; a rank stops when it is
+ * killed, and OUT.partial/in-flight/rank-RRRRR names the unit it was
+ * building). A failed unit or step calls world->fail; a failure found on
+ * every rank together (the start, the manifest, publishing) returns on
+ * every rank: this rank's error, or one naming the rank that failed
+ * (TKS_ERR_IO, or rank 0's code). *stats (may be NULL) is filled on rank 0
+ * (the encoder statistics and hand-out timings of every rank); zeroed on
+ * the others. Errors: those of tks_build; TKS_ERR_ARG (the output path too
+ * long); the callbacks' codes.
+ */
+int tks_build_spread(const tks_build_opts *opts, const tks_build_world *world, tks_build_stats *stats);
+
+/* What a build of OUT stopped by its launcher was doing: calls each(note,
+ * arg) with each line of OUT.partial/in-flight/ ("unit 3 on rank 1"), in
+ * the files' name order; note is valid during the call. Returns the number
+ * of notes (0 when there is no such directory); never fails. */
+size_t tks_build_in_flight(const char *out_dir, void (*each)(const char *note, void *arg), void *arg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -52,6 +52,26 @@ static void progress_line(const tks_build_progress *p, void *ctx) {
     fflush(stderr);
 }
 
+/* Under mpirun, rank 0's progress line: every 2 s, from the ranks' reports. */
+static void ranks_progress_line(const tks_build_world_progress *p, void *ctx) {
+    (void)ctx;
+    double el = p->seconds, rate = el > 0 ? (double)p->text_bytes / el : 0;
+    fprintf(stderr, "units %llu/%llu done (%llu kept), %.1f MB/s", (unsigned long long)p->units,
+            (unsigned long long)p->n_units, (unsigned long long)p->kept, rate / 1e6);
+    if (p->bytes && p->bytes < p->total_bytes)
+        fprintf(stderr, ", ETA %.0fs", el * (double)(p->total_bytes - p->bytes) / (double)p->bytes);
+    for (size_t r = 0; r < p->n_ranks && p->n_ranks <= 8; r++) {
+        fprintf(stderr, " | rank %zu: %llu units %.1f MB/s", r, (unsigned long long)p->ranks[r].units,
+                el > 0 ? (double)p->ranks[r].text_bytes / el / 1e6 : 0.0);
+        if (p->ranks[r].unit) fprintf(stderr, " (unit %llu)", (unsigned long long)p->ranks[r].unit - 1);
+    }
+    if (p->n_ranks > 8)
+        fprintf(stderr, " | %zu ranks, %llu building, %llu-%llu units each", p->n_ranks,
+                (unsigned long long)p->building, (unsigned long long)p->units_min,
+                (unsigned long long)p->units_max);
+    fprintf(stderr, "\n");
+}
+
 static void print_build_summary(const tks_build_stats *s, const char *out) {
     const tks_input_stats *i = &s->input;
     printf("built %s\n", out);
@@ -205,8 +225,10 @@ int cli_build(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     tks_build_stats st;
     int rank = 0;
-    int rc = dist_build(&o, !quiet, &st, &rank);
-    if (o.progress) fprintf(stderr, "\n");
+    int rc = dist_build(&o, quiet ? NULL : ranks_progress_line, &st, &rank);
+    /* a line feed ends the single process's progress line; under mpirun rank 0
+     * writes one whatever --quiet says (its progress lines end in their own) */
+    if (dist_launched_many() ? rank == 0 : o.progress != NULL) fprintf(stderr, "\n");
     if (rc) return dist_finish(cli_lib_error());
     if (!quiet && rank == 0) print_build_summary(&st, o.out_dir);
     return dist_finish(0);

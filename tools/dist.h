@@ -27,24 +27,27 @@ static inline int dist_launched_many(void) {
  * this rank (or TKS_ERR_IO when another rank failed), with the error recorded. */
 int dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **out, int *rank);
 
-/* Builds a dataset: tks_build without a launcher; under mpirun/srun, rank 0
- * lists the inputs and every rank plans the same work units from the
- * listing, takes them one by one from a counter in rank 0's MPI window
- * (MPI_Fetch_and_op: no rank answers another), places its own units' shards
- * once a prefix sum of the units' shard counts gives their indices, and
- * rank 0 writes the manifest and publishes OUT (docs/SCALE.md). A failed
- * rank prints its error, naming itself and the unit, and aborts the job; a
- * killed rank makes the launcher stop the job, every rank prints the unit
- * it was building, and OUT.partial/in-flight/ keeps those lines. progress:
- * one line every 2 s on rank 0's stderr. Returns as dist_audit; *stats is
- * filled on rank 0. */
-int dist_build(tks_build_opts *opts, int progress, tks_build_stats *stats, int *rank);
+/* Builds a dataset: tks_build without a launcher; under mpirun/srun,
+ * tks_build_spread over MPI's world: rank 0 lists the inputs and every rank
+ * plans the same work units from the listing, takes them one by one from a
+ * counter in rank 0's MPI window (MPI_Fetch_and_op: no rank answers
+ * another), places its own units' shards once a prefix sum of the units'
+ * shard counts gives their indices, and rank 0 writes the manifest and
+ * publishes OUT (docs/SCALE.md). A failed rank prints its error, naming
+ * itself and the unit, and aborts the job; a killed rank makes the launcher
+ * stop the job, every rank prints the unit it was building, and
+ * OUT.partial/in-flight/ keeps those lines (a --resume prints them).
+ * progress: NULL, or rank 0's report under mpirun, every 2 s (opts->progress
+ * and opts->stop serve the single process only). Returns as dist_audit;
+ * *stats is filled on rank 0. */
+int dist_build(const tks_build_opts *opts, void (*progress)(const tks_build_world_progress *p, void *ctx),
+               tks_build_stats *stats, int *rank);
 
 /* This process's rank (MPI started if needed), or 0 without a launcher. */
 int dist_rank(void);
 
 /* The exit code every process returns: the largest rc of all ranks. Ends MPI
- * if dist_audit started it. */
+ * if dist_audit, dist_build or dist_rank started it. */
 int dist_finish(int rc);
 
 #endif
