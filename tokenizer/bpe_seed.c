@@ -20,11 +20,11 @@
 int tks__bpe_seed_build(tks_bpe *b) {
     size_t n = 0;
     for (size_t i = 0; i <= b->vmask; i++) n += b->vslot[i].id != TKS_NO_ID && b->vslot[i].len <= PKEY_MAX;
-    size_t lines = tks__bpe_pow2(n); /* at most half of the 2 x lines slots full */
-    unsigned bits = 0;
-    while (((size_t)1 << bits) < lines) bits++;
+    unsigned bits = 4; /* 2^bits lines >= n: at most half of their 2 slots each full */
+    while (((size_t)1 << bits) < n) bits++;
+    size_t lines = (size_t)1 << bits;
     pslot *seed = tks_alloc_table(2 * lines * sizeof *seed);
-    if (!seed) return tks__bpe_nomem(b, "the seed table");
+    if (!seed) return tks_fail(TKS_ERR_NOMEM, b->path, TKS_NONE, TKS_NONE, "out of memory for the seed table");
     tks_ids out = {0};
     enc e = {b, NULL, &out, 0, NULL};
     int own = b->mode == TKS__BPE_RANKS || b->ignore_merges, rc = 0;
