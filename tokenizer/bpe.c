@@ -54,6 +54,9 @@
 #include <string.h>
 
 #include <utf8proc.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "tokenizer/bpe_pcache.h"
 #include "tokenizer/bpe_wcache.h"
@@ -107,7 +110,7 @@ static int bpe_piece_k(enc *e, const char *t, size_t n, const ckey *k) {
 /* Pieces a run: their ends from the hand matcher, then their keys, and the
  * seed lines fetched, before any is looked up, so that the lookups of a run
  * wait for memory together. */
-#define RUN 64
+#define RUN 128
 
 /* A short piece neither table holds: merged, then cached in the thread's
  * table when its ids fit a slot (else the long-piece path's caches take it). */
@@ -152,19 +155,22 @@ static int fast_pieces(enc *e, const char *t, size_t n) {
     e->tend = end;
     for (size_t i = 0; i < n && !rc;) {
         size_t m = tks__bpe_fast_ends(b->fast, t, n, i, ends, RUN);
-        /* the short pieces' keys, their seed lines fetched */
+        /* the short pieces' keys, their hot lines fetched */
         for (size_t j = 0, a = i; j < m; a = ends[j++]) {
             size_t len = ends[j] - a;
             if (len > PKEY_MAX) continue;
             key[j] = pkey_of(t + a, len, end);
             hash[j] = pkey_hash(key[j]);
-            __builtin_prefetch(&b->seed[2 * (hash[j] >> (64 - b->seed_bits))]);
+            __builtin_prefetch(&s->hot[2 * (hash[j] >> (64 - HOT_BITS))]);
         }
-        /* looked up in the seed; the misses' lines in the thread's cache fetched */
+        /* looked up among the hot pieces; the others' lines in the seed and
+         * the thread's cache fetched */
         for (size_t j = 0, a = i; j < m; a = ends[j++]) {
             if (ends[j] - a > PKEY_MAX) continue;
-            hit[j] = seed_find(b, key[j], hash[j]);
-            if (!hit[j]) __builtin_prefetch(&s->pc[2 * (hash[j] >> (64 - PC_BITS))]);
+            hit[j] = pc_find(s->hot, HOT_BITS, key[j], hash[j]);
+            if (hit[j]) continue;
+            __builtin_prefetch(&b->seed[2 * (hash[j] >> (64 - b->seed_bits))]);
+            __builtin_prefetch(&s->pc[2 * (hash[j] >> (64 - PC_BITS))]);
         }
         if ((rc = tks__bpe_out_reserve(e, m * PSLOT_IDS))) break;
         uint64_t shorts = 0, short_bytes = 0, hits = 0, hit_bytes = 0;
@@ -177,7 +183,9 @@ static int fast_pieces(enc *e, const char *t, size_t n) {
             }
             shorts++;
             short_bytes += len;
-            const pslot *p = hit[j] ? hit[j] : pc_find(s->pc, PC_BITS, key[j], hash[j]);
+            const pslot *p = hit[j];
+            if (!p && ((p = seed_find(b, key[j], hash[j])) || (p = pc_find(s->pc, PC_BITS, key[j], hash[j]))))
+                pc_put(s->hot, HOT_BITS, key[j], hash[j], p->id, p->n);
             if (p) { /* a slot's ids stored whole, counted by n */
                 memcpy(e->out->ids + e->out->n, p->id, sizeof p->id);
                 e->out->n += p->n;
@@ -371,6 +379,15 @@ static size_t utf8_invalid_at(const uint8_t *s, size_t len, size_t *unassigned) 
     uint8_t *cn = NULL;
     *unassigned = 0;
     while (i < len) {
+#if defined(__SSE2__)
+        if (i + 32 <= len) { /* ASCII 32 bytes at a time */
+            __m128i a = _mm_loadu_si128((const __m128i *)(s + i)), b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+            if (!_mm_movemask_epi8(_mm_or_si128(a, b))) {
+                i += 32;
+                continue;
+            }
+        }
+#endif
         if (i + 8 <= len) {
             uint64_t w;
             memcpy(&w, s + i, 8);
@@ -524,7 +541,7 @@ void tks_bpe_free(tks_bpe *b) {
         free(b->added_norm.tok);
         free(b->added_text);
     }
-    tks_free_table(b->seed, b->seed ? ((size_t)2 << b->seed_bits) * sizeof(pslot) : 0);
+    if (!b->cache_map) tks_free_table(b->seed, b->seed ? ((size_t)2 << b->seed_bits) * sizeof(pslot) : 0);
     free(b->hole);
     free(b->self);
     free(b->pair1);

@@ -329,11 +329,7 @@ int tks__bpe_cache_load(tks_bpe *b, const uint8_t fp[16], size_t source_size) {
     b->special = body + h->sec[S_SPECIAL].off;
     b->vslot = (tks__bpe_vslot *)(body + h->sec[S_VSLOT].off);
     b->mslot = h->mode == TKS__BPE_MERGES ? (tks__bpe_merge *)(body + h->sec[S_MSLOT].off) : NULL;
-    /* the seed copied onto pages of its own (2 MiB ones where the kernel
-     * allows: a file's pages are 4 KiB, and a lookup at random over its
-     * megabytes would miss the TLB) */
-    if (!(b->seed = tks_alloc_table(h->sec[S_SEED].len))) return tks__bpe_nomem(b, "the seed table");
-    memcpy(b->seed, body + h->sec[S_SEED].off, h->sec[S_SEED].len);
+    b->seed = (pslot *)(body + h->sec[S_SEED].off); /* (copied onto 2 MiB pages: no faster) */
     b->seed_bits = h->seed_bits;
     set_in(&b->added_raw, &h->raw, body + h->sec[S_RAW].off);
     set_in(&b->added_norm, &h->norm, body + h->sec[S_NORM].off);

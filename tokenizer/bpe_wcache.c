@@ -15,6 +15,7 @@ int tks__bpe_wcache_on(enc *e) {
         _Static_assert(sizeof(pslot) == 32, "two short-piece slots to a 64-byte line");
         s->cache = tks_alloc_table(CACHE_BYTES);
         s->pc = s->cache ? tks_alloc_table(PC_BYTES) : NULL;
+        s->hot = s->pc ? s->pc + ((size_t)2 << PC_BITS) : NULL;
         s->lcache = s->pc ? calloc(LCACHE, sizeof *s->lcache) : NULL;
         if (!s->lcache) {
             tks_free_table(s->pc, PC_BYTES);
