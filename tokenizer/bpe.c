@@ -183,7 +183,9 @@ static int fast_pieces(enc *e, const char *t, size_t n) {
             }
             shorts++;
             short_bytes += len;
-            const pslot *p = hit[j];
+            /* a hot slot found above holds this piece still unless a piece
+             * since was put in its line */
+            const pslot *p = hit[j] && pslot_is(hit[j], key[j]) ? hit[j] : pc_find(s->hot, HOT_BITS, key[j], hash[j]);
             if (!p && ((p = seed_find(b, key[j], hash[j])) || (p = pc_find(s->pc, PC_BITS, key[j], hash[j]))))
                 pc_put(s->hot, HOT_BITS, key[j], hash[j], p->id, p->n);
             if (p) { /* a slot's ids stored whole, counted by n */
