@@ -230,12 +230,20 @@ int tks__bpe_fast_program(const char *pattern);
 uint8_t *tks__bpe_unassigned_table(void);
 int tks__bpe_unassigned_learn(uint32_t cp, const char *utf8, size_t k);
 int tks__bpe_fast_init(void);
+/* bpe_pretok.c: 1 when PCRE2's classes of the ASCII bytes are those the bit
+ * masks take (built by tks__bpe_fast_init). */
+int tks__bpe_masks_ok(void);
 size_t tks__bpe_fast_bmp(const char *t, size_t n);
 size_t tks__bpe_fast_next(int prog, const char *t, size_t n, size_t i);
-/* bpe_pretok.c: the ends of the pieces from byte i of t[0..n) (i < n) into
- * ends[0..cap), cap >= 1, as tks__bpe_fast_next gives them one by one: how
- * many were written (the last is where to go on; n once the text is cut). */
+/* bpe_pretok_win.c: the ends of the pieces from byte i of t[0..n) (i < n)
+ * into ends[0..cap), cap >= 1, as tks__bpe_fast_next gives them one by one:
+ * how many were written (the last is where to go on; n once the text is
+ * cut). Whole windows of ASCII text are cut with bit masks;
+ * tks__bpe_fast_ends_scalar (bpe_pretok.c) cuts the rest, a piece at a time
+ * from i while i < until, and is the windows' reference. */
 size_t tks__bpe_fast_ends(int prog, const char *t, size_t n, size_t i, size_t *ends, size_t cap);
+size_t tks__bpe_fast_ends_scalar(int prog, const char *t, size_t n, size_t i, size_t *ends, size_t cap,
+                                 size_t until);
 
 /* The per-thread scratch's pool (bpe_scratch.c), made by tks__bpe_finish.
  * 0 or TKS_ERR_NOMEM. */

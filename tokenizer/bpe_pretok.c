@@ -184,6 +184,8 @@ const char *tks_bpe_unicode_version(void) {
     return g_ucd;
 }
 
+int tks__bpe_masks_ok(void) { return g_masks_ok; }
+
 int tks__bpe_fast_init(void) {
     pthread_once(&g_once, build_tables);
     return g_rc;
@@ -650,13 +652,15 @@ size_t tks__bpe_fast_next(int prog, const char *t, size_t n, size_t i) {
     return n;
 }
 
-size_t tks__bpe_fast_ends(int prog, const char *t, size_t n, size_t i, size_t *ends, size_t cap) {
+size_t tks__bpe_fast_ends_scalar(int prog, const char *t, size_t n, size_t i, size_t *ends, size_t cap,
+                                 size_t until) {
     text x = {(const unsigned char *)t, n, SIZE_MAX, {0}};
     size_t m = 0;
+    if (until > n) until = n;
     /* a loop per pattern: the matcher inlined into it, no call a piece */
 #define CUT(step)                                                                                                 \
     do {                                                                                                          \
-        while (i < n && m < cap) ends[m++] = i = (step);                                                          \
+        while (i < until && m < cap) ends[m++] = i = (step);                                                      \
     } while (0)
     size_t e;
     switch (g_masks_ok ? prog : -prog) { /* without masks, the matchers alone */
