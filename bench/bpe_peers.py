@@ -1,4 +1,9 @@
-"""bpe_peers.py - what bench_bpe.py and bpe_contender.py share about the peers."""
+"""bpe_peers.py - what bench_bpe.py, bpe_contender.py and llama3_json.py share
+about the peers and the tokenizers."""
+
+# Llama 3's pre-tokenization pattern (Meta's llama_models/llama3/tokenizer.py, pat_str)
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def tt_encoding(stem, path):
@@ -8,3 +13,23 @@ def tt_encoding(stem, path):
     import tiktoken_ext.openai_public as op
     op.load_tiktoken_bpe = lambda url, expected_hash=None: tload.load_tiktoken_bpe(path, expected_hash)
     return tiktoken.Encoding(**getattr(op, stem + "_base")())
+
+
+def write_flat(prefix, ids, offsets):
+    """A peer's ids as two files: PREFIX.ids (little-endian uint32, every
+    document's ids one after the other) and PREFIX.off (little-endian uint64,
+    documents + 1 offsets into it, in ids). ids, offsets: numpy arrays, or
+    buffers in those layouts (fastokens' encode_batch_flat returns bytes)."""
+    import numpy as np
+    for x, dt, ext in ((ids, "<u4", ".ids"), (offsets, "<u8", ".off")):
+        x = np.asarray(x, dt) if isinstance(x, np.ndarray) else np.frombuffer(x, dt)
+        x.tofile(prefix + ext)
+
+
+def read_flat(prefix):
+    """(ids, offsets) as write_flat wrote them; the ids memory-mapped."""
+    import os
+    import numpy as np
+    ids = (np.memmap(prefix + ".ids", dtype="<u4", mode="r") if os.path.getsize(prefix + ".ids")
+           else np.zeros(0, "<u4"))
+    return ids, np.fromfile(prefix + ".off", dtype="<u8")
