@@ -35,7 +35,7 @@ Tokenizers:
            regex; Llama 3's Split regex then ByteLevel, ignore_merges)
   cl100k, o200k  OpenAI's ranks files as the bpe-openai wheel carries them,
            with tiktoken's patterns
-  --production: cl100k, o200k and llama3-128k (Meta's Llama 3 tokenizer,
+  --production: cl100k, o200k, llama3-128k and llama3-128k-merges (Meta's Llama 3 tokenizer,
            the tiktoken model of the llama-models 0.3.0 wheel, converted to a
            tokenizer.json and checked against tiktoken by
            bench/llama3_json.py) instead of the trained ones
@@ -289,16 +289,18 @@ def ranks_file(stem):
     return path
 
 
-def llama3_json():
-    """WORK/llama3-128k/tokenizer.json, converted (and checked against tiktoken) by bench/llama3_json.py once."""
-    path = os.path.join(a.work, "llama3-128k", "tokenizer.json")
+def llama3_json(merges_only=False):
+    """WORK/llama3-128k[-merges]/tokenizer.json, converted (and checked against tiktoken) by bench/llama3_json.py
+    once; merges_only: ignore_merges false."""
+    path = os.path.join(a.work, "llama3-128k" + ("-merges" if merges_only else ""), "tokenizer.json")
     if not os.path.exists(path):
         if not versions.get("llama-models"):
             sys.exit("--production needs llama-models 0.3.0 (bench/bench_bpe.sh installs it: "
                      "pip install --no-deps llama-models==0.3.0)")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         subprocess.run([sys.executable, os.path.join(HERE, "llama3_json.py"), path,
-                        *(["--linux", a.linux] if a.linux else [])], check=True)
+                        *(["--linux", a.linux] if a.linux else []), *(["--merges-only"] if merges_only else [])],
+                       check=True)
     return path
 
 
@@ -389,7 +391,8 @@ if a.production:
     if not bpe_openai:
         sys.exit("--production needs bpe-openai 0.1.4 (its wheel carries the cl100k and o200k ranks files)")
     tokenizers_ += [(s, ["--tokenizer", ranks_file(s), "--pattern", s], s) for s in ("cl100k", "o200k")]
-    tokenizers_ += [("llama3-128k", ["--tokenizer", llama3_json()], None)]
+    tokenizers_ += [("llama3-128k", ["--tokenizer", llama3_json()], None),
+                    ("llama3-128k-merges", ["--tokenizer", llama3_json(merges_only=True)], None)]
 else:
     if tokenizers:
         tokenizers_ += [(k, ["--tokenizer", train(k)], None) for k in ("gpt2-style", "llama3-style")]

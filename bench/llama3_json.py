@@ -4,7 +4,7 @@ byte sequences, shipped in the PyPI wheel llama-models 0.3.0 as
 llama_models/llama3/tokenizer.model) as a Hugging Face tokenizer.json, checked
 against tiktoken before it is written.
 
-Usage: llama3_json.py OUT.json [--model tokenizer.model] [--linux SRC] [--check-mb 4]
+Usage: llama3_json.py OUT.json [--model tokenizer.model] [--linux SRC] [--check-mb 4] [--merges-only]
 
 The tokenizer.json:
   model    BPE; vocab: each rank's bytes as GPT-2's byte-level unicode string
@@ -20,6 +20,13 @@ The tokenizer.json:
            ignore_merges: true, as in Meta's own tokenizer.json: tiktoken
            takes a piece that is a token whole, and 588 tokens are not what
            BPE over their bytes gives (" jeho", "mektedir", ...).
+           --merges-only writes ignore_merges: false instead: every piece
+           goes through the merges (the rule of tokenizer.json files made
+           before tokenizers had the flag, and the harder case for an
+           encoder: a piece that is a token is that token only when its
+           merges make it); its ids then differ from tiktoken's on those
+           588 tokens, and the check reports how many documents differ
+           instead of refusing.
   pre_tokenizer  Sequence[Split(Llama 3's pattern, isolated),
            ByteLevel(add_prefix_space false, use_regex false)]
   decoder  ByteLevel
@@ -95,7 +102,7 @@ def merges_of(ranks):
     return out
 
 
-def convert(ranks):
+def convert(ranks, ignore_merges=True):
     """The tokenizer.json as a dict."""
     bu = byte_unicode()
     s = lambda b: "".join(bu[x] for x in b)
@@ -113,7 +120,7 @@ def convert(ranks):
         "post_processor": None,
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": ignore_merges,
                   "vocab": vocab, "merges": merges},
     }
 
@@ -191,11 +198,13 @@ def main():
     p.add_argument("--model", default=None, help="the tiktoken ranks file [llama_models/llama3/tokenizer.model]")
     p.add_argument("--linux", default=None, help="an unpacked linux-source tree: its Documentation/ joins the check")
     p.add_argument("--check-mb", type=float, default=4, help="MB of text the check encodes [4]")
+    p.add_argument("--merges-only", action="store_true",
+                   help="ignore_merges false: every piece through the merges (its ids differ from tiktoken's)")
     a = p.parse_args()
     model = a.model or default_model()
     ranks = load_ranks(model)
     print(f"{model}: {len(ranks)} ranks; {check_meta(model, ranks)}")
-    tj = convert(ranks)
+    tj = convert(ranks, ignore_merges=not a.merges_only)
     text = json.dumps(tj, ensure_ascii=False)
     print(f"vocab {len(tj['model']['vocab'])}, merges {len(tj['model']['merges'])}, "
           f"special tokens {len(tj['added_tokens'])}")
@@ -203,10 +212,14 @@ def main():
     if not docs:
         sys.exit("no text for the check: give --linux SRC or install manual pages")
     bad = check(text, ranks, docs)
-    if bad:
+    if a.merges_only:
+        print(f"check (ignore_merges false): {bad} of {len(docs)} documents encode otherwise than with tiktoken "
+              "(the tokens BPE over their bytes does not give)")
+    elif bad:
         sys.exit(f"{bad} of {len(docs)} documents encode differently with tokenizers and tiktoken: "
                  f"the conversion is wrong; {a.out} not written")
-    print(f"check: {len(docs)} documents, {size / 1e6:.1f} MB, ids equal to tiktoken's in every one")
+    else:
+        print(f"check: {len(docs)} documents, {size / 1e6:.1f} MB, ids equal to tiktoken's in every one")
     tmp = a.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
