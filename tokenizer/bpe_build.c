@@ -237,8 +237,34 @@ int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable) {
     }
     int rc = added_index(b, &b->added_raw);
     if (!rc) rc = added_index(b, &b->added_norm);
+    if (!rc) rc = tks__bpe_mq_build(b);
     if (!rc) rc = tks__bpe_seed_build(b);
     return rc ? rc : finish_common(b);
+}
+
+int tks__bpe_mq_build(tks_bpe *b) {
+    if (b->mode != TKS__BPE_MERGES || b->n_ids > (1u << 20)) return 0;
+    uint32_t nm = 0;
+    for (size_t i = 0; i <= b->mmask; i++)
+        if (b->mslot[i].key && b->mslot[i].rank + 1 > nm) nm = b->mslot[i].rank + 1;
+    if (nm >= (1u << 24) - 1) return 0;
+    /* about half full: most probes stay in the slot's 64-byte line */
+    size_t slots = tks__bpe_pow2((size_t)nm + nm / 2 + 1);
+    b->mq = calloc(slots, sizeof *b->mq);
+    b->r2n = calloc(nm ? nm : 1, sizeof *b->r2n);
+    if (!b->mq || !b->r2n) return tks__bpe_nomem(b, "the merge table");
+    b->mqmask = slots - 1;
+    b->n_merges = nm;
+    for (size_t i = 0; i <= b->mmask; i++) {
+        const tks__bpe_merge *m = &b->mslot[i];
+        if (!m->key) continue;
+        uint64_t l = (m->key - 1) >> 32, r = (m->key - 1) & 0xffffffffu, k = l << 20 | r;
+        size_t h = tks__bpe_mix64(k) & b->mqmask;
+        while (b->mq[h]) h = (h + 1) & b->mqmask; /* mslot holds each pair once */
+        b->mq[h] = k << 24 | (m->rank + 1);
+        b->r2n[m->rank] = m->new_id;
+    }
+    return 0;
 }
 
 int tks__bpe_finish_cached(tks_bpe *b) {

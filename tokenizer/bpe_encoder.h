@@ -31,7 +31,7 @@
  * runs of reStructuredText, long words of scripts the vocabulary knows
  * little of. An entry owns a copy of its piece's bytes and ids, so a hit is
  * checked byte for byte. */
-#define LCACHE (1u << 12)
+#define LCACHE (1u << 16)
 #define LCACHE_MAX 256
 
 /* The thread's cache of short pieces (bpe_pcache.h): 2^PC_BITS lines of two

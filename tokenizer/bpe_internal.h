@@ -107,6 +107,11 @@ struct tks_bpe {
     unsigned seed_bits;
     tks__bpe_merge *mslot;/* TKS__BPE_MERGES: the merges */
     size_t mmask;
+    uint64_t *mq;         /* or NULL: the merges again, compact, for the encoder (ids below 2^20, under
+                           * 2^24 merges): left id << 44 | right id << 24 | rank + 1 a slot, 0 empty
+                           * (bpe_build.c: tks__bpe_mq_build); the new ids by rank in r2n */
+    size_t mqmask;
+    uint32_t *r2n, n_merges;
     int ignore_merges;    /* a piece that is a token is that token (always for tiktoken) */
     int nfc;
     tks__bpe_splitter split[TKS__BPE_MAX_SPLITS];
@@ -194,6 +199,9 @@ int tks__bpe_add_token(tks_bpe *b, const char *content, size_t len, uint32_t id,
  * usable is NULL), the added-token matchers and the per-thread scratch:
  * the last step of either loader. */
 int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable);
+/* bpe_build.c: the compact merge table of a handle with merges (b->mq, b->r2n),
+ * when its ids and merges fit it. 0, or TKS_ERR_NOMEM. */
+int tks__bpe_mq_build(tks_bpe *b);
 /* bpe_seed.c: the seed table of a handle whose vocabulary and merge tables
  * are built (bpe_pcache.h): 0, or TKS_ERR_NOMEM. */
 int tks__bpe_seed_build(tks_bpe *b);

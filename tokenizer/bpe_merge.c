@@ -28,7 +28,8 @@ typedef struct probe {
 } probe;
 
 /* The lookup key of the pair of symbols l, r whose bytes are t[s0 .. s1)
- * (merges: (l << 32 | r) + 1; ranks: the hash of the bytes, their packed key's
+ * (merges: l << 20 | r in the compact table, else (l << 32 | r) + 1; ranks:
+ * the hash of the bytes, their packed key's
  * (bpe_pcache.h) when they are short: the seed holds every short token, its
  * id its rank), its slot fetched now for pair_rank later. Bytes up to lim
  * may be read. */
@@ -41,6 +42,9 @@ static inline uint64_t pair_key(const tks_bpe *b, const char *t, const char *lim
     } else if (b->mode == TKS__BPE_RANKS) {
         key = XXH3_64bits(t + s0, s1 - s0);
         __builtin_prefetch(&b->vslot[key & b->vmask]);
+    } else if (b->mq) {
+        key = (uint64_t)l << 20 | r;
+        __builtin_prefetch(&b->mq[tks__bpe_mix64(key) & b->mqmask]);
     } else {
         key = ((uint64_t)l << 32 | r) + 1;
         __builtin_prefetch(&b->mslot[tks__bpe_mix64(key) & b->mmask]);
@@ -59,6 +63,16 @@ static inline uint64_t pair_rank(const tks_bpe *b, const char *t, const char *li
     if (b->mode == TKS__BPE_RANKS) {
         uint32_t id = tks__bpe_vocab_find_h(b, t + s0, s1 - s0, key);
         return id == TKS_NO_ID ? UINT64_MAX : (uint64_t)id << 32 | id;
+    }
+    if (b->mq) {
+        for (size_t i = tks__bpe_mix64(key) & b->mqmask;; i = (i + 1) & b->mqmask) {
+            uint64_t v = b->mq[i];
+            if (!v) return UINT64_MAX;
+            if (v >> 24 == key) {
+                uint32_t rank = (uint32_t)(v & 0xffffffu) - 1;
+                return (uint64_t)rank << 32 | b->r2n[rank];
+            }
+        }
     }
     for (size_t i = tks__bpe_mix64(key) & b->mmask;; i = (i + 1) & b->mmask) {
         if (b->mslot[i].key == key) return (uint64_t)b->mslot[i].rank << 32 | b->mslot[i].new_id;
