@@ -267,6 +267,16 @@ messages)
   expect_msg "d/sub/h.txt is the same file as d/sub/h.txt"
   expect 2 "a directory and a symlink to it" -- "$TKS" build "${B[@]}" --output twice d dlink
   expect_msg "dlink/g.txt is the same file as d/g.txt"
+  # the overlap named is the first file in input order that repeats one, not
+  # the one whose inode sorts first: two files whose names sort opposite to
+  # their inode numbers
+  mkdir -p ord && cp g.txt ord/one && cp g.txt ord/two
+  if [[ $(stat -c %i ord/one) -gt $(stat -c %i ord/two) ]]; then mv ord/one ord/a.txt && mv ord/two ord/b.txt
+  else mv ord/two ord/a.txt && mv ord/one ord/b.txt; fi
+  expect 2 "a directory named twice, its names against its inode order" -- "$TKS" build "${B[@]}" --output twice ord ord
+  expect_msg "ord/a.txt is the same file as ord/a.txt, listed earlier"
+  expect 2 "a file, then its directory" -- "$TKS" build "${B[@]}" --output twice ord/b.txt ord
+  expect_msg "ord/b.txt is the same file as ord/b.txt, listed earlier"
   # inside one directory, hard links are the tree's own layout: read as they are
   ln d/g.txt d/g-again.txt
   expect 0 "a directory holding two hard links to one file" -- "$TKS" build -q "${B[@]}" --output once d

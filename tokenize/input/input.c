@@ -341,18 +341,30 @@ static int check_once(const tks_input *in) {
     if (!k) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory listing inputs");
     for (size_t i = 0; i < n; i++) k[i] = (file_key){in->meta[i].dev, in->meta[i].ino, i};
     qsort(k, n, sizeof *k, cmp_file_key);
-    int rc = 0;
-    for (size_t i = 1; i < n && !rc; i++)
-        if (k[i].dev == k[i - 1].dev && k[i].ino == k[i - 1].ino && in->meta[k[i].i].regular &&
-            (in->meta[k[i].i].named || in->meta[k[i - 1].i].named ||
-             in->meta[k[i].i].root != in->meta[k[i - 1].i].root))
-            rc = tks_fail(TKS_ERR_ARG, in->files[k[i].i], TKS_NONE, TKS_NONE,
-                          "%s is the same file as %s, listed earlier: each input is read once; "
-                          "remove one of them from the inputs (inputs that overlap: a directory "
-                          "given twice, or with one of its subdirectories or a link to it)",
-                          in->files[k[i].i], in->files[k[i - 1].i]);
+    /* the file reached again first in input order (not the one whose
+     * identity sorts first), and the earliest listing of it that it repeats:
+     * the message does not depend on inode numbers */
+    size_t again = SIZE_MAX, before = 0;
+    for (size_t g = 0, e; g < n; g = e) { /* k[g, e): one file, listed in input order */
+        for (e = g + 1; e < n && k[e].dev == k[g].dev && k[e].ino == k[g].ino;) e++;
+        for (size_t b = g + 1; b < e && k[b].i < again; b++) {
+            const struct file_meta *mb = &in->meta[k[b].i];
+            for (size_t a = g; a < b && mb->regular; a++) {
+                const struct file_meta *ma = &in->meta[k[a].i];
+                if (mb->named || ma->named || mb->root != ma->root) {
+                    again = k[b].i, before = k[a].i;
+                    break;
+                }
+            }
+        }
+    }
     free(k);
-    return rc;
+    if (again == SIZE_MAX) return 0;
+    return tks_fail(TKS_ERR_ARG, in->files[again], TKS_NONE, TKS_NONE,
+                    "%s is the same file as %s, listed earlier: each input is read once; "
+                    "remove one of them from the inputs (inputs that overlap: a directory "
+                    "given twice, or with one of its subdirectories or a link to it)",
+                    in->files[again], in->files[before]);
 }
 
 /* A verdict line "i\t!message\n": the message whole, on one line. */

@@ -133,7 +133,8 @@ int tks_build_job_place(tks_build_job *j, uint64_t k, uint64_t base, void **resu
     if (base + s->n > (uint64_t)UINT32_MAX + 1)
         return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE, "more than 2^32 shards: raise --shard-tokens");
     char dir[PATH_MAX];
-    int rc = tks__unit_dir(j, k, dir, sizeof dir), any = 0;
+    int rc = tks__unit_dir(j, k, dir, sizeof dir);
+    size_t bad = SIZE_MAX; /* the first shard that failed, whichever thread placed it */
     tks_error first = {0};
     tks_shard_info *si = calloc(s->n ? s->n : 1, sizeof *si);
     if (!rc && !si) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
@@ -151,13 +152,13 @@ int tks_build_job_place(tks_build_job *j, uint64_t k, uint64_t base, void **resu
         si[i].index = (uint32_t)(base + i);
         if (e) {
 #pragma omp critical(tks_place_err)
-            if (!any) {
-                any = 1;
+            if (i < bad) {
+                bad = i;
                 first = *tks_last_error();
             }
         }
     }
-    if (!rc && any) {
+    if (!rc && bad != SIZE_MAX) {
         tks_error_restore(&first);
         rc = first.code ? first.code : TKS_ERR_IO;
     }
