@@ -97,6 +97,24 @@ promise)
   expect 0 "the good file alone" -- "$TKS" build -q "${B[@]}" --output b real.gz
   cmp -s a/shard-00000.tks b/shard-00000.tks && ok "skipping leaves the good file's shards as they are" ||
     fail "shards differ from a build of the good file alone"
+  # a file that starts with Parquet's magic under another name (never read
+  # as text) is decided with the listing, like the names above: refused before
+  # any unit is written wherever it is in the inputs (named, or found in a
+  # directory, after files of earlier units), and left out under skip
+  mkdir -p tree && cp text.txt tree/a-first.txt && printf 'PAR1 and then no Parquet at all\n' >tree/b-table.dat
+  cp text.txt tree/c-last.txt
+  for args in "tree" "text.txt tree/b-table.dat"; do
+    rm -rf pq pq.partial
+    # shellcheck disable=SC2086 # two ways to give the inputs
+    expect 2 "a Parquet magic in $args (units of 64K)" -- "$TKS" build -q "${B[@]}" --unit-bytes 64K --output pq $args
+    expect_msg "tree/b-table.dat: starts with PAR1, the magic of a Parquet file.*--on-bad-input skip"
+    [[ ! -e pq && ! -e pq.partial ]] && ok "refused before any unit was written" || fail "left: $(ls -d pq* 2>/dev/null)"
+  done
+  expect 0 "the same with --on-bad-input skip" -- "$TKS" build "${B[@]}" --unit-bytes 64K --on-bad-input skip --output pq tree
+  grep -q "bad inputs    1 files left out" "$W/out" && grep -q "^tree/b-table.dat: starts with PAR1" "$W/out" &&
+    ok "skip leaves it out and lists it" || fail "summary: $(grep -A2 'bad inputs' "$W/out")"
+  python3 -c "import json,sys; p=json.load(open('pq/manifest.json'))['provenance']; sys.exit(p['skipped_inputs'] != ['tree/b-table.dat: starts with PAR1, the magic of a Parquet file, and only files named *.parquet are read as Parquet (never as text): rename it to *.parquet, or remove it from the inputs'])" &&
+    ok "the manifest lists it" || fail "manifest skipped_inputs: $(grep -o '"skipped_inputs[^]]*' pq/manifest.json)"
   ;;
 
 fifo)

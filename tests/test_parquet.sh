@@ -164,7 +164,7 @@ bad)
     skipped/manifest.json && ok "the manifest lists the 5 files" || fail "skipped_inputs"
   # a Parquet file under another name is never read as text
   expect 2 "a Parquet file named .txt is refused" -- "$TKS" build -q "${B[@]}" --output named pq/named.txt
-  expect_msg "named.txt starts with PAR1"
+  expect_msg "named.txt: starts with PAR1"
   # a column name given twice in the file: the other columns are read, that one is refused
   expect 0 "text beside two 'body' columns" -- "$TKS" build -q "${B[@]}" --output twobody pq/two-body.parquet
   expect 2 "--parquet-column body, given twice in the file" -- "$TKS" build -q "${B[@]}" --parquet-column body \

@@ -44,8 +44,10 @@ typedef struct tks_input_opts {
     tks_policy long_doc;        /* SKIP (default) or FAIL */
     tks_policy bad_record;      /* JSONL line unparsable or without the key: FAIL (default) or SKIP */
     tks_policy bad_input;       /* a file whose name promises compression (x.gz, x.tar.zst) but
-                                 * whose bytes are not in that format: FAIL (default; checked
-                                 * by tks_input_open) or SKIP (left out, listed by
+                                 * whose bytes are not in that format, a Parquet file under
+                                 * another name than *.parquet, a *.parquet file without a
+                                 * readable text column: FAIL (default; checked by
+                                 * tks_input_open) or SKIP (left out, listed by
                                  * tks_input_skipped_file, counted in bad_inputs_skipped) */
     /* When non-NULL and set non-zero (a SIGINT/SIGTERM handler), a wait for a
      * pipe's writer or data ends with TKS_ERR_INTERRUPTED within 0.2 s. */
@@ -132,18 +134,23 @@ typedef struct tks_input tks_input;
  * Prepares to read `paths` in order; directories are walked recursively in
  * byte order of names (so the document order is reproducible); symlinks to
  * files are followed, hidden entries are read. Nothing is decompressed yet,
- * but each regular file whose name promises compression or a compressed
- * archive has its first bytes compared with that format's magic (gzip, xz,
- * zstd, bzip2, lz4, lzip, compress, zip); each file named *.parquet has its
- * footer and its document column (parquet_column) checked, and its row
- * groups recorded (a file that is not Parquet, or lacks a text column of that
- * name, is a bad input). A path given explicitly may be a
- * pipe (read once, as it comes); inside a directory only regular files and
- * symlinks to them are read. While reading, a regular file whose size or
- * modification time changes from what was listed here, or that ends before
- * its listed size, fails with TKS_ERR_INPUT naming it.
+ * but each regular file has its first bytes looked at: when its name
+ * promises compression or a compressed archive, they are compared with
+ * that format's magic (gzip, xz, zstd, bzip2, lz4, lzip, compress, zip), and
+ * a file that starts with Parquet's magic PAR1 under another name than
+ * *.parquet is a bad input (it is never read as text); each file named
+ * *.parquet has its footer and its document column (parquet_column)
+ * checked, and its row groups recorded (a file that is not Parquet, or
+ * lacks a text column of that name, is a bad input). A path given
+ * explicitly may be a pipe (read once, as it comes); inside a directory
+ * only regular files and symlinks to them are read. While reading, a
+ * regular file whose size or modification time changes from what was
+ * listed here, or that ends before its listed size, fails with
+ * TKS_ERR_INPUT naming it.
  * Errors: TKS_ERR_IO (a path missing or unreadable, named), TKS_ERR_INPUT (a
- * file not in the format its name promises, under bad_input FAIL), TKS_ERR_ARG.
+ * file not in the format its name promises, or a Parquet file named otherwise,
+ * under bad_input FAIL), TKS_ERR_ARG (a file reached twice from the paths
+ * given: the first in input order that repeats an earlier one is named).
  */
 int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opts,
                    tks_input **out);
@@ -354,7 +361,7 @@ int tks_build_job_open(const tks_build_opts *opts, tks_build_job **out);
  * inputs (no file opened); tks_build_job_share gives the listing as bytes
  * (*blob malloc'd, *len) for tks_build_job_join in each other process of
  * the same binary (which loads the tokenizer); every process checks its
- * share of the files whose names promise compression (tks_build_job_check:
+ * share of the files' first bytes and Parquet footers (tks_build_job_check:
  * the files i = part, part + parts, ...; *verdicts malloc'd, *len bytes,
  * empty when all keep their promise); and every process settles its job
  * with all the verdicts put together (tks_build_job_settle: under

@@ -193,11 +193,13 @@ const uint8_t *tks__input_range_xxh3(const tks_input *in, size_t i);
  * (TKS_ERR_ARG when the bytes are not a listing). */
 int tks__input_pack(const tks_input *in, buf *out);
 int tks__input_unpack(const void *p, size_t n, const tks_input_opts *o, tks_input **out);
-/* input.c: tks_input_open without the check of the files whose names promise
- * compression (tks_input_open's last step: it opens each one), which
- * tks__input_check_promises makes for the files i = part, part + parts, ...
- * (appending "i\twhy\n" for each file whose bytes break the promise to
- * *out) and tks__input_settle applies, from every part's lines: under
+/* input.c: tks_input_open without the check of the files' first bytes and
+ * Parquet footers (tks_input_open's last step: it opens each regular file),
+ * which tks__input_check_promises makes for the files i = part, part +
+ * parts, ... (appending to *out "i\twhy\n" for each file whose bytes break
+ * its name's promise, "i\t!message\n" for a Parquet file under another name
+ * or a *.parquet file refused at its footer, "i\t=PQ ..." for a good one's
+ * row groups) and tks__input_settle applies, from every part's lines: under
  * bad_input FAIL, TKS_ERR_INPUT naming the first such file; under SKIP,
  * the files dropped from the listing and recorded. Errors: as
  * tks_input_open's. */
