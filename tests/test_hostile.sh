@@ -329,6 +329,19 @@ messages)
     ok "the summary lists the skipped link" || fail "summary: $(grep -A2 'bad inputs' "$W/out")"
   grep -q "dang/broken.txt: a symbolic link to a missing file" dg/manifest.json &&
     ok "the manifest lists the skipped link" || fail "manifest: $(grep -o '"skipped_inputs[^]]*' dg/manifest.json)"
+  # --unit-bytes below the least unit (64K) is refused at once, naming it: a
+  # unit per few bytes made a build of units nearly all empty (30,000 for
+  # 300 KB at 10 bytes; 1 byte never ended)
+  head -c 300000 "$T/gcide.txt" >u.txt
+  for ub in 1 10 65535; do
+    rm -rf tiny tiny.partial
+    expect 2 "--unit-bytes $ub" -- timeout 30 "$TKS" build -q "${B[@]}" --doc-split line --unit-bytes $ub --output tiny u.txt
+    expect_msg "--unit-bytes $ub is below the least work unit, 64K \(65536 bytes\)"
+    [[ ! -e tiny && ! -e tiny.partial ]] && ok "--unit-bytes $ub: nothing written" || fail "--unit-bytes $ub left $(ls -d tiny*)"
+  done
+  expect 0 "--unit-bytes 64K" -- "$TKS" build "${B[@]}" --doc-split line --unit-bytes 64K --output tiny u.txt
+  units=$(sed -n 's/^ *units *\([0-9]*\).*/\1/p' "$W/out")
+  [[ ${units:-0} -ge 4 && ${units:-0} -le 5 ]] && ok "64K: $units units for 300 KB" || fail "64K: ${units:-?} units"
   mkdir -p e && for i in 1 2 3 4 5; do : >"e/$i.txt"; done && cp g.txt e/
   expect 0 "five empty files and one with text" -- "$TKS" build "${B[@]}" --doc-split file --output emp e
   grep -q "skipped       5 empty" "$W/out" && ok "5 empty files counted" || fail "summary: $(grep skipped "$W/out")"

@@ -97,8 +97,8 @@ EOF
     fail "null rows: expected $nulls empty, $(grep skipped "$W/out")"
 
   # row groups as work units: small units split every file at row groups
-  U=(--unit-bytes 40K --batch-bytes 64K)
-  expect 0 "build by 40K units" -- "$TKS" build "${B[@]}" "${U[@]}" --output u1 pq/same
+  U=(--unit-bytes 64K --batch-bytes 64K)
+  expect 0 "build by 64K units" -- "$TKS" build "${B[@]}" "${U[@]}" --output u1 pq/same
   n=$(sed -n 's/^ *units *\([0-9]*\).*/\1/p' "$W/out")
   [[ ${n:-0} -ge 20 ]] && ok "$n work units of row groups" || fail "only ${n:-0} units"
   expect 0 "by units, 2 threads" -- "$TKS" build -q "${B[@]}" "${U[@]}" --threads 2 --output u2 pq/same

@@ -235,6 +235,12 @@ typedef struct tks_build_progress {
 } tks_build_progress;
 
 #define TKS_DEFAULT_UNIT_BYTES (1ull << 30)
+/* The least unit_bytes: the window a cut is looked for in, and the bytes
+ * of a file's start a unit looks at. A unit costs a directory, a record and
+ * those reads; a plain file cut at every few bytes would make a build of
+ * units that are nearly all empty (a document longer than a unit spans its
+ * nominal bounds), their count no longer bounded by the documents'. */
+#define TKS_MIN_UNIT_BYTES (64ull << 10)
 /* The rule that makes work units of the inputs (docs/SCALE.md), recorded in
  * the provenance's options as "unit_rule". */
 #define TKS_UNIT_RULE "listing-cuts/1"
@@ -252,7 +258,8 @@ typedef struct tks_build_opts {
     uint64_t batch_bytes;       /* text per parallel batch; 0 = 8 MiB (a unit's first three
                                  * batches are an eighth, a quarter and a half of it) */
     uint64_t unit_bytes;        /* work unit size in bytes of input on disk; 0 =
-                                 * TKS_DEFAULT_UNIT_BYTES. Units are made from the listing (see
+                                 * TKS_DEFAULT_UNIT_BYTES, else at least TKS_MIN_UNIT_BYTES
+                                 * (TKS_ERR_ARG below it). Units are made from the listing (see
                                  * "Build by work units" below); each is its own run of shards
                                  * (its last shard may be short). Part of the output, like
                                  * shard_tokens. */

@@ -250,20 +250,16 @@ void tks__stream_free(stream *s);
  * ------------------------------------------------------------------------- */
 /* The range of file `file` of the listing ls (a regular plain file listed
  * with its size and time) between the nominal offsets start and end, each
- * moved to its document boundary (tks__find_cut; kind 1: after any line end,
- * 2: after a blank line), appended to r[*n] (nothing when it is empty). A
- * file whose first bytes are compressed under a plain name is read whole by
- * the piece that starts at 0. Reads the file's first 64 KiB and a window
- * around each cut. Errors: TKS_ERR_IO, TKS_ERR_INPUT (the file changed since
- * it was listed), TKS_ERR_NOMEM. */
+ * moved to its cut, the smallest document boundary at or after it (kind 1:
+ * after any line end, 2: after a blank line; docs/SCALE.md, rule 3),
+ * appended to r[*n] (nothing when it is empty). A file whose first bytes
+ * are compressed under a plain name is read whole by the piece that starts
+ * at 0. Reads the file's first 64 KiB and windows from each nominal offset
+ * on: from `start` no further than `end`, from `end` to its cut. Errors:
+ * TKS_ERR_IO, TKS_ERR_INPUT (the file changed since it was listed),
+ * TKS_ERR_NOMEM. */
 int tks__cut_range(const tks_input *ls, uint64_t file, uint64_t start, uint64_t end, int kind, tks__range *r,
                    size_t *n);
-/* The cut for the nominal offset x of the plain file fd (path, size bytes):
- * the smallest document boundary p with x <= p < size, else size; x == 0
- * gives 0. A boundary is the offset after a "\n" (blank_lines 0: --doc-split
- * line, JSON Lines), or after the "\n" that ends a line of blank bytes only
- * (blank_lines 1: --doc-split blank-line). Errors: TKS_ERR_IO, TKS_ERR_NOMEM. */
-int tks__find_cut(int fd, const char *path, uint64_t size, uint64_t x, int blank_lines, uint64_t *out);
 /* The XXH3-128 of the bytes [start, end) of the file path (a kept unit's
  * range checked on --resume). Errors: TKS_ERR_IO, TKS_ERR_INPUT (shorter). */
 int tks__range_xxh3(const char *path, uint64_t start, uint64_t end, uint8_t out[16]);

@@ -22,6 +22,12 @@ static int job_paths(tks_build_job *j) {
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "build needs --tokenizer, --output and at least one input");
     j->unit_bytes = o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES;
+    if (j->unit_bytes < TKS_MIN_UNIT_BYTES)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "--unit-bytes %llu is below the least work unit, 64K (%llu bytes): each unit "
+                        "costs a directory, a record and a look at its file's first 64 KiB, and units "
+                        "smaller than a document are empty; give 64K or more (the default, 1G, suits "
+                        "most inputs)", (unsigned long long)j->unit_bytes, TKS_MIN_UNIT_BYTES);
     int rc = tks_partial_paths(TKS_PARTIAL_BUILD, o->out_dir, j->out, j->partial, sizeof j->out);
     if (rc) return rc;
     if (snprintf(j->lock_path, sizeof j->lock_path, "%s.lock", j->out) >= (int)sizeof j->lock_path)
