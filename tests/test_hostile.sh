@@ -12,6 +12,8 @@
 #   messages  numeric flags out of range; inputs without text; a file given twice; empty files
 #   notok     a dataset imported without a tokenizer: train, export-hf (beside a user's DIR.tmp),
 #             cat, inspect, generate
+#   stop      SIGTERM (timeout -s TERM 1) while the reader is inside one document (/dev/zero, a sparse file of
+#             64 GB, JSON Lines from /dev/zero): exit 130 within seconds, --resume named, nothing published
 #   smaller   --help after a command; cat escapes control characters; Megatron/llm.c files named; a Megatron header's huge
 #             counts and negative pointers as they are; llm.c export over --append-eos warns
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
@@ -345,6 +347,29 @@ messages)
   mkdir -p e && for i in 1 2 3 4 5; do : >"e/$i.txt"; done && cp g.txt e/
   expect 0 "five empty files and one with text" -- "$TKS" build "${B[@]}" --doc-split file --output emp e
   grep -q "skipped       5 empty" "$W/out" && ok "5 empty files counted" || fail "summary: $(grep skipped "$W/out")"
+  ;;
+stop)
+  # SIGTERM (timeout's) reaches the build while its reader is inside one
+  # document that never ends or takes long: the stop flag is seen at the
+  # next block read, a window looked at for a cut, a Parquet row
+  truncate -s 64G sparse.txt
+  runs=("/dev/zero:--doc-split file" "/dev/zero:--doc-split line" "/dev/zero:--format jsonl"
+    "sparse.txt:--doc-split file" "sparse.txt:--doc-split line")
+  for r in "${runs[@]}"; do
+    in=${r%%:*} opt=${r#*:}
+    rm -rf z z.partial
+    t0=$(date +%s.%N)
+    # shellcheck disable=SC2086 # opt is two words
+    # (-k: a build deaf to the TERM is killed 8 s later, and fails the check)
+    timeout --preserve-status -k 8 -s TERM 1 "$TKS" build -q "${B[@]}" $opt --output z "$in" >"$W/out" 2>"$W/err"
+    code=$?
+    dt=$(python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$t0" "$(date +%s.%N)")
+    [[ $code -eq 130 ]] && python3 -c "import sys; sys.exit(float(sys.argv[1]) > 8)" "$dt" &&
+      ok "$in $opt: SIGTERM after 1 s ends the build (exit 130) in ${dt} s" ||
+      fail "$in $opt: exit $code after ${dt} s (130 within 8 s expected): $(tail -c 300 "$W/err")"
+    expect_msg "interrupted while .*$in.*run the same command with --resume"
+    [[ ! -e z ]] && ok "$in $opt: nothing published" || fail "$in $opt: z published"
+  done
   ;;
 notok)
   expect 0 "dataset" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"

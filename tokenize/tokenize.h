@@ -49,8 +49,10 @@ typedef struct tks_input_opts {
                                  * readable text column: FAIL (default; checked by
                                  * tks_input_open) or SKIP (left out, listed by
                                  * tks_input_skipped_file, counted in bad_inputs_skipped) */
-    /* When non-NULL and set non-zero (a SIGINT/SIGTERM handler), a wait for a
-     * pipe's writer or data ends with TKS_ERR_INTERRUPTED within 0.2 s. */
+    /* When non-NULL and set non-zero (a SIGINT/SIGTERM handler), reading ends
+     * with TKS_ERR_INTERRUPTED at the next block of at most 1 MiB (also
+     * inside one document), the next Parquet row, or within 0.2 s of a wait
+     * for a pipe's writer or data. */
     volatile sig_atomic_t *stop;
     /* 1: a JSONL record is yielded as its line (tks_doc.json = 1), undecoded:
      * the caller decodes it with tks_jsonl_decode, on any thread, and applies

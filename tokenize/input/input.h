@@ -217,6 +217,14 @@ static inline int tks__blank_byte(unsigned char c) {
     return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
 }
 
+/* The stop flag of the options (SIGINT, SIGTERM) is set: the readers look
+ * at it for every block they hand on (stream.c), every Parquet row
+ * (pq_input.c) and every window read to find a cut (ranges.c), so that a
+ * build stops within a block's time wherever its reader is, also inside one
+ * document (a sparse or binary file of gigabytes, /dev/zero). The error
+ * they return is TKS_ERR_INTERRUPTED naming what was being read. */
+static inline int tks__stopped(volatile sig_atomic_t *stop) { return stop && *stop; }
+
 /* stream.c: opens the next file of the list; moves to the next regular
  * entry of the current file (1, 0 at its end); makes the entry's next
  * decompressed bytes available in [in->cur, in->end) (1, 0 at its end).
@@ -257,7 +265,7 @@ void tks__stream_free(stream *s);
  * at 0. Reads the file's first 64 KiB and windows from each nominal offset
  * on: from `start` no further than `end`, from `end` to its cut. Errors:
  * TKS_ERR_IO, TKS_ERR_INPUT (the file changed since it was listed),
- * TKS_ERR_NOMEM. */
+ * TKS_ERR_NOMEM, TKS_ERR_INTERRUPTED (ls's stop flag). */
 int tks__cut_range(const tks_input *ls, uint64_t file, uint64_t start, uint64_t end, int kind, tks__range *r,
                    size_t *n);
 /* The XXH3-128 of the bytes [start, end) of the file path (a kept unit's

@@ -329,11 +329,8 @@ static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer 
             p.seconds = omp_get_wtime() - j->t0;
             o->progress(&p, o->progress_ctx);
         }
-        if (!rc && o->stop && *o->stop)
-            rc = tks_fail(TKS_ERR_INTERRUPTED, j->partial, TKS_NONE, TKS_NONE,
-                          "interrupted in unit %llu: the complete units are kept in %s; run the "
-                          "same command with --resume to finish",
-                          (unsigned long long)k, j->partial);
+        if (!rc && o->stop && *o->stop) /* tks_build_job_run says what to do */
+            rc = tks_fail(TKS_ERR_INTERRUPTED, j->partial, TKS_NONE, TKS_NONE, "interrupted");
     }
     tks__prefetch_free(&pf); /* a reader still running after an error is joined */
     XXH3_freeState(c.dh);
@@ -438,8 +435,15 @@ int tks_build_job_run(tks_build_job *j, uint64_t k, tks_unit_stats *us) {
         j->prog.tokens_written += us->tokens_written;
         j->prog.shards += s->n;
     }
-    /* a failure names the unit: another process's error is read on its own */
-    if (rc && tks_last_error()->code == rc) {
+    if (rc == TKS_ERR_INTERRUPTED) { /* between batches, or where the reader was ("interrupted while ...") */
+        char where[sizeof tks_last_error()->message];
+        snprintf(where, sizeof where, "%s", tks_last_error()->message);
+        if (strncmp(where, "interrupted while ", 18) != 0) snprintf(where, sizeof where, "interrupted");
+        rc = tks_fail(TKS_ERR_INTERRUPTED, j->partial, TKS_NONE, TKS_NONE,
+                      "unit %llu: %.300s: the complete units are kept in %s; run the same command with "
+                      "--resume to finish", (unsigned long long)k, where, j->partial);
+    } else if (rc && tks_last_error()->code == rc) {
+        /* a failure names the unit: another process's error is read on its own */
         tks_error e = *tks_last_error();
         char msg[sizeof e.message + 32];
         snprintf(msg, sizeof msg, "unit %llu: %s", (unsigned long long)k, e.message);
