@@ -340,8 +340,13 @@ int tks_partial_write_manifest(const char *partial, const tks_tokenizer_info *to
                                const tks_shard_info *shards, size_t n, uint32_t chunk_bytes,
                                const char *provenance_json);
 
-/* Publishes the dataset: removes the state file, renames `partial` to `out`
- * and syncs out's parent directory. Errors: TKS_ERR_IO. */
+/* Publishes the dataset: renames `partial` to `out`, syncs out's parent
+ * directory, then removes the state file from out (a run stopped in
+ * between leaves it there, beside the dataset: nothing reads it, and the
+ * audit looks only at the manifest and shard files). Until the rename
+ * succeeds the state stays in `partial`, which --resume then publishes.
+ * Errors: TKS_ERR_EXISTS (`out` appeared since the run started: named,
+ * `partial` kept), TKS_ERR_IO. */
 int tks_partial_publish(tks_partial_kind kind, const char *partial, const char *out);
 
 /* A shard's record in a state or unit file, as JSON (jansson's json_t, a new

@@ -14,6 +14,10 @@
 #             cat, inspect, generate
 #   stop      SIGTERM (timeout -s TERM 1) while the reader is inside one document (/dev/zero, a sparse file of
 #             64 GB, JSON Lines from /dev/zero): exit 130 within seconds, --resume named, nothing published
+#   publish   a kill at each step of publishing (manifest written, units cleaned, the state
+#             removed, the rename) and an OUT made while the build ran: --resume publishes the
+#             complete dataset, byte-identical; the same for import; a build that finds no text
+#             leaves no OUT.partial behind
 #   smaller   --help after a command; cat escapes control characters; Megatron/llm.c files named; a Megatron header's huge
 #             counts and negative pointers as they are; llm.c export over --append-eos warns
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
@@ -370,6 +374,97 @@ stop)
     expect_msg "interrupted while .*$in.*run the same command with --resume"
     [[ ! -e z ]] && ok "$in $opt: nothing published" || fail "$in $opt: z published"
   done
+  ;;
+publish)
+  # a kill at each step between the manifest and the end of publishing: the
+  # dataset is then either published, or complete in OUT.partial, which
+  # --resume publishes as it is; the state file goes after the rename (one
+  # left inside OUT by a kill there is no part of the dataset: audit and
+  # readers ignore it)
+  [[ -n ${TKS_FAULT_LIB:-} && -r $TKS_FAULT_LIB ]] || { fail "TKS_FAULT_LIB not set (run through ctest)"; finish test_hostile; }
+  head -c 400000 "$T/gcide.txt" >g.txt
+  P=("${B[@]}" --unit-bytes 128K)
+  expect 0 "reference build" -- "$TKS" build -q "${P[@]}" --output ref g.txt
+  same_as_ref() { # DIR WHAT: ref's files, byte for byte (a stray state file aside)
+    local d=$1 f bad=0
+    for f in ref/*; do cmp -s "$f" "$d/${f#ref/}" || bad=$((bad + 1)); done
+    local extra
+    extra=$(cd "$d" && ls | grep -v -x -F -f <(cd ../ref && ls) | grep -v -x build-state.json)
+    [[ $bad -eq 0 && -z $extra ]] && ok "$2: the reference's files, byte for byte" ||
+      fail "$2: $bad files differ from the reference, extra: $extra"
+  }
+  for point in rename:manifest.json:1 unlink:unit.json:2 unlink:build-state.json:1 rename:r:1; do
+    rm -rf r r.partial
+    LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=$point "$TKS" build -q "${P[@]}" --output r g.txt >/dev/null 2>"$W/err"
+    code=$?
+    [[ $code -eq 137 ]] && ok "killed at $point" || fail "kill at $point: exit $code: $(tail -c 300 "$W/err")"
+    if [[ -e r.partial ]]; then
+      expect 0 "resume after the kill at $point" -- "$TKS" build "${P[@]}" --output r --resume g.txt
+      grep -q "published as it was" "$W/out" && ok "$point: the complete dataset published, nothing built" ||
+        fail "$point: summary: $(head -3 "$W/out")"
+    fi
+    [[ -d r && ! -e r.partial ]] && ok "$point: r published" || fail "$point: $(ls -d r* 2>&1)"
+    same_as_ref r "$point"
+    expect 0 "$point: audit" -- "$TKS" audit r
+    grep -q "^OK: r:" "$W/out" && ok "$point: the audit is clean" || fail "$point: audit: $(cat "$W/out")"
+  done
+  # OUT made while the build ran: the rename is refused, the error names OUT,
+  # the complete dataset stays in OUT.partial with its state; --resume
+  # publishes it once OUT is moved away
+  rm -rf r r.partial
+  expect 2 "an r made while the build ran" -- env LD_PRELOAD="$TKS_FAULT_LIB" TKS_FAULT_OCCUPY=r \
+    "$TKS" build -q "${P[@]}" --output r g.txt
+  expect_msg "cannot publish r: r appeared while the build ran .*kept in r.partial: move r away, then run the same command with --resume"
+  [[ -e r.partial/manifest.json && -e r.partial/build-state.json ]] && ok "r.partial kept, with its state" ||
+    fail "r.partial: $(ls r.partial 2>&1)"
+  expect 2 "--resume while r is still there" -- "$TKS" build -q "${P[@]}" --output r --resume g.txt
+  expect_msg "r already exists"
+  rm -rf r
+  expect 0 "--resume once r is moved away" -- "$TKS" build -q "${P[@]}" --output r --resume g.txt
+  same_as_ref r "published after the refused rename"
+  # a complete OUT.partial resumed under mpirun: rank 0 publishes it
+  rm -rf r r.partial
+  LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=rename:manifest.json:1 "$TKS" build -q "${P[@]}" --output r g.txt >/dev/null 2>&1
+  mpi_env
+  expect 0 "mpirun -np 2 --resume of a complete r.partial" -- timeout 300 mpirun -np 2 "$TKS" build "${P[@]}" --output r \
+    --resume g.txt
+  grep -q "published as it was" "$W/out" && ok "mpirun: the complete dataset published, nothing built" ||
+    fail "mpirun: summary: $(head -3 "$W/out")"
+  same_as_ref r "mpirun -np 2 --resume of a complete r.partial"
+  # the same for import
+  expect 0 "Megatron export" -- "$TKS" export --format megatron --copy ref mg
+  I=(import --format megatron mg_00000 --tokenizer "$T/bpe.model" --shard-tokens 20K)
+  expect 0 "reference import" -- "$TKS" "${I[@]}" --output iref
+  n=$(ls iref/shard-*.tks | wc -l)
+  for point in unlink:import-state.json:1 rename:ir:1 rename:manifest.json:1; do
+    rm -rf ir ir.partial
+    LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=$point "$TKS" "${I[@]}" --output ir >/dev/null 2>"$W/err"
+    code=$?
+    [[ $code -eq 137 ]] && ok "import killed at $point" || fail "import kill at $point: exit $code"
+    if [[ -e ir.partial ]]; then
+      expect 0 "import --resume after $point" -- "$TKS" "${I[@]}" --output ir --resume
+      grep -q "($n kept from the interrupted run)" "$W/out" && ok "$point: all $n shards kept" ||
+        fail "$point: $(grep -i kept "$W/out")"
+    fi
+    diff -rq iref ir -x import-state.json >/dev/null && ok "import $point: the reference's files" || fail "import $point: $(diff -rq iref ir)"
+  done
+  rm -rf ir ir.partial
+  expect 2 "an ir made while the import ran" -- env LD_PRELOAD="$TKS_FAULT_LIB" TKS_FAULT_OCCUPY=ir "$TKS" "${I[@]}" --output ir
+  expect_msg "cannot publish ir: ir appeared while the import ran"
+  rm -rf ir
+  expect 0 "import --resume once ir is moved away" -- "$TKS" "${I[@]}" --output ir --resume
+  diff -rq iref ir >/dev/null && ok "import published after the refused rename" || fail "import: $(diff -rq iref ir)"
+  # inputs with no text: nothing is left behind (the next run starts afresh,
+  # not told to resume a build that never started)
+  printf '\n\n   \n\n' >blank.txt
+  for k in 1 2; do
+    expect 2 "a build of blank lines only (run $k)" -- "$TKS" build -q "${B[@]}" --output nt blank.txt
+    expect_msg "the inputs hold no document with text"
+    [[ ! -e nt.partial && ! -e nt && ! -e nt.lock ]] && ok "run $k: nothing left behind" || fail "run $k left $(ls -d nt* 2>&1)"
+  done
+  expect 2 "the same under --resume" -- "$TKS" build -q "${B[@]}" --output nt --resume blank.txt
+  expect_msg "the inputs hold no document with text"
+  [[ ! -e nt.partial ]] && ok "--resume: nothing left behind" || fail "--resume left nt.partial"
   ;;
 notok)
   expect 0 "dataset" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"

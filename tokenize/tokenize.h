@@ -300,6 +300,11 @@ typedef struct tks_build_stats {
     char skipped_inputs[2048];     /* "PATH: why\n" for each input left out under bad_input
                                     * SKIP (input.bad_inputs_skipped of them); cut with a
                                     * note when longer: the manifest lists every one */
+    int published_complete;        /* 1: under --resume, OUT.partial held this build's finished
+                                    * dataset (the interrupted run wrote its manifest but did not
+                                    * publish it): published as it was, nothing built; the
+                                    * counts above are the dataset's, input and encoder
+                                    * statistics are not known */
 } tks_build_stats;
 
 /* Sets defaults (all zero plus tks_input_opts_default). */
@@ -316,10 +321,15 @@ int tks_tokenizer_open(const tks_build_opts *o, tks_tok **tk);
  * count, whether or not it was interrupted and resumed, and to a build of the
  * same units under mpirun. Publishes OUT (renaming OUT.partial) only when
  * complete; on failure OUT does not exist and OUT.partial holds the complete
- * units and a resume state.
- * Errors: TKS_ERR_EXISTS (OUT exists, or OUT.partial exists without resume),
- * TKS_ERR_RESUME, TKS_ERR_TOKENIZER, TKS_ERR_INTERRUPTED, every input error,
- * TKS_ERR_TOKEN_RANGE, TKS_ERR_IO, TKS_ERR_NOSPACE.
+ * units and a resume state (none when the inputs held no text: then
+ * OUT.partial is removed). Under resume, an OUT.partial whose manifest the
+ * interrupted build wrote (stopped before publishing, or its rename
+ * refused) is published as it is (stats->published_complete).
+ * Errors: TKS_ERR_EXISTS (OUT exists, or OUT.partial exists without resume,
+ * or OUT was made while the build ran), TKS_ERR_ARG (unit_bytes below
+ * TKS_MIN_UNIT_BYTES, ...), TKS_ERR_RESUME, TKS_ERR_TOKENIZER,
+ * TKS_ERR_INTERRUPTED (opts->stop: between batches or inside a document),
+ * every input error, TKS_ERR_TOKEN_RANGE, TKS_ERR_IO, TKS_ERR_NOSPACE.
  */
 int tks_build(const tks_build_opts *opts, tks_build_stats *stats);
 
@@ -429,8 +439,10 @@ int tks_build_job_finish(tks_build_job *job, const void *results, size_t len, tk
 /* Once the manifest is written: removes unit `unit`'s record and directory. */
 void tks_build_job_clean(tks_build_job *job, uint64_t unit);
 
-/* Coordinator, once every unit is cleaned: removes the build state and
- * renames OUT.partial to OUT. Errors: TKS_ERR_IO. */
+/* Coordinator, once every unit is cleaned: renames OUT.partial to OUT, then
+ * removes the build state from OUT (tks_partial_publish). Errors:
+ * TKS_ERR_EXISTS (an OUT made while the build ran: named; OUT.partial is
+ * kept, complete, for --resume to publish), TKS_ERR_IO. */
 int tks_build_job_publish(tks_build_job *job);
 
 /* Releases the job (and the coordinator's lock). Accepts NULL. */

@@ -75,6 +75,9 @@ static void ranks_progress_line(const tks_build_world_progress *p, void *ctx) {
 static void print_build_summary(const tks_build_stats *s, const char *out) {
     const tks_input_stats *i = &s->input;
     printf("built %s\n", out);
+    if (s->published_complete)
+        printf("  resumed       the interrupted run had finished the dataset in %s.partial (its manifest "
+               "written): published as it was\n", out);
     printf("  inputs        %llu files, %llu entries, %.1f MB read (%.1f MB of text)\n",
            (unsigned long long)i->files, (unsigned long long)i->entries, i->bytes_in / 1e6,
            i->bytes_text / 1e6);

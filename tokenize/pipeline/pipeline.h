@@ -232,7 +232,14 @@ struct tks_build_job {
                                * disk (TKS_NONE past a missing one), or NULL: not read yet */
     json_t *desc;             /* coordinator: the provenance */
     size_t n_shards;          /* coordinator: the dataset's, once the manifest is written */
+    int complete;             /* coordinator, under --resume: OUT.partial holds this build's
+                               * finished dataset (its manifest written), left unpublished by
+                               * the interrupted run; nothing is built (tks__publish_complete) */
 };
+/* local.c: a job whose OUT.partial is complete (j->complete): the units'
+ * records removed and OUT published, *stats from the dataset. Errors: as
+ * tks_build_job_publish's. */
+int tks__publish_complete(tks_build_job *j, tks_build_stats *stats);
 /* records.c: unit k's directory OUT.partial/unit-NNNNN, and the file `name`
  * in it. 0 or TKS_ERR_ARG (path too long). */
 int tks__unit_dir(const tks_build_job *j, uint64_t k, char *out, size_t cap);

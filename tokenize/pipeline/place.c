@@ -253,6 +253,23 @@ static int gather_shards(const tks_build_job *j, const result_hdr *const *res, t
     return 0;
 }
 
+/* A build that found no document with text: OUT.partial goes whole (its
+ * units' records, the state, the tokenizer copy; it holds no shard), so
+ * that the next run starts afresh instead of being told to resume. What
+ * cannot be removed (a file of someone else's) stays, with the directory. */
+static void drop_partial(tks_build_job *j) {
+    tks_error why = *tks_last_error(); /* the build's error, whatever removing meets */
+    char dir[PATH_MAX];
+    for (uint64_t k = 0; k < j->plan.n_units; k++)
+        if (tks__unit_dir(j, k, dir, sizeof dir) == 0 && access(dir, F_OK) == 0 && tks__reset_dir(dir) == 0)
+            rmdir(dir);
+    if (tks_path_join(dir, sizeof dir, j->partial, "in-flight") == 0 && access(dir, F_OK) == 0 &&
+        tks__reset_dir(dir) == 0)
+        rmdir(dir);
+    if (tks__reset_dir(j->partial) == 0) rmdir(j->partial);
+    tks_error_restore(&why);
+}
+
 int tks_build_job_finish(tks_build_job *j, const void *results, size_t len, tks_build_stats *stats) {
     tks_build_stats local;
     if (!stats) stats = &local;
@@ -279,7 +296,10 @@ int tks_build_job_finish(tks_build_job *j, const void *results, size_t len, tks_
     input.bad_inputs_skipped = tks_input_get_stats(j->ls)->bad_inputs_skipped;
     input.links_outside = tks_input_get_stats(j->ls)->links_outside; /* the listing's, as the skipped */
     input.links_skipped = tks_input_get_stats(j->ls)->links_skipped;
-    if (!rc && n_all == 0) rc = tks__no_text(&input);
+    if (!rc && n_all == 0) {
+        rc = tks__no_text(&input);
+        drop_partial(j); /* nothing to keep: no run can resume a build that found no text */
+    }
     if (!rc) j->desc = tks__describe(&j->o, j->ls, j->tk, &rc);
     if (!rc) rc = add_input_hashes(j->desc, res, nu);
     if (!rc) rc = tks__write_manifest(&j->o, j->partial, j->tk, j->desc, &input, all, n_all, empty, stats);
@@ -303,7 +323,6 @@ void tks_build_job_clean(tks_build_job *j, uint64_t k) {
 
 int tks_build_job_publish(tks_build_job *j) {
     char p[PATH_MAX];
-    if (tks_path_join(p, sizeof p, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD)) == 0) unlink(p);
     if (tks_path_join(p, sizeof p, j->partial, "in-flight") == 0 && access(p, F_OK) == 0) { /* tokshard's report under mpirun */
         tks__reset_dir(p);
         rmdir(p);
