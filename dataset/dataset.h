@@ -399,6 +399,12 @@ typedef struct tks_audit_report {
     int manifest_checked;        /* 1 when a dataset dir with manifest was audited */
     int tokenizer_checked;       /* 1 when a tokenizer fingerprint was compared */
     double seconds;              /* wall time of the audit */
+    /* the manifest's record of a byte-level build (tks_tokenizer_info's
+     * unicode, unassigned, unassigned_docs): documents whose ids a reference
+     * on a newer Unicode may not give; "" and 0 when not recorded. A note,
+     * not a problem. */
+    char unicode[16];
+    uint64_t unassigned, unassigned_docs;
 } tks_audit_report;
 
 /*

@@ -18,6 +18,9 @@
 #             removed, the rename) and an OUT made while the build ran: --resume publishes the
 #             complete dataset, byte-identical; the same for import; a build that finds no text
 #             leaves no OUT.partial behind
+#   unicode   code points the byte-level encoder's Unicode leaves unassigned: counted in the
+#             manifest (also across a kill and --resume), shown by inspect and audit, a warning
+#             on stderr under --quiet
 #   smaller   --help after a command; cat escapes control characters; Megatron/llm.c files named; a Megatron header's huge
 #             counts and negative pointers as they are; llm.c export over --append-eos warns
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
@@ -465,6 +468,48 @@ publish)
   expect 2 "the same under --resume" -- "$TKS" build -q "${B[@]}" --output nt --resume blank.txt
   expect_msg "the inputs hold no document with text"
   [[ ! -e nt.partial ]] && ok "--resume: nothing left behind" || fail "--resume left nt.partial"
+  ;;
+unicode)
+  # code points the byte-level encoder's Unicode (PCRE2's tables) leaves
+  # unassigned: U+50000 (plane 5, unassigned in every Unicode to date) in 2
+  # documents, 3 times; the counts are the dataset's, in its manifest, also
+  # when the documents are in a unit kept from an interrupted run
+  python3 -c "import base64; [print(base64.b64encode(bytes([i])).decode(), i) for i in range(256)]" >bytes.tiktoken
+  python3 - "$T/gcide.txt" <<'PY'
+import sys
+t = open(sys.argv[1], encoding="utf-8", errors="replace").read()[:400000].split("\n\n")
+t[3] += " \U00050000 and \U00050000 again"
+t[-5] += " one more \U00050000"
+open("u.txt", "w", encoding="utf-8").write("\n\n".join(t))
+PY
+  U=(--tokenizer bytes.tiktoken --pattern gpt2 --doc-split blank-line --shard-tokens 100K --unit-bytes 128K)
+  expect 0 "build -q" -- "$TKS" build -q "${U[@]}" --output u u.txt
+  expect_msg "warning: 3 code points in 2 documents of the dataset are unassigned in Unicode [0-9.]+"
+  cnt() { python3 -c "import json, sys; u = json.load(open(sys.argv[1]))['tokenizer'].get('unicode'); print(u and '%d %d %s' % (u['unassigned_code_points'], u['unassigned_docs'], u['version']))" "$1"; }
+  [[ $(cnt u/manifest.json) == "3 2 "* ]] && ok "the manifest records 3 code points in 2 documents ($(cnt u/manifest.json))" ||
+    fail "manifest: $(cnt u/manifest.json)"
+  expect 0 "inspect" -- "$TKS" inspect u
+  grep -q "unicode       3 code points in 2 documents unassigned in Unicode" "$W/out" && grep -q "^note: 3 code points" "$W/out" &&
+    ok "inspect shows them" || fail "inspect: $(grep -i unicode "$W/out")"
+  expect 0 "inspect --json" -- "$TKS" inspect u --json
+  python3 -c "import json, sys; u = json.load(open(sys.argv[1]))['unicode']; sys.exit(u['unassigned_code_points'] != 3 or u['unassigned_docs'] != 2)" "$W/out" &&
+    ok "inspect --json: unicode" || fail "inspect --json: $(grep -A4 unicode "$W/out")"
+  expect 0 "audit" -- "$TKS" audit u
+  grep -q "^OK: u:" "$W/out" && grep -q "^note: 3 code points in 2 documents of the dataset are unassigned" "$W/out" &&
+    ok "audit: OK, with the note" || fail "audit: $(cat "$W/out")"
+  expect 0 "audit --json" -- "$TKS" audit u --json
+  python3 -c "import json, sys; r = json.load(open(sys.argv[1])); sys.exit(not r['ok'] or r['unicode']['unassigned_docs'] != 2)" "$W/out" &&
+    ok "audit --json: unicode" || fail "audit --json: $(grep -A4 unicode "$W/out")"
+  # killed once the first unit (which holds 2 of the code points) is complete, then resumed
+  [[ -n ${TKS_FAULT_LIB:-} ]] || fail "TKS_FAULT_LIB not set (run through ctest)"
+  LD_PRELOAD=${TKS_FAULT_LIB:-} TKS_FAULT_KILL=rename:unit.json:1 "$TKS" build -q "${U[@]}" --output k u.txt >/dev/null 2>&1
+  expect 0 "resume" -- "$TKS" build -q "${U[@]}" --output k --resume u.txt
+  [[ $(cnt k/manifest.json) == "$(cnt u/manifest.json)" ]] && cmp -s u/manifest.json k/manifest.json &&
+    ok "killed and resumed: the same manifest, counts included" || fail "resumed: $(cnt k/manifest.json)"
+  # a sentencepiece dataset records none (null), and older manifests read as before
+  expect 0 "a sentencepiece build" -- "$TKS" build -q "${B[@]}" --output s u.txt
+  [[ -z $(grep -i "warning" "$W/err") && $(cnt s/manifest.json) == None ]] && ok "sentencepiece: no count, no warning" ||
+    fail "sentencepiece: $(cnt s/manifest.json) $(cat "$W/err")"
   ;;
 notok)
   expect 0 "dataset" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"

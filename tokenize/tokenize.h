@@ -296,7 +296,12 @@ typedef struct tks_build_stats {
     char encoder[16];              /* the path the build took: "fast" or "sentencepiece", or
                                     * "byte-level-bpe" (a tokenizer.json) */
     char encoder_why[256];         /* why sentencepiece ("" with the fast encoder) */
-    tks_encoder_stats encoder_stats; /* the fast encoder's word cache */
+    tks_encoder_stats encoder_stats; /* the fast encoder's word cache (this run's encoding) */
+    uint64_t unassigned, unassigned_docs; /* the dataset's: code points in its documents that
+                                    * the byte-level encoder's Unicode (tks_bpe_unicode_version)
+                                    * leaves unassigned, and the documents holding them, units
+                                    * kept from an interrupted run included; recorded in the
+                                    * manifest's tokenizer record */
     char skipped_inputs[2048];     /* "PATH: why\n" for each input left out under bad_input
                                     * SKIP (input.bad_inputs_skipped of them); cut with a
                                     * note when longer: the manifest lists every one */

@@ -19,7 +19,7 @@ static int batch_push(batch *b, const tks_doc *d) {
             tks_resize(&b->order, cap, sizeof *b->order) || tks_resize(&b->err, cap, sizeof *b->err) ||
             tks_resize(&b->ids, cap, sizeof *b->ids) || tks_resize(&b->json, cap, sizeof *b->json) ||
             tks_resize(&b->status, cap, sizeof *b->status) || tks_resize(&b->done, cap, sizeof *b->done) ||
-            tks_resize(&b->line, cap, sizeof *b->line) ||
+            tks_resize(&b->line, cap, sizeof *b->line) || tks_resize(&b->unassigned, cap, sizeof *b->unassigned) ||
             tks_resize(&b->src, cap, sizeof *b->src))
             return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch)");
         memset(b->ids + b->cap, 0, (cap - b->cap) * sizeof *b->ids);
@@ -50,6 +50,7 @@ static int batch_push(batch *b, const tks_doc *d) {
     b->ordinal[b->n] = d->ordinal;
     b->json[b->n] = (uint8_t)d->json;
     b->status[b->n] = TKS_JSONL_OK;
+    b->unassigned[b->n] = 0;
     b->line[b->n] = d->line;
     b->src[b->n] = (uint32_t)(b->n_srcs - 1);
     b->arena_len += d->len;
@@ -69,6 +70,7 @@ static void batch_free(batch *b) {
     free(b->status);
     free(b->done);
     free(b->line);
+    free(b->unassigned);
     free(b->src);
     for (size_t i = 0; i < b->cap; i++) tks_ids_free(&b->ids[i]);
     free(b->arena);
@@ -197,10 +199,12 @@ static int push_cut(size_t **cut, size_t *n, size_t *cap, size_t at) {
     return 0;
 }
 
-/* tks_tok_encode of text[0..len) with its parts on `threads` threads: the
- * same ids, and on any error the whole document encoded again on this
- * thread, so that the error and its offset are the ones of the document. */
-static int encode_long(const tks_tok *tk, const char *text, size_t len, int threads, tks_ids *out) {
+/* tks_tok_encode_doc of text[0..len) with its parts on `threads` threads:
+ * the same ids and count of unassigned code points (*unassigned), and on
+ * any error the whole document encoded again on this thread, so that the
+ * error and its offset are the ones of the document. */
+static int encode_long(const tks_tok *tk, const char *text, size_t len, int threads, tks_ids *out,
+                       uint64_t *unassigned) {
     size_t want = len / ((size_t)threads * 32);
     if (want < PART_MIN) want = PART_MIN;
     size_t *cut = NULL, n = 0, cap = 0;
@@ -219,7 +223,7 @@ static int encode_long(const tks_tok *tk, const char *text, size_t len, int thre
     if (!rc && parts > 1 && (part = calloc(parts, sizeof *part)) && (un = calloc(parts, sizeof *un))) {
         int bad = 0, grown = 1;
         size_t total = 0;
-        uint64_t unassigned = 0;
+        uint64_t un_sum = 0;
 #pragma omp parallel num_threads(threads)
         {
 #pragma omp for schedule(dynamic, 1) reduction(| : bad)
@@ -233,7 +237,7 @@ static int encode_long(const tks_tok *tk, const char *text, size_t len, int thre
             }
 #pragma omp single
             {
-                for (size_t k = 0; k < parts; k++) total += part[k].n, unassigned += un[k];
+                for (size_t k = 0; k < parts; k++) total += part[k].n, un_sum += un[k];
                 if (!bad && out->cap < total) {
                     uint32_t *p = realloc(out->ids, total * sizeof *p);
                     if (p) out->ids = p, out->cap = total;
@@ -251,7 +255,8 @@ static int encode_long(const tks_tok *tk, const char *text, size_t len, int thre
         }
         if (grown) {
             out->n = total;
-            tks_tok_count_doc(tk, unassigned, parts);
+            tks_tok_count_doc(tk, un_sum, parts);
+            *unassigned = un_sum;
             done = 1;
         }
         for (size_t k = 0; k < parts; k++) tks_ids_free(&part[k]);
@@ -260,7 +265,7 @@ static int encode_long(const tks_tok *tk, const char *text, size_t len, int thre
     free(un);
     free(cut);
     /* no cut, no memory for the parts, or a part failed: the whole, here */
-    return done ? 0 : tks_tok_encode(tk, text, len, out);
+    return done ? 0 : tks_tok_encode_doc(tk, text, len, out, unassigned);
 }
 
 /* Document i's text into *text, *len: a JSONL record decoded (on the
@@ -293,7 +298,9 @@ static int encode_one(tks_tok *tk, batch *b, size_t i, const char *key, uint64_t
     json_t *root;
     int e = 0;
     if (doc_text(b, i, key, max_doc, &root, &text, &len)) { /* decoded on this thread */
-        e = threads > 1 ? encode_long(tk, text, len, threads, &b->ids[i]) : tks_tok_encode(tk, text, len, &b->ids[i]);
+        uint64_t *un = &b->unassigned[i];
+        e = threads > 1 ? encode_long(tk, text, len, threads, &b->ids[i], un)
+                        : tks_tok_encode_doc(tk, text, len, &b->ids[i], un);
         json_decref(root);
         b->err[i] = e;
     }

@@ -60,6 +60,8 @@ int tks__publish_complete(tks_build_job *j, tks_build_stats *stats) {
         stats->docs_written = tks_dataset_n_docs(ds);
         stats->tokens_written = tks_dataset_n_tokens(ds);
         stats->vocab_size = tks_dataset_tokenizer(ds)->vocab_size;
+        stats->unassigned = tks_dataset_tokenizer(ds)->unassigned;
+        stats->unassigned_docs = tks_dataset_tokenizer(ds)->unassigned_docs;
     }
     tks_dataset_close(ds);
     for (size_t k = 0; !rc && k < j->plan.n_units; k++) tks_build_job_clean(j, k);

@@ -86,6 +86,7 @@ static int place_shard(const char *from, const char *to, uint32_t local, uint32_
  * the same binary). */
 typedef struct result_hdr {
     uint64_t unit, empty_after_tokenize, n_ranges, n_shards;
+    uint64_t unassigned, unassigned_docs; /* the unit's record's */
     tks_input_stats stats;
 } result_hdr;
 typedef struct result_range {
@@ -98,7 +99,9 @@ static int pack_result(const json_t *rec, const tks_shard_info *si, size_t n, vo
     json_t *ranges = json_object_get(rec, "ranges"), *st = json_object_get(rec, "stats");
     result_hdr h = {(uint64_t)json_integer_value(json_object_get(rec, "unit")),
                     (uint64_t)json_integer_value(json_object_get(rec, "empty_after_tokenize")),
-                    json_array_size(ranges), n, {0}};
+                    json_array_size(ranges), n,
+                    (uint64_t)json_integer_value(json_object_get(rec, "unassigned")),
+                    (uint64_t)json_integer_value(json_object_get(rec, "unassigned_docs")), {0}};
     tks__stats_add(&h.stats, st);
     *len = sizeof h + h.n_ranges * sizeof(result_range) + n * sizeof *si;
     char *b = *out = calloc(1, *len);
@@ -284,6 +287,7 @@ int tks_build_job_finish(tks_build_job *j, const void *results, size_t len, tks_
     uint64_t empty = 0;
     int rc = res ? sort_results(j, results, len, res) : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc) rc = gather_shards(j, res, &all, &n_all);
+    stats->unassigned = stats->unassigned_docs = 0;
     for (size_t k = 0; k < nu && !rc; k++) {
         const tks_input_stats *s = &res[k]->stats;
 #define ADD(f) input.f += s->f
@@ -292,6 +296,8 @@ int tks_build_job_finish(tks_build_job *j, const void *results, size_t len, tks_
         ADD(bad_records_skipped); ADD(binary_skipped); ADD(json_as_text);
 #undef ADD
         empty += res[k]->empty_after_tokenize;
+        stats->unassigned += res[k]->unassigned;
+        stats->unassigned_docs += res[k]->unassigned_docs;
     }
     input.bad_inputs_skipped = tks_input_get_stats(j->ls)->bad_inputs_skipped;
     input.links_outside = tks_input_get_stats(j->ls)->links_outside; /* the listing's, as the skipped */
