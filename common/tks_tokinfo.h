@@ -42,6 +42,15 @@ typedef struct tks_tokenizer_info {
      * dataset checks it. */
     uint8_t config_xxh3[16];
     int has_config;
+    /* A build with a byte-level BPE tokenizer: the Unicode version of its
+     * pre-tokenizer's tables (PCRE2's, "14.0.0"), the code points in the
+     * dataset's documents that this Unicode leaves unassigned and the
+     * documents that hold some. Hugging Face tokenizers and tiktoken on a
+     * newer Unicode may pre-tokenize those documents otherwise, so their
+     * ids may differ from the dataset's. unicode "": not recorded (a
+     * sentencepiece model, an import, an older manifest; the counts are 0). */
+    char unicode[16];
+    uint64_t unassigned, unassigned_docs;
 } tks_tokenizer_info;
 
 #endif /* TKS_TOKINFO_H */

@@ -12,6 +12,15 @@
 #   messages  numeric flags out of range; inputs without text; a file given twice; empty files
 #   notok     a dataset imported without a tokenizer: train, export-hf (beside a user's DIR.tmp),
 #             cat, inspect, generate
+#   stop      SIGTERM (timeout -s TERM 1) while the reader is inside one document (/dev/zero, a sparse file of
+#             64 GB, JSON Lines from /dev/zero): exit 130 within seconds, --resume named, nothing published
+#   publish   a kill at each step of publishing (manifest written, units cleaned, the state
+#             removed, the rename) and an OUT made while the build ran: --resume publishes the
+#             complete dataset, byte-identical; the same for import; a build that finds no text
+#             leaves no OUT.partial behind
+#   unicode   code points the byte-level encoder's Unicode leaves unassigned: counted in the
+#             manifest (also across a kill and --resume), shown by inspect and audit, a warning
+#             on stderr under --quiet
 #   smaller   --help after a command; cat escapes control characters; Megatron/llm.c files named; a Megatron header's huge
 #             counts and negative pointers as they are; llm.c export over --append-eos warns
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
@@ -97,6 +106,24 @@ promise)
   expect 0 "the good file alone" -- "$TKS" build -q "${B[@]}" --output b real.gz
   cmp -s a/shard-00000.tks b/shard-00000.tks && ok "skipping leaves the good file's shards as they are" ||
     fail "shards differ from a build of the good file alone"
+  # a file that starts with Parquet's magic under another name (never read
+  # as text) is decided with the listing, like the names above: refused before
+  # any unit is written wherever it is in the inputs (named, or found in a
+  # directory, after files of earlier units), and left out under skip
+  mkdir -p tree && cp text.txt tree/a-first.txt && printf 'PAR1 and then no Parquet at all\n' >tree/b-table.dat
+  cp text.txt tree/c-last.txt
+  for args in "tree" "text.txt tree/b-table.dat"; do
+    rm -rf pq pq.partial
+    # shellcheck disable=SC2086 # two ways to give the inputs
+    expect 2 "a Parquet magic in $args (units of 64K)" -- "$TKS" build -q "${B[@]}" --unit-bytes 64K --output pq $args
+    expect_msg "tree/b-table.dat: starts with PAR1, the magic of a Parquet file.*--on-bad-input skip"
+    [[ ! -e pq && ! -e pq.partial ]] && ok "refused before any unit was written" || fail "left: $(ls -d pq* 2>/dev/null)"
+  done
+  expect 0 "the same with --on-bad-input skip" -- "$TKS" build "${B[@]}" --unit-bytes 64K --on-bad-input skip --output pq tree
+  grep -q "bad inputs    1 files left out" "$W/out" && grep -q "^tree/b-table.dat: starts with PAR1" "$W/out" &&
+    ok "skip leaves it out and lists it" || fail "summary: $(grep -A2 'bad inputs' "$W/out")"
+  python3 -c "import json,sys; p=json.load(open('pq/manifest.json'))['provenance']; sys.exit(p['skipped_inputs'] != ['tree/b-table.dat: starts with PAR1, the magic of a Parquet file, and only files named *.parquet are read as Parquet (never as text): rename it to *.parquet, or remove it from the inputs'])" &&
+    ok "the manifest lists it" || fail "manifest skipped_inputs: $(grep -o '"skipped_inputs[^]]*' pq/manifest.json)"
   ;;
 
 fifo)
@@ -267,6 +294,16 @@ messages)
   expect_msg "d/sub/h.txt is the same file as d/sub/h.txt"
   expect 2 "a directory and a symlink to it" -- "$TKS" build "${B[@]}" --output twice d dlink
   expect_msg "dlink/g.txt is the same file as d/g.txt"
+  # the overlap named is the first file in input order that repeats one, not
+  # the one whose inode sorts first: two files whose names sort opposite to
+  # their inode numbers
+  mkdir -p ord && cp g.txt ord/one && cp g.txt ord/two
+  if [[ $(stat -c %i ord/one) -gt $(stat -c %i ord/two) ]]; then mv ord/one ord/a.txt && mv ord/two ord/b.txt
+  else mv ord/two ord/a.txt && mv ord/one ord/b.txt; fi
+  expect 2 "a directory named twice, its names against its inode order" -- "$TKS" build "${B[@]}" --output twice ord ord
+  expect_msg "ord/a.txt is the same file as ord/a.txt, listed earlier"
+  expect 2 "a file, then its directory" -- "$TKS" build "${B[@]}" --output twice ord/b.txt ord
+  expect_msg "ord/b.txt is the same file as ord/b.txt, listed earlier"
   # inside one directory, hard links are the tree's own layout: read as they are
   ln d/g.txt d/g-again.txt
   expect 0 "a directory holding two hard links to one file" -- "$TKS" build -q "${B[@]}" --output once d
@@ -301,9 +338,178 @@ messages)
     ok "the summary lists the skipped link" || fail "summary: $(grep -A2 'bad inputs' "$W/out")"
   grep -q "dang/broken.txt: a symbolic link to a missing file" dg/manifest.json &&
     ok "the manifest lists the skipped link" || fail "manifest: $(grep -o '"skipped_inputs[^]]*' dg/manifest.json)"
+  # --unit-bytes below the least unit (64K) is refused at once, naming it: a
+  # unit per few bytes made a build of units nearly all empty (30,000 for
+  # 300 KB at 10 bytes; 1 byte never ended)
+  head -c 300000 "$T/gcide.txt" >u.txt
+  for ub in 1 10 65535; do
+    rm -rf tiny tiny.partial
+    expect 2 "--unit-bytes $ub" -- timeout 30 "$TKS" build -q "${B[@]}" --doc-split line --unit-bytes $ub --output tiny u.txt
+    expect_msg "--unit-bytes $ub is below the least work unit, 64K \(65536 bytes\)"
+    [[ ! -e tiny && ! -e tiny.partial ]] && ok "--unit-bytes $ub: nothing written" || fail "--unit-bytes $ub left $(ls -d tiny*)"
+  done
+  expect 0 "--unit-bytes 64K" -- "$TKS" build "${B[@]}" --doc-split line --unit-bytes 64K --output tiny u.txt
+  units=$(sed -n 's/^ *units *\([0-9]*\).*/\1/p' "$W/out")
+  [[ ${units:-0} -ge 4 && ${units:-0} -le 5 ]] && ok "64K: $units units for 300 KB" || fail "64K: ${units:-?} units"
   mkdir -p e && for i in 1 2 3 4 5; do : >"e/$i.txt"; done && cp g.txt e/
   expect 0 "five empty files and one with text" -- "$TKS" build "${B[@]}" --doc-split file --output emp e
   grep -q "skipped       5 empty" "$W/out" && ok "5 empty files counted" || fail "summary: $(grep skipped "$W/out")"
+  ;;
+stop)
+  # SIGTERM (timeout's) reaches the build while its reader is inside one
+  # document that never ends or takes long: the stop flag is seen at the
+  # next block read, a window looked at for a cut, a Parquet row
+  truncate -s 64G sparse.txt
+  runs=("/dev/zero:--doc-split file" "/dev/zero:--doc-split line" "/dev/zero:--format jsonl"
+    "sparse.txt:--doc-split file" "sparse.txt:--doc-split line")
+  for r in "${runs[@]}"; do
+    in=${r%%:*} opt=${r#*:}
+    rm -rf z z.partial
+    t0=$(date +%s.%N)
+    # shellcheck disable=SC2086 # opt is two words
+    # (-k: a build deaf to the TERM is killed 8 s later, and fails the check)
+    timeout --preserve-status -k 8 -s TERM 1 "$TKS" build -q "${B[@]}" $opt --output z "$in" >"$W/out" 2>"$W/err"
+    code=$?
+    dt=$(python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$t0" "$(date +%s.%N)")
+    [[ $code -eq 130 ]] && python3 -c "import sys; sys.exit(float(sys.argv[1]) > 8)" "$dt" &&
+      ok "$in $opt: SIGTERM after 1 s ends the build (exit 130) in ${dt} s" ||
+      fail "$in $opt: exit $code after ${dt} s (130 within 8 s expected): $(tail -c 300 "$W/err")"
+    expect_msg "interrupted while .*$in.*run the same command with --resume"
+    [[ ! -e z ]] && ok "$in $opt: nothing published" || fail "$in $opt: z published"
+  done
+  ;;
+publish)
+  # a kill at each step between the manifest and the end of publishing: the
+  # dataset is then either published, or complete in OUT.partial, which
+  # --resume publishes as it is; the state file goes after the rename (one
+  # left inside OUT by a kill there is no part of the dataset: audit and
+  # readers ignore it)
+  [[ -n ${TKS_FAULT_LIB:-} && -r $TKS_FAULT_LIB ]] || { fail "TKS_FAULT_LIB not set (run through ctest)"; finish test_hostile; }
+  head -c 400000 "$T/gcide.txt" >g.txt
+  P=("${B[@]}" --unit-bytes 128K)
+  expect 0 "reference build" -- "$TKS" build -q "${P[@]}" --output ref g.txt
+  same_as_ref() { # DIR WHAT: ref's files, byte for byte (a stray state file aside)
+    local d=$1 f bad=0
+    for f in ref/*; do cmp -s "$f" "$d/${f#ref/}" || bad=$((bad + 1)); done
+    local extra
+    extra=$(cd "$d" && ls | grep -v -x -F -f <(cd ../ref && ls) | grep -v -x build-state.json)
+    [[ $bad -eq 0 && -z $extra ]] && ok "$2: the reference's files, byte for byte" ||
+      fail "$2: $bad files differ from the reference, extra: $extra"
+  }
+  for point in rename:manifest.json:1 unlink:unit.json:2 unlink:build-state.json:1 rename:r:1; do
+    rm -rf r r.partial
+    LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=$point "$TKS" build -q "${P[@]}" --output r g.txt >/dev/null 2>"$W/err"
+    code=$?
+    [[ $code -eq 137 ]] && ok "killed at $point" || fail "kill at $point: exit $code: $(tail -c 300 "$W/err")"
+    if [[ -e r.partial ]]; then
+      expect 0 "resume after the kill at $point" -- "$TKS" build "${P[@]}" --output r --resume g.txt
+      grep -q "published as it was" "$W/out" && ok "$point: the complete dataset published, nothing built" ||
+        fail "$point: summary: $(head -3 "$W/out")"
+    fi
+    [[ -d r && ! -e r.partial ]] && ok "$point: r published" || fail "$point: $(ls -d r* 2>&1)"
+    same_as_ref r "$point"
+    expect 0 "$point: audit" -- "$TKS" audit r
+    grep -q "^OK: r:" "$W/out" && ok "$point: the audit is clean" || fail "$point: audit: $(cat "$W/out")"
+  done
+  # OUT made while the build ran: the rename is refused, the error names OUT,
+  # the complete dataset stays in OUT.partial with its state; --resume
+  # publishes it once OUT is moved away
+  rm -rf r r.partial
+  expect 2 "an r made while the build ran" -- env LD_PRELOAD="$TKS_FAULT_LIB" TKS_FAULT_OCCUPY=r \
+    "$TKS" build -q "${P[@]}" --output r g.txt
+  expect_msg "cannot publish r: r appeared while the build ran .*kept in r.partial: move r away, then run the same command with --resume"
+  [[ -e r.partial/manifest.json && -e r.partial/build-state.json ]] && ok "r.partial kept, with its state" ||
+    fail "r.partial: $(ls r.partial 2>&1)"
+  expect 2 "--resume while r is still there" -- "$TKS" build -q "${P[@]}" --output r --resume g.txt
+  expect_msg "r already exists"
+  rm -rf r
+  expect 0 "--resume once r is moved away" -- "$TKS" build -q "${P[@]}" --output r --resume g.txt
+  same_as_ref r "published after the refused rename"
+  # a complete OUT.partial resumed under mpirun: rank 0 publishes it
+  rm -rf r r.partial
+  LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=rename:manifest.json:1 "$TKS" build -q "${P[@]}" --output r g.txt >/dev/null 2>&1
+  mpi_env
+  expect 0 "mpirun -np 2 --resume of a complete r.partial" -- timeout 300 mpirun -np 2 "$TKS" build "${P[@]}" --output r \
+    --resume g.txt
+  grep -q "published as it was" "$W/out" && ok "mpirun: the complete dataset published, nothing built" ||
+    fail "mpirun: summary: $(head -3 "$W/out")"
+  same_as_ref r "mpirun -np 2 --resume of a complete r.partial"
+  # the same for import
+  expect 0 "Megatron export" -- "$TKS" export --format megatron --copy ref mg
+  I=(import --format megatron mg_00000 --tokenizer "$T/bpe.model" --shard-tokens 20K)
+  expect 0 "reference import" -- "$TKS" "${I[@]}" --output iref
+  n=$(ls iref/shard-*.tks | wc -l)
+  for point in unlink:import-state.json:1 rename:ir:1 rename:manifest.json:1; do
+    rm -rf ir ir.partial
+    LD_PRELOAD=$TKS_FAULT_LIB TKS_FAULT_KILL=$point "$TKS" "${I[@]}" --output ir >/dev/null 2>"$W/err"
+    code=$?
+    [[ $code -eq 137 ]] && ok "import killed at $point" || fail "import kill at $point: exit $code"
+    if [[ -e ir.partial ]]; then
+      expect 0 "import --resume after $point" -- "$TKS" "${I[@]}" --output ir --resume
+      grep -q "($n kept from the interrupted run)" "$W/out" && ok "$point: all $n shards kept" ||
+        fail "$point: $(grep -i kept "$W/out")"
+    fi
+    diff -rq iref ir -x import-state.json >/dev/null && ok "import $point: the reference's files" || fail "import $point: $(diff -rq iref ir)"
+  done
+  rm -rf ir ir.partial
+  expect 2 "an ir made while the import ran" -- env LD_PRELOAD="$TKS_FAULT_LIB" TKS_FAULT_OCCUPY=ir "$TKS" "${I[@]}" --output ir
+  expect_msg "cannot publish ir: ir appeared while the import ran"
+  rm -rf ir
+  expect 0 "import --resume once ir is moved away" -- "$TKS" "${I[@]}" --output ir --resume
+  diff -rq iref ir >/dev/null && ok "import published after the refused rename" || fail "import: $(diff -rq iref ir)"
+  # inputs with no text: nothing is left behind (the next run starts afresh,
+  # not told to resume a build that never started)
+  printf '\n\n   \n\n' >blank.txt
+  for k in 1 2; do
+    expect 2 "a build of blank lines only (run $k)" -- "$TKS" build -q "${B[@]}" --output nt blank.txt
+    expect_msg "the inputs hold no document with text"
+    [[ ! -e nt.partial && ! -e nt && ! -e nt.lock ]] && ok "run $k: nothing left behind" || fail "run $k left $(ls -d nt* 2>&1)"
+  done
+  expect 2 "the same under --resume" -- "$TKS" build -q "${B[@]}" --output nt --resume blank.txt
+  expect_msg "the inputs hold no document with text"
+  [[ ! -e nt.partial ]] && ok "--resume: nothing left behind" || fail "--resume left nt.partial"
+  ;;
+unicode)
+  # code points the byte-level encoder's Unicode (PCRE2's tables) leaves
+  # unassigned: U+50000 (plane 5, unassigned in every Unicode to date) in 2
+  # documents, 3 times; the counts are the dataset's, in its manifest, also
+  # when the documents are in a unit kept from an interrupted run
+  python3 -c "import base64; [print(base64.b64encode(bytes([i])).decode(), i) for i in range(256)]" >bytes.tiktoken
+  python3 - "$T/gcide.txt" <<'PY'
+import sys
+t = open(sys.argv[1], encoding="utf-8", errors="replace").read()[:400000].split("\n\n")
+t[3] += " \U00050000 and \U00050000 again"
+t[-5] += " one more \U00050000"
+open("u.txt", "w", encoding="utf-8").write("\n\n".join(t))
+PY
+  U=(--tokenizer bytes.tiktoken --pattern gpt2 --doc-split blank-line --shard-tokens 100K --unit-bytes 128K)
+  expect 0 "build -q" -- "$TKS" build -q "${U[@]}" --output u u.txt
+  expect_msg "warning: 3 code points in 2 documents of the dataset are unassigned in Unicode [0-9.]+"
+  cnt() { python3 -c "import json, sys; u = json.load(open(sys.argv[1]))['tokenizer'].get('unicode'); print(u and '%d %d %s' % (u['unassigned_code_points'], u['unassigned_docs'], u['version']))" "$1"; }
+  [[ $(cnt u/manifest.json) == "3 2 "* ]] && ok "the manifest records 3 code points in 2 documents ($(cnt u/manifest.json))" ||
+    fail "manifest: $(cnt u/manifest.json)"
+  expect 0 "inspect" -- "$TKS" inspect u
+  grep -q "unicode       3 code points in 2 documents unassigned in Unicode" "$W/out" && grep -q "^note: 3 code points" "$W/out" &&
+    ok "inspect shows them" || fail "inspect: $(grep -i unicode "$W/out")"
+  expect 0 "inspect --json" -- "$TKS" inspect u --json
+  python3 -c "import json, sys; u = json.load(open(sys.argv[1]))['unicode']; sys.exit(u['unassigned_code_points'] != 3 or u['unassigned_docs'] != 2)" "$W/out" &&
+    ok "inspect --json: unicode" || fail "inspect --json: $(grep -A4 unicode "$W/out")"
+  expect 0 "audit" -- "$TKS" audit u
+  grep -q "^OK: u:" "$W/out" && grep -q "^note: 3 code points in 2 documents of the dataset are unassigned" "$W/out" &&
+    ok "audit: OK, with the note" || fail "audit: $(cat "$W/out")"
+  expect 0 "audit --json" -- "$TKS" audit u --json
+  python3 -c "import json, sys; r = json.load(open(sys.argv[1])); sys.exit(not r['ok'] or r['unicode']['unassigned_docs'] != 2)" "$W/out" &&
+    ok "audit --json: unicode" || fail "audit --json: $(grep -A4 unicode "$W/out")"
+  # killed once the first unit (which holds 2 of the code points) is complete, then resumed
+  [[ -n ${TKS_FAULT_LIB:-} ]] || fail "TKS_FAULT_LIB not set (run through ctest)"
+  LD_PRELOAD=${TKS_FAULT_LIB:-} TKS_FAULT_KILL=rename:unit.json:1 "$TKS" build -q "${U[@]}" --output k u.txt >/dev/null 2>&1
+  expect 0 "resume" -- "$TKS" build -q "${U[@]}" --output k --resume u.txt
+  [[ $(cnt k/manifest.json) == "$(cnt u/manifest.json)" ]] && cmp -s u/manifest.json k/manifest.json &&
+    ok "killed and resumed: the same manifest, counts included" || fail "resumed: $(cnt k/manifest.json)"
+  # a sentencepiece dataset records none (null), and older manifests read as before
+  expect 0 "a sentencepiece build" -- "$TKS" build -q "${B[@]}" --output s u.txt
+  [[ -z $(grep -i "warning" "$W/err") && $(cnt s/manifest.json) == None ]] && ok "sentencepiece: no count, no warning" ||
+    fail "sentencepiece: $(cnt s/manifest.json) $(cat "$W/err")"
   ;;
 notok)
   expect 0 "dataset" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"

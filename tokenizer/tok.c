@@ -194,6 +194,14 @@ int tks_tok_encode_part(const tks_tok *t, const char *text, size_t len, tks_ids 
     return tks_bpe_encode_part(t->bpe, text, len, out, unassigned);
 }
 
+int tks_tok_encode_doc(const tks_tok *t, const char *text, size_t len, tks_ids *out, uint64_t *unassigned) {
+    if (t->spm) {
+        if (unassigned) *unassigned = 0;
+        return tks_spm_encode(t->spm, text, len, out);
+    }
+    return tks_bpe_encode_doc(t->bpe, text, len, out, unassigned);
+}
+
 void tks_tok_count_doc(const tks_tok *t, uint64_t unassigned, size_t parts) {
     if (t->spm) tks_spm_count_doc(t->spm, parts);
     else tks_bpe_count_doc(t->bpe, unassigned, parts);

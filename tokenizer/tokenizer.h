@@ -335,6 +335,11 @@ size_t tks_bpe_next_cut(const tks_bpe *b, const char *t, size_t len, size_t from
  * document once (and into the encoder stats' cut_docs and cut_parts). */
 int tks_bpe_encode_part(const tks_bpe *b, const char *text, size_t len, tks_ids *out, uint64_t *unassigned);
 void tks_bpe_count_doc(const tks_bpe *b, uint64_t unassigned, size_t parts);
+/* tks_bpe_encode of a whole document (counted as tks_bpe_encode counts it),
+ * its count of unassigned code points also into *unassigned (may be NULL):
+ * the build records, per document, what the encoder's
+ * statistics only sum. */
+int tks_bpe_encode_doc(const tks_bpe *b, const char *text, size_t len, tks_ids *out, uint64_t *unassigned);
 /* The reference encoder: the same pre-tokenizer (PCRE2), then each piece
  * through the plain rule (after every merge all pairs looked up again, the
  * lowest rank and leftmost merged: O(n^2) in a piece up to 64 KiB; longer
@@ -429,6 +434,10 @@ const char *tks_tok_config_path(const tks_tok *t);
 size_t tks_tok_next_cut(const tks_tok *t, const char *text, size_t len, size_t from);
 int tks_tok_encode_part(const tks_tok *t, const char *text, size_t len, tks_ids *out, uint64_t *unassigned);
 void tks_tok_count_doc(const tks_tok *t, uint64_t unassigned, size_t parts);
+/* tks_tok_encode, and the document's code points that a byte-level
+ * encoder's Unicode leaves unassigned into *unassigned (tks_bpe_encode_doc;
+ * always 0 for a sentencepiece model; may be NULL). */
+int tks_tok_encode_doc(const tks_tok *t, const char *text, size_t len, tks_ids *out, uint64_t *unassigned);
 /* tks_spm_encode / tks_bpe_encode, tks_spm_decode / tks_bpe_decode */
 int tks_tok_encode(const tks_tok *t, const char *text, size_t len, tks_ids *out);
 int tks_tok_decode(const tks_tok *t, const uint32_t *ids, size_t n, char **text, size_t *len);

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define EXIT_PROBLEMS 1
 #define EXIT_USAGE 2
@@ -149,5 +150,10 @@ void cli_json_print(struct json_t *j);
  * report type comes from dataset/dataset.h) */
 struct tks_audit_report;
 int cli_audit_print(const char *path, const struct tks_audit_report *r, int as_json, const char *foreign);
+
+/* Writes to f, after "lead: ", the note on a byte-level dataset's code
+ * points unassigned in the encoder's Unicode (the manifest's count: build,
+ * inspect, audit); nothing when code_points is 0. (tools/audit_report.c) */
+void cli_unassigned_note(FILE *f, const char *lead, const char *unicode, uint64_t code_points, uint64_t docs);
 
 #endif
