@@ -49,14 +49,14 @@
 #define TKS_BPE_CACHE_ID "unversioned"
 #endif
 
-enum { CACHE_FORMAT = 4, N_SEC = 13 };
+enum { CACHE_FORMAT = 5, N_SEC = 12 };
 static const char cache_magic[8] = {'T', 'K', 'S', 'B', 'P', 'E', 'C', 1};
 
 /* The sections: per-id tables, the two hashes (no merges in rank mode), the
  * added tokens, the patterns, the ids that are no token (rank mode), the
- * seed table of the short tokens (bpe_pcache.h), the compact merge table and
- * its new ids by rank (empty without one). */
-enum { S_OFF, S_BYTES, S_SPECIAL, S_VSLOT, S_MSLOT, S_RAW, S_NORM, S_TEXT, S_PAT, S_HOLE, S_SEED, S_MQ, S_R2N };
+ * seed table of the short tokens (bpe_pcache.h), the compact merge table
+ * (empty without one). */
+enum { S_OFF, S_BYTES, S_SPECIAL, S_VSLOT, S_MSLOT, S_RAW, S_NORM, S_TEXT, S_PAT, S_HOLE, S_SEED, S_MQ };
 
 typedef struct cache_set {
     uint32_t n, one_first_plus1, max_len, pad;
@@ -79,7 +79,7 @@ typedef struct cache_header {
     uint64_t body_size, body_xxh3;
     uint32_t mode, n_ids, n_model, nfc, ignore_merges, n_split;
     uint64_t vmask, mmask;
-    uint32_t seed_bits, n_merges;
+    uint32_t seed_bits, mq_id, mq_sub, mq_p;
     uint64_t mqmask;          /* 0: no compact merge table */
     uint32_t byte_id[256];
     struct {
@@ -149,8 +149,8 @@ void tks__bpe_cache_store(const tks_bpe *b, const uint8_t key[16], size_t source
     h->n_split = (uint32_t)b->n_split;
     h->vmask = b->vmask;
     h->seed_bits = b->seed_bits;
-    h->n_merges = b->mq ? b->n_merges : 0;
     h->mqmask = b->mq ? b->mqmask : 0;
+    h->mq_id = b->mq_id, h->mq_sub = b->mq_sub, h->mq_p = b->mq_p;
     memcpy(h->byte_id, b->byte_id, sizeof h->byte_id);
     set_out(&h->raw, &b->added_raw);
     set_out(&h->norm, &b->added_norm);
@@ -171,12 +171,12 @@ void tks__bpe_cache_store(const tks_bpe *b, const uint8_t key[16], size_t source
     for (int i = 0; i < b->n_split; i++) memcpy(pats + h->split[i].pat_off, b->split[i].pat, b->split[i].pat_len);
     int merges = b->mode == TKS__BPE_MERGES;
     const void *data[N_SEC] = {b->off, b->bytes, b->special, b->vslot, b->mslot, b->added_raw.tok,
-                               b->added_norm.tok, b->added_text, pats, b->hole, b->seed, b->mq, b->r2n};
+                               b->added_norm.tok, b->added_text, pats, b->hole, b->seed, b->mq};
     size_t len[N_SEC] = {((size_t)b->n_ids + 1) * sizeof *b->off, b->off[b->n_ids], b->n_ids,
                          (b->vmask + 1) * sizeof *b->vslot, merges ? (b->mmask + 1) * sizeof *b->mslot : 0,
                          b->added_raw.n * sizeof *b->added_raw.tok, b->added_norm.n * sizeof *b->added_norm.tok,
                          text_len, pat_len, b->hole ? b->n_ids : 0, ((size_t)2 << b->seed_bits) * sizeof(pslot),
-                         b->mq ? (b->mqmask + 1) * sizeof *b->mq : 0, b->mq ? (size_t)b->n_merges * sizeof *b->r2n : 0};
+                         b->mq ? (b->mqmask + 1) * sizeof *b->mq : 0};
     h->mmask = merges ? b->mmask : 0;
     /* header, then each section at a 64-byte boundary (zero padding between) */
     static const char zeros[64];
@@ -244,7 +244,7 @@ static int cache_valid(const uint8_t *m, size_t size, const uint8_t fp[16], size
                             merges ? (h->mmask + 1) * sizeof(tks__bpe_merge) : 0,
                             (uint64_t)h->raw.n * sizeof(tks__bpe_added), (uint64_t)h->norm.n * sizeof(tks__bpe_added),
                             0, 0, 0, ((uint64_t)2 << h->seed_bits) * sizeof(pslot),
-                            h->mqmask ? (h->mqmask + 1) * 8 : 0, h->mqmask ? (uint64_t)h->n_merges * 4 : 0};
+                            h->mqmask ? (h->mqmask + 1) * 8 : 0};
     for (int s = 0; s < N_SEC; s++) {
         if (h->sec[s].off % 64 || h->sec[s].off > h->body_size || h->sec[s].len > h->body_size - h->sec[s].off)
             return 0;
@@ -266,16 +266,16 @@ static int cache_valid(const uint8_t *m, size_t size, const uint8_t fp[16], size
     for (uint64_t i = 0; merges && i <= h->mmask; i++)
         if (ms[i].key && (ms[i].new_id >= n || ((ms[i].key - 1) >> 32) >= n || ((ms[i].key - 1) & 0xffffffffu) >= n))
             return 0;
-    if (h->mqmask && (!merges || (h->mqmask & (h->mqmask + 1)) || h->mqmask > (1ull << 40) || !h->n_merges ||
-                      h->n_merges >= (1u << 24) - 1 || n > (1u << 20)))
+    if (h->mqmask && (!merges || (h->mqmask & (h->mqmask + 1)) || h->mqmask > (1ull << 40) || !h->mq_id ||
+                      h->mq_id > 31 || h->mq_p != h->mq_id + h->mq_sub + 1 || 2 * h->mq_id + h->mq_p > 64 ||
+                      (1ull << h->mq_id) < n / 2))
         return 0;
     const uint64_t *mq = (const uint64_t *)(body + h->sec[S_MQ].off);
-    const uint32_t *r2n = (const uint32_t *)(body + h->sec[S_R2N].off);
-    for (uint64_t i = 0; h->mqmask && i <= h->mqmask; i++)
-        if (mq[i] && ((mq[i] >> 44) >= n || ((mq[i] >> 24) & 0xfffffu) >= n || (mq[i] & 0xffffffu) > h->n_merges))
-            return 0;
-    for (uint32_t i = 0; h->mqmask && i < h->n_merges; i++)
-        if (r2n[i] >= n) return 0;
+    for (uint64_t i = 0; h->mqmask && i <= h->mqmask; i++) {
+        if (!mq[i]) continue;
+        uint64_t key = mq[i] >> h->mq_p, pr = (mq[i] & ((1ull << h->mq_p) - 1)) - 1;
+        if ((key >> h->mq_id) >= n || (key & ((1ull << h->mq_id) - 1)) >= n || (pr >> h->mq_sub) >= n) return 0;
+    }
     const pslot *sd = (const pslot *)(body + h->sec[S_SEED].off);
     for (uint64_t i = 0; i < (uint64_t)2 << h->seed_bits; i++) {
         unsigned len = (unsigned)(sd[i].hi >> 56);
@@ -349,8 +349,7 @@ int tks__bpe_cache_load(tks_bpe *b, const uint8_t fp[16], size_t source_size) {
     b->seed_bits = h->seed_bits;
     b->mq = h->mqmask ? (uint64_t *)(body + h->sec[S_MQ].off) : NULL;
     b->mqmask = h->mqmask;
-    b->r2n = h->mqmask ? (uint32_t *)(body + h->sec[S_R2N].off) : NULL;
-    b->n_merges = h->mqmask ? h->n_merges : 0;
+    b->mq_id = h->mq_id, b->mq_sub = h->mq_sub, b->mq_p = h->mq_p;
     set_in(&b->added_raw, &h->raw, body + h->sec[S_RAW].off);
     set_in(&b->added_norm, &h->norm, body + h->sec[S_NORM].off);
     b->added_text = (char *)(body + h->sec[S_TEXT].off);
