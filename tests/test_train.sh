@@ -12,6 +12,7 @@ TKS=$BIN/tokshard
 TRAIN=$BIN/tokshard-train
 GEN=$BIN/tokshard-generate
 FORGE=$BIN/forge_token
+FORGE_CKPT=$BIN/forge_ckpt
 S=$W/setup
 W=$W/$CASE-run
 rm -rf "$W" && mkdir -p "$W"
@@ -143,6 +144,31 @@ checkpoint)
   cp -r $C c4 && truncate -s -4 c4/config.json
   expect 2 "truncated config.json" -- "$TRAIN" --dataset "$S/data" --out x4 --steps 8 "${M[@]}" --resume c4
   expect_msg "config.json is corrupt"
+  # NaN and infinities with consistent checksums (a checkpoint rewritten by
+  # another tool): generation, export and a resume refuse them, naming the
+  # file, the tensor and the element (generation printed only the prompt,
+  # export wrote the model, a resume trained a step and then said to resume
+  # from the same checkpoint)
+  cp -r $C n1 && "$FORGE_CKPT" n1 model.safetensors model.layers.1.mlp.up_proj.weight 70 nan ||
+    fail "forge_ckpt n1"
+  NAN_MSG="n1 is not a usable checkpoint: model.safetensors holds NaN in model.layers.1.mlp.up_proj.weight at element 70 \\(index \\[2, 6\\] of shape \\[96, 32\\]\\).*earlier checkpoint"
+  expect 2 "generate from a NaN weight" -- "$GEN" --checkpoint n1 --prompt "A dog" --max-tokens 4 --temperature 0
+  expect_msg "$NAN_MSG"
+  [[ ! -s $W/out ]] && ok "generate printed nothing on stdout" || fail "generate printed: $(cat "$W/out")"
+  expect 2 "export-hf of a NaN weight" -- "$TKS" export-hf n1 hf1
+  expect_msg "$NAN_MSG"
+  [[ ! -e hf1 ]] && ok "nothing exported" || fail "hf1 exported"
+  expect 2 "resume from a NaN weight" -- "$TRAIN" --dataset "$S/data" --out x5 --steps 8 "${M[@]}" --change-schedule --resume n1
+  expect_msg "$NAN_MSG"
+  grep -qs '"loss"' x5/metrics.jsonl && fail "a step ran from the NaN checkpoint" || ok "no step ran"
+  cp -r $C n2 && "$FORGE_CKPT" n2 optimizer.safetensors model.norm.weight.exp_avg_sq 3 inf || fail "forge_ckpt n2"
+  expect 2 "resume from an infinite AdamW moment" -- "$TRAIN" --dataset "$S/data" --out x6 --steps 8 "${M[@]}" --change-schedule --resume n2
+  expect_msg "n2 is not a usable checkpoint: optimizer.safetensors holds \\+inf in model.norm.weight.exp_avg_sq at element 3 \\(index \\[3\\] of shape \\[32\\]\\)"
+  grep -qs '"loss"' x6/metrics.jsonl && fail "a step ran from the inf moment" || ok "no step ran"
+  cp -r $C n3 && "$FORGE_CKPT" n3 model.safetensors model.embed_tokens.weight 33 -inf || fail "forge_ckpt n3"
+  expect 2 "export-hf of a -inf embedding" -- "$TKS" export-hf n3 hf3
+  expect_msg "model.safetensors holds -inf in model.embed_tokens.weight at element 33 \\(index \\[1, 1\\] of shape \\[1000, 32\\]\\)"
+  expect 0 "the untouched checkpoint still exports" -- "$TKS" export-hf $C hf0
   mkdir -p r/checkpoints/step-00000009.tmp
   expect 0 "a half-written checkpoint dir is ignored by --resume latest" -- "$TRAIN" --dataset "$S/data" \
     --out r --steps 6 "${M[@]}" --resume latest --change-schedule

@@ -160,8 +160,9 @@ int tks_train_plan(const tks_train_opts *o, char **summary);
  * (a checkpoint directory in the way), TKS_ERR_RESUME and TKS_ERR_TOKENIZER (a
  * checkpoint of another dataset or tokenizer), TKS_ERR_TOKEN_RANGE (ids the
  * model's vocabulary cannot hold, before anything is allocated or in a batch),
- * TKS_ERR_NONFINITE (divergence), TKS_ERR_NOMEM, TKS_ERR_IO and TKS_ERR_NOSPACE
- * (run directory, metrics, checkpoints), and every error of
+ * TKS_ERR_NONFINITE (divergence, or a resumed checkpoint holding NaN or inf),
+ * TKS_ERR_NOMEM, TKS_ERR_IO and TKS_ERR_NOSPACE (run directory, metrics,
+ * checkpoints), and every error of
  * tks_dataset_open, tks_checkpoint_peek and the backend's creation. A stop
  * request is not an error: it returns 0 after the checkpoint is saved. */
 int tks_train(const tks_train_opts *o);
@@ -236,9 +237,12 @@ typedef struct tks_run_sampling {
 
 /* Fills `out` from `path`: a checkpoint directory (has trainer_state.json) or
  * a run directory (its newest complete checkpoint). The checkpoint's files are
- * verified against their recorded checksums first.
+ * verified against their recorded checksums first, and its tensors hold
+ * finite numbers only.
  * Errors: TKS_ERR_IO (no checkpoint under a run directory), TKS_ERR_MANIFEST
- * (a corrupt or incomplete checkpoint: the message names the file). */
+ * (a corrupt or incomplete checkpoint: the message names the file),
+ * TKS_ERR_NONFINITE (a NaN or an infinity in a weight or an AdamW moment:
+ * the message names the file, the tensor and the element). */
 int tks_train_read_sampling(const char *path, tks_run_sampling *out);
 
 /* Generation from a checkpoint with a KV cache. */
@@ -277,7 +281,8 @@ typedef struct tks_generate_stats {
  * recent tokens (after BOS), and when generation fills the context it
  * restarts from the newest half (BOS kept), recomputing the KV cache; both
  * are counted in o->stats. Errors: the checkpoint's (tks_checkpoint_peek,
- * tks_checkpoint_load), TKS_ERR_TOKENIZER (its tokenizer.model is not the
+ * tks_checkpoint_load; TKS_ERR_NONFINITE for a NaN or an infinity in its
+ * weights), TKS_ERR_TOKENIZER (its tokenizer.model is not the
  * model's, or not a sentencepiece model), TKS_ERR_ARG (an empty prompt with
  * a tokenizer without BOS and EOS), TKS_ERR_NOMEM.
  */
@@ -293,7 +298,8 @@ int tks_generate(const tks_generate_opts *o);
  * checkpoint holds tokenizer.none) is exported without tokenizer files, and
  * *tokenizer_missing (may be NULL) is set to 1 (else 0).
  * Errors: TKS_ERR_EXISTS (DIR exists), TKS_ERR_MANIFEST (a corrupt or
- * incomplete checkpoint), TKS_ERR_TOKENIZER, TKS_ERR_IO, TKS_ERR_NOSPACE.
+ * incomplete checkpoint), TKS_ERR_NONFINITE (a NaN or an infinity in its
+ * weights or optimizer state), TKS_ERR_TOKENIZER, TKS_ERR_IO, TKS_ERR_NOSPACE.
  */
 int tks_export_hf(const char *checkpoint, const char *out_dir, int *tokenizer_missing);
 
