@@ -188,8 +188,19 @@ resume)
   expect_msg "is at step 8, past --steps 6"
   expect 2 "--steps 12 changes the schedule" -- "$TRAIN" --out run "${R[@]}" --steps 12 --resume latest
   expect_msg "trained with --steps 8 .*asks for --steps 12.*--change-schedule"
+  # inside the warmup (20 steps) a longer --steps changes no rate: said so,
+  # not "would be 0.00135 instead of 0.00135"
+  expect_msg "gives each step from 9 on the learning rate the checkpoint's schedule gives it"
   expect 2 "--lr changes the schedule" -- "$TRAIN" --out run "${R[@]}" --lr 1e-2 --resume latest --steps 10
-  expect_msg "asks for --steps 10 --lr 0.01"
+  expect_msg "asks for --steps 10 --lr 0.01.*the learning rate would change from step 9 on \(0.0045 instead of 0.00135\)"
+  # a rate that differs in the 7th digit is printed to the digits that tell
+  # the two apart
+  expect 0 "4 steps of a 1000-step schedule" -- "$TRAIN" --dataset ds --out long "${TINY[@]}" --steps 1000 \
+    --warmup 2 --stop-at 4
+  expect 2 "--steps 1001" -- "$TRAIN" --dataset ds --out long "${TINY[@]}" --steps 1001 --warmup 2 --resume latest
+  expect_msg "the learning rate would change from step 5 on \(0.0029999[0-9]* instead of 0.0029999[0-9]*\)"
+  read -r a b < <(sed -n 's/.*from step 5 on (\([0-9.e-]*\) instead of \([0-9.e-]*\)).*/\1 \2/p' "$W/err")
+  [[ -n $a && $a != "$b" ]] && ok "the two rates differ as printed: $a and $b" || fail "rates printed alike: '$a' '$b'"
   expect 0 "--change-schedule extends the run" -- "$TRAIN" --out run "${R[@]}" --steps 10 --resume latest --change-schedule
   [[ $(grep -c '"loss"' run/metrics.jsonl) -eq 10 ]] && ok "10 steps in metrics.jsonl" || fail "$(grep -c loss run/metrics.jsonl) lines"
   ;;

@@ -52,10 +52,29 @@ void tks__run_free(run *r) {
     tks_dataset_close(r->val_ds);
 }
 
-/* The learning rate of 1-based step s under a schedule (tks_lr_at). */
-static double lr_at(uint64_t s, double lr, double min_lr, uint64_t warmup, uint64_t steps) {
-    tks_adamw_opts a = {.lr = (float)lr, .min_lr = (float)min_lr, .warmup = warmup, .total = steps};
+/* A learning-rate schedule (tks_adamw_opts' lr, min_lr, warmup, total). */
+typedef struct sched {
+    double lr, min_lr;
+    uint64_t warmup, steps;
+} sched;
+
+/* The learning rate of 1-based step s under schedule c (tks_lr_at). */
+static float lr_at(uint64_t s, const sched *c) {
+    tks_adamw_opts a = {.lr = (float)c->lr, .min_lr = (float)c->min_lr, .warmup = c->warmup, .total = c->steps};
     return tks_lr_at(&a, s - 1);
+}
+
+/* The first step from s on whose learning rate differs between schedules a
+ * and b, or 0 when none does. Under the same peak and warmup the rates are
+ * equal through the warmup, so the search starts after it; it looks at most
+ * a million steps further, then at the last step of the longer schedule
+ * (from there on each is its min_lr). */
+static uint64_t first_lr_change(uint64_t s, const sched *a, const sched *b) {
+    uint64_t from = s, last = (a->steps > b->steps ? a->steps : b->steps) + 1;
+    if ((float)a->lr == (float)b->lr && a->warmup == b->warmup && from <= a->warmup) from = a->warmup + 1;
+    for (uint64_t t = from; t <= last && t - from <= 1000000; t++)
+        if (lr_at(t, a) != lr_at(t, b)) return t;
+    return lr_at(last, a) != lr_at(last, b) ? last : 0;
 }
 
 /* A resumed run continues the checkpoint's learning-rate schedule: steps,
@@ -83,17 +102,29 @@ static int same_schedule(const tks_train_opts *o, const tks_train_state *st) {
     if (o->change_schedule ||
         (steps == o->steps && warm == o->warmup_steps && (float)lr == o->lr && (float)min_lr == o->min_lr))
         return 0;
-    uint64_t s = st->step + 1;
+    /* the first step whose rate changes, and both rates to as many digits as
+     * tell them apart (the next step's may be the same: a longer --steps
+     * changes nothing inside the warmup) */
+    const sched was = {lr, min_lr, warm, steps}, now = {o->lr, o->min_lr, o->warmup_steps, o->steps};
+    uint64_t s = first_lr_change(st->step + 1, &was, &now);
+    char a[32] = "", b[32] = "", rates[160] = "";
+    if (s) {
+        tks_float_text(a, sizeof a, lr_at(s, &now));
+        tks_float_text(b, sizeof b, lr_at(s, &was));
+        snprintf(rates, sizeof rates, ", so the learning rate would change from step %llu on (%s instead of %s)",
+                 (unsigned long long)s, a, b);
+    } else {
+        snprintf(rates, sizeof rates, ", which gives each step from %llu on the learning rate the "
+                 "checkpoint's schedule gives it (only the recorded schedule changes)",
+                 (unsigned long long)st->step + 1);
+    }
     return tks_fail(TKS_ERR_ARG, o->resume, TKS_NONE, TKS_NONE,
                     "the checkpoint %s was trained with --steps %llu --lr %g --min-lr %g --warmup %llu; "
-                    "this run asks for --steps %llu --lr %g --min-lr %g --warmup %llu, so the "
-                    "learning rate of step %llu would be %.3g instead of %.3g. Resume with the "
+                    "this run asks for --steps %llu --lr %g --min-lr %g --warmup %llu%s. Resume with the "
                     "checkpoint's values, or pass --change-schedule to continue on the new schedule",
                     o->resume, (unsigned long long)steps, lr, min_lr, (unsigned long long)warm,
                     (unsigned long long)o->steps, (double)o->lr, (double)o->min_lr,
-                    (unsigned long long)o->warmup_steps, (unsigned long long)s,
-                    lr_at(s, o->lr, o->min_lr, o->warmup_steps, o->steps),
-                    lr_at(s, lr, min_lr, warm, steps));
+                    (unsigned long long)o->warmup_steps, rates);
 }
 
 tks_packing tks__run_packing(const tks_train_opts *o) {
