@@ -252,7 +252,8 @@ typedef struct tks_generate_opts {
                                    * BOS, else EOS; a tokenizer with neither refuses it */
     uint32_t max_tokens;
     uint32_t min_tokens;          /* EOS is not drawn before this many tokens (its logit
-                                   * masked, as Hugging Face's min_new_tokens); 0 = off */
+                                   * masked, as Hugging Face's min_new_tokens); 0 = off;
+                                   * at most max_tokens */
     float temperature;            /* 0 = greedy */
     float top_p;                  /* nucleus sampling (Holtzman et al. 2020); 1 = off */
     uint64_t seed;
@@ -283,8 +284,10 @@ typedef struct tks_generate_stats {
  * are counted in o->stats. Errors: the checkpoint's (tks_checkpoint_peek,
  * tks_checkpoint_load; TKS_ERR_NONFINITE for a NaN or an infinity in its
  * weights), TKS_ERR_TOKENIZER (its tokenizer.model is not the
- * model's, or not a sentencepiece model), TKS_ERR_ARG (an empty prompt with
- * a tokenizer without BOS and EOS), TKS_ERR_NOMEM.
+ * model's, or not a sentencepiece model), TKS_ERR_ARG (min_tokens above
+ * max_tokens, checked first; an empty prompt with a tokenizer without BOS
+ * and EOS), TKS_ERR_UTF8 (a prompt that is not UTF-8, for a tokenizer that
+ * needs it: byte-level BPE, tiktoken), TKS_ERR_NOMEM.
  */
 int tks_generate(const tks_generate_opts *o);
 
