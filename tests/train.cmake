@@ -7,7 +7,7 @@ set(TKS_TRAIN_WORK ${CMAKE_BINARY_DIR}/test-work/train)
 add_test(NAME train_setup COMMAND bash ${TKS_TEST_DIR}/test_train.sh ${TKS_BIN} ${TKS_TRAIN_WORK} setup)
 set_tests_properties(train_setup PROPERTIES FIXTURES_SETUP tks_train)
 
-foreach(case train resume safety checkpoint plan generate lock bf16 faults cli profile stepmodel mix)
+foreach(case train resume safety checkpoint plan generate lock bf16 faults cli profile stepmodel mix eval)
   add_test(NAME train_${case} COMMAND bash ${TKS_TEST_DIR}/test_train.sh ${TKS_BIN} ${TKS_TRAIN_WORK} ${case})
   set_tests_properties(train_${case} PROPERTIES FIXTURES_REQUIRED tks_train)
 endforeach()

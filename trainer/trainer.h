@@ -215,6 +215,43 @@ int tks_roofline_for_device(const char *description, tks_roofline *out);
 int tks_step_model(const tks_model_config *cfg, int B, int T, int accum, const char *dtype,
                    const tks_roofline *hw, char **report);
 
+/* A checkpoint's loss on validation windows (tks_train_eval). */
+typedef struct tks_eval_result {
+    uint64_t step;                /* the checkpoint's step */
+    double val_loss;              /* a plain dataset's loss; a mixture's mean of its sources'
+                                   * losses weighted as at the checkpoint's cursor (nats per
+                                   * target) */
+    uint32_t n_sources;           /* 1 for a plain dataset */
+    char names[TKS_MIX_MAX_SOURCES][TKS_MIX_NAME_MAX];
+    double by_source[TKS_MIX_MAX_SOURCES];   /* each source's mean loss (NAN: no window) */
+    uint64_t windows[TKS_MIX_MAX_SOURCES];   /* windows evaluated, every rank's */
+    uint64_t targets[TKS_MIX_MAX_SOURCES];   /* tokens predicted in them (padding excluded) */
+    uint64_t val_windows[TKS_MIX_MAX_SOURCES]; /* windows in the source's validation split */
+    tks_packing packing;          /* the windows' packing */
+    uint32_t seq_len;
+} tks_eval_result;
+
+/*
+ * The loss of checkpoint o->resume on validation windows, without training
+ * (tokshard-train --eval-only): the windows a training run with the same
+ * options evaluates (per source, the first eval_batches x global_batch of
+ * its validation split, split over the data-parallel ranks), but packed as
+ * o->packing says and computed with o->doc_mask and o->reset_positions as
+ * given, whatever the checkpoint was trained with. The model is the
+ * checkpoint's; seq_len, global_batch, seed and val_tokens are the
+ * checkpoint's unless given (o->given), so that the same flags give the
+ * loss of the training's own evaluation bit for bit. The dataset (or
+ * mixture) may be any built with the checkpoint's tokenizer. Nothing is
+ * written (best-fit plans stay in memory unless o->pack_plans). Under
+ * mpirun every rank calls it with the same options. *out is filled on
+ * success. Errors: TKS_ERR_ARG (no o->resume; no validation windows;
+ * fewer than one micro-batch of them per data-parallel rank; an option),
+ * TKS_ERR_TOKENIZER (a dataset of another tokenizer), the checkpoint's
+ * (tks_train_read_sampling's: TKS_ERR_MANIFEST, TKS_ERR_NONFINITE),
+ * tks_dataset_open's, TKS_ERR_TOKEN_RANGE, TKS_ERR_NOMEM and the backend's.
+ */
+int tks_train_eval(const tks_train_opts *o, tks_eval_result *out);
+
 /* The newest complete checkpoint of a run directory (RUN/checkpoints/step-N)
  * into out (cap bytes). Errors: TKS_ERR_IO when there is none. */
 int tks_train_latest_checkpoint(const char *run_dir, char *out, size_t cap);
