@@ -712,13 +712,22 @@ eval)
     got[$mode]=$(grep '^{' "$W/out" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["val_loss"]))')
   done
   [[ ${got[concat]} == "$want" ]] && ok "--packing concat is the default" || fail "concat ${got[concat]} vs $want"
-  n=$(printf '%s\n' "${got[concat]}" "${got[concat --doc-mask]}" "${got[best-fit]}" |
+  n=$(printf '%s\n' "${got[concat]}" "${got[concat --doc-mask]}" "${got[best-fit]}" "${got[best-fit --doc-mask]}" |
     sort -u | grep -c '^[0-9]')
-  [[ $n -eq 3 ]] && ok "3 settings, 3 losses: ${got[concat]} ${got[concat --doc-mask]} ${got[best-fit]}" ||
+  [[ $n -eq 4 ]] && ok "4 settings, 4 losses: ${got[concat]} ${got[concat --doc-mask]} ${got[best-fit]} ${got[best-fit --doc-mask]}" ||
     fail "losses: $(for k in "${!got[@]}"; do printf '%s=%s ' "$k" "${got[$k]}"; done)"
   awk -v a="${got[best-fit --doc-mask]}" -v b="${got[best-fit --doc-mask --reset-positions]}" \
     'BEGIN {d = a - b; exit !(d < 1e-4 && d > -1e-4)}' && ok "--reset-positions under the mask: the same loss to rounding" ||
     fail "--reset-positions under the mask: ${got[best-fit --doc-mask --reset-positions]} vs ${got[best-fit --doc-mask]}"
+  # the windows an evaluation reads are spread over the split, not its first
+  # ones: a best-fit plan numbers its windows longest documents first, so its
+  # first 32 are full windows of one long document each (1024 targets, and
+  # --doc-mask changes nothing there); spread, they hold short documents too
+  expect 0 "--eval-only best-fit: which windows" -- "$TRAIN" --dataset "$S/data" --eval-only --resume $C "${M[@]}" \
+    --packing best-fit
+  t=$(grep '^{' "$W/out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["targets"]["data"])')
+  [[ $t -lt 1000 ]] && ok "best-fit: the 32 windows evaluated hold $t targets (padding after whole documents)" ||
+    fail "best-fit: the 32 windows evaluated hold $t targets: only full windows"
   # a run trained with best-fit and --doc-mask: its own flags give its final line
   expect 0 "train 4 steps best-fit --doc-mask" -- "$TRAIN" --dataset "$S/data" --out bf --steps 4 "${M[@]}" \
     --packing best-fit --doc-mask

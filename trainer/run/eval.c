@@ -15,9 +15,23 @@ static void weights_at(const run *r, uint64_t cursor, double *w) {
     for (uint32_t k = 0; k < r->n_src; k++) w[k] = (double)r->blend.W[p][k] / (double)r->blend.S[p];
 }
 
+/* Window j (< total) of the `total` an evaluation reads from a validation
+ * split of nw >= total windows: floor(j nw / total), spread evenly over the
+ * split (all of them, in order, when total == nw). Not its first `total`: a
+ * best-fit plan numbers its windows in the order best-fit decreasing opened
+ * them, so its first ones hold the longest documents alone (at seq_len 128
+ * on the main job's data the first 64 are full windows of long entries,
+ * whose loss is 0.3 nats above the split's; docs/BENCHMARKS.md, "Sampler:
+ * best-fit packing"); a concat split's first windows are one stretch of
+ * its text. */
+static uint64_t spread(uint64_t j, uint64_t total, uint64_t nw) {
+    return (uint64_t)((unsigned __int128)j * nw / total);
+}
+
 /*
- * Validation loss: per source, the first eval_batches global batches of its
- * validation sampler (the same windows at every evaluation), split over the
+ * Validation loss: per source, eval_batches global batches of windows spread
+ * evenly over its validation sampler's (spread(); the same windows at every
+ * evaluation), split over the
  * data-parallel ranks like training batches; by_source[k] its mean token
  * loss (NAN without a validation window). Returns a plain run's loss, or a
  * mixture's mean of the sources' losses weighted by the weights in force
@@ -39,7 +53,8 @@ double tks__run_evaluate(run *r, tks_model *m, tks_mesh *mesh, uint64_t cursor, 
             double ls = 0;
             uint64_t first = g + (uint64_t)mesh->dp_rank * r->micro;
             for (uint64_t i = 0; i < r->micro && !*rc; i++)
-                *rc = tks_sampler_load_row(val, first + i, r->cfg.vocab_size, tok, ids, tg, doc, i);
+                *rc = tks_sampler_load_row(val, spread(first + i, total, nw), r->cfg.vocab_size, tok, ids, tg,
+                                           doc, i);
             *rc = tks_mesh_agree(mesh, *rc);
             if (!*rc && doc) *rc = tks_model_set_documents(m, doc, r->o.doc_mask, r->o.reset_positions);
             if (!*rc) *rc = tks_model_forward(m, ids, tg, &ls);
