@@ -413,7 +413,7 @@ cli)
   expect 0 "--help" -- "$TRAIN" --help
   for f in --dataset --out --resume --steps --seq-len --global-batch --micro-batch --seed --dim \
     --n-layers --n-heads --n-kv-heads --ffn-dim --lr --warmup --weight-decay --grad-clip --val-tokens \
-    --eval-every --save-every --dry-run --tie-embeddings --vocab-divisible-by; do
+    --eval-every --save-every --dry-run --eval-only --tie-embeddings --vocab-divisible-by; do
     grep -q -- "$f" "$W/out" || fail "--help does not list $f"
   done
   ok "--help lists every flag"
