@@ -46,7 +46,7 @@ enum {
     TKS_ERR_EXISTS = -20,      /* output exists and would be overwritten */
     TKS_ERR_INTERRUPTED = -21, /* stopped by a signal; the build can be resumed */
     TKS_ERR_PADDING = -22,     /* bytes that must be zero (alignment padding) are not */
-    TKS_ERR_NONFINITE = -23,   /* training diverged: a loss or gradient norm is inf or NaN */
+    TKS_ERR_NONFINITE = -23,   /* training diverged: a loss, gradient norm or checkpoint value is inf or NaN */
     TKS_ERR_LOCKED = -24,      /* another process holds the directory's lock (a second writer) */
 };
 

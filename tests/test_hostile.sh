@@ -7,7 +7,7 @@
 #   fifo      a FIFO input without a writer ends on SIGTERM; a FIFO shard or tokenizer is refused at once
 #   ranks     mpirun ranks launched with different flags or datasets stop before step 1
 #   resume    a later checkpoint in the way, metrics.jsonl after resumes, --steps and the schedule
-#   generate  a prompt longer than the context, and generation past it
+#   generate  a prompt longer than the context, and generation past it; --min-tokens above --max-tokens
 #   paths     sample-plan --run from another directory; a missing --dataset names no .partial
 #   messages  numeric flags out of range; inputs without text; a file given twice; empty files
 #   notok     a dataset imported without a tokenizer: train, export-hf (beside a user's DIR.tmp),
@@ -21,7 +21,7 @@
 #   unicode   code points the byte-level encoder's Unicode leaves unassigned: counted in the
 #             manifest (also across a kill and --resume), shown by inspect and audit, a warning
 #             on stderr under --quiet
-#   smaller   --help after a command; cat escapes control characters; Megatron/llm.c files named; a Megatron header's huge
+#   smaller   --help after a command; cat escapes control characters; a generate prompt not UTF-8; Megatron/llm.c files named; a Megatron header's huge
 #             counts and negative pointers as they are; llm.c export over --append-eos warns
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
 set -uo pipefail
@@ -215,8 +215,19 @@ resume)
   expect_msg "is at step 8, past --steps 6"
   expect 2 "--steps 12 changes the schedule" -- "$TRAIN" --out run "${R[@]}" --steps 12 --resume latest
   expect_msg "trained with --steps 8 .*asks for --steps 12.*--change-schedule"
+  # inside the warmup (20 steps) a longer --steps changes no rate: said so,
+  # not "would be 0.00135 instead of 0.00135"
+  expect_msg "gives each step from 9 on the learning rate the checkpoint's schedule gives it"
   expect 2 "--lr changes the schedule" -- "$TRAIN" --out run "${R[@]}" --lr 1e-2 --resume latest --steps 10
-  expect_msg "asks for --steps 10 --lr 0.01"
+  expect_msg "asks for --steps 10 --lr 0.01.*the learning rate would change from step 9 on \(0.0045 instead of 0.00135\)"
+  # a rate that differs in the 7th digit is printed to the digits that tell
+  # the two apart
+  expect 0 "4 steps of a 1000-step schedule" -- "$TRAIN" --dataset ds --out long "${TINY[@]}" --steps 1000 \
+    --warmup 2 --stop-at 4
+  expect 2 "--steps 1001" -- "$TRAIN" --dataset ds --out long "${TINY[@]}" --steps 1001 --warmup 2 --resume latest
+  expect_msg "the learning rate would change from step 5 on \(0.0029999[0-9]* instead of 0.0029999[0-9]*\)"
+  read -r a b < <(sed -n 's/.*from step 5 on (\([0-9.e-]*\) instead of \([0-9.e-]*\)).*/\1 \2/p' "$W/err")
+  [[ -n $a && $a != "$b" ]] && ok "the two rates differ as printed: $a and $b" || fail "rates printed alike: '$a' '$b'"
   expect 0 "--change-schedule extends the run" -- "$TRAIN" --out run "${R[@]}" --steps 10 --resume latest --change-schedule
   [[ $(grep -c '"loss"' run/metrics.jsonl) -eq 10 ]] && ok "10 steps in metrics.jsonl" || fail "$(grep -c loss run/metrics.jsonl) lines"
   ;;
@@ -237,6 +248,11 @@ generate)
   else
     ok "generation ended at an EOS before the context filled: $(wc -c <"$W/out") bytes"
   fi
+  # --min-tokens above --max-tokens can never be met: refused, naming both
+  expect 2 "--min-tokens above --max-tokens" -- "$GEN" --checkpoint run --prompt "Abandon" --min-tokens 50 \
+    --max-tokens 10
+  expect_msg "--min-tokens 50 is above --max-tokens 10: .*give --min-tokens at most 10"
+  [[ ! -s $W/out ]] && ok "nothing generated" || fail "stdout: $(cat "$W/out")"
   mkdir bad && cp -r run/checkpoints/step-00000002 bad/ && rm bad/step-00000002/model.safetensors
   expect 2 "a damaged checkpoint prints nothing on stdout" -- "$GEN" --checkpoint bad/step-00000002 --prompt "Abandon"
   [[ ! -s $W/out ]] && ok "stdout empty" || fail "stdout: $(cat "$W/out")"
@@ -572,6 +588,13 @@ smaller)
   python3 -c "import sys; t = open('gen.txt', 'rb').read(); t.decode('utf-8'); assert len(t) > 100; print(len(t), 'bytes')" \
     >"$W/out" 2>&1 && [[ $code -eq 0 ]] && ok "generate: $(cat "$W/out") of valid UTF-8" ||
     fail "generate (exit $code): $(tail -c 300 "$W/err") $(tail -1 "$W/out")"
+  # a prompt that is not UTF-8 (which a byte-level tokenizer cannot take) is
+  # refused as the prompt's fault, suggesting no option of the build
+  expect 2 "a prompt that is not UTF-8" -- "$BIN/tokshard-generate" --checkpoint brun --prompt $'ab\xff\xfecd' \
+    --max-tokens 3
+  expect_msg "the prompt is not valid UTF-8 \(at byte 2\): give --prompt as UTF-8 text"
+  ! grep -q -- "--invalid-utf8" "$W/err" && ok "no --invalid-utf8 (tokshard-generate has no such option)" ||
+    fail "suggests --invalid-utf8: $(cat "$W/err")"
   # import --tokenizer refuses an id that is no token of it (a tiktoken file's
   # gap between its ranks and its special ids), as the audit reports it
   python3 -c "import struct, sys; sys.stdout.buffer.write(struct.pack('<6H', 104, 105, 300, 104, 270, 300))" >gap.bin

@@ -247,6 +247,18 @@ int tks_st_find(const tks_st_file *f, const char *name, tks_st_info *info);
 int tks_st_read_f32(const tks_st_file *f, const char *name, const uint64_t *expected_shape,
                     size_t ndim, float *dst);
 
+/*
+ * Whether tensor `info` (from tks_st_tensor_at or tks_st_find; its data
+ * stays valid until the file is closed) holds a value that is not a finite
+ * number: a NaN or an infinity of F64, F32, F16, BF16 or C64 (either part),
+ * F8_E5M2's NaN and infinities, F8_E4M3's NaN (0x7F, 0xFF) or F8_E8M0's
+ * (0xFF). Returns 1 and sets *index (the row-major element index of the
+ * first such value; for C64 the complex element's) and *value (NAN, INFINITY
+ * or -INFINITY; either may be NULL), else 0 (also for the integer and BOOL
+ * dtypes, and for info NULL). Reads every element once: O(numel).
+ */
+int tks_st_find_nonfinite(const tks_st_info *info, uint64_t *index, double *value);
+
 /* Number of "__metadata__" entries (0 when the header has none). */
 size_t tks_st_n_metadata(const tks_st_file *f);
 

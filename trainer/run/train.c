@@ -239,7 +239,7 @@ static int open_run(const tks_train_opts *in, trainer *t) {
         rc = tks_path_join(t->plans_dir, sizeof t->plans_dir, opts.out_dir, "plans"); /* beside the run */
         opts.pack_plans = t->plans_dir;
     }
-    rc = tks_mesh_world_agree(rc ? rc : tks__run_resolve(&opts, &t->r));
+    rc = tks_mesh_world_agree(rc ? rc : tks__run_resolve(&opts, 0, &t->r));
     if (!rc) rc = tks__run_same(&t->r);
     /* best-fit plan files, made by the ranks together when missing */
     if (!rc) rc = tks_mesh_world_agree(tks__run_plans(&t->r));
@@ -572,7 +572,8 @@ int tks_train(const tks_train_opts *in) {
             info.is_eval = 1;
             /* the loader reads the same dataset: let its batch land first (kept) */
             (void)tks_loader_wait(t.pf);
-            info.val_loss = tks__run_evaluate(&t.r, t.m, t.mesh, tks_loader_at(t.pf)->sample, t.tok, t.ids, t.tg, t.doc, by_source, &rc);
+            info.val_loss = tks__run_evaluate(&t.r, t.m, t.mesh, tks_loader_at(t.pf)->sample, t.tok, t.ids, t.tg, t.doc, by_source,
+                                          NULL, &rc);
             if (rc) break;
             if (t.r.mixed) {
                 for (uint32_t k = 0; k < t.r.n_src; k++) names[k] = t.r.src[k].name;
