@@ -14,6 +14,8 @@
 #             cat, inspect, generate
 #   smaller   --help after a command; cat escapes control characters; Megatron/llm.c files named; a Megatron header's huge
 #             counts and negative pointers as they are; llm.c export over --append-eos warns
+#   links     links planted at predictable names (OUT.lock, RUN/run.lock, RUN/metrics.jsonl, the plot's temporary
+#             file) are never written through: refused naming the file, or not used; their targets unchanged
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -399,6 +401,50 @@ PYEOF
   grep -q "sequence 1 points at byte -8 of the .bin" "$W/out" && ok "the pointer printed signed" ||
     fail "audit: $(grep -m1 -i point "$W/out")"
   ;;
+links)
+  printf "the victim's own file\n" >victim && cp victim victim.orig
+  intact() { cmp -s victim victim.orig && ok "$1: the link's target is unchanged" || fail "$1: written through into victim"; }
+  # OUT.lock beside the output: a symbolic link, a dangling one, a hard link
+  ln -s "$W/victim" ds.lock
+  expect 2 "build with a symbolic link planted at OUT.lock" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  expect_msg "lock file ds.lock is a symbolic link: tokshard does not write through a link it did not make.*rm ds.lock"
+  intact "OUT.lock a symbolic link"
+  [[ ! -e ds && ! -e ds.partial ]] && ok "nothing built" || fail "built through a refused lock"
+  rm ds.lock && ln -s "$W/nowhere" ds.lock
+  expect 2 "build with a dangling link at OUT.lock" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  [[ ! -e nowhere ]] && ok "nothing created through the dangling link" || fail "nowhere was created through ds.lock"
+  rm ds.lock && ln victim ds.lock
+  expect 2 "build with a hard link at OUT.lock" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  expect_msg "lock file ds.lock has 2 links"
+  intact "OUT.lock a hard link"
+  rm ds.lock
+  expect 0 "the build once the link is gone" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  # a run directory: RUN/run.lock, then RUN/metrics.jsonl (whose lines are kept: appended to, before)
+  mkdir run && ln -s "$W/victim" run/run.lock
+  expect 2 "train with a link at RUN/run.lock" -- "$TRAIN" --dataset ds --out run "${TINY[@]}" --steps 2
+  expect_msg "lock file run/run.lock is a symbolic link"
+  intact "RUN/run.lock"
+  rm run/run.lock
+  printf '{"step": 0, "note": "the victim'"'"'s"}\n' >victim && cp victim victim.orig
+  ln -s "$W/victim" run/metrics.jsonl
+  expect 2 "train with a link at RUN/metrics.jsonl" -- "$TRAIN" --dataset ds --out run "${TINY[@]}" --steps 2
+  expect_msg "metrics file run/metrics.jsonl is a symbolic link"
+  intact "RUN/metrics.jsonl"
+  rm run/metrics.jsonl
+  expect 0 "train once the link is gone" -- "$TRAIN" --dataset ds --out run "${TINY[@]}" --steps 2
+  # --plot's temporary file, once RUN/loss.svg.tmp (gnuplot's output went through a link there)
+  if command -v gnuplot >/dev/null; then
+    ln -s "$W/victim" run/loss.svg.tmp
+    expect 0 "--plot with a link at the old temporary name" -- "$TRAIN" --plot run
+    intact "RUN/loss.svg.tmp"
+    grep -q '<svg' run/loss.svg && [[ ! -L run/loss.svg ]] && ok "loss.svg drawn as a file of its own" ||
+      fail "loss.svg: $(ls -l run/loss.svg)"
+    [[ -z $(ls run | grep 'loss.svg.tmp-') ]] && ok "no temporary left" || fail "left: $(ls run)"
+  else
+    echo "note: no gnuplot: --plot's temporary file not checked"
+  fi
+  ;;
+
 *)
   fail "unknown case $CASE"
   ;;
