@@ -592,6 +592,7 @@ static void links_at_temporary_names(const char *d, const char *victim) {
             free(got);
             CHECK(victim_intact(victim), "%s wrote through the link %s into %s", helper[k], tmp, victim);
             CHECK(access(nowhere, F_OK) != 0, "%s created %s through the dangling link %s", helper[k], nowhere, tmp);
+            spit(victim, victim_text, sizeof victim_text - 1); /* each case from an intact victim */
             struct stat st;
             CHECK(lstat(out, &st) == 0 && S_ISREG(st.st_mode), "%s: %s is not a regular file", helper[k], out);
         }
@@ -632,6 +633,8 @@ static void links_at_lock_names(const char *d, const char *victim) {
         CHECK(victim_intact(victim), "the lock through %s changed %s", kind[k], victim);
         CHECK(access(nowhere, F_OK) != 0, "the lock created %s through %s", nowhere, kind[k]);
         unlink(lock);
+        unlink(nowhere);
+        spit(victim, victim_text, sizeof victim_text - 1);
     }
     /* another user's file (root can make one; anyone else skips this) */
     char lock[PATH_MAX];
@@ -663,8 +666,10 @@ static void test_no_write_through_links(void) {
     mkdirs(d);
     snprintf(victim, sizeof victim, "%s/victim", d);
     spit(victim, victim_text, sizeof victim_text - 1);
+    alarm(60); /* a FIFO opened for writing without a reader would block: killed, the test fails */
     links_at_temporary_names(d, victim);
     links_at_lock_names(d, victim);
+    alarm(0);
 }
 
 int main(int argc, char **argv) {

@@ -1337,6 +1337,8 @@ static void plan_links(tks_dataset *ds, uint64_t b, uint64_t e, uint32_t L, cons
                   kind[k], planted, victim);
             CHECK(access(nowhere, F_OK) != 0, "%s at %s: %s was created through it", kind[k], planted, nowhere);
             unlink(planted);
+            unlink(nowhere); /* each case from an intact victim */
+            if ((f = fopen(victim, "w"))) fputs(victim_text, f), fclose(f);
         }
     }
 }
