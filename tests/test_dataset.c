@@ -114,6 +114,10 @@ static void write_dataset(const char *dir, const docs *D, uint32_t vocab, uint64
     snprintf(tok.file, sizeof tok.file, "tokenizer.model");
     snprintf(tok.model_type, sizeof tok.model_type, "bpe");
     CHECK(tks_file_xxh3_128(tpath, tok.fingerprint, NULL) == 0, "hash tokenizer");
+    if (vocab == 100000) { /* a byte-level tokenizer's tables digest; the others have none (older manifests) */
+        tok.has_tables = 1;
+        for (int i = 0; i < 16; i++) tok.tables_xxh3[i] = (uint8_t)(0xa0 + i);
+    }
     tks_writer_opts o = {.dir = dir, .vocab_size = vocab, .bos_id = 1, .eos_id = 2,
                          .pad_id = TKS_NO_ID, .shard_tokens = shard_tokens, .chunk_bytes = chunk};
     memcpy(o.tokenizer_fp, tok.fingerprint, 16);
@@ -187,6 +191,10 @@ static void test_round_trip(uint32_t vocab, uint64_t shard_tokens, uint32_t chun
     size_t doc = 0;
     uint64_t toks = 0;
     CHECK(tks_dataset_n_shards(ds) > 1, "expected several shards, got %zu", tks_dataset_n_shards(ds));
+    const tks_tokenizer_info *ti = tks_dataset_tokenizer(ds);
+    CHECK(ti->has_tables == (vocab == 100000) && (!ti->has_tables || (ti->tables_xxh3[0] == 0xa0 &&
+                                                                      ti->tables_xxh3[15] == 0xaf)),
+          "tables_xxh3 read back: has %d", ti->has_tables);
     for (size_t s = 0; s < tks_dataset_n_shards(ds); s++) {
         const tks_shard *sh = tks_dataset_shard(ds, s);
         const tks_shard_header *h = tks_shard_hdr(sh);

@@ -16,6 +16,8 @@
 #             counts and negative pointers as they are; llm.c export over --append-eos warns
 #   links     links planted at predictable names (OUT.lock, RUN/run.lock, RUN/metrics.jsonl, the plot's temporary
 #             file) are never written through: refused naming the file, or not used; their targets unchanged
+#   cache     a tokenizer cache directory others may write (or another user's) is left unused and the build says
+#             why once; a cached and a parsed tokenizer give the same manifest, which records the tables' digest
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -445,6 +447,66 @@ links)
   fi
   ;;
 
+cache)
+  # a byte-level tokenizer.json made here (a token for every byte, four merges)
+  mkdir tok && python3 - tok/tokenizer.json <<'PYEOF'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+byte = dict(zip(bs, map(chr, cs)))  # GPT-2's bytes_to_unicode
+vocab = {byte[b]: b for b in range(256)}
+merges = [("t", "h"), ("i", "n"), ("e", "r"), ("a", "n")]
+for a, b in merges:
+    vocab[a + b] = len(vocab)
+json.dump({"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+           "post_processor": None, "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "vocab": vocab, "merges": [a + " " + b for a, b in merges]}},
+          open(sys.argv[1], "w"))
+PYEOF
+  BT=(--tokenizer "$W/tok/tokenizer.json" --doc-split blank-line --shard-tokens 100K)
+  head -c 200000 "$T/gcide.txt" >text.txt
+  # a directory others may write: not used, said once, nothing written in it
+  mkdir shared && chmod 0777 shared
+  export TOKSHARD_CACHE_DIR=$W/shared
+  expect 0 "build with a cache directory of mode 0777" -- "$TKS" build "${BT[@]}" --output d0 text.txt
+  [[ $(grep -c "tokenizer cache" "$W/out") -eq 1 ]] &&
+    grep -q "note .*the tokenizer cache $W/shared is not used: others may write it (mode 0777).*chmod go-w" "$W/out" &&
+    ok "the summary says why, once" || fail "summary: $(grep -i cache "$W/out")"
+  [[ -z $(ls shared) ]] && ok "nothing written in the shared directory" || fail "written: $(ls shared)"
+  expect 0 "the same with --quiet" -- "$TKS" build -q "${BT[@]}" --output d1 text.txt
+  [[ $(grep -c "tokenizer cache" "$W/err") -eq 1 ]] && expect_msg "note: the tokenizer cache .*shared is not used" ||
+    fail "--quiet: $(cat "$W/err")"
+  chmod 0770 shared
+  expect 0 "a group-writable cache directory" -- "$TKS" build -q "${BT[@]}" --output d2 text.txt
+  expect_msg "shared is not used: others may write it \(mode 0770\)"
+  # XDG_CACHE_HOME whose tokshard/ another user made first (root can make one)
+  if [[ $(id -u) -eq 0 ]]; then
+    unset TOKSHARD_CACHE_DIR
+    mkdir -p xdg/tokshard && chown 65534:65534 xdg/tokshard && chmod 0755 xdg/tokshard
+    XDG_CACHE_HOME=$W/xdg expect 0 "\$XDG_CACHE_HOME/tokshard of another user" -- "$TKS" build -q "${BT[@]}" --output d3 text.txt
+    expect_msg "xdg/tokshard is not used: it belongs to user 65534"
+    [[ -z $(ls xdg/tokshard) ]] && ok "nothing written in another user's directory" || fail "written: $(ls xdg/tokshard)"
+  fi
+  # a cache of one's own: the first build parses and writes it, the second maps it;
+  # both manifests (and one without the cache) are identical and record the tables' digest
+  export TOKSHARD_CACHE_DIR=$W/mine
+  expect 0 "build with a new cache (parse)" -- "$TKS" build "${BT[@]}" --output c1 text.txt
+  ! grep -q "tokenizer cache" "$W/out" && ok "no note for a cache of one's own" || fail "note: $(grep cache "$W/out")"
+  [[ -n $(ls mine/bpe-*.tkc 2>/dev/null) && $(stat -c %a mine) == 700 && $(stat -c %a mine/cache.key) == 600 ]] &&
+    ok "the cache made private: an entry and its key" || fail "mine: $(ls -la mine)"
+  expect 0 "build again (from the cache)" -- "$TKS" build -q "${BT[@]}" --output c2 text.txt
+  TOKSHARD_CACHE_DIR=off expect 0 "build without the cache" -- "$TKS" build -q "${BT[@]}" --output c3 text.txt
+  grep -Eq '"tables_xxh3": "[0-9a-f]{32}"' c1/manifest.json && ok "the manifest records tables_xxh3" ||
+    fail "no tables_xxh3: $(grep -A3 tokenizer c1/manifest.json)"
+  cmp -s c1/manifest.json c2/manifest.json && cmp -s c1/manifest.json c3/manifest.json &&
+    ok "parsed, cached and uncached: the same manifest" || fail "manifests differ: $(diff c1/manifest.json c2/manifest.json | head -5)"
+  expect 0 "audit of the cached build" -- "$TKS" audit c2
+  unset TOKSHARD_CACHE_DIR
+  ;;
 *)
   fail "unknown case $CASE"
   ;;

@@ -281,6 +281,8 @@ typedef struct tks_build_stats {
                                     * "byte-level-bpe" (a tokenizer.json) */
     char encoder_why[256];         /* why sentencepiece ("" with the fast encoder) */
     tks_encoder_stats encoder_stats; /* the fast encoder's word cache */
+    char tokenizer_cache[1408];     /* why the tokenizer cache was left unused (tks_tok_cache_note),
+                                    * or "" */
     char skipped_inputs[2048];     /* "PATH: why\n" for each input left out under bad_input
                                     * SKIP (input.bad_inputs_skipped of them); cut with a
                                     * note when longer: the manifest lists every one */
