@@ -23,6 +23,10 @@
 #             on stderr under --quiet
 #   smaller   --help after a command; cat escapes control characters; a generate prompt not UTF-8; Megatron/llm.c files named; a Megatron header's huge
 #             counts and negative pointers as they are; llm.c export over --append-eos warns
+#   links     links planted at predictable names (OUT.lock, RUN/run.lock, RUN/metrics.jsonl, the plot's temporary
+#             file) are never written through: refused naming the file, or not used; their targets unchanged
+#   cache     a tokenizer cache directory others may write (or another user's) is left unused and the build says
+#             why once; a cached and a parsed tokenizer give the same manifest, which records the tables' digest
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -627,6 +631,110 @@ PYEOF
   expect 1 "a negative Megatron pointer" -- "$TKS" audit --format megatron neg --model-vocab 100000
   grep -q "sequence 1 points at byte -8 of the .bin" "$W/out" && ok "the pointer printed signed" ||
     fail "audit: $(grep -m1 -i point "$W/out")"
+  ;;
+links)
+  printf "the victim's own file\n" >victim && cp victim victim.orig
+  intact() { cmp -s victim victim.orig && ok "$1: the link's target is unchanged" || fail "$1: written through into victim"; }
+  # OUT.lock beside the output: a symbolic link, a dangling one, a hard link
+  ln -s "$W/victim" ds.lock
+  expect 2 "build with a symbolic link planted at OUT.lock" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  expect_msg "lock file ds.lock is a symbolic link: tokshard does not write through a link it did not make.*rm ds.lock"
+  intact "OUT.lock a symbolic link"
+  [[ ! -e ds && ! -e ds.partial ]] && ok "nothing built" || fail "built through a refused lock"
+  rm ds.lock && ln -s "$W/nowhere" ds.lock
+  expect 2 "build with a dangling link at OUT.lock" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  [[ ! -e nowhere ]] && ok "nothing created through the dangling link" || fail "nowhere was created through ds.lock"
+  rm ds.lock && ln victim ds.lock
+  expect 2 "build with a hard link at OUT.lock" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  expect_msg "lock file ds.lock has 2 links"
+  intact "OUT.lock a hard link"
+  rm ds.lock
+  expect 0 "the build once the link is gone" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  # a run directory: RUN/run.lock, then RUN/metrics.jsonl (whose lines are kept: appended to, before)
+  mkdir run && ln -s "$W/victim" run/run.lock
+  expect 2 "train with a link at RUN/run.lock" -- "$TRAIN" --dataset ds --out run "${TINY[@]}" --steps 2
+  expect_msg "lock file run/run.lock is a symbolic link"
+  intact "RUN/run.lock"
+  rm run/run.lock
+  printf '{"step": 0, "note": "the victim'"'"'s"}\n' >victim && cp victim victim.orig
+  ln -s "$W/victim" run/metrics.jsonl
+  expect 2 "train with a link at RUN/metrics.jsonl" -- "$TRAIN" --dataset ds --out run "${TINY[@]}" --steps 2
+  expect_msg "metrics file run/metrics.jsonl is a symbolic link"
+  intact "RUN/metrics.jsonl"
+  rm run/metrics.jsonl
+  expect 0 "train once the link is gone" -- "$TRAIN" --dataset ds --out run "${TINY[@]}" --steps 2
+  # --plot's temporary file, once RUN/loss.svg.tmp (gnuplot's output went through a link there)
+  if command -v gnuplot >/dev/null; then
+    ln -s "$W/victim" run/loss.svg.tmp
+    expect 0 "--plot with a link at the old temporary name" -- "$TRAIN" --plot run
+    intact "RUN/loss.svg.tmp"
+    grep -q '<svg' run/loss.svg && [[ ! -L run/loss.svg ]] && ok "loss.svg drawn as a file of its own" ||
+      fail "loss.svg: $(ls -l run/loss.svg)"
+    [[ -z $(ls run | grep 'loss.svg.tmp-') ]] && ok "no temporary left" || fail "left: $(ls run)"
+  else
+    echo "note: no gnuplot: --plot's temporary file not checked"
+  fi
+  ;;
+
+cache)
+  # a byte-level tokenizer.json made here (a token for every byte, four merges)
+  mkdir tok && python3 - tok/tokenizer.json <<'PYEOF'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+byte = dict(zip(bs, map(chr, cs)))  # GPT-2's bytes_to_unicode
+vocab = {byte[b]: b for b in range(256)}
+merges = [("t", "h"), ("i", "n"), ("e", "r"), ("a", "n")]
+for a, b in merges:
+    vocab[a + b] = len(vocab)
+json.dump({"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+           "post_processor": None, "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "vocab": vocab, "merges": [a + " " + b for a, b in merges]}},
+          open(sys.argv[1], "w"))
+PYEOF
+  BT=(--tokenizer "$W/tok/tokenizer.json" --doc-split blank-line --shard-tokens 100K)
+  head -c 200000 "$T/gcide.txt" >text.txt
+  # a directory others may write: not used, said once, nothing written in it
+  mkdir shared && chmod 0777 shared
+  export TOKSHARD_CACHE_DIR=$W/shared
+  expect 0 "build with a cache directory of mode 0777" -- "$TKS" build "${BT[@]}" --output d0 text.txt
+  [[ $(grep -c "tokenizer cache" "$W/out") -eq 1 ]] &&
+    grep -q "note .*the tokenizer cache $W/shared is not used: others may write it (mode 0777).*chmod go-w" "$W/out" &&
+    ok "the summary says why, once" || fail "summary: $(grep -i cache "$W/out")"
+  [[ -z $(ls shared) ]] && ok "nothing written in the shared directory" || fail "written: $(ls shared)"
+  expect 0 "the same with --quiet" -- "$TKS" build -q "${BT[@]}" --output d1 text.txt
+  [[ $(grep -c "tokenizer cache" "$W/err") -eq 1 ]] && expect_msg "note: the tokenizer cache .*shared is not used" ||
+    fail "--quiet: $(cat "$W/err")"
+  chmod 0770 shared
+  expect 0 "a group-writable cache directory" -- "$TKS" build -q "${BT[@]}" --output d2 text.txt
+  expect_msg "shared is not used: others may write it \(mode 0770\)"
+  # XDG_CACHE_HOME whose tokshard/ another user made first (root can make one)
+  if [[ $(id -u) -eq 0 ]]; then
+    unset TOKSHARD_CACHE_DIR
+    mkdir -p xdg/tokshard && chown 65534:65534 xdg/tokshard && chmod 0755 xdg/tokshard
+    XDG_CACHE_HOME=$W/xdg expect 0 "\$XDG_CACHE_HOME/tokshard of another user" -- "$TKS" build -q "${BT[@]}" --output d3 text.txt
+    expect_msg "xdg/tokshard is not used: it belongs to user 65534"
+    [[ -z $(ls xdg/tokshard) ]] && ok "nothing written in another user's directory" || fail "written: $(ls xdg/tokshard)"
+  fi
+  # a cache of one's own: the first build parses and writes it, the second maps it;
+  # both manifests (and one without the cache) are identical and record the tables' digest
+  export TOKSHARD_CACHE_DIR=$W/mine
+  expect 0 "build with a new cache (parse)" -- "$TKS" build "${BT[@]}" --output c1 text.txt
+  ! grep -q "tokenizer cache" "$W/out" && ok "no note for a cache of one's own" || fail "note: $(grep cache "$W/out")"
+  [[ -n $(ls mine/bpe-*.tkc 2>/dev/null) && $(stat -c %a mine) == 700 && $(stat -c %a mine/cache.key) == 600 ]] &&
+    ok "the cache made private: an entry and its key" || fail "mine: $(ls -la mine)"
+  expect 0 "build again (from the cache)" -- "$TKS" build -q "${BT[@]}" --output c2 text.txt
+  TOKSHARD_CACHE_DIR=off expect 0 "build without the cache" -- "$TKS" build -q "${BT[@]}" --output c3 text.txt
+  grep -Eq '"tables_xxh3": "[0-9a-f]{32}"' c1/manifest.json && ok "the manifest records tables_xxh3" ||
+    fail "no tables_xxh3: $(grep -A3 tokenizer c1/manifest.json)"
+  cmp -s c1/manifest.json c2/manifest.json && cmp -s c1/manifest.json c3/manifest.json &&
+    ok "parsed, cached and uncached: the same manifest" || fail "manifests differ: $(diff c1/manifest.json c2/manifest.json | head -5)"
+  expect 0 "audit of the cached build" -- "$TKS" audit c2
+  unset TOKSHARD_CACHE_DIR
   ;;
 *)
   fail "unknown case $CASE"

@@ -136,6 +136,7 @@ struct tks_bpe {
      * the added sets' tok and added_text point into this read-only mapping */
     const uint8_t *cache_map;
     size_t cache_len;
+    char cache_note[1408]; /* why the cache directory was left unused, or "" (tks_bpe_cache_note) */
 };
 
 /* bpe_patterns.c: tokenizers' ByteLevel regex (pre_tokenizers/byte_level.rs),
@@ -218,10 +219,11 @@ int tks__bpe_finish_cached(tks_bpe *b);
  * that key (the file being loaded has source_size bytes): 0 when it did (b
  * is complete but for what the caller sets itself: a ranks file's tt_*
  * fields and the fingerprint), 1 when there is no usable cache file (b
- * untouched), or an error (b must be freed). _store writes b's cache file
- * under the key; failures leave no file and no error. */
+ * untouched but for b->cache_note), or an error (b must be freed). _store
+ * writes b's cache file under the key; failures leave no file and no error.
+ * Either sets b->cache_note when the cache directory or its key is refused. */
 int tks__bpe_cache_load(tks_bpe *b, const uint8_t key[16], size_t source_size);
-void tks__bpe_cache_store(const tks_bpe *b, const uint8_t key[16], size_t source_size);
+void tks__bpe_cache_store(tks_bpe *b, const uint8_t key[16], size_t source_size);
 
 /* bpe_pretok.c: the hand matchers. tks__bpe_fast_program: the matcher of a
  * pattern text (TKS__FAST_NONE for any other); tks__bpe_fast_init: builds

@@ -194,13 +194,13 @@ static void series_write(FILE *f, const char *name, series *s) {
 
 /* Draws RUN/loss.svg from RUN/metrics.jsonl with gnuplot (Debian gnuplot-nox).
  * No shell and no path reaches gnuplot: the points are sent inline on its
- * standard input, and its standard output is RUN/loss.svg.tmp, opened here and
- * renamed to loss.svg when gnuplot succeeds. */
+ * standard input, and its standard output is a new RUN/loss.svg.tmp-XXXXXXXX
+ * (tks_create_unique: never a file that was there), opened here and renamed
+ * to loss.svg when gnuplot succeeds. */
 static int plot(const char *run) {
-    char path[PATH_MAX], tmp[PATH_MAX], out[PATH_MAX];
+    char path[PATH_MAX], tmp[PATH_MAX + 32], out[PATH_MAX];
     if (tks_path_join(path, sizeof path, run, "metrics.jsonl") ||
-        tks_path_join(out, sizeof out, run, "loss.svg") ||
-        tks_path_join(tmp, sizeof tmp, run, "loss.svg.tmp")) {
+        tks_path_join(out, sizeof out, run, "loss.svg")) {
         fprintf(stderr, "%s: --plot: path too long: %s\n", cli_prog, run);
         return EXIT_USAGE;
     }
@@ -249,7 +249,13 @@ static int plot(const char *run) {
         for (size_t k = 0; k < n_by; k++) free(by[k].p);
         return EXIT_USAGE;
     }
-    int in[2] = {-1, -1}, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int in[2] = {-1, -1}, fd = -1;
+    if (tks_create_unique(AT_FDCWD, out, 0644, tmp, sizeof tmp, &fd)) {
+        fprintf(stderr, "%s: could not draw %s: %s\n", cli_prog, out, tks_last_error()->message);
+        free(train.p), free(val.p);
+        for (size_t k = 0; k < n_by; k++) free(by[k].p);
+        return EXIT_USAGE;
+    }
     posix_spawn_file_actions_t fa;
     pid_t pid = -1;
     int spawned = -1;

@@ -415,7 +415,6 @@ int tks_st_stream_open(const char *path, const tks_st_tensor *tensors, size_t n,
         return rc;
     }
     snprintf(s->path, sizeof s->path, "%s", path);
-    snprintf(s->tmp, sizeof s->tmp, "%s.tmp-%ld", path, (long)getpid());
     s->n = n;
     uint64_t at = 8 + p.hlen;
     for (size_t k = 0; k < n; k++) {
@@ -426,10 +425,8 @@ int tks_st_stream_open(const char *path, const tks_st_tensor *tensors, size_t n,
     }
     uint8_t len[8];
     tks_put_le64(len, p.hlen);
-    s->fd = open(s->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (s->fd < 0)
-        rc = tks_fail(tks_write_errno_code(errno), s->tmp, NONE, NONE, "cannot create %s: %s", s->tmp,
-                      strerror(errno));
+    rc = tks_create_unique(AT_FDCWD, path, 0644, s->tmp, sizeof s->tmp, &s->fd);
+    if (rc) s->tmp[0] = 0; /* nothing made: nothing to remove */
     if (!rc) rc = tks_pwrite_all(s->fd, len, 8, 0, s->tmp);
     if (!rc) rc = tks_pwrite_all(s->fd, p.header, p.hlen, 8, s->tmp);
     plan_free(&p);

@@ -101,7 +101,8 @@ typedef struct tks_st_kv {
 
 /*
  * Writes tensors[0..n) and metadata[0..n_metadata) to `path` as a
- * safetensors file, crash-safely: the bytes go to "path.tmp-<pid>", which is
+ * safetensors file, crash-safely: the bytes go to a new file "path.tmp-XXXXXXXX"
+ * (a random name, created exclusively: tks_create_unique), which is
  * fsynced and renamed over `path`, then the directory is fsynced. A failed
  * call leaves no file behind (an existing `path` is untouched).
  *
@@ -136,7 +137,7 @@ int tks_st_write(const char *path, const tks_st_tensor *tensors, size_t n,
  * tensors' names, dtypes and shapes (data is ignored and may be NULL), put
  * each tensor's bytes once, in any order, then commit. The bytes on disk are
  * those tks_st_write writes for the same tensors, and the file appears under
- * `path` only at commit (written as "path.tmp-<pid>", fsynced, renamed, the
+ * `path` only at commit (written as a new "path.tmp-XXXXXXXX", fsynced, renamed, the
  * directory fsynced). abort (or a failed put/commit) removes the temporary
  * file. Errors: those of tks_st_write; commit refuses a tensor never put.
  */

@@ -3,6 +3,7 @@
  * the dry run plan.c, evaluation eval.c, generation generate.c. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -265,9 +266,13 @@ static int open_run(const tks_train_opts *in, trainer *t) {
     if (!rc && (!t->tok || !t->ids || !t->tg || (docs && !t->doc)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     char path[PATH_MAX];
+    int mfd = -1;
     if (!rc && t->lead && (rc = tks_path_join(path, sizeof path, o->out_dir, "metrics.jsonl")) == 0 &&
-        !(t->metrics = fopen(path, "a")))
+        (rc = tks_open_own(path, O_WRONLY | O_CREAT | O_APPEND, "metrics file", &mfd)) == 0 &&
+        !(t->metrics = fdopen(mfd, "a"))) {
         rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s: %s", path, strerror(errno));
+        close(mfd);
+    }
     /* the tokenizer the checkpoints copy, parsed once for the whole run (the writer's) */
     if (!rc && t->lead && r->ds) rc = tks_checkpoint_tokenizer_open(tks_dataset_tokenizer_path(r->ds), &t->ck_tok);
     rc = tks_mesh_agree(t->mesh, rc);
