@@ -25,6 +25,13 @@
  *
  * A wrong index or a dropped term moves an output by O(S) and fails by
  * orders of magnitude.
+ *
+ * TKS_TEST_CPU_AS_GPU=1 runs the "GPU" side on a second implementation on
+ * the CPU (tests/cuda_ops_ref64.c: the arithmetic ops in fp64 from the same
+ * stored inputs, rounded once), so that every check, bound and buffer of
+ * this test is exercised on a machine without a GPU: a bound that the CPU's
+ * own rounding error does not fit in half of, or a test bug, fails there.
+ * cuDNN's attention is skipped in that mode; the rest runs. Not a GPU test.
  */
 #include <math.h>
 #include <stdint.h>
@@ -35,8 +42,12 @@
 #include "common/tks.h"
 #include "trainer/backend/backend.h"
 #include "trainer/cuda/cuda.h"
+#include "tests/cuda_ops_ref64.h"
 
 static tks_backend *cpu, *gpu;
+static int harness; /* TKS_TEST_CPU_AS_GPU=1: gpu is the fp64 second implementation */
+/* tks_cuda_set_flash on the GPU; in the harness only tokshard's kernel (0) exists */
+static int set_flash(int on) { return harness ? 0 : tks_cuda_set_flash(gpu, on); }
 /* the CPU reference's workspace: its bf16 GEMM panels, RMSNorm's weight
  * gradient columns, RoPE's angle table and attention's tiles come from it
  * (backend.h); set for the whole test, sized for every shape below */
@@ -405,7 +416,7 @@ static void t_rope(tks_dtype dt) {
  * hold. */
 static void t_attention(tks_dtype dt, int cudnn, int docs) {
     const int B = 2, T = 33, NH = 4, NKV = 2, HD = 16;
-    if (tks_cuda_set_flash(gpu, cudnn) != cudnn) return;
+    if (set_flash(cudnn) != cudnn) return;
     const double P9 = cudnn && !docs ? 0.001953125 : 0; /* 2^-9 */
     int32_t hdoc[2 * 33], *dc = NULL, *dgp = NULL;
     static const int len[] = {1, 15, 16, 1, 20, 13};
@@ -474,7 +485,7 @@ static void t_attention(tks_dtype dt, int cudnn, int docs) {
         }
     }
     if (docs) cpu->ops->free(cpu, dc), gpu->ops->free(gpu, dgp);
-    tks_cuda_set_flash(gpu, 1);
+    set_flash(1);
     gpu->ops->set_workspace(gpu, NULL, 0);
     cpu->ops->set_workspace(cpu, cpu_ws, cpu_ws_bytes);
     gpu->ops->free(gpu, wgpu);
@@ -679,7 +690,7 @@ static void t_streams_and_errors(void) {
 
     /* sticky: a bad dtype fails, every later op returns the same code, sync names the op */
     tks_backend *e = NULL;
-    if (tks_cuda_backend_create(-1, &e)) {
+    if (harness ? !(e = tks_cpu_backend_create(0)) : tks_cuda_backend_create(-1, &e) != 0) {
         expect(0, "sticky", tks_last_error()->message);
         return;
     }
@@ -693,13 +704,22 @@ static void t_streams_and_errors(void) {
 }
 
 int main(void) {
-    if (tks_cuda_device_count() == 0) {
+    const char *self = getenv("TKS_TEST_CPU_AS_GPU");
+    harness = self && !strcmp(self, "1");
+    if (!harness && tks_cuda_device_count() == 0) {
         printf("skipped: no CUDA device (%s)\n",
                tks_cuda_built() ? "built with CUDA, none visible" : "built without CUDA");
         return 77;
     }
     cpu = tks_cpu_backend_create(0);
-    int rc = tks_cuda_backend_create(-1, &gpu);
+    int rc = 0;
+    if (harness) {
+        tks_backend *second = tks_cpu_backend_create(0);
+        gpu = second ? tks_test_ref64_wrap(second) : NULL;
+        rc = gpu ? 0 : TKS_ERR_NOMEM;
+    } else {
+        rc = tks_cuda_backend_create(-1, &gpu);
+    }
     if (rc || !cpu) {
         fprintf(stderr, "test_cuda_ops: %s\n", tks_last_error()->message);
         return 1;
@@ -713,8 +733,8 @@ int main(void) {
         fprintf(stderr, "test_cuda_ops: no CPU workspace: %s\n", tks_last_error()->message);
         return 1;
     }
-    char desc[512];
-    tks_cuda_describe(gpu, desc, sizeof desc);
+    char desc[512] = "the CPU as the GPU: fp64 second implementation (TKS_TEST_CPU_AS_GPU=1)";
+    if (!harness) tks_cuda_describe(gpu, desc, sizeof desc);
     printf("device: %s\n", desc);
     t_gemm();
     t_reductions();
