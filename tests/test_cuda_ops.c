@@ -42,6 +42,7 @@
 #include "common/tks.h"
 #include "trainer/backend/backend.h"
 #include "trainer/cuda/cuda.h"
+#include "trainer/model/loss_head.h"
 #include "tests/cuda_ops_ref64.h"
 
 static tks_backend *cpu, *gpu;
@@ -115,6 +116,12 @@ static float *host_of(tks_backend *be, const void *d, size_t n, tks_dtype dt) {
         h[i] = dt == TKS_BF16 ? tks_bf16_to_f32(((uint16_t *)b)[i]) : ((float *)b)[i];
     free(b);
     return h;
+}
+/* host fp32 copy of h as dtype dt stores it (bf16: rounded to nearest even) */
+static float *host_of_dt(const float *h, size_t n, tks_dtype dt) {
+    float *o = malloc((n ? n : 1) * sizeof *o);
+    for (size_t i = 0; i < n; i++) o[i] = dt == TKS_BF16 ? tks_bf16_to_f32(tks_bf16_from_f32(h[i])) : h[i];
+    return o;
 }
 /* both sides get the CPU's values (for ops that read an earlier op's output) */
 static void sync_to_cpu(pair p) {
@@ -565,6 +572,91 @@ static void t_xent(tks_dtype dt) {
     free(hl);
 }
 
+/* The chunked loss head (trainer/model/loss_head.h: lm_head GEMM, fused
+ * cross-entropy and the two backward GEMMs by chunks of rows) on the GPU,
+ * chunks of 24 rows (24, 24, 22), against the CPU's whole logits (one chunk
+ * of N rows: the model's path without TKS_LOSS_CHUNK_ROWS). An ignored row
+ * (-1) and a target on a padding column are among the targets; lm_head's
+ * gradient accumulates onto a random start.
+ *
+ * Bounds. h in [-1, 1], W in [-1/16, 1/16], C = 64: |logit| <= 4 and each is
+ * an fp32 sum of C terms with S <= 4, so the two sides' logits differ by
+ * d = 2 gamma_C 4 (bf16 storage: + one bf16 ulp, 2^-7 4). The loss is
+ * logsumexp - the target's logit: 2 d, plus xent_fused's own rounding
+ * (t_xent's bound). Each probability p moves relatively by exp(2 d) - 1
+ * and the fused op's rounding (2 gamma_VR + 16 u), and in bf16 each side
+ * rounds dlogits once (2^-8 of scale (p + onehot) each, the CPU's target
+ * column twice): E relative to scale (p + onehot). dh sums VP terms dlogit
+ * W with sum_j scale (p + onehot) = 2 scale: 2 |W| scale (E + 2 gamma_VP).
+ * dW sums N terms dlogit h onto the start value: |h| scale (E + 2
+ * gamma_{N+1}) P_j + 2 gamma_{N+1} |dW0|, P_j = sum_r (p + onehot) over
+ * the rows, bounded by its largest column (from fp64 logits on the host, by
+ * (1 + E) for the computed p). */
+static void t_loss_head(tks_dtype dt) {
+    enum { N = 70, C = 64, VP = 1088, VR = 1000, ROWS = 24 };
+    const double hm = 1, wm = 1.0 / 16, scale = 1.0 / N;
+    float *hh = rnd((size_t)N * C, -1, 1), *hw = rnd((size_t)VP * C, -1.0f / 16, 1.0f / 16);
+    float *hg = rnd((size_t)VP * C, -1, 1);
+    int32_t tg[N];
+    for (int i = 0; i < N; i++) tg[i] = (int32_t)(urand() * VR);
+    tg[5] = -1, tg[9] = VR;
+    /* what the GEMMs read: the inputs as stored */
+    float *h2 = host_of_dt(hh, (size_t)N * C, dt), *w2 = host_of_dt(hw, (size_t)VP * C, dt);
+    double pmax = 0;
+    {
+        double *P = calloc(VR, sizeof *P), *l = malloc(VR * sizeof *l);
+        for (int r = 0; r < N; r++) {
+            if (tg[r] < 0) continue;
+            double mx = -INFINITY, sm = 0;
+            for (int j = 0; j < VR; j++) {
+                double d = 0;
+                for (int c = 0; c < C; c++) d += (double)h2[r * C + c] * w2[(size_t)j * C + c];
+                l[j] = d;
+                mx = d > mx ? d : mx;
+            }
+            for (int j = 0; j < VR; j++) sm += exp(l[j] - mx);
+            for (int j = 0; j < VR; j++) P[j] += exp(l[j] - mx) / sm + (j == tg[r]);
+        }
+        for (int j = 0; j < VR; j++) pmax = P[j] > pmax ? P[j] : pmax;
+        free(P), free(l);
+    }
+    int32_t *tc = cpu->ops->alloc(cpu, sizeof tg), *tgp = gpu->ops->alloc(gpu, sizeof tg);
+    cpu->ops->upload(cpu, tc, tg, sizeof tg);
+    gpu->ops->upload(gpu, tgp, tg, sizeof tg);
+    pair h = put(hh, (size_t)N * C, dt), w = put(hw, (size_t)VP * C, dt), dW = put(hg, (size_t)VP * C, TKS_F32);
+    pair loss = zeros(N, TKS_F32), dh = zeros((size_t)N * C, dt);
+    pair buf = zeros((size_t)N * VP, dt), st = zeros(3 * (size_t)N, TKS_F32);
+    tks_loss_head_args a = {.N = N, .C = C, .VP = VP, .VR = VR, .scale = (float)scale, .dt = dt};
+    a.h = h.c, a.W = w.c, a.targets = tc, a.loss = loss.c, a.dh = dh.c, a.dW = dW.c, a.buf = buf.c, a.rows = N;
+    int rc1 = tks_loss_head(cpu, &a);
+    a.h = h.g, a.W = w.g, a.targets = tgp, a.loss = loss.g, a.dh = dh.g, a.dW = dW.g, a.buf = buf.g, a.rows = ROWS;
+    int rc2 = tks_loss_head(gpu, &a);
+    expect(rc1 == 0 && rc2 == 0, "loss_head", "chunks of 24 rows (GPU) and one of 70 (CPU) ran");
+    double d = 2 * gamma_k(C) * 4 + (dt == TKS_BF16 ? UB * 4 : 0);
+    double E = 2 * d * exp(2 * d) + 2 * gamma_k(VR) + 16 * U + (dt == TKS_BF16 ? UB : 0);
+    cmp("loss_head", dt == TKS_BF16 ? "loss, bf16 inputs" : "loss N 70 C 64 VP 1088 VR 1000", loss, 2 * d + 8 * U * 16 + 2 * gamma_k(VR), 0);
+    exact_row("loss_head", loss, 5, 1, 0.0f);
+    cmp("loss_head", "dh (chunk rows)", dh, 2 * wm * scale * (E + 2 * gamma_k(VP)), 0);
+    cmp("loss_head", dt == TKS_BF16 ? "dW over 3 chunks, bf16 inputs" : "dW accumulated over 3 chunks", dW,
+        hm * scale * (E + 2 * gamma_k(N + 1)) * pmax * (1 + E) + 2 * gamma_k(N + 1), 0);
+    /* the forward-only form (evaluation): the staged ops on each chunk */
+    pair l2 = zeros(N, TKS_F32);
+    a.h = h.c, a.W = w.c, a.targets = tc, a.loss = l2.c, a.dh = NULL, a.buf = buf.c, a.rows = N;
+    a.mx = st.c, a.sum = (float *)st.c + N, a.tgt = (float *)st.c + 2 * N;
+    rc1 = tks_loss_head(cpu, &a);
+    a.h = h.g, a.W = w.g, a.targets = tgp, a.loss = l2.g, a.buf = buf.g, a.rows = ROWS;
+    a.mx = st.g, a.sum = (float *)st.g + N, a.tgt = (float *)st.g + 2 * N;
+    rc2 = tks_loss_head(gpu, &a);
+    expect(rc1 == 0 && rc2 == 0, "loss_head", "forward only: ran");
+    /* the staged ops' rounding: the sum of exps (2 gamma_VR) and xent_loss's (t_xent) */
+    cmp("loss_head", dt == TKS_BF16 ? "forward only: loss, bf16 inputs" : "forward only: loss", l2, 2 * d + 8 * U * 16 + 2 * gamma_k(VR), 0);
+    exact_row("loss_head", l2, 5, 1, 0.0f);
+    cpu->ops->free(cpu, tc);
+    gpu->ops->free(gpu, tgp);
+    drop(h), drop(w), drop(dW), drop(loss), drop(dh), drop(buf), drop(st), drop(l2);
+    free(hh), free(hw), free(hg), free(h2), free(w2);
+}
+
 static void t_adamw(tks_dtype pcdt) {
     size_t n = 50001, base = 1000;
     float *hp = rnd(n, -1, 1), *hg = rnd(n, -1, 1), *hm = rnd(n, -0.1f, 0.1f), *hv = rnd(n, 0, 0.01f);
@@ -752,6 +844,7 @@ int main(void) {
         if (dt == TKS_BF16) t_attention(dt, 1, 0), t_attention(dt, 1, 1);
         t_swiglu(dt);
         t_xent(dt);
+        t_loss_head(dt);
         t_adamw(dt);
     }
     t_many_spans();
