@@ -42,6 +42,7 @@
 #include "common/tks.h"
 #include "trainer/backend/backend.h"
 #include "trainer/cuda/cuda.h"
+#include "trainer/cuda/quad_spans.h"
 #include "trainer/model/loss_head.h"
 #include "tests/cuda_ops_ref64.h"
 
@@ -49,6 +50,8 @@ static tks_backend *cpu, *gpu;
 static int harness; /* TKS_TEST_CPU_AS_GPU=1: gpu is the fp64 second implementation */
 /* tks_cuda_set_flash on the GPU; in the harness only tokshard's kernel (0) exists */
 static int set_flash(int on) { return harness ? 0 : tks_cuda_set_flash(gpu, on); }
+/* tks_cuda_set_vec_optim on the GPU; the harness has one form, run again */
+static int set_vec_optim(int on) { return harness ? on : tks_cuda_set_vec_optim(gpu, on); }
 /* the CPU reference's workspace: its bf16 GEMM panels, RMSNorm's weight
  * gradient columns, RoPE's angle table and attention's tiles come from it
  * (backend.h); set for the whole test, sized for every shape below */
@@ -657,8 +660,10 @@ static void t_loss_head(tks_dtype dt) {
     free(hh), free(hw), free(hg), free(h2), free(w2);
 }
 
-static void t_adamw(tks_dtype pcdt) {
-    size_t n = 50001, base = 1000;
+/* base 1000 and 1003: with base not a multiple of 4, m and v sit a part of
+ * a quad off p and grad, and the vectorized step takes its element path */
+static void t_adamw(tks_dtype pcdt, size_t base) {
+    size_t n = 50001;
     float *hp = rnd(n, -1, 1), *hg = rnd(n, -1, 1), *hm = rnd(n, -0.1f, 0.1f), *hv = rnd(n, 0, 0.01f);
     pair p = put(hp, n, TKS_F32), g = put(hg, n, TKS_F32), m = put(hm, n - base, TKS_F32);
     pair v = put(hv, n - base, TKS_F32), pc = zeros(n, pcdt), nsq = zeros(1, TKS_F32);
@@ -672,7 +677,8 @@ static void t_adamw(tks_dtype pcdt) {
     /* m = b1 m + (1-b1) g can cancel: bound by its terms (|m| <= 0.1, |g| <= 0.5);
      * v has positive terms; p = p decay - step m / denom with |p| <= 1 and the
      * step term <= lr / (1 - b1^7) */
-    cmp("adamw", "m (2 spans, base 1000, device clip)", m, 4 * U * (0.9 * 0.1 + 0.1 * 0.5), 0);
+    cmp("adamw", base == 1000 ? "m (2 spans, base 1000, device clip)" : "m (2 spans, base 1003, device clip)", m,
+        4 * U * (0.9 * 0.1 + 0.1 * 0.5), 0);
     cmp("adamw", "v", v, 0, 8 * U);
     cmp("adamw", "p (fp32 master)", p, 4 * U + 16 * U * 1e-3 / (1 - 0.478), 0);
     cmp("adamw", "compute copy", pc, 4 * U + 16 * U * 1e-3 / (1 - 0.478), 0);
@@ -725,6 +731,59 @@ static void t_many_spans(void) {
     cmp("adamw", "300 spans: compute copy", pc, 4 * U + 16 * U * 1e-3 / (1 - 0.729), 0);
     drop(p), drop(g), drop(m), drop(v), drop(nsq), drop(pc);
     free(hp), free(hg), free(hm), free(hv);
+}
+
+/* The vectorized optimizer step's iteration (trainer/cuda/quad_spans.h) run
+ * on the host as the kernels run it (threads striding over the quads, each
+ * stepping its span forward; a whole quad as one 16-byte access, an edge
+ * quad element by element): every element of every span is visited exactly
+ * once and nothing else, over span lists with misaligned offsets, lengths
+ * not a multiple of 4, spans sharing a quad, empty spans and more spans than
+ * one launch takes (QUAD_BATCH); and the decay factor is each span's. A
+ * check of index arithmetic, exact, with or without a GPU. */
+static void t_quad_cover(void) {
+    enum { NS = 300, THREADS = 37 };
+    for (int shape = 0; shape < 3; shape++) {
+        tks_span sp[NS];
+        size_t off = 3, ns = shape == 0 ? 5 : NS;
+        for (size_t k = 0; k < ns; k++) {
+            off += shape == 1 ? (size_t)(urand() * 9) : 0; /* gaps; shape 2: back to back */
+            size_t len = k % 29 == 7 ? 0 : (size_t)(urand() * (shape == 2 ? 11 : 700));
+            sp[k] = (tks_span){off, len, (float)(k % 3) * 0.1f};
+            off += len;
+        }
+        size_t n = off + 8, bad = 0, whole = 0, quads = 0, k = 0;
+        unsigned char *seen = calloc(n, 1), *want = calloc(n, 1);
+        float *decay = calloc(n, sizeof *decay);
+        for (size_t j = 0; j < ns; j++)
+            for (size_t i = sp[j].off; i < sp[j].off + sp[j].n; i++) want[i] = 1, decay[i] = 1.0f - 1e-3f * sp[j].wd;
+        while (k < ns) {
+            quad_batch b;
+            size_t total = quad_batch_fill(&b, sp, ns, &k, 1e-3f);
+            quads += total;
+            for (size_t t = 0; t < THREADS; t++) {
+                int s = 0;
+                for (size_t Q = t; Q < total; Q += THREADS) {
+                    size_t i0 = quad_at(b.qend, b.off, &s, Q);
+                    int w = quad_whole(i0, b.off[s], b.stop[s]);
+                    size_t lo = w ? i0 : i0 > b.off[s] ? i0 : b.off[s];
+                    size_t hi = w ? i0 + 4 : i0 + 4 < b.stop[s] ? i0 + 4 : b.stop[s];
+                    whole += w;
+                    if (w && i0 % 4) bad++; /* a 16-byte access must be aligned */
+                    for (size_t i = lo; i < hi; i++) {
+                        if (i >= n || !want[i] || b.f[s] != decay[i]) bad++;
+                        else seen[i]++;
+                    }
+                }
+            }
+        }
+        for (size_t i = 0; i < n; i++) bad += want[i] && seen[i] != 1;
+        char what[96];
+        snprintf(what, sizeof what, "%zu spans%s: each element once (%zu of %zu quads whole)", ns,
+                 shape == 1 ? ", gaps" : shape == 2 ? ", short, back to back" : "", whole, quads);
+        expect(bad == 0, "quad_spans", what);
+        free(seen), free(want), free(decay);
+    }
 }
 
 /* Streams and events: work on a second stream waits for the first through
@@ -845,9 +904,21 @@ int main(void) {
         t_swiglu(dt);
         t_xent(dt);
         t_loss_head(dt);
-        t_adamw(dt);
+        t_adamw(dt, 1000);
+        t_adamw(dt, 1003);
     }
     t_many_spans();
+    t_quad_cover();
+    /* the vectorized optimizer step (TKS_CUDA_VEC_OPTIM): the same checks
+     * (the reductions' bits differ from the scalar form's, each form is
+     * deterministic: t_reductions checks two runs) */
+    if (set_vec_optim(1)) {
+        printf("-- vectorized sumsq, sum and adamw (tks_cuda_set_vec_optim)\n");
+        t_reductions();
+        for (int d = 0; d < 2; d++) t_adamw(d ? TKS_BF16 : TKS_F32, 1000), t_adamw(d ? TKS_BF16 : TKS_F32, 1003);
+        t_many_spans();
+        set_vec_optim(0);
+    }
     t_streams_and_errors();
     if (gpu->ops->sync(gpu)) {
         printf("backend error: %s\n", tks_last_error()->message);

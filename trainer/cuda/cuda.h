@@ -77,6 +77,15 @@ void tks_cuda_describe(tks_backend *be, char *out, size_t cap);
 int tks_cuda_set_flash(tks_backend *be, int on);
 const char *tks_cuda_flash_status(tks_backend *be);
 
+/* The vectorized optimizer step (unverified on a GPU, off by default): on = 1
+ * runs sumsq, sum and adamw over 16-byte quads of the spans (phase 1, the
+ * gradient's sum of squares reading each gradient once; phase 2, the clip
+ * read on the device and the update in one pass over p, grad, m, v and the
+ * compute copy), the same contract and operation order per element as the
+ * scalar kernels. TKS_CUDA_VEC_OPTIM=1 turns it on at creation. Returns the
+ * state after the call (0 in a build without CUDA). */
+int tks_cuda_set_vec_optim(tks_backend *be, int on);
+
 /* ---- NCCL -------------------------------------------------------------------- */
 
 typedef struct tks_nccl_world tks_nccl_world;

@@ -533,6 +533,10 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
 #endif
             );
     }
+    {
+        const char *vo = getenv("TKS_CUDA_VEC_OPTIM");
+        tks_cuda_set_vec_optim(be, vo && !strcmp(vo, "1"));
+    }
     be->ops = &cuda_ops;
     be->kind = &cuda_kind;
     *out = be;
@@ -576,6 +580,12 @@ extern "C" int tks_cuda_set_flash(tks_backend *be, int on) {
     c->flash = 0;
 #endif
     return c->flash;
+}
+
+extern "C" int tks_cuda_set_vec_optim(tks_backend *be, int on) {
+    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
+    c->vec_optim = on != 0;
+    return c->vec_optim;
 }
 
 extern "C" const char *tks_cuda_flash_status(tks_backend *be) {

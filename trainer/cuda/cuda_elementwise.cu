@@ -104,8 +104,81 @@ __global__ void k_reduce(double *part, unsigned *ticket, float *out, const float
         *ticket = 0;
     }
 }
+/* The vectorized form (TKS_CUDA_VEC_OPTIM=1; unverified on a GPU): the same
+ * blocks, partials and last-block tree, over quads of the spans
+ * (quad_batch): quad Q goes to thread Q mod (256 TKS_NORM_BLOCKS), a quad
+ * inside a span is one 16-byte load whose four squares the thread adds in
+ * order (fp64), a quad at a span's edge (or every quad when x is not
+ * 16-byte aligned) its span's elements one by one. The partition depends
+ * only on the spans, so the bits depend only on the data (they differ from
+ * the scalar form's, whose partition is by element). */
+__global__ void k_reduce_vec(double *part, unsigned *ticket, float *out, const float *x, quad_batch b, int vec,
+                             int square, int first, int last, int accumulate) {
+    __shared__ double sh[32];
+    __shared__ size_t s_off[QUAD_BATCH], s_stop[QUAD_BATCH], s_qend[QUAD_BATCH];
+    __shared__ int am_last;
+    for (int k = threadIdx.x; k < b.n; k += blockDim.x)
+        s_off[k] = b.off[k], s_stop[k] = b.stop[k], s_qend[k] = b.qend[k];
+    __syncthreads();
+    size_t total = b.n ? s_qend[b.n - 1] : 0;
+    double s = 0;
+    int sp = 0;
+    GRID_STRIDE(Q, total) {
+        size_t i0 = quad_at(s_qend, s_off, &sp, Q);
+        if (vec && quad_whole(i0, s_off[sp], s_stop[sp])) {
+            float4 q = *(const float4 *)(x + i0);
+            double a = q.x, bb = q.y, cc = q.z, d = q.w;
+            s += square ? a * a : a;
+            s += square ? bb * bb : bb;
+            s += square ? cc * cc : cc;
+            s += square ? d * d : d;
+            continue;
+        }
+        size_t lo = i0 > s_off[sp] ? i0 : s_off[sp], hi = i0 + 4 < s_stop[sp] ? i0 + 4 : s_stop[sp];
+        for (size_t i = lo; i < hi; i++) {
+            double v = (double)x[i];
+            s += square ? v * v : v;
+        }
+    }
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        part[blockIdx.x] = first ? s : part[blockIdx.x] + s;
+        am_last = 0;
+        if (last) {
+            __threadfence();
+            am_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+        }
+    }
+    __syncthreads();
+    if (!am_last) return;
+    __threadfence();
+    const volatile double *vp = part;
+    double t = 0;
+    for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x) t += vp[k];
+    t = block_sum(t, sh);
+    if (threadIdx.x == 0) {
+        out[0] = (float)((accumulate ? (double)out[0] : 0.0) + t);
+        *ticket = 0;
+    }
+}
+static int reduce_vec(tks_cuda_ctx *c, float *out, const float *x, const tks_span *spans, size_t nspans,
+                      int square, int accumulate, const char *op) {
+    size_t k = 0;
+    int first = 1, vec = aligned16(x);
+    unsigned *ticket = (unsigned *)(c->d_partial + TKS_NORM_BLOCKS);
+    do { /* at least one launch: an empty list writes 0 (or leaves out as it was) */
+        quad_batch b;
+        quad_batch_fill(&b, spans, nspans, &k, 0.0f);
+        k_reduce_vec<<<TKS_NORM_BLOCKS, 256, 0, c->cur>>>(c->d_partial, ticket, out, x, b, vec, square, first,
+                                                           k == nspans, accumulate);
+        first = 0;
+        if (LAUNCHED(c, op)) return c->err;
+    } while (k < nspans);
+    return 0;
+}
 static int reduce(tks_cuda_ctx *c, float *out, const float *x, const tks_span *spans, size_t nspans,
                   int square, int accumulate, const char *op) {
+    if (c->vec_optim) return reduce_vec(c, out, x, spans, nspans, square, accumulate, op);
     size_t k = 0;
     int first = 1;
     unsigned *ticket = (unsigned *)(c->d_partial + TKS_NORM_BLOCKS);

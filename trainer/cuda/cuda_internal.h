@@ -46,6 +46,8 @@ typedef struct tks_cuda_ctx {
     int flash;
     char flash_why[512];
     int deterministic;   /* cuDNN's deterministic attention backward (--deterministic) */
+    int vec_optim;       /* TKS_CUDA_VEC_OPTIM: sumsq, sum and adamw over aligned quads
+                          * (16-byte accesses; unverified on a GPU) */
     /* memory accounting */
     size_t bytes_now, bytes_peak;
     struct {

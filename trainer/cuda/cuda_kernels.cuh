@@ -81,6 +81,11 @@ __device__ __forceinline__ int span_of(const size_t *end, int s, size_t e) {
     return s;
 }
 
+/* ---- span lists by aligned quads (TKS_CUDA_VEC_OPTIM): quad_spans.h ---- */
+#include "trainer/cuda/quad_spans.h"
+/* 16-byte alignment of a device pointer (the vector paths need it) */
+static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
 /* ---- storage types: load as fp32, store with round to nearest even --------- */
 
 typedef __nv_bfloat16 bf16;

@@ -65,3 +65,7 @@ const char *tks_cuda_flash_status(tks_backend *be) {
     (void)be;
     return "built without CUDA";
 }
+int tks_cuda_set_vec_optim(tks_backend *be, int on) {
+    (void)be, (void)on;
+    return 0;
+}
