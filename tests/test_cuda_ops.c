@@ -50,8 +50,10 @@ static tks_backend *cpu, *gpu;
 static int harness; /* TKS_TEST_CPU_AS_GPU=1: gpu is the fp64 second implementation */
 /* tks_cuda_set_flash on the GPU; in the harness only tokshard's kernel (0) exists */
 static int set_flash(int on) { return harness ? 0 : tks_cuda_set_flash(gpu, on); }
-/* tks_cuda_set_vec_optim on the GPU; the harness has one form, run again */
-static int set_vec_optim(int on) { return harness ? on : tks_cuda_set_vec_optim(gpu, on); }
+/* the opt-in kernels' switches (cuda.h) on the GPU; the harness has one
+ * form of each op, so it runs the same checks again */
+static int set_kernel(int (*set)(tks_backend *, int), int on) { return harness ? on : set(gpu, on); }
+static int set_vec_optim(int on) { return set_kernel(tks_cuda_set_vec_optim, on); }
 /* the CPU reference's workspace: its bf16 GEMM panels, RMSNorm's weight
  * gradient columns, RoPE's angle table and attention's tiles come from it
  * (backend.h); set for the whole test, sized for every shape below */
@@ -410,6 +412,41 @@ static void t_rope(tks_dtype dt) {
     gpu->ops->free(gpu, pg);
     free(hp);
     free(hx);
+}
+
+/* RoPE with its angles once per row (tks_cuda_set_rope_rows): the same
+ * angles and arithmetic as the per-element kernel, so the same bits, over
+ * q and k's heads of a fused row (NH 4 + NKV 2 of HD 64, ld wider), with
+ * p0 and with positions per token, forward and inverse. */
+static void t_rope_rows_bits(tks_dtype dt) {
+    const int B = 2, T = 37, H = 6, HD = 64;
+    size_t ld = (size_t)H * HD + 128, n = (size_t)B * T * ld;
+    float *hx = rnd(n, -1, 1);
+    int32_t *hp = malloc((size_t)B * T * sizeof *hp);
+    for (int i = 0; i < B * T; i++) hp[i] = (i % T) % 13;
+    int32_t *pg = gpu->ops->alloc(gpu, (size_t)B * T * 4);
+    gpu->ops->upload(gpu, pg, hp, (size_t)B * T * 4);
+    size_t bad = 0;
+    for (int k = 0; k < 4; k++) {
+        int inv = k & 1;
+        const int32_t *pos = k & 2 ? pg : NULL;
+        float *out[2];
+        for (int rows = 0; rows < 2; rows++) {
+            pair x = put(hx, n, dt);
+            set_kernel(tks_cuda_set_rope_rows, rows);
+            gpu->ops->rope(gpu, x.g, ld, B, T, H, HD, pos ? 0 : 1000, pos, 10000.0f, inv, dt);
+            out[rows] = host_of(gpu, x.g, n, dt);
+            drop(x);
+        }
+        set_kernel(tks_cuda_set_rope_rows, 0);
+        bad += memcmp(out[0], out[1], n * sizeof(float)) != 0;
+        free(out[0]), free(out[1]);
+    }
+    char what[80];
+    snprintf(what, sizeof what, "%s: angles per row == per element, bitwise", tks_dtype_name(dt));
+    expect(bad == 0 && gpu->ops->sync(gpu) == 0, "rope", what);
+    gpu->ops->free(gpu, pg);
+    free(hx), free(hp);
 }
 
 /* cudnn: 0 = tokshard's kernel; 1 = cuDNN's fused attention (bf16 only),
@@ -918,6 +955,24 @@ int main(void) {
         for (int d = 0; d < 2; d++) t_adamw(d ? TKS_BF16 : TKS_F32, 1000), t_adamw(d ? TKS_BF16 : TKS_F32, 1003);
         t_many_spans();
         set_vec_optim(0);
+    }
+    /* the one-pass RMSNorm backward and RoPE's angles per row: the same
+     * checks with each on (rmsnorm_bwd with the workspace: one pass over 35
+     * chunks of 2 rows; without: the two-kernel fallback) */
+    for (int d = 0; d < 2; d++) {
+        tks_dtype dt = d ? TKS_BF16 : TKS_F32;
+        if (set_kernel(tks_cuda_set_norm_onepass, 1)) {
+            printf("-- one-pass rmsnorm_bwd (tks_cuda_set_norm_onepass), %s\n", tks_dtype_name(dt));
+            t_rmsnorm(dt, 1);
+            t_rmsnorm(dt, 0);
+            set_kernel(tks_cuda_set_norm_onepass, 0);
+        }
+        if (set_kernel(tks_cuda_set_rope_rows, 1)) {
+            printf("-- rope, angles per row (tks_cuda_set_rope_rows), %s\n", tks_dtype_name(dt));
+            t_rope(dt);
+            set_kernel(tks_cuda_set_rope_rows, 0);
+        }
+        t_rope_rows_bits(dt);
     }
     t_streams_and_errors();
     if (gpu->ops->sync(gpu)) {

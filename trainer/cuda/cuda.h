@@ -86,6 +86,23 @@ const char *tks_cuda_flash_status(tks_backend *be);
  * state after the call (0 in a build without CUDA). */
 int tks_cuda_set_vec_optim(tks_backend *be, int on);
 
+/* The one-pass RMSNorm backward (unverified on a GPU, off by default): on = 1
+ * computes rmsnorm_bwd's dx and its rows' share of dw in one pass over each
+ * row chunk (dout and x read once from memory, not twice), the chunks' dw
+ * partials then added in chunk order; dx has the two-kernel form's bits, dw
+ * a fixed order that depends on the shape and the workspace. Call before the
+ * model is created (it sizes the workspace for RMS_ONEPASS_CHUNKS chunks).
+ * TKS_CUDA_NORM_ONEPASS=1 turns it on at creation. Returns the state. */
+int tks_cuda_set_norm_onepass(tks_backend *be, int on);
+
+/* RoPE's angles once per row (unverified on a GPU, off by default): on = 1
+ * computes cos and sin of a row's HD/2 angles once into shared memory and
+ * rotates every head of q and k (one call: backend.h's rope over H heads)
+ * from them, instead of one sincosf per element; the same angles and
+ * arithmetic, so the same bits. TKS_CUDA_ROPE_ROWS=1 turns it on at
+ * creation. Returns the state. */
+int tks_cuda_set_rope_rows(tks_backend *be, int on);
+
 /* ---- NCCL -------------------------------------------------------------------- */
 
 typedef struct tks_nccl_world tks_nccl_world;

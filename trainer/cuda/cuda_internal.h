@@ -48,6 +48,10 @@ typedef struct tks_cuda_ctx {
     int deterministic;   /* cuDNN's deterministic attention backward (--deterministic) */
     int vec_optim;       /* TKS_CUDA_VEC_OPTIM: sumsq, sum and adamw over aligned quads
                           * (16-byte accesses; unverified on a GPU) */
+    int norm_onepass;    /* TKS_CUDA_NORM_ONEPASS: rmsnorm_bwd's dx and dw partials in one
+                          * pass over the rows (unverified on a GPU) */
+    int rope_rows;       /* TKS_CUDA_ROPE_ROWS: RoPE's angles once per row, not per head
+                          * (unverified on a GPU) */
     /* memory accounting */
     size_t bytes_now, bytes_peak;
     struct {

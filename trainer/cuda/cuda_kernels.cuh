@@ -37,6 +37,10 @@ static inline int arg_fail(tks_cuda_ctx *c, const char *op, const char *why) {
  * holds their partial sums): fixed, so the summation order depends only on
  * the shape */
 enum { RMS_DW_CHUNKS = 64 };
+/* the one-pass RMSNorm backward (TKS_CUDA_NORM_ONEPASS): at most this many
+ * row chunks, one block each (enough blocks to fill an H100's 132 SMs
+ * several times at N = 4096); fewer when the workspace holds fewer */
+enum { RMS_ONEPASS_CHUNKS = 512 };
 
 static inline unsigned grid_for(size_t n, unsigned block) {
     size_t g = (n + block - 1) / block;

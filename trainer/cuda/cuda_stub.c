@@ -69,3 +69,11 @@ int tks_cuda_set_vec_optim(tks_backend *be, int on) {
     (void)be, (void)on;
     return 0;
 }
+int tks_cuda_set_norm_onepass(tks_backend *be, int on) {
+    (void)be, (void)on;
+    return 0;
+}
+int tks_cuda_set_rope_rows(tks_backend *be, int on) {
+    (void)be, (void)on;
+    return 0;
+}
