@@ -103,6 +103,15 @@ int tks_cuda_set_norm_onepass(tks_backend *be, int on);
  * creation. Returns the state. */
 int tks_cuda_set_rope_rows(tks_backend *be, int on);
 
+/* xent_fused with 16-byte accesses (unverified on a GPU, off by default):
+ * on = 1 reads and writes each row in 16-byte vectors (8 bf16 or 4 fp32
+ * logits a load, one rescale of the running sum a vector in the online
+ * softmax) where the row length allows (V a multiple of the vector, the
+ * buffer 16-byte aligned), else the scalar kernel runs; the same contract,
+ * another summation order. TKS_CUDA_XENT_VEC=1 turns it on at creation.
+ * Returns the state. */
+int tks_cuda_set_xent_vec(tks_backend *be, int on);
+
 /* ---- NCCL -------------------------------------------------------------------- */
 
 typedef struct tks_nccl_world tks_nccl_world;

@@ -52,6 +52,8 @@ typedef struct tks_cuda_ctx {
                           * pass over the rows (unverified on a GPU) */
     int rope_rows;       /* TKS_CUDA_ROPE_ROWS: RoPE's angles once per row, not per head
                           * (unverified on a GPU) */
+    int xent_vec;        /* TKS_CUDA_XENT_VEC: xent_fused with 16-byte accesses
+                          * (unverified on a GPU) */
     /* memory accounting */
     size_t bytes_now, bytes_peak;
     struct {
