@@ -541,21 +541,48 @@ static void t_attention(tks_dtype dt, int cudnn, int docs) {
     free(hqkv), free(hd), free(hk), free(hv), free(hq);
 }
 
-static void t_swiglu(tks_dtype dt) {
-    const int M = 301, F = 333;
+/* F 333 (no whole 16-byte vectors in a row: the scalar kernels) and 336
+ * (the vectorized ones when on) */
+static void t_swiglu(tks_dtype dt, int F) {
+    const int M = 301;
     size_t n = (size_t)M * F;
     float *hgu = rnd(2 * n, -3, 3), *hd = rnd(n, -1, 1);
     pair gu = put(hgu, 2 * n, dt), o = zeros(n, dt), d = put(hd, n, dt), dgu = zeros(2 * n, dt);
     cpu->ops->swiglu_fwd(cpu, o.c, gu.c, M, F, dt);
     gpu->ops->swiglu_fwd(gpu, o.g, gu.g, M, F, dt);
     /* out = g sigma(g) u: one expf (2 ulp) and four roundings */
-    cmp("swiglu_fwd", "M 301 F 333 (fused gate|up)", o, 0, 16 * U);
+    cmp("swiglu_fwd", F == 333 ? "M 301 F 333 (fused gate|up)" : "M 301 F 336 (fused gate|up)", o, 0, 16 * U);
     cpu->ops->swiglu_bwd(cpu, dgu.c, d.c, gu.c, M, F, dt);
     gpu->ops->swiglu_bwd(gpu, dgu.g, d.g, gu.g, M, F, dt);
     /* dgate = d u s (1 + g (1 - s)): the sum 1 + g(1-s) cancels, so bound by its
      * terms (|g| <= 3): 16 u |d u| (1 + 3) <= 16 u 3 4 */
     cmp("swiglu_bwd", "dgate | dup", dgu, 16 * U * 3 * 4, 16 * U);
     drop(gu), drop(o), drop(d), drop(dgu);
+    free(hgu), free(hd);
+}
+
+/* SwiGLU with 16-byte accesses (tks_cuda_set_swiglu_vec): each element's
+ * arithmetic is the scalar kernels', so the same bits, forward and
+ * backward, at F 336 (42 vectors of bf16, 84 of fp32 a row). */
+static void t_swiglu_vec_bits(tks_dtype dt) {
+    const int M = 301, F = 336;
+    size_t n = (size_t)M * F;
+    float *hgu = rnd(2 * n, -3, 3), *hd = rnd(n, -1, 1);
+    pair gu = put(hgu, 2 * n, dt), d = put(hd, n, dt), o[2], dgu[2];
+    for (int v = 0; v < 2; v++) {
+        o[v] = zeros(n, dt), dgu[v] = zeros(2 * n, dt);
+        set_kernel(tks_cuda_set_swiglu_vec, v);
+        gpu->ops->swiglu_fwd(gpu, o[v].g, gu.g, M, F, dt);
+        gpu->ops->swiglu_bwd(gpu, dgu[v].g, d.g, gu.g, M, F, dt);
+    }
+    set_kernel(tks_cuda_set_swiglu_vec, 0);
+    float *a = host_of(gpu, o[0].g, n, dt), *b = host_of(gpu, o[1].g, n, dt);
+    float *c = host_of(gpu, dgu[0].g, 2 * n, dt), *e = host_of(gpu, dgu[1].g, 2 * n, dt);
+    char what[80];
+    snprintf(what, sizeof what, "%s: 16-byte form == scalar, fwd and bwd bitwise", tks_dtype_name(dt));
+    expect(!memcmp(a, b, n * 4) && !memcmp(c, e, 2 * n * 4) && gpu->ops->sync(gpu) == 0, "swiglu", what);
+    free(a), free(b), free(c), free(e);
+    drop(gu), drop(d), drop(o[0]), drop(o[1]), drop(dgu[0]), drop(dgu[1]);
     free(hgu), free(hd);
 }
 
@@ -940,7 +967,8 @@ int main(void) {
         t_attention(dt, 0, 0);
         t_attention(dt, 0, 1);
         if (dt == TKS_BF16) t_attention(dt, 1, 0), t_attention(dt, 1, 1);
-        t_swiglu(dt);
+        t_swiglu(dt, 333);
+        t_swiglu(dt, 336);
         t_xent(dt, 1000);
         t_xent(dt, 997);
         t_loss_head(dt);
@@ -976,6 +1004,12 @@ int main(void) {
             set_kernel(tks_cuda_set_rope_rows, 0);
         }
         t_rope_rows_bits(dt);
+        if (set_kernel(tks_cuda_set_swiglu_vec, 1)) {
+            printf("-- swiglu with 16-byte accesses (tks_cuda_set_swiglu_vec), %s\n", tks_dtype_name(dt));
+            t_swiglu(dt, 336);
+            set_kernel(tks_cuda_set_swiglu_vec, 0);
+        }
+        t_swiglu_vec_bits(dt);
         if (set_kernel(tks_cuda_set_xent_vec, 1)) {
             printf("-- xent_fused with 16-byte accesses (tks_cuda_set_xent_vec), %s\n", tks_dtype_name(dt));
             t_xent(dt, 1000);

@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
     double tps = (double)o.B * o.T * accum / r.step_s;
     /* the opt-in kernels (README) in effect, for the record */
     const char *flags[] = {"TKS_LOSS_CHUNK_ROWS", "TKS_CUDA_VEC_OPTIM", "TKS_CUDA_NORM_ONEPASS", "TKS_CUDA_ROPE_ROWS",
-                           "TKS_CUDA_XENT_VEC"};
+                           "TKS_CUDA_XENT_VEC", "TKS_CUDA_SWIGLU_VEC"};
     char on[256] = "";
     for (size_t i = 0, o2 = 0; i < sizeof flags / sizeof *flags; i++) {
         const char *v = getenv(flags[i]);

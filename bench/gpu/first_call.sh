@@ -266,7 +266,8 @@ summary
 # the opt-in kernels (README), each unverified on a GPU until these pass:
 # the loss head in chunks of 24 rows in the tests (several chunks of their
 # 64-row batches), of 2048 in the benchmark (half of a 2 x 2048 micro-batch)
-OPTIN=(TKS_CUDA_VEC_OPTIM=1 TKS_CUDA_NORM_ONEPASS=1 TKS_CUDA_ROPE_ROWS=1 TKS_CUDA_XENT_VEC=1)
+OPTIN=(TKS_CUDA_VEC_OPTIM=1 TKS_CUDA_NORM_ONEPASS=1 TKS_CUDA_ROPE_ROWS=1 TKS_CUDA_XENT_VEC=1
+  TKS_CUDA_SWIGLU_VEC=1)
 OMP_NUM_THREADS=$(($(nproc) / 3 > 1 ? $(nproc) / 3 : 1)) \
   step "opt-in tests" 40 120 "$OUT/2-tests.log" env "${OPTIN[@]}" TKS_LOSS_CHUNK_ROWS=24 \
   "${CT[@]}" -R '^cuda_(ops|model|train)$' -j3

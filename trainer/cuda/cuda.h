@@ -112,6 +112,13 @@ int tks_cuda_set_rope_rows(tks_backend *be, int on);
  * Returns the state. */
 int tks_cuda_set_xent_vec(tks_backend *be, int on);
 
+/* SwiGLU forward and backward with 16-byte accesses (unverified on a GPU,
+ * off by default): on = 1 takes 8 bf16 or 4 fp32 adjacent columns a thread
+ * where F and the alignment allow, else the scalar kernels; each element's
+ * arithmetic is theirs, so the same bits. TKS_CUDA_SWIGLU_VEC=1 turns it on
+ * at creation. Returns the state. */
+int tks_cuda_set_swiglu_vec(tks_backend *be, int on);
+
 /* ---- NCCL -------------------------------------------------------------------- */
 
 typedef struct tks_nccl_world tks_nccl_world;

@@ -536,11 +536,13 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
     }
     {
         const char *vo = getenv("TKS_CUDA_VEC_OPTIM"), *no = getenv("TKS_CUDA_NORM_ONEPASS"),
-                   *ro = getenv("TKS_CUDA_ROPE_ROWS"), *xv = getenv("TKS_CUDA_XENT_VEC");
+                   *ro = getenv("TKS_CUDA_ROPE_ROWS"), *xv = getenv("TKS_CUDA_XENT_VEC"),
+                   *sv = getenv("TKS_CUDA_SWIGLU_VEC");
         tks_cuda_set_vec_optim(be, vo && !strcmp(vo, "1"));
         tks_cuda_set_norm_onepass(be, no && !strcmp(no, "1"));
         tks_cuda_set_rope_rows(be, ro && !strcmp(ro, "1"));
         tks_cuda_set_xent_vec(be, xv && !strcmp(xv, "1"));
+        tks_cuda_set_swiglu_vec(be, sv && !strcmp(sv, "1"));
     }
     be->ops = &cuda_ops;
     be->kind = &cuda_kind;
@@ -609,6 +611,12 @@ extern "C" int tks_cuda_set_xent_vec(tks_backend *be, int on) {
     tks_cuda_ctx *c = tks_cuda_ctx_of(be);
     c->xent_vec = on != 0;
     return c->xent_vec;
+}
+
+extern "C" int tks_cuda_set_swiglu_vec(tks_backend *be, int on) {
+    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
+    c->swiglu_vec = on != 0;
+    return c->swiglu_vec;
 }
 
 extern "C" const char *tks_cuda_flash_status(tks_backend *be) {

@@ -231,12 +231,60 @@ template <typename T> __global__ void k_swiglu_bwd(T *dgu, const T *dout, const 
         stv(dgu, r * 2 * F + j, d * u * s * (1.0f + g * (1.0f - s)));
     }
 }
+/* With 16-byte accesses (TKS_CUDA_SWIGLU_VEC; unverified on a GPU): a
+ * thread takes W = 16 / sizeof(T) adjacent columns of a row (gate, up,
+ * dout and the outputs each one 16-byte load or store), F a multiple of W
+ * and the buffers 16-byte aligned (the launch checks); each element's
+ * arithmetic is the scalar kernels', so the bits are theirs. */
+template <typename T> __global__ void k_swiglu_fwd_vec(T *out, const T *gu, int M, int F) {
+    constexpr int W = 16 / (int)sizeof(T);
+    int FV = F / W;
+    ROWS_COLS(r, q, M, FV) {
+        float g[W], u[W];
+        ld16(gu + r * 2 * F + (size_t)q * W, g);
+        ld16(gu + r * 2 * F + F + (size_t)q * W, u);
+#pragma unroll
+        for (int k = 0; k < W; k++) g[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+        st16(out + r * F + (size_t)q * W, g);
+    }
+}
+template <typename T> __global__ void k_swiglu_bwd_vec(T *dgu, const T *dout, const T *gu, int M, int F) {
+    constexpr int W = 16 / (int)sizeof(T);
+    int FV = F / W;
+    ROWS_COLS(r, q, M, FV) {
+        float g[W], u[W], d[W], dg[W], du[W];
+        ld16(gu + r * 2 * F + (size_t)q * W, g);
+        ld16(gu + r * 2 * F + F + (size_t)q * W, u);
+        ld16(dout + r * F + (size_t)q * W, d);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            float s = 1.0f / (1.0f + expf(-g[k]));
+            du[k] = d[k] * g[k] * s;
+            dg[k] = d[k] * u[k] * s * (1.0f + g[k] * (1.0f - s));
+        }
+        st16(dgu + r * 2 * F + F + (size_t)q * W, du);
+        st16(dgu + r * 2 * F + (size_t)q * W, dg);
+    }
+}
+/* 1 when the vectorized SwiGLU applies: on, F a multiple of the vector, the buffers aligned */
+static int swiglu_vec_ok(const tks_cuda_ctx *c, int F, tks_dtype dt, const void *a, const void *b, const void *d) {
+    return c->swiglu_vec && ((size_t)F * tks_dtype_size(dt)) % 16 == 0 && aligned16(a) && aligned16(b) &&
+           (!d || aligned16(d));
+}
 int tks_cu_swiglu_fwd(tks_backend *be, void *out, const void *gu, int M, int F, tks_dtype dt) {
     CTX(be);
     STICKY(c);
     CHECK_DT(c, "swiglu_fwd", dt);
     size_t n = (size_t)M * F;
     if (!n) return 0;
+    if (swiglu_vec_ok(c, F, dt, out, gu, NULL)) {
+        int FV = F / (int)(16 / tks_dtype_size(dt));
+        if (dt == TKS_BF16)
+            k_swiglu_fwd_vec<bf16><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((bf16 *)out, (const bf16 *)gu, M, F);
+        else
+            k_swiglu_fwd_vec<float><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((float *)out, (const float *)gu, M, F);
+        return LAUNCHED(c, "swiglu_fwd");
+    }
     if (dt == TKS_BF16)
         k_swiglu_fwd<bf16><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((bf16 *)out, (const bf16 *)gu, M, F);
     else
@@ -250,6 +298,16 @@ int tks_cu_swiglu_bwd(tks_backend *be, void *dgu, const void *dout, const void *
     CHECK_DT(c, "swiglu_bwd", dt);
     size_t n = (size_t)M * F;
     if (!n) return 0;
+    if (swiglu_vec_ok(c, F, dt, dgu, gu, dout)) {
+        int FV = F / (int)(16 / tks_dtype_size(dt));
+        if (dt == TKS_BF16)
+            k_swiglu_bwd_vec<bf16><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((bf16 *)dgu, (const bf16 *)dout,
+                                                                              (const bf16 *)gu, M, F);
+        else
+            k_swiglu_bwd_vec<float><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((float *)dgu, (const float *)dout,
+                                                                               (const float *)gu, M, F);
+        return LAUNCHED(c, "swiglu_bwd");
+    }
     if (dt == TKS_BF16)
         k_swiglu_bwd<bf16><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, M, F);
     else

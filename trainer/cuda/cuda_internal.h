@@ -54,6 +54,8 @@ typedef struct tks_cuda_ctx {
                           * (unverified on a GPU) */
     int xent_vec;        /* TKS_CUDA_XENT_VEC: xent_fused with 16-byte accesses
                           * (unverified on a GPU) */
+    int swiglu_vec;      /* TKS_CUDA_SWIGLU_VEC: SwiGLU with 16-byte accesses
+                          * (unverified on a GPU) */
     /* memory accounting */
     size_t bytes_now, bytes_peak;
     struct {

@@ -103,6 +103,29 @@ __device__ __forceinline__ float rounded(const bf16 *, float v) {
     return __bfloat162float(__float2bfloat16_rn(v));
 }
 
+/* 16-byte vectors (the opt-in vectorized kernels): 8 bf16 or 4 fp32
+ * elements a load or store, as fp32; the address 16-byte aligned */
+__device__ __forceinline__ void ld16(const float *p, float *v) {
+    float4 q = *(const float4 *)p;
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+__device__ __forceinline__ void ld16(const bf16 *p, float *v) {
+    uint4 q = *(const uint4 *)p;
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&q;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 f = __bfloat1622float2(h[k]);
+        v[2 * k] = f.x, v[2 * k + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void st16(float *p, const float *v) { *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]); }
+__device__ __forceinline__ void st16(bf16 *p, const float *v) {
+    uint4 q;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&q;
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+    *(uint4 *)p = q;
+}
 /* ---- block reductions (fixed tree: warp shuffles, then warp 0) -------------- */
 
 template <typename R> __device__ R warp_sum(R v) {

@@ -81,3 +81,7 @@ int tks_cuda_set_xent_vec(tks_backend *be, int on) {
     (void)be, (void)on;
     return 0;
 }
+int tks_cuda_set_swiglu_vec(tks_backend *be, int on) {
+    (void)be, (void)on;
+    return 0;
+}

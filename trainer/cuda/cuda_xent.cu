@@ -49,29 +49,6 @@ __global__ void k_xent_fused(float *loss, T *logits, const int32_t *targets, int
         stv(logits, o + j, g);
     }
 }
-/* 16-byte vectors of a row (TKS_CUDA_XENT_VEC; unverified on a GPU): W
- * logits a load (8 bf16, 4 fp32), as fp32 */
-__device__ __forceinline__ void ld16(const float *p, float *v) {
-    float4 q = *(const float4 *)p;
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-}
-__device__ __forceinline__ void ld16(const bf16 *p, float *v) {
-    uint4 q = *(const uint4 *)p;
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&q;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float2 f = __bfloat1622float2(h[k]);
-        v[2 * k] = f.x, v[2 * k + 1] = f.y;
-    }
-}
-__device__ __forceinline__ void st16(float *p, const float *v) { *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]); }
-__device__ __forceinline__ void st16(bf16 *p, const float *v) {
-    uint4 q;
-    __nv_bfloat162 *h = (__nv_bfloat162 *)&q;
-#pragma unroll
-    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-    *(uint4 *)p = q;
-}
 /* k_xent_fused with 16-byte accesses: V a multiple of W and the rows
  * 16-byte aligned (the launch checks). Pass 1 takes the real columns a
  * vector at a time, the running sum rescaled once a vector (to the vector's
