@@ -26,6 +26,12 @@
  * A wrong index or a dropped term moves an output by O(S) and fails by
  * orders of magnitude.
  *
+ * The opt-in kernels (cuda.h's switches, README: unverified on a GPU) get
+ * their ops' checks a second time with each on, and a bitwise check against
+ * the default kernel where the arithmetic is the same; the chunked loss head
+ * (trainer/model/loss_head.h) is checked against the whole logits, and the
+ * vectorized optimizer step's quad iteration on the host.
+ *
  * TKS_TEST_CPU_AS_GPU=1 runs the "GPU" side on a second implementation on
  * the CPU (tests/cuda_ops_ref64.c: the arithmetic ops in fp64 from the same
  * stored inputs, rounded once), so that every check, bound and buffer of
