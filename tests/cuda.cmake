@@ -1,8 +1,27 @@
 # The CUDA backend and NCCL comm (trainer/cuda). Built whenever the backend is
 # (TKS_HAVE_CUDA); each test exits 77 where no CUDA device is usable, which
 # ctest reports as skipped (SKIP_RETURN_CODE), never as passed.
+#
+# test_cuda_ops and test_cuda_model are built in every configuration (against
+# cuda_stub.c without CUDA): with TKS_TEST_CPU_AS_GPU=1 their "GPU" side runs
+# on the CPU (test_cuda_ops: an fp64 second implementation of the ops,
+# tests/cuda_ops_ref64.c; test_cuda_model: a second CPU backend), so the
+# tests' own checks, bounds and buffers are exercised without a GPU. Those
+# two runs are CPU tests (label cuda_harness, not gpu).
+add_executable(test_cuda_ops ${TKS_TEST_DIR}/test_cuda_ops.c ${TKS_TEST_DIR}/cuda_ops_ref64.c)
+add_executable(test_cuda_model ${TKS_TEST_DIR}/test_cuda_model.c)
+foreach(t ops model)
+  target_link_libraries(test_cuda_${t} PRIVATE tks_cuda)
+endforeach()
+add_test(NAME cuda_ops_cpu_as_gpu COMMAND test_cuda_ops)
+set_tests_properties(cuda_ops_cpu_as_gpu PROPERTIES ENVIRONMENT TKS_TEST_CPU_AS_GPU=1 TIMEOUT 300
+                     LABELS cuda_harness)
+add_test(NAME cuda_model_cpu_as_gpu COMMAND sh -c "rm -rf \"$1\" && mkdir -p \"$1\" && exec \"$0\" \"$1\""
+         $<TARGET_FILE:test_cuda_model> ${CMAKE_CURRENT_BINARY_DIR}/cuda_model_harness.d)
+set_tests_properties(cuda_model_cpu_as_gpu PROPERTIES ENVIRONMENT TKS_TEST_CPU_AS_GPU=1 TIMEOUT 300
+                     LABELS cuda_harness)
 if(TKS_HAVE_CUDA)
-  foreach(t ops model memory comm)
+  foreach(t memory comm)
     add_executable(test_cuda_${t} ${TKS_TEST_DIR}/test_cuda_${t}.c)
     target_link_libraries(test_cuda_${t} PRIVATE tks_cuda)
   endforeach()

@@ -24,6 +24,21 @@ assert r["backend"] == "cpu" and r["config"] == "tiny" and r["B"] == 2 and r["T"
 assert abs(r["loss"] - math.log(1000)) < 0.5, r["loss"]
 assert r["step_s"] > 0 and r["tokens_per_s"] > 0 and r["params"] > 0, r
 PY
+# two micro-batches a step: twice the tokens a step, the same loss bound
+if TKS_LOSS_CHUNK_ROWS=48 "$BIN" --accum 2 tiny 2 64 3 1 bf16 cpu >"$W/out2" 2>"$W/err"; then
+  ok "--accum 2 (bf16, chunked loss head) runs on the cpu backend"
+else
+  fail "--accum 2 failed: $(cat "$W/err")"
+fi
+python3 - "$W/out2" <<'PY' && ok "--accum 2: accum 2 in the JSON, tokens/s over both micro-batches, the opt-in flag named" ||
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+assert r["accum"] == 2 and r["dtype"] == "bf16", r
+assert abs(r["tokens_per_s"] * r["step_s"] - 2 * 2 * 64) < 1e-2 * 256, r
+assert abs(r["loss"] - math.log(1000)) < 0.5, r["loss"]
+assert r["opt_in"] == "TKS_LOSS_CHUNK_ROWS=48", r
+PY
+  fail "bad --accum JSON: $(cat "$W/out2")"
 "$BIN" tiny 2 300 3 1 fp32 cpu >/dev/null 2>"$W/err"
 [[ $? == 2 ]] && grep -q "T <= 256" "$W/err" && ok "a sequence longer than the config's is refused" ||
   fail "T 300 was not refused: $(cat "$W/err")"

@@ -25,6 +25,19 @@
  *
  * A wrong index or a dropped term moves an output by O(S) and fails by
  * orders of magnitude.
+ *
+ * The opt-in kernels (cuda.h's switches, README: unverified on a GPU) get
+ * their ops' checks a second time with each on, and a bitwise check against
+ * the default kernel where the arithmetic is the same; the chunked loss head
+ * (trainer/model/loss_head.h) is checked against the whole logits, and the
+ * vectorized optimizer step's quad iteration on the host.
+ *
+ * TKS_TEST_CPU_AS_GPU=1 runs the "GPU" side on a second implementation on
+ * the CPU (tests/cuda_ops_ref64.c: the arithmetic ops in fp64 from the same
+ * stored inputs, rounded once), so that every check, bound and buffer of
+ * this test is exercised on a machine without a GPU: a bound that the CPU's
+ * own rounding error does not fit in half of, or a test bug, fails there.
+ * cuDNN's attention is skipped in that mode; the rest runs. Not a GPU test.
  */
 #include <math.h>
 #include <stdint.h>
@@ -35,8 +48,18 @@
 #include "common/tks.h"
 #include "trainer/backend/backend.h"
 #include "trainer/cuda/cuda.h"
+#include "trainer/cuda/quad_spans.h"
+#include "trainer/model/loss_head.h"
+#include "tests/cuda_ops_ref64.h"
 
 static tks_backend *cpu, *gpu;
+static int harness; /* TKS_TEST_CPU_AS_GPU=1: gpu is the fp64 second implementation */
+/* tks_cuda_set_flash on the GPU; in the harness only tokshard's kernel (0) exists */
+static int set_flash(int on) { return harness ? 0 : tks_cuda_set_flash(gpu, on); }
+/* the opt-in kernels' switches (cuda.h) on the GPU; the harness has one
+ * form of each op, so it runs the same checks again */
+static int set_kernel(int (*set)(tks_backend *, int), int on) { return harness ? on : set(gpu, on); }
+static int set_vec_optim(int on) { return set_kernel(tks_cuda_set_vec_optim, on); }
 /* the CPU reference's workspace: its bf16 GEMM panels, RMSNorm's weight
  * gradient columns, RoPE's angle table and attention's tiles come from it
  * (backend.h); set for the whole test, sized for every shape below */
@@ -104,6 +127,12 @@ static float *host_of(tks_backend *be, const void *d, size_t n, tks_dtype dt) {
         h[i] = dt == TKS_BF16 ? tks_bf16_to_f32(((uint16_t *)b)[i]) : ((float *)b)[i];
     free(b);
     return h;
+}
+/* host fp32 copy of h as dtype dt stores it (bf16: rounded to nearest even) */
+static float *host_of_dt(const float *h, size_t n, tks_dtype dt) {
+    float *o = malloc((n ? n : 1) * sizeof *o);
+    for (size_t i = 0; i < n; i++) o[i] = dt == TKS_BF16 ? tks_bf16_to_f32(tks_bf16_from_f32(h[i])) : h[i];
+    return o;
 }
 /* both sides get the CPU's values (for ops that read an earlier op's output) */
 static void sync_to_cpu(pair p) {
@@ -391,6 +420,41 @@ static void t_rope(tks_dtype dt) {
     free(hx);
 }
 
+/* RoPE with its angles once per row (tks_cuda_set_rope_rows): the same
+ * angles and arithmetic as the per-element kernel, so the same bits, over
+ * q and k's heads of a fused row (NH 4 + NKV 2 of HD 64, ld wider), with
+ * p0 and with positions per token, forward and inverse. */
+static void t_rope_rows_bits(tks_dtype dt) {
+    const int B = 2, T = 37, H = 6, HD = 64;
+    size_t ld = (size_t)H * HD + 128, n = (size_t)B * T * ld;
+    float *hx = rnd(n, -1, 1);
+    int32_t *hp = malloc((size_t)B * T * sizeof *hp);
+    for (int i = 0; i < B * T; i++) hp[i] = (i % T) % 13;
+    int32_t *pg = gpu->ops->alloc(gpu, (size_t)B * T * 4);
+    gpu->ops->upload(gpu, pg, hp, (size_t)B * T * 4);
+    size_t bad = 0;
+    for (int k = 0; k < 4; k++) {
+        int inv = k & 1;
+        const int32_t *pos = k & 2 ? pg : NULL;
+        float *out[2];
+        for (int rows = 0; rows < 2; rows++) {
+            pair x = put(hx, n, dt);
+            set_kernel(tks_cuda_set_rope_rows, rows);
+            gpu->ops->rope(gpu, x.g, ld, B, T, H, HD, pos ? 0 : 1000, pos, 10000.0f, inv, dt);
+            out[rows] = host_of(gpu, x.g, n, dt);
+            drop(x);
+        }
+        set_kernel(tks_cuda_set_rope_rows, 0);
+        bad += memcmp(out[0], out[1], n * sizeof(float)) != 0;
+        free(out[0]), free(out[1]);
+    }
+    char what[80];
+    snprintf(what, sizeof what, "%s: angles per row == per element, bitwise", tks_dtype_name(dt));
+    expect(bad == 0 && gpu->ops->sync(gpu) == 0, "rope", what);
+    gpu->ops->free(gpu, pg);
+    free(hx), free(hp);
+}
+
 /* cudnn: 0 = tokshard's kernel; 1 = cuDNN's fused attention (bf16 only),
  * which rounds the probabilities P (and dS in the backward) to bf16 before
  * their products: a relative 2^-9 on each term, so 2^-9 times the sum of
@@ -405,7 +469,7 @@ static void t_rope(tks_dtype dt) {
  * hold. */
 static void t_attention(tks_dtype dt, int cudnn, int docs) {
     const int B = 2, T = 33, NH = 4, NKV = 2, HD = 16;
-    if (tks_cuda_set_flash(gpu, cudnn) != cudnn) return;
+    if (set_flash(cudnn) != cudnn) return;
     const double P9 = cudnn && !docs ? 0.001953125 : 0; /* 2^-9 */
     int32_t hdoc[2 * 33], *dc = NULL, *dgp = NULL;
     static const int len[] = {1, 15, 16, 1, 20, 13};
@@ -474,7 +538,7 @@ static void t_attention(tks_dtype dt, int cudnn, int docs) {
         }
     }
     if (docs) cpu->ops->free(cpu, dc), gpu->ops->free(gpu, dgp);
-    tks_cuda_set_flash(gpu, 1);
+    set_flash(1);
     gpu->ops->set_workspace(gpu, NULL, 0);
     cpu->ops->set_workspace(cpu, cpu_ws, cpu_ws_bytes);
     gpu->ops->free(gpu, wgpu);
@@ -483,15 +547,17 @@ static void t_attention(tks_dtype dt, int cudnn, int docs) {
     free(hqkv), free(hd), free(hk), free(hv), free(hq);
 }
 
-static void t_swiglu(tks_dtype dt) {
-    const int M = 301, F = 333;
+/* F 333 (no whole 16-byte vectors in a row: the scalar kernels) and 336
+ * (the vectorized ones when on) */
+static void t_swiglu(tks_dtype dt, int F) {
+    const int M = 301;
     size_t n = (size_t)M * F;
     float *hgu = rnd(2 * n, -3, 3), *hd = rnd(n, -1, 1);
     pair gu = put(hgu, 2 * n, dt), o = zeros(n, dt), d = put(hd, n, dt), dgu = zeros(2 * n, dt);
     cpu->ops->swiglu_fwd(cpu, o.c, gu.c, M, F, dt);
     gpu->ops->swiglu_fwd(gpu, o.g, gu.g, M, F, dt);
     /* out = g sigma(g) u: one expf (2 ulp) and four roundings */
-    cmp("swiglu_fwd", "M 301 F 333 (fused gate|up)", o, 0, 16 * U);
+    cmp("swiglu_fwd", F == 333 ? "M 301 F 333 (fused gate|up)" : "M 301 F 336 (fused gate|up)", o, 0, 16 * U);
     cpu->ops->swiglu_bwd(cpu, dgu.c, d.c, gu.c, M, F, dt);
     gpu->ops->swiglu_bwd(gpu, dgu.g, d.g, gu.g, M, F, dt);
     /* dgate = d u s (1 + g (1 - s)): the sum 1 + g(1-s) cancels, so bound by its
@@ -501,8 +567,35 @@ static void t_swiglu(tks_dtype dt) {
     free(hgu), free(hd);
 }
 
-static void t_xent(tks_dtype dt) {
-    const int N = 40, V = 1088, VR = 1000;
+/* SwiGLU with 16-byte accesses (tks_cuda_set_swiglu_vec): each element's
+ * arithmetic is the scalar kernels', so the same bits, forward and
+ * backward, at F 336 (42 vectors of bf16, 84 of fp32 a row). */
+static void t_swiglu_vec_bits(tks_dtype dt) {
+    const int M = 301, F = 336;
+    size_t n = (size_t)M * F;
+    float *hgu = rnd(2 * n, -3, 3), *hd = rnd(n, -1, 1);
+    pair gu = put(hgu, 2 * n, dt), d = put(hd, n, dt), o[2], dgu[2];
+    for (int v = 0; v < 2; v++) {
+        o[v] = zeros(n, dt), dgu[v] = zeros(2 * n, dt);
+        set_kernel(tks_cuda_set_swiglu_vec, v);
+        gpu->ops->swiglu_fwd(gpu, o[v].g, gu.g, M, F, dt);
+        gpu->ops->swiglu_bwd(gpu, dgu[v].g, d.g, gu.g, M, F, dt);
+    }
+    set_kernel(tks_cuda_set_swiglu_vec, 0);
+    float *a = host_of(gpu, o[0].g, n, dt), *b = host_of(gpu, o[1].g, n, dt);
+    float *c = host_of(gpu, dgu[0].g, 2 * n, dt), *e = host_of(gpu, dgu[1].g, 2 * n, dt);
+    char what[80];
+    snprintf(what, sizeof what, "%s: 16-byte form == scalar, fwd and bwd bitwise", tks_dtype_name(dt));
+    expect(!memcmp(a, b, n * 4) && !memcmp(c, e, 2 * n * 4) && gpu->ops->sync(gpu) == 0, "swiglu", what);
+    free(a), free(b), free(c), free(e);
+    drop(gu), drop(d), drop(o[0]), drop(o[1]), drop(dgu[0]), drop(dgu[1]);
+    free(hgu), free(hd);
+}
+
+/* VR 1000 and 997: with 997 the real columns end mid-vector (16 bytes),
+ * which the vectorized xent_fused takes one at a time */
+static void t_xent(tks_dtype dt, int VR) {
+    const int N = 40, V = 1088;
     size_t n = (size_t)N * V;
     float *hl = rnd(n, -4, 4);
     int32_t tg[40];
@@ -518,7 +611,7 @@ static void t_xent(tks_dtype dt) {
     pair loss = zeros(N, TKS_F32), dl = zeros(n, dt);
     cpu->ops->xent_max(cpu, mx.c, l.c, N, V, VR, dt);
     gpu->ops->xent_max(gpu, mx.g, l.g, N, V, VR, dt);
-    cmp("xent_max", "N 40 V 1088 VR 1000", mx, 0, 0);
+    cmp("xent_max", VR == 1000 ? "N 40 V 1088 VR 1000" : "N 40 V 1088 VR 997", mx, 0, 0);
     cpu->ops->xent_sumexp(cpu, sm.c, l.c, mx.c, N, V, VR, dt);
     gpu->ops->xent_sumexp(gpu, sm.g, l.g, mx.g, N, V, VR, dt);
     cmp("xent_sumexp", "", sm, 0, 2 * gamma_k(VR) + 8 * U);
@@ -554,8 +647,95 @@ static void t_xent(tks_dtype dt) {
     free(hl);
 }
 
-static void t_adamw(tks_dtype pcdt) {
-    size_t n = 50001, base = 1000;
+/* The chunked loss head (trainer/model/loss_head.h: lm_head GEMM, fused
+ * cross-entropy and the two backward GEMMs by chunks of rows) on the GPU,
+ * chunks of 24 rows (24, 24, 22), against the CPU's whole logits (one chunk
+ * of N rows: the model's path without TKS_LOSS_CHUNK_ROWS). An ignored row
+ * (-1) and a target on a padding column are among the targets; lm_head's
+ * gradient accumulates onto a random start.
+ *
+ * Bounds. h in [-1, 1], W in [-1/16, 1/16], C = 64: |logit| <= 4 and each is
+ * an fp32 sum of C terms with S <= 4, so the two sides' logits differ by
+ * d = 2 gamma_C 4 (bf16 storage: + one bf16 ulp, 2^-7 4). The loss is
+ * logsumexp - the target's logit: 2 d, plus xent_fused's own rounding
+ * (t_xent's bound). Each probability p moves relatively by exp(2 d) - 1
+ * and the fused op's rounding (2 gamma_VR + 16 u), and in bf16 each side
+ * rounds dlogits once (2^-8 of scale (p + onehot) each, the CPU's target
+ * column twice): E relative to scale (p + onehot). dh sums VP terms dlogit
+ * W with sum_j scale (p + onehot) = 2 scale: 2 |W| scale (E + 2 gamma_VP).
+ * dW sums N terms dlogit h onto the start value: |h| scale (E + 2
+ * gamma_{N+1}) P_j + 2 gamma_{N+1} |dW0|, P_j = sum_r (p + onehot) over
+ * the rows, bounded by its largest column (from fp64 logits on the host, by
+ * (1 + E) for the computed p). */
+static void t_loss_head(tks_dtype dt) {
+    enum { N = 70, C = 64, VP = 1088, VR = 1000, ROWS = 24 };
+    const double hm = 1, wm = 1.0 / 16, scale = 1.0 / N;
+    float *hh = rnd((size_t)N * C, -1, 1), *hw = rnd((size_t)VP * C, -1.0f / 16, 1.0f / 16);
+    float *hg = rnd((size_t)VP * C, -1, 1);
+    int32_t tg[N];
+    for (int i = 0; i < N; i++) tg[i] = (int32_t)(urand() * VR);
+    tg[5] = -1, tg[9] = VR;
+    /* what the GEMMs read: the inputs as stored */
+    float *h2 = host_of_dt(hh, (size_t)N * C, dt), *w2 = host_of_dt(hw, (size_t)VP * C, dt);
+    double pmax = 0;
+    {
+        double *P = calloc(VR, sizeof *P), *l = malloc(VR * sizeof *l);
+        for (int r = 0; r < N; r++) {
+            if (tg[r] < 0) continue;
+            double mx = -INFINITY, sm = 0;
+            for (int j = 0; j < VR; j++) {
+                double d = 0;
+                for (int c = 0; c < C; c++) d += (double)h2[r * C + c] * w2[(size_t)j * C + c];
+                l[j] = d;
+                mx = d > mx ? d : mx;
+            }
+            for (int j = 0; j < VR; j++) sm += exp(l[j] - mx);
+            for (int j = 0; j < VR; j++) P[j] += exp(l[j] - mx) / sm + (j == tg[r]);
+        }
+        for (int j = 0; j < VR; j++) pmax = P[j] > pmax ? P[j] : pmax;
+        free(P), free(l);
+    }
+    int32_t *tc = cpu->ops->alloc(cpu, sizeof tg), *tgp = gpu->ops->alloc(gpu, sizeof tg);
+    cpu->ops->upload(cpu, tc, tg, sizeof tg);
+    gpu->ops->upload(gpu, tgp, tg, sizeof tg);
+    pair h = put(hh, (size_t)N * C, dt), w = put(hw, (size_t)VP * C, dt), dW = put(hg, (size_t)VP * C, TKS_F32);
+    pair loss = zeros(N, TKS_F32), dh = zeros((size_t)N * C, dt);
+    pair buf = zeros((size_t)N * VP, dt), st = zeros(3 * (size_t)N, TKS_F32);
+    tks_loss_head_args a = {.N = N, .C = C, .VP = VP, .VR = VR, .scale = (float)scale, .dt = dt};
+    a.h = h.c, a.W = w.c, a.targets = tc, a.loss = loss.c, a.dh = dh.c, a.dW = dW.c, a.buf = buf.c, a.rows = N;
+    int rc1 = tks_loss_head(cpu, &a);
+    a.h = h.g, a.W = w.g, a.targets = tgp, a.loss = loss.g, a.dh = dh.g, a.dW = dW.g, a.buf = buf.g, a.rows = ROWS;
+    int rc2 = tks_loss_head(gpu, &a);
+    expect(rc1 == 0 && rc2 == 0, "loss_head", "chunks of 24 rows (GPU) and one of 70 (CPU) ran");
+    double d = 2 * gamma_k(C) * 4 + (dt == TKS_BF16 ? UB * 4 : 0);
+    double E = 2 * d * exp(2 * d) + 2 * gamma_k(VR) + 16 * U + (dt == TKS_BF16 ? UB : 0);
+    cmp("loss_head", dt == TKS_BF16 ? "loss, bf16 inputs" : "loss N 70 C 64 VP 1088 VR 1000", loss, 2 * d + 8 * U * 16 + 2 * gamma_k(VR), 0);
+    exact_row("loss_head", loss, 5, 1, 0.0f);
+    cmp("loss_head", "dh (chunk rows)", dh, 2 * wm * scale * (E + 2 * gamma_k(VP)), 0);
+    cmp("loss_head", dt == TKS_BF16 ? "dW over 3 chunks, bf16 inputs" : "dW accumulated over 3 chunks", dW,
+        hm * scale * (E + 2 * gamma_k(N + 1)) * pmax * (1 + E) + 2 * gamma_k(N + 1), 0);
+    /* the forward-only form (evaluation): the staged ops on each chunk */
+    pair l2 = zeros(N, TKS_F32);
+    a.h = h.c, a.W = w.c, a.targets = tc, a.loss = l2.c, a.dh = NULL, a.buf = buf.c, a.rows = N;
+    a.mx = st.c, a.sum = (float *)st.c + N, a.tgt = (float *)st.c + 2 * N;
+    rc1 = tks_loss_head(cpu, &a);
+    a.h = h.g, a.W = w.g, a.targets = tgp, a.loss = l2.g, a.buf = buf.g, a.rows = ROWS;
+    a.mx = st.g, a.sum = (float *)st.g + N, a.tgt = (float *)st.g + 2 * N;
+    rc2 = tks_loss_head(gpu, &a);
+    expect(rc1 == 0 && rc2 == 0, "loss_head", "forward only: ran");
+    /* the staged ops' rounding: the sum of exps (2 gamma_VR) and xent_loss's (t_xent) */
+    cmp("loss_head", dt == TKS_BF16 ? "forward only: loss, bf16 inputs" : "forward only: loss", l2, 2 * d + 8 * U * 16 + 2 * gamma_k(VR), 0);
+    exact_row("loss_head", l2, 5, 1, 0.0f);
+    cpu->ops->free(cpu, tc);
+    gpu->ops->free(gpu, tgp);
+    drop(h), drop(w), drop(dW), drop(loss), drop(dh), drop(buf), drop(st), drop(l2);
+    free(hh), free(hw), free(hg), free(h2), free(w2);
+}
+
+/* base 1000 and 1003: with base not a multiple of 4, m and v sit a part of
+ * a quad off p and grad, and the vectorized step takes its element path */
+static void t_adamw(tks_dtype pcdt, size_t base) {
+    size_t n = 50001;
     float *hp = rnd(n, -1, 1), *hg = rnd(n, -1, 1), *hm = rnd(n, -0.1f, 0.1f), *hv = rnd(n, 0, 0.01f);
     pair p = put(hp, n, TKS_F32), g = put(hg, n, TKS_F32), m = put(hm, n - base, TKS_F32);
     pair v = put(hv, n - base, TKS_F32), pc = zeros(n, pcdt), nsq = zeros(1, TKS_F32);
@@ -569,7 +749,8 @@ static void t_adamw(tks_dtype pcdt) {
     /* m = b1 m + (1-b1) g can cancel: bound by its terms (|m| <= 0.1, |g| <= 0.5);
      * v has positive terms; p = p decay - step m / denom with |p| <= 1 and the
      * step term <= lr / (1 - b1^7) */
-    cmp("adamw", "m (2 spans, base 1000, device clip)", m, 4 * U * (0.9 * 0.1 + 0.1 * 0.5), 0);
+    cmp("adamw", base == 1000 ? "m (2 spans, base 1000, device clip)" : "m (2 spans, base 1003, device clip)", m,
+        4 * U * (0.9 * 0.1 + 0.1 * 0.5), 0);
     cmp("adamw", "v", v, 0, 8 * U);
     cmp("adamw", "p (fp32 master)", p, 4 * U + 16 * U * 1e-3 / (1 - 0.478), 0);
     cmp("adamw", "compute copy", pc, 4 * U + 16 * U * 1e-3 / (1 - 0.478), 0);
@@ -622,6 +803,59 @@ static void t_many_spans(void) {
     cmp("adamw", "300 spans: compute copy", pc, 4 * U + 16 * U * 1e-3 / (1 - 0.729), 0);
     drop(p), drop(g), drop(m), drop(v), drop(nsq), drop(pc);
     free(hp), free(hg), free(hm), free(hv);
+}
+
+/* The vectorized optimizer step's iteration (trainer/cuda/quad_spans.h) run
+ * on the host as the kernels run it (threads striding over the quads, each
+ * stepping its span forward; a whole quad as one 16-byte access, an edge
+ * quad element by element): every element of every span is visited exactly
+ * once and nothing else, over span lists with misaligned offsets, lengths
+ * not a multiple of 4, spans sharing a quad, empty spans and more spans than
+ * one launch takes (QUAD_BATCH); and the decay factor is each span's. A
+ * check of index arithmetic, exact, with or without a GPU. */
+static void t_quad_cover(void) {
+    enum { NS = 300, THREADS = 37 };
+    for (int shape = 0; shape < 3; shape++) {
+        tks_span sp[NS];
+        size_t off = 3, ns = shape == 0 ? 5 : NS;
+        for (size_t k = 0; k < ns; k++) {
+            off += shape == 1 ? (size_t)(urand() * 9) : 0; /* gaps; shape 2: back to back */
+            size_t len = k % 29 == 7 ? 0 : (size_t)(urand() * (shape == 2 ? 11 : 700));
+            sp[k] = (tks_span){off, len, (float)(k % 3) * 0.1f};
+            off += len;
+        }
+        size_t n = off + 8, bad = 0, whole = 0, quads = 0, k = 0;
+        unsigned char *seen = calloc(n, 1), *want = calloc(n, 1);
+        float *decay = calloc(n, sizeof *decay);
+        for (size_t j = 0; j < ns; j++)
+            for (size_t i = sp[j].off; i < sp[j].off + sp[j].n; i++) want[i] = 1, decay[i] = 1.0f - 1e-3f * sp[j].wd;
+        while (k < ns) {
+            quad_batch b;
+            size_t total = quad_batch_fill(&b, sp, ns, &k, 1e-3f);
+            quads += total;
+            for (size_t t = 0; t < THREADS; t++) {
+                int s = 0;
+                for (size_t Q = t; Q < total; Q += THREADS) {
+                    size_t i0 = quad_at(b.qend, b.off, &s, Q);
+                    int w = quad_whole(i0, b.off[s], b.stop[s]);
+                    size_t lo = w ? i0 : i0 > b.off[s] ? i0 : b.off[s];
+                    size_t hi = w ? i0 + 4 : i0 + 4 < b.stop[s] ? i0 + 4 : b.stop[s];
+                    whole += w;
+                    if (w && i0 % 4) bad++; /* a 16-byte access must be aligned */
+                    for (size_t i = lo; i < hi; i++) {
+                        if (i >= n || !want[i] || b.f[s] != decay[i]) bad++;
+                        else seen[i]++;
+                    }
+                }
+            }
+        }
+        for (size_t i = 0; i < n; i++) bad += want[i] && seen[i] != 1;
+        char what[96];
+        snprintf(what, sizeof what, "%zu spans%s: each element once (%zu of %zu quads whole)", ns,
+                 shape == 1 ? ", gaps" : shape == 2 ? ", short, back to back" : "", whole, quads);
+        expect(bad == 0, "quad_spans", what);
+        free(seen), free(want), free(decay);
+    }
 }
 
 /* Streams and events: work on a second stream waits for the first through
@@ -679,7 +913,7 @@ static void t_streams_and_errors(void) {
 
     /* sticky: a bad dtype fails, every later op returns the same code, sync names the op */
     tks_backend *e = NULL;
-    if (tks_cuda_backend_create(-1, &e)) {
+    if (harness ? !(e = tks_cpu_backend_create(0)) : tks_cuda_backend_create(-1, &e) != 0) {
         expect(0, "sticky", tks_last_error()->message);
         return;
     }
@@ -693,13 +927,22 @@ static void t_streams_and_errors(void) {
 }
 
 int main(void) {
-    if (tks_cuda_device_count() == 0) {
+    const char *self = getenv("TKS_TEST_CPU_AS_GPU");
+    harness = self && !strcmp(self, "1");
+    if (!harness && tks_cuda_device_count() == 0) {
         printf("skipped: no CUDA device (%s)\n",
                tks_cuda_built() ? "built with CUDA, none visible" : "built without CUDA");
         return 77;
     }
     cpu = tks_cpu_backend_create(0);
-    int rc = tks_cuda_backend_create(-1, &gpu);
+    int rc = 0;
+    if (harness) {
+        tks_backend *second = tks_cpu_backend_create(0);
+        gpu = second ? tks_test_ref64_wrap(second) : NULL;
+        rc = gpu ? 0 : TKS_ERR_NOMEM;
+    } else {
+        rc = tks_cuda_backend_create(-1, &gpu);
+    }
     if (rc || !cpu) {
         fprintf(stderr, "test_cuda_ops: %s\n", tks_last_error()->message);
         return 1;
@@ -713,8 +956,8 @@ int main(void) {
         fprintf(stderr, "test_cuda_ops: no CPU workspace: %s\n", tks_last_error()->message);
         return 1;
     }
-    char desc[512];
-    tks_cuda_describe(gpu, desc, sizeof desc);
+    char desc[512] = "the CPU as the GPU: fp64 second implementation (TKS_TEST_CPU_AS_GPU=1)";
+    if (!harness) tks_cuda_describe(gpu, desc, sizeof desc);
     printf("device: %s\n", desc);
     t_gemm();
     t_reductions();
@@ -730,11 +973,57 @@ int main(void) {
         t_attention(dt, 0, 0);
         t_attention(dt, 0, 1);
         if (dt == TKS_BF16) t_attention(dt, 1, 0), t_attention(dt, 1, 1);
-        t_swiglu(dt);
-        t_xent(dt);
-        t_adamw(dt);
+        t_swiglu(dt, 333);
+        t_swiglu(dt, 336);
+        t_xent(dt, 1000);
+        t_xent(dt, 997);
+        t_loss_head(dt);
+        t_adamw(dt, 1000);
+        t_adamw(dt, 1003);
     }
     t_many_spans();
+    t_quad_cover();
+    /* the vectorized optimizer step (TKS_CUDA_VEC_OPTIM): the same checks
+     * (the reductions' bits differ from the scalar form's, each form is
+     * deterministic: t_reductions checks two runs) */
+    if (set_vec_optim(1)) {
+        printf("-- vectorized sumsq, sum and adamw (tks_cuda_set_vec_optim)\n");
+        t_reductions();
+        for (int d = 0; d < 2; d++) t_adamw(d ? TKS_BF16 : TKS_F32, 1000), t_adamw(d ? TKS_BF16 : TKS_F32, 1003);
+        t_many_spans();
+        set_vec_optim(0);
+    }
+    /* the one-pass RMSNorm backward and RoPE's angles per row: the same
+     * checks with each on (rmsnorm_bwd with the workspace: one pass over 35
+     * chunks of 2 rows; without: the two-kernel fallback) */
+    for (int d = 0; d < 2; d++) {
+        tks_dtype dt = d ? TKS_BF16 : TKS_F32;
+        if (set_kernel(tks_cuda_set_norm_onepass, 1)) {
+            printf("-- one-pass rmsnorm_bwd (tks_cuda_set_norm_onepass), %s\n", tks_dtype_name(dt));
+            t_rmsnorm(dt, 1);
+            t_rmsnorm(dt, 0);
+            set_kernel(tks_cuda_set_norm_onepass, 0);
+        }
+        if (set_kernel(tks_cuda_set_rope_rows, 1)) {
+            printf("-- rope, angles per row (tks_cuda_set_rope_rows), %s\n", tks_dtype_name(dt));
+            t_rope(dt);
+            set_kernel(tks_cuda_set_rope_rows, 0);
+        }
+        t_rope_rows_bits(dt);
+        if (set_kernel(tks_cuda_set_swiglu_vec, 1)) {
+            printf("-- swiglu with 16-byte accesses (tks_cuda_set_swiglu_vec), %s\n", tks_dtype_name(dt));
+            t_swiglu(dt, 336);
+            set_kernel(tks_cuda_set_swiglu_vec, 0);
+        }
+        t_swiglu_vec_bits(dt);
+        if (set_kernel(tks_cuda_set_xent_vec, 1)) {
+            printf("-- xent_fused with 16-byte accesses (tks_cuda_set_xent_vec), %s\n", tks_dtype_name(dt));
+            t_xent(dt, 1000);
+            t_xent(dt, 997);
+            t_loss_head(dt);
+            set_kernel(tks_cuda_set_xent_vec, 0);
+        }
+    }
     t_streams_and_errors();
     if (gpu->ops->sync(gpu)) {
         printf("backend error: %s\n", tks_last_error()->message);

@@ -3,7 +3,8 @@
  * a tiny LLaMA: gradients of every parameter tensor against finite
  * differences (untied and tied embeddings), vocab padding, loss at init,
  * gradient accumulation, determinism, KV-cache decoding against the full
- * forward, a few AdamW steps, and the initial weights pinned bit for bit.
+ * forward, a few AdamW steps, the initial weights pinned bit for bit, and
+ * the chunked loss head (TKS_LOSS_CHUNK_ROWS) against the whole logits.
  * Usage: test_model (exit 0 = all passed).
  *
  * Legend (model.h): B micro-batch, T sequence, N = B*T, C dim, NH heads, NKV
@@ -12,6 +13,7 @@
  * The loss differentiated is the mean token loss loss_sum / N, whose gradient
  * is what tks_model_backward(m, 1/N) accumulates.
  */
+#define _GNU_SOURCE
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -675,6 +677,94 @@ static void check_bf16(void) {
     tks_model_free(m16);
 }
 
+/* ---- (k) the chunked loss head (TKS_LOSS_CHUNK_ROWS, trainer/model/loss_head.h) ------------------- */
+
+/* max over tensors of max |a - b| / the tensor's max |b| */
+static double grads_diff(const tks_param *ps, size_t np, const float *a, const float *b, const char **worst) {
+    double e = 0;
+    for (size_t i = 0; i < np; i++) {
+        double mx = 0, d = 0;
+        for (size_t k = 0; k < ps[i].lrows * ps[i].lcols; k++) {
+            mx = fmax(mx, fabs(b[ps[i].offset + k]));
+            d = worse(d, fabs(a[ps[i].offset + k] - b[ps[i].offset + k]));
+        }
+        double r = d / fmax(mx, 1e-30);
+        if (!(r <= e)) *worst = ps[i].name;
+        e = worse(e, r);
+    }
+    return e;
+}
+
+/* The same model with the lm_head and cross-entropy by chunks of 5 rows (N =
+ * 16: chunks 5, 5, 5, 1) against the whole logits, fp32 and bf16, untied and
+ * tied: the loss and every gradient after tks_model_forward + backward (the
+ * loss head run again with its gradients) and after forward_train +
+ * backward (the trainer's path, lm_head's backward inside forward_train).
+ * A row's logits, loss and input gradient are the same sums either way;
+ * lm_head's weight gradient sums the N rows as four partial sums, a
+ * different fp32 order: the chain bound (chain_tol) covers it. A dropped
+ * chunk, a wrong row offset or a gradient not accumulated moves a loss or a
+ * gradient by O(1 / chunks). The activation plan must still be the
+ * allocation, and smaller by the (N - 5) rows of logits not held. */
+static void check_loss_chunks(int tie, tks_dtype dt) {
+    enum { R = 5 };
+    const int N = BATCH * SEQ;
+    tks_model_config c = tiny(tie, 0.3f, 8);
+    tks_model *mw = NULL, *mc = NULL;
+    int rc = tks_model_create_dt(&c, be, NULL, BATCH, SEQ, 1, dt, &mw);
+    setenv("TKS_LOSS_CHUNK_ROWS", "5", 1);
+    size_t plan = tks_model_activation_bytes(&c, 1, BATCH, SEQ, dt, be);
+    if (!rc) rc = tks_model_create_dt(&c, be, NULL, BATCH, SEQ, 1, dt, &mc);
+    unsetenv("TKS_LOSS_CHUNK_ROWS");
+    if (rc) {
+        FAILF("tks_model_create_dt: %s", tks_last_error()->message);
+        return;
+    }
+    tks_model_init(mw, 31);
+    tks_model_init(mc, 31);
+    char grp[40], what[160];
+    snprintf(grp, sizeof grp, "chunks %s t=%d", tks_dtype_name(dt), tie);
+    size_t VP = tks_model_padded_vocab(&c, 1), es = tks_dtype_size(dt);
+    size_t saved = (size_t)tks_model_act_bytes(mw) - (size_t)tks_model_act_bytes(mc);
+    snprintf(what, sizeof what, "plan %zu == allocated %zu; %zu bytes fewer (>= (N - 5) VP es = %zu less 64 of alignment)", plan,
+             tks_model_act_bytes(mc), saved, (size_t)(N - R) * VP * es);
+    note(grp, what, fabs((double)plan - (double)tks_model_act_bytes(mc)) + (saved + 64 < (N - R) * VP * es), 0.5);
+    size_t np;
+    const tks_param *ps = tks_model_params(mw, &np);
+    const char *worst = "";
+    for (int path = 0; path < 2; path++) {
+        double L[2];
+        float *g[2];
+        for (int k = 0; k < 2; k++) {
+            tks_model *m = k ? mc : mw;
+            tks_model_zero_grad(m);
+            if (path == 0) {
+                L[k] = fwd(m, ids, tgts);
+            } else {
+                float *acc = be->ops->alloc(be, sizeof(float));
+                rc = tks_model_forward_train(m, ids, tgts, 1.0f / N, acc);
+                if (rc) FAILF("tks_model_forward_train: %s", tks_last_error()->message);
+                float h = 0;
+                be->ops->download(be, &h, acc, sizeof h);
+                be->ops->free(be, acc);
+                L[k] = h;
+            }
+            bwd(m, 1.0f / N);
+            g[k] = get_flat(m, tks_model_grads(m));
+        }
+        const char *how = path ? "forward_train" : "forward + backward";
+        snprintf(what, sizeof what, "%s: loss chunked %.9g vs whole %.9g (relative)", how, L[1], L[0]);
+        note(grp, what, fabs(L[1] - L[0]) / fabs(L[0]), chain_tol(&c, SEQ, N, 0));
+        double e = grads_diff(ps, np, g[1], g[0], &worst);
+        snprintf(what, sizeof what, "%s: grads max err / tensor max (worst %s)", how, worst);
+        note(grp, what, e, chain_tol(&c, SEQ, N, 1));
+        free(g[0]);
+        free(g[1]);
+    }
+    tks_model_free(mw);
+    tks_model_free(mc);
+}
+
 int main(void) {
     be = tks_cpu_backend_create(0);
     if (!be) {
@@ -697,6 +787,10 @@ int main(void) {
     check_activation_memory(TKS_F32);
     check_activation_memory(TKS_BF16);
     check_bf16();
+    for (int tie = 0; tie < 2; tie++) {
+        check_loss_chunks(tie, TKS_F32);
+        check_loss_chunks(tie, TKS_BF16);
+    }
     be->ops->destroy(be);
     if (failures) {
         printf("%d check(s) FAILED\n", failures);

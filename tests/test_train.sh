@@ -507,6 +507,37 @@ assert prof["gemm"][1] > 1000, prof["gemm"]  # the prices are not all zero
 PY
       fail "$dt: profile and step model differ: $(tail -c 1500 prof-$dt.txt) $(cat model-$dt.txt)"
   done
+  # the chunked loss head (TKS_LOSS_CHUNK_ROWS): 128 rows a micro-batch in
+  # chunks of 48, 48 and 32, the profile and the model counting the same calls
+  export TKS_LOSS_CHUNK_ROWS=48
+  expect 0 "bf16, chunked loss head: one profiled step" -- "$TRAIN" --dataset "$S/data" --out sm-chunks \
+    --steps 1 --profile 1 --dtype bf16 "${R[@]}" "${M[@]}"
+  cp "$W/out" prof-chunks.txt
+  expect 0 "bf16, chunked loss head: --step-model" -- "$TRAIN" --step-model --dataset "$S/data" --dtype bf16 \
+    "${R[@]}" "${M[@]}"
+  cp "$W/out" model-chunks.txt
+  unset TKS_LOSS_CHUNK_ROWS
+  python3 - prof-chunks.txt model-chunks.txt prof-bf16.txt <<'PY' && ok "chunked loss head: the model's calls and times are the profiled step's; 3 times the unchunked xent_fused calls" ||
+import sys
+def table(path, prof):
+    out, on = {}, not prof
+    for line in open(path):
+        if prof and line.startswith("backend ops over the profiled steps"): on = True; continue
+        f = line.split()
+        if prof and on and f and f[0] not in ("op", "all", "model:"):
+            out[f[0]] = (int(f[1]), float(f[-2]))
+        if not prof and len(f) == 7 and f[0] not in ("op", "all") and f[1].isdigit():
+            out[f[0]] = (int(f[1]), float(f[4]))
+    return out
+prof, model, whole = table(sys.argv[1], 1), table(sys.argv[2], 0), table(sys.argv[3], 1)
+assert prof and set(prof) == set(model), (sorted(prof), sorted(model))
+for op in prof:
+    assert prof[op][0] == model[op][0], (op, "calls", prof[op], model[op])
+    assert abs(prof[op][1] - model[op][1]) <= 0.0011, (op, "model ms", prof[op], model[op])
+assert prof["xent_fused"][0] == 3 * whole["xent_fused"][0], (prof["xent_fused"], whole["xent_fused"])
+assert open(sys.argv[2]).read().count("chunks of 48 rows") == 1
+PY
+    fail "chunked loss head: profile and step model differ: $(tail -c 1500 prof-chunks.txt) $(cat model-chunks.txt)"
   grep -Eq "^predicted MFU: [0-9.]+% of 0.001 TFLOP/s" model-fp32.txt && ok "the model predicts an MFU" ||
     fail "no predicted MFU: $(tail -4 model-fp32.txt)"
   expect 0 "the Llama-3.2-1B shape on the H100 preset" -- "$TRAIN" --step-model --vocab-size 128256 --dim 2048 \

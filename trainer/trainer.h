@@ -357,6 +357,7 @@ typedef struct tks_step_bench_opts {
     tks_model_config model;  /* zero fields take the trainer's defaults (ffn_dim, rope_theta, ...) */
     int B, T;                /* micro-batch: B sequences of T tokens, 2 <= T <= max_seq_len */
     int steps, warmup;       /* steps >= 1, warmup >= 0 */
+    int accum;               /* micro-batches of B x T a step, gradients accumulated (0 or 1: one) */
     int bf16;                /* 1: bf16 activations and compute weights, else fp32 */
     int profile;             /* > 0: that many more steps after the timed ones, every op timed
                               * (tks_profile_attach, priced on the device's roofline preset);

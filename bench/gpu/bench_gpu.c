@@ -11,10 +11,12 @@
  * bf16 is cuDNN's fused kernel when built with it (TKS_CUDNN_ATTENTION=0:
  * tokshard's own), in fp32 always tokshard's.
  *
- * Usage: tokshard-bench-gpu [--profile N] CONFIG B T STEPS WARMUP [fp32|bf16] [DEVICE]
+ * Usage: tokshard-bench-gpu [--profile N] [--accum K] CONFIG B T STEPS WARMUP [fp32|bf16] [DEVICE]
  *        (CONFIG: 1b | 124m | tiny; the step is the trainer's device-side one,
  *        tks_step_bench in trainer/trainer.h; DEVICE cuda by default, cpu
- *        for the test that runs this program without a GPU; --profile N:
+ *        for the test that runs this program without a GPU; --accum K: K
+ *        micro-batches of B x T a step, gradients accumulated, tokens/s
+ *        counting all K (default 1); --profile N:
  *        N more steps after the timed ones with every op timed, their
  *        per-op table on stderr, as tokshard-train --profile prints it)
  * Prints one JSON object on stdout.
@@ -47,25 +49,28 @@ static int config(const char *name, tks_model_config *c) {
 }
 
 int main(int argc, char **argv) {
-    int profile = 0;
-    if (argc >= 3 && !strcmp(argv[1], "--profile")) {
-        profile = atoi(argv[2]);
-        if (profile < 1) {
-            fprintf(stderr, "tokshard-bench-gpu: --profile needs a number of steps >= 1, not '%s'\n", argv[2]);
+    int profile = 0, accum = 1;
+    while (argc >= 3 && (!strcmp(argv[1], "--profile") || !strcmp(argv[1], "--accum"))) {
+        int v = atoi(argv[2]);
+        if (v < 1) {
+            fprintf(stderr, "tokshard-bench-gpu: %s needs a number >= 1, not '%s'\n", argv[1], argv[2]);
             return 2;
         }
+        if (!strcmp(argv[1], "--profile")) profile = v;
+        else accum = v;
         argv[2] = argv[0];
         argv += 2, argc -= 2;
     }
     if (argc < 6 || argc > 8) {
-        fprintf(stderr, "usage: tokshard-bench-gpu [--profile N] CONFIG(1b|124m|tiny) B T STEPS WARMUP "
+        fprintf(stderr, "usage: tokshard-bench-gpu [--profile N] [--accum K] CONFIG(1b|124m|tiny) B T STEPS WARMUP "
                         "[fp32|bf16] [DEVICE]\n");
         return 2;
     }
     tks_backend_register(tks_cuda_backend_kind()); /* NULL in a build without CUDA */
     tks_step_bench_opts o = {.device = argc == 8 ? argv[7] : "cuda", .B = atoi(argv[2]), .T = atoi(argv[3]),
                              .steps = atoi(argv[4]), .warmup = atoi(argv[5]),
-                             .bf16 = argc >= 7 && !strcmp(argv[6], "bf16"), .profile = profile};
+                             .bf16 = argc >= 7 && !strcmp(argv[6], "bf16"), .profile = profile,
+                             .accum = accum};
     if (config(argv[1], &o.model)) {
         fprintf(stderr, "tokshard-bench-gpu: unknown config %s (1b, 124m, tiny)\n", argv[1]);
         return 2;
@@ -82,15 +87,24 @@ int main(int argc, char **argv) {
     uint64_t nonemb = r.params - (uint64_t)c->vocab_size * c->dim;
     double hd = (double)c->dim / c->n_heads;
     double flop_tok = 6.0 * (double)nonemb + 12.0 * c->n_layers * c->n_heads * hd * o.T;
-    double tps = (double)o.B * o.T / r.step_s;
+    double tps = (double)o.B * o.T * accum / r.step_s;
+    /* the opt-in kernels (README) in effect, for the record */
+    const char *flags[] = {"TKS_LOSS_CHUNK_ROWS", "TKS_CUDA_VEC_OPTIM", "TKS_CUDA_NORM_ONEPASS", "TKS_CUDA_ROPE_ROWS",
+                           "TKS_CUDA_XENT_VEC", "TKS_CUDA_SWIGLU_VEC"};
+    char on[256] = "";
+    for (size_t i = 0, o2 = 0; i < sizeof flags / sizeof *flags; i++) {
+        const char *v = getenv(flags[i]);
+        if (v && *v && strcmp(v, "0") && o2 < sizeof on)
+            o2 += (size_t)snprintf(on + o2, sizeof on - o2, "%s%s=%s", o2 ? " " : "", flags[i], v);
+    }
     double real_bytes = (double)r.peak_bytes + (double)r.reserved_bytes;
-    printf("{\"impl\": \"tokshard\", \"dtype\": \"%s\", \"config\": \"%s\", \"B\": %d, \"T\": %d, "
+    printf("{\"impl\": \"tokshard\", \"dtype\": \"%s\", \"config\": \"%s\", \"B\": %d, \"T\": %d, \"accum\": %d, "
            "\"steps\": %d, \"step_s\": %.4f, \"tokens_per_s\": %.1f, \"flop_per_token\": %.4g, "
            "\"mfu\": %.4f, \"peak_bytes\": %zu, \"plan_vs_allocated\": %.4f, \"params\": %llu, \"loss\": %.4f, "
-           "\"attention\": \"%s\", \"backend\": \"%s\", \"device\": \"%s\"}\n",
-           o.bf16 ? "bf16" : "fp32", argv[1], o.B, o.T, o.steps, r.step_s, tps, flop_tok,
+           "\"attention\": \"%s\", \"backend\": \"%s\", \"device\": \"%s\", \"opt_in\": \"%s\"}\n",
+           o.bf16 ? "bf16" : "fp32", argv[1], o.B, o.T, accum, o.steps, r.step_s, tps, flop_tok,
            tps * flop_tok / 989e12, r.peak_bytes, real_bytes > 0 ? r.plan_bytes / real_bytes : 0.0,
-           (unsigned long long)r.params, r.loss, r.attention, r.backend, r.device);
+           (unsigned long long)r.params, r.loss, r.attention, r.backend, r.device, on);
     if (r.profile) {
         fprintf(stderr, "per-op profile of %d step%s (%s %s, B %d, T %d):\n%s", profile, profile > 1 ? "s" : "",
                 argv[1], o.bf16 ? "bf16" : "fp32", o.B, o.T, r.profile);

@@ -10,14 +10,19 @@
 #   tests   the single-process GPU tests (ctest -L gpu, NCCL ones excluded:
 #           the CUDA ops and model against the CPU reference, the memory plan,
 #           tokshard-train --device cuda)
+#   opt-in  cuda_ops, cuda_model and cuda_train again with the opt-in
+#           kernels on (OPTIN below; README: unverified on a GPU until this
+#           passes)
+#   1b      the Llama-3.2-1B shape, bf16, B 2 x T 2048: tokshard with the
+#           opt-in kernels at 1 and at 8 micro-batches a step (per-op
+#           profile at 1), torch.compile at 1 and 8 in one process (one
+#           compile), then tokshard without them at 1 and 8 (the baseline)
 #   nccl    the NCCL / MPI tests (cuda_comm_*, cuda_parallel: several ranks on
 #           the one GPU)
 #   rerun   each failed test alone with CUDA_LAUNCH_BLOCKING=1 and
 #           NCCL_DEBUG=INFO, while time allows
 #   small   the benchmark's 124M-class config, bf16: tokshard (with a per-op
 #           profile) against PyTorch eager and torch.compile
-#   1b      the Llama-3.2-1B shape, bf16, T 2048: tokshard (per-op profile)
-#           and torch.compile, few steps (the figures say how many)
 # Results, at most 8 files, written as they come (a run cut off still leaves
 # what it did), under $OUT:
 #   0-summary.md  one table per part, the tests and the benchmark: readable alone
@@ -105,8 +110,12 @@ for line in open(parts).read().splitlines():
         print("| %s | %s | %s | %s |" % tuple(f))
 tests = {}
 for log in ("2-tests.log", "3-nccl.log"):
-    for m in re.finditer(r"Test +#\d+: (\S+) \.+\** *([A-Za-z ]+?) +([\d.]+) sec", read(log)):
-        tests[m.group(1)] = (m.group(2).strip(), m.group(3), log)
+    # the sections step() starts with "===== [Ns] NAME: ..."; the opt-in
+    # kernels' run of the same tests is named apart
+    for sec in re.split(r"^(?======)", read(log), flags=re.M):
+        pre = "opt-in " if sec.startswith("=====") and "] opt-in tests:" in sec.split("\n", 1)[0] else ""
+        for m in re.finditer(r"Test +#\d+: (\S+) \.+\** *([A-Za-z ]+?) +([\d.]+) sec", sec):
+            tests[pre + m.group(1)] = (m.group(2).strip(), m.group(3), log)
 if tests:
     print("\n| test | result | seconds | log |\n|---|---|---:|---|")
     for n, (r, s, l) in tests.items():
@@ -128,24 +137,26 @@ for line in read("5-bench.jsonl").splitlines():
         except ValueError:
             pass
 if rows:
-    print("\n| config | impl | dtype | B x T | steps | step s | tokens/s | MFU | peak GiB | warm-up s | note |")
+    print("\n| config | impl | dtype | B x T x accum | steps | step s | tokens/s | MFU | peak GiB | warm-up s | note |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
     best = {}
     for r in rows:
         if "tokens_per_s" not in r:
             print("| %s | %s | | | | | | | | | %s |" % (r.get("config", "?"), r.get("impl", "?"), r.get("error", "")))
             continue
-        print("| %s | %s | %s | %d x %d | %d | %.4f | %.0f | %.1f%% | %.2f | %s | %s |" % (
-            r["config"], r["impl"], r["dtype"], r["B"], r["T"], r.get("steps", 0), r["step_s"],
+        impl = r["impl"] + (" (opt-in)" if r.get("opt_in") else "")
+        print("| %s | %s | %s | %d x %d x %d | %d | %.4f | %.0f | %.1f%% | %.2f | %s | %s |" % (
+            r["config"], impl, r["dtype"], r["B"], r["T"], r.get("accum", 1), r.get("steps", 0), r["step_s"],
             r["tokens_per_s"], 100 * r["mfu"], r.get("peak_bytes", 0) / 2**30, r.get("warmup_s", ""),
-            r.get("attention", "")))
-        k = (r["config"], r["dtype"], r["impl"])
+            " ".join(x for x in (r.get("attention", ""), r.get("opt_in", "")) if x)))
+        k = (r["config"], r["dtype"], r.get("accum", 1), impl)
         best[k] = max(best.get(k, 0), r["tokens_per_s"])
     print()
-    for (cfg, dt, impl), v in sorted(best.items()):
-        t = best.get((cfg, dt, "tokshard"))
-        if impl != "tokshard" and t:
-            print("- %s %s: tokshard / %s = %.3f" % (cfg, dt, impl, t / v))
+    for (cfg, dt, acc, impl), v in sorted(best.items()):
+        for mine in ("tokshard", "tokshard (opt-in)"):
+            t = best.get((cfg, dt, acc, mine))
+            if not impl.startswith("tokshard") and t:
+                print("- %s %s, %d micro-batch(es) a step: %s / %s = %.3f" % (cfg, dt, acc, mine, impl, t / v))
     print("\nMFU: torchtitan's formula against 989 TFLOP/s dense bf16 (H100 SXM / H200).")
 PY
 }
@@ -250,8 +261,42 @@ CT=("$E" ctest --test-dir "$P/tests" --output-on-failure --timeout 240)
 export TKS_BUNDLE_WORK=$WORK/test-work
 # single-process tests side by side (one GPU, the CPU reference's threads shared)
 OMP_NUM_THREADS=$(($(nproc) / 3 > 1 ? $(nproc) / 3 : 1)) \
-  step tests 60 220 "$OUT/2-tests.log" "${CT[@]}" -L gpu -E '^cuda_(comm|parallel)' -j3
+  step tests 60 200 "$OUT/2-tests.log" "${CT[@]}" -L gpu -E '^cuda_(comm|parallel)' -j3
 summary
+# the opt-in kernels (README), each unverified on a GPU until these pass:
+# the loss head in chunks of 24 rows in the tests (several chunks of their
+# 64-row batches), of 2048 in the benchmark (half of a 2 x 2048 micro-batch)
+OPTIN=(TKS_CUDA_VEC_OPTIM=1 TKS_CUDA_NORM_ONEPASS=1 TKS_CUDA_ROPE_ROWS=1 TKS_CUDA_XENT_VEC=1
+  TKS_CUDA_SWIGLU_VEC=1)
+OMP_NUM_THREADS=$(($(nproc) / 3 > 1 ? $(nproc) / 3 : 1)) \
+  step "opt-in tests" 40 120 "$OUT/2-tests.log" env "${OPTIN[@]}" TKS_LOSS_CHUNK_ROWS=24 \
+  "${CT[@]}" -R '^cuda_(ops|model|train)$' -j3
+summary
+
+# ---- benchmark ----------------------------------------------------------------------
+J=$OUT/5-bench.jsonl BL=$OUT/6-bench.log
+A=$P/bench/torch_anchor.py
+# bench NAME NEED CAP CMD...: one benchmark run, its JSON line into 5-bench.jsonl
+bench() {
+  local name=$1 need=$2 cap=$3
+  shift 3
+  step "$name" "$need" "$cap" "$BL" bash -c 'set -o pipefail; "$@" | tee -a "$0"' "$J" "$@"
+}
+# the two configurations of the 1B shape: 1 and 8 micro-batches of 2 x 2048
+# a step (4096 and 32768 tokens), the same accumulation on both sides
+O1B=("${OPTIN[@]}" TKS_LOSS_CHUNK_ROWS=2048)
+bench "1b tokshard opt-in" 60 100 env "${O1B[@]}" "$E" tokshard-bench-gpu --profile 1 1b 2 2048 6 2 bf16
+summary
+bench "1b tokshard opt-in accum 8" 40 90 env "${O1B[@]}" "$E" tokshard-bench-gpu --accum 8 1b 2 2048 3 1 bf16
+summary
+bench "1b torch.compile" 90 200 python3 "$A" --config 1b --batch 2 --mode compile --dtype bf16 --steps 6 \
+  --warmup 2 --accum 1,8
+summary
+bench "1b tokshard" 40 90 "$E" tokshard-bench-gpu --profile 1 1b 2 2048 6 2 bf16
+summary
+bench "1b tokshard accum 8" 40 90 "$E" tokshard-bench-gpu --accum 8 1b 2 2048 3 1 bf16
+summary
+
 step nccl 40 170 "$OUT/3-nccl.log" "${CT[@]}" -L gpu -R '^cuda_(comm|parallel)'
 summary
 
@@ -264,21 +309,8 @@ for t in $failed; do
 done
 summary
 
-# ---- benchmark ----------------------------------------------------------------------
-J=$OUT/5-bench.jsonl BL=$OUT/6-bench.log
-A=$P/bench/torch_anchor.py
-# bench NAME NEED CAP CMD...: one benchmark run, its JSON line into 5-bench.jsonl
-bench() {
-  local name=$1 need=$2 cap=$3
-  shift 3
-  step "$name" "$need" "$cap" "$BL" bash -c 'set -o pipefail; "$@" | tee -a "$0"' "$J" "$@"
-}
 bench "small tokshard" 30 60 "$E" tokshard-bench-gpu --profile 2 124m 8 1024 10 3 bf16
 bench "small torch eager" 30 60 python3 "$A" --config 124m --batch 8 --mode eager --dtype bf16
-summary
-bench "1b tokshard" 60 120 "$E" tokshard-bench-gpu --profile 1 1b 2 2048 6 2 bf16
-summary
-bench "1b torch.compile" 90 200 python3 "$A" --config 1b --batch 2 --mode compile --dtype bf16 --steps 6 --warmup 2
 summary
 bench "small torch.compile" 60 90 python3 "$A" --config 124m --batch 8 --mode compile --dtype bf16
 summary

@@ -11,7 +11,11 @@ x += down(silu(gate(h)) * up(h)) on h = RMSNorm(x); RoPE rotate_half (Hugging
 Face layout, fp32 angles); GQA through F.scaled_dot_product_attention
 (enable_gqa, causal: PyTorch's flash attention); final RMSNorm; untied head
 unless the config ties; cross-entropy (mean). One step = zero_grad + forward +
-backward + clip_grad_norm_(1.0) + AdamW(fused=True) step.
+backward + clip_grad_norm_(1.0) + AdamW(fused=True) step; with --accum K,
+zero_grad + K x (forward + backward of loss / K) + clip + AdamW step, the
+gradient accumulation tokshard-bench-gpu --accum K runs. --accum 1,8 runs
+both in one process, one JSON line each (the compiled graph, a micro-batch's
+forward and backward, is the same, so torch.compile compiles once).
 
 Precision: --dtype bf16 is torchtitan's single-GPU mixed precision: fp32
 parameters and AdamW state, forward/backward under
@@ -26,7 +30,7 @@ Data: uniform random token ids from a fixed seed (the throughput does not
 depend on the ids), the same generator as tokshard-bench-gpu's stream is not
 needed since no values are compared.
 
-Prints one JSON object (tokens/s is the median over timed steps; peak memory
+Prints one JSON object per --accum value (tokens/s is the median over timed steps; peak memory
 from torch.cuda.max_memory_allocated).
 """
 import argparse
@@ -151,7 +155,11 @@ def main():
     ap.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
     ap.add_argument("--peak", type=float, default=989e12)
+    ap.add_argument("--accum", default="1", help="micro-batches a step, or a comma-separated list to run in turn")
     a = ap.parse_args()
+    accums = [int(x) for x in a.accum.split(",")]
+    if not accums or min(accums) < 1:
+        ap.error("--accum: positive integers, e.g. 1 or 1,8")
     if not torch.cuda.is_available():
         print(json.dumps({"impl": "pytorch", "error": "no CUDA device"}))
         return 77
@@ -174,16 +182,19 @@ def main():
     hd = c["dim"] // c["heads"]
     flop_tok = 6 * nonemb + 12 * c["layers"] * c["heads"] * hd * T
 
-    def step():
-        ids = torch.randint(0, c["vocab"], (a.batch, T), device=dev, generator=g)
-        tg = torch.randint(0, c["vocab"], (a.batch, T), device=dev, generator=g)
+    def step(accum=1):
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
-            loss = fwd(ids, tg, cos, sin)
-        loss.backward()
+        total = 0.0
+        for _ in range(accum):
+            ids = torch.randint(0, c["vocab"], (a.batch, T), device=dev, generator=g)
+            tg = torch.randint(0, c["vocab"], (a.batch, T), device=dev, generator=g)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+                loss = fwd(ids, tg, cos, sin)
+            (loss / accum).backward()
+            total = total + loss.detach() / accum
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        return loss
+        return total
 
     # warm-up (under compile: tracing and compiling the forward and the
     # backward happen here), timed apart from the steps that are measured
@@ -192,27 +203,32 @@ def main():
         loss = step()
     torch.cuda.synchronize()
     t_compile = time.perf_counter() - t_compile
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(a.steps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        loss = step()
-        e1.record()
-        torch.cuda.synchronize()
-        times.append(e0.elapsed_time(e1) / 1e3)
+    for accum in accums:
+        torch.cuda.reset_peak_memory_stats()
+        times = []
+        for _ in range(a.steps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            loss = step(accum)
+            e1.record()
+            torch.cuda.synchronize()
+            times.append(e0.elapsed_time(e1) / 1e3)
+        report(a, T, accum, times, flop_tok, loss, t_compile, n_params)
+    return 0
+
+
+def report(a, T, accum, times, flop_tok, loss, t_compile, n_params):
     med = statistics.median(times)
-    tps = a.batch * T / med
+    tps = a.batch * T * accum / med
     print(json.dumps({
         "impl": "pytorch-" + a.mode, "dtype": a.dtype, "config": a.config, "B": a.batch, "T": T,
-        "steps": a.steps, "step_s": round(med, 5), "step_s_all": [round(t, 5) for t in times],
+        "accum": accum, "steps": a.steps, "step_s": round(med, 5), "step_s_all": [round(t, 5) for t in times],
         "tokens_per_s": round(tps, 1), "flop_per_token": flop_tok, "mfu": round(tps * flop_tok / a.peak, 4),
         "peak_bytes": torch.cuda.max_memory_allocated(), "params": n_params, "loss": round(loss.item(), 4),
         "warmup_s": round(t_compile, 1), "torch": torch.__version__,
         "device": torch.cuda.get_device_name(), "cudnn": torch.backends.cudnn.version(),
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else None,
-    }))
-    return 0
+    }), flush=True)
 
 
 if __name__ == "__main__":

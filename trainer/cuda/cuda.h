@@ -77,6 +77,48 @@ void tks_cuda_describe(tks_backend *be, char *out, size_t cap);
 int tks_cuda_set_flash(tks_backend *be, int on);
 const char *tks_cuda_flash_status(tks_backend *be);
 
+/* The vectorized optimizer step (unverified on a GPU, off by default): on = 1
+ * runs sumsq, sum and adamw over 16-byte quads of the spans (phase 1, the
+ * gradient's sum of squares reading each gradient once; phase 2, the clip
+ * read on the device and the update in one pass over p, grad, m, v and the
+ * compute copy), the same contract and operation order per element as the
+ * scalar kernels. TKS_CUDA_VEC_OPTIM=1 turns it on at creation. Returns the
+ * state after the call (0 in a build without CUDA). */
+int tks_cuda_set_vec_optim(tks_backend *be, int on);
+
+/* The one-pass RMSNorm backward (unverified on a GPU, off by default): on = 1
+ * computes rmsnorm_bwd's dx and its rows' share of dw in one pass over each
+ * row chunk (dout and x read once from memory, not twice), the chunks' dw
+ * partials then added in chunk order; dx has the two-kernel form's bits, dw
+ * a fixed order that depends on the shape and the workspace. Call before the
+ * model is created (it sizes the workspace for RMS_ONEPASS_CHUNKS chunks).
+ * TKS_CUDA_NORM_ONEPASS=1 turns it on at creation. Returns the state. */
+int tks_cuda_set_norm_onepass(tks_backend *be, int on);
+
+/* RoPE's angles once per row (unverified on a GPU, off by default): on = 1
+ * computes cos and sin of a row's HD/2 angles once into shared memory and
+ * rotates every head of q and k (one call: backend.h's rope over H heads)
+ * from them, instead of one sincosf per element; the same angles and
+ * arithmetic, so the same bits. TKS_CUDA_ROPE_ROWS=1 turns it on at
+ * creation. Returns the state. */
+int tks_cuda_set_rope_rows(tks_backend *be, int on);
+
+/* xent_fused with 16-byte accesses (unverified on a GPU, off by default):
+ * on = 1 reads and writes each row in 16-byte vectors (8 bf16 or 4 fp32
+ * logits a load, one rescale of the running sum a vector in the online
+ * softmax) where the row length allows (V a multiple of the vector, the
+ * buffer 16-byte aligned), else the scalar kernel runs; the same contract,
+ * another summation order. TKS_CUDA_XENT_VEC=1 turns it on at creation.
+ * Returns the state. */
+int tks_cuda_set_xent_vec(tks_backend *be, int on);
+
+/* SwiGLU forward and backward with 16-byte accesses (unverified on a GPU,
+ * off by default): on = 1 takes 8 bf16 or 4 fp32 adjacent columns a thread
+ * where F and the alignment allow, else the scalar kernels; each element's
+ * arithmetic is theirs, so the same bits. TKS_CUDA_SWIGLU_VEC=1 turns it on
+ * at creation. Returns the state. */
+int tks_cuda_set_swiglu_vec(tks_backend *be, int on);
+
 /* ---- NCCL -------------------------------------------------------------------- */
 
 typedef struct tks_nccl_world tks_nccl_world;

@@ -38,6 +38,40 @@ __global__ void k_rope(T *x, size_t ld, int rows, int T_, int H, int HD, int64_t
         }
     }
 }
+/* Angles once per row (TKS_CUDA_ROPE_ROWS; unverified on a GPU): block per
+ * row (b, t), the row's HD/2 cos and sin computed once into shared memory
+ * (the same p * inv_freq and sincosf as k_rope, so the same bits) and every
+ * head's pairs rotated from them: H times fewer sincosf (q and k together:
+ * NH + NKV heads a row). */
+template <typename T>
+__global__ void k_rope_rows(T *x, size_t ld, int rows, int T_, int H, int HD, int64_t p0, const int32_t *pos,
+                            float theta, int inverse) {
+    extern __shared__ float s_tab[]; /* inv_freq, cos, sin: HD/2 each */
+    int half = HD / 2, per = H * half;
+    float *s_inv = s_tab, *s_co = s_tab + half, *s_si = s_tab + 2 * half;
+    for (int j = threadIdx.x; j < half; j += blockDim.x) s_inv[j] = 1.0f / powf(theta, (float)(2 * j) / (float)HD);
+    __syncthreads();
+    for (size_t row = blockIdx.x; row < (size_t)rows; row += gridDim.x) {
+        int t = (int)(row % (size_t)T_);
+        float p = (float)(pos ? (int64_t)pos[row] : p0 + t);
+        for (int j = threadIdx.x; j < half; j += blockDim.x) {
+            float co, si;
+            sincosf(p * s_inv[j], &si, &co);
+            s_co[j] = co;
+            s_si[j] = inverse ? -si : si;
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < per; e += blockDim.x) {
+            int h = e / half, j = e - h * half;
+            float co = s_co[j], si = s_si[j];
+            size_t o = row * ld + (size_t)h * HD;
+            float x1 = ldv(x, o + j), x2 = ldv(x, o + j + half);
+            stv(x, o + j, x1 * co - x2 * si);
+            stv(x, o + j + half, x2 * co + x1 * si);
+        }
+        __syncthreads(); /* the table is the next row's */
+    }
+}
 int tks_cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD, int64_t p0,
                 const int32_t *pos, float theta, int inverse, tks_dtype dt) {
     CTX(be);
@@ -47,6 +81,14 @@ int tks_cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD
     if (!pairs) return 0;
     size_t sh = (size_t)(HD / 2) * sizeof(float);
     int rows = B * T, per = H * (HD / 2);
+    if (c->rope_rows) {
+        unsigned g = (unsigned)(rows < 65535 ? rows : 65535);
+        if (dt == TKS_BF16)
+            k_rope_rows<bf16><<<g, 256, 3 * sh, c->cur>>>((bf16 *)x, ld, rows, T, H, HD, p0, pos, theta, inverse);
+        else
+            k_rope_rows<float><<<g, 256, 3 * sh, c->cur>>>((float *)x, ld, rows, T, H, HD, p0, pos, theta, inverse);
+        return LAUNCHED(c, "rope");
+    }
     dim3 grid((unsigned)((per + 255) / 256), (unsigned)(rows < 65535 ? rows : 65535));
     if (dt == TKS_BF16)
         k_rope<bf16><<<grid, 256, sh, c->cur>>>((bf16 *)x, ld, rows, T, H, HD, p0, pos, theta, inverse);

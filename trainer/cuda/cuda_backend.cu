@@ -146,7 +146,8 @@ static size_t cu_workspace_bytes(tks_backend *be, const tks_ws_shape *s) {
                (size_t)(s->T > 0 ? s->T : 1) * sizeof(float);
     /* the RMSNorm weight gradient's chunk partials (rmsnorm_dw): an op at a
      * time uses the workspace, so the largest need sizes it */
-    size_t rms = (size_t)RMS_DW_CHUNKS * (size_t)(s->C > 0 ? s->C : 1) * sizeof(float);
+    size_t rms = (c->norm_onepass ? (size_t)RMS_ONEPASS_CHUNKS : (size_t)RMS_DW_CHUNKS) * (size_t)(s->C > 0 ? s->C : 1) *
+                 sizeof(float);
     if (rms > d) d = rms;
     /* the embedding backward's sort by id over the B T rows */
     size_t emb = s->B > 0 && s->T > 0 ? tks_cu_embedding_bwd_ws(s->B * s->T) : 0;
@@ -533,6 +534,16 @@ extern "C" int tks_cuda_backend_create(int device, tks_backend **out) {
 #endif
             );
     }
+    {
+        const char *vo = getenv("TKS_CUDA_VEC_OPTIM"), *no = getenv("TKS_CUDA_NORM_ONEPASS"),
+                   *ro = getenv("TKS_CUDA_ROPE_ROWS"), *xv = getenv("TKS_CUDA_XENT_VEC"),
+                   *sv = getenv("TKS_CUDA_SWIGLU_VEC");
+        tks_cuda_set_vec_optim(be, vo && !strcmp(vo, "1"));
+        tks_cuda_set_norm_onepass(be, no && !strcmp(no, "1"));
+        tks_cuda_set_rope_rows(be, ro && !strcmp(ro, "1"));
+        tks_cuda_set_xent_vec(be, xv && !strcmp(xv, "1"));
+        tks_cuda_set_swiglu_vec(be, sv && !strcmp(sv, "1"));
+    }
     be->ops = &cuda_ops;
     be->kind = &cuda_kind;
     *out = be;
@@ -576,6 +587,36 @@ extern "C" int tks_cuda_set_flash(tks_backend *be, int on) {
     c->flash = 0;
 #endif
     return c->flash;
+}
+
+extern "C" int tks_cuda_set_vec_optim(tks_backend *be, int on) {
+    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
+    c->vec_optim = on != 0;
+    return c->vec_optim;
+}
+
+extern "C" int tks_cuda_set_norm_onepass(tks_backend *be, int on) {
+    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
+    c->norm_onepass = on != 0;
+    return c->norm_onepass;
+}
+
+extern "C" int tks_cuda_set_rope_rows(tks_backend *be, int on) {
+    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
+    c->rope_rows = on != 0;
+    return c->rope_rows;
+}
+
+extern "C" int tks_cuda_set_xent_vec(tks_backend *be, int on) {
+    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
+    c->xent_vec = on != 0;
+    return c->xent_vec;
+}
+
+extern "C" int tks_cuda_set_swiglu_vec(tks_backend *be, int on) {
+    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
+    c->swiglu_vec = on != 0;
+    return c->swiglu_vec;
 }
 
 extern "C" const char *tks_cuda_flash_status(tks_backend *be) {

@@ -104,8 +104,81 @@ __global__ void k_reduce(double *part, unsigned *ticket, float *out, const float
         *ticket = 0;
     }
 }
+/* The vectorized form (TKS_CUDA_VEC_OPTIM=1; unverified on a GPU): the same
+ * blocks, partials and last-block tree, over quads of the spans
+ * (quad_batch): quad Q goes to thread Q mod (256 TKS_NORM_BLOCKS), a quad
+ * inside a span is one 16-byte load whose four squares the thread adds in
+ * order (fp64), a quad at a span's edge (or every quad when x is not
+ * 16-byte aligned) its span's elements one by one. The partition depends
+ * only on the spans, so the bits depend only on the data (they differ from
+ * the scalar form's, whose partition is by element). */
+__global__ void k_reduce_vec(double *part, unsigned *ticket, float *out, const float *x, quad_batch b, int vec,
+                             int square, int first, int last, int accumulate) {
+    __shared__ double sh[32];
+    __shared__ size_t s_off[QUAD_BATCH], s_stop[QUAD_BATCH], s_qend[QUAD_BATCH];
+    __shared__ int am_last;
+    for (int k = threadIdx.x; k < b.n; k += blockDim.x)
+        s_off[k] = b.off[k], s_stop[k] = b.stop[k], s_qend[k] = b.qend[k];
+    __syncthreads();
+    size_t total = b.n ? s_qend[b.n - 1] : 0;
+    double s = 0;
+    int sp = 0;
+    GRID_STRIDE(Q, total) {
+        size_t i0 = quad_at(s_qend, s_off, &sp, Q);
+        if (vec && quad_whole(i0, s_off[sp], s_stop[sp])) {
+            float4 q = *(const float4 *)(x + i0);
+            double a = q.x, bb = q.y, cc = q.z, d = q.w;
+            s += square ? a * a : a;
+            s += square ? bb * bb : bb;
+            s += square ? cc * cc : cc;
+            s += square ? d * d : d;
+            continue;
+        }
+        size_t lo = i0 > s_off[sp] ? i0 : s_off[sp], hi = i0 + 4 < s_stop[sp] ? i0 + 4 : s_stop[sp];
+        for (size_t i = lo; i < hi; i++) {
+            double v = (double)x[i];
+            s += square ? v * v : v;
+        }
+    }
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        part[blockIdx.x] = first ? s : part[blockIdx.x] + s;
+        am_last = 0;
+        if (last) {
+            __threadfence();
+            am_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+        }
+    }
+    __syncthreads();
+    if (!am_last) return;
+    __threadfence();
+    const volatile double *vp = part;
+    double t = 0;
+    for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x) t += vp[k];
+    t = block_sum(t, sh);
+    if (threadIdx.x == 0) {
+        out[0] = (float)((accumulate ? (double)out[0] : 0.0) + t);
+        *ticket = 0;
+    }
+}
+static int reduce_vec(tks_cuda_ctx *c, float *out, const float *x, const tks_span *spans, size_t nspans,
+                      int square, int accumulate, const char *op) {
+    size_t k = 0;
+    int first = 1, vec = aligned16(x);
+    unsigned *ticket = (unsigned *)(c->d_partial + TKS_NORM_BLOCKS);
+    do { /* at least one launch: an empty list writes 0 (or leaves out as it was) */
+        quad_batch b;
+        quad_batch_fill(&b, spans, nspans, &k, 0.0f);
+        k_reduce_vec<<<TKS_NORM_BLOCKS, 256, 0, c->cur>>>(c->d_partial, ticket, out, x, b, vec, square, first,
+                                                           k == nspans, accumulate);
+        first = 0;
+        if (LAUNCHED(c, op)) return c->err;
+    } while (k < nspans);
+    return 0;
+}
 static int reduce(tks_cuda_ctx *c, float *out, const float *x, const tks_span *spans, size_t nspans,
                   int square, int accumulate, const char *op) {
+    if (c->vec_optim) return reduce_vec(c, out, x, spans, nspans, square, accumulate, op);
     size_t k = 0;
     int first = 1;
     unsigned *ticket = (unsigned *)(c->d_partial + TKS_NORM_BLOCKS);
@@ -158,12 +231,60 @@ template <typename T> __global__ void k_swiglu_bwd(T *dgu, const T *dout, const 
         stv(dgu, r * 2 * F + j, d * u * s * (1.0f + g * (1.0f - s)));
     }
 }
+/* With 16-byte accesses (TKS_CUDA_SWIGLU_VEC; unverified on a GPU): a
+ * thread takes W = 16 / sizeof(T) adjacent columns of a row (gate, up,
+ * dout and the outputs each one 16-byte load or store), F a multiple of W
+ * and the buffers 16-byte aligned (the launch checks); each element's
+ * arithmetic is the scalar kernels', so the bits are theirs. */
+template <typename T> __global__ void k_swiglu_fwd_vec(T *out, const T *gu, int M, int F) {
+    constexpr int W = 16 / (int)sizeof(T);
+    int FV = F / W;
+    ROWS_COLS(r, q, M, FV) {
+        float g[W], u[W];
+        ld16(gu + r * 2 * F + (size_t)q * W, g);
+        ld16(gu + r * 2 * F + F + (size_t)q * W, u);
+#pragma unroll
+        for (int k = 0; k < W; k++) g[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+        st16(out + r * F + (size_t)q * W, g);
+    }
+}
+template <typename T> __global__ void k_swiglu_bwd_vec(T *dgu, const T *dout, const T *gu, int M, int F) {
+    constexpr int W = 16 / (int)sizeof(T);
+    int FV = F / W;
+    ROWS_COLS(r, q, M, FV) {
+        float g[W], u[W], d[W], dg[W], du[W];
+        ld16(gu + r * 2 * F + (size_t)q * W, g);
+        ld16(gu + r * 2 * F + F + (size_t)q * W, u);
+        ld16(dout + r * F + (size_t)q * W, d);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            float s = 1.0f / (1.0f + expf(-g[k]));
+            du[k] = d[k] * g[k] * s;
+            dg[k] = d[k] * u[k] * s * (1.0f + g[k] * (1.0f - s));
+        }
+        st16(dgu + r * 2 * F + F + (size_t)q * W, du);
+        st16(dgu + r * 2 * F + (size_t)q * W, dg);
+    }
+}
+/* 1 when the vectorized SwiGLU applies: on, F a multiple of the vector, the buffers aligned */
+static int swiglu_vec_ok(const tks_cuda_ctx *c, int F, tks_dtype dt, const void *a, const void *b, const void *d) {
+    return c->swiglu_vec && ((size_t)F * tks_dtype_size(dt)) % 16 == 0 && aligned16(a) && aligned16(b) &&
+           (!d || aligned16(d));
+}
 int tks_cu_swiglu_fwd(tks_backend *be, void *out, const void *gu, int M, int F, tks_dtype dt) {
     CTX(be);
     STICKY(c);
     CHECK_DT(c, "swiglu_fwd", dt);
     size_t n = (size_t)M * F;
     if (!n) return 0;
+    if (swiglu_vec_ok(c, F, dt, out, gu, NULL)) {
+        int FV = F / (int)(16 / tks_dtype_size(dt));
+        if (dt == TKS_BF16)
+            k_swiglu_fwd_vec<bf16><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((bf16 *)out, (const bf16 *)gu, M, F);
+        else
+            k_swiglu_fwd_vec<float><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((float *)out, (const float *)gu, M, F);
+        return LAUNCHED(c, "swiglu_fwd");
+    }
     if (dt == TKS_BF16)
         k_swiglu_fwd<bf16><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((bf16 *)out, (const bf16 *)gu, M, F);
     else
@@ -177,6 +298,16 @@ int tks_cu_swiglu_bwd(tks_backend *be, void *dgu, const void *dout, const void *
     CHECK_DT(c, "swiglu_bwd", dt);
     size_t n = (size_t)M * F;
     if (!n) return 0;
+    if (swiglu_vec_ok(c, F, dt, dgu, gu, dout)) {
+        int FV = F / (int)(16 / tks_dtype_size(dt));
+        if (dt == TKS_BF16)
+            k_swiglu_bwd_vec<bf16><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((bf16 *)dgu, (const bf16 *)dout,
+                                                                              (const bf16 *)gu, M, F);
+        else
+            k_swiglu_bwd_vec<float><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((float *)dgu, (const float *)dout,
+                                                                               (const float *)gu, M, F);
+        return LAUNCHED(c, "swiglu_bwd");
+    }
     if (dt == TKS_BF16)
         k_swiglu_bwd<bf16><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, M, F);
     else

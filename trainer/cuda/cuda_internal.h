@@ -46,6 +46,16 @@ typedef struct tks_cuda_ctx {
     int flash;
     char flash_why[512];
     int deterministic;   /* cuDNN's deterministic attention backward (--deterministic) */
+    int vec_optim;       /* TKS_CUDA_VEC_OPTIM: sumsq, sum and adamw over aligned quads
+                          * (16-byte accesses; unverified on a GPU) */
+    int norm_onepass;    /* TKS_CUDA_NORM_ONEPASS: rmsnorm_bwd's dx and dw partials in one
+                          * pass over the rows (unverified on a GPU) */
+    int rope_rows;       /* TKS_CUDA_ROPE_ROWS: RoPE's angles once per row, not per head
+                          * (unverified on a GPU) */
+    int xent_vec;        /* TKS_CUDA_XENT_VEC: xent_fused with 16-byte accesses
+                          * (unverified on a GPU) */
+    int swiglu_vec;      /* TKS_CUDA_SWIGLU_VEC: SwiGLU with 16-byte accesses
+                          * (unverified on a GPU) */
     /* memory accounting */
     size_t bytes_now, bytes_peak;
     struct {

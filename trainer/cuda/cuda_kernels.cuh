@@ -37,6 +37,10 @@ static inline int arg_fail(tks_cuda_ctx *c, const char *op, const char *why) {
  * holds their partial sums): fixed, so the summation order depends only on
  * the shape */
 enum { RMS_DW_CHUNKS = 64 };
+/* the one-pass RMSNorm backward (TKS_CUDA_NORM_ONEPASS): at most this many
+ * row chunks, one block each (enough blocks to fill an H100's 132 SMs
+ * several times at N = 4096); fewer when the workspace holds fewer */
+enum { RMS_ONEPASS_CHUNKS = 512 };
 
 static inline unsigned grid_for(size_t n, unsigned block) {
     size_t g = (n + block - 1) / block;
@@ -81,6 +85,11 @@ __device__ __forceinline__ int span_of(const size_t *end, int s, size_t e) {
     return s;
 }
 
+/* ---- span lists by aligned quads (TKS_CUDA_VEC_OPTIM): quad_spans.h ---- */
+#include "trainer/cuda/quad_spans.h"
+/* 16-byte alignment of a device pointer (the vector paths need it) */
+static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
 /* ---- storage types: load as fp32, store with round to nearest even --------- */
 
 typedef __nv_bfloat16 bf16;
@@ -94,6 +103,29 @@ __device__ __forceinline__ float rounded(const bf16 *, float v) {
     return __bfloat162float(__float2bfloat16_rn(v));
 }
 
+/* 16-byte vectors (the opt-in vectorized kernels): 8 bf16 or 4 fp32
+ * elements a load or store, as fp32; the address 16-byte aligned */
+__device__ __forceinline__ void ld16(const float *p, float *v) {
+    float4 q = *(const float4 *)p;
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+__device__ __forceinline__ void ld16(const bf16 *p, float *v) {
+    uint4 q = *(const uint4 *)p;
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&q;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 f = __bfloat1622float2(h[k]);
+        v[2 * k] = f.x, v[2 * k + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void st16(float *p, const float *v) { *(float4 *)p = make_float4(v[0], v[1], v[2], v[3]); }
+__device__ __forceinline__ void st16(bf16 *p, const float *v) {
+    uint4 q;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&q;
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+    *(uint4 *)p = q;
+}
 /* ---- block reductions (fixed tree: warp shuffles, then warp 0) -------------- */
 
 template <typename R> __device__ R warp_sum(R v) {

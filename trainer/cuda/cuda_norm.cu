@@ -93,6 +93,50 @@ __global__ void k_rmsnorm_bwd_dw_sum(float *dw, const float *part, int chunks, i
     for (int k = 0; k < chunks; k++) s += part[(size_t)k * C + col];
     dw[col] += s;
 }
+/* One pass (TKS_CUDA_NORM_ONEPASS; unverified on a GPU): block k takes rows
+ * [k rows, (k+1) rows) in order; per row, the dot (k_rmsnorm_bwd_dx's
+ * partition and tree, so dx has its bits), then dx and the row's dw terms
+ * from the same loads (the second read of the row's dout and x is from L1
+ * or L2, not memory); each thread adds its columns' terms over the chunk's
+ * rows in row order into acc (shared, C floats; a column is one thread's),
+ * written to part[k] at the end, which k_rmsnorm_bwd_dw_sum adds in chunk
+ * order. Memory traffic: dout, x, dx read once and dx written once (4 N C
+ * elements) against the two-kernel form's 6 N C. */
+template <typename T>
+__global__ void k_rmsnorm_bwd_onepass(T *dx, float *__restrict__ part, const T *dout, const T *x, const T *w,
+                                      const float *rstd, int N, int C, int rows) {
+    extern __shared__ float acc[];
+    __shared__ float sh[32];
+    for (int j = threadIdx.x; j < C; j += blockDim.x) acc[j] = 0.0f;
+    int r0 = (int)blockIdx.x * rows, r1 = r0 + rows < N ? r0 + rows : N;
+    for (int i = r0; i < r1; i++) {
+        size_t o = (size_t)i * C;
+        float r = rstd[i], dot = 0;
+        for (int j = threadIdx.x; j < C; j += blockDim.x) dot += ldv(dout, o + j) * ldv(w, j) * ldv(x, o + j);
+        dot = block_sum(dot, sh);
+        float k = dot * r * r * r / (float)C;
+        for (int j = threadIdx.x; j < C; j += blockDim.x) {
+            float d = ldv(dout, o + j), xv = ldv(x, o + j);
+            stv(dx, o + j, ldv(dx, o + j) + d * ldv(w, j) * r - k * xv);
+            acc[j] += d * xv * r;
+        }
+    }
+    for (int j = threadIdx.x; j < C; j += blockDim.x) part[(size_t)blockIdx.x * C + j] = acc[j];
+}
+/* 1 when it ran; 0 when the workspace or shared memory cannot hold it (the
+ * two-kernel form runs instead) */
+template <typename T>
+static int rmsnorm_bwd_onepass(tks_cuda_ctx *c, T *dx, float *dw, const T *dout, const T *x, const T *w,
+                               const float *rstd, int N, int C) {
+    size_t row_bytes = (size_t)C * sizeof(float), fit = c->ws ? c->ws_bytes / row_bytes : 0;
+    if (row_bytes > 48 * 1024 || fit < 1) return 0;
+    size_t most = fit < (size_t)RMS_ONEPASS_CHUNKS ? fit : (size_t)RMS_ONEPASS_CHUNKS;
+    int rows = (int)(((size_t)N + most - 1) / most), chunks = (N + rows - 1) / rows;
+    float *part = (float *)c->ws;
+    k_rmsnorm_bwd_onepass<T><<<(unsigned)chunks, 256, row_bytes, c->cur>>>(dx, part, dout, x, w, rstd, N, C, rows);
+    k_rmsnorm_bwd_dw_sum<<<(unsigned)((C + 127) / 128), 128, 0, c->cur>>>(dw, part, chunks, C);
+    return 1;
+}
 template <typename T>
 static void rmsnorm_dw(tks_cuda_ctx *c, float *dw, const T *dout, const T *x, const float *rstd,
                        int N, int C) {
@@ -139,6 +183,12 @@ int tks_cu_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout, c
     STICKY(c);
     CHECK_DT(c, "rmsnorm_bwd", dt);
     if (N <= 0) return 0;
+    if (c->norm_onepass &&
+        (dt == TKS_BF16 ? rmsnorm_bwd_onepass<bf16>(c, (bf16 *)dx, dw, (const bf16 *)dout, (const bf16 *)x,
+                                                    (const bf16 *)w, rstd, N, C)
+                        : rmsnorm_bwd_onepass<float>(c, (float *)dx, dw, (const float *)dout, (const float *)x,
+                                                     (const float *)w, rstd, N, C)))
+        return LAUNCHED(c, "rmsnorm_bwd");
     if (dt == TKS_BF16) {
         k_rmsnorm_bwd_dx<bf16><<<N, 256, 0, c->cur>>>((bf16 *)dx, (const bf16 *)dout, (const bf16 *)x,
                                                       (const bf16 *)w, rstd, C);

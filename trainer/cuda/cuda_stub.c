@@ -1,5 +1,7 @@
 /* cuda_stub.c - cuda.h in a build without CUDA (TKS_CUDA=OFF or no nvcc):
  * every constructor refuses with how to get a CUDA build. */
+#include <stdio.h>
+
 #include "common/tks.h"
 #include "trainer/cuda/cuda.h"
 #include "trainer/trainer.h"
@@ -40,4 +42,46 @@ void tks_nccl_comm_free(tks_comm *c) { (void)c; }
 int tks_nccl_allreduce_many(tks_comm *c, float *const *bufs, const size_t *n, int count) {
     (void)c, (void)bufs, (void)n, (void)count;
     return NOT_BUILT;
+}
+/* the functions below take a CUDA backend, which this build cannot create */
+void tks_cuda_backend_memory(tks_backend *be, size_t *now, size_t *peak) {
+    (void)be;
+    if (now) *now = 0;
+    if (peak) *peak = 0;
+}
+void *tks_cuda_backend_stream(tks_backend *be) {
+    (void)be;
+    return NULL;
+}
+void tks_cuda_describe(tks_backend *be, char *out, size_t cap) {
+    (void)be;
+    if (cap) snprintf(out, cap, "built without CUDA");
+}
+int tks_cuda_set_flash(tks_backend *be, int on) {
+    (void)be, (void)on;
+    return 0;
+}
+const char *tks_cuda_flash_status(tks_backend *be) {
+    (void)be;
+    return "built without CUDA";
+}
+int tks_cuda_set_vec_optim(tks_backend *be, int on) {
+    (void)be, (void)on;
+    return 0;
+}
+int tks_cuda_set_norm_onepass(tks_backend *be, int on) {
+    (void)be, (void)on;
+    return 0;
+}
+int tks_cuda_set_rope_rows(tks_backend *be, int on) {
+    (void)be, (void)on;
+    return 0;
+}
+int tks_cuda_set_xent_vec(tks_backend *be, int on) {
+    (void)be, (void)on;
+    return 0;
+}
+int tks_cuda_set_swiglu_vec(tks_backend *be, int on) {
+    (void)be, (void)on;
+    return 0;
 }

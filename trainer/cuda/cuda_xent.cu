@@ -49,12 +49,84 @@ __global__ void k_xent_fused(float *loss, T *logits, const int32_t *targets, int
         stv(logits, o + j, g);
     }
 }
+/* k_xent_fused with 16-byte accesses: V a multiple of W and the rows
+ * 16-byte aligned (the launch checks). Pass 1 takes the real columns a
+ * vector at a time, the running sum rescaled once a vector (to the vector's
+ * max when it is larger), the real columns past the last whole vector one
+ * at a time; the block merges as k_xent_fused does. Pass 2 writes each
+ * vector's gradient (0 on padding, minus scale at a local target) in one
+ * store. Same loss and gradient formulas; another summation order. */
+template <typename T>
+__global__ void k_xent_fused_vec(float *loss, T *logits, const int32_t *targets, int V, int VR, float scale) {
+    constexpr int W = 16 / (int)sizeof(T);
+    __shared__ float red[32];
+    T *row = logits + (size_t)blockIdx.x * V;
+    int nv = V / W;
+    if (targets[blockIdx.x] < 0) { /* ignored: no loss, no gradient */
+        float z[W] = {};
+        if (threadIdx.x == 0) loss[blockIdx.x] = 0.0f;
+        for (int q = threadIdx.x; q < nv; q += blockDim.x) st16(row + (size_t)q * W, z);
+        return; /* the whole block returns */
+    }
+    float m = -INFINITY, s = 0;
+    int nr = VR / W;
+    for (int q = threadIdx.x; q < nr; q += blockDim.x) {
+        float v[W];
+        ld16(row + (size_t)q * W, v);
+        float vm = v[0];
+#pragma unroll
+        for (int k = 1; k < W; k++) vm = fmaxf(vm, v[k]);
+        if (vm > m) {
+            s *= expf(m - vm);
+            m = vm;
+        }
+#pragma unroll
+        for (int k = 0; k < W; k++) s += expf(v[k] - m);
+    }
+    for (int j = nr * W + threadIdx.x; j < VR; j += blockDim.x) {
+        float x = ldv(row, (size_t)j);
+        if (x > m) {
+            s = s * expf(m - x) + 1.0f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+    float M = block_max(m, red);
+    __syncthreads();
+    float S = block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), red);
+    int tg = targets[blockIdx.x];
+    int local = tg >= 0 && tg < VR;
+    float lt = local ? ldv(row, (size_t)tg) : 0.0f;
+    __syncthreads(); /* every thread has read the target logit before it is overwritten */
+    if (threadIdx.x == 0) loss[blockIdx.x] = logf(S) + M - lt;
+    float inv = 1.0f / S;
+    for (int q = threadIdx.x; q < nv; q += blockDim.x) {
+        float v[W];
+        ld16(row + (size_t)q * W, v);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            int j = q * W + k;
+            float g = j < VR ? expf(v[k] - M) * inv * scale : 0.0f;
+            if (local && j == tg) g -= scale;
+            v[k] = g;
+        }
+        st16(row + (size_t)q * W, v);
+    }
+}
 int tks_cu_xent_fused(tks_backend *be, float *loss, void *logits, const int32_t *targets, int N,
                          int V, int VR, float scale, tks_dtype dt) {
     CTX(be);
     STICKY(c);
     CHECK_DT(c, "xent_fused", dt);
     if (N <= 0) return 0;
+    if (c->xent_vec && ((size_t)V * tks_dtype_size(dt)) % 16 == 0 && aligned16(logits)) {
+        if (dt == TKS_BF16)
+            k_xent_fused_vec<bf16><<<N, 512, 0, c->cur>>>(loss, (bf16 *)logits, targets, V, VR, scale);
+        else
+            k_xent_fused_vec<float><<<N, 512, 0, c->cur>>>(loss, (float *)logits, targets, V, VR, scale);
+        return LAUNCHED(c, "xent_fused");
+    }
     if (dt == TKS_BF16)
         k_xent_fused<bf16><<<N, 512, 0, c->cur>>>(loss, (bf16 *)logits, targets, V, VR, scale);
     else

@@ -9,6 +9,7 @@
  * backward all-reduce of the input gradients of q/k/v, gate/up and lm_head;
  * cross-entropy all-reduces max, sum of exps and target logit. */
 #include "trainer/model/model.h"
+#include "trainer/model/loss_head.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -55,7 +56,10 @@ struct tks_model {
     layer *layers;
     void *xL, *hf;           /* (N, C) */
     float *rstdf;            /* (N) */
-    void *logits;            /* (N, VP_l); overwritten in place by dlogits */
+    void *logits;            /* (N, VP_l), or (loss_rows, VP_l) with the chunked loss head;
+                              * overwritten in place by dlogits */
+    int loss_rows;           /* > 0: lm_head and cross-entropy by chunks of this many rows
+                              * (loss_head.h; tp = 1); 0: the whole [N, VP_l] logits */
     float *mx, *sum, *tgt, *loss; /* (N) */
     int32_t *ids, *targets;  /* (N) */
     int32_t *doc, *pos;      /* (N) document starts and positions of the packed documents
@@ -69,7 +73,8 @@ struct tks_model {
     void *ws;                /* backend workspace */
     size_t ws_bytes;
     size_t act_bytes;        /* device bytes of activations and scratch (not weights) */
-    int dlogits_ready;       /* the last forward left dlogits in logits (fused) */
+    int dlogits_ready;       /* 1: the last forward left dlogits in logits (fused); 2: it ran
+                              * the chunked loss head, dh holds lm_head's input gradient */
     tks_model_grads_ready_fn ready; /* gradient-ready hook (NULL: none) and its context */
     void *ready_ctx;
     int kv_ready;
@@ -212,6 +217,7 @@ static int build_params(tks_model *m) {
  * flash attention saves lse [B, NH_l, T], never [T, T]). */
 typedef struct act_plan {
     size_t N, C, QKV, QD, F, VP_l, NH_l, es; /* es: bytes per dt element */
+    size_t LR;                               /* rows of the logits buffer (N, or a chunk's) */
     int n_layers;
 } act_plan;
 
@@ -227,6 +233,9 @@ static act_plan plan_of(const tks_model_config *c, int tp, int B, int T, tks_dty
     p.VP_l = tks_model_padded_vocab(c, tp) / (uint32_t)tp;
     p.es = tks_dtype_size(dt);
     p.n_layers = (int)c->n_layers;
+    /* the chunked loss head (TKS_LOSS_CHUNK_ROWS, tp = 1) holds one chunk's logits */
+    size_t R = tp == 1 ? (size_t)tks_loss_chunk_rows() : 0;
+    p.LR = R && R < p.N ? R : p.N;
     return p;
 }
 
@@ -238,12 +247,12 @@ static size_t layer_bytes(const act_plan *p) {
     return al64(N * p->C * e) * 4 + al64(N * p->QKV * e) + al64(N * p->QD * e) +
            al64(N * 2 * p->F * e) + al64(N * p->F * e) + al64(N * 4) * 2 + al64(N * p->NH_l * 4);
 }
-/* model-level: xL, hf, dres, dh (dt, N C); logits (dt, N VP_l); rstdf, mx,
+/* model-level: xL, hf, dres, dh (dt, N C); logits (dt, LR VP_l); rstdf, mx,
  * sum, tgt, loss (fp32, N); ids, targets, doc, pos (int32, N); dqkv, datt,
  * dgu, dact (dt) */
 static size_t top_bytes(const act_plan *p) {
     size_t N = p->N, e = p->es;
-    return al64(N * p->C * e) * 4 + al64(N * p->VP_l * e) + al64(N * 4) * 5 + al64(N * 4) * 4 +
+    return al64(N * p->C * e) * 4 + al64(p->LR * p->VP_l * e) + al64(N * 4) * 5 + al64(N * 4) * 4 +
            al64(N * p->QKV * e) + al64(N * p->QD * e) + al64(N * 2 * p->F * e) + al64(N * p->F * e);
 }
 
@@ -373,7 +382,8 @@ int tks_model_create_dt(const tks_model_config *cfg, tks_backend *be, tks_comm *
     m->hf = dalloc(m, N * C * e, &fail);
     m->dres = dalloc(m, N * C * e, &fail);
     m->dh = dalloc(m, N * C * e, &fail);
-    m->logits = dalloc(m, N * m->VP_l * e, &fail);
+    m->loss_rows = tps == 1 ? tks_loss_chunk_rows() : 0;
+    m->logits = dalloc(m, ap.LR * m->VP_l * e, &fail);
     m->rstdf = dalloc(m, N * 4, &fail);
     m->mx = dalloc(m, N * 4, &fail);
     m->sum = dalloc(m, N * 4, &fail);
@@ -635,8 +645,21 @@ static int trunk_forward(tks_model *m, int B, int T, int decode, int pos) {
         if (next) nx = (next_norm){next->h1, next->rstd1, cw(m, next->attn_norm)};
         TRY(layer_forward(m, &m->layers[l], next ? next->x : m->xL, &nx, B, T, decode, pos));
     }
-    TRY(linear(m, m->logits, m->hf, cw(m, m->lm_head), M, (int)m->VP_l, C, 0));
+    /* the chunked loss head makes its logits itself, a chunk at a time */
+    if (!m->loss_rows || decode) TRY(linear(m, m->logits, m->hf, cw(m, m->lm_head), M, (int)m->VP_l, C, 0));
     return 0;
+}
+
+/* The chunked loss head over the final norm's output (loss_head.h): the
+ * loss into m->loss and, with grads, lm_head's weight gradient accumulated
+ * and its input gradient into m->dh. */
+static int loss_head(tks_model *m, int grads, float loss_scale) {
+    tks_loss_head_args a = {.h = m->hf, .W = cw(m, m->lm_head), .targets = m->targets, .loss = m->loss,
+                            .dh = grads ? m->dh : NULL, .dW = m->lm_head->g, .buf = m->logits,
+                            .mx = m->mx, .sum = m->sum, .tgt = m->tgt, .N = m->N, .C = m->C,
+                            .VP = (int)m->VP_l, .VR = (int)m->VR_l, .rows = m->loss_rows,
+                            .scale = loss_scale, .dt = m->dt};
+    return tks_loss_head(m->be, &a);
 }
 
 /* The staged cross-entropy: per-token losses into m->loss, mx and sum kept
@@ -691,7 +714,7 @@ int tks_model_forward(tks_model *m, const int32_t *ids, const int32_t *targets, 
     m->dlogits_ready = 0;
     TRY(upload_batch(m, ids, targets));
     TRY(trunk_forward(m, m->B, m->T, 0, 0));
-    TRY(xent_staged(m));
+    TRY(m->loss_rows ? loss_head(m, 0, 0.0f) : xent_staged(m));
     TRY(be->ops->download(be, m->host_loss, m->loss, (size_t)N * sizeof(float)));
     TRY(be->ops->sync(be));
     double s = 0;
@@ -707,6 +730,12 @@ int tks_model_forward_train(tks_model *m, const int32_t *ids, const int32_t *tar
     m->dlogits_ready = 0;
     TRY(upload_batch(m, ids, targets));
     TRY(trunk_forward(m, m->B, m->T, 0, 0));
+    if (m->loss_rows) {
+        /* chunked: loss, lm_head's gradients and dh now, no [N, VP] logits */
+        TRY(loss_head(m, 1, loss_scale));
+        m->dlogits_ready = 2;
+        return be->ops->sum(be, loss_acc, m->loss, (size_t)N, 1);
+    }
     if (m->tp_size == 1) {
         /* fused: loss and dlogits (in place of the logits) in one pass */
         TRY(be->ops->xent_fused(be, m->loss, m->logits, m->targets, N, (int)m->VP_l, (int)m->VR_l,
@@ -738,13 +767,19 @@ int tks_model_backward(tks_model *m, float loss_scale) {
     tks_dtype dt = m->dt;
     int N = m->N, C = m->C, HD = m->HD, QD = m->NH_l * HD, KD = m->NKV_l * HD, F = m->F_l;
     int V = (int)m->VP_l, QKV = m->QKV, rc;
-    if (!m->dlogits_ready) /* after tks_model_forward: dlogits in place of the logits */
-        TRY(be->ops->xent_bwd(be, m->logits, m->logits, m->mx, m->sum, m->targets, N, V, m->v0,
-                         (int)m->VR_l, loss_scale, dt));
+    if (m->loss_rows) {
+        /* chunked: forward_train did lm_head's backward; after tks_model_forward
+         * the loss head runs again, now with its gradients */
+        if (m->dlogits_ready != 2) TRY(loss_head(m, 1, loss_scale));
+    } else {
+        if (!m->dlogits_ready) /* after tks_model_forward: dlogits in place of the logits */
+            TRY(be->ops->xent_bwd(be, m->logits, m->logits, m->mx, m->sum, m->targets, N, V, m->v0,
+                                  (int)m->VR_l, loss_scale, dt));
+        void *dl = m->logits;
+        TRY(linear_dw(m, m->lm_head->g, dl, m->hf, N, V, C));
+        TRY(linear_dx(m, m->dh, dl, cw(m, m->lm_head), N, V, C, 0));
+    }
     m->dlogits_ready = 0;
-    void *dl = m->logits;
-    TRY(linear_dw(m, m->lm_head->g, dl, m->hf, N, V, C));
-    TRY(linear_dx(m, m->dh, dl, cw(m, m->lm_head), N, V, C, 0));
     TRY(tp_sum(m, m->dh, (size_t)N * C));
     TRY(be->ops->memzero(be, m->dres, (size_t)N * C * tks_dtype_size(dt)));
     TRY(be->ops->rmsnorm_bwd(be, m->dres, m->final_norm->g, m->dh, m->xL, cw(m, m->final_norm),

@@ -175,7 +175,9 @@ typedef int (*tks_model_grads_ready_fn)(void *ctx, size_t begin, size_t end);
 void tks_model_set_grads_ready(tks_model *m, tks_model_grads_ready_fn ready, void *ctx);
 
 /* Logits of the last tks_model_forward: device [N, VP_l] in the model's
- * dtype (tests read them); backward overwrites them with dlogits. */
+ * dtype (tests read them); backward overwrites them with dlogits. With the
+ * chunked loss head (TKS_LOSS_CHUNK_ROWS at creation, tp = 1: loss_head.h)
+ * the buffer holds only the last chunk's rows, [min(rows, N), VP_l]. */
 const void *tks_model_logits(const tks_model *m);
 
 /* ---- inference with a KV cache (batch 1) ---------------------------------- */

@@ -16,13 +16,19 @@
 #include "trainer/perf/profile.h"
 #include "trainer/trainer.h"
 
-/* One step on the ids and targets given (step: AdamW's 1-based count). */
+/* One step on the ids and targets given, `accum` micro-batches of n tokens
+ * each (ids and tg hold accum x n; step: AdamW's 1-based count), the
+ * gradients accumulated and the loss the mean over the step's tokens, as
+ * train.c's step. */
 static int one_step(tks_model *m, tks_optim *opt, const tks_adamw_opts *o, int step, const int32_t *ids,
-                    const int32_t *tg, size_t n, tks_backend *be, float *dred) {
+                    const int32_t *tg, size_t n, int accum, tks_backend *be, float *dred) {
     tks_model_zero_grad(m);
     int rc = be->ops->memzero(be, dred, TKS_MEM_STEP_SCALARS * sizeof *dred);
-    if (!rc) rc = tks_model_forward_train(m, ids, tg, 1.0f / (float)n, dred + 1);
-    if (!rc) rc = tks_model_backward(m, 1.0f / (float)n);
+    float scale = 1.0f / (float)(n * (size_t)accum);
+    for (int k = 0; k < accum && !rc; k++) {
+        rc = tks_model_forward_train(m, ids + (size_t)k * n, tg + (size_t)k * n, scale, dred + 1);
+        if (!rc) rc = tks_model_backward(m, scale);
+    }
     if (!rc) rc = tks_optim_grad_sumsq(opt, dred, 1);
     if (!rc) rc = tks_optim_step_dev(opt, step, tks_lr_at(o, (uint64_t)(step - 1)), dred);
     return rc;
@@ -41,7 +47,7 @@ static int profile_steps(tks_backend *be, tks_model *m, tks_optim *opt, const tk
     int rc = tks_profile_attach(be, use);
     for (int p = 0; p < in->profile && !rc; p++) {
         tks_profile_count(1);
-        rc = one_step(m, opt, o, in->warmup + in->steps + p + 1, ids, tg, n, be, dred);
+        rc = one_step(m, opt, o, in->warmup + in->steps + p + 1, ids, tg, n, in->accum > 1 ? in->accum : 1, be, dred);
         tks_profile_count(0);
     }
     if (!rc) rc = be->ops->sync(be);
@@ -57,13 +63,15 @@ static int profile_steps(tks_backend *be, tks_model *m, tks_optim *opt, const tk
 static int run_steps(tks_backend *be, tks_model *m, tks_optim *opt, const tks_adamw_opts *o,
                      const tks_step_bench_opts *in, float *dred, tks_step_bench_result *out) {
     size_t n = (size_t)in->B * (size_t)in->T;
-    int32_t *ids = malloc(n * sizeof *ids), *tg = malloc(n * sizeof *tg);
+    int accum = in->accum > 1 ? in->accum : 1;
+    size_t all = n * (size_t)accum; /* the step's tokens */
+    int32_t *ids = malloc(all * sizeof *ids), *tg = malloc(all * sizeof *tg);
     int rc = ids && tg ? 0 : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     uint32_t V = tks_model_config_of(m)->vocab_size;
     uint64_t s = 42;
     double t0 = omp_get_wtime();
     for (int it = 0; it < in->warmup + in->steps && !rc; it++) {
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < all; i++) {
             s = s * 6364136223846793005ull + 1442695040888963407ull;
             ids[i] = (int32_t)((s >> 33) % V);
             tg[i] = (int32_t)((s >> 13) % V);
@@ -72,13 +80,13 @@ static int run_steps(tks_backend *be, tks_model *m, tks_optim *opt, const tks_ad
             rc = be->ops->sync(be);
             t0 = omp_get_wtime();
         }
-        if (!rc) rc = one_step(m, opt, o, it + 1, ids, tg, n, be, dred);
+        if (!rc) rc = one_step(m, opt, o, it + 1, ids, tg, n, accum, be, dred);
     }
     float red[2] = {0, 0};
     if (!rc) rc = be->ops->download(be, red, dred, sizeof red);
     if (!rc) rc = be->ops->sync(be);
     out->step_s = (omp_get_wtime() - t0) / in->steps;
-    out->loss = red[1] / (double)n;
+    out->loss = red[1] / (double)all;
     if (!rc && in->profile > 0) rc = profile_steps(be, m, opt, o, in, dred, ids, tg, n, out);
     free(ids);
     free(tg);

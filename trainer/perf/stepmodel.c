@@ -10,6 +10,7 @@
 
 #include "common/tks.h"
 #include "trainer/backend/backend.h"
+#include "trainer/model/loss_head.h"
 #include "trainer/model/model.h"
 #include "trainer/perf/stepmodel.h"
 
@@ -170,13 +171,21 @@ static void model_step(step_acc *a, const tks_model_config *c, int B, int T, int
     gemm(a, N, 2 * F, C, dt, dt, 0, L * mb);
     put(a, TKS_OP_SWIGLU_FWD, tks_cost_rows(TKS_OP_SWIGLU_FWD, N, F, es), L * mb);
     gemm(a, N, C, F, dt, dt, 0, L * mb);
-    gemm(a, N, V, C, dt, dt, 0, mb); /* lm_head */
-    put(a, TKS_OP_XENT_FUSED, tks_cost_rows(TKS_OP_XENT_FUSED, N, V, es), mb);
+    /* lm_head and the cross-entropy, then lm_head's two backward GEMMs:
+     * over the whole N rows, or (TKS_LOSS_CHUNK_ROWS, loss_head.h) chunk by
+     * chunk inside the forward, the same bytes and FLOPs in more calls */
+    int R = tks_loss_chunk_rows();
+    if (R < 1 || R > N) R = N;
+    for (int r0 = 0; r0 < N; r0 += R) {
+        int n = N - r0 < R ? N - r0 : R;
+        gemm(a, n, V, C, dt, dt, 0, mb);
+        put(a, TKS_OP_XENT_FUSED, tks_cost_rows(TKS_OP_XENT_FUSED, n, V, es), mb);
+        /* the backward: for each linear the weight gradient (fp32,
+         * accumulated) and the input gradient */
+        gemm(a, V, C, n, dt, TKS_F32, 1, mb);
+        gemm(a, n, C, V, dt, dt, 0, mb);
+    }
     put(a, TKS_OP_SUM, tks_cost_rows(TKS_OP_SUM, N, 1, es), mb);
-    /* the backward: for each linear the weight gradient (fp32, accumulated)
-     * and the input gradient */
-    gemm(a, V, C, N, dt, TKS_F32, 1, mb);
-    gemm(a, N, C, V, dt, dt, 0, mb);
     put(a, TKS_OP_MEMZERO, tks_cost_rows(TKS_OP_MEMZERO, NC * es, 1, es), mb);
     put(a, TKS_OP_RMSNORM_BWD, tks_cost_rows(TKS_OP_RMSNORM_BWD, N, C, es), (2 * L + 1) * mb);
     gemm(a, C, F, N, dt, TKS_F32, 1, L * mb);
@@ -237,18 +246,22 @@ int tks_step_model(const tks_model_config *cfg_in, int B, int T, int accum, cons
     double fpt = 6.0 * ((double)tks_model_n_params(&c) - (double)c.vocab_size * c.dim) +
                  12.0 * c.n_layers * c.n_heads * HD * T;
     double mfu = secs > 0 ? fpt * tokens / secs / (hw->bf16_tflops * 1e12) : 0;
+    char loss_note[96] = "";
+    int R = tks_loss_chunk_rows();
+    if (R > 0 && R < B * T)
+        snprintf(loss_note, sizeof loss_note, "; loss head by chunks of %d rows (TKS_LOSS_CHUNK_ROWS)", R);
     size_t cap = 4096 + (size_t)n * 160;
     char *out = malloc(cap);
     if (!out) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     size_t o = (size_t)snprintf(
         out, cap,
         "step model: dim %u, %u layers, %u heads (%u kv), ffn %u, vocab %u (padded %u), %s; "
-        "%d micro-batch(es) of %d x %d per step on one device\n"
+        "%d micro-batch(es) of %d x %d per step on one device%s\n"
         "roofline %s: %g TFLOP/s bf16, %g fp32 (x %.2f achievable), memory %g GB/s (x %.2f), "
         "host link %g GB/s\n\n"
         "%-16s %9s %12s %10s %10s %7s %8s\n",
         c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim, c.vocab_size, tks_model_padded_vocab(&c, 1),
-        tks_dtype_name(dt), accum, B, T, hw->name, hw->bf16_tflops, hw->fp32_tflops, hw->flops_eff,
+        tks_dtype_name(dt), accum, B, T, loss_note, hw->name, hw->bf16_tflops, hw->fp32_tflops, hw->flops_eff,
         hw->mem_gbs, hw->mem_eff, hw->link_gbs, "op", "calls", "GFLOP", "GB", "model ms", "share", "bound");
     for (int k = 0; k < n; k++) {
         int i = order[k];
