@@ -13,7 +13,8 @@
 #   notok     a dataset imported without a tokenizer: train, export-hf (beside a user's DIR.tmp),
 #             cat, inspect, generate
 #   stop      SIGTERM (timeout -s TERM 1) while the reader is inside one document (/dev/zero, a sparse file of
-#             64 GB, JSON Lines from /dev/zero): exit 130 within seconds, --resume named, nothing published
+#             64 GB, JSON Lines from /dev/zero): exit 130 within seconds, --resume named, nothing published;
+#             the same TERM delivered twice: the clean stop with its message, not a silent exit
 #   publish   a kill at each step of publishing (manifest written, units cleaned, the state
 #             removed, the rename) and an OUT made while the build ran: --resume publishes the
 #             complete dataset, byte-identical; the same for import; a build that finds no text
@@ -396,6 +397,31 @@ stop)
       fail "$in $opt: exit $code after ${dt} s (130 within 8 s expected): $(tail -c 300 "$W/err")"
     expect_msg "interrupted while .*$in.*run the same command with --resume"
     [[ ! -e z ]] && ok "$in $opt: nothing published" || fail "$in $opt: z published"
+  done
+  # the same stop delivered twice (timeout(1) signals the command, then its
+  # whole process group): two TERMs back to back, three times, each the
+  # clean stop with its message, not a silent exit; a second TERM 1.5 s after
+  # the first still ends the build (at once, or the stop was already done)
+  for gap in 0 0 0 1.5; do
+    rm -rf z z.partial
+    "$TKS" build -q "${B[@]}" --doc-split line --output z /dev/zero >"$W/out" 2>"$W/err" &
+    pid=$!
+    sleep 1
+    kill -TERM $pid
+    [[ $gap == 0 ]] || sleep $gap
+    kill -TERM $pid 2>/dev/null
+    wait $pid
+    code=$?
+    if [[ $gap == 0 ]]; then
+      [[ $code -eq 130 ]] && grep -q "interrupted while .*/dev/zero.*--resume" "$W/err" &&
+        ok "TERM twice, back to back: the clean stop (exit 130, where it stopped named)" ||
+        fail "TERM twice, back to back: exit $code, stderr: $(tail -c 300 "$W/err")"
+    else
+      [[ $code -eq 130 ]] && grep -q "interrupted" "$W/err" &&
+        ok "TERM twice, 1.5 s apart: exit 130 with a message" ||
+        fail "TERM twice, 1.5 s apart: exit $code, stderr: $(tail -c 300 "$W/err")"
+    fi
+    [[ ! -e z ]] && ok "TERM twice ($gap s apart): nothing published" || fail "TERM twice ($gap s apart): z published"
   done
   ;;
 publish)

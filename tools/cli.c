@@ -1,4 +1,5 @@
 /* cli.c - see cli.h. */
+#define _POSIX_C_SOURCE 200809L
 #include "tools/cli.h"
 
 #include <errno.h>
@@ -8,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/tks.h"
 
@@ -34,6 +37,37 @@ void cli_note_once(const char *note) {
     if (!note || !*note || said) return;
     said = 1;
     fprintf(stderr, "%s: note: %s\n", cli_prog, note);
+}
+
+static volatile sig_atomic_t *g_stop_flag;
+static struct timespec g_first_signal;
+
+/* async-signal-safe: clock_gettime, strlen of a constant, write, _exit */
+static void on_stop_signal(int sig) {
+    (void)sig;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!*g_stop_flag) {
+        g_first_signal = now;
+        *g_stop_flag = 1;
+        return;
+    }
+    double since = (double)(now.tv_sec - g_first_signal.tv_sec) + 1e-9 * (double)(now.tv_nsec - g_first_signal.tv_nsec);
+    if (since < 0.5) return; /* the first stop, delivered again */
+    static const char again[] = ": interrupted again: leaving now (what is complete is kept: run the same "
+                                "command with --resume)\n";
+    if (write(STDERR_FILENO, cli_prog, strlen(cli_prog)) < 0 || write(STDERR_FILENO, again, sizeof again - 1) < 0)
+        _exit(EXIT_INTERRUPTED);
+    _exit(EXIT_INTERRUPTED);
+}
+
+void cli_stop_on_signals(volatile sig_atomic_t *flag) {
+    g_stop_flag = flag;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 int cli_parse_size(const char *s, uint64_t *out) {

@@ -3,6 +3,7 @@
 #ifndef TKS_CLI_H
 #define TKS_CLI_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +23,15 @@ int cli_lib_error(void);
  * non-empty note (a tokenizer cache left unused: tks_tok_cache_note), never
  * again; NULL or "" prints nothing. */
 void cli_note_once(const char *note);
+/* Installs the handler of SIGINT and SIGTERM for a long command that stops
+ * cleanly: the first signal sets *flag to 1 (the command sees it at its next
+ * check, says where it stopped and keeps what --resume needs); a second one
+ * at least half a second later writes "PROG: interrupted again: leaving now"
+ * on stderr and exits with EXIT_INTERRUPTED at once. A second signal sooner
+ * is the same stop delivered twice and is ignored: timeout(1) sends its
+ * signal to the command and then to the whole process group, and a launcher
+ * may do the same. `flag` must outlive the process's use of the handler. */
+void cli_stop_on_signals(volatile sig_atomic_t *flag);
 /* "123", "64K", "16M", "2G" (powers of 1024), "1e6" -> *out. Returns 0 or -1. */
 int cli_parse_size(const char *s, uint64_t *out);
 /* A float; returns 0 or -1. */

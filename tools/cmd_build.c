@@ -22,11 +22,6 @@
 #include "tools/cmds.h"
 
 static volatile sig_atomic_t g_stop = 0;
-static void on_signal(int sig) {
-    (void)sig;
-    if (g_stop) _exit(EXIT_INTERRUPTED); /* second Ctrl-C: leave now (resume still works) */
-    g_stop = 1;
-}
 
 static void human_bytes(double b, char *out, size_t n) {
     const char *u[] = {"B", "KB", "MB", "GB", "TB"};
@@ -222,10 +217,7 @@ int cli_build(int argc, char **argv) {
     o.n_inputs = in.n;
     if (!quiet && isatty(STDERR_FILENO)) o.progress = progress_line;
     o.stop = &g_stop;
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_stop_on_signals(&g_stop);
     tks_build_stats st;
     int rank = 0;
     int rc = dist_build(&o, quiet ? NULL : ranks_progress_line, &st, &rank);

@@ -58,11 +58,6 @@ void cli_foreign_table(struct tks_foreign_opts *fo, cli_flag t[CLI_FOREIGN_FLAGS
 }
 
 static volatile sig_atomic_t g_stop = 0;
-static void on_signal(int sig) {
-    (void)sig;
-    if (g_stop) _exit(EXIT_INTERRUPTED);
-    g_stop = 1;
-}
 
 static int set_import_chunk(const cli_flag *f, const char *name, const char *v) {
     (void)name;
@@ -106,10 +101,7 @@ int cli_import(int argc, char **argv) {
     if (!o.out_dir) return cli_usage_error("import: --output DIR is required");
     if (!o.tokenizer_path && !o.vocab_size)
         return cli_usage_error("import: --tokenizer MODEL (the tokenizer the ids come from) or --vocab-size N is required");
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_stop_on_signals(&g_stop);
     o.stop = &g_stop;
     tks_import_stats st;
     if (tks_import(&o, &st)) return cli_lib_error();

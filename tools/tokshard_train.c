@@ -117,11 +117,6 @@ static void help(void) {
 }
 
 static volatile sig_atomic_t g_stop;
-static void on_signal(int sig) {
-    (void)sig;
-    if (g_stop) _exit(EXIT_INTERRUPTED);
-    g_stop = 1;
-}
 
 static void fmt_time(double s, char *out, size_t n) {
     if (!(s >= 0) || s > 1e7) snprintf(out, n, "?");
@@ -489,10 +484,7 @@ static int run(int argc, char **argv) {
     O.on_step = on_step;
     O.on_profile = on_profile;
     O.stop = &g_stop;
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_stop_on_signals(&g_stop);
     int rc = tks_train(&O);
     if (rc) return rank_error();
     if (!no_plot) plot(O.out_dir);
