@@ -581,7 +581,8 @@ typedef struct tks_bpe_train_stats {
     uint64_t words, word_bytes; /* distinct words of 2 bytes or more, their bytes */
     uint64_t pruned_words;      /* left out by min_word_count */
     uint64_t units, units_kept, runs;
-    uint64_t merge_memory, memory; /* the merge phase's size, and the limit */
+    uint64_t merge_memory, memory; /* the merge phase's size (estimate), and the limit */
+    uint64_t merge_peak;        /* what the trainer's tables held at most (tks_bpe_trainer_peak) */
     uint32_t vocab_size;
     uint64_t merges;
     double count_seconds, runs_seconds, merge_seconds, seconds;

@@ -213,10 +213,8 @@ int tks_bpe_trainer_create(const tks_bpe_train_cfg *c, tks_bpe_trainer **out) {
 
 void tks_bpe_trainer_free(tks_bpe_trainer *t) {
     if (!t) return;
-    for (uint32_t i = 0; t->lists && i < t->n_lists; i++)
-        if (t->lists[i].cap) free(t->lists[i].w);
-    free(t->lists);
-    free(t->freel);
+    for (size_t i = 0; t->heap && i < t->hn; i++)
+        if (t->heap[i].cap > 1) free(t->heap[i].w.p);
     free(t->csr);
     free(t->heap);
     free(t->pc);
@@ -234,12 +232,30 @@ void tks_bpe_trainer_free(tks_bpe_trainer *t) {
 }
 
 uint64_t tks_bpe_trainer_memory(uint64_t words, uint64_t bytes, uint32_t vocab_size, int threads) {
-    /* symbols 4 bytes a byte, the first index at most 4 a byte, the lists
-     * made while training and the pair counts about 4 more (measured:
-     * ...); offset, length and count 20 a word; per id the vocabulary and
-     * the merges about 48 bytes, and each thread's step tables 16 */
+    /* Per byte: its symbol (4) and its place in the first index (4); the
+     * pairs and the entries of the heap grow with the symbols too. Measured
+     * (tks_bpe_trainer_peak, 2 threads) on Linux's Documentation/ (165,352
+     * words, 2.3 MB: 68 MB at 32,000 ids, 77 at 128,000) and net/ (158,117
+     * words, 1.1 MB: 34 and 43 MB), where the heap and the pair counts,
+     * doubled as they grow, are half of it: 32 bytes a byte and 96 a word
+     * hold both with a third to spare. Per id: its bytes, map slot and
+     * merge (48) and each thread's step tables (32). */
     uint64_t t = threads > 0 ? (uint64_t)threads : 1;
-    return 12 * bytes + 24 * words + (uint64_t)vocab_size * (48 + 16 * t) + (8ull << 20);
+    return 32 * bytes + 96 * words + (uint64_t)vocab_size * (48 + 32 * t) + (4ull << 20);
+}
+
+int tks_bpe_trainer_reserve(tks_bpe_trainer *t, uint64_t words, uint64_t bytes) {
+    if (words > t->words_cap) {
+        if (tks_resize(&t->woff, words, sizeof *t->woff) || tks_resize(&t->wcnt, words, sizeof *t->wcnt) ||
+            tks_resize(&t->wlen, words, sizeof *t->wlen))
+            return nomem("words");
+        t->words_cap = words;
+    }
+    if (bytes > t->sym_cap) {
+        if (tks_resize(&t->sym, bytes, sizeof *t->sym)) return nomem("words");
+        t->sym_cap = bytes;
+    }
+    return 0;
 }
 
 int tks_bpe_trainer_add(tks_bpe_trainer *t, const char *w, size_t len, uint64_t count) {
@@ -303,7 +319,7 @@ static tks__bt_pc *pc_slot(tks_bpe_trainer *t, uint64_t p) {
     size_t i = pc_hash(key) & t->pcmask;
     while (t->pc[i].key && t->pc[i].key != key) i = (i + 1) & t->pcmask;
     if (!t->pc[i].key) {
-        t->pc[i] = (tks__bt_pc){key, 0, (uint32_t)t->pcn, 0};
+        t->pc[i] = (tks__bt_pc){key, 0};
         t->pcn++;
     }
     return &t->pc[i];
@@ -316,6 +332,27 @@ static int64_t pc_get(const tks_bpe_trainer *t, uint64_t p) {
     return 0;
 }
 
+/* Adds d to pair p's count; a count back at 0 leaves the table (linear
+ * probing's backward-shift deletion), as a pair never seen reads 0. 0 or
+ * TKS_ERR_NOMEM. */
+static int pc_add(tks_bpe_trainer *t, uint64_t p, int64_t d) {
+    tks__bt_pc *e = pc_slot(t, p);
+    if (!e) return nomem("pair counts");
+    if ((e->count += d) != 0) return 0;
+    size_t i = (size_t)(e - t->pc), j = i;
+    for (;;) {
+        j = (j + 1) & t->pcmask;
+        if (!t->pc[j].key) break;
+        size_t k = pc_hash(t->pc[j].key) & t->pcmask; /* its home: it stays when home lies in (i, j] */
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
+        t->pc[i] = t->pc[j];
+        i = j;
+    }
+    t->pc[i] = (tks__bt_pc){0, 0};
+    t->pcn--;
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------
  * The heap (BpeTrainer's OctonaryHeap of Merge: a max-heap by count, then
  * by the lower pair) and the entries' word lists
@@ -324,6 +361,8 @@ static inline int above(const tks__bt_ent *a, const tks__bt_ent *b) {
     return a->count != b->count ? a->count > b->count : a->pair < b->pair;
 }
 
+/* A 4-ary heap: a node's children in one or two cache lines, half the
+ * levels of a binary heap (its pops were mostly waits for memory). */
 static int heap_push(tks_bpe_trainer *t, tks__bt_ent e) {
     if (t->hn == t->hcap) {
         size_t cap = t->hcap ? 2 * t->hcap : 65536;
@@ -332,7 +371,7 @@ static int heap_push(tks_bpe_trainer *t, tks__bt_ent e) {
     }
     size_t i = t->hn++;
     while (i > 0) {
-        size_t p = (i - 1) / 2;
+        size_t p = (i - 1) / 4;
         if (!above(&e, &t->heap[p])) break;
         t->heap[i] = t->heap[p];
         i = p;
@@ -345,90 +384,72 @@ static tks__bt_ent heap_pop(tks_bpe_trainer *t) {
     tks__bt_ent top = t->heap[0], e = t->heap[--t->hn];
     size_t i = 0, n = t->hn;
     for (;;) {
-        size_t c = 2 * i + 1;
+        size_t c = 4 * i + 1, best = c;
         if (c >= n) break;
-        if (c + 1 < n && above(&t->heap[c + 1], &t->heap[c])) c++;
-        if (!above(&t->heap[c], &e)) break;
-        t->heap[i] = t->heap[c];
-        i = c;
+        __builtin_prefetch(&t->heap[16 * i + 5]); /* the grandchildren */
+        for (size_t k = c + 1; k < c + 4 && k < n; k++)
+            if (above(&t->heap[k], &t->heap[best])) best = k;
+        if (!above(&t->heap[best], &e)) break;
+        t->heap[i] = t->heap[best];
+        i = best;
     }
     if (n) t->heap[i] = e;
     return top;
 }
 
-/* A new list id holding w[0..n) (cap: owned array, 0: a slice of csr). */
-static int list_new(tks_bpe_trainer *t, uint32_t *w, uint32_t n, uint32_t cap, uint32_t *id) {
-    if (t->n_free) {
-        *id = t->freel[--t->n_free];
-    } else {
-        if (t->n_lists == t->lists_cap) {
-            uint32_t c = t->lists_cap ? 2 * t->lists_cap : 65536;
-            if (tks_resize(&t->lists, c, sizeof *t->lists) || tks_resize(&t->freel, c, sizeof *t->freel))
-                return nomem("queue");
-            t->lists_cap = c;
-        }
-        *id = t->n_lists++;
+static inline const uint32_t *ent_words(const tks__bt_ent *e) { return e->cap == 1 ? &e->w.one : e->w.p; }
+
+static void ent_free(tks_bpe_trainer *t, tks__bt_ent *e) {
+    if (e->cap > 1) {
+        t->list_bytes -= (uint64_t)e->cap * sizeof *e->w.p + 16;
+        free(e->w.p);
     }
-    t->lists[*id] = (tks__bt_list){w, n, cap};
-    return 0;
+    e->w.p = NULL;
+    e->n = e->cap = 0;
 }
 
-static void list_free(tks_bpe_trainer *t, uint32_t id) {
-    if (t->lists[id].cap) free(t->lists[id].w);
-    t->lists[id] = (tks__bt_list){NULL, 0, 0};
-    t->freel[t->n_free++] = id;
-}
-
-/* count_pairs: every adjacent pair's count and the words it occurs in (a
- * dense index of the pairs, then their words back to back in csr), and the
- * first entries of the heap. */
+/* count_pairs: every adjacent pair's count and the words it occurs in (the
+ * words hold byte tokens only yet: pairs indexed by their two bytes, their
+ * words back to back in csr), and the first entries of the heap. */
 static int first_index(tks_bpe_trainer *t) {
+    uint16_t *byte_of = malloc((size_t)t->n_tok * sizeof *byte_of);
+    int64_t *count = calloc(65536, sizeof *count);
+    uint32_t *nw = calloc(65536, sizeof *nw), *last = calloc(65536, sizeof *last);
+    uint64_t *at = malloc(65537 * sizeof *at);
+    int rc = byte_of && count && nw && last && at ? 0 : nomem("pair index");
+    for (unsigned x = 0; !rc && x < 256; x++) byte_of[t->byte_id[x]] = (uint16_t)x;
     uint64_t total = 0;
-    uint32_t *nw = NULL;
-    size_t nw_cap = 0;
-    for (uint64_t w = 0; w < t->n_words; w++) {
+    for (uint64_t w = 0; !rc && w < t->n_words; w++) {
         const uint32_t *s = t->sym + t->woff[w];
         for (uint32_t r = 0; r + 1 < t->wlen[w]; r++) {
-            tks__bt_pc *e = pc_slot(t, (uint64_t)s[r] << 32 | s[r + 1]);
-            if (!e) return free(nw), nomem("pair counts");
-            if (e->idx >= nw_cap) {
-                size_t c = nw_cap ? 2 * nw_cap : 65536;
-                if (tks_resize(&nw, c, sizeof *nw)) return free(nw), nomem("pair counts");
-                memset(nw + nw_cap, 0, (c - nw_cap) * sizeof *nw);
-                nw_cap = c;
-            }
-            e->count += (int64_t)t->wcnt[w];
-            if (e->last != w + 1) {
-                e->last = (uint32_t)(w + 1);
-                nw[e->idx]++;
-                total++;
-            }
+            unsigned k = (unsigned)byte_of[s[r]] << 8 | byte_of[s[r + 1]];
+            count[k] += (int64_t)t->wcnt[w];
+            if (last[k] != w + 1) last[k] = (uint32_t)(w + 1), nw[k]++, total++;
         }
     }
-    size_t np = t->pcn;
-    uint64_t *at = malloc((np + 1) * sizeof *at);
-    uint64_t *key = malloc((np + 1) * sizeof *key);
-    t->csr = malloc((total + 1) * sizeof *t->csr);
-    if (!at || !key || !t->csr) return free(nw), free(at), free(key), nomem("pair index");
-    for (size_t i = 0, sum = 0; i < np; i++) at[i] = sum, sum += nw[i];
-    for (size_t i = 0; i <= t->pcmask; i++)
-        if (t->pc[i].key) t->pc[i].last = 0, key[t->pc[i].idx] = t->pc[i].key - 1;
-    for (uint64_t w = 0; w < t->n_words; w++) {
+    if (!rc && !(t->csr = malloc((total + 1) * sizeof *t->csr))) rc = nomem("pair index");
+    t->csr_n = total + 1;
+    uint64_t sum = 0;
+    for (unsigned k = 0; !rc && k < 65536; k++) at[k] = sum, sum += nw[k], last[k] = 0;
+    for (uint64_t w = 0; !rc && w < t->n_words; w++) {
         const uint32_t *s = t->sym + t->woff[w];
         for (uint32_t r = 0; r + 1 < t->wlen[w]; r++) {
-            tks__bt_pc *e = pc_slot(t, (uint64_t)s[r] << 32 | s[r + 1]);
-            if (e->last != w + 1) e->last = (uint32_t)(w + 1), t->csr[at[e->idx]++] = (uint32_t)w;
+            unsigned k = (unsigned)byte_of[s[r]] << 8 | byte_of[s[r + 1]];
+            if (last[k] != w + 1) last[k] = (uint32_t)(w + 1), t->csr[at[k]++] = (uint32_t)w;
         }
     }
-    int rc = 0;
-    for (size_t i = 0; i < np && !rc; i++) { /* at[i] is now the end of pair i's words */
-        uint32_t id;
-        rc = list_new(t, t->csr + at[i] - nw[i], nw[i], 0, &id);
-        if (!rc) rc = heap_push(t, (tks__bt_ent){pc_get(t, key[i]), key[i], id});
+    for (unsigned k = 0; !rc && k < 65536; k++) { /* at[k] is now the end of pair k's words */
+        if (!nw[k]) continue;
+        uint64_t pair = (uint64_t)t->byte_id[k >> 8] << 32 | t->byte_id[k & 255];
+        rc = pc_add(t, pair, count[k]);
+        tks__bt_ent e = {count[k], pair, {.p = t->csr + at[k] - nw[k]}, nw[k], 0};
+        if (!rc) rc = heap_push(t, e);
     }
+    free(byte_of);
+    free(count);
     free(nw);
+    free(last);
     free(at);
-    free(key);
     return rc;
 }
 
@@ -449,10 +470,13 @@ typedef struct sink {
     /* per id x: the bucket of (x, new) and of (new, x) this step, valid when the stamp is
      * the step's; (new, new) is always on the right */
     uint32_t *lstamp, *lb, *rstamp, *rb;
+    /* per id x: the -1 changes of (x, left) and of (right, x), summed this step (a pair met
+     * on both sides is taken off twice, once for each side's sum, as it should) */
+    uint32_t *dlstamp, *dls, *drstamp, *drs;
     uint32_t stamp;
     bucket *bk;
     size_t nbk, bkcap;
-    uint64_t *dp;   /* the -1 changes: pairs, and the counts to take off */
+    uint64_t *dp;   /* the -1 changes: pairs, and the counts to take off, summed by pair */
     int64_t *dc;
     size_t nd, dcap;
     int oom;
@@ -463,6 +487,10 @@ static void sink_free(sink *s) {
     free(s->lb);
     free(s->rstamp);
     free(s->rb);
+    free(s->dlstamp);
+    free(s->dls);
+    free(s->drstamp);
+    free(s->drs);
     for (size_t i = 0; i < s->nbk; i++) free(s->bk[i].w);
     free(s->bk);
     free(s->dp);
@@ -475,10 +503,21 @@ static int sink_init(sink *s, uint32_t ids) {
     s->lb = malloc(ids * sizeof *s->lb);
     s->rstamp = calloc(ids, sizeof *s->rstamp);
     s->rb = malloc(ids * sizeof *s->rb);
-    return s->lstamp && s->lb && s->rstamp && s->rb ? 0 : -1;
+    s->dlstamp = calloc(ids, sizeof *s->dlstamp);
+    s->dls = malloc(ids * sizeof *s->dls);
+    s->drstamp = calloc(ids, sizeof *s->drstamp);
+    s->drs = malloc(ids * sizeof *s->drs);
+    return s->lstamp && s->lb && s->rstamp && s->rb && s->dlstamp && s->dls && s->drstamp && s->drs ? 0 : -1;
 }
 
-static inline void dec(sink *s, uint32_t a, uint32_t b, int64_t c) {
+/* -c for pair (a, b); x is the id that varies: a on the left side (b the
+ * merged pair's left), b on the right side (a its right). */
+static inline void dec(sink *s, uint32_t a, uint32_t b, int right, int64_t c) {
+    uint32_t x = right ? b : a, *stamp = right ? s->drstamp : s->dlstamp, *at = right ? s->drs : s->dls;
+    if (stamp[x] == s->stamp) {
+        s->dc[at[x]] += c;
+        return;
+    }
     if (s->nd == s->dcap) {
         size_t cap = s->dcap ? 2 * s->dcap : 4096;
         if (tks_resize(&s->dp, cap, sizeof *s->dp) || tks_resize(&s->dc, cap, sizeof *s->dc)) {
@@ -487,6 +526,8 @@ static inline void dec(sink *s, uint32_t a, uint32_t b, int64_t c) {
         }
         s->dcap = cap;
     }
+    stamp[x] = s->stamp;
+    at[x] = (uint32_t)s->nd;
     s->dp[s->nd] = (uint64_t)a << 32 | b;
     s->dc[s->nd++] = c;
 }
@@ -539,11 +580,11 @@ static void merge_word(tks_bpe_trainer *t, sink *s, uint32_t w, uint32_t a, uint
     while (r + 1 < n) {
         if (x[r] == a && x[r + 1] == b) {
             if (o > 0) {
-                dec(s, x[o - 1], a, c);
+                dec(s, x[o - 1], a, 0, c);
                 inc(s, x[o - 1], nw, 0, w, c);
             }
             if (r + 2 < n) {
-                dec(s, b, x[r + 2], c);
+                dec(s, b, x[r + 2], 1, c);
                 inc(s, x[r + 2], nw, 1, w, c);
             }
             x[o++] = nw;
@@ -602,9 +643,8 @@ static int apply_step(tks_bpe_trainer *t, sink *s, int ns, uint32_t nw) {
     for (int k = 0; k < ns; k++) {
         if (s[k].oom) return nomem("merge step");
         for (size_t i = 0; i < s[k].nd; i++) {
-            tks__bt_pc *e = pc_slot(t, s[k].dp[i]);
-            if (!e) return nomem("pair counts");
-            e->count -= s[k].dc[i];
+            int rc = pc_add(t, s[k].dp[i], -s[k].dc[i]);
+            if (rc) return rc;
         }
         s[k].nd = 0;
     }
@@ -614,39 +654,50 @@ static int apply_step(tks_bpe_trainer *t, sink *s, int ns, uint32_t nw) {
         if (rc) return rc;
     }
     int rc = 0;
-    for (size_t i = 0; i < z->nbk && !rc; i++) {
-        tks__bt_pc *e = pc_slot(t, z->bk[i].pair);
-        if (!e) rc = nomem("pair counts");
-        else e->count += z->bk[i].delta;
-    }
+    for (size_t i = 0; i < z->nbk && !rc; i++) rc = pc_add(t, z->bk[i].pair, z->bk[i].delta);
     for (size_t i = 0; i < z->nbk && !rc; i++) {
         bucket *b = &z->bk[i];
         int64_t c = pc_get(t, b->pair);
-        uint32_t id;
-        if (c > 0 && !(rc = list_new(t, b->w, b->n, b->cap ? b->cap : 1, &id))) {
+        if (c <= 0) continue;
+        tks__bt_ent e = {c, b->pair, {.p = b->w}, b->n, b->cap};
+        if (b->n == 1) { /* one word: kept in the entry */
+            e.w.one = b->w[0];
+            e.cap = 1;
+        } else {
+            t->list_bytes += (uint64_t)b->cap * sizeof *b->w + 16; /* and malloc's header */
             b->w = NULL;
-            rc = heap_push(t, (tks__bt_ent){c, b->pair, id});
         }
+        rc = heap_push(t, e);
+        if (rc && e.cap > 1) ent_free(t, &e);
     }
     for (size_t i = 0; i < z->nbk; i++) free(z->bk[i].w);
     z->nbk = 0;
     return rc;
 }
 
-/* The merge of (a, b) into nw over the words of list L: on the calling
+/* A step rewrites its words on several threads from this many words on:
+ * the first merges of a large corpus (up to millions of words each), whose
+ * work dwarfs waking the threads. Not below: thousands of steps of a few
+ * thousand words gained nothing on 2 threads, and on a machine whose cores
+ * other jobs share each parallel step can wait a scheduler slice for a
+ * descheduled thread (Linux's Documentation/ at vocabulary 8,000 beside
+ * other jobs: merges 0.7 s on one thread, 5.3 s on two with 2,048). */
+#define PARALLEL_WORDS 16384
+
+/* The merge of (a, b) into nw over the words w[0..n): on the calling
  * thread, or split in ns parts of consecutive words on ns threads. */
-static int merge_words(tks_bpe_trainer *t, sink *s, int ns, const tks__bt_list *L, uint32_t a, uint32_t b,
+static int merge_words(tks_bpe_trainer *t, sink *s, int ns, const uint32_t *w, uint32_t n, uint32_t a, uint32_t b,
                        uint32_t nw) {
-    if (ns > 1 && L->n >= 2048) {
+    if (ns > 1 && n >= PARALLEL_WORDS) {
 #pragma omp parallel num_threads(ns)
         {
-            int k = omp_get_thread_num(), n = omp_get_num_threads();
-            size_t lo = (size_t)L->n * (size_t)k / (size_t)n, hi = (size_t)L->n * (size_t)(k + 1) / (size_t)n;
-            for (size_t i = lo; i < hi; i++) merge_word(t, &s[k], L->w[i], a, b, nw);
+            int k = omp_get_thread_num(), m = omp_get_num_threads();
+            size_t lo = (size_t)n * (size_t)k / (size_t)m, hi = (size_t)n * (size_t)(k + 1) / (size_t)m;
+            for (size_t i = lo; i < hi; i++) merge_word(t, &s[k], w[i], a, b, nw);
         }
     } else {
         ns = 1;
-        for (uint32_t i = 0; i < L->n; i++) merge_word(t, &s[0], L->w[i], a, b, nw);
+        for (uint32_t i = 0; i < n; i++) merge_word(t, &s[0], w[i], a, b, nw);
     }
     return apply_step(t, s, ns, nw);
 }
@@ -695,9 +746,22 @@ static int mark_saved(tks_bpe_trainer *t) {
     return 0;
 }
 
+/* The bytes the trainer's tables hold now (the sinks' own included), kept
+ * as the peak: what tks_bpe_trainer_memory's estimate is checked against. */
+static void note_held(tks_bpe_trainer *t, const sink *s, int ns, uint32_t ids) {
+    uint64_t b = t->sym_cap * 4 + t->words_cap * 20 + t->csr_n * 4 + t->list_bytes + t->hcap * sizeof *t->heap +
+                 (t->pc ? (t->pcmask + 1) * sizeof *t->pc : 0) + t->tb_cap + (uint64_t)t->tok_cap * 9 +
+                 (t->vmask + 1) * 4 + t->mg_cap * 12;
+    for (int k = 0; s && k < ns; k++) {
+        b += (uint64_t)ids * 32 + s[k].bkcap * sizeof(bucket) + s[k].dcap * 16;
+        for (size_t i = 0; i < s[k].nbk; i++) b += (uint64_t)s[k].bk[i].cap * 4;
+    }
+    if (b > t->peak) t->peak = b;
+}
+
 /* BpeTrainer::do_train's loop, step 5. */
-static int merge_loop(tks_bpe_trainer *t, sink *s, int ns, tks_bpe_train_progress_fn progress, void *ctx,
-                      volatile sig_atomic_t *stop) {
+static int merge_loop(tks_bpe_trainer *t, sink *s, int ns, uint32_t ids, tks_bpe_train_progress_fn progress,
+                      void *ctx, volatile sig_atomic_t *stop) {
     uint32_t step = 0;
     uint64_t target = t->vocab_size > t->n_tok ? t->vocab_size - t->n_tok : 0;
     int rc = 0;
@@ -710,7 +774,7 @@ static int merge_loop(tks_bpe_trainer *t, sink *s, int ns, tks_bpe_train_progres
             continue;
         }
         if (top.count < 1 || (uint64_t)top.count < t->min_frequency) {
-            list_free(t, top.list);
+            ent_free(t, &top);
             break;
         }
         uint32_t a = (uint32_t)(top.pair >> 32), b = (uint32_t)top.pair, id = 0;
@@ -718,8 +782,9 @@ static int merge_loop(tks_bpe_trainer *t, sink *s, int ns, tks_bpe_train_progres
         if (!rc) rc = record_merge(t, a, b, id);
         step++;
         for (int k = 0; k < ns; k++) s[k].stamp = step;
-        if (!rc) rc = merge_words(t, s, ns, &t->lists[top.list], a, b, id);
-        list_free(t, top.list);
+        if (!rc) rc = merge_words(t, s, ns, ent_words(&top), top.n, a, b, id);
+        if (t->n_mg % 64 == 0) note_held(t, s, ns, ids);
+        ent_free(t, &top);
         if (!rc && t->n_mg % 1000 == 0) {
             if (progress) progress(ctx, t->n_mg, target);
             if (stop && *stop)
@@ -742,20 +807,17 @@ int tks_bpe_trainer_run(tks_bpe_trainer *t, tks_bpe_train_progress_fn progress, 
     if (!rc && !s) rc = nomem("merge step");
     for (int k = 0; !rc && k < ns; k++)
         if (sink_init(&s[k], ids)) rc = nomem("merge step");
-    if (!rc) rc = merge_loop(t, s, ns, progress, ctx, stop);
+    if (!rc) note_held(t, s, ns, ids);
+    if (!rc) rc = merge_loop(t, s, ns, ids, progress, ctx, stop);
     for (int k = 0; s && k < ns; k++) sink_free(&s[k]);
     free(s);
     /* what training alone needed goes */
-    for (uint32_t i = 0; t->lists && i < t->n_lists; i++)
-        if (t->lists[i].cap) free(t->lists[i].w);
-    free(t->lists);
-    free(t->freel);
+    for (size_t i = 0; t->heap && i < t->hn; i++) ent_free(t, &t->heap[i]);
     free(t->csr);
     free(t->heap);
     free(t->pc);
     free(t->sym);
-    t->lists = NULL, t->freel = NULL, t->csr = NULL, t->heap = NULL, t->pc = NULL, t->sym = NULL;
-    t->n_lists = t->n_free = 0;
+    t->csr = NULL, t->heap = NULL, t->pc = NULL, t->sym = NULL;
     t->hn = t->hcap = 0;
     if (!rc) rc = mark_saved(t);
     return rc;
@@ -763,3 +825,4 @@ int tks_bpe_trainer_run(tks_bpe_trainer *t, tks_bpe_train_progress_fn progress, 
 
 uint32_t tks_bpe_trainer_vocab_size(const tks_bpe_trainer *t) { return t->n_tok; }
 uint64_t tks_bpe_trainer_merges(const tks_bpe_trainer *t) { return t->n_saved; }
+uint64_t tks_bpe_trainer_peak(const tks_bpe_trainer *t) { return t->peak; }

@@ -15,29 +15,24 @@
 
 #include "tokenizer/tokenizer.h"
 
-/* A list of word indices, ascending, without repeats: the words a heap
- * entry's pair was found in (BpeTrainer's Merge.pos). cap 0: a slice of the
- * trainer's first index (csr), not freed on its own. */
-typedef struct tks__bt_list {
-    uint32_t *w;
-    uint32_t n, cap;
-} tks__bt_list;
-
 /* A heap entry: (count, pair) ordered as BpeTrainer's Merge (count
- * descending, then pair ascending), the words in lists[list]. */
+ * descending, then pair ascending), with the words the pair was found in
+ * (its Merge.pos: ascending, no repeats): w.p[0..n), owned (cap >= 2), a
+ * slice of the first index (cap 0), or the one word itself (cap 1). */
 typedef struct tks__bt_ent {
     int64_t count;
     uint64_t pair;  /* left id << 32 | right id */
-    uint32_t list;
+    union {
+        uint32_t *p;
+        uint32_t one;
+    } w;
+    uint32_t n, cap;
 } tks__bt_ent;
 
-/* A slot of the pair counts (open addressing): key pair + 1 (0: empty);
- * idx and last serve the first index only (the pair's dense number, the
- * last word it was seen in plus 1). */
+/* A slot of the pair counts (open addressing): key pair + 1 (0: empty). */
 typedef struct tks__bt_pc {
     uint64_t key;
     int64_t count;
-    uint32_t idx, last;
 } tks__bt_pc;
 
 struct tks_bpe_trainer {
@@ -61,13 +56,11 @@ struct tks_bpe_trainer {
     uint64_t *woff, *wcnt; /* (W) */
     uint32_t *wlen;       /* (W) */
     uint64_t n_words, words_cap, short_words;
-    /* the pair counts, the heap and the entries' word lists */
+    /* the pair counts (a pair at count 0 is not kept: absent reads 0) and the heap */
     tks__bt_pc *pc;       /* pcmask + 1 slots, pcn used */
     size_t pcmask, pcn;
     tks__bt_ent *heap;
     size_t hn, hcap;
-    tks__bt_list *lists;
-    uint32_t n_lists, lists_cap, *freel, n_free;
     uint32_t *csr;        /* the first index: every pair's words, back to back */
     /* the merges as learnt: (left, right, new id) each; keep[i] 1 for the ones tokenizers
      * saves (a pair merged twice: its last) */
@@ -75,6 +68,8 @@ struct tks_bpe_trainer {
     uint64_t n_mg, mg_cap, n_saved;
     uint8_t *keep;
     int ran;
+    /* bytes held by the entries' own word lists, and the most the trainer's tables held */
+    uint64_t list_bytes, peak, csr_n;
 };
 
 #endif

@@ -249,11 +249,14 @@ static void base64(const unsigned char *s, size_t n, char *out) {
 /* tokenizer.tiktoken (ranks: the ids after the special tokens, in order)
  * and tiktoken.json, tks_bpe_tiktoken_json's descriptor of it. */
 static int tiktoken_files(const tks_bpe_trainer *t, const tks_bpe_write_opts *o, const char *dir) {
-    for (uint32_t id = 0; id < t->n_tok; id++)
-        if (t->tspec[id] == 1 || (t->tspec[id] && id >= t->n_specials))
-            return tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE,
-                            "special token %u is a string of bytes the merges can make: a tiktoken file cannot "
-                            "hold it apart from its ranks; leave out --tiktoken or that special token", id);
+    /* a special token the merges make, or a byte's token, would be a rank too */
+    int clash = 0;
+    for (uint64_t i = 0; i < t->n_mg && !clash; i++) clash = t->mg[3 * i + 2] < t->n_specials;
+    for (unsigned x = 0; x < 256 && !clash; x++) clash = t->byte_id[x] < t->n_specials;
+    if (clash)
+        return tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE,
+                        "a special token is also a token the merges or a byte make: a tiktoken file cannot hold "
+                        "it apart from its ranks; leave out --tiktoken or that special token");
     jbuf j = {0};
     char *b64 = NULL;
     size_t b64_cap = 0;
@@ -286,9 +289,13 @@ static int tiktoken_files(const tks_bpe_trainer *t, const tks_bpe_write_opts *o,
     tks_hex(h, 16, hx);
     uint32_t n_ranks = t->n_tok - t->n_specials;
     json_t *sp = json_array();
-    for (uint32_t id = 0; sp && id < t->n_specials; id++)
-        json_array_append_new(sp, json_pack("[s%,I]", t->tb + t->toff[id], (size_t)(t->toff[id + 1] - t->toff[id]),
-                                            (json_int_t)(n_ranks + id)));
+    for (uint32_t id = 0; sp && id < t->n_specials; id++) { /* the token's text, as tokenizer.json has it */
+        jbuf q = {0};
+        put_token(&q, t, id);
+        json_t *text = q.oom ? NULL : json_loads(q.p, JSON_DECODE_ANY, NULL);
+        free(q.p);
+        json_array_append_new(sp, json_pack("[o,I]", text ? text : json_string(""), (json_int_t)(n_ranks + id)));
+    }
     int named = is_named(o->pattern);
     json_t *d = json_pack("{s:s, s:s, s:s, s:s?, s:s, s:o}", "type", "tiktoken", "ranks_file", "tokenizer.tiktoken",
                           "ranks_xxh3", hx, "pattern_name", named ? o->pattern : NULL, "pattern",

@@ -614,6 +614,10 @@ void tks_bpe_trainer_free(tks_bpe_trainer *t);
  * compares with its memory limit. */
 uint64_t tks_bpe_trainer_memory(uint64_t words, uint64_t bytes, uint32_t vocab_size, int threads);
 
+/* Room for `words` words of `bytes` bytes in all, allocated now (the
+ * arrays otherwise grow by doubling). 0 or TKS_ERR_NOMEM. */
+int tks_bpe_trainer_reserve(tks_bpe_trainer *t, uint64_t words, uint64_t bytes);
+
 /* Adds a word: a piece's bytes w[0..len) and how often it was seen
  * (count >= 1). Each distinct word once, in any order: the result is the
  * same for every order. Words of one byte are counted and left out (every
@@ -648,6 +652,9 @@ int tks_bpe_trainer_run(tks_bpe_trainer *t, tks_bpe_train_progress_fn progress, 
  * tokenizers saves them (a pair merged twice is kept at its last rank). */
 uint32_t tks_bpe_trainer_vocab_size(const tks_bpe_trainer *t);
 uint64_t tks_bpe_trainer_merges(const tks_bpe_trainer *t);
+/* The most bytes the trainer's tables held (words, pair index, counts,
+ * heap, vocabulary, the threads' step tables; sampled every 64 merges). */
+uint64_t tks_bpe_trainer_peak(const tks_bpe_trainer *t);
 
 /* How tks_bpe_trainer_write writes the tokenizer. */
 typedef struct tks_bpe_write_opts {

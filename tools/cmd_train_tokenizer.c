@@ -186,6 +186,8 @@ static int train_byte_bpe(tks_bpe_train_opts *o, int quiet) {
     if (st.pruned_words)
         printf("  pruned   %llu words seen fewer than %llu times left out (recorded in training.json)\n",
                (unsigned long long)st.pruned_words, (unsigned long long)o->min_word_count);
+    printf("  memory   merge phase %.1f MB (estimated %.1f MB, --memory %.1f MB)\n", st.merge_peak / 1e6,
+           st.merge_memory / 1e6, st.memory / 1e6);
     printf("  time     %.1f s: counting %.1f s, merging runs %.1f s, merges %.1f s\n", st.seconds, st.count_seconds,
            st.runs_seconds, st.merge_seconds);
     return 0;

@@ -175,11 +175,13 @@ int tks__wtrain_finish(tks__bt_job *j) {
                              .specials = o->specials, .n_specials = o->n_specials, .threads = j->threads};
     tks_bpe_trainer *t = NULL;
     rc = tks_bpe_trainer_create(&cfg, &t);
+    if (!rc) rc = tks_bpe_trainer_reserve(t, words, bytes);
     if (!rc) rc = feed(j, t, path);
     if (!rc) rc = tks_bpe_trainer_run(t, on_merges, j, o->stop);
     if (!rc) {
         j->st.vocab_size = tks_bpe_trainer_vocab_size(t);
         j->st.merges = tks_bpe_trainer_merges(t);
+        j->st.merge_peak = tks_bpe_trainer_peak(t);
         j->st.merge_seconds = omp_get_wtime() - t0;
         rc = publish(j, t);
     }

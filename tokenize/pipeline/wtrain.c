@@ -295,12 +295,6 @@ static int count_all(tks__bt_job *j) {
         } else if (!j->have_words) {
             c.prog = c.base;
             rc = count_unit(j, &c, k);
-#ifdef TKS_TEST_HOOKS
-            /* TOKSHARD_TEST_TRAIN_STOP=N: stop the process (SIGSTOP) once N units are
-             * recorded, so that a test can kill -9 it there */
-            const char *hk = getenv("TOKSHARD_TEST_TRAIN_STOP");
-            if (!rc && hk && (uint64_t)atoll(hk) == k + 1) raise(SIGSTOP);
-#endif
         }
         if (!rc && j->rec[k]) unit_totals(j, k, &c.base);
         c.base.seconds = omp_get_wtime() - j->t0;

@@ -7,6 +7,7 @@
  * never the sum of their counts. */
 #define _GNU_SOURCE
 #include <omp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,18 @@ static int batch_policies(const tks_input *in, const batch *b, deferred *d) {
     return 0;
 }
 
+/* Test hook (builds with TKS_TEST_HOOKS): TOKSHARD_TEST_TRAIN_STOP=N stops
+ * the process (SIGSTOP) once it has counted N batches, in whatever unit,
+ * with the runs spilled so far on disk, so that a test can kill -9 it there
+ * (the kill comes from the test, never from here). */
+static void stop_point(void) {
+#ifdef TKS_TEST_HOOKS
+    static long batches = 0;
+    const char *p = getenv("TOKSHARD_TEST_TRAIN_STOP");
+    if (p && ++batches == atol(p)) raise(SIGSTOP);
+#endif
+}
+
 /* Reads and counts the unit's batches. */
 static int unit_batches(tks__wcount *c, tks_input *in, deferred *d) {
     int rc = 0, done = 0;
@@ -160,6 +173,7 @@ static int unit_batches(tks__wcount *c, tks_input *in, deferred *d) {
         if (!done) tks__prefetch_start(&pf);
         rc = count_batch(c, b, in);
         if (!rc) rc = batch_policies(in, b, d);
+        if (!rc) stop_point();
         if (!rc && c->progress) {
             c->prog.bytes_in = c->base.bytes_in + b->input.bytes_in;
             c->prog.bytes_text = c->base.bytes_text + b->text_seen;
