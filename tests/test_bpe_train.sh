@@ -25,12 +25,14 @@ PYT=$SRC/.venv-train/bin/python
 fails=0
 fail() { echo "FAIL [$STEP${CASE:+ $CASE}]: $*" >&2; fails=$((fails + 1)); }
 ok() { echo "ok   [$STEP${CASE:+ $CASE}]: $*"; }
-# the main job's corpus (samples/corpus.sh), as the main job reads it
-CORPUS=(/usr/share/dictd/gcide.dict.dz /usr/share/doc/python3.11/html/_sources)
+# the main job's corpus (samples/corpus.sh), as the main job reads it, and
+# one long record (the Python docs' library/ pages joined, 5 MB: counted in
+# parts on every thread)
+CORPUS=(/usr/share/dictd/gcide.dict.dz /usr/share/doc/python3.11/html/_sources "$W/long.jsonl")
 COMMON=(train-tokenizer --model-type byte-bpe --vocab-size 8000 --pattern llama3 --doc-split blank-line
   --special-tokens '<|begin_of_text|>,<|end_of_text|>' --eos-token '<|end_of_text|>')
 need_corpus() {
-  for p in "${CORPUS[@]}"; do
+  for p in "${CORPUS[@]:0:2}"; do
     [[ -e $p ]] || { echo "skip: $p is missing (scripts/install-deps.sh installs it)" >&2; exit 77; }
   done
 }
@@ -77,6 +79,12 @@ print(a['corpus'], a['vocab'], a['pattern'], ','.join(a['specials']) or '-', a['
 ref)
   need_corpus
   rm -rf "$W" && mkdir -p "$W" || exit 2
+  python3 - "$W/long.jsonl" <<'PY' || exit 2
+import glob, json, sys
+parts = [open(p, encoding="utf-8", errors="replace").read()
+         for p in sorted(glob.glob("/usr/share/doc/python3.11/html/_sources/library/*.txt"))]
+open(sys.argv[1], "w").write(json.dumps({"text": "\n".join(parts)}) + "\n")
+PY
   if "$TKS" "${COMMON[@]}" --threads 1 --output "$W/ref" "${CORPUS[@]}" >"$W/ref.out" 2>"$W/ref.err"; then
     ok "$(head -1 "$W/ref.out"); $(sed -n 2p "$W/ref.out" | xargs)"
     grep "merge phase:" "$W/ref.err" >"$W/ref.phase" || fail "no merge phase line on stderr: $(cat "$W/ref.err")"

@@ -114,9 +114,8 @@ static int tok_push(tks_bpe_trainer *t, const char *s, size_t n, int spec) {
  * out[0..*m) (out has n bytes): 1, or 0 when a character is not one of
  * them (or s is not valid UTF-8). */
 static int text_bytes(const char *s, size_t n, char *out, size_t *m) {
-    static uint16_t back[0x144]; /* code point -> byte + 1 */
-    if (!back['!'])
-        for (unsigned b = 0; b < 256; b++) back[tks__bpe_byte_char(b)] = (uint16_t)(b + 1);
+    uint16_t back[0x144] = {0}; /* code point -> byte + 1 */
+    for (unsigned b = 0; b < 256; b++) back[tks__bpe_byte_char(b)] = (uint16_t)(b + 1);
     *m = 0;
     for (size_t i = 0; i < n;) {
         unsigned c = (unsigned char)s[i], cp;

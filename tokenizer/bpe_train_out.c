@@ -11,6 +11,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,21 @@ static void put_text(jbuf *j, const char *s, size_t n) {
     put(j, "\"", 1);
 }
 
+/* Each byte's GPT-2 character as JSON string text, made once. */
+static char esc[256][4];
+static uint8_t esc_len[256];
+static pthread_once_t esc_once = PTHREAD_ONCE_INIT;
+
+static void esc_init(void) {
+    for (unsigned x = 0; x < 256; x++) {
+        uint32_t cp = tks__bpe_byte_char(x);
+        char *e = esc[x];
+        if (cp == '"' || cp == '\\') e[0] = '\\', e[1] = (char)cp, esc_len[x] = 2;
+        else if (cp < 0x80) e[0] = (char)cp, esc_len[x] = 1;
+        else e[0] = (char)(0xC0 | cp >> 6), e[1] = (char)(0x80 | (cp & 0x3F)), esc_len[x] = 2;
+    }
+}
+
 /* Token id's string: a special token's text, else its bytes as GPT-2's
  * characters. */
 static void put_token(jbuf *j, const tks_bpe_trainer *t, uint32_t id) {
@@ -81,16 +97,7 @@ static void put_token(jbuf *j, const tks_bpe_trainer *t, uint32_t id) {
         put_text(j, s, n);
         return;
     }
-    static char esc[256][4]; /* each byte's character, as JSON string text */
-    static uint8_t esc_len[256];
-    if (!esc_len[0])
-        for (unsigned x = 0; x < 256; x++) {
-            uint32_t cp = tks__bpe_byte_char(x);
-            char *e = esc[x];
-            if (cp == '"' || cp == '\\') e[0] = '\\', e[1] = (char)cp, esc_len[x] = 2;
-            else if (cp < 0x80) e[0] = (char)cp, esc_len[x] = 1;
-            else e[0] = (char)(0xC0 | cp >> 6), e[1] = (char)(0x80 | (cp & 0x3F)), esc_len[x] = 2;
-        }
+    pthread_once(&esc_once, esc_init);
     put(j, "\"", 1);
     for (size_t i = 0; i < n; i++) put(j, esc[(unsigned char)s[i]], esc_len[(unsigned char)s[i]]);
     put(j, "\"", 1);

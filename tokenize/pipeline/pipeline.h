@@ -352,12 +352,14 @@ typedef struct tks__wtab {
 } tks__wtab;
 
 /* wtab.c: an empty table of at most budget bytes (at least 256 KiB; one
- * word longer than that is held alone). _add counts word w[0..n): 0, 1
- * when the table is full (spill it, then add again), or TKS_ERR_NOMEM.
+ * word longer than that is held alone). _add counts word w[0..n), whose
+ * tks__wtab_hash is h: 0, 1 when the table is full (spill it, then add
+ * again), or TKS_ERR_NOMEM.
  * _spill writes the table as the run `path` (sorted, through a buffer of
  * buf_bytes) and empties it: wruns.c's errors. */
 void tks__wtab_init(tks__wtab *t, size_t budget);
-int tks__wtab_add(tks__wtab *t, const char *w, size_t n);
+uint64_t tks__wtab_hash(const char *w, size_t n);
+int tks__wtab_add(tks__wtab *t, const char *w, size_t n, uint64_t h);
 int tks__wtab_spill(tks__wtab *t, const char *path, size_t buf_bytes);
 void tks__wtab_free(tks__wtab *t);
 

@@ -16,6 +16,41 @@
 
 static inline size_t entry_size(size_t n) { return (ENTRY_HEAD + n + 7) & ~(size_t)7; }
 
+/* The first min(n, 8) bytes of s (n >= 1), zero above, with at most two
+ * loads: bytes 0..3 and n-4..n-1 overlap with equal values. */
+static inline uint64_t head8(const char *s, size_t n) {
+    uint64_t v;
+    uint32_t a, b;
+    uint16_t c, d;
+    if (n >= 8) return memcpy(&v, s, 8), v;
+    if (n >= 4) return memcpy(&a, s, 4), memcpy(&b, s + n - 4, 4), a | (uint64_t)b << (8 * (n - 4));
+    if (n >= 2) return memcpy(&c, s, 2), memcpy(&d, s + n - 2, 2), c | (uint64_t)d << (8 * (n - 2));
+    return (uint8_t)s[0];
+}
+
+/* A word's hash: words of up to 16 bytes (nearly all) from two loads and
+ * two multiplies, longer ones XXH3-64. Used for the table only: nothing on
+ * disk depends on it. */
+uint64_t tks__wtab_hash(const char *w, size_t n) {
+    if (n > 16) return XXH3_64bits(w, n);
+    uint64_t a = head8(w, n), b = n > 8 ? head8(w + 8, n - 8) : 0;
+    uint64_t h = (a ^ 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull ^ (b + n) * 0x94D049BB133111EBull;
+    return h ^ (h >> 29);
+}
+
+/* 1 when the entry at e holds w[0..n). */
+static inline int same_word(const uint8_t *e, const char *w, size_t n) {
+    uint32_t len;
+    memcpy(&len, e + 8, 4);
+    if (len != n) return 0;
+    if (n <= 16) {
+        const char *x = (const char *)e + ENTRY_HEAD;
+        if (head8(x, n) != head8(w, n)) return 0;
+        return n <= 8 || head8(x + 8, n - 8) == head8(w + 8, n - 8);
+    }
+    return !memcmp(e + ENTRY_HEAD, w, n);
+}
+
 void tks__wtab_init(tks__wtab *t, size_t budget) {
     memset(t, 0, sizeof *t);
     t->budget = budget < (256u << 10) ? (256u << 10) : budget;
@@ -40,7 +75,7 @@ static int grow_slots(tks__wtab *t) {
         const uint8_t *e = t->arena + (v & OFF_MASK) * 8;
         uint32_t len;
         memcpy(&len, e + 8, 4);
-        size_t j = XXH3_64bits(e + ENTRY_HEAD, len) & (n - 1);
+        size_t j = tks__wtab_hash((const char *)e + ENTRY_HEAD, len) & (n - 1);
         while (s[j]) j = (j + 1) & (n - 1);
         s[j] = v;
     }
@@ -67,25 +102,24 @@ static int grow_arena(tks__wtab *t, size_t need) {
     return 0;
 }
 
-int tks__wtab_add(tks__wtab *t, const char *w, size_t n) {
+/* Adds c to word w[0..n) (hash h) in the table: 0, 1 (full) or an error. */
+static int table_add(tks__wtab *t, const char *w, size_t n, uint64_t h, uint64_t c) {
     if (!t->slot) {
         int rc = grow_slots(t);
         if (rc) return rc;
     }
-    uint64_t h = XXH3_64bits(w, n), tag = h >> 40;
+    uint64_t tag = h >> 40;
     size_t i = h & t->mask;
     for (;; i = (i + 1) & t->mask) {
         uint64_t v = t->slot[i];
         if (!v) break;
         if ((v >> 40) != tag) continue;
         uint8_t *e = t->arena + (v & OFF_MASK) * 8;
-        uint32_t len;
-        memcpy(&len, e + 8, 4);
-        if (len == n && !memcmp(e + ENTRY_HEAD, w, n)) {
-            uint64_t c;
-            memcpy(&c, e, 8);
-            c++;
-            memcpy(e, &c, 8);
+        if (same_word(e, w, n)) {
+            uint64_t had;
+            memcpy(&had, e, 8);
+            had += c;
+            memcpy(e, &had, 8);
             return 0;
         }
     }
@@ -93,14 +127,13 @@ int tks__wtab_add(tks__wtab *t, const char *w, size_t n) {
     if ((t->used + 1) * 2 > t->mask + 1) {
         int rc = grow_slots(t);
         if (rc) return rc;
-        return tks__wtab_add(t, w, n);
+        return table_add(t, w, n, h, c);
     }
     int rc = grow_arena(t, entry_size(n));
     if (rc) return rc;
     uint8_t *e = t->arena + t->alen;
-    uint64_t one = 1;
     uint32_t len = (uint32_t)n;
-    memcpy(e, &one, 8);
+    memcpy(e, &c, 8);
     memcpy(e + 8, &len, 4);
     memcpy(e + ENTRY_HEAD, w, n);
     t->slot[i] = tag << 40 | (t->alen / 8);
@@ -108,6 +141,8 @@ int tks__wtab_add(tks__wtab *t, const char *w, size_t n) {
     t->used++;
     return 0;
 }
+
+int tks__wtab_add(tks__wtab *t, const char *w, size_t n, uint64_t h) { return table_add(t, w, n, h, 1); }
 
 /* qsort_r's order of (first 8 bytes big-endian, entry offset) pairs: by
  * the words' bytes, a prefix first. */

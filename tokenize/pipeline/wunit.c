@@ -67,8 +67,9 @@ static int on_pieces(void *ctx, const char *t, size_t start, const size_t *ends,
             tc->short_pieces++;
             continue;
         }
-        int rc = tks__wtab_add(tab, t + a, len);
-        if (rc == 1 && !(rc = spill(tc->c, tc->tid))) rc = tks__wtab_add(tab, t + a, len);
+        uint64_t h = tks__wtab_hash(t + a, len);
+        int rc = tks__wtab_add(tab, t + a, len, h);
+        if (rc == 1 && !(rc = spill(tc->c, tc->tid))) rc = tks__wtab_add(tab, t + a, len, h);
         if (rc) return rc < 0 ? rc : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "word table full");
     }
     tc->pieces += n;
@@ -92,8 +93,84 @@ static int count_doc(tcount *tc, batch *b, size_t i, const tks_input *in) {
     return rc;
 }
 
+/* A document at least this long, when there are several threads and the
+ * pattern admits cuts (tks_pretok_next_cut: the pieces of the parts are
+ * the pieces of the whole), is cut into parts of at least PART_MIN bytes,
+ * about 16 a thread, that every thread counts: Linux's tree as JSON Lines
+ * has 87 records over 1 MB, a quarter of its text (register headers of up
+ * to 24 MB), which one thread alone would count while the others wait. */
+#define LONG_DOC (1u << 20)
+#define PART_MIN (128u << 10)
+
+static int first_error(int *any, tks_error *first) {
+    int rc = 0;
+#pragma omp critical(tks_wcount_err)
+    if (!*any) {
+        *any = 1;
+        *first = *tks_last_error();
+        rc = first->code ? first->code : TKS_ERR_TOKENIZER;
+    }
+    return rc;
+}
+
+/* Document i of batch b (decoded here when a record) counted in parts on
+ * every thread. */
+static int count_long(tks__wcount *c, batch *b, size_t i, const tks_input *in) {
+    const char *text = b->arena + b->off[i];
+    size_t len = b->len[i], *cut = NULL, n = 0, cap = 0, want = len / ((size_t)c->threads * 16);
+    json_t *root = NULL;
+    if (b->json[i]) {
+        char why[8];
+        b->status[i] = (uint8_t)tks_jsonl_decode(text, len, in->jsonl_key, in->max_doc, &root, &text, &len, why,
+                                                 sizeof why);
+        if (b->status[i] != TKS_JSONL_OK) return 0;
+    }
+    if (want < PART_MIN) want = PART_MIN;
+    int rc = 0;
+    for (size_t at = 0;;) { /* the parts' starts, then len */
+        if (n + 2 > cap) {
+            cap = cap ? 2 * cap : 64;
+            if (tks_resize(&cut, cap, sizeof *cut)) {
+                rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+                break;
+            }
+        }
+        cut[n++] = at;
+        size_t next = len - at > want + want / 2 ? tks_pretok_next_cut(c->pt, text, len, at + want) : 0;
+        if (!next) break;
+        at = next;
+    }
+    if (rc) {
+        json_decref(root);
+        free(cut);
+        return rc;
+    }
+    cut[n] = len;
+    int any = 0;
+    tks_error first = {0};
+    uint64_t pieces = 0, shorts = 0;
+#pragma omp parallel num_threads(c->threads) reduction(+ : pieces, shorts)
+    {
+        tcount tc = {c, omp_get_thread_num(), 0, 0};
+        int e = 0;
+#pragma omp for schedule(dynamic, 1)
+        for (size_t k = 0; k < n; k++)
+            if (!e && (e = tks_pretok_pieces(c->pt, text + cut[k], cut[k + 1] - cut[k], on_pieces, &tc))) first_error(&any, &first);
+        pieces += tc.pieces;
+        shorts += tc.short_pieces;
+    }
+    c->pieces += pieces;
+    c->short_pieces += shorts;
+    json_decref(root);
+    free(cut);
+    if (!any) return 0;
+    tks_error_restore(&first);
+    return first.code ? first.code : TKS_ERR_TOKENIZER;
+}
+
 /* A batch's documents counted on every thread: the long ones first,
- * longest first, then the others in runs. 0 or the first error. */
+ * longest first (from LONG_DOC bytes on, each in parts on every thread),
+ * then the others in runs. 0 or the first error. */
 static int count_batch(tks__wcount *c, batch *b, const tks_input *in) {
     size_t nl = 0;
     for (size_t i = 0; i < b->n; i++)
@@ -106,6 +183,11 @@ static int count_batch(tks__wcount *c, batch *b, const tks_input *in) {
             b->order[j] = b->order[j - 1];
             b->order[j - 1] = x;
         }
+    size_t lead = 0;
+    int rc = 0;
+    if (c->threads > 1 && tks_pretok_hand_matched(c->pt))
+        for (; !rc && lead < nl && b->len[b->order[lead]] >= LONG_DOC; lead++) rc = count_long(c, b, b->order[lead], in);
+    if (rc) return rc;
     int any = 0;
     tks_error first = {0};
     size_t per = b->n / ((size_t)c->threads * 64) + 1;
@@ -115,20 +197,13 @@ static int count_batch(tks__wcount *c, batch *b, const tks_input *in) {
         tcount tc = {c, omp_get_thread_num(), 0, 0};
         int e = 0;
 #pragma omp for schedule(dynamic, 1) nowait
-        for (size_t k = 0; k < nl; k++)
-            if (!e) e = count_doc(&tc, b, b->order[k], in);
+        for (size_t k = lead; k < nl; k++)
+            if (!e && (e = count_doc(&tc, b, b->order[k], in))) first_error(&any, &first);
 #pragma omp for schedule(dynamic, per)
         for (size_t k = nl; k < b->n; k++)
-            if (!e) e = count_doc(&tc, b, b->order[k], in);
+            if (!e && (e = count_doc(&tc, b, b->order[k], in))) first_error(&any, &first);
         pieces += tc.pieces;
         shorts += tc.short_pieces;
-        if (e) {
-#pragma omp critical(tks_wcount_err)
-            if (!any) {
-                any = 1;
-                first = *tks_last_error();
-            }
-        }
     }
     c->pieces += pieces;
     c->short_pieces += shorts;
@@ -204,8 +279,14 @@ int tks__wunit_count(const tks_input *ls, const tks__plan *plan, uint64_t unit_b
     int rc = tks__unit_ranges(ls, plan, c->unit, unit_bytes, &r, &nr);
     if (!rc) rc = tks__input_view(ls, r, nr, c->stop, &in);
     if (!rc) rc = unit_batches(c, in, &d);
-    for (int k = 0; !rc && k < c->threads; k++)
-        if (c->tabs[k].used) rc = spill(c, k);
+    if (!rc) { /* every table's last run, each sorted and written on a thread of its own */
+        int any = 0;
+        tks_error first = {0};
+#pragma omp parallel for num_threads(c->threads) schedule(dynamic, 1)
+        for (int k = 0; k < c->threads; k++)
+            if (c->tabs[k].used && spill(c, k)) first_error(&any, &first);
+        if (any) tks_error_restore(&first), rc = first.code ? first.code : TKS_ERR_IO;
+    }
     if (!rc) {
         *st = *tks_input_get_stats(in);
         st->docs -= d.skipped;
