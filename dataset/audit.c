@@ -549,6 +549,9 @@ static void check_tokenizer_copy(audit *a) {
                     "replaced (its BOS, EOS and pad are the dataset's); restore it or rebuild the dataset");
     }
     a->r->vocab_size = a->tok.vocab_size;
+    snprintf(a->r->unicode, sizeof a->r->unicode, "%s", a->tok.unicode);
+    a->r->unassigned = a->tok.unassigned;
+    a->r->unassigned_docs = a->tok.unassigned_docs;
 }
 
 /* The manifest's reserved ids as a set for the chunk tasks; none when the
@@ -927,6 +930,9 @@ int tks_audit_merge(tks_audit_report *const *parts, size_t n, size_t max_problem
             r->n_shards = p->n_shards;
             r->manifest_checked = p->manifest_checked;
             r->tokenizer_checked = p->tokenizer_checked;
+            memcpy(r->unicode, p->unicode, sizeof r->unicode); /* the manifest's, read by rank 0 */
+            r->unassigned = p->unassigned;
+            r->unassigned_docs = p->unassigned_docs;
         }
         /* the manifest's vocabulary (same on every rank), else the first shard's:
          * ranks hold shards in order */

@@ -340,8 +340,13 @@ int tks_partial_write_manifest(const char *partial, const tks_tokenizer_info *to
                                const tks_shard_info *shards, size_t n, uint32_t chunk_bytes,
                                const char *provenance_json);
 
-/* Publishes the dataset: removes the state file, renames `partial` to `out`
- * and syncs out's parent directory. Errors: TKS_ERR_IO. */
+/* Publishes the dataset: renames `partial` to `out`, syncs out's parent
+ * directory, then removes the state file from out (a run stopped in
+ * between leaves it there, beside the dataset: nothing reads it, and the
+ * audit looks only at the manifest and shard files). Until the rename
+ * succeeds the state stays in `partial`, which --resume then publishes.
+ * Errors: TKS_ERR_EXISTS (`out` appeared since the run started: named,
+ * `partial` kept), TKS_ERR_IO. */
 int tks_partial_publish(tks_partial_kind kind, const char *partial, const char *out);
 
 /* A shard's record in a state or unit file, as JSON (jansson's json_t, a new
@@ -394,6 +399,12 @@ typedef struct tks_audit_report {
     int manifest_checked;        /* 1 when a dataset dir with manifest was audited */
     int tokenizer_checked;       /* 1 when a tokenizer fingerprint was compared */
     double seconds;              /* wall time of the audit */
+    /* the manifest's record of a byte-level build (tks_tokenizer_info's
+     * unicode, unassigned, unassigned_docs): documents whose ids a reference
+     * on a newer Unicode may not give; "" and 0 when not recorded. A note,
+     * not a problem. */
+    char unicode[16];
+    uint64_t unassigned, unassigned_docs;
 } tks_audit_report;
 
 /*

@@ -227,6 +227,15 @@ int tks_manifest_write_json(const char *dir, const tks_tokenizer_info *tok, cons
         json_object_set_new(t, "reserved_ids", res);
     }
     if (t && tok->special_from_text) json_object_set_new(t, "special_from_text", json_true());
+    if (t && tok->unicode[0]) /* a byte-level build: what a newer Unicode may encode otherwise */
+        json_object_set_new(t, "unicode", json_pack("{s:s, s:I, s:I}", "version", tok->unicode,
+                                                    "unassigned_code_points", (json_int_t)tok->unassigned,
+                                                    "unassigned_docs", (json_int_t)tok->unassigned_docs));
+    if (t && tok->has_tables) { /* absent for sentencepiece models and in older manifests */
+        char tx[33];
+        tks_hex(tok->tables_xxh3, 16, tx);
+        json_object_set_new(t, "tables_xxh3", json_string(tx));
+    }
     /* a tokenizer_config.json in the dataset is covered too: its BOS, EOS and
      * pad are read by everything that reads the dataset */
     char cpath[PATH_MAX];
@@ -318,6 +327,22 @@ static int get_reserved(json_t *t, uint32_t vocab, tks_tokenizer_info *tok) {
     return 0;
 }
 
+/* The tokenizer record's "unicode" (absent: not recorded, an older
+ * manifest or a sentencepiece build). -1 when it is malformed. */
+static int get_unicode(json_t *t, tks_tokenizer_info *tok) {
+    json_t *u = json_object_get(t, "unicode");
+    tok->unicode[0] = 0;
+    tok->unassigned = tok->unassigned_docs = 0;
+    if (!u) return 0;
+    const char *v = json_string_value(json_object_get(u, "version"));
+    if (!json_is_object(u) || !v || !*v || strlen(v) >= sizeof tok->unicode ||
+        get_u64(u, "unassigned_code_points", &tok->unassigned) || get_u64(u, "unassigned_docs", &tok->unassigned_docs) ||
+        tok->unassigned_docs > tok->unassigned)
+        return -1;
+    snprintf(tok->unicode, sizeof tok->unicode, "%s", v);
+    return 0;
+}
+
 /* The manifest's "tokenizer" object t into tok (vocab: its checked vocab_size). */
 static int parse_tokenizer(const char *path, json_t *t, uint64_t vocab, tks_tokenizer_info *tok) {
     int rc = 0;
@@ -332,6 +357,9 @@ static int parse_tokenizer(const char *path, json_t *t, uint64_t vocab, tks_toke
     } else if (get_reserved(t, (uint32_t)vocab, tok)) {
         rc = mbad(path, "%s: %s", "invalid tokenizer record: reserved_ids are not sorted, disjoint "
                                   "[lo, hi] ranges below vocab_size");
+    } else if (get_unicode(t, tok)) {
+        rc = mbad(path, "%s: %s", "invalid tokenizer record: \"unicode\" needs a \"version\" and counts "
+                                  "\"unassigned_code_points\" >= \"unassigned_docs\" >= 0");
     } else {
         snprintf(tok->file, sizeof tok->file, "%s", file);
         snprintf(tok->model_type, sizeof tok->model_type, "%s", mt);
@@ -339,6 +367,8 @@ static int parse_tokenizer(const char *path, json_t *t, uint64_t vocab, tks_toke
         tok->special_from_text = json_is_true(json_object_get(t, "special_from_text"));
         const char *cx = json_string_value(json_object_get(t, "config_xxh3"));
         tok->has_config = cx && tks_unhex(cx, tok->config_xxh3, 16) == 0;
+        const char *tx = json_string_value(json_object_get(t, "tables_xxh3"));
+        tok->has_tables = tx && tks_unhex(tx, tok->tables_xxh3, 16) == 0;
     }
     return rc;
 }

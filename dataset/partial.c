@@ -307,13 +307,33 @@ int tks_partial_write_manifest(const char *partial, const tks_tokenizer_info *to
                               chunk_bytes ? chunk_bytes : TKS_DEFAULT_CHUNK_BYTES, provenance_json);
 }
 
+/* The directory that holds `path` (a copy in dir, cap bytes). */
+static const char *parent_of(const char *path, char *dir, size_t cap) {
+    snprintf(dir, cap, "%s", path);
+    char *slash = strrchr(dir, '/');
+    return slash ? (slash == dir ? "/" : (*slash = 0, dir)) : ".";
+}
+
 int tks_partial_publish(tks_partial_kind kind, const char *partial, const char *out) {
     char p[PATH_MAX];
-    if (tks_path_join(p, sizeof p, partial, kinds[kind].state) == 0) unlink(p);
-    if (rename(partial, out) != 0)
-        return tks_fail(TKS_ERR_IO, out, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s", partial,
-                        out, strerror(errno));
-    snprintf(p, sizeof p, "%s", out);
-    char *slash = strrchr(p, '/');
-    return tks_fsync_dir(slash ? (slash == p ? "/" : (*slash = 0, p)) : ".");
+    const struct kind_names *k = &kinds[kind];
+    /* the state stays until OUT exists: a run stopped before the rename, or
+     * a rename refused, leaves a partial that --resume publishes */
+    if (rename(partial, out) != 0) {
+        int err = errno;
+        struct stat sb;
+        if (err == EEXIST || err == ENOTEMPTY || err == ENOTDIR || err == EISDIR || stat(out, &sb) == 0)
+            return tks_fail(TKS_ERR_EXISTS, out, TKS_NONE, TKS_NONE,
+                            "cannot publish %s: %s appeared while the %s ran (%s); the complete dataset "
+                            "is kept in %s: move %s away, then run the same command with --resume to "
+                            "publish it", out, out, k->verb, strerror(err), partial, out);
+        return tks_fail(TKS_ERR_IO, out, TKS_NONE, TKS_NONE,
+                        "cannot rename %s to %s: %s; the complete dataset is kept in %s: run the same "
+                        "command with --resume to publish it", partial, out, strerror(err), partial);
+    }
+    int rc = tks_fsync_dir(parent_of(out, p, sizeof p));
+    /* the state inside OUT is no part of the dataset: readers and the audit
+     * look only at the manifest and the files it names */
+    if (!rc && tks_path_join(p, sizeof p, out, k->state) == 0 && unlink(p) == 0) rc = tks_fsync_dir(out);
+    return rc;
 }

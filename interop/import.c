@@ -344,8 +344,12 @@ static int import_finish(import_run *r) {
     int rc = tks_writer_flush(r->w);
     size_t ns;
     const tks_shard_info *si = tks_writer_shards(r->w, &ns);
-    if (!rc && ns && (size_t)si[ns - 1].index + 1 > r->st.n_shards) /* the last one, by the flush */
+    if (!rc && ns && (size_t)si[ns - 1].index + 1 > r->st.n_shards) { /* the last one, by the flush */
+        r->st.next = f->n_docs;
         rc = tks_partial_state_push(&r->st, &si[ns - 1], f->n_docs);
+        /* recorded: a run stopped from here on (or a publish refused) resumes to publishing */
+        if (!rc) rc = tks_partial_state_save(TKS_PARTIAL_IMPORT, r->partial, &r->st, NULL, 0);
+    }
     if (!rc && r->st.n_shards == 0)
         rc = tks_fail(TKS_ERR_ARG, o->src, TKS_NONE, TKS_NONE, "%s holds no tokens: nothing to import",
                       o->src);

@@ -293,24 +293,52 @@ static int put(const sink *k, uint64_t at, const void *p, size_t n) {
     return tks_pwrite_all(k->fd, p, n, at, k->path);
 }
 
+/* The first group in order whose packing failed, and its error (errors are
+ * per thread: the one met on another thread is restored on the caller's). */
+typedef struct first_fail {
+    uint64_t group; /* UINT64_MAX: none */
+    tks_error e;
+} first_fail;
+
+static void note_fail(first_fail *f, uint64_t g) {
+#pragma omp critical(tks_pack_err)
+    if (g < f->group) {
+        f->e = *tks_last_error();
+#pragma omp atomic write
+        f->group = g;
+    }
+}
+
+/* 1 when a group before g failed: g is left (every group before the first
+ * failure is packed, so that the error is that of the first group in order,
+ * whichever thread packs which). */
+static int failed_before(first_fail *f, uint64_t g) {
+    uint64_t at;
+#pragma omp atomic read
+    at = f->group;
+    return at < g;
+}
+
+static int fail_result(const first_fail *f) {
+    if (f->group == UINT64_MAX) return 0;
+    tks_error_restore(&f->e);
+    return f->e.code ? f->e.code : TKS_ERR_IO;
+}
+
 /* Per-group counts of a rank's groups [g0, g1): cnt[2k] windows, cnt[2k+1]
  * items; tot[] += documents, documents split, tokens. */
 static int count_pass(const tks_sampler *s, uint64_t G, uint64_t g0, uint64_t g1, int threads, uint64_t *cnt,
                       uint64_t tot[3]) {
-    int rc = 0;
+    first_fail ff = {UINT64_MAX, {0}};
     uint64_t docs = 0, split = 0, tokens = 0;
 #pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads()) reduction(+ : docs, split, tokens)
     {
         work w = {0};
 #pragma omp for schedule(dynamic, 1)
         for (uint64_t k = g0; k < g1; k++) {
-            int r;
-#pragma omp atomic read
-            r = rc;
-            if (r) continue;
-            if ((r = pack_group(s, G, k, &w))) {
-#pragma omp critical
-                if (!rc) rc = r;
+            if (failed_before(&ff, k)) continue;
+            if (pack_group(s, G, k, &w)) {
+                note_fail(&ff, k);
                 continue;
             }
             cnt[2 * k] = w.n_bins;
@@ -322,7 +350,7 @@ static int count_pass(const tks_sampler *s, uint64_t G, uint64_t g0, uint64_t g1
         work_free(&w);
     }
     tot[0] += docs, tot[1] += split, tot[2] += tokens;
-    return rc;
+    return fail_result(&ff);
 }
 
 /* Writes groups [g0, g1)'s windows and items; wf[k] and itf[k] are group k's
@@ -330,7 +358,7 @@ static int count_pass(const tks_sampler *s, uint64_t G, uint64_t g0, uint64_t g1
 static int write_pass(const tks_sampler *s, const plan_hdr *h, const uint64_t *wf, const uint64_t *itf, uint64_t g0,
                       uint64_t g1, int threads, const sink *k) {
     const uint64_t G = group_tokens(s->seq_len);
-    int rc = 0;
+    first_fail ff = {UINT64_MAX, {0}};
 #pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads())
     {
         work w = {0};
@@ -339,11 +367,8 @@ static int write_pass(const tks_sampler *s, const plan_hdr *h, const uint64_t *w
         size_t cap = 0;
 #pragma omp for schedule(dynamic, 1)
         for (uint64_t g = g0; g < g1; g++) {
-            int r;
-#pragma omp atomic read
-            r = rc;
-            if (r) continue;
-            r = pack_group(s, G, g, &w);
+            if (failed_before(&ff, g)) continue;
+            int r = pack_group(s, G, g, &w);
             if (!r && (w.n_bins != wf[g + 1] - wf[g] || w.n != itf[g + 1] - itf[g]))
                 r = tks_fail(TKS_ERR_ARG, tks_dataset_dir(s->ds), TKS_NONE, TKS_NONE,
                              "packing group %llu gave %u windows, %zu items, after %llu and %llu: the dataset "
@@ -369,15 +394,12 @@ static int write_pass(const tks_sampler *s, const plan_hdr *h, const uint64_t *w
                 if (!r) r = put(k, off_begin(h) + 8 * itf[g], bb, w.n * sizeof *bb);
                 if (!r) r = put(k, off_len(h) + 4 * itf[g], lb, w.n * sizeof *lb);
             }
-            if (r) {
-#pragma omp critical
-                if (!rc) rc = r;
-            }
+            if (r) note_fail(&ff, g);
         }
         free(wb), free(bb), free(lb);
         work_free(&w);
     }
-    return rc;
+    return fail_result(&ff);
 }
 
 static int plan_nomem(void) {
@@ -509,16 +531,17 @@ static int plan_make(const tks_sampler *s, int threads, const char *path, const 
     } else if (!rc) { /* rank 0 makes the file; then every rank opens it */
         snprintf(tmp, sizeof tmp, "%s.partial", path);
         k.path = tmp;
-        if (rank == 0) {
-            int fd = open(tmp, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+        if (rank == 0) { /* (under the plan's lock) a leftover goes; the file is made anew, never
+                          * opened through a link planted at its predictable name */
+            unlink(tmp);
+            int fd = open(tmp, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC, 0644);
             if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0)
                 rc = tks_fail(TKS_ERR_IO, tmp, TKS_NONE, TKS_NONE, "cannot create the packing plan %s: %s", tmp,
                               strerror(errno));
             if (fd >= 0) close(fd);
         }
     }
-    if (path && (rc = w_agree(W, rc)) == 0 && (k.fd = open(tmp, O_WRONLY | O_CLOEXEC)) < 0)
-        rc = tks_fail(TKS_ERR_IO, tmp, TKS_NONE, TKS_NONE, "cannot open the packing plan %s: %s", tmp, strerror(errno));
+    if (path && (rc = w_agree(W, rc)) == 0) rc = tks_open_own(tmp, O_WRONLY, "packing plan", &k.fd);
     if (path) rc = w_agree(W, rc);
     if (!rc) rc = write_pass(s, &h, wf, itf, g0, g1, threads, &k);
     if (!rc && rank == 0) { /* the group offsets and the end of the window offsets */
@@ -548,9 +571,8 @@ static int plan_make(const tks_sampler *s, int threads, const char *path, const 
             h.body_xxh3 = XXH3_64bits(b + PLAN_HDR, n - PLAN_HDR);
             tks_unmap(b, n);
             hdr_encode(&h, hb);
-            int fd = open(tmp, O_WRONLY | O_CLOEXEC);
-            if (fd < 0) rc = tks_fail(TKS_ERR_IO, tmp, TKS_NONE, TKS_NONE, "cannot open %s: %s", tmp, strerror(errno));
-            else {
+            int fd;
+            if (!(rc = tks_open_own(tmp, O_WRONLY, "packing plan", &fd))) {
                 rc = tks_pwrite_all(fd, hb, PLAN_HDR, 0, tmp);
                 if (!rc && fsync(fd) != 0)
                     rc = tks_fail(TKS_ERR_IO, tmp, TKS_NONE, TKS_NONE, "cannot fsync %s: %s", tmp, strerror(errno));

@@ -11,7 +11,8 @@ row groups of 1, 7, 64 and 1000 rows, page CRCs, a `large_string` column, a
 row is an empty document), a file of zero rows and a file of zero row groups,
 and other columns beside the text. OUT_DIR/bad/: files that must be refused
 (see the names), OUT_DIR/utf8.parquet: a binary column with invalid UTF-8 and
-a NUL byte, and OUT_DIR/named.txt: a Parquet file under another name."""
+a NUL byte, OUT_DIR/named.txt: a Parquet file under another name, and OUT_DIR/two-body.parquet:
+two columns named "body" beside the text."""
 import glob, json, os, sys
 
 import pyarrow as pa
@@ -76,6 +77,10 @@ pq.write_table(pa.table({"text": pa.array([b"good", b"bad \xff\xfe here", b"fine
                                           pa.binary())}), os.path.join(out, "utf8.parquet"))
 # a Parquet file under a name that is not *.parquet
 pq.write_table(pa.table({"text": ["hidden"]}), os.path.join(out, "named.txt"))
+# two top-level columns named "body" beside one "text": the text column is
+# read, --parquet-column body is ambiguous (pyarrow refuses it too)
+pq.write_table(pa.Table.from_arrays([pa.array(["one", "two"]), pa.array(["a", "b"]), pa.array(["c", "d"])],
+                                    names=["text", "body", "body"]), os.path.join(out, "two-body.parquet"))
 
 # --- files to refuse ---------------------------------------------------------
 bad = os.path.join(out, "bad")
@@ -95,6 +100,9 @@ def put(name, data):
 pq.write_table(pa.table({"text": pa.array([1, 2, 3], pa.int64()), "body": ["a", "b", "c"]}),
                os.path.join(bad, "int-column.parquet"))
 pq.write_table(pa.table({"body": ["a", "b"]}), os.path.join(bad, "no-column.parquet"))
+# two top-level columns of the name read: ambiguous, never the first of them
+pq.write_table(pa.Table.from_arrays([pa.array(["first", "text"]), pa.array(["second", "text"])], names=["text", "text"]),
+               os.path.join(bad, "two-text-columns.parquet"))
 pq.write_table(pa.table({"text": pa.array([{"a": "x"}, {"a": "y"}])}), os.path.join(bad, "struct-column.parquet"))
 pq.write_table(pa.table({"text": pa.array([["x", "y"], ["z"]])}), os.path.join(bad, "list-column.parquet"))
 # not Parquet at all, and empty

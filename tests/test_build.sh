@@ -116,11 +116,12 @@ resume)
     same_dataset r rref "after SIG$sig and resume"
   done
   # each input is read once (its XXH3-128 for the manifest is taken while it
-  # is read): gcide.txt, one unit at the default --unit-bytes, is opened once
+  # is read): gcide.txt, one unit at the default --unit-bytes, is opened for
+  # its first 16 bytes by the listing's checks, then once to be read
   rm -rf r r.partial
   LD_PRELOAD=$TKS_FAULT_LIB TKS_COUNT_OPEN=/gcide.txt "$TKS" build "${args[@]:0:10}" "$T/gcide.txt" "$T/pydoc" \
     --output r >/dev/null 2>"$W/err"
-  grep -q "fault_inject: 1 open(s) of /gcide.txt" "$W/err" && ok "gcide.txt opened once by a build" ||
+  grep -q "fault_inject: 2 open(s) of /gcide.txt" "$W/err" && ok "gcide.txt opened by the listing's check, then read once" ||
     fail "input opens: $(grep fault_inject "$W/err")"
   same_dataset r "$T/ref" "build with hashing while reading"
   # an input edited after the kill, size and mtime kept: the resume hashes the

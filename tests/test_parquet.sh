@@ -8,14 +8,16 @@
 #   shards of the JSON Lines file of the same documents, with 1 and 2
 #   threads, under mpirun -np 1, 2, 3; with small --unit-bytes (row groups as
 #   work units) the same bytes for 1 and 2 threads, mpirun -np 2 and 3, and
-#   after a kill -9 at a unit's second shard and --resume; the manifest names
+#   after a kill -9 at a unit's second shard and --resume (a file changed since
+#   is refused, naming its row groups); the manifest names
 #   the column, the row groups and the rows; train-tokenizer and
 #   verify-tokenizer read Parquet too.
 #   CASE bad: files that are not Parquet, damaged (footer length past the
 #   file, a column chunk past the file, a page larger than declared, a CRC
 #   mismatch, cut short) or without a text column (missing, INT64, struct,
-#   list): exit 2 naming the file (and the row group, or the column and the
-#   file's columns), nothing published; --on-bad-input skip leaves out and
+#   list, two top-level columns of the name: ambiguous): exit 2 naming the
+#   file (and the row group, or the column and the file's columns), nothing
+#   published; --on-bad-input skip leaves out and
 #   lists those refused at the footer; a Parquet file under another name is
 #   refused, never read as text; --invalid-utf8 and NUL bytes of a binary
 #   column follow the text policies, errors naming the file and the row.
@@ -96,8 +98,8 @@ EOF
     fail "null rows: expected $nulls empty, $(grep skipped "$W/out")"
 
   # row groups as work units: small units split every file at row groups
-  U=(--unit-bytes 40K --batch-bytes 64K)
-  expect 0 "build by 40K units" -- "$TKS" build "${B[@]}" "${U[@]}" --output u1 pq/same
+  U=(--unit-bytes 64K --batch-bytes 64K)
+  expect 0 "build by 64K units" -- "$TKS" build "${B[@]}" "${U[@]}" --output u1 pq/same
   n=$(sed -n 's/^ *units *\([0-9]*\).*/\1/p' "$W/out")
   [[ ${n:-0} -ge 20 ]] && ok "$n work units of row groups" || fail "only ${n:-0} units"
   expect 0 "by units, 2 threads" -- "$TKS" build -q "${B[@]}" "${U[@]}" --threads 2 --output u2 pq/same
@@ -130,6 +132,25 @@ EOF
   code=$?
   [[ $code -eq 2 && ! -e e ]] && grep -q "cannot resume" e.out && ok "a Parquet file rewritten since the kill: resume refused (exit $code)" ||
     fail "rewritten file: exit $code: $(tail -c 300 e.out)"
+  # a file whose bytes changed under the same size and time (one letter of an
+  # uncompressed file): the unit's hash refuses it, naming the row groups
+  # (not "bytes": a Parquet range is row groups)
+  cp -r pq/same pq2
+  LD_PRELOAD=${TKS_FAULT_LIB:-} TKS_FAULT_KILL=shard:3 "$TKS" build -q "${B[@]}" "${U[@]}" --output e2 pq2 >/dev/null 2>&1
+  f=pq2/01-none-plain.parquet
+  touch -r "$f" ref2.stamp
+  "$PY" - "$f" <<'EOF'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+i = b.find(b"ftp://ftp.gnu.org/gnu/dictionary")  # inside a plain, uncompressed data page
+assert i > 0
+b[i] = ord("F")
+open(sys.argv[1], "wb").write(b)
+EOF
+  touch -r ref2.stamp "$f"
+  expect 2 "resume after a letter of $f changed" -- "$TKS" build -q "${B[@]}" "${U[@]}" --output e2 --resume pq2
+  expect_msg "cannot resume: pq2/01-none-plain.parquet changed since the interrupted build \\(row groups [0-9]+ to [0-9]+: XXH3-128 [0-9a-f]{32}, was [0-9a-f]{32}\\), so unit [0-9]+ kept in e2.partial came from other rows"
+  grep -q "bytes" "$W/err" && fail "a Parquet range called bytes: $(cat "$W/err")" || ok "the message speaks of row groups only"
 
   # the other commands that read inputs as build does
   expect 0 "train-tokenizer on Parquet" -- "$TKS" train-tokenizer --output tok --vocab-size 600 pq/same
@@ -150,6 +171,7 @@ bad)
       page-larger-than-declared) expect_msg "row group 0" ;;
       chunk-past-file) expect_msg "past the end of the file" ;;
       int-column) expect_msg "INT64" ;;
+      two-text-columns) expect_msg "column 'text' is ambiguous: 2 top-level columns have that name" ;;
     esac
   done
   # refused at the footer: --on-bad-input skip leaves them out and lists them
@@ -162,7 +184,13 @@ bad)
     skipped/manifest.json && ok "the manifest lists the 5 files" || fail "skipped_inputs"
   # a Parquet file under another name is never read as text
   expect 2 "a Parquet file named .txt is refused" -- "$TKS" build -q "${B[@]}" --output named pq/named.txt
-  expect_msg "named.txt starts with PAR1"
+  expect_msg "named.txt: starts with PAR1"
+  # a column name given twice in the file: the other columns are read, that one is refused
+  expect 0 "text beside two 'body' columns" -- "$TKS" build -q "${B[@]}" --output twobody pq/two-body.parquet
+  expect 2 "--parquet-column body, given twice in the file" -- "$TKS" build -q "${B[@]}" --parquet-column body \
+    --output twobody2 pq/two-body.parquet
+  expect_msg "two-body.parquet: column 'body' is ambiguous: 2 top-level columns have that name"
+  [[ ! -e twobody2 && ! -e twobody2.partial ]] && ok "nothing written for the ambiguous column" || fail "twobody2 written"
   # a binary column: invalid UTF-8 (row 2) and a NUL byte (row 4) follow the text policies
   expect 0 "invalid UTF-8 replaced" -- "$TKS" build "${B[@]}" --output utf pq/utf8.parquet
   grep -Eq "invalid UTF-8 +1 documents" "$W/out" && grep -Eq "1 binary" "$W/out" &&

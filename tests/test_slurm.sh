@@ -3,7 +3,8 @@
 # itself: munged, slurmctld and slurmd with a private key, configuration,
 # ports, spool and logs under WORKDIR (nothing of the host's Slurm or munge
 # setup is read or changed), MpiDefault=pmix, one node of max(4, nproc) CPUs
-# with oversubscription. The daemons are stopped on every exit path.
+# with oversubscription. On every exit path the jobs are cancelled and their
+# step processes waited for (killed after 15 s) before the daemons stop.
 #   - `srun -n 2` and `srun -n 3 tokshard build` write datasets byte-identical
 #     to the build without a launcher, and rank 0 reports that many ranks;
 #   - `srun -n 2 tokshard audit --json` reports what one process reports;
@@ -48,11 +49,48 @@ mkdir -p "$S/munge" "$S/state" "$S/spool" "$S/log"
 chmod 700 "$S/munge"
 
 pids=()
+# The processes of this test's cluster other than its daemons: srun, the
+# slurmstepd of each step and the tasks they run (each has this cluster's
+# slurm.conf in the environment it was started with; the test's own shell
+# was started before SLURM_CONF was set).
+cluster_procs() {
+  local e p
+  for e in /proc/[0-9]*/environ; do
+    p=${e#/proc/}
+    p=${p%/environ}
+    [[ " ${pids[*]} " == *" $p "* ]] && continue
+    grep -qzx "SLURM_CONF=$S/slurm.conf" "$e" 2>/dev/null && echo "$p"
+  done
+}
+# Stops the cluster: its jobs cancelled and their step processes gone while
+# the daemons and munge still run (a slurmstepd that outlives them waits on
+# them and keeps the test's output open, so ctest waits for it), whatever
+# is left killed, then slurmctld and slurmd, then munged.
 stop() {
-  local p
+  local p procs="" jobs
+  if [[ -n ${SLURM_CONF:-} ]]; then
+    jobs=$(timeout 10 squeue -h -o %i 2>/dev/null)
+    # shellcheck disable=SC2086 # job ids, one word each
+    [[ -n $jobs ]] && timeout 10 scancel $jobs 2>/dev/null
+  fi
+  for _ in $(seq 60); do
+    procs=$(cluster_procs)
+    [[ -z $procs ]] && break
+    sleep 0.25
+  done
+  # shellcheck disable=SC2086 # pids
+  [[ -n $procs ]] && kill -KILL $procs 2>/dev/null
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  [[ -f $S/munge/pid ]] && kill "$(cat "$S/munge/pid")" 2>/dev/null
+  for _ in $(seq 40); do
+    procs=""
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && procs+=" $p"; done
+    [[ -z $procs ]] && break
+    sleep 0.25
+  done
+  # shellcheck disable=SC2086 # pids
+  [[ -n $procs ]] && kill -KILL $procs 2>/dev/null
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  [[ -f $S/munge/pid ]] && kill "$(cat "$S/munge/pid")" 2>/dev/null
 }
 trap stop EXIT
 trap 'exit 130' INT TERM
@@ -60,8 +98,8 @@ trap 'exit 130' INT TERM
 # munge: a fresh key; its socket is named in slurm.conf (AuthInfo)
 head -c 1024 /dev/urandom >"$S/munge/key" && chmod 400 "$S/munge/key"
 munged -f --key-file="$S/munge/key" --socket="$S/munge/sock" --pid-file="$S/munge/pid" \
-  --log-file="$S/munge/log" --seed-file="$S/munge/seed" ||
-  skip "munged does not start: $(tail -n 3 "$S/munge/log" 2>/dev/null)"
+  --log-file="$S/munge/log" --seed-file="$S/munge/seed" </dev/null >"$S/munge/out" 2>&1 ||
+  skip "munged does not start: $(tail -n 3 "$S/munge/out" "$S/munge/log" 2>/dev/null)"
 
 # two free TCP ports for slurmctld and slurmd
 read -r p_ctld p_d < <(python3 -c 'import socket
@@ -101,9 +139,11 @@ NodeName=tokshard-test NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$cpus State=UN
 PartitionName=test Nodes=tokshard-test Default=YES MaxTime=30 State=UP OverSubscribe=YES
 EOF
 export SLURM_CONF=$S/slurm.conf
-slurmctld -D -i >"$S/log/slurmctld.out" 2>&1 &
+# the daemons (and the step processes slurmd starts) hold none of the test's
+# descriptors: its output stays ctest's alone
+slurmctld -D -i </dev/null >"$S/log/slurmctld.out" 2>&1 &
 pids+=($!)
-slurmd -D -N tokshard-test >"$S/log/slurmd.out" 2>&1 &
+slurmd -D -N tokshard-test </dev/null >"$S/log/slurmd.out" 2>&1 &
 pids+=($!)
 state=""
 for _ in $(seq 60); do

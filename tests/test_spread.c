@@ -382,7 +382,7 @@ int main(int argc, char **argv) {
     o.threads = 1;
     o.shard_tokens = 20000;
     o.chunk_bytes = 4096;
-    o.unit_bytes = 40000;
+    o.unit_bytes = 65536; /* the least (TKS_MIN_UNIT_BYTES): several units of the 300 KB file */
     o.out_dir = wpath(p[3], "ref");
     tks_build_stats st;
     CHECK(tks_build(&o, &st) == 0, "single process: %s", tks_last_error()->message);

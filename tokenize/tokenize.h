@@ -44,11 +44,15 @@ typedef struct tks_input_opts {
     tks_policy long_doc;        /* SKIP (default) or FAIL */
     tks_policy bad_record;      /* JSONL line unparsable or without the key: FAIL (default) or SKIP */
     tks_policy bad_input;       /* a file whose name promises compression (x.gz, x.tar.zst) but
-                                 * whose bytes are not in that format: FAIL (default; checked
-                                 * by tks_input_open) or SKIP (left out, listed by
+                                 * whose bytes are not in that format, a Parquet file under
+                                 * another name than *.parquet, a *.parquet file without a
+                                 * readable text column: FAIL (default; checked by
+                                 * tks_input_open) or SKIP (left out, listed by
                                  * tks_input_skipped_file, counted in bad_inputs_skipped) */
-    /* When non-NULL and set non-zero (a SIGINT/SIGTERM handler), a wait for a
-     * pipe's writer or data ends with TKS_ERR_INTERRUPTED within 0.2 s. */
+    /* When non-NULL and set non-zero (a SIGINT/SIGTERM handler), reading ends
+     * with TKS_ERR_INTERRUPTED at the next block of at most 1 MiB (also
+     * inside one document), the next Parquet row, or within 0.2 s of a wait
+     * for a pipe's writer or data. */
     volatile sig_atomic_t *stop;
     /* 1: a JSONL record is yielded as its line (tks_doc.json = 1), undecoded:
      * the caller decodes it with tks_jsonl_decode, on any thread, and applies
@@ -132,18 +136,23 @@ typedef struct tks_input tks_input;
  * Prepares to read `paths` in order; directories are walked recursively in
  * byte order of names (so the document order is reproducible); symlinks to
  * files are followed, hidden entries are read. Nothing is decompressed yet,
- * but each regular file whose name promises compression or a compressed
- * archive has its first bytes compared with that format's magic (gzip, xz,
- * zstd, bzip2, lz4, lzip, compress, zip); each file named *.parquet has its
- * footer and its document column (parquet_column) checked, and its row
- * groups recorded (a file that is not Parquet, or lacks a text column of that
- * name, is a bad input). A path given explicitly may be a
- * pipe (read once, as it comes); inside a directory only regular files and
- * symlinks to them are read. While reading, a regular file whose size or
- * modification time changes from what was listed here, or that ends before
- * its listed size, fails with TKS_ERR_INPUT naming it.
+ * but each regular file has its first bytes looked at: when its name
+ * promises compression or a compressed archive, they are compared with
+ * that format's magic (gzip, xz, zstd, bzip2, lz4, lzip, compress, zip), and
+ * a file that starts with Parquet's magic PAR1 under another name than
+ * *.parquet is a bad input (it is never read as text); each file named
+ * *.parquet has its footer and its document column (parquet_column)
+ * checked, and its row groups recorded (a file that is not Parquet, or
+ * lacks a text column of that name, is a bad input). A path given
+ * explicitly may be a pipe (read once, as it comes); inside a directory
+ * only regular files and symlinks to them are read. While reading, a
+ * regular file whose size or modification time changes from what was
+ * listed here, or that ends before its listed size, fails with
+ * TKS_ERR_INPUT naming it.
  * Errors: TKS_ERR_IO (a path missing or unreadable, named), TKS_ERR_INPUT (a
- * file not in the format its name promises, under bad_input FAIL), TKS_ERR_ARG.
+ * file not in the format its name promises, or a Parquet file named otherwise,
+ * under bad_input FAIL), TKS_ERR_ARG (a file reached twice from the paths
+ * given: the first in input order that repeats an earlier one is named).
  */
 int tks_input_open(const char *const *paths, size_t n, const tks_input_opts *opts,
                    tks_input **out);
@@ -228,6 +237,12 @@ typedef struct tks_build_progress {
 } tks_build_progress;
 
 #define TKS_DEFAULT_UNIT_BYTES (1ull << 30)
+/* The least unit_bytes: the window a cut is looked for in, and the bytes
+ * of a file's start a unit looks at. A unit costs a directory, a record and
+ * those reads; a plain file cut at every few bytes would make a build of
+ * units that are nearly all empty (a document longer than a unit spans its
+ * nominal bounds), their count no longer bounded by the documents'. */
+#define TKS_MIN_UNIT_BYTES (64ull << 10)
 /* The rule that makes work units of the inputs (docs/SCALE.md), recorded in
  * the provenance's options as "unit_rule". */
 #define TKS_UNIT_RULE "listing-cuts/1"
@@ -245,7 +260,8 @@ typedef struct tks_build_opts {
     uint64_t batch_bytes;       /* text per parallel batch; 0 = 8 MiB (a unit's first three
                                  * batches are an eighth, a quarter and a half of it) */
     uint64_t unit_bytes;        /* work unit size in bytes of input on disk; 0 =
-                                 * TKS_DEFAULT_UNIT_BYTES. Units are made from the listing (see
+                                 * TKS_DEFAULT_UNIT_BYTES, else at least TKS_MIN_UNIT_BYTES
+                                 * (TKS_ERR_ARG below it). Units are made from the listing (see
                                  * "Build by work units" below); each is its own run of shards
                                  * (its last shard may be short). Part of the output, like
                                  * shard_tokens. */
@@ -280,10 +296,22 @@ typedef struct tks_build_stats {
     char encoder[16];              /* the path the build took: "fast" or "sentencepiece", or
                                     * "byte-level-bpe" (a tokenizer.json) */
     char encoder_why[256];         /* why sentencepiece ("" with the fast encoder) */
-    tks_encoder_stats encoder_stats; /* the fast encoder's word cache */
+    tks_encoder_stats encoder_stats; /* the fast encoder's word cache (this run's encoding) */
+    uint64_t unassigned, unassigned_docs; /* the dataset's: code points in its documents that
+                                    * the byte-level encoder's Unicode (tks_bpe_unicode_version)
+                                    * leaves unassigned, and the documents holding them, units
+                                    * kept from an interrupted run included; recorded in the
+                                    * manifest's tokenizer record */
+    char tokenizer_cache[1408];     /* why the tokenizer cache was left unused (tks_tok_cache_note),
+                                    * or "" */
     char skipped_inputs[2048];     /* "PATH: why\n" for each input left out under bad_input
                                     * SKIP (input.bad_inputs_skipped of them); cut with a
                                     * note when longer: the manifest lists every one */
+    int published_complete;        /* 1: under --resume, OUT.partial held this build's finished
+                                    * dataset (the interrupted run wrote its manifest but did not
+                                    * publish it): published as it was, nothing built; the
+                                    * counts above are the dataset's, input and encoder
+                                    * statistics are not known */
 } tks_build_stats;
 
 /* Sets defaults (all zero plus tks_input_opts_default). */
@@ -300,10 +328,15 @@ int tks_tokenizer_open(const tks_build_opts *o, tks_tok **tk);
  * count, whether or not it was interrupted and resumed, and to a build of the
  * same units under mpirun. Publishes OUT (renaming OUT.partial) only when
  * complete; on failure OUT does not exist and OUT.partial holds the complete
- * units and a resume state.
- * Errors: TKS_ERR_EXISTS (OUT exists, or OUT.partial exists without resume),
- * TKS_ERR_RESUME, TKS_ERR_TOKENIZER, TKS_ERR_INTERRUPTED, every input error,
- * TKS_ERR_TOKEN_RANGE, TKS_ERR_IO, TKS_ERR_NOSPACE.
+ * units and a resume state (none when the inputs held no text: then
+ * OUT.partial is removed). Under resume, an OUT.partial whose manifest the
+ * interrupted build wrote (stopped before publishing, or its rename
+ * refused) is published as it is (stats->published_complete).
+ * Errors: TKS_ERR_EXISTS (OUT exists, or OUT.partial exists without resume,
+ * or OUT was made while the build ran), TKS_ERR_ARG (unit_bytes below
+ * TKS_MIN_UNIT_BYTES, ...), TKS_ERR_RESUME, TKS_ERR_TOKENIZER,
+ * TKS_ERR_INTERRUPTED (opts->stop: between batches or inside a document),
+ * every input error, TKS_ERR_TOKEN_RANGE, TKS_ERR_IO, TKS_ERR_NOSPACE.
  */
 int tks_build(const tks_build_opts *opts, tks_build_stats *stats);
 
@@ -354,7 +387,7 @@ int tks_build_job_open(const tks_build_opts *opts, tks_build_job **out);
  * inputs (no file opened); tks_build_job_share gives the listing as bytes
  * (*blob malloc'd, *len) for tks_build_job_join in each other process of
  * the same binary (which loads the tokenizer); every process checks its
- * share of the files whose names promise compression (tks_build_job_check:
+ * share of the files' first bytes and Parquet footers (tks_build_job_check:
  * the files i = part, part + parts, ...; *verdicts malloc'd, *len bytes,
  * empty when all keep their promise); and every process settles its job
  * with all the verdicts put together (tks_build_job_settle: under
@@ -413,8 +446,10 @@ int tks_build_job_finish(tks_build_job *job, const void *results, size_t len, tk
 /* Once the manifest is written: removes unit `unit`'s record and directory. */
 void tks_build_job_clean(tks_build_job *job, uint64_t unit);
 
-/* Coordinator, once every unit is cleaned: removes the build state and
- * renames OUT.partial to OUT. Errors: TKS_ERR_IO. */
+/* Coordinator, once every unit is cleaned: renames OUT.partial to OUT, then
+ * removes the build state from OUT (tks_partial_publish). Errors:
+ * TKS_ERR_EXISTS (an OUT made while the build ran: named; OUT.partial is
+ * kept, complete, for --resume to publish), TKS_ERR_IO. */
 int tks_build_job_publish(tks_build_job *job);
 
 /* Releases the job (and the coordinator's lock). Accepts NULL. */

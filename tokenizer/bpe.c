@@ -455,6 +455,11 @@ int tks_bpe_encode_ref(const tks_bpe *b, const char *text, size_t len, tks_ids *
     return encode(b, text, len, out, 1, 0, NULL);
 }
 
+int tks_bpe_encode_doc(const tks_bpe *b, const char *text, size_t len, tks_ids *out, uint64_t *unassigned) {
+    if (unassigned) *unassigned = 0;
+    return encode(b, text, len, out, 0, 0, unassigned);
+}
+
 int tks_bpe_encode_part(const tks_bpe *b, const char *text, size_t len, tks_ids *out, uint64_t *unassigned) {
     if (unassigned) *unassigned = 0;
     return encode(b, text, len, out, 0, 1, unassigned);
@@ -540,7 +545,6 @@ void tks_bpe_free(tks_bpe *b) {
         free(b->vslot);
         free(b->mslot);
         free(b->mq);
-        free(b->r2n);
         free(b->added_raw.tok);
         free(b->added_norm.tok);
         free(b->added_text);

@@ -194,6 +194,14 @@ int tks_tok_encode_part(const tks_tok *t, const char *text, size_t len, tks_ids 
     return tks_bpe_encode_part(t->bpe, text, len, out, unassigned);
 }
 
+int tks_tok_encode_doc(const tks_tok *t, const char *text, size_t len, tks_ids *out, uint64_t *unassigned) {
+    if (t->spm) {
+        if (unassigned) *unassigned = 0;
+        return tks_spm_encode(t->spm, text, len, out);
+    }
+    return tks_bpe_encode_doc(t->bpe, text, len, out, unassigned);
+}
+
 void tks_tok_count_doc(const tks_tok *t, uint64_t unassigned, size_t parts) {
     if (t->spm) tks_spm_count_doc(t->spm, parts);
     else tks_bpe_count_doc(t->bpe, unassigned, parts);
@@ -333,4 +341,7 @@ void tks_tokenizer_record(const tks_tok *tk, tks_tokenizer_info *out) {
         }
     }
     out->n_reserved = n <= TKS_MAX_RESERVED ? n : 0;
+    out->has_tables = tk->bpe && tks_bpe_tables_xxh3(tk->bpe, out->tables_xxh3);
 }
+
+const char *tks_tok_cache_note(const tks_tok *t) { return t->bpe ? tks_bpe_cache_note(t->bpe) : ""; }

@@ -10,6 +10,23 @@
 
 static json_t *num_or_null(uint64_t v) { return v == TKS_NONE ? json_null() : json_integer((json_int_t)v); }
 
+/* The manifest's count of code points unassigned in the encoder's Unicode,
+ * as JSON (null when not recorded). */
+static json_t *unicode_json(const tks_audit_report *r) {
+    if (!r->unicode[0]) return json_null();
+    return json_pack("{s:s, s:I, s:I}", "version", r->unicode, "unassigned_code_points", (json_int_t)r->unassigned,
+                     "unassigned_docs", (json_int_t)r->unassigned_docs);
+}
+
+void cli_unassigned_note(FILE *f, const char *lead, const char *unicode, uint64_t code_points, uint64_t docs) {
+    if (!code_points) return;
+    fprintf(f, "%s: %llu code point%s in %llu document%s of the dataset %s unassigned in Unicode %s, the "
+            "Unicode of the byte-level encoder that built it: Hugging Face tokenizers and tiktoken on a newer "
+            "Unicode may split the text around them otherwise and give %s other ids\n",
+            lead, (unsigned long long)code_points, code_points == 1 ? "" : "s", (unsigned long long)docs,
+            docs == 1 ? "" : "s", code_points == 1 ? "is" : "are", unicode, docs == 1 ? "that document" : "those documents");
+}
+
 int cli_audit_print(const char *path, const tks_audit_report *r, int as_json, const char *foreign) {
     double gbs = r->seconds > 0 ? r->bytes_hashed / 1e9 / r->seconds : 0;
     if (as_json) {
@@ -32,6 +49,7 @@ int cli_audit_print(const char *path, const tks_audit_report *r, int as_json, co
                               (json_int_t)r->max_token_id, "manifest_checked", r->manifest_checked,
                               "tokenizer_checked", r->tokenizer_checked, "seconds", r->seconds,
                               "gb_per_s", gbs, "problems", probs);
+        json_object_set_new(j, "unicode", unicode_json(r));
         cli_json_print(j);
     } else {
         for (size_t i = 0; i < r->n_problems; i++) {
@@ -61,6 +79,7 @@ int cli_audit_print(const char *path, const tks_audit_report *r, int as_json, co
                    r->manifest_checked ? ", manifest checked" : "",
                    r->tokenizer_checked ? ", tokenizer checked" : "", r->bytes_hashed / 1e6, r->seconds * 1e3, gbs);
         if (r->n_problems_total) printf("%zu problem(s) found\n", r->n_problems_total);
+        cli_unassigned_note(stdout, "note", r->unicode, r->unassigned, r->unassigned_docs);
     }
     return r->n_problems_total ? EXIT_PROBLEMS : 0;
 }

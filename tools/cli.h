@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define EXIT_PROBLEMS 1
 #define EXIT_USAGE 2
@@ -17,6 +18,10 @@ extern const char *cli_prog;
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints the last library error; returns EXIT_INTERRUPTED or EXIT_USAGE. */
 int cli_lib_error(void);
+/* Prints "PROG: note: <note>" on stderr the first time a process passes a
+ * non-empty note (a tokenizer cache left unused: tks_tok_cache_note), never
+ * again; NULL or "" prints nothing. */
+void cli_note_once(const char *note);
 /* "123", "64K", "16M", "2G" (powers of 1024), "1e6" -> *out. Returns 0 or -1. */
 int cli_parse_size(const char *s, uint64_t *out);
 /* A float; returns 0 or -1. */
@@ -149,5 +154,10 @@ void cli_json_print(struct json_t *j);
  * report type comes from dataset/dataset.h) */
 struct tks_audit_report;
 int cli_audit_print(const char *path, const struct tks_audit_report *r, int as_json, const char *foreign);
+
+/* Writes to f, after "lead: ", the note on a byte-level dataset's code
+ * points unassigned in the encoder's Unicode (the manifest's count: build,
+ * inspect, audit); nothing when code_points is 0. (tools/audit_report.c) */
+void cli_unassigned_note(FILE *f, const char *lead, const char *unicode, uint64_t code_points, uint64_t docs);
 
 #endif

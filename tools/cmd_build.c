@@ -75,6 +75,9 @@ static void ranks_progress_line(const tks_build_world_progress *p, void *ctx) {
 static void print_build_summary(const tks_build_stats *s, const char *out) {
     const tks_input_stats *i = &s->input;
     printf("built %s\n", out);
+    if (s->published_complete)
+        printf("  resumed       the interrupted run had finished the dataset in %s.partial (its manifest "
+               "written): published as it was\n", out);
     printf("  inputs        %llu files, %llu entries, %.1f MB read (%.1f MB of text)\n",
            (unsigned long long)i->files, (unsigned long long)i->entries, i->bytes_in / 1e6,
            i->bytes_text / 1e6);
@@ -131,16 +134,16 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
         printf("  special text  %llu special tokens' text (say <|endoftext|>) found in documents and encoded "
                "as text (--allow-special-in-text turns them into the special ids)\n",
                (unsigned long long)s->encoder_stats.special_in_text);
-    if (s->encoder_stats.unassigned)
+    if (s->unassigned)
         printf("  unicode       %llu code points in %llu document%s are unassigned in Unicode %s (the "
                "regex engine's tables): tokenizers and tiktoken on a newer Unicode may split the text "
-               "around them otherwise (README, byte-level BPE)\n",
-               (unsigned long long)s->encoder_stats.unassigned,
-               (unsigned long long)s->encoder_stats.unassigned_docs,
-               s->encoder_stats.unassigned_docs == 1 ? "" : "s", tks_bpe_unicode_version());
+               "around them otherwise (README, byte-level BPE; the manifest records the counts)\n",
+               (unsigned long long)s->unassigned, (unsigned long long)s->unassigned_docs,
+               s->unassigned_docs == 1 ? "" : "s", tks_bpe_unicode_version());
     if (s->encoder_stats.special_matched)
         printf("  special text  %llu special tokens' text in documents encoded as the special ids "
                "(--allow-special-in-text)\n", (unsigned long long)s->encoder_stats.special_matched);
+    if (s->tokenizer_cache[0]) printf("  note          %s\n", s->tokenizer_cache);
     if (i->json_as_text)
         printf("  note          %llu *.json inputs read as text (--format auto); if they are "
                "JSON Lines, build again with --format jsonl\n",
@@ -231,5 +234,10 @@ int cli_build(int argc, char **argv) {
     if (dist_launched_many() ? rank == 0 : o.progress != NULL) fprintf(stderr, "\n");
     if (rc) return dist_finish(cli_lib_error());
     if (!quiet && rank == 0) print_build_summary(&st, o.out_dir);
+    else if (rank == 0) cli_note_once(st.tokenizer_cache); /* --quiet: said on stderr all the same */
+    if (rank == 0 && st.unassigned) { /* whatever --quiet says: the ids may not be a reference's */
+        fprintf(stderr, "%s: ", cli_prog);
+        cli_unassigned_note(stderr, "warning", tks_bpe_unicode_version(), st.unassigned, st.unassigned_docs);
+    }
     return dist_finish(0);
 }

@@ -54,6 +54,12 @@ static void inspect_json(const char *path, const view *v, const tks_stats *st, c
                           "model_type", ti ? ti->model_type : NULL, "n_shards", (json_int_t)view_n(v),
                           "n_docs", (json_int_t)st->n_docs, "n_tokens", (json_int_t)st->n_tokens,
                           "shards", shards, "doc_length_histogram", hj, "top_tokens", tj);
+    /* a byte-level build's count of code points unassigned in its encoder's Unicode (null: not recorded) */
+    json_object_set_new(j, "unicode", ti && ti->unicode[0]
+                                          ? json_pack("{s:s, s:I, s:I}", "version", ti->unicode,
+                                                      "unassigned_code_points", (json_int_t)ti->unassigned,
+                                                      "unassigned_docs", (json_int_t)ti->unassigned_docs)
+                                          : json_null());
     cli_json_print(j);
 }
 
@@ -63,6 +69,9 @@ static void inspect_text(const char *path, const view *v, const tks_stats *st, c
     printf("%s: tokshard format v%u, %zu shard(s)\n", path, h0->version, view_n(v));
     printf("  tokenizer     %s%s%s, fingerprint %s\n", ti ? ti->file : "(shard only)",
            ti ? ", " : "", ti ? ti->model_type : "", fp);
+    if (ti && ti->unicode[0])
+        printf("  unicode       %llu code points in %llu documents unassigned in Unicode %s, the encoder's\n",
+               (unsigned long long)ti->unassigned, (unsigned long long)ti->unassigned_docs, ti->unicode);
     char sp[3][16];
     const uint32_t ids3[3] = {h0->bos_id, h0->eos_id, h0->pad_id};
     for (int k = 0; k < 3; k++)
@@ -103,6 +112,7 @@ static void inspect_text(const char *path, const view *v, const tks_stats *st, c
                st->n_tokens ? 100.0 * (double)c / (double)st->n_tokens : 0.0,
                v->tk ? tks_tok_piece(v->tk, st->top[k], piece, sizeof piece) : "");
     }
+    if (ti) cli_unassigned_note(stdout, "note", ti->unicode, ti->unassigned, ti->unassigned_docs);
 }
 
 int cli_inspect(int argc, char **argv) {

@@ -2,7 +2,8 @@
  * input.c - raw text -> documents (see the "Input" part of tokenize.h): the
  * input object, its options and its list of files. tks_input_open walks the
  * paths given (directories in byte order of names), checks that each file
- * whose name promises compression starts with that format's magic, and
+ * whose name promises compression starts with that format's magic and that
+ * no file named otherwise than *.parquet starts with Parquet's, and
  * records what it saw of each file (size, time, identity) for the reader to
  * re-check. The bytes are read by stream.c (libarchive, zlib) and cut into
  * documents by docs.c (UTF-8, lines, paragraphs, JSONL records).
@@ -288,15 +289,19 @@ static const char *magic_of(const unsigned char *b, size_t n) {
 }
 
 /* 0 when the regular file `path` starts as its name promises (or promises
- * nothing checkable, or is empty); 1 with `why` filled when it does not; an
- * error when it cannot be read. */
+ * nothing checkable, or is empty) and is not a Parquet file under another
+ * name; 1 with `why` filled when it breaks its name's promise, 2 with `why`
+ * a whole message when it starts with Parquet's magic but is not named
+ * *.parquet (only those are read as Parquet: refused here, with the other
+ * checks of the listing, rather than when a work unit reaches it); an error
+ * when it cannot be read. Every regular input is opened here for its first
+ * 16 bytes. */
 static int check_promise(const char *path, char *why, size_t cap) {
     size_t n = strlen(path);
     const char *fmt = NULL, *alt = NULL, *suffix = NULL;
     for (size_t i = 0; i < COUNT(k_promise) && !fmt; i++)
         if (tks__name_ends_with(path, n, k_promise[i].suffix))
             fmt = k_promise[i].fmt, alt = k_promise[i].alt, suffix = k_promise[i].suffix;
-    if (!fmt) return 0;
     int fd;
     int rc = tks_open_regular(path, "input", &fd, NULL);
     if (rc) return rc;
@@ -309,6 +314,12 @@ static int check_promise(const char *path, char *why, size_t cap) {
     if (got < 0)
         return tks_fail(TKS_ERR_IO, path, TKS_NONE, 0, "cannot read %s: %s", path, strerror(err));
     if (got == 0) return 0; /* empty: no document either way */
+    if (got >= 4 && !memcmp(b, "PAR1", 4)) {
+        snprintf(why, cap, "starts with PAR1, the magic of a Parquet file, and only files named *.parquet "
+                 "are read as Parquet (never as text): rename it to *.parquet, or remove it from the inputs");
+        return 2;
+    }
+    if (!fmt) return 0;
     const char *is = magic_of(b, (size_t)got);
     if (is && (!strcmp(is, fmt) || (alt && !strcmp(is, alt)))) return 0;
     char first[64];
@@ -341,18 +352,30 @@ static int check_once(const tks_input *in) {
     if (!k) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory listing inputs");
     for (size_t i = 0; i < n; i++) k[i] = (file_key){in->meta[i].dev, in->meta[i].ino, i};
     qsort(k, n, sizeof *k, cmp_file_key);
-    int rc = 0;
-    for (size_t i = 1; i < n && !rc; i++)
-        if (k[i].dev == k[i - 1].dev && k[i].ino == k[i - 1].ino && in->meta[k[i].i].regular &&
-            (in->meta[k[i].i].named || in->meta[k[i - 1].i].named ||
-             in->meta[k[i].i].root != in->meta[k[i - 1].i].root))
-            rc = tks_fail(TKS_ERR_ARG, in->files[k[i].i], TKS_NONE, TKS_NONE,
-                          "%s is the same file as %s, listed earlier: each input is read once; "
-                          "remove one of them from the inputs (inputs that overlap: a directory "
-                          "given twice, or with one of its subdirectories or a link to it)",
-                          in->files[k[i].i], in->files[k[i - 1].i]);
+    /* the file reached again first in input order (not the one whose
+     * identity sorts first), and the earliest listing of it that it repeats:
+     * the message does not depend on inode numbers */
+    size_t again = SIZE_MAX, before = 0;
+    for (size_t g = 0, e; g < n; g = e) { /* k[g, e): one file, listed in input order */
+        for (e = g + 1; e < n && k[e].dev == k[g].dev && k[e].ino == k[g].ino;) e++;
+        for (size_t b = g + 1; b < e && k[b].i < again; b++) {
+            const struct file_meta *mb = &in->meta[k[b].i];
+            for (size_t a = g; a < b && mb->regular; a++) {
+                const struct file_meta *ma = &in->meta[k[a].i];
+                if (mb->named || ma->named || mb->root != ma->root) {
+                    again = k[b].i, before = k[a].i;
+                    break;
+                }
+            }
+        }
+    }
     free(k);
-    return rc;
+    if (again == SIZE_MAX) return 0;
+    return tks_fail(TKS_ERR_ARG, in->files[again], TKS_NONE, TKS_NONE,
+                    "%s is the same file as %s, listed earlier: each input is read once; "
+                    "remove one of them from the inputs (inputs that overlap: a directory "
+                    "given twice, or with one of its subdirectories or a link to it)",
+                    in->files[again], in->files[before]);
 }
 
 /* A verdict line "i\t!message\n": the message whole, on one line. */
@@ -412,6 +435,10 @@ int tks__input_check_promises(const tks_input *in, size_t part, size_t parts, bu
         int r = in->meta[i].regular ? check_promise(in->files[i], why, sizeof why) : 0;
         if (r < 0) return r;
         if (r == 0) continue;
+        if (r == 2) {
+            if ((r = pq_refuse(i, why, out))) return r;
+            continue;
+        }
         int n = snprintf(line, sizeof line, "%zu\t%s\n", i, why);
         if ((r = tks__buf_append(out, line, (size_t)n))) return r;
     }

@@ -193,11 +193,13 @@ const uint8_t *tks__input_range_xxh3(const tks_input *in, size_t i);
  * (TKS_ERR_ARG when the bytes are not a listing). */
 int tks__input_pack(const tks_input *in, buf *out);
 int tks__input_unpack(const void *p, size_t n, const tks_input_opts *o, tks_input **out);
-/* input.c: tks_input_open without the check of the files whose names promise
- * compression (tks_input_open's last step: it opens each one), which
- * tks__input_check_promises makes for the files i = part, part + parts, ...
- * (appending "i\twhy\n" for each file whose bytes break the promise to
- * *out) and tks__input_settle applies, from every part's lines: under
+/* input.c: tks_input_open without the check of the files' first bytes and
+ * Parquet footers (tks_input_open's last step: it opens each regular file),
+ * which tks__input_check_promises makes for the files i = part, part +
+ * parts, ... (appending to *out "i\twhy\n" for each file whose bytes break
+ * its name's promise, "i\t!message\n" for a Parquet file under another name
+ * or a *.parquet file refused at its footer, "i\t=PQ ..." for a good one's
+ * row groups) and tks__input_settle applies, from every part's lines: under
  * bad_input FAIL, TKS_ERR_INPUT naming the first such file; under SKIP,
  * the files dropped from the listing and recorded. Errors: as
  * tks_input_open's. */
@@ -214,6 +216,14 @@ void tks__add_filters(struct archive *a);
 static inline int tks__blank_byte(unsigned char c) {
     return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
 }
+
+/* The stop flag of the options (SIGINT, SIGTERM) is set: the readers look
+ * at it for every block they hand on (stream.c), every Parquet row
+ * (pq_input.c) and every window read to find a cut (ranges.c), so that a
+ * build stops within a block's time wherever its reader is, also inside one
+ * document (a sparse or binary file of gigabytes, /dev/zero). The error
+ * they return is TKS_ERR_INTERRUPTED naming what was being read. */
+static inline int tks__stopped(volatile sig_atomic_t *stop) { return stop && *stop; }
 
 /* stream.c: opens the next file of the list; moves to the next regular
  * entry of the current file (1, 0 at its end); makes the entry's next
@@ -248,20 +258,16 @@ void tks__stream_free(stream *s);
  * ------------------------------------------------------------------------- */
 /* The range of file `file` of the listing ls (a regular plain file listed
  * with its size and time) between the nominal offsets start and end, each
- * moved to its document boundary (tks__find_cut; kind 1: after any line end,
- * 2: after a blank line), appended to r[*n] (nothing when it is empty). A
- * file whose first bytes are compressed under a plain name is read whole by
- * the piece that starts at 0. Reads the file's first 64 KiB and a window
- * around each cut. Errors: TKS_ERR_IO, TKS_ERR_INPUT (the file changed since
- * it was listed), TKS_ERR_NOMEM. */
+ * moved to its cut, the smallest document boundary at or after it (kind 1:
+ * after any line end, 2: after a blank line; docs/SCALE.md, rule 3),
+ * appended to r[*n] (nothing when it is empty). A file whose first bytes
+ * are compressed under a plain name is read whole by the piece that starts
+ * at 0. Reads the file's first 64 KiB and windows from each nominal offset
+ * on: from `start` no further than `end`, from `end` to its cut. Errors:
+ * TKS_ERR_IO, TKS_ERR_INPUT (the file changed since it was listed),
+ * TKS_ERR_NOMEM, TKS_ERR_INTERRUPTED (ls's stop flag). */
 int tks__cut_range(const tks_input *ls, uint64_t file, uint64_t start, uint64_t end, int kind, tks__range *r,
                    size_t *n);
-/* The cut for the nominal offset x of the plain file fd (path, size bytes):
- * the smallest document boundary p with x <= p < size, else size; x == 0
- * gives 0. A boundary is the offset after a "\n" (blank_lines 0: --doc-split
- * line, JSON Lines), or after the "\n" that ends a line of blank bytes only
- * (blank_lines 1: --doc-split blank-line). Errors: TKS_ERR_IO, TKS_ERR_NOMEM. */
-int tks__find_cut(int fd, const char *path, uint64_t size, uint64_t x, int blank_lines, uint64_t *out);
 /* The XXH3-128 of the bytes [start, end) of the file path (a kept unit's
  * range checked on --resume). Errors: TKS_ERR_IO, TKS_ERR_INPUT (shorter). */
 int tks__range_xxh3(const char *path, uint64_t start, uint64_t end, uint8_t out[16]);

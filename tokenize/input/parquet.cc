@@ -86,11 +86,18 @@ static std::string columns_of(const parquet::SchemaDescriptor *s) {
 static int find_column(tks_pq *p) {
     const parquet::SchemaDescriptor *s = p->reader->metadata()->schema();
     const parquet::schema::GroupNode *root = s->group_node();
-    int fi = root->FieldIndex(p->column);
+    int fi = root->FieldIndex(p->column), same = 0;
+    for (int i = 0; i < root->field_count(); i++) same += root->field(i)->name() == p->column;
     const char *why = nullptr;
     std::string type;
     if (fi < 0) {
         why = "is missing";
+    } else if (same > 1) { /* pyarrow refuses the name as ambiguous too: no column is picked for the user */
+        return tks_fail(TKS_ERR_INPUT, p->path.c_str(), TKS_NONE, TKS_NONE,
+                        "%s: column '%s' is ambiguous: %d top-level columns have that name (the file's "
+                        "columns: %s); write the file again with distinct column names, or name another "
+                        "column with --parquet-column NAME",
+                        p->path.c_str(), p->column.c_str(), same, columns_of(s).c_str());
     } else {
         const parquet::schema::Node *f = root->field(fi).get();
         if (f->is_group()) {

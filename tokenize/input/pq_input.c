@@ -78,6 +78,10 @@ static int finish(tks_input *in) {
 
 int tks__pq_next_doc(tks_input *in, tks_doc *doc) {
     for (;;) {
+        if (tks__stopped(in->opts.stop))
+            return tks_fail(TKS_ERR_INTERRUPTED, in->path, TKS_NONE, TKS_NONE,
+                            "interrupted while reading %s (row %llu)", in->path,
+                            (unsigned long long)in->pq_row);
         if (!in->pq_in_group) {
             if (in->pq_g >= in->pq_end) return finish(in);
             int rc = tks_pq_start(in->pqr, in->pq_g);

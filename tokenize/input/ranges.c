@@ -3,7 +3,7 @@
  * read (docs/SCALE.md, "Work units").
  *
  * A piece's nominal bounds are moved, by whoever reads the piece, to the
- * first document boundary at or after them (tks__find_cut): a function of the
+ * first document boundary at or after them (find_cut): a function of the
  * file's bytes only, so the unit that ends at a cut and the unit that starts
  * there find the same byte however many processes share the work. Before any
  * cut the file's first bytes are looked at as the reader would (a "plain"
@@ -61,24 +61,44 @@ static int blank_before(int fd, const char *path, uint64_t x, char *w, int *blan
     return 0;
 }
 
-int tks__find_cut(int fd, const char *path, uint64_t size, uint64_t x, int blank_lines, uint64_t *out) {
-    *out = size;
+/* The reader was stopped (SIGINT, SIGTERM) while it looked for a cut. */
+static int cut_interrupted(const char *path, uint64_t at) {
+    return tks_fail(TKS_ERR_INTERRUPTED, path, TKS_NONE, at,
+                    "interrupted while looking for a document boundary in %s (at byte %llu)", path,
+                    (unsigned long long)at);
+}
+
+/* The cut for the nominal offset x of the plain file fd (path, size bytes):
+ * the smallest document boundary p with x <= p < size, else size; x == 0
+ * gives 0. A boundary is the offset after a "\n" (blank_lines 0: --doc-split
+ * line, JSON Lines), or after the "\n" that ends a line of blank bytes only
+ * (blank_lines 1: --doc-split blank-line). Looks no further than `limit`
+ * (x < limit <= size): when p >= limit, *out is limit. So the start of a
+ * piece that holds no boundary (a document longer than the unit goes over
+ * it) costs a read of the piece, not of the rest of the document. The stop
+ * flag is looked at between windows. Errors: TKS_ERR_IO, TKS_ERR_NOMEM,
+ * TKS_ERR_INTERRUPTED. */
+static int find_cut(int fd, const char *path, uint64_t size, uint64_t x, int blank_lines, uint64_t limit,
+                    volatile sig_atomic_t *stop, uint64_t *out) {
     if (x == 0 || x >= size) {
         *out = x == 0 ? 0 : size;
         return 0;
     }
+    *out = limit;
     char *w = malloc(CUT_WINDOW);
     if (!w) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
     int blank = 1, rc = blank_lines ? blank_before(fd, path, x, w, &blank) : 0;
-    for (uint64_t at = x - 1; !rc && at < size;) {
-        size_t got = 0, want = size - at < CUT_WINDOW ? (size_t)(size - at) : CUT_WINDOW;
-        if ((rc = read_at(fd, path, w, want, at, &got))) break;
-        if (got == 0) break; /* shorter than listed: the reader reports it */
+    /* a "\n" at offset at + i gives the boundary at + i + 1: those at limit - 1 or past it are not looked at */
+    for (uint64_t at = x - 1; !rc && at < limit - 1;) {
+        size_t got = 0, want = limit - 1 - at < CUT_WINDOW ? (size_t)(limit - 1 - at) : CUT_WINDOW;
+        if (tks__stopped(stop)) rc = cut_interrupted(path, at);
+        else rc = read_at(fd, path, w, want, at, &got);
+        if (rc || got == 0) break; /* shorter than listed: the reader reports it */
         for (size_t i = 0; i < got; i++) {
             unsigned char c = (unsigned char)w[i];
             if (c == '\n') {
                 if (!blank_lines || blank) {
-                    *out = at + i + 1 < size ? at + i + 1 : size;
+                    *out = at + i + 1;
                     free(w);
                     return 0;
                 }
@@ -136,9 +156,11 @@ int tks__cut_range(const tks_input *ls, uint64_t file, uint64_t start, uint64_t 
     if (!rc && !plain) { /* compressed under a plain name: the first piece reads it whole */
         if (start == 0) r[(*n)++] = (tks__range){file, 0, size, 1, 0};
     } else if (!rc) {
-        rc = tks__find_cut(fd, path, size, start, kind == 2, &a);
-        if (!rc) rc = tks__find_cut(fd, path, size, end, kind == 2, &b);
-        if (!rc && a < b) r[(*n)++] = (tks__range){file, a, b, 0, 0};
+        /* a first cut at `end` or past it: no boundary in the piece, which is
+         * empty (the cut at `end` is the same one) */
+        rc = find_cut(fd, path, size, start, kind == 2, end, ls->opts.stop, &a);
+        if (!rc && a < end) rc = find_cut(fd, path, size, end, kind == 2, size, ls->opts.stop, &b);
+        if (!rc && a < end && a < b) r[(*n)++] = (tks__range){file, a, b, 0, 0};
     }
     if (fd >= 0) close(fd);
     return rc;

@@ -709,6 +709,10 @@ static const char k_zeros[1];
  * 1, 0 at the end of the entry, or an error. */
 int tks__entry_fill(tks_input *in) {
     if (in->entry_eof) return 0;
+    if (tks__stopped(in->opts.stop))
+        return tks_fail(TKS_ERR_INTERRUPTED, in->source.p, TKS_NONE, in->entry_off,
+                        "interrupted while reading %s (at byte %llu)", in->source.p,
+                        (unsigned long long)in->entry_off);
     if (in->hole) {
         /* A sparse tar member's hole reads as zeros. It holds no newline, and
          * a document with a NUL byte is skipped as binary however many it has,

@@ -19,7 +19,7 @@ static int batch_push(batch *b, const tks_doc *d) {
             tks_resize(&b->order, cap, sizeof *b->order) || tks_resize(&b->err, cap, sizeof *b->err) ||
             tks_resize(&b->ids, cap, sizeof *b->ids) || tks_resize(&b->json, cap, sizeof *b->json) ||
             tks_resize(&b->status, cap, sizeof *b->status) || tks_resize(&b->done, cap, sizeof *b->done) ||
-            tks_resize(&b->line, cap, sizeof *b->line) ||
+            tks_resize(&b->line, cap, sizeof *b->line) || tks_resize(&b->unassigned, cap, sizeof *b->unassigned) ||
             tks_resize(&b->src, cap, sizeof *b->src))
             return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch)");
         memset(b->ids + b->cap, 0, (cap - b->cap) * sizeof *b->ids);
@@ -50,6 +50,7 @@ static int batch_push(batch *b, const tks_doc *d) {
     b->ordinal[b->n] = d->ordinal;
     b->json[b->n] = (uint8_t)d->json;
     b->status[b->n] = TKS_JSONL_OK;
+    b->unassigned[b->n] = 0;
     b->line[b->n] = d->line;
     b->src[b->n] = (uint32_t)(b->n_srcs - 1);
     b->arena_len += d->len;
@@ -69,6 +70,7 @@ static void batch_free(batch *b) {
     free(b->status);
     free(b->done);
     free(b->line);
+    free(b->unassigned);
     free(b->src);
     for (size_t i = 0; i < b->cap; i++) tks_ids_free(&b->ids[i]);
     free(b->arena);
@@ -197,10 +199,12 @@ static int push_cut(size_t **cut, size_t *n, size_t *cap, size_t at) {
     return 0;
 }
 
-/* tks_tok_encode of text[0..len) with its parts on `threads` threads: the
- * same ids, and on any error the whole document encoded again on this
- * thread, so that the error and its offset are the ones of the document. */
-static int encode_long(const tks_tok *tk, const char *text, size_t len, int threads, tks_ids *out) {
+/* tks_tok_encode_doc of text[0..len) with its parts on `threads` threads:
+ * the same ids and count of unassigned code points (*unassigned), and on
+ * any error the whole document encoded again on this thread, so that the
+ * error and its offset are the ones of the document. */
+static int encode_long(const tks_tok *tk, const char *text, size_t len, int threads, tks_ids *out,
+                       uint64_t *unassigned) {
     size_t want = len / ((size_t)threads * 32);
     if (want < PART_MIN) want = PART_MIN;
     size_t *cut = NULL, n = 0, cap = 0;
@@ -219,7 +223,7 @@ static int encode_long(const tks_tok *tk, const char *text, size_t len, int thre
     if (!rc && parts > 1 && (part = calloc(parts, sizeof *part)) && (un = calloc(parts, sizeof *un))) {
         int bad = 0, grown = 1;
         size_t total = 0;
-        uint64_t unassigned = 0;
+        uint64_t un_sum = 0;
 #pragma omp parallel num_threads(threads)
         {
 #pragma omp for schedule(dynamic, 1) reduction(| : bad)
@@ -233,7 +237,7 @@ static int encode_long(const tks_tok *tk, const char *text, size_t len, int thre
             }
 #pragma omp single
             {
-                for (size_t k = 0; k < parts; k++) total += part[k].n, unassigned += un[k];
+                for (size_t k = 0; k < parts; k++) total += part[k].n, un_sum += un[k];
                 if (!bad && out->cap < total) {
                     uint32_t *p = realloc(out->ids, total * sizeof *p);
                     if (p) out->ids = p, out->cap = total;
@@ -251,7 +255,8 @@ static int encode_long(const tks_tok *tk, const char *text, size_t len, int thre
         }
         if (grown) {
             out->n = total;
-            tks_tok_count_doc(tk, unassigned, parts);
+            tks_tok_count_doc(tk, un_sum, parts);
+            *unassigned = un_sum;
             done = 1;
         }
         for (size_t k = 0; k < parts; k++) tks_ids_free(&part[k]);
@@ -260,7 +265,7 @@ static int encode_long(const tks_tok *tk, const char *text, size_t len, int thre
     free(un);
     free(cut);
     /* no cut, no memory for the parts, or a part failed: the whole, here */
-    return done ? 0 : tks_tok_encode(tk, text, len, out);
+    return done ? 0 : tks_tok_encode_doc(tk, text, len, out, unassigned);
 }
 
 /* Document i's text into *text, *len: a JSONL record decoded (on the
@@ -293,7 +298,9 @@ static int encode_one(tks_tok *tk, batch *b, size_t i, const char *key, uint64_t
     json_t *root;
     int e = 0;
     if (doc_text(b, i, key, max_doc, &root, &text, &len)) { /* decoded on this thread */
-        e = threads > 1 ? encode_long(tk, text, len, threads, &b->ids[i]) : tks_tok_encode(tk, text, len, &b->ids[i]);
+        uint64_t *un = &b->unassigned[i];
+        e = threads > 1 ? encode_long(tk, text, len, threads, &b->ids[i], un)
+                        : tks_tok_encode_doc(tk, text, len, &b->ids[i], un);
         json_decref(root);
         b->err[i] = e;
     }
@@ -306,13 +313,45 @@ static int encode_one(tks_tok *tk, batch *b, size_t i, const char *key, uint64_t
  * thread busy after the others finish. */
 #define LONGISH (64u << 10)
 
+/* The first error of a batch in input order: the document it belongs to
+ * (the drain's errors come first: the drain writes a document only when
+ * every document before it was encoded without error) and the error's
+ * context, whichever thread met it. */
+typedef struct first_error {
+    size_t at; /* SIZE_MAX: none yet */
+    tks_error e;
+} first_error;
+
+#define DRAIN_ERR 0 /* the place of a drain's error: before every document's */
+
+/* Records this thread's last error as met at document `at` when it comes
+ * before the one recorded. */
+static void note_error(first_error *f, size_t at) {
+#pragma omp critical(tks_build_err)
+    if (at < f->at) {
+        f->e = *tks_last_error();
+#pragma omp atomic write
+        f->at = at;
+    }
+}
+
+/* 1 when document i need not be encoded: an error is recorded before it
+ * (documents before the first error are always encoded, so that the error
+ * reported is the first in input order whichever thread met which). */
+static int past_error(first_error *f, size_t i) {
+    size_t at;
+#pragma omp atomic read
+    at = f->at;
+    return at != SIZE_MAX && at < i;
+}
+
 /* Tokenizes the batch in parallel: documents of over LONGISH bytes first,
  * longest first (each one of LONG_DOC bytes or more on every thread, in
  * parts), then the others in input order, in runs (a sort of them all, the
  * scattered reads it causes and a hand-off per document cost 5-8% of a
  * build of short lines; and in input order the caller's drain, on thread 0,
  * writes the finished documents while the others are encoded). 0 or the
- * first error (its context restored). */
+ * first error in input order (its context restored). */
 int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const char *key, uint64_t max_doc,
                       const tks__drain *drain) {
     size_t m = first < b->n ? b->n - first : 0, nl = 0;
@@ -325,53 +364,55 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
         qsort_r(b->order, nl, sizeof *b->order, by_len_desc, b->len);
     }
     size_t per = (m - nl) / ((size_t)threads * 64) + 1;
-    tks_error first_err = {0};
-    int any_err = 0;
+    first_error fe = {SIZE_MAX, {0}};
     /* the documents of LONG_DOC bytes or more lead, each on every thread */
     size_t lead = 0;
-    for (; threads > 1 && lead < nl && b->len[b->order[lead]] >= LONG_DOC && !any_err; lead++) {
-        int e = encode_one(tk, b, b->order[lead], key, max_doc, threads);
-        if (!e && drain) e = drain->fn(drain->ctx, b);
-        if (e) {
-            any_err = 1;
-            first_err = *tks_last_error();
-        }
+    for (; threads > 1 && lead < nl && b->len[b->order[lead]] >= LONG_DOC; lead++) {
+        size_t i = b->order[lead];
+        if (past_error(&fe, i)) continue;
+        int e = encode_one(tk, b, i, key, max_doc, threads);
+        if (e) note_error(&fe, i);
+        if (!e && drain && (e = drain->fn(drain->ctx, b))) note_error(&fe, DRAIN_ERR);
     }
     /* thread 0's: drain not failed yet. With one thread the caller writes
      * after the encoding: the writer's pass interleaved with the documents
      * cost a 1-thread build 3-4% (the two working sets evicting each other). */
-    int drain_on = drain && threads > 1 && !any_err;
+    int drain_on = drain && threads > 1 && fe.at == SIZE_MAX;
 #pragma omp parallel num_threads(threads) firstprivate(drain_on)
     {
-        int e = 0;
         size_t mine = 0;
 #pragma omp for schedule(dynamic, 1) nowait
         for (size_t k = lead; k < nl; k++) {
-            if (e) continue; /* after an error this thread encodes no more */
-            e = encode_one(tk, b, b->order[k], key, max_doc, 1);
+            size_t i = b->order[k];
+            if (past_error(&fe, i)) continue;
+            if (encode_one(tk, b, i, key, max_doc, 1)) {
+                note_error(&fe, i);
+                continue;
+            }
             /* drain after each of thread 0's long documents */
-            if (!e && drain_on && omp_get_thread_num() == 0) e = drain->fn(drain->ctx, b);
+            if (drain_on && omp_get_thread_num() == 0 && drain->fn(drain->ctx, b)) {
+                note_error(&fe, DRAIN_ERR);
+                drain_on = 0;
+            }
         }
-        if (e) drain_on = 0;
 #pragma omp for schedule(dynamic, per)
         for (size_t k = nl; k < m; k++) {
-            if (e) continue; /* after an error this thread encodes no more */
-            e = encode_one(tk, b, b->order[k], key, max_doc, 1);
+            size_t i = b->order[k];
+            if (past_error(&fe, i)) continue;
+            if (encode_one(tk, b, i, key, max_doc, 1)) {
+                note_error(&fe, i);
+                continue;
+            }
             /* at the end of each of thread 0's runs (per documents each) */
-            if (!e && drain_on && ++mine % per == 0 && omp_get_thread_num() == 0)
-                e = drain->fn(drain->ctx, b);
-        }
-        if (e) {
-#pragma omp critical(tks_build_err)
-            if (!any_err) {
-                any_err = 1;
-                first_err = *tks_last_error();
+            if (drain_on && ++mine % per == 0 && omp_get_thread_num() == 0 && drain->fn(drain->ctx, b)) {
+                note_error(&fe, DRAIN_ERR);
+                drain_on = 0;
             }
         }
     }
-    if (!any_err) return 0;
-    tks_error_restore(&first_err);
-    return first_err.code ? first_err.code : TKS_ERR_TOKENIZER;
+    if (fe.at == SIZE_MAX) return 0;
+    tks_error_restore(&fe.e);
+    return fe.e.code ? fe.e.code : TKS_ERR_TOKENIZER;
 }
 
 /* The policy for record i of batch b, which decoding found bad, too long

@@ -185,6 +185,11 @@ int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_
     tks_tokenizer_info tok;
     tks_tokenizer_record(tk, &tok);
     tok.special_from_text = o->allow_special_in_text;
+    if (tks_tok_bpe(tk)) { /* what a reference on a newer Unicode may encode otherwise */
+        snprintf(tok.unicode, sizeof tok.unicode, "%s", tks_bpe_unicode_version());
+        tok.unassigned = stats->unassigned;
+        tok.unassigned_docs = stats->unassigned_docs;
+    }
     return tks_manifest_write_json(partial, &tok, shards, n_shards,
                                    tok.vocab_size <= TKS_U16_MAX_VOCAB ? 2 : 4,
                                    o->chunk_bytes ? o->chunk_bytes : TKS_DEFAULT_CHUNK_BYTES, desc);
@@ -289,4 +294,5 @@ void tks__encoder_report(const tks_tok *tk, const tks_build_opts *o, tks_build_s
     snprintf(stats->encoder_why, sizeof stats->encoder_why, "%s",
              why ? why : o->encoder_sentencepiece ? "--encoder sentencepiece" : "");
     tks_tok_encoder_stats(tk, &stats->encoder_stats);
+    snprintf(stats->tokenizer_cache, sizeof stats->tokenizer_cache, "%s", tks_tok_cache_note(tk));
 }

@@ -378,6 +378,17 @@ static int run_units(dist *d, tks_build_stats *stats) {
     return rc ? rc : finish_build(d, stats);
 }
 
+/* Rank 0 found OUT.partial complete (the interrupted run wrote the manifest
+ * but did not publish): it publishes, the others wait for its result. */
+static int publish_complete(dist *d, tks_build_stats *stats) {
+    int rc = d->rank ? 0 : tks__publish_complete(d->job, stats), rc0 = 0, c = from_rank0(d, rc, &rc0);
+    if (c) return c;
+    if (rc0 && !rc)
+        rc = tks_fail(rc0, d->partial, TKS_NONE, TKS_NONE,
+                      "rank %d: rank 0 could not publish the build (see its message)", d->rank);
+    return rc;
+}
+
 int tks_build_spread(const tks_build_opts *opts, const tks_build_world *world, tks_build_stats *stats) {
     tks_build_stats local;
     if (!stats) stats = &local;
@@ -395,8 +406,13 @@ int tks_build_spread(const tks_build_opts *opts, const tks_build_world *world, t
         snprintf(dir, sizeof dir, "%s/%s", d.partial, IN_FLIGHT) >= (int)sizeof dir ||
         snprintf(d.flight, sizeof d.flight, "%s/rank-%05d", dir, d.rank) >= (int)sizeof d.flight)
         return tks_fail(TKS_ERR_ARG, out, TKS_NONE, TKS_NONE, "--output path too long");
-    int rc = open_jobs(&o, &d);
-    if (!rc) {
+    int rc = open_jobs(&o, &d), done = 0;
+    if (!rc) { /* a partial already complete: nothing to build */
+        done = d.rank == 0 && d.job->complete;
+        rc = coll(&d, world->bcast(&done, sizeof done, world->ctx));
+        if (!rc && done) rc = publish_complete(&d, stats);
+    }
+    if (!rc && !done) {
         if (d.rank == 0) clear_in_flight(dir);
         (void)mkdir(dir, 0755); /* only a report: EEXIST, or none */
         rc = run_units(&d, stats);

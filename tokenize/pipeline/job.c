@@ -22,6 +22,12 @@ static int job_paths(tks_build_job *j) {
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
                         "build needs --tokenizer, --output and at least one input");
     j->unit_bytes = o->unit_bytes ? o->unit_bytes : TKS_DEFAULT_UNIT_BYTES;
+    if (j->unit_bytes < TKS_MIN_UNIT_BYTES)
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
+                        "--unit-bytes %llu is below the least work unit, 64K (%llu bytes): each unit "
+                        "costs a directory, a record and a look at its file's first 64 KiB, and units "
+                        "smaller than a document are empty; give 64K or more (the default, 1G, suits "
+                        "most inputs)", (unsigned long long)j->unit_bytes, TKS_MIN_UNIT_BYTES);
     int rc = tks_partial_paths(TKS_PARTIAL_BUILD, o->out_dir, j->out, j->partial, sizeof j->out);
     if (rc) return rc;
     if (snprintf(j->lock_path, sizeof j->lock_path, "%s.lock", j->out) >= (int)sizeof j->lock_path)
@@ -71,12 +77,44 @@ static int has_work(const char *partial) {
     return found || tks_partial_has_shards(partial);
 }
 
+/* 1 when OUT.partial holds manifest.json: the run that left it wrote the
+ * manifest, the last step before publishing (every unit placed). */
+static int has_manifest(const char *partial) {
+    char p[PATH_MAX];
+    return tks_path_join(p, sizeof p, partial, TKS_MANIFEST_NAME) == 0 && access(p, F_OK) == 0;
+}
+
+/* This build's OUT.partial with its manifest: the dataset, complete, which
+ * the interrupted run did not get to publish (stopped before the rename, or
+ * the rename refused). It must open as a dataset; the job then builds
+ * nothing (j->complete) and its shards are counted for publishing. */
+static int take_complete(tks_build_job *j) {
+    tks_dataset *ds = NULL;
+    if (tks_dataset_open(j->partial, &ds) != 0) {
+        char why[sizeof tks_last_error()->message];
+        snprintf(why, sizeof why, "%s", tks_last_error()->message);
+        return tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
+                        "cannot resume: %s holds the manifest of a finished build but does not open as a "
+                        "dataset (%s); remove it and build again", j->partial, why);
+    }
+    j->complete = 1;
+    j->n_shards = tks_dataset_n_shards(ds);
+    tks_dataset_close(ds);
+    return 0;
+}
+
 /* An existing OUT.partial, under --resume: its state must be this build's. */
 static int resume_partial(tks_build_job *j) {
     char state[PATH_MAX];
     int rc = tks_path_join(state, sizeof state, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD));
     if (rc) return rc;
     if (access(state, F_OK) != 0) { /* stopped before its state: nothing can be kept */
+        if (has_manifest(j->partial)) /* a dataset whose state an older tokshard removed before publishing */
+            return tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
+                            "cannot resume: %s holds a finished dataset (manifest.json) without its "
+                            "build-state.json, so nothing shows that it is this build's: check it with "
+                            "`tokshard audit %s` and rename it to %s yourself, or remove it and build "
+                            "again", j->partial, j->partial, j->out);
         if (has_work(j->partial))
             return tks_fail(TKS_ERR_RESUME, j->partial, TKS_NONE, TKS_NONE,
                             "cannot resume: %s has units or shards but no build-state.json; remove "
@@ -97,7 +135,7 @@ static int resume_partial(tks_build_job *j) {
                       "original ones, or remove %s to start over",
                       j->partial, id, j->build_id, j->partial);
     json_decref(js);
-    return rc;
+    return !rc && has_manifest(j->partial) ? take_complete(j) : rc;
 }
 
 /* The coordinator's first step: OUT.lock and the listing (no file opened). */
@@ -121,6 +159,7 @@ static int coordinator_prepare(tks_build_job *j) {
                         "continue it, or remove it to start over",
                         j->partial);
     rc = have ? resume_partial(j) : tks_partial_create(j->partial);
+    if (!rc && j->complete) return 0; /* nothing to build: publishing is left */
     /* the tokenizer's files into the dataset, checked against the one in use */
     if (!rc) rc = tks_tok_save(j->tk, o->tokenizer_path, j->partial);
     if (!rc) rc = tks_partial_tokenizer(TKS_PARTIAL_BUILD, j->partial, NULL, tks_tok_file_name(j->tk),

@@ -44,6 +44,30 @@ static int build_finish(tks_build_job *j, tks_build_stats *stats) {
     return rc ? rc : tks_build_job_publish(j);
 }
 
+int tks__publish_complete(tks_build_job *j, tks_build_stats *stats) {
+    tks_dataset *ds = NULL;
+    int rc = tks_dataset_open(j->partial, &ds);
+    stats->published_complete = 1;
+    stats->units = j->plan.n_units;
+    stats->min_token_id = UINT32_MAX;
+    for (size_t i = 0; !rc && i < tks_dataset_n_shards(ds); i++) {
+        const tks_shard_header *h = tks_shard_hdr(tks_dataset_shard(ds, i));
+        if (h->min_token_id < stats->min_token_id) stats->min_token_id = h->min_token_id;
+        if (h->max_token_id > stats->max_token_id) stats->max_token_id = h->max_token_id;
+    }
+    if (!rc) {
+        stats->shards = tks_dataset_n_shards(ds);
+        stats->docs_written = tks_dataset_n_docs(ds);
+        stats->tokens_written = tks_dataset_n_tokens(ds);
+        stats->vocab_size = tks_dataset_tokenizer(ds)->vocab_size;
+        stats->unassigned = tks_dataset_tokenizer(ds)->unassigned;
+        stats->unassigned_docs = tks_dataset_tokenizer(ds)->unassigned_docs;
+    }
+    tks_dataset_close(ds);
+    for (size_t k = 0; !rc && k < j->plan.n_units; k++) tks_build_job_clean(j, k);
+    return rc ? rc : tks_build_job_publish(j);
+}
+
 int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     tks_build_stats local;
     if (!stats) stats = &local;
@@ -51,6 +75,12 @@ int tks_build(const tks_build_opts *o, tks_build_stats *stats) {
     tks_build_job *j = NULL;
     int rc = tks_build_job_open(o, &j);
     uint64_t kept = 0, kept_shards = 0;
+    if (!rc && j->complete) { /* the interrupted run finished it: publishing was left */
+        rc = tks__publish_complete(j, stats);
+        stats->seconds = omp_get_wtime() - j->t0;
+        tks_build_job_free(j);
+        return rc;
+    }
     for (size_t k = 0; !rc && k < j->plan.n_units; k++) {
         tks_unit_stats us;
         rc = tks_build_job_run(j, k, &us);

@@ -35,6 +35,8 @@ typedef struct batch {
      * tks__encode_batch: per document whether it is one, and what decoding
      * found (tks_jsonl_status; TKS_JSONL_OK for a document that is not) */
     uint8_t *json, *status;
+    uint64_t *unassigned;  /* per document: its code points the byte-level encoder's Unicode
+                            * leaves unassigned (tks_tok_encode_doc) */
     uint8_t *done;         /* per document: encoded (or decoding found it bad), set with
                             * release order once ids, err and status are final */
     uint64_t *line;        /* per document: its line in its source */
@@ -135,7 +137,9 @@ json_t *tks__describe(const tks_build_opts *o, const tks_input *in, const tks_to
 /* The build id (16 hex digits): XXH3-64 of the options, the tokenizer and
  * every input's path, size and modification time, from the listing. */
 int tks__build_id(const tks_build_opts *o, const tks_input *in, const tks_tok *tk, char out[17]);
-/* The dataset's totals into *stats and its manifest into `partial`. */
+/* The dataset's totals into *stats and its manifest into `partial` (the
+ * code points unassigned in the encoder's Unicode: stats->unassigned and
+ * unassigned_docs, set by the caller). */
 int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_tok *tk,
                         json_t *desc, const tks_input_stats *input, const tks_shard_info *shards,
                         size_t n_shards, uint64_t empty_after_tokenize, tks_build_stats *stats);
@@ -242,7 +246,14 @@ struct tks_build_job {
                                * disk (TKS_NONE past a missing one), or NULL: not read yet */
     json_t *desc;             /* coordinator: the provenance */
     size_t n_shards;          /* coordinator: the dataset's, once the manifest is written */
+    int complete;             /* coordinator, under --resume: OUT.partial holds this build's
+                               * finished dataset (its manifest written), left unpublished by
+                               * the interrupted run; nothing is built (tks__publish_complete) */
 };
+/* local.c: a job whose OUT.partial is complete (j->complete): the units'
+ * records removed and OUT published, *stats from the dataset. Errors: as
+ * tks_build_job_publish's. */
+int tks__publish_complete(tks_build_job *j, tks_build_stats *stats);
 /* records.c: unit k's directory OUT.partial/unit-NNNNN, and the file `name`
  * in it. 0 or TKS_ERR_ARG (path too long). */
 int tks__unit_dir(const tks_build_job *j, uint64_t k, char *out, size_t cap);

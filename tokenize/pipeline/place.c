@@ -27,7 +27,7 @@ static int open_recorded(const char *path, const tks_shard_info *rec, uint32_t l
                          tks_shard_header *h, int *fd) {
     uint8_t page[TKS_HEADER_SIZE];
     ssize_t got = -1;
-    *fd = open(path, O_RDWR | O_CLOEXEC);
+    tks_open_own(path, O_RDWR, "shard", fd); /* never through a link: it is written in place */
     if (*fd >= 0) {
         do got = pread(*fd, page, sizeof page, 0);
         while (got < 0 && errno == EINTR);
@@ -86,6 +86,7 @@ static int place_shard(const char *from, const char *to, uint32_t local, uint32_
  * the same binary). */
 typedef struct result_hdr {
     uint64_t unit, empty_after_tokenize, n_ranges, n_shards;
+    uint64_t unassigned, unassigned_docs; /* the unit's record's */
     tks_input_stats stats;
 } result_hdr;
 typedef struct result_range {
@@ -98,7 +99,9 @@ static int pack_result(const json_t *rec, const tks_shard_info *si, size_t n, vo
     json_t *ranges = json_object_get(rec, "ranges"), *st = json_object_get(rec, "stats");
     result_hdr h = {(uint64_t)json_integer_value(json_object_get(rec, "unit")),
                     (uint64_t)json_integer_value(json_object_get(rec, "empty_after_tokenize")),
-                    json_array_size(ranges), n, {0}};
+                    json_array_size(ranges), n,
+                    (uint64_t)json_integer_value(json_object_get(rec, "unassigned")),
+                    (uint64_t)json_integer_value(json_object_get(rec, "unassigned_docs")), {0}};
     tks__stats_add(&h.stats, st);
     *len = sizeof h + h.n_ranges * sizeof(result_range) + n * sizeof *si;
     char *b = *out = calloc(1, *len);
@@ -133,7 +136,8 @@ int tks_build_job_place(tks_build_job *j, uint64_t k, uint64_t base, void **resu
     if (base + s->n > (uint64_t)UINT32_MAX + 1)
         return tks_fail(TKS_ERR_ARG, j->partial, TKS_NONE, TKS_NONE, "more than 2^32 shards: raise --shard-tokens");
     char dir[PATH_MAX];
-    int rc = tks__unit_dir(j, k, dir, sizeof dir), any = 0;
+    int rc = tks__unit_dir(j, k, dir, sizeof dir);
+    size_t bad = SIZE_MAX; /* the first shard that failed, whichever thread placed it */
     tks_error first = {0};
     tks_shard_info *si = calloc(s->n ? s->n : 1, sizeof *si);
     if (!rc && !si) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
@@ -151,13 +155,13 @@ int tks_build_job_place(tks_build_job *j, uint64_t k, uint64_t base, void **resu
         si[i].index = (uint32_t)(base + i);
         if (e) {
 #pragma omp critical(tks_place_err)
-            if (!any) {
-                any = 1;
+            if (i < bad) {
+                bad = i;
                 first = *tks_last_error();
             }
         }
     }
-    if (!rc && any) {
+    if (!rc && bad != SIZE_MAX) {
         tks_error_restore(&first);
         rc = first.code ? first.code : TKS_ERR_IO;
     }
@@ -252,6 +256,23 @@ static int gather_shards(const tks_build_job *j, const result_hdr *const *res, t
     return 0;
 }
 
+/* A build that found no document with text: OUT.partial goes whole (its
+ * units' records, the state, the tokenizer copy; it holds no shard), so
+ * that the next run starts afresh instead of being told to resume. What
+ * cannot be removed (a file of someone else's) stays, with the directory. */
+static void drop_partial(tks_build_job *j) {
+    tks_error why = *tks_last_error(); /* the build's error, whatever removing meets */
+    char dir[PATH_MAX];
+    for (uint64_t k = 0; k < j->plan.n_units; k++)
+        if (tks__unit_dir(j, k, dir, sizeof dir) == 0 && access(dir, F_OK) == 0 && tks__reset_dir(dir) == 0)
+            rmdir(dir);
+    if (tks_path_join(dir, sizeof dir, j->partial, "in-flight") == 0 && access(dir, F_OK) == 0 &&
+        tks__reset_dir(dir) == 0)
+        rmdir(dir);
+    if (tks__reset_dir(j->partial) == 0) rmdir(j->partial);
+    tks_error_restore(&why);
+}
+
 int tks_build_job_finish(tks_build_job *j, const void *results, size_t len, tks_build_stats *stats) {
     tks_build_stats local;
     if (!stats) stats = &local;
@@ -266,6 +287,7 @@ int tks_build_job_finish(tks_build_job *j, const void *results, size_t len, tks_
     uint64_t empty = 0;
     int rc = res ? sort_results(j, results, len, res) : tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc) rc = gather_shards(j, res, &all, &n_all);
+    stats->unassigned = stats->unassigned_docs = 0;
     for (size_t k = 0; k < nu && !rc; k++) {
         const tks_input_stats *s = &res[k]->stats;
 #define ADD(f) input.f += s->f
@@ -274,11 +296,16 @@ int tks_build_job_finish(tks_build_job *j, const void *results, size_t len, tks_
         ADD(bad_records_skipped); ADD(binary_skipped); ADD(json_as_text);
 #undef ADD
         empty += res[k]->empty_after_tokenize;
+        stats->unassigned += res[k]->unassigned;
+        stats->unassigned_docs += res[k]->unassigned_docs;
     }
     input.bad_inputs_skipped = tks_input_get_stats(j->ls)->bad_inputs_skipped;
     input.links_outside = tks_input_get_stats(j->ls)->links_outside; /* the listing's, as the skipped */
     input.links_skipped = tks_input_get_stats(j->ls)->links_skipped;
-    if (!rc && n_all == 0) rc = tks__no_text(&input);
+    if (!rc && n_all == 0) {
+        rc = tks__no_text(&input);
+        drop_partial(j); /* nothing to keep: no run can resume a build that found no text */
+    }
     if (!rc) j->desc = tks__describe(&j->o, j->ls, j->tk, &rc);
     if (!rc) rc = add_input_hashes(j->desc, res, nu);
     if (!rc) rc = tks__write_manifest(&j->o, j->partial, j->tk, j->desc, &input, all, n_all, empty, stats);
@@ -302,7 +329,6 @@ void tks_build_job_clean(tks_build_job *j, uint64_t k) {
 
 int tks_build_job_publish(tks_build_job *j) {
     char p[PATH_MAX];
-    if (tks_path_join(p, sizeof p, j->partial, tks_partial_state_name(TKS_PARTIAL_BUILD)) == 0) unlink(p);
     if (tks_path_join(p, sizeof p, j->partial, "in-flight") == 0 && access(p, F_OK) == 0) { /* tokshard's report under mpirun */
         tks__reset_dir(p);
         rmdir(p);

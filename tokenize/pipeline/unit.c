@@ -18,6 +18,14 @@
 
 #include "tokenize/pipeline/pipeline.h"
 
+/* Code points of the written documents that the byte-level encoder's
+ * Unicode leaves unassigned, and the documents that hold some (the
+ * manifest's tokenizer record: a reference on a newer Unicode may give
+ * other ids around them). */
+typedef struct unassigned {
+    uint64_t code_points, docs;
+} unassigned;
+
 /* ---------------------------------------------------------------------------
  * A unit's progress: the resume grain inside a unit
  *
@@ -40,6 +48,7 @@ typedef struct progress {
     uint64_t empty;                      /* among them: documents that gave no token */
     deferred dj;                         /* among them: records skipped by cause */
     uint64_t docs_written, tokens_written;
+    unassigned un;                       /* among them: code points unassigned in the encoder's Unicode */
     tks_shard_info *shards;              /* the shards sealed by an earlier run (kept), local numbering */
     size_t n;
     uint8_t docs_h[16];                  /* XXH3-128 of the records below next */
@@ -69,13 +78,14 @@ static int write_progress(const tks_build_job *j, uint64_t k, const progress *p,
     for (size_t i = 0; i < ns; i++) json_array_append_new(shards, tks_shard_record(&si[i]));
     char hx[33], path[PATH_MAX];
     tks_hex(p->docs_h, 16, hx);
-    json_t *js = json_pack("{s:s, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:s, s:o}", "build_id",
-                           j->build_id, "unit", (json_int_t)k, "next", (json_int_t)p->next,
+    json_t *js = json_pack("{s:s, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:I, s:I, s:s, s:o}",
+                           "build_id", j->build_id, "unit", (json_int_t)k, "next", (json_int_t)p->next,
                            "empty_after_tokenize", (json_int_t)p->empty, "skipped", "all",
                            (json_int_t)p->dj.skipped, "bad", (json_int_t)p->dj.bad, "long",
                            (json_int_t)p->dj.too_long, "empty", (json_int_t)p->dj.empty, "docs_written",
                            (json_int_t)p->docs_written, "tokens_written", (json_int_t)p->tokens_written,
-                           "docs_xxh3", hx, "shards", shards);
+                           "unassigned", (json_int_t)p->un.code_points, "unassigned_docs",
+                           (json_int_t)p->un.docs, "docs_xxh3", hx, "shards", shards);
     char *text = js ? json_dumps(js, JSON_INDENT(1)) : NULL;
     json_decref(js);
     int rc = text ? tks__unit_file(j, k, UNIT_PROGRESS, path, sizeof path)
@@ -118,6 +128,7 @@ static int read_progress(const tks_build_job *j, uint64_t k, progress *p) {
         p->dj = (deferred){uint_at(sk, "all"), uint_at(sk, "bad"), uint_at(sk, "long"), uint_at(sk, "empty")};
         p->docs_written = uint_at(js, "docs_written");
         p->tokens_written = uint_at(js, "tokens_written");
+        p->un = (unassigned){uint_at(js, "unassigned"), uint_at(js, "unassigned_docs")};
         ok = p->next > 0;
     }
     json_decref(js);
@@ -147,7 +158,8 @@ static void keep_progress_only(const char *dir, const progress *p) {
 /* The record of a unit just built: its ranges with their hashes, counters
  * and shards (local numbering). NULL when out of memory. */
 static json_t *new_record(const tks_build_job *j, uint64_t k, const tks_input *in, const tks__range *r,
-                          size_t nr, const tks_shard_info *si, size_t ns, uint64_t empty, const deferred *d) {
+                          size_t nr, const tks_shard_info *si, size_t ns, uint64_t empty, const deferred *d,
+                          const unassigned *un) {
     json_t *ranges = json_array(), *shards = json_array();
     for (size_t i = 0; i < nr; i++) {
         char hx[33];
@@ -165,8 +177,9 @@ static json_t *new_record(const tks_build_job *j, uint64_t k, const tks_input *i
     st.bad_records_skipped += d->bad;
     st.long_skipped += d->too_long;
     st.empty_skipped += d->empty;
-    return json_pack("{s:s, s:I, s:I, s:o, s:o, s:o}", "build_id", j->build_id, "unit", (json_int_t)k,
-                     "empty_after_tokenize", (json_int_t)empty, "stats", tks__stats_json(&st), "ranges", ranges,
+    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:o, s:o, s:o}", "build_id", j->build_id, "unit", (json_int_t)k,
+                     "empty_after_tokenize", (json_int_t)empty, "unassigned", (json_int_t)un->code_points,
+                     "unassigned_docs", (json_int_t)un->docs, "stats", tks__stats_json(&st), "ranges", ranges,
                      "shards", shards);
 }
 
@@ -193,6 +206,7 @@ typedef struct sink {
     tks_unit_stats *us;
     uint64_t *empty;
     deferred *dj;
+    unassigned *un;
     progress *pg;
     XXH3_state_t *dh;
     uint64_t skip;  /* records the kept shards hold (0 once checked) */
@@ -221,6 +235,8 @@ static int sink_one(sink *c, batch *b, size_t i) {
     if (!rc) rc = tks_writer_add(c->w, v->ids, v->n, b->ordinal[i] - c->dj->skipped, &sealed);
     c->us->docs_written++;
     c->us->tokens_written += v->n;
+    c->un->code_points += b->unassigned[i];
+    c->un->docs += b->unassigned[i] > 0;
     if (!rc && sealed) { /* a shard sealed: what it and the ones before hold */
         progress *pg = c->pg;
         pg->next = b->ordinal[i] + 1;
@@ -228,6 +244,7 @@ static int sink_one(sink *c, batch *b, size_t i) {
         pg->dj = *c->dj;
         pg->docs_written = c->us->docs_written;
         pg->tokens_written = c->us->tokens_written;
+        pg->un = *c->un;
         hash_digest(c->dh, pg->docs_h);
         rc = write_progress(c->j, c->k, pg, c->w);
     }
@@ -255,14 +272,14 @@ static int sink_drain(void *ctx, batch *b) {
  * hold (next 0: nothing), then the progress as of the last shard sealed,
  * progress.json rewritten at each. */
 static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer *w, tks_unit_stats *us,
-                        uint64_t *empty, deferred *dj, progress *pg) {
+                        uint64_t *empty, deferred *dj, unassigned *un, progress *pg) {
     const tks_build_opts *o = &j->o;
     int threads = o->threads > 0 ? o->threads : omp_get_max_threads(), rc = 0, done = 0;
     reader rd = {.in = in, .batch_bytes = o->batch_bytes ? o->batch_bytes : (8u << 20), .stop = o->stop};
     rd.fill = rd.batch_bytes / 8;
     prefetch pf = {.r = &rd};
     tks_build_progress base = j->prog;
-    sink c = {.j = j, .k = k, .in = in, .w = w, .us = us, .empty = empty, .dj = dj, .pg = pg,
+    sink c = {.j = j, .k = k, .in = in, .w = w, .us = us, .empty = empty, .dj = dj, .un = un, .pg = pg,
               .skip = pg->next, .dh = XXH3_createState()};
     if (!c.dh) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     XXH3_128bits_reset(c.dh);
@@ -293,11 +310,8 @@ static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer 
             p.seconds = omp_get_wtime() - j->t0;
             o->progress(&p, o->progress_ctx);
         }
-        if (!rc && o->stop && *o->stop)
-            rc = tks_fail(TKS_ERR_INTERRUPTED, j->partial, TKS_NONE, TKS_NONE,
-                          "interrupted in unit %llu: the complete units are kept in %s; run the "
-                          "same command with --resume to finish",
-                          (unsigned long long)k, j->partial);
+        if (!rc && o->stop && *o->stop) /* tks_build_job_run says what to do */
+            rc = tks_fail(TKS_ERR_INTERRUPTED, j->partial, TKS_NONE, TKS_NONE, "interrupted");
     }
     tks__prefetch_free(&pf); /* a reader still running after an error is joined */
     XXH3_freeState(c.dh);
@@ -326,6 +340,7 @@ static int unit_build(tks_build_job *j, uint64_t k, tks_unit_stats *us) {
     if (!resumed) memset(&pg, 0, sizeof pg);
     uint64_t empty = pg.empty;
     deferred dj = pg.dj;
+    unassigned un = pg.un;
     us->docs_written = pg.docs_written;
     us->tokens_written = pg.tokens_written;
     us->resumed_shards = pg.n;
@@ -336,7 +351,7 @@ static int unit_build(tks_build_job *j, uint64_t k, tks_unit_stats *us) {
     if (!rc) rc = tks__unit_ranges(j->ls, &j->plan, k, j->unit_bytes, &r, &nr);
     if (!rc) rc = tks__input_view(j->ls, r, nr, j->o.stop, &in);
     if (!rc) rc = tks__open_writer(&j->o, j->tk, dir, (uint32_t)pg.n, &w);
-    if (!rc) rc = unit_batches(j, k, in, w, us, &empty, &dj, &pg);
+    if (!rc) rc = unit_batches(j, k, in, w, us, &empty, &dj, &un, &pg);
     if (!rc) rc = tks_writer_flush(w);
     if (!rc) { /* the kept shards, then this run's */
         size_t nw;
@@ -349,7 +364,7 @@ static int unit_build(tks_build_job *j, uint64_t k, tks_unit_stats *us) {
         }
     }
     json_t *rec = NULL;
-    if (!rc && !(rec = new_record(j, k, in, r, nr, all, ns, empty, &dj)))
+    if (!rc && !(rec = new_record(j, k, in, r, nr, all, ns, empty, &dj, &un)))
         rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc) rc = tks__unit_write_record(j, k, rec);
     if (!rc && tks__unit_file(j, k, UNIT_PROGRESS, path, sizeof path) == 0) unlink(path); /* unit.json says all */
@@ -402,8 +417,15 @@ int tks_build_job_run(tks_build_job *j, uint64_t k, tks_unit_stats *us) {
         j->prog.tokens_written += us->tokens_written;
         j->prog.shards += s->n;
     }
-    /* a failure names the unit: another process's error is read on its own */
-    if (rc && tks_last_error()->code == rc) {
+    if (rc == TKS_ERR_INTERRUPTED) { /* between batches, or where the reader was ("interrupted while ...") */
+        char where[sizeof tks_last_error()->message];
+        snprintf(where, sizeof where, "%s", tks_last_error()->message);
+        if (strncmp(where, "interrupted while ", 18) != 0) snprintf(where, sizeof where, "interrupted");
+        rc = tks_fail(TKS_ERR_INTERRUPTED, j->partial, TKS_NONE, TKS_NONE,
+                      "unit %llu: %.300s: the complete units are kept in %s; run the same command with "
+                      "--resume to finish", (unsigned long long)k, where, j->partial);
+    } else if (rc && tks_last_error()->code == rc) {
+        /* a failure names the unit: another process's error is read on its own */
         tks_error e = *tks_last_error();
         char msg[sizeof e.message + 32];
         snprintf(msg, sizeof msg, "unit %llu: %s", (unsigned long long)k, e.message);
