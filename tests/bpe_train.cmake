@@ -8,7 +8,8 @@
 # gpt2, llama3, o200k and cl100k, a min_frequency that ends training early;
 # then, without a peer, the same files for any thread count, memory limit
 # (spilled runs) and interruption (kill -9, SIGINT, --resume), the refusal
-# of a merge phase over --memory, and build / transformers with the result.
+# of a merge phase over --memory, build / transformers with the result, and
+# links planted at OUT.partial, its publish/ and OUT.lock never followed.
 set(TKS_BPE_TRAIN_WORK ${CMAKE_BINARY_DIR}/test-work/bpe-train)
 set(TKS_BPE_TRAIN_SH ${TKS_TEST_DIR}/test_bpe_train.sh)
 add_test(NAME bpe_train_peer COMMAND bash ${TKS_BPE_TRAIN_SH} peer ${CMAKE_SOURCE_DIR} ${TKS_BIN}/tokshard
@@ -21,7 +22,7 @@ foreach(case main-llama3-30000 main-gpt2-5000 man-gpt2-5000 man-llama3-1000-min 
   set_tests_properties(bpe_train_hf_${case} PROPERTIES FIXTURES_REQUIRED tks_bpe_train_peer SKIP_RETURN_CODE 77
                        TIMEOUT 300)
 endforeach()
-foreach(step ref threads spill resume refuse build)
+foreach(step ref threads spill resume refuse build links)
   add_test(NAME bpe_train_${step} COMMAND bash ${TKS_BPE_TRAIN_SH} ${step} ${CMAKE_SOURCE_DIR} ${TKS_BIN}/tokshard
            ${TKS_BPE_TRAIN_WORK}/main)
   set_tests_properties(bpe_train_${step} PROPERTIES FIXTURES_REQUIRED tks_bpe_train_ref SKIP_RETURN_CODE 77

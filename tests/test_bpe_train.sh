@@ -18,6 +18,9 @@
 #               size, the counts kept; --resume with enough memory finishes
 #   build       tokshard build with the trained tokenizer: the dataset's ids
 #               are tokenizers' ids of each document; transformers loads it
+#   links       links planted at OUT.partial, OUT.partial/publish and
+#               OUT.lock: never followed (their targets' files intact), the
+#               run refused naming the link or finishing without it
 set -uo pipefail
 STEP=$1 SRC=$2 TKS=$3 W=$4 CASE=${5:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -261,6 +264,49 @@ for g, w in zip(open(D + "/tt.ids"), open(D + "/want.ids")):
 PY
   else
     fail "--tiktoken: $(cat "$D/err")"
+  fi
+  ;;
+links)
+  need_ref
+  L=$W/links
+  rm -rf "$L" && mkdir -p "$L/victim" || exit 2
+  echo keep >"$L/victim/keep.txt"
+  victim_ok() { # the victim directory holds its one file, unchanged
+    [[ $(ls -A "$L/victim") == keep.txt && $(cat "$L/victim/keep.txt") == keep ]]
+  }
+  # OUT.partial a link to another directory: without --resume refused as
+  # existing, with --resume refused as a link; nothing in it removed
+  ln -s "$L/victim" "$L/a.partial"
+  "$TKS" "${COMMON[@]}" -q --output "$L/a" "${CORPUS[@]}" >/dev/null 2>"$L/a.err"
+  rc1=$?
+  "$TKS" "${COMMON[@]}" -q --resume --output "$L/a" "${CORPUS[@]}" >/dev/null 2>"$L/a2.err"
+  rc2=$?
+  [[ $rc1 != 0 && $rc2 != 0 && ! -e $L/a ]] && grep -q "symbolic link" "$L/a2.err" && victim_ok &&
+    ok "OUT.partial a link: refused (exit $rc1, then --resume exit $rc2: $(cut -c1-100 "$L/a2.err"))" ||
+    fail "OUT.partial a link: exit $rc1 / $rc2, victim: $(ls -A "$L/victim" | xargs), $(cat "$L/a.err" "$L/a2.err")"
+  # OUT.lock a link to a file: refused, the file not truncated
+  ln -s "$L/victim/keep.txt" "$L/b.lock"
+  "$TKS" "${COMMON[@]}" -q --output "$L/b" "${CORPUS[@]}" >/dev/null 2>"$L/b.err"
+  rc=$?
+  [[ $rc != 0 && ! -e $L/b && ! -e $L/b.partial ]] && victim_ok && ok "OUT.lock a link: refused (exit $rc)" ||
+    fail "OUT.lock a link: exit $rc, victim: $(ls -A "$L/victim" | xargs), $(cat "$L/b.err")"
+  # OUT.partial/publish a link to another directory (planted in the counts
+  # that a refused merge phase keeps): --resume writes its files in a new
+  # directory of its own and publishes the reference's files
+  "$TKS" "${COMMON[@]}" -q --memory 100M --output "$L/c" "${CORPUS[@]}" >/dev/null 2>"$L/c.err"
+  want=$(sed -n 's/.*--memory \([0-9]*\) or more.*/\1/p' "$L/c.err")
+  if [[ -n $want && -d $L/c.partial ]]; then
+    ln -s "$L/victim" "$L/c.partial/publish"
+    if "$TKS" "${COMMON[@]}" -q --resume --memory "$want" --output "$L/c" "${CORPUS[@]}" 2>"$L/c.err"; then
+      victim_ok && ok "OUT.partial/publish a link: not followed, the victim's files intact" ||
+        fail "OUT.partial/publish a link was followed: victim holds $(ls -A "$L/victim" | xargs)"
+      [[ -d $L/c && ! -L $L/c ]] && same_as_ref "$L/c" "published past a link at publish/" ||
+        fail "OUT is not a directory of its own"
+    else
+      fail "--resume past a link at publish/: $(cat "$L/c.err")"
+    fi
+  else
+    fail "--memory 100M did not keep the counts: $(cat "$L/c.err")"
   fi
   ;;
 *)

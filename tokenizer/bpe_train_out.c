@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "tokenizer/bpe_internal.h"
 #include "tokenizer/bpe_train.h"
@@ -172,10 +173,17 @@ static void tokenizer_json(jbuf *j, const tks_bpe_trainer *t, const tks_bpe_writ
     puts_(j, first ? "]\n  }\n}\n" : "\n    ]\n  }\n}\n");
 }
 
-static int write_buf(const char *dir, const char *name, const char *p, size_t n) {
-    char path[PATH_MAX];
-    int rc = tks_path_join(path, sizeof path, dir, name);
-    return rc ? rc : tks_write_file_atomic(path, p, n);
+/* The file `name` of the output directory, crash-safely through its
+ * descriptor (tks_write_file_at: a new random temporary name created with
+ * O_EXCL|O_NOFOLLOW, renamed through the descriptor). */
+typedef struct outdir {
+    int fd;          /* the directory, open */
+    const char *dir; /* its name, for messages */
+} outdir;
+
+static int write_buf(const outdir *d, const char *name, const char *p, size_t n) {
+    tks_piece piece = {p, n};
+    return tks_write_file_at(d->fd, d->dir, name, &piece, 1, 0644);
 }
 
 /* The id of special token `text` (NULL: none; TKS_NO_ID with an error when
@@ -201,7 +209,8 @@ static int special_id(const tks_bpe_trainer *t, const char *text, const char *wh
                     "the %s \"%s\" is not one of the special tokens: add it to --special-tokens", what, text);
 }
 
-static int tokenizer_config(const tks_bpe_trainer *t, const tks_bpe_write_opts *o, const char *dir) {
+static int tokenizer_config(const tks_bpe_trainer *t, const tks_bpe_write_opts *o, const outdir *od) {
+    const char *dir = od->dir;
     const char *names[3] = {o->bos_token, o->eos_token, o->pad_token};
     static const char *const keys[3] = {"bos_token", "eos_token", "pad_token"}, *const what[3] = {
         "BOS token", "EOS token", "pad token"};
@@ -232,7 +241,7 @@ static int tokenizer_config(const tks_bpe_trainer *t, const tks_bpe_write_opts *
     }
     char *text = rc ? NULL : json_dumps(cfg, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (!rc && !text) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
-    if (!rc) rc = write_buf(dir, "tokenizer_config.json", text, strlen(text));
+    if (!rc) rc = write_buf(od, "tokenizer_config.json", text, strlen(text));
     free(text);
     json_decref(cfg);
     json_decref(dec);
@@ -255,7 +264,8 @@ static void base64(const unsigned char *s, size_t n, char *out) {
 
 /* tokenizer.tiktoken (ranks: the ids after the special tokens, in order)
  * and tiktoken.json, tks_bpe_tiktoken_json's descriptor of it. */
-static int tiktoken_files(const tks_bpe_trainer *t, const tks_bpe_write_opts *o, const char *dir) {
+static int tiktoken_files(const tks_bpe_trainer *t, const tks_bpe_write_opts *o, const outdir *od) {
+    const char *dir = od->dir;
     /* a special token the merges make, or a byte's token, would be a rank too */
     int clash = 0;
     for (uint64_t i = 0; i < t->n_mg && !clash; i++) clash = t->mg[3 * i + 2] < t->n_specials;
@@ -285,15 +295,16 @@ static int tiktoken_files(const tks_bpe_trainer *t, const tks_bpe_write_opts *o,
         puts_(&j, r);
     }
     free(b64);
-    char path[PATH_MAX], hx[33];
-    uint8_t h[16];
+    char hx[33];
     int rc = j.oom ? tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory") : 0;
-    if (!rc) rc = write_buf(dir, "tokenizer.tiktoken", j.p ? j.p : "", j.n);
+    if (!rc) rc = write_buf(od, "tokenizer.tiktoken", j.p ? j.p : "", j.n);
+    if (!rc) { /* the ranks' XXH3-128 as tks_file_xxh3_128 gives it, from the bytes written */
+        XXH128_canonical_t c;
+        XXH128_canonicalFromHash(&c, XXH3_128bits(j.p ? j.p : "", j.n));
+        tks_hex(c.digest, 16, hx);
+    }
     free(j.p);
-    if (!rc) rc = tks_path_join(path, sizeof path, dir, "tokenizer.tiktoken");
-    if (!rc) rc = tks_file_xxh3_128(path, h, NULL);
     if (rc) return rc;
-    tks_hex(h, 16, hx);
     uint32_t n_ranks = t->n_tok - t->n_specials;
     json_t *sp = json_array();
     for (uint32_t id = 0; sp && id < t->n_specials; id++) { /* the token's text, as tokenizer.json has it */
@@ -313,22 +324,23 @@ static int tiktoken_files(const tks_bpe_trainer *t, const tks_bpe_write_opts *o,
     if (s) puts_(&out, s), puts_(&out, "\n");
     free(s);
     rc = !s || out.oom ? tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory")
-                       : write_buf(dir, "tiktoken.json", out.p, out.n);
+                       : write_buf(od, "tiktoken.json", out.p, out.n);
     free(out.p);
     return rc;
 }
 
-int tks_bpe_trainer_write(const tks_bpe_trainer *t, const tks_bpe_write_opts *o, const char *dir) {
-    if (!t || !o || !o->pattern || !dir)
+int tks_bpe_trainer_write(const tks_bpe_trainer *t, const tks_bpe_write_opts *o, int dirfd, const char *dir) {
+    if (!t || !o || !o->pattern || !dir || dirfd < 0)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_bpe_trainer_write: NULL argument");
     if (!t->ran || !t->keep)
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_bpe_trainer_write: the trainer has not run");
     jbuf j = {0};
     tokenizer_json(&j, t, o);
     int rc = j.oom ? tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory writing tokenizer.json") : 0;
-    if (!rc) rc = write_buf(dir, "tokenizer.json", j.p, j.n);
+    outdir od = {dirfd, dir};
+    if (!rc) rc = write_buf(&od, "tokenizer.json", j.p, j.n);
     free(j.p);
-    if (!rc) rc = tokenizer_config(t, o, dir);
-    if (!rc && o->tiktoken) rc = tiktoken_files(t, o, dir);
+    if (!rc) rc = tokenizer_config(t, o, &od);
+    if (!rc && o->tiktoken) rc = tiktoken_files(t, o, &od);
     return rc;
 }

@@ -696,8 +696,10 @@ typedef struct tks_bpe_write_opts {
 } tks_bpe_write_opts;
 
 /*
- * Writes the trained tokenizer into the existing directory `dir`, each file
- * crash-safely: tokenizer.json (the special tokens as added tokens, no
+ * Writes the trained tokenizer into the directory open as `dirfd` (`dir`
+ * names it in messages), each file crash-safely through that descriptor
+ * (tks_write_file_at: never through a link planted at a file's name):
+ * tokenizer.json (the special tokens as added tokens, no
  * normalizer, the pre-tokenizer ByteLevel with its regex for gpt2, else a
  * Sequence of Split(pattern, Isolated) and ByteLevel without regex, a BPE
  * model with the vocabulary by id and the merges by rank, a ByteLevel
@@ -710,7 +712,7 @@ typedef struct tks_bpe_write_opts {
  * pattern cl100k's rewrite cannot carry), TKS_ERR_IO, TKS_ERR_NOSPACE,
  * TKS_ERR_NOMEM.
  */
-int tks_bpe_trainer_write(const tks_bpe_trainer *t, const tks_bpe_write_opts *o, const char *dir);
+int tks_bpe_trainer_write(const tks_bpe_trainer *t, const tks_bpe_write_opts *o, int dirfd, const char *dir);
 
 #ifdef __cplusplus
 }

@@ -304,7 +304,7 @@ typedef struct tks__run_head {
 } tks__run_head;
 
 typedef struct tks__run_writer {
-    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    char path[PATH_MAX], tmp[PATH_MAX + 16];
     int fd;
     char *buf;
     size_t n, cap;
@@ -313,9 +313,10 @@ typedef struct tks__run_writer {
     tks__run_head head;
 } tks__run_writer;
 
-/* wruns.c: a run written to path.tmp through a buffer of buf_bytes, words
- * put in ascending order (the caller's duty), made durable and renamed to
- * path by _finish; _free drops an unfinished one (and its .tmp). Errors:
+/* wruns.c: a run written to a new temporary file beside path
+ * (path.tmp-XXXXXXXX, tks_create_unique) through a buffer of buf_bytes,
+ * words put in ascending order (the caller's duty), made durable and renamed
+ * to path by _finish; _free drops an unfinished one (and its file). Errors:
  * TKS_ERR_IO, TKS_ERR_NOSPACE, TKS_ERR_NOMEM, TKS_ERR_ARG (path too long). */
 int tks__run_create(tks__run_writer *w, const char *path, size_t buf_bytes);
 int tks__run_put(tks__run_writer *w, const char *word, size_t len, uint64_t count);
@@ -422,5 +423,17 @@ typedef struct tks__bt_job {
  * OUT.partial/publish, which becomes OUT; OUT.partial and the lock go.
  * Errors: tks_bpe_train's from the merge phase on. */
 int tks__wtrain_finish(tks__bt_job *j);
+
+/* wmerge.c: opens the directory `path` for use by its descriptor, refusing
+ * a symbolic link (O_NOFOLLOW), anything but a directory and another
+ * user's directory, naming it (`what`: its role) and what to do.
+ * Errors: TKS_ERR_IO. */
+int tks__bt_open_dir(const char *path, const char *what, int *fd_out);
+
+/* wmerge.c: removes the training's own directory `path` and the files in
+ * it through its descriptor; a symbolic link or other file at that name is
+ * unlinked itself, never followed. Best effort: what cannot be removed
+ * stays. */
+void tks__bt_remove_dir(const char *path);
 
 #endif

@@ -4,7 +4,9 @@
  * tokenizer's files and training.json written in OUT.partial/publish, which
  * is renamed to OUT (pipeline.h, "Counting words"). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,48 +103,93 @@ static json_t *training_record(const tks__bt_job *j, const tks_bpe_trainer *t) {
                      policy_name(io->bad_input));
 }
 
-static int write_record(const char *dir, json_t *js) {
-    char path[PATH_MAX];
+static int write_record(int dirfd, const char *dir, json_t *js) {
     char *text = js ? json_dumps(js, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    int rc = text ? tks_path_join(path, sizeof path, dir, "training.json")
-                  : tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
+    int rc = text ? 0 : tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
     size_t n = text ? strlen(text) : 0;
     char *t2 = rc ? NULL : realloc(text, n + 2);
     if (!rc && !t2) rc = tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "out of memory");
-    if (!rc) text = t2, text[n] = '\n', rc = tks_write_file_atomic(path, text, n + 1);
+    if (!rc) {
+        text = t2, text[n] = '\n';
+        tks_piece piece = {text, n + 1};
+        rc = tks_write_file_at(dirfd, dir, "training.json", &piece, 1, 0644);
+    }
     free(text);
     return rc;
 }
 
-/* Removes OUT.partial's files and the directory (after publishing). */
-static void remove_partial(const tks__bt_job *j) {
-    char pub[PATH_MAX];
-    if (tks_path_join(pub, sizeof pub, j->partial, "publish") == 0) rmdir(pub);
-    tks__reset_dir(j->partial);
-    rmdir(j->partial);
+int tks__bt_open_dir(const char *path, const char *what, int *fd_out) {
+    struct stat sb;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    *fd_out = -1;
+    if (fd < 0) {
+        int e = errno;
+        struct stat lb;
+        int link = lstat(path, &lb) == 0 && S_ISLNK(lb.st_mode);
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "%s %s is %s: remove it and run again", what, path,
+                        link ? "a symbolic link (never followed)" : e == ENOTDIR ? "not a directory" : strerror(e));
+    }
+    if (fstat(fd, &sb) != 0 || sb.st_uid != geteuid()) {
+        close(fd);
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "%s %s is not your own directory: remove it and run again",
+                        what, path);
+    }
+    *fd_out = fd;
+    return 0;
 }
 
-/* The trainer's files into OUT.partial/publish, renamed to OUT. */
+void tks__bt_remove_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ELOOP || errno == ENOTDIR) unlink(path); /* a link or a file at that name: itself */
+        return;
+    }
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) unlinkat(fd, e->d_name, 0);
+    closedir(d);
+    rmdir(path);
+}
+
+/* The trainer's files written in a new OUT.partial/publish through its
+ * descriptor (no link planted in it or at its name is followed), made
+ * durable, and the directory renamed whole to OUT. */
 static int publish(tks__bt_job *j, const tks_bpe_trainer *t) {
     const tks_bpe_train_opts *o = j->o;
     char pub[PATH_MAX], parent[PATH_MAX];
+    int dfd = -1;
     int rc = tks_path_join(pub, sizeof pub, j->partial, "publish");
-    if (!rc) rc = tks__reset_dir(pub);
+    if (!rc) {
+        tks__bt_remove_dir(pub); /* an earlier run's, unfinished */
+        if (mkdir(pub, 0755) != 0)
+            rc = tks_fail(tks_write_errno_code(errno), pub, TKS_NONE, TKS_NONE, "cannot create %s: %s", pub,
+                          strerror(errno));
+    }
+    if (!rc) rc = tks__bt_open_dir(pub, "the output being written,", &dfd);
     tks_bpe_write_opts w = {.pattern = o->pattern, .ignore_merges = o->ignore_merges, .bos_token = o->bos_token,
                             .eos_token = o->eos_token, .pad_token = o->pad_token, .tiktoken = o->tiktoken};
-    if (!rc) rc = tks_bpe_trainer_write(t, &w, pub);
+    if (!rc) rc = tks_bpe_trainer_write(t, &w, dfd, pub);
     json_t *rec = rc ? NULL : training_record(j, t);
-    if (!rc) rc = write_record(pub, rec);
+    if (!rc) rc = write_record(dfd, pub, rec);
     json_decref(rec);
-    if (!rc) rc = tks_fsync_dir(pub);
+    if (!rc && fsync(dfd) != 0)
+        rc = tks_fail(TKS_ERR_IO, pub, TKS_NONE, TKS_NONE, "cannot sync %s: %s", pub, strerror(errno));
+    if (dfd >= 0) close(dfd);
     if (!rc && rename(pub, j->out) != 0)
-        rc = tks_fail(tks_write_errno_code(errno), j->out, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s", pub,
-                      j->out, strerror(errno));
+        rc = tks_fail(tks_write_errno_code(errno), j->out, TKS_NONE, TKS_NONE,
+                      "cannot rename %s to %s: %s; the trained tokenizer is kept in %s (remove what is at %s and "
+                      "run the same command with --resume)",
+                      pub, j->out, strerror(errno), pub, j->out);
     const char *slash = strrchr(j->out, '/');
     snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - j->out) + (slash == j->out) : 1,
              slash ? j->out : ".");
     if (!rc) rc = tks_fsync_dir(parent);
-    if (!rc) remove_partial(j);
+    if (!rc) tks__bt_remove_dir(j->partial);
     return rc;
 }
 

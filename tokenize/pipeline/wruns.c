@@ -11,8 +11,9 @@
  *   56 u64 XXH3-64 of bytes 0..56
  *   64 body: per word, ascending by bytes (a prefix before what it
  *      prefixes), a varint length, the bytes, a varint count >= 1
- * A run is written to NAME.tmp, made durable and renamed: a run under its
- * own name is whole. Its reader checks the header, the file's size, each
+ * A run is written to NAME.tmp-XXXXXXXX (tks_create_unique: a new random
+ * name, created with O_EXCL|O_NOFOLLOW), made durable and renamed: a run
+ * under its own name is whole. Its reader checks the header, the file's size, each
  * record's bounds and order, and the body's checksum at its end. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -62,16 +63,16 @@ static int flush(tks__run_writer *w) {
 int tks__run_create(tks__run_writer *w, const char *path, size_t buf_bytes) {
     memset(w, 0, sizeof *w);
     w->fd = -1;
-    if (snprintf(w->path, sizeof w->path, "%s", path) >= (int)sizeof w->path ||
-        snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path) >= (int)sizeof w->tmp)
+    if (snprintf(w->path, sizeof w->path, "%s", path) >= (int)sizeof w->path)
         return tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE, "path too long: %s", path);
     w->cap = buf_bytes < 4096 ? 4096 : buf_bytes;
     w->buf = malloc(w->cap);
     w->h = XXH3_createState();
     if (!w->buf || !w->h) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory (run writer)");
     XXH3_64bits_reset(w->h);
-    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (w->fd < 0) return io_fail(w->tmp, "creating");
+    /* a new random name, created exclusively: never a planted link's target */
+    int rc = tks_create_unique(AT_FDCWD, path, 0644, w->tmp, sizeof w->tmp, &w->fd);
+    if (rc) return rc;
     uint8_t zero[RUN_HEAD] = {0};
     if (pwrite(w->fd, zero, RUN_HEAD, 0) != RUN_HEAD) return io_fail(w->tmp, "writing");
     if (lseek(w->fd, RUN_HEAD, SEEK_SET) < 0) return io_fail(w->tmp, "seeking");

@@ -194,15 +194,36 @@ static void clean_partial(tks__bt_job *j) {
                 keep = !strcmp(n, json_string_value(json_array_get(runs, i)));
         }
         if (keep || tks_path_join(path, sizeof path, j->partial, n)) continue;
-        if (!strcmp(n, "publish")) tks__reset_dir(path), rmdir(path);
+        if (!strcmp(n, "publish")) tks__bt_remove_dir(path); /* a link at that name: itself */
         else unlink(path);
     }
     if (d) closedir(d);
 }
 
+/* A fresh OUT.partial: its parents made as needed, itself created anew (an
+ * existing one, a link included, is refused by mkdir). */
+static int partial_create(const tks__bt_job *j) {
+    char parent[PATH_MAX];
+    const char *slash = strrchr(j->partial, '/');
+    if (slash && slash != j->partial) {
+        snprintf(parent, sizeof parent, "%.*s", (int)(slash - j->partial), j->partial);
+        int rc = tks_mkdir_p(parent);
+        if (rc) return rc;
+    }
+    if (mkdir(j->partial, 0755) != 0)
+        return tks_fail(tks_write_errno_code(errno), j->partial, TKS_NONE, TKS_NONE, "cannot create %s: %s",
+                        j->partial, strerror(errno));
+    return 0;
+}
+
 static int job_partial(tks__bt_job *j) {
     struct stat sb;
-    int have = stat(j->partial, &sb) == 0;
+    int have = lstat(j->partial, &sb) == 0;
+    if (have && j->o->resume) { /* a directory of the user's, never a link followed */
+        int fd, rc = tks__bt_open_dir(j->partial, "the counts of an earlier run,", &fd);
+        if (rc) return rc;
+        close(fd);
+    }
     if (have && !j->o->resume)
         return tks_fail(TKS_ERR_EXISTS, j->partial, TKS_NONE, TKS_NONE,
                         "%s exists from an interrupted or failed training: re-run with --resume to go on, "
@@ -231,7 +252,7 @@ static int job_partial(tks__bt_job *j) {
         }
         clean_partial(j);
     } else {
-        int rc = tks_mkdir_p(j->partial);
+        int rc = partial_create(j);
         if (rc) return rc;
     }
     json_t *st = json_pack("{s:s, s:I, s:I}", "job", j->id, "units", (json_int_t)j->plan.n_units, "unit_bytes",
