@@ -30,3 +30,8 @@ foreach(step ref threads spill resume refuse build links)
 endforeach()
 set_tests_properties(bpe_train_ref PROPERTIES FIXTURES_REQUIRED "" FIXTURES_SETUP tks_bpe_train_ref)
 set_tests_properties(bpe_train_build PROPERTIES FIXTURES_REQUIRED "tks_bpe_train_ref;tks_bpe_train_peer")
+# counts past 32 bits, given directly (no test corpus holds a word 2^32
+# times): the trainer's merges follow them, and merged runs sum them
+add_executable(test_bpe_train_counts ${TKS_TEST_DIR}/test_bpe_train_counts.c)
+target_link_libraries(test_bpe_train_counts PRIVATE tks_tokenize)
+add_test(NAME bpe_train_counts COMMAND test_bpe_train_counts ${TKS_BPE_TRAIN_WORK}/counts)
