@@ -22,7 +22,7 @@ foreach(case main-llama3-30000 main-gpt2-5000 man-gpt2-5000 man-llama3-1000-min 
   set_tests_properties(bpe_train_hf_${case} PROPERTIES FIXTURES_REQUIRED tks_bpe_train_peer SKIP_RETURN_CODE 77
                        TIMEOUT 300)
 endforeach()
-foreach(step ref threads spill resume refuse build links)
+foreach(step ref threads spill resume refuse build prune links)
   add_test(NAME bpe_train_${step} COMMAND bash ${TKS_BPE_TRAIN_SH} ${step} ${CMAKE_SOURCE_DIR} ${TKS_BIN}/tokshard
            ${TKS_BPE_TRAIN_WORK}/main)
   set_tests_properties(bpe_train_${step} PROPERTIES FIXTURES_REQUIRED tks_bpe_train_ref SKIP_RETURN_CODE 77

@@ -18,6 +18,9 @@
 #               size, the counts kept; --resume with enough memory finishes
 #   build       tokshard build with the trained tokenizer: the dataset's ids
 #               are tokenizers' ids of each document; transformers loads it
+#   prune       --min-word-count: the words left out counted and recorded
+#               in training.json (the default records no pruning); progress
+#               lines on a terminal's stderr (under script(1))
 #   links       links planted at OUT.partial, OUT.partial/publish and
 #               OUT.lock: never followed (their targets' files intact), the
 #               run refused naming the link or finishing without it
@@ -264,6 +267,39 @@ for g, w in zip(open(D + "/tt.ids"), open(D + "/want.ids")):
 PY
   else
     fail "--tiktoken: $(cat "$D/err")"
+  fi
+  ;;
+prune)
+  need_ref
+  P=$W/prune
+  rm -rf "$P" "$P.partial"
+  python3 -c "
+import json, sys; p = json.load(open('$W/ref/training.json'))['pruning']
+sys.exit(p is not None)" && ok "by default training.json records no pruning" ||
+    fail "the default records pruning: $(grep -A3 pruning "$W/ref/training.json")"
+  if "$TKS" "${COMMON[@]}" --min-word-count 3 --output "$P" "${CORPUS[@]}" >"$P.out" 2>"$P.err"; then
+    ref_words=$(sed -n 's/^merge phase: \([0-9]*\) distinct.*/\1/p' "$W/ref.phase")
+    got=$(python3 -c "
+import json; d = json.load(open('$P/training.json')); p = d['pruning']
+print(p['min_word_count'], p['words_left_out'], d['corpus']['words'])")
+    read -r mwc left words <<<"$got"
+    [[ $mwc == 3 && $left -gt 0 && $((words + left)) == "$ref_words" ]] &&
+      ok "--min-word-count 3: $left of $ref_words words left out, recorded in training.json" ||
+      fail "--min-word-count 3: training.json says '$got', the reference had $ref_words words"
+  else
+    fail "--min-word-count 3: $(cat "$P.err")"
+  fi
+  # progress on a terminal: counting and merges lines on stderr
+  if command -v script >/dev/null; then
+    rm -rf "$P-tty"
+    script -qec "'$TKS' ${COMMON[*]@Q} --threads 2 --output '$P-tty' ${CORPUS[*]@Q}" /dev/null >"$P-tty.log" 2>&1
+    tr '\r' '\n' <"$P-tty.log" >"$P-tty.lines"
+    grep -q "^counting: .* read, .* docs, .* pieces, unit " "$P-tty.lines" && grep -q "^merges: [0-9]* of at most" "$P-tty.lines" &&
+      grep -q "^merge phase: " "$P-tty.lines" && [[ -f $P-tty/tokenizer.json ]] &&
+      ok "on a terminal: $(grep -c . "$P-tty.lines") progress and summary lines ($(grep -m1 '^counting' "$P-tty.lines" | cut -c1-60) ...)" ||
+      fail "no progress lines on a terminal: $(head -c 400 "$P-tty.lines")"
+  else
+    echo "note: no script(1): the terminal's progress lines are not checked"
   fi
   ;;
 links)
