@@ -3,8 +3,8 @@ against Hugging Face tokenizers' BpeTrainer and gigatoken's train_bpe.
 
 Usage (bench/bench_bpe_train.sh makes .venv-bench and a Release build):
   .venv-bench/bin/python bench/bench_bpe_train.py --bin build-release/bin
-      [--linux-jsonl PATH | --linux SRC] [--slice-mb N] [--texts linux,main]
-      [--vocabs 32000,128000] [--patterns llama3,gpt2] [--threads 1,2]
+      [--linux-jsonl PATH | --linux SRC] [--slice-mb N] [--texts linux,main,docs]
+      [--vocabs 32000,128000] [--patterns llama3,gpt2] [--threads 1,2] [--peer-threads 1]
       [--tools tokshard,tokenizers,gigatoken] [--work DIR] [--out FILE.md]
 
 Texts, each as one JSON Lines file that every tool reads (same documents):
@@ -16,10 +16,13 @@ Texts, each as one JSON Lines file that every tool reads (same documents):
          records (WORK/linux-all-<N>mb.jsonl).
   main   the main job's corpus: dict-gcide's entries (blank-line
          paragraphs) and the Python 3.11 documentation's sources.
+  docs   the tree's Documentation/ alone (--linux SRC): its .rst and .txt
+         files, one record a file (28.6 MB of text).
 Rows: every text x vocabulary x pattern x tool x thread count. gigatoken's
 train_bpe has no pattern argument (GPT-2's pre-tokenizer): its rows are
 gpt2 only. tokenizers and gigatoken get their threads from rayon
-(RAYON_NUM_THREADS); tokshard from --threads. Each run is a process of its
+(RAYON_NUM_THREADS); tokshard from --threads, the peers from
+--peer-threads (default: the same). Each run is a process of its
 own: CPU seconds (user + system) and peak RSS from wait4, wall time around
 it (for tokenizers and gigatoken, the seconds of their training call
 alone, measured in the process: Python's start and imports left out; for
@@ -48,6 +51,7 @@ p.add_argument("--texts", default="linux,main")
 p.add_argument("--vocabs", default="32000,128000")
 p.add_argument("--patterns", default="llama3,gpt2")
 p.add_argument("--threads", default="1,2")
+p.add_argument("--peer-threads", default=None, help="thread counts of tokenizers and gigatoken (default: --threads)")
 p.add_argument("--tools", default="tokshard,tokenizers,gigatoken")
 p.add_argument("--work", default="/tmp/tokshard-bench-bpe-train")
 p.add_argument("--out", default=None, help="also write the table here (markdown)")
@@ -122,21 +126,7 @@ def make_linux(work):
             sys.exit("the linux text needs --linux-jsonl PATH or --linux SRC (an unpacked linux-source-6.1)")
         src = os.path.join(work, "linux-all.jsonl")
         if not os.path.exists(src):
-            with open(src + ".tmp", "w", encoding="ascii") as out:
-                for d, dirs, files in os.walk(a.linux):
-                    dirs.sort()
-                    for f in sorted(files):
-                        fp = os.path.join(d, f)
-                        if os.path.islink(fp) or not os.path.isfile(fp):
-                            continue
-                        raw = open(fp, "rb").read()
-                        try:
-                            text = raw.decode("utf-8")
-                        except UnicodeDecodeError:
-                            continue
-                        if text:
-                            out.write(json.dumps({"text": text}) + "\n")
-            os.replace(src + ".tmp", src)
+            write_tree(a.linux, src)
     if not a.slice_mb:
         return src
     cut = os.path.join(work, f"linux-all-{a.slice_mb:g}mb.jsonl")
@@ -150,6 +140,35 @@ def make_linux(work):
                     break
         os.replace(cut + ".tmp", cut)
     return cut
+
+
+def write_tree(root, path, exts=None):
+    """Every regular UTF-8 file under root (with exts: of those endings),
+    one JSON Lines record a file."""
+    with open(path + ".tmp", "w", encoding="ascii") as out:
+        for d, dirs, files in os.walk(root):
+            dirs.sort()
+            for f in sorted(files):
+                fp = os.path.join(d, f)
+                if os.path.islink(fp) or not os.path.isfile(fp) or (exts and not f.endswith(exts)):
+                    continue
+                raw = open(fp, "rb").read()
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    continue
+                if text:
+                    out.write(json.dumps({"text": text}) + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def make_docs(work):
+    if not a.linux:
+        sys.exit("the docs text needs --linux SRC (an unpacked linux-source-6.1)")
+    path = os.path.join(work, "linux-docs.jsonl")
+    if not os.path.exists(path):
+        write_tree(os.path.join(a.linux, "Documentation"), path, (".rst", ".txt"))
+    return path
 
 
 def make_main(work):
@@ -206,7 +225,7 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     texts = {}
     for t in a.texts.split(","):
-        texts[t] = make_linux(a.work) if t == "linux" else make_main(a.work)
+        texts[t] = make_linux(a.work) if t == "linux" else make_docs(a.work) if t == "docs" else make_main(a.work)
     rows, results = [], {}
     for tname, jsonl in texts.items():
         mb = os.path.getsize(jsonl) / 1e6
@@ -216,7 +235,8 @@ def main():
                 for tool in ("tokenizers", "tokshard", "gigatoken"):
                     if tool not in a.tools.split(",") or (tool == "gigatoken" and pattern != "gpt2"):
                         continue
-                    for th in map(int, a.threads.split(",")):
+                    ths = a.threads if tool == "tokshard" or not a.peer_threads else a.peer_threads
+                    for th in map(int, ths.split(",")):
                         (cpu, wall, rss, rc), merges = run_row(tool, jsonl, vocab, pattern, th, a.work)
                         if tool == "tokenizers" and th == 1:
                             ref = merges
