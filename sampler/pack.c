@@ -615,7 +615,11 @@ int tks__pack_plan(tks_sampler *s, int threads, const char *dir, const tks_pack_
         int lock = -1;     /* rank 0 holds path.lock while the file is made: one maker per file */
         char lock_path[PATH_MAX + 8];
         snprintf(lock_path, sizeof lock_path, "%s.lock", path);
-        if (!rc && (!W || W->rank == 0)) {
+        /* A plan is published whole under its name (made as path.partial, then
+         * renamed), so one that is there is read, and checked by plan_open,
+         * without a lock: a plan shared in a read-only folder works. The lock is
+         * only for making one, and the name is looked at again under it. */
+        if (!rc && (!W || W->rank == 0) && !(have = access(path, F_OK) == 0)) {
             rc = tks_mkdir_p(dir);
             if (!rc) rc = tks_lock(lock_path, "tokshard, making this packing plan", &lock);
             have = !rc && access(path, F_OK) == 0;

@@ -10,6 +10,7 @@
 #   fuzz_encode the fast encoder against sentencepiece (ids must be identical)
 #   fuzz_bpe    the byte-level BPE tokenizer.json loader, then its encoder and decoder
 #   fuzz_bpe_compare  the byte-level BPE encoder against its reference (ids must be identical)
+#   fuzz_pretok the pre-tokenizer's bit-mask windows and hand matchers against PCRE2 (piece ends)
 #
 # Always: <target>_replay, the same source with tests/fuzz/replay.c as main(),
 # and one ctest per target replaying tests/fuzz/corpus/<target>/ (with the
@@ -24,7 +25,7 @@
 #
 # fuzz_audit and fuzz_input take a dictionary: -dict=tests/fuzz/<target>.dict.
 set(TKS_FUZZ_DIR ${TKS_TEST_DIR}/fuzz)
-set(TKS_FUZZ_TARGETS fuzz_shard fuzz_audit fuzz_input fuzz_jsonl fuzz_parquet fuzz_foreign fuzz_encode fuzz_bpe fuzz_bpe_compare)
+set(TKS_FUZZ_TARGETS fuzz_shard fuzz_audit fuzz_input fuzz_jsonl fuzz_parquet fuzz_foreign fuzz_encode fuzz_bpe fuzz_bpe_compare fuzz_pretok)
 
 foreach(t ${TKS_FUZZ_TARGETS})
   add_executable(${t}_replay ${TKS_FUZZ_DIR}/${t}.c ${TKS_FUZZ_DIR}/replay.c)

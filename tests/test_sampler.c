@@ -45,6 +45,7 @@ static double now(void) {
 static char work[1024];
 
 static void plan_links(tks_dataset *ds, uint64_t b, uint64_t e, uint32_t L, const char *name);
+static void plan_no_lock(tks_dataset *ds, uint64_t b, uint64_t e, uint32_t L, const char *name);
 
 static void mkdirs(const char *d) {
     char cmd[PATH_MAX + 32];
@@ -1286,6 +1287,7 @@ static void test_plan_files(void) {
         tks_sampler_free(x);
     }
     plan_links(ds, b, e, L, strrchr(f1, '/') + 1);
+    plan_no_lock(ds, b, e, L, strrchr(f1, '/') + 1);
     copy_file(keep, f1);
     unlink(keep);
     printf("plan files: %llu groups, %llu windows, %lld bytes; 1 process and %d ranks wrote the same file\n",
@@ -1341,6 +1343,53 @@ static void plan_links(tks_dataset *ds, uint64_t b, uint64_t e, uint32_t L, cons
             if ((f = fopen(victim, "w"))) fputs(victim_text, f), fclose(f);
         }
     }
+}
+
+/* A plan that is there is read without its lock: with a link planted at
+ * <name>.lock (which refuses the making) and, when not root, in a folder of
+ * mode 0555, the made plan is used and gives the windows of one planned
+ * afresh; with the plan gone, the making is refused as before. */
+static void plan_no_lock(tks_dataset *ds, uint64_t b, uint64_t e, uint32_t L, const char *name) {
+    char d[PATH_MAX], plan[PATH_MAX * 2], lock[PATH_MAX * 2 + 8];
+    snprintf(d, sizeof d, "%s/plans-shared", work);
+    mkdirs(d);
+    snprintf(plan, sizeof plan, "%s/%s", d, name);
+    snprintf(lock, sizeof lock, "%s.lock", plan);
+    unlink(plan);
+    tks_sampler *made = NULL, *x = NULL;
+    CHECK(tks_sampler_create_planned(ds, b, e, L, 5, 2, d, NULL, &made) == 0 && made, "make %s: %s", plan,
+          tks_last_error()->message);
+    CHECK(access(plan, F_OK) == 0, "%s was not made", plan);
+    CHECK(symlink("/nonexistent/lock", lock) == 0, "plant %s", lock);
+    int rc = tks_sampler_create_planned(ds, b, e, L, 5, 2, d, NULL, &x);
+    CHECK(rc == 0 && x, "a made plan beside a link at its lock: rc %d: %s", rc, tks_last_error()->message);
+    if (x && made) {
+        CHECK(tks_sampler_n_windows(x) == tks_sampler_n_windows(made), "windows %llu, made %llu",
+              (ull)tks_sampler_n_windows(x), (ull)tks_sampler_n_windows(made));
+        for (uint64_t w = 0; w < tks_sampler_n_windows(made); w++)
+            if (tks_sampler_window_real(x, w) != tks_sampler_window_real(made, w)) {
+                CHECK(0, "window %llu differs read without the lock", (ull)w);
+                break;
+            }
+    }
+    tks_sampler_free(x), x = NULL;
+    if (geteuid() != 0) { /* root writes a folder of mode 0555 all the same */
+        unlink(lock);
+        CHECK(chmod(d, 0555) == 0, "chmod %s", d);
+        rc = tks_sampler_create_planned(ds, b, e, L, 5, 2, d, NULL, &x);
+        CHECK(rc == 0 && x, "a made plan in a read-only folder: rc %d: %s", rc, tks_last_error()->message);
+        CHECK(access(lock, F_OK) != 0, "%s made in a read-only folder", lock);
+        tks_sampler_free(x), x = NULL;
+        chmod(d, 0755);
+        CHECK(symlink("/nonexistent/lock", lock) == 0, "plant %s", lock);
+    }
+    unlink(plan); /* no plan: it is made under the lock, which the link refuses */
+    rc = tks_sampler_create_planned(ds, b, e, L, 5, 2, d, NULL, &x);
+    CHECK(rc != 0 && !x && strstr(tks_last_error()->message, lock), "no plan, a link at its lock: rc %d: %s", rc,
+          tks_last_error()->message);
+    tks_sampler_free(x);
+    tks_sampler_free(made);
+    unlink(lock);
 }
 
 /* ---------------------------------------------------------------------------
