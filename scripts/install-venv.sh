@@ -7,12 +7,32 @@
 #   dependencies: tokenizers, huggingface_hub, safetensors, ...), tiktoken
 #   0.14.0 (the reference of tiktoken files), bpe-openai 0.1.4 (for the real
 #   cl100k_base and o200k_base ranks files its wheel carries), and tokshard's
-#   own Python package from python/; and .venv-arrow with the pyarrow wheel
-#   (the Parquet input's Arrow C++, below).
+#   own Python package from python/; .venv-arrow with the pyarrow wheel
+#   (the Parquet input's Arrow C++, below); and .venv-train with the peers of
+#   byte-level BPE training (below).
 # Idempotent: packages already at the pinned versions are left alone.
 # Usage: scripts/install-venv.sh   (needs python3-venv and network access to PyPI)
+#        scripts/install-venv.sh --train-peers   (.venv-train alone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# .venv-train: Hugging Face tokenizers 0.23.3 (its BpeTrainer is the
+# reference of train-tokenizer --model-type byte-bpe) and gigatoken 0.10.0
+# (train_bpe, the benchmark's other peer). A venv of its own: .venv pins
+# transformers 4.45.2, which needs tokenizers 0.20.
+train_peers() {
+  local v=.venv-train
+  [[ -x $v/bin/python ]] || /usr/bin/python3 -m venv "$v"
+  "$v/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('tokenizers') != '0.23.3' or m.version('gigatoken') != '0.10.0')" 2>/dev/null ||
+    "$v/bin/python" -m pip install -q --disable-pip-version-check tokenizers==0.23.3 gigatoken==0.10.0
+  "$v/bin/python" -c "import tokenizers, gigatoken" ||
+    { echo "install-venv: $v cannot import tokenizers and gigatoken" >&2; return 1; }
+}
+if [[ ${1:-} == --train-peers ]]; then
+  train_peers
+  echo "install-venv: .venv-train ready (tokenizers 0.23.3, gigatoken 0.10.0)"
+  exit 0
+fi
 venv=.venv
 py=$venv/bin/python
 if [[ ! -x $py ]]; then
@@ -41,4 +61,6 @@ PYARROW_VERSION=26.0.1
   "$arrow/bin/python" -m pip install -q --disable-pip-version-check "pyarrow==$PYARROW_VERSION"
 "$arrow/bin/python" -c "import pyarrow.parquet" ||
   { echo "install-venv: $arrow cannot import pyarrow.parquet" >&2; exit 1; }
+train_peers
+echo "install-venv: .venv-train ready (tokenizers 0.23.3, gigatoken 0.10.0)"
 echo "install-venv: $venv ready (torch $("$py" -c 'import torch; print(torch.__version__)'), transformers 4.45.2, tiktoken 0.14.0, megatron-core 0.8.0); $arrow ready (pyarrow $PYARROW_VERSION)"

@@ -555,6 +555,95 @@ typedef struct tks_build_world {
  */
 int tks_build_spread(const tks_build_opts *opts, const tks_build_world *world, tks_build_stats *stats);
 
+/* ---------------------------------------------------------------------------
+ * Training a byte-level BPE tokenizer on inputs of any size
+ *
+ * The inputs are read as tks_build reads them (the same work units, input
+ * options and policies; a reader thread and every thread cutting), each
+ * document cut into pieces by the pre-tokenizer pattern (tks_pretok,
+ * tokenizer/tokenizer.h) and the distinct pieces of two bytes or more
+ * ("words") counted with 64-bit counts in per-thread tables of bounded
+ * size, spilled to OUT.partial as sorted runs when full and at the end of
+ * each unit. The runs are merged (k-way) into one sorted run of every word,
+ * which the trainer (tks_bpe_trainer) then holds with its pair index: the
+ * merge phase, whose size tks_bpe_trainer_memory gives before it starts,
+ * and which is refused when over the memory limit. The vocabulary and
+ * merges are Hugging Face tokenizers' BpeTrainer's (0.23.3) on the same
+ * documents with the same pre-tokenizer and ByteLevel's alphabet, for any
+ * thread count, memory limit and interruption. OUT is written in
+ * OUT.partial/publish and renamed whole.
+ * ------------------------------------------------------------------------- */
+typedef struct tks_bpe_train_progress {
+    int phase;                  /* 0 counting, 1 merging the runs, 2 the merges */
+    uint64_t bytes_in, total_bytes_in; /* on disk, read / in all */
+    uint64_t bytes_text, docs, pieces; /* text read, documents, pieces cut */
+    uint64_t units, n_units, runs;     /* units counted (kept ones included), runs on disk */
+    uint64_t merges, target;           /* phase 2: merges done, at most */
+    double seconds;
+} tks_bpe_train_progress;
+
+typedef struct tks_bpe_train_opts {
+    const char *out_dir;        /* the tokenizer's directory; must not exist */
+    const char *const *inputs;
+    size_t n_inputs;
+    tks_input_opts input;
+    const char *pattern;        /* gpt2, llama3, cl100k, o200k, qwen2, or a regex */
+    uint32_t vocab_size;        /* ids in all, special tokens and the 256 bytes included */
+    uint64_t min_frequency;     /* BpeTrainer's min_frequency (0, 1: none) */
+    const char *const *specials;/* special tokens, ids 0.. */
+    size_t n_specials;
+    const char *bos_token, *eos_token, *pad_token; /* tokenizer_config.json's, or NULL */
+    int ignore_merges;          /* the BPE model's ignore_merges */
+    int tiktoken;               /* also tokenizer.tiktoken and tiktoken.json */
+    int threads;                /* 0 = OpenMP default */
+    uint64_t memory;            /* bytes the counting and the merge phase may hold; 0: a
+                                 * quarter of the machine's memory */
+    uint64_t unit_bytes;        /* work unit (the grain of --resume); 0: 256 MiB */
+    uint64_t min_word_count;    /* words seen fewer times are left out of the merge phase:
+                                 * changes the result, recorded in training.json; 0, 1: none */
+    int resume;                 /* continue OUT.partial, keeping its counted units */
+    void (*progress)(const tks_bpe_train_progress *p, void *ctx); /* may be NULL */
+    /* called once before the merge phase with its size: distinct words (of 2 bytes or more),
+     * their bytes, the bytes it will hold and the limit (may be NULL) */
+    void (*merge_phase)(uint64_t words, uint64_t bytes, uint64_t need, uint64_t limit, void *ctx);
+    void *progress_ctx;
+    volatile sig_atomic_t *stop; /* set nonzero: stops at the next batch (TKS_ERR_INTERRUPTED) */
+} tks_bpe_train_opts;
+
+typedef struct tks_bpe_train_stats {
+    tks_input_stats input;
+    uint64_t pieces;            /* pieces cut */
+    uint64_t words, word_bytes; /* distinct words of 2 bytes or more, their bytes */
+    uint64_t pruned_words;      /* left out by min_word_count */
+    uint64_t units, units_kept, runs;
+    uint64_t merge_memory, memory; /* the merge phase's size (estimate), and the limit */
+    uint64_t merge_peak;        /* what the trainer's tables held at most (tks_bpe_trainer_peak) */
+    uint32_t vocab_size;
+    uint64_t merges;
+    double count_seconds, runs_seconds, merge_seconds, seconds;
+} tks_bpe_train_stats;
+
+/* Sets the defaults (zeros, tks_input_opts_default, pattern "gpt2", vocab
+ * 32000). */
+void tks_bpe_train_opts_default(tks_bpe_train_opts *o);
+
+/*
+ * Trains a byte-level BPE tokenizer on the inputs into o->out_dir:
+ * tokenizer.json, tokenizer_config.json (tks_bpe_trainer_write), with
+ * o->tiktoken tokenizer.tiktoken and tiktoken.json, and training.json (the
+ * settings, the counts and any pruning). Interrupted (o->stop) or killed, a
+ * run loses at most the unit it was counting; --resume (o->resume) goes on
+ * from OUT.partial with the same inputs, input options, pattern and unit
+ * size (the vocabulary settings may change). *st (may be NULL) the totals.
+ * Errors: TKS_ERR_ARG (options), TKS_ERR_EXISTS (OUT exists, or OUT.partial
+ * without resume), TKS_ERR_LOCKED, TKS_ERR_RESUME (OUT.partial is another
+ * job's), TKS_ERR_NOMEM (the merge phase does not fit o->memory: the
+ * message gives its size and what to do), TKS_ERR_INTERRUPTED, TKS_ERR_INPUT
+ * (no text), every input and pre-tokenizer error, TKS_ERR_CHECKSUM (a
+ * damaged run), TKS_ERR_IO, TKS_ERR_NOSPACE.
+ */
+int tks_bpe_train(const tks_bpe_train_opts *o, tks_bpe_train_stats *st);
+
 /* What a build of OUT stopped by its launcher was doing: calls each(note,
  * arg) with each line of OUT.partial/in-flight/ ("unit 3 on rank 1"), in
  * the files' name order; note is valid during the call. Returns the number

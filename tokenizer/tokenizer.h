@@ -25,6 +25,7 @@
 #ifndef TKS_TOKENIZER_H
 #define TKS_TOKENIZER_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -564,6 +565,154 @@ void tks_spm_compare_free(tks_spm_compare *c);
  * text produces and, for a byte-level tokenizer, the digest of the tables
  * it encodes with (tks_bpe_tables_xxh3). tk is borrowed; no error. */
 void tks_tokenizer_record(const tks_tok *tk, tks_tokenizer_info *out);
+
+/* ---------------------------------------------------------------------------
+ * Training byte-level BPE
+ *
+ * A pre-tokenizer without a vocabulary (tks_pretok, bpe_pieces.c) cuts text
+ * into the pieces tks_bpe_encode would cut it into under the same pattern;
+ * the trainer (tks_bpe_trainer, bpe_train.c) takes the distinct pieces
+ * ("words") with their counts and learns the merges as Hugging Face
+ * tokenizers' BpeTrainer (tokenizers 0.23.3, src/models/bpe/trainer.rs)
+ * does with ByteLevel's 256-character initial alphabet; bpe_train_out.c
+ * writes the result as tokenizer.json, tokenizer_config.json and a tiktoken
+ * ranks file. The counting of the words over inputs of any size is the
+ * tokenize layer's (tks_bpe_train, tokenize/tokenize.h).
+ * ------------------------------------------------------------------------- */
+typedef struct tks_pretok tks_pretok;
+
+/* A pre-tokenizer for `pattern`: a name (gpt2: tokenizers' ByteLevel regex,
+ * GPT-2's; llama3, cl100k, o200k, qwen2: tks_tiktoken_pattern's) or a
+ * regex, read as a tokenizer.json's Split regex is (tks_bpe_load's rules:
+ * PCRE2, refusing what Oniguruma reads otherwise and patterns that match
+ * the empty string). *out is the caller's: tks_pretok_free (accepts NULL).
+ * Errors: TKS_ERR_ARG (NULL or empty pattern), TKS_ERR_TOKENIZER (a regex
+ * refused: the message says why), TKS_ERR_NOMEM. */
+int tks_pretok_open(const char *pattern, tks_pretok **out);
+void tks_pretok_free(tks_pretok *p);
+/* The pattern's name, or NULL for a regex; and the regex the pieces follow.
+ * Owned by p. */
+const char *tks_pretok_name(const tks_pretok *p);
+const char *tks_pretok_regex(const tks_pretok *p);
+/* 1 when the pattern is one the hand matchers cut (bpe_pretok.c). */
+int tks_pretok_hand_matched(const tks_pretok *p);
+
+/* Receives pieces in runs: piece k of the run is text[start..ends[0]) for
+ * k = 0, else text[ends[k-1]..ends[k]); n >= 1. Nonzero return stops the
+ * cut and is returned by tks_pretok_pieces. */
+typedef int (*tks_pretok_fn)(void *ctx, const char *text, size_t start, const size_t *ends, size_t n);
+
+/*
+ * Cuts text[0..len) (valid UTF-8; the caller checks) into its pieces, in
+ * order, every byte in exactly one piece (matches of the regex and the text
+ * between them), calling fn with runs of them. Thread-safe: any number of
+ * threads may cut with one handle (each has its own PCRE2 scratch, kept by
+ * the handle). Errors: TKS_ERR_TOKENIZER (the regex backtracks without
+ * bound, or PCRE2 failed), TKS_ERR_NOMEM, or fn's return.
+ */
+int tks_pretok_pieces(const tks_pretok *p, const char *text, size_t len, tks_pretok_fn fn, void *ctx);
+/* Where a long text may be cut so that the pieces of the parts are the
+ * pieces of the whole: tks_bpe_next_cut's rule (tokenizer.h above), for the
+ * hand-matched patterns; 0 when there is none or the pattern is a regex. */
+size_t tks_pretok_next_cut(const tks_pretok *p, const char *t, size_t len, size_t from);
+
+typedef struct tks_bpe_train_cfg {
+    uint32_t vocab_size;         /* ids in all: the special tokens, the 256 byte tokens and the
+                                  * merges' tokens (BpeTrainer's vocab_size), >= 1 */
+    uint64_t min_frequency;      /* training stops at the first pair seen fewer times (its
+                                  * min_frequency; 0 and 1: none) */
+    const char *const *specials; /* special tokens' texts, ids 0.. in this order, a repeated
+                                  * one once (its special_tokens); borrowed during create */
+    size_t n_specials;
+    int threads;                 /* threads of the merge steps; 0 = 1. The result does not
+                                  * depend on it */
+} tks_bpe_train_cfg;
+
+typedef struct tks_bpe_trainer tks_bpe_trainer;
+
+/* A trainer with c's settings (copied), holding no word yet. The caller
+ * frees it: tks_bpe_trainer_free (accepts NULL). Errors: TKS_ERR_ARG
+ * (vocab_size 0, a special token empty or not valid UTF-8, over 2^31 ids),
+ * TKS_ERR_NOMEM. */
+int tks_bpe_trainer_create(const tks_bpe_train_cfg *c, tks_bpe_trainer **out);
+void tks_bpe_trainer_free(tks_bpe_trainer *t);
+
+/* The bytes of memory the trainer holds at most, measured on real text
+ * with a margin, for `words` distinct words of two bytes or more holding
+ * `bytes` bytes in all (single bytes are left out: they hold no pair), a
+ * vocabulary of vocab_size ids and `threads` threads: what tks_bpe_train
+ * compares with its memory limit. */
+uint64_t tks_bpe_trainer_memory(uint64_t words, uint64_t bytes, uint32_t vocab_size, int threads);
+
+/* Room for `words` words of `bytes` bytes in all, allocated now (the
+ * arrays otherwise grow by doubling). 0 or TKS_ERR_NOMEM. */
+int tks_bpe_trainer_reserve(tks_bpe_trainer *t, uint64_t words, uint64_t bytes);
+
+/* Adds a word: a piece's bytes w[0..len) and how often it was seen
+ * (count >= 1). Each distinct word once, in any order: the result is the
+ * same for every order. Words of one byte are counted and left out (every
+ * byte is a token anyway). Errors: TKS_ERR_ARG (count 0, or more than
+ * 2^32 - 1 words), TKS_ERR_NOMEM. */
+int tks_bpe_trainer_add(tks_bpe_trainer *t, const char *w, size_t len, uint64_t count);
+
+/* Progress of the merge loop: `merges` of at most `target` done. */
+typedef void (*tks_bpe_train_progress_fn)(void *ctx, uint64_t merges, uint64_t target);
+
+/*
+ * Learns the merges from the words added, as BpeTrainer::do_train does:
+ * ids 0.. the special tokens, then the 256 byte tokens by the code point
+ * GPT-2's bytes_to_unicode gives each; every adjacent pair's count is the
+ * sum of the counts of the words it occurs in (64-bit here; tokenizers'
+ * i32 wraps past 2^31); a max-heap of (count, pair) entries, the pair of
+ * the lowest (left id, right id) first among equal counts, each entry
+ * holding the words it was found in; a popped entry whose count is stale is
+ * pushed back with the current count; training stops at vocab_size ids, an
+ * empty heap, or a count below 1 or min_frequency. A merge whose token is
+ * already in the vocabulary (two merges making one string) makes no new id,
+ * as BpeTrainer does; the merged pair's own count is left as it was, and
+ * only the words of the popped entry are merged. progress (may be NULL) is
+ * called every 1,000 merges; stop (may be NULL) set nonzero ends the loop
+ * with TKS_ERR_INTERRUPTED. Once: a second call fails with TKS_ERR_ARG.
+ * Errors: TKS_ERR_ARG, TKS_ERR_INTERRUPTED, TKS_ERR_NOMEM.
+ */
+int tks_bpe_trainer_run(tks_bpe_trainer *t, tks_bpe_train_progress_fn progress, void *ctx,
+                        volatile sig_atomic_t *stop);
+
+/* After tks_bpe_trainer_run: the number of ids, and of merges as
+ * tokenizers saves them (a pair merged twice is kept at its last rank). */
+uint32_t tks_bpe_trainer_vocab_size(const tks_bpe_trainer *t);
+uint64_t tks_bpe_trainer_merges(const tks_bpe_trainer *t);
+/* The most bytes the trainer's tables held (words, pair index, counts,
+ * heap, vocabulary, the threads' step tables; sampled every 64 merges). */
+uint64_t tks_bpe_trainer_peak(const tks_bpe_trainer *t);
+
+/* How tks_bpe_trainer_write writes the tokenizer. */
+typedef struct tks_bpe_write_opts {
+    const char *pattern;        /* the tks_pretok name or regex the words were cut with */
+    int ignore_merges;          /* the BPE model's ignore_merges */
+    const char *bos_token, *eos_token, *pad_token; /* special tokens named in
+                                 * tokenizer_config.json, or NULL */
+    int tiktoken;               /* 1: also tokenizer.tiktoken and tiktoken.json */
+} tks_bpe_write_opts;
+
+/*
+ * Writes the trained tokenizer into the directory open as `dirfd` (`dir`
+ * names it in messages), each file crash-safely through that descriptor
+ * (tks_write_file_at: never through a link planted at a file's name):
+ * tokenizer.json (the special tokens as added tokens, no
+ * normalizer, the pre-tokenizer ByteLevel with its regex for gpt2, else a
+ * Sequence of Split(pattern, Isolated) and ByteLevel without regex, a BPE
+ * model with the vocabulary by id and the merges by rank, a ByteLevel
+ * decoder), tokenizer_config.json (PreTrainedTokenizerFast, the named BOS,
+ * EOS and pad tokens, the added tokens), and with o->tiktoken the ranks
+ * file tokenizer.tiktoken (rank = id - number of special tokens) with its
+ * descriptor tiktoken.json (the pattern, the special tokens after the
+ * ranks: tiktoken ids are shifted by that number). Errors: TKS_ERR_ARG
+ * (not trained; a BOS, EOS or pad token that is not a special token; a
+ * pattern cl100k's rewrite cannot carry), TKS_ERR_IO, TKS_ERR_NOSPACE,
+ * TKS_ERR_NOMEM.
+ */
+int tks_bpe_trainer_write(const tks_bpe_trainer *t, const tks_bpe_write_opts *o, int dirfd, const char *dir);
 
 #ifdef __cplusplus
 }

@@ -415,6 +415,38 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
     return fe.e.code ? fe.e.code : TKS_ERR_TOKENIZER;
 }
 
+/* The policy for record i of batch b, which decoding found bad, too long
+ * or empty: 0 (skipped and counted) or the error the reader would have
+ * given. */
+int tks__deferred_skip(const tks_input *in, const batch *b, size_t i, deferred *d) {
+    const char *src = b->srcs[b->src[i]];
+    uint64_t line = b->line[i];
+    if (b->status[i] == TKS_JSONL_BAD && in->opts.bad_record == TKS_POLICY_FAIL) {
+        char why[400];
+        json_t *root = NULL;
+        const char *t;
+        size_t n;
+        tks_jsonl_decode(b->arena + b->off[i], b->len[i], in->jsonl_key, in->max_doc, &root, &t, &n, why, sizeof why);
+        json_decref(root);
+        int rc = tks_fail(TKS_ERR_JSONL, src, TKS_NONE, TKS_NONE, "%s:%llu: %s; fix the record or use "
+                          "--on-bad-record skip", src, (unsigned long long)line, why);
+        tks_error_set_doc(b->ordinal[i] - d->skipped, line);
+        return rc;
+    }
+    if (b->status[i] == TKS_JSONL_LONG && in->opts.long_doc == TKS_POLICY_FAIL) {
+        int rc = tks_fail(TKS_ERR_DOC_TOO_LONG, src, TKS_NONE, TKS_NONE,
+                          "%s:%llu: document longer than the limit of %llu bytes; raise --max-doc-bytes or use "
+                          "--on-long-doc skip", src, (unsigned long long)line, (unsigned long long)in->max_doc);
+        tks_error_set_doc(b->ordinal[i] - d->skipped, line);
+        return rc;
+    }
+    d->skipped++;
+    if (b->status[i] == TKS_JSONL_BAD) d->bad++;
+    else if (b->status[i] == TKS_JSONL_LONG) d->too_long++;
+    else d->empty++;
+    return 0;
+}
+
 /* Adds BOS/EOS as asked. 0 or TKS_ERR_NOMEM. */
 int tks__add_specials(tks_ids *v, const tks_build_opts *o, uint32_t bos, uint32_t eos) {
     if (!o->prepend_bos && !o->append_eos) return 0;

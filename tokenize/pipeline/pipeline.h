@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
+#include <xxhash.h>
 
 #include "dataset/dataset.h"
 #include "tokenizer/tokenizer.h"
@@ -115,6 +116,15 @@ typedef struct tks__drain {
  * resumed unit reads past what its sealed shards hold without encoding). */
 int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const char *key, uint64_t max_doc,
                       const tks__drain *drain);
+/* JSONL records a decoding on the encoding threads left out, by cause. */
+typedef struct deferred {
+    uint64_t skipped, bad, too_long, empty;
+} deferred;
+/* The policy for record i of batch b, which decoding found bad, too long
+ * or empty (its status): 0 (skipped and counted into *d) or the error the
+ * reader would have given (TKS_ERR_JSONL, TKS_ERR_DOC_TOO_LONG: the
+ * record's source and line named). */
+int tks__deferred_skip(const tks_input *in, const batch *b, size_t i, deferred *d);
 /* Adds BOS/EOS as the options ask. 0 or TKS_ERR_NOMEM. */
 int tks__add_specials(tks_ids *v, const tks_build_opts *o, uint32_t bos, uint32_t eos);
 
@@ -269,5 +279,161 @@ int tks__unit_write_record(const tks_build_job *j, uint64_t k, const json_t *rec
  * object's counters added to *t. */
 json_t *tks__stats_json(const tks_input_stats *s);
 void tks__stats_add(tks_input_stats *t, const json_t *s);
+
+/* ---------------------------------------------------------------------------
+ * Counting words for byte-level BPE training (tks_bpe_train): wtrain.c
+ * runs the job (OUT.partial, its records and resume, the merge of the
+ * runs, the trainer, publishing), wunit.c counts one work unit of the
+ * inputs on every thread (batches of batch.c), wtab.c keeps each thread's
+ * table of words and spills it as a sorted run, wruns.c writes, reads and
+ * merges runs. Calls run wtrain.c -> wunit.c -> wtab.c -> wruns.c.
+ *
+ * On disk, OUT.partial/ holds train-state.json {"job", "units", "unit_bytes"}
+ * (the job id covers the inputs' listing, the input options, the pattern
+ * and the unit size: what the counts depend on), per counted unit
+ * unit-NNNNN.json {"job", "unit", "runs", "stats"} written once its runs
+ * are durable, the runs run-NNNNN-SSSS.cnt, and, once every unit is
+ * counted, words.cnt (every run merged) with words.json. Everything else
+ * (a run of a unit without its record, *.tmp) is what a kill left and is
+ * removed on --resume.
+ * ------------------------------------------------------------------------- */
+/* A run's header: distinct words, their bytes, the sum of their counts,
+ * the body's size and XXH3-64. */
+typedef struct tks__run_head {
+    uint64_t words, bytes, total, body, body_h;
+} tks__run_head;
+
+typedef struct tks__run_writer {
+    char path[PATH_MAX], tmp[PATH_MAX + 16];
+    int fd;
+    char *buf;
+    size_t n, cap;
+    uint64_t body;
+    XXH3_state_t *h;
+    tks__run_head head;
+} tks__run_writer;
+
+/* wruns.c: a run written to a new temporary file beside path
+ * (path.tmp-XXXXXXXX, tks_create_unique) through a buffer of buf_bytes,
+ * words put in ascending order (the caller's duty), made durable and renamed
+ * to path by _finish; _free drops an unfinished one (and its file). Errors:
+ * TKS_ERR_IO, TKS_ERR_NOSPACE, TKS_ERR_NOMEM, TKS_ERR_ARG (path too long). */
+int tks__run_create(tks__run_writer *w, const char *path, size_t buf_bytes);
+int tks__run_put(tks__run_writer *w, const char *word, size_t len, uint64_t count);
+int tks__run_finish(tks__run_writer *w);
+void tks__run_writer_free(tks__run_writer *w);
+
+typedef struct tks__run_reader {
+    char path[PATH_MAX];
+    int fd, done;
+    tks__run_head head;
+    char *buf;
+    size_t pos, end, cap;
+    uint64_t left, off, count_seen;
+    XXH3_state_t *h;
+    char *word, *prev;  /* the current word (len bytes) and the one before */
+    size_t len, wcap, plen, pcap;
+    uint64_t count;
+} tks__run_reader;
+
+/* wruns.c: a run's header, checked (magic, version, checksum, the file's
+ * size). Errors: TKS_ERR_IO, TKS_ERR_CHECKSUM (not a whole run). */
+int tks__run_read_head(const char *path, tks__run_head *out);
+/* wruns.c: reads the run at path: _next gives 1 with word, len and count
+ * set (valid until the next call), 0 at the end once the body's checksum
+ * and the word count are checked, or an error (TKS_ERR_CHECKSUM naming the
+ * file and offset, TKS_ERR_IO, TKS_ERR_NOMEM). _free accepts a reader
+ * whose open failed. */
+int tks__run_open(tks__run_reader *r, const char *path, size_t buf_bytes);
+int tks__run_next(tks__run_reader *r);
+void tks__run_reader_free(tks__run_reader *r);
+/* wruns.c: the runs in[0..n) merged into the run `out` (a word's counts
+ * summed), each read through a buffer of buf_bytes. Errors: the reader's
+ * and the writer's, TKS_ERR_INTERRUPTED (*stop set). */
+int tks__runs_merge(const char *const *in, size_t n, const char *out, size_t buf_bytes,
+                    volatile sig_atomic_t *stop);
+
+/* One thread's table of words (wtab.c): open addressing over an arena of
+ * entries (count, length, bytes), slots and arena within `budget` bytes. */
+typedef struct tks__wtab {
+    uint64_t *slot;
+    size_t mask, used;
+    uint8_t *arena;
+    size_t alen, acap, budget;
+    uint64_t spills;
+} tks__wtab;
+
+/* wtab.c: an empty table of at most budget bytes (at least 256 KiB; one
+ * word longer than that is held alone). _add counts word w[0..n), whose
+ * tks__wtab_hash is h: 0, 1 when the table is full (spill it, then add
+ * again), or TKS_ERR_NOMEM.
+ * _spill writes the table as the run `path` (sorted, through a buffer of
+ * buf_bytes) and empties it: wruns.c's errors. */
+void tks__wtab_init(tks__wtab *t, size_t budget);
+uint64_t tks__wtab_hash(const char *w, size_t n);
+int tks__wtab_add(tks__wtab *t, const char *w, size_t n, uint64_t h);
+int tks__wtab_spill(tks__wtab *t, const char *path, size_t buf_bytes);
+void tks__wtab_free(tks__wtab *t);
+
+/* Counting one unit (wunit.c): what the job gives it and what it gathers. */
+typedef struct tks__wcount {
+    const tks_pretok *pt;
+    tks__wtab *tabs;              /* (threads), kept from unit to unit */
+    int threads;
+    const char *dir;              /* OUT.partial, where runs go */
+    uint64_t unit;
+    unsigned next_run;            /* the unit's runs are run-UNIT-SEQ.cnt */
+    char **runs;                  /* the runs' names (malloc'd), n_runs of them */
+    size_t n_runs, runs_cap;
+    size_t run_buf, batch_bytes;  /* a run writer's buffer; the reader's batches */
+    volatile sig_atomic_t *stop;
+    uint64_t pieces, short_pieces, text_bytes; /* this unit's */
+    void (*progress)(const tks_bpe_train_progress *p, void *ctx);
+    void *progress_ctx;
+    tks_bpe_train_progress prog, base; /* base: the units before this one */
+} tks__wcount;
+
+/* wunit.c: counts unit c->unit of the plan (its ranges of the listing ls)
+ * into c's tables, spilling them as runs (their names appended to c->runs)
+ * when full and every non-empty one at the end; *st the unit's input
+ * statistics (the records the policies left out counted). Errors: every
+ * input error, the pre-tokenizer's, wruns.c's, TKS_ERR_INTERRUPTED. */
+int tks__wunit_count(const tks_input *ls, const tks__plan *plan, uint64_t unit_bytes, tks__wcount *c,
+                     tks_input_stats *st);
+
+/* The training job (wtrain.c), which wmerge.c finishes. */
+typedef struct tks__bt_job {
+    const tks_bpe_train_opts *o;
+    char out[PATH_MAX], partial[PATH_MAX + 16], lock_path[PATH_MAX + 16];
+    int lock_fd;
+    tks_pretok *pt;
+    tks_input *ls;                /* the listing (units read views of it) */
+    tks__plan plan;
+    json_t **rec;                 /* per unit: its record once counted, else NULL */
+    int have_words, threads;      /* have_words: words.cnt is whole and recorded */
+    uint64_t memory, unit_bytes;
+    size_t batch_bytes, run_buf, table_bytes;
+    char id[17];                  /* the job id (what the counts depend on) */
+    double t0;
+    tks_bpe_train_stats st;
+} tks__bt_job;
+
+/* wmerge.c: the merge phase from OUT.partial/words.cnt (its size checked
+ * against the memory limit first), the files written in
+ * OUT.partial/publish, which becomes OUT; OUT.partial and the lock go.
+ * Errors: tks_bpe_train's from the merge phase on. */
+int tks__wtrain_finish(tks__bt_job *j);
+
+/* wmerge.c: opens the directory `path` for use by its descriptor, refusing
+ * a symbolic link (O_NOFOLLOW), anything but a directory and another
+ * user's directory, naming it (`what`: its role) and what to do.
+ * Errors: TKS_ERR_IO. */
+int tks__bt_open_dir(const char *path, const char *what, int *fd_out);
+
+/* wmerge.c: removes the training's own directory `path` and the files in
+ * it through its descriptor; a symbolic link or other file at that name is
+ * unlinked itself, never followed. Best effort: what cannot be removed
+ * stays. */
+void tks__bt_remove_dir(const char *path);
 
 #endif

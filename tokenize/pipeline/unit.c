@@ -18,10 +18,6 @@
 
 #include "tokenize/pipeline/pipeline.h"
 
-typedef struct deferred {
-    uint64_t skipped, bad, too_long, empty;
-} deferred;
-
 /* Code points of the written documents that the byte-level encoder's
  * Unicode leaves unassigned, and the documents that hold some (the
  * manifest's tokenizer record: a reference on a newer Unicode may give
@@ -159,38 +155,6 @@ static void keep_progress_only(const char *dir, const progress *p) {
     if (d) closedir(d);
 }
 
-/* The policy for record i of batch b, which decoding found bad, too long
- * or empty: 0 (skipped and counted) or the error the reader would have
- * given. */
-static int deferred_skip(const tks_input *in, const batch *b, size_t i, deferred *d) {
-    const char *src = b->srcs[b->src[i]];
-    uint64_t line = b->line[i];
-    if (b->status[i] == TKS_JSONL_BAD && in->opts.bad_record == TKS_POLICY_FAIL) {
-        char why[400];
-        json_t *root = NULL;
-        const char *t;
-        size_t n;
-        tks_jsonl_decode(b->arena + b->off[i], b->len[i], in->jsonl_key, in->max_doc, &root, &t, &n, why, sizeof why);
-        json_decref(root);
-        int rc = tks_fail(TKS_ERR_JSONL, src, TKS_NONE, TKS_NONE, "%s:%llu: %s; fix the record or use "
-                          "--on-bad-record skip", src, (unsigned long long)line, why);
-        tks_error_set_doc(b->ordinal[i] - d->skipped, line);
-        return rc;
-    }
-    if (b->status[i] == TKS_JSONL_LONG && in->opts.long_doc == TKS_POLICY_FAIL) {
-        int rc = tks_fail(TKS_ERR_DOC_TOO_LONG, src, TKS_NONE, TKS_NONE,
-                          "%s:%llu: document longer than the limit of %llu bytes; raise --max-doc-bytes or use "
-                          "--on-long-doc skip", src, (unsigned long long)line, (unsigned long long)in->max_doc);
-        tks_error_set_doc(b->ordinal[i] - d->skipped, line);
-        return rc;
-    }
-    d->skipped++;
-    if (b->status[i] == TKS_JSONL_BAD) d->bad++;
-    else if (b->status[i] == TKS_JSONL_LONG) d->too_long++;
-    else d->empty++;
-    return 0;
-}
-
 /* The record of a unit just built: its ranges with their hashes, counters
  * and shards (local numbering). NULL when out of memory. */
 static json_t *new_record(const tks_build_job *j, uint64_t k, const tks_input *in, const tks__range *r,
@@ -260,7 +224,7 @@ static int sink_one(sink *c, batch *b, size_t i) {
         c->skip = 0;
         return check_skipped(c->j, c->k, c->dh, c->pg);
     }
-    if (b->status[i] != TKS_JSONL_OK) return deferred_skip(c->in, b, i, c->dj);
+    if (b->status[i] != TKS_JSONL_OK) return tks__deferred_skip(c->in, b, i, c->dj);
     tks_ids *v = &b->ids[i];
     if (v->n == 0) {
         ++*c->empty;
