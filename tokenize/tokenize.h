@@ -83,6 +83,15 @@ typedef struct tks_doc {
     uint64_t line;              /* 1-based line of its start in its entry */
     const char *source;         /* "path" or "archive.tar.gz:member" (owned by the input) */
     int json;                   /* 1: text is an undecoded JSONL record (defer_json) */
+    /* Where it is, as a build records it (tks_doc_prov, dataset.h): */
+    uint64_t file;              /* the input file: its index in the listing (tks_input_file) */
+    uint32_t entry;             /* an archive's regular member, 1-based; a Parquet file's row
+                                 * group, 0-based; 0 for any other file */
+    uint64_t offset;            /* bytes of the decompressed entry before its first byte (a
+                                 * JSON Lines record's, after a byte order mark); Parquet:
+                                 * rows of its row group before it */
+    uint64_t raw_len;           /* bytes it spans in its entry: the text before the UTF-8
+                                 * policy, a JSON Lines record's line, a Parquet value */
 } tks_doc;
 
 /* What tks_jsonl_decode found in a JSONL record. */

@@ -163,6 +163,7 @@ struct tks_input {
     size_t pq_g, pq_end;
     int pq_in_group;
     uint64_t pq_row;       /* rows of the file before the next one (1-based row numbers) */
+    uint64_t pq_row0;      /* rows of the file before the current row group */
 };
 
 /* buf.c: grows b to hold `need` bytes (geometrically); appends n bytes.
