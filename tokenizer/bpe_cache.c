@@ -8,7 +8,9 @@
  * slots) map and check in a few milliseconds.
  *
  * Where: $TOKSHARD_CACHE_DIR, else $XDG_CACHE_HOME/tokshard, else
- * $HOME/.cache/tokshard; TOKSHARD_CACHE_DIR=off (or empty) turns it off.
+ * $HOME/.cache/tokshard; TOKSHARD_CACHE_DIR=off (or empty) turns it off, and
+ * a load with tks_tok_opts.no_cache (the audit against the sources) neither
+ * reads nor writes it.
  * One file per tokenizer, bpe-<key>.tkc: for a tokenizer.json the XXH3-128
  * of its bytes (its tks_bpe_fingerprint), for a ranks file the XXH3-128 of
  * the ranks file's XXH3-128, the pattern and the special tokens
@@ -135,7 +137,7 @@ static void set_out(cache_set *c, const tks__bpe_added_set *s) {
 
 void tks__bpe_cache_store(const tks_bpe *b, const uint8_t key[16], size_t source_size) {
     char dir[4096], path[4200];
-    if (b->cache_map || !cache_path(key, dir, path, sizeof path)) return;
+    if (b->cache_map || b->no_cache || !cache_path(key, dir, path, sizeof path)) return;
     cache_header *h = calloc(1, sizeof *h);
     if (!h) return;
     header_ids(h);
@@ -313,7 +315,7 @@ static void set_in(tks__bpe_added_set *s, const cache_set *c, const uint8_t *p) 
 
 int tks__bpe_cache_load(tks_bpe *b, const uint8_t fp[16], size_t source_size) {
     char dir[4096], path[4200];
-    if (!cache_path(fp, dir, path, sizeof path)) return 1;
+    if (b->no_cache || !cache_path(fp, dir, path, sizeof path)) return 1;
     /* only a file of this user's that no one else may write: the tables
      * decide every id, and another user's file would be trusted otherwise */
     struct stat st;

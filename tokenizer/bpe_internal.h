@@ -134,6 +134,8 @@ struct tks_bpe {
      * the added sets' tok and added_text point into this read-only mapping */
     const uint8_t *cache_map;
     size_t cache_len;
+    int no_cache;         /* parsed from its file: the tokenizer cache neither read nor written
+                           * (tks_tok_opts.no_cache) */
 };
 
 /* bpe_patterns.c: tokenizers' ByteLevel regex (pre_tokenizers/byte_level.rs),
@@ -259,6 +261,6 @@ int tks__bpe_scratch_init(tks_bpe *b);
 /* Loads tokshard's descriptor of a tiktoken tokenizer (bpe_tiktoken.c),
  * `d` its parsed JSON (borrowed), `path` its file. */
 struct json_t;
-int tks__bpe_load_descriptor(const char *path, struct json_t *d, tks_bpe **out);
+int tks__bpe_load_descriptor(const char *path, struct json_t *d, int no_cache, tks_bpe **out);
 
 #endif

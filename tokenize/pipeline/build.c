@@ -196,7 +196,7 @@ int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_
 }
 
 int tks_tokenizer_open(const tks_build_opts *o, tks_tok **tk) {
-    tks_tok_opts to = {o->pattern, o->special_tokens, o->allow_special_in_text};
+    tks_tok_opts to = {.pattern = o->pattern, .special_tokens = o->special_tokens, .allow_special = o->allow_special_in_text};
     int rc = tks_tok_load_opts(o->tokenizer_path, &to, tk);
     if (!rc && o->encoder_sentencepiece) rc = tks_tok_set_encoder(*tk, 0);
     return rc;
