@@ -12,7 +12,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -312,41 +314,166 @@ int tks_resize(void *array, size_t n, size_t size) {
     return 0;
 }
 
+/* ---- files of tokshard's own, never written through a planted link --------------- */
+
+int tks_random(void *buf, size_t n) {
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t k = getrandom(p, n, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return tks_fail(TKS_ERR_IO, NULL, TKS_NONE, TKS_NONE, "no random bytes from the kernel (getrandom: %s)",
+                            k < 0 ? strerror(errno) : "none");
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* "DIR/NAME" (or NAME alone when dir is NULL) into out[cap], for messages. */
+static const char *shown(char *out, size_t cap, const char *dir, const char *name) {
+    if (dir) snprintf(out, cap, "%s/%s", dir, name);
+    else snprintf(out, cap, "%s", name);
+    return out;
+}
+
+int tks_create_unique(int dirfd, const char *name, unsigned mode, char *tmp, size_t cap, int *fd_out) {
+    *fd_out = -1;
+    static const char digit[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    static _Atomic uint64_t counter;
+    for (int attempt = 0; attempt < 64; attempt++) {
+        uint8_t r[8];
+        if (tks_random(r, sizeof r)) { /* no kernel randomness: the process, the time and a counter */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t v[4] = {(uint64_t)getpid(), (uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec, counter++};
+            uint64_t h = XXH3_64bits(v, sizeof v);
+            memcpy(r, &h, sizeof r);
+        }
+        char suffix[9];
+        for (int i = 0; i < 8; i++) suffix[i] = digit[r[i] % 36];
+        suffix[8] = 0;
+        if (snprintf(tmp, cap, "%s.tmp-%s", name, suffix) >= (int)cap)
+            return tks_fail(TKS_ERR_ARG, name, TKS_NONE, TKS_NONE, "path too long: %s", name);
+        /* O_EXCL: nothing that exists is opened, a link (even one to nowhere) included */
+        int fd = openat(dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode_t)mode);
+        if (fd >= 0) {
+            *fd_out = fd;
+            return 0;
+        }
+        if (errno != EEXIST)
+            return tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE, "cannot create %s: %s", tmp,
+                            strerror(errno));
+    }
+    return tks_fail(TKS_ERR_IO, name, TKS_NONE, TKS_NONE,
+                    "cannot create a temporary file beside %s: 64 random names were all taken; remove the "
+                    "%s.tmp-* files", name, name);
+}
+
+/* Writes pieces[0..n) to a new unique temporary name beside `name` (relative
+ * to dirfd), fsyncs it and renames it to `name`; then fsyncs the directory:
+ * dirfd itself, or `name`'s directory under AT_FDCWD. dir: the directory's
+ * name in messages (NULL under AT_FDCWD). */
+static int publish_pieces(int dirfd, const char *dir, const char *name, const tks_piece *pieces, size_t n,
+                          unsigned mode) {
+    char tmp[PATH_MAX], where[2 * PATH_MAX];
+    int fd, rc = tks_create_unique(dirfd, name, mode, tmp, sizeof tmp, &fd);
+    if (rc && dir) { /* the message names the file without its directory: add it */
+        char msg[sizeof tks_last_error()->message];
+        memcpy(msg, tks_last_error()->message, sizeof msg);
+        msg[sizeof msg - 1] = 0;
+        return tks_fail(rc, shown(where, sizeof where, dir, name), TKS_NONE, TKS_NONE, "%s (in %s)", msg, dir);
+    }
+    if (rc) return rc;
+    const char *t = shown(where, sizeof where, dir, tmp);
+    uint64_t at = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (pieces[i].size) rc = tks_pwrite_all(fd, pieces[i].data, pieces[i].size, at, t);
+        at += pieces[i].size;
+    }
+    if (!rc && fsync(fd) != 0)
+        rc = tks_fail(tks_write_errno_code(errno), t, TKS_NONE, TKS_NONE, "cannot fsync %s: %s", t, strerror(errno));
+    if (close(fd) != 0 && !rc)
+        rc = tks_fail(tks_write_errno_code(errno), t, TKS_NONE, TKS_NONE, "cannot close %s: %s", t, strerror(errno));
+    if (!rc && renameat(dirfd, tmp, dirfd, name) != 0) {
+        char to[2 * PATH_MAX];
+        shown(to, sizeof to, dir, name);
+        rc = tks_fail(TKS_ERR_IO, to, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s", t, to, strerror(errno));
+    }
+    if (rc) {
+        unlinkat(dirfd, tmp, 0);
+        return rc;
+    }
+    if (dirfd != AT_FDCWD) {
+        if (fsync(dirfd) != 0 && errno != EINVAL)
+            return tks_fail(TKS_ERR_IO, dir, TKS_NONE, TKS_NONE, "cannot fsync directory %s: %s", dir, strerror(errno));
+        return 0;
+    }
+    char d[PATH_MAX];
+    snprintf(d, sizeof d, "%s", name);
+    return tks_fsync_dir(dirname(d));
+}
+
 int tks_write_file_atomic(const char *path, const void *data, size_t size) {
     tks_piece one = {data, size};
     return tks_write_file_pieces(path, &one, 1);
 }
 
 int tks_write_file_pieces(const char *path, const tks_piece *pieces, size_t n) {
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE, "path too long: %s", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    return publish_pieces(AT_FDCWD, NULL, path, pieces, n, 0644);
+}
+
+int tks_write_file_at(int dirfd, const char *dir, const char *name, const tks_piece *pieces, size_t n,
+                      unsigned mode) {
+    if (dirfd < 0 || !dir || !name || !*name || strchr(name, '/'))
+        return tks_fail(TKS_ERR_ARG, dir, TKS_NONE, TKS_NONE, "internal error: %s is not a file name of %s",
+                        name ? name : "(null)", dir ? dir : "(null)");
+    return publish_pieces(dirfd, dir, name, pieces, n, mode);
+}
+
+int tks_open_own(const char *path, int flags, const char *what, int *fd_out) {
+    *fd_out = -1;
+    if (!what) what = "file";
+    flags &= O_WRONLY | O_RDWR | O_CREAT | O_APPEND;
+    int fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ELOOP)
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE,
+                        "the %s %s is a symbolic link: tokshard does not write through a link it did not make "
+                        "(anyone who may write its directory could have planted it); remove the link (rm %s) "
+                        "and run again", what, path, path);
+    if (fd < 0 && errno == ENXIO) /* a FIFO or socket no one reads */
+        return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE,
+                        "the %s %s is a FIFO or socket, not a regular file: remove it and run again", what, path);
     if (fd < 0)
-        return tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE, "cannot create %s: %s",
-                        tmp, strerror(errno));
+        return tks_fail(tks_write_errno_code(errno), path, TKS_NONE, TKS_NONE,
+                        "cannot open the %s %s: %s; check that its directory exists and is writable", what,
+                        path, strerror(errno));
+    struct stat st;
     int rc = 0;
-    uint64_t at = 0;
-    for (size_t i = 0; i < n && !rc; i++) {
-        if (pieces[i].size) rc = tks_pwrite_all(fd, pieces[i].data, pieces[i].size, at, tmp);
-        at += pieces[i].size;
-    }
-    if (!rc && fsync(fd) != 0)
-        rc = tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE, "cannot fsync %s: %s",
-                      tmp, strerror(errno));
-    if (close(fd) != 0 && !rc)
-        rc = tks_fail(tks_write_errno_code(errno), tmp, TKS_NONE, TKS_NONE, "cannot close %s: %s",
-                      tmp, strerror(errno));
-    if (!rc && rename(tmp, path) != 0)
-        rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot rename %s to %s: %s", tmp, path,
-                      strerror(errno));
+    if (fstat(fd, &st) != 0)
+        rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot stat the %s %s: %s", what, path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE,
+                      "the %s %s is %s, not a regular file: remove it and run again", what, path,
+                      file_kind(st.st_mode));
+    else if (st.st_uid != geteuid())
+        rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE,
+                      "the %s %s belongs to user %lu, not to you (user %lu): tokshard writes only files of "
+                      "yours; remove it (its owner can) or choose another directory, and run again", what, path,
+                      (unsigned long)st.st_uid, (unsigned long)geteuid());
+    else if (st.st_nlink != 1)
+        rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE,
+                      "the %s %s has %lu links: another name shares its contents (a planted hard link), and "
+                      "writing would change that file too; remove it (rm %s) and run again", what, path,
+                      (unsigned long)st.st_nlink, path);
+    else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open the %s %s: %s", what, path, strerror(errno));
     if (rc) {
-        unlink(tmp);
+        close(fd);
         return rc;
     }
-    char d[PATH_MAX];
-    snprintf(d, sizeof d, "%s", path);
-    return tks_fsync_dir(dirname(d));
+    *fd_out = fd;
+    return 0;
 }
 
 void tks_float_text(char *out, size_t cap, float x) {
@@ -371,11 +498,9 @@ int tks_copy_file_atomic(const char *src, const char *dst) {
 int tks_lock(const char *path, const char *what, int *fd_out) {
     *fd_out = -1;
     for (int attempt = 0; attempt < 8; attempt++) {
-        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0)
-            return tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE,
-                            "cannot open the lock file %s: %s; check that its directory exists "
-                            "and is writable", path, strerror(errno));
+        /* never a link: a lock file is truncated and written below */
+        int fd, rc = tks_open_own(path, O_RDWR | O_CREAT, "lock file", &fd);
+        if (rc) return rc;
         if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
             int err = errno;
             char holder[256] = "";
@@ -402,7 +527,7 @@ int tks_lock(const char *path, const char *what, int *fd_out) {
         /* the file may have been removed by the previous holder's tks_unlock
          * between our open and flock: then lock the new file instead */
         struct stat a, b;
-        if (fstat(fd, &a) != 0 || stat(path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+        if (fstat(fd, &a) != 0 || lstat(path, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
             close(fd);
             continue;
         }
@@ -421,6 +546,10 @@ int tks_lock(const char *path, const char *what, int *fd_out) {
 
 void tks_unlock(int fd, const char *path) {
     if (fd < 0) return;
-    if (path) unlink(path);
+    /* the name is removed only while it is still the file locked (never what
+     * took its place) */
+    struct stat a, b;
+    if (path && fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+        unlink(path);
     close(fd);
 }

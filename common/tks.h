@@ -46,7 +46,7 @@ enum {
     TKS_ERR_EXISTS = -20,      /* output exists and would be overwritten */
     TKS_ERR_INTERRUPTED = -21, /* stopped by a signal; the build can be resumed */
     TKS_ERR_PADDING = -22,     /* bytes that must be zero (alignment padding) are not */
-    TKS_ERR_NONFINITE = -23,   /* training diverged: a loss or gradient norm is inf or NaN */
+    TKS_ERR_NONFINITE = -23,   /* training diverged: a loss, gradient norm or checkpoint value is inf or NaN */
     TKS_ERR_LOCKED = -24,      /* another process holds the directory's lock (a second writer) */
 };
 
@@ -105,8 +105,11 @@ int tks_unhex(const char *hex, uint8_t *bytes, size_t n);
 
 /*
  * Crash-safe publishing (write to a temporary name, fsync, rename, fsync dir).
- * tks_write_file_atomic writes `size` bytes to `path` via "path.tmp-<pid>";
- * on failure the temporary file is removed and an existing `path` is untouched.
+ * tks_write_file_atomic writes `size` bytes to `path` via a new temporary
+ * file beside it, "path.tmp-XXXXXXXX" (tks_create_unique: a random name,
+ * created exclusively, so a link planted at a predictable name is never
+ * written through); on failure the temporary file is removed and an
+ * existing `path` is untouched. The file gets mode 0644 less the umask.
  * Errors: TKS_ERR_IO, TKS_ERR_NOSPACE (ENOSPC/EFBIG/EDQUOT), TKS_ERR_ARG.
  */
 int tks_write_file_atomic(const char *path, const void *data, size_t size);
@@ -121,6 +124,50 @@ typedef struct tks_piece {
 /* As tks_write_file_atomic, writing pieces[0..n) back to back without
  * concatenating them in memory. */
 int tks_write_file_pieces(const char *path, const tks_piece *pieces, size_t n);
+
+/* As tks_write_file_pieces, for the file `name` (no '/') of the directory
+ * open as `dirfd` (the temporary file, the rename and the fsync all go
+ * through dirfd, so the directory checked by whoever opened it is the one
+ * written, whatever its path becomes meanwhile), with permissions `mode`
+ * less the umask. `dir` names the directory in messages. Errors: those of
+ * tks_write_file_atomic; TKS_ERR_ARG for a name with '/'. */
+int tks_write_file_at(int dirfd, const char *dir, const char *name, const tks_piece *pieces, size_t n,
+                      unsigned mode);
+
+/*
+ * Creates a new file for reading and writing under a unique name beside
+ * `name`: "NAME.tmp-XXXXXXXX" (8 random characters of [0-9a-z]), relative
+ * to the directory descriptor dirfd (AT_FDCWD: NAME is a path), with
+ * O_CREAT|O_EXCL|O_NOFOLLOW: nothing that already exists is opened, a
+ * planted link included (up to 64 names are tried). Permissions `mode` less
+ * the umask. The name (relative as NAME is) goes to tmp[cap], an O_CLOEXEC
+ * descriptor to *fd_out (-1 on failure); the caller closes it and renames
+ * or removes the file.
+ * Errors: TKS_ERR_ARG (name too long for cap), TKS_ERR_IO, TKS_ERR_NOSPACE.
+ */
+int tks_create_unique(int dirfd, const char *name, unsigned mode, char *tmp, size_t cap, int *fd_out);
+
+/*
+ * Opens the file `path` for writing, of tokshard's own making at a
+ * predictable name (a lock file, a plan being written, metrics.jsonl),
+ * without ever writing through a link it did not make: opened with
+ * O_NOFOLLOW (a symbolic link is refused), then the open file must be a
+ * regular file owned by the effective user with one link (st_nlink 1: no
+ * planted hard link to another file), checked on the descriptor itself so
+ * no rename in between can swap it. flags: O_WRONLY or O_RDWR, optionally
+ * O_CREAT (a missing file is created, mode 0644 less the umask) and
+ * O_APPEND; other bits are ignored (O_CLOEXEC is added). `what` names the
+ * file's role in messages ("lock file"; NULL: "file"). *fd_out gets the
+ * descriptor (-1 on failure), the caller's to close.
+ * Errors: TKS_ERR_IO naming the file, what it is instead (a symbolic link,
+ * a FIFO, another user's file, a file with several links) and what to do;
+ * TKS_ERR_NOSPACE.
+ */
+int tks_open_own(const char *path, int flags, const char *what, int *fd_out);
+
+/* Fills buf[0..n) with random bytes from the kernel (getrandom(2)).
+ * Errors: TKS_ERR_IO (none to be had). */
+int tks_random(void *buf, size_t n);
 
 /* Copies file `src` to `dst` crash-safely (tks_write_file_atomic). The file
  * is mapped whole (tks_map_file: anything but a regular file is refused):
@@ -227,13 +274,17 @@ int tks_resize(void *array, size_t n, size_t size);
  * kernel releases it, so a crash never leaves a stale lock). The file records
  * the holder ("pid PID: WHAT") for the message a second writer gets:
  * TKS_ERR_LOCKED naming the file, the holder's pid and what to do. Non-blocking.
+ * The file is opened as tks_open_own opens it: a symbolic link, another
+ * user's file or one with several links at `path` is refused (TKS_ERR_IO,
+ * naming it and what to do), never truncated or written.
  * *fd_out receives the descriptor to pass to tks_unlock (-1 on failure).
  * Errors: TKS_ERR_LOCKED, TKS_ERR_IO.
  */
 int tks_lock(const char *path, const char *what, int *fd_out);
 
 /* Releases a lock taken by tks_lock; removes `path` first when it is not NULL
- * (a later tks_lock on the same path then takes a fresh file). fd -1: no-op. */
+ * and still names the locked file (a later tks_lock on the same path then
+ * takes a fresh file). fd -1: no-op. */
 void tks_unlock(int fd, const char *path);
 
 #ifdef __cplusplus

@@ -51,6 +51,14 @@ typedef struct tks_tokenizer_info {
      * sentencepiece model, an import, an older manifest; the counts are 0). */
     char unicode[16];
     uint64_t unassigned, unassigned_docs;
+    /* XXH3-128 of the compact tables a byte-level tokenizer encoded the
+     * dataset with (tks_bpe_tables_xxh3, tokenizer.h): the tokenizer cache's
+     * form, the same whether the build parsed the file or mapped a cache
+     * entry; a tokenizer cache entry altered by someone holding its key
+     * shows as another digest than the file's parse by the same tokshard.
+     * has_tables 0: not recorded (a sentencepiece model, an older manifest). */
+    uint8_t tables_xxh3[16];
+    int has_tables;
 } tks_tokenizer_info;
 
 #endif /* TKS_TOKINFO_H */

@@ -231,6 +231,11 @@ int tks_manifest_write_json(const char *dir, const tks_tokenizer_info *tok, cons
         json_object_set_new(t, "unicode", json_pack("{s:s, s:I, s:I}", "version", tok->unicode,
                                                     "unassigned_code_points", (json_int_t)tok->unassigned,
                                                     "unassigned_docs", (json_int_t)tok->unassigned_docs));
+    if (t && tok->has_tables) { /* absent for sentencepiece models and in older manifests */
+        char tx[33];
+        tks_hex(tok->tables_xxh3, 16, tx);
+        json_object_set_new(t, "tables_xxh3", json_string(tx));
+    }
     /* a tokenizer_config.json in the dataset is covered too: its BOS, EOS and
      * pad are read by everything that reads the dataset */
     char cpath[PATH_MAX];
@@ -374,6 +379,8 @@ static int parse_tokenizer(const char *path, json_t *t, uint64_t vocab, tks_toke
         tok->special_from_text = json_is_true(json_object_get(t, "special_from_text"));
         const char *cx = json_string_value(json_object_get(t, "config_xxh3"));
         tok->has_config = cx && tks_unhex(cx, tok->config_xxh3, 16) == 0;
+        const char *tx = json_string_value(json_object_get(t, "tables_xxh3"));
+        tok->has_tables = tx && tks_unhex(tx, tok->tables_xxh3, 16) == 0;
     }
     return rc;
 }

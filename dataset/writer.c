@@ -95,7 +95,11 @@ static int open_shard(tks_writer *w) {
     tks__shard_name(name, w->shard);
     if (snprintf(w->tmp_path, sizeof w->tmp_path, "%s/%s.tmp", w->dir, name) >= (int)sizeof w->tmp_path)
         return tks_fail(TKS_ERR_ARG, w->dir, w->shard, TKS_NONE, "output path too long");
-    w->fd = open(w->tmp_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* a fixed name in the build's own directory: a leftover (or anything
+     * put there) is removed and the file created anew, never opened through
+     * a link (O_EXCL, O_NOFOLLOW) */
+    unlink(w->tmp_path);
+    w->fd = open(w->tmp_path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (w->fd < 0)
         return tks_fail(tks_write_errno_code(errno), w->tmp_path, w->shard, TKS_NONE,
                         "cannot create %s: %s", w->tmp_path, strerror(errno));

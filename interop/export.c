@@ -21,16 +21,28 @@ static int refuse_existing(const char *path) {
     return 0;
 }
 
-/* Symbolic link dst -> target, published by rename so that dst never exists
- * half made. */
+/* Symbolic link dst -> target, made under a new random name beside it
+ * (symlink(2) never replaces what is there) and published by rename so
+ * that dst never exists half made. */
 static int link_atomic(const char *target, const char *dst) {
     char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", dst, (long)getpid()) >= (int)sizeof tmp)
-        return tks_fail(TKS_ERR_ARG, dst, TKS_NONE, TKS_NONE, "path too long: %s", dst);
-    unlink(tmp);
-    if (symlink(target, tmp) != 0)
-        return tks_fail(tks_write_errno_code(errno), dst, TKS_NONE, TKS_NONE,
-                        "cannot create the link %s -> %s: %s", dst, target, strerror(errno));
+    int made = -1;
+    for (int attempt = 0; attempt < 64 && made != 0; attempt++) {
+        uint8_t r[8];
+        int rc = tks_random(r, sizeof r);
+        if (rc) return rc;
+        if (snprintf(tmp, sizeof tmp, "%s.tmp-%02x%02x%02x%02x%02x%02x%02x%02x", dst, r[0], r[1], r[2], r[3],
+                     r[4], r[5], r[6], r[7]) >= (int)sizeof tmp)
+            return tks_fail(TKS_ERR_ARG, dst, TKS_NONE, TKS_NONE, "path too long: %s", dst);
+        made = symlink(target, tmp);
+        if (made != 0 && errno != EEXIST)
+            return tks_fail(tks_write_errno_code(errno), dst, TKS_NONE, TKS_NONE,
+                            "cannot create the link %s -> %s: %s", dst, target, strerror(errno));
+    }
+    if (made != 0)
+        return tks_fail(TKS_ERR_IO, dst, TKS_NONE, TKS_NONE,
+                        "cannot create the link %s: 64 random temporary names beside it were all taken; "
+                        "remove the %s.tmp-* files", dst, dst);
     if (rename(tmp, dst) != 0) {
         int e = errno;
         unlink(tmp);

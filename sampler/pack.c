@@ -531,16 +531,17 @@ static int plan_make(const tks_sampler *s, int threads, const char *path, const 
     } else if (!rc) { /* rank 0 makes the file; then every rank opens it */
         snprintf(tmp, sizeof tmp, "%s.partial", path);
         k.path = tmp;
-        if (rank == 0) {
-            int fd = open(tmp, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0644);
+        if (rank == 0) { /* (under the plan's lock) a leftover goes; the file is made anew, never
+                          * opened through a link planted at its predictable name */
+            unlink(tmp);
+            int fd = open(tmp, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY | O_CLOEXEC, 0644);
             if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0)
                 rc = tks_fail(TKS_ERR_IO, tmp, TKS_NONE, TKS_NONE, "cannot create the packing plan %s: %s", tmp,
                               strerror(errno));
             if (fd >= 0) close(fd);
         }
     }
-    if (path && (rc = w_agree(W, rc)) == 0 && (k.fd = open(tmp, O_WRONLY | O_CLOEXEC)) < 0)
-        rc = tks_fail(TKS_ERR_IO, tmp, TKS_NONE, TKS_NONE, "cannot open the packing plan %s: %s", tmp, strerror(errno));
+    if (path && (rc = w_agree(W, rc)) == 0) rc = tks_open_own(tmp, O_WRONLY, "packing plan", &k.fd);
     if (path) rc = w_agree(W, rc);
     if (!rc) rc = write_pass(s, &h, wf, itf, g0, g1, threads, &k);
     if (!rc && rank == 0) { /* the group offsets and the end of the window offsets */
@@ -570,9 +571,8 @@ static int plan_make(const tks_sampler *s, int threads, const char *path, const 
             h.body_xxh3 = XXH3_64bits(b + PLAN_HDR, n - PLAN_HDR);
             tks_unmap(b, n);
             hdr_encode(&h, hb);
-            int fd = open(tmp, O_WRONLY | O_CLOEXEC);
-            if (fd < 0) rc = tks_fail(TKS_ERR_IO, tmp, TKS_NONE, TKS_NONE, "cannot open %s: %s", tmp, strerror(errno));
-            else {
+            int fd;
+            if (!(rc = tks_open_own(tmp, O_WRONLY, "packing plan", &fd))) {
                 rc = tks_pwrite_all(fd, hb, PLAN_HDR, 0, tmp);
                 if (!rc && fsync(fd) != 0)
                     rc = tks_fail(TKS_ERR_IO, tmp, TKS_NONE, TKS_NONE, "cannot fsync %s: %s", tmp, strerror(errno));

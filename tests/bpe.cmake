@@ -31,6 +31,8 @@ add_test(NAME bpe_tiktoken_cl100k COMMAND bash ${TKS_TEST_DIR}/test_bpe.sh tikto
 set_tests_properties(bpe_tiktoken_cl100k PROPERTIES FIXTURES_REQUIRED tks_bpe SKIP_RETURN_CODE 77 TIMEOUT 300)
 # the loader's refusals need no peer
 add_test(NAME bpe_refusals COMMAND test_bpe --refusals ${CMAKE_BINARY_DIR}/bpe-refusals-test)
+# the tokenizer cache against planted links, shared directories and entries of another key
+add_test(NAME bpe_cache_safety COMMAND test_bpe --cache-safety ${CMAKE_BINARY_DIR}/test-work/bpe-cache-safety)
 # the hand matchers of the named pre-tokenizer patterns against PCRE2, piece for piece
 add_executable(test_pretok ${TKS_TEST_DIR}/test_pretok.c)
 target_link_libraries(test_pretok PRIVATE tks_tokenizer)

@@ -1,6 +1,6 @@
 /*
  * fault_inject.c - a test-side fault injector, loaded with LD_PRELOAD into an
- * unmodified tokshard process: it wraps rename() and fsync() and raises
+ * unmodified tokshard process: it wraps rename(), renameat() and fsync() and raises
  * SIGKILL at the point TKS_FAULT_KILL names, so the library itself carries no
  * test hook. Points:
  *   shard:K  right after shard-K.tks is renamed into place (published, not yet
@@ -90,11 +90,8 @@ int unlink(const char *path) {
     return rc;
 }
 
-int rename(const char *from, const char *to) {
-    int (*real)(const char *, const char *) =
-        (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
-    occupy(to);
-    int rc = real(from, to);
+/* After a rename to `to` that returned rc: the kill, when it is due. */
+static int renamed(int rc, const char *to) {
     const char *v = getenv("TKS_FAULT_KILL");
     if (rc != 0 || !v || !rank_wanted()) return rc;
     const char *base = strrchr(to, '/');
@@ -110,6 +107,20 @@ int rename(const char *from, const char *to) {
             raise(SIGKILL);
     }
     return rc;
+}
+
+int rename(const char *from, const char *to) {
+    int (*real)(const char *, const char *) =
+        (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
+    occupy(to);
+    return renamed(real(from, to), to);
+}
+
+/* (the crash-safe writes rename relative to a directory: tks_write_file_at) */
+int renameat(int from_dir, const char *from, int to_dir, const char *to) {
+    int (*real)(int, const char *, int, const char *) =
+        (int (*)(int, const char *, int, const char *))dlsym(RTLD_NEXT, "renameat");
+    return renamed(real(from_dir, from, to_dir, to), to);
 }
 
 int fsync(int fd) {

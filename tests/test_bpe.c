@@ -895,6 +895,225 @@ static int refusals(const char *dir) {
     return 0;
 }
 
+/* ---------------------------------------------------------------------------
+ * The tokenizer cache against someone else (bpe_cache.c's promise): links
+ * planted at an entry's predictable names are never written or read
+ * through, a directory others may write (or another user's) is left unused
+ * with a reason, and an entry is bound to the user's key, so one copied
+ * from another cache directory (another user, another machine) is rebuilt.
+ * ------------------------------------------------------------------------- */
+
+static const char cache_victim[] = "the victim's own file\n";
+
+static void spit_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs(text, f) >= 0, "cannot write %s", path);
+    if (f) fclose(f);
+}
+
+/* Copies `from` to a new file `to` of mode 0600 (the cache's). */
+static void copy_private(const char *from, const char *to) {
+    size_t n = 0;
+    char *b = slurp(from, &n);
+    FILE *f = fopen(to, "wb");
+    CHECK(b && f && fwrite(b, 1, n, f) == n && chmod(to, 0600) == 0, "copy %s to %s", from, to);
+    if (f) fclose(f);
+    free(b);
+}
+
+/* 1 when `path` (not followed) is a regular file. */
+static int is_regular(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int victim_ok(const char *path) {
+    size_t n = 0;
+    char *t = slurp(path, &n);
+    int ok = t && n == strlen(cache_victim) && !memcmp(t, cache_victim, n);
+    free(t);
+    return ok;
+}
+
+/* Loads `json` with the cache in cdir: the handle (NULL, counted as a
+ * failure, when the load fails), *from 1 when it came from the cache. */
+static tks_bpe *cached_load(const char *json, const char *cdir, int *from) {
+    setenv("TOKSHARD_CACHE_DIR", cdir, 1);
+    tks_bpe *b = NULL;
+    CHECK(tks_bpe_load(json, &b) == 0, "load %s: %s", json, tks_last_error()->message);
+    *from = b && tks_bpe_from_cache(b);
+    return b;
+}
+
+/* One load of `json` with the cache in cdir: 1 when it came from the cache;
+ * the handle's note into note[cap] ("" when none). */
+static int load_once(const char *json, const char *cdir, char *note, size_t cap) {
+    int from;
+    tks_bpe *b = cached_load(json, cdir, &from);
+    if (note) snprintf(note, cap, "%s", b ? tks_bpe_cache_note(b) : "");
+    tks_bpe_free(b);
+    return from;
+}
+
+/* The entry of tokenizer file `json` in cdir into entry[cap]. */
+static void entry_of(const char *json, const char *cdir, char *entry, size_t cap) {
+    uint8_t fp[16];
+    char hex[33];
+    CHECK(tks_file_xxh3_128(json, fp, NULL) == 0, "hash %s", json);
+    tks_hex(fp, 16, hex);
+    snprintf(entry, cap, "%s/bpe-%s.tkc", cdir, hex);
+}
+
+/* Links at the entry's old temporary name (ENTRY.tmp-PID: this process's
+ * pid) to the victim and to nowhere, and the entry itself a link to a good
+ * entry elsewhere: the victim unchanged, nothing created through a link,
+ * the linked entry not used, and a regular entry written in its place. */
+static void cache_links(const char *dir, const char *t1, const char *cdir, const char *victim) {
+    char entry[4400], tmp[4500], nowhere[4200], copy[4200];
+    entry_of(t1, cdir, entry, sizeof entry);
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", entry, (long)getpid());
+    snprintf(nowhere, sizeof nowhere, "%s/created-through-a-link", dir);
+    for (int dangling = 0; dangling < 2; dangling++) {
+        unlink(entry);
+        CHECK(symlink(dangling ? nowhere : victim, tmp) == 0, "plant %s", tmp);
+        CHECK(!load_once(t1, cdir, NULL, 0), "no entry, yet the load came from the cache");
+        CHECK(victim_ok(victim), "the entry was written through the link %s into %s", tmp, victim);
+        CHECK(access(nowhere, F_OK) != 0, "the entry was created through the dangling link %s", tmp);
+        spit_text(victim, cache_victim); /* each case from an intact victim */
+        unlink(nowhere);
+        CHECK(is_regular(entry), "no regular entry %s written", entry);
+        CHECK(load_once(t1, cdir, NULL, 0), "the entry written beside the planted link is not used");
+        unlink(tmp);
+    }
+    /* the entry a link to a sound entry elsewhere: not read through it */
+    snprintf(copy, sizeof copy, "%s/elsewhere.tkc", dir);
+    copy_private(entry, copy);
+    size_t n0 = 0, n1 = 0;
+    char *before = slurp(copy, &n0);
+    CHECK(unlink(entry) == 0 && symlink(copy, entry) == 0, "link %s -> %s", entry, copy);
+    CHECK(!load_once(t1, cdir, NULL, 0), "an entry reached through a symbolic link was used");
+    char *after = slurp(copy, &n1);
+    CHECK(before && after && n0 == n1 && !memcmp(before, after, n0), "the linked file %s changed", copy);
+    CHECK(is_regular(entry), "the link %s was not replaced by a regular entry", entry);
+    free(before);
+    free(after);
+}
+
+/* A directory others may write, or another user's: not used (a sound entry
+ * in it included), nothing written in it, the reason said; then the key
+ * file: not private, or a link, is refused the same way. */
+static void cache_refused_dirs(const char *t1, const char *cdir, const char *victim) {
+    char entry[4400], tmp[4500], note[1024], key[4200];
+    entry_of(t1, cdir, entry, sizeof entry);
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", entry, (long)getpid());
+    CHECK(load_once(t1, cdir, note, sizeof note) && !note[0], "a sound cache not used: %s", note);
+    struct stat e0, e1;
+    stat(entry, &e0);
+    static const unsigned modes[] = {0777, 0770, 0702};
+    for (int k = 0; k < 3; k++) {
+        CHECK(chmod(cdir, modes[k]) == 0, "chmod %s", cdir);
+        CHECK(symlink(victim, tmp) == 0, "plant %s", tmp);
+        CHECK(!load_once(t1, cdir, note, sizeof note), "a cache directory of mode %04o was used", modes[k]);
+        CHECK(strstr(note, cdir) && strstr(note, "others may write") && strstr(note, "chmod go-w"),
+              "mode %04o: the note does not say why: \"%s\"", modes[k], note);
+        CHECK(victim_ok(victim), "mode %04o: %s was written through %s", modes[k], victim, tmp);
+        spit_text(victim, cache_victim);
+        unlink(tmp);
+    }
+    stat(entry, &e1);
+    CHECK(e0.st_ino == e1.st_ino && e0.st_mtime == e1.st_mtime, "an entry was written into a refused directory");
+    if (geteuid() == 0 && chown(cdir, 65534, 65534) == 0) { /* another user's (root can make one) */
+        chmod(cdir, 0700);
+        CHECK(!load_once(t1, cdir, note, sizeof note) && strstr(note, "belongs to user 65534"),
+              "another user's cache directory: \"%s\"", note);
+        CHECK(chown(cdir, 0, 0) == 0, "chown back");
+    }
+    CHECK(chmod(cdir, 0700) == 0, "chmod");
+    CHECK(load_once(t1, cdir, note, sizeof note) && !note[0], "mode 0700 again: not used: %s", note);
+    /* the key: readable by others, or a link to a copy: refused, named */
+    snprintf(key, sizeof key, "%s/cache.key", cdir);
+    CHECK(chmod(key, 0644) == 0, "chmod %s", key);
+    CHECK(!load_once(t1, cdir, note, sizeof note) && strstr(note, "cache.key"), "a readable key was used: \"%s\"",
+          note);
+    CHECK(chmod(key, 0600) == 0, "chmod %s", key);
+    char copy[4300];
+    snprintf(copy, sizeof copy, "%s.copy", cdir);
+    copy_private(key, copy);
+    CHECK(unlink(key) == 0 && symlink(copy, key) == 0, "link %s -> %s", key, copy);
+    CHECK(!load_once(t1, cdir, note, sizeof note) && strstr(note, "cache.key"), "a linked key was used: \"%s\"",
+          note);
+    CHECK(unlink(key) == 0 && rename(copy, key) == 0, "put %s back", key);
+    CHECK(load_once(t1, cdir, note, sizeof note) && !note[0], "the key restored: not used: %s", note);
+}
+
+static int cache_safety(const char *dir) {
+    char cmd[4200], t1[4096], t2[4096], t3[4096], victim[4096], cdir[4096], cdir2[4096], m3[2048];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    if (system(cmd) != 0) {
+        CHECK(0, "%s", cmd);
+        return fails;
+    }
+    snprintf(t1, sizeof t1, "%s/t1.json", dir);
+    snprintf(t2, sizeof t2, "%s/t2.json", dir); /* other bytes, the same tables */
+    snprintf(t3, sizeof t3, "%s/t3.json", dir); /* other tables */
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    snprintf(cdir, sizeof cdir, "%s/made/by/the/load", dir);
+    snprintf(cdir2, sizeof cdir2, "%s/another-machine", dir);
+    spit_text(t1, MODEL("", "[\"a b\"]"));
+    spit_text(t2, MODEL("", "[\"a b\"]") "\n");
+    split_model(m3, sizeof m3, "a|b");
+    spit_text(t3, m3);
+    spit_text(victim, cache_victim);
+    /* a missing directory is made, private; the key once, private */
+    int from;
+    uint8_t d1[16], d2[16], d3[16];
+    tks_bpe *b = cached_load(t1, cdir, &from);
+    CHECK(b && !from && !tks_bpe_cache_note(b)[0], "first load: from the cache %d, note \"%s\"", from,
+          b ? tks_bpe_cache_note(b) : "");
+    CHECK(b && tks_bpe_tables_xxh3(b, d1), "no tables digest");
+    tks_bpe_free(b);
+    struct stat st;
+    char key[4200], entry[4400];
+    snprintf(key, sizeof key, "%s/cache.key", cdir);
+    entry_of(t1, cdir, entry, sizeof entry);
+    CHECK(stat(cdir, &st) == 0 && (st.st_mode & 077) == 0, "the cache directory was made mode %04o",
+          (unsigned)(st.st_mode & 07777));
+    CHECK(lstat(key, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 077) == 0 && st.st_size == 32,
+          "the key %s: not a private 32-byte file", key);
+    CHECK(lstat(entry, &st) == 0 && S_ISREG(st.st_mode) && !(st.st_mode & 022), "no entry %s", entry);
+    b = cached_load(t1, cdir, &from);
+    CHECK(b && from && tks_bpe_tables_xxh3(b, d2) && !memcmp(d1, d2, 16),
+          "the cached tables' digest is not the parsed tables'");
+    tks_bpe_free(b);
+    b = cached_load(t2, cdir, &from);
+    CHECK(b && !from && tks_bpe_tables_xxh3(b, d2) && !memcmp(d1, d2, 16), "same tables, another digest");
+    tks_bpe_free(b);
+    b = cached_load(t3, cdir, &from);
+    CHECK(b && tks_bpe_tables_xxh3(b, d3) && memcmp(d1, d3, 16), "other tables, the same digest");
+    tks_bpe_free(b);
+    cache_links(dir, t1, cdir, victim);
+    cache_refused_dirs(t1, cdir, victim);
+    /* an entry from another cache directory (another user, another machine:
+     * another key) fails the check and is rebuilt; so is every entry of a
+     * directory whose key is gone */
+    CHECK(!load_once(t3, cdir2, NULL, 0), "a new directory served an entry");
+    char entry2[4400];
+    entry_of(t1, cdir2, entry2, sizeof entry2);
+    copy_private(entry, entry2);
+    CHECK(!load_once(t1, cdir2, NULL, 0), "an entry made under another key was used");
+    CHECK(load_once(t1, cdir2, NULL, 0), "the rebuilt entry is not used");
+    snprintf(key, sizeof key, "%s/cache.key", cdir2);
+    CHECK(unlink(key) == 0, "rm %s", key);
+    CHECK(!load_once(t1, cdir2, NULL, 0), "an entry was used without its key");
+    CHECK(is_regular(key), "no new key made");
+    CHECK(load_once(t1, cdir2, NULL, 0), "the entry under the new key is not used");
+    CHECK(victim_ok(victim), "%s changed", victim);
+    if (!fails) printf("tokenizer cache: no planted link written or read through, refused directories and keys "
+                       "named, entries of another key rebuilt, one tables digest parsed or cached\n");
+    setenv("TOKSHARD_CACHE_DIR", "off", 1);
+    return fails;
+}
+
 /* A 1 MB document that is one pre-token, and 1 MB of spaces: encoded and
  * decoded back (O(n log n): a fraction of a second; the ctest TIMEOUT stops
  * anything quadratic). */
@@ -939,6 +1158,8 @@ int main(int argc, char **argv) {
     setenv("TOKSHARD_CACHE_DIR", "off", 1);
     if (argc >= 3 && !strcmp(argv[1], "--refusals")) {
         refusals(argv[2]);
+    } else if (argc == 3 && !strcmp(argv[1], "--cache-safety")) {
+        cache_safety(argv[2]);
     } else if (argc == 4 && !strcmp(argv[1], "--long")) {
         long_word(argv[2], argv[3]);
     } else if (argc >= 3) {
@@ -961,7 +1182,8 @@ int main(int argc, char **argv) {
         free(d.p);
         free(d.len);
     } else {
-        fprintf(stderr, "usage: test_bpe PEER_DIR MODEL... | --refusals DIR | --long PEER_DIR MODEL\n");
+        fprintf(stderr, "usage: test_bpe PEER_DIR MODEL... | --refusals DIR | --cache-safety DIR | --long PEER_DIR "
+                "MODEL\n");
         return 2;
     }
     if (fails) fprintf(stderr, "test_bpe: %d check(s) failed\n", fails);

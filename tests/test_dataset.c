@@ -123,6 +123,10 @@ static void write_dataset(const char *dir, const docs *D, uint32_t vocab, uint64
     snprintf(tok.file, sizeof tok.file, "tokenizer.model");
     snprintf(tok.model_type, sizeof tok.model_type, "bpe");
     CHECK(tks_file_xxh3_128(tpath, tok.fingerprint, NULL) == 0, "hash tokenizer");
+    if (vocab == 100000) { /* a byte-level tokenizer's tables digest; the others have none (older manifests) */
+        tok.has_tables = 1;
+        for (int i = 0; i < 16; i++) tok.tables_xxh3[i] = (uint8_t)(0xa0 + i);
+    }
     tks_writer_opts o = {.dir = dir, .vocab_size = vocab, .bos_id = 1, .eos_id = 2,
                          .pad_id = TKS_NO_ID, .shard_tokens = shard_tokens, .chunk_bytes = chunk,
                          .provenance = with_prov};
@@ -204,6 +208,10 @@ static void test_round_trip(uint32_t vocab, uint64_t shard_tokens, uint32_t chun
     size_t doc = 0;
     uint64_t toks = 0;
     CHECK(tks_dataset_n_shards(ds) > 1, "expected several shards, got %zu", tks_dataset_n_shards(ds));
+    const tks_tokenizer_info *ti = tks_dataset_tokenizer(ds);
+    CHECK(ti->has_tables == (vocab == 100000) && (!ti->has_tables || (ti->tables_xxh3[0] == 0xa0 &&
+                                                                      ti->tables_xxh3[15] == 0xaf)),
+          "tables_xxh3 read back: has %d", ti->has_tables);
     for (size_t s = 0; s < tks_dataset_n_shards(ds); s++) {
         const tks_shard *sh = tks_dataset_shard(ds, s);
         const tks_shard_header *h = tks_shard_hdr(sh);
@@ -584,6 +592,131 @@ static void test_report_add(void) {
           "recorded fields");
 }
 
+/* ---------------------------------------------------------------------------
+ * No file of tokshard's is written through a link it did not make: links
+ * planted at the predictable names of the shared write helpers (the old
+ * temporary name PATH.tmp-PID, a lock file) leave the file they point at
+ * unchanged, and the operation either succeeds without following them or
+ * fails naming the file and what to do.
+ * ------------------------------------------------------------------------- */
+
+static const char victim_text[] = "the victim's own file\n";
+
+/* 1 when `path` holds exactly victim_text. */
+static int victim_intact(const char *path) {
+    size_t n = 0;
+    unsigned char *b = slurp(path, &n);
+    int ok = b && n == sizeof victim_text - 1 && !memcmp(b, victim_text, n);
+    free(b);
+    return ok;
+}
+
+/* Each helper that publishes by temporary name, with a link to the victim
+ * and a dangling link (which O_CREAT would follow and create) planted at
+ * the temporary name the helpers used to take. */
+static void links_at_temporary_names(const char *d, const char *victim) {
+    static const char *const helper[] = {"tks_write_file_atomic", "tks_write_file_pieces", "tks_copy_file_atomic"};
+    char src[PATH_MAX];
+    snprintf(src, sizeof src, "%s/source", d);
+    spit(src, "new contents\n", 13);
+    for (int k = 0; k < 3; k++) {
+        for (int dangling = 0; dangling < 2; dangling++) {
+            char out[PATH_MAX], tmp[PATH_MAX + 64], nowhere[PATH_MAX];
+            snprintf(out, sizeof out, "%s/out-%d-%d", d, k, dangling);
+            snprintf(nowhere, sizeof nowhere, "%s/created-through-a-link-%d-%d", d, k, dangling);
+            snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)getpid());
+            CHECK(symlink(dangling ? nowhere : victim, tmp) == 0, "plant %s", tmp);
+            tks_piece pc[2] = {{"new ", 4}, {"contents\n", 9}};
+            int rc = k == 0 ? tks_write_file_atomic(out, "new contents\n", 13)
+                   : k == 1 ? tks_write_file_pieces(out, pc, 2)
+                            : tks_copy_file_atomic(src, out);
+            size_t n = 0;
+            unsigned char *got = slurp(out, &n);
+            CHECK(rc == 0 && got && n == 13 && !memcmp(got, "new contents\n", 13), "%s with a link at %s: rc %d: %s",
+                  helper[k], tmp, rc, tks_last_error()->message);
+            free(got);
+            CHECK(victim_intact(victim), "%s wrote through the link %s into %s", helper[k], tmp, victim);
+            CHECK(access(nowhere, F_OK) != 0, "%s created %s through the dangling link %s", helper[k], nowhere, tmp);
+            spit(victim, victim_text, sizeof victim_text - 1); /* each case from an intact victim */
+            struct stat st;
+            CHECK(lstat(out, &st) == 0 && S_ISREG(st.st_mode), "%s: %s is not a regular file", helper[k], out);
+        }
+    }
+    /* two temporary names are never the same */
+    char a[PATH_MAX + 32], b[PATH_MAX + 32], base[PATH_MAX];
+    snprintf(base, sizeof base, "%s/twice", d);
+    int fa = -1, fb = -1;
+    CHECK(tks_create_unique(AT_FDCWD, base, 0644, a, sizeof a, &fa) == 0 &&
+              tks_create_unique(AT_FDCWD, base, 0644, b, sizeof b, &fb) == 0 && strcmp(a, b) != 0 &&
+              !strncmp(a, base, strlen(base)),
+          "tks_create_unique: %s, %s", a, b);
+    if (fa >= 0) close(fa), unlink(a);
+    if (fb >= 0) close(fb), unlink(b);
+}
+
+/* tks_lock and tks_open_own on a planted symbolic link, a dangling one, a
+ * hard link and a FIFO: refused, naming the file; the victim unchanged. */
+static void links_at_lock_names(const char *d, const char *victim) {
+    static const char *const kind[] = {"a symbolic link", "a dangling symbolic link", "a hard link", "a FIFO"};
+    static const char *const says[] = {"symbolic link", "symbolic link", "links", "not a regular file"};
+    for (int k = 0; k < 4; k++) {
+        char lock[PATH_MAX], nowhere[PATH_MAX];
+        snprintf(lock, sizeof lock, "%s/out-%d.lock", d, k);
+        snprintf(nowhere, sizeof nowhere, "%s/lock-created-through-a-link", d);
+        int made = k == 0 ? symlink(victim, lock) : k == 1 ? symlink(nowhere, lock)
+                 : k == 2 ? link(victim, lock) : mkfifo(lock, 0644);
+        CHECK(made == 0, "plant %s", lock);
+        for (int how = 0; how < 2; how++) { /* the lock, and the helper under it (with O_APPEND) */
+            int fd = -1;
+            int rc = how ? tks_open_own(lock, O_WRONLY | O_CREAT | O_APPEND, "metrics file", &fd)
+                         : tks_lock(lock, "a test", &fd);
+            const char *m = tks_last_error()->message;
+            CHECK(rc == TKS_ERR_IO && fd == -1 && strstr(m, lock) && strstr(m, says[k]) && strstr(m, "remove"),
+                  "%s at %s: rc %d: %s", kind[k], lock, rc, m);
+            if (fd >= 0) tks_unlock(fd, NULL);
+        }
+        CHECK(victim_intact(victim), "the lock through %s changed %s", kind[k], victim);
+        CHECK(access(nowhere, F_OK) != 0, "the lock created %s through %s", nowhere, kind[k]);
+        unlink(lock);
+        unlink(nowhere);
+        spit(victim, victim_text, sizeof victim_text - 1);
+    }
+    /* another user's file (root can make one; anyone else skips this) */
+    char lock[PATH_MAX];
+    snprintf(lock, sizeof lock, "%s/theirs.lock", d);
+    spit(lock, "", 0);
+    if (geteuid() == 0 && chown(lock, 65534, 65534) == 0) {
+        int fd = -1, rc = tks_lock(lock, "a test", &fd);
+        CHECK(rc == TKS_ERR_IO && strstr(tks_last_error()->message, "belongs to user 65534"),
+              "another user's lock file: rc %d: %s", rc, tks_last_error()->message);
+        if (fd >= 0) tks_unlock(fd, NULL);
+    }
+    /* a stale lock file of one's own is taken as before, and released by name
+     * only while the name is still that file */
+    snprintf(lock, sizeof lock, "%s/own.lock", d);
+    spit(lock, "pid 1: old\n", 11);
+    int fd = -1;
+    CHECK(tks_lock(lock, "a test", &fd) == 0, "own stale lock: %s", tks_last_error()->message);
+    char other[PATH_MAX];
+    snprintf(other, sizeof other, "%s/other", d);
+    spit(other, "x", 1);
+    CHECK(rename(other, lock) == 0, "replace %s", lock);
+    tks_unlock(fd, lock);
+    CHECK(access(lock, F_OK) == 0, "tks_unlock removed a file that took the lock's name");
+}
+
+static void test_no_write_through_links(void) {
+    char d[1536], victim[PATH_MAX];
+    snprintf(d, sizeof d, "%s/links", work);
+    mkdirs(d);
+    snprintf(victim, sizeof victim, "%s/victim", d);
+    spit(victim, victim_text, sizeof victim_text - 1);
+    alarm(60); /* a FIFO opened for writing without a reader would block: killed, the test fails */
+    links_at_temporary_names(d, victim);
+    links_at_lock_names(d, victim);
+    alarm(0);
+}
+
 int main(int argc, char **argv) {
     snprintf(work, sizeof work, "%s", argc > 1 ? argv[1] : "/tmp/tks-test-dataset");
     mkdirs(work);
@@ -597,6 +730,7 @@ int main(int argc, char **argv) {
     test_writer_refuses();
     test_header_fuzz_small();
     test_report_add();
+    test_no_write_through_links();
     if (failures) {
         fprintf(stderr, "test_dataset: %d check(s) failed\n", failures);
         return 1;

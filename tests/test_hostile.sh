@@ -7,7 +7,7 @@
 #   fifo      a FIFO input without a writer ends on SIGTERM; a FIFO shard or tokenizer is refused at once
 #   ranks     mpirun ranks launched with different flags or datasets stop before step 1
 #   resume    a later checkpoint in the way, metrics.jsonl after resumes, --steps and the schedule
-#   generate  a prompt longer than the context, and generation past it
+#   generate  a prompt longer than the context, and generation past it; --min-tokens above --max-tokens
 #   paths     sample-plan --run from another directory; a missing --dataset names no .partial
 #   messages  numeric flags out of range; inputs without text; a file given twice; empty files
 #   notok     a dataset imported without a tokenizer: train, export-hf (beside a user's DIR.tmp),
@@ -21,8 +21,12 @@
 #   unicode   code points the byte-level encoder's Unicode leaves unassigned: counted in the
 #             manifest (also across a kill and --resume), shown by inspect and audit, a warning
 #             on stderr under --quiet
-#   smaller   --help after a command; cat escapes control characters; Megatron/llm.c files named; a Megatron header's huge
+#   smaller   --help after a command; cat escapes control characters; a generate prompt not UTF-8; Megatron/llm.c files named; a Megatron header's huge
 #             counts and negative pointers as they are; llm.c export over --append-eos warns
+#   links     links planted at predictable names (OUT.lock, RUN/run.lock, RUN/metrics.jsonl, the plot's temporary
+#             file) are never written through: refused naming the file, or not used; their targets unchanged
+#   cache     a tokenizer cache directory others may write (or another user's) is left unused and the build says
+#             why once; a cached and a parsed tokenizer give the same manifest, which records the tables' digest
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -215,8 +219,19 @@ resume)
   expect_msg "is at step 8, past --steps 6"
   expect 2 "--steps 12 changes the schedule" -- "$TRAIN" --out run "${R[@]}" --steps 12 --resume latest
   expect_msg "trained with --steps 8 .*asks for --steps 12.*--change-schedule"
+  # inside the warmup (20 steps) a longer --steps changes no rate: said so,
+  # not "would be 0.00135 instead of 0.00135"
+  expect_msg "gives each step from 9 on the learning rate the checkpoint's schedule gives it"
   expect 2 "--lr changes the schedule" -- "$TRAIN" --out run "${R[@]}" --lr 1e-2 --resume latest --steps 10
-  expect_msg "asks for --steps 10 --lr 0.01"
+  expect_msg "asks for --steps 10 --lr 0.01.*the learning rate would change from step 9 on \(0.0045 instead of 0.00135\)"
+  # a rate that differs in the 7th digit is printed to the digits that tell
+  # the two apart
+  expect 0 "4 steps of a 1000-step schedule" -- "$TRAIN" --dataset ds --out long "${TINY[@]}" --steps 1000 \
+    --warmup 2 --stop-at 4
+  expect 2 "--steps 1001" -- "$TRAIN" --dataset ds --out long "${TINY[@]}" --steps 1001 --warmup 2 --resume latest
+  expect_msg "the learning rate would change from step 5 on \(0.0029999[0-9]* instead of 0.0029999[0-9]*\)"
+  read -r a b < <(sed -n 's/.*from step 5 on (\([0-9.e-]*\) instead of \([0-9.e-]*\)).*/\1 \2/p' "$W/err")
+  [[ -n $a && $a != "$b" ]] && ok "the two rates differ as printed: $a and $b" || fail "rates printed alike: '$a' '$b'"
   expect 0 "--change-schedule extends the run" -- "$TRAIN" --out run "${R[@]}" --steps 10 --resume latest --change-schedule
   [[ $(grep -c '"loss"' run/metrics.jsonl) -eq 10 ]] && ok "10 steps in metrics.jsonl" || fail "$(grep -c loss run/metrics.jsonl) lines"
   ;;
@@ -237,6 +252,11 @@ generate)
   else
     ok "generation ended at an EOS before the context filled: $(wc -c <"$W/out") bytes"
   fi
+  # --min-tokens above --max-tokens can never be met: refused, naming both
+  expect 2 "--min-tokens above --max-tokens" -- "$GEN" --checkpoint run --prompt "Abandon" --min-tokens 50 \
+    --max-tokens 10
+  expect_msg "--min-tokens 50 is above --max-tokens 10: .*give --min-tokens at most 10"
+  [[ ! -s $W/out ]] && ok "nothing generated" || fail "stdout: $(cat "$W/out")"
   mkdir bad && cp -r run/checkpoints/step-00000002 bad/ && rm bad/step-00000002/model.safetensors
   expect 2 "a damaged checkpoint prints nothing on stdout" -- "$GEN" --checkpoint bad/step-00000002 --prompt "Abandon"
   [[ ! -s $W/out ]] && ok "stdout empty" || fail "stdout: $(cat "$W/out")"
@@ -572,6 +592,13 @@ smaller)
   python3 -c "import sys; t = open('gen.txt', 'rb').read(); t.decode('utf-8'); assert len(t) > 100; print(len(t), 'bytes')" \
     >"$W/out" 2>&1 && [[ $code -eq 0 ]] && ok "generate: $(cat "$W/out") of valid UTF-8" ||
     fail "generate (exit $code): $(tail -c 300 "$W/err") $(tail -1 "$W/out")"
+  # a prompt that is not UTF-8 (which a byte-level tokenizer cannot take) is
+  # refused as the prompt's fault, suggesting no option of the build
+  expect 2 "a prompt that is not UTF-8" -- "$BIN/tokshard-generate" --checkpoint brun --prompt $'ab\xff\xfecd' \
+    --max-tokens 3
+  expect_msg "the prompt is not valid UTF-8 \(at byte 2\): give --prompt as UTF-8 text"
+  ! grep -q -- "--invalid-utf8" "$W/err" && ok "no --invalid-utf8 (tokshard-generate has no such option)" ||
+    fail "suggests --invalid-utf8: $(cat "$W/err")"
   # import --tokenizer refuses an id that is no token of it (a tiktoken file's
   # gap between its ranks and its special ids), as the audit reports it
   python3 -c "import struct, sys; sys.stdout.buffer.write(struct.pack('<6H', 104, 105, 300, 104, 270, 300))" >gap.bin
@@ -604,6 +631,110 @@ PYEOF
   expect 1 "a negative Megatron pointer" -- "$TKS" audit --format megatron neg --model-vocab 100000
   grep -q "sequence 1 points at byte -8 of the .bin" "$W/out" && ok "the pointer printed signed" ||
     fail "audit: $(grep -m1 -i point "$W/out")"
+  ;;
+links)
+  printf "the victim's own file\n" >victim && cp victim victim.orig
+  intact() { cmp -s victim victim.orig && ok "$1: the link's target is unchanged" || fail "$1: written through into victim"; }
+  # OUT.lock beside the output: a symbolic link, a dangling one, a hard link
+  ln -s "$W/victim" ds.lock
+  expect 2 "build with a symbolic link planted at OUT.lock" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  expect_msg "lock file ds.lock is a symbolic link: tokshard does not write through a link it did not make.*rm ds.lock"
+  intact "OUT.lock a symbolic link"
+  [[ ! -e ds && ! -e ds.partial ]] && ok "nothing built" || fail "built through a refused lock"
+  rm ds.lock && ln -s "$W/nowhere" ds.lock
+  expect 2 "build with a dangling link at OUT.lock" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  [[ ! -e nowhere ]] && ok "nothing created through the dangling link" || fail "nowhere was created through ds.lock"
+  rm ds.lock && ln victim ds.lock
+  expect 2 "build with a hard link at OUT.lock" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  expect_msg "lock file ds.lock has 2 links"
+  intact "OUT.lock a hard link"
+  rm ds.lock
+  expect 0 "the build once the link is gone" -- "$TKS" build -q "${B[@]}" --output ds "$T/gcide.txt"
+  # a run directory: RUN/run.lock, then RUN/metrics.jsonl (whose lines are kept: appended to, before)
+  mkdir run && ln -s "$W/victim" run/run.lock
+  expect 2 "train with a link at RUN/run.lock" -- "$TRAIN" --dataset ds --out run "${TINY[@]}" --steps 2
+  expect_msg "lock file run/run.lock is a symbolic link"
+  intact "RUN/run.lock"
+  rm run/run.lock
+  printf '{"step": 0, "note": "the victim'"'"'s"}\n' >victim && cp victim victim.orig
+  ln -s "$W/victim" run/metrics.jsonl
+  expect 2 "train with a link at RUN/metrics.jsonl" -- "$TRAIN" --dataset ds --out run "${TINY[@]}" --steps 2
+  expect_msg "metrics file run/metrics.jsonl is a symbolic link"
+  intact "RUN/metrics.jsonl"
+  rm run/metrics.jsonl
+  expect 0 "train once the link is gone" -- "$TRAIN" --dataset ds --out run "${TINY[@]}" --steps 2
+  # --plot's temporary file, once RUN/loss.svg.tmp (gnuplot's output went through a link there)
+  if command -v gnuplot >/dev/null; then
+    ln -s "$W/victim" run/loss.svg.tmp
+    expect 0 "--plot with a link at the old temporary name" -- "$TRAIN" --plot run
+    intact "RUN/loss.svg.tmp"
+    grep -q '<svg' run/loss.svg && [[ ! -L run/loss.svg ]] && ok "loss.svg drawn as a file of its own" ||
+      fail "loss.svg: $(ls -l run/loss.svg)"
+    [[ -z $(ls run | grep 'loss.svg.tmp-') ]] && ok "no temporary left" || fail "left: $(ls run)"
+  else
+    echo "note: no gnuplot: --plot's temporary file not checked"
+  fi
+  ;;
+
+cache)
+  # a byte-level tokenizer.json made here (a token for every byte, four merges)
+  mkdir tok && python3 - tok/tokenizer.json <<'PYEOF'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+byte = dict(zip(bs, map(chr, cs)))  # GPT-2's bytes_to_unicode
+vocab = {byte[b]: b for b in range(256)}
+merges = [("t", "h"), ("i", "n"), ("e", "r"), ("a", "n")]
+for a, b in merges:
+    vocab[a + b] = len(vocab)
+json.dump({"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+           "post_processor": None, "decoder": {"type": "ByteLevel"},
+           "model": {"type": "BPE", "vocab": vocab, "merges": [a + " " + b for a, b in merges]}},
+          open(sys.argv[1], "w"))
+PYEOF
+  BT=(--tokenizer "$W/tok/tokenizer.json" --doc-split blank-line --shard-tokens 100K)
+  head -c 200000 "$T/gcide.txt" >text.txt
+  # a directory others may write: not used, said once, nothing written in it
+  mkdir shared && chmod 0777 shared
+  export TOKSHARD_CACHE_DIR=$W/shared
+  expect 0 "build with a cache directory of mode 0777" -- "$TKS" build "${BT[@]}" --output d0 text.txt
+  [[ $(grep -c "tokenizer cache" "$W/out") -eq 1 ]] &&
+    grep -q "note .*the tokenizer cache $W/shared is not used: others may write it (mode 0777).*chmod go-w" "$W/out" &&
+    ok "the summary says why, once" || fail "summary: $(grep -i cache "$W/out")"
+  [[ -z $(ls shared) ]] && ok "nothing written in the shared directory" || fail "written: $(ls shared)"
+  expect 0 "the same with --quiet" -- "$TKS" build -q "${BT[@]}" --output d1 text.txt
+  [[ $(grep -c "tokenizer cache" "$W/err") -eq 1 ]] && expect_msg "note: the tokenizer cache .*shared is not used" ||
+    fail "--quiet: $(cat "$W/err")"
+  chmod 0770 shared
+  expect 0 "a group-writable cache directory" -- "$TKS" build -q "${BT[@]}" --output d2 text.txt
+  expect_msg "shared is not used: others may write it \(mode 0770\)"
+  # XDG_CACHE_HOME whose tokshard/ another user made first (root can make one)
+  if [[ $(id -u) -eq 0 ]]; then
+    unset TOKSHARD_CACHE_DIR
+    mkdir -p xdg/tokshard && chown 65534:65534 xdg/tokshard && chmod 0755 xdg/tokshard
+    XDG_CACHE_HOME=$W/xdg expect 0 "\$XDG_CACHE_HOME/tokshard of another user" -- "$TKS" build -q "${BT[@]}" --output d3 text.txt
+    expect_msg "xdg/tokshard is not used: it belongs to user 65534"
+    [[ -z $(ls xdg/tokshard) ]] && ok "nothing written in another user's directory" || fail "written: $(ls xdg/tokshard)"
+  fi
+  # a cache of one's own: the first build parses and writes it, the second maps it;
+  # both manifests (and one without the cache) are identical and record the tables' digest
+  export TOKSHARD_CACHE_DIR=$W/mine
+  expect 0 "build with a new cache (parse)" -- "$TKS" build "${BT[@]}" --output c1 text.txt
+  ! grep -q "tokenizer cache" "$W/out" && ok "no note for a cache of one's own" || fail "note: $(grep cache "$W/out")"
+  [[ -n $(ls mine/bpe-*.tkc 2>/dev/null) && $(stat -c %a mine) == 700 && $(stat -c %a mine/cache.key) == 600 ]] &&
+    ok "the cache made private: an entry and its key" || fail "mine: $(ls -la mine)"
+  expect 0 "build again (from the cache)" -- "$TKS" build -q "${BT[@]}" --output c2 text.txt
+  TOKSHARD_CACHE_DIR=off expect 0 "build without the cache" -- "$TKS" build -q "${BT[@]}" --output c3 text.txt
+  grep -Eq '"tables_xxh3": "[0-9a-f]{32}"' c1/manifest.json && ok "the manifest records tables_xxh3" ||
+    fail "no tables_xxh3: $(grep -A3 tokenizer c1/manifest.json)"
+  cmp -s c1/manifest.json c2/manifest.json && cmp -s c1/manifest.json c3/manifest.json &&
+    ok "parsed, cached and uncached: the same manifest" || fail "manifests differ: $(diff c1/manifest.json c2/manifest.json | head -5)"
+  expect 0 "audit of the cached build" -- "$TKS" audit c2
+  unset TOKSHARD_CACHE_DIR
   ;;
 *)
   fail "unknown case $CASE"

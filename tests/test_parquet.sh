@@ -8,7 +8,8 @@
 #   shards of the JSON Lines file of the same documents, with 1 and 2
 #   threads, under mpirun -np 1, 2, 3; with small --unit-bytes (row groups as
 #   work units) the same bytes for 1 and 2 threads, mpirun -np 2 and 3, and
-#   after a kill -9 at a unit's second shard and --resume; the manifest names
+#   after a kill -9 at a unit's second shard and --resume (a file changed since
+#   is refused, naming its row groups); the manifest names
 #   the column, the row groups and the rows; train-tokenizer and
 #   verify-tokenizer read Parquet too.
 #   CASE bad: files that are not Parquet, damaged (footer length past the
@@ -131,6 +132,25 @@ EOF
   code=$?
   [[ $code -eq 2 && ! -e e ]] && grep -q "cannot resume" e.out && ok "a Parquet file rewritten since the kill: resume refused (exit $code)" ||
     fail "rewritten file: exit $code: $(tail -c 300 e.out)"
+  # a file whose bytes changed under the same size and time (one letter of an
+  # uncompressed file): the unit's hash refuses it, naming the row groups
+  # (not "bytes": a Parquet range is row groups)
+  cp -r pq/same pq2
+  LD_PRELOAD=${TKS_FAULT_LIB:-} TKS_FAULT_KILL=shard:3 "$TKS" build -q "${B[@]}" "${U[@]}" --output e2 pq2 >/dev/null 2>&1
+  f=pq2/01-none-plain.parquet
+  touch -r "$f" ref2.stamp
+  "$PY" - "$f" <<'EOF'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+i = b.find(b"ftp://ftp.gnu.org/gnu/dictionary")  # inside a plain, uncompressed data page
+assert i > 0
+b[i] = ord("F")
+open(sys.argv[1], "wb").write(b)
+EOF
+  touch -r ref2.stamp "$f"
+  expect 2 "resume after a letter of $f changed" -- "$TKS" build -q "${B[@]}" "${U[@]}" --output e2 --resume pq2
+  expect_msg "cannot resume: pq2/01-none-plain.parquet changed since the interrupted build \\(row groups [0-9]+ to [0-9]+: XXH3-128 [0-9a-f]{32}, was [0-9a-f]{32}\\), so unit [0-9]+ kept in e2.partial came from other rows"
+  grep -q "bytes" "$W/err" && fail "a Parquet range called bytes: $(cat "$W/err")" || ok "the message speaks of row groups only"
 
   # the other commands that read inputs as build does
   expect 0 "train-tokenizer on Parquet" -- "$TKS" train-tokenizer --output tok --vocab-size 600 pq/same

@@ -23,6 +23,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,9 @@ static void check_input(const uint8_t *data, size_t size) {
         covered += t.nbytes;
         FUZZ_CHECK(tks_st_find(f, t.name, &u) == 0);
         FUZZ_CHECK(memcmp(&t, &u, sizeof t) == 0);
+        /* the finiteness scan stays inside the tensor and names an element of it */
+        uint64_t bad = UINT64_MAX;
+        if (tks_st_find_nonfinite(&t, &bad, NULL)) FUZZ_CHECK(bad < t.numel);
         if (t.dtype == TKS_ST_F32) {
             float *dst = malloc(t.nbytes ? (size_t)t.nbytes : 1);
             FUZZ_CHECK(dst != NULL);
@@ -1103,6 +1107,54 @@ static void test_random_headers(int iterations) {
  * Modes for the Python test and the corpus
  * ------------------------------------------------------------------------- */
 
+/* tks_st_find_nonfinite on every floating dtype: the first NaN or infinity
+ * by its element index and value, finite extremes passed over, integers
+ * never looked at; the data unaligned, as a mapping may give it. */
+static tks_st_info nonfinite_info(tks_st_dtype d, const void *bytes, size_t nbytes, unsigned char *buf) {
+    memcpy(buf + 1, bytes, nbytes); /* one byte off: unaligned on purpose */
+    size_t esz = tks_st_dtype_size(d);
+    return (tks_st_info){.name = "t", .dtype = d, .ndim = 1, .shape = {nbytes / esz}, .numel = nbytes / esz,
+                       .nbytes = nbytes, .data = buf + 1};
+}
+static void test_nonfinite(void) {
+    unsigned char buf[128];
+    uint64_t at = 99;
+    double v = 0;
+    float f32[] = {1.0f, -0.0f, 3.4028235e38f, 1e-45f, -5.0f, NAN, INFINITY};
+    tks_st_info t = nonfinite_info(TKS_ST_F32, f32, sizeof f32, buf);
+    CHECK(tks_st_find_nonfinite(&t, &at, &v) == 1 && at == 5 && isnan(v), "F32 NaN at 5: %llu %g", ULL(at), v);
+    f32[5] = 2.0f, f32[6] = -INFINITY;
+    t = nonfinite_info(TKS_ST_F32, f32, sizeof f32, buf);
+    CHECK(tks_st_find_nonfinite(&t, &at, &v) == 1 && at == 6 && v < 0 && isinf(v), "F32 -inf at 6: %llu %g",
+          ULL(at), v);
+    t = nonfinite_info(TKS_ST_F32, f32, 6 * sizeof *f32, buf);
+    CHECK(tks_st_find_nonfinite(&t, NULL, NULL) == 0, "F32: the largest and smallest finite values pass");
+    const uint16_t bf16[] = {0x3F80, 0x7F7F, 0xFF80, 0x7FC1}, f16[] = {0x7BFF, 0xFBFF, 0x7E01, 0x7C00};
+    t = nonfinite_info(TKS_ST_BF16, bf16, sizeof bf16, buf);
+    CHECK(tks_st_find_nonfinite(&t, &at, &v) == 1 && at == 2 && isinf(v) && v < 0, "BF16 -inf at 2: %llu %g",
+          ULL(at), v);
+    t = nonfinite_info(TKS_ST_F16, f16, sizeof f16, buf);
+    CHECK(tks_st_find_nonfinite(&t, &at, &v) == 1 && at == 2 && isnan(v), "F16 NaN at 2: %llu %g", ULL(at), v);
+    const double f64[] = {1e308, -1e-308, INFINITY};
+    t = nonfinite_info(TKS_ST_F64, f64, sizeof f64, buf);
+    CHECK(tks_st_find_nonfinite(&t, &at, &v) == 1 && at == 2 && v > 0 && isinf(v), "F64 inf at 2: %llu %g",
+          ULL(at), v);
+    const float c64[] = {1, 2, 3, NAN}; /* the imaginary part of complex element 1 */
+    t = nonfinite_info(TKS_ST_C64, c64, sizeof c64, buf);
+    CHECK(tks_st_find_nonfinite(&t, &at, &v) == 1 && at == 1 && isnan(v), "C64 NaN in element 1: %llu", ULL(at));
+    const uint8_t e5m2[] = {0x7B, 0xFB, 0x7C}, e4m3[] = {0x7E, 0xFE, 0xFF}, e8m0[] = {0xFE, 0x00, 0xFF};
+    t = nonfinite_info(TKS_ST_F8_E5M2, e5m2, sizeof e5m2, buf);
+    CHECK(tks_st_find_nonfinite(&t, &at, &v) == 1 && at == 2 && isinf(v), "F8_E5M2 inf at 2: %llu", ULL(at));
+    t = nonfinite_info(TKS_ST_F8_E4M3, e4m3, sizeof e4m3, buf);
+    CHECK(tks_st_find_nonfinite(&t, &at, &v) == 1 && at == 2 && isnan(v), "F8_E4M3 NaN at 2: %llu", ULL(at));
+    t = nonfinite_info(TKS_ST_F8_E8M0, e8m0, sizeof e8m0, buf);
+    CHECK(tks_st_find_nonfinite(&t, &at, &v) == 1 && at == 2 && isnan(v), "F8_E8M0 NaN at 2: %llu", ULL(at));
+    const uint32_t i32[] = {0x7F800000u, 0xFFFFFFFFu};
+    t = nonfinite_info(TKS_ST_I32, i32, sizeof i32, buf);
+    CHECK(tks_st_find_nonfinite(&t, &at, &v) == 0, "integers are never NaN");
+    CHECK(tks_st_find_nonfinite(NULL, &at, &v) == 0, "NULL");
+}
+
 static int write_files(const char *dir) {
     char path[PATH_MAX];
     tks_st_tensor *t = make_tensors(g_mixed, N_MIXED, 0);
@@ -1240,6 +1292,7 @@ int main(int argc, char **argv) {
     test_writer_errors();
     test_corrupt_cases();
     test_truncations();
+    test_nonfinite();
     test_mutations(10000);
     test_random_headers(5000);
 

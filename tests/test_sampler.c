@@ -44,6 +44,8 @@ static double now(void) {
 
 static char work[1024];
 
+static void plan_links(tks_dataset *ds, uint64_t b, uint64_t e, uint32_t L, const char *name);
+
 static void mkdirs(const char *d) {
     char cmd[PATH_MAX + 32];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", d, d);
@@ -1283,6 +1285,7 @@ static void test_plan_files(void) {
               tks_last_error()->message);
         tks_sampler_free(x);
     }
+    plan_links(ds, b, e, L, strrchr(f1, '/') + 1);
     copy_file(keep, f1);
     unlink(keep);
     printf("plan files: %llu groups, %llu windows, %lld bytes; 1 process and %d ranks wrote the same file\n",
@@ -1292,6 +1295,52 @@ static void test_plan_files(void) {
     tks_sampler_free(p3);
     free(sm), free(sf), free(lm), free(lf);
     tks_dataset_close(ds);
+}
+
+/* Links planted at a plan's predictable names in a --pack-plans directory
+ * others share (name: the plan file's name): at <name>.partial the plan is
+ * made anyway, never through the link; at <name>.lock the making is
+ * refused, naming the lock; the file they point at is unchanged either way. */
+static void plan_links(tks_dataset *ds, uint64_t b, uint64_t e, uint32_t L, const char *name) {
+    static const char victim_text[] = "the victim's own file\n";
+    char d[PATH_MAX], victim[PATH_MAX + 16], nowhere[PATH_MAX + 32];
+    snprintf(d, sizeof d, "%s/plans-links", work);
+    mkdirs(d);
+    snprintf(victim, sizeof victim, "%s/victim", d);
+    snprintf(nowhere, sizeof nowhere, "%s/created-through-a-link", d);
+    FILE *f = fopen(victim, "w");
+    CHECK(f && fputs(victim_text, f) >= 0, "write %s", victim);
+    if (f) fclose(f);
+    static const char *const kind[] = {"a symbolic link", "a dangling symbolic link", "a hard link"};
+    for (int at_lock = 0; at_lock < 2; at_lock++) {
+        for (int k = 0; k < 3; k++) {
+            char plan[PATH_MAX * 2], planted[PATH_MAX * 2 + 16];
+            snprintf(plan, sizeof plan, "%s/%s", d, name);
+            snprintf(planted, sizeof planted, "%s%s", plan, at_lock ? ".lock" : ".partial");
+            unlink(plan);
+            int made = k == 0 ? symlink(victim, planted) : k == 1 ? symlink(nowhere, planted) : link(victim, planted);
+            CHECK(made == 0, "plant %s", planted);
+            tks_sampler *x = NULL;
+            int rc = tks_sampler_create_planned(ds, b, e, L, 5, 2, d, NULL, &x);
+            const char *m = tks_last_error()->message;
+            if (at_lock)
+                CHECK(rc == TKS_ERR_IO && !x && strstr(m, planted) && strstr(m, k == 2 ? "links" : "symbolic link"),
+                      "%s at %s: rc %d: %s", kind[k], planted, rc, m);
+            else
+                CHECK(rc == 0 && x, "%s at %s: rc %d: %s", kind[k], planted, rc, m);
+            tks_sampler_free(x);
+            char got[64] = "";
+            FILE *v = fopen(victim, "rb");
+            size_t n = v ? fread(got, 1, sizeof got, v) : 0;
+            if (v) fclose(v);
+            CHECK(n == sizeof victim_text - 1 && !memcmp(got, victim_text, n), "%s at %s: %s was written through",
+                  kind[k], planted, victim);
+            CHECK(access(nowhere, F_OK) != 0, "%s at %s: %s was created through it", kind[k], planted, nowhere);
+            unlink(planted);
+            unlink(nowhere); /* each case from an intact victim */
+            if ((f = fopen(victim, "w"))) fputs(victim_text, f), fclose(f);
+        }
+    }
 }
 
 /* ---------------------------------------------------------------------------

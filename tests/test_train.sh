@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end tests of tokshard-train / tokshard-generate on real text (dict-gcide).
 # Usage: test_train.sh BIN_DIR WORKDIR CASE
-#   CASE: setup | train | resume | safety | checkpoint | plan | generate | lock | bf16 | faults | cli | profile | stepmodel | mix
+#   CASE: setup | train | resume | safety | checkpoint | plan | generate | lock | bf16 | faults | cli | profile | stepmodel | mix | eval
 # `setup` builds the small dataset the other cases share (a ctest fixture).
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -12,6 +12,7 @@ TKS=$BIN/tokshard
 TRAIN=$BIN/tokshard-train
 GEN=$BIN/tokshard-generate
 FORGE=$BIN/forge_token
+FORGE_CKPT=$BIN/forge_ckpt
 S=$W/setup
 W=$W/$CASE-run
 rm -rf "$W" && mkdir -p "$W"
@@ -143,6 +144,31 @@ checkpoint)
   cp -r $C c4 && truncate -s -4 c4/config.json
   expect 2 "truncated config.json" -- "$TRAIN" --dataset "$S/data" --out x4 --steps 8 "${M[@]}" --resume c4
   expect_msg "config.json is corrupt"
+  # NaN and infinities with consistent checksums (a checkpoint rewritten by
+  # another tool): generation, export and a resume refuse them, naming the
+  # file, the tensor and the element (generation printed only the prompt,
+  # export wrote the model, a resume trained a step and then said to resume
+  # from the same checkpoint)
+  cp -r $C n1 && "$FORGE_CKPT" n1 model.safetensors model.layers.1.mlp.up_proj.weight 70 nan ||
+    fail "forge_ckpt n1"
+  NAN_MSG="n1 is not a usable checkpoint: model.safetensors holds NaN in model.layers.1.mlp.up_proj.weight at element 70 \\(index \\[2, 6\\] of shape \\[96, 32\\]\\).*earlier checkpoint"
+  expect 2 "generate from a NaN weight" -- "$GEN" --checkpoint n1 --prompt "A dog" --max-tokens 4 --temperature 0
+  expect_msg "$NAN_MSG"
+  [[ ! -s $W/out ]] && ok "generate printed nothing on stdout" || fail "generate printed: $(cat "$W/out")"
+  expect 2 "export-hf of a NaN weight" -- "$TKS" export-hf n1 hf1
+  expect_msg "$NAN_MSG"
+  [[ ! -e hf1 ]] && ok "nothing exported" || fail "hf1 exported"
+  expect 2 "resume from a NaN weight" -- "$TRAIN" --dataset "$S/data" --out x5 --steps 8 "${M[@]}" --change-schedule --resume n1
+  expect_msg "$NAN_MSG"
+  grep -qs '"loss"' x5/metrics.jsonl && fail "a step ran from the NaN checkpoint" || ok "no step ran"
+  cp -r $C n2 && "$FORGE_CKPT" n2 optimizer.safetensors model.norm.weight.exp_avg_sq 3 inf || fail "forge_ckpt n2"
+  expect 2 "resume from an infinite AdamW moment" -- "$TRAIN" --dataset "$S/data" --out x6 --steps 8 "${M[@]}" --change-schedule --resume n2
+  expect_msg "n2 is not a usable checkpoint: optimizer.safetensors holds \\+inf in model.norm.weight.exp_avg_sq at element 3 \\(index \\[3\\] of shape \\[32\\]\\)"
+  grep -qs '"loss"' x6/metrics.jsonl && fail "a step ran from the inf moment" || ok "no step ran"
+  cp -r $C n3 && "$FORGE_CKPT" n3 model.safetensors model.embed_tokens.weight 33 -inf || fail "forge_ckpt n3"
+  expect 2 "export-hf of a -inf embedding" -- "$TKS" export-hf n3 hf3
+  expect_msg "model.safetensors holds -inf in model.embed_tokens.weight at element 33 \\(index \\[1, 1\\] of shape \\[1000, 32\\]\\)"
+  expect 0 "the untouched checkpoint still exports" -- "$TKS" export-hf $C hf0
   mkdir -p r/checkpoints/step-00000009.tmp
   expect 0 "a half-written checkpoint dir is ignored by --resume latest" -- "$TRAIN" --dataset "$S/data" \
     --out r --steps 6 "${M[@]}" --resume latest --change-schedule
@@ -387,7 +413,7 @@ cli)
   expect 0 "--help" -- "$TRAIN" --help
   for f in --dataset --out --resume --steps --seq-len --global-batch --micro-batch --seed --dim \
     --n-layers --n-heads --n-kv-heads --ffn-dim --lr --warmup --weight-decay --grad-clip --val-tokens \
-    --eval-every --save-every --dry-run --tie-embeddings --vocab-divisible-by; do
+    --eval-every --save-every --dry-run --eval-only --tie-embeddings --vocab-divisible-by; do
     grep -q -- "$f" "$W/out" || fail "--help does not list $f"
   done
   ok "--help lists every flag"
@@ -652,6 +678,87 @@ EOF
   expect 0 "sample-plan --run follows the new schedule" -- "$TKS" sample-plan --run moved --steps 7:9
   [[ $(grep -c "^step 9 .* source b " "$W/out") -eq 8 && $(grep -c "^step 7 .* source b " "$W/out") -eq 0 ]] &&
     ok "step 7 reads no b, step 9 only b, as the changed schedule says" || fail "plan: $(grep '^step [79] ' "$W/out" | head -4)"
+  ;;
+eval)
+  # --eval-only: a checkpoint's loss on validation windows without training.
+  # With the training's own flags it is the training's final validation
+  # line, bit for bit; other packings and document flags give their own.
+  # val_of FILE KEY: the last evaluation's KEY (a number, or a JSON object) in FILE
+  val_of() { python3 -c 'import json, sys; print(json.dumps([json.loads(l) for l in open(sys.argv[1]) if "val_loss" in l][-1][sys.argv[2]]))' "$1" "$2"; }
+  expect 0 "train 6 steps" -- "$TRAIN" --dataset "$S/data" --out run --steps 6 "${M[@]}" --eval-every 3
+  C=run/checkpoints/step-00000006
+  want=$(val_of run/metrics.jsonl val_loss)
+  expect 0 "--eval-only with the training's flags" -- "$TRAIN" --dataset "$S/data" --eval-only --resume $C "${M[@]}"
+  grep '^{' "$W/out" >ev.json
+  [[ $(val_of ev.json val_loss) == "$want" ]] && ok "the training's final validation loss: $want" ||
+    fail "--eval-only gives $(val_of ev.json val_loss), the training $want"
+  grep -Eq "^checkpoint $C \(step 6\): validation loss $want; packing concat, --doc-mask off" "$W/out" &&
+    grep -Eq "^  data: $want on 32 of its 127 validation windows \(1024 targets\)" "$W/out" &&
+    ok "the summary names the settings and the windows" || fail "summary: $(cat "$W/out")"
+  [[ $(ls | grep -vx -e err -e out | tr '\n' ' ') == "ev.json run " ]] && ok "nothing written" ||
+    fail "written: $(ls | tr '\n' ' ')"
+  # the checkpoint's settings are taken: without the sampling flags, the same loss
+  expect 0 "--eval-only with the model flags only" -- "$TRAIN" --dataset "$S/data" --eval-only --resume $C \
+    --micro-batch 4 --threads 2
+  [[ $(grep '^{' "$W/out" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["val_loss"]))') == "$want" ]] &&
+    ok "seq-len, global batch and val-tokens from the checkpoint" || fail "$(cat "$W/out")"
+  # each packing and document setting its own number, each finite (with the
+  # mask, --reset-positions changes only rounding: RoPE scores depend on
+  # distances inside a document, docs/SAMPLING.md section 3)
+  declare -A got
+  for mode in "concat" "concat --doc-mask" "best-fit" "best-fit --doc-mask" "best-fit --doc-mask --reset-positions"; do
+    read -r -a f <<<"--packing $mode"
+    expect 0 "--eval-only $mode" -- "$TRAIN" --dataset "$S/data" --eval-only --resume $C "${M[@]}" "${f[@]}"
+    got[$mode]=$(grep '^{' "$W/out" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["val_loss"]))')
+  done
+  [[ ${got[concat]} == "$want" ]] && ok "--packing concat is the default" || fail "concat ${got[concat]} vs $want"
+  n=$(printf '%s\n' "${got[concat]}" "${got[concat --doc-mask]}" "${got[best-fit]}" "${got[best-fit --doc-mask]}" |
+    sort -u | grep -c '^[0-9]')
+  [[ $n -eq 4 ]] && ok "4 settings, 4 losses: ${got[concat]} ${got[concat --doc-mask]} ${got[best-fit]} ${got[best-fit --doc-mask]}" ||
+    fail "losses: $(for k in "${!got[@]}"; do printf '%s=%s ' "$k" "${got[$k]}"; done)"
+  awk -v a="${got[best-fit --doc-mask]}" -v b="${got[best-fit --doc-mask --reset-positions]}" \
+    'BEGIN {d = a - b; exit !(d < 1e-4 && d > -1e-4)}' && ok "--reset-positions under the mask: the same loss to rounding" ||
+    fail "--reset-positions under the mask: ${got[best-fit --doc-mask --reset-positions]} vs ${got[best-fit --doc-mask]}"
+  # the windows an evaluation reads are spread over the split, not its first
+  # ones: a best-fit plan numbers its windows longest documents first, so its
+  # first 32 are full windows of one long document each (1024 targets, and
+  # --doc-mask changes nothing there); spread, they hold short documents too
+  expect 0 "--eval-only best-fit: which windows" -- "$TRAIN" --dataset "$S/data" --eval-only --resume $C "${M[@]}" \
+    --packing best-fit
+  t=$(grep '^{' "$W/out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["targets"]["data"])')
+  [[ $t -lt 1000 ]] && ok "best-fit: the 32 windows evaluated hold $t targets (padding after whole documents)" ||
+    fail "best-fit: the 32 windows evaluated hold $t targets: only full windows"
+  # a run trained with best-fit and --doc-mask: its own flags give its final line
+  expect 0 "train 4 steps best-fit --doc-mask" -- "$TRAIN" --dataset "$S/data" --out bf --steps 4 "${M[@]}" \
+    --packing best-fit --doc-mask
+  expect 0 "--eval-only of it, its flags" -- "$TRAIN" --dataset "$S/data" --eval-only --resume bf/checkpoints/step-00000004 \
+    "${M[@]}" --packing best-fit --doc-mask
+  [[ $(grep '^{' "$W/out" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["val_loss"]))') == \
+     "$(val_of bf/metrics.jsonl val_loss)" ]] && ok "best-fit: the training's final validation loss" ||
+    fail "best-fit: $(grep '^{' "$W/out") vs $(val_of bf/metrics.jsonl val_loss)"
+  # a mixture: the loss per source and the weighted mean, as the training's last line
+  head -c 900000 "$S/gcide.txt" | tail -c 300000 >b.txt
+  expect 0 "a second source with the same tokenizer" -- "$TKS" build -q --tokenizer "$S/tok.model" --output src-b \
+    --doc-split blank-line --append-eos b.txt
+  X=(--dataset a="$S/data":0.7 --dataset b=src-b:0.3)
+  expect 0 "train a mixture 4 steps" -- "$TRAIN" "${X[@]}" --out mix --steps 4 "${M[@]}" --doc-mask
+  expect 0 "--eval-only of the mixture" -- "$TRAIN" "${X[@]}" --eval-only --resume mix/checkpoints/step-00000004 \
+    "${M[@]}" --doc-mask
+  grep '^{' "$W/out" >evm.json
+  [[ $(val_of evm.json val_loss) == "$(val_of mix/metrics.jsonl val_loss)" &&
+     $(val_of evm.json val_loss_by_source) == "$(val_of mix/metrics.jsonl val_loss_by_source)" ]] &&
+    ok "the mixture's mean and per-source losses: $(val_of evm.json val_loss_by_source)" ||
+    fail "mixture: $(cat evm.json) vs $(grep val_loss mix/metrics.jsonl | tail -1)"
+  grep -q "validation loss .* (weighted mean)" "$W/out" && grep -q "^  a: " "$W/out" && grep -q "^  b: " "$W/out" &&
+    ok "a line per source" || fail "$(cat "$W/out")"
+  # refusals
+  expect 2 "--eval-only without --resume" -- "$TRAIN" --dataset "$S/data" --eval-only "${M[@]}"
+  expect_msg "--eval-only needs --resume CHECKPOINT"
+  expect 2 "--eval-only on a dataset of another tokenizer" -- "$TRAIN" --dataset "$S/data2" --eval-only --resume $C "${M[@]}"
+  expect_msg "trained with tokenizer"
+  expect 2 "--eval-only without validation windows" -- "$TRAIN" --dataset "$S/data" --eval-only --resume $C \
+    "${M[@]}" --val-tokens 0
+  expect_msg "--eval-only: there are no validation windows"
   ;;
 *)
   echo "unknown case $CASE" >&2

@@ -311,6 +311,8 @@ typedef struct tks_build_stats {
                                     * leaves unassigned, and the documents holding them, units
                                     * kept from an interrupted run included; recorded in the
                                     * manifest's tokenizer record */
+    char tokenizer_cache[1408];     /* why the tokenizer cache was left unused (tks_tok_cache_note),
+                                    * or "" */
     char skipped_inputs[2048];     /* "PATH: why\n" for each input left out under bad_input
                                     * SKIP (input.bad_inputs_skipped of them); cut with a
                                     * note when longer: the manifest lists every one */

@@ -545,7 +545,6 @@ void tks_bpe_free(tks_bpe *b) {
         free(b->vslot);
         free(b->mslot);
         free(b->mq);
-        free(b->r2n);
         free(b->added_raw.tok);
         free(b->added_norm.tok);
         free(b->added_text);

@@ -242,29 +242,57 @@ int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable) {
     return rc ? rc : finish_common(b);
 }
 
+static int by_rank(const void *a, const void *b) {
+    uint32_t x = ((const tks__bpe_merge *)a)->rank, y = ((const tks__bpe_merge *)b)->rank;
+    return x < y ? -1 : x > y;
+}
+
+static unsigned bits_for(uint64_t n) { /* the bits that hold 0 .. n - 1 (at least 1) */
+    unsigned k = 1;
+    while (k < 64 && (1ull << k) < n) k++;
+    return k;
+}
+
 int tks__bpe_mq_build(tks_bpe *b) {
-    if (b->mode != TKS__BPE_MERGES || b->n_ids > (1u << 20)) return 0;
-    uint32_t nm = 0;
-    for (size_t i = 0; i <= b->mmask; i++)
-        if (b->mslot[i].key && b->mslot[i].rank + 1 > nm) nm = b->mslot[i].rank + 1;
-    if (nm >= (1u << 24) - 1) return 0;
-    /* about half full: most probes stay in the slot's 64-byte line */
-    size_t slots = tks__bpe_pow2((size_t)nm + nm / 2 + 1);
-    b->mq = calloc(slots, sizeof *b->mq);
-    b->r2n = calloc(nm ? nm : 1, sizeof *b->r2n);
-    if (!b->mq || !b->r2n) return tks__bpe_nomem(b, "the merge table");
-    b->mqmask = slots - 1;
-    b->n_merges = nm;
-    for (size_t i = 0; i <= b->mmask; i++) {
-        const tks__bpe_merge *m = &b->mslot[i];
-        if (!m->key) continue;
-        uint64_t l = (m->key - 1) >> 32, r = (m->key - 1) & 0xffffffffu, k = l << 20 | r;
-        size_t h = tks__bpe_mix64(k) & b->mqmask;
-        while (b->mq[h]) h = (h + 1) & b->mqmask; /* mslot holds each pair once */
-        b->mq[h] = k << 24 | (m->rank + 1);
-        b->r2n[m->rank] = m->new_id;
+    if (b->mode != TKS__BPE_MERGES) return 0;
+    size_t nm = 0;
+    for (size_t i = 0; i <= b->mmask; i++) nm += b->mslot[i].key != 0;
+    tks__bpe_merge *m = malloc((nm ? nm : 1) * sizeof *m);
+    if (!m) return tks__bpe_nomem(b, "the merge table");
+    for (size_t i = 0, k = 0; i <= b->mmask; i++)
+        if (b->mslot[i].key) m[k++] = b->mslot[i];
+    qsort(m, nm, sizeof *m, by_rank);
+    /* the priority (new id, place among the merges of that id) must rise
+     * with the rank: true of merges listed as their tokens were made */
+    uint32_t *place = calloc(b->n_ids ? b->n_ids : 1, sizeof *place), most = 0;
+    int ok = place != NULL;
+    uint64_t last = 0;
+    for (size_t k = 0; ok && k < nm; k++) {
+        uint32_t q = place[m[k].new_id]++;
+        most = q + 1 > most ? q + 1 : most;
+        uint64_t pr = (uint64_t)m[k].new_id << 32 | q;
+        ok = k == 0 || pr > last;
+        last = pr;
     }
-    return 0;
+    unsigned id = bits_for(b->n_ids), sub = bits_for(most), pb = id + sub + 1;
+    ok = ok && 2 * id + pb <= 64;
+    size_t slots = tks__bpe_pow2(nm + nm / 2 + 1); /* about half full: most probes in one 64-byte line */
+    if (ok && !(b->mq = calloc(slots, sizeof *b->mq))) ok = -1;
+    if (ok == 1) {
+        b->mqmask = slots - 1;
+        b->mq_id = id, b->mq_sub = sub, b->mq_p = pb;
+        memset(place, 0, (b->n_ids ? b->n_ids : 1) * sizeof *place);
+        for (size_t k = 0; k < nm; k++) {
+            uint64_t l = (m[k].key - 1) >> 32, r = (m[k].key - 1) & 0xffffffffu, key = l << id | r;
+            uint64_t pr = (uint64_t)m[k].new_id << sub | place[m[k].new_id]++;
+            size_t h = tks__bpe_mix64(key) & b->mqmask;
+            while (b->mq[h]) h = (h + 1) & b->mqmask; /* each pair once */
+            b->mq[h] = key << pb | (pr + 1);
+        }
+    }
+    free(place);
+    free(m);
+    return ok < 0 || (!place && nm) ? tks__bpe_nomem(b, "the merge table") : 0;
 }
 
 int tks__bpe_finish_cached(tks_bpe *b) {

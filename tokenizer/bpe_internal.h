@@ -107,11 +107,13 @@ struct tks_bpe {
     unsigned seed_bits;
     tks__bpe_merge *mslot;/* TKS__BPE_MERGES: the merges */
     size_t mmask;
-    uint64_t *mq;         /* or NULL: the merges again, compact, for the encoder (ids below 2^20, under
-                           * 2^24 merges): left id << 44 | right id << 24 | rank + 1 a slot, 0 empty
-                           * (bpe_build.c: tks__bpe_mq_build); the new ids by rank in r2n */
+    uint64_t *mq;         /* or NULL: the merges again, one 8-byte slot each, for the encoder
+                           * (bpe_build.c: tks__bpe_mq_build): (left id << mq_id | right id) <<
+                           * mq_p | (priority + 1), 0 empty; the priority, new id << mq_sub | the
+                           * merge's place among those of its new id, orders the merges as
+                           * their ranks do */
     size_t mqmask;
-    uint32_t *r2n, n_merges;
+    unsigned mq_id, mq_sub, mq_p;
     int ignore_merges;    /* a piece that is a token is that token (always for tiktoken) */
     int nfc;
     tks__bpe_splitter split[TKS__BPE_MAX_SPLITS];
@@ -136,6 +138,7 @@ struct tks_bpe {
     size_t cache_len;
     int no_cache;         /* parsed from its file: the tokenizer cache neither read nor written
                            * (tks_tok_opts.no_cache) */
+    char cache_note[1408]; /* why the cache directory was left unused, or "" (tks_bpe_cache_note) */
 };
 
 /* bpe_patterns.c: tokenizers' ByteLevel regex (pre_tokenizers/byte_level.rs),
@@ -201,8 +204,9 @@ int tks__bpe_add_token(tks_bpe *b, const char *content, size_t len, uint32_t id,
  * usable is NULL), the added-token matchers and the per-thread scratch:
  * the last step of either loader. */
 int tks__bpe_finish(tks_bpe *b, uint32_t n, const uint8_t *usable);
-/* bpe_build.c: the compact merge table of a handle with merges (b->mq, b->r2n),
- * when its ids and merges fit it. 0, or TKS_ERR_NOMEM. */
+/* bpe_build.c: the compact merge table of a handle with merges (b->mq), when
+ * its merges' ranks order them as (new id, place among the merges of that
+ * id) does and the fields fit 64 bits. 0, or TKS_ERR_NOMEM. */
 int tks__bpe_mq_build(tks_bpe *b);
 /* bpe_seed.c: the seed table of a handle whose vocabulary and merge tables
  * are built (bpe_pcache.h): 0, or TKS_ERR_NOMEM. */
@@ -217,10 +221,11 @@ int tks__bpe_finish_cached(tks_bpe *b);
  * that key (the file being loaded has source_size bytes): 0 when it did (b
  * is complete but for what the caller sets itself: a ranks file's tt_*
  * fields and the fingerprint), 1 when there is no usable cache file (b
- * untouched), or an error (b must be freed). _store writes b's cache file
- * under the key; failures leave no file and no error. */
+ * untouched but for b->cache_note), or an error (b must be freed). _store
+ * writes b's cache file under the key; failures leave no file and no error.
+ * Either sets b->cache_note when the cache directory or its key is refused. */
 int tks__bpe_cache_load(tks_bpe *b, const uint8_t key[16], size_t source_size);
-void tks__bpe_cache_store(const tks_bpe *b, const uint8_t key[16], size_t source_size);
+void tks__bpe_cache_store(tks_bpe *b, const uint8_t key[16], size_t source_size);
 
 /* bpe_pretok.c: the hand matchers. tks__bpe_fast_program: the matcher of a
  * pattern text (TKS__FAST_NONE for any other); tks__bpe_fast_init: builds

@@ -28,7 +28,7 @@ typedef struct probe {
 } probe;
 
 /* The lookup key of the pair of symbols l, r whose bytes are t[s0 .. s1)
- * (merges: l << 20 | r in the compact table, else (l << 32 | r) + 1; ranks:
+ * (merges: l << mq_id | r in the compact table, else (l << 32 | r) + 1; ranks:
  * the hash of the bytes, their packed key's
  * (bpe_pcache.h) when they are short: the seed holds every short token, its
  * id its rank), its slot fetched now for pair_rank later. Bytes up to lim
@@ -43,7 +43,7 @@ static inline uint64_t pair_key(const tks_bpe *b, const char *t, const char *lim
         key = XXH3_64bits(t + s0, s1 - s0);
         __builtin_prefetch(&b->vslot[key & b->vmask]);
     } else if (b->mq) {
-        key = (uint64_t)l << 20 | r;
+        key = (uint64_t)l << b->mq_id | r;
         __builtin_prefetch(&b->mq[tks__bpe_mix64(key) & b->mqmask]);
     } else {
         key = ((uint64_t)l << 32 | r) + 1;
@@ -53,7 +53,9 @@ static inline uint64_t pair_key(const tks_bpe *b, const char *t, const char *lim
 }
 
 /* The pair of pair_key's key: rank << 32 | new id (in rank mode both are
- * the token's id of t[s0 .. s1)); UINT64_MAX when it merges into nothing. */
+ * the token's id of t[s0 .. s1); with the compact table the priority in
+ * place of the rank, which orders alike); UINT64_MAX when it merges into
+ * nothing. */
 static inline uint64_t pair_rank(const tks_bpe *b, const char *t, const char *lim, uint64_t key, size_t s0,
                                  size_t s1) {
     if (b->mode == TKS__BPE_RANKS && s1 - s0 <= PKEY_MAX) {
@@ -64,13 +66,13 @@ static inline uint64_t pair_rank(const tks_bpe *b, const char *t, const char *li
         uint32_t id = tks__bpe_vocab_find_h(b, t + s0, s1 - s0, key);
         return id == TKS_NO_ID ? UINT64_MAX : (uint64_t)id << 32 | id;
     }
-    if (b->mq) {
+    if (b->mq) { /* one slot: the priority orders as the rank, and holds the new id */
         for (size_t i = tks__bpe_mix64(key) & b->mqmask;; i = (i + 1) & b->mqmask) {
             uint64_t v = b->mq[i];
             if (!v) return UINT64_MAX;
-            if (v >> 24 == key) {
-                uint32_t rank = (uint32_t)(v & 0xffffffu) - 1;
-                return (uint64_t)rank << 32 | b->r2n[rank];
+            if (v >> b->mq_p == key) {
+                uint64_t pr = (v & ((1ull << b->mq_p) - 1)) - 1;
+                return pr << 32 | (uint32_t)(pr >> b->mq_sub);
             }
         }
     }

@@ -341,4 +341,7 @@ void tks_tokenizer_record(const tks_tok *tk, tks_tokenizer_info *out) {
         }
     }
     out->n_reserved = n <= TKS_MAX_RESERVED ? n : 0;
+    out->has_tables = tk->bpe && tks_bpe_tables_xxh3(tk->bpe, out->tables_xxh3);
 }
+
+const char *tks_tok_cache_note(const tks_tok *t) { return t->bpe ? tks_bpe_cache_note(t->bpe) : ""; }

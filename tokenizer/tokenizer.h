@@ -170,15 +170,32 @@ typedef struct tks_bpe tks_bpe;
  * $HOME/.cache/tokshard; TOKSHARD_CACHE_DIR=off turns it off) under the
  * file's XXH3-128; the next load of the same bytes maps that file instead
  * of parsing (a 9 MB, 128k-id tokenizer.json: 0.2 s parsed, 4 ms cached).
- * A cache file is used only when the user owns it and no one else may
- * write it, and is checked whole before use (this build's identity, the
- * source's fingerprint and size, checksums, every table's ranges) and
- * ignored and rewritten when any check fails; failing to write one is not
- * an error. tokenizer/bpe_cache.c gives the format.
+ * The directory is used only when it belongs to the user and no one else
+ * may write it (else tks_bpe_cache_note says why, and every load parses);
+ * entries are written under new random names (never through a link) and
+ * read only when they are the user's, not writable by others, carry
+ * checksums under the user's own key (the directory's cache.key: an entry
+ * edited or from another user or machine fails them), and pass every check
+ * (this build's identity, the source's fingerprint and size, every table's
+ * ranges); one that fails is ignored and rewritten; failing to write one is
+ * not an error. tokenizer/bpe_cache.c gives the format and the promise.
  */
 int tks_bpe_load(const char *path, tks_bpe **out);
 /* 1 when the handle's tables came from the tokenizer cache. */
 int tks_bpe_from_cache(const tks_bpe *b);
+/* Why the tokenizer cache was left unused for this load: a sentence naming
+ * the directory, what is wrong with it (another user's, writable by others,
+ * a key file that is not private) and what to do; "" when the cache was
+ * used, written or is off. Owned by the handle; the library never prints
+ * it: the caller shows it once. */
+const char *tks_bpe_cache_note(const tks_bpe *b);
+/* The XXH3-128 (canonical bytes) of the tables the handle encodes with, in
+ * the tokenizer cache's compact form (bpe_cache.c), taken from the tables
+ * themselves (a pass over them: a few milliseconds for a 128k-id
+ * tokenizer): the same whether they were parsed or mapped from a cache
+ * entry, for one tokshard build. Into out[16]: 1, or 0 when out of memory
+ * (out unset). */
+int tks_bpe_tables_xxh3(const tks_bpe *b, uint8_t out[16]);
 /* Frees the handle and every thread's scratch. Accepts NULL. No encode or
  * decode may be running on it. */
 void tks_bpe_free(tks_bpe *b);
@@ -457,6 +474,9 @@ const char *tks_tok_encoder(const tks_tok *t);
 const char *tks_tok_fast_unavailable(const tks_tok *t); /* NULL for a tokenizer.json */
 /* The word caches' hits and the special tokens found in the text. */
 void tks_tok_encoder_stats(const tks_tok *t, tks_encoder_stats *st);
+/* tks_bpe_cache_note of a byte-level tokenizer; "" for a sentencepiece
+ * model (no cache). Owned by the handle. */
+const char *tks_tok_cache_note(const tks_tok *t);
 
 /*
  * Writes the model at `model_path` as a Hugging Face fast tokenizer into the
@@ -545,8 +565,9 @@ void tks_spm_compare_free(tks_spm_compare *c);
 /* The manifest's tokenizer record (tks_tokinfo.h) of a dataset built or
  * imported with tk, whose copy is stored as tks_tok_file_name(tk)
  * ("tokenizer.model", "tokenizer.json" or "tiktoken.json"): name,
- * fingerprint, vocabulary, model type, special ids and the ranges of ids no
- * text produces. tk is borrowed; no error. */
+ * fingerprint, vocabulary, model type, special ids, the ranges of ids no
+ * text produces and, for a byte-level tokenizer, the digest of the tables
+ * it encodes with (tks_bpe_tables_xxh3). tk is borrowed; no error. */
 void tks_tokenizer_record(const tks_tok *tk, tks_tokenizer_info *out);
 
 #ifdef __cplusplus

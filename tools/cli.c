@@ -29,6 +29,13 @@ int cli_lib_error(void) {
     return e->code == TKS_ERR_INTERRUPTED ? EXIT_INTERRUPTED : EXIT_USAGE;
 }
 
+void cli_note_once(const char *note) {
+    static int said;
+    if (!note || !*note || said) return;
+    said = 1;
+    fprintf(stderr, "%s: note: %s\n", cli_prog, note);
+}
+
 int cli_parse_size(const char *s, uint64_t *out) {
     char *end;
     errno = 0;

@@ -18,6 +18,10 @@ extern const char *cli_prog;
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints the last library error; returns EXIT_INTERRUPTED or EXIT_USAGE. */
 int cli_lib_error(void);
+/* Prints "PROG: note: <note>" on stderr the first time a process passes a
+ * non-empty note (a tokenizer cache left unused: tks_tok_cache_note), never
+ * again; NULL or "" prints nothing. */
+void cli_note_once(const char *note);
 /* "123", "64K", "16M", "2G" (powers of 1024), "1e6" -> *out. Returns 0 or -1. */
 int cli_parse_size(const char *s, uint64_t *out);
 /* A float; returns 0 or -1. */

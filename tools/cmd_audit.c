@@ -68,9 +68,10 @@ int cli_audit(int argc, char **argv) {
      * vocabulary; a file that does not load as a tokenizer is compared by
      * its bytes and reported by the audit */
     tks_tok *tk = NULL;
-    if (ao.tokenizer_path && tks_tok_load_opts(ao.tokenizer_path, &to, &tk) == 0)
+    if (ao.tokenizer_path && tks_tok_load_opts(ao.tokenizer_path, &to, &tk) == 0) {
         ao.tokenizer_fp = tks_tok_fingerprint(tk);
-    else if (ao.tokenizer_path && (to.pattern || to.special_tokens || fo.format))
+        cli_note_once(tks_tok_cache_note(tk));
+    } else if (ao.tokenizer_path && (to.pattern || to.special_tokens || fo.format))
         return cli_lib_error();
     tks_clear_error();
     tks_tokenizer_info ti;

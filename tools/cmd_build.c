@@ -143,6 +143,7 @@ static void print_build_summary(const tks_build_stats *s, const char *out) {
     if (s->encoder_stats.special_matched)
         printf("  special text  %llu special tokens' text in documents encoded as the special ids "
                "(--allow-special-in-text)\n", (unsigned long long)s->encoder_stats.special_matched);
+    if (s->tokenizer_cache[0]) printf("  note          %s\n", s->tokenizer_cache);
     if (i->json_as_text)
         printf("  note          %llu *.json inputs read as text (--format auto); if they are "
                "JSON Lines, build again with --format jsonl\n",
@@ -233,6 +234,7 @@ int cli_build(int argc, char **argv) {
     if (dist_launched_many() ? rank == 0 : o.progress != NULL) fprintf(stderr, "\n");
     if (rc) return dist_finish(cli_lib_error());
     if (!quiet && rank == 0) print_build_summary(&st, o.out_dir);
+    else if (rank == 0) cli_note_once(st.tokenizer_cache); /* --quiet: said on stderr all the same */
     if (rank == 0 && st.unassigned) { /* whatever --quiet says: the ids may not be a reference's */
         fprintf(stderr, "%s: ", cli_prog);
         cli_unassigned_note(stderr, "warning", tks_bpe_unicode_version(), st.unassigned, st.unassigned_docs);

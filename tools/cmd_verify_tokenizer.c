@@ -199,7 +199,9 @@ static int compare_peer(const char *model, tks_tok *t, tks_peer *peer, const cha
  * tiktoken ranks file only. */
 static int load_for_verify(const char *path, const tks_tok_opts *to, tks_tok **t) {
     tks_tok_opts none = {0};
-    return tks_tok_load_opts(path, tks_tiktoken_sniff(path) ? to : &none, t);
+    int rc = tks_tok_load_opts(path, tks_tiktoken_sniff(path) ? to : &none, t);
+    if (!rc) cli_note_once(tks_tok_cache_note(*t));
+    return rc;
 }
 
 int cli_verify_tokenizer(int argc, char **argv) {

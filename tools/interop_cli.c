@@ -209,6 +209,7 @@ int cli_export_hf(int argc, char **argv) {
             return cli_usage_error("export-hf: cannot create %s: %s", dir, strerror(errno));
         tks_tok *t = NULL;
         if (tks_tok_load_opts(model, &to, &t)) return cli_lib_error();
+        cli_note_once(tks_tok_cache_note(t));
         int spm = tks_tok_spm(t) != NULL;
         rc = spm ? tks_hf_tokenizer_write(model, dir) : tks_hf_bpe_write(t, model, dir);
         tks_tok_free(t);

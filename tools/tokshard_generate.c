@@ -53,7 +53,7 @@ static void help(void) {
            "  --checkpoint DIR   a checkpoint (RUN/checkpoints/step-N), or a run dir (its newest)\n"
            "  --prompt TEXT      text to continue [\"\"]\n"
            "  --max-tokens N     tokens to generate [100]\n"
-           "  --min-tokens N     no end of text (EOS) before N tokens [0]\n"
+           "  --min-tokens N     no end of text (EOS) before N tokens, at most --max-tokens [0]\n"
            "  --temperature F    0 = greedy [0.8]\n"
            "  --top-p F          nucleus sampling mass, 1 = off [0.9]\n"
            "  --seed N           sampling seed [1]\n"

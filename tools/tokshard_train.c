@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@
 #define UINT64_MAX_D 18446744073709551615.0
 
 static tks_train_opts O;
-static int dry_run, quiet, no_plot, check_mesh, step_model;
+static int dry_run, quiet, no_plot, check_mesh, step_model, eval_only;
 static const char *plot_only, *mix_file, *mix_at_shown; /* mix_at_shown: --help's default */
 static tks_mix_spec MIX; /* --dataset (each one), --mix-at */
 
@@ -99,6 +100,7 @@ static const cli_flag FLAGS[] = {
     FLAG("--dp-shard", CLI_U32, &O.dp_shard, "data-parallel degree sharding gradients and AdamW state (0 = the rest of the world)", "N", 0, 1048576, 0),
     FLAG("--dp-replicate", CLI_U32, &O.dp_replicate, "data-parallel replicas of the shards (0 = 1)", "N", 0, 1048576, 0),
     FLAG("--world", CLI_U32, &O.world, "plan for this many processes (with --dry-run, without mpirun)", "N", 0, 4194304, 0),
+    FLAG("--eval-only", CLI_BOOL, &eval_only, "evaluate the --resume checkpoint on the validation windows of --dataset and exit (nothing trained or written): the loss per source under --packing, --doc-mask and --reset-positions as given here, on --eval-batches global batches; --seq-len, --global-batch, --val-tokens and --seed are the checkpoint's unless given; prints the losses and a JSON line", NULL, 0, 0, 0),
     FLAG("--dry-run", CLI_BOOL, &dry_run, "print the resolved run, model size, memory and first samples; train nothing", NULL, 0, 0, 0),
     FLAG("--check-mesh", CLI_BOOL, &check_mesh, "build the communicators, verify them against the plan, print the groups that exist, and exit", NULL, 0, 0, 0),
     FLAG("--no-plot", CLI_BOOL, &no_plot, "do not write loss.svg at the end", NULL, 0, 0, 0),
@@ -192,13 +194,13 @@ static void series_write(FILE *f, const char *name, series *s) {
 
 /* Draws RUN/loss.svg from RUN/metrics.jsonl with gnuplot (Debian gnuplot-nox).
  * No shell and no path reaches gnuplot: the points are sent inline on its
- * standard input, and its standard output is RUN/loss.svg.tmp, opened here and
- * renamed to loss.svg when gnuplot succeeds. */
+ * standard input, and its standard output is a new RUN/loss.svg.tmp-XXXXXXXX
+ * (tks_create_unique: never a file that was there), opened here and renamed
+ * to loss.svg when gnuplot succeeds. */
 static int plot(const char *run) {
-    char path[PATH_MAX], tmp[PATH_MAX], out[PATH_MAX];
+    char path[PATH_MAX], tmp[PATH_MAX + 32], out[PATH_MAX];
     if (tks_path_join(path, sizeof path, run, "metrics.jsonl") ||
-        tks_path_join(out, sizeof out, run, "loss.svg") ||
-        tks_path_join(tmp, sizeof tmp, run, "loss.svg.tmp")) {
+        tks_path_join(out, sizeof out, run, "loss.svg")) {
         fprintf(stderr, "%s: --plot: path too long: %s\n", cli_prog, run);
         return EXIT_USAGE;
     }
@@ -247,7 +249,13 @@ static int plot(const char *run) {
         for (size_t k = 0; k < n_by; k++) free(by[k].p);
         return EXIT_USAGE;
     }
-    int in[2] = {-1, -1}, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int in[2] = {-1, -1}, fd = -1;
+    if (tks_create_unique(AT_FDCWD, out, 0644, tmp, sizeof tmp, &fd)) {
+        fprintf(stderr, "%s: could not draw %s: %s\n", cli_prog, out, tks_last_error()->message);
+        free(train.p), free(val.p);
+        for (size_t k = 0; k < n_by; k++) free(by[k].p);
+        return EXIT_USAGE;
+    }
     posix_spawn_file_actions_t fa;
     pid_t pid = -1;
     int spawned = -1;
@@ -361,6 +369,66 @@ static int print_step_model(void) {
     return 0;
 }
 
+/* A JSON string of s on stdout (escaped by jansson). */
+static void json_str(const char *s) {
+    json_t *j = json_string(s);
+    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    fputs(t ? t : "null", stdout);
+    free(t);
+    json_decref(j);
+}
+
+/* A loss as metrics.jsonl writes it: 6 decimals, null when there is none. */
+static void json_loss(double v) {
+    if (isfinite(v)) printf("%.6f", v);
+    else fputs("null", stdout);
+}
+
+/* --eval-only: the checkpoint's validation loss, per source, on the
+ * windows of the packing and document flags given; then one JSON line. */
+static int print_eval(void) {
+    tks_eval_result *e = malloc(sizeof *e);
+    if (!e) return cli_usage_error("out of memory");
+    g_rank = tks_train_rank();
+    if (tks_train_eval(&O, e)) {
+        free(e);
+        return rank_error();
+    }
+    const char *pk = tks_packing_name(e->packing), *dm = O.doc_mask ? "on" : "off",
+               *rp = O.reset_positions ? "on" : "off";
+    if (g_rank == 0) {
+        printf("checkpoint %s (step %llu): validation loss %.6f%s; packing %s, --doc-mask %s, "
+               "--reset-positions %s, --seq-len %u\n",
+               O.resume, (unsigned long long)e->step, e->val_loss, e->n_sources > 1 ? " (weighted mean)" : "",
+               pk, dm, rp, e->seq_len);
+        for (uint32_t k = 0; k < e->n_sources; k++)
+            printf("  %s: %.6f on %llu of its %llu validation windows (%llu targets)\n", e->names[k],
+                   e->by_source[k], (unsigned long long)e->windows[k], (unsigned long long)e->val_windows[k],
+                   (unsigned long long)e->targets[k]);
+        printf("{\"checkpoint\": ");
+        json_str(O.resume);
+        printf(", \"step\": %llu, \"packing\": \"%s\", \"doc_mask\": %s, \"reset_positions\": %s, "
+               "\"seq_len\": %u, \"val_loss\": ", (unsigned long long)e->step, pk, O.doc_mask ? "true" : "false",
+               O.reset_positions ? "true" : "false", e->seq_len);
+        json_loss(e->val_loss);
+        const char *keys[] = {"val_loss_by_source", "windows", "targets"};
+        for (int f = 0; f < 3; f++) {
+            printf(", \"%s\": {", keys[f]);
+            for (uint32_t k = 0; k < e->n_sources; k++) {
+                printf("%s", k ? ", " : "");
+                json_str(e->names[k]);
+                fputs(": ", stdout);
+                if (f == 0) json_loss(e->by_source[k]);
+                else printf("%llu", (unsigned long long)(f == 1 ? e->windows[k] : e->targets[k]));
+            }
+            putchar('}');
+        }
+        puts("}");
+    }
+    free(e);
+    return 0;
+}
+
 static int run(int argc, char **argv) {
     cli_prog = "tokshard-train";
     tks_train_opts_default(&O);
@@ -402,13 +470,15 @@ static int run(int argc, char **argv) {
         return cli_usage_error("--mix-at needs named sources: --dataset NAME=DIR:WEIGHT");
     if (step_model) return print_step_model();
     if (!O.dataset_dir && !O.mix) return cli_usage_error("--dataset DIR is required");
-    if (!O.out_dir && !dry_run) return cli_usage_error("--out RUN_DIR is required");
+    if (eval_only && !O.resume) return cli_usage_error("--eval-only needs --resume CHECKPOINT, the checkpoint to evaluate");
+    if (!O.out_dir && !dry_run && !eval_only) return cli_usage_error("--out RUN_DIR is required");
     char latest[PATH_MAX];
     if (O.resume && !strcmp(O.resume, "latest")) {
         if (!O.out_dir) return cli_usage_error("--resume latest needs --out");
         if (tks_train_latest_checkpoint(O.out_dir, latest, sizeof latest)) return cli_lib_error();
         O.resume = latest;
     }
+    if (eval_only) return print_eval();
     g_rank = O.world ? 0 : tks_train_rank();
     if (g_rank != 0) quiet = 1, no_plot = 1;
     char *summary = NULL;

@@ -45,6 +45,7 @@ int open_view(const char *path, view *v, int want_tokenizer) {
             tks_dataset_close(v->ds);
             return rc;
         }
+        if (v->tk) cli_note_once(tks_tok_cache_note(v->tk));
     } else if (tks_shard_open(path, &v->one)) {
         return cli_lib_error();
     }

@@ -160,8 +160,9 @@ int tks_train_plan(const tks_train_opts *o, char **summary);
  * (a checkpoint directory in the way), TKS_ERR_RESUME and TKS_ERR_TOKENIZER (a
  * checkpoint of another dataset or tokenizer), TKS_ERR_TOKEN_RANGE (ids the
  * model's vocabulary cannot hold, before anything is allocated or in a batch),
- * TKS_ERR_NONFINITE (divergence), TKS_ERR_NOMEM, TKS_ERR_IO and TKS_ERR_NOSPACE
- * (run directory, metrics, checkpoints), and every error of
+ * TKS_ERR_NONFINITE (divergence, or a resumed checkpoint holding NaN or inf),
+ * TKS_ERR_NOMEM, TKS_ERR_IO and TKS_ERR_NOSPACE (run directory, metrics,
+ * checkpoints), and every error of
  * tks_dataset_open, tks_checkpoint_peek and the backend's creation. A stop
  * request is not an error: it returns 0 after the checkpoint is saved. */
 int tks_train(const tks_train_opts *o);
@@ -214,6 +215,43 @@ int tks_roofline_for_device(const char *description, tks_roofline *out);
 int tks_step_model(const tks_model_config *cfg, int B, int T, int accum, const char *dtype,
                    const tks_roofline *hw, char **report);
 
+/* A checkpoint's loss on validation windows (tks_train_eval). */
+typedef struct tks_eval_result {
+    uint64_t step;                /* the checkpoint's step */
+    double val_loss;              /* a plain dataset's loss; a mixture's mean of its sources'
+                                   * losses weighted as at the checkpoint's cursor (nats per
+                                   * target) */
+    uint32_t n_sources;           /* 1 for a plain dataset */
+    char names[TKS_MIX_MAX_SOURCES][TKS_MIX_NAME_MAX];
+    double by_source[TKS_MIX_MAX_SOURCES];   /* each source's mean loss (NAN: no window) */
+    uint64_t windows[TKS_MIX_MAX_SOURCES];   /* windows evaluated, every rank's */
+    uint64_t targets[TKS_MIX_MAX_SOURCES];   /* tokens predicted in them (padding excluded) */
+    uint64_t val_windows[TKS_MIX_MAX_SOURCES]; /* windows in the source's validation split */
+    tks_packing packing;          /* the windows' packing */
+    uint32_t seq_len;
+} tks_eval_result;
+
+/*
+ * The loss of checkpoint o->resume on validation windows, without training
+ * (tokshard-train --eval-only): the windows a training run with the same
+ * options evaluates (per source, the first eval_batches x global_batch of
+ * its validation split, split over the data-parallel ranks), but packed as
+ * o->packing says and computed with o->doc_mask and o->reset_positions as
+ * given, whatever the checkpoint was trained with. The model is the
+ * checkpoint's; seq_len, global_batch, seed and val_tokens are the
+ * checkpoint's unless given (o->given), so that the same flags give the
+ * loss of the training's own evaluation bit for bit. The dataset (or
+ * mixture) may be any built with the checkpoint's tokenizer. Nothing is
+ * written (best-fit plans stay in memory unless o->pack_plans). Under
+ * mpirun every rank calls it with the same options. *out is filled on
+ * success. Errors: TKS_ERR_ARG (no o->resume; no validation windows;
+ * fewer than one micro-batch of them per data-parallel rank; an option),
+ * TKS_ERR_TOKENIZER (a dataset of another tokenizer), the checkpoint's
+ * (tks_train_read_sampling's: TKS_ERR_MANIFEST, TKS_ERR_NONFINITE),
+ * tks_dataset_open's, TKS_ERR_TOKEN_RANGE, TKS_ERR_NOMEM and the backend's.
+ */
+int tks_train_eval(const tks_train_opts *o, tks_eval_result *out);
+
 /* The newest complete checkpoint of a run directory (RUN/checkpoints/step-N)
  * into out (cap bytes). Errors: TKS_ERR_IO when there is none. */
 int tks_train_latest_checkpoint(const char *run_dir, char *out, size_t cap);
@@ -236,9 +274,12 @@ typedef struct tks_run_sampling {
 
 /* Fills `out` from `path`: a checkpoint directory (has trainer_state.json) or
  * a run directory (its newest complete checkpoint). The checkpoint's files are
- * verified against their recorded checksums first.
+ * verified against their recorded checksums first, and its tensors hold
+ * finite numbers only.
  * Errors: TKS_ERR_IO (no checkpoint under a run directory), TKS_ERR_MANIFEST
- * (a corrupt or incomplete checkpoint: the message names the file). */
+ * (a corrupt or incomplete checkpoint: the message names the file),
+ * TKS_ERR_NONFINITE (a NaN or an infinity in a weight or an AdamW moment:
+ * the message names the file, the tensor and the element). */
 int tks_train_read_sampling(const char *path, tks_run_sampling *out);
 
 /* Generation from a checkpoint with a KV cache. */
@@ -248,7 +289,8 @@ typedef struct tks_generate_opts {
                                    * BOS, else EOS; a tokenizer with neither refuses it */
     uint32_t max_tokens;
     uint32_t min_tokens;          /* EOS is not drawn before this many tokens (its logit
-                                   * masked, as Hugging Face's min_new_tokens); 0 = off */
+                                   * masked, as Hugging Face's min_new_tokens); 0 = off;
+                                   * at most max_tokens */
     float temperature;            /* 0 = greedy */
     float top_p;                  /* nucleus sampling (Holtzman et al. 2020); 1 = off */
     uint64_t seed;
@@ -277,9 +319,12 @@ typedef struct tks_generate_stats {
  * recent tokens (after BOS), and when generation fills the context it
  * restarts from the newest half (BOS kept), recomputing the KV cache; both
  * are counted in o->stats. Errors: the checkpoint's (tks_checkpoint_peek,
- * tks_checkpoint_load), TKS_ERR_TOKENIZER (its tokenizer.model is not the
- * model's, or not a sentencepiece model), TKS_ERR_ARG (an empty prompt with
- * a tokenizer without BOS and EOS), TKS_ERR_NOMEM.
+ * tks_checkpoint_load; TKS_ERR_NONFINITE for a NaN or an infinity in its
+ * weights), TKS_ERR_TOKENIZER (its tokenizer.model is not the
+ * model's, or not a sentencepiece model), TKS_ERR_ARG (min_tokens above
+ * max_tokens, checked first; an empty prompt with a tokenizer without BOS
+ * and EOS), TKS_ERR_UTF8 (a prompt that is not UTF-8, for a tokenizer that
+ * needs it: byte-level BPE, tiktoken), TKS_ERR_NOMEM.
  */
 int tks_generate(const tks_generate_opts *o);
 
@@ -293,7 +338,8 @@ int tks_generate(const tks_generate_opts *o);
  * checkpoint holds tokenizer.none) is exported without tokenizer files, and
  * *tokenizer_missing (may be NULL) is set to 1 (else 0).
  * Errors: TKS_ERR_EXISTS (DIR exists), TKS_ERR_MANIFEST (a corrupt or
- * incomplete checkpoint), TKS_ERR_TOKENIZER, TKS_ERR_IO, TKS_ERR_NOSPACE.
+ * incomplete checkpoint), TKS_ERR_NONFINITE (a NaN or an infinity in its
+ * weights or optimizer state), TKS_ERR_TOKENIZER, TKS_ERR_IO, TKS_ERR_NOSPACE.
  */
 int tks_export_hf(const char *checkpoint, const char *out_dir, int *tokenizer_missing);
 

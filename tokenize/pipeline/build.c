@@ -295,4 +295,5 @@ void tks__encoder_report(const tks_tok *tk, const tks_build_opts *o, tks_build_s
     snprintf(stats->encoder_why, sizeof stats->encoder_why, "%s",
              why ? why : o->encoder_sentencepiece ? "--encoder sentencepiece" : "");
     tks_tok_encoder_stats(tk, &stats->encoder_stats);
+    snprintf(stats->tokenizer_cache, sizeof stats->tokenizer_cache, "%s", tks_tok_cache_note(tk));
 }

@@ -27,7 +27,7 @@ static int open_recorded(const char *path, const tks_shard_info *rec, uint32_t l
                          tks_shard_header *h, int *fd) {
     uint8_t page[TKS_HEADER_SIZE];
     ssize_t got = -1;
-    *fd = open(path, O_RDWR | O_CLOEXEC);
+    tks_open_own(path, O_RDWR, "shard", fd); /* never through a link: it is written in place */
     if (*fd >= 0) {
         do got = pread(*fd, page, sizeof page, 0);
         while (got < 0 && errno == EINTR);

@@ -154,13 +154,23 @@ int tks__unit_verify_ranges(const tks_build_job *j, uint64_t k, const json_t *re
             if (!rc) tks_hex(h, 16, hx);
             same = !rc && !strcmp(hx, was);
         }
+        /* a Parquet range is row groups [start, end), a plain file's bytes */
+        char what[96];
+        if (r[i].whole == TKS__RANGE_PARQUET && r[i].end > r[i].start)
+            snprintf(what, sizeof what, "row groups %llu to %llu", (unsigned long long)r[i].start,
+                     (unsigned long long)r[i].end - 1);
+        else if (r[i].whole == TKS__RANGE_PARQUET)
+            snprintf(what, sizeof what, "no row groups");
+        else
+            snprintf(what, sizeof what, "bytes %llu to %llu", (unsigned long long)r[i].start,
+                     (unsigned long long)r[i].end);
         if (!rc && !same)
             rc = tks_fail(TKS_ERR_RESUME, path, TKS_NONE, TKS_NONE,
-                          "cannot resume: %s changed since the interrupted build (bytes %llu to "
-                          "%llu: XXH3-128 %s, was %.32s), so unit %llu kept in %s came from other "
-                          "bytes; remove %s and build again",
-                          path, (unsigned long long)r[i].start, (unsigned long long)r[i].end,
-                          hx[0] ? hx : "?", was ? was : "?", (unsigned long long)k, j->partial, j->partial);
+                          "cannot resume: %s changed since the interrupted build (%s: XXH3-128 %s, "
+                          "was %.32s), so unit %llu kept in %s came from other %s; remove %s and "
+                          "build again",
+                          path, what, hx[0] ? hx : "?", was ? was : "?", (unsigned long long)k, j->partial,
+                          r[i].whole == TKS__RANGE_PARQUET ? "rows" : "bytes", j->partial);
     }
     free(r);
     return rc;

@@ -10,6 +10,7 @@
 #include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -468,6 +469,50 @@ static int bad_ckpt(const char *dir, const char *what) {
                     dir, what);
 }
 
+/* The refusal of a value that is not a finite number: element `at` of
+ * tensor t of `file` in checkpoint dir, with its index in t's shape. */
+static int nonfinite_ckpt(const char *dir, const char *file, const tks_st_info *t, uint64_t at, double v) {
+    char idx[160] = "", shape[160] = "";
+    size_t ni = 0, ns = 0;
+    uint64_t rest = at, pos[TKS_ST_MAX_DIMS];
+    for (size_t d = t->ndim; d-- > 0;) {
+        pos[d] = t->shape[d] ? rest % t->shape[d] : 0;
+        rest = t->shape[d] ? rest / t->shape[d] : 0;
+    }
+    for (size_t d = 0; d < t->ndim && ni < sizeof idx && ns < sizeof shape; d++) {
+        ni += (size_t)snprintf(idx + ni, sizeof idx - ni, "%s%llu", d ? ", " : "", (unsigned long long)pos[d]);
+        ns += (size_t)snprintf(shape + ns, sizeof shape - ns, "%s%llu", d ? ", " : "",
+                               (unsigned long long)t->shape[d]);
+    }
+    return tks_fail(TKS_ERR_NONFINITE, dir, TKS_NONE, TKS_NONE,
+                    "%s is not a usable checkpoint: %s holds %s in %s at element %llu (index [%s] of "
+                    "shape [%s]): a model or optimizer state with NaN or infinite values cannot "
+                    "generate, be exported or train; use an earlier checkpoint (the run directory "
+                    "keeps the last ones) and, if training diverged there, resume it with a lower "
+                    "--lr and --change-schedule",
+                    dir, file, isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf", t->name,
+                    (unsigned long long)at, idx, shape);
+}
+
+/* Every floating-point value of the tensors of `file` in checkpoint dir
+ * (whose checksum was verified) is a finite number, or the refusal naming
+ * the first that is not. */
+static int check_finite(const char *dir, const char *file) {
+    char path[PATH_MAX];
+    tks_st_file *f = NULL;
+    int rc = tks_path_join(path, sizeof path, dir, file);
+    if (!rc) rc = tks_st_open(path, &f);
+    for (size_t i = 0; !rc && i < tks_st_n_tensors(f); i++) {
+        tks_st_info t;
+        uint64_t at = 0;
+        double v = 0;
+        rc = tks_st_tensor_at(f, i, &t);
+        if (!rc && tks_st_find_nonfinite(&t, &at, &v)) rc = nonfinite_ckpt(dir, file, &t, at, v);
+    }
+    tks_st_close(f);
+    return rc;
+}
+
 static int get_u(json_t *o, const char *k, uint64_t *v) {
     json_t *x = json_object_get(o, k);
     if (!json_is_integer(x) || json_integer_value(x) < 0) return -1;
@@ -491,7 +536,7 @@ int tks_checkpoint_peek(const char *dir, tks_model_config *cfg, tks_train_state 
     const char *mx = json_string_value(json_object_get(s, "dataset_manifest_xxh3"));
     const char *fp = json_string_value(json_object_get(s, "tokenizer_fingerprint"));
     uint64_t seq = 0;
-    int rc = 0;
+    int rc = 0, recorded[N_FILES] = {0};
     if (!fmt || strcmp(fmt, STATE_FORMAT) || !json_is_object(files) || !mx || !fp ||
         get_u(s, "step", &st->step) || get_u(s, "cursor", &st->cursor) ||
         get_u(s, "seed", &st->seed) || get_u(s, "seq_len", &seq) ||
@@ -518,6 +563,7 @@ int tks_checkpoint_peek(const char *dir, tks_model_config *cfg, tks_train_state 
     /* every file's checksum; model.safetensors and config.json must be there */
     for (size_t i = 0; i < N_FILES && !rc; i++) {
         const char *want = json_string_value(json_object_get(files, FILES[i]));
+        recorded[i] = want != NULL;
         tks_path_join(path, sizeof path, dir, FILES[i]);
         if (!want) {
             if (i == 0 || i == 2) {
@@ -540,6 +586,11 @@ int tks_checkpoint_peek(const char *dir, tks_model_config *cfg, tks_train_state 
         }
     }
     json_decref(s);
+    /* the tensors: every weight and moment a finite number (a checkpoint of
+     * a diverged run, or one rewritten with consistent checksums, is refused
+     * here for every caller: resume, generation, export) */
+    for (size_t i = 0; i < 2 && !rc; i++)
+        if (recorded[i]) rc = check_finite(dir, FILES[i]);
     if (rc) return rc;
     tks_path_join(path, sizeof path, dir, "config.json");
     json_t *c = tks_json_load_regular(path, 0, &e);

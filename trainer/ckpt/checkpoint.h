@@ -76,15 +76,21 @@ void tks_checkpoint_tokenizer_free(tks_checkpoint_tokenizer *t);
 int tks_checkpoint_save(const char *dir, tks_model *m, tks_optim *opt, const tks_train_state *st,
                         const tks_checkpoint_tokenizer *tok, tks_mesh *mesh);
 
-/* Reads config.json and trainer_state.json only (no tensors), verifying the
- * checksums of every file. Errors: TKS_ERR_IO, TKS_ERR_MANIFEST (missing or
- * corrupt file, checksum mismatch: names the file and says what to do). */
+/* Reads config.json and trainer_state.json, verifying the checksums of
+ * every file, and checks that every value of model.safetensors and
+ * optimizer.safetensors is a finite number (one read of each: the check
+ * every loader of a checkpoint passes through before tks_checkpoint_load).
+ * Errors: TKS_ERR_IO, TKS_ERR_MANIFEST (missing or corrupt file, checksum
+ * mismatch: names the file and says what to do), tks_st_open's (a tensor
+ * file that does not parse), TKS_ERR_NONFINITE (a NaN or an infinity:
+ * names the file, the tensor and the first such element's index). */
 int tks_checkpoint_peek(const char *dir, tks_model_config *cfg, tks_train_state *st);
 
 /* Loads weights (and moments when opt is not NULL: only this rank's ZeRO
  * slice of them) into the model's local blocks, one tensor at a time;
  * padding rows are zeroed. No collective: callers agree on the result. Shapes must match the model's config
- * exactly. Errors: TKS_ERR_MANIFEST, TKS_ERR_HEADER, TKS_ERR_ARG (shape). */
+ * exactly. Checksums and finiteness are tks_checkpoint_peek's: call it first.
+ * Errors: TKS_ERR_MANIFEST, TKS_ERR_HEADER, TKS_ERR_ARG (shape). */
 int tks_checkpoint_load(const char *dir, tks_model *m, tks_optim *opt);
 
 /* Removes all but the newest `keep` step-* directories under `parent`

@@ -18,6 +18,7 @@
 #include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -414,7 +415,6 @@ int tks_st_stream_open(const char *path, const tks_st_tensor *tensors, size_t n,
         return rc;
     }
     snprintf(s->path, sizeof s->path, "%s", path);
-    snprintf(s->tmp, sizeof s->tmp, "%s.tmp-%ld", path, (long)getpid());
     s->n = n;
     uint64_t at = 8 + p.hlen;
     for (size_t k = 0; k < n; k++) {
@@ -425,10 +425,8 @@ int tks_st_stream_open(const char *path, const tks_st_tensor *tensors, size_t n,
     }
     uint8_t len[8];
     tks_put_le64(len, p.hlen);
-    s->fd = open(s->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (s->fd < 0)
-        rc = tks_fail(tks_write_errno_code(errno), s->tmp, NONE, NONE, "cannot create %s: %s", s->tmp,
-                      strerror(errno));
+    rc = tks_create_unique(AT_FDCWD, path, 0644, s->tmp, sizeof s->tmp, &s->fd);
+    if (rc) s->tmp[0] = 0; /* nothing made: nothing to remove */
     if (!rc) rc = tks_pwrite_all(s->fd, len, 8, 0, s->tmp);
     if (!rc) rc = tks_pwrite_all(s->fd, p.header, p.hlen, 8, s->tmp);
     plan_free(&p);
@@ -833,6 +831,60 @@ int tks_st_read_f32(const tks_st_file *f, const char *name, const uint64_t *expe
     if (t.nbytes && !dst)
         return tks_fail(TKS_ERR_ARG, f->path, NONE, NONE, "tks_st_read_f32: NULL destination");
     if (t.nbytes) memcpy(dst, t.data, (size_t)t.nbytes);
+    return 0;
+}
+
+/* The first element of n, each `sz` bytes at p (little-endian, maybe
+ * unaligned), whose bits under `expo` are all ones; n when there is none.
+ * One loop per size, so that each load is a fixed-size one. */
+#define FIRST_ALL_ONES(T)                                                                          \
+    for (uint64_t i = 0; i < n; i++) {                                                             \
+        T b;                                                                                       \
+        memcpy(&b, p + i * sizeof b, sizeof b);                                                    \
+        if ((b & (T)expo) == (T)expo) return i;                                                    \
+    }                                                                                              \
+    return n
+static uint64_t first_all_ones(const unsigned char *p, uint64_t n, size_t sz, uint64_t expo) {
+    switch (sz) {
+    case 8: FIRST_ALL_ONES(uint64_t);
+    case 4: FIRST_ALL_ONES(uint32_t);
+    case 2: FIRST_ALL_ONES(uint16_t);
+    default: FIRST_ALL_ONES(uint8_t);
+    }
+}
+#undef FIRST_ALL_ONES
+
+/* The value a non-finite element stands for: NAN, INFINITY or -INFINITY
+ * (sign = the element's top bit, mant = its mantissa bits are nonzero). */
+static double nonfinite_value(int sign, int mant) {
+    return mant ? (double)NAN : sign ? -(double)INFINITY : (double)INFINITY;
+}
+
+int tks_st_find_nonfinite(const tks_st_info *info, uint64_t *index, double *value) {
+    if (!info || !info->data) return 0;
+    /* per dtype: element bytes, the exponent field's mask (all ones: not
+     * finite) and the mantissa's (nonzero: NaN, else an infinity); F8_E4M3
+     * and F8_E8M0 have no infinity, only the NaN patterns */
+    uint64_t expo, mant;
+    size_t sz;
+    switch (info->dtype) {
+    case TKS_ST_F64: sz = 8, expo = 0x7FF0000000000000ull, mant = 0x000FFFFFFFFFFFFFull; break;
+    case TKS_ST_F32: case TKS_ST_C64: sz = 4, expo = 0x7F800000u, mant = 0x007FFFFFu; break;
+    case TKS_ST_F16: sz = 2, expo = 0x7C00u, mant = 0x03FFu; break;
+    case TKS_ST_BF16: sz = 2, expo = 0x7F80u, mant = 0x007Fu; break;
+    case TKS_ST_F8_E5M2: sz = 1, expo = 0x7Cu, mant = 0x03u; break;
+    case TKS_ST_F8_E4M3: sz = 1, expo = 0x7Fu, mant = 0x7Fu; break; /* S.1111.111 is NaN */
+    case TKS_ST_F8_E8M0: sz = 1, expo = 0xFFu, mant = 0xFFu; break;  /* 0xFF is NaN */
+    default: return 0;
+    }
+    const unsigned char *p = info->data;
+    uint64_t n = info->nbytes / sz, i = first_all_ones(p, n, sz, expo);
+    if (i == n) return 0;
+    uint64_t b = 0;
+    memcpy(&b, p + i * sz, sz); /* the host is little-endian (checked at compile time) */
+    if (index) *index = info->dtype == TKS_ST_C64 ? i / 2 : i;
+    if (value) *value = nonfinite_value((int)(b >> (8 * sz - 1)) & 1, (b & mant) != 0);
+    return 1;
     return 0;
 }
 

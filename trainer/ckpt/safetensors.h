@@ -101,7 +101,8 @@ typedef struct tks_st_kv {
 
 /*
  * Writes tensors[0..n) and metadata[0..n_metadata) to `path` as a
- * safetensors file, crash-safely: the bytes go to "path.tmp-<pid>", which is
+ * safetensors file, crash-safely: the bytes go to a new file "path.tmp-XXXXXXXX"
+ * (a random name, created exclusively: tks_create_unique), which is
  * fsynced and renamed over `path`, then the directory is fsynced. A failed
  * call leaves no file behind (an existing `path` is untouched).
  *
@@ -136,7 +137,7 @@ int tks_st_write(const char *path, const tks_st_tensor *tensors, size_t n,
  * tensors' names, dtypes and shapes (data is ignored and may be NULL), put
  * each tensor's bytes once, in any order, then commit. The bytes on disk are
  * those tks_st_write writes for the same tensors, and the file appears under
- * `path` only at commit (written as "path.tmp-<pid>", fsynced, renamed, the
+ * `path` only at commit (written as a new "path.tmp-XXXXXXXX", fsynced, renamed, the
  * directory fsynced). abort (or a failed put/commit) removes the temporary
  * file. Errors: those of tks_st_write; commit refuses a tensor never put.
  */
@@ -246,6 +247,18 @@ int tks_st_find(const tks_st_file *f, const char *name, tks_st_info *info);
  */
 int tks_st_read_f32(const tks_st_file *f, const char *name, const uint64_t *expected_shape,
                     size_t ndim, float *dst);
+
+/*
+ * Whether tensor `info` (from tks_st_tensor_at or tks_st_find; its data
+ * stays valid until the file is closed) holds a value that is not a finite
+ * number: a NaN or an infinity of F64, F32, F16, BF16 or C64 (either part),
+ * F8_E5M2's NaN and infinities, F8_E4M3's NaN (0x7F, 0xFF) or F8_E8M0's
+ * (0xFF). Returns 1 and sets *index (the row-major element index of the
+ * first such value; for C64 the complex element's) and *value (NAN, INFINITY
+ * or -INFINITY; either may be NULL), else 0 (also for the integer and BOOL
+ * dtypes, and for info NULL). Reads every element once: O(numel).
+ */
+int tks_st_find_nonfinite(const tks_st_info *info, uint64_t *index, double *value);
 
 /* Number of "__metadata__" entries (0 when the header has none). */
 size_t tks_st_n_metadata(const tks_st_file *f);

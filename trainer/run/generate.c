@@ -49,7 +49,25 @@ static uint32_t sample(float *logits, uint32_t V, float temp, float top_p, uint6
     return scratch[n - 1].id;
 }
 
+/* The prompt's ids into *enc: a prompt that is not UTF-8 is refused for
+ * what it is, the prompt (the tokenizer's own message speaks of a build's
+ * input and its options). */
+static int encode_prompt(const tks_tok *tk, const char *prompt, tks_ids *enc) {
+    int rc = tks_tok_encode(tk, prompt ? prompt : "", prompt ? strlen(prompt) : 0, enc);
+    if (rc != TKS_ERR_UTF8) return rc;
+    return tks_fail(TKS_ERR_UTF8, NULL, TKS_NONE, tks_last_error()->offset,
+                    "the prompt is not valid UTF-8 (at byte %llu): give --prompt as UTF-8 text "
+                    "(convert it first, for example with iconv)",
+                    (unsigned long long)tks_last_error()->offset);
+}
+
 int tks_generate(const tks_generate_opts *o) {
+    if (o->min_tokens > o->max_tokens)
+        return tks_fail(TKS_ERR_ARG, o->checkpoint, TKS_NONE, TKS_NONE,
+                        "--min-tokens %u is above --max-tokens %u: generation stops at --max-tokens, "
+                        "so that minimum can never be reached; give --min-tokens at most %u, or a "
+                        "larger --max-tokens",
+                        o->min_tokens, o->max_tokens, o->max_tokens);
     tks_model_config cfg;
     tks_train_state st;
     int rc = tks_checkpoint_peek(o->checkpoint, &cfg, &st);
@@ -77,7 +95,7 @@ int tks_generate(const tks_generate_opts *o) {
     if (!rc) rc = tks_model_create(&cfg, be, NULL, 1, 1, &m);
     if (!rc) rc = tks_checkpoint_load(o->checkpoint, m, NULL);
     if (!rc) rc = tks_model_kv_reset(m);
-    if (!rc) rc = tks_tok_encode(tk, o->prompt ? o->prompt : "", o->prompt ? strlen(o->prompt) : 0, &enc);
+    if (!rc) rc = encode_prompt(tk, o->prompt, &enc);
     logits = malloc(cfg.vocab_size * sizeof *logits);
     scratch = malloc(cfg.vocab_size * sizeof *scratch);
     if (!rc && (!logits || !scratch)) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");

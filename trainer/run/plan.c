@@ -106,7 +106,7 @@ static void plan_samples(tks_text *b, const run *r) {
 int tks_train_plan(const tks_train_opts *in, char **summary) {
     run r;
     /* under mpirun every rank plans: a failure on one rank is every rank's */
-    int rc = in->world ? tks__run_resolve(in, &r) : tks_mesh_world_agree(tks__run_resolve(in, &r));
+    int rc = in->world ? tks__run_resolve(in, 0, &r) : tks_mesh_world_agree(tks__run_resolve(in, 0, &r));
     if (!rc) rc = in->world ? tks__run_plans(&r) : tks_mesh_world_agree(tks__run_plans(&r));
     if (rc || !summary) {
         tks__run_free(&r);

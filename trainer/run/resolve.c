@@ -52,10 +52,29 @@ void tks__run_free(run *r) {
     tks_dataset_close(r->val_ds);
 }
 
-/* The learning rate of 1-based step s under a schedule (tks_lr_at). */
-static double lr_at(uint64_t s, double lr, double min_lr, uint64_t warmup, uint64_t steps) {
-    tks_adamw_opts a = {.lr = (float)lr, .min_lr = (float)min_lr, .warmup = warmup, .total = steps};
+/* A learning-rate schedule (tks_adamw_opts' lr, min_lr, warmup, total). */
+typedef struct sched {
+    double lr, min_lr;
+    uint64_t warmup, steps;
+} sched;
+
+/* The learning rate of 1-based step s under schedule c (tks_lr_at). */
+static float lr_at(uint64_t s, const sched *c) {
+    tks_adamw_opts a = {.lr = (float)c->lr, .min_lr = (float)c->min_lr, .warmup = c->warmup, .total = c->steps};
     return tks_lr_at(&a, s - 1);
+}
+
+/* The first step from s on whose learning rate differs between schedules a
+ * and b, or 0 when none does. Under the same peak and warmup the rates are
+ * equal through the warmup, so the search starts after it; it looks at most
+ * a million steps further, then at the last step of the longer schedule
+ * (from there on each is its min_lr). */
+static uint64_t first_lr_change(uint64_t s, const sched *a, const sched *b) {
+    uint64_t from = s, last = (a->steps > b->steps ? a->steps : b->steps) + 1;
+    if ((float)a->lr == (float)b->lr && a->warmup == b->warmup && from <= a->warmup) from = a->warmup + 1;
+    for (uint64_t t = from; t <= last && t - from <= 1000000; t++)
+        if (lr_at(t, a) != lr_at(t, b)) return t;
+    return lr_at(last, a) != lr_at(last, b) ? last : 0;
 }
 
 /* A resumed run continues the checkpoint's learning-rate schedule: steps,
@@ -83,17 +102,29 @@ static int same_schedule(const tks_train_opts *o, const tks_train_state *st) {
     if (o->change_schedule ||
         (steps == o->steps && warm == o->warmup_steps && (float)lr == o->lr && (float)min_lr == o->min_lr))
         return 0;
-    uint64_t s = st->step + 1;
+    /* the first step whose rate changes, and both rates to as many digits as
+     * tell them apart (the next step's may be the same: a longer --steps
+     * changes nothing inside the warmup) */
+    const sched was = {lr, min_lr, warm, steps}, now = {o->lr, o->min_lr, o->warmup_steps, o->steps};
+    uint64_t s = first_lr_change(st->step + 1, &was, &now);
+    char a[32] = "", b[32] = "", rates[160] = "";
+    if (s) {
+        tks_float_text(a, sizeof a, lr_at(s, &now));
+        tks_float_text(b, sizeof b, lr_at(s, &was));
+        snprintf(rates, sizeof rates, ", so the learning rate would change from step %llu on (%s instead of %s)",
+                 (unsigned long long)s, a, b);
+    } else {
+        snprintf(rates, sizeof rates, ", which gives each step from %llu on the learning rate the "
+                 "checkpoint's schedule gives it (only the recorded schedule changes)",
+                 (unsigned long long)st->step + 1);
+    }
     return tks_fail(TKS_ERR_ARG, o->resume, TKS_NONE, TKS_NONE,
                     "the checkpoint %s was trained with --steps %llu --lr %g --min-lr %g --warmup %llu; "
-                    "this run asks for --steps %llu --lr %g --min-lr %g --warmup %llu, so the "
-                    "learning rate of step %llu would be %.3g instead of %.3g. Resume with the "
+                    "this run asks for --steps %llu --lr %g --min-lr %g --warmup %llu%s. Resume with the "
                     "checkpoint's values, or pass --change-schedule to continue on the new schedule",
                     o->resume, (unsigned long long)steps, lr, min_lr, (unsigned long long)warm,
                     (unsigned long long)o->steps, (double)o->lr, (double)o->min_lr,
-                    (unsigned long long)o->warmup_steps, (unsigned long long)s,
-                    lr_at(s, o->lr, o->min_lr, o->warmup_steps, o->steps),
-                    lr_at(s, lr, min_lr, warm, steps));
+                    (unsigned long long)o->warmup_steps, rates);
 }
 
 tks_packing tks__run_packing(const tks_train_opts *o) {
@@ -243,14 +274,29 @@ static int resume_mixture(run *r) {
     return rc;
 }
 
+/* The checkpoint's settings taken over (its model; seq_len, seed, global
+ * batch and validation split, each unless given and the run evaluates). */
+static int resume_settings(run *r) {
+    tks_train_opts *o = &r->o;
+    const tks_train_state *st = &r->resumed;
+    int keep = r->eval_only; /* keep the given ones */
+    if (!keep || !(o->given & TKS_GIVEN_SEQ_LEN)) o->seq_len = st->seq_len;
+    if (!keep || !(o->given & TKS_GIVEN_SEED)) o->seed = st->seed;
+    if (!keep || !(o->given & TKS_GIVEN_GLOBAL_BATCH)) o->global_batch = st->global_batch;
+    if (!keep || !(o->given & TKS_GIVEN_VAL_TOKENS)) o->val_tokens = st->val_tokens;
+    return 0;
+}
+
 /* The resume checks of the checkpoint (tokenizer, dataset, schedule) and
- * its settings taken over: seq_len, seed, global batch, validation split. */
+ * its settings taken over: seq_len, seed, global batch, validation split.
+ * An evaluation (r->eval_only) checks the tokenizer only. */
 static int resume_checks(run *r) {
     tks_train_opts *o = &r->o;
     const tks_tokenizer_info *ti = tks_dataset_tokenizer(r->ds);
     tks_model_config ck;
     int rc = tks_checkpoint_peek(o->resume, &ck, &r->resumed);
     if (rc) return rc;
+    r->cfg = ck; /* the model is the checkpoint's */
     if (memcmp(r->resumed.tokenizer_fp, ti->fingerprint, 16) != 0) {
         char a[33], b[33];
         tks_hex(r->resumed.tokenizer_fp, 16, a);
@@ -262,6 +308,10 @@ static int resume_checks(run *r) {
                         "tokenizer.model",
                         o->resume, a, r->src[0].dir, b);
     }
+    /* an evaluation may use any dataset of the tokenizer, any packing and
+     * document settings, and flags of its own: a given sampling flag
+     * replaces the checkpoint's, the others take it */
+    if (r->eval_only) return resume_settings(r);
     if (!r->mixed && !r->resumed.mix_json[0] &&
         r->resumed.manifest_xxh3 != tks_dataset_manifest_xxh3(r->ds))
         return tks_fail(TKS_ERR_RESUME, r->src[0].dir, TKS_NONE, TKS_NONE,
@@ -284,12 +334,7 @@ static int resume_checks(run *r) {
                             "come depend on it; resume with %s %llu (or without the flag), or start a new "
                             "run", flag[i], (unsigned long long)now[i], o->resume, (unsigned long long)was[i],
                             flag[i], (unsigned long long)was[i]);
-    r->cfg = ck;                 /* the model is the checkpoint's */
-    o->seq_len = r->resumed.seq_len;
-    o->seed = r->resumed.seed;
-    o->global_batch = r->resumed.global_batch;
-    o->val_tokens = r->resumed.val_tokens;
-    return 0;
+    return resume_settings(r);
 }
 
 /* Source s's train and validation samplers over its ranges: best-fit plans
@@ -358,7 +403,12 @@ static int check_validation(const run *r) {
     uint64_t dp = (uint64_t)r->shape.dp_replicate * r->shape.dp_shard, per = r->micro * dp;
     int any = 0;
     for (uint32_t k = 0; k < r->n_src; k++) any |= r->src[k].val != NULL;
-    if (!o->eval_every || (!any && !o->val_dataset_dir)) return 0; /* no evaluation */
+    if (r->eval_only && !any)
+        return tks_fail(TKS_ERR_ARG, r->src[0].dir, TKS_NONE, TKS_NONE,
+                        "--eval-only: there are no validation windows (--val-tokens %llu): give "
+                        "--val-tokens N (at least --seq-len + 1) or --val-dataset DIR",
+                        (unsigned long long)o->val_tokens);
+    if (!r->eval_only && (!o->eval_every || (!any && !o->val_dataset_dir))) return 0; /* no evaluation */
     for (uint32_t k = 0; k < r->n_src; k++) {
         uint64_t nw = r->src[k].val ? tks_sampler_n_windows(r->src[k].val) : 0;
         if (nw >= per) continue;
@@ -386,9 +436,10 @@ static int make_blend(run *r) {
     return tks_blend_init(&r->blend, 1, 1, &zero, &one, NULL);
 }
 
-int tks__run_resolve(const tks_train_opts *in, run *r) {
+int tks__run_resolve(const tks_train_opts *in, int eval_only, run *r) {
     memset(r, 0, sizeof *r);
     r->o = *in;
+    r->eval_only = eval_only;
     tks_train_opts *o = &r->o;
     if (o->packing && strcmp(o->packing, "concat") && strcmp(o->packing, "best-fit"))
         return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE,
@@ -400,7 +451,7 @@ int tks__run_resolve(const tks_train_opts *in, run *r) {
     r->cfg = o->model;
     if (o->resume && (rc = resume_checks(r))) return rc;
     if ((rc = make_blend(r))) return rc;
-    if (o->resume && (r->mixed || r->resumed.mix_json[0]) && (rc = resume_mixture(r))) return rc;
+    if (o->resume && !eval_only && (r->mixed || r->resumed.mix_json[0]) && (rc = resume_mixture(r))) return rc;
     if (o->resume && !r->mixed) r->start = (tks_blend_state){.sample = r->resumed.cursor,
                                                             .count = {r->resumed.cursor},
                                                             .phase_count = {r->resumed.cursor}};

@@ -39,12 +39,18 @@ typedef struct run {
     uint64_t per_rank, n_micro, micro; /* samples per dp rank per step, micro-batches, their size */
     tks_dtype dtype;              /* --dtype */
     int plans_pending;            /* best-fit samplers wait for tks__run_plans (plan files) */
+    int eval_only;                /* resolved for tks_train_eval: a resume's training checks off */
 } run;
 
 /* The run of options `in` resolved (defaults, a resume's checkpoint) and
- * checked, its datasets opened and samplers made (resolve.c). Errors: the
- * refusal of any check, naming the flag or the dataset. */
-int tks__run_resolve(const tks_train_opts *in, run *r);
+ * checked, its datasets opened and samplers made (resolve.c). eval_only:
+ * for an evaluation of the checkpoint in->resume (tks_train_eval): of the
+ * resume's checks only the tokenizer's (dataset, schedule, packing,
+ * documents and a mixture's sources are the evaluation's to choose), the
+ * sampling flags given replace the checkpoint's, and validation windows
+ * are required. Errors: the refusal of any check, naming the flag or the
+ * dataset. */
+int tks__run_resolve(const tks_train_opts *in, int eval_only, run *r);
 
 /* The best-fit samplers whose plans live in files (o.pack_plans), made after
  * every rank resolved the same run: collective over the world unless
@@ -72,9 +78,11 @@ int tks__run_has_validation(const run *r);
 
 /* The validation loss at `cursor` (eval.c): the weighted mean over the
  * sources (a plain run: its one source), each source's into by_source;
- * *rc the error. tok, ids, tg, doc: [micro, seq_len] scratch, doc NULL
- * without documents. Collective. */
+ * counts (may be NULL): per source k, counts[2k] the windows evaluated and
+ * counts[2k+1] the targets (every rank's); *rc the error. tok, ids, tg,
+ * doc: [micro, seq_len] scratch, doc NULL without documents. Collective. */
 double tks__run_evaluate(run *r, tks_model *m, tks_mesh *mesh, uint64_t cursor, uint32_t *tok,
-                         int32_t *ids, int32_t *tg, int32_t *doc, double *by_source, int *rc);
+                         int32_t *ids, int32_t *tg, int32_t *doc, double *by_source, uint64_t *counts,
+                         int *rc);
 
 #endif /* TKS_TRAINER_RUN_H */

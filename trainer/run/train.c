@@ -3,6 +3,7 @@
  * the dry run plan.c, evaluation eval.c, generation generate.c. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -239,7 +240,7 @@ static int open_run(const tks_train_opts *in, trainer *t) {
         rc = tks_path_join(t->plans_dir, sizeof t->plans_dir, opts.out_dir, "plans"); /* beside the run */
         opts.pack_plans = t->plans_dir;
     }
-    rc = tks_mesh_world_agree(rc ? rc : tks__run_resolve(&opts, &t->r));
+    rc = tks_mesh_world_agree(rc ? rc : tks__run_resolve(&opts, 0, &t->r));
     if (!rc) rc = tks__run_same(&t->r);
     /* best-fit plan files, made by the ranks together when missing */
     if (!rc) rc = tks_mesh_world_agree(tks__run_plans(&t->r));
@@ -265,9 +266,13 @@ static int open_run(const tks_train_opts *in, trainer *t) {
     if (!rc && (!t->tok || !t->ids || !t->tg || (docs && !t->doc)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     char path[PATH_MAX];
+    int mfd = -1;
     if (!rc && t->lead && (rc = tks_path_join(path, sizeof path, o->out_dir, "metrics.jsonl")) == 0 &&
-        !(t->metrics = fopen(path, "a")))
+        (rc = tks_open_own(path, O_WRONLY | O_CREAT | O_APPEND, "metrics file", &mfd)) == 0 &&
+        !(t->metrics = fdopen(mfd, "a"))) {
         rc = tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE, "cannot open %s: %s", path, strerror(errno));
+        close(mfd);
+    }
     /* the tokenizer the checkpoints copy, parsed once for the whole run (the writer's) */
     if (!rc && t->lead && r->ds) rc = tks_checkpoint_tokenizer_open(tks_dataset_tokenizer_path(r->ds), &t->ck_tok);
     rc = tks_mesh_agree(t->mesh, rc);
@@ -572,7 +577,8 @@ int tks_train(const tks_train_opts *in) {
             info.is_eval = 1;
             /* the loader reads the same dataset: let its batch land first (kept) */
             (void)tks_loader_wait(t.pf);
-            info.val_loss = tks__run_evaluate(&t.r, t.m, t.mesh, tks_loader_at(t.pf)->sample, t.tok, t.ids, t.tg, t.doc, by_source, &rc);
+            info.val_loss = tks__run_evaluate(&t.r, t.m, t.mesh, tks_loader_at(t.pf)->sample, t.tok, t.ids, t.tg, t.doc, by_source,
+                                          NULL, &rc);
             if (rc) break;
             if (t.r.mixed) {
                 for (uint32_t k = 0; k < t.r.n_src; k++) names[k] = t.r.src[k].name;
