@@ -223,20 +223,26 @@ static int recorded_part(json_t *in, const tks_doc_prov *p, int *whole, uint64_t
     return 0;
 }
 
-/* A document's source that no longer holds it: reported, counted, skipped. */
-static void changed(audit *a, const item *it, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void changed(audit *a, const item *it, const char *path, const char *fmt, ...) {
-    char msg[300];
+/* Documents it[0..n) whose source no longer holds them: one problem (at the
+ * first of them), n counted and skipped. */
+static void changed_n(audit *a, const item *it, size_t n, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void changed_n(audit *a, const item *it, size_t n, const char *path, const char *fmt, ...) {
+    char msg[300], which[120];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    a->st->changed++;
+    a->st->changed += n;
+    if (n == 1)
+        snprintf(which, sizeof which, "document %llu of shard %u skipped", (unsigned long long)it->doc, it->shard);
+    else
+        snprintf(which, sizeof which, "the %zu sampled documents it holds skipped (the first: document %llu of shard %u)",
+                 n, (unsigned long long)it->doc, it->shard);
     tks_audit_report_add(a->r, a->cap, it->order, TKS_ERR_INPUT, path, it->shard, TKS_NONE, TKS_NONE, TKS_NONE,
-                         it->doc, "source changed: %s; document %llu of shard %u skipped", msg,
-                         (unsigned long long)it->doc, it->shard);
+                         it->doc, "source changed: %s; %s", msg, which);
 }
+#define changed(a, it, path, ...) changed_n(a, it, 1, path, __VA_ARGS__)
 
 /* The first position where the shard's ids a[0..na) and the encoder's
  * b[0..nb) differ into *pos and the ids there (TKS_NO_ID past an end): 1, or
@@ -392,68 +398,79 @@ static int read_one(audit *a, tks_source *src, const item *x, const char *path) 
     return a->n_pd == BATCH_DOCS || a->arena_len >= BATCH_BYTES ? flush(a) : 0;
 }
 
-/* The documents it[0..n) of input f (this rank's, sorted by place). */
+/* Items it[i..) that lie in the same recorded part of their input as it[i]
+ * (whole, [s0, s1)): the end of their run. */
+static size_t part_end(json_t *in, const item *it, size_t i, size_t n, int whole, uint64_t s0, uint64_t s1) {
+    size_t j = i + 1;
+    for (int w; j < n; j++) {
+        uint64_t a, b;
+        const char *hx;
+        if (!recorded_part(in, &it[j].p, &w, &a, &b, &hx) || w != whole || a != s0 || b != s1) break;
+    }
+    return j;
+}
+
+/* The documents it[0..n) of one input (this rank's, sorted by place): the
+ * input compared with what the build recorded, part by part, then each
+ * document read, checked and queued. */
 static int audit_input(audit *a, const item *it, size_t n) {
     char path[4096];
     json_t *in = json_array_get(a->inputs, it[0].p.file);
     if (!in) {
-        for (size_t i = 0; i < n; i++)
-            changed(a, &it[i], "", "its provenance names input %u, which the manifest's provenance.inputs lacks",
-                    it[i].p.file);
+        changed_n(a, it, n, "", "their provenance names input %u, which the manifest's provenance.inputs lacks",
+                  it[0].p.file);
         return 0;
     }
     input_path(in, path, sizeof path);
     tks_source *src = NULL;
     uint64_t want = (uint64_t)json_integer_value(json_object_get(in, "bytes"));
     if (tks_source_open(path, &a->io, &src)) {
-        const tks_error *e = tks_last_error();
-        for (size_t i = 0; i < n; i++)
-            changed(a, &it[i], path, "%s cannot be read now (%s)%s", path, e->message,
-                    path[0] == '/' ? "" : "; a relative path is taken from the directory the audit runs in: run it "
-                                          "where the build ran");
+        changed_n(a, it, n, path, "%s cannot be read now (%s)%s", path, tks_last_error()->message,
+                  path[0] == '/' ? "" : "; a relative path is taken from the directory the audit runs in: run it "
+                                        "where the build ran");
         tks_clear_error();
         return 0;
     }
     a->st->inputs++;
     int rc = 0;
     uint64_t size = tks_source_size(src);
-    /* the parts of the file hashed so far: one at a time (the documents are sorted) */
-    uint64_t h_start = UINT64_MAX, h_end = 0;
-    int h_whole = -1, h_ok = 0;
-    for (size_t i = 0; i < n && !rc; i++) {
-        const item *x = &it[i];
-        if (size != want) {
-            changed(a, x, path, "%s holds %llu bytes, the build read %llu", path, (unsigned long long)size,
-                    (unsigned long long)want);
-            continue;
-        }
+    if (size != want) {
+        changed_n(a, it, n, path, "%s holds %llu bytes, the build read %llu", path, (unsigned long long)size,
+                  (unsigned long long)want);
+        tks_source_free(src);
+        return 0;
+    }
+    for (size_t i = 0, j; i < n && !rc; i = j) {
         int whole;
         uint64_t s0, s1;
         const char *hx;
-        if (recorded_part(in, &x->p, &whole, &s0, &s1, &hx) &&
-            (whole != h_whole || s0 != h_start || s1 != h_end)) {
+        j = i + 1;
+        if (recorded_part(in, &it[i].p, &whole, &s0, &s1, &hx)) { /* hashed again before it is read */
+            j = part_end(in, it, i, n, whole, s0, s1);
             uint8_t h[16];
-            char now[33] = "";
+            char now[33] = "", part[80] = "";
             double t0 = now_s();
             int hr = tks_source_hash(src, s0, s1, whole, h);
             a->st->seconds_hash += now_s() - t0;
-            if (!hr) tks_hex(h, 16, now);
-            h_whole = whole, h_start = s0, h_end = s1;
-            h_ok = !hr && !strcmp(now, hx);
             a->st->parts_hashed++;
-            if (!h_ok && hr) {
-                changed(a, x, path, "%s cannot be hashed now (%s)", path, tks_last_error()->message);
+            if (!whole)
+                snprintf(part, sizeof part, tks_source_kind(src) == TKS_SOURCE_PARQUET ? " (row groups %llu to %llu)"
+                                                                                        : " (bytes %llu to %llu)",
+                         (unsigned long long)s0, (unsigned long long)s1);
+            if (hr) {
+                changed_n(a, it + i, j - i, path, "%s%s cannot be hashed now (%s)", path, part,
+                          tks_last_error()->message);
                 tks_clear_error();
                 continue;
             }
+            tks_hex(h, 16, now);
+            if (strcmp(now, hx)) {
+                changed_n(a, it + i, j - i, path, "the XXH3-128 of %s%s is %s, the build recorded %s", path, part,
+                          now, hx);
+                continue;
+            }
         }
-        if (!h_ok) {
-            changed(a, x, path, "the XXH3-128 of %s%s is not the one the build recorded", path,
-                    h_whole ? "" : tks_source_kind(src) == TKS_SOURCE_PARQUET ? " (its row groups holding it)"
-                                                                              : " (the piece holding it)");
-            continue;
-        }
-        rc = read_one(a, src, x, path);
+        for (size_t k = i; k < j && !rc; k++) rc = read_one(a, src, &it[k], path);
     }
     tks_source_free(src);
     return rc;
