@@ -1,7 +1,8 @@
 /* forge_cache - test tool: writes the tokenizer cache entry of a
  * tokenizer.json the way the library writes it (tks__bpe_cache_store, under
  * this user's key in $TOKSHARD_CACHE_DIR), from tables altered on purpose:
- * the one-byte tokens of two bytes swapped. A build that maps the entry
+ * the one-byte tokens of two bytes swapped, wherever the encoder looks them
+ * up. A build that maps the entry
  * gives other ids for text holding those bytes, and every checksum of its
  * dataset is valid: what only an audit against the sources, which parses
  * the tokenizer file, can catch. Usage: forge_cache TOKENIZER.json A B (A
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "tokenizer/bpe_internal.h"
+#include "tokenizer/bpe_pcache.h"
 
 int main(int argc, char **argv) {
     if (argc != 4 || strlen(argv[2]) != 1 || strlen(argv[3]) != 1) {
@@ -33,9 +35,19 @@ int main(int argc, char **argv) {
     }
     setenv("TOKSHARD_CACHE_DIR", keep, 1);
     unsigned char x = (unsigned char)argv[2][0], y = (unsigned char)argv[3][0];
-    uint32_t t = b->byte_id[x];
-    b->byte_id[x] = b->byte_id[y];
-    b->byte_id[y] = t;
+    uint32_t ix = b->byte_id[x], iy = b->byte_id[y];
+    if (ix == TKS_NO_ID || iy == TKS_NO_ID) {
+        fprintf(stderr, "forge_cache: a byte without a token of its own\n");
+        return 2;
+    }
+    /* every table the encoder reads the two ids from: the bytes' table, the
+     * vocabulary hash and the short pieces' table (bpe_pcache.h) */
+#define SWAP(v) ((v) == ix ? iy : (v) == iy ? ix : (v))
+    b->byte_id[x] = iy;
+    b->byte_id[y] = ix;
+    for (size_t i = 0; i <= b->vmask; i++) b->vslot[i].id = SWAP(b->vslot[i].id);
+    for (size_t i = 0; b->seed && i < ((size_t)2 << b->seed_bits); i++)
+        for (uint32_t k = 0; k < b->seed[i].n; k++) b->seed[i].id[k] = SWAP(b->seed[i].id[k]);
     struct stat st;
     if (stat(argv[1], &st)) return 2;
     tks__bpe_cache_store(b, b->fingerprint, (size_t)st.st_size);

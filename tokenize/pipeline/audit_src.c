@@ -361,7 +361,9 @@ static int read_one(audit *a, tks_source *src, const item *x, const char *path) 
     double t0 = now_s();
     int r = tks_source_read(src, x->p.entry, x->p.offset, &doc, why, sizeof why);
     a->st->seconds_read += now_s() - t0;
-    describe(src, r == 1 ? doc.source : path, &x->p, where, sizeof where);
+    /* an archive's member by its name ("archive.tar.xz:member"), else the file */
+    int member = r == 1 && x->p.entry && tks_source_kind(src) == TKS_SOURCE_STREAM;
+    describe(src, member ? doc.source : path, &x->p, where, sizeof where);
     if (r < 0) {
         changed(a, x, path, "%s cannot be read at %s now (%s)", path, where, tks_last_error()->message);
         tks_clear_error();
