@@ -8,12 +8,14 @@
  * Where a document is found depends on the file:
  *   - a plain file (text or JSON Lines as it is on disk): the range starts
  *     at the document's offset, which is a file offset; one pread away (a
- *     document a few MiB after the last one read is read on to);
+ *     document within 64 KiB after the last one read is read on to);
  *   - a Parquet file: its row group is read from its first row to the row;
  *   - a compressed file or an archive: read from its start (a compressed
  *     stream cannot be entered in the middle), and on, for the documents
  *     asked for later in the same file in increasing order of member and
- *     offset; a document before the last one read starts over.
+ *     offset, an archive's members before the document's skipped whole
+ *     (decompressed, not split into documents); a document before the last
+ *     one read starts over.
  * A document is found when the reader yields one at exactly its member and
  * offset; none there (the reader passed it, or the file ended) means the
  * file is not what it was. */
@@ -25,8 +27,9 @@
 #include "tokenize/input/input.h"
 
 /* A plain file's reader reads on to a later document up to this far past
- * the last one, rather than opening the file at the new offset. */
-#define READ_ON_BYTES ((uint64_t)4 << 20)
+ * the last one, rather than opening the file at the new offset (a pread:
+ * cheaper than reading much more than a block on). */
+#define READ_ON_BYTES ((uint64_t)64 << 10)
 
 struct tks_source {
     tks_input *ls;        /* the one-file listing */
@@ -73,7 +76,17 @@ static int restart(tks_source *s, tks__range rg) {
     s->cur = NULL;
     s->have_last = 0;
     s->rg = rg;
-    return tks__input_view(s->ls, &s->rg, 1, s->ls->opts.stop, &s->cur);
+    int rc = tks__input_view(s->ls, &s->rg, 1, s->ls->opts.stop, &s->cur);
+    if (!rc) s->cur->no_hash = 1; /* left early, nothing read on to hash (tks_source_hash hashes) */
+    return rc;
+}
+
+/* A reading error r: the reader dropped (its error is kept), the next read starts over. */
+static int fail_read(tks_source *s, int r) {
+    tks_input_free(s->cur);
+    s->cur = NULL;
+    s->have_last = 0;
+    return r;
 }
 
 /* <0, 0 or >0 as (e1, o1) is before, at or after (e2, o2). */
@@ -130,12 +143,7 @@ int tks_source_read(tks_source *s, uint32_t entry, uint64_t offset, tks_doc *doc
     if (rc) return rc;
     for (;;) {
         int r = tks_input_next(s->cur, doc);
-        if (r < 0) {
-            tks_input_free(s->cur); /* its error is kept; the next read starts over */
-            s->cur = NULL;
-            s->have_last = 0;
-            return r;
-        }
+        if (r < 0) return fail_read(s, r);
         if (r == 0) {
             s->have_last = 0;
             snprintf(why, cap, "the file ends before that place");
@@ -152,6 +160,13 @@ int tks_source_read(tks_source *s, uint32_t entry, uint64_t offset, tks_doc *doc
             return 0;
         }
         if (c == 0) break;
+        /* an archive's members before the document's: passed without reading their documents */
+        while (c < 0 && s->cur->a && s->cur->is_archive && s->cur->in_entry && s->cur->entry_no < entry) {
+            int e = tks__next_entry(s->cur);
+            if (e < 0) return fail_read(s, e);
+            if (e == 0) s->cur->in_entry = 0; /* the archive's end: the next read says so */
+            if (e == 0) break;
+        }
     }
     return doc->json ? decode_record(s, doc, why, cap) : 1;
 }
