@@ -10,7 +10,8 @@
 #            the plain audit passes, --against-source names the shard, the
 #            document, the token and the first differing id, exit 1
 #   cache    a build through a forged tokenizer cache entry (tests/forge_cache.c,
-#            written under the user's key): caught; an honest dataset stays
+#            written under the user's key): caught by its ids and by the manifest's
+#            tables_xxh3 against the parsed file's; an honest dataset stays
 #            clean with the forged entry in place (the audit parses the file)
 #   changed  inputs edited after the build (same size, longer, removed):
 #            "source changed", those documents skipped, no "ids differ"
@@ -164,8 +165,14 @@ cache)
   expect 1 "--against-source --all catches it" -- "$TKS" audit forged --against-source --all
   grep -q "ids differ: document" "$W/out" && [[ $(counts | cut -d' ' -f2) -gt 0 ]] &&
     ok "$(counts | cut -d' ' -f2) documents' ids differ" || fail "not caught: $(tail -3 "$W/out")"
+  # whatever the sample: the manifest's tables_xxh3 is not the parsed file's
+  expect 1 "--against-source --sample 1" -- "$TKS" audit forged --against-source --sample 1 --seed 3
+  grep -Eq "^PROBLEM forged/tokenizer.json: tables differ: the manifest records that the build encoded with tables of XXH3-128 [0-9a-f]{32}, and forged/tokenizer.json parsed from its file has [0-9a-f]{32}" "$W/out" &&
+    ok "the tables' digest differs from the manifest's" || fail "tables: $(head -3 "$W/out")"
   # the forged entry stays in the cache: the audit of the honest build parses the file
   clean honest "honest build, forged entry still cached"
+  grep -q "tables: the manifest's tables_xxh3 is that of the tokenizer parsed from its file" "$W/out" &&
+    ok "honest build: the same tables" || fail "honest tables: $(tail -3 "$W/out")"
   [[ -z $(find cache -newer forged/manifest.json -name 'bpe-*.tkc') ]] && ok "the audit wrote no cache entry" ||
     fail "a cache entry written by the audit"
   ;;

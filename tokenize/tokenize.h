@@ -291,6 +291,8 @@ typedef struct tks_source_audit_stats {
     uint64_t bytes;              /* text re-read, bytes */
     uint64_t inputs, parts_hashed; /* input files opened; recorded parts hashed again */
     double seconds, seconds_read, seconds_hash, seconds_encode;
+    int tables;                  /* the manifest's tables_xxh3 against the parsed tokenizer's: 1 the
+                                  * same, -1 they differ (a problem), 0 not compared (rank 0's) */
     int spm_library;             /* 1: compared with sentencepiece; -1: a sentencepiece model, the
                                   * library unavailable; 0: a byte-level tokenizer */
     char tokenizer[512];         /* the tokenizer file parsed */
@@ -306,7 +308,10 @@ typedef struct tks_source_audit_stats {
  * holding it, or the text's own hash) is reported as "source changed"
  * (TKS_ERR_INPUT) and skipped; ids that differ are TKS_ERR_TOKENIZER
  * problems naming the shard, document, token offset, source and first
- * differing position. Problems are ordered by the documents' places in the
+ * differing position; for a byte-level tokenizer, a manifest whose
+ * tables_xxh3 is not the parsed tables' is a TKS_ERR_TOKENIZER problem too
+ * (the build encoded with a cache entry that is not the file's). Problems
+ * are ordered by the documents' places in the
  * inputs (tks_audit_merge joins the ranks' reports). Returns 0 when the
  * audit ran, whatever it found, with *report (tks_audit_report_free) and
  * *st; or an error: TKS_ERR_VERSION (shards without provenance: format

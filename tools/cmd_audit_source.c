@@ -32,6 +32,7 @@ static void print_json(const char *path, const tks_source_audit_opts *o, const t
                           "source_changed", (json_int_t)st->changed, "tokens", (json_int_t)st->tokens,
                           "bytes", (json_int_t)st->bytes, "tokenizer", st->tokenizer, "seconds", st->seconds,
                           "problems_total", (json_int_t)r->n_problems_total, "problems", probs);
+    json_object_set_new(j, "tables_match", st->tables ? json_boolean(st->tables > 0) : json_null());
     json_object_set_new(j, "sentencepiece_library",
                         st->spm_library == 1 ? json_pack("{s:I, s:I}", "checked", (json_int_t)st->spm_checked,
                                                          "ids_differ", (json_int_t)st->spm_differ)
@@ -53,7 +54,7 @@ static void print_text(const char *path, const tks_source_audit_opts *o, const t
     char which[64];
     if (o->all) snprintf(which, sizeof which, "all %llu", (unsigned long long)st->sampled);
     else snprintf(which, sizeof which, "%llu (seed %llu)", (unsigned long long)st->sampled, (unsigned long long)o->seed);
-    int bad = st->ids_differ || st->spm_differ;
+    int bad = st->ids_differ || st->spm_differ || st->tables < 0;
     printf("%s: %s: %s of %llu documents read again from %llu input file%s and encoded again with %s, parsed from "
            "its file: %llu compared, %llu with ids that differ, %llu skipped (source changed); %llu ids, %.1f MB of "
            "text; %.2f s (reading %.2f s, hashing the inputs %.2f s, encoding %.2f s)\n",
@@ -62,6 +63,9 @@ static void print_text(const char *path, const tks_source_audit_opts *o, const t
            (unsigned long long)st->checked, (unsigned long long)st->ids_differ, (unsigned long long)st->changed,
            (unsigned long long)st->tokens, st->bytes / 1e6, st->seconds, st->seconds_read, st->seconds_hash,
            st->seconds_encode);
+    if (st->tables)
+        printf("tables: the manifest's tables_xxh3 is %s the tokenizer parsed from its file\n",
+               st->tables > 0 ? "that of" : "NOT that of");
     if (st->spm_library == 1)
         printf("sentencepiece library: %llu documents compared, %llu with ids that differ\n",
                (unsigned long long)st->spm_checked, (unsigned long long)st->spm_differ);

@@ -295,7 +295,7 @@ int dist_audit_source(const char *path, tks_source_audit_opts *o, tks_audit_repo
     size_t at = 0;
     int n = 0;
     tks_source_audit_stats sum = {.dataset_docs = st->dataset_docs, .sampled = st->sampled,
-                                  .spm_library = st->spm_library}; /* the same on every rank */
+                                  .spm_library = st->spm_library, .tables = st->tables}; /* rank 0's */
     memcpy(sum.tokenizer, st->tokenizer, sizeof sum.tokenizer);
     for (; n < size && !rc; n++) {
         tks_source_audit_stats s;

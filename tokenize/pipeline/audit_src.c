@@ -141,6 +141,32 @@ static int load_tokenizer(audit *a, const char *path) {
     return 0;
 }
 
+/* The manifest's tables_xxh3 (the tables the build encoded with) against
+ * those of the tokenizer parsed from its file: another value means the
+ * build encoded with tables that are not the file's (a tokenizer cache entry
+ * edited or made elsewhere), whichever documents the sample holds. Only for
+ * a byte-level tokenizer and a manifest of this tokshard (the compact form
+ * may change between versions). */
+static void check_tables(audit *a, json_t *prov) {
+    const tks_tokenizer_info *ti = tks_dataset_tokenizer(a->ds);
+    const char *tool = json_string_value(json_object_get(prov, "tool"));
+    uint8_t mine[16];
+    if (!ti->has_tables || !tks_tok_bpe(a->tk) || !tool || strcmp(tool, "tokshard " TKS_VERSION_STRING) ||
+        !tks_bpe_tables_xxh3(tks_tok_bpe(a->tk), mine)) /* 1 when computed */
+        return;
+    a->st->tables = 1;
+    if (!memcmp(mine, ti->tables_xxh3, 16)) return;
+    char want[33], got[33];
+    tks_hex(ti->tables_xxh3, 16, want);
+    tks_hex(mine, 16, got);
+    a->st->tables = -1;
+    tks_audit_report_add(a->r, a->cap, 0, TKS_ERR_TOKENIZER, a->st->tokenizer, TKS_NONE, TKS_NONE, TKS_NONE, TKS_NONE,
+                         TKS_NONE, "tables differ: the manifest records that the build encoded with tables of "
+                         "XXH3-128 %s, and %s parsed from its file has %s: the build used other tables than the "
+                         "file's (a tokenizer cache entry edited or made elsewhere); build again with "
+                         "TOKSHARD_CACHE_DIR=off", want, a->st->tokenizer, got);
+}
+
 /* The sample: every document, or n of them chosen by selection sampling
  * (Knuth's algorithm S) from the seed, with their provenance records,
  * sorted by place in the inputs. Checks each shard's provenance section. */
@@ -507,6 +533,7 @@ int tks_audit_source(const char *dir, const tks_source_audit_opts *o, tks_audit_
     if (!rc && !(a.r = calloc(1, sizeof *a.r))) rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc && !(a.r->problems = calloc(a.cap, sizeof *a.r->problems)))
         rc = tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
+    if (!rc && o->rank == 0) check_tables(&a, prov); /* once, by rank 0 */
     if (!rc && o->threads > 0) omp_set_num_threads(o->threads);
     /* this rank's run of the sorted sample */
     unsigned parts = o->n_ranks ? o->n_ranks : 1;
