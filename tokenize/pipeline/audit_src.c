@@ -553,7 +553,7 @@ int tks_audit_source(const char *dir, const tks_source_audit_opts *o, tks_audit_
         a.r->tokenizer_checked = 1;
     }
     st->seconds = now_s() - t0;
-    a.r ? a.r->seconds = st->seconds : 0;
+    if (a.r) a.r->seconds = st->seconds;
     free(v);
     free(a.pd);
     free(a.arena);
