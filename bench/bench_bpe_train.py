@@ -10,9 +10,8 @@ Usage (bench/bench_bpe_train.sh makes .venv-bench and a Release build):
 Texts, each as one JSON Lines file that every tool reads (same documents):
   linux  the Linux 6.1 tree's text: every regular UTF-8 file of an unpacked
          linux-source-6.1, one record a file (1,298 MB as bench_bpe.py's
-         linux-all). --linux-jsonl takes one already written (default
-         /work/data/linux-all.jsonl when it exists); --linux SRC writes it
-         to WORK/linux-all.jsonl. --slice-mb N keeps its first N MB of
+         linux-all). --linux-jsonl takes one already written; --linux SRC
+         writes it to WORK/linux-all.jsonl. --slice-mb N keeps its first N MB of
          records (WORK/linux-all-<N>mb.jsonl).
   main   the main job's corpus: dict-gcide's entries (blank-line
          paragraphs) and the Python 3.11 documentation's sources.
@@ -120,7 +119,7 @@ if a.run:
 
 
 def make_linux(work):
-    src = a.linux_jsonl or ("/work/data/linux-all.jsonl" if os.path.exists("/work/data/linux-all.jsonl") else None)
+    src = a.linux_jsonl
     if not src:
         if not a.linux:
             sys.exit("the linux text needs --linux-jsonl PATH or --linux SRC (an unpacked linux-source-6.1)")

@@ -7,7 +7,7 @@
 #   a 40 MB slice of the Linux tree's text and the main job's corpus:
 #     nice -n 15 bench/bench_bpe_train.sh --slice-mb 40
 #   the whole tree (1.3 GB; hours of tokenizers' time):
-#     bench/bench_bpe_train.sh --linux-jsonl /work/data/linux-all.jsonl --out bpe_train.md
+#     bench/bench_bpe_train.sh --linux-jsonl linux-all.jsonl --out bpe_train.md
 #     (or --linux /path/to/linux-source-6.1 to write that file first)
 set -euo pipefail
 cd "$(dirname "$0")/.."

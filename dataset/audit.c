@@ -52,6 +52,8 @@ typedef struct ashard {
     uint64_t index_bad;     /* first bad index entry, or TKS_NONE (index task) */
     uint64_t index_bad_value; /* index[index_bad] (index task) */
     int index_read_errno;   /* the index task could not read the index: errno, or -1 */
+    uint64_t prov_xxh3;     /* version 2: XXH3-64 of the provenance section (index task) */
+    int prov_read_errno;    /* the index task could not read that section: errno, or -1 */
     size_t first_task;      /* task number of chunk 0 */
     atomic_size_t tasks_left; /* the task that brings it to 0 may unmap the shard */
     const uint64_t *index;
@@ -259,6 +261,15 @@ static void scan_index(ashard *s, uint8_t *buf) {
     s->index_xxh3 = XXH3_64bits_digest(&st);
     s->index_bad = bad;
     s->index_bad_value = bad != TKS_NONE ? s->index[bad] : 0;
+    /* version 2: the provenance section, read and hashed the same way */
+    XXH3_64bits_reset(&st);
+    for (uint64_t at = 0; at < h->prov_bytes; at += READ_BYTES) {
+        size_t m = h->prov_bytes - at < READ_BYTES ? (size_t)(h->prov_bytes - at) : READ_BYTES;
+        const uint8_t *rd = fetch(s, buf, h->prov_offset + at, m, &s->prov_read_errno);
+        if (!rd) return;
+        XXH3_64bits_update(&st, rd, m);
+    }
+    s->prov_xxh3 = XXH3_64bits_digest(&st);
 }
 
 /* minmax16, minmax32: the smallest and largest of n ids of one width, folded
@@ -706,6 +717,7 @@ static void run_tasks(audit *a) {
         if (a->sh[i].size_ok) {
             const tks_shard_header *h = &a->sh[i].h;
             uint64_t most = h->index_bytes > h->chunk_bytes ? h->index_bytes : h->chunk_bytes;
+            if (h->prov_bytes > most) most = h->prov_bytes;
             if (most > buf_bytes) buf_bytes = most < READ_BYTES ? (size_t)most : READ_BYTES;
         }
     buf_bytes = (buf_bytes + 4095) & ~(size_t)4095;
@@ -758,6 +770,18 @@ static void report_indexes(audit *a) {
                     (unsigned long long)s->h.n_tokens);
         else
             s->index_ok = 1;
+        if (s->h.version != TKS_FORMAT_V2) continue;
+        if (s->prov_read_errno)
+            problem(pk, TKS_ERR_IO, s->shard_no, TKS_NONE, TKS_NONE, s->h.prov_offset, TKS_NONE, s->path,
+                    "cannot read the provenance section at offset %llu: %s (check the disk and the file "
+                    "system, then audit again)", (unsigned long long)s->h.prov_offset,
+                    s->prov_read_errno > 0 ? strerror(s->prov_read_errno) : "the file shrank");
+        else if (s->prov_xxh3 != s->h.prov_xxh3)
+            problem(pk, TKS_ERR_CHECKSUM, s->shard_no, TKS_NONE, TKS_NONE, s->h.prov_offset, TKS_NONE,
+                    s->path, "provenance section at offset %llu is corrupt (checksum mismatch): where its "
+                    "documents came from is lost; rebuild this shard", (unsigned long long)s->h.prov_offset);
+        else
+            a->r->bytes_hashed += s->h.prov_bytes;
     }
 }
 
@@ -874,116 +898,4 @@ int tks_audit(const char *path, const tks_audit_opts *opts_in, tks_audit_report 
     r->seconds = omp_get_wtime() - t0;
     *out = r;
     return 0;
-}
-
-void tks_audit_share(const uint64_t *sizes, size_t n_shards, unsigned rank, unsigned n_ranks,
-                     size_t *first, size_t *end) {
-    if (n_ranks <= 1) {
-        *first = 0;
-        *end = n_shards;
-        return;
-    }
-    /* shard i belongs to the rank whose byte range [r T / N, (r + 1) T / N)
-     * holds the shard's first byte (T: all bytes, N: ranks) */
-    long double total = 0, at = 0;
-    for (size_t i = 0; i < n_shards; i++) total += sizes[i];
-    *first = *end = n_shards;
-    int started = 0;
-    for (size_t i = 0; i < n_shards; i++) {
-        unsigned owner = total > 0 ? (unsigned)(at * n_ranks / total) : (unsigned)(i * n_ranks / n_shards);
-        if (owner >= n_ranks) owner = n_ranks - 1;
-        if (owner == rank && !started) { *first = i; started = 1; }
-        if (owner > rank) { if (!started) *first = i; *end = i; return; }
-        at += sizes[i];
-    }
-    if (!started) *first = n_shards;
-}
-
-static int cmp_order(const void *a, const void *b) {
-    uint64_t x = ((const tks_audit_problem *)a)->order, y = ((const tks_audit_problem *)b)->order;
-    return x < y ? -1 : x > y;
-}
-
-int tks_audit_merge(tks_audit_report *const *parts, size_t n, size_t max_problems,
-                    tks_audit_report **out) {
-    *out = NULL;
-    size_t cap = max_problems ? max_problems : 1000, all = 0;
-    if (cap > MAX_CAP) cap = MAX_CAP;
-    for (size_t i = 0; i < n; i++) all += parts[i]->n_problems;
-    tks_audit_report *r = calloc(1, sizeof *r);
-    if (r) r->problems = calloc(all > cap ? all : cap, sizeof *r->problems);
-    if (!r || !r->problems) {
-        tks_audit_report_free(r);
-        return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory merging audit reports");
-    }
-    int have_ids = 0;
-    for (size_t i = 0; i < n; i++) {
-        const tks_audit_report *p = parts[i];
-        memcpy(r->problems + r->n_problems, p->problems, p->n_problems * sizeof *p->problems);
-        r->n_problems += p->n_problems;
-        r->n_problems_total += p->n_problems_total;
-        r->n_chunks += p->n_chunks;
-        r->n_docs += p->n_docs;
-        r->n_tokens += p->n_tokens;
-        r->bytes_hashed += p->bytes_hashed;
-        if (i == 0) {
-            r->n_shards = p->n_shards;
-            r->manifest_checked = p->manifest_checked;
-            r->tokenizer_checked = p->tokenizer_checked;
-            memcpy(r->unicode, p->unicode, sizeof r->unicode); /* the manifest's, read by rank 0 */
-            r->unassigned = p->unassigned;
-            r->unassigned_docs = p->unassigned_docs;
-        }
-        /* the manifest's vocabulary (same on every rank), else the first shard's:
-         * ranks hold shards in order */
-        if (!r->vocab_size) r->vocab_size = p->vocab_size;
-        if (p->n_chunks) { /* ids were seen */
-            if (!have_ids || p->min_token_id < r->min_token_id) r->min_token_id = p->min_token_id;
-            if (!have_ids || p->max_token_id > r->max_token_id) r->max_token_id = p->max_token_id;
-            have_ids = 1;
-        }
-        if (p->seconds > r->seconds) r->seconds = p->seconds;
-    }
-    /* each rank's problems are its first ones in key order; the first cap of
-     * all of them, sorted, are the first cap of a whole audit */
-    qsort(r->problems, r->n_problems, sizeof *r->problems, cmp_order);
-    if (r->n_problems > cap) r->n_problems = cap;
-    *out = r;
-    return 0;
-}
-
-int tks_audit_report_vadd(tks_audit_report *r, size_t cap, uint64_t order, int code,
-                          const char *file, uint64_t shard, uint64_t chunk, uint64_t token_offset,
-                          uint64_t byte_offset, uint64_t doc, const char *fmt, va_list ap) {
-    r->n_problems_total++;
-    if (r->n_problems >= cap) return 0;
-    tks_audit_problem *p = &r->problems[r->n_problems++];
-    memset(p, 0, sizeof *p);
-    p->order = order;
-    p->code = code;
-    p->shard = shard;
-    p->chunk = chunk;
-    p->token_offset = token_offset;
-    p->byte_offset = byte_offset;
-    p->doc = doc;
-    snprintf(p->file, sizeof p->file, "%s", file ? file : "");
-    vsnprintf(p->message, sizeof p->message, fmt, ap);
-    return 1;
-}
-
-int tks_audit_report_add(tks_audit_report *r, size_t cap, uint64_t order, int code,
-                         const char *file, uint64_t shard, uint64_t chunk, uint64_t token_offset,
-                         uint64_t byte_offset, uint64_t doc, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = tks_audit_report_vadd(r, cap, order, code, file, shard, chunk, token_offset,
-                                   byte_offset, doc, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-void tks_audit_report_free(tks_audit_report *r) {
-    if (!r) return;
-    free(r->problems);
-    free(r);
 }

@@ -1,7 +1,7 @@
 /*
  * dataset.h - the whole public API of tokshard's dataset layer: the shard
- * format (docs/FORMAT.md, version 1), the shard writer, the zero-copy shard
- * reader, datasets (a manifest plus shards) and the audit.
+ * format (docs/FORMAT.md, versions 1 and 2), the shard writer, the zero-copy
+ * shard reader, datasets (a manifest plus shards) and the audit.
  *
  * Conventions: every function returns 0 or a negative TKS_ERR_* code (tks.h)
  * and records the context (file, shard, offset, document) of a failure in
@@ -27,7 +27,10 @@ extern "C" {
  * Format constants (docs/FORMAT.md)
  * ------------------------------------------------------------------------- */
 #define TKS_MAGIC "TKSHARD\x1a"          /* 8 bytes at offset 0 */
-#define TKS_FORMAT_VERSION 1u
+#define TKS_FORMAT_V1 1u                 /* a shard without provenance (an import, older builds) */
+#define TKS_FORMAT_V2 2u                 /* a shard with its documents' provenance section */
+#define TKS_FORMAT_VERSION TKS_FORMAT_V2 /* the newest version this library reads and writes */
+#define TKS_PROV_RECORD_BYTES 24u        /* one document's provenance record (tks_doc_prov) */
 #define TKS_HEADER_SIZE 256u             /* bytes; the header checksum covers [0, 248) */
 #define TKS_TOKEN_ALIGN 4096u            /* token section offset alignment (mmap page) */
 #define TKS_DEFAULT_CHUNK_BYTES (1u << 20)
@@ -39,7 +42,7 @@ extern "C" {
 
 /* Decoded shard header. Field meanings and byte offsets: docs/FORMAT.md. */
 typedef struct tks_shard_header {
-    uint32_t version;        /* TKS_FORMAT_VERSION */
+    uint32_t version;        /* TKS_FORMAT_V1, or TKS_FORMAT_V2 (a provenance section) */
     uint32_t header_size;    /* TKS_HEADER_SIZE */
     uint32_t token_bytes;    /* 2 (uint16) or 4 (uint32); 2 iff vocab_size <= 65536 */
     uint32_t vocab_size;     /* exclusive upper bound of every token id, >= 1 */
@@ -57,10 +60,13 @@ typedef struct tks_shard_header {
     uint64_t table_offset;   /* = index_offset + index_bytes */
     uint64_t table_bytes;    /* = (n_chunks + 1) * 8 */
     uint64_t n_chunks;       /* = ceil(tokens_bytes / chunk_bytes) */
-    uint64_t file_size;      /* = table_offset + table_bytes */
+    uint64_t file_size;      /* = table_offset + table_bytes (+ prov_bytes in version 2) */
     uint32_t shard_index;    /* position of this shard in its dataset */
-    uint32_t flags;          /* 0 in version 1 */
+    uint32_t flags;          /* 0 */
     uint64_t table_xxh3;     /* XXH3-64 of the checksum table bytes */
+    uint64_t prov_offset;    /* version 2: = table_offset + table_bytes; 0 in version 1 */
+    uint64_t prov_bytes;     /* version 2: = n_docs * TKS_PROV_RECORD_BYTES; 0 in version 1 */
+    uint64_t prov_xxh3;      /* version 2: XXH3-64 of the provenance section; 0 in version 1 */
     uint64_t header_xxh3;    /* XXH3-64 of header bytes [0, 248) */
 } tks_shard_header;
 
@@ -77,9 +83,34 @@ void tks_header_encode(tks_shard_header *h, uint8_t out[TKS_HEADER_SIZE]);
  */
 int tks_header_decode(const uint8_t *buf, size_t n, const char *name, tks_shard_header *h);
 
-/* Canonical layout: fills tokens_offset..file_size from token_bytes, n_docs,
- * n_tokens and chunk_bytes. Used by the writer and by validation. */
+/* Canonical layout: fills tokens_offset..file_size (and, for version 2,
+ * prov_offset and prov_bytes) from version (0 is taken as TKS_FORMAT_V1),
+ * token_bytes, n_docs, n_tokens and chunk_bytes. Used by the writer and by
+ * validation. */
 void tks_header_layout(tks_shard_header *h);
+
+/*
+ * Where a document came from (docs/FORMAT.md, "Provenance section"): one
+ * record per document of a version 2 shard, written by `tokshard build`,
+ * read back by `tokshard audit --against-source`. On disk: 24 bytes,
+ * little-endian, in this order.
+ */
+typedef struct tks_doc_prov {
+    uint32_t file;     /* the input: index into the manifest's provenance.inputs */
+    uint32_t entry;    /* an archive's regular member, 1-based; a Parquet file's row group,
+                        * 0-based; 0 for any other file */
+    uint64_t offset;   /* text and JSON Lines: bytes of the decompressed entry before the
+                        * document's first byte; Parquet: rows of its row group before it */
+    uint32_t length;   /* bytes the document spans in its entry (a JSON Lines record's line,
+                        * text before the UTF-8 policy; a Parquet value's), UINT32_MAX when
+                        * 4 GiB or more */
+    uint32_t text_xxh; /* the low 32 bits of the XXH3-64 (seed 0) of the text the build
+                        * encoded (after decoding and the UTF-8 policy) */
+} tks_doc_prov;
+
+/* The 24 bytes of a record (out) and back. */
+void tks_prov_encode(const tks_doc_prov *p, uint8_t out[TKS_PROV_RECORD_BYTES]);
+void tks_prov_decode(const uint8_t in[TKS_PROV_RECORD_BYTES], tks_doc_prov *p);
 
 /* ---------------------------------------------------------------------------
  * Writer
@@ -94,6 +125,9 @@ typedef struct tks_writer_opts {
     uint64_t shard_tokens;    /* a shard is closed once it holds >= this many tokens; >= 1 */
     uint32_t chunk_bytes;     /* 0 = TKS_DEFAULT_CHUNK_BYTES */
     uint32_t first_shard;     /* index of the first shard this writer writes (resume) */
+    int provenance;           /* 1: every document comes with its tks_doc_prov
+                               * (tks_writer_add_prov) and the shards are version 2;
+                               * 0: version 1 shards, byte for byte as before it */
 } tks_writer_opts;
 
 /* What the writer knows about a shard it published. */
@@ -103,6 +137,7 @@ typedef struct tks_shard_info {
     uint64_t file_bytes, n_docs, n_tokens;
     uint32_t min_token_id, max_token_id;
     uint64_t header_xxh3;
+    uint32_t version;         /* the shard's format version: TKS_FORMAT_V1 or V2 */
 } tks_shard_info;
 
 /* Creates a writer. Errors: TKS_ERR_ARG (bad options), TKS_ERR_NOMEM. The
@@ -120,6 +155,14 @@ int tks_writer_create(const tks_writer_opts *opts, tks_writer **out);
  */
 int tks_writer_add(tks_writer *w, const uint32_t *ids, size_t n, uint64_t doc_ordinal,
                    int *published);
+
+/* tks_writer_add with the document's provenance (copied), for a writer
+ * created with `provenance` set (TKS_ERR_ARG otherwise, and when a writer
+ * with provenance is given prov NULL or tks_writer_add). Costs 24 bytes of
+ * memory per document of the open shard until it is published. Errors: as
+ * tks_writer_add. */
+int tks_writer_add_prov(tks_writer *w, const uint32_t *ids, size_t n, uint64_t doc_ordinal,
+                        const tks_doc_prov *prov, int *published);
 
 /* Publishes the current shard if it holds any document. Errors as above. */
 int tks_writer_flush(tks_writer *w);
@@ -188,6 +231,20 @@ int tks_shard_read(const tks_shard *s, uint64_t offset, uint64_t n, uint32_t lim
  * Errors: TKS_ERR_CHECKSUM (names chunk and its byte offset). */
 int tks_shard_verify_chunk(const tks_shard *s, uint64_t c);
 
+/* 1 when the shard has a provenance section (version 2), else 0. */
+int tks_shard_has_prov(const tks_shard *s);
+
+/* Document d's provenance record into *out. Not hashed here (opening checks
+ * the section's place and size; tks_shard_verify_prov its bytes).
+ * Errors: TKS_ERR_ARG (d >= n_docs, or a version 1 shard: no provenance,
+ * named). */
+int tks_shard_prov(const tks_shard *s, uint64_t d, tks_doc_prov *out);
+
+/* Hashes the provenance section and compares with the header's prov_xxh3.
+ * Errors: TKS_ERR_CHECKSUM (names the section's offset), TKS_ERR_ARG (a
+ * version 1 shard). O(n_docs). */
+int tks_shard_verify_prov(const tks_shard *s);
+
 /* ---------------------------------------------------------------------------
  * Dataset: manifest.json + shards + tokenizer copy
  * ------------------------------------------------------------------------- */
@@ -236,6 +293,16 @@ uint32_t tks_dataset_max_token_id(const tks_dataset *ds);
 uint64_t tks_dataset_manifest_xxh3(const tks_dataset *ds);
 /* Full path of the tokenizer copy in the dataset dir (owned by ds). */
 const char *tks_dataset_tokenizer_path(const tks_dataset *ds);
+/* The manifest's format_version: TKS_FORMAT_V1 (shards without provenance)
+ * or TKS_FORMAT_V2 (every shard has its provenance section). */
+uint32_t tks_dataset_format_version(const tks_dataset *ds);
+/* The manifest's "provenance" object (inputs, options, stats) into *out, a
+ * new jansson reference the caller releases (json_decref), or NULL when the
+ * manifest has none (an import). manifest.json is read again and must be
+ * the bytes the dataset was opened with. Errors: TKS_ERR_MANIFEST (it
+ * changed since, or does not parse), TKS_ERR_IO, TKS_ERR_NOMEM. */
+struct json_t;
+int tks_dataset_provenance(const tks_dataset *ds, struct json_t **out);
 /* tks_shard_advise on every shard of the dataset. */
 void tks_dataset_advise(const tks_dataset *ds, tks_access how);
 
@@ -351,7 +418,8 @@ int tks_partial_publish(tks_partial_kind kind, const char *partial, const char *
 
 /* A shard's record in a state or unit file, as JSON (jansson's json_t, a new
  * reference the caller owns; NULL when out of memory): {"file", "bytes",
- * "n_docs", "n_tokens", "min_token_id", "max_token_id", "header_xxh3"}. */
+ * "n_docs", "n_tokens", "min_token_id", "max_token_id", "header_xxh3"}, and
+ * "version": 2 for a version 2 shard (absent: version 1). */
 struct json_t;
 struct json_t *tks_shard_record(const tks_shard_info *s);
 

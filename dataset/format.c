@@ -12,13 +12,33 @@ enum {
     H_NTOKENS = 64, H_MIN = 72, H_MAX = 76, H_TOK_OFF = 80, H_TOK_BYTES = 88,
     H_IDX_OFF = 96, H_IDX_BYTES = 104, H_TAB_OFF = 112, H_TAB_BYTES = 120,
     H_NCHUNKS = 128, H_FILE_SIZE = 136, H_SHARD = 144, H_FLAGS = 148, H_TAB_XXH = 152,
-    H_RESERVED = 160, H_CHECKSUM = 248
+    H_PROV_OFF = 160, H_PROV_BYTES = 168, H_PROV_XXH = 176, /* version 2; reserved in version 1 */
+    H_RESERVED = 184, H_CHECKSUM = 248
 };
+
+/* A provenance record's fields (docs/FORMAT.md, "Provenance section"). */
+enum { P_FILE = 0, P_ENTRY = 4, P_OFFSET = 8, P_LENGTH = 16, P_TEXT = 20 };
+
+void tks_prov_encode(const tks_doc_prov *p, uint8_t out[TKS_PROV_RECORD_BYTES]) {
+    tks_put_le32(out + P_FILE, p->file);
+    tks_put_le32(out + P_ENTRY, p->entry);
+    tks_put_le64(out + P_OFFSET, p->offset);
+    tks_put_le32(out + P_LENGTH, p->length);
+    tks_put_le32(out + P_TEXT, p->text_xxh);
+}
+
+void tks_prov_decode(const uint8_t in[TKS_PROV_RECORD_BYTES], tks_doc_prov *p) {
+    p->file = tks_le32(in + P_FILE);
+    p->entry = tks_le32(in + P_ENTRY);
+    p->offset = tks_le64(in + P_OFFSET);
+    p->length = tks_le32(in + P_LENGTH);
+    p->text_xxh = tks_le32(in + P_TEXT);
+}
 
 
 
 void tks_header_layout(tks_shard_header *h) {
-    h->version = TKS_FORMAT_VERSION;
+    if (h->version != TKS_FORMAT_V2) h->version = TKS_FORMAT_V1;
     h->header_size = TKS_HEADER_SIZE;
     h->tokens_offset = TKS_TOKEN_ALIGN;
     h->tokens_bytes = h->n_tokens * h->token_bytes;
@@ -28,6 +48,12 @@ void tks_header_layout(tks_shard_header *h) {
     h->n_chunks = h->chunk_bytes ? (h->tokens_bytes + h->chunk_bytes - 1) / h->chunk_bytes : 0;
     h->table_bytes = (h->n_chunks + 1) * 8;
     h->file_size = h->table_offset + h->table_bytes;
+    h->prov_offset = h->prov_bytes = 0;
+    if (h->version == TKS_FORMAT_V2) { /* the provenance section closes the file */
+        h->prov_offset = h->file_size;
+        h->prov_bytes = h->n_docs * TKS_PROV_RECORD_BYTES;
+        h->file_size += h->prov_bytes;
+    }
 }
 
 void tks_header_encode(tks_shard_header *h, uint8_t out[TKS_HEADER_SIZE]) {
@@ -57,6 +83,11 @@ void tks_header_encode(tks_shard_header *h, uint8_t out[TKS_HEADER_SIZE]) {
     tks_put_le32(out + H_SHARD, h->shard_index);
     tks_put_le32(out + H_FLAGS, h->flags);
     tks_put_le64(out + H_TAB_XXH, h->table_xxh3);
+    if (h->version == TKS_FORMAT_V2) { /* zero in version 1: its reserved bytes */
+        tks_put_le64(out + H_PROV_OFF, h->prov_offset);
+        tks_put_le64(out + H_PROV_BYTES, h->prov_bytes);
+        tks_put_le64(out + H_PROV_XXH, h->prov_xxh3);
+    }
     h->header_xxh3 = XXH3_64bits(out, H_CHECKSUM);
     tks_put_le64(out + H_CHECKSUM, h->header_xxh3);
 }
@@ -89,11 +120,11 @@ int tks_header_decode(const uint8_t *buf, size_t n, const char *name, tks_shard_
                         "%s: not a tokshard shard (bad magic at byte 0)", name);
     memset(h, 0, sizeof *h);
     h->version = tks_le32(buf + H_VERSION);
-    if (h->version != TKS_FORMAT_VERSION)
+    if (h->version != TKS_FORMAT_V1 && h->version != TKS_FORMAT_V2)
         return tks_fail(TKS_ERR_VERSION, name, TKS_NONE, H_VERSION,
-                        "%s: format version %u, this tokshard reads version %u: use a matching "
+                        "%s: format version %u, this tokshard reads versions %u and %u: use a matching "
                         "tokshard or rebuild the dataset",
-                        name, h->version, TKS_FORMAT_VERSION);
+                        name, h->version, TKS_FORMAT_V1, TKS_FORMAT_V2);
     h->header_size = tks_le32(buf + H_HEADER_SIZE);
     h->header_xxh3 = tks_le64(buf + H_CHECKSUM);
     uint64_t want = XXH3_64bits(buf, H_CHECKSUM);
@@ -124,11 +155,17 @@ int tks_header_decode(const uint8_t *buf, size_t n, const char *name, tks_shard_
     h->shard_index = tks_le32(buf + H_SHARD);
     h->flags = tks_le32(buf + H_FLAGS);
     h->table_xxh3 = tks_le64(buf + H_TAB_XXH);
+    int v2 = h->version == TKS_FORMAT_V2;
+    if (v2) {
+        h->prov_offset = tks_le64(buf + H_PROV_OFF);
+        h->prov_bytes = tks_le64(buf + H_PROV_BYTES);
+        h->prov_xxh3 = tks_le64(buf + H_PROV_XXH);
+    }
 
     /* The checksum matched, so these are the writer's values; still refuse
      * anything a correct writer cannot produce (a forged or buggy header). */
     if (h->header_size != TKS_HEADER_SIZE) return bad(name, "header_size", h->header_size, TKS_HEADER_SIZE);
-    for (int i = H_RESERVED; i < H_CHECKSUM; i++)
+    for (int i = v2 ? H_RESERVED : H_PROV_OFF; i < H_CHECKSUM; i++)
         if (buf[i]) return bad(name, "reserved byte not zero", (uint64_t)i, 0);
     if (h->flags) return bad(name, "flags", h->flags, 0);
     if (h->vocab_size == 0) return bad(name, "vocab_size", 0, 1);
@@ -159,6 +196,8 @@ int tks_header_decode(const uint8_t *buf, size_t n, const char *name, tks_shard_
         {"table_bytes", h->table_bytes, c.table_bytes},
         {"n_chunks", h->n_chunks, c.n_chunks},
         {"file_size", h->file_size, c.file_size},
+        {"prov_offset", h->prov_offset, c.prov_offset},
+        {"prov_bytes", h->prov_bytes, c.prov_bytes},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].got != f[i].want) return bad(name, f[i].what, f[i].got, f[i].want);

@@ -256,8 +256,19 @@ int tks_manifest_write_json(const char *dir, const tks_tokenizer_info *tok, cons
                             (json_int_t)st.docs, "n_tokens", (json_int_t)st.tokens, "min_token_id",
                             n_shards ? json_integer(st.min_token_id) : json_null(), "max_token_id",
                             n_shards ? json_integer(st.max_token_id) : json_null());
+    /* the dataset's version is its shards': all of one (version 2 when they
+     * carry provenance), version 1 for a dataset without a shard */
+    uint32_t version = n_shards && shards[0].version == TKS_FORMAT_V2 ? TKS_FORMAT_V2 : TKS_FORMAT_V1;
+    for (size_t i = 0; i < n_shards; i++)
+        if ((shards[i].version == TKS_FORMAT_V2 ? TKS_FORMAT_V2 : TKS_FORMAT_V1) != version) {
+            json_decref(t);
+            json_decref(tot);
+            return tks_fail(TKS_ERR_ARG, dir, i, TKS_NONE,
+                            "internal error: shard %zu is format version %u, shard 0 version %u: one "
+                            "dataset's shards are all of one version", i, shards[i].version, version);
+        }
     json_t *m = json_pack("{s:s, s:i, s:o, s:i, s:I, s:o, s:o}", "format", TKS_MANIFEST_FORMAT,
-                          "format_version", (int)TKS_FORMAT_VERSION, "tokenizer", t, "token_bytes",
+                          "format_version", (int)version, "tokenizer", t, "token_bytes",
                           (int)token_bytes, "chunk_bytes", (json_int_t)chunk_bytes, "shards", json_array(),
                           "totals", tot);
     if (!m) return tks_fail(TKS_ERR_NOMEM, dir, TKS_NONE, TKS_NONE, "cannot build manifest JSON");
@@ -279,6 +290,7 @@ struct tks_dataset {
     uint32_t max_id;
     uint64_t manifest_xxh3;
     uint32_t token_bytes, chunk_bytes;
+    uint32_t version;        /* the manifest's format_version */
 };
 
 static int mbad(const char *path, const char *fmt, const char *what) {
@@ -469,10 +481,11 @@ int tks__manifest_parse(const char *text, size_t len, const char *path, tks_toke
     memset(tok, 0, sizeof *tok);
     if (!fmt || strcmp(fmt, TKS_MANIFEST_FORMAT) != 0) {
         rc = mbad(path, "%s: \"format\" is not \"%s\": not a tokshard manifest", TKS_MANIFEST_FORMAT);
-    } else if (!json_is_integer(ver) || json_integer_value(ver) != TKS_FORMAT_VERSION) {
+    } else if (!json_is_integer(ver) ||
+               (json_integer_value(ver) != TKS_FORMAT_V1 && json_integer_value(ver) != TKS_FORMAT_V2)) {
         rc = tks_fail(TKS_ERR_VERSION, path, TKS_NONE, TKS_NONE,
-                      "%s: format_version %lld, this tokshard reads %u", path,
-                      (long long)json_integer_value(ver), TKS_FORMAT_VERSION);
+                      "%s: format_version %lld, this tokshard reads versions %u and %u: use a matching "
+                      "tokshard", path, (long long)json_integer_value(ver), TKS_FORMAT_V1, TKS_FORMAT_V2);
     } else if (!json_is_object(t) || !json_is_array(arr) || get_u64(m, "token_bytes", &tb) ||
                get_u64(m, "chunk_bytes", &cb) || get_u64(t, "vocab_size", &vocab) ||
                vocab == 0 || vocab > UINT32_MAX || (tb != 2 && tb != 4) || cb > UINT32_MAX) {
@@ -486,6 +499,7 @@ int tks__manifest_parse(const char *text, size_t len, const char *path, tks_toke
     tks_shard_info *sh = n ? calloc(n, sizeof *sh) : NULL;
     if (n && !sh) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc) rc = parse_shards(path, arr, n, tok->vocab_size, sh);
+    for (size_t i = 0; !rc && i < n; i++) sh[i].version = (uint32_t)json_integer_value(ver);
     if (!rc) rc = check_totals(path, json_object_get(m, "totals"), sh, n, tok->vocab_size);
     json_decref(m);
     /* last, so that an inconsistency above gets its own message: any other
@@ -531,6 +545,7 @@ int tks__shard_matches(const tks_shard *s, const tks_shard_info *si, const tks_t
         {"bos_id", h->bos_id, tok->bos_id},
         {"eos_id", h->eos_id, tok->eos_id},
         {"pad_id", h->pad_id, tok->pad_id},
+        {"format version", h->version, si->version},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].got != f[i].want)
@@ -646,6 +661,7 @@ int tks_dataset_open(const char *dir, tks_dataset **out) {
         ds->n_docs += h->n_docs;
         if (h->max_token_id > ds->max_id) ds->max_id = h->max_token_id;
     }
+    ds->version = n ? si[0].version : TKS_FORMAT_V1;
     free(si);
     if (rc) {
         tks_dataset_close(ds);
@@ -671,6 +687,27 @@ uint64_t tks_dataset_n_docs(const tks_dataset *ds) { return ds->n_docs; }
 uint32_t tks_dataset_max_token_id(const tks_dataset *ds) { return ds->max_id; }
 uint64_t tks_dataset_manifest_xxh3(const tks_dataset *ds) { return ds->manifest_xxh3; }
 const char *tks_dataset_tokenizer_path(const tks_dataset *ds) { return ds->tokenizer_path; }
+uint32_t tks_dataset_format_version(const tks_dataset *ds) { return ds->version; }
+
+int tks_dataset_provenance(const tks_dataset *ds, struct json_t **out) {
+    *out = NULL;
+    char mpath[PATH_MAX], *text = NULL;
+    size_t len = 0;
+    int rc = tks_path_join(mpath, sizeof mpath, ds->dir, TKS_MANIFEST_NAME);
+    if (!rc) rc = tks__read_small_file(mpath, &text, &len);
+    if (!rc && XXH3_64bits(text, len) != ds->manifest_xxh3)
+        rc = tks_fail(TKS_ERR_MANIFEST, mpath, TKS_NONE, TKS_NONE,
+                      "%s changed since the dataset was opened: audit it again", mpath);
+    json_error_t jerr;
+    json_t *m = rc ? NULL : json_loadb(text, len, 0, &jerr);
+    if (!rc && !m)
+        rc = tks_fail(TKS_ERR_MANIFEST, mpath, TKS_NONE, TKS_NONE, "%s: not valid JSON (%s)", mpath, jerr.text);
+    free(text);
+    json_t *p = json_object_get(m, "provenance");
+    if (json_is_object(p)) *out = json_incref(p);
+    json_decref(m);
+    return rc;
+}
 
 void tks_dataset_advise(const tks_dataset *ds, tks_access how) {
     for (size_t i = 0; ds && i < ds->n_shards; i++) tks_shard_advise(ds->shards[i], how);

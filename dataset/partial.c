@@ -74,10 +74,12 @@ int tks_partial_tokenizer(tks_partial_kind kind, const char *partial, const char
 json_t *tks_shard_record(const tks_shard_info *s) {
     char hx[17];
     snprintf(hx, sizeof hx, "%016llx", (unsigned long long)s->header_xxh3);
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", s->file, "bytes",
-                     (json_int_t)s->file_bytes, "n_docs", (json_int_t)s->n_docs, "n_tokens",
-                     (json_int_t)s->n_tokens, "min_token_id", (json_int_t)s->min_token_id,
-                     "max_token_id", (json_int_t)s->max_token_id, "header_xxh3", hx);
+    json_t *r = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", s->file, "bytes",
+                          (json_int_t)s->file_bytes, "n_docs", (json_int_t)s->n_docs, "n_tokens",
+                          (json_int_t)s->n_tokens, "min_token_id", (json_int_t)s->min_token_id,
+                          "max_token_id", (json_int_t)s->max_token_id, "header_xxh3", hx);
+    if (r && s->version == TKS_FORMAT_V2) json_object_set_new(r, "version", json_integer(TKS_FORMAT_V2));
+    return r;
 }
 
 int tks_shard_record_read(const json_t *s, size_t i, tks_shard_info *si) {
@@ -93,6 +95,7 @@ int tks_shard_record_read(const json_t *s, size_t i, tks_shard_info *si) {
     si->min_token_id = (uint32_t)json_integer_value(json_object_get(s, "min_token_id"));
     si->max_token_id = (uint32_t)json_integer_value(json_object_get(s, "max_token_id"));
     si->header_xxh3 = strtoull(hx, NULL, 16);
+    si->version = json_integer_value(json_object_get(s, "version")) == TKS_FORMAT_V2 ? TKS_FORMAT_V2 : TKS_FORMAT_V1;
     return 0;
 }
 
@@ -198,6 +201,7 @@ static int load_shard(tks_partial_kind kind, const char *partial, const char *pa
         si.file_bytes = h->file_size;
         si.n_docs = h->n_docs;
         si.n_tokens = h->n_tokens;
+        si.version = h->version;
         si.min_token_id = h->min_token_id;
         si.max_token_id = h->max_token_id;
     }

@@ -216,3 +216,35 @@ int tks_shard_verify_chunk(const tks_shard *s, uint64_t c) {
                         (unsigned long long)(off / h->token_bytes));
     return 0;
 }
+
+int tks_shard_has_prov(const tks_shard *s) { return s->h.version == TKS_FORMAT_V2; }
+
+static int no_prov(const tks_shard *s) {
+    return tks_fail(TKS_ERR_ARG, s->path, s->h.shard_index, TKS_NONE,
+                    "%s (shard %u) is format version %u: it records no provenance of its documents "
+                    "(a dataset built before provenance, or imported); rebuild it with `tokshard build` "
+                    "to audit it against its sources", s->path, s->h.shard_index, s->h.version);
+}
+
+int tks_shard_prov(const tks_shard *s, uint64_t d, tks_doc_prov *out) {
+    const tks_shard_header *h = &s->h;
+    if (h->version != TKS_FORMAT_V2) return no_prov(s);
+    if (d >= h->n_docs)
+        return tks_fail(TKS_ERR_ARG, s->path, h->shard_index, TKS_NONE, "%s: no document %llu (%llu documents)",
+                        s->path, (unsigned long long)d, (unsigned long long)h->n_docs);
+    tks_prov_decode(s->base + h->prov_offset + d * TKS_PROV_RECORD_BYTES, out);
+    return 0;
+}
+
+int tks_shard_verify_prov(const tks_shard *s) {
+    const tks_shard_header *h = &s->h;
+    if (h->version != TKS_FORMAT_V2) return no_prov(s);
+    uint64_t x = XXH3_64bits(s->base + h->prov_offset, h->prov_bytes);
+    if (x != h->prov_xxh3)
+        return tks_fail(TKS_ERR_CHECKSUM, s->path, h->shard_index, h->prov_offset,
+                        "%s (shard %u): provenance section (bytes %llu..%llu) checksum mismatch: the record "
+                        "of where its documents came from is corrupt; rebuild this shard",
+                        s->path, h->shard_index, (unsigned long long)h->prov_offset,
+                        (unsigned long long)(h->prov_offset + h->prov_bytes));
+    return 0;
+}

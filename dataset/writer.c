@@ -1,8 +1,10 @@
 /* writer.c - stream documents into shards: tokens go to "shard-NNNNN.tks.tmp"
  * as they arrive, chunk checksums are computed on the fly, and the header,
- * index and checksum table are written when the shard is closed; then fsync
- * and rename publish it. Memory: one write buffer, the shard's document index
- * and its checksum table (8 bytes per document and per chunk). */
+ * index, checksum table and (version 2) provenance section are written when
+ * the shard is closed; then fsync and rename publish it. Memory: one write
+ * buffer, the shard's document index and its checksum table (8 bytes per
+ * document and per chunk), and its provenance records (24 bytes per
+ * document). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -46,6 +48,8 @@ struct tks_writer {
     uint32_t min_id, max_id;
     u64vec index;           /* cumulative offsets, starts with 0 */
     u64vec table;           /* finished chunk hashes */
+    uint8_t *prov;          /* provenance records of the shard's documents (o.provenance) */
+    size_t prov_cap;        /* bytes allocated; the shard's n_docs records are in use */
     XXH3_state_t *chunk;    /* hash of the chunk being filled */
     uint64_t chunk_fill;    /* bytes in it */
     uint8_t *wbuf;
@@ -70,6 +74,7 @@ int tks_writer_create(const tks_writer_opts *opts, tks_writer **out) {
     if (!w) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
     w->o = *opts;
     w->o.chunk_bytes = cb;
+    w->o.provenance = opts->provenance != 0;
     snprintf(w->dir, sizeof w->dir, "%s", opts->dir);
     w->o.dir = w->dir;
     w->token_bytes = opts->vocab_size <= TKS_U16_MAX_VOCAB ? 2 : 4;
@@ -162,6 +167,7 @@ static int publish(tks_writer *w) {
         if (rc) return rc;
     }
     tks_shard_header h = {0};
+    h.version = w->o.provenance ? TKS_FORMAT_V2 : TKS_FORMAT_V1;
     h.token_bytes = w->token_bytes;
     h.vocab_size = w->o.vocab_size;
     h.bos_id = w->o.bos_id;
@@ -186,8 +192,10 @@ static int publish(tks_writer *w) {
     if (!rc) rc = tks_pwrite_all(w->fd, w->index.v, h.index_bytes, h.index_offset, w->tmp_path);
     if (!rc) rc = u64_push(&w->table, XXH3_64bits(w->index.v, h.index_bytes));
     if (!rc) rc = tks_pwrite_all(w->fd, w->table.v, h.table_bytes, h.table_offset, w->tmp_path);
+    if (!rc && h.prov_bytes) rc = tks_pwrite_all(w->fd, w->prov, h.prov_bytes, h.prov_offset, w->tmp_path);
     if (rc) return rc;
     h.table_xxh3 = XXH3_64bits(w->table.v, h.table_bytes);
+    h.prov_xxh3 = h.prov_bytes ? XXH3_64bits(w->prov, h.prov_bytes) : 0;
     uint8_t page[TKS_TOKEN_ALIGN] = {0};
     tks_header_encode(&h, page);
     rc = tks_pwrite_all(w->fd, page, sizeof page, 0, w->tmp_path);
@@ -223,14 +231,37 @@ static int publish(tks_writer *w) {
     si->min_token_id = h.min_token_id;
     si->max_token_id = h.max_token_id;
     si->header_xxh3 = h.header_xxh3;
+    si->version = h.version;
     w->n_shards++;
     w->shard++;
     return 0;
 }
 
+/* Room for the open shard's next provenance record: 0 or TKS_ERR_NOMEM. */
+static int prov_reserve(tks_writer *w) {
+    size_t used = (w->fd < 0 ? 0 : w->index.n - 1) * TKS_PROV_RECORD_BYTES;
+    if (used + TKS_PROV_RECORD_BYTES <= w->prov_cap) return 0;
+    size_t cap = w->prov_cap ? 2 * w->prov_cap : 1024 * TKS_PROV_RECORD_BYTES;
+    uint8_t *p = realloc(w->prov, cap);
+    if (!p) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (shard provenance)");
+    w->prov = p;
+    w->prov_cap = cap;
+    return 0;
+}
+
 int tks_writer_add(tks_writer *w, const uint32_t *ids, size_t n, uint64_t doc_ordinal,
                    int *published) {
+    return tks_writer_add_prov(w, ids, n, doc_ordinal, NULL, published);
+}
+
+int tks_writer_add_prov(tks_writer *w, const uint32_t *ids, size_t n, uint64_t doc_ordinal,
+                        const tks_doc_prov *prov, int *published) {
     if (published) *published = 0;
+    if ((prov != NULL) != w->o.provenance)
+        return tks_fail(TKS_ERR_ARG, w->dir, w->shard, TKS_NONE,
+                        "internal error: document %llu %s provenance, the writer was made %s it",
+                        (unsigned long long)doc_ordinal, prov ? "comes with" : "lacks",
+                        prov ? "without" : "with");
     if (n == 0)
         return tks_fail(TKS_ERR_ARG, w->dir, w->shard, TKS_NONE,
                         "document %llu is empty: documents must hold at least one token",
@@ -255,6 +286,7 @@ int tks_writer_add(tks_writer *w, const uint32_t *ids, size_t n, uint64_t doc_or
     }
     int rc = 0;
     if (w->fd < 0 && (rc = open_shard(w))) return rc;
+    if (prov && (rc = prov_reserve(w))) return rc;
     if (w->token_bytes == 4) {
         rc = put_bytes(w, (const uint8_t *)ids, n * 4);
     } else {
@@ -269,6 +301,7 @@ int tks_writer_add(tks_writer *w, const uint32_t *ids, size_t n, uint64_t doc_or
     w->n_tokens += n;
     w->min_id = lo < w->min_id ? lo : w->min_id;
     w->max_id = hi > w->max_id ? hi : w->max_id;
+    if (prov) tks_prov_encode(prov, w->prov + (w->index.n - 1) * TKS_PROV_RECORD_BYTES);
     if ((rc = u64_push(&w->index, w->n_tokens))) return rc;
     if (w->n_tokens >= w->o.shard_tokens) {
         if ((rc = publish(w))) return rc;
@@ -295,6 +328,7 @@ void tks_writer_free(tks_writer *w) {
     }
     free(w->index.v);
     free(w->table.v);
+    free(w->prov);
     if (w->chunk) XXH3_freeState(w->chunk);
     free(w->wbuf);
     free(w->shards);

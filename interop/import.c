@@ -167,7 +167,7 @@ static int setup_tokenizer(const tks_import_opts *o, const char *partial, tks_to
     int rc;
     if (o->tokenizer_path) {
         tks_tok *tk = NULL;
-        tks_tok_opts to = {o->pattern, o->special_tokens, 0};
+        tks_tok_opts to = {.pattern = o->pattern, .special_tokens = o->special_tokens};
         if ((rc = tks_tok_load_opts(o->tokenizer_path, &to, &tk))) return rc;
         tks_tokenizer_record(tk, tok);
         rc = no_token_ranges(tk, gaps, n_gaps);

@@ -6,7 +6,8 @@
 #      sources (python3.11-doc)
 #   3. build token datasets with it, with all cores: each corpus on its own
 #      (the two sources of the training mixture) and both together
-#   4. audit them bit for bit and print what is in them
+#   4. audit them bit for bit, check every document of the combined one against
+#      its source text (audit --against-source --all), and print what is in them
 #   5. train a small LLaMA-style model (2.8 M parameters) for a few minutes on
 #      the CPU on a mixture of the two sources (60% dictionary, 40% Python
 #      docs), attention kept inside each document (--doc-mask): a falling loss,
@@ -39,10 +40,12 @@ B=(--tokenizer "$out/tokenizer.model" --doc-split blank-line --append-eos --shar
 "$tks" build "${B[@]}" --output "$out/python" "$pydocs"
 "$tks" build -q "${B[@]}" --output "$out/dataset" "${TKS_CORPUS[@]}"
 
-echo "== 3/6 audit every byte and every id"
+echo "== 3/6 audit every byte and every id, and the ids against the source text"
 for d in gcide python dataset; do
   "$tks" audit "$out/$d" --tokenizer "$out/tokenizer.model" --model-vocab "$TKS_VOCAB"
 done
+echo "-- every document of the combined dataset read again from its source and encoded again"
+"$tks" audit "$out/dataset" --against-source --all
 
 echo "== 4/6 what is in them"
 for d in gcide python; do

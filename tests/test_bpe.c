@@ -302,6 +302,31 @@ static int same_handle(const char *name, const char *what, const tks_bpe *a, con
     return ok && diff == 0;
 }
 
+/* MODEL as load_model loads it, through tks_tok_load_opts with no_cache. */
+static tks_tok *load_tok_no_cache(const char *dir, const char *name) {
+    char path[4096], pat[4096], sp[8192];
+    size_t n;
+    snprintf(path, sizeof path, "%s/%s.tiktoken", dir, name);
+    snprintf(pat, sizeof pat, "%s/%s.pattern", dir, name);
+    snprintf(sp, sizeof sp, "%s/%s.specials", dir, name);
+    struct stat st;
+    char *p = NULL, *s = NULL;
+    if (stat(path, &st) == 0) {
+        p = slurp(pat, &n);
+        s = slurp(sp, &n);
+        if (p) p[strcspn(p, "\n")] = 0;
+        if (s) s[strcspn(s, "\n")] = 0;
+    } else {
+        snprintf(path, sizeof path, "%s/%s.json", dir, name);
+    }
+    tks_tok_opts o = {.pattern = p, .special_tokens = s, .no_cache = 1};
+    tks_tok *t = NULL;
+    if (tks_tok_load_opts(path, &o, &t)) fprintf(stderr, "%s: %s\n", name, tks_last_error()->message);
+    free(p);
+    free(s);
+    return t;
+}
+
 /* The one cache file in directory cdir into file[cap]; 0 when there is
  * none, or more than one. */
 static int cache_file(const char *cdir, char *file, size_t cap) {
@@ -342,6 +367,17 @@ static void check_cache(const char *dir, const char *name, const docs *d, const 
     int ok = same_handle(name, "cached", parsed, cached, d, want);
     tks_bpe_free(cached);
     cached = NULL;
+    /* no_cache: a cache entry there is not read, and none is written */
+    tks_tok *nc = load_tok_no_cache(dir, name);
+    CHECK(nc && !tks_bpe_from_cache(tks_tok_bpe(nc)), "%s: a load with no_cache used the cache", name);
+    if (nc) ok &= same_handle(name, "no_cache", parsed, tks_tok_bpe(nc), d, want);
+    tks_tok_free(nc);
+    unlink(file);
+    nc = load_tok_no_cache(dir, name);
+    CHECK(nc && !cache_file(cdir, file, sizeof file), "%s: a load with no_cache wrote a cache file", name);
+    tks_tok_free(nc);
+    tks_bpe_free(load_model(dir, name)); /* parsed, its cache written again for what follows */
+    CHECK(cache_file(cdir, file, sizeof file) && stat(file, &st) == 0, "%s: no cache file after a parse", name);
     /* damage: a flipped byte in the middle, in the header's build identity,
      * the file cut short; each time the load parses and rewrites the file */
     static const char *what[] = {"a flipped body byte", "another build's header", "a file cut short"};
@@ -391,7 +427,7 @@ static void check_cache(const char *dir, const char *name, const docs *d, const 
     }
     if (ok) printf("%s: tokenizer cache: the cached tokenizer is the parsed one (every token, every document), "
                    "loaded in %.1f ms; a flipped byte, another build's file, a cut file and a world-writable "
-                   "one are ignored and rewritten\n", name, ms);
+                   "one are ignored and rewritten; a load with no_cache neither reads nor writes it\n", name, ms);
 out:
     tks_bpe_free(parsed);
     setenv("TOKSHARD_CACHE_DIR", "off", 1);
@@ -614,7 +650,7 @@ static void llama3_specials(const char *dir) {
         {"llama3.1", 128008, "<|eom_id|>"}, {"llama3.1", 128010, "<|python_tag|>"},
         {"llama3.1", 128255, "<|reserved_special_token_246|>"}, {"llama3.1", 128001, "<|end_of_text|>"}};
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
-        tks_tok_opts o = {want[k].pattern, NULL, 0};
+        tks_tok_opts o = {.pattern = want[k].pattern};
         tks_tok *t = NULL;
         int rc = tks_tok_load_opts(path, &o, &t);
         CHECK(rc == 0, "--pattern %s: %s", want[k].pattern, tks_last_error()->message);

@@ -29,7 +29,7 @@ static uint64_t next_rand(void) { /* splitmix64 */
 static char work[1024];
 
 static void mkdirs(const char *d) {
-    char cmd[PATH_MAX + 32];
+    char cmd[3 * PATH_MAX];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", d, d);
     if (system(cmd) != 0) { perror(cmd); exit(2); }
 }
@@ -100,6 +100,15 @@ static void check_manifest_rendering(const char *dir) {
     json_decref(j);
 }
 
+/* 1: datasets are written with a provenance record per document (version 2
+ * shards), that of fake_prov; 0: without (version 1). */
+static int with_prov;
+
+static tks_doc_prov fake_prov(size_t i, uint64_t len) {
+    return (tks_doc_prov){(uint32_t)(i % 3), (uint32_t)i, (uint64_t)i * 1000003u, (uint32_t)len,
+                          (uint32_t)(i * 2654435761u)};
+}
+
 /* Writes docs into dir as a complete dataset (with a fake tokenizer file). */
 static void write_dataset(const char *dir, const docs *D, uint32_t vocab, uint64_t shard_tokens,
                           uint32_t chunk) {
@@ -119,13 +128,21 @@ static void write_dataset(const char *dir, const docs *D, uint32_t vocab, uint64
         for (int i = 0; i < 16; i++) tok.tables_xxh3[i] = (uint8_t)(0xa0 + i);
     }
     tks_writer_opts o = {.dir = dir, .vocab_size = vocab, .bos_id = 1, .eos_id = 2,
-                         .pad_id = TKS_NO_ID, .shard_tokens = shard_tokens, .chunk_bytes = chunk};
+                         .pad_id = TKS_NO_ID, .shard_tokens = shard_tokens, .chunk_bytes = chunk,
+                         .provenance = with_prov};
     memcpy(o.tokenizer_fp, tok.fingerprint, 16);
     tks_writer *w;
     CHECK(tks_writer_create(&o, &w) == 0, "create: %s", tks_last_error()->message);
-    for (size_t i = 0; i < D->n; i++)
-        CHECK(tks_writer_add(w, D->d[i], D->len[i], i, NULL) == 0, "add %zu: %s", i,
+    for (size_t i = 0; i < D->n; i++) {
+        tks_doc_prov p = fake_prov(i, D->len[i]);
+        CHECK(tks_writer_add_prov(w, D->d[i], D->len[i], i, with_prov ? &p : NULL, NULL) == 0, "add %zu: %s", i,
               tks_last_error()->message);
+    }
+    /* a writer refuses a document without the provenance it was made for, or with it when not */
+    tks_doc_prov p0 = fake_prov(0, 1);
+    CHECK(tks_writer_add_prov(w, D->d[0], D->len[0], 0, with_prov ? NULL : &p0, NULL) == TKS_ERR_ARG,
+          "a writer %s provenance took a document %s it", with_prov ? "with" : "without",
+          with_prov ? "without" : "with");
     CHECK(tks_writer_flush(w) == 0, "flush");
     size_t ns;
     const tks_shard_info *si = tks_writer_shards(w, &ns);
@@ -181,7 +198,7 @@ static void check_stats(const tks_dataset *ds, const docs *D, uint32_t vocab) {
 
 static void test_round_trip(uint32_t vocab, uint64_t shard_tokens, uint32_t chunk) {
     char dir[1536];
-    snprintf(dir, sizeof dir, "%s/rt-%u", work, vocab);
+    snprintf(dir, sizeof dir, "%s/rt-%u-v%d", work, vocab, with_prov ? 2 : 1);
     docs D = random_docs(3000, vocab, 200);
     write_dataset(dir, &D, vocab, shard_tokens, chunk);
     tks_dataset *ds;
@@ -207,10 +224,22 @@ static void test_round_trip(uint32_t vocab, uint64_t shard_tokens, uint32_t chun
             CHECK(len == D.len[doc] && memcmp(buf, D.d[doc], len * 4) == 0,
                   "doc %zu differs after round trip (vocab %u)", doc, vocab);
             free(buf);
+            tks_doc_prov p, want = fake_prov(doc, D.len[doc]);
+            if (with_prov)
+                CHECK(tks_shard_prov(sh, d, &p) == 0 && !memcmp(&p, &want, sizeof p),
+                      "doc %zu's provenance differs after round trip", doc);
+            else
+                CHECK(tks_shard_prov(sh, d, &p) == TKS_ERR_ARG && strstr(tks_last_error()->message, "version 1"),
+                      "a version 1 shard gave provenance: %s", tks_last_error()->message);
             toks += len;
         }
         for (uint64_t c = 0; c < h->n_chunks; c++) CHECK(tks_shard_verify_chunk(sh, c) == 0, "chunk");
+        CHECK(h->version == (with_prov ? TKS_FORMAT_V2 : TKS_FORMAT_V1) && tks_shard_has_prov(sh) == with_prov,
+              "shard version %u", h->version);
+        if (with_prov) CHECK(tks_shard_verify_prov(sh) == 0, "provenance: %s", tks_last_error()->message);
     }
+    CHECK(tks_dataset_format_version(ds) == (with_prov ? TKS_FORMAT_V2 : TKS_FORMAT_V1), "dataset version %u",
+          tks_dataset_format_version(ds));
     CHECK(doc == D.n, "read %zu docs of %zu", doc, D.n);
     CHECK(toks == tks_dataset_n_tokens(ds), "token total");
     CHECK(tks_dataset_max_token_id(ds) == vocab - 1, "max id %u", tks_dataset_max_token_id(ds));
@@ -241,7 +270,7 @@ static void test_round_trip(uint32_t vocab, uint64_t shard_tokens, uint32_t chun
 
     /* determinism: the same documents give byte-identical shards */
     char dir2[1536], a[PATH_MAX], b[PATH_MAX];
-    snprintf(dir2, sizeof dir2, "%s/rt-%u-again", work, vocab);
+    snprintf(dir2, sizeof dir2, "%s/rt-%u-v%d-again", work, vocab, with_prov ? 2 : 1);
     write_dataset(dir2, &D, vocab, shard_tokens, chunk);
     snprintf(a, sizeof a, "diff -r '%s' '%s' >/dev/null", dir, dir2);
     CHECK(system(a) == 0, "two writes of the same docs differ");
@@ -311,7 +340,7 @@ static int audit_problems(const char *path, int *first_code) {
 
 static void test_corruption(void) {
     char dir[1536], path[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s/corrupt", work);
+    snprintf(dir, sizeof dir, "%s/corrupt-v%d", work, with_prov ? 2 : 1);
     docs D = random_docs(7, 500, 12);
     write_dataset(dir, &D, 500, 1u << 20, 64);
     free_docs(&D);
@@ -338,7 +367,9 @@ static void test_corruption(void) {
             if (audit_problems(path, NULL) <= 0) {
                 if (missed++ < 5) fprintf(stderr, "  audit missed bit %d of byte %zu\n", bit, byte);
             }
-            int in_tokens = byte >= h0.tokens_offset && byte < h0.tokens_offset + h0.tokens_bytes;
+            /* the tokens and the provenance section are hashed by the audit, not at open */
+            int in_tokens = (byte >= h0.tokens_offset && byte < h0.tokens_offset + h0.tokens_bytes) ||
+                            (h0.prov_bytes && byte >= h0.prov_offset);
             if (!in_tokens) {
                 img[byte] = v;
                 if (tks_shard_open_mem(img, n, "mem", &s) == 0) {
@@ -353,7 +384,7 @@ static void test_corruption(void) {
     close(fd);
     CHECK(missed == 0, "%zu of %zu single-bit flips not detected by audit", missed, n * 8);
     CHECK(open_missed == 0, "%zu flips outside the token section not detected by open", open_missed);
-    printf("bit flips: %zu bits of a %zu-byte shard, all detected\n", n * 8, n);
+    printf("bit flips: %zu bits of a %zu-byte version %u shard, all detected\n", n * 8, n, h0.version);
 
     /* every truncation (and one extra byte) is caught by open and audit */
     size_t tmiss = 0;
@@ -381,11 +412,17 @@ static void test_corruption(void) {
     CHECK(tks_shard_open_mem(img, n, "mem", &s) == TKS_ERR_MAGIC, "bad magic");
     tks_shard_header h = h0;
     memcpy(img, orig, n);
-    h.version = 2;
+    h.version = 3;
     tks_header_encode(&h, img);
-    CHECK(tks_shard_open_mem(img, n, "mem", &s) == TKS_ERR_VERSION, "version 2 accepted");
-    CHECK(strstr(tks_last_error()->message, "version 2") != NULL, "version message: %s",
+    CHECK(tks_shard_open_mem(img, n, "mem", &s) == TKS_ERR_VERSION, "version 3 accepted");
+    CHECK(strstr(tks_last_error()->message, "version 3") != NULL, "version message: %s",
           tks_last_error()->message);
+    /* a version 1 shard claiming version 2 (or the reverse) breaks the layout */
+    memcpy(img, orig, n);
+    h = h0;
+    h.version = h0.version == TKS_FORMAT_V2 ? TKS_FORMAT_V1 : TKS_FORMAT_V2;
+    tks_header_encode(&h, img);
+    CHECK(tks_shard_open_mem(img, n, "mem", &s) == TKS_ERR_HEADER, "a shard of the other version's layout accepted");
 
     /* a non-monotonic index, resealed so only the monotonicity rule can catch it */
     memcpy(img, orig, n);
@@ -683,11 +720,14 @@ static void test_no_write_through_links(void) {
 int main(int argc, char **argv) {
     snprintf(work, sizeof work, "%s", argc > 1 ? argv[1] : "/tmp/tks-test-dataset");
     mkdirs(work);
-    test_round_trip(1000, 20000, 256);      /* uint16 */
-    test_round_trip(100000, 20000, 4096);   /* uint32 */
-    test_round_trip(65536, 50000, 0);       /* largest uint16 vocab, default chunk */
+    for (with_prov = 0; with_prov < 2; with_prov++) { /* version 1 shards, then version 2 */
+        test_round_trip(1000, 20000, 256);      /* uint16 */
+        test_round_trip(100000, 20000, 4096);   /* uint32 */
+        test_round_trip(65536, 50000, 0);       /* largest uint16 vocab, default chunk */
+        test_corruption();
+    }
+    with_prov = 0;
     test_writer_refuses();
-    test_corruption();
     test_header_fuzz_small();
     test_report_add();
     test_no_write_through_links();

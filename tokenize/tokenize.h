@@ -83,6 +83,15 @@ typedef struct tks_doc {
     uint64_t line;              /* 1-based line of its start in its entry */
     const char *source;         /* "path" or "archive.tar.gz:member" (owned by the input) */
     int json;                   /* 1: text is an undecoded JSONL record (defer_json) */
+    /* Where it is, as a build records it (tks_doc_prov, dataset.h): */
+    uint64_t file;              /* the input file: its index in the listing (tks_input_file) */
+    uint32_t entry;             /* an archive's regular member, 1-based; a Parquet file's row
+                                 * group, 0-based; 0 for any other file */
+    uint64_t offset;            /* bytes of the decompressed entry before its first byte (a
+                                 * JSON Lines record's, after a byte order mark); Parquet:
+                                 * rows of its row group before it */
+    uint64_t raw_len;           /* bytes it spans in its entry: the text before the UTF-8
+                                 * policy, a JSON Lines record's line, a Parquet value */
 } tks_doc;
 
 /* What tks_jsonl_decode found in a JSONL record. */
@@ -218,6 +227,99 @@ int tks_input_seek(tks_input *in, const tks_input_pos *pos);
 
 const tks_input_stats *tks_input_get_stats(const tks_input *in);
 void tks_input_free(tks_input *in);
+
+/* ---------------------------------------------------------------------------
+ * Sources: one input file's documents read again where a build found them
+ * (tokshard audit --against-source; docs/FORMAT.md, "Provenance section")
+ * ------------------------------------------------------------------------- */
+typedef struct tks_source tks_source;
+/* How a document of the file is reached (tks_source_kind): */
+#define TKS_SOURCE_PLAIN 0   /* text or JSON Lines as on disk: a seek to its offset */
+#define TKS_SOURCE_STREAM 1  /* compressed or an archive: read from the start, on for later ones */
+#define TKS_SOURCE_PARQUET 2 /* Parquet: its row group read up to its row */
+
+/* Opens the input file `path` (one regular file: an entry of a build's
+ * listing) to read with the build's options o (the bad_input policy is
+ * FAIL here). Errors: those of tks_input_open (TKS_ERR_IO: missing or
+ * unreadable; TKS_ERR_INPUT: no longer in the format its name promises). */
+int tks_source_open(const char *path, const tks_input_opts *o, tks_source **out);
+int tks_source_kind(const tks_source *s);
+/* The file's size as listed when it was opened. */
+uint64_t tks_source_size(const tks_source *s);
+/* Reads the document a build recorded at (entry, offset) (tks_doc_prov's
+ * entry and offset) into *doc, decoded as the build decoded it (a JSON Lines
+ * record's text under the build's key; every policy of o): 1, and doc->text
+ * stays valid until the next call; 0 when no document starts there now
+ * (why[cap] says what is there instead); or a reading error (TKS_ERR_INPUT,
+ * TKS_ERR_IO, ...; the next call starts over). Reads of one STREAM file are
+ * fastest in increasing order of (entry, offset). */
+int tks_source_read(tks_source *s, uint32_t entry, uint64_t offset, tks_doc *doc, char *why, size_t cap);
+/* The XXH3-128 a build recorded for a part of the file (the manifest's
+ * provenance.inputs): whole 1, the whole file's bytes; else the bytes
+ * [start, end) of a plain file, or those spanned by the row groups
+ * [start, end) of a Parquet file. Errors: TKS_ERR_IO, TKS_ERR_INPUT. */
+int tks_source_hash(tks_source *s, uint64_t start, uint64_t end, int whole, uint8_t out[16]);
+void tks_source_free(tks_source *s);
+
+/* ---------------------------------------------------------------------------
+ * Audit against the sources (tokshard audit --against-source)
+ * ------------------------------------------------------------------------- */
+#define TKS_SOURCE_SAMPLE_DEFAULT 300u /* documents when neither sample nor all is given */
+
+typedef struct tks_source_audit_opts {
+    const char *tokenizer_path;  /* NULL: the dataset's copy of its tokenizer */
+    const char *pattern, *special_tokens; /* tokenizer_path a tiktoken ranks file: tks_tok_opts */
+    uint64_t sample;             /* documents to check, chosen from seed; 0 = TKS_SOURCE_SAMPLE_DEFAULT */
+    int all;                     /* 1: every document */
+    uint64_t seed;               /* the sample's seed (every rank must pass the same) */
+    int threads;                 /* encoding threads; 0 = OpenMP's default */
+    size_t max_problems;         /* problems recorded (0 = 1000); all are counted */
+    unsigned rank, n_ranks;      /* this process's run of the sample (0, 0: all of it) */
+} tks_source_audit_opts;
+
+/* What one process's audit against the sources did (sums over ranks but
+ * dataset_docs, sampled, spm_library and tokenizer, which are the same on
+ * every rank, and seconds: the slowest rank's). */
+typedef struct tks_source_audit_stats {
+    uint64_t dataset_docs;       /* documents in the dataset */
+    uint64_t sampled;            /* documents in the sample (all ranks) */
+    uint64_t checked;            /* re-read, re-encoded and compared */
+    uint64_t ids_differ;         /* of those (or not comparable), ids not the shard's */
+    uint64_t changed;            /* skipped: their source changed since the build */
+    uint64_t spm_checked, spm_differ; /* also compared with the sentencepiece library's ids */
+    uint64_t tokens;             /* ids compared */
+    uint64_t bytes;              /* text re-read, bytes */
+    uint64_t inputs, parts_hashed; /* input files opened; recorded parts hashed again */
+    double seconds, seconds_read, seconds_hash, seconds_encode;
+    int tables;                  /* the manifest's tables_xxh3 against the parsed tokenizer's: 1 the
+                                  * same, -1 they differ (a problem), 0 not compared (rank 0's) */
+    int spm_library;             /* 1: compared with sentencepiece; -1: a sentencepiece model, the
+                                  * library unavailable; 0: a byte-level tokenizer */
+    char tokenizer[512];         /* the tokenizer file parsed */
+} tks_source_audit_stats;
+
+/*
+ * Audits the dataset `dir` against its sources: the sample's documents read
+ * again where its provenance says the build read them (tks_source), with the
+ * build's options (the manifest's provenance.options), encoded again with
+ * the tokenizer parsed from its file (tks_tok_opts.no_cache), BOS and EOS
+ * added as the build added them, and compared with the shard's ids. A
+ * document whose input changed (its size, the recorded XXH3-128 of the part
+ * holding it, or the text's own hash) is reported as "source changed"
+ * (TKS_ERR_INPUT) and skipped; ids that differ are TKS_ERR_TOKENIZER
+ * problems naming the shard, document, token offset, source and first
+ * differing position; for a byte-level tokenizer, a manifest whose
+ * tables_xxh3 is not the parsed tables' is a TKS_ERR_TOKENIZER problem too
+ * (the build encoded with a cache entry that is not the file's). Problems
+ * are ordered by the documents' places in the
+ * inputs (tks_audit_merge joins the ranks' reports). Returns 0 when the
+ * audit ran, whatever it found, with *report (tks_audit_report_free) and
+ * *st; or an error: TKS_ERR_VERSION (shards without provenance: format
+ * version 1), TKS_ERR_MANIFEST (no provenance.inputs), the dataset's and
+ * the tokenizer's loading errors, TKS_ERR_CHECKSUM (a provenance section).
+ */
+int tks_audit_source(const char *dir, const tks_source_audit_opts *o, tks_audit_report **report,
+                     tks_source_audit_stats *st);
 
 /*
  * UTF-8 validation (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).

@@ -9,7 +9,8 @@
  *
  * Where: $TOKSHARD_CACHE_DIR, else $XDG_CACHE_HOME/tokshard, else
  * $HOME/.cache/tokshard (made mode 0700 when missing); TOKSHARD_CACHE_DIR=off
- * (or empty) turns it off. One file per tokenizer, bpe-<key>.tkc: for a
+ * (or empty) turns it off, and a load with tks_tok_opts.no_cache (the audit
+ * against the sources) neither reads nor writes it. One file per tokenizer, bpe-<key>.tkc: for a
  * tokenizer.json the XXH3-128 of its bytes (its tks_bpe_fingerprint), for a
  * ranks file the XXH3-128 of the ranks file's XXH3-128, the pattern and the
  * special tokens (bpe_tiktoken.c), everything its tables are made from.
@@ -367,7 +368,7 @@ static void header_check(const cache_header *h, const uint8_t *secret, uint8_t o
 }
 
 void tks__bpe_cache_store(tks_bpe *b, const uint8_t key[16], size_t source_size) {
-    if (b->cache_map) return;
+    if (b->cache_map || b->no_cache) return;
     cache_header *h = calloc(1, sizeof *h);
     char *pats = NULL;
     tks_piece pc[1 + 2 * N_SEC];
@@ -524,7 +525,7 @@ static int map_entry(tks_bpe *b, const uint8_t fp[16], size_t source_size, const
 int tks__bpe_cache_load(tks_bpe *b, const uint8_t fp[16], size_t source_size) {
     const uint8_t *m;
     size_t size;
-    if (map_entry(b, fp, source_size, &m, &size)) return 1;
+    if (b->no_cache || map_entry(b, fp, source_size, &m, &size)) return 1;
     const cache_header *h = (const cache_header *)m;
     uint8_t *body = (uint8_t *)m + sizeof *h;
     memcpy(b->fingerprint, fp, 16);

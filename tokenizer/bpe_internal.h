@@ -136,6 +136,8 @@ struct tks_bpe {
      * the added sets' tok and added_text point into this read-only mapping */
     const uint8_t *cache_map;
     size_t cache_len;
+    int no_cache;         /* parsed from its file: the tokenizer cache neither read nor written
+                           * (tks_tok_opts.no_cache) */
     char cache_note[1408]; /* why the cache directory was left unused, or "" (tks_bpe_cache_note) */
 };
 
@@ -264,6 +266,6 @@ int tks__bpe_scratch_init(tks_bpe *b);
 /* Loads tokshard's descriptor of a tiktoken tokenizer (bpe_tiktoken.c),
  * `d` its parsed JSON (borrowed), `path` its file. */
 struct json_t;
-int tks__bpe_load_descriptor(const char *path, struct json_t *d, tks_bpe **out);
+int tks__bpe_load_descriptor(const char *path, struct json_t *d, int no_cache, tks_bpe **out);
 
 #endif

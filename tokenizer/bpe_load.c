@@ -433,16 +433,17 @@ int tks_bpe_load(const char *path, tks_bpe **out) {
     size_t size;
     int rc = tks_map_file(path, "tokenizer", &base, &size);
     if (rc) return rc;
-    rc = tks__bpe_load_bytes(path, base, size, out);
+    rc = tks__bpe_load_bytes(path, base, size, 0, out);
     tks_unmap(base, size);
     return rc;
 }
 
-int tks__bpe_load_bytes(const char *path, const uint8_t *base, size_t size, tks_bpe **out) {
+int tks__bpe_load_bytes(const char *path, const uint8_t *base, size_t size, int no_cache, tks_bpe **out) {
     *out = NULL;
     int rc;
     tks_bpe *b = tks__bpe_new(path);
     if (!b) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory loading %s", path);
+    b->no_cache = no_cache;
     /* the fingerprint names the compact form a earlier load left
      * (bpe_cache.c): when it is there and sound, no JSON is parsed */
     XXH128_canonical_t c;
@@ -472,7 +473,7 @@ int tks__bpe_load_bytes(const char *path, const uint8_t *base, size_t size, tks_
         !strcmp(json_string_value(json_object_get(root, "type")), "tiktoken")) {
         /* tokshard's descriptor of a tiktoken tokenizer (bpe_tiktoken.c) */
         tks_bpe_free(b);
-        rc = tks__bpe_load_descriptor(path, root, out);
+        rc = tks__bpe_load_descriptor(path, root, no_cache, out);
         json_decref(root);
         return rc;
     }

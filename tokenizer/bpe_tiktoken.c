@@ -659,16 +659,17 @@ int tks_bpe_load_tiktoken(const char *path, const tks_tiktoken_opts *o, tks_bpe 
     size_t size;
     int rc = tks_map_file(path, "tiktoken ranks", &base, &size);
     if (rc) return rc;
-    rc = tks__bpe_load_tiktoken_bytes(path, base, size, o, out);
+    rc = tks__bpe_load_tiktoken_bytes(path, base, size, o, 0, out);
     tks_unmap(base, size);
     return rc;
 }
 
 int tks__bpe_load_tiktoken_bytes(const char *path, const uint8_t *base, size_t size, const tks_tiktoken_opts *o,
-                                 tks_bpe **out) {
+                                 int no_cache, tks_bpe **out) {
     *out = NULL;
     tks_bpe *b = tks__bpe_new(path);
     if (!b) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory loading %s", path);
+    b->no_cache = no_cache;
     special *sp = NULL;
     size_t n_sp = 0;
     int rc = resolve_pattern(b, o, &sp, &n_sp);
@@ -684,10 +685,11 @@ int tks__bpe_load_tiktoken_bytes(const char *path, const uint8_t *base, size_t s
 
 /* A descriptor (tks_bpe_tiktoken_json's format) at `path`, parsed: its
  * ranks file beside it, checked against the recorded XXH3-128. */
-int tks__bpe_load_descriptor(const char *path, json_t *d, tks_bpe **out) {
+int tks__bpe_load_descriptor(const char *path, json_t *d, int no_cache, tks_bpe **out) {
     *out = NULL;
     tks_bpe *b = tks__bpe_new(path);
     if (!b) return tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory loading %s", path);
+    b->no_cache = no_cache;
     const char *rf = json_string_value(json_object_get(d, "ranks_file"));
     const char *hx = json_string_value(json_object_get(d, "ranks_xxh3"));
     const char *pat = json_string_value(json_object_get(d, "pattern"));

@@ -17,9 +17,11 @@ extern "C" {
 #endif
 
 int tks__spm_load_bytes(const char *path, const uint8_t *base, size_t size, tks_spm **out);
-int tks__bpe_load_bytes(const char *path, const uint8_t *base, size_t size, tks_bpe **out);
+/* no_cache: 1 to parse the file whatever the tokenizer cache holds, and
+ * write no cache entry (tks_tok_opts.no_cache). */
+int tks__bpe_load_bytes(const char *path, const uint8_t *base, size_t size, int no_cache, tks_bpe **out);
 int tks__bpe_load_tiktoken_bytes(const char *path, const uint8_t *base, size_t size, const tks_tiktoken_opts *o,
-                                 tks_bpe **out);
+                                 int no_cache, tks_bpe **out);
 /* 1 when the bytes' first line looks like a ranks file ("BASE64 RANK"). */
 int tks__tiktoken_sniff_bytes(const uint8_t *base, size_t size);
 

@@ -125,9 +125,9 @@ int tks_tok_load_opts(const char *path, const tks_tok_opts *o, tks_tok **out) {
                       "own file says how it splits text): leave them out", path);
     if (!rc && tiktoken) {
         tks_tiktoken_opts to = {o ? o->pattern : NULL, o ? o->special_tokens : NULL};
-        rc = tks__bpe_load_tiktoken_bytes(path, base, size, &to, &t->bpe);
+        rc = tks__bpe_load_tiktoken_bytes(path, base, size, &to, o && o->no_cache, &t->bpe);
     } else if (!rc && is_json) {
-        rc = tks__bpe_load_bytes(path, base, size, &t->bpe);
+        rc = tks__bpe_load_bytes(path, base, size, o && o->no_cache, &t->bpe);
     } else if (!rc) {
         rc = tks__spm_load_bytes(path, base, size, &t->spm);
     }

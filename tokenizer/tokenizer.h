@@ -393,13 +393,18 @@ typedef struct tks_tok tks_tok;
 #define TKS_TOK_BYTE_LEVEL_BPE "byte-level-bpe" /* model_type of the byte-level kinds */
 
 /* How a tokenizer is loaded: a tiktoken ranks file's pattern and special
- * tokens (tks_tiktoken_opts; refused for the other kinds), and whether
- * special tokens' text becomes their ids (tks_bpe_set_allow_special;
- * refused for sentencepiece models). NULL or zeroed: the defaults. */
+ * tokens (tks_tiktoken_opts; refused for the other kinds), whether special
+ * tokens' text becomes their ids (tks_bpe_set_allow_special; refused for
+ * sentencepiece models), and no_cache: 1 to parse a byte-level tokenizer
+ * from its file whatever the tokenizer cache holds, reading and writing no
+ * cache entry (tks_bpe_load), as an audit that must not trust what earlier
+ * runs left does; tks_bpe_from_cache is then 0 (a sentencepiece model has
+ * no cache). NULL or zeroed: the defaults. */
 typedef struct tks_tok_opts {
     const char *pattern;
     const char *special_tokens;
     int allow_special;
+    int no_cache;
 } tks_tok_opts;
 
 /* Loads `path` into *out (NULL on failure; owned by the caller: tks_tok_free).

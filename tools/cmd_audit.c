@@ -41,7 +41,8 @@ int cli_audit(int argc, char **argv) {
     tks_foreign_opts fo;
     tks_foreign_opts_default(&fo);
     tks_tok_opts to = {0};
-    int as_json = 0;
+    int as_json = 0, against = 0, all = 0;
+    uint64_t sample = 0, seed = UINT64_MAX;
     cli_flag foreign[CLI_FOREIGN_FLAGS];
     cli_foreign_table(&fo, foreign);
     const cli_flag flags[] = {
@@ -52,6 +53,10 @@ int cli_audit(int argc, char **argv) {
         {.name = "--special-tokens", .type = CLI_STR, .ptr = &to.special_tokens},
         {.name = "--threads", .ptr = &ao.threads, .set = set_int},
         {.name = "--max-problems", .ptr = &ao.max_problems, .set = set_max_problems},
+        {.name = "--against-source", .type = CLI_BOOL, .ptr = &against},
+        {.name = "--sample", .type = CLI_U64, .ptr = &sample, .lo = 1, .hi = CLI_BIG},
+        {.name = "--all", .type = CLI_BOOL, .ptr = &all},
+        {.name = "--seed", .type = CLI_U64, .ptr = &seed, .lo = 0, .hi = CLI_BIG},
         {0},
     };
     cli_one arg = {NULL, "audit: one DIR or SHARD only (got %s and %s)"};
@@ -64,6 +69,20 @@ int cli_audit(int argc, char **argv) {
         return cli_usage_error("audit: --dtype, --eot and --eod need --format megatron|llmc|raw|datatrove");
     if ((to.pattern || to.special_tokens) && !ao.tokenizer_path)
         return cli_usage_error("audit: --pattern and --special-tokens go with --tokenizer FILE.tiktoken");
+    if (!against && (sample || all || seed != UINT64_MAX))
+        return cli_usage_error("audit: --sample, --all and --seed go with --against-source");
+    if (against && sample && all)
+        return cli_usage_error("audit --against-source: give --sample N or --all, not both");
+    if (against && (fo.format || ao.model_vocab))
+        return cli_usage_error("audit --against-source: a tokshard dataset built by tokshard build only "
+                               "(--format and --model-vocab are for the plain audit)");
+    if (against) {
+        tks_source_audit_opts so = {.tokenizer_path = ao.tokenizer_path, .pattern = to.pattern,
+                                    .special_tokens = to.special_tokens, .sample = sample, .all = all,
+                                    .seed = seed == UINT64_MAX ? 0 : seed, .threads = ao.threads,
+                                    .max_problems = ao.max_problems};
+        return cli_audit_source(path, &so, seed != UINT64_MAX, as_json);
+    }
     /* --tokenizer: its fingerprint (a tiktoken file's covers its pattern) and
      * vocabulary; a file that does not load as a tokenizer is compared by
      * its bytes and reported by the audit */

@@ -18,6 +18,9 @@ int cli_build(int argc, char **argv);
 int cli_train_tokenizer(int argc, char **argv);
 int cli_verify_tokenizer(int argc, char **argv);
 int cli_audit(int argc, char **argv);
+/* audit --against-source of the dataset `path` (cmd_audit_source.c);
+ * seed_given 0: a seed is drawn and printed. */
+int cli_audit_source(const char *path, tks_source_audit_opts *o, int seed_given, int as_json);
 int cli_inspect(int argc, char **argv);
 int cli_cat(int argc, char **argv);
 

@@ -27,6 +27,13 @@ static inline int dist_launched_many(void) {
  * this rank (or TKS_ERR_IO when another rank failed), with the error recorded. */
 int dist_audit(const char *path, const tks_audit_opts *opts, tks_audit_report **out, int *rank);
 
+/* tks_audit_source of path: without a launcher in this process; under
+ * mpirun/srun every rank takes its run of the sample (rank 0's seed, sent to
+ * all), and rank 0 gets the merged report in *out (NULL on the other ranks)
+ * and the summed counts in *st. Returns as dist_audit. */
+int dist_audit_source(const char *path, tks_source_audit_opts *o, tks_audit_report **out,
+                      tks_source_audit_stats *st, int *rank);
+
 /* Builds a dataset: tks_build without a launcher; under mpirun/srun,
  * tks_build_spread over MPI's world: rank 0 lists the inputs and every rank
  * plans the same work units from the listing, takes them one by one from a

@@ -245,3 +245,70 @@ int dist_finish(int rc) {
     }
     return out;
 }
+
+/* One rank's part of an audit against the sources, as bytes: its counts,
+ * then its report (tks_audit_report_pack). */
+static void add_stats(tks_source_audit_stats *a, const tks_source_audit_stats *b) {
+    a->checked += b->checked, a->ids_differ += b->ids_differ, a->changed += b->changed;
+    a->spm_checked += b->spm_checked, a->spm_differ += b->spm_differ, a->tokens += b->tokens;
+    a->bytes += b->bytes, a->inputs += b->inputs, a->parts_hashed += b->parts_hashed;
+    if (b->seconds > a->seconds) a->seconds = b->seconds;
+    if (b->seconds_read > a->seconds_read) a->seconds_read = b->seconds_read;
+    if (b->seconds_hash > a->seconds_hash) a->seconds_hash = b->seconds_hash;
+    if (b->seconds_encode > a->seconds_encode) a->seconds_encode = b->seconds_encode;
+}
+
+int dist_audit_source(const char *path, tks_source_audit_opts *o, tks_audit_report **out,
+                      tks_source_audit_stats *st, int *rank) {
+    *out = NULL;
+    *rank = 0;
+    int size = 1, many = dist_launched_many(), rc = many ? world(rank, &size) : tks_launch_check();
+    if (rc) return rc;
+    if (!many) return tks_audit_source(path, o, out, st);
+    c_bcast(&o->seed, sizeof o->seed, &g_w); /* rank 0's seed: one sample for all */
+    o->rank = (unsigned)*rank;
+    o->n_ranks = (unsigned)size;
+    tks_audit_report *mine = NULL;
+    rc = tks_audit_source(path, o, &mine, st);
+    void *packed = NULL, *all = NULL;
+    size_t plen = 0, len = 0;
+    if (!rc) rc = tks_audit_report_pack(mine, &packed, &plen);
+    int bad = rc != 0;
+    c_max_int(&bad, 1, NULL);
+    if (bad) {
+        tks_audit_report_free(mine);
+        free(packed);
+        return rc ? rc : tks_fail(TKS_ERR_IO, path, TKS_NONE, TKS_NONE,
+                                  "another rank could not audit %s against its sources (its error is above)", path);
+    }
+    char *buf = malloc(sizeof *st + plen);
+    need(buf != NULL);
+    memcpy(buf, st, sizeof *st);
+    memcpy(buf + sizeof *st, packed, plen);
+    c_gather(buf, sizeof *st + plen, &all, &len, &g_w);
+    free(buf);
+    free(packed);
+    tks_audit_report_free(mine);
+    if (*rank != 0) return 0;
+    tks_audit_report **parts = calloc((size_t)size, sizeof *parts);
+    need(parts != NULL);
+    size_t at = 0;
+    int n = 0;
+    tks_source_audit_stats sum = {.dataset_docs = st->dataset_docs, .sampled = st->sampled,
+                                  .spm_library = st->spm_library, .tables = st->tables}; /* rank 0's */
+    memcpy(sum.tokenizer, st->tokenizer, sizeof sum.tokenizer);
+    for (; n < size && !rc; n++) {
+        tks_source_audit_stats s;
+        size_t used = 0;
+        if (len - at < sizeof s) rc = tks_fail(TKS_ERR_ARG, path, TKS_NONE, TKS_NONE, "a rank's report was cut short");
+        if (!rc) memcpy(&s, (char *)all + at, sizeof s), at += sizeof s;
+        if (!rc) rc = tks_audit_report_unpack((char *)all + at, len - at, &used, &parts[n]);
+        if (!rc) add_stats(&sum, &s), at += used;
+    }
+    if (!rc) rc = tks_audit_merge(parts, (size_t)size, o->max_problems, out);
+    for (int i = 0; i < size; i++) tks_audit_report_free(parts[i]);
+    free(parts);
+    free(all);
+    *st = sum;
+    return rc;
+}

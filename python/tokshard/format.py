@@ -1,5 +1,7 @@
-"""The tokshard shard and dataset format (docs/FORMAT.md, version 1), read
-with numpy: every array is a view into the memory-mapped file, no copy."""
+"""The tokshard shard and dataset format (docs/FORMAT.md, versions 1 and 2),
+read with numpy: every array is a view into the memory-mapped file, no copy.
+Version 2 adds each document's provenance (where it came from in the build's
+inputs) after the checksum table."""
 import bisect
 import json
 import os
@@ -9,8 +11,13 @@ import struct
 import numpy
 
 MAGIC = b"TKSHARD\x1a"
-VERSION = 1
+VERSION = 2  # the newest version this reader knows; it reads 1 and 2
+VERSIONS = (1, 2)
 HEADER_SIZE = 256
+PROV_RECORD_BYTES = 24
+# one document's provenance record (docs/FORMAT.md, "Provenance section")
+PROV_DTYPE = numpy.dtype([("file", "<u4"), ("entry", "<u4"), ("offset", "<u8"), ("length", "<u4"),
+                          ("text_xxh", "<u4")])
 TOKEN_ALIGN = 4096
 NO_ID = 0xFFFFFFFF
 U16_MAX_VOCAB = 65536
@@ -23,7 +30,8 @@ _FIELDS = [
     ("tokens_offset", 80, "Q"), ("tokens_bytes", 88, "Q"), ("index_offset", 96, "Q"),
     ("index_bytes", 104, "Q"), ("table_offset", 112, "Q"), ("table_bytes", 120, "Q"),
     ("n_chunks", 128, "Q"), ("file_size", 136, "Q"), ("shard_index", 144, "I"), ("flags", 148, "I"),
-    ("table_xxh3", 152, "Q"), ("header_xxh3", 248, "Q"),
+    ("table_xxh3", 152, "Q"), ("prov_offset", 160, "Q"), ("prov_bytes", 168, "Q"), ("prov_xxh3", 176, "Q"),
+    ("header_xxh3", 248, "Q"),
 ]
 
 
@@ -41,6 +49,9 @@ class Shard:
     tokens: numpy array (uint16 or uint32, little-endian) of n_tokens ids,
             a view into the file.
     index:  numpy uint64 array of n_docs + 1 document offsets.
+    provenance: version 2: a numpy structured array (PROV_DTYPE) of n_docs
+            records, where each document came from in the build's inputs;
+            None for a version 1 shard.
     """
 
     def __init__(self, path, verify=False):
@@ -64,9 +75,10 @@ class Shard:
         h = {name: struct.unpack_from("<" + code, raw, off)[0] for name, off, code in _FIELDS}
         h["tokenizer_fp"] = raw[40:56].hex()
         self.header = h
-        if h["version"] != VERSION:
-            raise FormatError(f"{self.path}: format version {h['version']}, this reader knows {VERSION}: "
+        if h["version"] not in VERSIONS:
+            raise FormatError(f"{self.path}: format version {h['version']}, this reader knows {VERSIONS}: "
                               f"update the tokshard Python package")
+        v2 = h["version"] == 2
         tb = h["token_bytes"]
         n_chunks = -(-h["n_tokens"] * tb // h["chunk_bytes"]) if h["chunk_bytes"] else -1
         idx_off = TOKEN_ALIGN + h["n_tokens"] * tb
@@ -78,6 +90,9 @@ class Shard:
             "n_chunks": n_chunks, "table_bytes": (n_chunks + 1) * 8, "flags": 0,
         }
         want["file_size"] = want["table_offset"] + want["table_bytes"]
+        want["prov_offset"] = want["file_size"] if v2 else 0
+        want["prov_bytes"] = h["n_docs"] * PROV_RECORD_BYTES if v2 else 0
+        want["file_size"] += want["prov_bytes"]
         for k, v in want.items():
             if h[k] != v:
                 raise FormatError(f"{self.path}: header field {k} is {h[k]}, the layout needs {v}: "
@@ -90,12 +105,15 @@ class Shard:
         pad = numpy.concatenate([self._mm[HEADER_SIZE:TOKEN_ALIGN], self._mm[TOKEN_ALIGN + h["tokens_bytes"]:idx_off]])
         if pad.any():
             raise FormatError(f"{self.path}: non-zero padding bytes; run `tokshard audit {self.path}`")
-        if raw[160:248].count(0) != 88:
+        reserved = raw[184:248] if v2 else raw[160:248]
+        if reserved.count(0) != len(reserved):
             raise FormatError(f"{self.path}: reserved header bytes are not zero")
         dt = numpy.dtype("<u2") if tb == 2 else numpy.dtype("<u4")
         self.tokens = numpy.frombuffer(self._mm, dtype=dt, count=h["n_tokens"], offset=TOKEN_ALIGN)
         self.index = numpy.frombuffer(self._mm, dtype="<u8", count=h["n_docs"] + 1, offset=idx_off)
         self.table = numpy.frombuffer(self._mm, dtype="<u8", count=n_chunks + 1, offset=want["table_offset"])
+        self.provenance = numpy.frombuffer(self._mm, dtype=PROV_DTYPE, count=h["n_docs"],
+                                           offset=h["prov_offset"]) if v2 else None
         ix = self.index
         if ix[0] != 0 or ix[-1] != h["n_tokens"] or not (ix[1:] > ix[:-1]).all():
             raise FormatError(f"{self.path}: document index not strictly increasing from 0 to n_tokens; "
@@ -114,6 +132,10 @@ class Shard:
             raise FormatError(f"{self.path}: checksum table mismatch at byte {h['table_offset']}")
         if xxh3_64(self.index) != int(self.table[-1]):
             raise FormatError(f"{self.path}: document index checksum mismatch at byte {h['index_offset']}")
+        if self.provenance is not None and xxh3_64(self._mm[h["prov_offset"]:h["prov_offset"] + h["prov_bytes"]]) \
+                != h["prov_xxh3"]:
+            raise FormatError(f"{self.path}: provenance section checksum mismatch at byte {h['prov_offset']}: "
+                              f"rebuild the shard")
         cb, tb = h["chunk_bytes"], h["tokens_bytes"]
         for c in range(h["n_chunks"]):
             a = TOKEN_ALIGN + c * cb
@@ -153,8 +175,8 @@ def _check_manifest(m, mpath):
         raise FormatError(f"{mpath}: {what}: the manifest was edited or is corrupt; rebuild the dataset")
     if not isinstance(m, dict) or m.get("format") != "tokshard-dataset":
         raise FormatError(f"{mpath}: \"format\" is not \"tokshard-dataset\": not a tokshard manifest")
-    if m.get("format_version") != VERSION:
-        raise FormatError(f"{mpath}: format_version {m.get('format_version')}, this reader knows {VERSION}: "
+    if m.get("format_version") not in VERSIONS or isinstance(m.get("format_version"), bool):
+        raise FormatError(f"{mpath}: format_version {m.get('format_version')}, this reader knows {VERSIONS}: "
                           f"update the tokshard Python package")
     t, shards, tot = m.get("tokenizer"), m.get("shards"), m.get("totals")
     if not isinstance(t, dict) or not isinstance(shards, list) or not isinstance(tot, dict):
@@ -262,8 +284,9 @@ class Dataset:
                     raise FormatError(f"{s.path}: {hk} {h[hk]} but the manifest says {rec[key]}: "
                                       f"the shard was replaced; rebuild or restore it")
             if h["shard_index"] != i or h["vocab_size"] != self.vocab_size or \
-                    h["tokenizer_fp"] != self.tokenizer["fingerprint"]:
-                raise FormatError(f"{s.path}: shard index, vocabulary or tokenizer differs from the manifest")
+                    h["tokenizer_fp"] != self.tokenizer["fingerprint"] or h["version"] != m["format_version"]:
+                raise FormatError(f"{s.path}: shard index, vocabulary, tokenizer or format version differs "
+                                  f"from the manifest")
             if verify and int(rec["header_xxh3"], 16) != h["header_xxh3"]:
                 raise FormatError(f"{s.path}: header checksum differs from the manifest's record")
             self.shards.append(s)

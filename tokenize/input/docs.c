@@ -286,9 +286,11 @@ static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
         }
         const char *p = ln.p;
         size_t len = ln.len;
+        uint64_t off = ln.off;
         if (ln.off == 0 && len >= 3 && !memcmp(p, "\xEF\xBB\xBF", 3)) { /* byte order mark */
             p += 3;
             len -= 3;
+            off += 3;
         }
         if (is_blank(p, len)) continue;
 
@@ -299,6 +301,10 @@ static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
             doc->line = ln.no;
             doc->source = in->source.p;
             doc->json = 1;
+            doc->file = in->next_file - 1;
+            doc->entry = in->is_archive ? (uint32_t)in->entry_no : 0;
+            doc->offset = off;
+            doc->raw_len = len;
             return 1;
         }
         char why[400];
@@ -319,7 +325,11 @@ static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
             continue;
         }
         in->json = root; /* text points into it (or, root NULL, into this thread's buffer of jsonl_fast.cc) until the next call */
-        if ((r = tks__emit(in, text, n, ln.no, TKS_NONE, doc)) != 0) return r;
+        if ((r = tks__emit(in, text, n, ln.no, TKS_NONE, doc)) != 0) {
+            doc->offset = off; /* the record's place, not its string's */
+            doc->raw_len = len;
+            return r;
+        }
         json_decref(in->json);
         in->json = NULL;
     }

@@ -163,6 +163,7 @@ struct tks_input {
     size_t pq_g, pq_end;
     int pq_in_group;
     uint64_t pq_row;       /* rows of the file before the next one (1-based row numbers) */
+    uint64_t pq_row0;      /* rows of the file before the current row group */
 };
 
 /* buf.c: grows b to hold `need` bytes (geometrically); appends n bytes.
@@ -268,6 +269,11 @@ void tks__stream_free(stream *s);
  * TKS_ERR_NOMEM, TKS_ERR_INTERRUPTED (ls's stop flag). */
 int tks__cut_range(const tks_input *ls, uint64_t file, uint64_t start, uint64_t end, int kind, tks__range *r,
                    size_t *n);
+/* *plain = 1 when file `file` of the listing ls is read as it is on disk
+ * (its first bytes neither gzip nor another compressed format), so that a
+ * document's offset in it is a file offset (the test tks__cut_range makes).
+ * Errors: TKS_ERR_IO, TKS_ERR_NOMEM. */
+int tks__file_plain(const tks_input *ls, uint64_t file, int *plain);
 /* The XXH3-128 of the bytes [start, end) of the file path (a kept unit's
  * range checked on --resume). Errors: TKS_ERR_IO, TKS_ERR_INPUT (shorter). */
 int tks__range_xxh3(const char *path, uint64_t start, uint64_t end, uint8_t out[16]);

@@ -87,9 +87,11 @@ int tks__too_long(tks_input *in, uint64_t line_no) {
 
 /* Applies the NUL and UTF-8 policies and fills *doc: 1 yielded, 0 skipped, or
  * an error. `off`: where the text starts in the decompressed entry (TKS_NONE
- * when it is not a slice of it, as for JSONL). */
+ * when it is not a slice of it, as for JSONL: the caller then sets the
+ * document's offset and raw_len, here the text's). */
 int tks__emit(tks_input *in, const char *p, size_t len, uint64_t line_no, uint64_t off,
                 tks_doc *doc) {
+    size_t raw_len = len;
     if (memchr(p, 0, len)) {
         in->st.binary_skipped++;
         return 0;
@@ -127,6 +129,10 @@ int tks__emit(tks_input *in, const char *p, size_t len, uint64_t line_no, uint64
     doc->line = line_no;
     doc->source = in->source.p;
     doc->json = 0;
+    doc->file = in->next_file - 1;
+    doc->entry = in->is_archive ? (uint32_t)in->entry_no : 0;
+    doc->offset = off;
+    doc->raw_len = raw_len;
     return 1;
 }
 

@@ -87,6 +87,7 @@ int tks__pq_next_doc(tks_input *in, tks_doc *doc) {
             int rc = tks_pq_start(in->pqr, in->pq_g);
             if (rc) return rc;
             in->pq_in_group = 1;
+            in->pq_row0 = in->pq_row;
         }
         const char *s;
         size_t n;
@@ -108,6 +109,10 @@ int tks__pq_next_doc(tks_input *in, tks_doc *doc) {
             if ((r = tks__too_long(in, row)) < 0) return r;
             continue;
         }
-        if ((r = tks__emit(in, s, n, row, TKS_NONE, doc)) != 0) return r;
+        if ((r = tks__emit(in, s, n, row, TKS_NONE, doc)) != 0) {
+            doc->entry = (uint32_t)in->pq_g; /* its row group, and its row there */
+            doc->offset = row - 1 - in->pq_row0;
+            return r;
+        }
     }
 }

@@ -166,6 +166,22 @@ int tks__cut_range(const tks_input *ls, uint64_t file, uint64_t start, uint64_t 
     return rc;
 }
 
+int tks__file_plain(const tks_input *ls, uint64_t file, int *plain) {
+    const char *path = ls->files[file];
+    uint64_t size = ls->sizes[file];
+    int fd = -1;
+    *plain = 0;
+    int rc = tks_open_regular(path, "input", &fd, NULL);
+    char *head = rc ? NULL : malloc(HEAD_BYTES);
+    if (!rc && !head) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory");
+    size_t got = 0;
+    if (!rc) rc = read_at(fd, path, head, size < HEAD_BYTES ? (size_t)size : HEAD_BYTES, 0, &got);
+    if (!rc) rc = head_is_plain(path, head, got, plain);
+    free(head);
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
 int tks__range_xxh3(const char *path, uint64_t start, uint64_t end, uint8_t out[16]) {
     int fd = -1;
     int rc = tks_open_regular(path, "input", &fd, NULL);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "tokenize/pipeline/pipeline.h"
 
@@ -20,7 +21,7 @@ static int batch_push(batch *b, const tks_doc *d) {
             tks_resize(&b->ids, cap, sizeof *b->ids) || tks_resize(&b->json, cap, sizeof *b->json) ||
             tks_resize(&b->status, cap, sizeof *b->status) || tks_resize(&b->done, cap, sizeof *b->done) ||
             tks_resize(&b->line, cap, sizeof *b->line) || tks_resize(&b->unassigned, cap, sizeof *b->unassigned) ||
-            tks_resize(&b->src, cap, sizeof *b->src))
+            tks_resize(&b->src, cap, sizeof *b->src) || tks_resize(&b->prov, cap, sizeof *b->prov))
             return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory (batch)");
         memset(b->ids + b->cap, 0, (cap - b->cap) * sizeof *b->ids);
         b->cap = cap;
@@ -53,6 +54,8 @@ static int batch_push(batch *b, const tks_doc *d) {
     b->unassigned[b->n] = 0;
     b->line[b->n] = d->line;
     b->src[b->n] = (uint32_t)(b->n_srcs - 1);
+    b->prov[b->n] = (tks_doc_prov){(uint32_t)d->file, d->entry, d->offset,
+                                   d->raw_len < UINT32_MAX ? (uint32_t)d->raw_len : UINT32_MAX, 0};
     b->arena_len += d->len;
     b->n++;
     return 0;
@@ -72,6 +75,7 @@ static void batch_free(batch *b) {
     free(b->line);
     free(b->unassigned);
     free(b->src);
+    free(b->prov);
     for (size_t i = 0; i < b->cap; i++) tks_ids_free(&b->ids[i]);
     free(b->arena);
     free(b->off);
@@ -299,6 +303,7 @@ static int encode_one(tks_tok *tk, batch *b, size_t i, const char *key, uint64_t
     int e = 0;
     if (doc_text(b, i, key, max_doc, &root, &text, &len)) { /* decoded on this thread */
         uint64_t *un = &b->unassigned[i];
+        b->prov[i].text_xxh = (uint32_t)XXH3_64bits(text, len); /* the text as encoded */
         e = threads > 1 ? encode_long(tk, text, len, threads, &b->ids[i], un)
                         : tks_tok_encode_doc(tk, text, len, &b->ids[i], un);
         json_decref(root);

@@ -196,7 +196,7 @@ int tks__write_manifest(const tks_build_opts *o, const char *partial, const tks_
 }
 
 int tks_tokenizer_open(const tks_build_opts *o, tks_tok **tk) {
-    tks_tok_opts to = {o->pattern, o->special_tokens, o->allow_special_in_text};
+    tks_tok_opts to = {.pattern = o->pattern, .special_tokens = o->special_tokens, .allow_special = o->allow_special_in_text};
     int rc = tks_tok_load_opts(o->tokenizer_path, &to, tk);
     if (!rc && o->encoder_sentencepiece) rc = tks_tok_set_encoder(*tk, 0);
     return rc;
@@ -282,7 +282,8 @@ int tks__open_writer(const tks_build_opts *o, const tks_tok *tk, const char *dir
                           .bos_id = tks_tok_bos_id(tk), .eos_id = tks_tok_eos_id(tk),
                           .pad_id = tks_tok_pad_id(tk),
                           .shard_tokens = o->shard_tokens ? o->shard_tokens : (16u << 20),
-                          .chunk_bytes = o->chunk_bytes, .first_shard = first_shard};
+                          .chunk_bytes = o->chunk_bytes, .first_shard = first_shard,
+                          .provenance = 1}; /* each document's source (tokshard audit --against-source) */
     memcpy(wo.tokenizer_fp, tks_tok_fingerprint(tk), 16);
     return tks_writer_create(&wo, w);
 }

@@ -40,6 +40,8 @@ typedef struct batch {
     uint8_t *done;         /* per document: encoded (or decoding found it bad), set with
                             * release order once ids, err and status are final */
     uint64_t *line;        /* per document: its line in its source */
+    tks_doc_prov *prov;    /* per document: where it is in the inputs (the reader's), and the hash
+                            * of its text as encoded (text_xxh, set with its ids) */
     uint32_t *src;         /* per document: its source's index in srcs */
     char **srcs;           /* the sources' names, in order, owned by the batch */
     size_t n_srcs, srcs_cap;

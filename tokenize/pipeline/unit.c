@@ -232,7 +232,7 @@ static int sink_one(sink *c, batch *b, size_t i) {
     }
     int sealed = 0;
     int rc = tks__add_specials(v, o, c->j->bos, c->j->eos);
-    if (!rc) rc = tks_writer_add(c->w, v->ids, v->n, b->ordinal[i] - c->dj->skipped, &sealed);
+    if (!rc) rc = tks_writer_add_prov(c->w, v->ids, v->n, b->ordinal[i] - c->dj->skipped, &b->prov[i], &sealed);
     c->us->docs_written++;
     c->us->tokens_written += v->n;
     c->un->code_points += b->unassigned[i];
