@@ -246,6 +246,26 @@ static const char NO_CUDNN_DOCS[] =
     "document masking (--doc-mask): the cuDNN graphs are causal over whole rows, so tokshard's "
     "own kernel runs the block-causal mask";
 
+/* 1 when cuDNN is to be tried (bf16, flash on, no documents); with
+ * documents, flash_why says why it is not. */
+static int flash_wanted(tks_cuda_ctx *c, tks_dtype dt, const int32_t *doc) {
+    if (dt != TKS_BF16 || !c->flash) return 0;
+    if (doc) snprintf(c->flash_why, sizeof c->flash_why, "%s", NO_CUDNN_DOCS);
+    return !doc;
+}
+
+/* After a cuDNN call that returned rc: 1 when it ran; else 0, its error
+ * kept in flash_why and cleared (tokshard's own kernel runs instead). */
+static int flash_ran(tks_cuda_ctx *c, int rc) {
+    if (!rc) {
+        c->flash_why[0] = 0;
+        return 1;
+    }
+    snprintf(c->flash_why, sizeof c->flash_why, "%s", tks_last_error()->message);
+    tks_clear_error();
+    return 0;
+}
+
 int tks_cu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, const void *q,
                          size_t ldq, const void *k, const void *v, size_t ldkv, const int32_t *doc,
                          int B, int T, int NH, int NKV, int HD, tks_dtype dt) {
@@ -253,16 +273,10 @@ int tks_cu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, con
     STICKY(c);
     CHECK_DT(c, "attention_fwd", dt);
     if (B <= 0 || T <= 0) return 0;
-    if (dt == TKS_BF16 && c->flash && doc) snprintf(c->flash_why, sizeof c->flash_why, "%s", NO_CUDNN_DOCS);
-    if (dt == TKS_BF16 && c->flash && !doc) {
-        if (!tks_cudnn_attention_fwd(be, c->cur, c->ws, c->ws_bytes, out, ldo, lse, q, ldq, k, v,
-                                     ldkv, B, T, NH, NKV, HD)) {
-            c->flash_why[0] = 0;
-            return 0;
-        }
-        snprintf(c->flash_why, sizeof c->flash_why, "%s", tks_last_error()->message);
-        tks_clear_error();
-    }
+    if (flash_wanted(c, dt, doc) &&
+        flash_ran(c, tks_cudnn_attention_fwd(be, c->cur, c->ws, c->ws_bytes, out, ldo, lse, q, ldq, k, v, ldkv, B,
+                                             T, NH, NKV, HD)))
+        return 0;
     size_t sm = (size_t)T * sizeof(float);
     dim3 grid(T, NH, B);
     BY_DT(dt, E, {
@@ -281,16 +295,10 @@ int tks_cu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const vo
     STICKY(c);
     CHECK_DT(c, "attention_bwd", dt);
     if (B <= 0 || T <= 0) return 0;
-    if (dt == TKS_BF16 && c->flash && doc) snprintf(c->flash_why, sizeof c->flash_why, "%s", NO_CUDNN_DOCS);
-    if (dt == TKS_BF16 && c->flash && !doc) {
-        if (!tks_cudnn_attention_bwd(be, c->cur, c->ws, c->ws_bytes, dq, dk, dv, dout, out, ldo, lse,
-                                     q, ldq, k, v, ldkv, B, T, NH, NKV, HD, c->deterministic)) {
-            c->flash_why[0] = 0;
-            return 0;
-        }
-        snprintf(c->flash_why, sizeof c->flash_why, "%s", tks_last_error()->message);
-        tks_clear_error();
-    }
+    if (flash_wanted(c, dt, doc) &&
+        flash_ran(c, tks_cudnn_attention_bwd(be, c->cur, c->ws, c->ws_bytes, dq, dk, dv, dout, out, ldo, lse, q,
+                                             ldq, k, v, ldkv, B, T, NH, NKV, HD, c->deterministic)))
+        return 0;
     size_t need = (size_t)B * NH * T * sizeof(float);
     if (!c->ws || c->ws_bytes < need) {
         char why[160];
