@@ -309,6 +309,20 @@ def cpu_children():
     return r.ru_utime + r.ru_stime
 
 
+def kept(rows, row):
+    """Appends a result row to rows and prints it as JSON at once (a long run shows its progress)."""
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
+def table(header, rule, lines):
+    """A Markdown table after a blank line: the header, the rule, then the rows' lines."""
+    print("\n" + header)
+    print(rule)
+    for line in lines:
+        print(line)
+
+
 def median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2]
@@ -451,13 +465,11 @@ def long_docs():
             r["ratio"] = round(r["t2_s"] / r["t1_s"], 3)
             r["same_ids"] = r["t1_ids_sha1"] == r["t2_ids_sha1"]
             r["load"] = os.getloadavg()[0]
-            res.append(r)
-            print(json.dumps(r), flush=True)
-    print("\n| document | tokenizer | 1 thread s | 2 threads s | 2 threads / 1 | parts | ids equal |")
-    print("|---|---|---:|---:|---:|---:|---|")
-    for r in res:
-        print(f"| {r['doc']} {r['mb']} MB | {r['tokenizer']} | {r['t1_s']:.2f} | {r['t2_s']:.2f} | "
-              f"**{r['ratio']:.2f}** | {r['t2_parts']} | {'yes' if r['same_ids'] else 'NO'} |")
+            kept(res, r)
+    table("| document | tokenizer | 1 thread s | 2 threads s | 2 threads / 1 | parts | ids equal |",
+          "|---|---|---:|---:|---:|---:|---|",
+          (f"| {r['doc']} {r['mb']} MB | {r['tokenizer']} | {r['t1_s']:.2f} | {r['t2_s']:.2f} | "
+           f"**{r['ratio']:.2f}** | {r['t2_parts']} | {'yes' if r['same_ids'] else 'NO'} |" for r in res))
     # the tokenizer cache: a fresh cache directory, the first load parses (and writes the cache), later ones map it
     cache = os.path.join(a.work, "tkc")
     loads = []
@@ -474,13 +486,11 @@ def long_docs():
         row = {"tokenizer": tn, "bytes": os.path.getsize(path), "parsed_ms": load_ms("off"), "parse_and_store_ms": first,
                "cached_ms": median(again),
                "cache_bytes": sum(os.path.getsize(os.path.join(cache, f)) for f in os.listdir(cache))}
-        loads.append(row)
-        print(json.dumps(row), flush=True)
-    print("\n| tokenizer | size | parsed | parsed and cached | from the cache | cache file |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for r in loads:
-        print(f"| {r['tokenizer']} | {r['bytes'] / 1e6:.1f} MB | {r['parsed_ms']:.0f} ms | {r['parse_and_store_ms']:.0f} ms"
-              f" | **{r['cached_ms']:.1f} ms** | {r['cache_bytes'] / 1e6:.1f} MB |")
+        kept(loads, row)
+    table("| tokenizer | size | parsed | parsed and cached | from the cache | cache file |",
+          "|---|---:|---:|---:|---:|---:|",
+          (f"| {r['tokenizer']} | {r['bytes'] / 1e6:.1f} MB | {r['parsed_ms']:.0f} ms | {r['parse_and_store_ms']:.0f} ms"
+           f" | **{r['cached_ms']:.1f} ms** | {r['cache_bytes'] / 1e6:.1f} MB |" for r in loads))
     json.dump({"long": res, "loads": loads}, open(os.path.join(a.work, "bench-long.json"), "w"), indent=1)
 
 
@@ -549,12 +559,10 @@ for name, targs, stem in ([] if a.long else tokenizers_):
     load = [tokshard_build(targs, ONE, 1) for _ in range(REPS)]  # also fills the tokenizer cache
     for text in [t for t in want_texts if t in paths]:
         if text in LARGE:
-            row = large_row(name, targs, stem, text, load, [x for x in peers if a.slow_large or x not in SLOW])
-            large_rows.append(row)
+            kept(large_rows, large_row(name, targs, stem, text, load,
+                                       [x for x in peers if a.slow_large or x not in SLOW]))
         else:
-            row = small_row(name, targs, stem, text, load, peers)
-            rows.append(row)
-        print(json.dumps(row), flush=True)
+            kept(rows, small_row(name, targs, stem, text, load, peers))
 
 if rows:
     print("\nMB of text per second of wall time, MB per CPU-second in brackets (a build's CPU counts all its "

@@ -16,6 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
 old_rev=
 data=$root/runs/main/dataset
 work=/tmp/tks-ckmem
@@ -30,8 +32,7 @@ done
 [[ -n $old_rev ]] || { echo "bench_ckpt_memory.sh: --old-rev REV is required (the revision to compare with)" >&2; exit 2; }
 [[ -d $data ]] || { echo "no dataset at $data: run samples/main.sh or give --dataset" >&2; exit 2; }
 mkdir -p "$work"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+mpi_env
 # the two builds (Release)
 rm -rf "$work/old-src" && mkdir -p "$work/old-src"
 git archive "$old_rev" | tar -x -C "$work/old-src"

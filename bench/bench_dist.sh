@@ -31,6 +31,8 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 FILES=100000
 NP=64
 RUNS=3
@@ -50,10 +52,9 @@ while [[ $# -gt 0 ]]; do
   *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-[[ -x $BIN ]] || { echo "no tokshard at $BIN: build first (cmake --build build) or pass --bin" >&2; exit 2; }
-command -v mpirun >/dev/null || { echo "bench_dist.sh: no mpirun (scripts/install-deps.sh)" >&2; exit 2; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+need_tokshard "$BIN"
+need_mpirun bench_dist.sh
+mpi_env
 mkdir -p "$WORK"
 cd "$WORK"
 OUT=${OUT:-$WORK}

@@ -23,6 +23,8 @@
 #   --work DIR    scratch for --full [/var/tmp/tokshard-docmask-bench]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
 build=$root/build main=$root/runs/main reps=20 full=0 threads=$(nproc)
 work=/var/tmp/tokshard-docmask-bench
 while [[ $# -gt 0 ]]; do
@@ -39,8 +41,7 @@ done
 [[ -x $build/bin/tokshard-bench-attn ]] || { echo "no $build/bin/tokshard-bench-attn: build first" >&2; exit 2; }
 [[ -d $main/gcide && -d $main/python ]] || { echo "no $main/gcide, $main/python: run samples/main.sh" >&2; exit 2; }
 X=(gcide="$main/gcide":0.6 python="$main/python":0.4)
-echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores;" \
-  "load $(cut -d' ' -f1-3 /proc/loadavg); commit $(git -C "$root" rev-parse --short HEAD)"
+machine_line "$root"
 for TB in "128 16 2" "512 4 4" "1024 2 4"; do
   read -r T B steps <<<"$TB"
   "$build/bin/tokshard-bench-attn" --threads "$threads" --reps "$reps" --seq-len "$T" --batch "$B" \

@@ -32,6 +32,8 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 MB=24
 WORK=/var/tmp/tokshard-bench-encode
 BIN="$ROOT/build/bin/tokshard"
@@ -48,19 +50,12 @@ while [[ $# -gt 0 ]]; do
   *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-[[ -x $BIN ]] || { echo "no tokshard at $BIN: build first (cmake --build build) or pass --bin" >&2; exit 2; }
+need_tokshard "$BIN"
 mkdir -p "$WORK"
 cd "$WORK"
 
 text=corpus-$MB.txt
-# (head ends the producers early: SIGPIPE is expected there, hence +o pipefail)
-if [[ ! -s $text ]]; then
-  set +o pipefail
-  { zcat /usr/share/dictd/gcide.dict.dz; find /usr/share/doc/python3.11/html/_sources -type f | sort | xargs cat; } 2>/dev/null |
-    tr -d '\r' | grep '[^[:space:]]' | head -c $((MB * 1000000)) | sed '$d' >"$text.tmp"
-  set -o pipefail
-  mv "$text.tmp" "$text"
-fi
+make_corpus "$MB" "$text"
 if [[ ! -s cjk.txt ]]; then
   set +o pipefail
   find /usr/share/man/ja /usr/share/man/zh_CN /usr/share/man/zh_TW -name '*.gz' | sort | xargs zcat 2>/dev/null |

@@ -26,6 +26,8 @@
 #   --reuse       keep the runs of an earlier call with the same --steps (evaluate again only)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+source "$root/bench/lib.sh"
 build=$root/build main=$root/runs/main steps=150 threads=1 work=/var/tmp/tokshard-packing-bench reuse=0
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -44,8 +46,7 @@ train=$build/bin/tokshard-train
 X=(--dataset gcide="$main/gcide":0.6 --dataset python="$main/python":0.4)
 MODEL=(--dim 128 --n-layers 4 --n-heads 4 --n-kv-heads 2 --seq-len 128 --global-batch 16 --warmup 15
   --lr 3e-3 --min-lr 3e-4 --threads "$threads")
-echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores;" \
-  "load $(cut -d' ' -f1-3 /proc/loadavg); commit $(git -C "$root" rev-parse --short HEAD); $steps steps"
+echo "$(machine_line "$root"); $steps steps"
 mkdir -p "$work"
 for pk in concat best-fit; do
   if [[ $reuse -eq 1 && -d $work/$pk/checkpoints/step-$(printf %08d "$steps") ]]; then

@@ -23,6 +23,8 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
+# shellcheck source=bench/lib.sh
+source "$HERE/lib.sh"
 MB=64
 RUNS=3
 UNIT_MB=
@@ -38,21 +40,14 @@ while [[ $# -gt 0 ]]; do
   *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
-[[ -x $BIN ]] || { echo "no tokshard at $BIN: build first (cmake --build build) or pass --bin" >&2; exit 2; }
-command -v mpirun >/dev/null || { echo "bench_scale.sh: no mpirun (scripts/install-deps.sh)" >&2; exit 2; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+need_tokshard "$BIN"
+need_mpirun bench_scale.sh
+mpi_env
 mkdir -p "$WORK"
 cd "$WORK"
 
 text=corpus-$MB.txt
-if [[ ! -s $text ]]; then # as bench_encode.sh makes it
-  set +o pipefail
-  { zcat /usr/share/dictd/gcide.dict.dz; find /usr/share/doc/python3.11/html/_sources -type f | sort | xargs cat; } 2>/dev/null |
-    tr -d '\r' | grep '[^[:space:]]' | head -c $((MB * 1000000)) | sed '$d' >"$text.tmp"
-  set -o pipefail
-  mv "$text.tmp" "$text"
-fi
+make_corpus "$MB" "$text"
 if [[ ! -s nfkc.model ]]; then
   head -c 20000000 "$text" | sed '$d' >train.txt
   "$BIN" train-tokenizer --output nfkc --vocab-size 8000 --doc-split line train.txt >/dev/null

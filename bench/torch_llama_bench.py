@@ -52,6 +52,27 @@ def load_tokens(dataset, need):
     return np.concatenate(out)
 
 
+def add_shape_args(ap):
+    """The model's, the batch's and the threads' options (torch_train_ops.py takes the same)."""
+    ap.add_argument("--vocab", type=int, default=8000)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--n-layers", type=int, default=4)
+    ap.add_argument("--n-heads", type=int, default=4)
+    ap.add_argument("--n-kv-heads", type=int, default=2)
+    ap.add_argument("--ffn-dim", type=int, default=0)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=1)
+
+
+def shape_of(a):
+    """V, C, L, NH, NKV, FF, HD, T, B of add_shape_args's options (FF: the trainer's default when 0)."""
+    V, C, L, NH = a.vocab, a.dim, a.n_layers, a.n_heads
+    NKV = a.n_kv_heads or NH
+    FF = a.ffn_dim or (8 * C // 3 + 31) // 32 * 32
+    return V, C, L, NH, NKV, FF, C // NH, a.seq_len, a.batch
+
+
 def lr_at(a, s):
     if a.warmup and s < a.warmup:
         return a.lr * (s + 1) / a.warmup
@@ -65,15 +86,7 @@ def lr_at(a, s):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", required=True)
-    ap.add_argument("--vocab", type=int, default=8000)
-    ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--n-layers", type=int, default=4)
-    ap.add_argument("--n-heads", type=int, default=4)
-    ap.add_argument("--n-kv-heads", type=int, default=2)
-    ap.add_argument("--ffn-dim", type=int, default=0)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=1)
+    add_shape_args(ap)
     ap.add_argument("--warmup-steps", type=int, default=3, help="untimed steps")
     ap.add_argument("--steps", type=int, default=10, help="timed steps")
     ap.add_argument("--lr", type=float, default=3e-3)
@@ -102,10 +115,7 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
 
-    V, C, L, NH = a.vocab, a.dim, a.n_layers, a.n_heads
-    NKV = a.n_kv_heads or NH
-    FF = a.ffn_dim or (8 * C // 3 + 31) // 32 * 32
-    HD, T, B = C // NH, a.seq_len, a.batch
+    V, C, L, NH, NKV, FF, HD, T, B = shape_of(a)
     eps, theta, std = 1e-5, 10000.0, 0.02
 
     def mat(r, c):

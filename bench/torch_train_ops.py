@@ -30,18 +30,12 @@ import os
 import statistics
 import time
 
+from torch_llama_bench import add_shape_args, shape_of
+
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--vocab", type=int, default=8000)
-    ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--n-layers", type=int, default=4)
-    ap.add_argument("--n-heads", type=int, default=4)
-    ap.add_argument("--n-kv-heads", type=int, default=2)
-    ap.add_argument("--ffn-dim", type=int, default=0)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=1)
+    add_shape_args(ap)
     ap.add_argument("--reps", type=int, default=5)
     a = ap.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(a.threads))
@@ -49,10 +43,7 @@ def main():
     import torch.nn.functional as F
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    V, C, L, NH = a.vocab, a.dim, a.n_layers, a.n_heads
-    NKV = a.n_kv_heads or NH
-    FF = a.ffn_dim or (8 * C // 3 + 31) // 32 * 32
-    HD, T, B = C // NH, a.seq_len, a.batch
+    V, C, L, NH, NKV, FF, HD, T, B = shape_of(a)
     N = B * T
 
     def timeit(fn):

@@ -43,6 +43,17 @@ def categories(ours, torch_):
     return a, b
 
 
+def table_head(title, columns, *notes):
+    """A section's title, its notes, and its table's header row and rule."""
+    print("#### " + title)
+    print("")
+    for note in notes:
+        print(note)
+        print("")
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+
+
 def main():
     path = sys.argv[1]
     r = json.load(open(path))
@@ -56,10 +67,9 @@ def main():
       % ("bench/bench_train.sh", r["warmup_steps"], r["timed_steps"]))
     p("")
     if "part1" in r:
-        p("#### Part 1: training tokens/s, tokshard-train vs PyTorch (same config, data, threads)")
-        p("")
-        p("| config | threads | tokshard-train tok/s | PyTorch tok/s | ours / PyTorch | at least as fast? | CPU s used by other processes during (ours, torch) |")
-        p("|---|---|---|---|---|---|---|")
+        table_head("Part 1: training tokens/s, tokshard-train vs PyTorch (same config, data, threads)",
+                   ["config", "threads", "tokshard-train tok/s", "PyTorch tok/s", "ours / PyTorch",
+                    "at least as fast?", "CPU s used by other processes during (ours, torch)"])
         for x in r["part1"]:
             o, t = x["ours"], x["torch"]
             if not t:
@@ -74,23 +84,21 @@ def main():
           "ffn 704, seq 256, batch 8 (2048 tokens/step).")
         p("")
     if "part2a" in r:
-        p("#### Part 2a: tokens/s at 1 and 2 processes (main config)")
-        p("")
-        p("| run | tok/s | vs 1 process x 1 thread | comm bytes/step = expected | CPU s used by other processes during |")
-        p("|---|---|---|---|---|")
+        table_head("Part 2a: tokens/s at 1 and 2 processes (main config)",
+                   ["run", "tok/s", "vs 1 process x 1 thread", "comm bytes/step = expected",
+                    "CPU s used by other processes during"])
         for x in r["part2a"]:
             cm = "-" if "comm_match" not in x else ("yes" if x["comm_match"] else "**NO**")
             p("| %s | %.0f | %.2fx | %s | %.1f |" % (x["run"], x["median_tokens_per_s"],
                                                      x["speedup_vs_1x1"], cm, x["foreign_cpu_s"]))
         p("")
     if "part2b" in r:
-        p("#### Part 2b: bytes per step per collective (rank 0), measured vs expected")
-        p("")
-        p("Tiny model: vocab 8000, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 192, seq 32, "
-          "global batch 8, `--eval-every 0`, 3 steps, every step compared.")
-        p("")
-        p("| layout (rep, shard, tp) | n_flat | all-reduce measured / expected | reduce-scatter measured / expected | all-gather measured / expected | match | ring wire bytes AR / RS / AG |")
-        p("|---|---|---|---|---|---|---|")
+        table_head("Part 2b: bytes per step per collective (rank 0), measured vs expected",
+                   ["layout (rep, shard, tp)", "n_flat", "all-reduce measured / expected",
+                    "reduce-scatter measured / expected", "all-gather measured / expected", "match",
+                    "ring wire bytes AR / RS / AG"],
+                   "Tiny model: vocab 8000, dim 64, 2 layers, 4 heads, 2 kv heads, ffn 192, seq 32, "
+                   "global batch 8, `--eval-every 0`, 3 steps, every step compared.")
         for x in r["part2b"]:
             me, ex, w = x["measured_per_step"][0], x["expected"], x["ring_wire_bytes"]
             lay = "(%d, %d, %d)" % tuple(x["layout"]) + (" micro-batch %d" % x["micro_batch"] if x["micro_batch"] else "")
@@ -101,10 +109,10 @@ def main():
                 kb(w["reduce_scatter"]), kb(w["allgather"])))
         p("")
     if "part2c" in r:
-        p("#### Part 2c: optimizer state per rank (`--dry-run`, main config)")
-        p("")
-        p("| layout (rep, shard, tp) | dry-run \"optimizer state\" | AdamW moments allocated per rank (8 B x n_flat / dp_shard) | allocated / (allocated at (1,1,1) / (dp_shard x tp)) |")
-        p("|---|---|---|---|")
+        table_head("Part 2c: optimizer state per rank (`--dry-run`, main config)",
+                   ["layout (rep, shard, tp)", "dry-run \"optimizer state\"",
+                    "AdamW moments allocated per rank (8 B x n_flat / dp_shard)",
+                    "allocated / (allocated at (1,1,1) / (dp_shard x tp))"])
         for x in r["part2c"]:
             p("| (%d, %d, %d) | %.1f MiB | %.3f MiB | %.4f |" % (
                 *x["layout"], x["dry_run_mib"], x["allocated_mib"], x["allocated_ratio_to_ideal"]))
@@ -116,11 +124,10 @@ def main():
             tp = json.load(open(tf))
             a, b = categories(pr, tp)
             ta, tb = sum(a.values()), sum(b.values())
-            p("#### Where a training step's time goes, %s config, --threads %s%s: tokshard-train vs PyTorch"
-              % (prof["config"], th, ", OMP_WAIT_POLICY=%s" % prof["omp_wait_policy"] if prof.get("omp_wait_policy") else ""))
-            p("")
-            p("| component | tokshard-train s/step | % | PyTorch s/step | % | ours / PyTorch |")
-            p("|---|---|---|---|---|---|")
+            table_head("Where a training step's time goes, %s config, --threads %s%s: tokshard-train vs PyTorch"
+                       % (prof["config"], th,
+                          ", OMP_WAIT_POLICY=%s" % prof["omp_wait_policy"] if prof.get("omp_wait_policy") else ""),
+                       ["component", "tokshard-train s/step", "%", "PyTorch s/step", "%", "ours / PyTorch"])
             for c, label in CATS:
                 x, y = a.get(c, 0), b.get(c, 0)
                 p("| %s | %.4f | %.1f%% | %.4f | %.1f%% | %s |" % (label, x, 100 * x / ta, y, 100 * y / tb,

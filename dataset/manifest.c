@@ -74,6 +74,9 @@ static char *put_str(char *p, const char *s) {
     return p + n;
 }
 
+/* A number's key (with what goes before it), then the number. */
+static char *put_str_u64(char *p, const char *key, uint64_t v) { return put_u64(put_str(p, key), v); }
+
 /* The shards array as jansson's JSON_INDENT(2) renders it one level deep
  * (the manifest's "shards" value), written directly: jansson, or even
  * snprintf, takes most of the time of a manifest of 100,000 shards. A part
@@ -100,16 +103,11 @@ static int shards_text(const tks_shard_info *shards, size_t n, int first, int la
         hx[16] = 0;
         p = put_str(p, "    {\n      \"file\": \"");
         p = put_str(p, s->file);
-        p = put_str(p, "\",\n      \"bytes\": ");
-        p = put_u64(p, s->file_bytes);
-        p = put_str(p, ",\n      \"n_docs\": ");
-        p = put_u64(p, s->n_docs);
-        p = put_str(p, ",\n      \"n_tokens\": ");
-        p = put_u64(p, s->n_tokens);
-        p = put_str(p, ",\n      \"min_token_id\": ");
-        p = put_u64(p, s->min_token_id);
-        p = put_str(p, ",\n      \"max_token_id\": ");
-        p = put_u64(p, s->max_token_id);
+        p = put_str_u64(p, "\",\n      \"bytes\": ", s->file_bytes);
+        p = put_str_u64(p, ",\n      \"n_docs\": ", s->n_docs);
+        p = put_str_u64(p, ",\n      \"n_tokens\": ", s->n_tokens);
+        p = put_str_u64(p, ",\n      \"min_token_id\": ", s->min_token_id);
+        p = put_str_u64(p, ",\n      \"max_token_id\": ", s->max_token_id);
         p = put_str(p, ",\n      \"header_xxh3\": \"");
         p = put_str(p, hx);
         p = put_str(p, i + 1 < n || !last ? "\"\n    },\n" : "\"\n    }\n");

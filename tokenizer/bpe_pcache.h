@@ -30,6 +30,10 @@
 
 #include "tokenizer/bpe_internal.h"
 
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the piece keys are little-endian words"
+#endif
+
 #define PKEY_MAX 15  /* the longest piece a key holds */
 #define PSLOT_IDS 3  /* ids a slot holds */
 
@@ -62,24 +66,6 @@ static inline pkey pkey_of(const char *t, size_t n, const char *end) {
         memcpy(&w0, b, 8);
         memcpy(&w1, b + 8, 8);
     }
-#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the piece keys are little-endian words"
-/* A thread's cache of 2^bits lines: the slot of key k (hash h), or NULL. */
-static inline const pslot *pc_find(const pslot *pc, unsigned bits, pkey k, uint64_t h) {
-    const pslot *s = &pc[2 * (h >> (64 - bits))];
-    return pslot_is(&s[0], k) ? &s[0] : pslot_is(&s[1], k) ? &s[1] : NULL;
-}
-
-/* Caches key k (hash h) with ids[0..n), 1 <= n <= PSLOT_IDS, as its line's
- * first slot, the first moving to the second (the older of the two goes). */
-static inline void pc_put(pslot *pc, unsigned bits, pkey k, uint64_t h, const uint32_t *ids, size_t n) {
-    pslot *s = &pc[2 * (h >> (64 - bits))];
-    s[1] = s[0];
-    s[0] = (pslot){k.lo, k.hi, {0, 0, 0}, (uint32_t)n};
-    memcpy(s[0].id, ids, n * sizeof *ids);
-}
-
-#endif
     pkey k;
     k.lo = pkey_low(w0, n);
     k.hi = (n > 8 ? pkey_low(w1, n - 8) : 0) | (uint64_t)n << 56;

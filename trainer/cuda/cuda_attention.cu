@@ -90,10 +90,7 @@ int tks_cu_rope(tks_backend *be, void *x, size_t ld, int B, int T, int H, int HD
         return LAUNCHED(c, "rope");
     }
     dim3 grid((unsigned)((per + 255) / 256), (unsigned)(rows < 65535 ? rows : 65535));
-    if (dt == TKS_BF16)
-        k_rope<bf16><<<grid, 256, sh, c->cur>>>((bf16 *)x, ld, rows, T, H, HD, p0, pos, theta, inverse);
-    else
-        k_rope<float><<<grid, 256, sh, c->cur>>>((float *)x, ld, rows, T, H, HD, p0, pos, theta, inverse);
+    BY_DT(dt, E, k_rope<E><<<grid, 256, sh, c->cur>>>((E *)x, ld, rows, T, H, HD, p0, pos, theta, inverse));
     return LAUNCHED(c, "rope");
 }
 
@@ -291,6 +288,26 @@ static const char NO_CUDNN_DOCS[] =
     "document masking (--doc-mask): the cuDNN graphs are causal over whole rows, so tokshard's "
     "own kernel runs the block-causal mask";
 
+/* 1 when cuDNN is to be tried (bf16, flash on, no documents); with
+ * documents, flash_why says why it is not. */
+static int flash_wanted(tks_cuda_ctx *c, tks_dtype dt, const int32_t *doc) {
+    if (dt != TKS_BF16 || !c->flash) return 0;
+    if (doc) snprintf(c->flash_why, sizeof c->flash_why, "%s", NO_CUDNN_DOCS);
+    return !doc;
+}
+
+/* After a cuDNN call that returned rc: 1 when it ran; else 0, its error
+ * kept in flash_why and cleared (tokshard's own kernel runs instead). */
+static int flash_ran(tks_cuda_ctx *c, int rc) {
+    if (!rc) {
+        c->flash_why[0] = 0;
+        return 1;
+    }
+    snprintf(c->flash_why, sizeof c->flash_why, "%s", tks_last_error()->message);
+    tks_clear_error();
+    return 0;
+}
+
 int tks_cu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, const void *q,
                          size_t ldq, const void *k, const void *v, size_t ldkv, const int32_t *doc,
                          int B, int T, int NH, int NKV, int HD, tks_dtype dt) {
@@ -298,29 +315,17 @@ int tks_cu_attention_fwd(tks_backend *be, void *out, size_t ldo, float *lse, con
     STICKY(c);
     CHECK_DT(c, "attention_fwd", dt);
     if (B <= 0 || T <= 0) return 0;
-    if (dt == TKS_BF16 && c->flash && doc) snprintf(c->flash_why, sizeof c->flash_why, "%s", NO_CUDNN_DOCS);
-    if (dt == TKS_BF16 && c->flash && !doc) {
-        if (!tks_cudnn_attention_fwd(be, c->cur, c->ws, c->ws_bytes, out, ldo, lse, q, ldq, k, v,
-                                     ldkv, B, T, NH, NKV, HD)) {
-            c->flash_why[0] = 0;
-            return 0;
-        }
-        snprintf(c->flash_why, sizeof c->flash_why, "%s", tks_last_error()->message);
-        tks_clear_error();
-    }
+    if (flash_wanted(c, dt, doc) &&
+        flash_ran(c, tks_cudnn_attention_fwd(be, c->cur, c->ws, c->ws_bytes, out, ldo, lse, q, ldq, k, v, ldkv, B,
+                                             T, NH, NKV, HD)))
+        return 0;
     size_t sm = (size_t)T * sizeof(float);
     dim3 grid(T, NH, B);
-    if (dt == TKS_BF16) {
-        if (att_smem(c, (const void *)k_attention_fwd<bf16>, sm, "attention_fwd")) return c->err;
-        k_attention_fwd<bf16><<<grid, ATT_THREADS, sm, c->cur>>>((bf16 *)out, ldo, lse, (const bf16 *)q,
-                                                                 ldq, (const bf16 *)k, (const bf16 *)v,
-                                                                 ldkv, doc, T, NH, NKV, HD);
-    } else {
-        if (att_smem(c, (const void *)k_attention_fwd<float>, sm, "attention_fwd")) return c->err;
-        k_attention_fwd<float><<<grid, ATT_THREADS, sm, c->cur>>>((float *)out, ldo, lse, (const float *)q,
-                                                                  ldq, (const float *)k, (const float *)v,
-                                                                  ldkv, doc, T, NH, NKV, HD);
-    }
+    BY_DT(dt, E, {
+        if (att_smem(c, (const void *)k_attention_fwd<E>, sm, "attention_fwd")) return c->err;
+        k_attention_fwd<E><<<grid, ATT_THREADS, sm, c->cur>>>((E *)out, ldo, lse, (const E *)q, ldq, (const E *)k,
+                                                              (const E *)v, ldkv, doc, T, NH, NKV, HD);
+    });
     return LAUNCHED(c, "attention_fwd");
 }
 
@@ -332,16 +337,10 @@ int tks_cu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const vo
     STICKY(c);
     CHECK_DT(c, "attention_bwd", dt);
     if (B <= 0 || T <= 0) return 0;
-    if (dt == TKS_BF16 && c->flash && doc) snprintf(c->flash_why, sizeof c->flash_why, "%s", NO_CUDNN_DOCS);
-    if (dt == TKS_BF16 && c->flash && !doc) {
-        if (!tks_cudnn_attention_bwd(be, c->cur, c->ws, c->ws_bytes, dq, dk, dv, dout, out, ldo, lse,
-                                     q, ldq, k, v, ldkv, B, T, NH, NKV, HD, c->deterministic)) {
-            c->flash_why[0] = 0;
-            return 0;
-        }
-        snprintf(c->flash_why, sizeof c->flash_why, "%s", tks_last_error()->message);
-        tks_clear_error();
-    }
+    if (flash_wanted(c, dt, doc) &&
+        flash_ran(c, tks_cudnn_attention_bwd(be, c->cur, c->ws, c->ws_bytes, dq, dk, dv, dout, out, ldo, lse, q,
+                                             ldq, k, v, ldkv, B, T, NH, NKV, HD, c->deterministic)))
+        return 0;
     size_t need = (size_t)B * NH * T * sizeof(float);
     if (!c->ws || c->ws_bytes < need) {
         char why[160];
@@ -352,29 +351,18 @@ int tks_cu_attention_bwd(tks_backend *be, void *dq, void *dk, void *dv, const vo
     float *D = (float *)c->ws;
     size_t sm = 2 * (size_t)T * sizeof(float), sm2 = 2 * (ATT_THREADS / 32) * (size_t)HD * sizeof(float);
     dim3 gq(T, NH, B), gkv(T, NKV, B);
-    if (dt == TKS_BF16) {
-        if (att_smem(c, (const void *)k_attention_bwd_q<bf16>, sm, "attention_bwd") ||
-            att_smem(c, (const void *)k_attention_bwd_kv<bf16>, sm2, "attention_bwd"))
+    BY_DT(dt, E, {
+        if (att_smem(c, (const void *)k_attention_bwd_q<E>, sm, "attention_bwd") ||
+            att_smem(c, (const void *)k_attention_bwd_kv<E>, sm2, "attention_bwd"))
             return c->err;
-        k_attention_bwd_q<bf16><<<gq, ATT_THREADS, sm, c->cur>>>(
-            (bf16 *)dq, D, (const bf16 *)dout, (const bf16 *)out, ldo, lse, (const bf16 *)q, ldq,
-            (const bf16 *)k, (const bf16 *)v, ldkv, doc, T, NH, NKV, HD);
+        k_attention_bwd_q<E><<<gq, ATT_THREADS, sm, c->cur>>>((E *)dq, D, (const E *)dout, (const E *)out, ldo,
+                                                              lse, (const E *)q, ldq, (const E *)k, (const E *)v,
+                                                              ldkv, doc, T, NH, NKV, HD);
         if (LAUNCHED(c, "attention_bwd (dq)")) return c->err;
-        k_attention_bwd_kv<bf16><<<gkv, ATT_THREADS, sm2, c->cur>>>(
-            (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, ldo, lse, D, (const bf16 *)q, ldq,
-            (const bf16 *)k, (const bf16 *)v, ldkv, doc, T, NH, NKV, HD);
-    } else {
-        if (att_smem(c, (const void *)k_attention_bwd_q<float>, sm, "attention_bwd") ||
-            att_smem(c, (const void *)k_attention_bwd_kv<float>, sm2, "attention_bwd"))
-            return c->err;
-        k_attention_bwd_q<float><<<gq, ATT_THREADS, sm, c->cur>>>(
-            (float *)dq, D, (const float *)dout, (const float *)out, ldo, lse, (const float *)q, ldq,
-            (const float *)k, (const float *)v, ldkv, doc, T, NH, NKV, HD);
-        if (LAUNCHED(c, "attention_bwd (dq)")) return c->err;
-        k_attention_bwd_kv<float><<<gkv, ATT_THREADS, sm2, c->cur>>>(
-            (float *)dk, (float *)dv, (const float *)dout, ldo, lse, D, (const float *)q, ldq,
-            (const float *)k, (const float *)v, ldkv, doc, T, NH, NKV, HD);
-    }
+        k_attention_bwd_kv<E><<<gkv, ATT_THREADS, sm2, c->cur>>>((E *)dk, (E *)dv, (const E *)dout, ldo, lse, D,
+                                                                 (const E *)q, ldq, (const E *)k, (const E *)v,
+                                                                 ldkv, doc, T, NH, NKV, HD);
+    });
     return LAUNCHED(c, "attention_bwd (dk, dv)");
 }
 
@@ -384,14 +372,10 @@ int tks_cu_attention_step(tks_backend *be, void *out, const void *q, const void 
     STICKY(c);
     CHECK_DT(c, "attention_step", dt);
     size_t sm = (size_t)(t + 1) * sizeof(float);
-    if (dt == TKS_BF16) {
-        if (att_smem(c, (const void *)k_attention_step<bf16>, sm, "attention_step")) return c->err;
-        k_attention_step<bf16><<<NH, ATT_THREADS, sm, c->cur>>>((bf16 *)out, (const bf16 *)q,
-                                                                (const bf16 *)kc, (const bf16 *)vc, t, NH, NKV, HD);
-    } else {
-        if (att_smem(c, (const void *)k_attention_step<float>, sm, "attention_step")) return c->err;
-        k_attention_step<float><<<NH, ATT_THREADS, sm, c->cur>>>((float *)out, (const float *)q,
-                                                                 (const float *)kc, (const float *)vc, t, NH, NKV, HD);
-    }
+    BY_DT(dt, E, {
+        if (att_smem(c, (const void *)k_attention_step<E>, sm, "attention_step")) return c->err;
+        k_attention_step<E><<<NH, ATT_THREADS, sm, c->cur>>>((E *)out, (const E *)q, (const E *)kc, (const E *)vc,
+                                                             t, NH, NKV, HD);
+    });
     return LAUNCHED(c, "attention_step");
 }

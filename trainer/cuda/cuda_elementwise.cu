@@ -41,10 +41,7 @@ int tks_cu_add(tks_backend *be, void *out, const void *a, const void *b, size_t 
     STICKY(c);
     CHECK_DT(c, "add", dt);
     if (!n) return 0;
-    if (dt == TKS_BF16)
-        k_add<bf16><<<grid_for(n, 256), 256, 0, c->cur>>>((bf16 *)out, (const bf16 *)a, (const bf16 *)b, n);
-    else
-        k_add<float><<<grid_for(n, 256), 256, 0, c->cur>>>((float *)out, (const float *)a, (const float *)b, n);
+    BY_DT(dt, E, k_add<E><<<grid_for(n, 256), 256, 0, c->cur>>>((E *)out, (const E *)a, (const E *)b, n));
     return LAUNCHED(c, "add");
 }
 int tks_cu_scale(tks_backend *be, float *x, size_t n, float s) {
@@ -279,16 +276,10 @@ int tks_cu_swiglu_fwd(tks_backend *be, void *out, const void *gu, int M, int F, 
     if (!n) return 0;
     if (swiglu_vec_ok(c, F, dt, out, gu, NULL)) {
         int FV = F / (int)(16 / tks_dtype_size(dt));
-        if (dt == TKS_BF16)
-            k_swiglu_fwd_vec<bf16><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((bf16 *)out, (const bf16 *)gu, M, F);
-        else
-            k_swiglu_fwd_vec<float><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((float *)out, (const float *)gu, M, F);
+        BY_DT(dt, E, k_swiglu_fwd_vec<E><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((E *)out, (const E *)gu, M, F));
         return LAUNCHED(c, "swiglu_fwd");
     }
-    if (dt == TKS_BF16)
-        k_swiglu_fwd<bf16><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((bf16 *)out, (const bf16 *)gu, M, F);
-    else
-        k_swiglu_fwd<float><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((float *)out, (const float *)gu, M, F);
+    BY_DT(dt, E, k_swiglu_fwd<E><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((E *)out, (const E *)gu, M, F));
     return LAUNCHED(c, "swiglu_fwd");
 }
 int tks_cu_swiglu_bwd(tks_backend *be, void *dgu, const void *dout, const void *gu, int M, int F,
@@ -300,17 +291,12 @@ int tks_cu_swiglu_bwd(tks_backend *be, void *dgu, const void *dout, const void *
     if (!n) return 0;
     if (swiglu_vec_ok(c, F, dt, dgu, gu, dout)) {
         int FV = F / (int)(16 / tks_dtype_size(dt));
-        if (dt == TKS_BF16)
-            k_swiglu_bwd_vec<bf16><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((bf16 *)dgu, (const bf16 *)dout,
-                                                                              (const bf16 *)gu, M, F);
-        else
-            k_swiglu_bwd_vec<float><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((float *)dgu, (const float *)dout,
-                                                                               (const float *)gu, M, F);
+        BY_DT(dt, E,
+              k_swiglu_bwd_vec<E><<<rows_cols_grid(M, FV), 256, 0, c->cur>>>((E *)dgu, (const E *)dout,
+                                                                           (const E *)gu, M, F));
         return LAUNCHED(c, "swiglu_bwd");
     }
-    if (dt == TKS_BF16)
-        k_swiglu_bwd<bf16><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, M, F);
-    else
-        k_swiglu_bwd<float><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((float *)dgu, (const float *)dout, (const float *)gu, M, F);
+    BY_DT(dt, E,
+          k_swiglu_bwd<E><<<rows_cols_grid(M, F), 256, 0, c->cur>>>((E *)dgu, (const E *)dout, (const E *)gu, M, F));
     return LAUNCHED(c, "swiglu_bwd");
 }

@@ -170,10 +170,7 @@ int tks_cu_embedding_fwd(tks_backend *be, void *out, const int32_t *ids, const v
     STICKY(c);
     CHECK_DT(c, "embedding_fwd", dt);
     if (N <= 0) return 0;
-    if (dt == TKS_BF16)
-        k_embedding_fwd<bf16><<<N, 256, 0, c->cur>>>((bf16 *)out, ids, (const bf16 *)w, C, v0, V);
-    else
-        k_embedding_fwd<float><<<N, 256, 0, c->cur>>>((float *)out, ids, (const float *)w, C, v0, V);
+    BY_DT(dt, E, k_embedding_fwd<E><<<N, 256, 0, c->cur>>>((E *)out, ids, (const E *)w, C, v0, V));
     return LAUNCHED(c, "embedding_fwd");
 }
 int tks_cu_embedding_bwd(tks_backend *be, float *dw, const void *dout, const int32_t *ids, int N,
@@ -183,12 +180,10 @@ int tks_cu_embedding_bwd(tks_backend *be, float *dw, const void *dout, const int
     CHECK_DT(c, "embedding_bwd", dt);
     if (N <= 0 || V <= 0) return 0;
     if (C > EMB_COLS * 65535) return arg_fail(c, "embedding_bwd", "C is above 256 x 65535 columns");
-    int rc = dt == TKS_BF16 ? embedding_bwd_sorted<bf16>(c, dw, (const bf16 *)dout, ids, N, C, v0, V)
-                            : embedding_bwd_sorted<float>(c, dw, (const float *)dout, ids, N, C, v0, V);
-    if (rc <= 0) return rc;
-    if (dt == TKS_BF16)
-        k_embedding_bwd<bf16><<<(C + 127) / 128, 128, 0, c->cur>>>(dw, (const bf16 *)dout, ids, N, C, v0, V);
-    else
-        k_embedding_bwd<float><<<(C + 127) / 128, 128, 0, c->cur>>>(dw, (const float *)dout, ids, N, C, v0, V);
+    BY_DT(dt, E, {
+        int rc = embedding_bwd_sorted<E>(c, dw, (const E *)dout, ids, N, C, v0, V);
+        if (rc <= 0) return rc;
+        k_embedding_bwd<E><<<(C + 127) / 128, 128, 0, c->cur>>>(dw, (const E *)dout, ids, N, C, v0, V);
+    });
     return LAUNCHED(c, "embedding_bwd");
 }

@@ -32,6 +32,18 @@ static inline int arg_fail(tks_cuda_ctx *c, const char *op, const char *why) {
 #define LAUNCHED(c, op) (tks_cuda_check_rt((c), cudaGetLastError(), (op)), (c)->err)
 #define CHECK_DT(c, op, dt)                                                          \
     if ((dt) != TKS_F32 && (dt) != TKS_BF16) return arg_fail((c), (op), "dtype is neither fp32 nor bf16")
+/* The statements with E the element type of dt: bf16 for TKS_BF16, float
+ * for TKS_F32 (CHECK_DT has refused any other dtype). */
+#define BY_DT(dt, E, ...)       \
+    do {                        \
+        if ((dt) == TKS_BF16) { \
+            typedef bf16 E;     \
+            __VA_ARGS__;        \
+        } else {                \
+            typedef float E;    \
+            __VA_ARGS__;        \
+        }                       \
+    } while (0)
 
 /* row chunks of the RMSNorm weight gradient (cuda_norm.cu; the workspace
  * holds their partial sums): fixed, so the summation order depends only on

@@ -11,6 +11,16 @@
 
 /* ---- RMSNorm -------------------------------------------------------------------- */
 
+/* The end of a forward row o (x: its input) from its threads' partial sums
+ * of squares ss: the block's sum, the row's rstd, and out = x * rstd * w. */
+template <typename T>
+__device__ void rmsnorm_row_out(T *out, float *rstd, const T *x, const T *w, size_t o, int C, float eps,
+                                float ss, float *sh) {
+    ss = block_sum(ss, sh);
+    float r = 1.0f / sqrtf(ss / (float)C + eps);
+    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+    for (int j = threadIdx.x; j < C; j += blockDim.x) stv(out, o + j, ldv(x, o + j) * r * ldv(w, j));
+}
 template <typename T>
 __global__ void k_rmsnorm_fwd(T *out, float *rstd, const T *x, const T *w, int C, float eps) {
     __shared__ float sh[32];
@@ -20,10 +30,7 @@ __global__ void k_rmsnorm_fwd(T *out, float *rstd, const T *x, const T *w, int C
         float v = ldv(x, o + j);
         ss += v * v;
     }
-    ss = block_sum(ss, sh);
-    float r = 1.0f / sqrtf(ss / (float)C + eps);
-    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
-    for (int j = threadIdx.x; j < C; j += blockDim.x) stv(out, o + j, ldv(x, o + j) * r * ldv(w, j));
+    rmsnorm_row_out(out, rstd, x, w, o, C, eps, ss, sh);
 }
 /* add_rmsnorm_fwd: k_add's sum, rounded to T as k_add stores it, then
  * k_rmsnorm_fwd's row over those stored values, with the same thread
@@ -40,10 +47,7 @@ __global__ void k_add_rmsnorm_fwd(T *res, T *out, float *rstd, const T *a, const
         stv(res, o + j, v);
         ss += v * v;
     }
-    ss = block_sum(ss, sh);
-    float r = 1.0f / sqrtf(ss / (float)C + eps);
-    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
-    for (int j = threadIdx.x; j < C; j += blockDim.x) stv(out, o + j, ldv(res, o + j) * r * ldv(w, j));
+    rmsnorm_row_out(out, rstd, (const T *)res, w, o, C, eps, ss, sh);
 }
 template <typename T>
 __global__ void k_rmsnorm_bwd_dx(T *dx, const T *dout, const T *x, const T *w, const float *rstd,
@@ -157,10 +161,7 @@ int tks_cu_rmsnorm_fwd(tks_backend *be, void *out, float *rstd, const void *x, c
     STICKY(c);
     CHECK_DT(c, "rmsnorm_fwd", dt);
     if (N <= 0) return 0;
-    if (dt == TKS_BF16)
-        k_rmsnorm_fwd<bf16><<<N, 256, 0, c->cur>>>((bf16 *)out, rstd, (const bf16 *)x, (const bf16 *)w, C, eps);
-    else
-        k_rmsnorm_fwd<float><<<N, 256, 0, c->cur>>>((float *)out, rstd, (const float *)x, (const float *)w, C, eps);
+    BY_DT(dt, E, k_rmsnorm_fwd<E><<<N, 256, 0, c->cur>>>((E *)out, rstd, (const E *)x, (const E *)w, C, eps));
     return LAUNCHED(c, "rmsnorm_fwd");
 }
 int tks_cu_add_rmsnorm_fwd(tks_backend *be, void *res, void *out, float *rstd, const void *a,
@@ -169,12 +170,8 @@ int tks_cu_add_rmsnorm_fwd(tks_backend *be, void *res, void *out, float *rstd, c
     STICKY(c);
     CHECK_DT(c, "add_rmsnorm_fwd", dt);
     if (N <= 0) return 0;
-    if (dt == TKS_BF16)
-        k_add_rmsnorm_fwd<bf16><<<N, 256, 0, c->cur>>>((bf16 *)res, (bf16 *)out, rstd, (const bf16 *)a,
-                                                       (const bf16 *)b, (const bf16 *)w, C, eps);
-    else
-        k_add_rmsnorm_fwd<float><<<N, 256, 0, c->cur>>>((float *)res, (float *)out, rstd, (const float *)a,
-                                                        (const float *)b, (const float *)w, C, eps);
+    BY_DT(dt, E, k_add_rmsnorm_fwd<E><<<N, 256, 0, c->cur>>>((E *)res, (E *)out, rstd, (const E *)a, (const E *)b,
+                                                             (const E *)w, C, eps));
     return LAUNCHED(c, "add_rmsnorm_fwd");
 }
 int tks_cu_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout, const void *x,
@@ -189,14 +186,9 @@ int tks_cu_rmsnorm_bwd(tks_backend *be, void *dx, float *dw, const void *dout, c
                         : rmsnorm_bwd_onepass<float>(c, (float *)dx, dw, (const float *)dout, (const float *)x,
                                                      (const float *)w, rstd, N, C)))
         return LAUNCHED(c, "rmsnorm_bwd");
-    if (dt == TKS_BF16) {
-        k_rmsnorm_bwd_dx<bf16><<<N, 256, 0, c->cur>>>((bf16 *)dx, (const bf16 *)dout, (const bf16 *)x,
-                                                      (const bf16 *)w, rstd, C);
-        rmsnorm_dw<bf16>(c, dw, (const bf16 *)dout, (const bf16 *)x, rstd, N, C);
-    } else {
-        k_rmsnorm_bwd_dx<float><<<N, 256, 0, c->cur>>>((float *)dx, (const float *)dout, (const float *)x,
-                                                       (const float *)w, rstd, C);
-        rmsnorm_dw<float>(c, dw, (const float *)dout, (const float *)x, rstd, N, C);
-    }
+    BY_DT(dt, E, {
+        k_rmsnorm_bwd_dx<E><<<N, 256, 0, c->cur>>>((E *)dx, (const E *)dout, (const E *)x, (const E *)w, rstd, C);
+        rmsnorm_dw<E>(c, dw, (const E *)dout, (const E *)x, rstd, N, C);
+    });
     return LAUNCHED(c, "rmsnorm_bwd");
 }
