@@ -89,11 +89,6 @@ static int set_coverage(const cli_flag *f, const char *name, const char *v) {
 }
 
 static volatile sig_atomic_t g_stop = 0;
-static void on_signal(int sig) {
-    (void)sig;
-    if (g_stop) _exit(EXIT_INTERRUPTED); /* second Ctrl-C: leave now (--resume still works) */
-    g_stop = 1;
-}
 
 /* --special-tokens A,B,...: appended to the list (the flag may repeat). */
 typedef struct name_list {
@@ -163,10 +158,7 @@ static void bpe_merge_phase(uint64_t words, uint64_t bytes, uint64_t need, uint6
 /* --model-type byte-bpe */
 static int train_byte_bpe(tks_bpe_train_opts *o, int quiet) {
     o->stop = &g_stop;
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_stop_on_signals(&g_stop);
     if (!quiet && isatty(STDERR_FILENO)) o->progress = bpe_progress;
     if (!quiet) o->merge_phase = bpe_merge_phase;
     tks_bpe_train_stats st;
