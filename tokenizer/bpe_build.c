@@ -179,7 +179,12 @@ int tks__bpe_add_token(tks_bpe *b, const char *content, size_t len, uint32_t id,
                  : 0;
     if (!rc) {
         memcpy(b->added_text + used, content, len);
-        set->tok[set->n++] = (tks__bpe_added){used, (uint32_t)len, id, (uint8_t)special, (uint8_t)unsupported};
+        /* whole, padding included: the entries are hashed into the cache's
+         * checks and the manifest's tables_xxh3 (tks_bpe_tables_xxh3) */
+        tks__bpe_added *a = &set->tok[set->n++];
+        memset(a, 0, sizeof *a);
+        a->off = used, a->len = (uint32_t)len, a->id = id;
+        a->special = (uint8_t)special, a->unsupported = (uint8_t)unsupported;
     }
     free(nfc);
     return rc;
