@@ -923,6 +923,7 @@ static void t_streams_and_errors(void) {
     int r3 = e->ops->sync(e);
     expect(r1 == TKS_ERR_ARG && r2 == r1 && r3 == r1 && strstr(tks_last_error()->message, "add"),
            "sticky", "bad dtype: later ops and sync return it, naming the op");
+    e->ops->free(e, x);
     e->ops->destroy(e);
 }
 
