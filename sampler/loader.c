@@ -86,7 +86,7 @@ struct tks_batch_loader {
  * start is `at` into stage `slot`: each global sample's source and index in
  * that source from the blend, then the source's window. */
 static int load_micro(tks_batch_loader *l, const tks_blend_state *at, uint64_t k, int slot) {
-    uint64_t first, cnt, mf, mc;
+    uint64_t first = 0, cnt = 0, mf = 0, mc = 0;
     int rc = tks_sampler_rank_slice_at(at->sample, l->c.global_batch, l->c.dp, l->c.dp_rank, &first, &cnt);
     if (!rc) rc = tks_sampler_micro_slice(first, cnt, l->c.micro, k, &mf, &mc);
     if (!rc) rc = tks_blend_picks(l->c.blend, at, mf, mc, l->picks);
