@@ -371,12 +371,22 @@ static json_t *tokenizer_config(const spm_proto *m) {
                      m->bos_id >= 0, "add_eos_token", 0);
 }
 
-static int write_json(const char *dir, const char *name, json_t *j) {
+/* j's text (2-space indent), owned by the caller; NULL when out of memory */
+static char *dump_json(json_t *j) {
+    return j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+}
+
+/* text as dir/name, crash-safely */
+static int write_text(const char *dir, const char *name, const char *text) {
     char path[4096];
     int rc = tks_path_join(path, sizeof path, dir, name);
-    char *text = rc || !j ? NULL : json_dumps(j, JSON_INDENT(2));
     if (!rc && !text) rc = tks_fail(TKS_ERR_NOMEM, path, TKS_NONE, TKS_NONE, "out of memory writing %s", path);
-    if (!rc) rc = tks_write_file_atomic(path, text, strlen(text));
+    return rc ? rc : tks_write_file_atomic(path, text, strlen(text));
+}
+
+static int write_json(const char *dir, const char *name, json_t *j) {
+    char *text = dump_json(j);
+    int rc = write_text(dir, name, text);
     free(text);
     return rc;
 }
@@ -405,13 +415,28 @@ static int patch_config(const char *dir, const int64_t ids[3], size_t n) {
     return rc;
 }
 
-int tks_hf_tokenizer_write(const char *model_path, const char *dir) {
+struct tks_hf_spm {
+    char *tokenizer_json, *config_json; /* the two files' text */
+    int64_t ids[3];                     /* bos, eos, pad: -1 when absent */
+    size_t n;                           /* pieces */
+};
+
+void tks_hf_spm_free(tks_hf_spm *c) {
+    if (!c) return;
+    free(c->tokenizer_json);
+    free(c->config_json);
+    free(c);
+}
+
+int tks_hf_spm_convert(const char *model_path, tks_hf_spm **out) {
+    *out = NULL;
     const uint8_t *buf = NULL; /* the pieces point into the mapping */
     size_t n = 0;
     int rc = tks_map_file(model_path, "tokenizer model", &buf, &n);
     if (rc) return rc;
     spm_proto m;
     ptable t = {0};
+    tks_hf_spm *c = NULL;
     int pr = parse_proto(buf, n, &m);
     if (pr == -2) rc = tks_fail(TKS_ERR_NOMEM, model_path, TKS_NONE, TKS_NONE, "out of memory");
     else if (pr < 0 || m.n == 0)
@@ -428,26 +453,39 @@ int tks_hf_tokenizer_write(const char *model_path, const char *dir) {
         rc = tks_fail(TKS_ERR_TOKENIZER, model_path, TKS_NONE, TKS_NONE,
                       "%s was trained without whitespace escaping, which the Metaspace pre-tokenizer "
                       "cannot reproduce; load it with the slow tokenizer from tokenizer.model", model_path);
-    else if (ptable_init(&t, &m))
+    else if (ptable_init(&t, &m) || !(c = calloc(1, sizeof *c)))
         rc = tks_fail(TKS_ERR_NOMEM, model_path, TKS_NONE, TKS_NONE, "out of memory");
     if (!rc) {
         json_t *tj = tokenizer_json(&m, &t, &pr);
-        if (pr || !tj) rc = tks_fail(TKS_ERR_NOMEM, model_path, TKS_NONE, TKS_NONE, "out of memory");
-        if (!rc) rc = write_json(dir, "tokenizer.json", tj);
-        json_decref(tj);
-    }
-    if (!rc) {
         json_t *cj = tokenizer_config(&m);
-        rc = write_json(dir, "tokenizer_config.json", cj);
+        c->tokenizer_json = pr ? NULL : dump_json(tj);
+        c->config_json = dump_json(cj);
+        json_decref(tj);
         json_decref(cj);
-    }
-    if (!rc) {
-        const int64_t ids[3] = {m.bos_id, m.eos_id, m.pad_id};
-        rc = patch_config(dir, ids, m.n);
+        if (!c->tokenizer_json || !c->config_json)
+            rc = tks_fail(TKS_ERR_NOMEM, model_path, TKS_NONE, TKS_NONE, "out of memory");
+        c->ids[0] = m.bos_id, c->ids[1] = m.eos_id, c->ids[2] = m.pad_id;
+        c->n = m.n;
     }
     free(t.slot);
     free(m.pieces);
     tks_unmap(buf, n);
+    if (rc) tks_hf_spm_free(c);
+    else *out = c;
+    return rc;
+}
+
+int tks_hf_spm_write(const tks_hf_spm *c, const char *dir) {
+    int rc = write_text(dir, "tokenizer.json", c->tokenizer_json);
+    if (!rc) rc = write_text(dir, "tokenizer_config.json", c->config_json);
+    return rc ? rc : patch_config(dir, c->ids, c->n);
+}
+
+int tks_hf_tokenizer_write(const char *model_path, const char *dir) {
+    tks_hf_spm *c;
+    int rc = tks_hf_spm_convert(model_path, &c);
+    if (!rc) rc = tks_hf_spm_write(c, dir);
+    tks_hf_spm_free(c);
     return rc;
 }
 

@@ -497,6 +497,27 @@ const char *tks_tok_cache_note(const tks_tok *t);
  */
 int tks_hf_tokenizer_write(const char *model_path, const char *dir);
 
+/* A sentencepiece model converted once (tks_hf_spm_convert) for writing
+ * as a Hugging Face fast tokenizer as often as needed (each checkpoint). */
+typedef struct tks_hf_spm tks_hf_spm;
+
+/*
+ * Converts the model at `model_path` as tks_hf_tokenizer_write does, keeping
+ * tokenizer.json's and tokenizer_config.json's text and the bos/eos/pad ids
+ * in memory; the model file is not read again. *out is owned by the caller
+ * (tks_hf_spm_free) and NULL on error. Errors: tks_hf_tokenizer_write's
+ * TKS_ERR_IO, TKS_ERR_TOKENIZER (no fast equivalent), TKS_ERR_NOMEM.
+ */
+int tks_hf_spm_convert(const char *model_path, tks_hf_spm **out);
+
+/* Writes c into the existing directory `dir` as tks_hf_tokenizer_write does
+ * (config.json patched when present). Errors: TKS_ERR_IO, TKS_ERR_NOSPACE,
+ * TKS_ERR_MANIFEST, TKS_ERR_NOMEM. */
+int tks_hf_spm_write(const tks_hf_spm *c, const char *dir);
+
+/* Frees what tks_hf_spm_convert made. Accepts NULL. */
+void tks_hf_spm_free(tks_hf_spm *c);
+
 /* Training a new model. */
 /*
  * Writes a byte-level BPE tokenizer as a Hugging Face fast tokenizer into the

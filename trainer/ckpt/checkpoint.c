@@ -298,6 +298,8 @@ static int save_tensors(gctx *g, save_ctx *s, tks_model *m, tks_optim *opt, int 
 struct tks_checkpoint_tokenizer {
     char *path;  /* the dataset's tokenizer file */
     tks_tok *tok; /* parsed: tokenizer.json and tiktoken.json (the byte-level kinds); else NULL */
+    tks_hf_spm *hf; /* a sentencepiece model's fast-tokenizer form; NULL for the other kinds and for
+                     * models without one (word/char, no whitespace escaping) */
 };
 
 /* The file name part of path. */
@@ -317,6 +319,10 @@ int tks_checkpoint_tokenizer_open(const char *path, tks_checkpoint_tokenizer **o
     const char *name = base_name(path);
     int rc = 0;
     if (!strcmp(name, "tokenizer.json") || !strcmp(name, "tiktoken.json")) rc = tks_tok_load(path, &t->tok);
+    else if (strcmp(name, TKS_NO_TOKENIZER_NAME) && (rc = tks_hf_spm_convert(path, &t->hf)) == TKS_ERR_TOKENIZER) {
+        tks_clear_error(); /* no fast equivalent: the checkpoints carry tokenizer.model alone */
+        rc = 0;
+    }
     if (rc) {
         tks_checkpoint_tokenizer_free(t);
         return rc;
@@ -328,6 +334,7 @@ int tks_checkpoint_tokenizer_open(const char *path, tks_checkpoint_tokenizer **o
 void tks_checkpoint_tokenizer_free(tks_checkpoint_tokenizer *t) {
     if (!t) return;
     tks_tok_free(t->tok);
+    tks_hf_spm_free(t->hf);
     free(t->path);
     free(t);
 }
@@ -350,10 +357,7 @@ static int save_tokenizer(const char *tmp, const tks_checkpoint_tokenizer *tk) {
     int no_tok = !strcmp(name, TKS_NO_TOKENIZER_NAME);
     int rc = tks_path_join(path, sizeof path, tmp, no_tok ? TKS_NO_TOKENIZER_NAME : "tokenizer.model");
     if (!rc) rc = tks_copy_file_atomic(tk->path, path);
-    if (!rc && !no_tok && (rc = tks_hf_tokenizer_write(tk->path, tmp)) == TKS_ERR_TOKENIZER) {
-        tks_clear_error();
-        rc = 0;
-    }
+    if (!rc && tk->hf) rc = tks_hf_spm_write(tk->hf, tmp);
     return rc;
 }
 

@@ -40,16 +40,20 @@ typedef struct tks_train_state {
 
 /* The dataset's tokenizer as a run's checkpoints carry it: its file and,
  * for the byte-level kinds (tokenizer.json, tiktoken.json), the tokenizer
- * parsed once, so that each save copies it without parsing it again. */
+ * parsed once, or for a sentencepiece model its Hugging Face form converted
+ * once, so that each save writes it without parsing it again. */
 typedef struct tks_checkpoint_tokenizer tks_checkpoint_tokenizer;
 
 /*
  * Opens the tokenizer file `path` (a dataset's, tks_dataset_tokenizer_path;
  * NULL: none) for tks_checkpoint_save: tokenizer.json or tiktoken.json is
- * parsed now, with the tokenizer_config.json beside it; any other file
- * (tokenizer.model, TKS_NO_TOKENIZER_NAME) is read by each save. *out is
- * owned by the caller (tks_checkpoint_tokenizer_free), NULL when path is.
- * Errors: tks_tok_load's (the file does not parse), TKS_ERR_NOMEM.
+ * parsed now, with the tokenizer_config.json beside it; a sentencepiece
+ * tokenizer.model is converted now to its tokenizer.json and
+ * tokenizer_config.json (tks_hf_spm_convert; a model without a fast
+ * equivalent gets none), and each save copies the model file itself, as it
+ * does TKS_NO_TOKENIZER_NAME. *out is owned by the caller
+ * (tks_checkpoint_tokenizer_free), NULL when path is. Errors: tks_tok_load's
+ * (the file does not parse), tks_hf_spm_convert's TKS_ERR_IO, TKS_ERR_NOMEM.
  */
 int tks_checkpoint_tokenizer_open(const char *path, tks_checkpoint_tokenizer **out);
 
