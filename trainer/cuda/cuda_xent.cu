@@ -10,6 +10,41 @@
 
 /* ---- cross-entropy ------------------------------------------------------------------ */
 
+/* x into a thread's running max m and sum s of exp(. - m) (online softmax) */
+__device__ __forceinline__ void online_add(float x, float &m, float &s) {
+    if (x > m) {
+        s = s * expf(m - x) + 1.0f;
+        m = x;
+    } else {
+        s += expf(x - m);
+    }
+}
+/* The fused kernels' merge of one row: the block's max *M and 1 / sum *inv from
+ * each thread's (m, s), and the row's loss (thread 0 writes it) from the target
+ * logit, read by every thread before any overwrites the row. A target outside
+ * the real columns [0, VR) reads no logit and gets no one-hot, as in the CPU
+ * reference (xent_fused_row). Returns whether the target is local. */
+template <typename T>
+__device__ __forceinline__ int xent_row_loss(float *loss, const T *row, int tg, int VR, float m, float s, float *red,
+                                             float &M, float &inv) {
+    M = block_max(m, red);
+    __syncthreads();
+    float S = block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), red);
+    int local = tg >= 0 && tg < VR;
+    float lt = local ? ldv(row, (size_t)tg) : 0.0f;
+    __syncthreads(); /* every thread has read the target logit before it is overwritten */
+    if (threadIdx.x == 0) loss[blockIdx.x] = logf(S) + M - lt;
+    inv = 1.0f / S;
+    return local;
+}
+/* the gradient at column j of logit x: softmax times scale on the real
+ * columns, 0 on padding, minus scale at a local target */
+__device__ __forceinline__ float xent_grad(float x, int j, int VR, float M, float inv, float scale, int local, int tg) {
+    float g = j < VR ? expf(x - M) * inv * scale : 0.0f;
+    if (local && j == tg) g -= scale;
+    return g;
+}
+
 /* Fused (tp = 1): one block per row. Pass 1: online softmax (Milakov &
  * Gimelshein 2018, "Online normalizer calculation for softmax") per thread,
  * merged over the block; pass 2 overwrites the row with the gradient. */
@@ -24,30 +59,13 @@ __global__ void k_xent_fused(float *loss, T *logits, const int32_t *targets, int
     }
     float m = -INFINITY, s = 0;
     for (int j = threadIdx.x; j < VR; j += blockDim.x) {
-        float x = ldv(logits, o + j);
-        if (x > m) {
-            s = s * expf(m - x) + 1.0f;
-            m = x;
-        } else {
-            s += expf(x - m);
-        }
+        online_add(ldv(logits, o + j), m, s);
     }
-    float M = block_max(m, red);
-    __syncthreads();
-    float S = block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), red);
-    /* a target outside the real columns [0, VR) reads no logit and gets no
-     * one-hot, as in the CPU reference (xent_fused_row) */
+    float M, inv;
     int tg = targets[blockIdx.x];
-    int local = tg >= 0 && tg < VR;
-    float lt = local ? ldv(logits, o + tg) : 0.0f;
-    __syncthreads(); /* every thread has read the target logit before it is overwritten */
-    if (threadIdx.x == 0) loss[blockIdx.x] = logf(S) + M - lt;
-    float inv = 1.0f / S;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float g = j < VR ? expf(ldv(logits, o + j) - M) * inv * scale : 0.0f;
-        if (local && j == tg) g -= scale;
-        stv(logits, o + j, g);
-    }
+    int local = xent_row_loss(loss, logits + o, tg, VR, m, s, red, M, inv);
+    for (int j = threadIdx.x; j < V; j += blockDim.x)
+        stv(logits, o + j, xent_grad(ldv(logits, o + j), j, VR, M, inv, scale, local, tg));
 }
 /* k_xent_fused with 16-byte accesses: V a multiple of W and the rows
  * 16-byte aligned (the launch checks). Pass 1 takes the real columns a
@@ -83,34 +101,15 @@ __global__ void k_xent_fused_vec(float *loss, T *logits, const int32_t *targets,
 #pragma unroll
         for (int k = 0; k < W; k++) s += expf(v[k] - m);
     }
-    for (int j = nr * W + threadIdx.x; j < VR; j += blockDim.x) {
-        float x = ldv(row, (size_t)j);
-        if (x > m) {
-            s = s * expf(m - x) + 1.0f;
-            m = x;
-        } else {
-            s += expf(x - m);
-        }
-    }
-    float M = block_max(m, red);
-    __syncthreads();
-    float S = block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), red);
+    for (int j = nr * W + threadIdx.x; j < VR; j += blockDim.x) online_add(ldv(row, (size_t)j), m, s);
+    float M, inv;
     int tg = targets[blockIdx.x];
-    int local = tg >= 0 && tg < VR;
-    float lt = local ? ldv(row, (size_t)tg) : 0.0f;
-    __syncthreads(); /* every thread has read the target logit before it is overwritten */
-    if (threadIdx.x == 0) loss[blockIdx.x] = logf(S) + M - lt;
-    float inv = 1.0f / S;
+    int local = xent_row_loss(loss, row, tg, VR, m, s, red, M, inv);
     for (int q = threadIdx.x; q < nv; q += blockDim.x) {
         float v[W];
         ld16(row + (size_t)q * W, v);
 #pragma unroll
-        for (int k = 0; k < W; k++) {
-            int j = q * W + k;
-            float g = j < VR ? expf(v[k] - M) * inv * scale : 0.0f;
-            if (local && j == tg) g -= scale;
-            v[k] = g;
-        }
+        for (int k = 0; k < W; k++) v[k] = xent_grad(v[k], q * W + k, VR, M, inv, scale, local, tg);
         st16(row + (size_t)q * W, v);
     }
 }
