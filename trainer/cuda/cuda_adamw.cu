@@ -14,19 +14,26 @@
  * host exactly as there; the clip factor read on the device from the global
  * sum of squares. One launch per SPAN_BATCH spans (span_batch): every
  * parameter tensor of a model up to 17 layers in one launch. */
+/* *clipf: the clip factor, clip / norm when the global norm (the square root
+ * of *gnorm_sq; none: no clip) is above clip > 0, else 1. False when the norm
+ * is not finite. */
+__device__ __forceinline__ bool clip_factor(const float *gnorm_sq, float clip, float *clipf) {
+    *clipf = 1.0f;
+    if (!gnorm_sq) return true;
+    double nsq = (double)gnorm_sq[0];
+    if (!isfinite(nsq)) return false;
+    double norm = sqrt(nsq);
+    if (clip > 0 && norm > clip) *clipf = (float)((double)clip / norm);
+    return true;
+}
 template <typename PC>
 __global__ void k_adamw(float *p, const float *grad, float *m, float *v, PC *pc, size_t base,
                         span_batch b, float b1, float b2, float eps, float step, float bc2s,
                         float grad_scale, const float *gnorm_sq, float clip) {
     __shared__ size_t s_off[SPAN_BATCH], s_end[SPAN_BATCH];
     __shared__ float s_decay[SPAN_BATCH];
-    float clipf = 1.0f;
-    if (gnorm_sq) {
-        double nsq = (double)gnorm_sq[0];
-        if (!isfinite(nsq)) return; /* the caller sees the norm and reports it */
-        double norm = sqrt(nsq);
-        if (clip > 0 && norm > clip) clipf = (float)((double)clip / norm);
-    }
+    float clipf;
+    if (!clip_factor(gnorm_sq, clip, &clipf)) return; /* the caller sees the norm and reports it */
     for (int k = threadIdx.x; k < b.n; k += blockDim.x)
         s_off[k] = b.off[k], s_end[k] = b.end[k], s_decay[k] = b.f[k];
     __syncthreads();
@@ -80,13 +87,8 @@ __global__ void k_adamw_vec(float *p, const float *grad, float *m, float *v, PC 
                             const float *gnorm_sq, float clip) {
     __shared__ size_t s_off[QUAD_BATCH], s_stop[QUAD_BATCH], s_qend[QUAD_BATCH];
     __shared__ float s_decay[QUAD_BATCH];
-    float clipf = 1.0f;
-    if (gnorm_sq) {
-        double nsq = (double)gnorm_sq[0];
-        if (!isfinite(nsq)) return; /* the caller sees the norm and reports it */
-        double norm = sqrt(nsq);
-        if (clip > 0 && norm > clip) clipf = (float)((double)clip / norm);
-    }
+    float clipf;
+    if (!clip_factor(gnorm_sq, clip, &clipf)) return; /* the caller sees the norm and reports it */
     for (int k = threadIdx.x; k < b.n; k += blockDim.x)
         s_off[k] = b.off[k], s_stop[k] = b.stop[k], s_qend[k] = b.qend[k], s_decay[k] = b.f[k];
     __syncthreads();
