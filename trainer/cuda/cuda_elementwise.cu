@@ -65,6 +65,32 @@ int tks_cu_scale(tks_backend *be, float *x, size_t n, float s) {
  * (thread t: partials t, t + 256, ..., then the block tree), writes out and
  * resets the ticket. The partition depends only on the sizes, never on the
  * GPU or on which block finished last, so the bits depend only on the data. */
+/* The end of k_reduce and k_reduce_vec, each thread holding its sum s: the
+ * block's partial, and in the last launch the last block's fixed tree over
+ * the partials into out. */
+__device__ __forceinline__ void reduce_finish(double s, double *part, unsigned *ticket, float *out, int first,
+                                              int last, int accumulate, double *sh, int *am_last) {
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        part[blockIdx.x] = first ? s : part[blockIdx.x] + s;
+        *am_last = 0;
+        if (last) {
+            __threadfence(); /* this block's partial is visible before its ticket */
+            *am_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+        }
+    }
+    __syncthreads();
+    if (!*am_last) return;
+    __threadfence();
+    const volatile double *vp = part; /* past L1: the other blocks' partials */
+    double t = 0;
+    for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x) t += vp[k];
+    t = block_sum(t, sh);
+    if (threadIdx.x == 0) {
+        out[0] = (float)((accumulate ? (double)out[0] : 0.0) + t);
+        *ticket = 0;
+    }
+}
 __global__ void k_reduce(double *part, unsigned *ticket, float *out, const float *x, span_batch b,
                          int square, int first, int last, int accumulate) {
     __shared__ double sh[32];
@@ -80,26 +106,7 @@ __global__ void k_reduce(double *part, unsigned *ticket, float *out, const float
         double v = (double)x[s_off[sp] + (e - (sp ? s_end[sp - 1] : 0))];
         s += square ? v * v : v;
     }
-    s = block_sum(s, sh);
-    if (threadIdx.x == 0) {
-        part[blockIdx.x] = first ? s : part[blockIdx.x] + s;
-        am_last = 0;
-        if (last) {
-            __threadfence(); /* this block's partial is visible before its ticket */
-            am_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-        }
-    }
-    __syncthreads();
-    if (!am_last) return;
-    __threadfence();
-    const volatile double *vp = part; /* past L1: the other blocks' partials */
-    double t = 0;
-    for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x) t += vp[k];
-    t = block_sum(t, sh);
-    if (threadIdx.x == 0) {
-        out[0] = (float)((accumulate ? (double)out[0] : 0.0) + t);
-        *ticket = 0;
-    }
+    reduce_finish(s, part, ticket, out, first, last, accumulate, sh, &am_last);
 }
 /* The vectorized form (TKS_CUDA_VEC_OPTIM=1; unverified on a GPU): the same
  * blocks, partials and last-block tree, over quads of the spans
@@ -137,26 +144,7 @@ __global__ void k_reduce_vec(double *part, unsigned *ticket, float *out, const f
             s += square ? v * v : v;
         }
     }
-    s = block_sum(s, sh);
-    if (threadIdx.x == 0) {
-        part[blockIdx.x] = first ? s : part[blockIdx.x] + s;
-        am_last = 0;
-        if (last) {
-            __threadfence();
-            am_last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-        }
-    }
-    __syncthreads();
-    if (!am_last) return;
-    __threadfence();
-    const volatile double *vp = part;
-    double t = 0;
-    for (unsigned k = threadIdx.x; k < gridDim.x; k += blockDim.x) t += vp[k];
-    t = block_sum(t, sh);
-    if (threadIdx.x == 0) {
-        out[0] = (float)((accumulate ? (double)out[0] : 0.0) + t);
-        *ticket = 0;
-    }
+    reduce_finish(s, part, ticket, out, first, last, accumulate, sh, &am_last);
 }
 static int reduce_vec(tks_cuda_ctx *c, float *out, const float *x, const tks_span *spans, size_t nspans,
                       int square, int accumulate, const char *op) {
