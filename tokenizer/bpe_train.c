@@ -465,13 +465,18 @@ typedef struct bucket {
     uint32_t *w, n, cap;
 } bucket;
 
+/* per id x: an index at[x], valid when stamp[x] is the step's */
+typedef struct stamped {
+    uint32_t *stamp, *at;
+} stamped;
+
 typedef struct sink {
-    /* per id x: the bucket of (x, new) and of (new, x) this step, valid when the stamp is
-     * the step's; (new, new) is always on the right */
-    uint32_t *lstamp, *lb, *rstamp, *rb;
-    /* per id x: the -1 changes of (x, left) and of (right, x), summed this step (a pair met
-     * on both sides is taken off twice, once for each side's sum, as it should) */
-    uint32_t *dlstamp, *dls, *drstamp, *drs;
+    /* [0] and [1]: per id x, the bucket of (x, new) and of (new, x) this step;
+     * (new, new) is always on the right */
+    stamped side[2];
+    /* [0] and [1]: per id x, the -1 changes of (x, left) and of (right, x), summed this step
+     * (a pair met on both sides is taken off twice, once for each side's sum, as it should) */
+    stamped neg[2];
     uint32_t stamp;
     bucket *bk;
     size_t nbk, bkcap;
@@ -482,37 +487,52 @@ typedef struct sink {
 } sink;
 
 static void sink_free(sink *s) {
-    free(s->lstamp);
-    free(s->lb);
-    free(s->rstamp);
-    free(s->rb);
-    free(s->dlstamp);
-    free(s->dls);
-    free(s->drstamp);
-    free(s->drs);
+    for (int k = 0; k < 2; k++) {
+        free(s->side[k].stamp);
+        free(s->side[k].at);
+        free(s->neg[k].stamp);
+        free(s->neg[k].at);
+    }
     for (size_t i = 0; i < s->nbk; i++) free(s->bk[i].w);
     free(s->bk);
     free(s->dp);
     free(s->dc);
 }
 
+static int stamped_init(stamped *m, uint32_t ids) {
+    m->stamp = calloc(ids, sizeof *m->stamp);
+    m->at = malloc(ids * sizeof *m->at);
+    return m->stamp && m->at ? 0 : -1;
+}
+
 static int sink_init(sink *s, uint32_t ids) {
     memset(s, 0, sizeof *s);
-    s->lstamp = calloc(ids, sizeof *s->lstamp);
-    s->lb = malloc(ids * sizeof *s->lb);
-    s->rstamp = calloc(ids, sizeof *s->rstamp);
-    s->rb = malloc(ids * sizeof *s->rb);
-    s->dlstamp = calloc(ids, sizeof *s->dlstamp);
-    s->dls = malloc(ids * sizeof *s->dls);
-    s->drstamp = calloc(ids, sizeof *s->drstamp);
-    s->drs = malloc(ids * sizeof *s->drs);
-    return s->lstamp && s->lb && s->rstamp && s->rb && s->dlstamp && s->dls && s->drstamp && s->drs ? 0 : -1;
+    int rc = 0;
+    for (int k = 0; k < 2; k++) rc |= stamped_init(&s->side[k], ids) | stamped_init(&s->neg[k], ids);
+    return rc;
+}
+
+/* The sink's bucket of (x, new) (right = 0) or (new, x) (right = 1) this
+ * step; a new one, *fresh set and left for the caller to fill, when there is
+ * none yet. NULL: out of memory. */
+static inline bucket *side_bucket(sink *s, uint32_t x, int right, int *fresh) {
+    stamped *m = &s->side[right];
+    *fresh = m->stamp[x] != s->stamp;
+    if (!*fresh) return &s->bk[m->at[x]];
+    if (s->nbk == s->bkcap) {
+        size_t cap = s->bkcap ? 2 * s->bkcap : 256;
+        if (tks_resize(&s->bk, cap, sizeof *s->bk)) return NULL;
+        s->bkcap = cap;
+    }
+    m->stamp[x] = s->stamp;
+    m->at[x] = (uint32_t)s->nbk;
+    return &s->bk[s->nbk++];
 }
 
 /* -c for pair (a, b); x is the id that varies: a on the left side (b the
  * merged pair's left), b on the right side (a its right). */
 static inline void dec(sink *s, uint32_t a, uint32_t b, int right, int64_t c) {
-    uint32_t x = right ? b : a, *stamp = right ? s->drstamp : s->dlstamp, *at = right ? s->drs : s->dls;
+    uint32_t x = right ? b : a, *stamp = s->neg[right].stamp, *at = s->neg[right].at;
     if (stamp[x] == s->stamp) {
         s->dc[at[x]] += c;
         return;
@@ -534,36 +554,21 @@ static inline void dec(sink *s, uint32_t a, uint32_t b, int right, int64_t c) {
 /* +c for pair (x, nw) (right = 0) or (nw, x) (right = 1) in word w */
 static inline void inc(sink *s, uint32_t x, uint32_t nw, int right, uint32_t w, int64_t c) {
     if (!right && x == nw) right = 1;
-    uint32_t *stamp = right ? s->rstamp : s->lstamp, *bi = right ? s->rb : s->lb;
-    bucket *b;
-    if (stamp[x] != s->stamp) {
-        if (s->nbk == s->bkcap) {
-            size_t cap = s->bkcap ? 2 * s->bkcap : 256;
-            bucket *nb = realloc(s->bk, cap * sizeof *nb);
-            if (!nb) {
-                s->oom = 1;
-                return;
-            }
-            s->bk = nb;
-            s->bkcap = cap;
-        }
-        stamp[x] = s->stamp;
-        bi[x] = (uint32_t)s->nbk;
-        b = &s->bk[s->nbk++];
-        *b = (bucket){right ? (uint64_t)nw << 32 | x : (uint64_t)x << 32 | nw, 0, NULL, 0, 0};
-    } else {
-        b = &s->bk[bi[x]];
+    int fresh;
+    bucket *b = side_bucket(s, x, right, &fresh);
+    if (!b) {
+        s->oom = 1;
+        return;
     }
+    if (fresh) *b = (bucket){right ? (uint64_t)nw << 32 | x : (uint64_t)x << 32 | nw, 0, NULL, 0, 0};
     b->delta += c;
     if (b->n && b->w[b->n - 1] == w) return;
     if (b->n == b->cap) {
         uint32_t cap = b->cap ? 2 * b->cap : 4;
-        uint32_t *nw2 = realloc(b->w, cap * sizeof *nw2);
-        if (!nw2) {
+        if (tks_resize(&b->w, cap, sizeof *b->w)) {
             s->oom = 1;
             return;
         }
-        b->w = nw2;
         b->cap = cap;
     }
     b->w[b->n++] = w;
@@ -602,22 +607,14 @@ static int join_sink(sink *z, sink *s, uint32_t nw) {
         bucket *b = &s->bk[i];
         uint32_t hi = (uint32_t)(b->pair >> 32), lo = (uint32_t)b->pair;
         int right = hi == nw; /* (nw, lo); else (hi, nw) */
-        uint32_t x = right ? lo : hi, *stamp = right ? z->rstamp : z->lstamp, *bi = right ? z->rb : z->lb;
-        if (stamp[x] != z->stamp) {
-            if (z->nbk == z->bkcap) {
-                size_t cap = z->bkcap ? 2 * z->bkcap : 256;
-                bucket *nb = realloc(z->bk, cap * sizeof *nb);
-                if (!nb) return nomem("merge step");
-                z->bk = nb;
-                z->bkcap = cap;
-            }
-            stamp[x] = z->stamp;
-            bi[x] = (uint32_t)z->nbk;
-            z->bk[z->nbk++] = *b;
+        int fresh;
+        bucket *to = side_bucket(z, right ? lo : hi, right, &fresh);
+        if (!to) return nomem("merge step");
+        if (fresh) {
+            *to = *b;
             *b = (bucket){0, 0, NULL, 0, 0};
             continue;
         }
-        bucket *to = &z->bk[bi[x]];
         to->delta += b->delta;
         if (to->n + b->n > to->cap) {
             uint32_t cap = to->n + b->n;
