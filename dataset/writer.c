@@ -208,9 +208,8 @@ static int publish(tks_writer *w) {
 
     if (w->n_shards == w->cap_shards) {
         size_t cap = w->cap_shards ? 2 * w->cap_shards : 16;
-        tks_shard_info *s = realloc(w->shards, cap * sizeof *s);
-        if (!s) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
-        w->shards = s;
+        if (tks_resize(&w->shards, cap, sizeof *w->shards))
+            return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory");
         w->cap_shards = cap;
     }
     tks_shard_info *si = &w->shards[w->n_shards];

@@ -91,9 +91,8 @@ static void work_free(work *w) {
 static int push_item(work *w, uint64_t begin, uint64_t len) {
     if (w->n == w->cap) {
         size_t c = w->cap ? 2 * w->cap : 1024;
-        item *p = realloc(w->it, c * sizeof *p);
-        if (!p) return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory packing windows");
-        w->it = p;
+        if (tks_resize(&w->it, c, sizeof *w->it))
+            return tks_fail(TKS_ERR_NOMEM, NULL, TKS_NONE, TKS_NONE, "out of memory packing windows");
         w->cap = c;
     }
     w->it[w->n++] = (item){begin, (uint32_t)len, 0};
