@@ -124,6 +124,12 @@ int tks__prefetch_take(prefetch *p, batch **out) {
     return 0;
 }
 
+int tks__prefetch_next(prefetch *p, batch **out) {
+    int rc = tks__prefetch_take(p, out);
+    if (!rc && !(*out)->end) tks__prefetch_start(p);
+    return rc;
+}
+
 /* Called by the caller once a batch is committed, before the next
  * prefetch_take: what the batch grew is freed now, not when the slot is
  * refilled. A slot keeps, for its next batch, id buffers of up to 64 KiB
@@ -272,21 +278,15 @@ static int encode_long(const tks_tok *tk, const char *text, size_t len, int thre
     return done ? 0 : tks_tok_encode_doc(tk, text, len, out, unassigned);
 }
 
-/* Document i's text into *text, *len: a JSONL record decoded (on the
- * calling thread; *root to release with json_decref). 0 when the record is
- * bad, too long or empty (its status says which): nothing to encode. */
-static int doc_text(batch *b, size_t i, const char *key, uint64_t max_doc, json_t **root, const char **text,
-                    size_t *len) {
+int tks__doc_text(batch *b, size_t i, const char *key, uint64_t max_doc, json_t **root, const char **text,
+                  size_t *len) {
     *text = b->arena + b->off[i];
     *len = b->len[i];
     *root = NULL;
     if (!b->json[i]) return 1;
     char why[8];
     b->status[i] = (uint8_t)tks_jsonl_decode(*text, *len, key, max_doc, root, text, len, why, sizeof why);
-    if (b->status[i] == TKS_JSONL_OK) return 1;
-    b->ids[i].n = 0;
-    b->err[i] = 0;
-    return 0;
+    return b->status[i] == TKS_JSONL_OK;
 }
 
 /* Document i finished: its ids, err and status are final (release order,
@@ -301,13 +301,16 @@ static int encode_one(tks_tok *tk, batch *b, size_t i, const char *key, uint64_t
     size_t len;
     json_t *root;
     int e = 0;
-    if (doc_text(b, i, key, max_doc, &root, &text, &len)) { /* decoded on this thread */
+    if (tks__doc_text(b, i, key, max_doc, &root, &text, &len)) { /* decoded on this thread */
         uint64_t *un = &b->unassigned[i];
         b->prov[i].text_xxh = (uint32_t)XXH3_64bits(text, len); /* the text as encoded */
         e = threads > 1 ? encode_long(tk, text, len, threads, &b->ids[i], un)
                         : tks_tok_encode_doc(tk, text, len, &b->ids[i], un);
         json_decref(root);
         b->err[i] = e;
+    } else { /* a bad, too long or empty record: nothing to encode */
+        b->ids[i].n = 0;
+        b->err[i] = 0;
     }
     mark_done(b, i);
     return e;
@@ -350,6 +353,18 @@ static int past_error(first_error *f, size_t i) {
     return at != SIZE_MAX && at < i;
 }
 
+/* Document i encoded on this thread (encode_one) unless an error is recorded
+ * before it; its error recorded. 1: encoded without error. */
+static int encode_unless_past(first_error *f, tks_tok *tk, batch *b, size_t i, const char *key, uint64_t max_doc,
+                              int threads) {
+    if (past_error(f, i)) return 0;
+    if (encode_one(tk, b, i, key, max_doc, threads)) {
+        note_error(f, i);
+        return 0;
+    }
+    return 1;
+}
+
 /* Tokenizes the batch in parallel: documents of over LONGISH bytes first,
  * longest first (each one of LONG_DOC bytes or more on every thread, in
  * parts), then the others in input order, in runs (a sort of them all, the
@@ -373,11 +388,9 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
     /* the documents of LONG_DOC bytes or more lead, each on every thread */
     size_t lead = 0;
     for (; threads > 1 && lead < nl && b->len[b->order[lead]] >= LONG_DOC; lead++) {
-        size_t i = b->order[lead];
-        if (past_error(&fe, i)) continue;
-        int e = encode_one(tk, b, i, key, max_doc, threads);
-        if (e) note_error(&fe, i);
-        if (!e && drain && (e = drain->fn(drain->ctx, b))) note_error(&fe, DRAIN_ERR);
+        if (encode_unless_past(&fe, tk, b, b->order[lead], key, max_doc, threads) && drain &&
+            drain->fn(drain->ctx, b))
+            note_error(&fe, DRAIN_ERR);
     }
     /* thread 0's: drain not failed yet. With one thread the caller writes
      * after the encoding: the writer's pass interleaved with the documents
@@ -388,12 +401,7 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
         size_t mine = 0;
 #pragma omp for schedule(dynamic, 1) nowait
         for (size_t k = lead; k < nl; k++) {
-            size_t i = b->order[k];
-            if (past_error(&fe, i)) continue;
-            if (encode_one(tk, b, i, key, max_doc, 1)) {
-                note_error(&fe, i);
-                continue;
-            }
+            if (!encode_unless_past(&fe, tk, b, b->order[k], key, max_doc, 1)) continue;
             /* drain after each of thread 0's long documents */
             if (drain_on && omp_get_thread_num() == 0 && drain->fn(drain->ctx, b)) {
                 note_error(&fe, DRAIN_ERR);
@@ -402,12 +410,7 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
         }
 #pragma omp for schedule(dynamic, per)
         for (size_t k = nl; k < m; k++) {
-            size_t i = b->order[k];
-            if (past_error(&fe, i)) continue;
-            if (encode_one(tk, b, i, key, max_doc, 1)) {
-                note_error(&fe, i);
-                continue;
-            }
+            if (!encode_unless_past(&fe, tk, b, b->order[k], key, max_doc, 1)) continue;
             /* at the end of each of thread 0's runs (per documents each) */
             if (drain_on && ++mine % per == 0 && omp_get_thread_num() == 0 && drain->fn(drain->ctx, b)) {
                 note_error(&fe, DRAIN_ERR);

@@ -90,6 +90,9 @@ void tks__prefetch_start(prefetch *p);
 /* Waits for the batch tks__prefetch_start began: 0 and *out (the caller's
  * until the next take), or the reader's error, restored on this thread. */
 int tks__prefetch_take(prefetch *p, batch **out);
+/* tks__prefetch_take, then, unless the batch taken is the input's last,
+ * tks__prefetch_start of the one after. */
+int tks__prefetch_next(prefetch *p, batch **out);
 /* Joins a reader still running (after an error or an interrupt) and frees
  * both batches. */
 void tks__prefetch_free(prefetch *p);
@@ -110,6 +113,11 @@ typedef struct tks__drain {
     void *ctx;
 } tks__drain;
 
+/* Document i's text into *text, *len: a JSONL record decoded (on the
+ * calling thread, its status set; *root to release with json_decref). 0 when
+ * the record is bad, too long or empty (its status says which). */
+int tks__doc_text(batch *b, size_t i, const char *key, uint64_t max_doc, json_t **root, const char **text,
+                  size_t *len);
 /* Tokenizes the batch's documents first..n-1 in parallel on `threads`
  * threads, decoding their JSONL records first (key, max_doc: the input's),
  * each one's `done` flag set as it is finished, and `drain` (may be NULL)

@@ -287,9 +287,8 @@ static int unit_batches(tks_build_job *j, uint64_t k, tks_input *in, tks_writer 
     tks__prefetch_start(&pf);
     while (!rc && !done) {
         batch *b = NULL;
-        if ((rc = tks__prefetch_take(&pf, &b))) break;
+        if ((rc = tks__prefetch_next(&pf, &b))) break;
         done = b->end;
-        if (!done) tks__prefetch_start(&pf);
         c.first = 0; /* records the kept shards hold: read, hashed, not encoded */
         while (c.first < b->n && b->ordinal[c.first] < c.skip) c.first++;
         c.next = 0;

@@ -79,15 +79,10 @@ static int on_pieces(void *ctx, const char *t, size_t start, const size_t *ends,
 /* Document i of batch b: decoded when it is a JSONL record (its status set;
  * a bad, long or empty one is left to the policies), then counted. */
 static int count_doc(tcount *tc, batch *b, size_t i, const tks_input *in) {
-    const char *text = b->arena + b->off[i];
-    size_t len = b->len[i];
-    json_t *root = NULL;
-    if (b->json[i]) {
-        char why[8];
-        b->status[i] = (uint8_t)tks_jsonl_decode(text, len, in->jsonl_key, in->max_doc, &root, &text, &len, why,
-                                                 sizeof why);
-        if (b->status[i] != TKS_JSONL_OK) return 0;
-    }
+    const char *text;
+    size_t len;
+    json_t *root;
+    if (!tks__doc_text(b, i, in->jsonl_key, in->max_doc, &root, &text, &len)) return 0;
     int rc = tks_pretok_pieces(tc->c->pt, text, len, on_pieces, tc);
     json_decref(root);
     return rc;
@@ -116,15 +111,10 @@ static int first_error(int *any, tks_error *first) {
 /* Document i of batch b (decoded here when a record) counted in parts on
  * every thread. */
 static int count_long(tks__wcount *c, batch *b, size_t i, const tks_input *in) {
-    const char *text = b->arena + b->off[i];
-    size_t len = b->len[i], *cut = NULL, n = 0, cap = 0, want = len / ((size_t)c->threads * 16);
-    json_t *root = NULL;
-    if (b->json[i]) {
-        char why[8];
-        b->status[i] = (uint8_t)tks_jsonl_decode(text, len, in->jsonl_key, in->max_doc, &root, &text, &len, why,
-                                                 sizeof why);
-        if (b->status[i] != TKS_JSONL_OK) return 0;
-    }
+    const char *text;
+    size_t len, *cut = NULL, n = 0, cap = 0, want = b->len[i] / ((size_t)c->threads * 16);
+    json_t *root;
+    if (!tks__doc_text(b, i, in->jsonl_key, in->max_doc, &root, &text, &len)) return 0;
     if (want < PART_MIN) want = PART_MIN;
     int rc = 0;
     for (size_t at = 0;;) { /* the parts' starts, then len */
@@ -243,9 +233,8 @@ static int unit_batches(tks__wcount *c, tks_input *in, deferred *d) {
     tks__prefetch_start(&pf);
     while (!rc && !done) {
         batch *b = NULL;
-        if ((rc = tks__prefetch_take(&pf, &b))) break;
+        if ((rc = tks__prefetch_next(&pf, &b))) break;
         done = b->end;
-        if (!done) tks__prefetch_start(&pf);
         rc = count_batch(c, b, in);
         if (!rc) rc = batch_policies(in, b, d);
         if (!rc) stop_point();
