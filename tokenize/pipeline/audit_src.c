@@ -321,6 +321,18 @@ static const char *id_text(uint32_t id, char *buf, size_t cap) {
     return buf;
 }
 
+/* A tokenizer problem of document it (in shard sh) at global token `token`
+ * into the report, in the document's order. */
+static void doc_problem(audit *a, const item *it, const tks_shard *sh, uint64_t token, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void doc_problem(audit *a, const item *it, const tks_shard *sh, uint64_t token, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    tks_audit_report_vadd(a->r, a->cap, it->order, TKS_ERR_TOKENIZER, tks_shard_path(sh), it->shard, TKS_NONE, token,
+                          TKS_NONE, it->doc, fmt, ap);
+    va_end(ap);
+}
+
 /* The pending documents encoded (on every thread), compared and reported. */
 static int flush(audit *a) {
     if (!a->n_pd) return 0;
@@ -337,32 +349,29 @@ static int flush(audit *a) {
         char x[40], y[40];
         if (q->rc) {
             a->st->ids_differ++;
-            tks_audit_report_add(a->r, a->cap, it->order, TKS_ERR_TOKENIZER, tks_shard_path(sh), it->shard, TKS_NONE,
-                                 base, TKS_NONE, it->doc, "document %llu of shard %u, from %s: not compared: %s",
-                                 (unsigned long long)it->doc, it->shard, q->where, q->err);
+            doc_problem(a, it, sh, base, "document %llu of shard %u, from %s: not compared: %s",
+                        (unsigned long long)it->doc, it->shard, q->where, q->err);
             continue;
         }
         a->st->checked++;
         a->st->tokens += q->n_shard;
         if (q->differ) {
             a->st->ids_differ++;
-            tks_audit_report_add(a->r, a->cap, it->order, TKS_ERR_TOKENIZER, tks_shard_path(sh), it->shard, TKS_NONE,
-                                 base + q->pos, TKS_NONE, it->doc,
-                                 "ids differ: document %llu of shard %u, from %s: first difference at id %llu of "
-                                 "%llu: the shard has %s, the tokenizer parsed from its file gives %s (%llu ids)",
-                                 (unsigned long long)it->doc, it->shard, q->where, (unsigned long long)q->pos,
-                                 (unsigned long long)q->n_shard, id_text(q->id_shard, x, sizeof x),
-                                 id_text(q->id_mine, y, sizeof y), (unsigned long long)q->n_mine);
+            doc_problem(a, it, sh, base + q->pos,
+                        "ids differ: document %llu of shard %u, from %s: first difference at id %llu of "
+                        "%llu: the shard has %s, the tokenizer parsed from its file gives %s (%llu ids)",
+                        (unsigned long long)it->doc, it->shard, q->where, (unsigned long long)q->pos,
+                        (unsigned long long)q->n_shard, id_text(q->id_shard, x, sizeof x),
+                        id_text(q->id_mine, y, sizeof y), (unsigned long long)q->n_mine);
         }
         if (a->ref) a->st->spm_checked++;
         if (a->ref && q->ref_differ) {
             a->st->spm_differ++;
-            tks_audit_report_add(a->r, a->cap, it->order, TKS_ERR_TOKENIZER, tks_shard_path(sh), it->shard, TKS_NONE,
-                                 base + q->ref_pos, TKS_NONE, it->doc,
-                                 "ids differ from the sentencepiece library's: document %llu of shard %u, from %s: "
-                                 "first difference at id %llu: the shard has %s, sentencepiece gives %s",
-                                 (unsigned long long)it->doc, it->shard, q->where, (unsigned long long)q->ref_pos,
-                                 id_text(q->ref_shard, x, sizeof x), id_text(q->ref_mine, y, sizeof y));
+            doc_problem(a, it, sh, base + q->ref_pos,
+                        "ids differ from the sentencepiece library's: document %llu of shard %u, from %s: "
+                        "first difference at id %llu: the shard has %s, sentencepiece gives %s",
+                        (unsigned long long)it->doc, it->shard, q->where, (unsigned long long)q->ref_pos,
+                        id_text(q->ref_shard, x, sizeof x), id_text(q->ref_mine, y, sizeof y));
         }
     }
     a->n_pd = 0;
