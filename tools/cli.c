@@ -103,6 +103,13 @@ int cli_parse_float(const char *s, float *out) {
     return 0;
 }
 
+void cli_human_bytes(double b, char *out, size_t n) {
+    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
+    int i = 0;
+    while (b >= 1000 && i < 4) b /= 1000, i++;
+    snprintf(out, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
 int cli_next(cli_args *a, const char **positional) {
     *positional = NULL;
     a->val = NULL;

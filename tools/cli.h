@@ -36,6 +36,8 @@ void cli_stop_on_signals(volatile sig_atomic_t *flag);
 int cli_parse_size(const char *s, uint64_t *out);
 /* A float; returns 0 or -1. */
 int cli_parse_float(const char *s, float *out);
+/* b bytes for a progress line, in powers of 1000: "512 B", "1.5 MB". */
+void cli_human_bytes(double b, char *out, size_t n);
 
 /* Flag scanner: --name value, --name=value, bare --flag, and positionals. */
 typedef struct cli_args {

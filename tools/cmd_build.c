@@ -23,18 +23,11 @@
 
 static volatile sig_atomic_t g_stop = 0;
 
-static void human_bytes(double b, char *out, size_t n) {
-    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
-    int i = 0;
-    while (b >= 1000 && i < 4) b /= 1000, i++;
-    snprintf(out, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
-}
-
 static void progress_line(const tks_build_progress *p, void *ctx) {
     (void)ctx;
     char in[32], tot[32];
-    human_bytes((double)p->bytes_in, in, sizeof in);
-    human_bytes((double)p->total_bytes_in, tot, sizeof tot);
+    cli_human_bytes((double)p->bytes_in, in, sizeof in);
+    cli_human_bytes((double)p->total_bytes_in, tot, sizeof tot);
     double mbs = p->seconds > 0 ? p->bytes_text / 1e6 / p->seconds : 0;
     char eta[32] = "";
     if (p->total_bytes_in && p->bytes_in && p->bytes_in <= p->total_bytes_in) {

@@ -121,19 +121,12 @@ static int set_specials(const cli_flag *f, const char *name, const char *v) {
     return 0;
 }
 
-static void human(double b, char *out, size_t n) {
-    const char *u[] = {"B", "KB", "MB", "GB", "TB"};
-    int i = 0;
-    while (b >= 1000 && i < 4) b /= 1000, i++;
-    snprintf(out, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
-}
-
 static void bpe_progress(const tks_bpe_train_progress *p, void *ctx) {
     (void)ctx;
     char in[32], tot[32];
     if (p->phase == 0) {
-        human((double)p->bytes_in, in, sizeof in);
-        human((double)p->total_bytes_in, tot, sizeof tot);
+        cli_human_bytes((double)p->bytes_in, in, sizeof in);
+        cli_human_bytes((double)p->total_bytes_in, tot, sizeof tot);
         double mbs = p->seconds > 0 ? p->bytes_text / 1e6 / p->seconds : 0;
         fprintf(stderr, "\rcounting: %s / %s read, %llu docs, %llu pieces, unit %llu/%llu, %llu runs, %.1f MB/s   ",
                 in, tot, (unsigned long long)p->docs, (unsigned long long)p->pieces,
@@ -167,7 +160,7 @@ static int train_byte_bpe(tks_bpe_train_opts *o, int quiet) {
     if (rc) return cli_lib_error();
     if (quiet) return 0;
     char text[32];
-    human((double)st.input.bytes_text, text, sizeof text);
+    cli_human_bytes((double)st.input.bytes_text, text, sizeof text);
     printf("trained %s: byte-level BPE, vocab %u, %llu merges, pattern %s\n", o->out_dir, st.vocab_size,
            (unsigned long long)st.merges, o->pattern);
     printf("  corpus   %llu files, %llu documents, %s of text, %llu pieces, %llu distinct words of 2+ bytes\n",
