@@ -143,6 +143,13 @@ static int take_two(const char *arg, void *ctx) {
     return 0;
 }
 
+/* Parses the flags and up to two positional arguments into args->v
+ * (`unknown`: the error for an unknown option): CLI_PARSED or an exit code. */
+static int parse_two(const cli_flag *flags, const char *unknown, two_args *args, int argc, char **argv) {
+    cli_command cmd = {.flags = flags, .unknown = unknown, .positional = take_two, .ctx = args};
+    return cli_parse(&cmd, argc, argv);
+}
+
 int cli_export(int argc, char **argv) {
     tks_export_opts o = {0};
     o.eot_id = TKS_NO_ID;
@@ -153,9 +160,7 @@ int cli_export(int argc, char **argv) {
         {.name = "--eot", .ptr = &o.eot_id, .set = set_id},
         {0},
     };
-    cli_command cmd = {.flags = flags, .unknown = "export: unknown option %s",
-                       .positional = take_two, .ctx = &args};
-    int rc = cli_parse(&cmd, argc, argv);
+    int rc = parse_two(flags, "export: unknown option %s", &args, argc, argv);
     if (rc != CLI_PARSED) return rc;
     const char *dir = args.v[0], *prefix = args.v[1];
     if (!o.format) return cli_usage_error("export: --format megatron|llmc is required");
@@ -189,9 +194,7 @@ int cli_export_hf(int argc, char **argv) {
         {.name = "--special-tokens", .type = CLI_STR, .ptr = &to.special_tokens},
         {0},
     };
-    cli_command cmd = {.flags = flags, .unknown = "export-hf: unknown option %s",
-                       .positional = take_two, .ctx = &args};
-    int rc = cli_parse(&cmd, argc, argv);
+    int rc = parse_two(flags, "export-hf: unknown option %s", &args, argc, argv);
     if (rc != CLI_PARSED) return rc;
     const char *ckpt = args.v[0], *dir = args.v[1];
     if (model) { /* the tokenizer alone: tokenizer.json and tokenizer_config.json into DIR */
