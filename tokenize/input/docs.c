@@ -294,19 +294,8 @@ static int next_jsonl_doc(tks_input *in, tks_doc *doc) {
         }
         if (is_blank(p, len)) continue;
 
-        if (in->opts.defer_json) { /* decoded by the caller (tks_jsonl_decode) */
-            doc->text = p;
-            doc->len = len;
-            doc->ordinal = in->st.docs++;
-            doc->line = ln.no;
-            doc->source = in->source.p;
-            doc->json = 1;
-            doc->file = in->next_file - 1;
-            doc->entry = in->is_archive ? (uint32_t)in->entry_no : 0;
-            doc->offset = off;
-            doc->raw_len = len;
-            return 1;
-        }
+        if (in->opts.defer_json) /* decoded by the caller (tks_jsonl_decode) */
+            return tks__doc_fill(in, p, len, ln.no, 1, off, len, doc);
         char why[400];
         json_t *root;
         const char *text;

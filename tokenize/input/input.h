@@ -246,6 +246,11 @@ int tks__too_long(tks_input *in, uint64_t line_no);
  * fills *doc: 1 yielded, 0 skipped, or an error. `off`: where the text starts
  * in the decompressed entry (TKS_NONE when it is not a slice of it). */
 int tks__emit(tks_input *in, const char *p, size_t len, uint64_t line_no, uint64_t off, tks_doc *doc);
+/* policy.c: *doc filled as the input's next document: text p[0..len) of line
+ * line_no, json (a JSONL record left for the caller to decode) or not, raw_len
+ * bytes at `off` in the decompressed entry. Returns 1. */
+int tks__doc_fill(tks_input *in, const char *p, size_t len, uint64_t line_no, int json, uint64_t off,
+                  uint64_t raw_len, tks_doc *doc);
 int tks__next_entry(tks_input *in);
 int tks__entry_fill(tks_input *in);
 /* stream.c: closes the current file (its hash taken when read to the end);

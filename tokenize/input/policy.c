@@ -123,12 +123,17 @@ int tks__emit(tks_input *in, const char *p, size_t len, uint64_t line_no, uint64
         p = in->san.p;
         len = bad + out_len;
     }
+    return tks__doc_fill(in, p, len, line_no, 0, off, raw_len, doc);
+}
+
+int tks__doc_fill(tks_input *in, const char *p, size_t len, uint64_t line_no, int json, uint64_t off,
+                  uint64_t raw_len, tks_doc *doc) {
     doc->text = p;
     doc->len = len;
     doc->ordinal = in->st.docs++;
     doc->line = line_no;
     doc->source = in->source.p;
-    doc->json = 0;
+    doc->json = json;
     doc->file = in->next_file - 1;
     doc->entry = in->is_archive ? (uint32_t)in->entry_no : 0;
     doc->offset = off;
