@@ -57,31 +57,19 @@ void tks_cuda_describe(tks_backend *be, char *out, size_t cap) {
     (void)be;
     if (cap) snprintf(out, cap, "built without CUDA");
 }
-int tks_cuda_set_flash(tks_backend *be, int on) {
-    (void)be, (void)on;
-    return 0;
-}
+/* tks_cuda_set_NAME: a switch of that backend's kernels, nothing to switch here */
+#define SWITCH_NOOP(name)                                \
+    int tks_cuda_set_##name(tks_backend *be, int on) { \
+        (void)be, (void)on;                              \
+        return 0;                                        \
+    }
+SWITCH_NOOP(flash)
 const char *tks_cuda_flash_status(tks_backend *be) {
     (void)be;
     return "built without CUDA";
 }
-int tks_cuda_set_vec_optim(tks_backend *be, int on) {
-    (void)be, (void)on;
-    return 0;
-}
-int tks_cuda_set_norm_onepass(tks_backend *be, int on) {
-    (void)be, (void)on;
-    return 0;
-}
-int tks_cuda_set_rope_rows(tks_backend *be, int on) {
-    (void)be, (void)on;
-    return 0;
-}
-int tks_cuda_set_xent_vec(tks_backend *be, int on) {
-    (void)be, (void)on;
-    return 0;
-}
-int tks_cuda_set_swiglu_vec(tks_backend *be, int on) {
-    (void)be, (void)on;
-    return 0;
-}
+SWITCH_NOOP(vec_optim)
+SWITCH_NOOP(norm_onepass)
+SWITCH_NOOP(rope_rows)
+SWITCH_NOOP(xent_vec)
+SWITCH_NOOP(swiglu_vec)
