@@ -589,34 +589,30 @@ extern "C" int tks_cuda_set_flash(tks_backend *be, int on) {
     return c->flash;
 }
 
+/* a switch of the backend's kernels set: on or off (0), as set */
+static int set_switch(int *sw, int on) {
+    *sw = on != 0;
+    return *sw;
+}
+
 extern "C" int tks_cuda_set_vec_optim(tks_backend *be, int on) {
-    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
-    c->vec_optim = on != 0;
-    return c->vec_optim;
+    return set_switch(&tks_cuda_ctx_of(be)->vec_optim, on);
 }
 
 extern "C" int tks_cuda_set_norm_onepass(tks_backend *be, int on) {
-    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
-    c->norm_onepass = on != 0;
-    return c->norm_onepass;
+    return set_switch(&tks_cuda_ctx_of(be)->norm_onepass, on);
 }
 
 extern "C" int tks_cuda_set_rope_rows(tks_backend *be, int on) {
-    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
-    c->rope_rows = on != 0;
-    return c->rope_rows;
+    return set_switch(&tks_cuda_ctx_of(be)->rope_rows, on);
 }
 
 extern "C" int tks_cuda_set_xent_vec(tks_backend *be, int on) {
-    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
-    c->xent_vec = on != 0;
-    return c->xent_vec;
+    return set_switch(&tks_cuda_ctx_of(be)->xent_vec, on);
 }
 
 extern "C" int tks_cuda_set_swiglu_vec(tks_backend *be, int on) {
-    tks_cuda_ctx *c = tks_cuda_ctx_of(be);
-    c->swiglu_vec = on != 0;
-    return c->swiglu_vec;
+    return set_switch(&tks_cuda_ctx_of(be)->swiglu_vec, on);
 }
 
 extern "C" const char *tks_cuda_flash_status(tks_backend *be) {
