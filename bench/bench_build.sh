@@ -194,6 +194,16 @@ reps_for() { awk -v b="$1" 'BEGIN{r=int(8e9/b+0.999); print (r<1)?1:(r>100)?100:
 
 filesize() { stat -c %s "$@" | awk '{s+=$1} END{print s}'; }
 
+# audit_round SUFFIX RUN REPS BYTES DS SHARDS...: run RUN of tokshard audit DS
+# with 1 and THREADS threads and of xxhsum -H3 over its SHARDS (BYTES in all),
+# each timed run REPS passes; the figures' names end in SUFFIX.
+audit_round() {
+  local sfx=$1 r=$2 reps=$3 bytes=$4 ds=$5; shift 5
+  measure "tokshard_audit_t1$sfx" "$r" $((reps * bytes)) -- repeat "$reps" "$BIN" audit "$ds" --threads 1
+  measure "tokshard_audit_tN$sfx" "$r" $((reps * bytes)) -- repeat "$reps" "$BIN" audit "$ds" --threads "$THREADS"
+  measure "xxhsum_H3_1$sfx" "$r" $((reps * bytes)) -- repeat "$reps" xxhsum -H3 "$@"
+}
+
 # ------------------------------------------------------------ environment
 if [[ -n $APPEND ]]; then
   printf 'appended\t%s phases %s, tokshard %s, git %s\n' "$(date -Iseconds)" "$PHASES" "$("$BIN" --version)" \
@@ -319,9 +329,7 @@ say "audit phase: $AUDIT_RUNS rounds over ${#SHARDS[@]} shards, $(awk -v b="$SHA
 REPS=$(reps_for "$SHARD_BYTES")
 printf 'audit_reps\t%s\n' "$REPS" >> "$META"
 for ((r = 1; r <= AUDIT_RUNS; r++)); do
-  measure tokshard_audit_t1 "$r" $((REPS * SHARD_BYTES)) -- repeat "$REPS" "$BIN" audit "$AUD" --threads 1
-  measure tokshard_audit_tN "$r" $((REPS * SHARD_BYTES)) -- repeat "$REPS" "$BIN" audit "$AUD" --threads "$THREADS"
-  measure xxhsum_H3_1 "$r" $((REPS * SHARD_BYTES)) -- repeat "$REPS" xxhsum -H3 "${SHARDS[@]}"
+  audit_round "" "$r" "$REPS" "$SHARD_BYTES" "$AUD" "${SHARDS[@]}"
   measure xxhsum_H3_pN "$r" $((REPS * SHARD_BYTES)) -- repeat "$REPS" \
     sh -c 'printf "%s\0" "$@" | xargs -0 -P "$0" -n 1 xxhsum -H3' "$THREADS" "${SHARDS[@]}"
 done
@@ -367,9 +375,7 @@ EOF
   LB=$(filesize "${LSH[@]}")
   LREPS=$(reps_for "$LB")
   for ((r = 1; r <= 3; r++)); do
-    measure tokshard_audit_t1_linux "$r" $((LREPS * LB)) -- repeat "$LREPS" "$BIN" audit "$LDS" --threads 1
-    measure tokshard_audit_tN_linux "$r" $((LREPS * LB)) -- repeat "$LREPS" "$BIN" audit "$LDS" --threads "$THREADS"
-    measure xxhsum_H3_1_linux "$r" $((LREPS * LB)) -- repeat "$LREPS" xxhsum -H3 "${LSH[@]}"
+    audit_round _linux "$r" "$LREPS" "$LB" "$LDS" "${LSH[@]}"
   done
   [[ $KEEP == 1 ]] || rm -rf "$LDS"
 fi  # large
