@@ -13,6 +13,8 @@
 #          [--ranks FILE.tiktoken] [--sample N] [--rounds N] [--kinds jsonl,parquet,tarxz]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 BIN=build/bin WORK=/tmp/bench-audit-source TREE=/usr/src/linux-source-6.1 SAMPLE=1000 ROUNDS=3
 TAR=/usr/src/linux-source-6.1.tar.xz RANKS="" KINDS=jsonl,parquet,tarxz
 while [[ $# -gt 0 ]]; do
@@ -28,6 +30,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 TKS=$(cd "$BIN" && pwd)/tokshard
+need_tokshard "$TKS"
 [[ -d $TREE ]] || { echo "bench_audit_source.sh: no tree at $TREE: unpack $TAR there (tar -xJf), or give --tree" >&2; exit 2; }
 [[ -n $RANKS && -s $RANKS ]] || {
   echo "bench_audit_source.sh: give --ranks cl100k_base.tiktoken (tiktoken's ranks file)" >&2; exit 2; }
