@@ -41,6 +41,7 @@
 #include <xxhash.h>
 
 #include "common/tks_bits.h"
+#include "common/tks_first_error.h"
 #include "sampler/internal.h"
 
 typedef unsigned long long ull; /* for printf */
@@ -292,52 +293,20 @@ static int put(const sink *k, uint64_t at, const void *p, size_t n) {
     return tks_pwrite_all(k->fd, p, n, at, k->path);
 }
 
-/* The first group in order whose packing failed, and its error (errors are
- * per thread: the one met on another thread is restored on the caller's). */
-typedef struct first_fail {
-    uint64_t group; /* UINT64_MAX: none */
-    tks_error e;
-} first_fail;
-
-static void note_fail(first_fail *f, uint64_t g) {
-#pragma omp critical(tks_pack_err)
-    if (g < f->group) {
-        f->e = *tks_last_error();
-#pragma omp atomic write
-        f->group = g;
-    }
-}
-
-/* 1 when a group before g failed: g is left (every group before the first
- * failure is packed, so that the error is that of the first group in order,
- * whichever thread packs which). */
-static int failed_before(first_fail *f, uint64_t g) {
-    uint64_t at;
-#pragma omp atomic read
-    at = f->group;
-    return at < g;
-}
-
-static int fail_result(const first_fail *f) {
-    if (f->group == UINT64_MAX) return 0;
-    tks_error_restore(&f->e);
-    return f->e.code ? f->e.code : TKS_ERR_IO;
-}
-
 /* Per-group counts of a rank's groups [g0, g1): cnt[2k] windows, cnt[2k+1]
  * items; tot[] += documents, documents split, tokens. */
 static int count_pass(const tks_sampler *s, uint64_t G, uint64_t g0, uint64_t g1, int threads, uint64_t *cnt,
                       uint64_t tot[3]) {
-    first_fail ff = {UINT64_MAX, {0}};
+    tks_first_error ff = TKS_FIRST_ERROR_NONE; /* at: the first group whose packing failed */
     uint64_t docs = 0, split = 0, tokens = 0;
 #pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads()) reduction(+ : docs, split, tokens)
     {
         work w = {0};
 #pragma omp for schedule(dynamic, 1)
         for (uint64_t k = g0; k < g1; k++) {
-            if (failed_before(&ff, k)) continue;
+            if (tks_first_error_before(&ff, k)) continue;
             if (pack_group(s, G, k, &w)) {
-                note_fail(&ff, k);
+                tks_first_error_note(&ff, k);
                 continue;
             }
             cnt[2 * k] = w.n_bins;
@@ -349,7 +318,7 @@ static int count_pass(const tks_sampler *s, uint64_t G, uint64_t g0, uint64_t g1
         work_free(&w);
     }
     tot[0] += docs, tot[1] += split, tot[2] += tokens;
-    return fail_result(&ff);
+    return tks_first_error_result(&ff, TKS_ERR_IO);
 }
 
 /* Writes groups [g0, g1)'s windows and items; wf[k] and itf[k] are group k's
@@ -357,7 +326,7 @@ static int count_pass(const tks_sampler *s, uint64_t G, uint64_t g0, uint64_t g1
 static int write_pass(const tks_sampler *s, const plan_hdr *h, const uint64_t *wf, const uint64_t *itf, uint64_t g0,
                       uint64_t g1, int threads, const sink *k) {
     const uint64_t G = group_tokens(s->seq_len);
-    first_fail ff = {UINT64_MAX, {0}};
+    tks_first_error ff = TKS_FIRST_ERROR_NONE; /* at: the first group whose packing failed */
 #pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads())
     {
         work w = {0};
@@ -366,7 +335,7 @@ static int write_pass(const tks_sampler *s, const plan_hdr *h, const uint64_t *w
         size_t cap = 0;
 #pragma omp for schedule(dynamic, 1)
         for (uint64_t g = g0; g < g1; g++) {
-            if (failed_before(&ff, g)) continue;
+            if (tks_first_error_before(&ff, g)) continue;
             int r = pack_group(s, G, g, &w);
             if (!r && (w.n_bins != wf[g + 1] - wf[g] || w.n != itf[g + 1] - itf[g]))
                 r = tks_fail(TKS_ERR_ARG, tks_dataset_dir(s->ds), TKS_NONE, TKS_NONE,
@@ -393,12 +362,12 @@ static int write_pass(const tks_sampler *s, const plan_hdr *h, const uint64_t *w
                 if (!r) r = put(k, off_begin(h) + 8 * itf[g], bb, w.n * sizeof *bb);
                 if (!r) r = put(k, off_len(h) + 4 * itf[g], lb, w.n * sizeof *lb);
             }
-            if (r) note_fail(&ff, g);
+            if (r) tks_first_error_note(&ff, g);
         }
         free(wb), free(bb), free(lb);
         work_free(&w);
     }
-    return fail_result(&ff);
+    return tks_first_error_result(&ff, TKS_ERR_IO);
 }
 
 static int plan_nomem(void) {

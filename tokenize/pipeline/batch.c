@@ -8,6 +8,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "common/tks_first_error.h"
 #include "tokenize/pipeline/pipeline.h"
 
 static int by_len_desc(const void *a, const void *b, void *len);
@@ -321,45 +322,18 @@ static int encode_one(tks_tok *tk, batch *b, size_t i, const char *key, uint64_t
  * thread busy after the others finish. */
 #define LONGISH (64u << 10)
 
-/* The first error of a batch in input order: the document it belongs to
- * (the drain's errors come first: the drain writes a document only when
- * every document before it was encoded without error) and the error's
- * context, whichever thread met it. */
-typedef struct first_error {
-    size_t at; /* SIZE_MAX: none yet */
-    tks_error e;
-} first_error;
-
+/* The first error of a batch is kept in input order (tks_first_error, at
+ * the document's index); the drain's errors come first: the drain writes a
+ * document only when every document before it was encoded without error. */
 #define DRAIN_ERR 0 /* the place of a drain's error: before every document's */
-
-/* Records this thread's last error as met at document `at` when it comes
- * before the one recorded. */
-static void note_error(first_error *f, size_t at) {
-#pragma omp critical(tks_build_err)
-    if (at < f->at) {
-        f->e = *tks_last_error();
-#pragma omp atomic write
-        f->at = at;
-    }
-}
-
-/* 1 when document i need not be encoded: an error is recorded before it
- * (documents before the first error are always encoded, so that the error
- * reported is the first in input order whichever thread met which). */
-static int past_error(first_error *f, size_t i) {
-    size_t at;
-#pragma omp atomic read
-    at = f->at;
-    return at != SIZE_MAX && at < i;
-}
 
 /* Document i encoded on this thread (encode_one) unless an error is recorded
  * before it; its error recorded. 1: encoded without error. */
-static int encode_unless_past(first_error *f, tks_tok *tk, batch *b, size_t i, const char *key, uint64_t max_doc,
+static int encode_unless_past(tks_first_error *f, tks_tok *tk, batch *b, size_t i, const char *key, uint64_t max_doc,
                               int threads) {
-    if (past_error(f, i)) return 0;
+    if (tks_first_error_before(f, i)) return 0;
     if (encode_one(tk, b, i, key, max_doc, threads)) {
-        note_error(f, i);
+        tks_first_error_note(f, i);
         return 0;
     }
     return 1;
@@ -384,18 +358,18 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
         qsort_r(b->order, nl, sizeof *b->order, by_len_desc, b->len);
     }
     size_t per = (m - nl) / ((size_t)threads * 64) + 1;
-    first_error fe = {SIZE_MAX, {0}};
+    tks_first_error fe = TKS_FIRST_ERROR_NONE;
     /* the documents of LONG_DOC bytes or more lead, each on every thread */
     size_t lead = 0;
     for (; threads > 1 && lead < nl && b->len[b->order[lead]] >= LONG_DOC; lead++) {
         if (encode_unless_past(&fe, tk, b, b->order[lead], key, max_doc, threads) && drain &&
             drain->fn(drain->ctx, b))
-            note_error(&fe, DRAIN_ERR);
+            tks_first_error_note(&fe, DRAIN_ERR);
     }
     /* thread 0's: drain not failed yet. With one thread the caller writes
      * after the encoding: the writer's pass interleaved with the documents
      * cost a 1-thread build 3-4% (the two working sets evicting each other). */
-    int drain_on = drain && threads > 1 && fe.at == SIZE_MAX;
+    int drain_on = drain && threads > 1 && !tks_first_error_before(&fe, UINT64_MAX);
 #pragma omp parallel num_threads(threads) firstprivate(drain_on)
     {
         size_t mine = 0;
@@ -404,7 +378,7 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
             if (!encode_unless_past(&fe, tk, b, b->order[k], key, max_doc, 1)) continue;
             /* drain after each of thread 0's long documents */
             if (drain_on && omp_get_thread_num() == 0 && drain->fn(drain->ctx, b)) {
-                note_error(&fe, DRAIN_ERR);
+                tks_first_error_note(&fe, DRAIN_ERR);
                 drain_on = 0;
             }
         }
@@ -413,14 +387,12 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
             if (!encode_unless_past(&fe, tk, b, b->order[k], key, max_doc, 1)) continue;
             /* at the end of each of thread 0's runs (per documents each) */
             if (drain_on && ++mine % per == 0 && omp_get_thread_num() == 0 && drain->fn(drain->ctx, b)) {
-                note_error(&fe, DRAIN_ERR);
+                tks_first_error_note(&fe, DRAIN_ERR);
                 drain_on = 0;
             }
         }
     }
-    if (fe.at == SIZE_MAX) return 0;
-    tks_error_restore(&fe.e);
-    return fe.e.code ? fe.e.code : TKS_ERR_TOKENIZER;
+    return tks_first_error_result(&fe, TKS_ERR_TOKENIZER);
 }
 
 /* The policy for record i of batch b, which decoding found bad, too long
