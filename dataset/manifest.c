@@ -583,6 +583,13 @@ int tks__read_small_file(const char *path, char **text, size_t *len) {
     return 0;
 }
 
+void tks_dataset_close(tks_dataset *ds) {
+    if (!ds) return;
+    for (size_t i = 0; i < ds->n_shards; i++) tks_shard_close(ds->shards[i]);
+    free(ds->shards);
+    free(ds);
+}
+
 int tks_dataset_open(const char *dir, tks_dataset **out) {
     *out = NULL;
     tks_dataset *ds = calloc(1, sizeof *ds);
@@ -661,19 +668,9 @@ int tks_dataset_open(const char *dir, tks_dataset **out) {
     }
     ds->version = n ? si[0].version : TKS_FORMAT_V1;
     free(si);
-    if (rc) {
-        tks_dataset_close(ds);
-        return rc;
-    }
-    *out = ds;
-    return 0;
-}
-
-void tks_dataset_close(tks_dataset *ds) {
-    if (!ds) return;
-    for (size_t i = 0; i < ds->n_shards; i++) tks_shard_close(ds->shards[i]);
-    free(ds->shards);
-    free(ds);
+    if (rc) tks_dataset_close(ds);
+    else *out = ds;
+    return rc;
 }
 
 const char *tks_dataset_dir(const tks_dataset *ds) { return ds->dir; }

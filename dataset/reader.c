@@ -122,6 +122,12 @@ void tks_shard_advise(const tks_shard *s, tks_access how) {
     (void)madvise((void *)s->base, s->size, advice);
 }
 
+void tks_shard_close(tks_shard *s) {
+    if (!s) return;
+    if (s->mapped) tks_unmap(s->base, s->size);
+    free(s);
+}
+
 int tks_shard_open_mem(const void *data, size_t size, const char *name, tks_shard **out) {
     if (((uintptr_t)data & 7) != 0)
         return tks_fail(TKS_ERR_ARG, name, TKS_NONE, TKS_NONE,
@@ -132,18 +138,9 @@ int tks_shard_open_mem(const void *data, size_t size, const char *name, tks_shar
     s->base = data;
     s->size = size;
     rc = validate(s);
-    if (rc) {
-        tks_shard_close(s);
-        return rc;
-    }
-    *out = s;
-    return 0;
-}
-
-void tks_shard_close(tks_shard *s) {
-    if (!s) return;
-    if (s->mapped) tks_unmap(s->base, s->size);
-    free(s);
+    if (rc) tks_shard_close(s);
+    else *out = s;
+    return rc;
 }
 
 const tks_shard_header *tks_shard_hdr(const tks_shard *s) { return &s->h; }

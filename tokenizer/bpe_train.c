@@ -189,27 +189,6 @@ static int vocab_init(tks_bpe_trainer *t, const tks_bpe_train_cfg *c) {
     return 0;
 }
 
-int tks_bpe_trainer_create(const tks_bpe_train_cfg *c, tks_bpe_trainer **out) {
-    if (!c || !out) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_bpe_trainer_create: NULL argument");
-    *out = NULL;
-    if (!c->vocab_size || c->vocab_size > (1u << 31) || (c->n_specials && !c->specials))
-        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "vocabulary size %u: expected 1 .. 2^31",
-                        c->vocab_size);
-    tks_bpe_trainer *t = calloc(1, sizeof *t);
-    if (!t) return nomem("trainer");
-    t->vocab_size = c->vocab_size;
-    t->min_frequency = c->min_frequency;
-    t->threads = c->threads > 0 ? c->threads : 1;
-    t->vmask = 1023;
-    int rc = (t->vmap = calloc(t->vmask + 1, sizeof *t->vmap)) ? vocab_init(t, c) : nomem("vocabulary");
-    if (rc) {
-        tks_bpe_trainer_free(t);
-        return rc;
-    }
-    *out = t;
-    return 0;
-}
-
 void tks_bpe_trainer_free(tks_bpe_trainer *t) {
     if (!t) return;
     for (size_t i = 0; t->heap && i < t->hn; i++)
@@ -228,6 +207,24 @@ void tks_bpe_trainer_free(tks_bpe_trainer *t) {
     free(t->mg);
     free(t->keep);
     free(t);
+}
+
+int tks_bpe_trainer_create(const tks_bpe_train_cfg *c, tks_bpe_trainer **out) {
+    if (!c || !out) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "tks_bpe_trainer_create: NULL argument");
+    *out = NULL;
+    if (!c->vocab_size || c->vocab_size > (1u << 31) || (c->n_specials && !c->specials))
+        return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "vocabulary size %u: expected 1 .. 2^31",
+                        c->vocab_size);
+    tks_bpe_trainer *t = calloc(1, sizeof *t);
+    if (!t) return nomem("trainer");
+    t->vocab_size = c->vocab_size;
+    t->min_frequency = c->min_frequency;
+    t->threads = c->threads > 0 ? c->threads : 1;
+    t->vmask = 1023;
+    int rc = (t->vmap = calloc(t->vmask + 1, sizeof *t->vmap)) ? vocab_init(t, c) : nomem("vocabulary");
+    if (rc) tks_bpe_trainer_free(t);
+    else *out = t;
+    return rc;
 }
 
 uint64_t tks_bpe_trainer_memory(uint64_t words, uint64_t bytes, uint32_t vocab_size, int threads) {

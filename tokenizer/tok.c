@@ -105,6 +105,13 @@ static void tiktoken_defaults(tks_tok *t) {
     }
 }
 
+void tks_tok_free(tks_tok *t) {
+    if (!t) return;
+    tks_spm_free(t->spm);
+    tks_bpe_free(t->bpe);
+    free(t);
+}
+
 int tks_tok_load_opts(const char *path, const tks_tok_opts *o, tks_tok **out) {
     *out = NULL;
     if (!path) return tks_fail(TKS_ERR_ARG, NULL, TKS_NONE, TKS_NONE, "no tokenizer path");
@@ -142,19 +149,9 @@ int tks_tok_load_opts(const char *path, const tks_tok_opts *o, tks_tok **out) {
         else
             rc = tks_bpe_set_allow_special(t->bpe, 1);
     }
-    if (rc) {
-        tks_tok_free(t);
-        return rc;
-    }
-    *out = t;
-    return 0;
-}
-
-void tks_tok_free(tks_tok *t) {
-    if (!t) return;
-    tks_spm_free(t->spm);
-    tks_bpe_free(t->bpe);
-    free(t);
+    if (rc) tks_tok_free(t);
+    else *out = t;
+    return rc;
 }
 
 tks_spm *tks_tok_spm(const tks_tok *t) { return t->spm; }

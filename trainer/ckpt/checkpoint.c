@@ -308,6 +308,14 @@ static const char *base_name(const char *path) {
     return b ? b + 1 : path;
 }
 
+void tks_checkpoint_tokenizer_free(tks_checkpoint_tokenizer *t) {
+    if (!t) return;
+    tks_tok_free(t->tok);
+    tks_hf_spm_free(t->hf);
+    free(t->path);
+    free(t);
+}
+
 int tks_checkpoint_tokenizer_open(const char *path, tks_checkpoint_tokenizer **out) {
     *out = NULL;
     if (!path) return 0;
@@ -323,20 +331,9 @@ int tks_checkpoint_tokenizer_open(const char *path, tks_checkpoint_tokenizer **o
         tks_clear_error(); /* no fast equivalent: the checkpoints carry tokenizer.model alone */
         rc = 0;
     }
-    if (rc) {
-        tks_checkpoint_tokenizer_free(t);
-        return rc;
-    }
-    *out = t;
-    return 0;
-}
-
-void tks_checkpoint_tokenizer_free(tks_checkpoint_tokenizer *t) {
-    if (!t) return;
-    tks_tok_free(t->tok);
-    tks_hf_spm_free(t->hf);
-    free(t->path);
-    free(t);
+    if (rc) tks_checkpoint_tokenizer_free(t);
+    else *out = t;
+    return rc;
 }
 
 /* tokenizer.model (or the note tokenizer.none of a dataset imported without

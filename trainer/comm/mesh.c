@@ -161,6 +161,14 @@ static void split_of(const tks_mesh *m, tks_group_kind k, int *color, int *key) 
     }
 }
 
+void tks_mesh_free(tks_mesh *m) {
+    if (!m) return;
+    tks_mesh_device_free(m);
+    if (m->mpi)
+        for (int k = 0; k < TKS_N_GROUPS; k++) tks_comm_mpi_free(m->group[k]);
+    free(m);
+}
+
 int tks_mesh_create(const tks_mesh_shape *s, tks_mesh **out) {
     *out = NULL;
     int world, rank, rc = tks_mesh_world(&world, &rank);
@@ -224,20 +232,9 @@ int tks_mesh_create(const tks_mesh_shape *s, tks_mesh **out) {
                       "x tp %d; refusing to run a layout other than the one asked for",
                       why, s->dp_replicate, s->dp_shard, s->tp);
     rc = tks_mesh_agree(m, rc);
-    if (rc) {
-        tks_mesh_free(m);
-        return rc;
-    }
-    *out = m;
-    return 0;
-}
-
-void tks_mesh_free(tks_mesh *m) {
-    if (!m) return;
-    tks_mesh_device_free(m);
-    if (m->mpi)
-        for (int k = 0; k < TKS_N_GROUPS; k++) tks_comm_mpi_free(m->group[k]);
-    free(m);
+    if (rc) tks_mesh_free(m);
+    else *out = m;
+    return rc;
 }
 
 int tks_mesh_agree(tks_mesh *m, int rc) {
