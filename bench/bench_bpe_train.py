@@ -41,6 +41,8 @@ import subprocess
 import sys
 import time
 
+from bpe_peers import LLAMA3, byte_unicode  # bench/, this script's directory
+
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--bin", default="build-release/bin")
 p.add_argument("--linux-jsonl", default=None)
@@ -57,24 +59,9 @@ p.add_argument("--out", default=None, help="also write the table here (markdown)
 p.add_argument("--run", nargs="+", help=argparse.SUPPRESS)  # child: TOOL JSONL VOCAB PATTERN MERGES_OUT
 a = p.parse_args()
 
-LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
-          r"\s*[\r\n]+|\s+(?!\S)|\s+")
-
-
-def byte_chars():
-    """GPT-2's bytes_to_unicode, reversed: character -> byte."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
-
 
 def json_merges(path):
-    back = byte_chars()
+    back = {c: b for b, c in byte_unicode().items()}
     m = json.load(open(path, encoding="utf-8"))["model"]["merges"]
     m = [x if isinstance(x, list) else x.split(" ", 1) for x in m]
     return [[bytes(back[c] for c in x).hex() for x in pair] for pair in m]

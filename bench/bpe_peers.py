@@ -1,9 +1,23 @@
-"""bpe_peers.py - what bench_bpe.py, bpe_contender.py and llama3_json.py share
-about the peers and the tokenizers."""
+"""bpe_peers.py - what bench_bpe.py, bench_bpe_train.py, bpe_contender.py and
+llama3_json.py share about the peers and the tokenizers."""
 
 # Llama 3's pre-tokenization pattern (Meta's llama_models/llama3/tokenizer.py, pat_str)
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def byte_unicode():
+    """GPT-2's bytes_to_unicode: byte b -> one printable character; the printable
+    Latin-1 bytes stand for themselves, the others take 256, 257, ... in order."""
+    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
 
 
 def tt_encoding(stem, path):

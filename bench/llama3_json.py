@@ -50,7 +50,7 @@ import json
 import os
 import sys
 
-from bpe_peers import LLAMA3  # bench/, this script's directory
+from bpe_peers import LLAMA3, byte_unicode  # bench/, this script's directory
 
 N_SPECIAL = 256
 
@@ -61,20 +61,6 @@ def special_tokens():
              "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>",
              "<|eot_id|>", "<|python_tag|>", "<|image|>"]
     return named + [f"<|reserved_special_token_{2 + i}|>" for i in range(N_SPECIAL - len(named))]
-
-
-def byte_unicode():
-    """GPT-2's bytes_to_unicode: byte b -> one printable character; the printable
-    Latin-1 bytes stand for themselves, the others take 256, 257, ... in order."""
-    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
 
 
 def load_ranks(path):
