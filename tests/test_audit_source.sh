@@ -48,29 +48,7 @@ clean() {
   [[ $c == "$n 0 0" ]] && ok "$2: all $n documents read again and identical" || fail "$2: counts '$c' of $n: $(tail -3 "$W/out")"
 }
 byte_level_tokenizer() { # a tokenizer.json made here: a token for every byte, a few merges
-  python3 - "$1" <<'PYEOF'
-import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-byte = dict(zip(bs, map(chr, cs)))  # GPT-2's bytes_to_unicode
-vocab = {byte[b]: b for b in range(256)}
-merges = [("t", "h"), ("i", "n"), ("e", "r"), ("a", "n"), ("Ġ", "th"), ("o", "n")]
-for a, b in merges:
-    vocab[a + b] = len(vocab)
-vocab["<|endoftext|>"] = len(vocab)
-json.dump({"version": "1.0", "truncation": None, "padding": None,
-           "added_tokens": [{"id": len(vocab) - 1, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
-                             "rstrip": False, "normalized": False, "special": True}], "normalizer": None,
-           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
-           "post_processor": None, "decoder": {"type": "ByteLevel"},
-           "model": {"type": "BPE", "vocab": vocab, "merges": [a + " " + b for a, b in merges]}},
-          open(sys.argv[1], "w"))
-json.dump({"eos_token": "<|endoftext|>"}, open(sys.argv[1].rsplit("/", 1)[0] + "/tokenizer_config.json"
-                                               if "/" in sys.argv[1] else "tokenizer_config.json", "w"))
-PYEOF
+  python3 "$HERE/tiny_bytelevel.py" "$1" --eos "<|endoftext|>" "t h" "i n" "e r" "a n" "Ġ th" "o n"
 }
 S=(--tokenizer "$T/bpe.model" --append-eos --prepend-bos --shard-tokens 100K)
 

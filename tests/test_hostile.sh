@@ -31,6 +31,7 @@
 # Usage: test_hostile.sh BIN_DIR WORKDIR CASE (WORKDIR/setup from test_build.sh setup)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
+HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=$1
 TKS=$BIN/tokshard
 TRAIN=$BIN/tokshard-train
@@ -704,24 +705,7 @@ links)
 
 cache)
   # a byte-level tokenizer.json made here (a token for every byte, four merges)
-  mkdir tok && python3 - tok/tokenizer.json <<'PYEOF'
-import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-byte = dict(zip(bs, map(chr, cs)))  # GPT-2's bytes_to_unicode
-vocab = {byte[b]: b for b in range(256)}
-merges = [("t", "h"), ("i", "n"), ("e", "r"), ("a", "n")]
-for a, b in merges:
-    vocab[a + b] = len(vocab)
-json.dump({"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
-           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
-           "post_processor": None, "decoder": {"type": "ByteLevel"},
-           "model": {"type": "BPE", "vocab": vocab, "merges": [a + " " + b for a, b in merges]}},
-          open(sys.argv[1], "w"))
-PYEOF
+  mkdir tok && python3 "$HERE/tiny_bytelevel.py" tok/tokenizer.json "t h" "i n" "e r" "a n"
   BT=(--tokenizer "$W/tok/tokenizer.json" --doc-split blank-line --shard-tokens 100K)
   head -c 200000 "$T/gcide.txt" >text.txt
   # a directory others may write: not used, said once, nothing written in it
