@@ -73,7 +73,7 @@ Prints markdown tables and writes WORK/bench-bpe.json.
 """
 import argparse, base64, glob, gzip, json, os, random, re, resource, subprocess, sys, tempfile, time
 
-from bpe_peers import LLAMA3, read_flat, tt_encoding  # bench/, this script's directory
+from bpe_peers import LLAMA3, read_flat, tree_utf8, tt_encoding  # bench/, this script's directory
 
 p = argparse.ArgumentParser()
 p.add_argument("--bin", required=True)
@@ -205,25 +205,12 @@ def linux_all(src, max_mb):
         pass
     t0, n, size, skipped = time.perf_counter(), 0, 0, 0
     with open(path + ".tmp", "w", encoding="ascii") as out:
-        for d, dirs, files in os.walk(src):
-            dirs.sort()
-            for f in sorted(files):
-                fp = os.path.join(d, f)
-                if os.path.islink(fp) or not os.path.isfile(fp):
-                    continue
-                with open(fp, "rb") as fh:
-                    raw = fh.read()
-                if not raw:
-                    continue
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    skipped += 1
-                    continue
-                out.write(json.dumps({"text": text}) + "\n")
-                n, size = n + 1, size + len(raw)
-                if max_mb and size >= max_mb * 1e6:
-                    break
+        for text in tree_utf8(src):
+            if text is None:
+                skipped += 1
+                continue
+            out.write(json.dumps({"text": text}) + "\n")
+            n, size = n + 1, size + len(text.encode())
             if max_mb and size >= max_mb * 1e6:
                 break
         out.flush()

@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 
-from bpe_peers import LLAMA3, byte_unicode  # bench/, this script's directory
+from bpe_peers import LLAMA3, byte_unicode, tree_utf8  # bench/, this script's directory
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--bin", default="build-release/bin")
@@ -132,19 +132,9 @@ def write_tree(root, path, exts=None):
     """Every regular UTF-8 file under root (with exts: of those endings),
     one JSON Lines record a file."""
     with open(path + ".tmp", "w", encoding="ascii") as out:
-        for d, dirs, files in os.walk(root):
-            dirs.sort()
-            for f in sorted(files):
-                fp = os.path.join(d, f)
-                if os.path.islink(fp) or not os.path.isfile(fp) or (exts and not f.endswith(exts)):
-                    continue
-                raw = open(fp, "rb").read()
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    continue
-                if text:
-                    out.write(json.dumps({"text": text}) + "\n")
+        for text in tree_utf8(root, exts):
+            if text is not None:
+                out.write(json.dumps({"text": text}) + "\n")
     os.replace(path + ".tmp", path)
 
 

@@ -20,6 +20,28 @@ def byte_unicode():
     return table
 
 
+def tree_utf8(root, exts=None):
+    """The files under root as a benchmark's documents: every regular file
+    (symlinks left out; with exts, a tuple, only names ending so), depth
+    first in sorted order, not empty. Yields each file's text, or None for a
+    file that is not strict UTF-8 (left out; the caller may count it)."""
+    import os
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        for f in sorted(files):
+            fp = os.path.join(d, f)
+            if os.path.islink(fp) or not os.path.isfile(fp) or (exts and not f.endswith(exts)):
+                continue
+            with open(fp, "rb") as fh:
+                raw = fh.read()
+            if not raw:
+                continue
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield None
+
+
 def tt_encoding(stem, path):
     """tiktoken's own definition of cl100k_base/o200k_base over a local ranks file."""
     import tiktoken
