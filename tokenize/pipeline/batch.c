@@ -369,7 +369,7 @@ int tks__encode_batch(tks_tok *tk, batch *b, size_t first, int threads, const ch
     /* thread 0's: drain not failed yet. With one thread the caller writes
      * after the encoding: the writer's pass interleaved with the documents
      * cost a 1-thread build 3-4% (the two working sets evicting each other). */
-    int drain_on = drain && threads > 1 && !tks_first_error_before(&fe, UINT64_MAX);
+    int drain_on = drain && threads > 1 && fe.at == UINT64_MAX;
 #pragma omp parallel num_threads(threads) firstprivate(drain_on)
     {
         size_t mine = 0;
