@@ -604,6 +604,22 @@ static void check_activation_memory(tks_dtype dt) {
 
 /* ---- (j) mixed precision: bf16 compute against fp32 ------------------------------------------ */
 
+/* max over tensors of max |a - b| / the tensor's max |b| */
+static double grads_diff(const tks_param *ps, size_t np, const float *a, const float *b, const char **worst) {
+    double e = 0;
+    for (size_t i = 0; i < np; i++) {
+        double mx = 0, d = 0;
+        for (size_t k = 0; k < ps[i].lrows * ps[i].lcols; k++) {
+            mx = fmax(mx, fabs(b[ps[i].offset + k]));
+            d = worse(d, fabs(a[ps[i].offset + k] - b[ps[i].offset + k]));
+        }
+        double r = d / fmax(mx, 1e-30);
+        if (!(r <= e)) *worst = ps[i].name;
+        e = worse(e, r);
+    }
+    return e;
+}
+
 /* The same weights (fp32 masters) run in fp32 and in bf16 (bf16 compute
  * weights and activations, fp32 arithmetic inside each op, fp32 gradients).
  * Exact: the compute copy is the round-to-nearest-even of every master
@@ -637,18 +653,8 @@ static void check_bf16(void) {
     char what[160];
     snprintf(what, sizeof what, "mean loss bf16 %.6f vs fp32 %.6f (relative)", L16, L32);
     note("bf16", what, fabs(L16 - L32) / L32, 2 * R * u);
-    double e = 0;
     const char *worst = "";
-    for (size_t i = 0; i < np; i++) {
-        double mx = 0, d = 0;
-        for (size_t k = 0; k < ps[i].lrows * ps[i].lcols; k++) {
-            mx = fmax(mx, fabs(g32[ps[i].offset + k]));
-            d = worse(d, fabs(g16[ps[i].offset + k] - g32[ps[i].offset + k]));
-        }
-        double r = d / fmax(mx, 1e-30);
-        if (!(r <= e)) worst = ps[i].name;
-        e = worse(e, r);
-    }
+    double e = grads_diff(ps, np, g16, g32, &worst);
     snprintf(what, sizeof what, "fp32 grads of the bf16 model vs fp32 (worst %s)", worst);
     note("bf16", what, e, 4 * R * u);
 
@@ -679,21 +685,6 @@ static void check_bf16(void) {
 
 /* ---- (k) the chunked loss head (TKS_LOSS_CHUNK_ROWS, trainer/model/loss_head.h) ------------------- */
 
-/* max over tensors of max |a - b| / the tensor's max |b| */
-static double grads_diff(const tks_param *ps, size_t np, const float *a, const float *b, const char **worst) {
-    double e = 0;
-    for (size_t i = 0; i < np; i++) {
-        double mx = 0, d = 0;
-        for (size_t k = 0; k < ps[i].lrows * ps[i].lcols; k++) {
-            mx = fmax(mx, fabs(b[ps[i].offset + k]));
-            d = worse(d, fabs(a[ps[i].offset + k] - b[ps[i].offset + k]));
-        }
-        double r = d / fmax(mx, 1e-30);
-        if (!(r <= e)) *worst = ps[i].name;
-        e = worse(e, r);
-    }
-    return e;
-}
 
 /* The same model with the lm_head and cross-entropy by chunks of 5 rows (N =
  * 16: chunks 5, 5, 5, 1) against the whole logits, fp32 and bf16, untied and
